@@ -1,0 +1,36 @@
+// Package abi is the application binary interface shared by the engine (rmad)
+// and the portal library: op codes, status codes, the 64-byte Command, the
+// 32-byte Completion, and the lock-free single-producer/single-consumer rings
+// that carry them through shared memory.
+//
+// It is a leaf package: it imports nothing of ours, so both sides of the
+// shared-memory boundary depend on it and never on each other.
+//
+// Shared memory never holds pointers, only offsets and uint32 indices. Every
+// value read from shared memory is untrusted by the engine: a Command is
+// copied out of the ring before it is validated (no time-of-check to
+// time-of-use window), and ring indices are range-checked on every read.
+//
+// Portal segment (one per open portal, created and sealed by the engine,
+// mapped by both processes):
+//
+//	+--------------------------------------------+ 0
+//	| SegmentHeader (64 B): magic "1RMA", version, |
+//	| segment size, ring offsets and capacities    |
+//	+--------------------------------------------+ 64 (padding to 128)
+//	| command ring: RingHeader (128 B)             | CmdOff
+//	|   +0   producer index (app writes)  64 B     |
+//	|   +64  consumer index (engine writes) 64 B   |
+//	|   entries: CmdCap x 64 B Command             |
+//	+--------------------------------------------+
+//	| completion ring: RingHeader (128 B)          | CplOff
+//	|   +0   producer index (engine writes)        |
+//	|   +64  consumer index (app writes)           |
+//	|   entries: CplCap x 32 B Completion          |
+//	+--------------------------------------------+ Size
+//
+// The paper (1RMA, SIGCOMM 2020, §4.3-§4.5 and Appendix B) issues a command
+// as four 16-byte MMIO stores into an on-NIC slot; here a command is one
+// 64-byte cache line in a ring, published in batches by one store of the
+// producer index (Kalia et al.: doorbell batching).
+package abi

@@ -1,0 +1,101 @@
+package abi
+
+// Status is the outcome carried by every Completion. The first five are the
+// paper's Table 3; the rest are precise local and remote access errors for
+// commands that name memory or resources they may not use.
+type Status uint8
+
+const (
+	// StatusOK: the op completed and its data was transferred.
+	StatusOK Status = 0
+	// StatusRemoteAuthFailure: the serving engine could not authenticate
+	// the request with the derived key (paper Table 3).
+	StatusRemoteAuthFailure Status = 1
+	// StatusNack: the serving engine's inbound request queue was above its
+	// threshold; the window was refunded at once.
+	StatusNack Status = 2
+	// StatusTimeout: the op did not finish within TIMEOUT after entering
+	// service (drop, partition, dead peer, congestion).
+	StatusTimeout Status = 3
+	// StatusDispatchTimeout: the op waited longer than DISPATCH_TIMEOUT for
+	// room in the local solicitation window and never entered service.
+	StatusDispatchTimeout Status = 4
+
+	// StatusBadCommand: unknown op code or zero length.
+	StatusBadCommand Status = 16
+	// StatusTooLarge: length above MaxOpBytes.
+	StatusTooLarge Status = 17
+	// StatusBadSlot: the slot is not owned by this portal or already busy.
+	// The completion names the slot and cookie as posted.
+	StatusBadSlot Status = 18
+	// StatusLocalRegion: the local region id is unknown, stale, or owned by
+	// another portal.
+	StatusLocalRegion Status = 19
+	// StatusLocalBounds: local offset+length lies outside the local region.
+	StatusLocalBounds Status = 20
+	// StatusLocalPermission: the local region does not allow the access
+	// the op needs (a READ must be able to write its sink).
+	StatusLocalPermission Status = 21
+	// StatusUnreachable: the remote engine's address could not be resolved
+	// (no ARP answer, no static entry) within the resolve timeout.
+	StatusUnreachable Status = 22
+	// StatusAborted: the engine is shutting down; the op did not run.
+	StatusAborted Status = 23
+
+	// StatusRemoteRegion: the serving engine has no such region (unknown id
+	// or stale generation).
+	StatusRemoteRegion Status = 32
+	// StatusRemoteBounds: remote offset+length outside the remote region.
+	StatusRemoteBounds Status = 33
+	// StatusRemotePermission: the remote region does not allow this op.
+	StatusRemotePermission Status = 34
+)
+
+var statusNames = [...]string{
+	StatusOK:                "OK",
+	StatusRemoteAuthFailure: "REMOTE_AUTHENTICATION_FAILURE",
+	StatusNack:              "NACK",
+	StatusTimeout:           "TIMEOUT",
+	StatusDispatchTimeout:   "DISPATCH_TIMEOUT",
+	StatusBadCommand:        "BAD_COMMAND",
+	StatusTooLarge:          "TOO_LARGE",
+	StatusBadSlot:           "BAD_SLOT",
+	StatusLocalRegion:       "LOCAL_REGION",
+	StatusLocalBounds:       "LOCAL_BOUNDS",
+	StatusLocalPermission:   "LOCAL_PERMISSION",
+	StatusUnreachable:       "UNREACHABLE",
+	StatusAborted:           "ABORTED",
+	StatusRemoteRegion:      "REMOTE_REGION",
+	StatusRemoteBounds:      "REMOTE_BOUNDS",
+	StatusRemotePermission:  "REMOTE_PERMISSION",
+}
+
+// String returns the paper's name for s (e.g. "DISPATCH_TIMEOUT").
+func (s Status) String() string {
+	if int(s) < len(statusNames) && statusNames[s] != "" {
+		return statusNames[s]
+	}
+	return "STATUS_" + itoa(int(s))
+}
+
+// IsRemote reports whether s was decided by the serving engine.
+func (s Status) IsRemote() bool {
+	return s == StatusRemoteAuthFailure || s == StatusNack || (s >= StatusRemoteRegion && s <= StatusRemotePermission)
+}
+
+// NumStatus bounds Status values; counters indexed by Status use it.
+const NumStatus = 64
+
+func itoa(v int) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(b[i:])
+}

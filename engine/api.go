@@ -1,0 +1,80 @@
+package engine
+
+import "github.com/onerma/onerma/abi"
+
+// Tx is where a Core writes outgoing frames. Implementations: the DPDK port
+// (mbufs), the simulator's links, in-memory test ports.
+type Tx interface {
+	// Buffer returns a writable buffer of at least MaxFrameBytes for the
+	// next outgoing frame, or nil when none is available (tx ring full,
+	// buffer pool empty). Until Send is called, repeated calls return the
+	// same buffer. The Core never keeps the buffer after Send.
+	Buffer() []byte
+	// Send queues the first n bytes of the current buffer for transmission
+	// and takes ownership of it.
+	Send(n int)
+}
+
+// MaxFrameBytes is the largest frame a Core writes: Ethernet header plus the
+// largest IPv4 MTU it accepts.
+const MaxFrameBytes = 14 + 9000
+
+// PortalID names a portal within a core.
+type PortalID uint16
+
+// Class is a class of service (paper §4.3: two FIFO arbiters).
+type Class uint8
+
+const (
+	ClassLow  Class = 0 // default, best effort
+	ClassHigh Class = 1 // served first, without starving ClassLow
+)
+
+// Perm is a set of region permissions.
+type Perm uint8
+
+const (
+	PermLocalRead   Perm = 1 << 0 // source of the owner's WRITE ops
+	PermLocalWrite  Perm = 1 << 1 // sink of the owner's READ ops
+	PermRemoteRead  Perm = 1 << 2 // remote READ ops may read it
+	PermRemoteWrite Perm = 1 << 3 // remote WRITE ops may write it
+	PermRemoteRekey Perm = 1 << 4 // remote REKEY ops may change its key
+	PermAll              = PermLocalRead | PermLocalWrite | PermRemoteRead | PermRemoteWrite | PermRemoteRekey
+)
+
+// PortalSpec is what the control plane knows when it opens a portal.
+type PortalSpec struct {
+	CmdRing  []byte // memory of the command ring (abi.RingBytes(CmdCap, abi.CommandSize))
+	CmdCap   uint32
+	CplRing  []byte // memory of the completion ring
+	CplCap   uint32
+	Class    Class
+	MaxSlots int    // cap on slots this portal may hold
+	PID      uint32 // initiator PID stamped on its requests (from SO_PEERCRED)
+}
+
+// Stats are a core's counters. Read them with Core.Stats (control plane).
+type Stats struct {
+	Posted       uint64                // commands taken from rings
+	Completed    [abi.NumStatus]uint64 // completions written, by status
+	Orphaned     uint64                // ops that finished after their portal closed
+	EnteredSvc   uint64                // ops granted window
+	RxFrames     uint64
+	RxDropped    uint64 // malformed, not for us, integrity failures (see below)
+	RxBadICRC    uint64
+	RxStale      uint64 // responses for a slot no longer waiting for them
+	RxDuplicate  uint64 // response chunks already placed
+	TxFrames     uint64
+	TxNoBuffer   uint64 // a frame could not be sent: no tx buffer
+	ReqServed    uint64
+	ReqNacked    uint64
+	ReqErrors    uint64 // requests answered with a remote error status
+	ReqExpired   uint64 // requests dropped because they waited longer than TIMEOUT
+	ReqQueueMax  uint64 // deepest inbound queue seen
+	ARPRequests  uint64
+	ARPReplies   uint64
+	WindowInUse  uint64 // bytes debited now
+	SlotsInUse   uint64 // slots allocated to portals now
+	OpsInFlight  uint64 // ops posted and not completed now
+	RingsCorrupt uint64 // portals closed because the app wrote impossible ring indices
+}

@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/wire"
+)
+
+// Neighbor is a static IPv4 -> MAC entry (no ARP needed for it).
+type Neighbor struct {
+	IP  netip.Addr
+	MAC wire.MAC
+}
+
+// Config sizes and tunes one engine core. Every table is allocated once in
+// New from these numbers; nothing grows afterwards.
+type Config struct {
+	// CoreID is this core's index within its engine; responses for ops it
+	// initiated come back to UDP port UDPPort+CoreID, and its slots are
+	// SlotBase .. SlotBase+Slots-1.
+	CoreID   uint16
+	LocalIP  netip.Addr
+	LocalMAC wire.MAC
+	UDPPort  uint16 // base UDP port of the engine (default 4792)
+	MTU      int    // IPv4 MTU of the port (default 1500)
+
+	Slots    int        // command slots owned by this core (CST partition)
+	SlotBase abi.SlotID // global id of this core's first slot
+	Regions  int        // registered region table entries (RRT); at most 65535
+	Portals  int        // portals this core serves at once
+
+	// WindowBytes is this core's share of the solicitation window: bytes of
+	// inbound response data it may have promised to land at once. An op
+	// enters service only when ArbitrationBytes are free.
+	WindowBytes int
+	// HighBurst: after this many consecutive high-class grants while a
+	// low-class op waits, the low class gets one grant (no starvation).
+	HighBurst int
+	// InboundQueue is the serving side's request queue capacity;
+	// NackThreshold is the depth at or above which a new request is NACKed
+	// at once (paper §6.1: (TIMEOUT-RTT-DISPATCH_TIMEOUT) x service rate).
+	InboundQueue  int
+	NackThreshold int
+	// ServeBudget bounds requests served per Poll, so a flood of requests
+	// cannot starve the initiator side of the same core.
+	ServeBudget int
+
+	DispatchTimeout time.Duration // op waiting for window longer than this: DISPATCH_TIMEOUT
+	Timeout         time.Duration // op in service longer than this: TIMEOUT
+	ResolveTimeout  time.Duration // peer MAC unknown for this long: UNREACHABLE
+	ARPRetry        time.Duration // interval between ARP requests for one address
+
+	Neighbors     []Neighbor // static neighbor entries
+	NeighborTable int        // neighbor table capacity (power of two)
+}
+
+// ArbitrationBytes: an op needs this much free window to enter service,
+// whatever its size, so small ops cannot starve big ones (paper §3.1).
+const ArbitrationBytes = abi.MaxOpBytes
+
+// DefaultConfig returns defaults tuned for a software engine on a shared
+// 2-core VM (RTTs of tens of microseconds, scheduling jitter of a few ms in
+// idle-backoff mode). Benchmarks and the simulator override the timeouts.
+func DefaultConfig() Config {
+	return Config{
+		LocalIP:         netip.MustParseAddr("10.0.0.1"),
+		LocalMAC:        wire.MAC{0x02, 0, 0, 0, 0, 1},
+		UDPPort:         4792,
+		MTU:             1500,
+		Slots:           1024,
+		Regions:         1024,
+		Portals:         64,
+		WindowBytes:     256 << 10,
+		HighBurst:       8,
+		InboundQueue:    1024,
+		NackThreshold:   768,
+		ServeBudget:     64,
+		DispatchTimeout: 2 * time.Millisecond,
+		Timeout:         10 * time.Millisecond,
+		ResolveTimeout:  50 * time.Millisecond,
+		ARPRetry:        5 * time.Millisecond,
+		NeighborTable:   256,
+	}
+}
+
+// ErrConfig wraps every validation failure.
+var ErrConfig = errors.New("engine: invalid config")
+
+// Validate checks every field; the error names the first bad one.
+func (c *Config) Validate() error {
+	bad := func(f string, v any) error { return fmt.Errorf("%w: %s = %v", ErrConfig, f, v) }
+	switch {
+	case !c.LocalIP.Is4():
+		return bad("LocalIP", c.LocalIP)
+	case c.UDPPort == 0:
+		return bad("UDPPort", c.UDPPort)
+	case c.MTU < 576 || c.MTU > 9000 || wire.MaxPayload(c.MTU) < wire.ChunkAlign:
+		return bad("MTU", c.MTU)
+	case c.Slots < 1 || c.Slots > 1<<20:
+		return bad("Slots", c.Slots)
+	case uint64(c.SlotBase)+uint64(c.Slots) > 1<<31:
+		return bad("SlotBase", c.SlotBase)
+	case c.Regions < 1 || c.Regions > 65535:
+		return bad("Regions", c.Regions)
+	case c.Portals < 1 || c.Portals > 65535:
+		return bad("Portals", c.Portals)
+	case c.WindowBytes < ArbitrationBytes:
+		return bad("WindowBytes", c.WindowBytes)
+	case c.HighBurst < 1:
+		return bad("HighBurst", c.HighBurst)
+	case c.InboundQueue < 1:
+		return bad("InboundQueue", c.InboundQueue)
+	case c.NackThreshold < 0 || c.NackThreshold > c.InboundQueue:
+		return bad("NackThreshold", c.NackThreshold)
+	case c.ServeBudget < 1:
+		return bad("ServeBudget", c.ServeBudget)
+	case c.DispatchTimeout <= 0:
+		return bad("DispatchTimeout", c.DispatchTimeout)
+	case c.Timeout <= 0 || c.Timeout > time.Second:
+		return bad("Timeout", c.Timeout)
+	case c.ResolveTimeout <= 0:
+		return bad("ResolveTimeout", c.ResolveTimeout)
+	case c.ARPRetry <= 0:
+		return bad("ARPRetry", c.ARPRetry)
+	case c.NeighborTable < 2 || c.NeighborTable&(c.NeighborTable-1) != 0 || len(c.Neighbors) > c.NeighborTable/2:
+		return bad("NeighborTable", c.NeighborTable)
+	}
+	for _, n := range c.Neighbors {
+		if !n.IP.Is4() {
+			return bad("Neighbors", n.IP)
+		}
+	}
+	return nil
+}

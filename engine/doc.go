@@ -1,0 +1,31 @@
+// Package engine is the sans-IO protocol core of the OneRMA soft NIC (the
+// 1RMA NIC of Singhvi et al., SIGCOMM 2020, §3-§5): the command slot table
+// (CST), the registered region table (RRT) with generations, the
+// solicitation window with two FIFO arbiters, the bounded inbound request
+// queue with its NACK threshold, DISPATCH_TIMEOUT and TIMEOUT, READ with
+// out-of-order chunk placement tracked by a bitmap, ARP, and completions
+// carrying issue_delay and total_delay.
+//
+// The seam: a Core never does I/O, never reads a clock and never starts a
+// goroutine. Its driver hands it
+//
+//	Receive(now, frame)  one received frame (borrowed for the call)
+//	Poll(now)            drain command rings, arbitrate, serve, expire timers,
+//	                     publish completions
+//
+// and the Core writes outgoing frames into buffers it takes from a Tx the
+// driver supplies (Tx.Buffer, Tx.Send). Commands and completions travel
+// through abi rings whose memory the driver supplies (shared memory in rmad,
+// plain slices in the simulator and tests). Three drivers run this same
+// code: the DPDK poll loop (engine/runner + engine/dpdkport), the
+// deterministic simulator (engine/sim) and unit tests.
+//
+// A Core is one engine core: shared-nothing, single-goroutine. An engine
+// with N cores gives each a partition of the slots (SlotBase/Slots), a share
+// of the window and its own UDP port (UDPPort+CoreID), so a response names
+// its owning core both in its destination port and in the slot id of its
+// tag. The control plane (portals, slots, regions) is applied on the core's
+// own goroutine between polls; nothing on the data path locks.
+//
+// Imports: abi and wire only. It must never import dpdk.
+package engine

@@ -1,0 +1,29 @@
+// Package wire holds OneRMA's on-the-wire formats: Ethernet II, IPv4 (no
+// options, never fragmented), UDP, the 48-byte OneRMA header, the 16-byte
+// trailer, and ARP for IPv4 over Ethernet. Like RoCEv2, OneRMA rides on UDP
+// so it crosses L3 networks and works on any DPDK port or kernel interface.
+//
+// It is a leaf package shared by the engine core, the simulator and tests.
+// Decoding is allocation-free and never panics on any input: every length is
+// checked before it is used, and every error is a preallocated sentinel.
+//
+// Frame layout:
+//
+//	| Ethernet 14 | IPv4 20 | UDP 8 | OneRMA header 48 | payload 0..MTU-92 | trailer 16 |
+//
+// OneRMA header (big-endian):
+//
+//	0  version u8 | type u8 | status u8 | flags u8
+//	4  initiator PID u32   (stamped by the initiating engine)
+//	8  tag u64             (initiator's slot id << 32 | slot sequence)
+//	16 region u32          (request: remote region id)
+//	20 length u32          (request: op length; response: payload length)
+//	24 offset u64          (request: offset in the region; response: offset in the op)
+//	32 iv [12]byte         (reserved for AES-GCM: sender address + counter)
+//	44 reserved u32
+//
+// The trailer carries an integrity check value over the IPv4 addresses, the
+// UDP ports, the OneRMA header and the payload (CRC-32C, like RoCEv2's ICRC).
+// The security issue replaces it with the 16-byte AES-GCM tag; its size is
+// reserved already so the MTU arithmetic does not change.
+package wire

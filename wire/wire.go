@@ -1,0 +1,264 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+)
+
+// Sizes of each layer.
+const (
+	EthLen     = 14
+	IPv4Len    = 20
+	UDPLen     = 8
+	HeaderLen  = 48
+	TrailerLen = 16
+	// Overhead is every byte of a frame that is not payload.
+	Overhead = EthLen + IPv4Len + UDPLen + HeaderLen + TrailerLen
+	// MinFrame is the Ethernet minimum (without FCS); shorter frames are padded.
+	MinFrame = 60
+	// Version of the OneRMA header.
+	Version = 1
+	// ChunkAlign: response payloads start at multiples of it within an op,
+	// so an initiator tracks arrival with one bit per 64 bytes: a 4 KB op is
+	// exactly one uint64 bitmap, whatever MTU the responder uses.
+	ChunkAlign = 64
+)
+
+// EtherTypes.
+const (
+	EtherTypeIPv4 = 0x0800
+	EtherTypeARP  = 0x0806
+	protoUDP      = 17
+)
+
+// Type is the OneRMA message type.
+type Type uint8
+
+const (
+	TypeReadReq  Type = 1 // initiator -> server: read a range of a region
+	TypeReadResp Type = 2 // server -> initiator: one chunk of data at an offset
+	TypeNack     Type = 3 // server -> initiator: inbound queue over threshold
+	TypeError    Type = 4 // server -> initiator: precise remote failure (status)
+	maxType           = TypeError
+)
+
+// MaxPayload is the largest payload that fits an IPv4 MTU, rounded down to
+// ChunkAlign.
+func MaxPayload(mtu int) int {
+	p := mtu - IPv4Len - UDPLen - HeaderLen - TrailerLen
+	return p &^ (ChunkAlign - 1)
+}
+
+// MAC is an Ethernet address.
+type MAC [6]byte
+
+// Broadcast is ff:ff:ff:ff:ff:ff.
+var Broadcast = MAC{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// Fields are the decoded (or to-be-encoded) headers of a OneRMA frame.
+type Fields struct {
+	DstMAC, SrcMAC   MAC
+	SrcIP, DstIP     uint32 // IPv4 as big-endian integers
+	SrcPort, DstPort uint16
+	Type             Type
+	Status           uint8
+	Flags            uint8
+	PID              uint32
+	Tag              uint64
+	Region           uint32
+	Length           uint32
+	Offset           uint64
+	IV               [12]byte
+}
+
+// Decode errors (preallocated: the data path counts them, never formats).
+var (
+	ErrShort       = errors.New("wire: frame too short")
+	ErrNotIPv4     = errors.New("wire: not IPv4")
+	ErrIPHeader    = errors.New("wire: bad IPv4 header (version, options, length)")
+	ErrIPChecksum  = errors.New("wire: bad IPv4 header checksum")
+	ErrFragment    = errors.New("wire: IPv4 fragment")
+	ErrNotUDP      = errors.New("wire: not UDP")
+	ErrUDPLength   = errors.New("wire: bad UDP length")
+	ErrVersion     = errors.New("wire: unknown OneRMA version")
+	ErrType        = errors.New("wire: unknown OneRMA message type")
+	ErrLength      = errors.New("wire: OneRMA length disagrees with payload")
+	ErrICRC        = errors.New("wire: integrity check failed")
+	ErrReservedBit = errors.New("wire: reserved field not zero")
+)
+
+// EtherType returns the frame's EtherType, or 0 if it is too short.
+func EtherType(frame []byte) uint16 {
+	if len(frame) < EthLen {
+		return 0
+	}
+	return binary.BigEndian.Uint16(frame[12:14])
+}
+
+// Decode parses a OneRMA frame. On success f holds every header field and
+// payload is the payload slice of frame (no copy). The trailer is not
+// checked here (see CheckICRC). Decode never panics and never allocates.
+func Decode(frame []byte, f *Fields) (payload []byte, err error) {
+	if len(frame) < EthLen+IPv4Len+UDPLen+HeaderLen+TrailerLen {
+		return nil, ErrShort
+	}
+	if binary.BigEndian.Uint16(frame[12:14]) != EtherTypeIPv4 {
+		return nil, ErrNotIPv4
+	}
+	ip := frame[EthLen : EthLen+IPv4Len]
+	if ip[0] != 0x45 {
+		return nil, ErrIPHeader
+	}
+	totLen := int(binary.BigEndian.Uint16(ip[2:4]))
+	if totLen < IPv4Len+UDPLen+HeaderLen+TrailerLen || EthLen+totLen > len(frame) {
+		return nil, ErrIPHeader
+	}
+	if fo := binary.BigEndian.Uint16(ip[6:8]); fo&0x3fff != 0 { // MF set or offset != 0
+		return nil, ErrFragment
+	}
+	if ip[9] != protoUDP {
+		return nil, ErrNotUDP
+	}
+	if Checksum(ip) != 0 {
+		return nil, ErrIPChecksum
+	}
+	udp := frame[EthLen+IPv4Len : EthLen+IPv4Len+UDPLen]
+	if int(binary.BigEndian.Uint16(udp[4:6])) != totLen-IPv4Len {
+		return nil, ErrUDPLength
+	}
+	h := frame[EthLen+IPv4Len+UDPLen : EthLen+IPv4Len+UDPLen+HeaderLen]
+	if h[0] != Version {
+		return nil, ErrVersion
+	}
+	t := Type(h[1])
+	if t == 0 || t > maxType {
+		return nil, ErrType
+	}
+	if binary.BigEndian.Uint32(h[44:48]) != 0 {
+		return nil, ErrReservedBit
+	}
+	plen := totLen - IPv4Len - UDPLen - HeaderLen - TrailerLen
+	length := binary.BigEndian.Uint32(h[20:24])
+	if t == TypeReadResp {
+		if uint32(plen) != length {
+			return nil, ErrLength
+		}
+	} else if plen != 0 {
+		return nil, ErrLength
+	}
+	copy(f.DstMAC[:], frame[0:6])
+	copy(f.SrcMAC[:], frame[6:12])
+	f.SrcIP = binary.BigEndian.Uint32(ip[12:16])
+	f.DstIP = binary.BigEndian.Uint32(ip[16:20])
+	f.SrcPort = binary.BigEndian.Uint16(udp[0:2])
+	f.DstPort = binary.BigEndian.Uint16(udp[2:4])
+	f.Type = t
+	f.Status = h[2]
+	f.Flags = h[3]
+	f.PID = binary.BigEndian.Uint32(h[4:8])
+	f.Tag = binary.BigEndian.Uint64(h[8:16])
+	f.Region = binary.BigEndian.Uint32(h[16:20])
+	f.Length = length
+	f.Offset = binary.BigEndian.Uint64(h[24:32])
+	copy(f.IV[:], h[32:44])
+	start := EthLen + IPv4Len + UDPLen + HeaderLen
+	return frame[start : start+plen : start+plen], nil
+}
+
+// Encode writes Ethernet, IPv4, UDP and OneRMA headers for a payload of
+// plen bytes into b, and returns the frame length (headers + payload +
+// trailer, padded to MinFrame). The payload itself goes at
+// b[PayloadOffset:] and the trailer is written by SealICRC. b must hold
+// Overhead+plen bytes (and at least MinFrame).
+func Encode(b []byte, f *Fields, plen int) int {
+	n := Overhead + plen
+	_ = b[n-1]
+	copy(b[0:6], f.DstMAC[:])
+	copy(b[6:12], f.SrcMAC[:])
+	binary.BigEndian.PutUint16(b[12:14], EtherTypeIPv4)
+	ip := b[EthLen : EthLen+IPv4Len]
+	ip[0] = 0x45
+	ip[1] = 0
+	binary.BigEndian.PutUint16(ip[2:4], uint16(n-EthLen))
+	binary.BigEndian.PutUint16(ip[4:6], 0)
+	binary.BigEndian.PutUint16(ip[6:8], 0x4000) // DF
+	ip[8] = 64
+	ip[9] = protoUDP
+	ip[10], ip[11] = 0, 0
+	binary.BigEndian.PutUint32(ip[12:16], f.SrcIP)
+	binary.BigEndian.PutUint32(ip[16:20], f.DstIP)
+	binary.BigEndian.PutUint16(ip[10:12], Checksum(ip))
+	udp := b[EthLen+IPv4Len : EthLen+IPv4Len+UDPLen]
+	binary.BigEndian.PutUint16(udp[0:2], f.SrcPort)
+	binary.BigEndian.PutUint16(udp[2:4], f.DstPort)
+	binary.BigEndian.PutUint16(udp[4:6], uint16(n-EthLen-IPv4Len))
+	binary.BigEndian.PutUint16(udp[6:8], 0) // IPv4 allows no UDP checksum; the trailer covers it
+	h := b[EthLen+IPv4Len+UDPLen : PayloadOffset]
+	h[0] = Version
+	h[1] = byte(f.Type)
+	h[2] = f.Status
+	h[3] = f.Flags
+	binary.BigEndian.PutUint32(h[4:8], f.PID)
+	binary.BigEndian.PutUint64(h[8:16], f.Tag)
+	binary.BigEndian.PutUint32(h[16:20], f.Region)
+	binary.BigEndian.PutUint32(h[20:24], f.Length)
+	binary.BigEndian.PutUint64(h[24:32], f.Offset)
+	copy(h[32:44], f.IV[:])
+	binary.BigEndian.PutUint32(h[44:48], 0)
+	if n < MinFrame {
+		clear(b[n:MinFrame])
+		return MinFrame
+	}
+	return n
+}
+
+// PayloadOffset is where the payload starts in a frame.
+const PayloadOffset = EthLen + IPv4Len + UDPLen + HeaderLen
+
+// Checksum is the Internet checksum (RFC 1071) of b; over a header that
+// carries its own checksum it is 0 when the header is intact.
+func Checksum(b []byte) uint16 {
+	var s uint32
+	for len(b) >= 2 {
+		s += uint32(b[0])<<8 | uint32(b[1])
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		s += uint32(b[0]) << 8
+	}
+	for s>>16 != 0 {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// icrc covers IPv4 addresses, UDP ports, OneRMA header and payload.
+func icrc(frame []byte, plen int) uint32 {
+	c := crc32.Update(0, castagnoli, frame[EthLen+12:EthLen+IPv4Len])
+	c = crc32.Update(c, castagnoli, frame[EthLen+IPv4Len:EthLen+IPv4Len+4])
+	return crc32.Update(c, castagnoli, frame[EthLen+IPv4Len+UDPLen:PayloadOffset+plen])
+}
+
+// SealICRC writes the trailer for a frame with a payload of plen bytes.
+func SealICRC(frame []byte, plen int) {
+	t := frame[PayloadOffset+plen : PayloadOffset+plen+TrailerLen]
+	binary.BigEndian.PutUint32(t[0:4], icrc(frame, plen))
+	clear(t[4:])
+}
+
+// CheckICRC verifies the trailer of a decoded frame with plen payload bytes.
+func CheckICRC(frame []byte, plen int) error {
+	t := frame[PayloadOffset+plen : PayloadOffset+plen+TrailerLen]
+	if binary.BigEndian.Uint32(t[0:4]) != icrc(frame, plen) {
+		return ErrICRC
+	}
+	for _, v := range t[4:] {
+		if v != 0 {
+			return ErrICRC
+		}
+	}
+	return nil
+}
