@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/wire"
 )
 
 // Control-plane errors.
@@ -20,66 +23,975 @@ var (
 	ErrPortalRings = errors.New("engine: invalid portal rings")
 )
 
+type slotState uint8
+
+const (
+	slotFree      slotState = iota // in the core's free pool
+	slotIdle                       // owned by a portal, no op
+	slotQueued                     // op waiting in an arbiter FIFO for window
+	slotResolving                  // op waiting for the peer's MAC (ARP)
+	slotInService                  // op granted window, request sent
+)
+
+// slot is one CST entry: one in-flight op (paper §4.3).
+type slot struct {
+	state    slotState
+	list     listID
+	class    Class
+	orphan   bool // its portal closed while the op was in service
+	op       abi.Op
+	portal   PortalID
+	prev     int32
+	next     int32
+	seq      uint32 // bumped per op: stale responses never match
+	remoteIP uint32
+	mac      wire.MAC
+	remReg   uint32
+	length   uint32
+	debit    uint32
+	remOff   uint64
+	locReg   abi.RegionID
+	locOff   uint64
+	cookie   uint64
+	postNs   int64
+	issueNs  int64
+	deadline int64
+	arrived  uint64 // one bit per 64-byte unit of the op
+	want     uint64
+}
+
+// region is one RRT entry.
+type region struct {
+	mem   []byte
+	perm  Perm
+	owner PortalID
+	gen   uint16
+	valid bool
+}
+
+type portal struct {
+	used     bool
+	class    Class
+	cmd      *abi.Consumer
+	cpl      *abi.Producer
+	maxSlots int
+	slots    int    // slots it holds
+	pending  int    // ops whose completion it is still owed
+	pid      uint32 // stamped on its requests
+	dirty    bool   // completions committed, not yet published
+}
+
+// inbound is one queued request at the serving side.
+type inbound struct {
+	ip      uint32
+	mac     wire.MAC
+	port    uint16
+	pid     uint32
+	tag     uint64
+	region  uint32
+	length  uint32
+	offset  uint64
+	arrival int64
+	sent    uint32
+}
+
 // Core is one engine core. Not safe for concurrent use: one goroutine runs
 // Receive, Poll and the control-plane methods.
 type Core struct {
-	cfg Config
-	tx  Tx
+	cfg        Config
+	tx         Tx
+	ip         uint32
+	mac        wire.MAC
+	myPort     uint16 // UDPPort+CoreID: responses to our ops come here
+	maxPayload int
+
+	slots    []slot
+	freeSlot []int32 // stack of free slot indices
+	lists    [numLists]slotList
+	inflight int // ops posted and not completed (orphans included)
+
+	regions    []region // index 0 unused: RegionID 0 is never valid
+	freeRegion []uint16
+
+	portals []portal
+	dirty   []PortalID // portals with unpublished completions
+
+	windowUsed int
+	highStreak int
+
+	inq     []inbound // ring of InboundQueue entries
+	inqHead int
+	inqLen  int
+
+	nbrs        []neighbor
+	nbrCount    int
+	nextARPScan int64
+
+	rx    wire.Fields // scratch for the frame being decoded
+	txf   wire.Fields // scratch for the frame being encoded
+	stats Stats
 }
 
-// New allocates every table of a core from cfg.
+// New allocates every table of a core from cfg. Nothing is allocated on
+// the data path afterwards.
 func New(cfg Config, tx Tx) (*Core, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Core{cfg: cfg, tx: tx}, nil
+	if tx == nil {
+		return nil, fmt.Errorf("%w: nil Tx", ErrConfig)
+	}
+	c := &Core{
+		cfg:        cfg,
+		tx:         tx,
+		ip:         ip4(cfg.LocalIP.As4()),
+		mac:        cfg.LocalMAC,
+		myPort:     cfg.UDPPort + cfg.CoreID,
+		maxPayload: wire.MaxPayload(cfg.MTU),
+		slots:      make([]slot, cfg.Slots),
+		freeSlot:   make([]int32, 0, cfg.Slots),
+		regions:    make([]region, cfg.Regions+1),
+		freeRegion: make([]uint16, 0, cfg.Regions),
+		portals:    make([]portal, cfg.Portals),
+		dirty:      make([]PortalID, 0, cfg.Portals),
+		inq:        make([]inbound, cfg.InboundQueue),
+		nbrs:       make([]neighbor, cfg.NeighborTable),
+	}
+	if c.maxPayload > abi.MaxOpBytes {
+		c.maxPayload = abi.MaxOpBytes
+	}
+	for i := cfg.Slots - 1; i >= 0; i-- {
+		c.slots[i].prev, c.slots[i].next = -1, -1
+		c.freeSlot = append(c.freeSlot, int32(i))
+	}
+	for i := cfg.Regions; i >= 1; i-- {
+		c.freeRegion = append(c.freeRegion, uint16(i))
+	}
+	c.listInit()
+	for _, n := range cfg.Neighbors {
+		e := c.nbrLookup(ip4(n.IP.As4()), true)
+		e.mac, e.state = n.MAC, nbrStatic
+	}
+	return c, nil
 }
+
+func ip4(a [4]byte) uint32 { return binary.BigEndian.Uint32(a[:]) }
 
 // Config returns the core's configuration.
 func (c *Core) Config() Config { return c.cfg }
 
-// Receive processes one received frame at time now (ns, monotonic). The
-// frame is borrowed for the call only.
-func (c *Core) Receive(now int64, frame []byte) {}
+func fifoOf(cl Class) listID {
+	if cl == ClassHigh {
+		return listFIFOHigh
+	}
+	return listFIFOLow
+}
 
-// Poll drains command rings, arbitrates the window, serves queued requests,
-// expires timers and publishes completions. It returns the amount of work
-// done (0: idle).
-func (c *Core) Poll(now int64) int { return 0 }
+// ---- control plane -------------------------------------------------------
 
-// NextDeadline is the earliest time a timer fires (math.MaxInt64: none).
-func (c *Core) NextDeadline() int64 { return math.MaxInt64 }
+// OpenPortal attaches a portal's rings. The rings' memory must stay mapped
+// until ClosePortal returns.
+func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) {
+	cmd, err := abi.NewConsumer(spec.CmdRing, spec.CmdCap, abi.CommandSize)
+	if err != nil {
+		return 0, fmt.Errorf("%w: command ring: %v", ErrPortalRings, err)
+	}
+	cpl, err := abi.NewProducer(spec.CplRing, spec.CplCap, abi.CompletionSize)
+	if err != nil {
+		return 0, fmt.Errorf("%w: completion ring: %v", ErrPortalRings, err)
+	}
+	if spec.MaxSlots < 0 || spec.Class > ClassHigh {
+		return 0, fmt.Errorf("%w: MaxSlots %d class %d", ErrPortalRings, spec.MaxSlots, spec.Class)
+	}
+	for i := range c.portals {
+		p := &c.portals[i]
+		if !p.used {
+			*p = portal{used: true, class: spec.Class, cmd: cmd, cpl: cpl, maxSlots: spec.MaxSlots, pid: spec.PID}
+			return PortalID(i), nil
+		}
+	}
+	return 0, ErrPortalsFull
+}
 
-// OpenPortal attaches a portal's rings.
-func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) { return 0, ErrPortalsFull }
+func (c *Core) portal(id PortalID) (*portal, error) {
+	if int(id) >= len(c.portals) || !c.portals[id].used {
+		return nil, fmt.Errorf("%w: %d", ErrNoPortal, id)
+	}
+	return &c.portals[id], nil
+}
 
-// AllocSlots gives n more slots to portal p (capped by its MaxSlots).
-func (c *Core) AllocSlots(p PortalID, n int) ([]abi.SlotID, error) { return nil, ErrNoSlots }
+// AllocSlots gives n more slots to portal p, all or nothing, within its
+// MaxSlots cap.
+func (c *Core) AllocSlots(id PortalID, n int) ([]abi.SlotID, error) {
+	p, err := c.portal(id)
+	if err != nil {
+		return nil, err
+	}
+	if n < 1 || p.slots+n > p.maxSlots {
+		return nil, fmt.Errorf("%w: holds %d, asks %d more, cap %d", ErrSlotCap, p.slots, n, p.maxSlots)
+	}
+	if n > len(c.freeSlot) {
+		return nil, fmt.Errorf("%w: asks %d, %d free", ErrNoSlots, n, len(c.freeSlot))
+	}
+	out := make([]abi.SlotID, n)
+	for k := range out {
+		i := c.freeSlot[len(c.freeSlot)-1]
+		c.freeSlot = c.freeSlot[:len(c.freeSlot)-1]
+		s := &c.slots[i]
+		s.state, s.portal, s.orphan = slotIdle, id, false
+		out[k] = c.cfg.SlotBase + abi.SlotID(i)
+	}
+	p.slots += n
+	return out, nil
+}
 
 // ClosePortal reclaims everything of p: its regions are invalidated at once,
 // its idle slots freed, its queued ops dropped, and its in-flight ops are
 // orphaned (they free their slot and window when they finish, with no
-// completion written).
-func (c *Core) ClosePortal(p PortalID) error { return ErrNoPortal }
+// completion written). Once it returns the core never touches p's rings or
+// regions again.
+func (c *Core) ClosePortal(id PortalID) error {
+	p, err := c.portal(id)
+	if err != nil {
+		return err
+	}
+	for i := range c.slots {
+		s := &c.slots[i]
+		if s.portal != id || s.state == slotFree || s.orphan {
+			continue
+		}
+		switch s.state {
+		case slotIdle:
+			c.freeSlotIdx(int32(i))
+		case slotQueued, slotResolving:
+			c.unlink(int32(i))
+			c.inflight--
+			c.stats.Orphaned++
+			c.freeSlotIdx(int32(i))
+		case slotInService:
+			s.orphan = true
+		}
+	}
+	for i := 1; i < len(c.regions); i++ {
+		if r := &c.regions[i]; r.valid && r.owner == id {
+			c.dropRegion(uint16(i))
+		}
+	}
+	*p = portal{}
+	for k, d := range c.dirty {
+		if d == id {
+			c.dirty = append(c.dirty[:k], c.dirty[k+1:]...)
+			break
+		}
+	}
+	return nil
+}
 
-// RegisterRegion enters mem into the RRT for portal p.
-func (c *Core) RegisterRegion(p PortalID, mem []byte, perm Perm) (abi.RegionID, error) {
-	return 0, ErrRegionsFull
+func (c *Core) freeSlotIdx(i int32) {
+	s := &c.slots[i]
+	s.state, s.orphan, s.op = slotFree, false, 0
+	c.freeSlot = append(c.freeSlot, i)
+}
+
+// RegisterRegion enters mem into the RRT for portal p. The memory must stay
+// mapped until DeregisterRegion (or ClosePortal) returns.
+func (c *Core) RegisterRegion(id PortalID, mem []byte, perm Perm) (abi.RegionID, error) {
+	if _, err := c.portal(id); err != nil {
+		return 0, err
+	}
+	if len(mem) == 0 || uint64(len(mem)) > 1<<40 {
+		return 0, fmt.Errorf("%w: %d", ErrRegionSize, len(mem))
+	}
+	if len(c.freeRegion) == 0 {
+		return 0, ErrRegionsFull
+	}
+	idx := c.freeRegion[len(c.freeRegion)-1]
+	c.freeRegion = c.freeRegion[:len(c.freeRegion)-1]
+	r := &c.regions[idx]
+	r.gen++
+	if r.gen == 0 {
+		r.gen = 1
+	}
+	r.mem, r.perm, r.owner, r.valid = mem, perm, id, true
+	return abi.MakeRegionID(idx, r.gen), nil
 }
 
 // DeregisterRegion invalidates a region; once it returns the core never
-// touches the region's memory again.
-func (c *Core) DeregisterRegion(p PortalID, id abi.RegionID) error { return ErrNoRegion }
+// touches the region's memory again. Ops in flight that land in it lose
+// their remaining responses and time out.
+func (c *Core) DeregisterRegion(id PortalID, rid abi.RegionID) error {
+	if _, err := c.portal(id); err != nil {
+		return err
+	}
+	r := c.lookupRegion(rid)
+	if r == nil {
+		return fmt.Errorf("%w: %#x", ErrNoRegion, uint32(rid))
+	}
+	if r.owner != id {
+		return fmt.Errorf("%w: %#x", ErrNotOwner, uint32(rid))
+	}
+	c.dropRegion(rid.Index())
+	return nil
+}
+
+func (c *Core) dropRegion(idx uint16) {
+	r := &c.regions[idx]
+	r.valid, r.mem = false, nil
+	c.freeRegion = append(c.freeRegion, idx)
+}
+
+func (c *Core) lookupRegion(rid abi.RegionID) *region {
+	idx := int(rid.Index())
+	if idx == 0 || idx >= len(c.regions) {
+		return nil
+	}
+	r := &c.regions[idx]
+	if !r.valid || r.gen != rid.Gen() {
+		return nil
+	}
+	return r
+}
 
 // Stats returns a copy of the counters.
-func (c *Core) Stats() Stats { return Stats{} }
+func (c *Core) Stats() Stats {
+	s := c.stats
+	s.WindowInUse = uint64(c.windowUsed)
+	s.SlotsInUse = uint64(len(c.slots) - len(c.freeSlot))
+	s.OpsInFlight = uint64(c.inflight)
+	return s
+}
 
 // InFlight reports ops posted and not yet completed (orphans included).
-func (c *Core) InFlight() int { return 0 }
+func (c *Core) InFlight() int { return c.inflight }
 
-// Audit checks the resource invariants (window bytes, slot states, list
-// membership) and describes the first violation.
-func (c *Core) Audit() error { return nil }
+// Audit checks the resource invariants and describes the first violation:
+// the window debited equals the sum over ops in service; every slot is in
+// exactly one state consistent with its list; slot counts per portal and
+// pending completions add up; the window never exceeds its size.
+func (c *Core) Audit() error {
+	if c.windowUsed < 0 || c.windowUsed > c.cfg.WindowBytes {
+		return fmt.Errorf("audit: window used %d of %d", c.windowUsed, c.cfg.WindowBytes)
+	}
+	debit, inflight, free := 0, 0, 0
+	held := make([]int, len(c.portals))
+	pend := make([]int, len(c.portals))
+	var onList [numLists]int
+	for i := range c.slots {
+		s := &c.slots[i]
+		want := listNone
+		switch s.state {
+		case slotFree:
+			free++
+		case slotQueued:
+			want = fifoOf(s.class)
+		case slotResolving:
+			want = listResolving
+		case slotInService:
+			want = listInService
+			debit += int(s.debit)
+		}
+		if s.list != want {
+			return fmt.Errorf("audit: slot %d state %d on list %d, want %d", i, s.state, s.list, want)
+		}
+		onList[s.list]++
+		if s.state >= slotQueued {
+			inflight++
+		}
+		if s.state != slotFree && !s.orphan {
+			if !c.portals[s.portal].used {
+				return fmt.Errorf("audit: slot %d owned by closed portal %d", i, s.portal)
+			}
+			held[s.portal]++
+			if s.state >= slotQueued {
+				pend[s.portal]++
+			}
+		}
+		if s.orphan && s.state != slotInService {
+			return fmt.Errorf("audit: orphan slot %d in state %d", i, s.state)
+		}
+	}
+	for l := listFIFOLow; l < numLists; l++ {
+		if onList[l] != c.lists[l].n {
+			return fmt.Errorf("audit: list %d counts %d, slots say %d", l, c.lists[l].n, onList[l])
+		}
+	}
+	if debit != c.windowUsed {
+		return fmt.Errorf("audit: window used %d, ops in service hold %d", c.windowUsed, debit)
+	}
+	if inflight != c.inflight {
+		return fmt.Errorf("audit: in flight %d, slots say %d", c.inflight, inflight)
+	}
+	if free != len(c.freeSlot) {
+		return fmt.Errorf("audit: free pool %d, free slots %d", len(c.freeSlot), free)
+	}
+	for i := range c.portals {
+		p := &c.portals[i]
+		if !p.used {
+			continue
+		}
+		if p.slots != held[i] || p.pending != pend[i] {
+			return fmt.Errorf("audit: portal %d holds %d slots (table %d), owed %d completions (table %d)", i, p.slots, held[i], p.pending, pend[i])
+		}
+	}
+	return nil
+}
 
-// Shutdown completes every queued and in-flight op with StatusAborted.
-func (c *Core) Shutdown(now int64) {}
+// Shutdown completes every queued and in-flight op with StatusAborted,
+// drops queued requests and publishes the completions.
+func (c *Core) Shutdown(now int64) {
+	for l := listFIFOLow; l < numLists; l++ {
+		for c.lists[l].head >= 0 {
+			c.complete(now, c.lists[l].head, abi.StatusAborted)
+		}
+	}
+	c.inqLen = 0
+	c.publish()
+}
+
+// NextDeadline is the earliest time a timer fires (math.MaxInt64: none).
+// Queued requests and unread commands are not timers: the driver polls.
+func (c *Core) NextDeadline() int64 {
+	d := int64(math.MaxInt64)
+	if i := c.lists[listInService].head; i >= 0 {
+		d = min(d, c.slots[i].deadline)
+	}
+	for _, l := range [...]listID{listFIFOLow, listFIFOHigh} {
+		if i := c.lists[l].head; i >= 0 {
+			d = min(d, c.slots[i].postNs+int64(c.cfg.DispatchTimeout))
+		}
+	}
+	if i := c.lists[listResolving].head; i >= 0 {
+		d = min(d, c.slots[i].postNs+int64(c.cfg.ResolveTimeout), c.nextARPScan)
+	}
+	if c.inqLen > 0 {
+		d = min(d, c.inq[c.inqHead].arrival)
+	}
+	return d
+}
+
+// ---- completions ---------------------------------------------------------
+
+// complete finishes the op in slot i: refunds its window, takes it off its
+// list, writes its completion (unless orphaned) and frees or idles the slot.
+func (c *Core) complete(now int64, i int32, st abi.Status) {
+	s := &c.slots[i]
+	if s.state == slotInService {
+		c.windowUsed -= int(s.debit)
+		s.debit = 0
+	}
+	c.unlink(i)
+	c.inflight--
+	c.stats.Completed[st]++
+	if s.orphan {
+		c.stats.Orphaned++
+		c.freeSlotIdx(i)
+		return
+	}
+	p := &c.portals[s.portal]
+	p.pending--
+	s.state = slotIdle
+	var issue int64
+	if s.issueNs != 0 {
+		issue = s.issueNs - s.postNs
+	}
+	n := uint32(0)
+	if st == abi.StatusOK {
+		n = s.length
+	}
+	c.writeCompletion(s.portal, p, &abi.Completion{
+		Cookie: s.cookie, Slot: c.cfg.SlotBase + abi.SlotID(i), Status: st, Op: s.op,
+		IssueDelayNs: clampNs(issue), TotalDelayNs: clampNs(now - s.postNs), Length: n,
+	})
+}
+
+func clampNs(d int64) uint32 {
+	if d < 0 {
+		return 0
+	}
+	if d > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(d)
+}
+
+// writeCompletion commits a completion; room was reserved when the command
+// was taken from the ring (see drainPortal), so Reserve cannot fail unless
+// the application corrupted the ring indices.
+func (c *Core) writeCompletion(id PortalID, p *portal, cpl *abi.Completion) {
+	b := p.cpl.Reserve()
+	if b == nil {
+		c.stats.RingsCorrupt++
+		return
+	}
+	cpl.Encode(b)
+	p.cpl.Commit()
+	if !p.dirty {
+		p.dirty = true
+		c.dirty = append(c.dirty, id)
+	}
+}
+
+func (c *Core) publish() {
+	for _, id := range c.dirty {
+		p := &c.portals[id]
+		p.cpl.Publish()
+		p.dirty = false
+	}
+	c.dirty = c.dirty[:0]
+}
+
+// ---- Poll ----------------------------------------------------------------
+
+// perPortalBurst bounds commands taken from one portal per Poll (fairness
+// between portals; Kalia et al.: batches of 32 amortise the doorbell).
+const perPortalBurst = 64
+
+// Poll drains command rings, arbitrates the window, serves queued requests,
+// expires timers and publishes completions. It returns the amount of work
+// done (0: idle).
+func (c *Core) Poll(now int64) int {
+	work := 0
+	for i := range c.portals {
+		if c.portals[i].used {
+			work += c.drainPortal(now, PortalID(i))
+		}
+	}
+	work += c.expire(now)
+	work += c.arbitrate(now)
+	work += c.serve(now)
+	c.publish()
+	return work
+}
+
+func (c *Core) drainPortal(now int64, id PortalID) int {
+	p := &c.portals[id]
+	avail := int(p.cpl.Free()) - p.pending // completion entries not yet promised
+	n := 0
+	for n < perPortalBurst && avail > 0 {
+		e := p.cmd.Peek()
+		if e == nil {
+			break
+		}
+		var cmd abi.Command
+		err := cmd.Decode(e)
+		if err != nil { // keep the slot and cookie the app wrote, for its completion
+			cmd.Slot = abi.SlotID(binary.LittleEndian.Uint32(e[4:]))
+			cmd.Cookie = binary.LittleEndian.Uint64(e[8:])
+		}
+		p.cmd.Advance()
+		c.stats.Posted++
+		c.post(now, id, p, &cmd, err != nil)
+		avail--
+		n++
+	}
+	p.cmd.Release()
+	if p.cmd.Corrupt() || p.cpl.Corrupt() {
+		c.stats.RingsCorrupt++
+		c.ClosePortal(id)
+	}
+	return n
+}
+
+// fail completes a command that never got a slot.
+func (c *Core) fail(now int64, id PortalID, p *portal, cmd *abi.Command, st abi.Status) {
+	c.stats.Completed[st]++
+	c.writeCompletion(id, p, &abi.Completion{Cookie: cmd.Cookie, Slot: cmd.Slot, Status: st, Op: cmd.Op})
+}
+
+// post validates one command and queues its op. Every failure completes at
+// once with a precise status and touches nothing.
+func (c *Core) post(now int64, id PortalID, p *portal, cmd *abi.Command, malformed bool) {
+	idx := int64(cmd.Slot) - int64(c.cfg.SlotBase)
+	if idx < 0 || idx >= int64(len(c.slots)) || c.slots[idx].state != slotIdle ||
+		c.slots[idx].portal != id || c.slots[idx].orphan {
+		c.fail(now, id, p, cmd, abi.StatusBadSlot)
+		return
+	}
+	st := c.validate(id, cmd, malformed)
+	if st != abi.StatusOK {
+		c.fail(now, id, p, cmd, st)
+		return
+	}
+	s := &c.slots[idx]
+	s.op, s.class, s.cookie = cmd.Op, p.class, cmd.Cookie
+	s.remoteIP, s.remReg, s.remOff = cmd.RemoteAddr, uint32(cmd.RemoteRegion), cmd.RemoteOffset
+	s.locReg, s.locOff, s.length = cmd.LocalRegion, cmd.LocalOffset, cmd.Length
+	s.seq++
+	s.postNs, s.issueNs, s.deadline = now, 0, 0
+	s.arrived = 0
+	units := (cmd.Length + wire.ChunkAlign - 1) / wire.ChunkAlign
+	if units == 64 {
+		s.want = math.MaxUint64
+	} else {
+		s.want = 1<<units - 1
+	}
+	p.pending++
+	c.inflight++
+	if cmd.RemoteAddr == c.ip {
+		s.mac = c.mac
+	} else if e := c.nbrLookup(cmd.RemoteAddr, true); e == nil {
+		s.state = slotQueued // complete() expects an op state
+		c.complete(now, int32(idx), abi.StatusUnreachable)
+		return
+	} else if e.state == nbrResolved || e.state == nbrStatic {
+		s.mac = e.mac
+	} else {
+		s.state = slotResolving
+		c.pushBack(listResolving, int32(idx))
+		if now-e.lastReq >= int64(c.cfg.ARPRetry) {
+			c.sendARPRequest(now, e)
+		}
+		if c.lists[listResolving].n == 1 {
+			c.nextARPScan = now + int64(c.cfg.ARPRetry)
+		}
+		return
+	}
+	s.state = slotQueued
+	c.pushBack(fifoOf(s.class), int32(idx))
+}
+
+func (c *Core) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Status {
+	if malformed || cmd.Op != abi.OpRead {
+		return abi.StatusBadCommand
+	}
+	if cmd.Length == 0 {
+		return abi.StatusBadCommand
+	}
+	if cmd.Length > abi.MaxOpBytes {
+		return abi.StatusTooLarge
+	}
+	r := c.lookupRegion(cmd.LocalRegion)
+	if r == nil || r.owner != id {
+		return abi.StatusLocalRegion
+	}
+	if cmd.LocalOffset > uint64(len(r.mem)) || uint64(len(r.mem))-cmd.LocalOffset < uint64(cmd.Length) {
+		return abi.StatusLocalBounds
+	}
+	if r.perm&PermLocalWrite == 0 {
+		return abi.StatusLocalPermission
+	}
+	a := cmd.RemoteAddr
+	if a == 0 || a == math.MaxUint32 || a>>28 == 0xe { // unspecified, broadcast, multicast
+		return abi.StatusUnreachable
+	}
+	return abi.StatusOK
+}
+
+// expire fires TIMEOUT, DISPATCH_TIMEOUT and UNREACHABLE, and retries ARP.
+func (c *Core) expire(now int64) int {
+	n := 0
+	for i := c.lists[listInService].head; i >= 0 && c.slots[i].deadline <= now; i = c.lists[listInService].head {
+		c.complete(now, i, abi.StatusTimeout)
+		n++
+	}
+	dt := int64(c.cfg.DispatchTimeout)
+	for _, l := range [...]listID{listFIFOHigh, listFIFOLow} {
+		for i := c.lists[l].head; i >= 0 && now-c.slots[i].postNs >= dt; i = c.lists[l].head {
+			c.complete(now, i, abi.StatusDispatchTimeout)
+			n++
+		}
+	}
+	rt := int64(c.cfg.ResolveTimeout)
+	for i := c.lists[listResolving].head; i >= 0 && now-c.slots[i].postNs >= rt; i = c.lists[listResolving].head {
+		c.complete(now, i, abi.StatusUnreachable)
+		n++
+	}
+	if c.lists[listResolving].n > 0 && now >= c.nextARPScan {
+		c.nextARPScan = now + int64(c.cfg.ARPRetry)
+		for i := c.lists[listResolving].head; i >= 0; i = c.slots[i].next {
+			e := c.nbrLookup(c.slots[i].remoteIP, false)
+			if e != nil && e.state == nbrIncomplete && now-e.lastReq >= int64(c.cfg.ARPRetry) {
+				c.sendARPRequest(now, e)
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// arbitrate grants window to the heads of the two FIFOs (paper §4.3): the
+// high class first, the low class after HighBurst consecutive high grants.
+func (c *Core) arbitrate(now int64) int {
+	n := 0
+	for c.cfg.WindowBytes-c.windowUsed >= ArbitrationBytes {
+		hi, lo := c.lists[listFIFOHigh].head, c.lists[listFIFOLow].head
+		var i int32
+		switch {
+		case hi >= 0 && (lo < 0 || c.highStreak < c.cfg.HighBurst):
+			i = hi
+			if lo >= 0 {
+				c.highStreak++
+			}
+		case lo >= 0:
+			i = lo
+			c.highStreak = 0
+		default:
+			return n
+		}
+		b := c.tx.Buffer()
+		if b == nil {
+			c.stats.TxNoBuffer++
+			return n
+		}
+		c.unlink(i)
+		s := &c.slots[i]
+		s.state = slotInService
+		s.debit = s.length
+		c.windowUsed += int(s.debit)
+		s.issueNs = now
+		if s.issueNs == 0 { // 0 means "never issued"
+			s.issueNs = 1
+		}
+		s.deadline = now + int64(c.cfg.Timeout)
+		c.pushBack(listInService, i)
+		c.stats.EnteredSvc++
+		c.sendRequest(b, i)
+		n++
+	}
+	return n
+}
+
+func (c *Core) sendRequest(b []byte, i int32) {
+	s := &c.slots[i]
+	f := &c.txf
+	f.DstMAC, f.SrcMAC = s.mac, c.mac
+	f.SrcIP, f.DstIP = c.ip, s.remoteIP
+	f.SrcPort, f.DstPort = c.myPort, c.cfg.UDPPort
+	f.Type, f.Status, f.Flags = wire.TypeReadReq, 0, 0
+	f.PID = c.portals[s.portal].pid
+	f.Tag = uint64(c.cfg.SlotBase+abi.SlotID(i))<<32 | uint64(s.seq)
+	f.Region, f.Length, f.Offset = s.remReg, s.length, s.remOff
+	n := wire.Encode(b, f, 0)
+	wire.SealICRC(b, 0)
+	c.tx.Send(n)
+	c.stats.TxFrames++
+}
+
+// ---- Receive -------------------------------------------------------------
+
+// Receive processes one received frame at time now (ns, monotonic). The
+// frame is borrowed for the call only.
+func (c *Core) Receive(now int64, frame []byte) {
+	c.stats.RxFrames++
+	switch wire.EtherType(frame) {
+	case wire.EtherTypeARP:
+		c.receiveARP(now, frame)
+		return
+	case wire.EtherTypeIPv4:
+	default:
+		c.stats.RxDropped++
+		return
+	}
+	f := &c.rx
+	payload, err := wire.Decode(frame, f)
+	if err != nil || f.DstMAC != c.mac || f.DstIP != c.ip {
+		c.stats.RxDropped++
+		return
+	}
+	if wire.CheckICRC(frame, len(payload)) != nil {
+		c.stats.RxDropped++
+		c.stats.RxBadICRC++
+		return
+	}
+	switch f.Type {
+	case wire.TypeReadReq:
+		if f.DstPort != c.cfg.UDPPort {
+			c.stats.RxDropped++
+			return
+		}
+		c.receiveRequest(now)
+	case wire.TypeReadResp, wire.TypeNack, wire.TypeError:
+		if f.DstPort != c.myPort {
+			c.stats.RxDropped++
+			return
+		}
+		c.receiveResponse(now, payload)
+	}
+}
+
+// respSlot finds the op a response answers, or -1 (stale or foreign).
+func (c *Core) respSlot(f *wire.Fields) int32 {
+	idx := int64(f.Tag>>32) - int64(c.cfg.SlotBase)
+	if idx < 0 || idx >= int64(len(c.slots)) {
+		return -1
+	}
+	s := &c.slots[idx]
+	if s.state != slotInService || s.seq != uint32(f.Tag) || s.remoteIP != f.SrcIP {
+		return -1
+	}
+	return int32(idx)
+}
+
+func (c *Core) receiveResponse(now int64, payload []byte) {
+	f := &c.rx
+	i := c.respSlot(f)
+	if i < 0 {
+		c.stats.RxStale++
+		return
+	}
+	s := &c.slots[i]
+	switch f.Type {
+	case wire.TypeNack:
+		c.complete(now, i, abi.StatusNack)
+		return
+	case wire.TypeError:
+		st := abi.Status(f.Status)
+		if st == abi.StatusRemoteAuthFailure || (st >= abi.StatusRemoteRegion && st <= abi.StatusRemotePermission) {
+			c.complete(now, i, st)
+		} else {
+			c.stats.RxDropped++
+		}
+		return
+	}
+	off, n := f.Offset, uint64(len(payload))
+	if off%wire.ChunkAlign != 0 || n == 0 || off >= uint64(s.length) || n > uint64(s.length)-off ||
+		(off+n != uint64(s.length) && n%wire.ChunkAlign != 0) {
+		c.stats.RxDropped++
+		return
+	}
+	first, last := off/wire.ChunkAlign, (off+n+wire.ChunkAlign-1)/wire.ChunkAlign
+	var bits uint64
+	if last-first == 64 {
+		bits = math.MaxUint64
+	} else {
+		bits = (1<<(last-first) - 1) << first
+	}
+	if s.arrived&bits != 0 {
+		c.stats.RxDuplicate++
+		return
+	}
+	if !s.orphan { // an orphan's data has nowhere to go, but it still finishes
+		r := c.lookupRegion(s.locReg)
+		if r == nil { // the sink was deregistered: drop the data, the op times out
+			c.stats.RxStale++
+			return
+		}
+		copy(r.mem[s.locOff+off:], payload)
+	}
+	s.arrived |= bits
+	if s.arrived == s.want {
+		c.complete(now, i, abi.StatusOK)
+	}
+}
+
+// ---- serving side --------------------------------------------------------
+
+func (c *Core) receiveRequest(now int64) {
+	f := &c.rx
+	c.learn(now, f.SrcIP, f.SrcMAC)
+	if c.inqLen >= c.cfg.NackThreshold {
+		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeNack, 0)
+		c.stats.ReqNacked++
+		return
+	}
+	e := &c.inq[(c.inqHead+c.inqLen)%len(c.inq)]
+	c.inqLen++
+	if uint64(c.inqLen) > c.stats.ReqQueueMax {
+		c.stats.ReqQueueMax = uint64(c.inqLen)
+	}
+	*e = inbound{
+		ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
+		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
+	}
+}
+
+// reply sends a payload-free answer (NACK or error status) to a request.
+func (c *Core) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag uint64, t wire.Type, st abi.Status) bool {
+	b := c.tx.Buffer()
+	if b == nil {
+		c.stats.TxNoBuffer++
+		return false
+	}
+	f := &c.txf
+	f.DstMAC, f.SrcMAC = mac, c.mac
+	f.SrcIP, f.DstIP = c.ip, ip
+	f.SrcPort, f.DstPort = c.cfg.UDPPort, port
+	f.Type, f.Status, f.Flags = t, uint8(st), 0
+	f.PID, f.Tag, f.Region, f.Length, f.Offset = pid, tag, 0, 0, 0
+	n := wire.Encode(b, f, 0)
+	wire.SealICRC(b, 0)
+	c.tx.Send(n)
+	c.stats.TxFrames++
+	return true
+}
+
+// serve answers queued requests in FIFO order, at most ServeBudget per Poll,
+// streaming each as MTU-sized responses straight from region memory.
+func (c *Core) serve(now int64) int {
+	served := 0
+	for c.inqLen > 0 && served < c.cfg.ServeBudget {
+		e := &c.inq[c.inqHead]
+		if now-e.arrival > int64(c.cfg.Timeout) { // its initiator has given up
+			c.stats.ReqExpired++
+			c.popInbound()
+			continue
+		}
+		if e.sent == 0 {
+			if st := c.checkRequest(e); st != abi.StatusOK {
+				if !c.reply(e.mac, e.ip, e.port, e.pid, e.tag, wire.TypeError, st) {
+					return served
+				}
+				c.stats.ReqErrors++
+				c.popInbound()
+				served++
+				continue
+			}
+		}
+		r := c.lookupRegion(abi.RegionID(e.region))
+		if r == nil { // deregistered while partly sent: the initiator times out
+			c.stats.ReqExpired++
+			c.popInbound()
+			continue
+		}
+		for e.sent < e.length {
+			b := c.tx.Buffer()
+			if b == nil {
+				c.stats.TxNoBuffer++
+				return served // resume this request on the next Poll
+			}
+			n := min(int(e.length-e.sent), c.maxPayload)
+			f := &c.txf
+			f.DstMAC, f.SrcMAC = e.mac, c.mac
+			f.SrcIP, f.DstIP = c.ip, e.ip
+			f.SrcPort, f.DstPort = c.cfg.UDPPort, e.port
+			f.Type, f.Status, f.Flags = wire.TypeReadResp, 0, 0
+			f.PID, f.Tag, f.Region = e.pid, e.tag, e.region
+			f.Length, f.Offset = uint32(n), uint64(e.sent)
+			fl := wire.Encode(b, f, n)
+			src := e.offset + uint64(e.sent)
+			copy(b[wire.PayloadOffset:wire.PayloadOffset+n], r.mem[src:src+uint64(n)])
+			wire.SealICRC(b, n)
+			c.tx.Send(fl)
+			c.stats.TxFrames++
+			e.sent += uint32(n)
+		}
+		c.stats.ReqServed++
+		c.popInbound()
+		served++
+	}
+	return served
+}
+
+func (c *Core) popInbound() {
+	c.inqHead = (c.inqHead + 1) % len(c.inq)
+	c.inqLen--
+}
+
+// checkRequest decides whether a request may be served. A request whose
+// region vanished while it was partly sent is cut short by the same check.
+func (c *Core) checkRequest(e *inbound) abi.Status {
+	if e.length == 0 || e.length > abi.MaxOpBytes {
+		return abi.StatusRemoteBounds
+	}
+	r := c.lookupRegion(abi.RegionID(e.region))
+	if r == nil {
+		return abi.StatusRemoteRegion
+	}
+	if r.perm&PermRemoteRead == 0 {
+		return abi.StatusRemotePermission
+	}
+	if e.offset > uint64(len(r.mem)) || uint64(len(r.mem))-e.offset < uint64(e.length) {
+		return abi.StatusRemoteBounds
+	}
+	return abi.StatusOK
+}

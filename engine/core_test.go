@@ -1,0 +1,568 @@
+package engine
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/wire"
+)
+
+func readCmd(slot abi.SlotID, dst uint32, rreg abi.RegionID, roff uint64, lreg abi.RegionID, loff uint64, n uint32, cookie uint64) *abi.Command {
+	return &abi.Command{Op: abi.OpRead, Slot: slot, Cookie: cookie, RemoteAddr: dst, RemoteRegion: rreg,
+		RemoteOffset: roff, LocalRegion: lreg, LocalOffset: loff, Length: n}
+}
+
+func TestReadLoopbackSizes(t *testing.T) {
+	tx := newTestTx(256)
+	c := newCore(t, testConfig("10.0.0.1", 1), tx)
+	app := openApp(t, c, ClassLow, 8)
+	src := make([]byte, 64<<10)
+	pattern(src, 0x5a)
+	dst := make([]byte, 64<<10)
+	rs, _ := c.RegisterRegion(app.id, src, PermAll)
+	rd, _ := c.RegisterRegion(app.id, dst, PermAll)
+	now := int64(1000)
+	for _, tc := range []struct {
+		n          uint32
+		roff, loff uint64
+	}{{1, 0, 0}, {63, 3, 5}, {64, 64, 128}, {65, 1001, 7}, {1408, 13, 4099}, {1409, 777, 1}, {2817, 3, 9}, {4095, 5, 11}, {4096, 60000, 61439}} {
+		clear(dst)
+		app.post(t, readCmd(app.slots[0], ipOf("10.0.0.1"), rs, tc.roff, rd, tc.loff, tc.n, uint64(tc.n)))
+		var got []abi.Completion
+		for k := 0; k < 10 && len(got) == 0; k++ {
+			c.Poll(now)
+			tx.deliverTo(now, c)
+			c.Poll(now)
+			now += 500
+			got = app.completions()
+		}
+		if len(got) != 1 || got[0].Status != abi.StatusOK || got[0].Cookie != uint64(tc.n) || got[0].Length != tc.n || got[0].Slot != app.slots[0] {
+			t.Fatalf("size %d: completions %+v", tc.n, got)
+		}
+		if !bytes.Equal(dst[tc.loff:tc.loff+uint64(tc.n)], src[tc.roff:tc.roff+uint64(tc.n)]) {
+			t.Fatalf("size %d: data mismatch", tc.n)
+		}
+		if bytes.ContainsFunc(dst[:tc.loff], func(r rune) bool { return r != 0 }) || bytes.ContainsFunc(dst[tc.loff+uint64(tc.n):], func(r rune) bool { return r != 0 }) {
+			t.Fatalf("size %d: bytes outside the sink range changed", tc.n)
+		}
+	}
+	if err := c.Audit(); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s.WindowInUse != 0 || s.OpsInFlight != 0 {
+		t.Fatalf("leak: %+v", s)
+	}
+}
+
+func TestOutOfOrderDuplicateResponses(t *testing.T) {
+	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	p.a.cfg.Neighbors = nil
+	app := openApp(t, p.a, ClassLow, 4)
+	srv := openApp(t, p.b, ClassLow, 0)
+	src := make([]byte, 8192)
+	pattern(src, 3)
+	rs, _ := p.b.RegisterRegion(srv.id, src, PermRemoteRead)
+	dst := make([]byte, 8192)
+	rd, _ := p.a.RegisterRegion(app.id, dst, PermAll)
+	// Resolve b's MAC first.
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 1, 1))
+	p.run()
+	if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+		t.Fatalf("warm-up: %+v", got)
+	}
+	app.post(t, readCmd(app.slots[1], ipOf("10.0.0.2"), rs, 100, rd, 50, 4096, 2))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b)
+	p.b.Poll(p.now)
+	frames := p.tb.take()
+	if len(frames) != 3 {
+		t.Fatalf("want 3 response chunks, got %d", len(frames))
+	}
+	// Reversed, with every chunk twice: duplicates are ignored.
+	for k := len(frames) - 1; k >= 0; k-- {
+		p.a.Receive(p.now, frames[k])
+		p.a.Receive(p.now, frames[k])
+	}
+	p.a.Poll(p.now)
+	got := app.completions()
+	if len(got) != 1 || got[0].Status != abi.StatusOK || got[0].Cookie != 2 {
+		t.Fatalf("completions %+v", got)
+	}
+	if !bytes.Equal(dst[50:50+4096], src[100:100+4096]) {
+		t.Fatal("data mismatch")
+	}
+	if s := p.a.Stats(); s.RxDuplicate != 2 {
+		t.Fatalf("duplicates counted %d, want 2", s.RxDuplicate)
+	}
+	// The second copy of the completing chunk, and any later copy, is stale.
+	p.a.Receive(p.now, frames[0])
+	if s := p.a.Stats(); s.RxStale != 2 {
+		t.Fatalf("stale %d", s.RxStale)
+	}
+}
+
+func TestCorruptResponseRejected(t *testing.T) {
+	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	app := openApp(t, p.a, ClassLow, 4)
+	srv := openApp(t, p.b, ClassLow, 0)
+	src := make([]byte, 4096)
+	pattern(src, 9)
+	rs, _ := p.b.RegisterRegion(srv.id, src, PermRemoteRead)
+	dst := make([]byte, 4096)
+	rd, _ := p.a.RegisterRegion(app.id, dst, PermAll)
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 1, 1))
+	p.run() // resolves the peer
+	app.completions()
+	dst[0] = 0
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 1000, 1))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b)
+	p.b.Poll(p.now)
+	frames := p.tb.take()
+	if len(frames) != 1 {
+		t.Fatalf("want one response, got %d", len(frames))
+	}
+	bad := append([]byte(nil), frames[0]...)
+	bad[wire.PayloadOffset+10] ^= 0x40
+	p.a.Receive(p.now, bad)
+	if s := p.a.Stats(); s.RxBadICRC != 1 {
+		t.Fatalf("bad ICRC not counted: %+v", s)
+	}
+	if dst[10] != 0 {
+		t.Fatal("corrupted payload landed")
+	}
+	p.a.Receive(p.now, frames[0])
+	p.a.Poll(p.now)
+	if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestBadCommands(t *testing.T) {
+	tx := newTestTx(64)
+	c := newCore(t, testConfig("10.0.0.1", 1), tx)
+	a := openApp(t, c, ClassLow, 4)
+	b := openApp(t, c, ClassLow, 4)
+	ma := make([]byte, 4096)
+	mb := make([]byte, 4096)
+	ra, _ := c.RegisterRegion(a.id, ma, PermAll)
+	rb, _ := c.RegisterRegion(b.id, mb, PermAll)
+	ro, _ := c.RegisterRegion(a.id, make([]byte, 4096), PermLocalRead|PermRemoteRead)
+	me := ipOf("10.0.0.1")
+	for _, tc := range []struct {
+		name string
+		cmd  *abi.Command
+		want abi.Status
+	}{
+		{"other portal's slot", readCmd(b.slots[0], me, ra, 0, ra, 0, 8, 1), abi.StatusBadSlot},
+		{"slot out of range", readCmd(9999, me, ra, 0, ra, 0, 8, 1), abi.StatusBadSlot},
+		{"other app's region", readCmd(a.slots[0], me, ra, 0, rb, 0, 8, 1), abi.StatusLocalRegion},
+		{"stale region id", readCmd(a.slots[0], me, ra, 0, abi.MakeRegionID(ra.Index(), ra.Gen()+1), 0, 8, 1), abi.StatusLocalRegion},
+		{"region 0", readCmd(a.slots[0], me, ra, 0, 0, 0, 8, 1), abi.StatusLocalRegion},
+		{"out of bounds", readCmd(a.slots[0], me, ra, 0, ra, 4090, 8, 1), abi.StatusLocalBounds},
+		{"offset overflow", readCmd(a.slots[0], me, ra, 0, ra, 1<<63, 8, 1), abi.StatusLocalBounds},
+		{"too large", readCmd(a.slots[0], me, ra, 0, ra, 0, 4097, 1), abi.StatusTooLarge},
+		{"zero length", readCmd(a.slots[0], me, ra, 0, ra, 0, 0, 1), abi.StatusBadCommand},
+		{"unknown op", &abi.Command{Op: 99, Slot: a.slots[0], LocalRegion: ra, Length: 8, RemoteAddr: me}, abi.StatusBadCommand},
+		{"sink not writable", readCmd(a.slots[0], me, ra, 0, ro, 0, 8, 1), abi.StatusLocalPermission},
+		{"broadcast peer", readCmd(a.slots[0], 0xffffffff, ra, 0, ra, 0, 8, 1), abi.StatusUnreachable},
+		{"multicast peer", readCmd(a.slots[0], ipOf("224.0.0.1"), ra, 0, ra, 0, 8, 1), abi.StatusUnreachable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pattern(mb, 1)
+			a.post(t, tc.cmd)
+			c.Poll(1000)
+			got := a.completions()
+			if len(got) != 1 || got[0].Status != tc.want || got[0].Slot != tc.cmd.Slot {
+				t.Fatalf("(-want %v +got) %+v", tc.want, got)
+			}
+			if len(tx.q) != 0 {
+				t.Fatal("a bad command sent a frame")
+			}
+			chk := make([]byte, 4096)
+			pattern(chk, 1)
+			if !bytes.Equal(mb, chk) {
+				t.Fatal("other app's memory touched")
+			}
+			if err := c.Audit(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// Reserved bytes set: malformed command, still exactly one completion.
+	buf := a.cmd.Reserve()
+	readCmd(a.slots[1], me, ra, 0, ra, 0, 8, 77).Encode(buf)
+	buf[2] = 1
+	a.cmd.Commit()
+	a.cmd.Publish()
+	c.Poll(1000)
+	if got := a.completions(); len(got) != 1 || got[0].Status != abi.StatusBadCommand || got[0].Cookie != 77 {
+		t.Fatalf("malformed: %+v", got)
+	}
+}
+
+func TestBusySlotRejected(t *testing.T) {
+	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	p.a.cfg.Neighbors = nil
+	app := openApp(t, p.a, ClassLow, 2)
+	m := make([]byte, 4096)
+	r, _ := p.a.RegisterRegion(app.id, m, PermAll)
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.9"), r, 0, r, 0, 8, 1))
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.9"), r, 0, r, 0, 8, 2))
+	p.a.Poll(p.now)
+	got := app.completions()
+	if len(got) != 1 || got[0].Status != abi.StatusBadSlot || got[0].Cookie != 2 {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestUnreachablePeer(t *testing.T) {
+	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	app := openApp(t, p.a, ClassLow, 2)
+	m := make([]byte, 4096)
+	r, _ := p.a.RegisterRegion(app.id, m, PermAll)
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.77"), r, 0, r, 0, 8, 1))
+	start := p.now
+	var got []abi.Completion
+	arps := 0
+	for len(got) == 0 && p.now-start < int64(10*time.Millisecond) {
+		p.a.Poll(p.now)
+		arps += len(p.ta.take())
+		got = app.completions()
+		p.now += 100_000
+	}
+	if len(got) != 1 || got[0].Status != abi.StatusUnreachable {
+		t.Fatalf("%+v", got)
+	}
+	if d := int64(got[0].TotalDelayNs); d < int64(p.a.cfg.ResolveTimeout) || d > int64(p.a.cfg.ResolveTimeout)+200_000 {
+		t.Fatalf("unreachable after %d ns, resolve timeout %v", d, p.a.cfg.ResolveTimeout)
+	}
+	if arps < 2 {
+		t.Fatalf("ARP retried %d times", arps)
+	}
+}
+
+func TestRemoteErrors(t *testing.T) {
+	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	app := openApp(t, p.a, ClassLow, 4)
+	srv := openApp(t, p.b, ClassLow, 0)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead)
+	rw, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteWrite)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll)
+	peer := ipOf("10.0.0.2")
+	for _, tc := range []struct {
+		name string
+		cmd  *abi.Command
+		want abi.Status
+	}{
+		{"unknown region", readCmd(app.slots[0], peer, abi.MakeRegionID(9, 1), 0, rd, 0, 8, 1), abi.StatusRemoteRegion},
+		{"stale region", readCmd(app.slots[0], peer, abi.MakeRegionID(rs.Index(), rs.Gen()+1), 0, rd, 0, 8, 1), abi.StatusRemoteRegion},
+		{"bounds", readCmd(app.slots[0], peer, rs, 4000, rd, 0, 200, 1), abi.StatusRemoteBounds},
+		{"permission", readCmd(app.slots[0], peer, rw, 0, rd, 0, 8, 1), abi.StatusRemotePermission},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app.post(t, tc.cmd)
+			p.run()
+			got := app.completions()
+			if len(got) != 1 || got[0].Status != tc.want {
+				t.Fatalf("(-want %v +got) %+v", tc.want, got)
+			}
+		})
+	}
+}
+
+func TestTimeoutRefundsWindow(t *testing.T) {
+	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	app := openApp(t, p.a, ClassLow, 4)
+	srv := openApp(t, p.b, ClassLow, 0)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll)
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 1))
+	p.run() // resolves ARP, completes one op
+	app.completions()
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 3000, 2))
+	p.a.Poll(p.now)
+	if s := p.a.Stats(); s.WindowInUse != 3000 {
+		t.Fatalf("window debit %d, want the op's size", s.WindowInUse)
+	}
+	p.ta.take() // the request is lost
+	p.now += int64(p.a.cfg.Timeout)
+	if d := p.a.NextDeadline(); d > p.now {
+		t.Fatalf("next deadline %d after timeout %d", d, p.now)
+	}
+	p.a.Poll(p.now)
+	got := app.completions()
+	if len(got) != 1 || got[0].Status != abi.StatusTimeout {
+		t.Fatalf("%+v", got)
+	}
+	if s := p.a.Stats(); s.WindowInUse != 0 {
+		t.Fatal("window not refunded")
+	}
+}
+
+func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
+	ca := testConfig("10.0.0.1", 1)
+	ca.WindowBytes = 4096
+	ca.Neighbors = []Neighbor{{IP: testConfig("10.0.0.2", 2).LocalIP, MAC: wire.MAC{2, 0, 0, 0, 0, 2}}}
+	p := newPair(t, ca, testConfig("10.0.0.2", 2))
+	app := openApp(t, p.a, ClassLow, 8)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll)
+	for k := 0; k < 4; k++ {
+		app.post(t, readCmd(app.slots[k], ipOf("10.0.0.2"), abi.MakeRegionID(1, 1), 0, rd, 0, 64, uint64(k)))
+	}
+	p.a.Poll(p.now)
+	if n := len(p.ta.take()); n != 1 {
+		t.Fatalf("%d requests entered service with a 4 KB window, want 1", n)
+	}
+	p.now += int64(ca.DispatchTimeout)
+	p.a.Poll(p.now)
+	got := app.completions()
+	if len(got) != 3 {
+		t.Fatalf("%+v", got)
+	}
+	for _, g := range got {
+		if g.Status != abi.StatusDispatchTimeout || g.IssueDelayNs != 0 {
+			t.Fatalf("%+v", g)
+		}
+	}
+	p.now += int64(ca.Timeout)
+	p.a.Poll(p.now)
+	if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusTimeout || got[0].Cookie != 0 {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestNackAboveThreshold(t *testing.T) {
+	cb := testConfig("10.0.0.2", 2)
+	cb.NackThreshold = 2
+	p := newPair(t, testConfig("10.0.0.1", 1), cb)
+	app := openApp(t, p.a, ClassLow, 8)
+	srv := openApp(t, p.b, ClassLow, 0)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 8*4096), PermAll)
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 100))
+	p.run()
+	app.completions()
+	for k := 0; k < 6; k++ {
+		app.post(t, readCmd(app.slots[k], ipOf("10.0.0.2"), rs, 0, rd, uint64(k)*4096, 4096, uint64(k)))
+	}
+	p.run()
+	got := app.completions()
+	var ok, nack int
+	for _, g := range got {
+		switch g.Status {
+		case abi.StatusOK:
+			ok++
+		case abi.StatusNack:
+			nack++
+		}
+	}
+	if len(got) != 6 || ok != 2 || nack != 4 {
+		t.Fatalf("ok %d nack %d: %+v", ok, nack, got)
+	}
+	if s := p.b.Stats(); s.ReqNacked != 4 {
+		t.Fatalf("server counted %d NACKs", s.ReqNacked)
+	}
+	if s := p.a.Stats(); s.WindowInUse != 0 {
+		t.Fatal("NACK did not refund the window")
+	}
+}
+
+func TestHighClassFirstWithoutStarvation(t *testing.T) {
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.WindowBytes = 4096
+	cfg.HighBurst = 2
+	cfg.DispatchTimeout = time.Second
+	cfg.Timeout = time.Second
+	tx := newTestTx(64)
+	c := newCore(t, cfg, tx)
+	lo := openApp(t, c, ClassLow, 8)
+	hi := openApp(t, c, ClassHigh, 8)
+	ml, _ := c.RegisterRegion(lo.id, make([]byte, 4096), PermAll)
+	mh, _ := c.RegisterRegion(hi.id, make([]byte, 4096), PermAll)
+	for k := 0; k < 4; k++ {
+		lo.post(t, readCmd(lo.slots[k], ipOf("10.0.0.1"), ml, 0, ml, 0, 8, uint64(100+k)))
+		hi.post(t, readCmd(hi.slots[k], ipOf("10.0.0.1"), mh, 0, mh, 0, 8, uint64(200+k)))
+	}
+	// One op in service at a time: the order of service is the order of
+	// completions.
+	var order []uint64
+	now := int64(1000)
+	for len(order) < 8 {
+		c.Poll(now)
+		tx.deliverTo(now, c)
+		c.Poll(now)
+		tx.deliverTo(now, c)
+		for _, g := range append(lo.completions(), hi.completions()...) {
+			order = append(order, g.Cookie)
+		}
+		now += 1000
+	}
+	// Low was posted first, but high goes first; after 2 high grants one low.
+	want := []uint64{200, 201, 100, 202, 203, 101, 102, 103}
+	for k := range want {
+		if order[k] != want[k] {
+			t.Fatalf("service order (-want +got)\n%v\n%v", want, order)
+		}
+	}
+}
+
+func TestClosePortalReclaims(t *testing.T) {
+	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	app := openApp(t, p.a, ClassLow, 8)
+	srv := openApp(t, p.b, ClassLow, 0)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll)
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 1))
+	p.run()
+	app.completions()
+	for k := 0; k < 4; k++ {
+		app.post(t, readCmd(app.slots[k], ipOf("10.0.0.2"), rs, 0, rd, 0, 4096, uint64(k)))
+	}
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b)
+	p.b.Poll(p.now)
+	if err := p.a.ClosePortal(app.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.Audit(); err != nil {
+		t.Fatal(err)
+	}
+	p.tb.deliverTo(p.now, p.a) // responses for orphans: dropped, slots freed
+	p.a.Poll(p.now)
+	s := p.a.Stats()
+	if s.SlotsInUse != 0 || s.WindowInUse != 0 || s.OpsInFlight != 0 {
+		t.Fatalf("not reclaimed: %+v", s)
+	}
+	if app.cpl.Available() != 0 {
+		t.Fatal("completion written after close")
+	}
+	if err := p.a.Audit(); err != nil {
+		t.Fatal(err)
+	}
+	// The region is gone for remote readers too.
+	other := openApp(t, p.b, ClassLow, 2)
+	od, _ := p.b.RegisterRegion(other.id, make([]byte, 64), PermAll)
+	other.post(t, readCmd(other.slots[0], ipOf("10.0.0.1"), rd, 0, od, 0, 8, 5))
+	p.run()
+	if got := other.completions(); len(got) != 1 || got[0].Status != abi.StatusRemoteRegion {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestSlotCap(t *testing.T) {
+	c := newCore(t, testConfig("10.0.0.1", 1), newTestTx(4))
+	app := openApp(t, c, ClassLow, 3)
+	if _, err := c.AllocSlots(app.id, 1); err == nil {
+		t.Fatal("cap not enforced")
+	}
+	if got := c.Stats().SlotsInUse; got != 3 {
+		t.Fatalf("slots in use %d", got)
+	}
+}
+
+func TestCorruptRingClosesPortal(t *testing.T) {
+	c := newCore(t, testConfig("10.0.0.1", 1), newTestTx(4))
+	cmdMem := aligned(abi.RingBytes(16, abi.CommandSize))
+	cplMem := aligned(abi.RingBytes(16, abi.CompletionSize))
+	id, _ := c.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: 16, CplRing: cplMem, CplCap: 16, MaxSlots: 4})
+	c.AllocSlots(id, 4)
+	cmdMem[0] = 200 // producer index 200 ahead of consumer 0 with capacity 16
+	c.Poll(1000)
+	if s := c.Stats(); s.RingsCorrupt != 1 || s.SlotsInUse != 0 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestARPAnswered(t *testing.T) {
+	tx := newTestTx(4)
+	c := newCore(t, testConfig("10.0.0.1", 1), tx)
+	req := make([]byte, 60)
+	wire.EncodeARP(req, &wire.ARP{Op: wire.ARPRequest, SenderMAC: wire.MAC{2, 9, 9, 9, 9, 9}, SenderIP: ipOf("10.0.0.9"),
+		TargetIP: ipOf("10.0.0.1"), EthDst: wire.Broadcast, EthSrc: wire.MAC{2, 9, 9, 9, 9, 9}})
+	c.Receive(1, req)
+	out := tx.take()
+	var a wire.ARP
+	if len(out) != 1 || wire.DecodeARP(out[0], &a) != nil || a.Op != wire.ARPReply || a.SenderMAC != c.mac || a.TargetIP != ipOf("10.0.0.9") {
+		t.Fatalf("%+v", a)
+	}
+	// Not for us: no answer.
+	wire.EncodeARP(req, &wire.ARP{Op: wire.ARPRequest, SenderIP: ipOf("10.0.0.9"), TargetIP: ipOf("10.0.0.3"), EthDst: wire.Broadcast})
+	c.Receive(1, req)
+	if len(tx.take()) != 0 {
+		t.Fatal("answered ARP for another address")
+	}
+}
+
+func TestHotPathAllocs(t *testing.T) {
+	tx := newTestTx(64)
+	c := newCore(t, testConfig("10.0.0.1", 1), tx)
+	app := openApp(t, c, ClassLow, 1)
+	m := make([]byte, 8192)
+	r, _ := c.RegisterRegion(app.id, m, PermAll)
+	cmd := readCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 4096, 1)
+	var cpl abi.Completion
+	now := int64(1000)
+	allocs := testing.AllocsPerRun(1000, func() {
+		b := app.cmd.Reserve()
+		cmd.Encode(b)
+		app.cmd.Commit()
+		app.cmd.Publish()
+		c.Poll(now)
+		tx.deliverTo(now, c) // request
+		c.Poll(now)
+		tx.deliverTo(now, c) // responses
+		c.Poll(now)
+		e := app.cpl.Peek()
+		cpl.Decode(e)
+		app.cpl.Advance()
+		app.cpl.Release()
+		now += 100
+	})
+	if allocs != 0 || cpl.Status != abi.StatusOK {
+		t.Fatalf("%v allocs per op, status %v", allocs, cpl.Status)
+	}
+}
+
+func BenchmarkReadLoopback64(b *testing.B)   { benchRead(b, 64) }
+func BenchmarkReadLoopback4096(b *testing.B) { benchRead(b, 4096) }
+
+// benchRead measures one core's full per-op cost (initiator and server in
+// the same core, frames handed back without copies): post, arbitrate,
+// request, serve, place, complete — 32 ops per round, like a burst.
+func benchRead(b *testing.B, size uint32) {
+	tx := newTestTx(256)
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.WindowBytes = 1 << 20
+	c := newCore(b, cfg, tx)
+	app := openApp(b, c, ClassLow, 32)
+	m := make([]byte, 1<<20)
+	r, _ := c.RegisterRegion(app.id, m, PermAll)
+	var cpl abi.Completion
+	now := int64(1000)
+	b.ReportAllocs()
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		for k := 0; k < 32; k++ {
+			e := app.cmd.Reserve()
+			readCmd(app.slots[k], ip4(cfg.LocalIP.As4()), r, uint64(k)*4096, r, 512<<10+uint64(k)*4096, size, uint64(k)).Encode(e)
+			app.cmd.Commit()
+		}
+		app.cmd.Publish()
+		c.Poll(now)
+		tx.deliverTo(now, c)
+		c.Poll(now)
+		tx.deliverTo(now, c)
+		c.Poll(now)
+		for e := app.cpl.Peek(); e != nil; e = app.cpl.Peek() {
+			cpl.Decode(e)
+			app.cpl.Advance()
+			done++
+		}
+		app.cpl.Release()
+		now += 1000
+	}
+}

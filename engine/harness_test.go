@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/wire"
+)
+
+// testTx is a fixed pool of frame buffers and a FIFO of sent frames.
+type testTx struct {
+	bufs  [][]byte
+	free  []int
+	q     []int // sent buffers in order
+	qlen  []int
+	cur   int
+	limit int // max queued frames (0: pool size)
+}
+
+func newTestTx(n int) *testTx {
+	t := &testTx{cur: -1}
+	for i := 0; i < n; i++ {
+		t.bufs = append(t.bufs, make([]byte, MaxFrameBytes))
+		t.free = append(t.free, i)
+	}
+	t.q = make([]int, 0, n)
+	t.qlen = make([]int, 0, n)
+	return t
+}
+
+func (t *testTx) Buffer() []byte {
+	if t.cur < 0 {
+		if len(t.free) == 0 || (t.limit > 0 && len(t.q) >= t.limit) {
+			return nil
+		}
+		t.cur = t.free[len(t.free)-1]
+		t.free = t.free[:len(t.free)-1]
+	}
+	return t.bufs[t.cur]
+}
+
+func (t *testTx) Send(n int) {
+	t.q = append(t.q, t.cur)
+	t.qlen = append(t.qlen, n)
+	t.cur = -1
+}
+
+// take removes and returns (copies of) all queued frames.
+func (t *testTx) take() [][]byte {
+	var out [][]byte
+	for k, i := range t.q {
+		out = append(out, append([]byte(nil), t.bufs[i][:t.qlen[k]]...))
+		t.free = append(t.free, i)
+	}
+	t.q, t.qlen = t.q[:0], t.qlen[:0]
+	return out
+}
+
+// deliverTo hands every queued frame to dst without copying.
+func (t *testTx) deliverTo(now int64, dst *Core) int {
+	n := len(t.q)
+	for k, i := range t.q {
+		dst.Receive(now, t.bufs[i][:t.qlen[k]])
+		t.free = append(t.free, i)
+	}
+	t.q, t.qlen = t.q[:0], t.qlen[:0]
+	return n
+}
+
+func aligned(n int) []byte {
+	b := make([]byte, n+64)
+	off := int((64 - uintptr(unsafe.Pointer(&b[0]))%64) % 64)
+	return b[off : off+n : off+n]
+}
+
+// testApp is an application attached to a core through real abi rings.
+type testApp struct {
+	id    PortalID
+	cmd   *abi.Producer
+	cpl   *abi.Consumer
+	slots []abi.SlotID
+}
+
+func openApp(t testing.TB, c *Core, class Class, slots int) *testApp {
+	t.Helper()
+	const cmdCap, cplCap = 256, 512
+	cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))
+	cplMem := aligned(abi.RingBytes(cplCap, abi.CompletionSize))
+	id, err := c.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap, Class: class, MaxSlots: slots, PID: 4242})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &testApp{id: id}
+	a.cmd, _ = abi.NewProducer(cmdMem, cmdCap, abi.CommandSize)
+	a.cpl, _ = abi.NewConsumer(cplMem, cplCap, abi.CompletionSize)
+	if slots > 0 {
+		a.slots, err = c.AllocSlots(id, slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
+}
+
+func (a *testApp) post(t testing.TB, cmd *abi.Command) {
+	b := a.cmd.Reserve()
+	if b == nil {
+		t.Fatal("command ring full")
+	}
+	cmd.Encode(b)
+	a.cmd.Commit()
+	a.cmd.Publish()
+}
+
+func (a *testApp) completions() []abi.Completion {
+	var out []abi.Completion
+	for e := a.cpl.Peek(); e != nil; e = a.cpl.Peek() {
+		var c abi.Completion
+		c.Decode(e)
+		out = append(out, c)
+		a.cpl.Advance()
+	}
+	a.cpl.Release()
+	return out
+}
+
+func testConfig(ip string, mac byte) Config {
+	cfg := DefaultConfig()
+	cfg.LocalIP = netip.MustParseAddr(ip)
+	cfg.LocalMAC = wire.MAC{2, 0, 0, 0, 0, mac}
+	cfg.Slots = 64
+	cfg.Regions = 16
+	cfg.Portals = 4
+	cfg.InboundQueue = 64
+	cfg.NackThreshold = 48
+	cfg.Timeout = time.Millisecond
+	cfg.DispatchTimeout = 200 * time.Microsecond
+	cfg.ResolveTimeout = 2 * time.Millisecond
+	cfg.ARPRetry = 500 * time.Microsecond
+	return cfg
+}
+
+func newCore(t testing.TB, cfg Config, tx Tx) *Core {
+	t.Helper()
+	c, err := New(cfg, tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func pattern(b []byte, seed byte) {
+	for i := range b {
+		b[i] = byte(i*7) ^ seed
+	}
+}
+
+func ipOf(s string) uint32 { return ip4(netip.MustParseAddr(s).As4()) }
+
+// pair is two cores wired back to back.
+type pair struct {
+	a, b   *Core
+	ta, tb *testTx
+	now    int64
+}
+
+func newPair(t testing.TB, ca, cb Config) *pair {
+	p := &pair{ta: newTestTx(512), tb: newTestTx(512), now: 1000}
+	p.a = newCore(t, ca, p.ta)
+	p.b = newCore(t, cb, p.tb)
+	return p
+}
+
+// run moves frames both ways and polls until nothing happens.
+func (p *pair) run() {
+	for k := 0; k < 100; k++ {
+		w := p.a.Poll(p.now) + p.b.Poll(p.now)
+		w += p.ta.deliverTo(p.now, p.b) + p.tb.deliverTo(p.now, p.a)
+		p.now += 1000
+		if w == 0 {
+			return
+		}
+	}
+}
