@@ -23,7 +23,7 @@
 //	44 reserved u32
 //
 // The trailer carries an integrity check value over the IPv4 addresses, the
-// UDP ports, the OneRMA header and the payload (CRC-32C, like RoCEv2's ICRC).
+// UDP header, the OneRMA header and the payload (CRC-32C, like RoCEv2's ICRC).
 // The security issue replaces it with the 16-byte AES-GCM tag; its size is
 // reserved already so the MTU arithmetic does not change.
 package wire

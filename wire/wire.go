@@ -219,13 +219,17 @@ const PayloadOffset = EthLen + IPv4Len + UDPLen + HeaderLen
 // Checksum is the Internet checksum (RFC 1071) of b; over a header that
 // carries its own checksum it is 0 when the header is intact.
 func Checksum(b []byte) uint16 {
-	var s uint32
+	var s uint64
+	for len(b) >= 8 {
+		s += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
+		b = b[8:]
+	}
 	for len(b) >= 2 {
-		s += uint32(b[0])<<8 | uint32(b[1])
+		s += uint64(binary.BigEndian.Uint16(b))
 		b = b[2:]
 	}
 	if len(b) == 1 {
-		s += uint32(b[0]) << 8
+		s += uint64(b[0]) << 8
 	}
 	for s>>16 != 0 {
 		s = s&0xffff + s>>16
@@ -235,11 +239,10 @@ func Checksum(b []byte) uint16 {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// icrc covers IPv4 addresses, UDP ports, OneRMA header and payload.
+// icrc covers the IPv4 addresses, the UDP header, the OneRMA header and the
+// payload: one contiguous run of the frame, so one CRC call.
 func icrc(frame []byte, plen int) uint32 {
-	c := crc32.Update(0, castagnoli, frame[EthLen+12:EthLen+IPv4Len])
-	c = crc32.Update(c, castagnoli, frame[EthLen+IPv4Len:EthLen+IPv4Len+4])
-	return crc32.Update(c, castagnoli, frame[EthLen+IPv4Len+UDPLen:PayloadOffset+plen])
+	return crc32.Update(0, castagnoli, frame[EthLen+12:PayloadOffset+plen])
 }
 
 // SealICRC writes the trailer for a frame with a payload of plen bytes.
