@@ -1,0 +1,58 @@
+# OneRMA: two commands do everything on a fresh Debian 12 machine (as root):
+#   make demo   set up the host, build, run two engines over memif and read
+#   make test   set up the host, build, run every test
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+GO      ?= go
+BIN     := bin
+TOOLS   := rmad rmaperf onerma-demo
+# Keep the whole test run well under CI's budget (2 cores).
+TEST_TIMEOUT ?= 20m
+FUZZTIME ?= 10s
+SIM_SEEDS ?= 2000
+
+.PHONY: all setup setup-bench build demo test test-unit fuzz sim bench vet clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+setup-bench:
+	@bash scripts/setup.sh --bench
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
+
+demo: setup build
+	@$(BIN)/onerma-demo -rmad $(BIN)/rmad
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+# Every test (unit, simulator seeds, real DPDK engines in separate processes,
+# netns/veth af_packet), then a short run of each fuzz target.
+test: setup build vet
+	ONERMA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+fuzz:
+	@set -e; for t in wire:FuzzDecode abi:FuzzCommandDecode engine/ctl/ctlmsg:FuzzDecodeRequest; do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		if grep -rqs "func $$fn(" ./$$pkg; then \
+			echo "fuzz $$pkg $$fn $(FUZZTIME)"; \
+			$(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME); \
+		fi; \
+	done
+
+# Thousands of simulator seeds (make test runs a few).
+sim:
+	$(GO) test ./engine/sim -count=1 -run TestSimSeeds -timeout 60m -sim.seeds=$(SIM_SEEDS)
+
+bench: setup-bench build
+	@bash scripts/bench.sh
+
+clean:
+	rm -rf $(BIN)

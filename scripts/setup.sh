@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Host set-up for OneRMA: idempotent, safe to run again and again.
+#   scripts/setup.sh          packages, hugepages, mounts (demo and tests)
+#   scripts/setup.sh --bench  the same plus the benchmark peers (ucx-utils)
+# Needs root for apt, hugepages and mounts. Without root it only checks.
+set -euo pipefail
+
+want_bench=0
+[ "${1:-}" = "--bench" ] && want_bench=1
+
+log() { printf 'setup: %s\n' "$*"; }
+
+pkgs=(libdpdk-dev dpdk dpdk-dev pkg-config gcc make iproute2 procps)
+[ $want_bench = 1 ] && pkgs+=(ucx-utils)
+
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ]; then
+		log "missing packages ${missing[*]} and not root: install them first"; exit 1
+	fi
+	log "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	# A stale or empty package list makes apt miss packages: refresh once.
+	if ! apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; then
+		apt-get update -qq
+		apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
+fi
+
+# Go: the module needs Go >= 1.26; the machine image ships it in /usr/local/go.
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+	log "no Go toolchain found (need Go >= 1.26 in PATH or /usr/local/go)"; exit 1
+fi
+
+# Hugepages: 2 MB pages for DPDK mempools, memif and portal shared memory.
+# Two engines plus their apps fit in 512 MB. Where the kernel refuses, the
+# engines fall back to --no-huge and plain shared memory (slower, correct).
+if [ "$(id -u)" = 0 ]; then
+	want=${ONERMA_HUGEPAGES:-256}
+	have=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
+	if [ "$have" -lt "$want" ]; then
+		echo "$want" > /proc/sys/vm/nr_hugepages 2>/dev/null || true
+		have=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
+	fi
+	mkdir -p /dev/hugepages
+	if ! mountpoint -q /dev/hugepages; then
+		mount -t hugetlbfs nodev /dev/hugepages 2>/dev/null || log "cannot mount hugetlbfs: engines will run with --no-huge"
+	fi
+	# Pages held by files of crashed runs come back only when the files go
+	# (only when no engine runs: a live engine's files are in use).
+	if ! pgrep -x rmad >/dev/null 2>&1; then
+		find /dev/hugepages -maxdepth 1 -name 'onerma*' -type f -delete 2>/dev/null || true
+	fi
+	mkdir -p /run/onerma
+	log "hugepages: $have x 2 MB ($(grep HugePages_Free /proc/meminfo | awk '{print $2}') free)"
+else
+	log "not root: hugepages and mounts left as they are"
+fi
+log "ok"
