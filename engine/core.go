@@ -884,7 +884,11 @@ func (c *Core) receiveRequest(now int64) {
 		c.stats.ReqNacked++
 		return
 	}
-	e := &c.inq[(c.inqHead+c.inqLen)%len(c.inq)]
+	tail := c.inqHead + c.inqLen
+	if tail >= len(c.inq) {
+		tail -= len(c.inq)
+	}
+	e := &c.inq[tail]
 	c.inqLen++
 	if uint64(c.inqLen) > c.stats.ReqQueueMax {
 		c.stats.ReqQueueMax = uint64(c.inqLen)
@@ -973,7 +977,10 @@ func (c *Core) serve(now int64) int {
 }
 
 func (c *Core) popInbound() {
-	c.inqHead = (c.inqHead + 1) % len(c.inq)
+	c.inqHead++
+	if c.inqHead == len(c.inq) {
+		c.inqHead = 0
+	}
 	c.inqLen--
 }
 

@@ -220,6 +220,12 @@ const PayloadOffset = EthLen + IPv4Len + UDPLen + HeaderLen
 // carries its own checksum it is 0 when the header is intact.
 func Checksum(b []byte) uint16 {
 	var s uint64
+	if len(b) == IPv4Len { // the hot case, unrolled
+		s = uint64(binary.BigEndian.Uint32(b[0:])) + uint64(binary.BigEndian.Uint32(b[4:])) +
+			uint64(binary.BigEndian.Uint32(b[8:])) + uint64(binary.BigEndian.Uint32(b[12:])) +
+			uint64(binary.BigEndian.Uint32(b[16:]))
+		b = nil
+	}
 	for len(b) >= 8 {
 		s += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
 		b = b[8:]
