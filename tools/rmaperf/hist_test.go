@@ -1,0 +1,24 @@
+package main
+
+import "testing"
+
+func TestHistQuantiles(t *testing.T) {
+	var h hist
+	for v := uint64(1); v <= 100000; v++ {
+		h.add(v)
+	}
+	for _, tc := range []struct {
+		q    float64
+		want uint64
+	}{{0.5, 50000}, {0.99, 99000}, {0.999, 99900}, {1, 100000}} {
+		got := h.quantile(tc.q)
+		if d := float64(got) - float64(tc.want); d > 0.02*float64(tc.want) || d < -0.02*float64(tc.want) {
+			t.Errorf("q%.3f = %d, want %d ±2%%", tc.q, got, tc.want)
+		}
+	}
+	for v := uint64(0); v < 1<<20; v = v*3/2 + 1 {
+		if b := bucketOf(v); lowOf(b) > v || lowOf(b+1) <= v {
+			t.Fatalf("v %d in bucket %d [%d,%d)", v, b, lowOf(b), lowOf(b+1))
+		}
+	}
+}

@@ -1,0 +1,294 @@
+// Command rmaperf measures OneRMA ops the way perftest and ucx_perftest do.
+//
+//	rmaperf server   -ctl SOCK [-listen :18515] [-region-bytes N]
+//	rmaperf read_bw  -ctl SOCK (-server HOST:PORT | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
+//	rmaperf read_lat -ctl SOCK (-server HOST:PORT | -self) -s SIZE -D DURATION [-json]
+//
+// The server registers a region on its engine and hands its address and id
+// to clients over TCP (like perftest's out-of-band exchange). A client opens
+// a portal on its own engine, keeps OUTSTANDING reads in flight (read_lat:
+// one), and reports ops/s, MB/s and latency percentiles measured by the
+// application from post to completion. -self reads a region of the client's
+// own engine (single-engine loopback).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/portal"
+)
+
+type regionInfo struct {
+	Addr   string `json:"addr"`
+	Region uint32 `json:"region"`
+	Bytes  uint64 `json:"bytes"`
+}
+
+// Result is one measurement, in the JSON-lines format of make bench.
+type Result struct {
+	System      string  `json:"system"`
+	Setup       string  `json:"setup"`
+	Test        string  `json:"test"`
+	Size        int     `json:"size"`
+	Outstanding int     `json:"outstanding"`
+	OpsPerSec   float64 `json:"ops_per_sec"`
+	MBPerSec    float64 `json:"mb_per_sec"`
+	P50us       float64 `json:"p50_us"`
+	P99us       float64 `json:"p99_us"`
+	P999us      float64 `json:"p999_us"`
+	Ops         uint64  `json:"ops"`
+	Errors      uint64  `json:"errors"`
+	Seconds     float64 `json:"seconds"`
+	Note        string  `json:"note,omitempty"`
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "server":
+		err = server(os.Args[2:])
+	case "read_bw", "read_lat":
+		err = client(os.Args[1], os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmaperf:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: rmaperf server|read_bw|read_lat [flags] (rmaperf CMD -h for flags)")
+	os.Exit(2)
+}
+
+func server(args []string) error {
+	fs := flag.NewFlagSet("server", flag.ExitOnError)
+	ctl := fs.String("ctl", "/run/onerma/rmad.sock", "engine control socket")
+	listen := fs.String("listen", ":18515", "TCP address for the out-of-band region exchange")
+	size := fs.Uint64("region-bytes", 1<<20, "size of the served region")
+	fs.Parse(args)
+	p, err := portal.Dial(*ctl, "rmaperf-server")
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	r, err := p.RegisterRegion(*size, portal.PermRemoteRead|portal.PermLocalWrite|portal.PermLocalRead)
+	if err != nil {
+		return err
+	}
+	b := r.Bytes()
+	for i := range b {
+		b[i] = byte(i*31 + 7)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	info := regionInfo{Addr: p.Identity().Addr.String(), Region: uint32(r.ID()), Bytes: *size}
+	fmt.Printf("rmaperf server: region %#x (%d bytes) on %s, listening on %s\n", info.Region, info.Bytes, info.Addr, ln.Addr())
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		<-sig
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return nil
+		}
+		json.NewEncoder(c).Encode(info)
+		c.Close()
+	}
+}
+
+func fetchInfo(addr string) (regionInfo, error) {
+	var info regionInfo
+	var c net.Conn
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return info, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	err = json.NewDecoder(c).Decode(&info)
+	return info, err
+}
+
+func client(test string, args []string) error {
+	fs := flag.NewFlagSet(test, flag.ExitOnError)
+	ctl := fs.String("ctl", "/run/onerma/rmad.sock", "engine control socket")
+	srv := fs.String("server", "", "rmaperf server HOST:PORT")
+	self := fs.Bool("self", false, "read a region of this client's own engine (loopback)")
+	size := fs.Int("s", 64, "op size in bytes (1..4096)")
+	outstanding := fs.Int("O", 32, "ops kept in flight (read_lat: 1)")
+	dur := fs.Duration("D", 5*time.Second, "measurement duration")
+	warm := fs.Duration("warmup", 500*time.Millisecond, "warm-up before measuring")
+	setup := fs.String("setup", "", "setup label for -json (loopback, memif, ...)")
+	asJSON := fs.Bool("json", false, "print one JSON line")
+	verify := fs.Bool("verify", false, "check every byte read")
+	fs.Parse(args)
+	if test == "read_lat" {
+		*outstanding = 1
+	}
+	if *size < 1 || *size > abi.MaxOpBytes || *outstanding < 1 {
+		return fmt.Errorf("bad -s %d or -O %d", *size, *outstanding)
+	}
+	p, err := portal.Dial(*ctl, "rmaperf")
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	var info regionInfo
+	if *self {
+		r, err := p.RegisterRegion(1<<20, portal.PermAll)
+		if err != nil {
+			return err
+		}
+		b := r.Bytes()
+		for i := range b {
+			b[i] = byte(i*31 + 7)
+		}
+		info = regionInfo{Addr: p.Identity().Addr.String(), Region: uint32(r.ID()), Bytes: 1 << 20}
+	} else {
+		if *srv == "" {
+			return errors.New("need -server or -self")
+		}
+		if info, err = fetchInfo(*srv); err != nil {
+			return fmt.Errorf("region exchange with %s: %w", *srv, err)
+		}
+	}
+	peer, err := netip.ParseAddr(info.Addr)
+	if err != nil {
+		return err
+	}
+	res, err := run(p, peer, abi.RegionID(info.Region), info.Bytes, test, *size, *outstanding, *warm, *dur, *verify)
+	if err != nil {
+		return err
+	}
+	res.Setup = *setup
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	fmt.Printf("%-9s %6s %4s %12s %10s %9s %9s %9s %8s\n", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "errors")
+	fmt.Printf("%-9s %6d %4d %12.0f %10.1f %9.2f %9.2f %9.2f %8d\n", res.Test, res.Size, res.Outstanding,
+		res.OpsPerSec, res.MBPerSec, res.P50us, res.P99us, res.P999us, res.Errors)
+	return nil
+}
+
+// run keeps outstanding reads in flight for warm+dur and measures the last
+// dur. Each slot reads into its own 4 KB sink; remote offsets walk the
+// remote region.
+func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uint64, test string, size, outstanding int,
+	warm, dur time.Duration, verify bool) (Result, error) {
+	slots, err := p.AllocSlots(outstanding)
+	if err != nil {
+		return Result{}, err
+	}
+	sink, err := p.RegisterRegion(uint64(outstanding)*abi.MaxOpBytes, portal.PermLocalWrite|portal.PermLocalRead)
+	if err != nil {
+		return Result{}, err
+	}
+	span := regionBytes - uint64(size)
+	postAt := make([]int64, outstanding)
+	remOff := make([]uint64, outstanding)
+	var next uint64
+	clock := time.Now()
+	nowNs := func() int64 { return int64(time.Since(clock)) }
+	post := func(k int) error {
+		remOff[k] = next % (span + 1)
+		next += 4096 + 64
+		postAt[k] = nowNs()
+		return p.PostRead(slots[k], peer, region, remOff[k], sink, uint64(k)*abi.MaxOpBytes, uint32(size), uint64(k))
+	}
+	for k := range slots {
+		if err := post(k); err != nil {
+			return Result{}, err
+		}
+	}
+	p.Flush()
+	var h hist
+	var ops, errs uint64
+	var firstErr abi.Status
+	cpl := make([]abi.Completion, 64)
+	start := nowNs() + int64(warm)
+	end := start + int64(dur)
+	measuring := false
+	ctx, cancel := context.WithTimeout(context.Background(), warm+dur+30*time.Second)
+	defer cancel()
+	inflight := outstanding
+	for inflight > 0 {
+		n, err := p.Wait(ctx, cpl)
+		if err != nil {
+			return Result{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
+		}
+		now := nowNs()
+		if !measuring && now >= start {
+			measuring, h, ops, errs = true, hist{}, 0, 0
+			start = now
+			end = now + int64(dur)
+		}
+		for _, c := range cpl[:n] {
+			k := int(c.Cookie)
+			inflight--
+			if c.Status != abi.StatusOK {
+				errs++
+				if firstErr == 0 {
+					firstErr = c.Status
+				}
+			} else if verify {
+				got := sink.Bytes()[k*abi.MaxOpBytes : k*abi.MaxOpBytes+size]
+				for i, v := range got {
+					if v != byte(int(remOff[k]+uint64(i))*31+7) {
+						return Result{}, fmt.Errorf("data mismatch at remote offset %d", remOff[k]+uint64(i))
+					}
+				}
+			}
+			if measuring && c.Status == abi.StatusOK {
+				ops++
+				h.add(uint64(now - postAt[k]))
+			}
+			if now < end {
+				if err := post(k); err != nil {
+					return Result{}, err
+				}
+				inflight++
+			}
+		}
+		p.Flush()
+	}
+	secs := float64(end-start) / 1e9
+	r := Result{
+		System: "onerma", Test: test, Size: size, Outstanding: outstanding,
+		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
+		P50us: float64(h.quantile(0.5)) / 1e3, P99us: float64(h.quantile(0.99)) / 1e3, P999us: float64(h.quantile(0.999)) / 1e3,
+		Ops: ops, Errors: errs, Seconds: secs,
+	}
+	if errs > 0 {
+		r.Note = fmt.Sprintf("first non-OK status %v", firstErr)
+	}
+	return r, nil
+}
