@@ -21,6 +21,7 @@ var (
 	ErrNotOwner    = errors.New("engine: region owned by another portal")
 	ErrRegionSize  = errors.New("engine: region size must be 1 byte .. 2^40 bytes")
 	ErrPortalRings = errors.New("engine: invalid portal rings")
+	ErrPortalDead  = errors.New("engine: portal disabled: its application wrote impossible ring indices")
 )
 
 type slotState uint8
@@ -71,6 +72,7 @@ type region struct {
 
 type portal struct {
 	used     bool
+	dead     bool // rings corrupted: reclaimed, entry kept until ClosePortal
 	class    Class
 	cmd      *abi.Consumer
 	cpl      *abi.Producer
@@ -220,10 +222,19 @@ func (c *Core) portal(id PortalID) (*portal, error) {
 	return &c.portals[id], nil
 }
 
+// livePortal is portal for operations a disabled portal may not do.
+func (c *Core) livePortal(id PortalID) (*portal, error) {
+	p, err := c.portal(id)
+	if err == nil && p.dead {
+		return nil, fmt.Errorf("%w: %d", ErrPortalDead, id)
+	}
+	return p, err
+}
+
 // AllocSlots gives n more slots to portal p, all or nothing, within its
 // MaxSlots cap.
 func (c *Core) AllocSlots(id PortalID, n int) ([]abi.SlotID, error) {
-	p, err := c.portal(id)
+	p, err := c.livePortal(id)
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +266,15 @@ func (c *Core) ClosePortal(id PortalID) error {
 	if err != nil {
 		return err
 	}
+	c.reclaim(id)
+	*p = portal{}
+	return nil
+}
+
+// reclaim takes back everything portal id holds (see ClosePortal) without
+// freeing its table entry.
+func (c *Core) reclaim(id PortalID) {
+	p := &c.portals[id]
 	for i := range c.slots {
 		s := &c.slots[i]
 		if s.portal != id || s.state == slotFree || s.orphan {
@@ -277,14 +297,17 @@ func (c *Core) ClosePortal(id PortalID) error {
 			c.dropRegion(uint16(i))
 		}
 	}
-	*p = portal{}
-	for k, d := range c.dirty {
-		if d == id {
-			c.dirty = append(c.dirty[:k], c.dirty[k+1:]...)
-			break
+	p.slots, p.pending = 0, 0
+	p.cmd, p.cpl = nil, nil
+	if p.dirty {
+		p.dirty = false
+		for k, d := range c.dirty {
+			if d == id {
+				c.dirty = append(c.dirty[:k], c.dirty[k+1:]...)
+				break
+			}
 		}
 	}
-	return nil
 }
 
 func (c *Core) freeSlotIdx(i int32) {
@@ -296,7 +319,7 @@ func (c *Core) freeSlotIdx(i int32) {
 // RegisterRegion enters mem into the RRT for portal p. The memory must stay
 // mapped until DeregisterRegion (or ClosePortal) returns.
 func (c *Core) RegisterRegion(id PortalID, mem []byte, perm Perm) (abi.RegionID, error) {
-	if _, err := c.portal(id); err != nil {
+	if _, err := c.livePortal(id); err != nil {
 		return 0, err
 	}
 	if len(mem) == 0 || uint64(len(mem)) > 1<<40 {
@@ -552,7 +575,7 @@ const perPortalBurst = 64
 func (c *Core) Poll(now int64) int {
 	work := 0
 	for i := range c.portals {
-		if c.portals[i].used {
+		if p := &c.portals[i]; p.used && !p.dead {
 			work += c.drainPortal(now, PortalID(i))
 		}
 	}
@@ -586,8 +609,11 @@ func (c *Core) drainPortal(now int64, id PortalID) int {
 	}
 	p.cmd.Release()
 	if p.cmd.Corrupt() || p.cpl.Corrupt() {
+		// Reclaim at once, but keep the entry (and its id) until the
+		// control plane closes it, so the id cannot name a newer portal.
 		c.stats.RingsCorrupt++
-		c.ClosePortal(id)
+		c.reclaim(id)
+		p.dead = true
 	}
 	return n
 }

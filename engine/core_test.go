@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
@@ -473,6 +474,20 @@ func TestCorruptRingClosesPortal(t *testing.T) {
 	c.Poll(1000)
 	if s := c.Stats(); s.RingsCorrupt != 1 || s.SlotsInUse != 0 {
 		t.Fatalf("%+v", s)
+	}
+	// The id stays taken (and refuses new resources) until ClosePortal.
+	other := openApp(t, c, ClassLow, 1)
+	if other.id == id {
+		t.Fatal("a disabled portal's id was reused before ClosePortal")
+	}
+	if _, err := c.AllocSlots(id, 1); !errors.Is(err, ErrPortalDead) {
+		t.Fatalf("alloc on a disabled portal: %v", err)
+	}
+	if err := c.ClosePortal(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Audit(); err != nil {
+		t.Fatal(err)
 	}
 }
 

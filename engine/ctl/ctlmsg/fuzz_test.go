@@ -1,0 +1,40 @@
+package ctlmsg
+
+import "testing"
+
+// FuzzDecodeRequest: DecodeRequest never panics; an error means a zero
+// request; an accepted request re-encodes to a datagram that decodes to the
+// same request and stays within MaxRequestBytes. Seeds live in
+// testdata/fuzz/FuzzDecodeRequest.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"op":"open","name":"app","cmd_cap":256,"cpl_cap":512,"class":"low"}`,
+		`{"v":1,"id":1,"op":"alloc_slots","n":8}`,
+		`{"v":1,"op":"register_region","size":65536,"perm":7}`,
+		`{"v":1,"op":"deregister_region","region":65537}`,
+		`{"v":1,"op":"identity"}`,
+		`{"v":1,"op":"stats"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeRequest(b)
+		if err != nil {
+			if r != (Request{}) {
+				t.Fatalf("error %v with non-zero request %+v", err, r)
+			}
+			return
+		}
+		enc := EncodeRequest(&r)
+		if len(enc) > MaxRequestBytes {
+			t.Fatalf("re-encoding is %d bytes", len(enc))
+		}
+		again, err := DecodeRequest(enc)
+		if err != nil {
+			t.Fatalf("re-encoding %s of %q rejected: %v", enc, b, err)
+		}
+		if again != r {
+			t.Fatalf("round trip of %q: %+v != %+v", b, again, r)
+		}
+	})
+}

@@ -1,0 +1,373 @@
+package ctlmsg
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// Version is the protocol version every request and response carries.
+const Version = 1
+
+// Size limits of one datagram.
+const (
+	// MaxRequestBytes bounds a request; the engine rejects (and reports)
+	// longer datagrams.
+	MaxRequestBytes = 4096
+	// MaxResponseBytes bounds a response (stats is the largest).
+	MaxResponseBytes = 64 << 10
+)
+
+// Value limits a request is checked against.
+const (
+	// MaxNameBytes bounds a portal name.
+	MaxNameBytes = 64
+	// MaxAllocSlots bounds one alloc_slots request (the engine's policy
+	// usually caps far lower).
+	MaxAllocSlots = 1 << 16
+	// MaxRingCap bounds the command and completion ring capacities an
+	// application may ask for.
+	MaxRingCap = 1 << 16
+	// MaxRegionBytes bounds one region (the engine's RRT limit is 2^40).
+	MaxRegionBytes = 1 << 40
+)
+
+// Op names a control operation.
+type Op string
+
+const (
+	// OpOpen opens this connection's portal (at most one per connection):
+	// the engine records the peer's credentials, creates the portal
+	// segment and returns it as a file descriptor.
+	OpOpen Op = "open"
+	// OpAllocSlots gives the portal N more command slots.
+	OpAllocSlots Op = "alloc_slots"
+	// OpRegisterRegion creates and registers a region of Size bytes and
+	// returns its memory as a file descriptor.
+	OpRegisterRegion Op = "register_region"
+	// OpDeregisterRegion invalidates a region; the engine never touches
+	// its memory again.
+	OpDeregisterRegion Op = "deregister_region"
+	// OpIdentity returns the address and PID the engine stamps on this
+	// connection's requests.
+	OpIdentity Op = "identity"
+	// OpStats returns the engine's counters.
+	OpStats Op = "stats"
+)
+
+// Perm bits of a region. The values equal engine.Perm's (engine/ctl checks
+// this at compile time), so they pass through unchanged.
+const (
+	PermLocalRead   uint8 = 1 << 0 // source of the owner's WRITE ops
+	PermLocalWrite  uint8 = 1 << 1 // sink of the owner's READ ops
+	PermRemoteRead  uint8 = 1 << 2 // remote READ ops may read it
+	PermRemoteWrite uint8 = 1 << 3 // remote WRITE ops may write it
+	PermRemoteRekey uint8 = 1 << 4 // remote REKEY ops may change its key
+	PermAll               = PermLocalRead | PermLocalWrite | PermRemoteRead | PermRemoteWrite | PermRemoteRekey
+)
+
+// Class names on the wire.
+const (
+	ClassLow  = "low"
+	ClassHigh = "high"
+)
+
+// Request is one control request. Which fields are allowed, and required,
+// depends on Op:
+//
+//	open               name (required), cmd_cap, cpl_cap, class (optional)
+//	alloc_slots        n (required)
+//	register_region    size, perm (required)
+//	deregister_region  region (required)
+//	identity, stats    nothing else
+//
+// v (== Version) and op are required in every request; id is optional and
+// echoed in the response.
+type Request struct {
+	V  uint32
+	ID uint64
+	Op Op
+
+	Name   string // open: [A-Za-z0-9._-], 1..MaxNameBytes bytes
+	CmdCap uint32 // open: command ring capacity, power of two 2..MaxRingCap; 0: engine default
+	CplCap uint32 // open: completion ring capacity, like CmdCap
+	Class  string // open: "low" or "high"; "": low
+
+	N uint32 // alloc_slots: 1..MaxAllocSlots
+
+	Size uint64 // register_region: 1..MaxRegionBytes
+	Perm uint8  // register_region: non-zero subset of PermAll
+
+	Region uint32 // deregister_region: non-zero region id
+}
+
+// ErrRequest wraps every DecodeRequest failure.
+var ErrRequest = errors.New("ctl: bad request")
+
+// key bits, to detect duplicates and keys foreign to an op.
+const (
+	kV uint16 = 1 << iota
+	kID
+	kOp
+	kName
+	kCmdCap
+	kCplCap
+	kClass
+	kN
+	kSize
+	kPerm
+	kRegion
+)
+
+var keyBits = map[string]uint16{
+	"v": kV, "id": kID, "op": kOp, "name": kName, "cmd_cap": kCmdCap, "cpl_cap": kCplCap,
+	"class": kClass, "n": kN, "size": kSize, "perm": kPerm, "region": kRegion,
+}
+
+// opKeys: keys allowed (beyond v, id, op) and required per op.
+var opKeys = map[Op]struct{ allowed, required uint16 }{
+	OpOpen:             {kName | kCmdCap | kCplCap | kClass, kName},
+	OpAllocSlots:       {kN, kN},
+	OpRegisterRegion:   {kSize | kPerm, kSize | kPerm},
+	OpDeregisterRegion: {kRegion, kRegion},
+	OpIdentity:         {0, 0},
+	OpStats:            {0, 0},
+}
+
+func keyName(bit uint16) string {
+	for k, b := range keyBits {
+		if b == bit {
+			return k
+		}
+	}
+	return "?"
+}
+
+// DecodeRequest parses and validates one request datagram. On error the
+// returned request is the zero value and the error (wrapping ErrRequest)
+// names the offending key or byte offset.
+func DecodeRequest(b []byte) (Request, error) {
+	r, err := decodeRequest(b)
+	if err != nil {
+		return Request{}, fmt.Errorf("%w: %v", ErrRequest, err)
+	}
+	return r, nil
+}
+
+func decodeRequest(b []byte) (Request, error) {
+	var r Request
+	if len(b) > MaxRequestBytes {
+		return r, fmt.Errorf("%d bytes, limit %d", len(b), MaxRequestBytes)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	tok, err := d.Token()
+	if err != nil {
+		return r, fmt.Errorf("not JSON: %v", err)
+	}
+	if tok != json.Delim('{') {
+		return r, errors.New("not a JSON object")
+	}
+	var seen uint16
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return r, fmt.Errorf("at byte %d: %v", d.InputOffset(), err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return r, fmt.Errorf("at byte %d: key is not a string", d.InputOffset())
+		}
+		bit, ok := keyBits[key]
+		if !ok {
+			return r, fmt.Errorf("unknown key %q", trunc(key))
+		}
+		if seen&bit != 0 {
+			return r, fmt.Errorf("duplicate key %q", key)
+		}
+		seen |= bit
+		val, err := d.Token()
+		if err != nil {
+			return r, fmt.Errorf("key %q: %v", key, err)
+		}
+		if err := r.set(bit, val); err != nil {
+			return r, fmt.Errorf("key %q: %v", key, err)
+		}
+	}
+	if tok, err := d.Token(); err != nil || tok != json.Delim('}') {
+		return r, fmt.Errorf("at byte %d: unterminated object", d.InputOffset())
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return r, fmt.Errorf("trailing data after the object at byte %d", d.InputOffset())
+	}
+	if seen&kV == 0 {
+		return r, errors.New(`missing key "v"`)
+	}
+	if r.V != Version {
+		return r, fmt.Errorf(`key "v": version %d, this engine speaks %d`, r.V, Version)
+	}
+	if seen&kOp == 0 {
+		return r, errors.New(`missing key "op"`)
+	}
+	keys := opKeys[r.Op] // set() already rejected unknown ops
+	if extra := seen &^ (kV | kID | kOp | keys.allowed); extra != 0 {
+		return r, fmt.Errorf("key %q is not allowed in op %q", keyName(extra&-extra), r.Op)
+	}
+	if missing := keys.required &^ seen; missing != 0 {
+		return r, fmt.Errorf("op %q needs key %q", r.Op, keyName(missing&-missing))
+	}
+	return r, nil
+}
+
+// set stores one value after checking its type and range.
+func (r *Request) set(bit uint16, val json.Token) error {
+	if bit == kOp || bit == kName || bit == kClass {
+		s, ok := val.(string)
+		if !ok {
+			return errors.New("want a string")
+		}
+		switch bit {
+		case kOp:
+			if _, ok := opKeys[Op(s)]; !ok {
+				return fmt.Errorf("unknown op %q", trunc(s))
+			}
+			r.Op = Op(s)
+		case kName:
+			if err := ValidName(s); err != nil {
+				return err
+			}
+			r.Name = s
+		case kClass:
+			if s != ClassLow && s != ClassHigh {
+				return fmt.Errorf("class %q, want %q or %q", trunc(s), ClassLow, ClassHigh)
+			}
+			r.Class = s
+		}
+		return nil
+	}
+	num, ok := val.(json.Number)
+	if !ok {
+		return errors.New("want an unsigned decimal integer")
+	}
+	v, err := strconv.ParseUint(string(num), 10, 64)
+	if err != nil {
+		return fmt.Errorf("want an unsigned decimal integer, got %s", trunc(string(num)))
+	}
+	inRange := func(lo, hi uint64) error {
+		if v < lo || v > hi {
+			return fmt.Errorf("%d out of range [%d, %d]", v, lo, hi)
+		}
+		return nil
+	}
+	switch bit {
+	case kV:
+		if err := inRange(0, 1<<32-1); err != nil {
+			return err
+		}
+		r.V = uint32(v)
+	case kID:
+		r.ID = v
+	case kCmdCap, kCplCap:
+		if err := inRange(2, MaxRingCap); err != nil {
+			return err
+		}
+		if v&(v-1) != 0 {
+			return fmt.Errorf("%d is not a power of two", v)
+		}
+		if bit == kCmdCap {
+			r.CmdCap = uint32(v)
+		} else {
+			r.CplCap = uint32(v)
+		}
+	case kN:
+		if err := inRange(1, MaxAllocSlots); err != nil {
+			return err
+		}
+		r.N = uint32(v)
+	case kSize:
+		if err := inRange(1, MaxRegionBytes); err != nil {
+			return err
+		}
+		r.Size = v
+	case kPerm:
+		if err := inRange(1, uint64(PermAll)); err != nil {
+			return err
+		}
+		r.Perm = uint8(v)
+	case kRegion:
+		if err := inRange(1, 1<<32-1); err != nil {
+			return err
+		}
+		r.Region = uint32(v)
+	}
+	return nil
+}
+
+// ValidName checks a portal name: 1..MaxNameBytes of [A-Za-z0-9._-].
+func ValidName(s string) error {
+	if len(s) == 0 || len(s) > MaxNameBytes {
+		return fmt.Errorf("name must be 1..%d bytes, got %d", MaxNameBytes, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("name has byte %#02x at %d; allowed: A-Z a-z 0-9 . _ -", c, i)
+		}
+	}
+	return nil
+}
+
+// trunc keeps error strings bounded when they quote untrusted input.
+func trunc(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "..."
+	}
+	return s
+}
+
+// EncodeRequest renders r as the canonical datagram: v, id, op, then the
+// op's fields, zero-valued optional fields left out. It does not validate;
+// DecodeRequest(EncodeRequest(r)) == r for every r DecodeRequest accepts.
+func EncodeRequest(r *Request) []byte {
+	b := make([]byte, 0, 128)
+	b = append(b, `{"v":`...)
+	b = strconv.AppendUint(b, uint64(r.V), 10)
+	if r.ID != 0 {
+		b = append(b, `,"id":`...)
+		b = strconv.AppendUint(b, r.ID, 10)
+	}
+	b = append(b, `,"op":`...)
+	b = strconv.AppendQuote(b, string(r.Op))
+	num := func(k string, v uint64) {
+		b = append(b, ',', '"')
+		b = append(b, k...)
+		b = append(b, '"', ':')
+		b = strconv.AppendUint(b, v, 10)
+	}
+	switch r.Op {
+	case OpOpen:
+		b = append(b, `,"name":`...)
+		b = strconv.AppendQuote(b, r.Name)
+		if r.CmdCap != 0 {
+			num("cmd_cap", uint64(r.CmdCap))
+		}
+		if r.CplCap != 0 {
+			num("cpl_cap", uint64(r.CplCap))
+		}
+		if r.Class != "" {
+			b = append(b, `,"class":`...)
+			b = strconv.AppendQuote(b, r.Class)
+		}
+	case OpAllocSlots:
+		num("n", uint64(r.N))
+	case OpRegisterRegion:
+		num("size", r.Size)
+		num("perm", uint64(r.Perm))
+	case OpDeregisterRegion:
+		num("region", uint64(r.Region))
+	}
+	return append(b, '}')
+}

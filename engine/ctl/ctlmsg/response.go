@@ -1,0 +1,142 @@
+package ctlmsg
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Code classifies a failed request so clients can match it without parsing
+// the message. The message (Response.Error) is the precise, human text.
+type Code string
+
+const (
+	CodeBadRequest Code = "bad_request"  // the request did not decode or validate
+	CodeState      Code = "state"        // not valid now (e.g. alloc before open, second open)
+	CodeSlotCap    Code = "slot_cap"     // over the application's slot cap
+	CodeNoSlots    Code = "no_slots"     // the engine has no free slots
+	CodeLimit      Code = "limit"        // another policy limit (regions, bytes, portals)
+	CodeNoRegion   Code = "no_region"    // unknown region, or another portal's
+	CodeResource   Code = "resource"     // memory, fds, engine tables exhausted
+	CodeUnavail    Code = "unavailable"  // the engine is shutting down
+	CodeInternal   Code = "internal"     // a bug or an unexpected system error
+	CodeTooLarge   Code = "too_large"    // the request datagram exceeds MaxRequestBytes
+	CodeFDs        Code = "fds_rejected" // the request carried file descriptors
+)
+
+// Response answers one request. Exactly one of Error or the op's result is
+// set. A response to open or register_region carries one file descriptor
+// as SCM_RIGHTS when (and only when) it succeeds.
+type Response struct {
+	V     uint32 `json:"v"`
+	ID    uint64 `json:"id,omitempty"`
+	Op    Op     `json:"op,omitempty"`
+	Code  Code   `json:"code,omitempty"`
+	Error string `json:"error,omitempty"`
+
+	Open     *OpenReply   `json:"open,omitempty"`
+	Slots    []uint32     `json:"slots,omitempty"`
+	Region   *RegionReply `json:"region,omitempty"`
+	Identity *Identity    `json:"identity,omitempty"`
+	Stats    *Stats       `json:"stats,omitempty"`
+}
+
+// OpenReply describes the portal segment whose fd comes with the response.
+type OpenReply struct {
+	Portal   uint32 `json:"portal"`    // engine portal id (also in the segment header)
+	Size     uint64 `json:"size"`      // segment bytes in use (abi.Layout.Size)
+	MapSize  uint64 `json:"map_size"`  // bytes to map (Size rounded to the page size)
+	CmdCap   uint32 `json:"cmd_cap"`   // command ring capacity
+	CplCap   uint32 `json:"cpl_cap"`   // completion ring capacity
+	MaxSlots int    `json:"max_slots"` // this application's slot cap
+	Hugetlb  bool   `json:"hugetlb"`   // backed by huge pages
+	Identity
+}
+
+// RegionReply describes a registered region whose fd comes with the
+// response.
+type RegionReply struct {
+	Region  uint32 `json:"region"`   // abi.RegionID
+	Size    uint64 `json:"size"`     // registered bytes (as requested)
+	MapSize uint64 `json:"map_size"` // bytes to map (Size rounded to the page size)
+	Perm    uint8  `json:"perm"`
+	Hugetlb bool   `json:"hugetlb"`
+}
+
+// Identity is what the engine stamps on this connection's requests. PID is
+// the peer's PID as the engine sees it (SO_PEERCRED, in the engine's PID
+// namespace), so it may differ from the application's getpid().
+type Identity struct {
+	Addr string `json:"addr"` // engine IPv4 address
+	PID  uint32 `json:"pid"`
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	Name string `json:"name,omitempty"` // portal name (after open)
+}
+
+// Stats are the engine's counters (engine.Stats, field for field).
+// Completed counts completions by status name; zero counts are left out.
+type Stats struct {
+	Posted       uint64            `json:"posted"`
+	Completed    map[string]uint64 `json:"completed"`
+	Orphaned     uint64            `json:"orphaned"`
+	EnteredSvc   uint64            `json:"entered_service"`
+	RxFrames     uint64            `json:"rx_frames"`
+	RxDropped    uint64            `json:"rx_dropped"`
+	RxBadICRC    uint64            `json:"rx_bad_icrc"`
+	RxStale      uint64            `json:"rx_stale"`
+	RxDuplicate  uint64            `json:"rx_duplicate"`
+	TxFrames     uint64            `json:"tx_frames"`
+	TxNoBuffer   uint64            `json:"tx_no_buffer"`
+	ReqServed    uint64            `json:"req_served"`
+	ReqNacked    uint64            `json:"req_nacked"`
+	ReqErrors    uint64            `json:"req_errors"`
+	ReqExpired   uint64            `json:"req_expired"`
+	ReqQueueMax  uint64            `json:"req_queue_max"`
+	ARPRequests  uint64            `json:"arp_requests"`
+	ARPReplies   uint64            `json:"arp_replies"`
+	WindowInUse  uint64            `json:"window_in_use"`
+	SlotsInUse   uint64            `json:"slots_in_use"`
+	OpsInFlight  uint64            `json:"ops_in_flight"`
+	RingsCorrupt uint64            `json:"rings_corrupt"`
+}
+
+// EncodeResponse renders r. It fails only if the result exceeds
+// MaxResponseBytes.
+func EncodeResponse(r *Response) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxResponseBytes {
+		return nil, fmt.Errorf("ctl: response of %d bytes exceeds %d", len(b), MaxResponseBytes)
+	}
+	return b, nil
+}
+
+// ErrResponse wraps every DecodeResponse failure.
+var ErrResponse = errors.New("ctl: bad response")
+
+// DecodeResponse parses a response. Unknown keys are tolerated (a newer
+// engine may add results); the version must match.
+func DecodeResponse(b []byte) (Response, error) {
+	var r Response
+	if len(b) > MaxResponseBytes {
+		return Response{}, fmt.Errorf("%w: %d bytes, limit %d", ErrResponse, len(b), MaxResponseBytes)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	if err := d.Decode(&r); err != nil {
+		return Response{}, fmt.Errorf("%w: %v", ErrResponse, err)
+	}
+	if d.More() {
+		return Response{}, fmt.Errorf("%w: trailing data", ErrResponse)
+	}
+	if r.V != Version {
+		return Response{}, fmt.Errorf("%w: version %d, want %d", ErrResponse, r.V, Version)
+	}
+	if (r.Error == "") != (r.Code == "") {
+		return Response{}, fmt.Errorf("%w: error %q with code %q", ErrResponse, r.Error, r.Code)
+	}
+	return r, nil
+}

@@ -1,0 +1,859 @@
+package ctl_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/portal"
+)
+
+var engineIP = netip.MustParseAddr("10.9.0.1")
+
+type env struct {
+	srv  *ctl.Server
+	drv  *loopDriver
+	sock string
+}
+
+func setup(t *testing.T, mutate func(*ctl.Config)) *env {
+	t.Helper()
+	ecfg := engine.DefaultConfig()
+	ecfg.LocalIP = engineIP
+	ecfg.Slots = 128
+	ecfg.Regions = 64
+	ecfg.Portals = 8
+	ecfg.Timeout = 200 * time.Millisecond
+	ecfg.DispatchTimeout = 50 * time.Millisecond
+	ecfg.ResolveTimeout = 50 * time.Millisecond
+	drv, err := newLoopDriver(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ctl.DefaultConfig()
+	cfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
+	cfg.Slots.Default = 16
+	cfg.CmdCap, cfg.CplCap = 64, 128
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	srv, err := ctl.Listen(cfg, drv, log)
+	if err != nil {
+		drv.Stop()
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	e := &env{srv: srv, drv: drv, sock: cfg.SocketPath}
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if err := <-served; !errors.Is(err, ctl.ErrClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+		if _, err := os.Lstat(cfg.SocketPath); !os.IsNotExist(err) {
+			t.Errorf("socket file left behind: %v", err)
+		}
+		e.audit(t)
+		drv.Stop()
+	})
+	return e
+}
+
+func (e *env) stats(t *testing.T) engine.Stats {
+	t.Helper()
+	var st engine.Stats
+	if err := e.drv.Exec(func(c *engine.Core) { st = c.Stats() }); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (e *env) audit(t *testing.T) {
+	t.Helper()
+	var err error
+	e.drv.Exec(func(c *engine.Core) { err = c.Audit() })
+	if err != nil {
+		t.Errorf("engine audit: %v", err)
+	}
+}
+
+// eventually polls cond for up to 5 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func dial(t *testing.T, e *env, name string) *portal.Portal {
+	t.Helper()
+	p, err := portal.Dial(e.sock, name)
+	if err != nil {
+		t.Fatalf("Dial %s: %v", name, err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func waitOne(t *testing.T, p *portal.Portal) abi.Completion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out [1]abi.Completion
+	if _, err := p.Wait(ctx, out[:]); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	return out[0]
+}
+
+func TestOpenAndIdentity(t *testing.T) {
+	e := setup(t, nil)
+	p := dial(t, e, "ident")
+	id := p.Identity()
+	want := portal.Identity{Addr: engineIP, PID: uint32(os.Getpid()), UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Name: "ident"}
+	if id != want {
+		t.Fatalf("Identity (-want +got)\n-%+v\n+%+v", want, id)
+	}
+	if l := p.Layout(); l.CmdCap != 64 || l.CplCap != 128 {
+		t.Errorf("layout %+v, want the server's default caps 64/128", l)
+	}
+	if p.MaxSlots() != 16 {
+		t.Errorf("MaxSlots = %d, want 16", p.MaxSlots())
+	}
+	q, err := portal.DialOptions(e.sock, "opts", portal.Options{CmdCap: 8, CplCap: 16, Class: portal.ClassHigh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if l := q.Layout(); l.CmdCap != 8 || l.CplCap != 16 {
+		t.Errorf("layout %+v, want 8/16", l)
+	}
+	if _, err := portal.Dial(e.sock, "bad name"); err == nil {
+		t.Error("Dial accepted a name with a space")
+	}
+}
+
+func TestSlotCap(t *testing.T) {
+	uid := uint32(os.Getuid())
+	other := uid + 1
+	e := setup(t, func(c *ctl.Config) {
+		c.Slots.Rules = []ctl.SlotRule{
+			{UID: &other, Name: "big", MaxSlots: 100}, // not us: must not apply
+			{UID: &uid, Name: "big", MaxSlots: 24},
+			{Name: "none", MaxSlots: 0},
+		}
+	})
+	p := dial(t, e, "small")
+	if _, err := p.AllocSlots(10); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.AllocSlots(7)
+	if !errors.Is(err, portal.ErrSlotCap) {
+		t.Fatalf("over the cap: %v, want ErrSlotCap", err)
+	}
+	wantMsg := fmt.Sprintf(`portal "small" (pid %d, uid %d) holds 10 slots and asks for 7 more; its cap is 16 (the default slot cap)`, os.Getpid(), uid)
+	if !strings.Contains(err.Error(), wantMsg) {
+		t.Errorf("error %q\nwant it to contain %q", err, wantMsg)
+	}
+	if _, err := p.AllocSlots(6); err != nil {
+		t.Fatalf("up to the cap: %v", err)
+	}
+	if p.Slots() != 16 || p.FreeSlots() != 16 {
+		t.Errorf("Slots %d FreeSlots %d", p.Slots(), p.FreeSlots())
+	}
+
+	big := dial(t, e, "big")
+	if big.MaxSlots() != 24 {
+		t.Fatalf("rule for our uid: MaxSlots %d, want 24", big.MaxSlots())
+	}
+	if _, err := big.AllocSlots(25); !errors.Is(err, portal.ErrSlotCap) || !strings.Contains(err.Error(), `slot policy rule 1 (uid=`+fmt.Sprint(uid)+` name="big")`) {
+		t.Fatalf("error %v does not name the rule", err)
+	}
+	if _, err := portal.Dial(e.sock, "none"); !errors.Is(err, portal.ErrSlotCap) || !strings.Contains(err.Error(), "cap of 0 slots") {
+		t.Fatalf("open with a zero cap: %v", err)
+	}
+	if got := e.stats(t).SlotsInUse; got != 16 {
+		t.Fatalf("SlotsInUse = %d, want 16", got)
+	}
+}
+
+func fill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = byte(i*13) ^ seed
+	}
+}
+
+func TestReadLoopback(t *testing.T) {
+	e := setup(t, nil)
+	srv := dial(t, e, "server")
+	src, err := srv.RegisterRegion(64<<10, portal.PermRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(src.Bytes(), 0x5a)
+
+	cli := dial(t, e, "client")
+	if _, err := cli.AllocSlots(8); err != nil {
+		t.Fatal(err)
+	}
+	sink, err := cli.RegisterRegion(64<<10, portal.PermLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sink.ID() == src.ID() || sink.Size() != 64<<10 || len(sink.Bytes()) != 64<<10 {
+		t.Fatalf("regions %#x %#x size %d", sink.ID(), src.ID(), sink.Size())
+	}
+
+	type op struct {
+		remOff, locOff uint64
+		length         uint32
+	}
+	ops := []op{{0, 0, 4096}, {4096, 8192, 1}, {100, 20000, 1500}, {60000, 40000, 4096}, {7, 50009, 3333}, {65536 - 64, 60000, 64}}
+	out := make([]abi.Completion, 8)
+	// Post all, publish with one Flush.
+	for i, o := range ops {
+		s, ok := cli.Slot()
+		if !ok {
+			t.Fatal("no free slot")
+		}
+		if err := cli.PostRead(s, engineIP, src.ID(), o.remOff, sink, o.locOff, o.length, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli.Flush()
+	got := map[uint64]abi.Completion{}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for len(got) < len(ops) {
+		n, err := cli.Wait(ctx, out)
+		if err != nil {
+			t.Fatalf("Wait with %d of %d completions: %v", len(got), len(ops), err)
+		}
+		for _, c := range out[:n] {
+			got[c.Cookie] = c
+			if err := cli.Release(c.Slot); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, o := range ops {
+		c := got[uint64(i)]
+		if c.Status != abi.StatusOK || c.Op != abi.OpRead || c.Length != o.length {
+			t.Errorf("op %d: completion %+v", i, c)
+			continue
+		}
+		if !bytes.Equal(sink.Bytes()[o.locOff:o.locOff+uint64(o.length)], src.Bytes()[o.remOff:o.remOff+uint64(o.length)]) {
+			t.Errorf("op %d: data differs", i)
+		}
+	}
+	// The convenience call posts and flushes.
+	s, _ := cli.Slot()
+	fill(src.Bytes()[:64], 0xee)
+	if err := cli.SubmitRead(s, engineIP, src.ID(), 0, sink, 0, 64, 99); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, cli); c.Status != abi.StatusOK || c.Cookie != 99 || !bytes.Equal(sink.Bytes()[:64], src.Bytes()[:64]) {
+		t.Fatalf("SubmitRead: %+v", c)
+	}
+	cli.Release(s)
+	st, err := cli.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Completed["OK"] < uint64(len(ops)+1) || st.SlotsInUse != 8 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestForeignRegionTouchesNothing(t *testing.T) {
+	e := setup(t, nil)
+	victim := dial(t, e, "victim")
+	vr, err := victim.RegisterRegion(8192, portal.PermAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(vr.Bytes(), 0x11)
+	before := append([]byte(nil), vr.Bytes()...)
+
+	att := dial(t, e, "attacker")
+	slots, err := att.AllocSlots(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := att.RegisterRegion(8192, portal.PermAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(src.Bytes(), 0x77)
+	// PostRead refuses another portal's *Region; a raw command naming the
+	// victim's region id must be refused by the engine.
+	cmd := abi.Command{Op: abi.OpRead, Slot: slots[0], Cookie: 1, RemoteAddr: 0x0a090001,
+		RemoteRegion: src.ID(), LocalRegion: vr.ID(), Length: 4096}
+	if err := att.Post(&cmd); err != nil {
+		t.Fatal(err)
+	}
+	// A slot this portal does not own is refused too.
+	cmd2 := cmd
+	cmd2.Slot, cmd2.Cookie, cmd2.LocalRegion = 100000, 2, src.ID()
+	if err := att.Post(&cmd2); err != nil {
+		t.Fatal(err)
+	}
+	att.Flush()
+	got := map[uint64]abi.Status{}
+	for len(got) < 2 {
+		c := waitOne(t, att)
+		got[c.Cookie] = c.Status
+	}
+	if got[1] != abi.StatusLocalRegion || got[2] != abi.StatusBadSlot {
+		t.Fatalf("statuses %v, want cookie 1 LOCAL_REGION, cookie 2 BAD_SLOT", got)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if !bytes.Equal(vr.Bytes(), before) {
+		t.Fatal("the victim's region changed")
+	}
+	// Deregistering the victim's region from the attacker's portal fails
+	// without saying whether it exists.
+	_, err = rawRoundTrip(t, e.sock, "stats-only", fmt.Sprintf(`{"v":1,"op":"deregister_region","region":%d}`, vr.ID()))
+	if err == nil || !strings.Contains(err.Error(), "no portal open") {
+		t.Fatalf("deregister without a portal: %v", err)
+	}
+}
+
+func TestRingFullReturnsAtOnce(t *testing.T) {
+	e := setup(t, nil)
+	p, err := portal.DialOptions(e.sock, "full", portal.Options{CmdCap: 4, CplCap: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.AllocSlots(8); err != nil {
+		t.Fatal(err)
+	}
+	sink, err := p.RegisterRegion(4096, portal.PermLocalWrite|portal.PermRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hold the core so it cannot drain the ring.
+	hold, held := make(chan struct{}), make(chan struct{})
+	go e.drv.Exec(func(*engine.Core) { close(held); <-hold })
+	<-held
+	for i := range 4 {
+		s, _ := p.Slot()
+		if err := p.SubmitRead(s, engineIP, sink.ID(), 0, sink, 0, 64, uint64(i)); err != nil {
+			close(hold)
+			t.Fatalf("post %d: %v", i, err)
+		}
+	}
+	s, _ := p.Slot()
+	start := time.Now()
+	err = p.PostRead(s, engineIP, sink.ID(), 0, sink, 0, 64, 4)
+	close(hold)
+	if !errors.Is(err, portal.ErrRingFull) {
+		t.Fatalf("fifth post: %v, want ErrRingFull", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("ErrRingFull took %v", d)
+	}
+	for range 4 {
+		if c := waitOne(t, p); c.Status != abi.StatusOK {
+			t.Fatalf("completion %+v", c)
+		}
+	}
+	if err := p.SubmitRead(s, engineIP, sink.ID(), 0, sink, 0, 64, 4); err != nil {
+		t.Fatalf("post after the engine drained: %v", err)
+	}
+	if c := waitOne(t, p); c.Status != abi.StatusOK || c.Cookie != 4 {
+		t.Fatalf("completion %+v", c)
+	}
+}
+
+func TestDeregisterRegion(t *testing.T) {
+	e := setup(t, nil)
+	p := dial(t, e, "dereg")
+	slots, _ := p.AllocSlots(2)
+	r, err := p.RegisterRegion(4096, portal.PermAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.ID()
+	if err := p.DeregisterRegion(r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Bytes() != nil {
+		t.Error("Bytes after deregistration")
+	}
+	if err := p.DeregisterRegion(r); !errors.Is(err, portal.ErrRegion) {
+		t.Errorf("second deregistration: %v", err)
+	}
+	if err := p.PostRead(slots[0], engineIP, id, 0, r, 0, 64, 1); !errors.Is(err, portal.ErrRegion) {
+		t.Errorf("PostRead into a deregistered region: %v", err)
+	}
+	// The stale id, sent raw, is refused by the engine.
+	r2, err := p.RegisterRegion(4096, portal.PermAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Post(&abi.Command{Op: abi.OpRead, Slot: slots[0], Cookie: 5, RemoteAddr: 0x0a090001,
+		RemoteRegion: r2.ID(), LocalRegion: id, Length: 64}); err != nil {
+		t.Fatal(err)
+	}
+	p.Flush()
+	if c := waitOne(t, p); c.Status != abi.StatusLocalRegion {
+		t.Fatalf("stale local region: %+v", c)
+	}
+}
+
+// shmMaps counts this process's mappings of engine memfds.
+func shmMaps(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte("memfd:onerma-"))
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestCloseWithoutCleanupReclaims(t *testing.T) {
+	e := setup(t, nil)
+	fds, maps := openFDs(t), shmMaps(t)
+	p := dial(t, e, "sloppy")
+	slots, _ := p.AllocSlots(12)
+	var rs []*portal.Region
+	for range 3 {
+		r, err := p.RegisterRegion(16<<10, portal.PermAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	// Ops in flight towards an address nobody answers.
+	for i := range 4 {
+		if err := p.PostRead(slots[i], netip.MustParseAddr("10.9.0.99"), 1, 0, rs[0], 0, 64, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Flush()
+	if got := e.stats(t).SlotsInUse; got != 12 {
+		t.Fatalf("SlotsInUse = %d, want 12", got)
+	}
+	p.Close()
+	eventually(t, "slots reclaimed", func() bool { return e.stats(t).SlotsInUse == 0 })
+	eventually(t, "connection gone", func() bool { return e.srv.Conns() == 0 })
+	eventually(t, "no ops in flight", func() bool { return e.stats(t).OpsInFlight == 0 })
+	if got := shmMaps(t); got != maps {
+		t.Errorf("%d engine memfd mappings remain (had %d)", got, maps)
+	}
+	if got := openFDs(t); got != fds {
+		t.Errorf("%d fds open, had %d", got, fds)
+	}
+	// The region ids are dead: a new portal cannot name them.
+	q := dial(t, e, "next")
+	qs, _ := q.AllocSlots(1)
+	qr, _ := q.RegisterRegion(4096, portal.PermAll)
+	q.SubmitRead(qs[0], engineIP, rs[1].ID(), 0, qr, 0, 64, 1)
+	if c := waitOne(t, q); c.Status != abi.StatusRemoteRegion {
+		t.Fatalf("READ of a reclaimed region: %+v", c)
+	}
+}
+
+// TestHelperChild is the application of TestKilledChildReclaims.
+func TestHelperChild(t *testing.T) {
+	sock := os.Getenv("ONERMA_CTL_CHILD_SOCKET")
+	if sock == "" {
+		t.Skip("helper process for TestKilledChildReclaims")
+	}
+	p, err := portal.Dial(sock, "child")
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	slots, err := p.AllocSlots(10)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	r, err := p.RegisterRegion(1<<20, portal.PermAll)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	for i := range 3 {
+		p.PostRead(slots[i], netip.MustParseAddr("10.9.0.99"), 1, 0, r, 0, 4096, uint64(i))
+	}
+	p.Flush()
+	fmt.Printf("ready %d %#x\n", p.Identity().PID, r.ID())
+	select {}
+}
+
+func TestKilledChildReclaims(t *testing.T) {
+	e := setup(t, nil)
+	maps := shmMaps(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "ONERMA_CTL_CHILD_SOCKET="+e.sock)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	var pid uint32
+	var region uint32
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "ready %d %v", &pid, &region); err == nil {
+			break
+		}
+		if strings.HasPrefix(sc.Text(), "error") {
+			t.Fatal(sc.Text())
+		}
+	}
+	if pid != uint32(cmd.Process.Pid) {
+		t.Fatalf("child reported engine-stamped PID %d, its PID is %d", pid, cmd.Process.Pid)
+	}
+	if got := e.stats(t).SlotsInUse; got != 10 {
+		t.Fatalf("SlotsInUse = %d, want 10", got)
+	}
+	if got := shmMaps(t); got <= maps {
+		t.Fatalf("the engine maps no child memory (%d)", got)
+	}
+	cmd.Process.Signal(unix.SIGKILL)
+	cmd.Wait()
+	eventually(t, "slots reclaimed", func() bool { return e.stats(t).SlotsInUse == 0 })
+	eventually(t, "connection gone", func() bool { return e.srv.Conns() == 0 })
+	eventually(t, "memory unmapped", func() bool { return shmMaps(t) == maps })
+}
+
+// rawRoundTrip sends one datagram on a fresh connection (after opening a
+// portal named name unless name is "stats-only") and returns the decoded
+// response, or the engine's error.
+func rawRoundTrip(t *testing.T, sock, name, req string) (ctlmsg.Response, error) {
+	t.Helper()
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return rawSend(t, c, []byte(req), nil)
+}
+
+func rawSend(t *testing.T, c *net.UnixConn, req, oob []byte) (ctlmsg.Response, error) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := c.WriteMsgUnix(req, oob, nil); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, ctlmsg.MaxResponseBytes)
+	rob := make([]byte, 64)
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, rob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oobn > 0 {
+		msgs, _ := unix.ParseSocketControlMessage(rob[:oobn])
+		for i := range msgs {
+			fds, _ := unix.ParseUnixRights(&msgs[i])
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+		}
+	}
+	resp, err := ctlmsg.DecodeResponse(buf[:n])
+	if err != nil {
+		t.Fatalf("undecodable response %q: %v", buf[:n], err)
+	}
+	if resp.Error != "" {
+		return resp, fmt.Errorf("%s: %s", resp.Code, resp.Error)
+	}
+	return resp, nil
+}
+
+func TestBadClientsGetPreciseErrors(t *testing.T) {
+	e := setup(t, func(c *ctl.Config) {
+		c.MaxRegionBytes = 1 << 20
+		c.MaxPortalBytes = 2 << 20
+		c.MaxRegionsPerPortal = 3
+	})
+	good := dial(t, e, "bystander")
+	gs, _ := good.AllocSlots(1)
+	gr, _ := good.RegisterRegion(4096, portal.PermAll)
+
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: e.sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := rawSend(t, c, []byte(`{"v":1,"op":"stats"}`), nil); err != nil {
+		t.Fatal(err) // also makes sure the server has accepted c
+	}
+	fds := openFDs(t)
+	f, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, req string
+		oob       []byte
+		code      ctlmsg.Code
+		msg       string
+	}{
+		{"garbage", `hello`, nil, ctlmsg.CodeBadRequest, "not JSON"},
+		{"unknown key", `{"v":1,"op":"stats","rootme":1}`, nil, ctlmsg.CodeBadRequest, `unknown key "rootme"`},
+		{"too large", `{"v":1,"op":"stats"}` + strings.Repeat(" ", ctlmsg.MaxRequestBytes), nil, ctlmsg.CodeTooLarge, "longer than 4096"},
+		{"fd passing", `{"v":1,"op":"stats"}`, unix.UnixRights(int(f.Fd())), ctlmsg.CodeFDs, "1 file descriptors, now closed"},
+		{"alloc before open", `{"v":1,"op":"alloc_slots","n":1}`, nil, ctlmsg.CodeState, "no portal open"},
+		{"open", `{"v":1,"op":"open","name":"bad"}`, nil, "", ""},
+		{"second open", `{"v":1,"op":"open","name":"bad2"}`, nil, ctlmsg.CodeState, "already holds portal \"bad\""},
+		{"foreign region", fmt.Sprintf(`{"v":1,"op":"deregister_region","region":%d}`, gr.ID()), nil, ctlmsg.CodeNoRegion, "is not registered by portal \"bad\""},
+		{"region too big", `{"v":1,"op":"register_region","size":1048577,"perm":1}`, nil, ctlmsg.CodeLimit, "exceeds the engine's region limit of 1048576 bytes"},
+		{"region 1", `{"v":1,"op":"register_region","size":1048576,"perm":1}`, nil, "", ""},
+		{"region 2", `{"v":1,"op":"register_region","size":1048576,"perm":1}`, nil, "", ""},
+		{"portal bytes", `{"v":1,"op":"register_region","size":1,"perm":1}`, nil, ctlmsg.CodeLimit, "holds 2097152 region bytes; 1 more would exceed the limit of 2097152 per portal"},
+		{"alloc over cap", `{"v":1,"op":"alloc_slots","n":17}`, nil, ctlmsg.CodeSlotCap, "holds 0 slots and asks for 17 more; its cap is 16"},
+		{"identity", `{"v":1,"op":"identity"}`, nil, "", ""},
+	}
+	for _, tt := range tests {
+		resp, err := rawSend(t, c, []byte(tt.req), tt.oob)
+		if tt.code == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tt.name, err)
+			}
+			continue
+		}
+		if err == nil || resp.Code != tt.code || !strings.Contains(resp.Error, tt.msg) {
+			t.Errorf("%s: got %v (code %q), want code %q containing %q", tt.name, err, resp.Code, tt.code, tt.msg)
+		}
+	}
+	f.Close()
+	if got := openFDs(t); got != fds {
+		t.Errorf("the engine kept a passed fd: %d open, had %d", got, fds)
+	}
+	// The bystander never noticed.
+	good.SubmitRead(gs[0], engineIP, gr.ID(), 0, gr, 64, 64, 7)
+	if cpl := waitOne(t, good); cpl.Status != abi.StatusOK {
+		t.Fatalf("bystander: %+v", cpl)
+	}
+	// Three regions per portal.
+	bp := dial(t, e, "regions")
+	for i := range 4 {
+		_, err := bp.RegisterRegion(4096, portal.PermAll)
+		if i < 3 && err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 && (!errors.Is(err, portal.ErrLimit) || !strings.Contains(err.Error(), "already holds 3 regions")) {
+			t.Fatalf("fourth region: %v", err)
+		}
+	}
+}
+
+func TestMaxConns(t *testing.T) {
+	e := setup(t, func(c *ctl.Config) { c.MaxConns, c.MaxConnsPerUID = 1, 1 })
+	p := dial(t, e, "first")
+	_, err := portal.Dial(e.sock, "second")
+	if !errors.Is(err, portal.ErrLimit) || !strings.Contains(err.Error(), "too many control connections (limit 1)") {
+		t.Fatalf("second connection: %v", err)
+	}
+	p.Close()
+	eventually(t, "first connection gone", func() bool { return e.srv.Conns() == 0 })
+	dial(t, e, "third")
+}
+
+func TestMaxConnsPerUID(t *testing.T) {
+	e := setup(t, func(c *ctl.Config) { c.MaxConns, c.MaxConnsPerUID = 8, 2 })
+	dial(t, e, "one")
+	dial(t, e, "two")
+	_, err := portal.Dial(e.sock, "three")
+	want := fmt.Sprintf("uid %d already holds 2 control connections (limit 2 per uid)", os.Getuid())
+	if !errors.Is(err, portal.ErrLimit) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("third connection: %v", err)
+	}
+}
+
+func TestServerCloseReclaimsEverything(t *testing.T) {
+	e := setup(t, nil)
+	maps := shmMaps(t)
+	p := dial(t, e, "stays")
+	p.AllocSlots(5)
+	p.RegisterRegion(4096, portal.PermAll)
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.stats(t).SlotsInUse; got != 0 {
+		t.Fatalf("SlotsInUse after Close = %d", got)
+	}
+	if _, err := p.AllocSlots(1); err == nil {
+		t.Fatal("portal still served after server Close")
+	}
+	p.Close()
+	if got := shmMaps(t); got != maps {
+		t.Fatalf("%d engine mappings remain, had %d", got, maps)
+	}
+}
+
+func TestStaleSocketReplaced(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rmad.sock")
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close() // leaves a dead socket file, like a crashed engine
+	drv, err := newLoopDriver(engine.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Stop()
+	cfg := ctl.DefaultConfig()
+	cfg.SocketPath = path
+	s, err := ctl.Listen(cfg, drv, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	if _, err := ctl.Listen(cfg, drv, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "another engine is listening") {
+		t.Fatalf("second engine on a live socket: %v", err)
+	}
+	s.Close()
+	os.WriteFile(path, nil, 0o600)
+	if _, err := ctl.Listen(cfg, drv, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("regular file at the socket path: %v", err)
+	}
+}
+
+func TestHugetlbSharedMemory(t *testing.T) {
+	e := setup(t, nil)
+	p := dial(t, e, "huge")
+	slots, _ := p.AllocSlots(1)
+	r, err := p.RegisterRegion(2<<20, portal.PermAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Hugetlb() {
+		t.Skip("no free 2 MB huge pages: regions fall back to plain memfds (covered elsewhere)")
+	}
+	if !p.Hugetlb() {
+		t.Error("region got huge pages but the portal segment did not")
+	}
+	if len(r.Bytes()) != 2<<20 {
+		t.Fatalf("region of %d bytes", len(r.Bytes()))
+	}
+	fill(r.Bytes()[1<<20:1<<20+4096], 0x42)
+	if err := p.SubmitRead(slots[0], engineIP, r.ID(), 1<<20, r, 0, 4096, 1); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, p); c.Status != abi.StatusOK || !bytes.Equal(r.Bytes()[:4096], r.Bytes()[1<<20:1<<20+4096]) {
+		t.Fatalf("READ within a huge page region: %+v", c)
+	}
+	// A size that is not a whole number of huge pages gets a plain memfd.
+	small, err := p.RegisterRegion(4096, portal.PermAll)
+	if err != nil || small.Hugetlb() {
+		t.Fatalf("4 KB region: hugetlb %v, %v", small != nil && small.Hugetlb(), err)
+	}
+}
+
+// TestCorruptRingsIsolated: an application that writes an impossible ring
+// index gets its portal closed by the core; the core may then give the same
+// portal id to the next application. The first connection's later requests
+// and its reclaim must not touch the newcomer's portal.
+func TestCorruptRingsIsolated(t *testing.T) {
+	e := setup(t, nil)
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: e.sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(`{"v":1,"op":"open","name":"corrupt"}`)); err != nil {
+		t.Fatal(err)
+	}
+	buf, oob := make([]byte, ctlmsg.MaxResponseBytes), make([]byte, 64)
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ctlmsg.DecodeResponse(buf[:n])
+	if err != nil || resp.Open == nil {
+		t.Fatalf("open: %+v %v", resp, err)
+	}
+	msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+	fds, _ := unix.ParseUnixRights(&msgs[0])
+	seg, err := unix.Mmap(fds[0], 0, int(resp.Open.MapSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(seg)
+	l, err := abi.DecodeLayout(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The command ring's producer index jumps far past its capacity.
+	binary.LittleEndian.PutUint32(seg[l.CmdOff:], l.CmdCap*3+5)
+	eventually(t, "the core to close the corrupt portal", func() bool { return e.stats(t).RingsCorrupt == 1 })
+
+	victim := dial(t, e, "victim")
+	if _, err := victim.AllocSlots(4); err != nil {
+		t.Fatal(err)
+	}
+	vr, err := victim.RegisterRegion(4096, portal.PermAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := victim.Layout().Portal; got != resp.Open.Portal {
+		t.Logf("the core did not reuse portal id %d (got %d): isolation still checked", resp.Open.Portal, got)
+	}
+	for _, req := range []string{
+		`{"v":1,"op":"alloc_slots","n":1}`,
+		`{"v":1,"op":"register_region","size":4096,"perm":31}`,
+	} {
+		r, err := rawSend(t, c, []byte(req), nil)
+		if err == nil || r.Code != ctlmsg.CodeState || !strings.Contains(r.Error, "impossible ring indices") {
+			t.Errorf("%s on a core-closed portal: %v", req, err)
+		}
+	}
+	c.Close()
+	eventually(t, "the corrupt connection to go", func() bool { return e.srv.Conns() == 1 })
+	if got := e.stats(t).SlotsInUse; got != 4 {
+		t.Fatalf("SlotsInUse = %d, want the victim's 4", got)
+	}
+	s, _ := victim.Slot()
+	if err := victim.SubmitRead(s, engineIP, vr.ID(), 0, vr, 64, 64, 1); err != nil {
+		t.Fatal(err)
+	}
+	if cpl := waitOne(t, victim); cpl.Status != abi.StatusOK {
+		t.Fatalf("victim after the corrupt portal's reclaim: %+v", cpl)
+	}
+}

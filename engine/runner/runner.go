@@ -1,0 +1,429 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/onerma/onerma/engine"
+	"golang.org/x/sys/unix"
+)
+
+// Port is one rx/tx queue pair as the loop sees it. The Core writes frames
+// through the embedded engine.Tx; the loop calls Recv once per iteration
+// and Flush after the core has run. One goroutine (the loop's) uses it.
+type Port interface {
+	engine.Tx
+	// Recv releases the previous burst and returns the next one: at most
+	// a burst (32) of received frames, possibly none. The frames are
+	// valid until the next Recv.
+	Recv() [][]byte
+	// Flush transmits every frame queued with Send.
+	Flush()
+}
+
+// Mode is the loop's idle policy.
+type Mode int
+
+const (
+	// Busy polls without ever sleeping (a dedicated, pinned CPU).
+	Busy Mode = iota
+	// Backoff sleeps when idle (shared CPUs, tests).
+	Backoff
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Busy:
+		return "busy"
+	case Backoff:
+		return "backoff"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Config tunes a Runner.
+type Config struct {
+	Mode Mode
+	// IdleSpins is the number of consecutive idle iterations (nothing
+	// received, polled or executed) before Backoff sleeps.
+	IdleSpins int
+	// MinSleep and MaxSleep bound Backoff's exponential sleep.
+	MinSleep, MaxSleep time.Duration
+	// ExecQueue is the capacity of the control-plane queue; Exec blocks
+	// while it is full.
+	ExecQueue int
+	// ThreadStart, if set, runs on the loop's goroutine, locked to its OS
+	// thread, before the first iteration (pin the thread, register it with
+	// the EAL). An error aborts Start.
+	ThreadStart func() error
+	// ThreadExit, if set, runs on the same thread after the last
+	// iteration (unregister from the EAL).
+	ThreadExit func()
+	// Clock returns monotonic nanoseconds; nil: Monotonic.
+	Clock func() int64
+}
+
+// DefaultConfig is Backoff with 64 idle spins and sleeps from 1µs to 200µs.
+func DefaultConfig() Config {
+	return Config{
+		Mode:      Backoff,
+		IdleSpins: 64,
+		MinSleep:  time.Microsecond,
+		MaxSleep:  200 * time.Microsecond,
+		ExecQueue: 64,
+	}
+}
+
+// ErrConfig wraps every validation failure.
+var ErrConfig = errors.New("runner: invalid config")
+
+// Validate checks every field.
+func (c *Config) Validate() error {
+	switch {
+	case c.Mode != Busy && c.Mode != Backoff:
+		return fmt.Errorf("%w: Mode = %v", ErrConfig, c.Mode)
+	case c.IdleSpins < 0:
+		return fmt.Errorf("%w: IdleSpins = %d", ErrConfig, c.IdleSpins)
+	case c.Mode == Backoff && (c.MinSleep <= 0 || c.MaxSleep < c.MinSleep || c.MaxSleep > time.Second):
+		return fmt.Errorf("%w: MinSleep = %v, MaxSleep = %v", ErrConfig, c.MinSleep, c.MaxSleep)
+	case c.ExecQueue < 1:
+		return fmt.Errorf("%w: ExecQueue = %d", ErrConfig, c.ExecQueue)
+	}
+	return nil
+}
+
+// Errors of Start, Exec and Stop.
+var (
+	ErrStopped    = errors.New("runner: stopped")
+	ErrNotStarted = errors.New("runner: not started")
+	ErrStarted    = errors.New("runner: already started")
+)
+
+var epoch = time.Now()
+
+// Monotonic is the default clock: nanoseconds on the monotonic clock since
+// the package was loaded, plus one second, so it is never 0 or small
+// (which a core could take for "unset").
+func Monotonic() int64 { return int64(time.Since(epoch)) + int64(time.Second) }
+
+// Stats are a Runner's counters. They are published by the loop every few
+// hundred iterations, before each sleep and when it stops.
+type Stats struct {
+	Iterations uint64 // loop iterations
+	IdleSleeps uint64 // Backoff sleeps
+	SleptNs    uint64 // total sleep asked for
+	RxFrames   uint64 // frames handed to Core.Receive
+	Execs      uint64 // control-plane closures run
+}
+
+type execReq struct {
+	fn   func(*engine.Core)
+	done chan struct{}
+}
+
+// Runner drives one engine.Core over one Port.
+type Runner struct {
+	core *engine.Core
+	port Port
+	cfg  Config
+	now  func() int64
+
+	execs   chan execReq
+	pending atomic.Int32 // execs sent or being sent, not yet taken by the loop
+	stop    atomic.Bool
+	// sleeping is set by the loop just before it sleeps and checked by
+	// Exec and Stop after they publish their request (pending, stop):
+	// with sequentially consistent atomics either the loop sees the
+	// request before sleeping or the requester sees sleeping and wakes it.
+	sleeping atomic.Bool
+	efdMu    sync.Mutex // serialises wake's write with Start and the close at exit
+	efd      int        // eventfd the loop sleeps on (Backoff); -1: none (Busy, or closed)
+
+	startOnce sync.Once
+	started   atomic.Bool
+	done      chan struct{} // closed when the loop has exited
+
+	// published counters
+	iterations, idleSleeps, sleptNs, rxFrames, nExecs atomic.Uint64
+
+	// loop-local state (the loop goroutine only)
+	pfd [1]unix.PollFd
+	buf [8]byte
+	lc  Stats
+}
+
+// New prepares a runner for core, which must write its frames to port (it
+// was created with engine.New(cfg, port)). Start runs it.
+func New(core *engine.Core, port Port, cfg Config) (*Runner, error) {
+	if core == nil || port == nil {
+		return nil, fmt.Errorf("%w: nil core or port", ErrConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		core:  core,
+		port:  port,
+		cfg:   cfg,
+		now:   cfg.Clock,
+		execs: make(chan execReq, cfg.ExecQueue),
+		efd:   -1,
+		done:  make(chan struct{}),
+	}
+	if r.now == nil {
+		r.now = Monotonic
+	}
+	return r, nil
+}
+
+// Now reads the runner's clock (any goroutine).
+func (r *Runner) Now() int64 { return r.now() }
+
+// Start starts the loop on a new goroutine locked to its OS thread, runs
+// ThreadStart there, and returns once the loop runs (or ThreadStart's
+// error).
+func (r *Runner) Start() error {
+	err := ErrStarted
+	r.startOnce.Do(func() {
+		if r.cfg.Mode == Backoff {
+			fd, e := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+			if e != nil {
+				err = fmt.Errorf("runner: eventfd: %w", e)
+				close(r.done)
+				return
+			}
+			r.efdMu.Lock()
+			r.efd = fd
+			r.efdMu.Unlock()
+			r.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+		}
+		ready := make(chan error)
+		go r.loop(ready)
+		err = <-ready
+		if err == nil {
+			r.started.Store(true)
+		}
+	})
+	return err
+}
+
+// Done is closed when the loop has exited.
+func (r *Runner) Done() <-chan struct{} { return r.done }
+
+// Exec runs fn on the loop's goroutine between two iterations and returns
+// once it has run, or ErrStopped if the runner stopped first (fn then never
+// runs). fn must not call Exec or Stop of the same runner (deadlock).
+// Exec before Start returns ErrNotStarted.
+func (r *Runner) Exec(fn func(c *engine.Core)) error {
+	if !r.started.Load() {
+		select {
+		case <-r.done:
+			return ErrStopped
+		default:
+			return ErrNotStarted
+		}
+	}
+	req := execReq{fn: fn, done: make(chan struct{})}
+	r.pending.Add(1)
+	select {
+	case r.execs <- req:
+	case <-r.done:
+		r.pending.Add(-1)
+		return ErrStopped
+	}
+	r.wake()
+	select {
+	case <-req.done:
+		return nil
+	case <-r.done:
+		select {
+		case <-req.done: // ran just before the loop exited
+			return nil
+		default:
+			return ErrStopped
+		}
+	}
+}
+
+// Stop asks the loop to finish: it completes every op of the core with
+// StatusAborted (Core.Shutdown), flushes the port, runs ThreadExit and
+// exits. Stop waits for that or for ctx. Pending and later Execs return
+// ErrStopped. Stop may be called more than once, and before Start.
+func (r *Runner) Stop(ctx context.Context) error {
+	r.stop.Store(true)
+	if !r.started.Load() {
+		r.startOnce.Do(func() { close(r.done) }) // never started: nothing runs
+	}
+	r.wake()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("runner: stop: %w", ctx.Err())
+	}
+}
+
+// Stats returns the counters last published by the loop (any goroutine).
+func (r *Runner) Stats() Stats {
+	return Stats{
+		Iterations: r.iterations.Load(),
+		IdleSleeps: r.idleSleeps.Load(),
+		SleptNs:    r.sleptNs.Load(),
+		RxFrames:   r.rxFrames.Load(),
+		Execs:      r.nExecs.Load(),
+	}
+}
+
+// wake interrupts a sleeping loop (any goroutine; control path).
+func (r *Runner) wake() {
+	if !r.sleeping.Load() {
+		return
+	}
+	r.efdMu.Lock()
+	if r.efd >= 0 {
+		one := [8]byte{1}
+		_, _ = unix.Write(r.efd, one[:]) // EAGAIN: the counter is already set
+	}
+	r.efdMu.Unlock()
+}
+
+func (r *Runner) publish() {
+	r.iterations.Store(r.lc.Iterations)
+	r.idleSleeps.Store(r.lc.IdleSleeps)
+	r.sleptNs.Store(r.lc.SleptNs)
+	r.rxFrames.Store(r.lc.RxFrames)
+	r.nExecs.Store(r.lc.Execs)
+}
+
+// loop is the poll loop. Its goroutine stays locked to its OS thread until
+// it exits, and then the runtime ends the thread: whatever ThreadStart did
+// to it (affinity, EAL lcore id, timer slack) dies with it.
+func (r *Runner) loop(ready chan<- error) {
+	runtime.LockOSThread()
+	if r.cfg.ThreadStart != nil {
+		if err := r.cfg.ThreadStart(); err != nil {
+			r.closeEventfd()
+			close(r.done)
+			ready <- fmt.Errorf("runner: thread start: %w", err)
+			return
+		}
+	}
+	if r.cfg.Mode == Backoff {
+		// Short sleeps need a fine timer slack (default 50µs).
+		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	}
+	ready <- nil
+
+	var (
+		idle  int
+		sleep = r.cfg.MinSleep
+	)
+	for {
+		work := 0
+		if r.pending.Load() > 0 {
+			work += r.runExecs()
+		}
+		if r.stop.Load() {
+			break
+		}
+		now := r.now()
+		work += r.iterate(now)
+		if r.lc.Iterations&255 == 0 {
+			r.publish()
+		}
+		if work > 0 {
+			idle, sleep = 0, r.cfg.MinSleep
+			continue
+		}
+		idle++
+		if r.cfg.Mode == Backoff && idle >= r.cfg.IdleSpins {
+			r.sleep(now, sleep)
+			sleep = min(2*sleep, r.cfg.MaxSleep)
+		}
+	}
+
+	now := r.now()
+	r.core.Shutdown(now)
+	r.port.Flush()
+	if r.cfg.ThreadExit != nil {
+		r.cfg.ThreadExit()
+	}
+	r.publish()
+	r.closeEventfd()
+	close(r.done)
+}
+
+// iterate is one pass of the data path at time now: one rx burst into the
+// core, one Poll, one Flush. It returns the work done (frames received plus
+// Core.Poll's count).
+func (r *Runner) iterate(now int64) int {
+	frames := r.port.Recv()
+	for _, f := range frames {
+		r.core.Receive(now, f)
+	}
+	work := len(frames) + r.core.Poll(now)
+	r.port.Flush()
+	r.lc.Iterations++
+	r.lc.RxFrames += uint64(len(frames))
+	return work
+}
+
+// runExecs runs every queued closure and returns how many ran.
+func (r *Runner) runExecs() int {
+	n := 0
+	for {
+		select {
+		case req := <-r.execs:
+			r.pending.Add(-1)
+			req.fn(r.core)
+			close(req.done)
+			n++
+		default:
+			r.lc.Execs += uint64(n)
+			return n
+		}
+	}
+}
+
+// sleep blocks for d, or less when the core has a timer due earlier, or
+// until Exec or Stop wakes it.
+func (r *Runner) sleep(now int64, d time.Duration) {
+	if dl := r.core.NextDeadline(); dl != math.MaxInt64 {
+		until := time.Duration(dl - now)
+		if until <= 0 {
+			return
+		}
+		d = min(d, until)
+	}
+	r.lc.IdleSleeps++
+	r.lc.SleptNs += uint64(d)
+	r.publish()
+	r.sleeping.Store(true)
+	if r.pending.Load() > 0 || r.stop.Load() {
+		r.sleeping.Store(false)
+		return
+	}
+	ts := unix.NsecToTimespec(int64(d))
+	n, _ := unix.Ppoll(r.pfd[:], &ts, nil) // EINTR: just an early wake-up
+	r.sleeping.Store(false)
+	if n > 0 {
+		_, _ = unix.Read(r.efd, r.buf[:]) // reset the eventfd counter
+	}
+}
+
+// closeEventfd closes the eventfd under efdMu, so a concurrent wake never
+// writes to the descriptor number after it was closed (and maybe reused).
+func (r *Runner) closeEventfd() {
+	r.efdMu.Lock()
+	if r.efd >= 0 {
+		_ = unix.Close(r.efd)
+		r.efd = -1
+	}
+	r.efdMu.Unlock()
+}

@@ -1,0 +1,177 @@
+package portal
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+)
+
+// Post stages cmd in the command ring without publishing it (see Flush).
+// It does not validate cmd: the engine does, and answers a bad command with
+// a completion carrying a precise status. It returns ErrRingFull at once
+// when the ring has no free entry.
+func (p *Portal) Post(cmd *abi.Command) error {
+	if p.closed {
+		return ErrClosed
+	}
+	b := p.cmd.Reserve()
+	if b == nil {
+		if p.cmd.Corrupt() {
+			return ErrRingCorrupt
+		}
+		return ErrRingFull
+	}
+	cmd.Encode(b)
+	p.cmd.Commit()
+	return nil
+}
+
+// Flush publishes every staged command with one store of the ring's
+// producer index (doorbell batching).
+func (p *Portal) Flush() {
+	if !p.closed {
+		p.cmd.Publish()
+	}
+}
+
+// Staged reports commands posted and not yet taken by the engine (as last
+// seen; staged-but-unflushed ones included).
+func (p *Portal) Staged() uint32 {
+	if p.closed {
+		return 0
+	}
+	return p.cmd.Pending()
+}
+
+// PostRead stages a READ of length bytes (1..abi.MaxOpBytes) from
+// remoteRegion at remoteOffset on the engine at remoteAddr into local at
+// localOffset. The completion names slot and echoes cookie. local must be
+// this portal's region with PermLocalWrite (the engine checks the
+// permission; this checks ownership, length and bounds so the common
+// mistakes fail at once). Call Flush to publish.
+func (p *Portal) PostRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
+	local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	return p.postOp(abi.OpRead, slot, remoteAddr, remoteRegion, remoteOffset, local, localOffset, length, cookie)
+}
+
+// SubmitRead is PostRead followed by Flush.
+func (p *Portal) SubmitRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
+	local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	if err := p.PostRead(slot, remoteAddr, remoteRegion, remoteOffset, local, localOffset, length, cookie); err != nil {
+		return err
+	}
+	p.Flush()
+	return nil
+}
+
+// PostWrite stages a WRITE of length bytes from local at localOffset into
+// remoteRegion at remoteOffset (local needs PermLocalRead). Call Flush to
+// publish.
+func (p *Portal) PostWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
+	local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	return p.postOp(abi.OpWrite, slot, remoteAddr, remoteRegion, remoteOffset, local, localOffset, length, cookie)
+}
+
+// SubmitWrite is PostWrite followed by Flush.
+func (p *Portal) SubmitWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
+	local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	if err := p.PostWrite(slot, remoteAddr, remoteRegion, remoteOffset, local, localOffset, length, cookie); err != nil {
+		return err
+	}
+	p.Flush()
+	return nil
+}
+
+func (p *Portal) postOp(op abi.Op, slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
+	local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	switch {
+	case local == nil || local.p != p || local.mem == nil:
+		return ErrRegion
+	case length == 0 || length > abi.MaxOpBytes:
+		return ErrLength
+	case localOffset > local.size || uint64(length) > local.size-localOffset:
+		return ErrBounds
+	case !remoteAddr.Is4():
+		return ErrAddr
+	}
+	a := remoteAddr.As4()
+	cmd := abi.Command{
+		Op:           op,
+		Slot:         slot,
+		Cookie:       cookie,
+		RemoteAddr:   uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]),
+		RemoteRegion: remoteRegion,
+		RemoteOffset: remoteOffset,
+		LocalRegion:  local.id,
+		Length:       length,
+		LocalOffset:  localOffset,
+	}
+	return p.Post(&cmd)
+}
+
+// Poll copies up to len(out) completions into out and returns how many. It
+// never blocks and never allocates.
+func (p *Portal) Poll(out []abi.Completion) int {
+	if p.closed {
+		return 0
+	}
+	n := 0
+	for n < len(out) {
+		b := p.cpl.Peek()
+		if b == nil {
+			break
+		}
+		out[n].Decode(b)
+		p.cpl.Advance()
+		n++
+	}
+	if n > 0 {
+		p.cpl.Release() // one store frees the batch for the engine
+	}
+	return n
+}
+
+// Corrupt reports whether the engine wrote an impossible ring index (the
+// portal is then unusable).
+func (p *Portal) Corrupt() bool {
+	return !p.closed && (p.cmd.Corrupt() || p.cpl.Corrupt())
+}
+
+// Wait polls until at least one completion arrives or ctx is done: it
+// spins first (lowest latency), then sleeps with exponential backoff from
+// waitSleepMin to waitSleepMax between polls.
+func (p *Portal) Wait(ctx context.Context, out []abi.Completion) (int, error) {
+	if len(out) == 0 {
+		return 0, nil
+	}
+	for range waitSpins {
+		if n := p.Poll(out); n > 0 {
+			return n, nil
+		}
+	}
+	sleep := waitSleepMin
+	for {
+		if p.closed {
+			return 0, ErrClosed
+		}
+		if p.cpl.Corrupt() {
+			return 0, ErrRingCorrupt
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		time.Sleep(sleep)
+		if n := p.Poll(out); n > 0 {
+			return n, nil
+		}
+		sleep = min(2*sleep, waitSleepMax)
+	}
+}
+
+const (
+	waitSpins    = 2000
+	waitSleepMin = time.Microsecond
+	waitSleepMax = time.Millisecond
+)

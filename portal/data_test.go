@@ -1,0 +1,318 @@
+package portal
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/onerma/onerma/abi"
+)
+
+// fakeEngine is the engine's side of a portal segment built in anonymous
+// memory: it consumes commands and produces completions, so the data path
+// can be tested without a control socket.
+type fakeEngine struct {
+	cmd *abi.Consumer
+	cpl *abi.Producer
+}
+
+func newTestPortal(t testing.TB, cmdCap, cplCap uint32) (*Portal, *fakeEngine, *Region) {
+	t.Helper()
+	l, err := abi.NewLayout(7, cmdCap, cplCap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg, err := unix.Mmap(-1, 0, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Encode(seg)
+	dl, err := abi.DecodeLayout(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Portal{owned: make(map[abi.SlotID]int32), regions: make(map[abi.RegionID]*Region), seg: seg, layout: dl}
+	if p.cmd, err = abi.NewProducer(dl.CmdRing(seg), dl.CmdCap, abi.CommandSize); err != nil {
+		t.Fatal(err)
+	}
+	if p.cpl, err = abi.NewConsumer(dl.CplRing(seg), dl.CplCap, abi.CompletionSize); err != nil {
+		t.Fatal(err)
+	}
+	e := &fakeEngine{}
+	if e.cmd, err = abi.NewConsumer(dl.CmdRing(seg), dl.CmdCap, abi.CommandSize); err != nil {
+		t.Fatal(err)
+	}
+	if e.cpl, err = abi.NewProducer(dl.CplRing(seg), dl.CplCap, abi.CompletionSize); err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, 8192)
+	r := &Region{p: p, id: abi.MakeRegionID(3, 1), mapping: mem, mem: mem, size: uint64(len(mem)), perm: PermAll}
+	p.regions[r.id] = r
+	for i := range 4 {
+		id := abi.SlotID(100 + i)
+		p.owned[id] = int32(i)
+		p.isFree = append(p.isFree, true)
+		p.free = append(p.free, id)
+	}
+	t.Cleanup(func() { unix.Munmap(seg) })
+	return p, e, r
+}
+
+// take consumes every published command.
+func (e *fakeEngine) take() []abi.Command {
+	var out []abi.Command
+	for {
+		b := e.cmd.Peek()
+		if b == nil {
+			break
+		}
+		var c abi.Command
+		if err := c.Decode(b); err != nil {
+			panic(err)
+		}
+		out = append(out, c)
+		e.cmd.Advance()
+	}
+	e.cmd.Release()
+	return out
+}
+
+func (e *fakeEngine) complete(c abi.Completion) bool {
+	b := e.cpl.Reserve()
+	if b == nil {
+		return false
+	}
+	c.Encode(b)
+	e.cpl.Commit()
+	e.cpl.Publish()
+	return true
+}
+
+var peer = netip.MustParseAddr("10.1.2.3")
+
+func TestPostReadEncodesAndBatches(t *testing.T) {
+	p, e, r := newTestPortal(t, 8, 8)
+	if err := p.PostRead(100, peer, 0x10002, 512, r, 64, 4096, 0xfeed); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PostRead(101, peer, 0x10002, 0, r, 0, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.take(); len(got) != 0 {
+		t.Fatalf("engine saw %d commands before Flush", len(got))
+	}
+	p.Flush()
+	got := e.take()
+	want := []abi.Command{
+		{Op: abi.OpRead, Slot: 100, Cookie: 0xfeed, RemoteAddr: 0x0a010203, RemoteRegion: 0x10002, RemoteOffset: 512,
+			LocalRegion: r.ID(), Length: 4096, LocalOffset: 64},
+		{Op: abi.OpRead, Slot: 101, Cookie: 2, RemoteAddr: 0x0a010203, RemoteRegion: 0x10002, LocalRegion: r.ID(), Length: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d commands, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("command %d (-want +got)\n-%+v\n+%+v", i, want[i], got[i])
+		}
+	}
+}
+
+func TestPostValidation(t *testing.T) {
+	p, _, r := newTestPortal(t, 8, 8)
+	other := &Region{p: &Portal{}, id: 9, mem: make([]byte, 10), size: 10}
+	tests := []struct {
+		name   string
+		local  *Region
+		off    uint64
+		length uint32
+		addr   netip.Addr
+		want   error
+	}{
+		{"nil region", nil, 0, 1, peer, ErrRegion},
+		{"other portal's region", other, 0, 1, peer, ErrRegion},
+		{"zero length", r, 0, 0, peer, ErrLength},
+		{"too long", r, 0, abi.MaxOpBytes + 1, peer, ErrLength},
+		{"past the end", r, 8192 - 100, 101, peer, ErrBounds},
+		{"offset past the end", r, 8193, 1, peer, ErrBounds},
+		{"offset overflow", r, ^uint64(0), 2, peer, ErrBounds},
+		{"ipv6", r, 0, 1, netip.MustParseAddr("::1"), ErrAddr},
+		{"zero addr", r, 0, 1, netip.Addr{}, ErrAddr},
+		{"last byte", r, 8191, 1, peer, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := p.PostRead(100, tt.addr, 1, 0, tt.local, tt.off, tt.length, 0)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRingFullReturnsAtOnce(t *testing.T) {
+	p, e, r := newTestPortal(t, 4, 8)
+	for i := range 4 {
+		if err := p.PostRead(100, peer, 1, 0, r, 0, 8, uint64(i)); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+	}
+	done := make(chan error)
+	go func() { done <- p.PostRead(100, peer, 1, 0, r, 0, 8, 99) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrRingFull) {
+			t.Fatalf("fifth post: %v, want ErrRingFull", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("post on a full ring blocked")
+	}
+	p.Flush()
+	if n := len(e.take()); n != 4 {
+		t.Fatalf("engine took %d", n)
+	}
+	if err := p.SubmitRead(100, peer, 1, 0, r, 0, 8, 5); err != nil {
+		t.Fatalf("post after the engine drained: %v", err)
+	}
+}
+
+func TestPollAndWait(t *testing.T) {
+	p, e, _ := newTestPortal(t, 4, 4)
+	out := make([]abi.Completion, 3)
+	if n := p.Poll(out); n != 0 {
+		t.Fatalf("Poll on empty ring = %d", n)
+	}
+	want := []abi.Completion{
+		{Cookie: 1, Slot: 100, Status: abi.StatusOK, Op: abi.OpRead, IssueDelayNs: 10, TotalDelayNs: 20, Length: 4096},
+		{Cookie: 2, Slot: 101, Status: abi.StatusLocalRegion, Op: abi.OpRead},
+		{Cookie: 3, Slot: 102, Status: abi.StatusTimeout, Op: abi.OpRead, TotalDelayNs: 1e7},
+		{Cookie: 4, Slot: 103, Status: abi.StatusNack, Op: abi.OpRead},
+	}
+	for _, c := range want {
+		if !e.complete(c) {
+			t.Fatal("completion ring full")
+		}
+	}
+	if e.complete(want[0]) {
+		t.Fatal("completion ring over capacity")
+	}
+	n := p.Poll(out)
+	n += p.Poll(out[n:])
+	if n != 3 {
+		t.Fatalf("Poll = %d, want 3", n)
+	}
+	for i := range n {
+		if out[i] != want[i] {
+			t.Errorf("completion %d (-want +got)\n-%+v\n+%+v", i, want[i], out[i])
+		}
+	}
+	if !e.complete(want[0]) {
+		t.Fatal("Poll did not release consumed entries")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := p.Wait(ctx, out)
+	if err != nil || n != 2 || out[0] != want[3] || out[1] != want[0] {
+		t.Fatalf("Wait = %d, %v, %+v", n, err, out[:n])
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		e.complete(want[2])
+	}()
+	n, err = p.Wait(ctx, out)
+	if err != nil || n != 1 || out[0] != want[2] {
+		t.Fatalf("Wait after sleep = %d, %v", n, err)
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel2()
+	if _, err := p.Wait(short, out); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait on an idle ring: %v", err)
+	}
+}
+
+func TestSlotFreeList(t *testing.T) {
+	p, _, _ := newTestPortal(t, 4, 4)
+	seen := map[abi.SlotID]bool{}
+	for range 4 {
+		s, ok := p.Slot()
+		if !ok || seen[s] {
+			t.Fatalf("Slot = %d, %v", s, ok)
+		}
+		seen[s] = true
+	}
+	if _, ok := p.Slot(); ok {
+		t.Fatal("Slot with none free")
+	}
+	if err := p.Release(100); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(100); !errors.Is(err, ErrSlot) {
+		t.Fatalf("double Release: %v", err)
+	}
+	if err := p.Release(5); !errors.Is(err, ErrSlot) {
+		t.Fatalf("Release of a foreign slot: %v", err)
+	}
+	if s, ok := p.Slot(); !ok || s != 100 {
+		t.Fatalf("Slot after Release = %d, %v", s, ok)
+	}
+}
+
+func TestDataPathAllocsNothing(t *testing.T) {
+	p, e, r := newTestPortal(t, 64, 64)
+	out := make([]abi.Completion, 16)
+	c := abi.Completion{Cookie: 1, Slot: 100, Op: abi.OpRead, Length: 64}
+	allocs := testing.AllocsPerRun(1000, func() {
+		s, _ := p.Slot()
+		if err := p.PostRead(s, peer, 0x10002, 0, r, 0, 64, 1); err != nil {
+			t.Fatal(err)
+		}
+		p.Flush()
+		e.take0()
+		e.complete(c)
+		if p.Poll(out) != 1 {
+			t.Fatal("no completion")
+		}
+		p.Release(s)
+	})
+	if allocs != 0 {
+		t.Fatalf("Post/Flush/Poll/Slot/Release allocate %v times per op", allocs)
+	}
+	ctx := context.Background()
+	allocs = testing.AllocsPerRun(1000, func() {
+		e.complete(c)
+		if n, err := p.Wait(ctx, out); n != 1 || err != nil {
+			t.Fatal(n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Wait allocates %v times", allocs)
+	}
+}
+
+// take0 consumes published commands without keeping them.
+func (e *fakeEngine) take0() {
+	for e.cmd.Peek() != nil {
+		e.cmd.Advance()
+	}
+	e.cmd.Release()
+}
+
+func BenchmarkPostFlushPoll(b *testing.B) {
+	p, e, r := newTestPortal(b, 64, 64)
+	out := make([]abi.Completion, 16)
+	c := abi.Completion{Cookie: 1, Slot: 100, Op: abi.OpRead, Length: 64}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.PostRead(100, peer, 0x10002, 0, r, 0, 64, 1); err != nil {
+			b.Fatal(err)
+		}
+		p.Flush()
+		e.take0()
+		e.complete(c)
+		p.Poll(out)
+	}
+}

@@ -1,0 +1,367 @@
+package portal
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+)
+
+// Perm is a set of region permissions (the engine's, bit for bit).
+type Perm uint8
+
+const (
+	PermLocalRead   = Perm(ctlmsg.PermLocalRead)   // source of this portal's WRITE ops
+	PermLocalWrite  = Perm(ctlmsg.PermLocalWrite)  // sink of this portal's READ ops
+	PermRemoteRead  = Perm(ctlmsg.PermRemoteRead)  // remote READ ops may read it
+	PermRemoteWrite = Perm(ctlmsg.PermRemoteWrite) // remote WRITE ops may write it
+	PermRemoteRekey = Perm(ctlmsg.PermRemoteRekey) // remote REKEY ops may change its key
+	PermAll         = Perm(ctlmsg.PermAll)
+)
+
+// Class is the portal's class of service (paper §4.3: two FIFO arbiters).
+type Class uint8
+
+const (
+	ClassLow  Class = 0 // best effort (default)
+	ClassHigh Class = 1 // served first, without starving ClassLow
+)
+
+// Identity is what the engine stamps on this portal's requests.
+type Identity struct {
+	Addr netip.Addr // the engine's IPv4 address
+	PID  uint32     // this process as the engine sees it (SO_PEERCRED)
+	UID  uint32
+	GID  uint32
+	Name string // the portal's name
+}
+
+// Options tune Dial. Zero values take the engine's defaults.
+type Options struct {
+	CmdCap uint32 // command ring capacity (power of two)
+	CplCap uint32 // completion ring capacity (power of two)
+	Class  Class
+	// Timeout bounds each control request (default 60 s: registering a
+	// large region populates its memory).
+	Timeout time.Duration
+}
+
+// Portal is an open CommandPortal. See the package doc for the life cycle
+// and concurrency rules.
+type Portal struct {
+	// Data path. Only the owning goroutine touches these.
+	cmd    *abi.Producer
+	cpl    *abi.Consumer
+	closed bool
+	free   []abi.SlotID         // stack of free owned slots
+	owned  map[abi.SlotID]int32 // slot -> index in isFree
+	isFree []bool
+
+	// Control path.
+	mu       sync.Mutex
+	conn     *net.UnixConn
+	timeout  time.Duration
+	nextID   uint64
+	id       Identity
+	portal   uint32
+	maxSlots int
+	hugetlb  bool
+	layout   abi.Layout
+	seg      []byte // the mapping (MapSize bytes)
+	regions  map[abi.RegionID]*Region
+	rbuf     []byte
+}
+
+// Dial connects to the engine at socketPath and opens a portal named name
+// with the engine's default ring sizes.
+func Dial(socketPath, name string) (*Portal, error) {
+	return DialOptions(socketPath, name, Options{})
+}
+
+// DialOptions is Dial with options.
+func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
+	if err := ctlmsg.ValidName(name); err != nil {
+		return nil, fmt.Errorf("portal: %w", err)
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = 60 * time.Second
+	}
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socketPath, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("portal: connecting to the engine: %w", err)
+	}
+	p := &Portal{
+		conn:    uc,
+		timeout: opt.Timeout,
+		owned:   make(map[abi.SlotID]int32),
+		regions: make(map[abi.RegionID]*Region),
+		rbuf:    make([]byte, ctlmsg.MaxResponseBytes+1),
+	}
+	req := ctlmsg.Request{Op: ctlmsg.OpOpen, Name: name, CmdCap: opt.CmdCap, CplCap: opt.CplCap}
+	if opt.Class == ClassHigh {
+		req.Class = ctlmsg.ClassHigh
+	}
+	resp, fd, err := p.roundTrip(&req)
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	if err := p.attach(resp.Open, fd); err != nil {
+		uc.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// attach maps the portal segment, validates its header against the
+// engine's reply and attaches to the rings.
+func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
+	if o == nil || fd < 0 {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return errors.New("portal: open: the engine's reply has no segment")
+	}
+	seg, err := mapFD(fd, o.MapSize)
+	if err != nil {
+		return fmt.Errorf("portal: open: %w", err)
+	}
+	l, err := abi.DecodeLayout(seg)
+	if err == nil && (l.Portal != o.Portal || l.CmdCap != o.CmdCap || l.CplCap != o.CplCap || l.Size != o.Size) {
+		err = fmt.Errorf("segment header %+v disagrees with the engine's reply %+v", l, *o)
+	}
+	var (
+		cmd *abi.Producer
+		cpl *abi.Consumer
+	)
+	if err == nil {
+		cmd, err = abi.NewProducer(l.CmdRing(seg), l.CmdCap, abi.CommandSize)
+	}
+	if err == nil {
+		cpl, err = abi.NewConsumer(l.CplRing(seg), l.CplCap, abi.CompletionSize)
+	}
+	if err != nil {
+		unix.Munmap(seg)
+		return fmt.Errorf("portal: open: %w", err)
+	}
+	addr, err := netip.ParseAddr(o.Addr)
+	if err != nil || !addr.Is4() {
+		unix.Munmap(seg)
+		return fmt.Errorf("portal: open: engine address %q is not IPv4", o.Addr)
+	}
+	p.seg, p.layout, p.cmd, p.cpl = seg, l, cmd, cpl
+	p.portal, p.maxSlots, p.hugetlb = o.Portal, o.MaxSlots, o.Hugetlb
+	p.id = Identity{Addr: addr, PID: o.PID, UID: o.UID, GID: o.GID, Name: o.Name}
+	return nil
+}
+
+// mapFD maps size bytes of a memfd from the engine and closes the fd. It
+// checks the file really is that large first: touching a mapping beyond
+// the end of its file would be SIGBUS.
+func mapFD(fd int, size uint64) ([]byte, error) {
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("fstat of the engine's memfd: %w", err)
+	}
+	if size == 0 || size > 1<<40 || uint64(st.Size) < size {
+		return nil, fmt.Errorf("engine's memfd holds %d bytes, reply says map %d", st.Size, size)
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap of %d bytes: %w", size, err)
+	}
+	return mem, nil
+}
+
+// roundTrip sends one request and reads its response and the file
+// descriptor that comes with it (-1 if none). Engine failures come back as
+// *Error.
+func (p *Portal) roundTrip(req *ctlmsg.Request) (ctlmsg.Response, int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil {
+		return ctlmsg.Response{}, -1, ErrClosed
+	}
+	p.nextID++
+	req.V, req.ID = ctlmsg.Version, p.nextID
+	if err := p.conn.SetDeadline(time.Now().Add(p.timeout)); err != nil {
+		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, err)
+	}
+	if _, err := p.conn.Write(ctlmsg.EncodeRequest(req)); err != nil {
+		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: sending to the engine: %w", req.Op, err)
+	}
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, flags, _, err := p.conn.ReadMsgUnix(p.rbuf, oob)
+	if err != nil {
+		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: reading the engine's reply: %w", req.Op, err)
+	}
+	fds := receivedFDs(oob[:oobn])
+	fd := -1
+	if len(fds) > 0 {
+		fd = fds[0]
+		for _, extra := range fds[1:] {
+			unix.Close(extra)
+		}
+	}
+	failf := func(format string, args ...any) (ctlmsg.Response, int, error) {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: "+format, append([]any{req.Op}, args...)...)
+	}
+	switch {
+	case n == 0 && oobn == 0:
+		return failf("the engine closed the connection")
+	case flags&unix.MSG_TRUNC != 0 || n > ctlmsg.MaxResponseBytes:
+		return failf("reply longer than %d bytes", ctlmsg.MaxResponseBytes)
+	case flags&unix.MSG_CTRUNC != 0:
+		return failf("reply's file descriptors truncated")
+	}
+	resp, err := ctlmsg.DecodeResponse(p.rbuf[:n])
+	if err != nil {
+		return failf("%v", err)
+	}
+	if resp.ID != req.ID && !(resp.ID == 0 && resp.Error != "") { // ID 0: a refusal before any request was read
+		return failf("reply to request %d, want %d", resp.ID, req.ID)
+	}
+	if resp.Error != "" {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return resp, -1, &Error{Op: req.Op, Code: resp.Code, Msg: resp.Error}
+	}
+	return resp, fd, nil
+}
+
+func receivedFDs(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var all []int
+	for i := range msgs {
+		if fds, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			all = append(all, fds...)
+		}
+	}
+	return all
+}
+
+// Identity returns the address and PID the engine stamps on this portal's
+// requests.
+func (p *Portal) Identity() Identity { return p.id }
+
+// MaxSlots is this application's slot cap (engine policy).
+func (p *Portal) MaxSlots() int { return p.maxSlots }
+
+// Hugetlb reports whether the portal segment is backed by huge pages.
+func (p *Portal) Hugetlb() bool { return p.hugetlb }
+
+// Layout returns the portal segment's layout (ring capacities).
+func (p *Portal) Layout() abi.Layout { return p.layout }
+
+// AllocSlots asks the engine for n more command slots, adds them to the
+// free list (see Slot) and returns them. Over the cap, the engine's error
+// says precisely by how much (errors.Is(err, ErrSlotCap)).
+func (p *Portal) AllocSlots(n int) ([]abi.SlotID, error) {
+	if n < 1 || n > ctlmsg.MaxAllocSlots {
+		return nil, fmt.Errorf("portal: alloc_slots: n = %d, want 1..%d", n, ctlmsg.MaxAllocSlots)
+	}
+	resp, _, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpAllocSlots, N: uint32(n)})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Slots) != n {
+		return nil, fmt.Errorf("portal: alloc_slots: the engine gave %d slots, asked %d", len(resp.Slots), n)
+	}
+	out := make([]abi.SlotID, n)
+	for i, s := range resp.Slots {
+		id := abi.SlotID(s)
+		out[i] = id
+		if _, dup := p.owned[id]; dup {
+			return nil, fmt.Errorf("portal: alloc_slots: the engine gave slot %d twice", id)
+		}
+		p.owned[id] = int32(len(p.isFree))
+		p.isFree = append(p.isFree, true)
+		p.free = append(p.free, id)
+	}
+	return out, nil
+}
+
+// Slots reports how many slots the portal owns.
+func (p *Portal) Slots() int { return len(p.isFree) }
+
+// FreeSlots reports how many owned slots are free.
+func (p *Portal) FreeSlots() int { return len(p.free) }
+
+// Slot takes a free slot (false when all are in use).
+func (p *Portal) Slot() (abi.SlotID, bool) {
+	n := len(p.free)
+	if n == 0 {
+		return 0, false
+	}
+	s := p.free[n-1]
+	p.free = p.free[:n-1]
+	p.isFree[p.owned[s]] = false
+	return s, true
+}
+
+// Release returns a slot to the free list, normally after reading its
+// completion. It fails with ErrSlot on a slot the portal does not own or
+// that is already free.
+func (p *Portal) Release(s abi.SlotID) error {
+	i, ok := p.owned[s]
+	if !ok || p.isFree[i] {
+		return ErrSlot
+	}
+	p.isFree[i] = true
+	p.free = append(p.free, s) // never grows past the owned count: no allocation
+	return nil
+}
+
+// Stats returns the engine's counters.
+func (p *Portal) Stats() (*ctlmsg.Stats, error) {
+	resp, _, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpStats})
+	if err != nil {
+		return nil, err
+	}
+	if resp.Stats == nil {
+		return nil, errors.New("portal: stats: the engine's reply has no stats")
+	}
+	return resp.Stats, nil
+}
+
+// Close closes the control connection (the engine reclaims the portal, its
+// slots and its regions) and unmaps the segment and every region: slices
+// returned by Region.Bytes must not be used afterwards. Commands still in
+// flight complete into nothing. Close is idempotent.
+func (p *Portal) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil {
+		return nil
+	}
+	err := p.conn.Close()
+	p.conn = nil
+	p.closed = true
+	for id, r := range p.regions {
+		err = errors.Join(err, r.unmap())
+		delete(p.regions, id)
+	}
+	if p.seg != nil {
+		err = errors.Join(err, unix.Munmap(p.seg))
+		p.seg, p.cmd, p.cpl = nil, nil, nil
+	}
+	return err
+}

@@ -1,0 +1,435 @@
+package main
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/wire"
+)
+
+// defaultJSON is the configuration every run starts from; the -config file
+// overrides it key by key, flags override both.
+//
+//go:embed default.json
+var defaultJSON []byte
+
+// Config is rmad's configuration file (JSON, unknown keys rejected).
+type Config struct {
+	EALArgs  []string     `json:"eal_args"`
+	Port     PortConfig   `json:"port"`
+	Engine   EngineConfig `json:"engine"`
+	Ctl      CtlConfig    `json:"ctl"`
+	Poll     PollConfig   `json:"poll"`
+	LogLevel string       `json:"log_level"`
+}
+
+// PortConfig is the DPDK port.
+type PortConfig struct {
+	Name      string `json:"name"` // ethdev name (for a vdev, its name before the first comma)
+	Vdev      string `json:"vdev"` // --vdev argument creating it; "" for a device the EAL finds itself
+	RxDesc    uint16 `json:"rx_desc"`
+	TxDesc    uint16 `json:"tx_desc"`
+	Mbufs     uint32 `json:"mbufs"`      // mbuf pool size (2^n-1 is optimal)
+	MbufCache uint32 `json:"mbuf_cache"` // per-lcore mempool cache
+	Burst     int    `json:"burst"`      // rx/tx burst size
+}
+
+// NeighborConfig is a static IPv4 -> MAC entry.
+type NeighborConfig struct {
+	IP  string `json:"ip"`
+	MAC string `json:"mac"`
+}
+
+// EngineConfig maps onto engine.Config.
+type EngineConfig struct {
+	IP              string           `json:"ip"`
+	MAC             string           `json:"mac"` // "": the port's MAC
+	UDPPort         uint16           `json:"udp_port"`
+	MTU             int              `json:"mtu"`
+	Slots           int              `json:"slots"`
+	Regions         int              `json:"regions"`
+	Portals         int              `json:"portals"`
+	WindowBytes     int              `json:"window_bytes"`
+	HighBurst       int              `json:"high_burst"`
+	InboundQueue    int              `json:"inbound_queue"`
+	NackThreshold   int              `json:"nack_threshold"`
+	ServeBudget     int              `json:"serve_budget"`
+	DispatchTimeout Duration         `json:"dispatch_timeout"`
+	Timeout         Duration         `json:"timeout"`
+	ResolveTimeout  Duration         `json:"resolve_timeout"`
+	ARPRetry        Duration         `json:"arp_retry"`
+	NeighborTable   int              `json:"neighbor_table"`
+	Neighbors       []NeighborConfig `json:"neighbors"`
+}
+
+// CtlConfig maps onto ctl.Config.
+type CtlConfig struct {
+	Socket              string         `json:"socket"`
+	SocketMode          string         `json:"socket_mode"` // octal
+	CmdCap              uint32         `json:"cmd_cap"`
+	CplCap              uint32         `json:"cpl_cap"`
+	SlotPolicy          ctl.SlotPolicy `json:"slot_policy"`
+	MaxConns            int            `json:"max_conns"`
+	MaxConnsPerUID      int            `json:"max_conns_per_uid"`
+	MaxRegionsPerPortal int            `json:"max_regions_per_portal"`
+	MaxRegionBytes      uint64         `json:"max_region_bytes"`
+	MaxPortalBytes      uint64         `json:"max_portal_bytes"`
+	Hugetlb             string         `json:"hugetlb"`
+}
+
+// PollConfig is the polling core.
+type PollConfig struct {
+	Mode string `json:"mode"` // "busy": spin; "backoff": sleep when idle
+	CPU  int    `json:"cpu"`  // CPU to pin the polling thread to; -1: no pinning
+}
+
+// Duration is a time.Duration written as a Go duration string ("2ms").
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string like \"2ms\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// decodeInto overlays a JSON document onto cfg: keys present replace,
+// keys absent keep their value; unknown keys are an error.
+func decodeInto(cfg *Config, r io.Reader, what string) error {
+	d := json.NewDecoder(r)
+	d.DisallowUnknownFields()
+	if err := d.Decode(cfg); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if d.More() {
+		return fmt.Errorf("%s: trailing data after the JSON object", what)
+	}
+	return nil
+}
+
+// defaultConfig is the embedded default.
+func defaultConfig() Config {
+	var c Config
+	if err := decodeInto(&c, bytes.NewReader(defaultJSON), "embedded default config"); err != nil {
+		panic(err) // a build defect: TestDefaultConfigValid catches it
+	}
+	return c
+}
+
+// setter applies one flag to the config.
+type setter func(c *Config, v string) error
+
+func setStr(f func(*Config) *string) setter {
+	return func(c *Config, v string) error { *f(c) = v; return nil }
+}
+
+func setInt(f func(*Config) *int) setter {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return err
+		}
+		*f(c) = n
+		return nil
+	}
+}
+
+func setUint[T uint16 | uint32 | uint64](bits int, f func(*Config) *T) setter {
+	return func(c *Config, v string) error {
+		n, err := strconv.ParseUint(v, 0, bits)
+		if err != nil {
+			return err
+		}
+		*f(c) = T(n)
+		return nil
+	}
+}
+
+func setDur(f func(*Config) *Duration) setter {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return err
+		}
+		*f(c) = Duration(d)
+		return nil
+	}
+}
+
+// flagSpecs: every flag that overrides a config key, named after the key.
+var flagSpecs = []struct {
+	name, usage string
+	set         setter
+}{
+	{"eal", "EAL arguments, space separated (replaces eal_args)", func(c *Config, v string) error { c.EALArgs = strings.Fields(v); return nil }},
+	{"port-name", "DPDK port (ethdev) name", setStr(func(c *Config) *string { return &c.Port.Name })},
+	{"vdev", "--vdev argument creating the port (\"\" for none)", setStr(func(c *Config) *string { return &c.Port.Vdev })},
+	{"rx-desc", "rx descriptors", setUint(16, func(c *Config) *uint16 { return &c.Port.RxDesc })},
+	{"tx-desc", "tx descriptors", setUint(16, func(c *Config) *uint16 { return &c.Port.TxDesc })},
+	{"mbufs", "mbuf pool size", setUint(32, func(c *Config) *uint32 { return &c.Port.Mbufs })},
+	{"mbuf-cache", "per-lcore mbuf cache", setUint(32, func(c *Config) *uint32 { return &c.Port.MbufCache })},
+	{"burst", "rx/tx burst size", setInt(func(c *Config) *int { return &c.Port.Burst })},
+	{"ip", "engine IPv4 address", setStr(func(c *Config) *string { return &c.Engine.IP })},
+	{"mac", "engine MAC address (\"\": the port's)", setStr(func(c *Config) *string { return &c.Engine.MAC })},
+	{"udp-port", "engine UDP port", setUint(16, func(c *Config) *uint16 { return &c.Engine.UDPPort })},
+	{"mtu", "IPv4 MTU", setInt(func(c *Config) *int { return &c.Engine.MTU })},
+	{"slots", "command slot table size", setInt(func(c *Config) *int { return &c.Engine.Slots })},
+	{"regions", "region table size", setInt(func(c *Config) *int { return &c.Engine.Regions })},
+	{"portals", "portal table size", setInt(func(c *Config) *int { return &c.Engine.Portals })},
+	{"window-bytes", "solicitation window bytes", setInt(func(c *Config) *int { return &c.Engine.WindowBytes })},
+	{"high-burst", "high-class grants before one low-class grant", setInt(func(c *Config) *int { return &c.Engine.HighBurst })},
+	{"inbound-queue", "inbound request queue size", setInt(func(c *Config) *int { return &c.Engine.InboundQueue })},
+	{"nack-threshold", "inbound queue depth that NACKs", setInt(func(c *Config) *int { return &c.Engine.NackThreshold })},
+	{"serve-budget", "requests served per poll", setInt(func(c *Config) *int { return &c.Engine.ServeBudget })},
+	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
+	{"timeout", "TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
+	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
+	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
+	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
+	{"socket", "control socket path", setStr(func(c *Config) *string { return &c.Ctl.Socket })},
+	{"socket-mode", "control socket permissions (octal)", setStr(func(c *Config) *string { return &c.Ctl.SocketMode })},
+	{"cmd-cap", "default command ring capacity", setUint(32, func(c *Config) *uint32 { return &c.Ctl.CmdCap })},
+	{"cpl-cap", "default completion ring capacity", setUint(32, func(c *Config) *uint32 { return &c.Ctl.CplCap })},
+	{"slot-cap", "default slot cap per application", setInt(func(c *Config) *int { return &c.Ctl.SlotPolicy.Default })},
+	{"max-conns", "control connections at once", setInt(func(c *Config) *int { return &c.Ctl.MaxConns })},
+	{"max-conns-per-uid", "control connections at once per uid", setInt(func(c *Config) *int { return &c.Ctl.MaxConnsPerUID })},
+	{"max-regions-per-portal", "regions per portal", setInt(func(c *Config) *int { return &c.Ctl.MaxRegionsPerPortal })},
+	{"max-region-bytes", "bytes per region", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxRegionBytes })},
+	{"max-portal-bytes", "region bytes per portal", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxPortalBytes })},
+	{"hugetlb", "shared memory: auto or off", setStr(func(c *Config) *string { return &c.Ctl.Hugetlb })},
+	{"poll-mode", "busy or backoff", setStr(func(c *Config) *string { return &c.Poll.Mode })},
+	{"cpu", "CPU for the polling thread (-1: none)", setInt(func(c *Config) *int { return &c.Poll.CPU })},
+	{"log-level", "trace, debug, info, warn, error", setStr(func(c *Config) *string { return &c.LogLevel })},
+}
+
+// options are the flags that are not config keys.
+type options struct {
+	configPath  string
+	printConfig bool
+}
+
+// loadConfig builds the effective configuration: embedded default, then
+// the -config file, then every flag given on the command line, in order.
+func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
+	fs := flag.NewFlagSet("rmad", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opt options
+	fs.StringVar(&opt.configPath, "config", "", "JSON config file (overrides the embedded default)")
+	fs.BoolVar(&opt.printConfig, "print-config", false, "print the effective config as JSON and exit")
+	type given struct {
+		set   setter
+		name  string
+		value string
+	}
+	var overrides []given
+	for _, f := range flagSpecs {
+		fs.Func(f.name, f.usage, func(v string) error {
+			// Check now for a precise usage error; apply after the file.
+			var scratch Config
+			if err := f.set(&scratch, v); err != nil {
+				return err
+			}
+			overrides = append(overrides, given{f.set, f.name, v})
+			return nil
+		})
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: rmad [-config FILE] [-print-config] [flags]\n\nflags override the config file, which overrides the embedded default:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, opt, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, opt, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg := defaultConfig()
+	if opt.configPath != "" {
+		f, err := os.Open(opt.configPath)
+		if err != nil {
+			return Config{}, opt, err
+		}
+		err = decodeInto(&cfg, f, opt.configPath)
+		f.Close()
+		if err != nil {
+			return Config{}, opt, err
+		}
+	}
+	for _, o := range overrides {
+		if err := o.set(&cfg, o.value); err != nil {
+			return Config{}, opt, fmt.Errorf("-%s: %w", o.name, err)
+		}
+	}
+	return cfg, opt, nil
+}
+
+// errConfig wraps every validation failure.
+var errConfig = errors.New("invalid config")
+
+// engineConfig converts and validates the engine part. portMAC fills an
+// empty MAC.
+func (c *Config) engineConfig(portMAC wire.MAC) (engine.Config, error) {
+	e := &c.Engine
+	ec := engine.DefaultConfig()
+	ip, err := netip.ParseAddr(e.IP)
+	if err != nil || !ip.Is4() {
+		return ec, fmt.Errorf("%w: engine.ip %q is not an IPv4 address", errConfig, e.IP)
+	}
+	mac := portMAC
+	if e.MAC != "" {
+		if mac, err = parseMAC(e.MAC); err != nil {
+			return ec, fmt.Errorf("%w: engine.mac: %v", errConfig, err)
+		}
+	}
+	ec.LocalIP, ec.LocalMAC = ip, mac
+	ec.UDPPort, ec.MTU = e.UDPPort, e.MTU
+	ec.Slots, ec.Regions, ec.Portals = e.Slots, e.Regions, e.Portals
+	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
+	ec.InboundQueue, ec.NackThreshold, ec.ServeBudget = e.InboundQueue, e.NackThreshold, e.ServeBudget
+	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
+	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
+	ec.NeighborTable = e.NeighborTable
+	ec.Neighbors = nil
+	for i, n := range e.Neighbors {
+		nip, err := netip.ParseAddr(n.IP)
+		if err != nil || !nip.Is4() {
+			return ec, fmt.Errorf("%w: engine.neighbors[%d].ip %q is not IPv4", errConfig, i, n.IP)
+		}
+		nmac, err := parseMAC(n.MAC)
+		if err != nil {
+			return ec, fmt.Errorf("%w: engine.neighbors[%d].mac: %v", errConfig, i, err)
+		}
+		ec.Neighbors = append(ec.Neighbors, engine.Neighbor{IP: nip, MAC: nmac})
+	}
+	if err := ec.Validate(); err != nil {
+		return ec, fmt.Errorf("%w: engine: %v", errConfig, err)
+	}
+	return ec, nil
+}
+
+func parseMAC(s string) (wire.MAC, error) {
+	hw, err := net.ParseMAC(s)
+	if err != nil || len(hw) != 6 {
+		return wire.MAC{}, fmt.Errorf("%q is not a 48-bit MAC address", s)
+	}
+	return wire.MAC(hw), nil
+}
+
+// ctlConfig converts and validates the control socket part.
+func (c *Config) ctlConfig() (ctl.Config, error) {
+	k := &c.Ctl
+	mode, err := strconv.ParseUint(k.SocketMode, 8, 32)
+	if err != nil || mode > 0o777 {
+		return ctl.Config{}, fmt.Errorf("%w: ctl.socket_mode %q is not an octal permission", errConfig, k.SocketMode)
+	}
+	cc := ctl.Config{
+		SocketPath: k.Socket, SocketMode: os.FileMode(mode),
+		CmdCap: k.CmdCap, CplCap: k.CplCap, Slots: k.SlotPolicy,
+		MaxConns: k.MaxConns, MaxConnsPerUID: k.MaxConnsPerUID, MaxRegionsPerPortal: k.MaxRegionsPerPortal,
+		MaxRegionBytes: k.MaxRegionBytes, MaxPortalBytes: k.MaxPortalBytes,
+		Hugetlb: k.Hugetlb,
+	}
+	if err := cc.Validate(); err != nil {
+		return cc, fmt.Errorf("%w: %v", errConfig, err)
+	}
+	return cc, nil
+}
+
+// validate checks everything that can be checked before DPDK starts.
+func (c *Config) validate() error {
+	if _, err := c.engineConfig(wire.MAC{0x02, 0, 0, 0, 0, 1}); err != nil {
+		return err
+	}
+	if _, err := c.ctlConfig(); err != nil {
+		return err
+	}
+	p := &c.Port
+	switch {
+	case p.Name == "":
+		return fmt.Errorf("%w: port.name is empty", errConfig)
+	case p.Vdev != "" && strings.SplitN(p.Vdev, ",", 2)[0] != p.Name:
+		return fmt.Errorf("%w: port.vdev %q does not create port.name %q", errConfig, p.Vdev, p.Name)
+	case p.RxDesc == 0 || p.TxDesc == 0:
+		return fmt.Errorf("%w: port.rx_desc/tx_desc must be > 0", errConfig)
+	case p.Mbufs < 2*uint32(p.RxDesc):
+		return fmt.Errorf("%w: port.mbufs %d < 2 x rx_desc (%d)", errConfig, p.Mbufs, p.RxDesc)
+	case p.MbufCache > 512 || uint64(p.MbufCache)*3 > uint64(p.Mbufs)*2:
+		return fmt.Errorf("%w: port.mbuf_cache %d (max 512 and mbufs/1.5)", errConfig, p.MbufCache)
+	case p.Burst < 1 || p.Burst > 256:
+		return fmt.Errorf("%w: port.burst %d (1..256)", errConfig, p.Burst)
+	case c.Poll.Mode != "busy" && c.Poll.Mode != "backoff":
+		return fmt.Errorf("%w: poll.mode %q, want busy or backoff", errConfig, c.Poll.Mode)
+	case c.Poll.CPU < -1:
+		return fmt.Errorf("%w: poll.cpu %d", errConfig, c.Poll.CPU)
+	}
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
+		return fmt.Errorf("%w: log_level %q", errConfig, c.LogLevel)
+	}
+	return nil
+}
+
+// ealArgs is the EAL command line: eal_args plus the port's --vdev.
+func (c *Config) ealArgs() []string {
+	args := append([]string(nil), c.EALArgs...)
+	if c.Port.Vdev != "" {
+		args = append(args, "--vdev="+c.Port.Vdev)
+	}
+	return args
+}
+
+// logFields logs every config key (flattened, sorted) as one event.
+func logFields(ev *zerolog.Event, cfg *Config) *zerolog.Event {
+	b, _ := json.Marshal(cfg)
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	d.Decode(&m)
+	flat := map[string]any{}
+	flatten("", m, flat)
+	keys := make([]string, 0, len(flat))
+	for k := range flat {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ev = ev.Interface(k, flat[k])
+	}
+	return ev
+}
+
+func flatten(prefix string, v any, out map[string]any) {
+	if m, ok := v.(map[string]any); ok {
+		for k, x := range m {
+			if prefix != "" {
+				k = prefix + "." + k
+			}
+			flatten(k, x, out)
+		}
+		return
+	}
+	out[prefix] = v
+}

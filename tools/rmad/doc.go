@@ -1,0 +1,28 @@
+// Command rmad is the OneRMA engine daemon: one process per host that plays
+// the 1RMA NIC (Singhvi et al., SIGCOMM 2020) on a DPDK port, and serves
+// applications through the control socket (engine/ctl) and shared-memory
+// portals (package portal).
+//
+// Configuration: an embedded default (default.json), overridden key by key
+// by a JSON file (-config FILE, unknown keys rejected), overridden by flags
+// (each named after its key: -ip, -slots, -socket, ...; -h lists them).
+// -print-config prints the effective configuration as JSON, a valid config
+// file, and exits.
+//
+// Start-up: validate everything, log every config field and derived size,
+// initialise the EAL (eal_args plus --vdev=port.vdev), create the mbuf pool,
+// set up and start the port, build the engine core (engine.New) over a
+// dpdkport.Port, start its poll loop (engine/runner: busy or backoff, pinned
+// to poll.cpu), then listen on the control socket.
+//
+// Shutdown on SIGINT/SIGTERM, in reverse: close the control socket (every
+// portal is reclaimed while the core still runs), remove the socket
+// directory if rmad created it, stop the poll loop (remaining ops complete
+// with ABORTED), release the port's mbufs, stop and close the port, free the
+// pool, clean up the EAL. Nothing is left on disk.
+//
+//	rmad -vdev net_tap0,iface=onerma0 -port-name net_tap0 -ip 10.0.0.1 \
+//	     -socket /run/onerma/rmad.sock -poll-mode busy -cpu 1
+//
+// Imports: dpdk, engine, engine/ctl, engine/dpdkport, engine/runner, wire.
+package main

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/dpdk"
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/dpdkport"
+	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/wire"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
+	stop()
+	os.Exit(code)
+}
+
+// run is rmad: it returns the process exit code. ready, if not nil, is
+// called with the control socket path once the engine serves (tests).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(socket string)) int {
+	cfg, opt, err := loadConfig(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rmad:", err)
+		return 2
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(stderr, "rmad:", err)
+		return 2
+	}
+	if opt.printConfig {
+		b, _ := json.MarshalIndent(&cfg, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return 0
+	}
+	lvl, _ := zerolog.ParseLevel(cfg.LogLevel)
+	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("svc", "rmad").Logger()
+	if err := serve(ctx, &cfg, log, ready); err != nil {
+		log.Error().Err(err).Msg("rmad failed")
+		return 1
+	}
+	return 0
+}
+
+// cleanup runs shutdown steps in reverse order of set-up.
+type cleanup struct {
+	log   zerolog.Logger
+	steps []func() error
+	names []string
+}
+
+func (c *cleanup) add(name string, f func() error) {
+	c.steps = append(c.steps, f)
+	c.names = append(c.names, name)
+}
+
+func (c *cleanup) run() {
+	for i := len(c.steps) - 1; i >= 0; i-- {
+		if err := c.steps[i](); err != nil {
+			c.log.Error().Err(err).Str("step", c.names[i]).Msg("shutdown step failed")
+		} else {
+			c.log.Debug().Str("step", c.names[i]).Msg("shutdown step done")
+		}
+	}
+	c.steps, c.names = nil, nil
+}
+
+// serve starts the engine, serves until ctx is done (SIGINT/SIGTERM) or a
+// component fails, and shuts everything down in reverse order.
+func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(string)) error {
+	ctlCfg, err := cfg.ctlConfig()
+	if err != nil {
+		return err
+	}
+	frameBytes := wire.EthLen + cfg.Engine.MTU
+	dataRoom := dpdk.Headroom + frameBytes
+	logStartup(log, cfg, frameBytes, dataRoom, &ctlCfg)
+
+	down := &cleanup{log: log}
+	defer down.run()
+
+	// EAL, mempool, port.
+	ealArgs := cfg.ealArgs()
+	log.Info().Strs("eal_args", ealArgs).Msg("initialising the DPDK EAL")
+	if err := dpdk.Init(ealArgs); err != nil {
+		return fmt.Errorf("EAL init: %w", err)
+	}
+	down.add("EAL cleanup", dpdk.Cleanup)
+
+	pool, err := dpdk.NewPktmbufPool("onerma_mbufs", cfg.Port.Mbufs, cfg.Port.MbufCache, 0, uint16(dataRoom), dpdk.SocketAny)
+	if err != nil {
+		return err
+	}
+	down.add("mempool free", func() error { pool.Free(); return nil })
+
+	id, err := dpdk.PortByName(cfg.Port.Name)
+	if err != nil {
+		return fmt.Errorf("port %q: %w", cfg.Port.Name, err)
+	}
+	portMAC, err := id.MACAddr()
+	if err != nil {
+		return fmt.Errorf("port %q: %w", cfg.Port.Name, err)
+	}
+	engCfg, err := cfg.engineConfig(wire.MAC(portMAC))
+	if err != nil {
+		return err
+	}
+	mtu := uint32(0) // the driver's default, unless the engine needs more
+	if cfg.Engine.MTU != 1500 {
+		mtu = uint32(cfg.Engine.MTU)
+	}
+	if err := id.Setup(dpdk.PortConfig{
+		Queues: 1, RxDesc: cfg.Port.RxDesc, TxDesc: cfg.Port.TxDesc, MTU: mtu, Pool: pool,
+		Promiscuous: engCfg.LocalMAC != wire.MAC(portMAC), // frames to a MAC that is not the port's
+	}); err != nil {
+		return fmt.Errorf("port %q setup: %w", cfg.Port.Name, err)
+	}
+	down.add("port stop+close", func() error { return errors.Join(id.Stop(), id.Close()) })
+
+	portCfg := dpdkport.DefaultConfig()
+	portCfg.Burst, portCfg.Stash, portCfg.FrameBytes = cfg.Port.Burst, 2*cfg.Port.Burst, frameBytes
+	port, err := dpdkport.New(cfg.Port.Name, pool, 0, portCfg)
+	if err != nil {
+		return fmt.Errorf("port %q io: %w", cfg.Port.Name, err)
+	}
+	down.add("port io close", func() error { port.Close(); return nil })
+	if m := engCfg.LocalMAC; m == (wire.MAC{}) || m[0]&1 != 0 {
+		log.Warn().Str("engine_mac", fmtMAC(m)).Msg("engine MAC is zero or multicast: peers cannot reach it by ARP; set engine.mac")
+	}
+	log.Info().Str("port", cfg.Port.Name).Uint16("port_id", uint16(id)).Str("port_mac", fmtMAC(portMAC)).
+		Str("engine_mac", fmtMAC(engCfg.LocalMAC)).Str("ip", engCfg.LocalIP.String()).Msg("port started")
+
+	// Core and its poll loop.
+	core, err := engine.New(engCfg, port)
+	if err != nil {
+		return err
+	}
+	rCfg := runner.DefaultConfig()
+	if cfg.Poll.Mode == "busy" {
+		rCfg.Mode = runner.Busy
+	}
+	var cpus []int
+	if cfg.Poll.CPU >= 0 {
+		cpus = []int{cfg.Poll.CPU}
+	}
+	rCfg.ThreadStart, rCfg.ThreadExit = dpdkport.ThreadHooks(cpus...)
+	r, err := runner.New(core, port, rCfg)
+	if err != nil {
+		return err
+	}
+	if err := r.Start(); err != nil {
+		return err
+	}
+	down.add("runner stop", func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := r.Stop(sctx)
+		st := core.Stats() // the loop has exited: safe to read here
+		log.Info().Uint64("posted", st.Posted).Uint64("rx_frames", st.RxFrames).Uint64("tx_frames", st.TxFrames).
+			Uint64("rx_dropped", st.RxDropped).Uint64("req_served", st.ReqServed).Uint64("slots_in_use", st.SlotsInUse).
+			Msg("final core counters")
+		return err
+	})
+	log.Info().Str("mode", rCfg.Mode.String()).Ints("cpus", cpus).Msg("poll loop running")
+
+	// Control socket.
+	dir := filepath.Dir(ctlCfg.SocketPath)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		down.add("remove socket directory", func() error { return os.Remove(dir) })
+	}
+	srv, err := ctl.Listen(ctlCfg, r, log.With().Str("component", "ctl").Logger())
+	if err != nil {
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	down.add("control socket close", func() error {
+		err := srv.Close() // reclaims every portal while the core still runs
+		if serr := <-served; !errors.Is(serr, ctl.ErrClosed) {
+			err = errors.Join(err, serr)
+		}
+		return err
+	})
+	log.Info().Str("socket", ctlCfg.SocketPath).Msg("rmad ready")
+	if ready != nil {
+		ready(ctlCfg.SocketPath)
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info().Msg("signal received: shutting down")
+		return nil
+	case err := <-served:
+		served <- err // for the cleanup step
+		return fmt.Errorf("control socket: %w", err)
+	case <-r.Done():
+		return errors.New("poll loop exited unexpectedly")
+	}
+}
+
+func fmtMAC(m [6]byte) string {
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+// logStartup logs every config field and every size derived from them.
+func logStartup(log zerolog.Logger, cfg *Config, frameBytes, dataRoom int, c *ctl.Config) {
+	logFields(log.Info(), cfg).Msg("effective config")
+	ev := log.Info().
+		Int("frame_bytes", frameBytes).
+		Int("mbuf_data_room", dataRoom).
+		Uint64("mbuf_pool_bytes_approx", uint64(cfg.Port.Mbufs)*uint64(dataRoom+mbufOverhead)).
+		Int("max_payload_bytes", wire.MaxPayload(cfg.Engine.MTU)).
+		Int("window_ops_at_arbitration", cfg.Engine.WindowBytes/engine.ArbitrationBytes)
+	if l, err := abi.NewLayout(0, c.CmdCap, c.CplCap); err == nil {
+		ev = ev.Uint64("portal_segment_bytes", l.Size).
+			Int("cmd_ring_bytes", abi.RingBytes(c.CmdCap, abi.CommandSize)).
+			Int("cpl_ring_bytes", abi.RingBytes(c.CplCap, abi.CompletionSize))
+	}
+	ev.Uint64("shared_region_bytes_max", uint64(c.MaxConns)*c.MaxPortalBytes).
+		Int("slots_per_portal_default", c.Slots.Default).
+		Int("slot_rules", len(c.Slots.Rules)).
+		Msg("derived sizes")
+}
+
+// mbufOverhead approximates the per-mbuf memory beyond its data room
+// (struct rte_mbuf plus mempool object header).
+const mbufOverhead = 128 + 64

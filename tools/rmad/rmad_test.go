@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/dpdk/dpdktest"
+	"github.com/onerma/onerma/portal"
+)
+
+func TestDefaultConfigValid(t *testing.T) {
+	c := defaultConfig()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "rmad.json")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestFileThenFlagsOverride(t *testing.T) {
+	file := writeFile(t, `{"engine": {"ip": "10.1.1.1", "slots": 64, "timeout": "20ms"},
+		"ctl": {"slot_policy": {"default": 8, "rules": [{"uid": 1000, "name": "kv", "max_slots": 32}]}},
+		"log_level": "debug"}`)
+	var stderr bytes.Buffer
+	cfg, opt, err := loadConfig([]string{"-slots", "128", "-config", file, "-poll-mode", "backoff", "-timeout", "30ms"}, &stderr)
+	if err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	if opt.configPath != file {
+		t.Errorf("configPath %q", opt.configPath)
+	}
+	switch {
+	case cfg.Engine.IP != "10.1.1.1":
+		t.Errorf("file did not override ip: %q", cfg.Engine.IP)
+	case cfg.Engine.Slots != 128:
+		t.Errorf("flag did not override the file: slots %d", cfg.Engine.Slots)
+	case time.Duration(cfg.Engine.Timeout) != 30*time.Millisecond:
+		t.Errorf("timeout %v", time.Duration(cfg.Engine.Timeout))
+	case cfg.Engine.UDPPort != 4792 || cfg.Port.Name != "net_tap0":
+		t.Errorf("defaults lost: %+v", cfg)
+	case cfg.Poll.Mode != "backoff" || cfg.LogLevel != "debug":
+		t.Errorf("poll %q log %q", cfg.Poll.Mode, cfg.LogLevel)
+	case cfg.Ctl.SlotPolicy.Default != 8 || len(cfg.Ctl.SlotPolicy.Rules) != 1 || *cfg.Ctl.SlotPolicy.Rules[0].UID != 1000:
+		t.Errorf("slot policy %+v", cfg.Ctl.SlotPolicy)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		args []string
+		want string
+	}{
+		{"unknown key", `{"engine": {"slotz": 1}}`, nil, `unknown field "slotz"`},
+		{"bad duration", `{"engine": {"timeout": "soon"}}`, nil, "invalid duration"},
+		{"bad flag value", "", []string{"-slots", "many"}, "invalid value"},
+		{"unknown flag", "", []string{"-frobnicate"}, "not defined"},
+		{"stray arg", "", []string{"extra"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := tt.args
+			if tt.file != "" {
+				args = append([]string{"-config", writeFile(t, tt.file)}, args...)
+			}
+			var stderr bytes.Buffer
+			_, _, err := loadConfig(args, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+	invalid := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-ip", "::1"}, "engine.ip"},
+		{[]string{"-mac", "nope"}, "engine.mac"},
+		{[]string{"-slots", "0"}, "Slots"},
+		{[]string{"-socket-mode", "999"}, "socket_mode"},
+		{[]string{"-cmd-cap", "3"}, "CmdCap"},
+		{[]string{"-poll-mode", "lazy"}, "poll.mode"},
+		{[]string{"-log-level", "loud"}, "log_level"},
+		{[]string{"-vdev", "net_ring0", "-port-name", "net_tap0"}, "does not create"},
+		{[]string{"-burst", "0"}, "port.burst"},
+		{[]string{"-hugetlb", "always"}, "Hugetlb"},
+	}
+	for _, tt := range invalid {
+		cfg, _, err := loadConfig(tt.args, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: validate = %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+func TestPrintConfig(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"-print-config", "-ip", "10.7.7.7", "-slot-cap", "9"}, &stdout, &stderr, nil)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	printed := stdout.String()
+	var c Config
+	d := json.NewDecoder(&stdout)
+	d.DisallowUnknownFields()
+	if err := d.Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Engine.IP != "10.7.7.7" || c.Ctl.SlotPolicy.Default != 9 || c.Port.Burst != 32 {
+		t.Fatalf("printed %+v", c)
+	}
+	// What it prints is a valid config file.
+	if _, _, err := loadConfig([]string{"-config", writeFile(t, printed)}, &stderr); err != nil {
+		t.Fatalf("printed config does not load: %v", err)
+	}
+	if code := run(context.Background(), []string{"-slots", "-1", "-print-config"}, &stdout, &stderr, nil); code != 2 {
+		t.Fatalf("invalid config: exit %d", code)
+	}
+}
+
+// TestRmadNetRing runs the whole daemon on a net_ring loopback vdev: EAL,
+// mempool, port, core, runner and control socket; an application opens a
+// portal, READs from another portal's region through the engine's own
+// address, and the daemon shuts down leaving no file behind.
+func TestRmadNetRing(t *testing.T) {
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("DPDK needs root; not root and CI is not \"true\"")
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	sock := filepath.Join(dir, "rmad.sock")
+	args := []string{
+		"-eal", strings.Join(dpdktest.Args(), " "),
+		"-vdev", "net_ring0", "-port-name", "net_ring0",
+		"-ip", "10.3.0.1", "-socket", sock, "-poll-mode", "backoff",
+		"-mbufs", "2047", "-rx-desc", "512", "-tx-desc", "512", "-log-level", "warn",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr bytes.Buffer
+	readyc := make(chan string, 1)
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, &bytes.Buffer{}, &stderr, func(s string) { readyc <- s }) }()
+	select {
+	case <-readyc:
+	case code := <-done:
+		t.Fatalf("rmad exited %d before ready: %s", code, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("rmad not ready after 30 s")
+	}
+
+	srv, err := portal.Dial(sock, "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := srv.RegisterRegion(16<<10, portal.PermRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i * 31)
+	}
+	cli, err := portal.Dial(sock, "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := cli.Identity(); id.Addr.String() != "10.3.0.1" || id.PID != uint32(os.Getpid()) {
+		t.Fatalf("identity %+v", id)
+	}
+	if _, err := cli.AllocSlots(4); err != nil {
+		t.Fatal(err)
+	}
+	sink, err := cli.RegisterRegion(16<<10, portal.PermLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		s, _ := cli.Slot()
+		if err := cli.PostRead(s, cli.Identity().Addr, src.ID(), uint64(i)*4096, sink, uint64(i)*4096, 4096, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli.Flush()
+	out := make([]abi.Completion, 4)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	for got := 0; got < 4; {
+		n, err := cli.Wait(wctx, out)
+		if err != nil {
+			t.Fatalf("Wait: %v (stderr: %s)", err, stderr.String())
+		}
+		for _, c := range out[:n] {
+			if c.Status != abi.StatusOK {
+				t.Fatalf("completion %+v", c)
+			}
+		}
+		got += n
+	}
+	if !bytes.Equal(sink.Bytes(), src.Bytes()) {
+		t.Fatal("data differs")
+	}
+	st, err := cli.Stats()
+	if err != nil || st.ReqServed < 4 || st.SlotsInUse != 4 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+	// Leave the client's portal open: shutdown must reclaim it.
+	srv.Close()
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("rmad exit %d: %s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rmad did not shut down")
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left behind: %v", err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("socket directory left behind: %v", err)
+	}
+	if _, err := cli.AllocSlots(1); err == nil {
+		t.Error("portal still served after shutdown")
+	}
+	cli.Close()
+	if strings.Contains(stderr.String(), `"level":"error"`) {
+		t.Errorf("errors logged: %s", stderr.String())
+	}
+}
