@@ -96,6 +96,8 @@ func (c *Config) Validate() error {
 	switch {
 	case !c.LocalIP.Is4():
 		return bad("LocalIP", c.LocalIP)
+	case c.LocalMAC == (wire.MAC{}) || c.LocalMAC[0]&1 != 0:
+		return bad("LocalMAC (zero or multicast)", c.LocalMAC)
 	case c.UDPPort == 0:
 		return bad("UDPPort", c.UDPPort)
 	case c.MTU < 576 || c.MTU > 9000 || wire.MaxPayload(c.MTU) < wire.ChunkAlign:

@@ -305,6 +305,12 @@ func (c *Config) engineConfig(portMAC wire.MAC) (engine.Config, error) {
 			return ec, fmt.Errorf("%w: engine.mac: %v", errConfig, err)
 		}
 	}
+	if e.MAC == "" && (mac == (wire.MAC{}) || mac[0]&1 != 0) {
+		// Some vdevs (net_ring) report no MAC: derive a locally
+		// administered one from the IPv4 address, unique per engine.
+		a := ip.As4()
+		mac = wire.MAC{0x02, 0x00, a[0], a[1], a[2], a[3]}
+	}
 	ec.LocalIP, ec.LocalMAC = ip, mac
 	ec.UDPPort, ec.MTU = e.UDPPort, e.MTU
 	ec.Slots, ec.Regions, ec.Portals = e.Slots, e.Regions, e.Portals
