@@ -150,6 +150,7 @@ func client(test string, args []string) error {
 	setup := fs.String("setup", "", "setup label for -json (loopback, memif, ...)")
 	asJSON := fs.Bool("json", false, "print one JSON line")
 	verify := fs.Bool("verify", false, "check every byte read")
+	spin := fs.Bool("spin", true, "busy-poll for completions (false: yield the CPU now and then)")
 	fs.Parse(args)
 	if test == "read_lat" {
 		*outstanding = 1
@@ -185,7 +186,7 @@ func client(test string, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := run(p, peer, abi.RegionID(info.Region), info.Bytes, test, *size, *outstanding, *warm, *dur, *verify)
+	res, err := run(p, peer, abi.RegionID(info.Region), info.Bytes, test, *size, *outstanding, *warm, *dur, *verify, *spin)
 	if err != nil {
 		return err
 	}
@@ -203,7 +204,7 @@ func client(test string, args []string) error {
 // dur. Each slot reads into its own 4 KB sink; remote offsets walk the
 // remote region.
 func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uint64, test string, size, outstanding int,
-	warm, dur time.Duration, verify bool) (Result, error) {
+	warm, dur time.Duration, verify, spin bool) (Result, error) {
 	slots, err := p.AllocSlots(outstanding)
 	if err != nil {
 		return Result{}, err
@@ -240,10 +241,20 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 	ctx, cancel := context.WithTimeout(context.Background(), warm+dur+30*time.Second)
 	defer cancel()
 	inflight := outstanding
+	spins := 0
 	for inflight > 0 {
-		n, err := p.Wait(ctx, cpl)
-		if err != nil {
-			return Result{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
+		n := p.Poll(cpl)
+		if n == 0 {
+			// Spin (lowest latency); check the deadline now and then.
+			if spins++; spins&0xfff == 0 {
+				if err := ctx.Err(); err != nil {
+					return Result{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
+				}
+				if !spin {
+					time.Sleep(time.Microsecond)
+				}
+			}
+			continue
 		}
 		now := nowNs()
 		if !measuring && now >= start {
