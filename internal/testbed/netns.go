@@ -1,0 +1,66 @@
+package testbed
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// VethPair is two network namespaces joined by a veth pair, for engines on
+// af_packet ports: frames cross the kernel's veth driver between two
+// separate network stacks, as between two hosts.
+type VethPair struct {
+	NSA, NSB string // namespace names
+	IfA, IfB string // interface names (IfA in NSA, IfB in NSB)
+}
+
+func ip(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// NewVethPair creates namespaces <prefix>a and <prefix>b with a veth pair
+// between them, up, with IPv6 off (no stray router solicitations). The
+// interfaces get no IPv4 address: the kernel must not answer for the
+// engines. Any leftovers of an earlier run with the same prefix are
+// removed first.
+func NewVethPair(prefix string) (*VethPair, error) {
+	v := &VethPair{NSA: prefix + "a", NSB: prefix + "b", IfA: prefix + "va", IfB: prefix + "vb"}
+	v.Close()
+	steps := [][]string{
+		{"netns", "add", v.NSA},
+		{"netns", "add", v.NSB},
+		{"link", "add", v.IfA, "type", "veth", "peer", "name", v.IfB},
+		{"link", "set", v.IfA, "netns", v.NSA},
+		{"link", "set", v.IfB, "netns", v.NSB},
+		{"-n", v.NSA, "link", "set", "lo", "up"},
+		{"-n", v.NSB, "link", "set", "lo", "up"},
+		{"-n", v.NSA, "link", "set", v.IfA, "up"},
+		{"-n", v.NSB, "link", "set", v.IfB, "up"},
+	}
+	for _, s := range steps {
+		if err := ip(s...); err != nil {
+			v.Close()
+			return nil, err
+		}
+	}
+	for _, p := range [][2]string{{v.NSA, v.IfA}, {v.NSB, v.IfB}} {
+		exec.Command("ip", "netns", "exec", p[0], "sysctl", "-qw", "net.ipv6.conf."+p[1]+".disable_ipv6=1").Run()
+	}
+	return v, nil
+}
+
+// Close removes both namespaces (and with them the veth pair).
+func (v *VethPair) Close() {
+	exec.Command("ip", "netns", "del", v.NSA).Run()
+	exec.Command("ip", "netns", "del", v.NSB).Run()
+}
+
+// AFPacket returns engine options for an af_packet port on iface inside ns.
+func AFPacket(rmad, dir, name, ip, ns, iface string) Options {
+	return Options{Rmad: rmad, Dir: dir, Name: name, IP: ip, NetNS: ns, CPU: -1,
+		PortName: "net_af_packet0", Vdev: "net_af_packet0,iface=" + iface + ",qpairs=1"}
+}

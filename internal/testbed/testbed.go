@@ -1,0 +1,232 @@
+// Package testbed starts real OneRMA engines (rmad processes over DPDK
+// vdevs) for the demo, the integration tests and the benchmarks: memif
+// wires, net_ring loopback ports, and af_packet ports on veth pairs between
+// network namespaces. It only orchestrates processes; it knows the engine
+// through its command line and control socket.
+package testbed
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Options describe one engine process.
+type Options struct {
+	Rmad     string // path to the rmad binary
+	Dir      string // directory for the control socket and log
+	Name     string // short unique name: file prefix onerma-<Name>, log <Name>.log
+	IP       string // engine IPv4 address
+	PortName string // DPDK ethdev name, e.g. net_memif0
+	Vdev     string // --vdev argument creating it
+	NetNS    string // run inside this network namespace ("": the current one)
+	Busy     bool   // pinned busy polling (benchmarks); default idle backoff
+	CPU      int    // CPU for the polling thread when Busy (-1: none)
+	Extra    []string
+}
+
+// Engine is a running rmad process.
+type Engine struct {
+	Opt     Options
+	Socket  string
+	LogPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	waitErr error
+	mu      sync.Mutex
+}
+
+// HugepagesFree reports free 2 MB hugepages and whether hugetlbfs is mounted.
+func HugepagesFree() (int, bool) {
+	free := 0
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "HugePages_Free:") {
+				free, _ = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(l, "HugePages_Free:")))
+			}
+		}
+	}
+	mounted := false
+	if b, err := os.ReadFile("/proc/mounts"); err == nil {
+		mounted = bytes.Contains(b, []byte(" hugetlbfs "))
+	}
+	return free, mounted
+}
+
+// EALArgs returns EAL arguments for an engine named name: hugepages when
+// there are enough (64 MB), else --no-huge. A file prefix (not
+// --in-memory) because memif needs the multi-process channel.
+func EALArgs(name string) []string {
+	args := []string{"--no-pci", "--no-telemetry", "--file-prefix=onerma-" + name, "--lcores=0@(0-1)"}
+	if free, mounted := HugepagesFree(); mounted && free >= 48 {
+		return append(args, "-m", "64", "--huge-unlink")
+	}
+	return append(args, "--no-huge", "-m", "128")
+}
+
+// Start launches rmad and waits until its control socket accepts.
+func Start(o Options) (*Engine, error) {
+	if o.Rmad == "" {
+		return nil, errors.New("testbed: no rmad binary")
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	e := &Engine{Opt: o, Socket: filepath.Join(o.Dir, o.Name+".sock"), LogPath: filepath.Join(o.Dir, o.Name+".log"), done: make(chan struct{})}
+	mode := "backoff"
+	if o.Busy {
+		mode = "busy"
+	}
+	args := []string{
+		"-eal", strings.Join(EALArgs(o.Name), " "),
+		"-port-name", o.PortName, "-vdev", o.Vdev,
+		"-ip", o.IP, "-socket", e.Socket, "-poll-mode", mode,
+		"-cpu", strconv.Itoa(o.CPU),
+	}
+	args = append(args, o.Extra...)
+	name := o.Rmad
+	if o.NetNS != "" {
+		args = append([]string{"netns", "exec", o.NetNS, o.Rmad}, args...)
+		name = "ip"
+	}
+	logf, err := os.Create(e.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	e.cmd = exec.Command(name, args...)
+	e.cmd.Stdout, e.cmd.Stderr = logf, logf
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := e.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() {
+		err := e.cmd.Wait()
+		logf.Close()
+		e.mu.Lock()
+		e.waitErr = err
+		e.mu.Unlock()
+		close(e.done)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-e.done:
+			return nil, fmt.Errorf("testbed: rmad %s exited during start-up: %v\n%s", o.Name, e.exitErr(), e.Tail(30))
+		default:
+		}
+		if c, err := net.Dial("unixpacket", e.Socket); err == nil {
+			c.Close()
+			return e, nil
+		}
+		if time.Now().After(deadline) {
+			e.Kill()
+			return nil, fmt.Errorf("testbed: rmad %s not ready after 30 s\n%s", o.Name, e.Tail(30))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *Engine) exitErr() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.waitErr
+}
+
+// Pid is the rmad process id (or the `ip netns exec` wrapper's, which execs
+// rmad in place, so it is the same process).
+func (e *Engine) Pid() int { return e.cmd.Process.Pid }
+
+// Signal sends sig to the engine.
+func (e *Engine) Signal(sig os.Signal) error { return e.cmd.Process.Signal(sig) }
+
+// Exited reports whether the process has ended.
+func (e *Engine) Exited() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop asks the engine to shut down (SIGTERM) and waits; an engine that
+// does not exit cleanly within timeout is killed and reported.
+func (e *Engine) Stop(timeout time.Duration) error {
+	if e.Exited() {
+		return e.exitErr()
+	}
+	e.Signal(syscall.SIGCONT) // a stopped engine cannot handle SIGTERM
+	e.Signal(syscall.SIGTERM)
+	select {
+	case <-e.done:
+		if err := e.exitErr(); err != nil {
+			return fmt.Errorf("rmad %s: %v\n%s", e.Opt.Name, err, e.Tail(20))
+		}
+		return nil
+	case <-time.After(timeout):
+		e.Kill()
+		return fmt.Errorf("rmad %s did not stop within %v\n%s", e.Opt.Name, timeout, e.Tail(20))
+	}
+}
+
+// Kill ends the engine at once (SIGKILL) and waits for it.
+func (e *Engine) Kill() {
+	if e.Exited() {
+		return
+	}
+	e.Signal(syscall.SIGKILL)
+	<-e.done
+}
+
+// Tail returns the last n lines of the engine's log.
+func (e *Engine) Tail(n int) string {
+	f, err := os.Open(e.LogPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		lines = append(lines, s.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// MemifPair returns engine options for the two ends of a memif wire whose
+// socket lives in dir: a is the memif server and must start first.
+func MemifPair(rmad, dir, nameA, nameB, ipA, ipB string) (a, b Options) {
+	sock := filepath.Join(dir, nameA+"-"+nameB+".memif")
+	a = Options{Rmad: rmad, Dir: dir, Name: nameA, IP: ipA, PortName: "net_memif0", CPU: -1,
+		Vdev: "net_memif0,role=server,id=0,socket=" + sock + ",socket-abstract=no"}
+	b = Options{Rmad: rmad, Dir: dir, Name: nameB, IP: ipB, PortName: "net_memif0", CPU: -1,
+		Vdev: "net_memif0,role=client,id=0,socket=" + sock + ",socket-abstract=no"}
+	return a, b
+}
+
+// Loopback returns options for one engine on a net_ring port whose rx and
+// tx are the same ring: every frame it sends comes back to it.
+func Loopback(rmad, dir, name, ip string) Options {
+	return Options{Rmad: rmad, Dir: dir, Name: name, IP: ip, PortName: "net_ring0", Vdev: "net_ring0", CPU: -1}
+}
+
+// HugepageFiles lists hugetlbfs files left by engines named onerma-<prefix>*.
+func HugepageFiles(prefix string) []string {
+	m, _ := filepath.Glob("/dev/hugepages/onerma-" + prefix + "*")
+	return m
+}
