@@ -43,6 +43,7 @@ type Engine struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	waitErr error
+	killed  bool // ended by Kill: its exit status is expected
 	mu      sync.Mutex
 }
 
@@ -164,7 +165,12 @@ func (e *Engine) Exited() bool {
 // does not exit cleanly within timeout is killed and reported.
 func (e *Engine) Stop(timeout time.Duration) error {
 	if e.Exited() {
-		return e.exitErr()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.killed {
+			return nil
+		}
+		return e.waitErr
 	}
 	e.Signal(syscall.SIGCONT) // a stopped engine cannot handle SIGTERM
 	e.Signal(syscall.SIGTERM)
@@ -185,6 +191,9 @@ func (e *Engine) Kill() {
 	if e.Exited() {
 		return
 	}
+	e.mu.Lock()
+	e.killed = true
+	e.mu.Unlock()
 	e.Signal(syscall.SIGKILL)
 	<-e.done
 }

@@ -91,7 +91,9 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		return err
 	}
 	frameBytes := wire.EthLen + cfg.Engine.MTU
-	dataRoom := dpdk.Headroom + frameBytes
+	// At least the DPDK default data room (2048): some PMDs (af_packet) size
+	// their frames by it.
+	dataRoom := dpdk.Headroom + max(frameBytes, 2048)
 	logStartup(log, cfg, frameBytes, dataRoom, &ctlCfg)
 
 	down := &cleanup{log: log}

@@ -1,0 +1,321 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/portal"
+)
+
+var (
+	ipA = netip.MustParseAddr("10.88.0.1")
+	ipB = netip.MustParseAddr("10.88.0.2")
+)
+
+// Verified reads of 1 B to 4 KB at odd offsets, both directions, between
+// two engine processes over memif.
+func TestMemifReads(t *testing.T) {
+	a, b := memifPair(t, nil, nil)
+	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
+	const size = 256 << 10
+	ra := ownerRegion(t, pa, size, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, size, portal.PermRemoteRead)
+	verifiedReads(t, pa, ipB, rb.ID(), size)
+	verifiedReads(t, pb, ipA, ra.ID(), size)
+}
+
+// The same over af_packet ports on a veth pair between two network
+// namespaces: frames cross two kernels' network stacks.
+func TestAFPacketVethReads(t *testing.T) {
+	needEngines(t)
+	v, err := testbed.NewVethPair(fmt.Sprintf("ormt%d", os.Getpid()%1000))
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip("network namespaces unavailable:", err)
+	}
+	defer v.Close()
+	dir := t.TempDir()
+	a := start(t, testbed.AFPacket(rmadBin, dir, "e2e-pa", ipA.String(), v.NSA, v.IfA))
+	b := start(t, testbed.AFPacket(rmadBin, dir, "e2e-pb", ipB.String(), v.NSB, v.IfB))
+	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
+	const size = 64 << 10
+	rb := ownerRegion(t, pb, size, portal.PermRemoteRead)
+	verifiedReads(t, pa, ipB, rb.ID(), size)
+	ra := ownerRegion(t, pa, size, portal.PermRemoteRead)
+	verifiedReads(t, pb, ipA, ra.ID(), size)
+}
+
+// A dead remote engine: ops to it end in TIMEOUT, within TIMEOUT, and give
+// their window back.
+func TestTimeoutWhenRemoteKilled(t *testing.T) {
+	a, b := memifPair(t, []string{"-timeout", "20ms"}, nil)
+	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
+	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+	slots, _ := pa.AllocSlots(4)
+	sink, _ := pa.RegisterRegion(16<<10, portal.PermLocalWrite)
+	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, sink, 0, 4096, 1); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
+		t.Fatalf("before the kill: %+v", c)
+	}
+	b.Kill()
+	for k, s := range slots {
+		if err := pa.PostRead(s, ipB, rb.ID(), 0, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pa.Flush()
+	for _, c := range waitN(t, pa, len(slots), 5*time.Second) {
+		if c.Status != abi.StatusTimeout {
+			t.Fatalf("after the kill: %+v", c)
+		}
+		if d := time.Duration(c.TotalDelayNs); d < 20*time.Millisecond || d > 2*time.Second {
+			t.Fatalf("TIMEOUT after %v, configured 20ms", d)
+		}
+	}
+	st, err := pa.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.WindowInUse != 0 || st.OpsInFlight != 0 {
+		t.Fatalf("window %d, in flight %d after timeouts", st.WindowInUse, st.OpsInFlight)
+	}
+}
+
+// A 4 KB window held by one op whose server is frozen: the ops queued
+// behind it cannot enter service and end in DISPATCH_TIMEOUT; the op in
+// service ends in TIMEOUT.
+func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
+	a, b := memifPair(t, []string{"-window-bytes", "4096", "-dispatch-timeout", "5ms", "-timeout", "200ms"}, nil)
+	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
+	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+	slots, _ := pa.AllocSlots(8)
+	sink, _ := pa.RegisterRegion(32<<10, portal.PermLocalWrite)
+	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, sink, 0, 64, 99); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
+		t.Fatalf("warm-up: %+v", c)
+	}
+	b.Signal(syscall.SIGSTOP)
+	defer b.Signal(syscall.SIGCONT)
+	for k, s := range slots {
+		if err := pa.PostRead(s, ipB, rb.ID(), 0, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pa.Flush()
+	got := map[abi.Status]int{}
+	for _, c := range waitN(t, pa, len(slots), 5*time.Second) {
+		got[c.Status]++
+		if c.Status == abi.StatusDispatchTimeout && (c.IssueDelayNs != 0 || time.Duration(c.TotalDelayNs) < 5*time.Millisecond) {
+			t.Fatalf("DISPATCH_TIMEOUT with delays %+v", c)
+		}
+	}
+	if got[abi.StatusTimeout] != 1 || got[abi.StatusDispatchTimeout] != len(slots)-1 {
+		t.Fatalf("statuses %v, want 1 TIMEOUT and %d DISPATCH_TIMEOUT", got, len(slots)-1)
+	}
+}
+
+// A serving engine whose inbound queue is over its NACK threshold answers
+// NACK at once; everything else is served, and nothing is lost.
+func TestNackWhenServerQueueOverThreshold(t *testing.T) {
+	a, b := memifPair(t, []string{"-slot-cap", "128"}, []string{"-nack-threshold", "2", "-serve-budget", "1"})
+	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
+	rb := ownerRegion(t, pb, 1<<20, portal.PermRemoteRead)
+	slots, err := pa.AllocSlots(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, _ := pa.RegisterRegion(64*4096, portal.PermLocalWrite)
+	nacks := 0
+	for round := 0; round < 20 && nacks == 0; round++ {
+		for k, s := range slots {
+			if err := pa.PostRead(s, ipB, rb.ID(), uint64(k)*4096, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pa.Flush()
+		for _, c := range waitN(t, pa, len(slots), 10*time.Second) {
+			switch c.Status {
+			case abi.StatusNack:
+				nacks++
+			case abi.StatusOK:
+				k := int(c.Cookie)
+				if sink.Bytes()[k*4096+100] != pattern(uint64(k*4096+100)) {
+					t.Fatalf("read %d data wrong", k)
+				}
+			default:
+				t.Fatalf("unexpected %+v", c)
+			}
+		}
+	}
+	if nacks == 0 {
+		t.Fatal("no NACK with a 64-op burst against a threshold of 2")
+	}
+	st, _ := pb.Stats()
+	if st.ReqNacked == 0 {
+		t.Fatalf("server counted no NACKs: %+v", st)
+	}
+	t.Logf("%d NACKs", nacks)
+}
+
+// An application naming another application's region, or memory outside
+// its own, is refused with a precise status and touches nothing.
+func TestForeignRegionAndBoundsRefused(t *testing.T) {
+	a, b := memifPair(t, nil, nil)
+	victim, attacker, owner := dial(t, a, "victim"), dial(t, a, "attacker"), dial(t, b, "owner")
+	vr := ownerRegion(t, victim, 8192, portal.PermAll)
+	rb := ownerRegion(t, owner, 8192, portal.PermRemoteRead)
+	slots, _ := attacker.AllocSlots(2)
+	own, _ := attacker.RegisterRegion(4096, portal.PermLocalWrite)
+	before := append([]byte(nil), vr.Bytes()...)
+	// A command naming the victim's region as the sink (forged directly:
+	// the portal library would refuse a region it does not own).
+	cmd := abi.Command{Op: abi.OpRead, Slot: slots[0], Cookie: 7, RemoteAddr: 0x0a580002, RemoteRegion: rb.ID(),
+		LocalRegion: vr.ID(), Length: 4096}
+	if err := attacker.Post(&cmd); err != nil {
+		t.Fatal(err)
+	}
+	attacker.Flush()
+	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusLocalRegion || c.Cookie != 7 {
+		t.Fatalf("foreign sink: %+v", c)
+	}
+	// The victim's slot.
+	vslots, _ := victim.AllocSlots(1)
+	cmd = abi.Command{Op: abi.OpRead, Slot: vslots[0], Cookie: 8, RemoteAddr: 0x0a580002, RemoteRegion: rb.ID(), LocalRegion: own.ID(), Length: 64}
+	attacker.Post(&cmd)
+	attacker.Flush()
+	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusBadSlot {
+		t.Fatalf("foreign slot: %+v", c)
+	}
+	// Out of bounds, locally and remotely.
+	cmd = abi.Command{Op: abi.OpRead, Slot: slots[1], Cookie: 9, RemoteAddr: 0x0a580002, RemoteRegion: rb.ID(), LocalRegion: own.ID(), LocalOffset: 4000, Length: 200}
+	attacker.Post(&cmd)
+	attacker.Flush()
+	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusLocalBounds {
+		t.Fatalf("local bounds: %+v", c)
+	}
+	if err := attacker.SubmitRead(slots[1], ipB, rb.ID(), 8000, own, 0, 1000, 10); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusRemoteBounds {
+		t.Fatalf("remote bounds: %+v", c)
+	}
+	if err := attacker.SubmitRead(slots[1], ipB, abi.MakeRegionID(200, 1), 0, own, 0, 64, 11); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusRemoteRegion {
+		t.Fatalf("unknown remote region: %+v", c)
+	}
+	if string(before) != string(vr.Bytes()) {
+		t.Fatal("the victim's region changed")
+	}
+}
+
+// An application that dies (SIGKILL) with ops in flight: the engine
+// reclaims its slots, window and regions.
+func TestCrashedAppReclaimed(t *testing.T) {
+	a, b := memifPair(t, nil, nil)
+	pb := dial(t, b, "owner")
+	rb := ownerRegion(t, pb, 1<<20, portal.PermRemoteRead)
+	watcher := dial(t, a, "watcher")
+	base, err := watcher.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Executable()
+	child := exec.Command(self, "-test.run=^$")
+	child.Env = append(os.Environ(), "ONERMA_E2E_CHILD=1", "ONERMA_CTL="+a.Socket, "ONERMA_PEER="+ipB.String(),
+		"ONERMA_REGION="+strconv.FormatUint(uint64(rb.ID()), 10))
+	child.Stderr = os.Stderr
+	out, _ := child.StdoutPipe()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready ") {
+		child.Process.Kill()
+		child.Wait()
+		t.Fatalf("child: %q %v", line, err)
+	}
+	childRegion, _ := strconv.ParseUint(strings.Fields(line)[1], 10, 32)
+	mid, _ := watcher.Stats()
+	if mid.SlotsInUse < base.SlotsInUse+16 {
+		t.Fatalf("child holds no slots: %+v", mid)
+	}
+	child.Process.Signal(syscall.SIGKILL)
+	child.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := watcher.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.SlotsInUse == base.SlotsInUse && st.OpsInFlight == 0 && st.WindowInUse == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not reclaimed: base %+v now %+v", base, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The child's region is gone for remote readers too.
+	slots, _ := pb.AllocSlots(1)
+	sink, _ := pb.RegisterRegion(4096, portal.PermLocalWrite)
+	if err := pb.SubmitRead(slots[0], ipA, abi.RegionID(childRegion), 0, sink, 0, 64, 1); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, pb, 5*time.Second); c.Status != abi.StatusRemoteRegion {
+		t.Fatalf("read of a dead app's region: %+v", c)
+	}
+}
+
+// childApp is the crashing application of TestCrashedAppReclaimed: it
+// keeps 16 reads in flight until it is killed.
+func childApp() int {
+	p, err := portal.Dial(os.Getenv("ONERMA_CTL"), "doomed")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	v, _ := strconv.ParseUint(os.Getenv("ONERMA_REGION"), 10, 32)
+	peer := netip.MustParseAddr(os.Getenv("ONERMA_PEER"))
+	slots, err := p.AllocSlots(16)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	r, err := p.RegisterRegion(16*4096, portal.PermAll)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for k, s := range slots {
+		p.PostRead(s, peer, abi.RegionID(v), uint64(k)*4096, r, uint64(k)*4096, 4096, uint64(k))
+	}
+	p.Flush()
+	fmt.Printf("ready %d\n", uint32(r.ID()))
+	cpl := make([]abi.Completion, 16)
+	for {
+		n := p.Poll(cpl)
+		for _, c := range cpl[:n] {
+			k := int(c.Cookie)
+			p.PostRead(slots[k], peer, abi.RegionID(v), uint64(k)*4096, r, uint64(k)*4096, 4096, uint64(k))
+		}
+		p.Flush()
+	}
+}

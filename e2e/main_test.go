@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/portal"
+)
+
+var rmadBin string
+
+func TestMain(m *testing.M) {
+	if os.Getenv("ONERMA_E2E_CHILD") != "" {
+		os.Exit(childApp())
+	}
+	code := func() int {
+		if dir := os.Getenv("ONERMA_BIN"); dir != "" {
+			rmadBin = filepath.Join(dir, "rmad")
+		} else if os.Geteuid() == 0 {
+			tmp, err := os.MkdirTemp("", "onerma-e2e-bin-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(tmp)
+			rmadBin = filepath.Join(tmp, "rmad")
+			out, err := exec.Command("go", "build", "-o", rmadBin, "github.com/onerma/onerma/tools/rmad").CombinedOutput()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "building rmad: %v\n%s", err, out)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// needEngines skips outside CI when the prerequisites of real engines are
+// missing, and fails in CI.
+func needEngines(t *testing.T) {
+	t.Helper()
+	why := ""
+	switch {
+	case os.Geteuid() != 0:
+		why = "real DPDK engines need root"
+	case rmadBin == "":
+		why = "no rmad binary"
+	}
+	if _, err := os.Stat(rmadBin); why == "" && err != nil {
+		why = "rmad binary: " + err.Error()
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("required integration test cannot run in CI: %s", why)
+	}
+	t.Skip(why)
+}
+
+func start(t *testing.T, o testbed.Options) *testbed.Engine {
+	t.Helper()
+	e, err := testbed.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Stop(10 * time.Second); err != nil {
+			t.Errorf("stopping %s: %v", o.Name, err)
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", o.Name, e.Tail(40))
+		}
+	})
+	return e
+}
+
+// memifPair starts two engines over a memif wire, with extra flags each.
+func memifPair(t *testing.T, extraA, extraB []string) (a, b *testbed.Engine) {
+	needEngines(t)
+	dir := t.TempDir()
+	oa, ob := testbed.MemifPair(rmadBin, dir, "e2e-a", "e2e-b", "10.88.0.1", "10.88.0.2")
+	oa.Extra, ob.Extra = extraA, extraB
+	a = start(t, oa)
+	b = start(t, ob)
+	return a, b
+}
+
+func dial(t *testing.T, e *testbed.Engine, name string) *portal.Portal {
+	t.Helper()
+	p, err := portal.Dial(e.Socket, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func pattern(i uint64) byte { return byte(i*167 + i>>9 + 3) }
+
+// ownerRegion registers a region on p filled with pattern.
+func ownerRegion(t *testing.T, p *portal.Portal, size uint64, perm portal.Perm) *portal.Region {
+	t.Helper()
+	r, err := p.RegisterRegion(size, perm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := 0, r.Bytes(); i < len(b); i++ {
+		b[i] = pattern(uint64(i))
+	}
+	return r
+}
+
+func waitOne(t *testing.T, p *portal.Portal, within time.Duration) abi.Completion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	cpl := make([]abi.Completion, 1)
+	if _, err := p.Wait(ctx, cpl); err != nil {
+		t.Fatalf("no completion within %v: %v", within, err)
+	}
+	return cpl[0]
+}
+
+// waitN collects n completions.
+func waitN(t *testing.T, p *portal.Portal, n int, within time.Duration) []abi.Completion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	out := make([]abi.Completion, 0, n)
+	buf := make([]abi.Completion, 64)
+	for len(out) < n {
+		k, err := p.Wait(ctx, buf)
+		if err != nil {
+			t.Fatalf("%d of %d completions within %v: %v", len(out), n, within, err)
+		}
+		out = append(out, buf[:k]...)
+	}
+	return out
+}
+
+// verifiedReads reads sizes 1 B .. 4 KB at odd offsets from remote region
+// rid on peer into a sink of p and checks every byte.
+func verifiedReads(t *testing.T, p *portal.Portal, peer netip.Addr, rid abi.RegionID, regionBytes uint64) {
+	t.Helper()
+	slots, err := p.AllocSlots(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := p.RegisterRegion(64<<10, portal.PermLocalWrite|portal.PermLocalRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := []uint32{1, 63, 64, 65, 127, 1000, 1407, 1408, 1409, 2047, 2817, 4000, 4095, 4096}
+	for k, size := range sizes {
+		remOff := (uint64(k)*7919 + 13) % (regionBytes - uint64(size))
+		lOff := uint64(k*4096 + k + 1)
+		if lOff+uint64(size) > 64<<10 {
+			lOff = 64<<10 - uint64(size)
+		}
+		if err := p.SubmitRead(slots[k%len(slots)], peer, rid, remOff, sink, lOff, size, uint64(k)); err != nil {
+			t.Fatal(err)
+		}
+		c := waitOne(t, p, 5*time.Second)
+		if c.Status != abi.StatusOK || c.Cookie != uint64(k) || c.Length != size {
+			t.Fatalf("read %d B at %d: %+v", size, remOff, c)
+		}
+		if c.TotalDelayNs == 0 || c.IssueDelayNs > c.TotalDelayNs {
+			t.Fatalf("delays: %+v", c)
+		}
+		got := sink.Bytes()[lOff : lOff+uint64(size)]
+		for i, b := range got {
+			if b != pattern(remOff+uint64(i)) {
+				t.Fatalf("read %d B at remote %d: byte %d is %#x, want %#x", size, remOff, i, b, pattern(remOff+uint64(i)))
+			}
+		}
+	}
+	// A pipelined burst: all slots at once, out-of-order completion welcome.
+	for k, s := range slots {
+		if err := p.PostRead(s, peer, rid, uint64(k)*4096, sink, uint64(k)*4096, 4096, uint64(100+k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Flush()
+	for _, c := range waitN(t, p, len(slots), 5*time.Second) {
+		k := int(c.Cookie) - 100
+		if c.Status != abi.StatusOK || k < 0 || k >= len(slots) {
+			t.Fatalf("burst: %+v", c)
+		}
+		got := sink.Bytes()[k*4096 : (k+1)*4096]
+		for i, b := range got {
+			if b != pattern(uint64(k*4096+i)) {
+				t.Fatalf("burst read %d: byte %d differs", k, i)
+			}
+		}
+	}
+}
