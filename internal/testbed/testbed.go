@@ -196,7 +196,13 @@ func (e *Engine) Kill() {
 	e.mu.Unlock()
 	e.Signal(syscall.SIGKILL)
 	<-e.done
+	// A killed engine cannot clean up after itself: do what its shutdown
+	// would have done with its EAL runtime directory.
+	os.RemoveAll(RuntimeDir(e.Opt.Name))
 }
+
+// RuntimeDir is the EAL runtime directory of the engine named name.
+func RuntimeDir(name string) string { return "/var/run/dpdk/onerma-" + name }
 
 // Tail returns the last n lines of the engine's log.
 func (e *Engine) Tail(n int) string {

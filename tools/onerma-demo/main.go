@@ -144,13 +144,18 @@ func checkClean(dir string) error {
 		left = append(left, m...)
 	}
 	left = append(left, testbed.HugepageFiles("demo")...)
+	for _, n := range []string{"demo-a", "demo-b"} {
+		if _, err := os.Stat(testbed.RuntimeDir(n)); err == nil {
+			left = append(left, testbed.RuntimeDir(n))
+		}
+	}
 	if out, _ := exec.Command("pgrep", "-f", "onerma-demo-[ab]").Output(); len(out) > 0 {
 		left = append(left, "processes "+strings.Join(strings.Fields(string(out)), ","))
 	}
 	if len(left) > 0 {
 		return fmt.Errorf("left behind: %s", strings.Join(left, " "))
 	}
-	fmt.Println("demo: engines stopped; no processes, sockets or hugepage files left")
+	fmt.Println("demo: engines stopped; no processes, sockets, hugepage files or EAL runtime files left")
 	return nil
 }
 

@@ -407,6 +407,35 @@ func (c *Config) ealArgs() []string {
 	return args
 }
 
+// ealRuntimeDir is the EAL runtime directory of a non-default
+// --file-prefix ("" when the default prefix or --in-memory is used: those
+// are shared or absent, and not ours to remove).
+func (c *Config) ealRuntimeDir() string {
+	prefix := ""
+	for i, a := range c.EALArgs {
+		switch {
+		case a == "--in-memory":
+			return ""
+		case strings.HasPrefix(a, "--file-prefix="):
+			prefix = strings.TrimPrefix(a, "--file-prefix=")
+		case a == "--file-prefix" && i+1 < len(c.EALArgs):
+			prefix = c.EALArgs[i+1]
+		}
+	}
+	if prefix == "" || prefix == "rte" || strings.ContainsAny(prefix, "/.") {
+		return ""
+	}
+	base := "/var/run/dpdk"
+	if os.Geteuid() != 0 {
+		if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
+			base = x + "/dpdk"
+		} else {
+			base = "/tmp/dpdk"
+		}
+	}
+	return base + "/" + prefix
+}
+
 // logFields logs every config key (flattened, sorted) as one event.
 func logFields(ev *zerolog.Event, cfg *Config) *zerolog.Event {
 	b, _ := json.Marshal(cfg)

@@ -105,7 +105,15 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err := dpdk.Init(ealArgs); err != nil {
 		return fmt.Errorf("EAL init: %w", err)
 	}
-	down.add("EAL cleanup", dpdk.Cleanup)
+	down.add("EAL cleanup", func() error {
+		err := dpdk.Cleanup()
+		// EAL leaves its runtime directory (config, fbarrays) behind; with
+		// our own file prefix nothing else uses it once we are gone.
+		if dir := cfg.ealRuntimeDir(); dir != "" && err == nil {
+			err = os.RemoveAll(dir)
+		}
+		return err
+	})
 
 	pool, err := dpdk.NewPktmbufPool("onerma_mbufs", cfg.Port.Mbufs, cfg.Port.MbufCache, 0, uint16(dataRoom), dpdk.SocketAny)
 	if err != nil {
