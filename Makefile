@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 BIN     := bin
-TOOLS   := rmad rmaperf onerma-demo
+TOOLS   := rmad rmaperf rmabench onerma-demo
 # Keep the whole test run well under CI's budget (2 cores).
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 10s
@@ -52,7 +52,7 @@ sim:
 	$(GO) test ./engine/sim -count=1 -run TestSimSeeds -timeout 60m -sim.seeds=$(SIM_SEEDS)
 
 bench: setup-bench build
-	@bash scripts/bench.sh
+	$(BIN)/rmabench -bin $(BIN)
 
 clean:
 	rm -rf $(BIN)

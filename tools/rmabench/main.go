@@ -1,0 +1,305 @@
+// Command rmabench is what `make bench` runs: it starts every engine it
+// needs and measures, in one run on one machine,
+//
+//	(a) onerma, single-engine loopback: one engine on a net_ring port whose
+//	    tx comes back as rx, acting as initiator and target, so one polling
+//	    core's full per-op cost is measured;
+//	(b) onerma, two engines over memif;
+//	(c) ucx_perftest over TCP on loopback (UCX_TLS=tcp), the peer a user
+//	    would otherwise pick, with the same sizes and outstanding depth;
+//
+// prints a side-by-side table and appends one JSON object per measurement
+// to -out (default $BENCH_OUT or bench/out.jsonl).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onerma/onerma/internal/testbed"
+)
+
+// Row is one measurement (the fields of the issue's JSON lines; p99/p999
+// are null where a tool does not report them).
+type Row struct {
+	System      string   `json:"system"`
+	Setup       string   `json:"setup"`
+	Test        string   `json:"test"`
+	Size        int      `json:"size"`
+	Outstanding int      `json:"outstanding"`
+	OpsPerSec   float64  `json:"ops_per_sec"`
+	MBPerSec    float64  `json:"mb_per_sec"`
+	P50us       float64  `json:"p50_us"`
+	P99us       *float64 `json:"p99_us"`
+	P999us      *float64 `json:"p999_us"`
+	Errors      uint64   `json:"errors"`
+	Run         string   `json:"run"`
+	Command     string   `json:"command"`
+	Note        string   `json:"note,omitempty"`
+}
+
+type spec struct {
+	test        string
+	size, depth int
+}
+
+func main() {
+	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
+	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
+	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
+	only := flag.String("only", "loopback,memif,tcp", "setups to run")
+	flag.Parse()
+	if *bin == "" {
+		self, _ := os.Executable()
+		*bin = filepath.Dir(self)
+	}
+	runID := time.Now().UTC().Format("20060102T150405Z")
+	specs := []spec{{"read_bw", 64, 32}, {"read_bw", 4096, 32}, {"read_lat", 64, 1}, {"read_lat", 4096, 1}}
+	var rows []Row
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "rmabench:", err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "onerma-bench-")
+	if err != nil {
+		fail(err)
+	}
+	defer os.RemoveAll(dir)
+	rmad, rmaperf := filepath.Join(*bin, "rmad"), filepath.Join(*bin, "rmaperf")
+	want := func(s string) bool { return strings.Contains(*only, s) }
+
+	if want("loopback") {
+		o := testbed.Loopback(rmad, dir, "bench-lo", "10.99.0.1")
+		o.Busy, o.CPU = true, 1
+		o.Extra = []string{"-log-level", "warn"}
+		e, err := testbed.Start(o)
+		if err != nil {
+			fail(err)
+		}
+		for _, s := range specs {
+			r, err := rmaperfRun(rmaperf, "0", s, *dur, "loopback", "-ctl", e.Socket, "-self")
+			if err != nil {
+				e.Stop(10 * time.Second)
+				fail(err)
+			}
+			rows = append(rows, r)
+		}
+		if err := e.Stop(10 * time.Second); err != nil {
+			fail(err)
+		}
+	}
+	if want("memif") {
+		oa, ob := testbed.MemifPair(rmad, dir, "bench-ma", "bench-mb", "10.99.1.1", "10.99.1.2")
+		oa.Busy, oa.CPU = true, 0
+		ob.Busy, ob.CPU = true, 1
+		oa.Extra = []string{"-log-level", "warn"}
+		ob.Extra = oa.Extra
+		a, err := testbed.Start(oa)
+		if err != nil {
+			fail(err)
+		}
+		b, err := testbed.Start(ob)
+		if err != nil {
+			a.Stop(10 * time.Second)
+			fail(err)
+		}
+		srv := exec.Command(rmaperf, "server", "-ctl", b.Socket, "-listen", "127.0.0.1:18516")
+		srv.Stdout, srv.Stderr = os.Stderr, os.Stderr
+		if err := srv.Start(); err != nil {
+			fail(err)
+		}
+		for _, s := range specs {
+			r, err := rmaperfRun(rmaperf, "", s, *dur, "memif", "-ctl", a.Socket, "-server", "127.0.0.1:18516")
+			if err != nil {
+				srv.Process.Kill()
+				a.Stop(10 * time.Second)
+				b.Stop(10 * time.Second)
+				fail(err)
+			}
+			r.Note = "3 busy pollers (2 engines + app) on 2 cores"
+			rows = append(rows, r)
+		}
+		srv.Process.Signal(os.Interrupt)
+		srv.Wait()
+		for _, e := range []*testbed.Engine{b, a} {
+			if err := e.Stop(10 * time.Second); err != nil {
+				fail(err)
+			}
+		}
+	}
+	if want("tcp") {
+		if _, err := exec.LookPath("ucx_perftest"); err != nil {
+			fail(fmt.Errorf("ucx_perftest not found (make bench installs ucx-utils): %v", err))
+		}
+		for _, s := range specs {
+			r, err := ucxRun(s, *dur)
+			if err != nil {
+				fail(err)
+			}
+			rows = append(rows, r)
+		}
+	}
+
+	for i := range rows {
+		rows[i].Run = runID
+	}
+	printTable(rows)
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		fail(err)
+	}
+	f, err := os.OpenFile(*out, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		fail(err)
+	}
+	enc := json.NewEncoder(f)
+	for _, r := range rows {
+		enc.Encode(r)
+	}
+	f.Close()
+	fmt.Printf("\n%d rows appended to %s (run %s)\n", len(rows), *out, runID)
+}
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}
+
+// rmaperfRun runs one rmaperf measurement, pinned to cpu when cpu != "".
+func rmaperfRun(rmaperf, cpu string, s spec, dur time.Duration, setup string, args ...string) (Row, error) {
+	a := append([]string{s.test}, args...)
+	a = append(a, "-s", strconv.Itoa(s.size), "-O", strconv.Itoa(s.depth), "-D", dur.String(), "-json", "-setup", setup)
+	name := rmaperf
+	if cpu != "" {
+		a = append([]string{"-c", cpu, rmaperf}, a...)
+		name = "taskset"
+	}
+	cmd := exec.Command(name, a...)
+	cmd.Stderr = os.Stderr
+	outb, err := cmd.Output()
+	if err != nil {
+		return Row{}, fmt.Errorf("%s: %v", strings.Join(cmd.Args, " "), err)
+	}
+	var res struct {
+		OpsPerSec, MBPerSec  float64
+		P50us, P99us, P999us float64
+		Errors               uint64
+		Note                 string
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(outb, &raw); err != nil {
+		return Row{}, fmt.Errorf("rmaperf output %q: %v", outb, err)
+	}
+	f := func(k string) float64 { v, _ := raw[k].(float64); return v }
+	res.OpsPerSec, res.MBPerSec = f("ops_per_sec"), f("mb_per_sec")
+	res.P50us, res.P99us, res.P999us = f("p50_us"), f("p99_us"), f("p999_us")
+	res.Errors = uint64(f("errors"))
+	p99, p999 := res.P99us, res.P999us
+	return Row{System: "onerma", Setup: setup, Test: s.test, Size: s.size, Outstanding: s.depth,
+		OpsPerSec: res.OpsPerSec, MBPerSec: res.MBPerSec, P50us: res.P50us, P99us: &p99, P999us: &p999,
+		Errors: res.Errors, Command: strings.Join(cmd.Args, " ")}, nil
+}
+
+// ucxRun runs ucx_perftest's ucp_get (the same one-sided read) over TCP on
+// loopback with the same size and outstanding depth.
+func ucxRun(s spec, dur time.Duration) (Row, error) {
+	// Iterations sized from a short probe so each run takes about dur.
+	iters := 20000
+	if s.test == "read_lat" {
+		iters = 5000
+	}
+	var r Row
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		r, err = ucxOnce(s, iters)
+		if err != nil {
+			return r, err
+		}
+		if r.OpsPerSec > 0 {
+			want := int(r.OpsPerSec * dur.Seconds())
+			if want <= iters*2 {
+				break
+			}
+			iters = want
+		}
+	}
+	return r, err
+}
+
+func ucxOnce(s spec, iters int) (Row, error) {
+	port := "13377"
+	args := []string{"-t", "ucp_get", "-s", strconv.Itoa(s.size), "-n", strconv.Itoa(iters), "-p", port}
+	if s.depth > 1 {
+		args = append(args, "-O", strconv.Itoa(s.depth))
+	}
+	env := append(os.Environ(), "UCX_TLS=tcp", "UCX_NET_DEVICES=lo")
+	srv := exec.Command("ucx_perftest", args...)
+	srv.Env = env
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return Row{}, err
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	cli := exec.Command("ucx_perftest", append([]string{"127.0.0.1"}, args...)...)
+	cli.Env = env
+	var out bytes.Buffer
+	cli.Stdout, cli.Stderr = &out, &out
+	if err := cli.Run(); err != nil {
+		return Row{}, fmt.Errorf("ucx_perftest: %v\n%s\n%s", err, out.String(), srvOut.String())
+	}
+	// Final: iters lat50 latavg latoverall bwavg bwoverall rateavg rateoverall
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 9 && f[0] == "Final:" {
+			p := func(i int) float64 { v, _ := strconv.ParseFloat(f[i], 64); return v }
+			return Row{System: "ucx-tcp", Setup: "tcp", Test: s.test, Size: s.size, Outstanding: s.depth,
+				OpsPerSec: p(8), MBPerSec: p(6) * 1.048576, P50us: p(2),
+				Command: "UCX_TLS=tcp UCX_NET_DEVICES=lo ucx_perftest 127.0.0.1 " + strings.Join(args, " "),
+				Note:    "ucx_perftest reports no p99/p99.9"}, nil
+		}
+	}
+	return Row{}, fmt.Errorf("ucx_perftest: no Final line in\n%s", out.String())
+}
+
+func printTable(rows []Row) {
+	fmt.Printf("\n%-8s %-9s %-9s %6s %4s %12s %10s %9s %9s %9s %6s\n", "system", "setup", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "errors")
+	opt := func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", *v)
+	}
+	for _, r := range rows {
+		fmt.Printf("%-8s %-9s %-9s %6d %4d %12.0f %10.1f %9.2f %9s %9s %6d\n", r.System, r.Setup, r.Test, r.Size, r.Outstanding,
+			r.OpsPerSec, r.MBPerSec, r.P50us, opt(r.P99us), opt(r.P999us), r.Errors)
+	}
+	// Ratios against the TCP peer for the same test, size and depth.
+	fmt.Println()
+	for _, r := range rows {
+		if r.System != "onerma" {
+			continue
+		}
+		for _, u := range rows {
+			if u.System == "ucx-tcp" && u.Test == r.Test && u.Size == r.Size && u.Outstanding == r.Outstanding && u.OpsPerSec > 0 {
+				fmt.Printf("%-9s %-9s %5d B O=%-3d onerma/ucx-tcp: %.1fx ops/s", r.Setup, r.Test, r.Size, r.Outstanding, r.OpsPerSec/u.OpsPerSec)
+				if r.P50us > 0 {
+					fmt.Printf(", p50 %.1fx lower", u.P50us/r.P50us)
+				}
+				fmt.Println()
+			}
+		}
+	}
+}
