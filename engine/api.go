@@ -5,8 +5,9 @@ import "github.com/onerma/onerma/abi"
 // Tx is where a Core writes outgoing frames. Implementations: the DPDK port
 // (mbufs), the simulator's links, in-memory test ports.
 type Tx interface {
-	// Buffer returns a writable buffer of at least MaxFrameBytes for the
-	// next outgoing frame, or nil when none is available (tx ring full,
+	// Buffer returns a writable buffer for the next outgoing frame, at
+	// least 14+Config.MTU bytes long (the core never writes more), or nil
+	// when none is available (tx ring full,
 	// buffer pool empty). Until Send is called, repeated calls return the
 	// same buffer. The Core never keeps the buffer after Send.
 	Buffer() []byte
@@ -15,8 +16,9 @@ type Tx interface {
 	Send(n int)
 }
 
-// MaxFrameBytes is the largest frame a Core writes: Ethernet header plus the
-// largest IPv4 MTU it accepts.
+// MaxFrameBytes is the largest frame any Core writes: Ethernet header plus
+// the largest IPv4 MTU a Config accepts. A core with MTU m writes at most
+// 14+m bytes.
 const MaxFrameBytes = 14 + 9000
 
 // PortalID names a portal within a core.

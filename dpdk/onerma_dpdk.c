@@ -1,0 +1,341 @@
+/* onerma_dpdk.c: see onerma_dpdk.h. */
+#include "onerma_dpdk.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <stdio.h>
+
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_ring.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_malloc.h>
+
+/* rte_errno may be 0 after a failure in some paths; never report success. */
+static int errno_or(int fallback)
+{
+	return rte_errno > 0 ? rte_errno : fallback;
+}
+
+/* ---- EAL ---- */
+
+int onerma_eal_init(int argc, char **argv)
+{
+	int r = rte_eal_init(argc, argv);
+	return r < 0 ? -errno_or(EINVAL) : r;
+}
+
+int onerma_eal_cleanup(void)
+{
+	int r = rte_eal_cleanup();
+	return r < 0 ? -errno_or(-r > 0 ? -r : EINVAL) : 0;
+}
+
+const char *onerma_strerror(int err) { return rte_strerror(err); }
+
+int onerma_thread_register(void)
+{
+	if (rte_thread_register() < 0)
+		return -errno_or(ENOMEM);
+	return (int)rte_lcore_id();
+}
+
+void onerma_thread_unregister(void) { rte_thread_unregister(); }
+unsigned int onerma_lcore_id(void) { return rte_lcore_id(); }
+unsigned int onerma_main_lcore(void) { return rte_get_main_lcore(); }
+unsigned int onerma_lcore_count(void) { return rte_lcore_count(); }
+unsigned int onerma_socket_id(void) { return rte_socket_id(); }
+unsigned int onerma_socket_count(void) { return rte_socket_count(); }
+int onerma_lcore_socket(unsigned int lcore) { return (int)rte_lcore_to_socket_id(lcore); }
+
+/* ---- mempools ---- */
+
+struct onerma_ptr_result onerma_pktmbuf_pool_create(const char *name, unsigned int n,
+						    unsigned int cache_size, uint16_t priv_size,
+						    uint16_t data_room_size, int socket_id)
+{
+	struct onerma_ptr_result r;
+	r.p = rte_pktmbuf_pool_create(name, n, cache_size, priv_size, data_room_size, socket_id);
+	r.err = r.p == NULL ? errno_or(ENOMEM) : 0;
+	return r;
+}
+
+void onerma_mempool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
+unsigned int onerma_mempool_avail(const struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
+unsigned int onerma_mempool_in_use(const struct rte_mempool *mp) { return rte_mempool_in_use_count(mp); }
+uint16_t onerma_pktmbuf_data_room_size(struct rte_mempool *mp) { return rte_pktmbuf_data_room_size(mp); }
+
+/* ---- ethdev ---- */
+
+int onerma_eth_port_by_name(const char *name)
+{
+	uint16_t port;
+	int r = rte_eth_dev_get_port_by_name(name, &port);
+	return r < 0 ? r : (int)port;
+}
+
+int onerma_eth_port_name(uint16_t port, char *name) { return rte_eth_dev_get_name_by_port(port, name); }
+unsigned int onerma_eth_count_avail(void) { return rte_eth_dev_count_avail(); }
+int onerma_eth_valid(uint16_t port) { return rte_eth_dev_is_valid_port(port); }
+
+int onerma_eth_socket(uint16_t port)
+{
+	int s = rte_eth_dev_socket_id(port);
+	/* -1 is both "unknown NUMA node" (SOCKET_ID_ANY) and, with rte_errno
+	 * set, "invalid port"; the caller checks validity first. */
+	return s;
+}
+
+int onerma_eth_configure(uint16_t port, uint16_t nb_rx, uint16_t nb_tx, uint32_t mtu)
+{
+	struct rte_eth_conf conf;
+	memset(&conf, 0, sizeof(conf));
+	conf.rxmode.mtu = mtu;
+	return rte_eth_dev_configure(port, nb_rx, nb_tx, &conf);
+}
+
+int onerma_eth_rxq_setup(uint16_t port, uint16_t q, uint16_t nb_desc, int socket,
+			 struct rte_mempool *mp)
+{
+	return rte_eth_rx_queue_setup(port, q, nb_desc, (unsigned int)socket, NULL, mp);
+}
+
+int onerma_eth_txq_setup(uint16_t port, uint16_t q, uint16_t nb_desc, int socket)
+{
+	return rte_eth_tx_queue_setup(port, q, nb_desc, (unsigned int)socket, NULL);
+}
+
+int onerma_eth_start(uint16_t port) { return rte_eth_dev_start(port); }
+int onerma_eth_stop(uint16_t port) { return rte_eth_dev_stop(port); }
+int onerma_eth_close(uint16_t port) { return rte_eth_dev_close(port); }
+
+int onerma_eth_macaddr(uint16_t port, uint8_t mac[6])
+{
+	struct rte_ether_addr a;
+	int r = rte_eth_macaddr_get(port, &a);
+	if (r == 0)
+		memcpy(mac, a.addr_bytes, 6);
+	return r;
+}
+
+int onerma_eth_link(uint16_t port, struct onerma_link *l)
+{
+	struct rte_eth_link link;
+	int r;
+	memset(&link, 0, sizeof(link));
+	r = rte_eth_link_get_nowait(port, &link);
+	if (r < 0)
+		return r;
+	l->speed_mbps = link.link_speed;
+	l->up = link.link_status == RTE_ETH_LINK_UP;
+	l->full_duplex = link.link_duplex == RTE_ETH_LINK_FULL_DUPLEX;
+	l->autoneg = link.link_autoneg == RTE_ETH_LINK_AUTONEG;
+	return 0;
+}
+
+int onerma_eth_set_mtu(uint16_t port, uint16_t mtu) { return rte_eth_dev_set_mtu(port, mtu); }
+int onerma_eth_get_mtu(uint16_t port, uint16_t *mtu) { return rte_eth_dev_get_mtu(port, mtu); }
+
+int onerma_eth_promiscuous(uint16_t port, int enable)
+{
+	return enable ? rte_eth_promiscuous_enable(port) : rte_eth_promiscuous_disable(port);
+}
+
+int onerma_eth_stats(uint16_t port, struct onerma_eth_stats *s)
+{
+	struct rte_eth_stats st;
+	int r = rte_eth_stats_get(port, &st);
+	if (r < 0)
+		return r;
+	s->ipackets = st.ipackets;
+	s->opackets = st.opackets;
+	s->ibytes = st.ibytes;
+	s->obytes = st.obytes;
+	s->imissed = st.imissed;
+	s->ierrors = st.ierrors;
+	s->oerrors = st.oerrors;
+	s->rx_nombuf = st.rx_nombuf;
+	return 0;
+}
+
+int onerma_eth_info(uint16_t port, struct onerma_dev_info *info)
+{
+	struct rte_eth_dev_info di;
+	int r = rte_eth_dev_info_get(port, &di);
+	if (r < 0)
+		return r;
+	memset(info, 0, sizeof(*info));
+	if (di.driver_name != NULL)
+		strncpy(info->driver, di.driver_name, sizeof(info->driver) - 1);
+	info->min_mtu = di.min_mtu;
+	info->max_mtu = di.max_mtu;
+	info->max_rx_pktlen = di.max_rx_pktlen;
+	info->max_rx_queues = di.max_rx_queues;
+	info->max_tx_queues = di.max_tx_queues;
+	return 0;
+}
+
+int onerma_ring_pair(const char *name_a, const char *name_b, unsigned int size, int socket,
+		     uint16_t *a, uint16_t *b)
+{
+	char rn[RTE_RING_NAMESIZE];
+	struct rte_ring *ab, *ba;
+	int pa, pb;
+
+	/* Ring names are global: derive them from the (unique) port names. */
+	if (snprintf(rn, sizeof(rn), "%s>", name_a) >= (int)sizeof(rn))
+		return -ENAMETOOLONG;
+	ab = rte_ring_create(rn, size, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	if (ab == NULL)
+		return -errno_or(ENOMEM);
+	if (snprintf(rn, sizeof(rn), "%s<", name_a) >= (int)sizeof(rn)) {
+		rte_ring_free(ab);
+		return -ENAMETOOLONG;
+	}
+	ba = rte_ring_create(rn, size, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	if (ba == NULL) {
+		int err = errno_or(ENOMEM);
+		rte_ring_free(ab);
+		return -err;
+	}
+	/* a receives from ba and sends to ab; b the other way round. */
+	pa = rte_eth_from_rings(name_a, &ba, 1, &ab, 1, socket < 0 ? 0 : (unsigned int)socket);
+	if (pa < 0) {
+		int err = errno_or(EINVAL);
+		rte_ring_free(ab);
+		rte_ring_free(ba);
+		return -err;
+	}
+	pb = rte_eth_from_rings(name_b, &ab, 1, &ba, 1, socket < 0 ? 0 : (unsigned int)socket);
+	if (pb < 0) {
+		/* Port a stays (closing a vdev made this way is not supported
+		 * by net_ring); its rings with it. */
+		return -errno_or(EINVAL);
+	}
+	*a = (uint16_t)pa;
+	*b = (uint16_t)pb;
+	return 0;
+}
+
+/* ---- bursts ---- */
+
+uint16_t onerma_rx_burst(uint16_t port, uint16_t q, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_rx_burst(port, q, pkts, n);
+}
+
+uint16_t onerma_tx_burst(uint16_t port, uint16_t q, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_tx_burst(port, q, pkts, n);
+}
+
+int onerma_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **pkts, unsigned int n)
+{
+	return rte_pktmbuf_alloc_bulk(mp, pkts, n);
+}
+
+void onerma_free_bulk(struct rte_mbuf **pkts, unsigned int n) { rte_pktmbuf_free_bulk(pkts, n); }
+void onerma_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
+
+/* ---- fused io ---- */
+
+struct onerma_io *onerma_io_new(uint16_t port, uint16_t queue, struct rte_mempool *pool,
+				uint16_t burst, uint16_t stash_cap)
+{
+	struct onerma_io *io;
+	/* Plain malloc, not rte_malloc: the arrays hold pointers only, and
+	 * the io must be usable with any memory mode of the EAL. */
+	io = calloc(1, sizeof(*io));
+	if (io == NULL)
+		return NULL;
+	io->tx = calloc(burst, sizeof(*io->tx));
+	io->rx = calloc(burst, sizeof(*io->rx));
+	io->stash = calloc(stash_cap, sizeof(*io->stash));
+	if (io->tx == NULL || io->rx == NULL || io->stash == NULL) {
+		free(io->tx);
+		free(io->rx);
+		free(io->stash);
+		free(io);
+		return NULL;
+	}
+	io->pool = pool;
+	io->port = port;
+	io->queue = queue;
+	io->burst = burst;
+	io->stash_cap = stash_cap;
+	io->stash_low = stash_cap / 2 > 0 ? stash_cap / 2 : 1;
+	return io;
+}
+
+void onerma_io_free(struct onerma_io *io)
+{
+	if (io == NULL)
+		return;
+	rte_pktmbuf_free_bulk(io->tx, io->n_tx);
+	rte_pktmbuf_free_bulk(io->rx, io->n_rx);
+	rte_pktmbuf_free_bulk(io->stash, io->n_stash);
+	free(io->tx);
+	free(io->rx);
+	free(io->stash);
+	free(io);
+}
+
+static void io_refill(struct onerma_io *io)
+{
+	unsigned int want = io->stash_cap - io->n_stash;
+	if (rte_pktmbuf_alloc_bulk(io->pool, io->stash + io->n_stash, want) == 0) {
+		io->n_stash = io->stash_cap;
+		return;
+	}
+	/* Bulk allocation is all-or-nothing; near exhaustion take what is left
+	 * one by one so the port can still send. */
+	io->alloc_fails++;
+	while (io->n_stash < io->stash_cap) {
+		struct rte_mbuf *m = rte_pktmbuf_alloc(io->pool);
+		if (m == NULL)
+			break;
+		io->stash[io->n_stash++] = m;
+	}
+}
+
+uint16_t onerma_port_io(struct onerma_io *io, int flags)
+{
+	uint16_t n = io->n_tx;
+
+	io->calls++;
+	if (n > 0) {
+		uint16_t sent = rte_eth_tx_burst(io->port, io->queue, io->tx, n);
+		unsigned int tries = 0;
+		while (sent < n && tries < io->tx_retries) {
+			sent += rte_eth_tx_burst(io->port, io->queue, io->tx + sent, n - sent);
+			tries++;
+		}
+		if (sent < n) {
+			rte_pktmbuf_free_bulk(io->tx + sent, n - sent);
+			io->tx_dropped += n - sent;
+		}
+		io->tx_pkts += sent;
+		io->n_tx = 0;
+	}
+	if (flags & ONERMA_IO_RX) {
+		/* Free the previous burst first: its mbufs go back to this
+		 * lcore's mempool cache, where the refill below finds them. */
+		if (io->n_rx > 0) {
+			rte_pktmbuf_free_bulk(io->rx, io->n_rx);
+			io->n_rx = 0;
+		}
+	}
+	if (io->n_stash < io->stash_low)
+		io_refill(io);
+	if (flags & ONERMA_IO_RX) {
+		io->n_rx = rte_eth_rx_burst(io->port, io->queue, io->rx, io->burst);
+		io->rx_pkts += io->n_rx;
+		return io->n_rx;
+	}
+	return 0;
+}
+
+void onerma_noop(void) {}

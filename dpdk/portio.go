@@ -1,0 +1,152 @@
+package dpdk
+
+/*
+#include "onerma_dpdk.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// PortIO is the fused per-burst I/O of one rx/tx queue pair. Its state
+// lives in C memory (struct onerma_io): a tx burst being filled, the rx
+// burst last received, and a stash of free mbufs for future frames. The Go
+// side reads and writes that state directly; only Do crosses into C, once
+// per burst, and does in that one crossing
+//
+//  1. transmit the queued tx burst (retrying frames the queue refused up to
+//     TxRetries times, then freeing them and counting them as dropped),
+//  2. with rx: free the previous rx burst and receive a new one,
+//  3. refill the stash when it is below half full (bulk alloc; near pool
+//     exhaustion, whatever is left).
+//
+// A PortIO is owned by one goroutine, which should be locked to an OS
+// thread registered with the EAL (RegisterThread) so the mempool's
+// per-lcore cache is used.
+type PortIO struct {
+	c     *C.struct_onerma_io
+	tx    []*Mbuf // views over the C arrays
+	rx    []*Mbuf
+	stash []*Mbuf
+}
+
+// MaxBurst bounds the burst size of a PortIO.
+const MaxBurst = 512
+
+// NewPortIO sets up fused I/O on queue q of port, allocating tx frames from
+// pool. burst is the largest tx and rx burst (at most MaxBurst; a multiple
+// of 8 suits every driver); stash is how many free mbufs it keeps ready
+// (>= 1). The port must be started; NewPortIO does not configure it.
+func NewPortIO(port PortID, q uint16, pool *Mempool, burst, stash, txRetries int) (*PortIO, error) {
+	if burst < 1 || burst > MaxBurst || stash < 1 || stash > 1<<16-1 || txRetries < 0 || txRetries > 1<<16-1 {
+		return nil, fmt.Errorf("port %d queue %d: io burst %d, stash %d, retries %d out of range", port, q, burst, stash, txRetries)
+	}
+	if pool == nil || pool.p == nil {
+		return nil, fmt.Errorf("port %d queue %d: io needs a mempool", port, q)
+	}
+	c := C.onerma_io_new(C.uint16_t(port), C.uint16_t(q), pool.p, C.uint16_t(burst), C.uint16_t(stash))
+	if c == nil {
+		return nil, ErrNoMemory
+	}
+	c.tx_retries = C.uint16_t(txRetries)
+	return &PortIO{
+		c:     c,
+		tx:    unsafe.Slice((**Mbuf)(unsafe.Pointer(c.tx)), burst),
+		rx:    unsafe.Slice((**Mbuf)(unsafe.Pointer(c.rx)), burst),
+		stash: unsafe.Slice((**Mbuf)(unsafe.Pointer(c.stash)), stash),
+	}, nil
+}
+
+// Close frees every mbuf the PortIO still holds (queued tx, last rx burst,
+// stash) and its C memory. Any goroutine, once the owner has stopped.
+func (io *PortIO) Close() {
+	if io.c != nil {
+		C.onerma_io_free(io.c)
+		io.c, io.tx, io.rx, io.stash = nil, nil, nil, nil
+	}
+}
+
+// Burst is the capacity of the tx and rx bursts.
+func (io *PortIO) Burst() int { return len(io.tx) }
+
+// Do runs one fused step (see PortIO) and returns the number of mbufs
+// received (0 when rx is false). With rx, the previous rx burst is freed:
+// views into it become invalid.
+func (io *PortIO) Do(rx bool) int {
+	flags := C.int(0)
+	if rx {
+		flags = C.ONERMA_IO_RX
+	}
+	return int(C.onerma_port_io(io.c, flags))
+}
+
+// Rx is the burst received by the last Do(true), owned by the PortIO until
+// the next Do(true).
+func (io *PortIO) Rx() []*Mbuf { return io.rx[:io.c.n_rx] }
+
+// TxLen is the number of frames queued for the next Do.
+func (io *PortIO) TxLen() int { return int(io.c.n_tx) }
+
+// QueueTx appends m to the tx burst; the PortIO owns it from now on. It
+// reports whether the burst is now full (the caller should Do).
+// QueueTx panics if the burst was already full.
+func (io *PortIO) QueueTx(m *Mbuf) (full bool) {
+	n := int(io.c.n_tx)
+	io.tx[n] = m // bounds check: a full burst panics here
+	n++
+	io.c.n_tx = C.uint16_t(n)
+	return n == len(io.tx)
+}
+
+// StashLen is the number of free mbufs ready in the stash.
+func (io *PortIO) StashLen() int { return int(io.c.n_stash) }
+
+// TakeStash removes a free mbuf from the stash and gives it to the caller,
+// or returns nil when the stash is empty (a Do refills it). The mbuf is
+// freshly allocated (single segment, data at Headroom) or was given back
+// with ReturnStash.
+func (io *PortIO) TakeStash() *Mbuf {
+	n := int(io.c.n_stash)
+	if n == 0 {
+		return nil
+	}
+	n--
+	io.c.n_stash = C.uint16_t(n)
+	return io.stash[n]
+}
+
+// ReturnStash gives back an mbuf taken with TakeStash and not sent, if the
+// stash has room (a refill may have filled it meanwhile), and reports
+// whether it did; if not, the caller still owns m (Mbuf.Free). The caller
+// must not have changed m beyond its data bytes and lengths.
+func (io *PortIO) ReturnStash(m *Mbuf) bool {
+	n := int(io.c.n_stash)
+	if n == len(io.stash) {
+		return false
+	}
+	io.stash[n] = m
+	io.c.n_stash = C.uint16_t(n + 1)
+	return true
+}
+
+// IOCounters are cumulative counters of a PortIO.
+type IOCounters struct {
+	Calls      uint64 // crossings into C (Do)
+	TxPackets  uint64 // frames the queue accepted
+	TxDropped  uint64 // frames refused after all retries (freed)
+	RxPackets  uint64
+	AllocFails uint64 // stash refills that could not fill the stash
+}
+
+// Counters reads the counters. Same goroutine as Do.
+func (io *PortIO) Counters() IOCounters {
+	return IOCounters{
+		Calls:      uint64(io.c.calls),
+		TxPackets:  uint64(io.c.tx_pkts),
+		TxDropped:  uint64(io.c.tx_dropped),
+		RxPackets:  uint64(io.c.rx_pkts),
+		AllocFails: uint64(io.c.alloc_fails),
+	}
+}

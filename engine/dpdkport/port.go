@@ -1,0 +1,234 @@
+package dpdkport
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/onerma/onerma/dpdk"
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/runner"
+)
+
+var _ runner.Port = (*Port)(nil)
+
+// Config tunes a Port.
+type Config struct {
+	// Burst is the largest rx and tx burst (a multiple of 8 suits every
+	// driver).
+	Burst int
+	// Stash is the number of free tx mbufs kept ready; refilled in bulk
+	// when below half.
+	Stash int
+	// TxRetries is the number of extra tx attempts for frames the queue
+	// refused before they are dropped.
+	TxRetries int
+	// FrameBytes is the smallest buffer Buffer may return: New checks the
+	// pool's data room against it. engine.Tx promises
+	// engine.MaxFrameBytes; a core with a smaller MTU writes at most
+	// 14+MTU bytes, and a port sized for that may use smaller mbufs.
+	FrameBytes int
+}
+
+// DefaultConfig: bursts of 32, a stash of 64, 4 retries, frames up to
+// engine.MaxFrameBytes (jumbo mbufs).
+func DefaultConfig() Config {
+	return Config{Burst: 32, Stash: 64, TxRetries: 4, FrameBytes: engine.MaxFrameBytes}
+}
+
+// ErrConfig wraps every validation failure.
+var ErrConfig = errors.New("dpdkport: invalid config")
+
+// Validate checks every field.
+func (c *Config) Validate() error {
+	switch {
+	case c.Burst < 1 || c.Burst > dpdk.MaxBurst:
+		return fmt.Errorf("%w: Burst = %d", ErrConfig, c.Burst)
+	case c.Stash < 1 || c.Stash > 1<<15:
+		return fmt.Errorf("%w: Stash = %d", ErrConfig, c.Stash)
+	case c.TxRetries < 0 || c.TxRetries > 1<<10:
+		return fmt.Errorf("%w: TxRetries = %d", ErrConfig, c.TxRetries)
+	case c.FrameBytes < 60 || c.FrameBytes > 1<<16-1-dpdk.Headroom:
+		return fmt.Errorf("%w: FrameBytes = %d", ErrConfig, c.FrameBytes)
+	}
+	return nil
+}
+
+// Stats are a Port's counters.
+type Stats struct {
+	TxFrames   uint64 // accepted by the tx queue
+	TxDropped  uint64 // refused by the tx queue after all retries
+	TxNoBuffer uint64 // Buffer found no free mbuf (pool exhausted)
+	RxFrames   uint64 // returned by Recv
+	RxMultiSeg uint64 // multi-segment frames dropped (scatter is never enabled)
+	AllocFails uint64 // stash refills that could not fill the stash
+	IOCalls    uint64 // cgo crossings (dpdk.PortIO.Do)
+}
+
+// Port is one rx/tx queue pair of a started DPDK port. It implements
+// runner.Port and engine.Tx. Not safe for concurrent use.
+type Port struct {
+	id    dpdk.PortID
+	queue uint16
+	io    *dpdk.PortIO
+	mac   [6]byte
+
+	cur    *dpdk.Mbuf // handed out by Buffer, not yet sent
+	curBuf []byte     // its data room
+	views  [][]byte   // the last rx burst, as returned by Recv
+
+	noBuffer, multiSeg, rxFrames uint64
+}
+
+// New binds a Port to queue q of the started port called name (the name
+// given to --vdev, or a PCI address), taking tx mbufs from pool. New does
+// not configure the device: dpdk.PortID.Setup does, once for all queues.
+func New(name string, pool *dpdk.Mempool, q uint16, cfg Config) (*Port, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrConfig)
+	}
+	if room := pool.DataRoom() - dpdk.Headroom; room < cfg.FrameBytes {
+		return nil, fmt.Errorf("%w: pool %s has %d bytes of data room after the headroom, FrameBytes is %d",
+			ErrConfig, pool.Name(), room, cfg.FrameBytes)
+	}
+	id, err := dpdk.PortByName(name)
+	if err != nil {
+		return nil, err
+	}
+	mac, err := id.MACAddr()
+	if err != nil {
+		return nil, err
+	}
+	io, err := dpdk.NewPortIO(id, q, pool, cfg.Burst, cfg.Stash, cfg.TxRetries)
+	if err != nil {
+		return nil, err
+	}
+	return &Port{id: id, queue: q, io: io, mac: mac, views: make([][]byte, 0, cfg.Burst)}, nil
+}
+
+// ID is the DPDK port id.
+func (p *Port) ID() dpdk.PortID { return p.id }
+
+// Queue is the queue pair index.
+func (p *Port) Queue() uint16 { return p.queue }
+
+// MAC is the port's Ethernet address.
+func (p *Port) MAC() [6]byte { return p.mac }
+
+// Buffer returns the data room of a free mbuf for the next frame (at least
+// FrameBytes), or nil when the pool is exhausted. Until Send, repeated
+// calls return the same buffer.
+func (p *Port) Buffer() []byte {
+	if p.cur == nil {
+		p.take()
+	}
+	return p.curBuf
+}
+
+// take makes a stash mbuf the current buffer (kept out of Buffer so that
+// Buffer's common case, the same buffer again, inlines).
+func (p *Port) take() {
+	if p.io.StashLen() == 0 || p.io.TxLen() == p.io.Burst() {
+		// Send the full tx burst and refill the stash: one crossing.
+		p.io.Do(false)
+	}
+	m := p.io.TakeStash()
+	if m == nil {
+		p.noBuffer++
+		return
+	}
+	p.cur, p.curBuf = m, m.Room()
+}
+
+// Send queues the first n bytes of the current buffer for transmission. A
+// full burst goes out with the next Buffer, Flush or Recv, whichever comes
+// first (each is one crossing anyway). Send without a current buffer or
+// with n outside 1..len(buffer) panics (a bug in the caller).
+func (p *Port) Send(n int) {
+	m := p.cur
+	if m == nil || n < 1 || n > len(p.curBuf) {
+		panic("dpdkport: Send without Buffer or with a bad length")
+	}
+	m.SetLen(n)
+	p.cur, p.curBuf = nil, nil
+	p.io.QueueTx(m) // Buffer made room: never full here
+}
+
+// Flush sends the queued tx burst (no crossing when it is empty).
+func (p *Port) Flush() {
+	if p.io.TxLen() > 0 {
+		p.io.Do(false)
+	}
+}
+
+// Recv frees the previous rx burst and returns views of the next one,
+// valid until the next Recv. Queued tx frames are sent in the same
+// crossing.
+func (p *Port) Recv() [][]byte {
+	n := p.io.Do(true)
+	views := p.views[:n] // n <= Burst = cap(p.views)
+	k := 0
+	for _, m := range p.io.Rx() {
+		if m.Segs() != 1 {
+			p.multiSeg++
+			continue
+		}
+		views[k] = m.Data()
+		k++
+	}
+	p.views = views[:k]
+	p.rxFrames += uint64(k)
+	return p.views
+}
+
+// Stats returns the counters. On the Port's goroutine (e.g. inside
+// runner.Exec).
+func (p *Port) Stats() Stats {
+	c := p.io.Counters()
+	return Stats{
+		TxFrames:   c.TxPackets,
+		TxDropped:  c.TxDropped,
+		TxNoBuffer: p.noBuffer,
+		RxFrames:   p.rxFrames,
+		RxMultiSeg: p.multiSeg,
+		AllocFails: c.AllocFails,
+		IOCalls:    c.Calls,
+	}
+}
+
+// Close returns every mbuf the Port holds to the pool: the current buffer,
+// queued tx frames (not sent), the last rx burst and the stash. After the
+// runner has stopped; the device itself stays up.
+func (p *Port) Close() {
+	if p.io == nil {
+		return
+	}
+	if p.cur != nil {
+		if !p.io.ReturnStash(p.cur) {
+			p.cur.Free()
+		}
+		p.cur, p.curBuf = nil, nil
+	}
+	p.io.Close()
+	p.io = nil
+	p.views = p.views[:0]
+}
+
+// ThreadHooks returns runner.Config ThreadStart/ThreadExit hooks for a loop
+// that drives DPDK ports: start pins the loop's thread to cpus (none: leave
+// the affinity alone) and registers it with the EAL, so the mempool's
+// per-lcore cache serves it; exit unregisters it.
+func ThreadHooks(cpus ...int) (start func() error, exit func()) {
+	start = func() error {
+		if len(cpus) > 0 {
+			if err := dpdk.SetAffinity(cpus...); err != nil {
+				return err
+			}
+		}
+		_, err := dpdk.RegisterThread()
+		return err
+	}
+	return start, dpdk.UnregisterThread
+}
