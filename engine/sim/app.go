@@ -1,0 +1,1144 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine"
+)
+
+// Sink layout of a portal: one area per slot, then a scratch area that only
+// commands which must never run point at. An op on slot k lands at
+// areaBytes*k + x with x+length <= areaBytes, so in-flight ops never share
+// bytes and every byte outside the current op of a slot must stay poison.
+const (
+	areaBytes = 2 * abi.MaxOpBytes
+	poison    = 0xa5
+)
+
+// opKind is what an op tests. Valid ops read remote data; the others are
+// commands with exactly one thing wrong and a precise expected status.
+type opKind uint8
+
+const (
+	kValid        opKind = iota
+	kLocalBounds         // local offset+length outside the sink region -> LOCAL_BOUNDS
+	kLocalRegion         // local region of another portal, stale or unknown -> LOCAL_REGION
+	kLocalPerm           // local region without local-write permission -> LOCAL_PERMISSION
+	kTooLarge            // length above 4 KB -> TOO_LARGE
+	kZeroLen             // length 0 -> BAD_COMMAND
+	kBadOp               // unknown op code -> BAD_COMMAND
+	kSlotNotOurs         // a slot of the core that this portal does not own -> BAD_SLOT
+	kSlotRange           // a slot outside the core's partition -> BAD_SLOT
+	kSlotBusy            // one of our slots, busy with another op -> BAD_SLOT
+	kUnreachable         // remote address nobody has -> UNREACHABLE
+	kRemoteRegion        // stale or unknown remote region -> REMOTE_REGION
+	kRemoteBounds        // remote offset+length outside the region -> REMOTE_BOUNDS
+	kRemotePerm          // remote region without remote-read permission -> REMOTE_PERMISSION
+	numKinds
+)
+
+var kindNames = [...]string{"valid", "local-bounds", "local-region", "local-perm", "too-large", "zero-length",
+	"bad-op", "slot-not-ours", "slot-range", "slot-busy", "unreachable", "remote-region", "remote-bounds", "remote-perm"}
+
+var kindStatus = [...]abi.Status{abi.StatusOK, abi.StatusLocalBounds, abi.StatusLocalRegion, abi.StatusLocalPermission,
+	abi.StatusTooLarge, abi.StatusBadCommand, abi.StatusBadCommand, abi.StatusBadSlot, abi.StatusBadSlot, abi.StatusBadSlot,
+	abi.StatusUnreachable, abi.StatusRemoteRegion, abi.StatusRemoteBounds, abi.StatusRemotePermission}
+
+// KindName names what the ops counted in Result.ByKind[i] test.
+func KindName(i int) string {
+	if i < len(kindNames) {
+		return kindNames[i]
+	}
+	return ""
+}
+
+// KindStatus is the status an op of kind i must get on a clean network.
+func KindStatus(i int) abi.Status { return kindStatus[i] }
+
+// NumKinds is the number of op kinds.
+const NumKinds = int(numKinds)
+
+// usesSlot: the op occupies one of the portal's idle slots.
+func (k opKind) usesSlot() bool { return k != kSlotNotOurs && k != kSlotRange && k != kSlotBusy }
+
+// local: decided by the initiating core without the network.
+func (k opKind) local() bool { return k != kValid && k < kUnreachable }
+
+type op struct {
+	cookie   uint64
+	kind     opKind
+	p        *portal
+	slotIdx  int // index in p.slots; -1: not one of the portal's slots
+	cmd      abi.Command
+	postedAt int64
+	deadline int64
+	target   *region // remote region named (valid and remote-* kinds)
+	sink     *region // the portal's sink when posted (it may be replaced)
+	local    *region // the region LocalRegion names (nil: none of ours)
+	extraIdx int     // index in p.extra (ops without an own slot)
+}
+
+func (o *op) String() string {
+	return fmt.Sprintf("op{%s cookie=%#x node=%d portal=%d slot=%d remote=%08x region=%#x off=%d len=%d local=%#x loff=%d posted=%d}",
+		kindNames[o.kind], o.cookie, o.p.a.n.id, o.p.id, o.cmd.Slot, o.cmd.RemoteAddr, uint32(o.cmd.RemoteRegion),
+		o.cmd.RemoteOffset, o.cmd.Length, uint32(o.cmd.LocalRegion), o.cmd.LocalOffset, o.postedAt-o.p.a.s.t0)
+}
+
+type deadline struct {
+	t      int64
+	cookie uint64
+}
+
+type deadlineHeap []deadline
+
+func (h *deadlineHeap) push(d deadline) {
+	*h = append(*h, d)
+	a := *h
+	for i := len(a) - 1; i > 0; {
+		p := (i - 1) / 2
+		if a[p].t <= a[i].t {
+			break
+		}
+		a[i], a[p] = a[p], a[i]
+		i = p
+	}
+}
+
+func (h *deadlineHeap) pop() {
+	a := *h
+	n := len(a) - 1
+	a[0] = a[n]
+	a = a[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && a[r].t < a[l].t {
+			m = r
+		}
+		if a[i].t <= a[m].t {
+			break
+		}
+		a[i], a[m] = a[m], a[i]
+		i = m
+	}
+	*h = a
+}
+
+// region is a registered region as the application (and, for
+// remote-readable ones, every other application: the directory) knows it.
+type region struct {
+	node    int
+	p       *portal
+	id      abi.RegionID
+	mem     []byte
+	perm    engine.Perm
+	pattern uint64 // remote-readable: mem[i] == patByte(pattern, i)
+	sink    bool
+	deadAt  int64 // deregistered (or its portal closed) at; MaxInt64 while live
+}
+
+// app is one node's application: a few portals, each with its own rings,
+// slots, a remote-readable region and a sink region.
+type app struct {
+	s           *Sim
+	n           *node
+	client      bool
+	portals     []*portal // open
+	closed      []*portal // closed by a crash
+	serial      int
+	completions uint64         // completions read from every ring on this node
+	deadSinks   []*region      // sinks replaced while in use (must stay untouched)
+	deadIDs     []abi.RegionID // this node's deregistered region ids (stale)
+}
+
+type portal struct {
+	a      *app
+	id     engine.PortalID
+	serial int
+	seg    []byte
+	lay    abi.Layout
+	cmd    *abi.Producer // the app produces commands
+	cpl    *abi.Consumer // the app consumes completions
+	class  engine.Class
+	slots  []abi.SlotID
+	busy   []*op // by slot index
+	idle   []int // idle slot indices (stack)
+	extra  []*op // outstanding ops without an own slot
+	src    *region
+	sink   *region
+	closed bool
+	// ops posted in the current tick holding a slot for at least an RTT
+	// (targets of slot-busy commands).
+	fresh []int
+}
+
+func newApp(s *Sim, n *node) *app {
+	a := &app{s: s, n: n, client: true}
+	if c := s.cfg.App.Clients; c != nil {
+		a.client = false
+		for _, v := range c {
+			if v == n.id {
+				a.client = true
+			}
+		}
+	}
+	return a
+}
+
+// alignedBytes returns n zeroed bytes starting on a 64-byte boundary (the
+// rings' cache-line layout requires it, as hugepage memory would give).
+func alignedBytes(n int) []byte {
+	b := make([]byte, n+64)
+	off := int((64 - uintptr(unsafe.Pointer(unsafe.SliceData(b)))%64) % 64)
+	return b[off : off+n : off+n]
+}
+
+func nextPow2(v uint32) uint32 {
+	p := uint32(2)
+	for p < v {
+		p *= 2
+	}
+	return p
+}
+
+// openPortal does what the portal library does for an application: lay
+// out a segment, attach the rings, open the portal on the core, get slots,
+// register a remote-readable region (filled with its pattern) and a sink.
+func (a *app) openPortal() (*portal, error) {
+	s, n := a.s, a.n
+	cfg := &s.cfg.App
+	r := s.appRng
+	slots := cfg.SlotsPerPortal
+	// The completion ring holds every completion the core could write
+	// before the app reads: one per slot, plus bad-slot commands.
+	cplCap := nextPow2(uint32(slots) + cfg.CmdCap)
+	lay, err := abi.NewLayout(0, cfg.CmdCap, cplCap)
+	if err != nil {
+		return nil, err
+	}
+	p := &portal{a: a, serial: a.serial, seg: alignedBytes(int(lay.Size))}
+	a.serial++
+	if r.Float64() < cfg.HighClass {
+		p.class = engine.ClassHigh
+	}
+	spec := engine.PortalSpec{
+		CmdRing:  lay.CmdRing(p.seg),
+		CmdCap:   lay.CmdCap,
+		CplRing:  lay.CplRing(p.seg),
+		CplCap:   lay.CplCap,
+		Class:    p.class,
+		MaxSlots: slots,
+		PID:      1000 + uint32(n.id)*100 + uint32(p.serial),
+	}
+	id, err := n.core.OpenPortal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("OpenPortal: %w", err)
+	}
+	p.id = id
+	lay.Portal = uint32(id)
+	lay.Encode(p.seg)
+	p.lay = lay
+	if p.cmd, err = abi.NewProducer(lay.CmdRing(p.seg), lay.CmdCap, abi.CommandSize); err != nil {
+		return nil, err
+	}
+	if p.cpl, err = abi.NewConsumer(lay.CplRing(p.seg), lay.CplCap, abi.CompletionSize); err != nil {
+		return nil, err
+	}
+	// Slots: in two allocations (the engine adds to a portal's holding),
+	// then one beyond the cap, which must be refused.
+	first := 1 + r.IntN(slots)
+	for _, k := range []int{first, slots - first} {
+		if k == 0 {
+			continue
+		}
+		ids, err := n.core.AllocSlots(id, k)
+		if err != nil {
+			return nil, fmt.Errorf("AllocSlots(%d): %w", k, err)
+		}
+		if len(ids) != k {
+			return nil, fmt.Errorf("AllocSlots(%d) returned %d slots", k, len(ids))
+		}
+		p.slots = append(p.slots, ids...)
+	}
+	if _, err := n.core.AllocSlots(id, 1); err == nil {
+		s.fail("node %d: AllocSlots beyond the portal's cap of %d succeeded", n.id, slots)
+	}
+	seen := make(map[abi.SlotID]bool, len(p.slots))
+	lo, hi := n.ecfg.SlotBase, n.ecfg.SlotBase+abi.SlotID(n.ecfg.Slots)
+	for _, sl := range p.slots {
+		if sl < lo || sl >= hi || seen[sl] {
+			s.fail("node %d: AllocSlots gave slot %d (partition [%d,%d), duplicate=%v)", n.id, sl, lo, hi, seen[sl])
+		}
+		seen[sl] = true
+	}
+	for _, q := range a.portals {
+		for _, sl := range q.slots {
+			if seen[sl] {
+				s.fail("node %d: slot %d given to portals %d and %d", n.id, sl, q.id, id)
+			}
+		}
+	}
+	p.busy = make([]*op, len(p.slots))
+	for i := len(p.slots) - 1; i >= 0; i-- {
+		p.idle = append(p.idle, i)
+	}
+	// Regions.
+	size := cfg.SrcMinBytes + r.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
+	src, err := a.register(p, alignedBytes(size), engine.PermRemoteRead|engine.PermLocalRead, false)
+	if err != nil {
+		return nil, err
+	}
+	p.src = src
+	sink, err := a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), engine.PermLocalWrite, true)
+	if err != nil {
+		return nil, err
+	}
+	p.sink = sink
+	a.portals = append(a.portals, p)
+	n.afterCall("OpenPortal")
+	s.tracef("node %d opens portal %d (%d slots, class %d, src %#x %dB, sink %#x)", n.id, id, len(p.slots), p.class, uint32(src.id), size, uint32(sink.id))
+	return p, nil
+}
+
+func (a *app) register(p *portal, mem []byte, perm engine.Perm, sink bool) (*region, error) {
+	s := a.s
+	rg := &region{node: a.n.id, p: p, mem: mem, perm: perm, sink: sink, deadAt: math.MaxInt64}
+	if sink {
+		fill(mem, poison)
+	} else {
+		s.patternID++
+		rg.pattern = s.patternID<<8 | uint64(a.n.id)
+		fillPattern(mem, rg.pattern)
+	}
+	id, err := a.n.core.RegisterRegion(p.id, mem, perm)
+	if err != nil {
+		return nil, fmt.Errorf("RegisterRegion(%d bytes): %w", len(mem), err)
+	}
+	if id == 0 {
+		s.fail("node %d: RegisterRegion returned region id 0", a.n.id)
+	}
+	for _, old := range s.regions {
+		if old.node == a.n.id && old.id == id {
+			s.fail("node %d: RegisterRegion reused region id %#x (generation not bumped)", a.n.id, uint32(id))
+		}
+	}
+	rg.id = id
+	s.regions = append(s.regions, rg)
+	return rg, nil
+}
+
+// kill marks a region dead and scribbles its memory as the allocator would
+// after free: a core that still reads it serves wrong bytes (caught by the
+// data check) and one that writes a sink is caught by the poison check.
+func (a *app) kill(rg *region) {
+	s := a.s
+	rg.deadAt = s.now
+	a.deadIDs = append(a.deadIDs, rg.id)
+	if rg.sink {
+		fill(rg.mem, poison)
+	} else {
+		s.patternID++
+		fillPattern(rg.mem, s.patternID<<8|0xff)
+	}
+}
+
+// tick: the application posts a burst of ops on each portal.
+func (a *app) tick() {
+	s := a.s
+	cfg := &s.cfg.App
+	if s.now >= s.postEnd {
+		return
+	}
+	for _, p := range a.portals {
+		p.fresh = p.fresh[:0]
+		k := 1 + s.appRng.IntN(cfg.BurstMax)
+		if cfg.FillSlots {
+			k = len(p.idle) + 1
+		}
+		for i := 0; i < k; i++ {
+			if !p.post() {
+				break
+			}
+		}
+		p.cmd.Publish()
+		if p.cmd.Corrupt() {
+			s.fail("node %d portal %d: the core wrote an impossible command-ring consumer index", a.n.id, p.id)
+		}
+	}
+	a.n.kick = true
+	a.n.reschedule()
+	next := s.now + 1 + s.appRng.Int64N(2*cfg.TickNs)
+	if next < s.postEnd {
+		s.schedule(next, evAppTick, a.n.id, 0, nil)
+	}
+}
+
+// pickKind draws what the next op tests.
+func (p *portal) pickKind() opKind {
+	r := p.a.s.appRng
+	if r.Float64() >= p.a.s.cfg.App.BadRate {
+		return kValid
+	}
+	return opKind(1 + r.IntN(int(numKinds)-1))
+}
+
+// pickTarget draws a live remote-readable region on a server node.
+func (a *app) pickTarget(wantSink bool) *region {
+	s := a.s
+	self := !wantSink && s.cfg.App.SelfReads > 0 && s.appRng.Float64() < s.cfg.App.SelfReads
+	var cands []*region
+	for _, rg := range s.regions {
+		if rg.deadAt != math.MaxInt64 || rg.sink != wantSink || (rg.node == a.n.id) != self || (!self && !a.isServer(rg.node)) {
+			continue
+		}
+		cands = append(cands, rg)
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return cands[s.appRng.IntN(len(cands))]
+}
+
+func (a *app) isServer(node int) bool {
+	sv := a.s.cfg.App.Servers
+	if sv == nil {
+		return true
+	}
+	for _, v := range sv {
+		if v == node {
+			return true
+		}
+	}
+	return false
+}
+
+// pickLength: mostly full 4 KB ops, some tiny, some odd sizes.
+func pickLength(r interface{ IntN(int) int }, max int) uint32 {
+	var l int
+	switch r.IntN(4) {
+	case 0:
+		l = abi.MaxOpBytes
+	case 1:
+		l = 1 + r.IntN(64)
+	default:
+		l = 1 + r.IntN(abi.MaxOpBytes)
+	}
+	if l > max {
+		l = 1 + r.IntN(max)
+	}
+	return uint32(l)
+}
+
+// post builds and writes one random command; false when the ring or the
+// slots are exhausted.
+func (p *portal) post() bool {
+	a := p.a
+	r := a.s.appRng
+	kind := p.pickKind()
+	tgt := a.pickTarget(false)
+	if tgt == nil && kind != kUnreachable {
+		return false // no server yet (all crashed?); try later
+	}
+	var length uint32
+	var roff uint64
+	if tgt != nil {
+		length = pickLength(r, len(tgt.mem))
+		roff = uint64(r.IntN(len(tgt.mem) - int(length) + 1))
+	} else {
+		length = pickLength(r, abi.MaxOpBytes)
+	}
+	return p.postOp(kind, tgt, length, roff, p.mutate)
+}
+
+// mutate makes a valid command into one with exactly the defect its kind
+// names.
+func (p *portal) mutate(o *op, c *abi.Command) {
+	a := p.a
+	s := a.s
+	n := a.n
+	r := s.appRng
+	tgt := o.target
+	switch o.kind {
+	case kLocalBounds:
+		sz := uint64(len(p.sink.mem))
+		switch r.IntN(3) {
+		case 0:
+			c.LocalOffset = sz - uint64(c.Length) + 1 + uint64(r.IntN(64))
+		case 1:
+			c.LocalOffset = sz + uint64(r.IntN(1<<20))
+		default:
+			c.LocalOffset = math.MaxUint64 - uint64(r.IntN(int(c.Length))) // offset+length wraps
+		}
+	case kLocalRegion:
+		c.LocalRegion = a.foreignLocalRegion(p)
+		o.local = nil
+	case kLocalPerm:
+		c.LocalRegion = p.src.id
+		o.local = p.src
+		c.LocalOffset = uint64(r.IntN(max(1, len(p.src.mem)-int(c.Length)+1)))
+		if int(c.Length) > len(p.src.mem) {
+			c.LocalOffset = 0
+			c.Length = uint32(len(p.src.mem))
+		}
+	case kTooLarge:
+		switch r.IntN(3) {
+		case 0:
+			c.Length = abi.MaxOpBytes + 1
+		case 1:
+			c.Length = abi.MaxOpBytes + 1 + uint32(r.IntN(1<<16))
+		default:
+			c.Length = math.MaxUint32
+		}
+	case kZeroLen:
+		c.Length = 0
+	case kBadOp:
+		c.Op = [...]abi.Op{0, 4, 9, 0x7f, 0xff}[r.IntN(5)]
+	case kSlotNotOurs:
+		c.Slot = p.slotNotOurs()
+	case kSlotRange:
+		lo, cnt := n.ecfg.SlotBase, abi.SlotID(n.ecfg.Slots)
+		switch {
+		case lo > 0 && r.IntN(2) == 0:
+			c.Slot = abi.SlotID(r.IntN(int(lo)))
+		case r.IntN(3) == 0:
+			c.Slot = math.MaxUint32 - abi.SlotID(r.IntN(4))
+		default:
+			c.Slot = lo + cnt + abi.SlotID(r.IntN(1000))
+		}
+	case kSlotBusy:
+		if len(p.fresh) == 0 {
+			c.Slot = p.slotNotOurs()
+			o.kind = kSlotNotOurs
+		} else {
+			c.Slot = p.slots[p.fresh[r.IntN(len(p.fresh))]]
+		}
+	case kUnreachable:
+		// 10.0.250.x: no node has it; nobody answers its ARP requests.
+		c.RemoteAddr = 10<<24 | 250<<8 | uint32(1+r.IntN(200))
+		o.target = nil
+	case kRemoteRegion:
+		c.RemoteRegion = a.staleRemote(tgt)
+		c.RemoteOffset = 0
+		o.target = nil
+	case kRemoteBounds:
+		sz := uint64(len(tgt.mem))
+		switch r.IntN(3) {
+		case 0:
+			c.RemoteOffset = sz - uint64(c.Length) + 1 + uint64(r.IntN(64))
+		case 1:
+			c.RemoteOffset = sz + uint64(r.IntN(1<<20))
+		default:
+			c.RemoteOffset = math.MaxUint64 - uint64(r.IntN(int(c.Length)))
+		}
+	case kRemotePerm:
+		sk := a.pickTarget(true)
+		if sk == nil {
+			o.kind = kValid // no sink to aim at: stays a valid op
+			return
+		}
+		o.target = sk
+		c.RemoteAddr = s.nodes[sk.node].ip4
+		c.RemoteRegion = sk.id
+		c.RemoteOffset = uint64(r.IntN(len(sk.mem) - int(c.Length) + 1))
+	}
+}
+
+// postOp writes one command: a READ of length bytes at roff of tgt into
+// the op's own sink area (or the scratch area for ops without an own
+// slot), then mutate (if any) introduces the kind's defect. It records the
+// op with its deadline. False when the ring or the slots are exhausted.
+func (p *portal) postOp(kind opKind, tgt *region, length uint32, roff uint64, mutate func(*op, *abi.Command)) bool {
+	a := p.a
+	s := a.s
+	n := a.n
+	r := s.appRng
+	entry := p.cmd.Reserve()
+	if entry == nil {
+		return false
+	}
+	if kind.usesSlot() && len(p.idle) == 0 {
+		return false
+	}
+	o := &op{kind: kind, p: p, slotIdx: -1, postedAt: s.now, target: tgt, sink: p.sink, local: p.sink}
+	s.cookieCtr++
+	o.cookie = mix64(s.cookieCtr ^ s.cfg.Seed<<20)
+	c := &o.cmd
+	c.Op = abi.OpRead
+	c.Cookie = o.cookie
+	c.LocalRegion = p.sink.id
+	c.Length = length
+	if tgt != nil {
+		c.RemoteAddr = s.nodes[tgt.node].ip4
+		c.RemoteRegion = tgt.id
+		c.RemoteOffset = roff
+	}
+	// Local side: the slot's own area, or the scratch area.
+	var area int
+	if kind.usesSlot() {
+		k := p.idle[len(p.idle)-1]
+		if !p.areaPoisoned(k, "before posting on it") {
+			return false
+		}
+		p.idle = p.idle[:len(p.idle)-1]
+		p.busy[k] = o
+		o.slotIdx = k
+		c.Slot = p.slots[k]
+		area = k * areaBytes
+	} else {
+		area = len(p.slots) * areaBytes
+		p.extra = append(p.extra, o)
+		o.extraIdx = len(p.extra) - 1
+	}
+	c.LocalOffset = uint64(area + r.IntN(areaBytes-int(min(length, abi.MaxOpBytes))+1))
+	if mutate != nil {
+		mutate(o, c)
+	}
+	// Ops that hold their slot for at least a round trip are targets of
+	// slot-busy commands later in this tick.
+	if o.slotIdx >= 0 && c.RemoteAddr != n.ip4 && (o.kind == kValid || o.kind == kRemoteRegion || o.kind == kRemoteBounds || o.kind == kRemotePerm) {
+		p.fresh = append(p.fresh, o.slotIdx)
+	}
+	c.Encode(entry)
+	p.cmd.Commit()
+
+	// Bound: local errors at the next Poll; the rest within
+	// DISPATCH_TIMEOUT + TIMEOUT (+ resolution when ARP is involved).
+	e := &n.ecfg
+	wait := max(s.now, n.busyUntil) - s.now
+	bound := wait + s.slack()
+	switch {
+	case o.kind.local():
+	case o.kind == kUnreachable:
+		bound += int64(e.ResolveTimeout + e.ARPRetry + e.DispatchTimeout)
+	default:
+		bound += int64(e.DispatchTimeout + e.Timeout)
+		if !s.cfg.StaticNeighbors {
+			bound += int64(e.ResolveTimeout + e.ARPRetry)
+		}
+	}
+	o.deadline = s.now + bound
+	s.ops[o.cookie] = o
+	s.deadlines.push(deadline{t: o.deadline, cookie: o.cookie})
+	s.res.Posted++
+	s.res.ByKind[o.kind]++
+	if o.kind != kValid {
+		s.res.Bad++
+	}
+	s.digest(0x9057, o.cookie, uint64(o.kind))
+	s.tracef("node %d posts %s", n.id, o)
+	return true
+}
+
+// foreignLocalRegion: a region id this portal may not use as its sink: a
+// region of another portal of this core, one deregistered earlier (stale
+// generation), or an index beyond the table.
+func (a *app) foreignLocalRegion(p *portal) abi.RegionID {
+	r := a.s.appRng
+	var cands []abi.RegionID
+	for _, q := range a.portals {
+		if q != p {
+			cands = append(cands, q.sink.id) // writable, just not ours
+		}
+	}
+	cands = append(cands, a.deadIDs...)
+	if len(cands) > 0 && r.IntN(4) != 0 {
+		return cands[r.IntN(len(cands))]
+	}
+	switch r.IntN(3) {
+	case 0:
+		return abi.MakeRegionID(uint16(a.n.ecfg.Regions+r.IntN(100)), 1)
+	case 1:
+		return 0
+	default: // our own sink's index with another generation
+		id := p.sink.id
+		return abi.MakeRegionID(id.Index(), id.Gen()+1+uint16(r.IntN(100)))
+	}
+}
+
+// staleRemote: a region id on tgt's node that does not name a live region.
+func (a *app) staleRemote(tgt *region) abi.RegionID {
+	s := a.s
+	r := s.appRng
+	var cands []abi.RegionID
+	for _, rg := range s.regions {
+		if rg.node == tgt.node && rg.deadAt != math.MaxInt64 {
+			cands = append(cands, rg.id)
+		}
+	}
+	if len(cands) > 0 && r.IntN(3) != 0 {
+		// A dead id whose entry may since hold a new region: the
+		// generation must keep them apart.
+		id := cands[r.IntN(len(cands))]
+		for _, rg := range s.regions {
+			if rg.node == tgt.node && rg.id == id && rg.deadAt == math.MaxInt64 {
+				panic("sim: dead region id reused")
+			}
+		}
+		return id
+	}
+	switch r.IntN(3) {
+	case 0:
+		return abi.MakeRegionID(uint16(s.nodes[tgt.node].ecfg.Regions+r.IntN(100)), 1)
+	case 1:
+		return 0
+	default:
+		return abi.MakeRegionID(tgt.id.Index(), tgt.id.Gen()+1+uint16(r.IntN(100)))
+	}
+}
+
+// slotNotOurs: a slot of the core's partition this portal does not hold.
+func (p *portal) slotNotOurs() abi.SlotID {
+	a := p.a
+	r := a.s.appRng
+	e := &a.n.ecfg
+	for range 64 {
+		sl := e.SlotBase + abi.SlotID(r.IntN(e.Slots))
+		ours := false
+		for _, v := range p.slots {
+			if v == sl {
+				ours = true
+				break
+			}
+		}
+		if !ours {
+			return sl
+		}
+	}
+	return e.SlotBase + abi.SlotID(e.Slots) // out of range: still not ours
+}
+
+func (a *app) harvestAll() {
+	for _, p := range a.portals {
+		p.harvest()
+	}
+}
+
+func (p *portal) harvest() {
+	s := p.a.s
+	for {
+		e := p.cpl.Peek()
+		if e == nil {
+			break
+		}
+		var c abi.Completion
+		c.Decode(e)
+		p.cpl.Advance()
+		p.a.completions++
+		p.complete(&c)
+		if s.err != nil {
+			break
+		}
+	}
+	p.cpl.Release()
+	if p.cpl.Corrupt() {
+		s.fail("node %d portal %d: the core wrote an impossible completion-ring producer index", p.a.n.id, p.id)
+	}
+}
+
+// allowed: the statuses op o may complete with now.
+func (s *Sim) allowed(o *op, st abi.Status) bool {
+	if s.cfg.ShutdownAtEnd && s.now >= s.postEnd && st == abi.StatusAborted && !o.kind.local() {
+		return true
+	}
+	netFail := !s.cfg.Strict && (st == abi.StatusTimeout || st == abi.StatusNack || st == abi.StatusDispatchTimeout ||
+		(st == abi.StatusUnreachable && !s.cfg.StaticNeighbors))
+	dead := o.target != nil && o.target.deadAt <= s.now && st == abi.StatusRemoteRegion
+	if o.local != nil && o.local.deadAt <= s.now && (o.kind.usesSlot() || o.kind == kSlotBusy) {
+		// The local region was deregistered after posting: the core may
+		// have taken the command after that (LOCAL_REGION), or dropped the
+		// responses that arrived after that (TIMEOUT); OK is impossible,
+		// since completions written before were read before. Bad-slot
+		// commands fail on the slot first, except a slot-busy one whose
+		// slot's op failed at once on the same dead region (LOCAL_REGION).
+		if st == abi.StatusLocalRegion || (st == abi.StatusTimeout && !o.kind.local() && o.kind.usesSlot()) {
+			return true
+		}
+		if st == abi.StatusOK {
+			return false
+		}
+	}
+	switch o.kind {
+	case kValid:
+		return st == abi.StatusOK || netFail || dead
+	case kRemoteRegion, kRemoteBounds, kRemotePerm:
+		return st == kindStatus[o.kind] || netFail || dead
+	case kUnreachable:
+		return st == abi.StatusUnreachable || (!s.cfg.Strict && st == abi.StatusDispatchTimeout)
+	}
+	return st == kindStatus[o.kind]
+}
+
+// complete checks one completion against the op it names.
+func (p *portal) complete(c *abi.Completion) {
+	a := p.a
+	s := a.s
+	o := s.ops[c.Cookie]
+	s.digest(0xc01, c.Cookie, uint64(c.Status), uint64(s.now))
+	if o == nil {
+		s.fail("node %d portal %d: completion {cookie=%#x slot=%d status=%v}: no such op outstanding (second completion, orphan, or invented)",
+			a.n.id, p.id, c.Cookie, c.Slot, c.Status)
+		return
+	}
+	s.tracef("node %d completes %s: %v issue=%d total=%d", a.n.id, o, c.Status, c.IssueDelayNs, c.TotalDelayNs)
+	e := &a.n.ecfg
+	switch {
+	case o.p != p:
+		s.fail("completion of %s arrived on portal %d", o, p.id)
+	case c.Slot != o.cmd.Slot:
+		s.fail("completion of %s names slot %d", o, c.Slot)
+	case !s.allowed(o, c.Status):
+		s.fail("%s completed with %v, want %v", o, c.Status, kindStatus[o.kind])
+	case c.Status == abi.StatusOK && c.Length != o.cmd.Length:
+		s.fail("%s completed OK with length %d", o, c.Length)
+	case o.kind != kBadOp && c.Op != o.cmd.Op:
+		s.fail("%s completed with op %v", o, c.Op)
+	case c.IssueDelayNs > c.TotalDelayNs:
+		s.fail("%s: issue_delay %d > total_delay %d", o, c.IssueDelayNs, c.TotalDelayNs)
+	case int64(c.TotalDelayNs) > s.now-o.postedAt:
+		s.fail("%s: total_delay %d longer than the op existed (%d)", o, c.TotalDelayNs, s.now-o.postedAt)
+	case c.Status == abi.StatusDispatchTimeout && int64(c.TotalDelayNs) < int64(e.DispatchTimeout):
+		s.fail("%s: DISPATCH_TIMEOUT after only %dns (DispatchTimeout %v)", o, c.TotalDelayNs, e.DispatchTimeout)
+	case c.Status == abi.StatusTimeout && int64(c.TotalDelayNs-c.IssueDelayNs) < int64(e.Timeout):
+		s.fail("%s: TIMEOUT after only %dns in service (Timeout %v)", o, c.TotalDelayNs-c.IssueDelayNs, e.Timeout)
+	case c.Status == abi.StatusTimeout && int64(c.TotalDelayNs-c.IssueDelayNs) > int64(e.Timeout)+s.slack():
+		s.fail("%s: TIMEOUT after %dns in service (Timeout %v): late", o, c.TotalDelayNs-c.IssueDelayNs, e.Timeout)
+	case c.Status == abi.StatusDispatchTimeout && s.cfg.StaticNeighbors && int64(c.TotalDelayNs) > int64(e.DispatchTimeout)+s.slack():
+		// (With ARP, time spent resolving comes first and adds to it.)
+		s.fail("%s: DISPATCH_TIMEOUT after %dns (DispatchTimeout %v): late", o, c.TotalDelayNs, e.DispatchTimeout)
+	case c.Status == abi.StatusUnreachable && o.kind != kUnreachable && int64(c.TotalDelayNs) < int64(e.ResolveTimeout):
+		s.fail("%s: UNREACHABLE after %dns although node %d exists and ResolveTimeout is %v (neighbor table refused it?)",
+			o, c.TotalDelayNs, s.nodeOfIP(o.cmd.RemoteAddr), e.ResolveTimeout)
+	}
+	if s.err != nil {
+		return
+	}
+	if o.slotIdx >= 0 {
+		if o.sink == p.sink {
+			p.checkArea(o, c.Status)
+		} // else: the area is in a deregistered sink, checked whole at the end
+		p.busy[o.slotIdx] = nil
+		p.idle = append(p.idle, o.slotIdx)
+	} else {
+		p.removeExtra(o)
+	}
+	delete(s.ops, o.cookie)
+	s.res.ByStatus[c.Status]++
+}
+
+func (p *portal) removeExtra(o *op) {
+	last := len(p.extra) - 1
+	q := p.extra[last]
+	p.extra[o.extraIdx] = q
+	q.extraIdx = o.extraIdx
+	p.extra[last] = nil
+	p.extra = p.extra[:last]
+}
+
+// checkArea: after an op on slot k completes, its area holds exactly the
+// remote bytes (OK), or only remote bytes and poison (failure: chunks that
+// arrived before the failure), and poison everywhere else. Then the area
+// is poisoned again for the slot's next op.
+func (p *portal) checkArea(o *op, st abi.Status) {
+	s := p.a.s
+	base := o.slotIdx * areaBytes
+	area := p.sink.mem[base : base+areaBytes]
+	lo, hi := 0, 0
+	if o.kind == kValid && o.target != nil {
+		lo = int(o.cmd.LocalOffset) - base
+		hi = lo + int(o.cmd.Length)
+		want := s.expect[:hi-lo]
+		got := area[lo:hi]
+		if st != abi.StatusOK && firstNotPoison(got) < 0 {
+			// Nothing landed (the common failure): no need for the data.
+		} else if fillPatternAt(want, o.target.pattern, o.cmd.RemoteOffset); st == abi.StatusOK {
+			if !bytes.Equal(got, want) {
+				i := 0
+				for got[i] == want[i] {
+					i++
+				}
+				s.fail("corrupted data accepted: %s completed OK but byte %d of its data is %#02x, want %#02x",
+					o, i, got[i], want[i])
+				return
+			}
+		} else {
+			for i, b := range got {
+				if b != want[i] && b != poison {
+					s.fail("%s failed with %v but byte %d of its sink is %#02x (neither its data %#02x nor untouched)",
+						o, st, i, b, want[i])
+					return
+				}
+			}
+		}
+	}
+	if i := firstNotPoison(area[:lo]); i >= 0 {
+		s.fail("%s: byte %d of its slot's area, before the op's range [%d,%d), was written (%#02x)", o, i, lo, hi, area[i])
+		return
+	}
+	if i := firstNotPoison(area[hi:]); i >= 0 {
+		s.fail("%s: byte %d of its slot's area, after the op's range [%d,%d), was written (%#02x)", o, hi+i, lo, hi, area[hi+i])
+		return
+	}
+	fill(area, poison)
+}
+
+// areaPoisoned: an idle slot's area must be untouched (a late response of
+// a completed op must never land).
+func (p *portal) areaPoisoned(k int, when string) bool {
+	s := p.a.s
+	area := p.sink.mem[k*areaBytes : (k+1)*areaBytes]
+	if i := firstNotPoison(area); i >= 0 {
+		s.fail("node %d portal %d: area of idle slot %d written at byte %d (%#02x) %s: a late response landed after its op completed",
+			p.a.n.id, p.id, p.slots[k], i, area[i], when)
+		return false
+	}
+	return true
+}
+
+// crash: the application dies. Its portal is closed with ops in flight;
+// those become orphans and must never complete or touch its memory.
+func (a *app) crash() {
+	s := a.s
+	if len(a.portals) == 0 {
+		return
+	}
+	i := s.faultRng.IntN(len(a.portals))
+	p := a.portals[i]
+	s.tracef("node %d: application of portal %d crashes", a.n.id, p.id)
+	if err := a.n.core.ClosePortal(p.id); err != nil {
+		s.fail("node %d: ClosePortal(%d): %v", a.n.id, p.id, err)
+		return
+	}
+	for k, o := range p.busy {
+		if o != nil {
+			delete(s.ops, o.cookie)
+			s.res.Orphaned++
+			p.busy[k] = nil
+		}
+	}
+	for _, o := range p.extra {
+		delete(s.ops, o.cookie)
+		s.res.Orphaned++
+	}
+	p.extra = nil
+	p.closed = true
+	a.kill(p.src)
+	a.kill(p.sink)
+	a.portals = append(a.portals[:i], a.portals[i+1:]...)
+	a.closed = append(a.closed, p)
+	// A zombie thread of the dead app still posts: the core must ignore
+	// the closed portal's ring.
+	if e := p.cmd.Reserve(); e != nil {
+		c := abi.Command{Op: abi.OpRead, Slot: p.slots[0], Cookie: 0xdead, Length: 64, LocalRegion: p.sink.id,
+			RemoteAddr: a.n.ip4, RemoteRegion: p.src.id}
+		c.Encode(e)
+		p.cmd.Commit()
+		p.cmd.Publish()
+	}
+	a.n.kick = true
+	a.n.reschedule()
+	a.n.afterCall("ClosePortal")
+	if _, err := a.n.core.AllocSlots(p.id, 1); err == nil {
+		// The id may have been reused already only if we reopened; we
+		// have not, so the closed portal must be gone.
+		s.fail("node %d: AllocSlots on closed portal %d succeeded", a.n.id, p.id)
+	}
+}
+
+// churn: a portal deregisters its remote-readable region and registers a
+// new one (new id, maybe the same table entry with a new generation).
+func (a *app) churn() {
+	s := a.s
+	if len(a.portals) == 0 {
+		return
+	}
+	p := a.portals[s.faultRng.IntN(len(a.portals))]
+	if s.faultRng.IntN(2) == 0 {
+		a.churnSink(p)
+		return
+	}
+	old := p.src
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+		s.fail("node %d: DeregisterRegion(%#x): %v", a.n.id, uint32(old.id), err)
+		return
+	}
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err == nil {
+		s.fail("node %d: DeregisterRegion(%#x) twice succeeded", a.n.id, uint32(old.id))
+		return
+	}
+	a.kill(old)
+	cfg := &s.cfg.App
+	size := cfg.SrcMinBytes + s.appRng.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
+	rg, err := a.register(p, alignedBytes(size), engine.PermRemoteRead|engine.PermLocalRead, false)
+	if err != nil {
+		s.fail("node %d: re-registering: %v", a.n.id, err)
+		return
+	}
+	p.src = rg
+	s.tracef("node %d portal %d: region %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
+	a.n.afterCall("RegisterRegion")
+}
+
+// churnSink replaces a portal's sink while reads into it are in flight:
+// once DeregisterRegion returns, the core must never write the old memory
+// (it is poisoned and checked at the end), and ops still in flight into it
+// cannot complete OK.
+func (a *app) churnSink(p *portal) {
+	s := a.s
+	old := p.sink
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+		s.fail("node %d: DeregisterRegion(sink %#x): %v", a.n.id, uint32(old.id), err)
+		return
+	}
+	a.kill(old)
+	a.deadSinks = append(a.deadSinks, old)
+	rg, err := a.register(p, alignedBytes(len(old.mem)), engine.PermLocalWrite, true)
+	if err != nil {
+		s.fail("node %d: re-registering a sink: %v", a.n.id, err)
+		return
+	}
+	p.sink = rg
+	s.tracef("node %d portal %d: sink %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
+	a.n.afterCall("RegisterRegion")
+}
+
+func (a *app) slotsHeld() uint64 {
+	var v uint64
+	for _, p := range a.portals {
+		v += uint64(len(p.slots))
+	}
+	return v
+}
+
+// checkAtEnd: no memory written where it must not be, no completion on a
+// closed portal's ring.
+func (a *app) checkAtEnd() {
+	s := a.s
+	for _, p := range a.portals {
+		for k := range p.slots {
+			if !p.areaPoisoned(k, "at the end") {
+				return
+			}
+		}
+		if i := firstNotPoison(p.sink.mem[len(p.slots)*areaBytes:]); i >= 0 {
+			s.fail("node %d portal %d: scratch area (target of commands that must never run) written at %d", a.n.id, p.id, i)
+			return
+		}
+	}
+	for _, rg := range s.regions {
+		if rg.node == a.n.id && !rg.sink && rg.deadAt == math.MaxInt64 && !checkPattern(rg.mem, rg.pattern) {
+			s.fail("node %d: remote-readable region %#x was written", a.n.id, uint32(rg.id))
+			return
+		}
+	}
+	for _, rg := range a.deadSinks {
+		if i := firstNotPoison(rg.mem); i >= 0 {
+			s.fail("node %d: deregistered sink %#x written at %d after DeregisterRegion returned", a.n.id, uint32(rg.id), i)
+			return
+		}
+	}
+	for _, p := range a.closed {
+		if v := p.cpl.Available(); v != 0 {
+			s.fail("node %d: %d completions written on portal %d after it was closed", a.n.id, v, p.id)
+			return
+		}
+		if i := firstNotPoison(p.sink.mem); i >= 0 {
+			s.fail("node %d: sink of closed portal %d written at %d after close", a.n.id, p.id, i)
+			return
+		}
+	}
+}
+
+func (a *app) closeAll() {
+	s := a.s
+	for _, p := range a.portals {
+		if err := a.n.core.ClosePortal(p.id); err != nil {
+			s.fail("node %d: ClosePortal(%d) at the end: %v", a.n.id, p.id, err)
+			return
+		}
+		if err := a.n.core.ClosePortal(p.id); err == nil {
+			s.fail("node %d: ClosePortal(%d) twice succeeded", a.n.id, p.id)
+			return
+		}
+		a.kill(p.src)
+		a.kill(p.sink)
+		p.closed = true
+		a.closed = append(a.closed, p)
+	}
+	a.portals = nil
+}
+
+// Patterns: byte i of a remote-readable region with pattern id g.
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+func patByte(g, i uint64) byte { return byte(mix64(g<<32^i>>3) >> (8 * (i & 7))) }
+
+// fillPatternAt writes bytes off.. of pattern g into dst, a word at a time.
+func fillPatternAt(dst []byte, g, off uint64) {
+	for i := 0; i < len(dst); {
+		o := off + uint64(i)
+		v := mix64(g<<32^o>>3) >> (8 * (o & 7))
+		for k := o & 7; k < 8 && i < len(dst); k++ {
+			dst[i] = byte(v)
+			v >>= 8
+			i++
+		}
+	}
+}
+
+func fillPattern(b []byte, g uint64) { fillPatternAt(b, g, 0) }
+
+func checkPattern(b []byte, g uint64) bool {
+	var want [areaBytes]byte
+	for off := 0; off < len(b); off += len(want) {
+		n := min(len(want), len(b)-off)
+		fillPatternAt(want[:n], g, uint64(off))
+		if !bytes.Equal(b[off:off+n], want[:n]) {
+			return false
+		}
+	}
+	return true
+}
+
+var poisonBuf = bytes.Repeat([]byte{poison}, areaBytes)
+
+// firstNotPoison returns the index of the first byte of b that is not
+// poison, or -1.
+func firstNotPoison(b []byte) int {
+	for off := 0; off < len(b); off += len(poisonBuf) {
+		n := min(len(poisonBuf), len(b)-off)
+		if !bytes.Equal(b[off:off+n], poisonBuf[:n]) {
+			for i, v := range b[off : off+n] {
+				if v != poison {
+					return off + i
+				}
+			}
+		}
+	}
+	return -1
+}
+
+func fill(b []byte, v byte) {
+	if v == poison {
+		for off := 0; off < len(b); off += len(poisonBuf) {
+			copy(b[off:], poisonBuf)
+		}
+		return
+	}
+	for i := range b {
+		b[i] = v
+	}
+}
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

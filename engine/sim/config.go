@@ -1,0 +1,383 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine"
+)
+
+// Config describes one simulation run. Every random choice of the run (the
+// network's faults, the applications' ops, the fault schedule) is derived
+// from Seed, so a Config and a seed reproduce a run exactly.
+type Config struct {
+	Name  string // scenario name (for messages)
+	Seed  uint64
+	Nodes int // engines (one Core each), >= 2
+
+	// Engine is the template of every node's engine.Config. The simulator
+	// fills in the identity fields (CoreID, LocalIP, LocalMAC, MTU,
+	// SlotBase, Neighbors, NeighborTable) and, when zero, Slots, Regions
+	// and Portals (sized from App and Faults).
+	Engine engine.Config
+	MTU    int // IPv4 MTU of every node and of the fabric
+	// StaticNeighbors gives every core a static entry for every other node
+	// (no ARP between nodes). Otherwise cores resolve each other by ARP.
+	StaticNeighbors bool
+	// NeighborTable overrides the derived neighbor table size (0: derived).
+	NeighborTable int
+
+	Net    NetConfig
+	Cost   CostConfig
+	App    AppConfig
+	Faults FaultConfig
+
+	// PostNs is how long the applications post ops (virtual ns). Then the
+	// simulator drains: it runs until every op has completed, plus a grace
+	// period, and checks that every resource is back where it belongs.
+	PostNs int64
+	// ShutdownAtEnd ends the run with Core.Shutdown on every node instead
+	// of draining: every op still queued or in flight must complete at once
+	// (ABORTED or otherwise) and every resource must be free.
+	ShutdownAtEnd bool
+
+	// Strict: the network is clean and resources generous, so every valid
+	// op must complete OK (any TIMEOUT, NACK, DISPATCH_TIMEOUT or
+	// UNREACHABLE of a valid op is a failure).
+	Strict bool
+	// MustSee lists statuses that must occur at least once in the run: a
+	// scenario built to exercise a mechanism proves the mechanism fired.
+	MustSee []abi.Status
+	// MaxSteps bounds driver steps (livelock guard); 0: derived.
+	MaxSteps uint64
+	// Trace keeps the last events of the run in a ring (slow); a Failure
+	// then lists them. Used to replay a failing seed.
+	Trace bool
+
+	// scripts run at fixed times (tests in this package: targeted repros).
+	scripts []scriptStep
+	// exactCompleted: Stats.Completed must equal the completions written
+	// (see TestCoreBugOrphanCountedAsCompleted); otherwise orphans may be
+	// counted too.
+	exactCompleted bool
+}
+
+type scriptStep struct {
+	at int64 // ns after the start
+	do func(s *Sim)
+}
+
+// NetConfig is the switch fabric: every node has one full-duplex link to a
+// single switch. A frame is serialised on the sender's uplink, crosses the
+// switch, is queued and serialised on the receiver's downlink, and lands in
+// the receiver's rx ring. Faults apply per delivered copy.
+type NetConfig struct {
+	LatencyNs      int64 // propagation per hop (node->switch, switch->node)
+	JitterNs       int64 // extra delay per delivery, uniform in [0, JitterNs)
+	BitsPerSec     int64 // link speed; 0: infinitely fast (no queueing)
+	UpQueueBytes   int   // sender egress queue; a frame beyond it is dropped
+	DownQueueBytes int   // switch egress queue towards one node (incast drops)
+	RxQueueFrames  int   // receiver's rx ring; overflow drops
+
+	Drop       float64 // probability a delivered copy is lost
+	Dup        float64 // probability a copy is delivered twice
+	Reorder    float64 // probability a copy is held back by up to ReorderNs
+	ReorderNs  int64
+	Corrupt    float64 // probability a copy of an IPv4 frame has bits flipped
+	TxNoBuffer float64 // probability Tx.Buffer returns nil (tx pool empty)
+
+	// Straggle: probability a copy is held back by StraggleNs/2 plus up to
+	// StraggleNs more: with StraggleNs around TIMEOUT, responses land after
+	// their op timed out and its slot was reused (tags must not match).
+	Straggle   float64
+	StraggleNs int64
+	// Hairpin: the switch sends a frame addressed to its sender's own MAC
+	// back to it. Real switches and bridges do not (default off).
+	Hairpin bool
+
+	// Forge (self-test of the simulator only): with this probability a read
+	// response's payload is altered and its trailer resealed, damage no
+	// integrity check can see. The data invariant must then fail the run.
+	Forge float64
+}
+
+// CostConfig is the virtual CPU time a core spends per step; it bounds the
+// rate a core can serve at, which is what makes a server overload (incast).
+type CostConfig struct {
+	PollNs    int64 // every driver step (Receive burst + Poll)
+	RxFrameNs int64 // per frame handed to Receive
+	TxFrameNs int64 // per frame the core sends
+}
+
+// AppConfig shapes the simulated applications.
+type AppConfig struct {
+	PortalsPerNode int
+	SlotsPerPortal int
+	CmdCap         uint32 // command ring capacity (power of two)
+	TickNs         int64  // mean interval between application ticks per node
+	BurstMax       int    // ops posted per portal per tick, at most
+	BadRate        float64
+	HighClass      float64 // probability a portal is of the high class
+	SrcMinBytes    int     // size range of each portal's remote-readable region
+	SrcMaxBytes    int
+	// Clients post ops (nil: every node); Servers are the only targets of
+	// valid ops (nil: every node but the poster).
+	Clients []int
+	Servers []int
+	// FillSlots: at each tick a portal posts on all its idle slots (incast
+	// bursts) instead of up to BurstMax.
+	FillSlots bool
+	// SelfReads: probability a valid op reads a region of its own node
+	// (through its own address: loopback).
+	SelfReads float64
+}
+
+// FaultConfig schedules faults at random times of the posting phase.
+type FaultConfig struct {
+	LinkFlaps     int      // a node's link goes down for a while
+	LinkDownNs    [2]int64 // duration range
+	Stalls        int      // a core is not polled for a while (a descheduled thread)
+	StallNs       int64    // longest stall
+	PortalCrashes int      // an application dies: its portal is closed with ops in flight, then reopened
+	RegionChurn   int      // a portal deregisters its remote-readable region and registers a new one
+}
+
+// Validate checks the fields the simulator relies on.
+func (c *Config) Validate() error {
+	bad := func(f string, v any) error { return fmt.Errorf("sim: invalid config: %s = %v", f, v) }
+	switch {
+	case c.Nodes < 2 || c.Nodes > 1000:
+		return bad("Nodes", c.Nodes)
+	case c.MTU < 576 || c.MTU > 9000:
+		return bad("MTU", c.MTU)
+	case c.App.PortalsPerNode < 1:
+		return bad("App.PortalsPerNode", c.App.PortalsPerNode)
+	case c.App.SlotsPerPortal < 1:
+		return bad("App.SlotsPerPortal", c.App.SlotsPerPortal)
+	case c.App.CmdCap < 2 || c.App.CmdCap&(c.App.CmdCap-1) != 0:
+		return bad("App.CmdCap", c.App.CmdCap)
+	case c.App.TickNs <= 0:
+		return bad("App.TickNs", c.App.TickNs)
+	case c.App.SrcMinBytes < 1 || c.App.SrcMaxBytes < c.App.SrcMinBytes:
+		return bad("App.SrcMinBytes", c.App.SrcMinBytes)
+	case c.Net.RxQueueFrames < 1:
+		return bad("Net.RxQueueFrames", c.Net.RxQueueFrames)
+	case c.Cost.PollNs < 1:
+		return bad("Cost.PollNs", c.Cost.PollNs) // time must advance at every step
+	case c.PostNs <= 0:
+		return bad("PostNs", c.PostNs)
+	case c.Faults.LinkFlaps > 0 && (c.Faults.LinkDownNs[0] <= 0 || c.Faults.LinkDownNs[1] < c.Faults.LinkDownNs[0]):
+		return bad("Faults.LinkDownNs", c.Faults.LinkDownNs)
+	case c.Faults.Stalls > 0 && c.Faults.StallNs <= 0:
+		return bad("Faults.StallNs", c.Faults.StallNs)
+	}
+	for _, v := range append(append([]int(nil), c.App.Clients...), c.App.Servers...) {
+		if v < 0 || v >= c.Nodes {
+			return bad("App.Clients/Servers", v)
+		}
+	}
+	return nil
+}
+
+// Scenario is a named family of configurations; Make derives one member
+// from a seed (the seed also picks node counts, MTU, ARP mode, ...).
+type Scenario struct {
+	Name string
+	Make func(seed uint64) Config
+}
+
+// Scenarios are the families the tests run.
+var Scenarios = []Scenario{
+	{"clean", Clean},
+	{"lossy", Lossy},
+	{"corrupt", Corrupting},
+	{"flap", LinkFlap},
+	{"incast", Incast},
+	{"mixed", Mixed},
+}
+
+// ScenarioByName returns the scenario called name.
+func ScenarioByName(name string) (Scenario, bool) {
+	for _, s := range Scenarios {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
+}
+
+// scenarioRand is the stream that shapes a scenario's parameters; the run
+// itself uses other streams of the same seed.
+func scenarioRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5ce9a110)) }
+
+// base is the common starting point: a small, fast, clean fabric (25 Gb/s,
+// ~1.5 µs per hop) and timeouts a few times the RTT, as the paper tunes them.
+func base(name string, seed uint64, r *rand.Rand) Config {
+	e := engine.DefaultConfig()
+	e.WindowBytes = 64 << 10
+	e.HighBurst = 1 + r.IntN(8)
+	e.InboundQueue = 4096
+	e.NackThreshold = 4096
+	e.ServeBudget = 8 + r.IntN(57)
+	e.DispatchTimeout = 400 * time.Microsecond
+	e.Timeout = 300 * time.Microsecond
+	e.ResolveTimeout = 1 * time.Millisecond
+	e.ARPRetry = 150 * time.Microsecond
+	return Config{
+		Name:            name,
+		Seed:            seed,
+		Nodes:           3 + r.IntN(4),
+		Engine:          e,
+		MTU:             []int{576, 1500, 1500, 4200, 9000}[r.IntN(5)],
+		StaticNeighbors: r.IntN(2) == 0,
+		Net: NetConfig{
+			LatencyNs:      1000 + r.Int64N(1000),
+			JitterNs:       0,
+			BitsPerSec:     25e9,
+			UpQueueBytes:   4 << 20,
+			DownQueueBytes: 4 << 20,
+			RxQueueFrames:  1 << 14,
+		},
+		Cost: CostConfig{PollNs: 100, RxFrameNs: 150, TxFrameNs: 150},
+		App: AppConfig{
+			PortalsPerNode: 1 + r.IntN(2),
+			SlotsPerPortal: 8 + r.IntN(9),
+			CmdCap:         64,
+			TickNs:         5000 + r.Int64N(10000),
+			BurstMax:       1 + r.IntN(6),
+			BadRate:        0.08,
+			HighClass:      0.3,
+			SrcMinBytes:    4096,
+			SrcMaxBytes:    48 << 10,
+		},
+		PostNs:        1_500_000,
+		ShutdownAtEnd: r.IntN(5) == 0,
+	}
+}
+
+// Clean: no faults, generous window and queues: every valid op must be OK
+// and every bad command must get its precise status.
+func Clean(seed uint64) Config {
+	r := scenarioRand(seed)
+	c := base("clean", seed, r)
+	c.Strict = true
+	c.Faults.PortalCrashes = r.IntN(2)
+	c.Faults.RegionChurn = r.IntN(3)
+	// Room for every slot of the node at once: no op ever waits for window.
+	c.Engine.WindowBytes = c.App.PortalsPerNode * c.App.SlotsPerPortal * abi.MaxOpBytes
+	c.MustSee = []abi.Status{abi.StatusOK}
+	return c
+}
+
+// Lossy: drops, duplicates, reordering and jitter.
+func Lossy(seed uint64) Config {
+	r := scenarioRand(seed)
+	c := base("lossy", seed, r)
+	c.Net.Drop = 0.005 + r.Float64()*0.03
+	c.Net.Dup = r.Float64() * 0.03
+	c.Net.Reorder = r.Float64() * 0.1
+	c.Net.ReorderNs = 20_000
+	c.Net.JitterNs = r.Int64N(5000)
+	c.Net.TxNoBuffer = r.Float64() * 0.005
+	c.Net.Straggle = r.Float64() * 0.005
+	c.Net.StraggleNs = int64(c.Engine.Timeout)
+	c.Faults.RegionChurn = r.IntN(2)
+	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusTimeout}
+	return c
+}
+
+// Corrupting: bits flipped in frames; the core must reject every damaged
+// frame (IPv4 checksum, trailer ICRC) and never land a damaged byte.
+func Corrupting(seed uint64) Config {
+	r := scenarioRand(seed)
+	c := base("corrupt", seed, r)
+	c.Net.Corrupt = 0.01 + r.Float64()*0.05
+	c.Net.Reorder = r.Float64() * 0.02
+	c.Net.ReorderNs = 5000
+	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusTimeout}
+	return c
+}
+
+// LinkFlap: nodes lose their link for a while (longer than TIMEOUT, often
+// longer than the resolve timeout), and cores stall.
+func LinkFlap(seed uint64) Config {
+	r := scenarioRand(seed)
+	c := base("flap", seed, r)
+	c.Faults.LinkFlaps = 1 + r.IntN(3)
+	c.Faults.LinkDownNs = [2]int64{200_000, 1_500_000}
+	c.Faults.Stalls = r.IntN(3)
+	c.Faults.StallNs = 200_000
+	c.PostNs = 2_500_000
+	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusTimeout}
+	return c
+}
+
+// Incast: many clients read from one server at once. The clients' small
+// windows make ops wait (DISPATCH_TIMEOUT); the server's inbound queue
+// crosses its threshold (NACK).
+func Incast(seed uint64) Config {
+	r := scenarioRand(seed)
+	c := base("incast", seed, r)
+	c.Nodes = 9 + r.IntN(8)
+	c.StaticNeighbors = true
+	c.MTU = 1500
+	c.ShutdownAtEnd = false
+	c.App.PortalsPerNode = 1
+	c.App.SlotsPerPortal = 24 + r.IntN(25)
+	c.App.FillSlots = true
+	c.App.BadRate = 0.01
+	c.App.TickNs = 20_000
+	c.App.Servers = []int{0}
+	for i := 1; i < c.Nodes; i++ {
+		c.App.Clients = append(c.App.Clients, i)
+	}
+	// Small client windows (2-4 ops): most of a 24-48-op burst waits, and
+	// waits longer than DISPATCH_TIMEOUT behind a saturated server.
+	c.Engine.WindowBytes = (2 + r.IntN(3)) * abi.MaxOpBytes
+	c.Engine.DispatchTimeout = time.Duration(60+r.IntN(100)) * time.Microsecond
+	c.Engine.Timeout = 400 * time.Microsecond
+	c.Engine.InboundQueue = 256
+	c.Engine.NackThreshold = 12 + r.IntN(12)
+	c.Engine.ServeBudget = 4
+	// A slow server: ~1 µs per response frame.
+	c.Cost = CostConfig{PollNs: 200, RxFrameNs: 300, TxFrameNs: 1000}
+	c.Net.BitsPerSec = 10e9
+	c.Net.DownQueueBytes = 256 << 10
+	c.Net.RxQueueFrames = 512
+	c.PostNs = 1_000_000
+	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusNack, abi.StatusDispatchTimeout}
+	return c
+}
+
+// Mixed: everything at once at lower rates.
+func Mixed(seed uint64) Config {
+	r := scenarioRand(seed)
+	c := base("mixed", seed, r)
+	c.Nodes = 4 + r.IntN(5)
+	c.Net.Drop = r.Float64() * 0.01
+	c.Net.Dup = r.Float64() * 0.01
+	c.Net.Reorder = r.Float64() * 0.05
+	c.Net.ReorderNs = 10_000
+	c.Net.JitterNs = r.Int64N(3000)
+	c.Net.Corrupt = r.Float64() * 0.01
+	c.Net.TxNoBuffer = r.Float64() * 0.002
+	c.Net.Straggle = r.Float64() * 0.003
+	c.Net.StraggleNs = int64(c.Engine.Timeout)
+	c.Net.DownQueueBytes = 512 << 10
+	c.Net.RxQueueFrames = 2048
+	c.Engine.WindowBytes = (4 + r.IntN(12)) * abi.MaxOpBytes
+	c.Engine.NackThreshold = 16 + r.IntN(64)
+	c.Engine.InboundQueue = c.Engine.NackThreshold + r.IntN(64)
+	c.App.BadRate = 0.1
+	c.Faults.LinkFlaps = r.IntN(2)
+	c.Faults.LinkDownNs = [2]int64{100_000, 1_200_000}
+	c.Faults.Stalls = r.IntN(2)
+	c.Faults.StallNs = 150_000
+	c.Faults.PortalCrashes = r.IntN(2)
+	c.Faults.RegionChurn = r.IntN(3)
+	c.PostNs = 2_000_000
+	c.MustSee = []abi.Status{abi.StatusOK}
+	return c
+}

@@ -1,0 +1,109 @@
+// Package sim is OneRMA's deterministic network simulator: it runs many
+// real engine.Core instances (the sans-IO protocol core the DPDK poll loop
+// runs, not a model of it) on a virtual clock, in one goroutine, with every
+// fault derived from a seed, and checks the system's invariants at every
+// step (TigerBeetle's simulator/VOPR, gVisor's link/channel + faketime).
+//
+// # What runs
+//
+//	app ──cmd ring──▶ Core ──Tx──▶ uplink ─▶ switch ─▶ downlink ──▶ rx ring ──Receive──▶ Core
+//	app ◀──cpl ring── Core                 (faults per copy)
+//
+// Each node is one engine with one Core, an IPv4 address 10.0.x.y and a
+// MAC 02:00:00:00:x:y. Its application opens portals on the core exactly as
+// the portal library does over shared memory, but in plain (64-byte
+// aligned) Go memory: abi.NewLayout, an abi.Producer on the command ring, an
+// abi.Consumer on the completion ring, Core.AllocSlots, Core.RegisterRegion
+// for a remote-readable region filled with a deterministic pattern and a
+// sink region filled with poison. It posts READs of random sizes and
+// offsets to random remote regions, plus commands with exactly one thing
+// wrong (out of bounds locally or remotely, offsets that wrap, another
+// portal's or a stale region, a region without the permission, length 0 or
+// above 4 KB, an unknown op code, a slot that is not its own or is busy, an
+// address nobody has).
+//
+// The fabric is one switch. A frame a core sends is checked (well formed,
+// from the node's own addresses, within the MTU, to the MAC of the node
+// that owns the destination IP), copied into a pooled sim-owned buffer,
+// serialised on the sender's uplink (bounded queue), forwarded (broadcast
+// to every other node, unicast by MAC), serialised on the receiver's
+// downlink (bounded queue: incast drops) and put in the receiver's bounded
+// rx ring. Per delivered copy the fabric may drop, duplicate, delay
+// (jitter, reordering, or straggling past TIMEOUT so a response lands after
+// its op failed and its slot was reused) or corrupt it. Corruption flips 1-3 bits or one
+// burst of up to 4 bytes after the Ethernet header of an IPv4 frame: damage
+// the IPv4 checksum or the CRC-32C trailer always detects. (Ethernet
+// headers and ARP are left alone: a real link's FCS protects them;
+// TestCorruptionIsDetectable checks the claim.) Links go down and up; cores
+// stall (not polled: a descheduled thread); Tx.Buffer sometimes has no
+// buffer. The switch does not hairpin (a frame to its sender's own MAC is
+// dropped), like real switches and bridges.
+//
+// # The driver loop
+//
+// Time is int64 nanoseconds, starting at a seed-dependent nonzero value.
+// Each iteration advances to the earliest of: the next event (a frame
+// reaching the switch or a node, an application tick, a fault) and each
+// core's next run time. A core runs when it has received frames, when its
+// application published commands, when its last step did work, or at its
+// NextDeadline(). A step is one poll-loop iteration: Receive for a burst of
+// up to 32 frames, one Poll, then the application reads its completions.
+// A step costs virtual CPU time (per frame received, per frame sent, per
+// poll), so a core serves at a finite rate and a server can be overloaded.
+// Ties are broken by scheduling order: a seed and a Config reproduce a run
+// exactly (Result.Digest folds every event; TestDeterminism checks it).
+//
+// # Invariants
+//
+// After every call into a core: Audit() is nil; window in use within
+// WindowBytes; slots in use within the partition; Stats.OpsInFlight equals
+// InFlight(); TxFrames and RxFrames equal what the simulator saw; the
+// completion counters add up to the completions the applications read.
+// For every op posted: exactly one completion, on the portal that posted
+// it, naming its slot and cookie, within its bound (the next poll for local
+// errors; DISPATCH_TIMEOUT + TIMEOUT, plus the resolve timeout when ARP is
+// involved, for the rest; plus CPU and stall slack); its status the
+// precise one for a bad command, OK for a valid op on a clean network (or
+// NACK / TIMEOUT / DISPATCH_TIMEOUT / UNREACHABLE where the scenario allows
+// failures); no DISPATCH_TIMEOUT or TIMEOUT before its time; delays
+// consistent. An OK read's bytes equal the remote pattern exactly; a failed
+// read's bytes are each either the right byte or untouched; nothing outside
+// an op's range is written, and an idle slot's area stays untouched (no
+// late response lands after its op completed). A portal closed mid-run (an
+// application crash) gets no completion afterwards and its memory is never
+// written again; a deregistered region is never served again (its memory is
+// scribbled: serving it would fail the data check). At the end, after a
+// drain and a grace period (or after Core.Shutdown): no op outstanding,
+// window 0, no op in flight, the slots in use exactly those the live
+// portals hold; after closing every portal, 0 slots in use. Scenarios built
+// to exercise a mechanism (NACK, DISPATCH_TIMEOUT, TIMEOUT) fail unless it
+// fired. A violation stops the run with a Failure naming the seed. Upper
+// bounds on TIMEOUT and DISPATCH_TIMEOUT catch timers that fire late, and
+// an UNREACHABLE for a node that exists must have waited ResolveTimeout.
+//
+// The checker is checked too: TestSimCatchesForgedData alters responses
+// behind the integrity checks' back and expects the data invariant to fire.
+//
+// # Scripted repros
+//
+// Tests in this package can replace the random applications by scripts
+// (ops posted at fixed times; stalls, crashes) and keep every invariant.
+// The TestCoreBug* tests are minimal repros of core bugs the simulator
+// found; they are skipped unless -sim.bugs is given, and pass once the
+// core is fixed.
+//
+// # Running
+//
+//	go test ./engine/sim                                  # a few seeds per scenario
+//	go test ./engine/sim -run TestSimSeeds -sim.seeds=5000  # thousands
+//	go test ./engine/sim -run 'TestSimSeeds/lossy$' -sim.seed=123  # replay one, with its trace
+//	go test ./engine/sim -run TestSimSeeds -sim.seeds=1000 -sim.random
+//	go test ./engine/sim -run TestCoreBug -sim.bugs -v          # known core bugs
+//
+// -sim.base sets the first seed of the range (default 1), -sim.jobs how
+// many seeds run in parallel (default GOMAXPROCS; each run is one
+// goroutine). A failure replays its seed with tracing on and prints the
+// last events before the violation.
+//
+// Imports: engine, abi, wire. Nothing imports sim but tests and tools.
+package sim

@@ -1,0 +1,626 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"runtime/debug"
+	"strings"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/wire"
+)
+
+// Result summarises a run (also on failure, as far as it got).
+type Result struct {
+	Seed     uint64
+	Steps    uint64
+	EndNs    int64 // virtual time at the end, relative to the start
+	Posted   uint64
+	Bad      uint64                // of which invalid commands
+	ByKind   [16]uint64            // posted, by what the op tests (KindName)
+	ByStatus [abi.NumStatus]uint64 // completions the applications saw
+	Orphaned uint64                // ops in flight when their portal was closed
+	Net      NetStats
+	Cores    []engine.Stats
+	// Digest folds every event, frame and completion of the run: two runs
+	// of one seed must produce the same digest (determinism check).
+	Digest uint64
+}
+
+// NetStats counts what the fabric did to frames.
+type NetStats struct {
+	Sent, Delivered, Broadcast                   uint64
+	Dropped, Duplicated, Reordered, Corrupted    uint64
+	Straggled                                    uint64
+	LinkDrops, UpQueueDrops, DownQueueDrops      uint64
+	RxOverflow, TxNoBuffer, UnknownDst, Hairpins uint64
+}
+
+// Failure is an invariant violation. Its message names the seed to
+// reproduce it and the last events before it.
+type Failure struct {
+	Scenario string
+	Seed     uint64
+	NowNs    int64 // virtual time of the violation, relative to the start
+	Msg      string
+	Trace    []string
+}
+
+func (f *Failure) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sim %s seed=%d t=%dns: %s\n", f.Scenario, f.Seed, f.NowNs, f.Msg)
+	if len(f.Trace) > 0 {
+		b.WriteString("last events:\n")
+		for _, l := range f.Trace {
+			b.WriteString("  ")
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+	fmt.Fprintf(&b, "reproduce with -sim.seed=%d (scenario %s)", f.Seed, f.Scenario)
+	return b.String()
+}
+
+// Run builds the simulation cfg describes, runs it to the end and returns
+// its summary and the first invariant violation (nil: every check passed).
+// A panic inside the core is reported as a violation, with its stack.
+func Run(cfg Config) (res *Result, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Sim{cfg: cfg}
+	defer func() {
+		if p := recover(); p != nil {
+			s.err = nil
+			s.fail("panic: %v\n%s", p, debug.Stack())
+		}
+		s.finishResult()
+		res, err = &s.res, s.err
+	}()
+	if e := s.setup(); e != nil {
+		return &s.res, e
+	}
+	s.run()
+	return &s.res, s.err
+}
+
+// Sim is one simulation: nodes (core + application), the fabric and the
+// event queue, all run by one goroutine on a virtual clock.
+type Sim struct {
+	cfg Config
+	now int64 // virtual ns
+	t0  int64 // start time (nonzero: cores must not assume time starts at 0)
+
+	netRng   *rand.Rand // fabric faults
+	faultRng *rand.Rand // fault schedule
+	appRng   *rand.Rand // applications
+
+	events eventHeap
+	seq    uint64
+	nodes  []*node
+	pool   framePool
+
+	postEnd   int64 // apps stop posting
+	hardEnd   int64 // the run must be over by then
+	draining  bool
+	pendingEv int // fault events not yet fired (link up, reopen...)
+
+	// ops outstanding, by cookie; deadlines in a heap (lazy deletion).
+	ops       map[uint64]*op
+	deadlines deadlineHeap
+	cookieCtr uint64
+	regions   []*region // every remote-readable or sink region ever registered (directory)
+	patternID uint64
+
+	expect [abi.MaxOpBytes]byte // scratch: the bytes an op should have read
+
+	res   Result
+	err   error
+	trace [64]string
+	tn    int
+	// traceOn: formatting a trace line per event is expensive, so the
+	// ring is filled only when Config.Trace is set (replaying a failure).
+	traceOn bool
+}
+
+type evKind uint8
+
+const (
+	evSwitch   evKind = iota + 1 // frame reaches the switch
+	evDeliver                    // frame reaches a node's rx ring
+	evAppTick                    // application posts ops
+	evLinkDown                   // node's link goes down
+	evLinkUp
+	evStall       // core stops being polled for a while
+	evCrash       // application dies: its portal is closed
+	evReopen      // application restarts: opens a new portal
+	evChurn       // portal re-registers its remote-readable region
+	evPostEnd     // apps stop posting
+	evRunEnd      // end of the grace period: final checks
+	evScript      // a scripted step (targeted tests)
+	numEventKinds // sentinel
+)
+
+var evNames = [...]string{"", "switch", "deliver", "tick", "linkdown", "linkup", "stall", "crash", "reopen", "churn", "postend", "runend", "script"}
+
+type event struct {
+	t    int64
+	seq  uint64
+	kind evKind
+	node int32
+	arg  int64
+	f    *frame
+}
+
+// eventHeap is a binary min-heap on (t, seq): ties resolve in scheduling
+// order, so the run is deterministic.
+type eventHeap []event
+
+func (h eventHeap) less(i, j int) bool {
+	if h[i].t != h[j].t {
+		return h[i].t < h[j].t
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h *eventHeap) push(e event) {
+	*h = append(*h, e)
+	a := *h
+	i := len(a) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !a.less(i, p) {
+			break
+		}
+		a[i], a[p] = a[p], a[i]
+		i = p
+	}
+}
+
+func (h *eventHeap) pop() event {
+	a := *h
+	e := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	a[n] = event{}
+	a = a[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && a.less(r, l) {
+			m = r
+		}
+		if !a.less(m, i) {
+			break
+		}
+		a[i], a[m] = a[m], a[i]
+		i = m
+	}
+	*h = a
+	return e
+}
+
+func (s *Sim) schedule(t int64, kind evKind, node int, arg int64, f *frame) {
+	s.seq++
+	s.events.push(event{t: t, seq: s.seq, kind: kind, node: int32(node), arg: arg, f: f})
+}
+
+// fail records the first violation; the driver stops at the end of the
+// current step.
+func (s *Sim) fail(format string, args ...any) {
+	if s.err != nil {
+		return
+	}
+	f := &Failure{Scenario: s.cfg.Name, Seed: s.cfg.Seed, NowNs: s.now - s.t0, Msg: fmt.Sprintf(format, args...)}
+	if s.traceOn {
+		for i := 0; i < len(s.trace); i++ {
+			if l := s.trace[(s.tn+i)%len(s.trace)]; l != "" {
+				f.Trace = append(f.Trace, l)
+			}
+		}
+	}
+	s.err = f
+}
+
+func (s *Sim) tracef(format string, args ...any) {
+	if !s.traceOn {
+		return
+	}
+	s.trace[s.tn%len(s.trace)] = fmt.Sprintf("t=%d ", s.now-s.t0) + fmt.Sprintf(format, args...)
+	s.tn++
+}
+
+// digest folds v into the run's digest (FNV-1a over 64-bit words).
+func (s *Sim) digest(vs ...uint64) {
+	d := s.res.Digest
+	if d == 0 {
+		d = 14695981039346656037
+	}
+	for _, v := range vs {
+		d ^= v
+		d *= 1099511628211
+	}
+	s.res.Digest = d
+}
+
+func (s *Sim) setup() error {
+	cfg := &s.cfg
+	seed := cfg.Seed
+	s.traceOn = cfg.Trace
+	s.res.Seed = seed
+	s.netRng = rand.New(rand.NewPCG(seed, 0x6e6574))
+	s.faultRng = rand.New(rand.NewPCG(seed, 0xfa017))
+	s.appRng = rand.New(rand.NewPCG(seed, 0xa99))
+	s.t0 = 1_000_000_000 + s.faultRng.Int64N(1_000_000_000)
+	s.now = s.t0
+	s.postEnd = s.t0 + cfg.PostNs
+	s.ops = make(map[uint64]*op)
+	s.pool.size = cfg.MTU + wire.EthLen
+	if s.pool.size < wire.MinFrame {
+		s.pool.size = wire.MinFrame
+	}
+
+	s.nodes = make([]*node, cfg.Nodes)
+	for i := range s.nodes {
+		s.nodes[i] = newNode(s, i)
+	}
+	for _, n := range s.nodes {
+		ec := s.engineConfig(n)
+		c, err := engine.New(ec, &n.tx)
+		if err != nil {
+			return fmt.Errorf("sim: node %d: %w", n.id, err)
+		}
+		n.core = c
+		n.ecfg = ec
+		n.next = math.MaxInt64
+	}
+	for _, n := range s.nodes {
+		n.app = newApp(s, n)
+		for p := 0; p < cfg.App.PortalsPerNode; p++ {
+			if _, err := n.app.openPortal(); err != nil {
+				return fmt.Errorf("sim: node %d: %w", n.id, err)
+			}
+		}
+		if s.err != nil {
+			return s.err
+		}
+	}
+	for _, n := range s.nodes {
+		if n.app.client {
+			s.schedule(s.now+1+s.appRng.Int64N(cfg.App.TickNs), evAppTick, n.id, 0, nil)
+		}
+	}
+	s.scheduleFaults()
+	for i, st := range cfg.scripts {
+		s.schedule(s.t0+st.at, evScript, 0, int64(i), nil)
+	}
+	s.schedule(s.postEnd, evPostEnd, 0, 0, nil)
+	if cfg.MaxSteps == 0 {
+		cfg.MaxSteps = 20_000_000
+	}
+	e := &cfg.Engine
+	s.hardEnd = s.postEnd + 4*int64(e.DispatchTimeout+e.Timeout+e.ResolveTimeout+e.ARPRetry) +
+		4*s.slack() + cfg.Faults.LinkDownNs[1] + 1_000_000
+	return nil
+}
+
+// engineConfig fills the per-node fields of the template.
+func (s *Sim) engineConfig(n *node) engine.Config {
+	cfg := &s.cfg
+	ec := cfg.Engine
+	ec.CoreID = 0
+	ec.LocalIP = n.ip
+	ec.LocalMAC = n.mac
+	ec.MTU = cfg.MTU
+	perNode := cfg.App.PortalsPerNode * cfg.App.SlotsPerPortal
+	if ec.Slots == 0 {
+		// Room for every portal twice (a crashed portal's orphans hold
+		// their slots while its replacement allocates), plus spare slots
+		// no portal owns (targets of bad-slot commands).
+		ec.Slots = 2*perNode + 8
+	}
+	// Slot ids are global to an engine: vary the base so a core that
+	// forgets to subtract it fails.
+	ec.SlotBase = abi.SlotID(s.faultRng.IntN(4) * 1000)
+	if ec.Regions == 0 {
+		// Small on purpose: re-registration reuses entries with a new
+		// generation. Two regions per portal, the crashed ones included.
+		ec.Regions = 2*(cfg.App.PortalsPerNode+cfg.Faults.PortalCrashes) + 2
+	}
+	if ec.Portals == 0 {
+		ec.Portals = cfg.App.PortalsPerNode + cfg.Faults.PortalCrashes + 1
+	}
+	ec.NeighborTable = cfg.NeighborTable
+	if ec.NeighborTable == 0 {
+		ec.NeighborTable = 4
+		for ec.NeighborTable < 2*cfg.Nodes+4 {
+			ec.NeighborTable *= 2
+		}
+	}
+	ec.Neighbors = nil
+	if cfg.StaticNeighbors {
+		for _, m := range s.nodes {
+			if m != n {
+				ec.Neighbors = append(ec.Neighbors, engine.Neighbor{IP: m.ip, MAC: m.mac})
+			}
+		}
+	}
+	return ec
+}
+
+func (s *Sim) scheduleFaults() {
+	f := &s.cfg.Faults
+	r := s.faultRng
+	at := func() int64 { return s.t0 + s.cfg.PostNs/10 + r.Int64N(s.cfg.PostNs*8/10) }
+	for i := 0; i < f.LinkFlaps; i++ {
+		d := f.LinkDownNs[0] + r.Int64N(f.LinkDownNs[1]-f.LinkDownNs[0]+1)
+		// Early enough that ops caught by it time out before posting ends
+		// (a Shutdown at the end would abort them first).
+		t := s.t0 + s.cfg.PostNs/20 + r.Int64N(s.cfg.PostNs/2)
+		s.schedule(t, evLinkDown, r.IntN(len(s.nodes)), d, nil)
+		s.pendingEv++
+	}
+	for i := 0; i < f.Stalls; i++ {
+		s.schedule(at(), evStall, r.IntN(len(s.nodes)), 1+r.Int64N(f.StallNs), nil)
+	}
+	for i := 0; i < f.PortalCrashes; i++ {
+		s.schedule(at(), evCrash, s.pickClient(r), 0, nil)
+		s.pendingEv++
+	}
+	for i := 0; i < f.RegionChurn; i++ {
+		s.schedule(at(), evChurn, r.IntN(len(s.nodes)), 0, nil)
+	}
+}
+
+func (s *Sim) pickClient(r *rand.Rand) int {
+	if c := s.cfg.App.Clients; len(c) > 0 {
+		return c[r.IntN(len(c))]
+	}
+	return r.IntN(len(s.nodes))
+}
+
+// slack is the extra time an op may take beyond its protocol bound: core
+// steps take virtual CPU time, and a stalled core serves nothing.
+func (s *Sim) slack() int64 {
+	c := &s.cfg.Cost
+	sl := int64(50_000) + 64*(c.PollNs+c.RxFrameNs+c.TxFrameNs)
+	if s.cfg.Faults.Stalls > 0 {
+		sl += s.cfg.Faults.StallNs * int64(s.cfg.Faults.Stalls)
+	}
+	return sl
+}
+
+// run is the driver loop: advance virtual time to the earliest of the next
+// event (frame delivery, app tick, fault) and each core's next run time
+// (rx pending, Poll requested, NextDeadline), and do that one thing.
+func (s *Sim) run() {
+	for s.err == nil {
+		tEv := int64(math.MaxInt64)
+		if len(s.events) > 0 {
+			tEv = s.events[0].t
+		}
+		tN, ni := int64(math.MaxInt64), -1
+		for i, n := range s.nodes {
+			if n.next < tN {
+				tN, ni = n.next, i
+			}
+		}
+		t := min(tEv, tN)
+		if t == math.MaxInt64 {
+			// Nothing will ever happen again: every outstanding op is
+			// stuck. Jump past the first bound to report it.
+			if len(s.deadlines) > 0 {
+				s.now = max(s.now, s.deadlines[0].t+1)
+				s.checkDeadlines()
+			}
+			s.fail("the run stopped with %d ops outstanding, no event pending and every core idle", len(s.ops))
+			return
+		}
+		if t > s.hardEnd {
+			s.now = max(s.now, s.hardEnd)
+			s.checkDeadlines()
+			s.fail("did not quiesce by %dns after posting ended: %d ops outstanding, %d frames in flight",
+				s.hardEnd-s.postEnd, len(s.ops), s.pool.inUse)
+			return
+		}
+		if t < s.now {
+			s.fail("time went backwards: %d < %d", t-s.t0, s.now-s.t0)
+			return
+		}
+		s.now = t
+		s.res.Steps++
+		if s.res.Steps > s.cfg.MaxSteps {
+			s.fail("livelock: more than %d steps", s.cfg.MaxSteps)
+			return
+		}
+		if tEv <= tN {
+			e := s.events.pop()
+			if e.kind == evRunEnd {
+				s.finalChecks()
+				return
+			}
+			s.handle(e)
+		} else {
+			s.nodes[ni].step()
+		}
+		s.checkDeadlines()
+		if s.draining && s.err == nil {
+			s.maybeQuiesced()
+		}
+	}
+}
+
+func (s *Sim) handle(e event) {
+	s.digest(uint64(e.t), uint64(e.kind), uint64(e.node))
+	n := s.nodes[e.node]
+	switch e.kind {
+	case evSwitch:
+		s.atSwitch(e.f)
+	case evDeliver:
+		n.deliver(e.f)
+	case evAppTick:
+		n.app.tick()
+	case evLinkDown:
+		s.tracef("node %d link down for %dns", n.id, e.arg)
+		n.linkDown++
+		s.schedule(s.now+e.arg, evLinkUp, n.id, 0, nil)
+	case evLinkUp:
+		s.tracef("node %d link up", n.id)
+		n.linkDown--
+		s.pendingEv--
+	case evStall:
+		s.tracef("node %d stalls for %dns", n.id, e.arg)
+		n.busyUntil = max(n.busyUntil, s.now+e.arg)
+		n.reschedule()
+	case evCrash:
+		n.app.crash()
+		s.schedule(s.now+s.faultRng.Int64N(200_000), evReopen, n.id, 0, nil)
+	case evReopen:
+		s.pendingEv--
+		if _, err := n.app.openPortal(); err != nil {
+			s.fail("node %d: reopening a portal after a crash: %v", n.id, err)
+		}
+	case evChurn:
+		n.app.churn()
+	case evScript:
+		s.cfg.scripts[e.arg].do(s)
+		for _, m := range s.nodes {
+			m.kick = true
+			m.reschedule()
+		}
+	case evPostEnd:
+		s.tracef("posting ends")
+		if s.cfg.ShutdownAtEnd {
+			s.shutdownAll()
+		}
+		s.draining = true
+	}
+}
+
+// checkDeadlines: every op must complete within its bound.
+func (s *Sim) checkDeadlines() {
+	for len(s.deadlines) > 0 {
+		d := s.deadlines[0]
+		o, ok := s.ops[d.cookie]
+		if !ok || o.deadline != d.t {
+			s.deadlines.pop() // completed (or orphaned) already
+			continue
+		}
+		if d.t < s.now {
+			s.fail("op not completed within its bound: %s; bound %dns after posting, now %dns after",
+				o, o.deadline-o.postedAt, s.now-o.postedAt)
+		}
+		return
+	}
+}
+
+// maybeQuiesced: once no op is outstanding, the network is empty and no
+// fault is pending, run a grace period (late timers, stale responses) and
+// then the final checks.
+func (s *Sim) maybeQuiesced() {
+	if len(s.ops) > 0 || s.pool.inUse > 0 || s.pendingEv > 0 {
+		return
+	}
+	for _, n := range s.nodes {
+		if n.rxLen > 0 {
+			return
+		}
+	}
+	s.draining = false
+	e := &s.cfg.Engine
+	grace := int64(e.Timeout+e.DispatchTimeout+e.ResolveTimeout) + s.slack()
+	s.schedule(s.now+grace, evRunEnd, 0, 0, nil)
+	s.tracef("quiesced; grace %dns", grace)
+}
+
+// startShutdown ends the run the other way: Core.Shutdown on every node
+// while ops are still in flight.
+func (s *Sim) shutdownAll() {
+	for _, n := range s.nodes {
+		// One last Poll takes what the apps published; Shutdown then
+		// aborts everything queued or in flight.
+		n.core.Poll(s.now)
+		n.app.harvestAll()
+		n.afterCall("Poll")
+		n.core.Shutdown(s.now)
+		n.app.harvestAll()
+		n.afterCall("Shutdown")
+		n.reschedule()
+	}
+	if s.err != nil {
+		return
+	}
+	if len(s.ops) > 0 {
+		s.fail("Shutdown left %d ops without a completion", len(s.ops))
+	}
+}
+
+// finalChecks: every resource back where it belongs.
+func (s *Sim) finalChecks() {
+	s.tracef("final checks")
+	if len(s.ops) > 0 {
+		s.fail("%d ops never completed", len(s.ops))
+		return
+	}
+	for _, n := range s.nodes {
+		n.checkQuiet("at the end")
+		n.app.checkAtEnd()
+		if s.err != nil {
+			return
+		}
+	}
+	for _, st := range s.cfg.MustSee {
+		if s.res.ByStatus[st] == 0 {
+			s.fail("no op completed with %v: the scenario did not exercise that mechanism (completions by status: %s)",
+				st, statusSummary(&s.res.ByStatus))
+			return
+		}
+	}
+	// Close every portal: all slots come back to the cores.
+	for _, n := range s.nodes {
+		n.app.closeAll()
+		n.afterCall("ClosePortal")
+		st := n.core.Stats()
+		if st.SlotsInUse != 0 || st.WindowInUse != 0 || st.OpsInFlight != 0 {
+			s.fail("node %d after closing every portal: SlotsInUse=%d WindowInUse=%d OpsInFlight=%d, want 0",
+				n.id, st.SlotsInUse, st.WindowInUse, st.OpsInFlight)
+			return
+		}
+	}
+}
+
+func (s *Sim) finishResult() {
+	s.res.EndNs = s.now - s.t0
+	s.res.Cores = s.res.Cores[:0]
+	for _, n := range s.nodes {
+		if n != nil && n.core != nil {
+			s.res.Cores = append(s.res.Cores, n.core.Stats())
+		}
+	}
+}
+
+// ip4 converts an address to the big-endian integer commands carry.
+func ip4(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func statusSummary(by *[abi.NumStatus]uint64) string {
+	var b strings.Builder
+	for i, v := range by {
+		if v != 0 {
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%v=%d", abi.Status(i), v)
+		}
+	}
+	return b.String()
+}

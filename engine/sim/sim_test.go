@@ -1,0 +1,240 @@
+package sim
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+)
+
+var (
+	flagSeeds  = flag.Int("sim.seeds", 0, "seeds per scenario (0: a few, the default for go test)")
+	flagSeed   = flag.Uint64("sim.seed", 0, "run only this seed (of every scenario -run selects); 0: unset")
+	flagBase   = flag.Uint64("sim.base", 1, "first seed of the range run")
+	flagRandom = flag.Bool("sim.random", false, "start the range at a random seed (printed)")
+	flagJobs   = flag.Int("sim.jobs", 0, "seeds run in parallel (0: GOMAXPROCS); each run is single-goroutine")
+)
+
+// defaultSeeds per scenario keeps plain `go test ./engine/sim` short.
+const defaultSeeds = 3
+
+// seedsFor returns the seeds to run.
+func seedsFor(t *testing.T) []uint64 {
+	if *flagSeed != 0 {
+		return []uint64{*flagSeed}
+	}
+	n := *flagSeeds
+	if n <= 0 {
+		n = defaultSeeds
+		if testing.Short() {
+			n = 1
+		}
+	}
+	b := *flagBase
+	if *flagRandom {
+		b = uint64(time.Now().UnixNano())&(1<<40-1) | 1
+	}
+	if *flagRandom || n > defaultSeeds {
+		t.Logf("seeds %d..%d", b, b+uint64(n)-1)
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = b + uint64(i)
+	}
+	return out
+}
+
+// runSeeds runs mk(seed) for every seed on a few workers (each run is
+// deterministic and single-goroutine) and returns the results in seed
+// order, and the failure of the lowest failing seed.
+func runSeeds(seeds []uint64, mk func(uint64) Config) ([]*Result, uint64, error) {
+	jobs := *flagJobs
+	if jobs <= 0 {
+		jobs = runtime.GOMAXPROCS(0)
+	}
+	res := make([]*Result, len(seeds))
+	errs := make([]error, len(seeds))
+	var mu sync.Mutex
+	failed := false
+	next := 0
+	var wg sync.WaitGroup
+	for range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if failed || next == len(seeds) {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				r, err := Run(mk(seeds[i]))
+				res[i], errs[i] = r, err
+				if err != nil {
+					mu.Lock()
+					failed = true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return res, seeds[i], err
+		}
+	}
+	return res, 0, nil
+}
+
+// report fails t with the failure, replayed with tracing on so the
+// message shows the events that led to it.
+func report(t *testing.T, sc Scenario, seed uint64, err error) {
+	t.Helper()
+	cfg := sc.Make(seed)
+	cfg.Trace = true
+	_, err2 := Run(cfg)
+	var f *Failure
+	if errors.As(err2, &f) {
+		err = err2
+	}
+	t.Fatalf("%v\nreproduce with: go test ./engine/sim -run 'TestSimSeeds/%s$' -sim.seed=%d", err, sc.Name, seed)
+}
+
+// TestSimSeeds runs every scenario over a range of seeds. Thousands:
+//
+//	go test ./engine/sim -run TestSimSeeds -sim.seeds=5000
+//	go test ./engine/sim -run TestSimSeeds/incast -sim.seed=42
+func TestSimSeeds(t *testing.T) {
+	for _, sc := range Scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			seeds := seedsFor(t)
+			res, seed, err := runSeeds(seeds, sc.Make)
+			if err != nil {
+				report(t, sc, seed, err)
+			}
+			var by [abi.NumStatus]uint64
+			var kinds [16]uint64
+			var posted, steps uint64
+			var net NetStats
+			var cs engineTotals
+			for _, r := range res {
+				cs.add(r)
+				posted += r.Posted
+				steps += r.Steps
+				for i, v := range r.ByStatus {
+					by[i] += v
+				}
+				for i, v := range r.ByKind {
+					kinds[i] += v
+				}
+				net.Sent += r.Net.Sent
+				net.Dropped += r.Net.Dropped
+				net.Corrupted += r.Net.Corrupted
+				net.Duplicated += r.Net.Duplicated
+				net.Reordered += r.Net.Reordered
+				net.DownQueueDrops += r.Net.DownQueueDrops
+				net.LinkDrops += r.Net.LinkDrops
+				net.Straggled += r.Net.Straggled
+			}
+			t.Logf("%d seeds: %d ops, %d steps; completions: %s; frames sent %d, dropped %d, corrupted %d, dup %d, reordered %d, straggled %d, queue drops %d, link drops %d; cores: %s",
+				len(seeds), posted, steps, statusSummary(&by), net.Sent, net.Dropped, net.Corrupted, net.Duplicated,
+				net.Reordered, net.Straggled, net.DownQueueDrops, net.LinkDrops, cs)
+			if sc.Name == "clean" && len(seeds) >= defaultSeeds {
+				// Every kind of bad command was posted (and, the run being
+				// strict, got its precise status).
+				for k := 1; k < NumKinds; k++ {
+					if kinds[k] == 0 {
+						t.Errorf("no %s command was posted in %d seeds", KindName(k), len(seeds))
+					}
+				}
+			}
+		})
+	}
+}
+
+// engineTotals sums the cores' counters that show which paths ran.
+type engineTotals struct {
+	badICRC, dropped, stale, dup, nacked, expired, txNoBuf, orphaned, arpReq, queueMax uint64
+}
+
+func (e *engineTotals) add(r *Result) {
+	for _, st := range r.Cores {
+		e.badICRC += st.RxBadICRC
+		e.dropped += st.RxDropped
+		e.stale += st.RxStale
+		e.dup += st.RxDuplicate
+		e.nacked += st.ReqNacked
+		e.expired += st.ReqExpired
+		e.txNoBuf += st.TxNoBuffer
+		e.orphaned += st.Orphaned
+		e.arpReq += st.ARPRequests
+		e.queueMax = max(e.queueMax, st.ReqQueueMax)
+	}
+}
+
+func (e engineTotals) String() string {
+	return fmt.Sprintf("rx bad ICRC %d, rx dropped %d, stale %d, duplicate %d; requests NACKed %d, expired %d, deepest queue %d; tx no buffer %d; orphans %d; ARP requests %d",
+		e.badICRC, e.dropped, e.stale, e.dup, e.nacked, e.expired, e.queueMax, e.txNoBuf, e.orphaned, e.arpReq)
+}
+
+// TestDeterminism: one seed run twice gives the same run, event for event.
+func TestDeterminism(t *testing.T) {
+	for _, sc := range Scenarios {
+		cfg := sc.Make(7)
+		a, errA := Run(cfg)
+		b, errB := Run(sc.Make(7))
+		if (errA == nil) != (errB == nil) {
+			t.Fatalf("%s: one run failed, the other did not: %v / %v", sc.Name, errA, errB)
+		}
+		if a.Digest != b.Digest || a.Steps != b.Steps || a.ByStatus != b.ByStatus || a.Net != b.Net {
+			t.Errorf("%s seed 7: runs differ: digest %x/%x steps %d/%d net %+v/%+v", sc.Name, a.Digest, b.Digest,
+				a.Steps, b.Steps, a.Net, b.Net)
+		}
+	}
+}
+
+// TestSimCatchesForgedData checks the checker: responses altered in a way
+// no integrity check can see must fail the run with the data invariant.
+func TestSimCatchesForgedData(t *testing.T) {
+	cfg := Clean(3)
+	cfg.Net.Forge = 0.05
+	cfg.ShutdownAtEnd = false
+	_, err := Run(cfg)
+	if err == nil || !strings.Contains(err.Error(), "corrupted data accepted") {
+		t.Fatalf("forged responses: got %v, want a corrupted-data failure", err)
+	}
+}
+
+// TestScenarioConfigs: every scenario builds valid configs.
+func TestScenarioConfigs(t *testing.T) {
+	for _, sc := range Scenarios {
+		for seed := uint64(1); seed < 50; seed++ {
+			c := sc.Make(seed)
+			if err := c.Validate(); err != nil {
+				t.Fatalf("%s seed %d: %v", sc.Name, seed, err)
+			}
+			if err := c.Engine.Validate(); err != nil {
+				t.Fatalf("%s seed %d engine: %v", sc.Name, seed, err)
+			}
+		}
+	}
+}
+
+func ExampleRun() {
+	res, err := Run(Clean(1))
+	if err != nil {
+		fmt.Println(err) // names the seed: reproduce with -sim.seed=1
+		return
+	}
+	_ = res.ByStatus[abi.StatusOK]
+}
