@@ -79,4 +79,5 @@ type Stats struct {
 	SlotsInUse   uint64 // slots allocated to portals now
 	OpsInFlight  uint64 // ops posted and not completed now
 	RingsCorrupt uint64 // portals closed because the app wrote impossible ring indices
+	SelfLoop     uint64 // frames the engine sent to itself inside the core (not counted in Tx/RxFrames)
 }

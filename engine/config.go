@@ -54,6 +54,13 @@ type Config struct {
 	ResolveTimeout  time.Duration // peer MAC unknown for this long: UNREACHABLE
 	ARPRetry        time.Duration // interval between ARP requests for one address
 
+	// HairpinSelf sends frames addressed to this engine itself out of the
+	// port, for ports that reflect them (net_ring loopback: the benchmark
+	// that measures one core's full per-op cost including port I/O).
+	// Otherwise such frames loop back inside the core, as they must on a
+	// switched network.
+	HairpinSelf bool
+
 	Neighbors     []Neighbor // static neighbor entries
 	NeighborTable int        // neighbor table capacity (power of two)
 }

@@ -54,7 +54,8 @@ type slot struct {
 	locReg   abi.RegionID
 	locOff   uint64
 	cookie   uint64
-	postNs   int64
+	postNs   int64 // seen by the engine: issue_delay and total_delay count from here
+	queuedNs int64 // entered its arbiter FIFO: DISPATCH_TIMEOUT counts from here
 	issueNs  int64
 	deadline int64
 	arrived  uint64 // one bit per 64-byte unit of the op
@@ -127,7 +128,16 @@ type Core struct {
 
 	nbrs        []neighbor
 	nbrCount    int
+	nbrPending  int // entries not yet resolved
 	nextARPScan int64
+
+	// Frames addressed to this engine itself loop back inside the core
+	// (unless HairpinSelf): switches do not return a frame to the port it
+	// came from. A fixed ring of frame copies.
+	loop     [][]byte
+	loopN    []int
+	loopHead int
+	loopLen  int
 
 	rx    wire.Fields // scratch for the frame being decoded
 	txf   wire.Fields // scratch for the frame being encoded
@@ -159,6 +169,13 @@ func New(cfg Config, tx Tx) (*Core, error) {
 		inq:        make([]inbound, cfg.InboundQueue),
 		nbrs:       make([]neighbor, cfg.NeighborTable),
 	}
+	if !cfg.HairpinSelf {
+		c.loop = make([][]byte, selfLoopFrames)
+		c.loopN = make([]int, selfLoopFrames)
+		for i := range c.loop {
+			c.loop[i] = make([]byte, wire.EthLen+cfg.MTU)
+		}
+	}
 	if c.maxPayload > abi.MaxOpBytes {
 		c.maxPayload = abi.MaxOpBytes
 	}
@@ -173,6 +190,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 	for _, n := range cfg.Neighbors {
 		e := c.nbrLookup(ip4(n.IP.As4()), true)
 		e.mac, e.state = n.MAC, nbrStatic
+		c.nbrPending--
 	}
 	return c, nil
 }
@@ -467,7 +485,7 @@ func (c *Core) Shutdown(now int64) {
 			c.complete(now, c.lists[l].head, abi.StatusAborted)
 		}
 	}
-	c.inqLen = 0
+	c.inqLen, c.loopLen = 0, 0
 	c.publish()
 }
 
@@ -480,7 +498,7 @@ func (c *Core) NextDeadline() int64 {
 	}
 	for _, l := range [...]listID{listFIFOLow, listFIFOHigh} {
 		if i := c.lists[l].head; i >= 0 {
-			d = min(d, c.slots[i].postNs+int64(c.cfg.DispatchTimeout))
+			d = min(d, c.slots[i].queuedNs+int64(c.cfg.DispatchTimeout))
 		}
 	}
 	if i := c.lists[listResolving].head; i >= 0 {
@@ -488,6 +506,9 @@ func (c *Core) NextDeadline() int64 {
 	}
 	if c.inqLen > 0 {
 		d = min(d, c.inq[c.inqHead].arrival)
+	}
+	if c.loopLen > 0 {
+		d = math.MinInt64
 	}
 	return d
 }
@@ -504,12 +525,12 @@ func (c *Core) complete(now int64, i int32, st abi.Status) {
 	}
 	c.unlink(i)
 	c.inflight--
-	c.stats.Completed[st]++
-	if s.orphan {
+	if s.orphan { // no completion is written for it: counted apart
 		c.stats.Orphaned++
 		c.freeSlotIdx(i)
 		return
 	}
+	c.stats.Completed[st]++
 	p := &c.portals[s.portal]
 	p.pending--
 	s.state = slotIdle
@@ -581,7 +602,9 @@ func (c *Core) Poll(now int64) int {
 	}
 	work += c.expire(now)
 	work += c.arbitrate(now)
+	work += c.runLoop(now) // requests to ourselves join the inbound queue
 	work += c.serve(now)
+	work += c.runLoop(now) // responses to ourselves complete their ops
 	c.publish()
 	return work
 }
@@ -672,8 +695,16 @@ func (c *Core) post(now int64, id PortalID, p *portal, cmd *abi.Command, malform
 		}
 		return
 	}
+	c.enqueue(now, int32(idx))
+}
+
+// enqueue puts a resolved op at the tail of its arbiter FIFO. Each FIFO is
+// ordered by queuedNs, so DISPATCH_TIMEOUT is checked at its head only.
+func (c *Core) enqueue(now int64, i int32) {
+	s := &c.slots[i]
 	s.state = slotQueued
-	c.pushBack(fifoOf(s.class), int32(idx))
+	s.queuedNs = now
+	c.pushBack(fifoOf(s.class), i)
 }
 
 func (c *Core) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Status {
@@ -712,14 +743,16 @@ func (c *Core) expire(now int64) int {
 	}
 	dt := int64(c.cfg.DispatchTimeout)
 	for _, l := range [...]listID{listFIFOHigh, listFIFOLow} {
-		for i := c.lists[l].head; i >= 0 && now-c.slots[i].postNs >= dt; i = c.lists[l].head {
+		for i := c.lists[l].head; i >= 0 && now-c.slots[i].queuedNs >= dt; i = c.lists[l].head {
 			c.complete(now, i, abi.StatusDispatchTimeout)
 			n++
 		}
 	}
 	rt := int64(c.cfg.ResolveTimeout)
 	for i := c.lists[listResolving].head; i >= 0 && now-c.slots[i].postNs >= rt; i = c.lists[listResolving].head {
+		ip := c.slots[i].remoteIP
 		c.complete(now, i, abi.StatusUnreachable)
+		c.forgetIfUnwanted(ip)
 		n++
 	}
 	if c.lists[listResolving].n > 0 && now >= c.nextARPScan {
@@ -789,8 +822,52 @@ func (c *Core) sendRequest(b []byte, i int32) {
 	f.Region, f.Length, f.Offset = s.remReg, s.length, s.remOff
 	n := wire.Encode(b, f, 0)
 	wire.SealICRC(b, 0)
+	c.emit(b, n)
+}
+
+// selfLoopFrames bounds frames in flight from the engine to itself: a
+// request plus its responses for every op the window admits (64 x 4 KB ops
+// at 1408 B per frame: 256 frames) fit with room to spare.
+const selfLoopFrames = 512
+
+// emit sends a finished frame: to the port, or, when it is addressed to
+// this engine itself, into the self-loop ring. The tx buffer is not sent
+// in that case and Tx.Buffer hands it out again for the next frame.
+func (c *Core) emit(b []byte, n int) {
+	if c.loop != nil && wire.MAC(b[0:6]) == c.mac {
+		if c.loopLen == len(c.loop) {
+			c.stats.TxNoBuffer++
+			return
+		}
+		k := c.loopHead + c.loopLen
+		if k >= len(c.loop) {
+			k -= len(c.loop)
+		}
+		copy(c.loop[k], b[:n])
+		c.loopN[k] = n
+		c.loopLen++
+		c.stats.SelfLoop++
+		return
+	}
 	c.tx.Send(n)
 	c.stats.TxFrames++
+}
+
+// runLoop receives the frames the engine sent to itself, in order. Frames
+// that processing adds are handled too, up to one ring's worth per call.
+func (c *Core) runLoop(now int64) int {
+	n := 0
+	for c.loopLen > 0 && n < len(c.loop) {
+		k := c.loopHead
+		c.receive(now, c.loop[k][:c.loopN[k]]) // may append; never overwrites slot k
+		c.loopHead++
+		if c.loopHead == len(c.loop) {
+			c.loopHead = 0
+		}
+		c.loopLen--
+		n++
+	}
+	return n
 }
 
 // ---- Receive -------------------------------------------------------------
@@ -799,6 +876,10 @@ func (c *Core) sendRequest(b []byte, i int32) {
 // frame is borrowed for the call only.
 func (c *Core) Receive(now int64, frame []byte) {
 	c.stats.RxFrames++
+	c.receive(now, frame)
+}
+
+func (c *Core) receive(now int64, frame []byte) {
 	switch wire.EtherType(frame) {
 	case wire.EtherTypeARP:
 		c.receiveARP(now, frame)
@@ -902,9 +983,11 @@ func (c *Core) receiveResponse(now int64, payload []byte) {
 
 // ---- serving side --------------------------------------------------------
 
+// receiveRequest queues a request (or NACKs it). The answer goes to the
+// request's source MAC; the neighbor table learns nothing from requests,
+// so forged sources cannot fill it.
 func (c *Core) receiveRequest(now int64) {
 	f := &c.rx
-	c.learn(now, f.SrcIP, f.SrcMAC)
 	if c.inqLen >= c.cfg.NackThreshold {
 		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeNack, 0)
 		c.stats.ReqNacked++
@@ -940,8 +1023,7 @@ func (c *Core) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag uint6
 	f.PID, f.Tag, f.Region, f.Length, f.Offset = pid, tag, 0, 0, 0
 	n := wire.Encode(b, f, 0)
 	wire.SealICRC(b, 0)
-	c.tx.Send(n)
-	c.stats.TxFrames++
+	c.emit(b, n)
 	return true
 }
 
@@ -991,8 +1073,7 @@ func (c *Core) serve(now int64) int {
 			src := e.offset + uint64(e.sent)
 			copy(b[wire.PayloadOffset:wire.PayloadOffset+n], r.mem[src:src+uint64(n)])
 			wire.SealICRC(b, n)
-			c.tx.Send(fl)
-			c.stats.TxFrames++
+			c.emit(b, fl)
 			e.sent += uint32(n)
 		}
 		c.stats.ReqServed++

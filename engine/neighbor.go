@@ -26,9 +26,11 @@ type neighbor struct {
 	lastReq int64 // last ARP request sent (ns)
 }
 
+func (c *Core) nbrHome(ip uint32) int { return int((ip*2654435761)>>7) & (len(c.nbrs) - 1) }
+
 func (c *Core) nbrSlot(ip uint32) int {
 	mask := len(c.nbrs) - 1
-	i := int((ip*2654435761)>>7) & mask
+	i := c.nbrHome(ip)
 	for {
 		e := &c.nbrs[i]
 		if e.state == nbrEmpty || e.ip == ip {
@@ -46,12 +48,45 @@ func (c *Core) nbrLookup(ip uint32, create bool) *neighbor {
 	if e.state != nbrEmpty {
 		return e
 	}
-	if !create || c.nbrCount >= len(c.nbrs)/2 {
+	// At most half the table is used (short probe chains), and at most a
+	// quarter holds unresolved addresses, so ops to addresses that never
+	// answer cannot crowd out peers that do.
+	if !create || c.nbrCount >= len(c.nbrs)/2 || c.nbrPending >= len(c.nbrs)/4 {
 		return nil
 	}
 	c.nbrCount++
+	c.nbrPending++
 	*e = neighbor{ip: ip, state: nbrIncomplete, lastReq: -1 << 62}
 	return e
+}
+
+// forgetIfUnwanted drops an unresolved entry once no op waits for it.
+func (c *Core) forgetIfUnwanted(ip uint32) {
+	for i := c.lists[listResolving].head; i >= 0; i = c.slots[i].next {
+		if c.slots[i].remoteIP == ip {
+			return
+		}
+	}
+	i := c.nbrSlot(ip)
+	if e := &c.nbrs[i]; e.state != nbrIncomplete || e.ip != ip {
+		return
+	}
+	// Backward-shift deletion keeps linear probe chains intact without
+	// tombstones: move later entries of the chain into the hole when their
+	// home slot does not lie cyclically in (hole, j].
+	mask := len(c.nbrs) - 1
+	hole := i
+	for j := (i + 1) & mask; c.nbrs[j].state != nbrEmpty; j = (j + 1) & mask {
+		k := c.nbrHome(c.nbrs[j].ip)
+		if (hole <= j && hole < k && k <= j) || (hole > j && (hole < k || k <= j)) {
+			continue
+		}
+		c.nbrs[hole] = c.nbrs[j]
+		hole = j
+	}
+	c.nbrs[hole] = neighbor{}
+	c.nbrCount--
+	c.nbrPending--
 }
 
 // learn records ip -> mac from a frame that proved itself (a valid ARP
@@ -64,10 +99,11 @@ func (c *Core) learn(now int64, ip uint32, mac wire.MAC) {
 	if e == nil || e.state == nbrStatic {
 		return
 	}
-	wasResolved := e.state == nbrResolved
+	wasIncomplete := e.state == nbrIncomplete
 	e.mac = mac
 	e.state = nbrResolved
-	if !wasResolved {
+	if wasIncomplete {
+		c.nbrPending--
 		c.wakeResolved(now, ip, mac)
 	}
 }
@@ -80,8 +116,7 @@ func (c *Core) wakeResolved(now int64, ip uint32, mac wire.MAC) {
 		if s.remoteIP == ip {
 			c.unlink(i)
 			s.mac = mac
-			s.state = slotQueued
-			c.pushBack(fifoOf(s.class), i)
+			c.enqueue(now, i)
 		}
 		i = next
 	}

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"flag"
 	"math"
 	"strings"
 	"testing"
@@ -11,19 +10,8 @@ import (
 )
 
 // Targeted scenarios: scripted ops on a quiet network, with every
-// invariant of a random run checked. The TestCoreBug* tests reproduce
-// core bugs found by the simulator; they are skipped unless -sim.bugs is
-// set (so the default suite stays green while the fix is pending) and
-// should pass once the core is fixed, at which point the skip goes.
-
-var flagBugs = flag.Bool("sim.bugs", false, "run the repros of known, unfixed core bugs (expected to fail until fixed)")
-
-func knownBug(t *testing.T) {
-	t.Helper()
-	if !*flagBugs {
-		t.Skip("repro of a known core bug; run with -sim.bugs")
-	}
-}
+// invariant of a random run checked. The TestCoreBug* tests are the
+// repros of core bugs the simulator found, kept as regression tests.
 
 // scripted is a quiet configuration: no application posts on its own
 // (Clients is empty), no faults; only the scripts act.
@@ -94,7 +82,6 @@ func TestScriptedRead(t *testing.T) {
 // A millisecond later it reads from node 1, which is up and answers ARP:
 // the op completes UNREACHABLE at once (want OK).
 func TestCoreBugNeighborTableLeak(t *testing.T) {
-	knownBug(t)
 	c := scripted(2, false)
 	c.NeighborTable = 8
 	c.MustSee = []abi.Status{abi.StatusOK}
@@ -118,9 +105,7 @@ func TestCoreBugNeighborTableLeak(t *testing.T) {
 // stalled) when its portal closes; it times out as an orphan:
 // Completed[TIMEOUT] becomes 1 with no completion written.
 func TestCoreBugOrphanCountedAsCompleted(t *testing.T) {
-	knownBug(t)
 	c := scripted(2, true)
-	c.exactCompleted = true
 	c.scripts = []scriptStep{
 		at(10, func(s *Sim) {
 			n := s.nodes[1]
@@ -154,7 +139,6 @@ func TestSelfReadWithHairpin(t *testing.T) {
 // came in on, so on a real network such an op always TIMEOUTs. The core
 // (or its port driver) must loop self-addressed frames back internally.
 func TestCoreBugSelfReadNeedsHairpin(t *testing.T) {
-	knownBug(t)
 	c := scripted(2, true)
 	c.scripts = []scriptStep{at(10, func(s *Sim) {
 		p := s.nodes[0].app.portals[0]

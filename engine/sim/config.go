@@ -58,10 +58,6 @@ type Config struct {
 
 	// scripts run at fixed times (tests in this package: targeted repros).
 	scripts []scriptStep
-	// exactCompleted: Stats.Completed must equal the completions written
-	// (see TestCoreBugOrphanCountedAsCompleted); otherwise orphans may be
-	// counted too.
-	exactCompleted bool
 }
 
 type scriptStep struct {

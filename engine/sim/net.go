@@ -489,14 +489,8 @@ func (n *node) afterCall(what string) {
 	for _, v := range st.Completed {
 		done += v
 	}
-	// Completed counts completions written. The core (as of this writing)
-	// also counts orphans that finish in service, so allow up to Orphaned
-	// extra; TestCoreBugOrphanCountedAsCompleted pins the exact rule.
-	slackOrphans := st.Orphaned
-	if s.cfg.exactCompleted {
-		slackOrphans = 0
-	}
-	if done < n.app.completions || done > n.app.completions+slackOrphans {
+	// Completed counts exactly the completions written (orphans apart).
+	if done != n.app.completions {
 		s.fail("node %d: Stats.Completed sums to %d, the applications read %d completions (Orphaned %d)",
 			n.id, done, n.app.completions, st.Orphaned)
 	}
