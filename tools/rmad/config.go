@@ -75,6 +75,7 @@ type EngineConfig struct {
 	ResolveTimeout  Duration         `json:"resolve_timeout"`
 	ARPRetry        Duration         `json:"arp_retry"`
 	NeighborTable   int              `json:"neighbor_table"`
+	HairpinSelf     bool             `json:"hairpin_self"`
 	Neighbors       []NeighborConfig `json:"neighbors"`
 }
 
@@ -169,6 +170,17 @@ func setUint[T uint16 | uint32 | uint64](bits int, f func(*Config) *T) setter {
 	}
 }
 
+func setBool(f func(*Config) *bool) setter {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return err
+		}
+		*f(c) = b
+		return nil
+	}
+}
+
 func setDur(f func(*Config) *Duration) setter {
 	return func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
@@ -210,6 +222,7 @@ var flagSpecs = []struct {
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
+	{"hairpin-self", "send frames to this engine's own address out of the port (a reflecting port such as net_ring loopback)", setBool(func(c *Config) *bool { return &c.Engine.HairpinSelf })},
 	{"socket", "control socket path", setStr(func(c *Config) *string { return &c.Ctl.Socket })},
 	{"socket-mode", "control socket permissions (octal)", setStr(func(c *Config) *string { return &c.Ctl.SocketMode })},
 	{"cmd-cap", "default command ring capacity", setUint(32, func(c *Config) *uint32 { return &c.Ctl.CmdCap })},
@@ -319,6 +332,7 @@ func (c *Config) engineConfig(portMAC wire.MAC) (engine.Config, error) {
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
 	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
 	ec.NeighborTable = e.NeighborTable
+	ec.HairpinSelf = e.HairpinSelf
 	ec.Neighbors = nil
 	for i, n := range e.Neighbors {
 		nip, err := netip.ParseAddr(n.IP)
