@@ -128,7 +128,6 @@ type Core struct {
 
 	nbrs        []neighbor
 	nbrCount    int
-	nbrPending  int // entries not yet resolved
 	nextARPScan int64
 
 	// Frames addressed to this engine itself loop back inside the core
@@ -190,7 +189,6 @@ func New(cfg Config, tx Tx) (*Core, error) {
 	for _, n := range cfg.Neighbors {
 		e := c.nbrLookup(ip4(n.IP.As4()), true)
 		e.mac, e.state = n.MAC, nbrStatic
-		c.nbrPending--
 	}
 	return c, nil
 }

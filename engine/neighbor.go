@@ -48,14 +48,13 @@ func (c *Core) nbrLookup(ip uint32, create bool) *neighbor {
 	if e.state != nbrEmpty {
 		return e
 	}
-	// At most half the table is used (short probe chains), and at most a
-	// quarter holds unresolved addresses, so ops to addresses that never
-	// answer cannot crowd out peers that do.
-	if !create || c.nbrCount >= len(c.nbrs)/2 || c.nbrPending >= len(c.nbrs)/4 {
+	// At most half the table is used (short probe chains). Entries of
+	// addresses that never answer are forgotten when their last op gives
+	// up (forgetIfUnwanted), so they hold room for ResolveTimeout at most.
+	if !create || c.nbrCount >= len(c.nbrs)/2 {
 		return nil
 	}
 	c.nbrCount++
-	c.nbrPending++
 	*e = neighbor{ip: ip, state: nbrIncomplete, lastReq: -1 << 62}
 	return e
 }
@@ -86,7 +85,6 @@ func (c *Core) forgetIfUnwanted(ip uint32) {
 	}
 	c.nbrs[hole] = neighbor{}
 	c.nbrCount--
-	c.nbrPending--
 }
 
 // learn records ip -> mac from a frame that proved itself (a valid ARP
@@ -103,7 +101,6 @@ func (c *Core) learn(now int64, ip uint32, mac wire.MAC) {
 	e.mac = mac
 	e.state = nbrResolved
 	if wasIncomplete {
-		c.nbrPending--
 		c.wakeResolved(now, ip, mac)
 	}
 }
