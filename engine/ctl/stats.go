@@ -40,6 +40,7 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		SlotsInUse:   s.SlotsInUse,
 		OpsInFlight:  s.OpsInFlight,
 		RingsCorrupt: s.RingsCorrupt,
+		SelfLoop:     s.SelfLoop,
 	}
 	for st, n := range s.Completed {
 		if n != 0 {

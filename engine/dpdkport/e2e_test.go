@@ -205,6 +205,7 @@ func pattern(b []byte, seed byte) {
 func TestReadLoopbackEndToEnd(t *testing.T) {
 	dpdktest.Require(t)
 	cfg := e2eConfig("10.0.0.1", 1)
+	cfg.HairpinSelf = true // through the port, not the core's own loop
 	n := startEngine(t, ringE2E, cfg)
 
 	src := make([]byte, 64<<10)
@@ -341,6 +342,7 @@ func TestReadTwoEngines(t *testing.T) {
 // One op is one READ; the benchmark goroutine is the application.
 func BenchmarkRead(b *testing.B) {
 	cfg := e2eConfig("10.0.0.1", 1)
+	cfg.HairpinSelf = true // the ring reflects: the port's I/O is part of each op
 	n := startEngineMode(b, ringE2EB, cfg, runner.Busy)
 	src, dst := make([]byte, 1<<20), make([]byte, 1<<20)
 	a := openApp(b, n, 32, src, dst)

@@ -100,6 +100,7 @@ type Stats struct {
 	SlotsInUse   uint64            `json:"slots_in_use"`
 	OpsInFlight  uint64            `json:"ops_in_flight"`
 	RingsCorrupt uint64            `json:"rings_corrupt"`
+	SelfLoop     uint64            `json:"self_loop"`
 }
 
 // EncodeResponse renders r. It fails only if the result exceeds
