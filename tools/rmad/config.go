@@ -96,8 +96,9 @@ type CtlConfig struct {
 
 // PollConfig is the polling core.
 type PollConfig struct {
-	Mode string `json:"mode"` // "busy": spin; "backoff": sleep when idle
-	CPU  int    `json:"cpu"`  // CPU to pin the polling thread to; -1: no pinning
+	Mode     string   `json:"mode"`      // "busy": spin; "backoff": sleep when idle
+	CPU      int      `json:"cpu"`       // CPU to pin the polling thread to; -1: no pinning
+	MaxSleep Duration `json:"max_sleep"` // backoff: longest idle sleep (wake-up latency bound)
 }
 
 // Duration is a time.Duration written as a Go duration string ("2ms").
@@ -236,6 +237,7 @@ var flagSpecs = []struct {
 	{"hugetlb", "shared memory: auto or off", setStr(func(c *Config) *string { return &c.Ctl.Hugetlb })},
 	{"poll-mode", "busy or backoff", setStr(func(c *Config) *string { return &c.Poll.Mode })},
 	{"cpu", "CPU for the polling thread (-1: none)", setInt(func(c *Config) *int { return &c.Poll.CPU })},
+	{"max-sleep", "backoff mode: longest idle sleep", setDur(func(c *Config) *Duration { return &c.Poll.MaxSleep })},
 	{"log-level", "trace, debug, info, warn, error", setStr(func(c *Config) *string { return &c.LogLevel })},
 }
 

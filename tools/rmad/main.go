@@ -167,6 +167,10 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if cfg.Poll.Mode == "busy" {
 		rCfg.Mode = runner.Busy
 	}
+	if cfg.Poll.MaxSleep > 0 {
+		rCfg.MaxSleep = time.Duration(cfg.Poll.MaxSleep)
+		rCfg.MinSleep = min(rCfg.MinSleep, rCfg.MaxSleep)
+	}
 	var cpus []int
 	if cfg.Poll.CPU >= 0 {
 		cpus = []int{cfg.Poll.CPU}

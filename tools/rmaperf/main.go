@@ -47,10 +47,15 @@ type Result struct {
 	P50us       float64 `json:"p50_us"`
 	P99us       float64 `json:"p99_us"`
 	P999us      float64 `json:"p999_us"`
-	Ops         uint64  `json:"ops"`
-	Errors      uint64  `json:"errors"`
-	Seconds     float64 `json:"seconds"`
-	Note        string  `json:"note,omitempty"`
+	// EngP50us/EngP99us: the engine's own total_delay (command seen by the
+	// engine -> completion written), without the application's polling
+	// and scheduling delays.
+	EngP50us float64 `json:"eng_p50_us"`
+	EngP99us float64 `json:"eng_p99_us"`
+	Ops      uint64  `json:"ops"`
+	Errors   uint64  `json:"errors"`
+	Seconds  float64 `json:"seconds"`
+	Note     string  `json:"note,omitempty"`
 }
 
 func main() {
@@ -150,7 +155,8 @@ func client(test string, args []string) error {
 	setup := fs.String("setup", "", "setup label for -json (loopback, memif, ...)")
 	asJSON := fs.Bool("json", false, "print one JSON line")
 	verify := fs.Bool("verify", false, "check every byte read")
-	spin := fs.Bool("spin", true, "busy-poll for completions (false: yield the CPU now and then)")
+	spin := fs.Bool("spin", true, "busy-poll for completions (false: sleep now and then)")
+	yield := fs.Bool("yield", false, "sched_yield after every empty poll (share a CPU with an engine)")
 	fs.Parse(args)
 	if test == "read_lat" {
 		*outstanding = 1
@@ -186,7 +192,7 @@ func client(test string, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := run(p, peer, abi.RegionID(info.Region), info.Bytes, test, *size, *outstanding, *warm, *dur, *verify, *spin)
+	res, err := run(p, peer, abi.RegionID(info.Region), info.Bytes, test, *size, *outstanding, *warm, *dur, *verify, *spin, *yield)
 	if err != nil {
 		return err
 	}
@@ -194,9 +200,9 @@ func client(test string, args []string) error {
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
-	fmt.Printf("%-9s %6s %4s %12s %10s %9s %9s %9s %8s\n", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "errors")
-	fmt.Printf("%-9s %6d %4d %12.0f %10.1f %9.2f %9.2f %9.2f %8d\n", res.Test, res.Size, res.Outstanding,
-		res.OpsPerSec, res.MBPerSec, res.P50us, res.P99us, res.P999us, res.Errors)
+	fmt.Printf("%-9s %6s %4s %12s %10s %9s %9s %9s %11s %8s\n", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
+	fmt.Printf("%-9s %6d %4d %12.0f %10.1f %9.2f %9.2f %9.2f %11.2f %8d\n", res.Test, res.Size, res.Outstanding,
+		res.OpsPerSec, res.MBPerSec, res.P50us, res.P99us, res.P999us, res.EngP50us, res.Errors)
 	return nil
 }
 
@@ -204,7 +210,7 @@ func client(test string, args []string) error {
 // dur. Each slot reads into its own 4 KB sink; remote offsets walk the
 // remote region.
 func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uint64, test string, size, outstanding int,
-	warm, dur time.Duration, verify, spin bool) (Result, error) {
+	warm, dur time.Duration, verify, spin, yield bool) (Result, error) {
 	slots, err := p.AllocSlots(outstanding)
 	if err != nil {
 		return Result{}, err
@@ -231,7 +237,7 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 		}
 	}
 	p.Flush()
-	var h hist
+	var h, eng hist
 	var ops, errs uint64
 	var firstErr abi.Status
 	cpl := make([]abi.Completion, 64)
@@ -254,11 +260,16 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 					time.Sleep(time.Microsecond)
 				}
 			}
+			if yield {
+				// Let an engine sharing this CPU run at once (EEVDF
+				// moves a yielding task behind the others).
+				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			}
 			continue
 		}
 		now := nowNs()
 		if !measuring && now >= start {
-			measuring, h, ops, errs = true, hist{}, 0, 0
+			measuring, h, eng, ops, errs = true, hist{}, hist{}, 0, 0
 			start = now
 			end = now + int64(dur)
 		}
@@ -281,6 +292,7 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 			if measuring && c.Status == abi.StatusOK {
 				ops++
 				h.add(uint64(now - postAt[k]))
+				eng.add(uint64(c.TotalDelayNs))
 			}
 			if now < end {
 				if err := post(k); err != nil {
@@ -296,6 +308,7 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 		System: "onerma", Test: test, Size: size, Outstanding: outstanding,
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
 		P50us: float64(h.quantile(0.5)) / 1e3, P99us: float64(h.quantile(0.99)) / 1e3, P999us: float64(h.quantile(0.999)) / 1e3,
+		EngP50us: float64(eng.quantile(0.5)) / 1e3, EngP99us: float64(eng.quantile(0.99)) / 1e3,
 		Ops: ops, Errors: errs, Seconds: secs,
 	}
 	if errs > 0 {
