@@ -30,4 +30,3 @@ func BenchmarkEncodeSeal1408(b *testing.B)  { benchEncodeSeal(b, 1408) }
 func BenchmarkDecodeCheck0(b *testing.B)    { benchDecodeCheck(b, 0) }
 func BenchmarkDecodeCheck64(b *testing.B)   { benchDecodeCheck(b, 64) }
 func BenchmarkDecodeCheck1408(b *testing.B) { benchDecodeCheck(b, 1408) }
-
