@@ -120,9 +120,10 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	if ip[9] != protoUDP {
 		return nil, ErrNotUDP
 	}
-	if Checksum(ip) != 0 {
-		return nil, ErrIPChecksum
-	}
+	// The IPv4 header checksum is not verified: the trailer covers every
+	// IPv4 field the engine uses (addresses; lengths and protocol are
+	// checked above), and TOS/ID/TTL mean nothing to it. Use
+	// CheckIPv4Checksum where a bad header checksum must be reported.
 	udp := frame[EthLen+IPv4Len : EthLen+IPv4Len+UDPLen]
 	if int(binary.BigEndian.Uint16(udp[4:6])) != totLen-IPv4Len {
 		return nil, ErrUDPLength
@@ -213,6 +214,15 @@ func Encode(b []byte, f *Fields, plen int) int {
 	return n
 }
 
+// CheckIPv4Checksum verifies the IPv4 header checksum of a frame that
+// Decode accepted.
+func CheckIPv4Checksum(frame []byte) error {
+	if Checksum(frame[EthLen:EthLen+IPv4Len]) != 0 {
+		return ErrIPChecksum
+	}
+	return nil
+}
+
 // PayloadOffset is where the payload starts in a frame.
 const PayloadOffset = EthLen + IPv4Len + UDPLen + HeaderLen
 
@@ -261,13 +271,9 @@ func SealICRC(frame []byte, plen int) {
 // CheckICRC verifies the trailer of a decoded frame with plen payload bytes.
 func CheckICRC(frame []byte, plen int) error {
 	t := frame[PayloadOffset+plen : PayloadOffset+plen+TrailerLen]
-	if binary.BigEndian.Uint32(t[0:4]) != icrc(frame, plen) {
+	if binary.BigEndian.Uint32(t[0:4]) != icrc(frame, plen) ||
+		binary.LittleEndian.Uint32(t[4:8])|binary.LittleEndian.Uint32(t[8:12])|binary.LittleEndian.Uint32(t[12:16]) != 0 {
 		return ErrICRC
-	}
-	for _, v := range t[4:] {
-		if v != 0 {
-			return ErrICRC
-		}
 	}
 	return nil
 }

@@ -51,11 +51,20 @@ func TestRoundTrip(t *testing.T) {
 
 // Every single-bit flip of a valid frame is either rejected by Decode or
 // caught by the integrity check — except the Ethernet MAC addresses, which
-// the engine checks itself, and the padding.
+// the engine checks itself, and the IPv4 fields the engine does not use
+// (TOS, ID, DF and reserved flags, TTL, header checksum), which only CheckIPv4Checksum sees.
 func TestEveryBitFlipDetected(t *testing.T) {
 	b := sampleFrame(t, 100)
+	unused := map[int]bool{EthLen + 1: true, EthLen + 4: true, EthLen + 5: true, EthLen + 8: true, EthLen + 10: true, EthLen + 11: true}
 	for i := 12 * 8; i < len(b)*8; i++ {
 		c := append([]byte(nil), b...)
+		if unused[i/8] || (i/8 == EthLen+6 && i%8 >= 6) { // or the DF and reserved flags
+			c[i/8] ^= 1 << (i % 8)
+			if CheckIPv4Checksum(c) == nil {
+				t.Fatalf("flip of bit %d in an IPv4 header byte passes the header checksum", i)
+			}
+			continue
+		}
 		c[i/8] ^= 1 << (i % 8)
 		var f Fields
 		p, err := Decode(c, &f)
