@@ -64,7 +64,7 @@ func main() {
 		*bin = filepath.Dir(self)
 	}
 	runID := time.Now().UTC().Format("20060102T150405Z")
-	specs := []spec{{"read_bw", 64, 32}, {"read_bw", 4096, 32}, {"read_lat", 64, 1}, {"read_lat", 4096, 1}}
+	specs := []spec{{"read_bw", 64, 64}, {"read_bw", 4096, 64}, {"read_lat", 64, 1}, {"read_lat", 4096, 1}}
 	var rows []Row
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "rmabench:", err)
@@ -101,47 +101,28 @@ func main() {
 		}
 	}
 	if want("memif") {
-		// Two cores for two engines and an application: the initiating
-		// engine busy-polls CPU 0; the serving engine shares CPU 1 with
-		// the application, sleeping when idle (at most 10 µs), and the
-		// application yields the CPU after every empty poll. (Three busy
-		// pollers on two cores time-slice in milliseconds.)
-		oa, ob := testbed.MemifPair(rmad, dir, "bench-ma", "bench-mb", "10.99.1.1", "10.99.1.2")
-		oa.Busy, oa.CPU = true, 0
-		ob.Busy, ob.CPU = false, 1
-		oa.Extra = []string{"-log-level", "warn"}
-		ob.Extra = []string{"-log-level", "warn", "-max-sleep", "10us"}
-		a, err := testbed.Start(oa)
-		if err != nil {
-			fail(err)
-		}
-		b, err := testbed.Start(ob)
-		if err != nil {
-			a.Stop(10 * time.Second)
-			fail(err)
-		}
-		srv := exec.Command(rmaperf, "server", "-ctl", b.Socket, "-listen", "127.0.0.1:18516")
-		srv.Stdout, srv.Stderr = os.Stderr, os.Stderr
-		if err := srv.Start(); err != nil {
-			fail(err)
-		}
-		for _, s := range specs {
-			r, err := rmaperfRun(rmaperf, "1", s, *dur, "memif", "-ctl", a.Socket, "-server", "127.0.0.1:18516", "-yield")
+		// Two cores for two engines and an application, so the three
+		// share: for throughput the initiating engine busy-polls CPU 0
+		// while the serving engine (sleeping when idle, at most 10 µs)
+		// and the application (spinning, yielding after every empty poll)
+		// share CPU 1; for latency the serving engine busy-polls CPU 1 and
+		// the initiating engine (sleeping when idle) shares CPU 0 with the
+		// application. Three busy pollers on two cores would time-slice
+		// in milliseconds.
+		bw := memifSetup{name: "bw", busyA: true, note: "A busy CPU0; B backoff(10us)+app(yield) CPU1", appCPU: "1"}
+		lat := memifSetup{name: "lat", busyA: false, note: "B busy CPU1; A backoff(10us)+app(yield) CPU0", appCPU: "0"}
+		for _, ms := range []memifSetup{bw, lat} {
+			var sp []spec
+			for _, s := range specs {
+				if (s.test == "read_bw") == (ms.name == "bw") {
+					sp = append(sp, s)
+				}
+			}
+			r, err := memifRun(rmad, rmaperf, dir, ms, sp, *dur)
 			if err != nil {
-				srv.Process.Kill()
-				a.Stop(10 * time.Second)
-				b.Stop(10 * time.Second)
 				fail(err)
 			}
-			r.Note = "2 cores: engine A busy on CPU 0; engine B (backoff, 10us) and the app (spin+yield) share CPU 1"
-			rows = append(rows, r)
-		}
-		srv.Process.Signal(os.Interrupt)
-		srv.Wait()
-		for _, e := range []*testbed.Engine{b, a} {
-			if err := e.Stop(10 * time.Second); err != nil {
-				fail(err)
-			}
+			rows = append(rows, r...)
 		}
 	}
 	if want("tcp") {
@@ -174,6 +155,57 @@ func main() {
 	}
 	f.Close()
 	fmt.Printf("\n%d rows appended to %s (run %s)\n", len(rows), *out, runID)
+}
+
+type memifSetup struct {
+	name   string
+	busyA  bool // initiating engine busy on CPU 0 (else: serving engine busy on CPU 1)
+	appCPU string
+	note   string
+}
+
+// memifRun starts two engines on a memif wire arranged as ms says, an
+// rmaperf server on the serving engine, and measures specs.
+func memifRun(rmad, rmaperf, dir string, ms memifSetup, specs []spec, dur time.Duration) ([]Row, error) {
+	oa, ob := testbed.MemifPair(rmad, dir, "bench-ma", "bench-mb", "10.99.1.1", "10.99.1.2")
+	oa.CPU, ob.CPU = 0, 1
+	oa.Busy, ob.Busy = ms.busyA, !ms.busyA
+	sleepy := []string{"-log-level", "warn", "-max-sleep", "10us"}
+	busy := []string{"-log-level", "warn"}
+	oa.Extra, ob.Extra = busy, sleepy
+	if !ms.busyA {
+		oa.Extra, ob.Extra = sleepy, busy
+	}
+	a, err := testbed.Start(oa)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop(10 * time.Second)
+	b, err := testbed.Start(ob)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Stop(10 * time.Second)
+	srv := exec.Command(rmaperf, "server", "-ctl", b.Socket, "-listen", "127.0.0.1:18516")
+	srv.Stdout, srv.Stderr = os.Stderr, os.Stderr
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { srv.Process.Signal(os.Interrupt); srv.Wait() }()
+	var rows []Row
+	for _, s := range specs {
+		r, err := rmaperfRun(rmaperf, ms.appCPU, s, dur, "memif", "-ctl", a.Socket, "-server", "127.0.0.1:18516", "-yield")
+		if err != nil {
+			return nil, err
+		}
+		if r.Note != "" {
+			r.Note = ms.note + "; " + r.Note
+		} else {
+			r.Note = ms.note
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
 }
 
 func envOr(k, d string) string {
@@ -304,7 +336,7 @@ func printTable(rows []Row) {
 		for _, u := range rows {
 			if u.System == "ucx-tcp" && u.Test == r.Test && u.Size == r.Size && u.Outstanding == r.Outstanding && u.OpsPerSec > 0 {
 				fmt.Printf("%-9s %-9s %5d B O=%-3d onerma/ucx-tcp: %.1fx ops/s", r.Setup, r.Test, r.Size, r.Outstanding, r.OpsPerSec/u.OpsPerSec)
-				if r.P50us > 0 {
+				if r.P50us > 0 && r.Test == "read_lat" {
 					fmt.Printf(", p50 %.1fx lower", u.P50us/r.P50us)
 				}
 				fmt.Println()
