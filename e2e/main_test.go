@@ -83,12 +83,20 @@ func start(t *testing.T, o testbed.Options) *testbed.Engine {
 	return e
 }
 
-// memifPair starts two engines over a memif wire, with extra flags each.
+// relaxed are the timeouts of engines in these tests unless a test sets
+// its own: go test runs packages in parallel on CI's two cores, and an
+// engine that idles in backoff mode can be off-CPU for milliseconds, so the
+// production defaults (2 ms / 10 ms) would fail ops that are merely late.
+var relaxed = []string{"-dispatch-timeout", "500ms", "-timeout", "1s"}
+
+// memifPair starts two engines over a memif wire, with extra flags each
+// (applied after relaxed, so they win).
 func memifPair(t *testing.T, extraA, extraB []string) (a, b *testbed.Engine) {
 	needEngines(t)
 	dir := t.TempDir()
 	oa, ob := testbed.MemifPair(rmadBin, dir, "e2e-a", "e2e-b", "10.88.0.1", "10.88.0.2")
-	oa.Extra, ob.Extra = extraA, extraB
+	oa.Extra = append(append([]string(nil), relaxed...), extraA...)
+	ob.Extra = append(append([]string(nil), relaxed...), extraB...)
 	a = start(t, oa)
 	b = start(t, ob)
 	return a, b
