@@ -17,7 +17,9 @@
 //	+--------------------------------------------+ 0
 //	| SegmentHeader (64 B): magic "1RMA", version, |
 //	| segment size, ring offsets and capacities    |
-//	+--------------------------------------------+ 64 (padding to 128)
+//	+--------------------------------------------+ 64
+//	| arm word u32 (completion doorbell), padding  |
+//	+--------------------------------------------+ 128
 //	| command ring: RingHeader (128 B)             | CmdOff
 //	|   +0   producer index (app writes)  64 B     |
 //	|   +64  consumer index (engine writes) 64 B   |

@@ -13,6 +13,15 @@ const (
 	SegmentVersion uint16 = 1
 	// SegmentHeaderSize is padded to two cache lines.
 	SegmentHeaderSize = 128
+	// SegmentArmOff is the completion doorbell's arm word (uint32), alone
+	// in the header's second cache line. The application stores 1 before
+	// it sleeps on the doorbell; the engine, after publishing completions,
+	// swaps a 1 back to 0 and rings (like ibv_req_notify_cq). Both sides
+	// use sequentially consistent atomics, so a completion published
+	// while the application arms is never missed: either the engine sees
+	// the 1, or the application, re-checking the ring after arming, sees
+	// the completion.
+	SegmentArmOff = 64
 )
 
 // Layout describes a portal segment. The engine chooses it, writes it into

@@ -321,3 +321,37 @@ func childApp() int {
 		p.Flush()
 	}
 }
+
+// An application that waits sleeps on the engine's completion doorbell
+// (an eventfd) and is woken by it, instead of spinning.
+func TestDoorbellWakesWaitingApp(t *testing.T) {
+	a, b := memifPair(t, nil, nil)
+	pa, pb := dial(t, a, "sleeper"), dial(t, b, "owner")
+	if !pa.Doorbell() {
+		t.Fatal("portal has no doorbell")
+	}
+	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+	slots, _ := pa.AllocSlots(1)
+	sink, _ := pa.RegisterRegion(4096, portal.PermLocalWrite)
+	for k := 0; k < 20; k++ {
+		// The server freezes briefly, so the reply comes after Wait's
+		// spin phase and it must sleep.
+		b.Signal(syscall.SIGSTOP)
+		if err := pa.SubmitRead(slots[0], ipB, rb.ID(), uint64(k)*64, sink, 0, 64, uint64(k)); err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(2*time.Millisecond, func() { b.Signal(syscall.SIGCONT) })
+		c := waitOne(t, pa, 5*time.Second)
+		if c.Status != abi.StatusOK || sink.Bytes()[10] != pattern(uint64(k)*64+10) {
+			t.Fatalf("read %d: %+v", k, c)
+		}
+	}
+	st, err := pa.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Doorbells == 0 {
+		t.Fatalf("no doorbell rung in 20 sleeping waits: %+v", st)
+	}
+	t.Logf("%d doorbells for 20 reads", st.Doorbells)
+}

@@ -80,4 +80,5 @@ type Stats struct {
 	OpsInFlight  uint64 // ops posted and not completed now
 	RingsCorrupt uint64 // portals closed because the app wrote impossible ring indices
 	SelfLoop     uint64 // frames the engine sent to itself inside the core (not counted in Tx/RxFrames)
+	Doorbells    uint64 // doorbells rung for applications waiting on completions
 }

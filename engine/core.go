@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/wire"
@@ -78,10 +80,12 @@ type portal struct {
 	cmd      *abi.Consumer
 	cpl      *abi.Producer
 	maxSlots int
-	slots    int    // slots it holds
-	pending  int    // ops whose completion it is still owed
-	pid      uint32 // stamped on its requests
-	dirty    bool   // completions committed, not yet published
+	slots    int            // slots it holds
+	pending  int            // ops whose completion it is still owed
+	pid      uint32         // stamped on its requests
+	dirty    bool           // completions committed, not yet published
+	arm      *atomic.Uint32 // doorbell arm word in shared memory (nil: no doorbell)
+	bell     Doorbell
 }
 
 // inbound is one queued request at the serving side.
@@ -315,6 +319,7 @@ func (c *Core) reclaim(id PortalID) {
 	}
 	p.slots, p.pending = 0, 0
 	p.cmd, p.cpl = nil, nil
+	p.arm, p.bell = nil, nil
 	if p.dirty {
 		p.dirty = false
 		for k, d := range c.dirty {
@@ -578,8 +583,34 @@ func (c *Core) publish() {
 		p := &c.portals[id]
 		p.cpl.Publish()
 		p.dirty = false
+		// After the producer index store: an application that armed
+		// before it is rung; one arming after it sees the completions
+		// when it re-checks the ring (abi.SegmentArmOff).
+		if p.arm != nil && p.arm.Load() != 0 && p.arm.CompareAndSwap(1, 0) {
+			c.stats.Doorbells++
+			p.bell.Ring()
+		}
 	}
 	c.dirty = c.dirty[:0]
+}
+
+// Doorbell wakes an application sleeping on its completions. The driver
+// supplies it (an eventfd write in rmad); the core calls Ring from Poll
+// only for a portal whose application armed it, at most once per arming.
+type Doorbell interface{ Ring() }
+
+// SetDoorbell attaches a doorbell to portal p: arm is the 4-byte arm word
+// in the portal's shared segment (abi.SegmentArmOff), 4-byte aligned.
+func (c *Core) SetDoorbell(id PortalID, arm []byte, bell Doorbell) error {
+	p, err := c.livePortal(id)
+	if err != nil {
+		return err
+	}
+	if len(arm) < 4 || uintptr(unsafe.Pointer(unsafe.SliceData(arm)))%4 != 0 || bell == nil {
+		return fmt.Errorf("%w: doorbell arm word", ErrPortalRings)
+	}
+	p.arm, p.bell = (*atomic.Uint32)(unsafe.Pointer(unsafe.SliceData(arm))), bell
+	return nil
 }
 
 // ---- Poll ----------------------------------------------------------------

@@ -578,3 +578,48 @@ func benchRead(b *testing.B, size uint32) {
 		now += 1000
 	}
 }
+
+type countBell struct{ n int }
+
+func (b *countBell) Ring() { b.n++ }
+
+// The doorbell rings once per arming, only after completions are
+// published, and only when the application armed it.
+func TestDoorbell(t *testing.T) {
+	tx := newTestTx(64)
+	c := newCore(t, testConfig("10.0.0.1", 1), tx)
+	app := openApp(t, c, ClassLow, 2)
+	m := make([]byte, 8192)
+	r, _ := c.RegisterRegion(app.id, m, PermAll)
+	arm := aligned(64)
+	bell := &countBell{}
+	if err := c.SetDoorbell(app.id, arm[:4], bell); err != nil {
+		t.Fatal(err)
+	}
+	read := func(cookie uint64) {
+		app.post(t, readCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 64, cookie))
+		c.Poll(1000)
+		if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+			t.Fatalf("%+v", got)
+		}
+	}
+	read(1) // not armed: no ring
+	if bell.n != 0 {
+		t.Fatalf("rang %d times unarmed", bell.n)
+	}
+	arm[0] = 1
+	read(2)
+	if bell.n != 1 || arm[0] != 0 {
+		t.Fatalf("armed: rang %d times, arm word %d after", bell.n, arm[0])
+	}
+	read(3) // disarmed by the ring
+	if bell.n != 1 {
+		t.Fatalf("rang again without re-arming (%d)", bell.n)
+	}
+	if s := c.Stats(); s.Doorbells != 1 {
+		t.Fatalf("Doorbells %d", s.Doorbells)
+	}
+	if err := c.SetDoorbell(app.id, arm[1:5], bell); err == nil {
+		t.Fatal("misaligned arm word accepted")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"golang.org/x/sys/unix"
 )
 
 // Post stages cmd in the command ring without publishing it (see Flush).
@@ -139,14 +140,17 @@ func (p *Portal) Corrupt() bool {
 	return !p.closed && (p.cmd.Corrupt() || p.cpl.Corrupt())
 }
 
-// Wait polls until at least one completion arrives or ctx is done: it
-// spins first (lowest latency), then sleeps with exponential backoff from
-// waitSleepMin to waitSleepMax between polls.
+// Wait returns at least one completion, or ctx's error. It spins first
+// (lowest latency); then, with the engine's completion doorbell, it arms
+// the doorbell, checks the ring once more (a completion published while
+// arming is never missed) and sleeps in poll(2) until the engine rings;
+// without one it sleeps with exponential backoff from waitSleepMin to
+// waitSleepMax between polls. It never allocates.
 func (p *Portal) Wait(ctx context.Context, out []abi.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
-	for range waitSpins {
+	for range p.spins {
 		if n := p.Poll(out); n > 0 {
 			return n, nil
 		}
@@ -162,16 +166,33 @@ func (p *Portal) Wait(ctx context.Context, out []abi.Completion) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		time.Sleep(sleep)
+		if p.arm == nil {
+			time.Sleep(sleep)
+			sleep = min(2*sleep, waitSleepMax)
+		} else {
+			p.arm.Store(1) // pairs with the engine's CompareAndSwap after it publishes
+			if n := p.Poll(out); n > 0 {
+				p.arm.Store(0)
+				return n, nil
+			}
+			ms := waitBellMaxMs // wake now and then to see ctx and a dead engine
+			if dl, ok := ctx.Deadline(); ok {
+				ms = max(0, min(ms, int(time.Until(dl)/time.Millisecond)+1))
+			}
+			p.pfd[0].Revents = 0
+			if n, _ := unix.Poll(p.pfd[:], ms); n > 0 && p.pfd[0].Revents&unix.POLLIN != 0 {
+				unix.Read(p.bellFD, p.evbuf[:]) // reset the eventfd counter
+			}
+		}
 		if n := p.Poll(out); n > 0 {
 			return n, nil
 		}
-		sleep = min(2*sleep, waitSleepMax)
 	}
 }
 
 const (
-	waitSpins    = 2000
-	waitSleepMin = time.Microsecond
-	waitSleepMax = time.Millisecond
+	waitBellMaxMs = 10
+	waitSpins     = 2000
+	waitSleepMin  = time.Microsecond
+	waitSleepMax  = time.Millisecond
 )

@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -51,6 +53,10 @@ type Options struct {
 	// Timeout bounds each control request (default 60 s: registering a
 	// large region populates its memory).
 	Timeout time.Duration
+	// WaitSpins is how many polls Wait spins before it sleeps (0: the
+	// default; negative: none, for an application that shares its CPU
+	// with an engine, where spinning only delays the engine).
+	WaitSpins int
 }
 
 // Portal is an open CommandPortal. See the package doc for the life cycle
@@ -63,6 +69,14 @@ type Portal struct {
 	free   []abi.SlotID         // stack of free owned slots
 	owned  map[abi.SlotID]int32 // slot -> index in isFree
 	isFree []bool
+
+	// Completion doorbell (see Wait): the arm word in the segment and
+	// the eventfd the engine writes when it finds it armed.
+	arm    *atomic.Uint32 // nil: no doorbell
+	bellFD int
+	spins  int
+	pfd    [1]unix.PollFd
+	evbuf  [8]byte
 
 	// Control path.
 	mu       sync.Mutex
@@ -93,11 +107,18 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 60 * time.Second
 	}
+	switch {
+	case opt.WaitSpins == 0:
+		opt.WaitSpins = waitSpins
+	case opt.WaitSpins < 0:
+		opt.WaitSpins = 0
+	}
 	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socketPath, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("portal: connecting to the engine: %w", err)
 	}
 	p := &Portal{
+		spins:   opt.WaitSpins,
 		conn:    uc,
 		timeout: opt.Timeout,
 		owned:   make(map[abi.SlotID]int32),
@@ -116,6 +137,13 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	if err := p.attach(resp.Open, fd); err != nil {
 		uc.Close()
 		return nil, err
+	}
+	// The completion doorbell lets Wait sleep instead of spin. An engine
+	// that cannot give one leaves Wait to poll with backoff.
+	if _, bfd, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpDoorbell}); err == nil && bfd >= 0 {
+		p.bellFD = bfd
+		p.arm = (*atomic.Uint32)(unsafe.Pointer(&p.seg[abi.SegmentArmOff]))
+		p.pfd[0] = unix.PollFd{Fd: int32(bfd), Events: unix.POLLIN}
 	}
 	return p, nil
 }
@@ -359,9 +387,17 @@ func (p *Portal) Close() error {
 		err = errors.Join(err, r.unmap())
 		delete(p.regions, id)
 	}
+	if p.arm != nil {
+		err = errors.Join(err, unix.Close(p.bellFD))
+		p.bellFD, p.arm = -1, nil
+	}
 	if p.seg != nil {
 		err = errors.Join(err, unix.Munmap(p.seg))
 		p.seg, p.cmd, p.cpl = nil, nil, nil
 	}
 	return err
 }
+
+// Doorbell reports whether Wait sleeps on the engine's completion doorbell
+// (rather than polling with backoff).
+func (p *Portal) Doorbell() bool { return p.arm != nil }

@@ -34,7 +34,18 @@ type conn struct {
 
 	regions     map[abi.RegionID]*region
 	regionBytes uint64
+	bell        *eventBell // completion doorbell, once asked for
 }
+
+// eventBell rings an application's completion doorbell: one 8-byte write
+// to an eventfd, made by the core's poll loop only when the application
+// armed it (it is asleep).
+type eventBell struct {
+	fd  int
+	one [8]byte
+}
+
+func (b *eventBell) Ring() { unix.Write(b.fd, b.one[:]) }
 
 type region struct {
 	mem  *shm
@@ -214,6 +225,8 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		return c.registerRegion(req, resp)
 	case ctlmsg.OpDeregisterRegion:
 		return -1, c.deregisterRegion(req)
+	case ctlmsg.OpDoorbell:
+		return c.doorbell()
 	case ctlmsg.OpIdentity:
 		id := c.identity()
 		resp.Identity = &id
@@ -382,6 +395,40 @@ func (c *conn) allocSlots(req *ctlmsg.Request, resp *ctlmsg.Response) *reqError 
 	return nil
 }
 
+// doorbell attaches an eventfd doorbell to the portal and returns a copy
+// of it for the application.
+func (c *conn) doorbell() (int, *reqError) {
+	if c.bell != nil {
+		return -1, fail(ctlmsg.CodeState, "doorbell: %s already has a doorbell", c.who())
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return -1, fail(ctlmsg.CodeResource, "doorbell: eventfd: %v", err)
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fd)
+		return -1, fail(ctlmsg.CodeResource, "doorbell: dup: %v", err)
+	}
+	b := &eventBell{fd: fd}
+	b.one[0] = 1 // eventfd counters are host-endian: little-endian here
+	arm := c.seg.mem[abi.SegmentArmOff : abi.SegmentArmOff+4]
+	aerr, err := c.execPortal(func(core *engine.Core) error { return core.SetDoorbell(c.portal, arm, b) })
+	if err != nil || aerr != nil {
+		unix.Close(fd)
+		unix.Close(dup)
+		if err != nil {
+			return -1, execFail(ctlmsg.OpDoorbell, err)
+		}
+		if errors.Is(aerr, errPortalGone) {
+			return -1, fail(ctlmsg.CodeState, "doorbell: %s: %v", c.who(), aerr)
+		}
+		return -1, fail(ctlmsg.CodeInternal, "doorbell: %v", aerr)
+	}
+	c.bell = b
+	return dup, nil
+}
+
 func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqError) {
 	cfg := &c.s.cfg
 	switch {
@@ -511,6 +558,10 @@ func (c *conn) reclaim() {
 		uerr = errors.Join(uerr, c.regions[id].mem.release())
 	}
 	uerr = errors.Join(uerr, c.seg.release())
+	if c.bell != nil { // the core forgot it with the portal
+		uerr = errors.Join(uerr, unix.Close(c.bell.fd))
+		c.bell = nil
+	}
 	if uerr != nil {
 		log.Error().Err(uerr).Msg("munmap failed during reclaim")
 	}

@@ -41,6 +41,7 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		OpsInFlight:  s.OpsInFlight,
 		RingsCorrupt: s.RingsCorrupt,
 		SelfLoop:     s.SelfLoop,
+		Doorbells:    s.Doorbells,
 	}
 	for st, n := range s.Completed {
 		if n != 0 {

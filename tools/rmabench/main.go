@@ -101,29 +101,11 @@ func main() {
 		}
 	}
 	if want("memif") {
-		// Two cores for two engines and an application, so the three
-		// share: for throughput the initiating engine busy-polls CPU 0
-		// while the serving engine (sleeping when idle, at most 10 µs)
-		// and the application (spinning, yielding after every empty poll)
-		// share CPU 1; for latency the serving engine busy-polls CPU 1 and
-		// the initiating engine (sleeping when idle) shares CPU 0 with the
-		// application. Three busy pollers on two cores would time-slice
-		// in milliseconds.
-		bw := memifSetup{name: "bw", busyA: true, note: "A busy CPU0; B backoff(10us)+app(yield) CPU1", appCPU: "1"}
-		lat := memifSetup{name: "lat", busyA: false, note: "B busy CPU1; A backoff(10us)+app(yield) CPU0", appCPU: "0"}
-		for _, ms := range []memifSetup{bw, lat} {
-			var sp []spec
-			for _, s := range specs {
-				if (s.test == "read_bw") == (ms.name == "bw") {
-					sp = append(sp, s)
-				}
-			}
-			r, err := memifRun(rmad, rmaperf, dir, ms, sp, *dur)
-			if err != nil {
-				fail(err)
-			}
-			rows = append(rows, r...)
+		r, err := memifRun(rmad, rmaperf, dir, specs, *dur)
+		if err != nil {
+			fail(err)
 		}
+		rows = append(rows, r...)
 	}
 	if want("tcp") {
 		if _, err := exec.LookPath("ucx_perftest"); err != nil {
@@ -157,25 +139,20 @@ func main() {
 	fmt.Printf("\n%d rows appended to %s (run %s)\n", len(rows), *out, runID)
 }
 
-type memifSetup struct {
-	name   string
-	busyA  bool // initiating engine busy on CPU 0 (else: serving engine busy on CPU 1)
-	appCPU string
-	note   string
-}
+// memifNote says how two engines and an application share two cores: each
+// engine busy-polls its own CPU, and the application, on CPU 0, sleeps on
+// its portal's completion doorbell and is woken by the engine (three busy
+// pollers on two cores would time-slice in milliseconds).
+const memifNote = "engines busy on CPU 0 and 1; app on CPU 0 sleeps on the completion doorbell"
 
-// memifRun starts two engines on a memif wire arranged as ms says, an
-// rmaperf server on the serving engine, and measures specs.
-func memifRun(rmad, rmaperf, dir string, ms memifSetup, specs []spec, dur time.Duration) ([]Row, error) {
+// memifRun starts two engines on a memif wire, an rmaperf server on the
+// serving engine, and measures specs.
+func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row, error) {
 	oa, ob := testbed.MemifPair(rmad, dir, "bench-ma", "bench-mb", "10.99.1.1", "10.99.1.2")
-	oa.CPU, ob.CPU = 0, 1
-	oa.Busy, ob.Busy = ms.busyA, !ms.busyA
-	sleepy := []string{"-log-level", "warn", "-max-sleep", "10us"}
-	busy := []string{"-log-level", "warn"}
-	oa.Extra, ob.Extra = busy, sleepy
-	if !ms.busyA {
-		oa.Extra, ob.Extra = sleepy, busy
-	}
+	oa.Busy, oa.CPU = true, 0
+	ob.Busy, ob.CPU = true, 1
+	oa.Extra = []string{"-log-level", "warn"}
+	ob.Extra = oa.Extra
 	a, err := testbed.Start(oa)
 	if err != nil {
 		return nil, err
@@ -194,14 +171,14 @@ func memifRun(rmad, rmaperf, dir string, ms memifSetup, specs []spec, dur time.D
 	defer func() { srv.Process.Signal(os.Interrupt); srv.Wait() }()
 	var rows []Row
 	for _, s := range specs {
-		r, err := rmaperfRun(rmaperf, ms.appCPU, s, dur, "memif", "-ctl", a.Socket, "-server", "127.0.0.1:18516", "-yield")
+		r, err := rmaperfRun(rmaperf, "0", s, dur, "memif", "-ctl", a.Socket, "-server", "127.0.0.1:18516", "-event", "-spins=-1")
 		if err != nil {
 			return nil, err
 		}
 		if r.Note != "" {
-			r.Note = ms.note + "; " + r.Note
+			r.Note = memifNote + "; " + r.Note
 		} else {
-			r.Note = ms.note
+			r.Note = memifNote
 		}
 		rows = append(rows, r)
 	}

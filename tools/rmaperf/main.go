@@ -157,6 +157,8 @@ func client(test string, args []string) error {
 	verify := fs.Bool("verify", false, "check every byte read")
 	spin := fs.Bool("spin", true, "busy-poll for completions (false: sleep now and then)")
 	yield := fs.Bool("yield", false, "sched_yield after every empty poll (share a CPU with an engine)")
+	event := fs.Bool("event", false, "wait with portal.Wait: spin briefly, then sleep on the engine's completion doorbell")
+	spins := fs.Int("spins", 0, "with -event: polls before sleeping (0: portal default, -1: none)")
 	fs.Parse(args)
 	if test == "read_lat" {
 		*outstanding = 1
@@ -164,7 +166,7 @@ func client(test string, args []string) error {
 	if *size < 1 || *size > abi.MaxOpBytes || *outstanding < 1 {
 		return fmt.Errorf("bad -s %d or -O %d", *size, *outstanding)
 	}
-	p, err := portal.Dial(*ctl, "rmaperf")
+	p, err := portal.DialOptions(*ctl, "rmaperf", portal.Options{WaitSpins: *spins})
 	if err != nil {
 		return err
 	}
@@ -192,7 +194,7 @@ func client(test string, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := run(p, peer, abi.RegionID(info.Region), info.Bytes, test, *size, *outstanding, *warm, *dur, *verify, *spin, *yield)
+	res, err := run(p, peer, abi.RegionID(info.Region), info.Bytes, test, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event)
 	if err != nil {
 		return err
 	}
@@ -210,7 +212,7 @@ func client(test string, args []string) error {
 // dur. Each slot reads into its own 4 KB sink; remote offsets walk the
 // remote region.
 func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uint64, test string, size, outstanding int,
-	warm, dur time.Duration, verify, spin, yield bool) (Result, error) {
+	warm, dur time.Duration, verify, spin, yield, event bool) (Result, error) {
 	slots, err := p.AllocSlots(outstanding)
 	if err != nil {
 		return Result{}, err
@@ -249,7 +251,15 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 	inflight := outstanding
 	spins := 0
 	for inflight > 0 {
-		n := p.Poll(cpl)
+		var n int
+		if event {
+			var err error
+			if n, err = p.Wait(ctx, cpl); err != nil {
+				return Result{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
+			}
+		} else {
+			n = p.Poll(cpl)
+		}
 		if n == 0 {
 			// Spin (lowest latency); check the deadline now and then.
 			if spins++; spins&0xfff == 0 {

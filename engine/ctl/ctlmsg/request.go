@@ -56,6 +56,11 @@ const (
 	OpIdentity Op = "identity"
 	// OpStats returns the engine's counters.
 	OpStats Op = "stats"
+	// OpDoorbell attaches a completion doorbell to the portal and returns
+	// it as an eventfd: the engine writes to it when it publishes
+	// completions and the application has armed the segment's arm word
+	// (abi.SegmentArmOff), so the application can sleep instead of spin.
+	OpDoorbell Op = "doorbell"
 )
 
 // Perm bits of a region. The values equal engine.Perm's (engine/ctl checks
@@ -135,6 +140,7 @@ var opKeys = map[Op]struct{ allowed, required uint16 }{
 	OpDeregisterRegion: {kRegion, kRegion},
 	OpIdentity:         {0, 0},
 	OpStats:            {0, 0},
+	OpDoorbell:         {0, 0},
 }
 
 func keyName(bit uint16) string {

@@ -21,6 +21,7 @@ func TestDecodeRequestValid(t *testing.T) {
 		{`{"v":1,"op":"deregister_region","region":65537}`, Request{V: 1, Op: OpDeregisterRegion, Region: 65537}},
 		{`{"v":1,"op":"identity","id":18446744073709551615}`, Request{V: 1, ID: 1<<64 - 1, Op: OpIdentity}},
 		{`{"v":1,"op":"stats"}`, Request{V: 1, Op: OpStats}},
+		{`{"v":1,"op":"doorbell"}`, Request{V: 1, Op: OpDoorbell}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -101,6 +101,7 @@ type Stats struct {
 	OpsInFlight  uint64            `json:"ops_in_flight"`
 	RingsCorrupt uint64            `json:"rings_corrupt"`
 	SelfLoop     uint64            `json:"self_loop"`
+	Doorbells    uint64            `json:"doorbells"`
 }
 
 // EncodeResponse renders r. It fails only if the result exceeds
