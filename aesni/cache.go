@@ -1,0 +1,247 @@
+package aesni
+
+import "encoding/binary"
+
+// CacheKey names one derived key K_d as an engine core sees it.
+type CacheKey struct {
+	// Region is the region id. In OneRMA it carries the registration
+	// generation (generation<<16 | index), so a re-registered region never
+	// hits a stale entry; a rekey keeps the id, so Invalidate it.
+	Region uint32
+	// Peer is the other end's IPv4 address: the initiator's on the serving
+	// side, the server's on the initiating side.
+	Peer [4]byte
+	// PID is the initiator's PID, Op the op type (see DeriveKey).
+	PID uint32
+	Op  uint8
+}
+
+// Cache maps CacheKeys to prepared AEADs, so that the hot path expands no
+// key per message: a miss costs a key derivation and NewAEAD (about as
+// much as 5-10 small seals, see the package doc), a hit a hash and a
+// probe. Capacity is fixed at construction and never grows; when full, an
+// insertion evicts an entry chosen by CLOCK (second chance: a hit sets the
+// entry's reference bit, the hand clears bits until it finds an entry
+// without one). Get allocates nothing; an insertion allocates only the new
+// AEAD.
+//
+// The table is open addressing with linear probing at load <= 1/2 and
+// backward-shift deletion (no tombstones), hashed with a caller-chosen
+// seed so that peers cannot aim collisions at it (pass a random seed in
+// production, a fixed one in the simulator).
+//
+// A Cache belongs to one engine core: no locks, not safe for concurrent
+// use. An AEAD it returned stays valid after eviction (entries are never
+// recycled), but is no longer found.
+type Cache struct {
+	ents  []cacheEntry
+	index []uint32 // entry index + 1; 0 = empty
+	mask  uint32
+	n     int // live entries
+	free  []uint32
+	hand  int
+	seed  uint64
+	stats CacheStats
+}
+
+type cacheEntry struct {
+	key  CacheKey
+	aead *AEAD
+	ref  bool
+	live bool
+}
+
+// CacheStats counts a Cache's activity.
+type CacheStats struct {
+	Hits          uint64
+	Misses        uint64
+	Inserts       uint64
+	Evictions     uint64 // entries displaced by CLOCK
+	Invalidations uint64 // entries removed by Invalidate or Purge
+}
+
+// NewCache returns a cache of capacity entries (> 0).
+func NewCache(capacity int, seed uint64) *Cache {
+	if capacity <= 0 || capacity > 1<<30 {
+		panic("aesni: cache capacity out of range")
+	}
+	size := 2
+	for size < 2*capacity {
+		size <<= 1
+	}
+	c := &Cache{
+		ents:  make([]cacheEntry, capacity),
+		index: make([]uint32, size),
+		mask:  uint32(size - 1),
+		free:  make([]uint32, 0, capacity),
+		seed:  seed,
+	}
+	for i := capacity - 1; i >= 0; i-- {
+		c.free = append(c.free, uint32(i))
+	}
+	return c
+}
+
+// fmix64 is MurmurHash3's finalizer.
+func fmix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+func (c *Cache) home(k *CacheKey) uint32 {
+	a := uint64(k.Region)<<32 | uint64(binary.BigEndian.Uint32(k.Peer[:]))
+	b := uint64(k.PID)<<8 | uint64(k.Op)
+	return uint32(fmix64(fmix64(a^c.seed)^b)) & c.mask
+}
+
+// find returns the index-table position holding k, or the empty position
+// where k would go (and false).
+func (c *Cache) find(k *CacheKey) (pos uint32, ok bool) {
+	for pos = c.home(k); ; pos = (pos + 1) & c.mask {
+		e := c.index[pos]
+		if e == 0 {
+			return pos, false
+		}
+		if c.ents[e-1].key == *k {
+			return pos, true
+		}
+	}
+}
+
+// Get returns the AEAD cached for k, or nil.
+func (c *Cache) Get(k CacheKey) *AEAD {
+	pos, ok := c.find(&k)
+	if !ok {
+		c.stats.Misses++
+		return nil
+	}
+	e := &c.ents[c.index[pos]-1]
+	e.ref = true
+	c.stats.Hits++
+	return e.aead
+}
+
+// Put prepares an AEAD for key, caches it under k (replacing what k held)
+// and returns it. It fails only as NewAEAD does.
+func (c *Cache) Put(k CacheKey, key Key) (*AEAD, error) {
+	a, err := NewAEAD(key)
+	if err != nil {
+		return nil, err
+	}
+	c.insert(k, a)
+	return a, nil
+}
+
+// GetOrDerive returns the AEAD for k, deriving K_d from d (the region's
+// K_r) with k's Peer, PID and Op on a miss: the serving side's lookup.
+func (c *Cache) GetOrDerive(k CacheKey, d *Deriver) (*AEAD, error) {
+	if a := c.Get(k); a != nil {
+		return a, nil
+	}
+	return c.Put(k, d.Derive(k.Peer, k.PID, k.Op))
+}
+
+func (c *Cache) insert(k CacheKey, a *AEAD) {
+	c.stats.Inserts++
+	pos, ok := c.find(&k)
+	if ok {
+		e := &c.ents[c.index[pos]-1]
+		e.aead, e.ref = a, false
+		return
+	}
+	if len(c.free) == 0 {
+		c.evict()
+		pos, _ = c.find(&k) // the eviction may have shifted the table
+	}
+	i := c.free[len(c.free)-1]
+	c.free = c.free[:len(c.free)-1]
+	c.ents[i] = cacheEntry{key: k, aead: a, live: true}
+	c.index[pos] = i + 1
+	c.n++
+}
+
+// evict removes one entry by CLOCK: at most two turns of the hand.
+func (c *Cache) evict() {
+	for {
+		e := &c.ents[c.hand]
+		i := c.hand
+		c.hand++
+		if c.hand == len(c.ents) {
+			c.hand = 0
+		}
+		if !e.live {
+			continue
+		}
+		if e.ref {
+			e.ref = false
+			continue
+		}
+		c.remove(uint32(i))
+		c.stats.Evictions++
+		return
+	}
+}
+
+// remove deletes entry i from the table and frees it.
+func (c *Cache) remove(i uint32) {
+	pos, ok := c.find(&c.ents[i].key)
+	if !ok || c.index[pos] != i+1 {
+		panic("aesni: cache index lost an entry")
+	}
+	// Backward-shift deletion: move later entries of the probe run into
+	// the hole when their home position allows it.
+	hole := pos
+	for p := (hole + 1) & c.mask; c.index[p] != 0; p = (p + 1) & c.mask {
+		h := c.home(&c.ents[c.index[p]-1].key)
+		// The entry at p may fill the hole unless its home lies
+		// cyclically in (hole, p].
+		if (p-h)&c.mask >= (p-hole)&c.mask {
+			c.index[hole] = c.index[p]
+			hole = p
+		}
+	}
+	c.index[hole] = 0
+	c.ents[i] = cacheEntry{}
+	c.free = append(c.free, i)
+	c.n--
+}
+
+// Invalidate removes every entry of region (after a rekey or a
+// deregistration) and returns how many it removed. Control path: it scans
+// the whole cache.
+func (c *Cache) Invalidate(region uint32) int {
+	removed := 0
+	for i := range c.ents {
+		if c.ents[i].live && c.ents[i].key.Region == region {
+			c.remove(uint32(i))
+			removed++
+		}
+	}
+	c.stats.Invalidations += uint64(removed)
+	return removed
+}
+
+// Purge removes every entry.
+func (c *Cache) Purge() {
+	c.stats.Invalidations += uint64(c.n)
+	clear(c.ents)
+	clear(c.index)
+	c.free = c.free[:0]
+	for i := len(c.ents) - 1; i >= 0; i-- {
+		c.free = append(c.free, uint32(i))
+	}
+	c.n, c.hand = 0, 0
+}
+
+// Len returns the number of cached entries; Cap the capacity.
+func (c *Cache) Len() int { return c.n }
+
+// Cap returns the capacity fixed by NewCache.
+func (c *Cache) Cap() int { return len(c.ents) }
+
+// Stats returns the cache's counters.
+func (c *Cache) Stats() CacheStats { return c.stats }

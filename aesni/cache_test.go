@@ -1,0 +1,216 @@
+package aesni
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func ck(region uint32, pid uint32) CacheKey {
+	return CacheKey{Region: region, Peer: [4]byte{10, 0, 0, byte(pid)}, PID: pid, Op: 1}
+}
+
+// checkCache verifies the table: every live entry is found at its own
+// index slot, and the index holds nothing else.
+func checkCache(t *testing.T, c *Cache) {
+	t.Helper()
+	live := 0
+	for i := range c.ents {
+		e := &c.ents[i]
+		if !e.live {
+			continue
+		}
+		live++
+		pos, ok := c.find(&e.key)
+		if !ok || c.index[pos] != uint32(i)+1 {
+			t.Fatalf("entry %d (%+v) not reachable", i, e.key)
+		}
+	}
+	used := 0
+	for _, v := range c.index {
+		if v != 0 {
+			used++
+		}
+	}
+	if live != c.n || used != c.n || len(c.free) != len(c.ents)-c.n {
+		t.Fatalf("live %d, index %d, n %d, free %d", live, used, c.n, len(c.free))
+	}
+}
+
+func TestCacheHitMissEvict(t *testing.T) {
+	c := NewCache(4, 1)
+	if c.Get(ck(1, 1)) != nil {
+		t.Fatal("hit in an empty cache")
+	}
+	var aeads [5]*AEAD
+	for i := range 4 {
+		a, err := c.Put(ck(1, uint32(i)), Key{byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		aeads[i] = a
+	}
+	for i := range 4 {
+		if c.Get(ck(1, uint32(i))) != aeads[i] {
+			t.Fatalf("entry %d lost", i)
+		}
+	}
+	// All four are referenced: the hand clears every bit in one turn and
+	// evicts entry 0, where it started.
+	a, _ := c.Put(ck(2, 9), Key{9}) // sweeps all bits clear, evicts entry 0
+	aeads[4] = a
+	if c.Get(ck(1, 0)) != nil {
+		t.Fatal("CLOCK kept the entry the hand reached first")
+	}
+	c.Get(ck(1, 1))
+	c.Get(ck(1, 3))
+	c.Put(ck(2, 10), Key{10}) // 1 and 3 referenced; 2 is not: evicted
+	if c.Get(ck(1, 2)) != nil || c.Get(ck(1, 1)) == nil || c.Get(ck(1, 3)) == nil || c.Get(ck(2, 9)) == nil {
+		t.Fatal("CLOCK evicted a referenced entry")
+	}
+	if c.Len() != 4 || c.Cap() != 4 {
+		t.Fatalf("len %d cap %d", c.Len(), c.Cap())
+	}
+	st := c.Stats()
+	if st.Evictions != 2 || st.Inserts != 6 {
+		t.Fatalf("stats %+v", st)
+	}
+	checkCache(t, c)
+	// An evicted AEAD still works.
+	f := newTestFrame(0)
+	aeads[0].SealRequest(f.body, f.nonce, f.aad)
+	if err := aeads[0].OpenRequest(f.body, f.nonce, f.aad); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCacheInvalidatePurge(t *testing.T) {
+	c := NewCache(16, 7)
+	for i := range 12 {
+		c.Put(ck(uint32(i%3), uint32(i)), Key{byte(i)})
+	}
+	if n := c.Invalidate(1); n != 4 {
+		t.Fatalf("Invalidate removed %d, want 4", n)
+	}
+	for i := range 12 {
+		if got := c.Get(ck(uint32(i%3), uint32(i))) != nil; got != (i%3 != 1) {
+			t.Fatalf("entry %d present=%v after invalidating region 1", i, got)
+		}
+	}
+	checkCache(t, c)
+	c.Purge()
+	if c.Len() != 0 || c.Get(ck(0, 0)) != nil {
+		t.Fatal("Purge left entries")
+	}
+	checkCache(t, c)
+	if st := c.Stats(); st.Invalidations != 12 {
+		t.Fatalf("invalidations %d", st.Invalidations)
+	}
+	// Usable after a purge, to full capacity.
+	for i := range 16 {
+		c.Put(ck(5, uint32(i)), Key{})
+	}
+	if c.Len() != 16 || c.Stats().Evictions != 0 {
+		t.Fatalf("len %d after refill", c.Len())
+	}
+	checkCache(t, c)
+}
+
+func TestCacheGetOrDerive(t *testing.T) {
+	kr := Key(pattern(16, 4))
+	d := NewDeriver(kr)
+	c := NewCache(8, 3)
+	k := CacheKey{Region: 0x10002, Peer: [4]byte{10, 1, 2, 3}, PID: 777, Op: 1}
+	a, err := c.GetOrDerive(k, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := c.GetOrDerive(k, d); b != a {
+		t.Fatal("second lookup missed")
+	}
+	// The cached AEAD is keyed with K_d for (peer, pid, op).
+	f := newTestFrame(0)
+	a.SealRequest(f.body, f.nonce, f.aad)
+	want := mustAEAD(t, DeriveKey(kr, k.Peer, k.PID, k.Op))
+	if err := want.OpenRequest(f.body, f.nonce, f.aad); err != nil {
+		t.Fatal("cached AEAD does not hold K_d")
+	}
+	if st := c.Stats(); st.Hits != 1 || st.Misses != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Random operations against a model: the cache never exceeds its
+// capacity, never returns a wrong AEAD, and its table stays consistent.
+func TestCacheModel(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		capacity := 1 + rng.IntN(20)
+		c := NewCache(capacity, seed)
+		model := map[CacheKey]*AEAD{}
+		for step := range 3000 {
+			k := ck(uint32(rng.IntN(4)), uint32(rng.IntN(12)))
+			switch r := rng.IntN(20); {
+			case r < 10:
+				a := c.Get(k)
+				if a != nil && model[k] != a {
+					t.Fatalf("seed %d step %d: Get(%+v) returned a foreign AEAD", seed, step, k)
+				}
+				if a == nil {
+					delete(model, k) // evicted
+				}
+			case r < 18:
+				a := &AEAD{} // stands in for a prepared AEAD
+				c.insert(k, a)
+				model[k] = a
+			case r < 19:
+				c.Invalidate(k.Region)
+				for mk := range model {
+					if mk.Region == k.Region {
+						delete(model, mk)
+					}
+				}
+			default:
+				if rng.IntN(10) == 0 {
+					c.Purge()
+					clear(model)
+				}
+			}
+			if c.Len() > capacity {
+				t.Fatalf("seed %d: %d entries over capacity %d", seed, c.Len(), capacity)
+			}
+			if step%97 == 0 {
+				checkCache(t, c)
+			}
+		}
+		checkCache(t, c)
+		// Everything still cached is what the model says.
+		for i := range c.ents {
+			if e := &c.ents[i]; e.live && model[e.key] != e.aead {
+				t.Fatalf("seed %d: entry %+v holds a stale AEAD", seed, e.key)
+			}
+		}
+	}
+}
+
+func TestCacheHitAllocs(t *testing.T) {
+	c := NewCache(1024, 5)
+	for i := range 1000 {
+		c.insert(ck(uint32(i%7), uint32(i)), &AEAD{})
+	}
+	k := ck(3, 10)
+	if c.Get(k) == nil {
+		t.Fatal("miss")
+	}
+	if a := testing.AllocsPerRun(1000, func() {
+		if c.Get(k) == nil {
+			panic("miss")
+		}
+	}); a != 0 {
+		t.Errorf("Get: %v allocs per hit", a)
+	}
+	d := NewDeriver(Key{})
+	c.Put(ck(9, 9), Key{})
+	if a := testing.AllocsPerRun(1000, func() { _, _ = c.GetOrDerive(ck(9, 9), d) }); a != 0 {
+		t.Errorf("GetOrDerive: %v allocs per hit", a)
+	}
+}
