@@ -98,6 +98,15 @@ func (p *Producer) Free() uint32 {
 	return p.cap - (p.next - c)
 }
 
+// FreeCached is Free as last seen, without reading the consumer index: a
+// lower bound on the free entries (the consumer only ever frees more).
+func (p *Producer) FreeCached() uint32 {
+	if p.corrupt {
+		return 0
+	}
+	return p.cap - (p.next - p.consCache)
+}
+
 // Reserve returns the buffer of the next entry, or nil when the ring is full
 // (or corrupt). The entry becomes visible only after Commit and Publish.
 func (p *Producer) Reserve() []byte {
