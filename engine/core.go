@@ -121,6 +121,7 @@ type Core struct {
 	freeRegion []uint16
 
 	portals []portal
+	live    []PortalID // open portals, in opening order: Poll drains these
 	dirty   []PortalID // portals with unpublished completions
 
 	windowUsed int
@@ -169,6 +170,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 		freeRegion: make([]uint16, 0, cfg.Regions),
 		portals:    make([]portal, cfg.Portals),
 		dirty:      make([]PortalID, 0, cfg.Portals),
+		live:       make([]PortalID, 0, cfg.Portals),
 		inq:        make([]inbound, cfg.InboundQueue),
 		nbrs:       make([]neighbor, cfg.NeighborTable),
 	}
@@ -229,6 +231,7 @@ func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) {
 		p := &c.portals[i]
 		if !p.used {
 			*p = portal{used: true, class: spec.Class, cmd: cmd, cpl: cpl, maxSlots: spec.MaxSlots, pid: spec.PID}
+			c.live = append(c.live, PortalID(i))
 			return PortalID(i), nil
 		}
 	}
@@ -288,7 +291,17 @@ func (c *Core) ClosePortal(id PortalID) error {
 	}
 	c.reclaim(id)
 	*p = portal{}
+	c.dropLive(id)
 	return nil
+}
+
+func (c *Core) dropLive(id PortalID) {
+	for k, l := range c.live {
+		if l == id {
+			c.live = append(c.live[:k], c.live[k+1:]...)
+			return
+		}
+	}
 }
 
 // reclaim takes back everything portal id holds (see ClosePortal) without
@@ -624,9 +637,12 @@ const perPortalBurst = 64
 // done (0: idle).
 func (c *Core) Poll(now int64) int {
 	work := 0
-	for i := range c.portals {
-		if p := &c.portals[i]; p.used && !p.dead {
-			work += c.drainPortal(now, PortalID(i))
+	for k := 0; k < len(c.live); k++ {
+		id := c.live[k]
+		work += c.drainPortal(now, id)
+		if c.portals[id].dead { // its rings are corrupt: drained no more
+			c.dropLive(id)
+			k--
 		}
 	}
 	work += c.expire(now)
