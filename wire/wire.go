@@ -148,8 +148,9 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	} else if plen != 0 {
 		return nil, ErrLength
 	}
-	copy(f.DstMAC[:], frame[0:6])
-	copy(f.SrcMAC[:], frame[6:12])
+	// Array conversions, not copy: fixed-size moves, no memmove call.
+	f.DstMAC = MAC(frame[0:6])
+	f.SrcMAC = MAC(frame[6:12])
 	f.SrcIP = binary.BigEndian.Uint32(ip[12:16])
 	f.DstIP = binary.BigEndian.Uint32(ip[16:20])
 	f.SrcPort = binary.BigEndian.Uint16(udp[0:2])
@@ -162,7 +163,7 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	f.Region = binary.BigEndian.Uint32(h[16:20])
 	f.Length = length
 	f.Offset = binary.BigEndian.Uint64(h[24:32])
-	copy(f.IV[:], h[32:44])
+	f.IV = [12]byte(h[32:44])
 	start := EthLen + IPv4Len + UDPLen + HeaderLen
 	return frame[start : start+plen : start+plen], nil
 }
@@ -175,8 +176,8 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 func Encode(b []byte, f *Fields, plen int) int {
 	n := Overhead + plen
 	_ = b[n-1]
-	copy(b[0:6], f.DstMAC[:])
-	copy(b[6:12], f.SrcMAC[:])
+	*(*MAC)(b[0:6]) = f.DstMAC
+	*(*MAC)(b[6:12]) = f.SrcMAC
 	binary.BigEndian.PutUint16(b[12:14], EtherTypeIPv4)
 	ip := b[EthLen : EthLen+IPv4Len]
 	ip[0] = 0x45
@@ -205,7 +206,7 @@ func Encode(b []byte, f *Fields, plen int) int {
 	binary.BigEndian.PutUint32(h[16:20], f.Region)
 	binary.BigEndian.PutUint32(h[20:24], f.Length)
 	binary.BigEndian.PutUint64(h[24:32], f.Offset)
-	copy(h[32:44], f.IV[:])
+	*(*[12]byte)(h[32:44]) = f.IV
 	binary.BigEndian.PutUint32(h[44:48], 0)
 	if n < MinFrame {
 		clear(b[n:MinFrame])

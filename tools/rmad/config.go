@@ -245,6 +245,7 @@ var flagSpecs = []struct {
 type options struct {
 	configPath  string
 	printConfig bool
+	cpuProfile  string
 }
 
 // loadConfig builds the effective configuration: embedded default, then
@@ -255,6 +256,7 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 	var opt options
 	fs.StringVar(&opt.configPath, "config", "", "JSON config file (overrides the embedded default)")
 	fs.BoolVar(&opt.printConfig, "print-config", false, "print the effective config as JSON and exit")
+	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run to this file")
 	type given struct {
 		set   setter
 		name  string

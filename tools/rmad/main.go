@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -53,6 +54,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	}
 	lvl, _ := zerolog.ParseLevel(cfg.LogLevel)
 	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("svc", "rmad").Logger()
+	if opt.cpuProfile != "" {
+		f, err := os.Create(opt.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "rmad: -cpuprofile:", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if err := serve(ctx, &cfg, log, ready); err != nil {
 		log.Error().Err(err).Msg("rmad failed")
 		return 1
