@@ -25,28 +25,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/testbed"
 )
 
-// Row is one measurement (the fields of the issue's JSON lines; p99/p999
-// are null where a tool does not report them).
-type Row struct {
-	System      string   `json:"system"`
-	Setup       string   `json:"setup"`
-	Test        string   `json:"test"`
-	Size        int      `json:"size"`
-	Outstanding int      `json:"outstanding"`
-	OpsPerSec   float64  `json:"ops_per_sec"`
-	MBPerSec    float64  `json:"mb_per_sec"`
-	P50us       float64  `json:"p50_us"`
-	P99us       *float64 `json:"p99_us"`
-	P999us      *float64 `json:"p999_us"`
-	EngP50us    *float64 `json:"eng_p50_us,omitempty"`
-	Errors      uint64   `json:"errors"`
-	Run         string   `json:"run"`
-	Command     string   `json:"command"`
-	Note        string   `json:"note,omitempty"`
-}
+// Row is the record rmaperf prints and this appends.
+type Row = benchrow.Row
 
 type spec struct {
 	test        string
@@ -207,25 +191,12 @@ func rmaperfRun(rmaperf, cpu string, s spec, dur time.Duration, setup string, ar
 	if err != nil {
 		return Row{}, fmt.Errorf("%s: %v", strings.Join(cmd.Args, " "), err)
 	}
-	var res struct {
-		OpsPerSec, MBPerSec  float64
-		P50us, P99us, P999us float64
-		Errors               uint64
-		Note                 string
-	}
-	var raw map[string]any
-	if err := json.Unmarshal(outb, &raw); err != nil {
+	var r Row
+	if err := json.Unmarshal(outb, &r); err != nil {
 		return Row{}, fmt.Errorf("rmaperf output %q: %v", outb, err)
 	}
-	f := func(k string) float64 { v, _ := raw[k].(float64); return v }
-	res.OpsPerSec, res.MBPerSec = f("ops_per_sec"), f("mb_per_sec")
-	res.P50us, res.P99us, res.P999us = f("p50_us"), f("p99_us"), f("p999_us")
-	res.Errors = uint64(f("errors"))
-	p99, p999, eng := res.P99us, res.P999us, f("eng_p50_us")
-	note, _ := raw["note"].(string)
-	return Row{System: "onerma", Setup: setup, Test: s.test, Size: s.size, Outstanding: s.depth,
-		OpsPerSec: res.OpsPerSec, MBPerSec: res.MBPerSec, P50us: res.P50us, P99us: &p99, P999us: &p999, EngP50us: &eng,
-		Errors: res.Errors, Note: note, Command: strings.Join(cmd.Args, " ")}, nil
+	r.Setup, r.Command = setup, strings.Join(cmd.Args, " ")
+	return r, nil
 }
 
 // ucxRun runs ucx_perftest's ucp_get (the same one-sided read) over TCP on

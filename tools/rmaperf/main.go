@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -33,29 +34,6 @@ type regionInfo struct {
 	Addr   string `json:"addr"`
 	Region uint32 `json:"region"`
 	Bytes  uint64 `json:"bytes"`
-}
-
-// Result is one measurement, in the JSON-lines format of make bench.
-type Result struct {
-	System      string  `json:"system"`
-	Setup       string  `json:"setup"`
-	Test        string  `json:"test"`
-	Size        int     `json:"size"`
-	Outstanding int     `json:"outstanding"`
-	OpsPerSec   float64 `json:"ops_per_sec"`
-	MBPerSec    float64 `json:"mb_per_sec"`
-	P50us       float64 `json:"p50_us"`
-	P99us       float64 `json:"p99_us"`
-	P999us      float64 `json:"p999_us"`
-	// EngP50us/EngP99us: the engine's own total_delay (command seen by the
-	// engine -> completion written), without the application's polling
-	// and scheduling delays.
-	EngP50us float64 `json:"eng_p50_us"`
-	EngP99us float64 `json:"eng_p99_us"`
-	Ops      uint64  `json:"ops"`
-	Errors   uint64  `json:"errors"`
-	Seconds  float64 `json:"seconds"`
-	Note     string  `json:"note,omitempty"`
 }
 
 func main() {
@@ -204,7 +182,7 @@ func client(test string, args []string) error {
 	}
 	fmt.Printf("%-9s %6s %4s %12s %10s %9s %9s %9s %11s %8s\n", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
 	fmt.Printf("%-9s %6d %4d %12.0f %10.1f %9.2f %9.2f %9.2f %11.2f %8d\n", res.Test, res.Size, res.Outstanding,
-		res.OpsPerSec, res.MBPerSec, res.P50us, res.P99us, res.P999us, res.EngP50us, res.Errors)
+		res.OpsPerSec, res.MBPerSec, res.P50us, *res.P99us, *res.P999us, *res.EngP50us, res.Errors)
 	return nil
 }
 
@@ -212,14 +190,14 @@ func client(test string, args []string) error {
 // dur. Each slot reads into its own 4 KB sink; remote offsets walk the
 // remote region.
 func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uint64, test string, size, outstanding int,
-	warm, dur time.Duration, verify, spin, yield, event bool) (Result, error) {
+	warm, dur time.Duration, verify, spin, yield, event bool) (benchrow.Row, error) {
 	slots, err := p.AllocSlots(outstanding)
 	if err != nil {
-		return Result{}, err
+		return benchrow.Row{}, err
 	}
 	sink, err := p.RegisterRegion(uint64(outstanding)*abi.MaxOpBytes, portal.PermLocalWrite|portal.PermLocalRead)
 	if err != nil {
-		return Result{}, err
+		return benchrow.Row{}, err
 	}
 	span := regionBytes - uint64(size)
 	postAt := make([]int64, outstanding)
@@ -235,7 +213,7 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 	}
 	for k := range slots {
 		if err := post(k); err != nil {
-			return Result{}, err
+			return benchrow.Row{}, err
 		}
 	}
 	p.Flush()
@@ -255,7 +233,7 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 		if event {
 			var err error
 			if n, err = p.Wait(ctx, cpl); err != nil {
-				return Result{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
+				return benchrow.Row{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
 			}
 		} else {
 			n = p.Poll(cpl)
@@ -264,7 +242,7 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 			// Spin (lowest latency); check the deadline now and then.
 			if spins++; spins&0xfff == 0 {
 				if err := ctx.Err(); err != nil {
-					return Result{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
+					return benchrow.Row{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
 				}
 				if !spin {
 					time.Sleep(time.Microsecond)
@@ -295,7 +273,7 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 				got := sink.Bytes()[k*abi.MaxOpBytes : k*abi.MaxOpBytes+size]
 				for i, v := range got {
 					if v != byte(int(remOff[k]+uint64(i))*31+7) {
-						return Result{}, fmt.Errorf("data mismatch at remote offset %d", remOff[k]+uint64(i))
+						return benchrow.Row{}, fmt.Errorf("data mismatch at remote offset %d", remOff[k]+uint64(i))
 					}
 				}
 			}
@@ -306,7 +284,7 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 			}
 			if now < end {
 				if err := post(k); err != nil {
-					return Result{}, err
+					return benchrow.Row{}, err
 				}
 				inflight++
 			}
@@ -314,11 +292,11 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 		p.Flush()
 	}
 	secs := float64(end-start) / 1e9
-	r := Result{
+	r := benchrow.Row{
 		System: "onerma", Test: test, Size: size, Outstanding: outstanding,
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
-		P50us: float64(h.quantile(0.5)) / 1e3, P99us: float64(h.quantile(0.99)) / 1e3, P999us: float64(h.quantile(0.999)) / 1e3,
-		EngP50us: float64(eng.quantile(0.5)) / 1e3, EngP99us: float64(eng.quantile(0.99)) / 1e3,
+		P50us: us(h.quantile(0.5)), P99us: benchrow.F(us(h.quantile(0.99))), P999us: benchrow.F(us(h.quantile(0.999))),
+		EngP50us: benchrow.F(us(eng.quantile(0.5))), EngP99us: benchrow.F(us(eng.quantile(0.99))),
 		Ops: ops, Errors: errs, Seconds: secs,
 	}
 	if errs > 0 {
@@ -326,3 +304,5 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 	}
 	return r, nil
 }
+
+func us(ns uint64) float64 { return float64(ns) / 1e3 }

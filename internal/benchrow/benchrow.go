@@ -1,0 +1,33 @@
+// Package benchrow is the record of one measurement: what rmaperf prints
+// with -json and what make bench (rmabench) appends to $BENCH_OUT, one
+// JSON object per line.
+package benchrow
+
+// Row is one measurement. Latency fields a tool does not report are null.
+type Row struct {
+	System      string  `json:"system"` // "onerma", "ucx-tcp"
+	Setup       string  `json:"setup"`  // "loopback", "memif", "tcp"
+	Test        string  `json:"test"`   // "read_bw", "read_lat"
+	Size        int     `json:"size"`
+	Outstanding int     `json:"outstanding"`
+	OpsPerSec   float64 `json:"ops_per_sec"`
+	MBPerSec    float64 `json:"mb_per_sec"`
+	P50us       float64 `json:"p50_us"`
+	// P99us and P999us: application-measured, like P50us.
+	P99us  *float64 `json:"p99_us"`
+	P999us *float64 `json:"p999_us"`
+	// EngP50us and EngP99us: the engine's own total_delay (command seen
+	// by the engine -> completion written), without the application's
+	// polling and scheduling delays.
+	EngP50us *float64 `json:"eng_p50_us,omitempty"`
+	EngP99us *float64 `json:"eng_p99_us,omitempty"`
+	Ops      uint64   `json:"ops,omitempty"`
+	Errors   uint64   `json:"errors"`
+	Seconds  float64  `json:"seconds,omitempty"`
+	Run      string   `json:"run,omitempty"`     // make bench run id
+	Command  string   `json:"command,omitempty"` // what produced the row
+	Note     string   `json:"note,omitempty"`
+}
+
+// F returns a pointer to v, for the optional fields.
+func F(v float64) *float64 { return &v }
