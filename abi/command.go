@@ -94,7 +94,7 @@ func (c *Command) Encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[32:], uint32(c.LocalRegion))
 	binary.LittleEndian.PutUint32(b[36:], c.Length)
 	binary.LittleEndian.PutUint64(b[40:], c.LocalOffset)
-	copy(b[48:64], c.Key[:])
+	*(*[16]byte)(b[48:64]) = c.Key
 }
 
 // Decode reads a command from b. It checks only the layout (size, reserved
@@ -119,7 +119,7 @@ func (c *Command) Decode(b []byte) error {
 	c.LocalRegion = RegionID(binary.LittleEndian.Uint32(b[32:]))
 	c.Length = binary.LittleEndian.Uint32(b[36:])
 	c.LocalOffset = binary.LittleEndian.Uint64(b[40:])
-	copy(c.Key[:], b[48:64])
+	c.Key = [16]byte(b[48:64])
 	return nil
 }
 
