@@ -7,6 +7,7 @@
 //	(b) onerma, two engines over memif;
 //	(c) ucx_perftest over TCP on loopback (UCX_TLS=tcp), the peer a user
 //	    would otherwise pick, with the same sizes and outstanding depth;
+//	(d) one core's AES-128-GCM seal+open ceiling at 4 KB (aes-gcm-limit);
 //
 // prints a side-by-side table and appends one JSON object per measurement
 // to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -15,16 +16,19 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/testbed"
 )
@@ -41,7 +45,7 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "loopback,memif,tcp", "setups to run")
+	only := flag.String("only", "loopback,memif,tcp,aes", "setups to run")
 	flag.Parse()
 	if *bin == "" {
 		self, _ := os.Executable()
@@ -102,6 +106,14 @@ func main() {
 			}
 			rows = append(rows, r)
 		}
+	}
+
+	if want("aes") {
+		r, err := gcmLimit(*dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r)
 	}
 
 	for i := range rows {
@@ -167,6 +179,41 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// gcmLimit measures one core's AES-128-GCM ceiling at 4 KB, the way the
+// engine uses it (aesni.SealResponse from a region buffer, then
+// aesni.OpenResponse into another): the crypto work of one 4 KB READ at
+// both ends. Engine goodput reads as a fraction of this row.
+func gcmLimit(dur time.Duration) (Row, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const n = 4096
+	g, err := aesni.NewAEAD(aesni.Key{0x1e, 0xaf})
+	if err != nil {
+		return Row{}, err
+	}
+	src, dst, frame := make([]byte, n), make([]byte, n), make([]byte, n+aesni.TagSize)
+	nonce, aad, reqIV := make([]byte, aesni.NonceSize), make([]byte, 64), make([]byte, 12)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	ops := 0
+	start := time.Now()
+	for time.Since(start) < dur {
+		for k := 0; k < 64; k++ {
+			binary.BigEndian.PutUint64(nonce[4:], uint64(ops+k+1)) // a fresh nonce per seal
+			g.SealResponse(frame, src, nonce, aad, reqIV)
+			if err := g.OpenResponse(dst, frame, nonce, aad, reqIV); err != nil {
+				return Row{}, err
+			}
+		}
+		ops += 64
+	}
+	secs := time.Since(start).Seconds()
+	return Row{System: "aes-gcm-limit", Setup: "cpu", Test: "seal_open", Size: n, Outstanding: 1,
+		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * n / secs / 1e6,
+		Command: "rmabench (aesni.SealResponse + aesni.OpenResponse, 4 KB, one goroutine locked to its thread)"}, nil
 }
 
 func envOr(k, d string) string {
@@ -264,7 +311,7 @@ func ucxOnce(s spec, iters int) (Row, error) {
 }
 
 func printTable(rows []Row) {
-	fmt.Printf("\n%-8s %-9s %-9s %6s %4s %12s %10s %9s %9s %9s %10s %6s\n", "system", "setup", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
+	fmt.Printf("\n%-13s %-9s %-9s %6s %4s %12s %10s %9s %9s %9s %10s %6s\n", "system", "setup", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
 	opt := func(v *float64) string {
 		if v == nil {
 			return "-"
@@ -272,7 +319,7 @@ func printTable(rows []Row) {
 		return fmt.Sprintf("%.2f", *v)
 	}
 	for _, r := range rows {
-		fmt.Printf("%-8s %-9s %-9s %6d %4d %12.0f %10.1f %9.2f %9s %9s %10s %6d\n", r.System, r.Setup, r.Test, r.Size, r.Outstanding,
+		fmt.Printf("%-13s %-9s %-9s %6d %4d %12.0f %10.1f %9.2f %9s %9s %10s %6d\n", r.System, r.Setup, r.Test, r.Size, r.Outstanding,
 			r.OpsPerSec, r.MBPerSec, r.P50us, opt(r.P99us), opt(r.P999us), opt(r.EngP50us), r.Errors)
 	}
 	// Ratios against the TCP peer for the same test, size and depth.
