@@ -548,6 +548,7 @@ func benchRead(b *testing.B, size uint32) {
 	tx := newTestTx(256)
 	cfg := testConfig("10.0.0.1", 1)
 	cfg.WindowBytes = 1 << 20
+	cfg.HairpinSelf = true // frames go through tx and come back through Receive, as over a reflecting port
 	c := newCore(b, cfg, tx)
 	app := openApp(b, c, ClassLow, 32)
 	m := make([]byte, 1<<20)
