@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 BIN     := bin
-TOOLS   := rmad rmaperf rmabench onerma-demo
+TOOLS   := rmad rmactl rmaperf rmabench onerma-demo
 # Keep the whole test run well under CI's budget (2 cores).
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 10s

@@ -355,3 +355,31 @@ func TestDoorbellWakesWaitingApp(t *testing.T) {
 	}
 	t.Logf("%d doorbells for 20 reads", st.Doorbells)
 }
+
+// rmactl reads a running engine's counters and the identity it stamps.
+func TestRmactl(t *testing.T) {
+	a, b := memifPair(t, nil, nil)
+	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
+	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+	slots, _ := pa.AllocSlots(1)
+	sink, _ := pa.RegisterRegion(4096, portal.PermLocalWrite)
+	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, sink, 0, 64, 1); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
+		t.Fatalf("%+v", c)
+	}
+	out, err := exec.Command(rmactlBin, "-socket", a.Socket, "stats").CombinedOutput()
+	if err != nil {
+		t.Fatalf("rmactl stats: %v\n%s", err, out)
+	}
+	for _, want := range []string{"posted ", "slots_in_use ", "completed.OK "} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("rmactl stats lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = exec.Command(rmactlBin, "-socket", a.Socket, "identity").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "address "+ipA.String()) {
+		t.Fatalf("rmactl identity: %v\n%s", err, out)
+	}
+}

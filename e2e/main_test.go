@@ -15,7 +15,7 @@ import (
 	"github.com/onerma/onerma/portal"
 )
 
-var rmadBin string
+var rmadBin, rmactlBin string
 
 func TestMain(m *testing.M) {
 	if os.Getenv("ONERMA_E2E_CHILD") != "" {
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		if dir := os.Getenv("ONERMA_BIN"); dir != "" {
-			rmadBin = filepath.Join(dir, "rmad")
+			rmadBin, rmactlBin = filepath.Join(dir, "rmad"), filepath.Join(dir, "rmactl")
 		} else if os.Geteuid() == 0 {
 			tmp, err := os.MkdirTemp("", "onerma-e2e-bin-")
 			if err != nil {
@@ -31,10 +31,10 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 			defer os.RemoveAll(tmp)
-			rmadBin = filepath.Join(tmp, "rmad")
-			out, err := exec.Command("go", "build", "-o", rmadBin, "github.com/onerma/onerma/tools/rmad").CombinedOutput()
+			rmadBin, rmactlBin = filepath.Join(tmp, "rmad"), filepath.Join(tmp, "rmactl")
+			out, err := exec.Command("go", "build", "-o", tmp+"/", "github.com/onerma/onerma/tools/rmad", "github.com/onerma/onerma/tools/rmactl").CombinedOutput()
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "building rmad: %v\n%s", err, out)
+				fmt.Fprintf(os.Stderr, "building rmad and rmactl: %v\n%s", err, out)
 				return 1
 			}
 		}

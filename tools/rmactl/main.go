@@ -1,0 +1,126 @@
+// Command rmactl is the engine's admin tool: it asks a running rmad,
+// through its control socket, for its counters or for the identity the
+// engine would stamp on this process's requests.
+//
+//	rmactl [-socket PATH] stats [-json]
+//	rmactl [-socket PATH] identity
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+)
+
+func main() {
+	sock := flag.String("socket", "/run/onerma/rmad.sock", "engine control socket")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: rmactl [-socket PATH] stats [-json] | identity")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() < 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	var err error
+	switch flag.Arg(0) {
+	case "stats":
+		fs := flag.NewFlagSet("stats", flag.ExitOnError)
+		asJSON := fs.Bool("json", false, "print the counters as JSON")
+		fs.Parse(flag.Args()[1:])
+		err = stats(*sock, *asJSON)
+	case "identity":
+		err = identity(*sock)
+	default:
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmactl:", err)
+		os.Exit(1)
+	}
+}
+
+// call sends one request and returns the engine's response.
+func call(sock string, op ctlmsg.Op) (ctlmsg.Response, error) {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		return ctlmsg.Response{}, fmt.Errorf("connecting to the engine: %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(ctlmsg.EncodeRequest(&ctlmsg.Request{V: ctlmsg.Version, ID: 1, Op: op})); err != nil {
+		return ctlmsg.Response{}, err
+	}
+	buf := make([]byte, ctlmsg.MaxResponseBytes+1)
+	n, err := c.Read(buf)
+	if err != nil {
+		return ctlmsg.Response{}, err
+	}
+	resp, err := ctlmsg.DecodeResponse(buf[:n])
+	if err != nil {
+		return resp, err
+	}
+	if resp.Error != "" {
+		return resp, fmt.Errorf("engine: %s: %s", resp.Code, resp.Error)
+	}
+	return resp, nil
+}
+
+func stats(sock string, asJSON bool) error {
+	resp, err := call(sock, ctlmsg.OpStats)
+	if err != nil {
+		return err
+	}
+	if resp.Stats == nil {
+		return errors.New("engine sent no counters")
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(resp.Stats)
+	}
+	// One counter per line, named as in the JSON, then completions by status.
+	v := reflect.ValueOf(*resp.Stats)
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name := strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
+		if f := v.Field(i); f.Kind() == reflect.Uint64 {
+			fmt.Printf("%-16s %d\n", name, f.Uint())
+		}
+	}
+	for i := 0; i < t.NumField(); i++ {
+		if m, ok := v.Field(i).Interface().(map[string]uint64); ok {
+			keys := make([]string, 0, len(m))
+			for k := range m {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				fmt.Printf("completed.%-30s %d\n", k, m[k])
+			}
+		}
+	}
+	return nil
+}
+
+func identity(sock string) error {
+	resp, err := call(sock, ctlmsg.OpIdentity)
+	if err != nil {
+		return err
+	}
+	if resp.Identity == nil {
+		return errors.New("engine sent no identity")
+	}
+	id := resp.Identity
+	fmt.Printf("address %s\npid %d (as the engine sees this process)\nuid %d gid %d\n", id.Addr, id.PID, id.UID, id.GID)
+	return nil
+}
