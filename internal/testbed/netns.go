@@ -64,3 +64,37 @@ func AFPacket(rmad, dir, name, ip, ns, iface string) Options {
 	return Options{Rmad: rmad, Dir: dir, Name: name, IP: ip, NetNS: ns, CPU: -1,
 		PortName: "net_af_packet0", Vdev: "net_af_packet0,iface=" + iface + ",qpairs=1"}
 }
+
+// Tap returns engine options for a net_tap port named iface. The engine
+// gets its own MAC: a Linux bridge delivers frames addressed to a port's
+// own interface MAC to the host instead of forwarding them, and the tap
+// interface carries the port's MAC.
+func Tap(rmad, dir, name, ip, iface, mac string) Options {
+	return Options{Rmad: rmad, Dir: dir, Name: name, IP: ip, CPU: -1,
+		PortName: "net_tap0", Vdev: "net_tap0,iface=" + iface, Extra: []string{"-mac", mac}}
+}
+
+// Bridge is a Linux bridge joining existing interfaces (the tap interfaces
+// of running engines), with STP off so its ports forward at once.
+type Bridge struct{ Name string }
+
+// NewBridge creates bridge name (replacing a leftover) and enslaves ifaces.
+func NewBridge(name string, ifaces ...string) (*Bridge, error) {
+	b := &Bridge{Name: name}
+	b.Close()
+	steps := [][]string{{"link", "add", name, "type", "bridge", "stp_state", "0", "forward_delay", "0"}}
+	for _, i := range ifaces {
+		steps = append(steps, []string{"link", "set", i, "master", name}, []string{"link", "set", i, "up"})
+	}
+	steps = append(steps, []string{"link", "set", name, "up"})
+	for _, s := range steps {
+		if err := ip(s...); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Close deletes the bridge.
+func (b *Bridge) Close() { exec.Command("ip", "link", "del", b.Name).Run() }
