@@ -190,7 +190,14 @@ func Encode(b []byte, f *Fields, plen int) int {
 	ip[10], ip[11] = 0, 0
 	binary.BigEndian.PutUint32(ip[12:16], f.SrcIP)
 	binary.BigEndian.PutUint32(ip[16:20], f.DstIP)
-	binary.BigEndian.PutUint16(ip[10:12], Checksum(ip))
+	// The header checksum from the values just written, without reading
+	// the header back: version/IHL/TOS, total length, ID 0, DF, TTL and
+	// protocol, the two addresses.
+	sum := uint32(0x4500) + uint32(n-EthLen) + 0x4000 + (64<<8 | protoUDP)
+	sum += f.SrcIP>>16 + f.SrcIP&0xffff + f.DstIP>>16 + f.DstIP&0xffff
+	sum = sum&0xffff + sum>>16
+	sum = sum&0xffff + sum>>16
+	binary.BigEndian.PutUint16(ip[10:12], ^uint16(sum))
 	udp := b[EthLen+IPv4Len : EthLen+IPv4Len+UDPLen]
 	binary.BigEndian.PutUint16(udp[0:2], f.SrcPort)
 	binary.BigEndian.PutUint16(udp[2:4], f.DstPort)

@@ -46,6 +46,25 @@ func TestRoundTrip(t *testing.T) {
 		if err := CheckICRC(b, plen); err != nil {
 			t.Fatal(err)
 		}
+		if err := CheckIPv4Checksum(b); err != nil {
+			t.Fatalf("plen %d: %v", plen, err)
+		}
+	}
+}
+
+// The header checksum Encode computes from its inputs matches RFC 1071
+// over the written header, for addresses that carry in every position.
+func TestEncodeChecksum(t *testing.T) {
+	f := sampleFields()
+	b := make([]byte, Overhead+MinFrame+1408)
+	for _, a := range []uint32{0, 1, 0xffff, 0x10000, 0xfffeffff, 0xffffffff, 0x0a000001, 0xc0a800c7} {
+		for _, plen := range []int{0, 1, 1408} {
+			f.SrcIP, f.DstIP = a, ^a
+			Encode(b, &f, plen)
+			if err := CheckIPv4Checksum(b); err != nil {
+				t.Fatalf("addr %#x plen %d: %v", a, plen, err)
+			}
+		}
 	}
 }
 
