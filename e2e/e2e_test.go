@@ -112,8 +112,10 @@ func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
 		t.Fatalf("warm-up: %+v", c)
 	}
-	b.Signal(syscall.SIGSTOP)
-	defer b.Signal(syscall.SIGCONT)
+	if err := b.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Thaw()
 	for k, s := range slots {
 		if err := pa.PostRead(s, ipB, rb.ID(), 0, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
 			t.Fatal(err)
@@ -336,11 +338,13 @@ func TestDoorbellWakesWaitingApp(t *testing.T) {
 	for k := 0; k < 20; k++ {
 		// The server freezes briefly, so the reply comes after Wait's
 		// spin phase and it must sleep.
-		b.Signal(syscall.SIGSTOP)
+		if err := b.Freeze(); err != nil {
+			t.Fatal(err)
+		}
 		if err := pa.SubmitRead(slots[0], ipB, rb.ID(), uint64(k)*64, sink, 0, 64, uint64(k)); err != nil {
 			t.Fatal(err)
 		}
-		time.AfterFunc(2*time.Millisecond, func() { b.Signal(syscall.SIGCONT) })
+		time.AfterFunc(2*time.Millisecond, func() { b.Thaw() })
 		c := waitOne(t, pa, 5*time.Second)
 		if c.Status != abi.StatusOK || sink.Bytes()[10] != pattern(uint64(k)*64+10) {
 			t.Fatalf("read %d: %+v", k, c)

@@ -245,3 +245,26 @@ func HugepageFiles(prefix string) []string {
 	m, _ := filepath.Glob("/dev/hugepages/onerma-" + prefix + "*")
 	return m
 }
+
+// Freeze stops the engine (SIGSTOP) and returns once the kernel reports it
+// stopped, so nothing it does afterwards races the caller. Thaw resumes it.
+func (e *Engine) Freeze() error {
+	if err := e.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", e.Pid())
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return err
+		}
+		// The state follows the parenthesised command name.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return nil
+		}
+	}
+	return fmt.Errorf("testbed: rmad %s did not stop", e.Opt.Name)
+}
+
+// Thaw resumes a frozen engine (SIGCONT).
+func (e *Engine) Thaw() error { return e.Signal(syscall.SIGCONT) }
