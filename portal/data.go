@@ -67,24 +67,6 @@ func (p *Portal) SubmitRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion
 	return nil
 }
 
-// PostWrite stages a WRITE of length bytes from local at localOffset into
-// remoteRegion at remoteOffset (local needs PermLocalRead). Call Flush to
-// publish.
-func (p *Portal) PostWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	local *Region, localOffset uint64, length uint32, cookie uint64) error {
-	return p.postOp(abi.OpWrite, slot, remoteAddr, remoteRegion, remoteOffset, local, localOffset, length, cookie)
-}
-
-// SubmitWrite is PostWrite followed by Flush.
-func (p *Portal) SubmitWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	local *Region, localOffset uint64, length uint32, cookie uint64) error {
-	if err := p.PostWrite(slot, remoteAddr, remoteRegion, remoteOffset, local, localOffset, length, cookie); err != nil {
-		return err
-	}
-	p.Flush()
-	return nil
-}
-
 func (p *Portal) postOp(op abi.Op, slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
 	local *Region, localOffset uint64, length uint32, cookie uint64) error {
 	switch {
