@@ -33,6 +33,7 @@ var ErrAuth = errors.New("aesni: message authentication failed")
 type AEAD struct {
 	g        cipher.AEAD
 	reserved bool
+	key      Key                          // what it was built from (Matches)
 	aad      [MaxAADSize + NonceSize]byte // aad ‖ request IV
 }
 
@@ -48,8 +49,14 @@ func NewAEAD(k Key) (*AEAD, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &AEAD{g: g}, nil
+	return &AEAD{g: g, key: k}, nil
 }
+
+// Matches reports whether a was prepared for key k. The initiating side
+// caches AEADs for the K_d that commands carry: a command whose key no
+// longer matches (the application switched keys after a Rekey) must not
+// reuse the entry.
+func (a *AEAD) Matches(k *Key) bool { return a.key == *k }
 
 // NewReservedAEAD prepares the AEAD of the well-known reserved key; only it
 // may SealAuthFailure and OpenAuthFailure. Build one per engine core.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 )
@@ -30,8 +32,8 @@ func TestMemifReads(t *testing.T) {
 	const size = 256 << 10
 	ra := ownerRegion(t, pa, size, portal.PermRemoteRead)
 	rb := ownerRegion(t, pb, size, portal.PermRemoteRead)
-	verifiedReads(t, pa, ipB, rb.ID(), size)
-	verifiedReads(t, pb, ipA, ra.ID(), size)
+	verifiedReads(t, pa, ipB, rb)
+	verifiedReads(t, pb, ipA, ra)
 }
 
 // The same over af_packet ports on a veth pair between two network
@@ -54,9 +56,9 @@ func TestAFPacketVethReads(t *testing.T) {
 	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
 	const size = 64 << 10
 	rb := ownerRegion(t, pb, size, portal.PermRemoteRead)
-	verifiedReads(t, pa, ipB, rb.ID(), size)
+	verifiedReads(t, pa, ipB, rb)
 	ra := ownerRegion(t, pa, size, portal.PermRemoteRead)
-	verifiedReads(t, pb, ipA, ra.ID(), size)
+	verifiedReads(t, pb, ipA, ra)
 }
 
 // A dead remote engine: ops to it end in TIMEOUT, within TIMEOUT, and give
@@ -67,7 +69,8 @@ func TestTimeoutWhenRemoteKilled(t *testing.T) {
 	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
 	slots, _ := pa.AllocSlots(4)
 	sink, _ := pa.RegisterRegion(16<<10, portal.PermLocalWrite)
-	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, sink, 0, 4096, 1); err != nil {
+	kd := kdFor(rb, pa)
+	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, kd, sink, 0, 4096, 1); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
@@ -75,7 +78,7 @@ func TestTimeoutWhenRemoteKilled(t *testing.T) {
 	}
 	b.Kill()
 	for k, s := range slots {
-		if err := pa.PostRead(s, ipB, rb.ID(), 0, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+		if err := pa.PostRead(s, ipB, rb.ID(), 0, kd, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -106,7 +109,8 @@ func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
 	slots, _ := pa.AllocSlots(8)
 	sink, _ := pa.RegisterRegion(32<<10, portal.PermLocalWrite)
-	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, sink, 0, 64, 99); err != nil {
+	kd := kdFor(rb, pa)
+	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, kd, sink, 0, 64, 99); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
@@ -117,7 +121,7 @@ func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 	}
 	defer b.Thaw()
 	for k, s := range slots {
-		if err := pa.PostRead(s, ipB, rb.ID(), 0, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+		if err := pa.PostRead(s, ipB, rb.ID(), 0, kd, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,10 +149,11 @@ func TestNackWhenServerQueueOverThreshold(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink, _ := pa.RegisterRegion(64*4096, portal.PermLocalWrite)
+	kd := kdFor(rb, pa)
 	nacks := 0
 	for round := 0; round < 20 && nacks == 0; round++ {
 		for k, s := range slots {
-			if err := pa.PostRead(s, ipB, rb.ID(), uint64(k)*4096, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+			if err := pa.PostRead(s, ipB, rb.ID(), uint64(k)*4096, kd, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -213,16 +218,19 @@ func TestForeignRegionAndBoundsRefused(t *testing.T) {
 	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusLocalBounds {
 		t.Fatalf("local bounds: %+v", c)
 	}
-	if err := attacker.SubmitRead(slots[1], ipB, rb.ID(), 8000, own, 0, 1000, 10); err != nil {
+	// The owner authorised the attacker to read rb: bounds are still checked.
+	if err := attacker.SubmitRead(slots[1], ipB, rb.ID(), 8000, kdFor(rb, attacker), own, 0, 1000, 10); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusRemoteBounds {
 		t.Fatalf("remote bounds: %+v", c)
 	}
-	if err := attacker.SubmitRead(slots[1], ipB, abi.MakeRegionID(200, 1), 0, own, 0, 64, 11); err != nil {
+	// A region id the server does not have: it holds no K_r to
+	// authenticate the request, and does not say whether the id exists.
+	if err := attacker.SubmitRead(slots[1], ipB, abi.MakeRegionID(200, 1), 0, kdFor(rb, attacker), own, 0, 64, 11); err != nil {
 		t.Fatal(err)
 	}
-	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusRemoteRegion {
+	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusRemoteAuthFailure {
 		t.Fatalf("unknown remote region: %+v", c)
 	}
 	if string(before) != string(vr.Bytes()) {
@@ -247,19 +255,59 @@ func TestCrashedAppReclaimed(t *testing.T) {
 		"ONERMA_REGION="+strconv.FormatUint(uint64(rb.ID()), 10))
 	child.Stderr = os.Stderr
 	out, _ := child.StdoutPipe()
+	in, _ := child.StdinPipe()
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	// The child asks the owner (this process) for its K_d, naming the
+	// identity its engine stamps on its requests.
+	br := bufio.NewReader(out)
+	line, err := br.ReadString('\n')
+	var (
+		cAddr string
+		cPID  uint32
+	)
+	if _, serr := fmt.Sscanf(line, "identity %s %d", &cAddr, &cPID); err != nil || serr != nil || cPID != uint32(child.Process.Pid) {
+		child.Process.Kill()
+		child.Wait()
+		t.Fatalf("child identity: %q %v (pid %d)", line, err, child.Process.Pid)
+	}
+	ckd := rb.DeriveKey(netip.MustParseAddr(cAddr), cPID, abi.OpRead)
+	fmt.Fprintf(in, "%x\n", ckd[:])
+	line, err = br.ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "ready ") {
 		child.Process.Kill()
 		child.Wait()
 		t.Fatalf("child: %q %v", line, err)
 	}
-	childRegion, _ := strconv.ParseUint(strings.Fields(line)[1], 10, 32)
-	mid, _ := watcher.Stats()
-	if mid.SlotsInUse < base.SlotsInUse+16 {
-		t.Fatalf("child holds no slots: %+v", mid)
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		child.Process.Kill()
+		child.Wait()
+		t.Fatalf("child: %q", line)
+	}
+	childRegion, _ := strconv.ParseUint(f[1], 10, 32)
+	childKr, err := parseKey(f[2])
+	if err != nil {
+		child.Process.Kill()
+		child.Wait()
+		t.Fatal(err)
+	}
+	// The child holds its slots and its reads succeed (watcher does none).
+	ok := abi.StatusOK.String()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mid, err := watcher.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mid.SlotsInUse >= base.SlotsInUse+16 && mid.Completed[ok] > base.Completed[ok] {
+			break
+		}
+		if time.Now().After(deadline) {
+			child.Process.Kill()
+			child.Wait()
+			t.Fatalf("child holds no slots or none of its reads succeeded: %+v", mid)
+		}
 	}
 	child.Process.Signal(syscall.SIGKILL)
 	child.Wait()
@@ -277,21 +325,53 @@ func TestCrashedAppReclaimed(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The child's region is gone for remote readers too.
+	// The child's region is gone for remote readers too: the engine holds
+	// no K_r for it any more, so even a key derived from the child's own
+	// K_r cannot be authenticated.
 	slots, _ := pb.AllocSlots(1)
 	sink, _ := pb.RegisterRegion(4096, portal.PermLocalWrite)
-	if err := pb.SubmitRead(slots[0], ipA, abi.RegionID(childRegion), 0, sink, 0, 64, 1); err != nil {
+	id := pb.Identity()
+	kd := aesni.DeriveKey(childKr, id.Addr.As4(), id.PID, uint8(abi.OpRead))
+	if err := pb.SubmitRead(slots[0], ipA, abi.RegionID(childRegion), 0, kd, sink, 0, 64, 1); err != nil {
 		t.Fatal(err)
 	}
-	if c := waitOne(t, pb, 5*time.Second); c.Status != abi.StatusRemoteRegion {
+	if c := waitOne(t, pb, 5*time.Second); c.Status != abi.StatusRemoteAuthFailure {
 		t.Fatalf("read of a dead app's region: %+v", c)
+	}
+	if sink.Bytes()[0] != 0 {
+		t.Fatal("the refused read wrote the sink")
 	}
 }
 
+func parseKey(s string) (aesni.Key, error) {
+	var k aesni.Key
+	b, err := hex.DecodeString(strings.TrimSpace(s))
+	if err != nil || len(b) != len(k) {
+		return k, fmt.Errorf("bad key %q: %v", s, err)
+	}
+	copy(k[:], b)
+	return k, nil
+}
+
 // childApp is the crashing application of TestCrashedAppReclaimed: it
-// keeps 16 reads in flight until it is killed.
+// reports its identity, reads its K_d from stdin (from the region's owner),
+// and keeps 16 reads in flight until it is killed. It registers a region
+// of its own and prints its id and key (a test's shortcut: real
+// applications never reveal K_r).
 func childApp() int {
 	p, err := portal.Dial(os.Getenv("ONERMA_CTL"), "doomed")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	id := p.Identity()
+	fmt.Printf("identity %s %d\n", id.Addr, id.PID)
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	kd, err := parseKey(line)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -309,16 +389,17 @@ func childApp() int {
 		return 1
 	}
 	for k, s := range slots {
-		p.PostRead(s, peer, abi.RegionID(v), uint64(k)*4096, r, uint64(k)*4096, 4096, uint64(k))
+		p.PostRead(s, peer, abi.RegionID(v), uint64(k)*4096, kd, r, uint64(k)*4096, 4096, uint64(k))
 	}
 	p.Flush()
-	fmt.Printf("ready %d\n", uint32(r.ID()))
+	kr := r.Key()
+	fmt.Printf("ready %d %x\n", uint32(r.ID()), kr[:])
 	cpl := make([]abi.Completion, 16)
 	for {
 		n := p.Poll(cpl)
 		for _, c := range cpl[:n] {
 			k := int(c.Cookie)
-			p.PostRead(slots[k], peer, abi.RegionID(v), uint64(k)*4096, r, uint64(k)*4096, 4096, uint64(k))
+			p.PostRead(slots[k], peer, abi.RegionID(v), uint64(k)*4096, kd, r, uint64(k)*4096, 4096, uint64(k))
 		}
 		p.Flush()
 	}
@@ -341,7 +422,7 @@ func TestDoorbellWakesWaitingApp(t *testing.T) {
 		if err := b.Freeze(); err != nil {
 			t.Fatal(err)
 		}
-		if err := pa.SubmitRead(slots[0], ipB, rb.ID(), uint64(k)*64, sink, 0, 64, uint64(k)); err != nil {
+		if err := pa.SubmitRead(slots[0], ipB, rb.ID(), uint64(k)*64, kdFor(rb, pa), sink, 0, 64, uint64(k)); err != nil {
 			t.Fatal(err)
 		}
 		time.AfterFunc(2*time.Millisecond, func() { b.Thaw() })
@@ -367,7 +448,7 @@ func TestRmactl(t *testing.T) {
 	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
 	slots, _ := pa.AllocSlots(1)
 	sink, _ := pa.RegisterRegion(4096, portal.PermLocalWrite)
-	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, sink, 0, 64, 1); err != nil {
+	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, kdFor(rb, pa), sink, 0, 64, 1); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
@@ -377,7 +458,7 @@ func TestRmactl(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rmactl stats: %v\n%s", err, out)
 	}
-	for _, want := range []string{"posted ", "slots_in_use ", "completed.OK "} {
+	for _, want := range []string{"posted ", "slots_in_use ", "completed.OK ", "rx_auth_failed ", "req_auth_failed ", "rekeys ", "iv_errors "} {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("rmactl stats lacks %q:\n%s", want, out)
 		}
@@ -410,5 +491,5 @@ func TestTapBridgeReads(t *testing.T) {
 	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
 	const size = 64 << 10
 	rb := ownerRegion(t, pb, size, portal.PermRemoteRead)
-	verifiedReads(t, pa, ipB, rb.ID(), size)
+	verifiedReads(t, pa, ipB, rb)
 }

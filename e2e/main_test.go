@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 )
@@ -155,10 +156,18 @@ func waitN(t *testing.T, p *portal.Portal, n int, within time.Duration) []abi.Co
 	return out
 }
 
-// verifiedReads reads sizes 1 B .. 4 KB at odd offsets from remote region
-// rid on peer into a sink of p and checks every byte.
-func verifiedReads(t *testing.T, p *portal.Portal, peer netip.Addr, rid abi.RegionID, regionBytes uint64) {
+// kdFor is the derived key the owner of r hands reader for READs (paper
+// Fig. 5 step 2; the test process plays both applications).
+func kdFor(r *portal.Region, reader *portal.Portal) aesni.Key {
+	id := reader.Identity()
+	return r.DeriveKey(id.Addr, id.PID, abi.OpRead)
+}
+
+// verifiedReads reads sizes 1 B .. 4 KB at odd offsets from the remote
+// region src on peer into a sink of p and checks every byte.
+func verifiedReads(t *testing.T, p *portal.Portal, peer netip.Addr, src *portal.Region) {
 	t.Helper()
+	rid, regionBytes, kd := src.ID(), src.Size(), kdFor(src, p)
 	slots, err := p.AllocSlots(8)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +183,7 @@ func verifiedReads(t *testing.T, p *portal.Portal, peer netip.Addr, rid abi.Regi
 		if lOff+uint64(size) > 64<<10 {
 			lOff = 64<<10 - uint64(size)
 		}
-		if err := p.SubmitRead(slots[k%len(slots)], peer, rid, remOff, sink, lOff, size, uint64(k)); err != nil {
+		if err := p.SubmitRead(slots[k%len(slots)], peer, rid, remOff, kd, sink, lOff, size, uint64(k)); err != nil {
 			t.Fatal(err)
 		}
 		c := waitOne(t, p, 5*time.Second)
@@ -193,7 +202,7 @@ func verifiedReads(t *testing.T, p *portal.Portal, peer netip.Addr, rid abi.Regi
 	}
 	// A pipelined burst: all slots at once, out-of-order completion welcome.
 	for k, s := range slots {
-		if err := p.PostRead(s, peer, rid, uint64(k)*4096, sink, uint64(k)*4096, 4096, uint64(100+k)); err != nil {
+		if err := p.PostRead(s, peer, rid, uint64(k)*4096, kd, sink, uint64(k)*4096, 4096, uint64(100+k)); err != nil {
 			t.Fatal(err)
 		}
 	}

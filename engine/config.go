@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -63,6 +64,18 @@ type Config struct {
 
 	Neighbors     []Neighbor // static neighbor entries
 	NeighborTable int        // neighbor table capacity (power of two)
+
+	// IV is the engine's source of IV counters (paper Appendix A); each
+	// core draws from its own lane. It must be durable in production
+	// (aesni.OpenIVSource: counters never repeat across restarts); tests
+	// and the simulator may use aesni.NewVolatileIVSource. Required.
+	IV *aesni.IVSource
+	// KeyCache is the capacity of each of the core's two caches of
+	// prepared AEADs (initiating side, serving side).
+	KeyCache int
+	// CacheSeed seeds the caches' hash (0: random), so that peers cannot
+	// aim collisions at them. The simulator fixes it.
+	CacheSeed uint64
 }
 
 // ArbitrationBytes: an op needs this much free window to enter service,
@@ -91,6 +104,7 @@ func DefaultConfig() Config {
 		ResolveTimeout:  50 * time.Millisecond,
 		ARPRetry:        5 * time.Millisecond,
 		NeighborTable:   256,
+		KeyCache:        4096,
 	}
 }
 
@@ -135,6 +149,10 @@ func (c *Config) Validate() error {
 		return bad("ResolveTimeout", c.ResolveTimeout)
 	case c.ARPRetry <= 0:
 		return bad("ARPRetry", c.ARPRetry)
+	case c.IV == nil:
+		return bad("IV", "nil (no IV source)")
+	case c.KeyCache < 1 || c.KeyCache > 1<<20:
+		return bad("KeyCache", c.KeyCache)
 	case c.NeighborTable < 2 || c.NeighborTable&(c.NeighborTable-1) != 0 || len(c.Neighbors) > c.NeighborTable/2:
 		return bad("NeighborTable", c.NeighborTable)
 	}

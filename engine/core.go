@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -62,6 +64,10 @@ type slot struct {
 	deadline int64
 	arrived  uint64 // one bit per 64-byte unit of the op
 	want     uint64
+	aead     *aesni.AEAD           // K_d of the command: seals the request, opens the answers
+	ck       aesni.CacheKey        // what aead was looked up for: the next op on this slot may reuse it
+	iv       [aesni.NonceSize]byte // the request's IV, curried into every answer
+	newKey   aesni.Key             // REKEY: the new K_r, read from the local region at post
 }
 
 // region is one RRT entry.
@@ -71,6 +77,7 @@ type region struct {
 	owner PortalID
 	gen   uint16
 	valid bool
+	kr    *aesni.Deriver // K_r, expanded: derives each initiator's K_d
 }
 
 type portal struct {
@@ -100,6 +107,9 @@ type inbound struct {
 	offset  uint64
 	arrival int64
 	sent    uint32
+	aead    *aesni.AEAD           // the request's K_d: seals every answer
+	iv      [aesni.NonceSize]byte // the request's IV, curried into every answer
+	base    uint64                // first server counter of its responses (0: none yet)
 }
 
 // Core is one engine core. Not safe for concurrent use: one goroutine runs
@@ -143,6 +153,22 @@ type Core struct {
 	loopHead int
 	loopLen  int
 
+	// Security (paper §4.2, Appendix A): this core's IV counters, prepared
+	// AEADs for the K_d of commands (ini) and for the K_d derived for
+	// inbound requests (srv), kept apart so that a wrong key in a command
+	// can never stand in for the serving side's derivation, and the
+	// reserved key's AEAD for REMOTE_AUTHENTICATION_FAILURE answers.
+	lane     *aesni.IVLane
+	ipb      [4]byte
+	ini, srv *aesni.Cache
+	// srvLast memoizes the serving side's last lookup: a stream of
+	// requests from one initiator to one region skips the cache probe.
+	// Reset whenever a region's key changes or the region goes.
+	srvLastKey  aesni.CacheKey
+	srvLastAEAD *aesni.AEAD
+	reserved    *aesni.AEAD
+	scratch     [abi.MaxOpBytes]byte // an orphan's data is authenticated here
+
 	rx    wire.Fields // scratch for the frame being decoded
 	txf   wire.Fields // scratch for the frame being encoded
 	stats Stats
@@ -180,6 +206,25 @@ func New(cfg Config, tx Tx) (*Core, error) {
 		for i := range c.loop {
 			c.loop[i] = make([]byte, wire.EthLen+cfg.MTU)
 		}
+	}
+	c.ipb = cfg.LocalIP.As4()
+	c.lane = cfg.IV.NewLane()
+	if err := c.lane.Refill(); err != nil {
+		return nil, fmt.Errorf("%w: IV source: %v", ErrConfig, err)
+	}
+	seed := cfg.CacheSeed
+	if seed == 0 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		seed = binary.LittleEndian.Uint64(b[:])
+	}
+	c.ini = aesni.NewCache(cfg.KeyCache, seed)
+	c.srv = aesni.NewCache(cfg.KeyCache, seed^0x9e3779b97f4a7c15)
+	var err error
+	if c.reserved, err = aesni.NewReservedAEAD(); err != nil {
+		return nil, err
 	}
 	if c.maxPayload > abi.MaxOpBytes {
 		c.maxPayload = abi.MaxOpBytes
@@ -350,9 +395,10 @@ func (c *Core) freeSlotIdx(i int32) {
 	c.freeSlot = append(c.freeSlot, i)
 }
 
-// RegisterRegion enters mem into the RRT for portal p. The memory must stay
+// RegisterRegion enters mem into the RRT for portal p, protected by region
+// key kr (K_r, chosen by the application: paper §4.2). The memory must stay
 // mapped until DeregisterRegion (or ClosePortal) returns.
-func (c *Core) RegisterRegion(id PortalID, mem []byte, perm Perm) (abi.RegionID, error) {
+func (c *Core) RegisterRegion(id PortalID, mem []byte, perm Perm, kr aesni.Key) (abi.RegionID, error) {
 	if _, err := c.livePortal(id); err != nil {
 		return 0, err
 	}
@@ -370,7 +416,35 @@ func (c *Core) RegisterRegion(id PortalID, mem []byte, perm Perm) (abi.RegionID,
 		r.gen = 1
 	}
 	r.mem, r.perm, r.owner, r.valid = mem, perm, id, true
+	r.kr = aesni.NewDeriver(kr)
 	return abi.MakeRegionID(idx, r.gen), nil
+}
+
+// Rekey installs a new region key for a region portal p owns (the local
+// path of paper §5.2, through the driver). Requests that arrive afterwards
+// authenticate only with K_d derived from the new key; requests already
+// authenticated and queued are still answered. Other regions are not
+// touched.
+func (c *Core) Rekey(id PortalID, rid abi.RegionID, kr aesni.Key) error {
+	if _, err := c.livePortal(id); err != nil {
+		return err
+	}
+	r := c.lookupRegion(rid)
+	if r == nil {
+		return fmt.Errorf("%w: %#x", ErrNoRegion, uint32(rid))
+	}
+	if r.owner != id {
+		return fmt.Errorf("%w: %#x", ErrNotOwner, uint32(rid))
+	}
+	c.installKey(rid, r, kr)
+	return nil
+}
+
+func (c *Core) installKey(rid abi.RegionID, r *region, kr aesni.Key) {
+	r.kr = aesni.NewDeriver(kr)
+	c.srv.Invalidate(uint32(rid))
+	c.srvLastAEAD = nil
+	c.stats.Rekeys++
 }
 
 // DeregisterRegion invalidates a region; once it returns the core never
@@ -393,7 +467,9 @@ func (c *Core) DeregisterRegion(id PortalID, rid abi.RegionID) error {
 
 func (c *Core) dropRegion(idx uint16) {
 	r := &c.regions[idx]
-	r.valid, r.mem = false, nil
+	c.srv.Invalidate(uint32(abi.MakeRegionID(idx, r.gen)))
+	c.srvLastAEAD = nil
+	r.valid, r.mem, r.kr = false, nil, nil
 	c.freeRegion = append(c.freeRegion, idx)
 }
 
@@ -637,6 +713,9 @@ const perPortalBurst = 64
 // done (0: idle).
 func (c *Core) Poll(now int64) int {
 	work := 0
+	if err := c.lane.Refill(); err != nil { // cheap unless the spare range ran out
+		c.stats.IVErrors++
+	}
 	for k := 0; k < len(c.live); k++ {
 		id := c.live[k]
 		work += c.drainPortal(now, id)
@@ -713,9 +792,27 @@ func (c *Core) post(now int64, id PortalID, p *portal, cmd *abi.Command, malform
 		return
 	}
 	s := &c.slots[idx]
+	ck := aesni.CacheKey{Region: uint32(cmd.RemoteRegion), PID: p.pid, Op: uint8(cmd.Op)}
+	binary.BigEndian.PutUint32(ck.Peer[:], cmd.RemoteAddr)
+	a := s.aead // the slot's previous op, very often to the same region with the same key
+	if a == nil || s.ck != ck || !a.Matches((*aesni.Key)(&cmd.Key)) {
+		a = c.ini.Get(ck)
+	}
+	if a == nil || !a.Matches((*aesni.Key)(&cmd.Key)) {
+		var err error
+		if a, err = c.ini.Put(ck, aesni.Key(cmd.Key)); err != nil {
+			c.fail(now, id, p, cmd, abi.StatusBadCommand)
+			return
+		}
+	}
+	s.aead, s.ck = a, ck
 	s.op, s.class, s.cookie = cmd.Op, p.class, cmd.Cookie
 	s.remoteIP, s.remReg, s.remOff = cmd.RemoteAddr, uint32(cmd.RemoteRegion), cmd.RemoteOffset
 	s.locReg, s.locOff, s.length = cmd.LocalRegion, cmd.LocalOffset, cmd.Length
+	if cmd.Op == abi.OpRekey { // the key is taken now: the app may reuse its buffer at once
+		r := c.lookupRegion(cmd.LocalRegion)
+		s.newKey = aesni.Key(r.mem[cmd.LocalOffset : cmd.LocalOffset+aesni.KeySize])
+	}
 	s.seq++
 	s.postNs, s.issueNs, s.deadline = now, 0, 0
 	s.arrived = 0
@@ -759,10 +856,10 @@ func (c *Core) enqueue(now int64, i int32) {
 }
 
 func (c *Core) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Status {
-	if malformed || cmd.Op != abi.OpRead {
+	if malformed || (cmd.Op != abi.OpRead && cmd.Op != abi.OpRekey) {
 		return abi.StatusBadCommand
 	}
-	if cmd.Length == 0 {
+	if cmd.Length == 0 || (cmd.Op == abi.OpRekey && cmd.Length != aesni.KeySize) {
 		return abi.StatusBadCommand
 	}
 	if cmd.Length > abi.MaxOpBytes {
@@ -775,7 +872,8 @@ func (c *Core) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Statu
 	if cmd.LocalOffset > uint64(len(r.mem)) || uint64(len(r.mem))-cmd.LocalOffset < uint64(cmd.Length) {
 		return abi.StatusLocalBounds
 	}
-	if r.perm&PermLocalWrite == 0 {
+	// A READ writes its sink; a REKEY reads the new key from its source.
+	if (cmd.Op == abi.OpRead && r.perm&PermLocalWrite == 0) || (cmd.Op == abi.OpRekey && r.perm&PermLocalRead == 0) {
 		return abi.StatusLocalPermission
 	}
 	a := cmd.RemoteAddr
@@ -855,14 +953,25 @@ func (c *Core) arbitrate(now int64) int {
 		s.deadline = now + int64(c.cfg.Timeout)
 		c.pushBack(listInService, i)
 		c.stats.EnteredSvc++
-		c.sendRequest(b, i)
+		if !c.sendRequest(b, i) { // no IV counter: the op cannot be sealed
+			c.complete(now, i, abi.StatusAborted)
+		}
 		n++
 	}
 	return n
 }
 
-func (c *Core) sendRequest(b []byte, i int32) {
+// sendRequest seals and sends the request of op i: the header (with a
+// fresh IV: our address ‖ our counter) is authenticated under the
+// command's K_d, and the IV is kept in the slot to curry the answers.
+func (c *Core) sendRequest(b []byte, i int32) bool {
 	s := &c.slots[i]
+	ctr, err := c.lane.Next()
+	if err != nil {
+		c.stats.IVErrors++
+		return false
+	}
+	aesni.PutNonce(s.iv[:], c.ipb, ctr)
 	f := &c.txf
 	f.DstMAC, f.SrcMAC = s.mac, c.mac
 	f.SrcIP, f.DstIP = c.ip, s.remoteIP
@@ -871,9 +980,18 @@ func (c *Core) sendRequest(b []byte, i int32) {
 	f.PID = c.portals[s.portal].pid
 	f.Tag = uint64(c.cfg.SlotBase+abi.SlotID(i))<<32 | uint64(s.seq)
 	f.Region, f.Length, f.Offset = s.remReg, s.length, s.remOff
+	f.IV = s.iv
+	if s.op == abi.OpRekey { // the new key travels encrypted under K_d (REKEY)
+		f.Type = wire.TypeRekeyReq
+		n := wire.Encode(b, f, aesni.KeySize)
+		s.aead.SealResponse(wire.Sealed(b, aesni.KeySize), s.newKey[:], wire.IV(b), wire.AAD(b), nil)
+		c.emit(b, n)
+		return true
+	}
 	n := wire.Encode(b, f, 0)
-	wire.SealICRC(b, 0)
+	s.aead.SealRequest(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b))
 	c.emit(b, n)
+	return true
 }
 
 // selfLoopFrames bounds frames in flight from the engine to itself: a
@@ -946,24 +1064,25 @@ func (c *Core) receive(now int64, frame []byte) {
 		c.stats.RxDropped++
 		return
 	}
-	if wire.CheckICRC(frame, len(payload)) != nil {
-		c.stats.RxDropped++
-		c.stats.RxBadICRC++
-		return
-	}
 	switch f.Type {
 	case wire.TypeReadReq:
 		if f.DstPort != c.cfg.UDPPort {
 			c.stats.RxDropped++
 			return
 		}
-		c.receiveRequest(now)
-	case wire.TypeReadResp, wire.TypeNack, wire.TypeError:
+		c.receiveRequest(now, frame)
+	case wire.TypeRekeyReq:
+		if f.DstPort != c.cfg.UDPPort || f.Length != aesni.KeySize {
+			c.stats.RxDropped++
+			return
+		}
+		c.receiveRekey(frame)
+	case wire.TypeReadResp, wire.TypeNack, wire.TypeError, wire.TypeAck:
 		if f.DstPort != c.myPort {
 			c.stats.RxDropped++
 			return
 		}
-		c.receiveResponse(now, payload)
+		c.receiveResponse(now, frame, len(payload))
 	}
 }
 
@@ -980,7 +1099,11 @@ func (c *Core) respSlot(f *wire.Fields) int32 {
 	return int32(idx)
 }
 
-func (c *Core) receiveResponse(now int64, payload []byte) {
+// receiveResponse authenticates an answer to one of our ops against the
+// op's K_d and its request's IV (curried) and applies it. Answers that fail
+// authentication are dropped and counted: the op still completes, by a
+// genuine answer or by TIMEOUT.
+func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 	f := &c.rx
 	i := c.respSlot(f)
 	if i < 0 {
@@ -988,20 +1111,37 @@ func (c *Core) receiveResponse(now int64, payload []byte) {
 		return
 	}
 	s := &c.slots[i]
-	switch f.Type {
-	case wire.TypeNack:
-		c.complete(now, i, abi.StatusNack)
-		return
-	case wire.TypeError:
-		st := abi.Status(f.Status)
-		if st == abi.StatusRemoteAuthFailure || (st >= abi.StatusRemoteRegion && st <= abi.StatusRemotePermission) {
-			c.complete(now, i, st)
-		} else {
-			c.stats.RxDropped++
-		}
+	if (f.Type == wire.TypeReadResp) != (s.op == abi.OpRead) && f.Type != wire.TypeNack && f.Type != wire.TypeError {
+		c.stats.RxDropped++ // data for a REKEY, an Ack for a READ
 		return
 	}
-	off, n := f.Offset, uint64(len(payload))
+	switch f.Type {
+	case wire.TypeNack, wire.TypeError, wire.TypeAck:
+		st := abi.StatusNack
+		if f.Type == wire.TypeAck {
+			st = abi.StatusOK
+		}
+		if f.Type == wire.TypeError {
+			st = abi.Status(f.Status)
+			if st != abi.StatusRemoteAuthFailure && (st < abi.StatusRemoteRegion || st > abi.StatusRemotePermission) {
+				c.stats.RxDropped++
+				return
+			}
+		}
+		var err error
+		if st == abi.StatusRemoteAuthFailure { // sealed with the reserved key
+			err = c.reserved.OpenAuthFailure(wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), s.iv[:])
+		} else {
+			err = s.aead.OpenResponse(nil, wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), s.iv[:])
+		}
+		if err != nil {
+			c.stats.RxAuthFailed++
+			return
+		}
+		c.complete(now, i, st)
+		return
+	}
+	off, n := f.Offset, uint64(plen)
 	if off%wire.ChunkAlign != 0 || n == 0 || off >= uint64(s.length) || n > uint64(s.length)-off ||
 		(off+n != uint64(s.length) && n%wire.ChunkAlign != 0) {
 		c.stats.RxDropped++
@@ -1018,13 +1158,24 @@ func (c *Core) receiveResponse(now int64, payload []byte) {
 		c.stats.RxDuplicate++
 		return
 	}
-	if !s.orphan { // an orphan's data has nowhere to go, but it still finishes
+	// Opened straight from the packet into the sink, in one pass fused
+	// with the cipher. A forged chunk leaves zeros in a range that has not
+	// arrived yet (its genuine chunk overwrites them); ranges that arrived
+	// are never touched again (the bitmap check above).
+	var dst []byte
+	if s.orphan { // its data has nowhere to go, but it still finishes
+		dst = c.scratch[:n]
+	} else {
 		r := c.lookupRegion(s.locReg)
 		if r == nil { // the sink was deregistered: drop the data, the op times out
 			c.stats.RxStale++
 			return
 		}
-		copy(r.mem[s.locOff+off:], payload)
+		dst = r.mem[s.locOff+off : s.locOff+off+n]
+	}
+	if s.aead.OpenResponseDirect(dst, wire.Sealed(frame, plen), wire.IV(frame), wire.AAD(frame), s.iv[:]) != nil {
+		c.stats.RxAuthFailed++
+		return
 	}
 	s.arrived |= bits
 	if s.arrived == s.want {
@@ -1034,13 +1185,32 @@ func (c *Core) receiveResponse(now int64, payload []byte) {
 
 // ---- serving side --------------------------------------------------------
 
-// receiveRequest queues a request (or NACKs it). The answer goes to the
-// request's source MAC; the neighbor table learns nothing from requests,
-// so forged sources cannot fill it.
-func (c *Core) receiveRequest(now int64) {
+// receiveRequest authenticates a request and queues it (or NACKs it). The
+// serving side derives the initiator's K_d from the region's K_r and the
+// request's own address, PID and op type (paper §4.2); a request it cannot
+// authenticate (wrong key, unknown or stale region, tampered header) is
+// answered at once with REMOTE_AUTHENTICATION_FAILURE sealed with the
+// reserved key. The answer goes to the request's source MAC; the neighbor
+// table learns nothing from requests, so forged sources cannot fill it.
+func (c *Core) receiveRequest(now int64, frame []byte) {
 	f := &c.rx
+	var a *aesni.AEAD
+	if r := c.lookupRegion(abi.RegionID(f.Region)); r != nil {
+		ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(abi.OpRead)}
+		binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
+		if c.srvLastAEAD != nil && c.srvLastKey == ck {
+			a = c.srvLastAEAD
+		} else if a, _ = c.srv.GetOrDerive(ck, r.kr); a != nil {
+			c.srvLastKey, c.srvLastAEAD = ck, a
+		}
+	}
+	if a == nil || a.OpenRequest(wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame)) != nil {
+		c.stats.ReqAuthFailed++
+		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
+		return
+	}
 	if c.inqLen >= c.cfg.NackThreshold {
-		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeNack, 0)
+		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeNack, 0, a, &f.IV)
 		c.stats.ReqNacked++
 		return
 	}
@@ -1056,15 +1226,62 @@ func (c *Core) receiveRequest(now int64) {
 	*e = inbound{
 		ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
+		aead: a, iv: f.IV,
 	}
 }
 
-// reply sends a payload-free answer (NACK or error status) to a request.
-func (c *Core) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag uint64, t wire.Type, st abi.Status) bool {
+// receiveRekey applies a REKEY request (paper §5.2): authenticated and
+// decrypted under the K_d its initiator derived for the REKEY op type, it
+// installs the new region key at once and acknowledges under the old K_d.
+// The new key never crosses the wire in clear. A replayed REKEY request
+// no longer authenticates once its key is installed (its K_d was derived
+// from the key it replaced).
+func (c *Core) receiveRekey(frame []byte) {
+	f := &c.rx
+	rid := abi.RegionID(f.Region)
+	r := c.lookupRegion(rid)
+	var a *aesni.AEAD
+	if r != nil {
+		ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(abi.OpRekey)}
+		binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
+		a, _ = c.srv.GetOrDerive(ck, r.kr)
+	}
+	var kr aesni.Key
+	if a == nil || a.OpenResponse(kr[:], wire.Sealed(frame, aesni.KeySize), wire.IV(frame), wire.AAD(frame), nil) != nil {
+		c.stats.ReqAuthFailed++
+		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
+		return
+	}
+	switch {
+	case r.perm&PermRemoteRekey == 0:
+		c.stats.ReqErrors++
+		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemotePermission, a, &f.IV)
+	case c.inqLen >= c.cfg.NackThreshold:
+		c.stats.ReqNacked++
+		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeNack, 0, a, &f.IV)
+	default:
+		c.installKey(rid, r, kr)
+		c.stats.RemoteRekeys++
+		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeAck, abi.StatusOK, a, &f.IV)
+	}
+	clear(kr[:])
+}
+
+// reply sends a payload-free answer (NACK or error status) to a request,
+// sealed under the request's K_d a with its IV curried in, or, when a is
+// nil, as REMOTE_AUTHENTICATION_FAILURE under the reserved key. It returns
+// false when the answer could not be sent now (no tx buffer); an answer
+// that can never be sealed (no IV counter) is dropped and counted.
+func (c *Core) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag uint64, t wire.Type, st abi.Status, a *aesni.AEAD, reqIV *[aesni.NonceSize]byte) bool {
 	b := c.tx.Buffer()
 	if b == nil {
 		c.stats.TxNoBuffer++
 		return false
+	}
+	ctr, err := c.lane.Next()
+	if err != nil {
+		c.stats.IVErrors++
+		return true
 	}
 	f := &c.txf
 	f.DstMAC, f.SrcMAC = mac, c.mac
@@ -1072,8 +1289,13 @@ func (c *Core) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag uint6
 	f.SrcPort, f.DstPort = c.cfg.UDPPort, port
 	f.Type, f.Status, f.Flags = t, uint8(st), 0
 	f.PID, f.Tag, f.Region, f.Length, f.Offset = pid, tag, 0, 0, 0
+	aesni.PutNonce(f.IV[:], c.ipb, ctr)
 	n := wire.Encode(b, f, 0)
-	wire.SealICRC(b, 0)
+	if a == nil {
+		c.reserved.SealAuthFailure(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b), reqIV[:])
+	} else {
+		a.SealResponse(wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), reqIV[:])
+	}
 	c.emit(b, n)
 	return true
 }
@@ -1091,7 +1313,7 @@ func (c *Core) serve(now int64) int {
 		}
 		if e.sent == 0 {
 			if st := c.checkRequest(e); st != abi.StatusOK {
-				if !c.reply(e.mac, e.ip, e.port, e.pid, e.tag, wire.TypeError, st) {
+				if !c.reply(e.mac, e.ip, e.port, e.pid, e.tag, wire.TypeError, st, e.aead, &e.iv) {
 					return served
 				}
 				c.stats.ReqErrors++
@@ -1105,6 +1327,15 @@ func (c *Core) serve(now int64) int {
 			c.stats.ReqExpired++
 			c.popInbound()
 			continue
+		}
+		if e.base == 0 { // counters for every chunk offset: nonces follow from offsets
+			base, err := c.lane.NextN(aesni.ResponseSpan(e.length))
+			if err != nil {
+				c.stats.IVErrors++
+				c.popInbound()
+				continue
+			}
+			e.base = base
 		}
 		for e.sent < e.length {
 			b := c.tx.Buffer()
@@ -1120,10 +1351,12 @@ func (c *Core) serve(now int64) int {
 			f.Type, f.Status, f.Flags = wire.TypeReadResp, 0, 0
 			f.PID, f.Tag, f.Region = e.pid, e.tag, e.region
 			f.Length, f.Offset = uint32(n), uint64(e.sent)
+			aesni.PutResponseNonce(f.IV[:], c.ipb, e.base, uint64(e.sent))
 			fl := wire.Encode(b, f, n)
+			// Sealed straight from region memory into the frame: the data
+			// moves once, fused with the cipher.
 			src := e.offset + uint64(e.sent)
-			copy(b[wire.PayloadOffset:wire.PayloadOffset+n], r.mem[src:src+uint64(n)])
-			wire.SealICRC(b, n)
+			e.aead.SealResponse(wire.Sealed(b, n), r.mem[src:src+uint64(n)], wire.IV(b), wire.AAD(b), e.iv[:])
 			c.emit(b, fl)
 			e.sent += uint32(n)
 		}

@@ -22,8 +22,8 @@ func TestReadLoopbackSizes(t *testing.T) {
 	src := make([]byte, 64<<10)
 	pattern(src, 0x5a)
 	dst := make([]byte, 64<<10)
-	rs, _ := c.RegisterRegion(app.id, src, PermAll)
-	rd, _ := c.RegisterRegion(app.id, dst, PermAll)
+	rs, _ := c.RegisterRegion(app.id, src, PermAll, testKr)
+	rd, _ := c.RegisterRegion(app.id, dst, PermAll, testKr)
 	now := int64(1000)
 	for _, tc := range []struct {
 		n          uint32
@@ -64,9 +64,9 @@ func TestOutOfOrderDuplicateResponses(t *testing.T) {
 	srv := openApp(t, p.b, ClassLow, 0)
 	src := make([]byte, 8192)
 	pattern(src, 3)
-	rs, _ := p.b.RegisterRegion(srv.id, src, PermRemoteRead)
+	rs, _ := p.b.RegisterRegion(srv.id, src, PermRemoteRead, testKr)
 	dst := make([]byte, 8192)
-	rd, _ := p.a.RegisterRegion(app.id, dst, PermAll)
+	rd, _ := p.a.RegisterRegion(app.id, dst, PermAll, testKr)
 	// Resolve b's MAC first.
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 1, 1))
 	p.run()
@@ -110,9 +110,9 @@ func TestCorruptResponseRejected(t *testing.T) {
 	srv := openApp(t, p.b, ClassLow, 0)
 	src := make([]byte, 4096)
 	pattern(src, 9)
-	rs, _ := p.b.RegisterRegion(srv.id, src, PermRemoteRead)
+	rs, _ := p.b.RegisterRegion(srv.id, src, PermRemoteRead, testKr)
 	dst := make([]byte, 4096)
-	rd, _ := p.a.RegisterRegion(app.id, dst, PermAll)
+	rd, _ := p.a.RegisterRegion(app.id, dst, PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 1, 1))
 	p.run() // resolves the peer
 	app.completions()
@@ -128,8 +128,8 @@ func TestCorruptResponseRejected(t *testing.T) {
 	bad := append([]byte(nil), frames[0]...)
 	bad[wire.PayloadOffset+10] ^= 0x40
 	p.a.Receive(p.now, bad)
-	if s := p.a.Stats(); s.RxBadICRC != 1 {
-		t.Fatalf("bad ICRC not counted: %+v", s)
+	if s := p.a.Stats(); s.RxAuthFailed != 1 {
+		t.Fatalf("forged response not counted: %+v", s)
 	}
 	if dst[10] != 0 {
 		t.Fatal("corrupted payload landed")
@@ -148,9 +148,9 @@ func TestBadCommands(t *testing.T) {
 	b := openApp(t, c, ClassLow, 4)
 	ma := make([]byte, 4096)
 	mb := make([]byte, 4096)
-	ra, _ := c.RegisterRegion(a.id, ma, PermAll)
-	rb, _ := c.RegisterRegion(b.id, mb, PermAll)
-	ro, _ := c.RegisterRegion(a.id, make([]byte, 4096), PermLocalRead|PermRemoteRead)
+	ra, _ := c.RegisterRegion(a.id, ma, PermAll, testKr)
+	rb, _ := c.RegisterRegion(b.id, mb, PermAll, testKr)
+	ro, _ := c.RegisterRegion(a.id, make([]byte, 4096), PermLocalRead|PermRemoteRead, testKr)
 	me := ipOf("10.0.0.1")
 	for _, tc := range []struct {
 		name string
@@ -194,7 +194,7 @@ func TestBadCommands(t *testing.T) {
 	}
 	// Reserved bytes set: malformed command, still exactly one completion.
 	buf := a.cmd.Reserve()
-	readCmd(a.slots[1], me, ra, 0, ra, 0, 8, 77).Encode(buf)
+	a.keyed(readCmd(a.slots[1], me, ra, 0, ra, 0, 8, 77)).Encode(buf)
 	buf[2] = 1
 	a.cmd.Commit()
 	a.cmd.Publish()
@@ -209,7 +209,7 @@ func TestBusySlotRejected(t *testing.T) {
 	p.a.cfg.Neighbors = nil
 	app := openApp(t, p.a, ClassLow, 2)
 	m := make([]byte, 4096)
-	r, _ := p.a.RegisterRegion(app.id, m, PermAll)
+	r, _ := p.a.RegisterRegion(app.id, m, PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.9"), r, 0, r, 0, 8, 1))
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.9"), r, 0, r, 0, 8, 2))
 	p.a.Poll(p.now)
@@ -223,7 +223,7 @@ func TestUnreachablePeer(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
 	app := openApp(t, p.a, ClassLow, 2)
 	m := make([]byte, 4096)
-	r, _ := p.a.RegisterRegion(app.id, m, PermAll)
+	r, _ := p.a.RegisterRegion(app.id, m, PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.77"), r, 0, r, 0, 8, 1))
 	start := p.now
 	var got []abi.Completion
@@ -249,17 +249,19 @@ func TestRemoteErrors(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
 	app := openApp(t, p.a, ClassLow, 4)
 	srv := openApp(t, p.b, ClassLow, 0)
-	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead)
-	rw, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteWrite)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
+	rw, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteWrite, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
 	peer := ipOf("10.0.0.2")
 	for _, tc := range []struct {
 		name string
 		cmd  *abi.Command
 		want abi.Status
 	}{
-		{"unknown region", readCmd(app.slots[0], peer, abi.MakeRegionID(9, 1), 0, rd, 0, 8, 1), abi.StatusRemoteRegion},
-		{"stale region", readCmd(app.slots[0], peer, abi.MakeRegionID(rs.Index(), rs.Gen()+1), 0, rd, 0, 8, 1), abi.StatusRemoteRegion},
+		// No K_r to authenticate with: the server cannot tell a region
+		// it lacks from a wrong key, and says nothing more.
+		{"unknown region", readCmd(app.slots[0], peer, abi.MakeRegionID(9, 1), 0, rd, 0, 8, 1), abi.StatusRemoteAuthFailure},
+		{"stale region", readCmd(app.slots[0], peer, abi.MakeRegionID(rs.Index(), rs.Gen()+1), 0, rd, 0, 8, 1), abi.StatusRemoteAuthFailure},
 		{"bounds", readCmd(app.slots[0], peer, rs, 4000, rd, 0, 200, 1), abi.StatusRemoteBounds},
 		{"permission", readCmd(app.slots[0], peer, rw, 0, rd, 0, 8, 1), abi.StatusRemotePermission},
 	} {
@@ -278,8 +280,8 @@ func TestTimeoutRefundsWindow(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
 	app := openApp(t, p.a, ClassLow, 4)
 	srv := openApp(t, p.b, ClassLow, 0)
-	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 1))
 	p.run() // resolves ARP, completes one op
 	app.completions()
@@ -309,7 +311,7 @@ func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 	ca.Neighbors = []Neighbor{{IP: testConfig("10.0.0.2", 2).LocalIP, MAC: wire.MAC{2, 0, 0, 0, 0, 2}}}
 	p := newPair(t, ca, testConfig("10.0.0.2", 2))
 	app := openApp(t, p.a, ClassLow, 8)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
 	for k := 0; k < 4; k++ {
 		app.post(t, readCmd(app.slots[k], ipOf("10.0.0.2"), abi.MakeRegionID(1, 1), 0, rd, 0, 64, uint64(k)))
 	}
@@ -341,8 +343,8 @@ func TestNackAboveThreshold(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), cb)
 	app := openApp(t, p.a, ClassLow, 8)
 	srv := openApp(t, p.b, ClassLow, 0)
-	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 8*4096), PermAll)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 8*4096), PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 100))
 	p.run()
 	app.completions()
@@ -381,8 +383,8 @@ func TestHighClassFirstWithoutStarvation(t *testing.T) {
 	c := newCore(t, cfg, tx)
 	lo := openApp(t, c, ClassLow, 8)
 	hi := openApp(t, c, ClassHigh, 8)
-	ml, _ := c.RegisterRegion(lo.id, make([]byte, 4096), PermAll)
-	mh, _ := c.RegisterRegion(hi.id, make([]byte, 4096), PermAll)
+	ml, _ := c.RegisterRegion(lo.id, make([]byte, 4096), PermAll, testKr)
+	mh, _ := c.RegisterRegion(hi.id, make([]byte, 4096), PermAll, testKr)
 	for k := 0; k < 4; k++ {
 		lo.post(t, readCmd(lo.slots[k], ipOf("10.0.0.1"), ml, 0, ml, 0, 8, uint64(100+k)))
 		hi.post(t, readCmd(hi.slots[k], ipOf("10.0.0.1"), mh, 0, mh, 0, 8, uint64(200+k)))
@@ -411,8 +413,8 @@ func TestClosePortalReclaims(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
 	app := openApp(t, p.a, ClassLow, 8)
 	srv := openApp(t, p.b, ClassLow, 0)
-	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 1))
 	p.run()
 	app.completions()
@@ -442,10 +444,10 @@ func TestClosePortalReclaims(t *testing.T) {
 	}
 	// The region is gone for remote readers too.
 	other := openApp(t, p.b, ClassLow, 2)
-	od, _ := p.b.RegisterRegion(other.id, make([]byte, 64), PermAll)
+	od, _ := p.b.RegisterRegion(other.id, make([]byte, 64), PermAll, testKr)
 	other.post(t, readCmd(other.slots[0], ipOf("10.0.0.1"), rd, 0, od, 0, 8, 5))
 	p.run()
-	if got := other.completions(); len(got) != 1 || got[0].Status != abi.StatusRemoteRegion {
+	if got := other.completions(); len(got) != 1 || got[0].Status != abi.StatusRemoteAuthFailure {
 		t.Fatalf("%+v", got)
 	}
 }
@@ -513,8 +515,8 @@ func TestHotPathAllocs(t *testing.T) {
 	c := newCore(t, testConfig("10.0.0.1", 1), tx)
 	app := openApp(t, c, ClassLow, 1)
 	m := make([]byte, 8192)
-	r, _ := c.RegisterRegion(app.id, m, PermAll)
-	cmd := readCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 4096, 1)
+	r, _ := c.RegisterRegion(app.id, m, PermAll, testKr)
+	cmd := app.keyed(readCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 4096, 1))
 	var cpl abi.Completion
 	now := int64(1000)
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -552,16 +554,21 @@ func benchRead(b *testing.B, size uint32) {
 	c := newCore(b, cfg, tx)
 	app := openApp(b, c, ClassLow, 32)
 	m := make([]byte, 1<<20)
-	r, _ := c.RegisterRegion(app.id, m, PermAll)
+	r, _ := c.RegisterRegion(app.id, m, PermAll, testKr)
 	var cpl abi.Completion
 	now := int64(1000)
 	b.ReportAllocs()
 	b.SetBytes(int64(size))
 	b.ResetTimer()
+	var cmds [32]*abi.Command
+	for k := range cmds {
+		cmds[k] = app.keyed(readCmd(app.slots[k], ip4(cfg.LocalIP.As4()), r, uint64(k)*4096, r, 512<<10+uint64(k)*4096, size, uint64(k)))
+	}
+	b.ResetTimer()
 	for done := 0; done < b.N; {
 		for k := 0; k < 32; k++ {
 			e := app.cmd.Reserve()
-			readCmd(app.slots[k], ip4(cfg.LocalIP.As4()), r, uint64(k)*4096, r, 512<<10+uint64(k)*4096, size, uint64(k)).Encode(e)
+			cmds[k].Encode(e)
 			app.cmd.Commit()
 		}
 		app.cmd.Publish()
@@ -591,7 +598,7 @@ func TestDoorbell(t *testing.T) {
 	c := newCore(t, testConfig("10.0.0.1", 1), tx)
 	app := openApp(t, c, ClassLow, 2)
 	m := make([]byte, 8192)
-	r, _ := c.RegisterRegion(app.id, m, PermAll)
+	r, _ := c.RegisterRegion(app.id, m, PermAll, testKr)
 	arm := aligned(64)
 	bell := &countBell{}
 	if err := c.SetDoorbell(app.id, arm[:4], bell); err != nil {

@@ -7,8 +7,15 @@ import (
 	"unsafe"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/wire"
 )
+
+// testKr is the region key of every region the tests register; testPID
+// the PID every test portal stamps.
+var testKr = aesni.Key{0x6b, 0x72, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
+
+const testPID = 4242
 
 // testTx is a fixed pool of frame buffers and a FIFO of sent frames.
 type testTx struct {
@@ -78,6 +85,7 @@ func aligned(n int) []byte {
 
 // testApp is an application attached to a core through real abi rings.
 type testApp struct {
+	ip    [4]byte // its engine's address: part of its K_d
 	id    PortalID
 	cmd   *abi.Producer
 	cpl   *abi.Consumer
@@ -89,11 +97,11 @@ func openApp(t testing.TB, c *Core, class Class, slots int) *testApp {
 	const cmdCap, cplCap = 256, 512
 	cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))
 	cplMem := aligned(abi.RingBytes(cplCap, abi.CompletionSize))
-	id, err := c.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap, Class: class, MaxSlots: slots, PID: 4242})
+	id, err := c.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap, Class: class, MaxSlots: slots, PID: testPID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &testApp{id: id}
+	a := &testApp{id: id, ip: c.ipb}
 	a.cmd, _ = abi.NewProducer(cmdMem, cmdCap, abi.CommandSize)
 	a.cpl, _ = abi.NewConsumer(cplMem, cplCap, abi.CompletionSize)
 	if slots > 0 {
@@ -105,12 +113,21 @@ func openApp(t testing.TB, c *Core, class Class, slots int) *testApp {
 	return a
 }
 
+// keyed fills in the command's K_d for testKr when it has none, as the
+// owner of the remote region would hand it to this app.
+func (a *testApp) keyed(cmd *abi.Command) *abi.Command {
+	if cmd.Key == ([16]byte{}) {
+		cmd.Key = aesni.DeriveKey(testKr, a.ip, testPID, uint8(cmd.Op))
+	}
+	return cmd
+}
+
 func (a *testApp) post(t testing.TB, cmd *abi.Command) {
 	b := a.cmd.Reserve()
 	if b == nil {
 		t.Fatal("command ring full")
 	}
-	cmd.Encode(b)
+	a.keyed(cmd).Encode(b)
 	a.cmd.Commit()
 	a.cmd.Publish()
 }
@@ -140,6 +157,8 @@ func testConfig(ip string, mac byte) Config {
 	cfg.DispatchTimeout = 200 * time.Microsecond
 	cfg.ResolveTimeout = 2 * time.Millisecond
 	cfg.ARPRetry = 500 * time.Microsecond
+	cfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
+	cfg.CacheSeed = 1
 	return cfg
 }
 

@@ -5,8 +5,10 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/onerma/onerma/abi"
 	"golang.org/x/sys/unix"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 )
 
 // Post stages cmd in the command ring without publishing it (see Flush).
@@ -48,19 +50,50 @@ func (p *Portal) Staged() uint32 {
 
 // PostRead stages a READ of length bytes (1..abi.MaxOpBytes) from
 // remoteRegion at remoteOffset on the engine at remoteAddr into local at
-// localOffset. The completion names slot and echoes cookie. local must be
-// this portal's region with PermLocalWrite (the engine checks the
-// permission; this checks ownership, length and bounds so the common
-// mistakes fail at once). Call Flush to publish.
+// localOffset. key is the derived key K_d the region's owner gave this
+// process for READ (the owner's Region.DeriveKey of this portal's
+// Identity().Addr, Identity().PID and abi.OpRead); with any other key the
+// op completes with REMOTE_AUTHENTICATION_FAILURE. The completion names
+// slot and echoes cookie. local must be this portal's region with
+// PermLocalWrite (the engine checks the permission; this checks
+// ownership, length and bounds so the common mistakes fail at once). Call
+// Flush to publish.
 func (p *Portal) PostRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	local *Region, localOffset uint64, length uint32, cookie uint64) error {
-	return p.postOp(abi.OpRead, slot, remoteAddr, remoteRegion, remoteOffset, local, localOffset, length, cookie)
+	key aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	return p.postOp(abi.OpRead, slot, remoteAddr, remoteRegion, remoteOffset, &key, local, localOffset, length, cookie)
 }
 
 // SubmitRead is PostRead followed by Flush.
 func (p *Portal) SubmitRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	local *Region, localOffset uint64, length uint32, cookie uint64) error {
-	if err := p.PostRead(slot, remoteAddr, remoteRegion, remoteOffset, local, localOffset, length, cookie); err != nil {
+	key aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	if err := p.PostRead(slot, remoteAddr, remoteRegion, remoteOffset, key, local, localOffset, length, cookie); err != nil {
+		return err
+	}
+	p.Flush()
+	return nil
+}
+
+// PostRekey stages a REKEY (paper §5.2): it asks the engine at
+// remoteAddr to install, as remoteRegion's new region key K_r, the 16
+// bytes at localOffset of local (this portal's region with
+// PermLocalRead; the engine copies them when it takes the command from
+// the ring: keep them unchanged until the completion). key is the K_d
+// the region's owner derived for this process and abi.OpRekey; the region
+// must allow PermRemoteRekey. The new key travels encrypted under that
+// K_d. When the completion is OK, reads with K_d derived from the old key
+// fail with REMOTE_AUTHENTICATION_FAILURE; whoever chose the new key
+// hands out K_d derived from it. A TIMEOUT leaves the outcome unknown
+// (the two-hop REKEY may have been applied and its answer lost): retry
+// with a K_d of either key.
+func (p *Portal) PostRekey(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID,
+	key aesni.Key, local *Region, localOffset uint64, cookie uint64) error {
+	return p.postOp(abi.OpRekey, slot, remoteAddr, remoteRegion, 0, &key, local, localOffset, aesni.KeySize, cookie)
+}
+
+// SubmitRekey is PostRekey followed by Flush.
+func (p *Portal) SubmitRekey(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID,
+	key aesni.Key, local *Region, localOffset uint64, cookie uint64) error {
+	if err := p.PostRekey(slot, remoteAddr, remoteRegion, key, local, localOffset, cookie); err != nil {
 		return err
 	}
 	p.Flush()
@@ -68,7 +101,7 @@ func (p *Portal) SubmitRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion
 }
 
 func (p *Portal) postOp(op abi.Op, slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	key *aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
 	switch {
 	case local == nil || local.p != p || local.mem == nil:
 		return ErrRegion
@@ -90,6 +123,7 @@ func (p *Portal) postOp(op abi.Op, slot abi.SlotID, remoteAddr netip.Addr, remot
 		LocalRegion:  local.id,
 		Length:       length,
 		LocalOffset:  localOffset,
+		Key:          *key,
 	}
 	return p.Post(&cmd)
 }

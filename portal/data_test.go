@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 )
 
 // fakeEngine is the engine's side of a portal segment built in anonymous
@@ -50,7 +51,8 @@ func newTestPortal(t testing.TB, cmdCap, cplCap uint32) (*Portal, *fakeEngine, *
 		t.Fatal(err)
 	}
 	mem := make([]byte, 8192)
-	r := &Region{p: p, id: abi.MakeRegionID(3, 1), mapping: mem, mem: mem, size: uint64(len(mem)), perm: PermAll}
+	r := &Region{p: p, id: abi.MakeRegionID(3, 1), mapping: mem, mem: mem, size: uint64(len(mem)), perm: PermAll,
+		kr: aesni.Key{0x4b, 0x72, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}
 	p.regions[r.id] = r
 	for i := range 4 {
 		id := abi.SlotID(100 + i)
@@ -94,12 +96,15 @@ func (e *fakeEngine) complete(c abi.Completion) bool {
 
 var peer = netip.MustParseAddr("10.1.2.3")
 
+// testKd stands for a derived key K_d handed to a reader.
+var testKd = aesni.Key{0xd0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xdf}
+
 func TestPostReadEncodesAndBatches(t *testing.T) {
 	p, e, r := newTestPortal(t, 8, 8)
-	if err := p.PostRead(100, peer, 0x10002, 512, r, 64, 4096, 0xfeed); err != nil {
+	if err := p.PostRead(100, peer, 0x10002, 512, testKd, r, 64, 4096, 0xfeed); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.PostRead(101, peer, 0x10002, 0, r, 0, 1, 2); err != nil {
+	if err := p.PostRead(101, peer, 0x10002, 0, aesni.Key{}, r, 0, 1, 2); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.take(); len(got) != 0 {
@@ -109,7 +114,7 @@ func TestPostReadEncodesAndBatches(t *testing.T) {
 	got := e.take()
 	want := []abi.Command{
 		{Op: abi.OpRead, Slot: 100, Cookie: 0xfeed, RemoteAddr: 0x0a010203, RemoteRegion: 0x10002, RemoteOffset: 512,
-			LocalRegion: r.ID(), Length: 4096, LocalOffset: 64},
+			LocalRegion: r.ID(), Length: 4096, LocalOffset: 64, Key: testKd},
 		{Op: abi.OpRead, Slot: 101, Cookie: 2, RemoteAddr: 0x0a010203, RemoteRegion: 0x10002, LocalRegion: r.ID(), Length: 1},
 	}
 	if len(got) != len(want) {
@@ -119,6 +124,46 @@ func TestPostReadEncodesAndBatches(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("command %d (-want +got)\n-%+v\n+%+v", i, want[i], got[i])
 		}
+	}
+}
+
+// TestDeriveKey: Region.DeriveKey is aesni.DeriveKey of the region's
+// current key, the initiator's IPv4 address, its PID and the op.
+func TestDeriveKey(t *testing.T) {
+	_, _, r := newTestPortal(t, 8, 8)
+	kr := r.Key()
+	if kr == (aesni.Key{}) {
+		t.Fatal("test region has no key")
+	}
+	for _, tt := range []struct {
+		addr string
+		pid  uint32
+		op   abi.Op
+	}{
+		{"10.1.2.3", 4242, abi.OpRead},
+		{"10.1.2.3", 4243, abi.OpRead},
+		{"10.1.2.4", 4242, abi.OpRead},
+		{"192.168.0.1", 1, abi.OpWrite},
+		{"::ffff:10.1.2.3", 4242, abi.OpRead}, // IPv4-mapped: the same as 10.1.2.3
+	} {
+		a := netip.MustParseAddr(tt.addr)
+		want := aesni.DeriveKey(kr, a.Unmap().As4(), tt.pid, uint8(tt.op))
+		if got := r.DeriveKey(a, tt.pid, tt.op); got != want {
+			t.Errorf("DeriveKey(%s, %d, %v) = %x, want %x", tt.addr, tt.pid, tt.op, got, want)
+		}
+	}
+	a := r.DeriveKey(peer, 1, abi.OpRead)
+	if b := r.DeriveKey(peer, 2, abi.OpRead); a == b {
+		t.Error("two PIDs, one K_d")
+	}
+	if b := r.DeriveKey(peer, 1, abi.OpWrite); a == b {
+		t.Error("two ops, one K_d")
+	}
+	if k := r.DeriveKey(netip.MustParseAddr("2001:db8::1"), 1, abi.OpRead); k != (aesni.Key{}) {
+		t.Errorf("IPv6 initiator: %x, want the zero key", k)
+	}
+	if k := r.DeriveKey(netip.Addr{}, 1, abi.OpRead); k != (aesni.Key{}) {
+		t.Errorf("zero address: %x, want the zero key", k)
 	}
 }
 
@@ -146,7 +191,7 @@ func TestPostValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := p.PostRead(100, tt.addr, 1, 0, tt.local, tt.off, tt.length, 0)
+			err := p.PostRead(100, tt.addr, 1, 0, testKd, tt.local, tt.off, tt.length, 0)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("got %v, want %v", err, tt.want)
 			}
@@ -157,12 +202,12 @@ func TestPostValidation(t *testing.T) {
 func TestRingFullReturnsAtOnce(t *testing.T) {
 	p, e, r := newTestPortal(t, 4, 8)
 	for i := range 4 {
-		if err := p.PostRead(100, peer, 1, 0, r, 0, 8, uint64(i)); err != nil {
+		if err := p.PostRead(100, peer, 1, 0, testKd, r, 0, 8, uint64(i)); err != nil {
 			t.Fatalf("post %d: %v", i, err)
 		}
 	}
 	done := make(chan error)
-	go func() { done <- p.PostRead(100, peer, 1, 0, r, 0, 8, 99) }()
+	go func() { done <- p.PostRead(100, peer, 1, 0, testKd, r, 0, 8, 99) }()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrRingFull) {
@@ -175,7 +220,7 @@ func TestRingFullReturnsAtOnce(t *testing.T) {
 	if n := len(e.take()); n != 4 {
 		t.Fatalf("engine took %d", n)
 	}
-	if err := p.SubmitRead(100, peer, 1, 0, r, 0, 8, 5); err != nil {
+	if err := p.SubmitRead(100, peer, 1, 0, testKd, r, 0, 8, 5); err != nil {
 		t.Fatalf("post after the engine drained: %v", err)
 	}
 }
@@ -265,9 +310,10 @@ func TestDataPathAllocsNothing(t *testing.T) {
 	p, e, r := newTestPortal(t, 64, 64)
 	out := make([]abi.Completion, 16)
 	c := abi.Completion{Cookie: 1, Slot: 100, Op: abi.OpRead, Length: 64}
+	kd := r.DeriveKey(peer, 4242, abi.OpRead)
 	allocs := testing.AllocsPerRun(1000, func() {
 		s, _ := p.Slot()
-		if err := p.PostRead(s, peer, 0x10002, 0, r, 0, 64, 1); err != nil {
+		if err := p.PostRead(s, peer, 0x10002, 0, kd, r, 0, 64, 1); err != nil {
 			t.Fatal(err)
 		}
 		p.Flush()
@@ -307,7 +353,7 @@ func BenchmarkPostFlushPoll(b *testing.B) {
 	c := abi.Completion{Cookie: 1, Slot: 100, Op: abi.OpRead, Length: 64}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := p.PostRead(100, peer, 0x10002, 0, r, 0, 64, 1); err != nil {
+		if err := p.PostRead(100, peer, 0x10002, 0, testKd, r, 0, 64, 1); err != nil {
 			b.Fatal(err)
 		}
 		p.Flush()

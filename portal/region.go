@@ -1,11 +1,16 @@
 package portal
 
 import (
+	"crypto/rand"
+	"errors"
 	"fmt"
+	"net/netip"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 )
 
@@ -19,6 +24,38 @@ type Region struct {
 	size    uint64
 	perm    Perm
 	hugetlb bool
+
+	// The region key K_r. Key and DeriveKey may be called from any
+	// goroutine, also while Rekey runs on the portal's.
+	kmu sync.Mutex
+	kr  aesni.Key
+}
+
+// ErrZeroKey: a region key of all zero bytes (the engine refuses it: it
+// is what an uninitialised key looks like).
+var ErrZeroKey = errors.New("portal: region key is all zero")
+
+// Key returns the region's current key K_r. It is secret: give peers only
+// keys derived from it (DeriveKey).
+func (r *Region) Key() aesni.Key {
+	r.kmu.Lock()
+	defer r.kmu.Unlock()
+	return r.kr
+}
+
+// DeriveKey returns the key K_d that the process with engine-stamped PID
+// pid, initiating op through the engine at address initiator, must put in
+// its commands to access this region (paper §4.2 and Fig. 5 step 2: the
+// server side hands K_d to an authorised client, never K_r). initiator and
+// pid are what the client's portal reports as its Identity. For an
+// address that is not IPv4 it returns the zero Key, which no engine
+// accepts.
+func (r *Region) DeriveKey(initiator netip.Addr, pid uint32, op abi.Op) aesni.Key {
+	a := initiator.Unmap()
+	if !a.Is4() {
+		return aesni.Key{}
+	}
+	return aesni.DeriveKey(r.Key(), a.As4(), pid, uint8(op))
 }
 
 // ID is the region id to name in commands (and to hand to peers).
@@ -48,15 +85,32 @@ func (r *Region) unmap() error {
 }
 
 // RegisterRegion asks the engine for size bytes of shared memory with the
-// given permissions and maps it. The memory starts zeroed.
+// given permissions, under a fresh random region key K_r (crypto/rand; see
+// Region.Key), and maps it. The memory starts zeroed.
 func (p *Portal) RegisterRegion(size uint64, perm Perm) (*Region, error) {
+	var kr aesni.Key
+	for kr == (aesni.Key{}) {
+		if _, err := rand.Read(kr[:]); err != nil {
+			return nil, fmt.Errorf("portal: register_region: generating a region key: %w", err)
+		}
+	}
+	return p.RegisterRegionKey(size, perm, kr)
+}
+
+// RegisterRegionKey is RegisterRegion with a region key K_r the
+// application chose (paper §4.2). kr must not be all zero (ErrZeroKey).
+// The key goes to the local engine over the control socket only.
+func (p *Portal) RegisterRegionKey(size uint64, perm Perm, kr aesni.Key) (*Region, error) {
+	if kr == (aesni.Key{}) {
+		return nil, fmt.Errorf("portal: register_region: %w", ErrZeroKey)
+	}
 	if size < 1 || size > ctlmsg.MaxRegionBytes {
 		return nil, fmt.Errorf("portal: register_region: size %d, want 1..%d", size, uint64(ctlmsg.MaxRegionBytes))
 	}
 	if perm == 0 || perm&^PermAll != 0 {
 		return nil, fmt.Errorf("portal: register_region: perm %#x, want a non-zero subset of %#x", perm, PermAll)
 	}
-	resp, fd, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpRegisterRegion, Size: size, Perm: uint8(perm)})
+	resp, fd, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpRegisterRegion, Size: size, Perm: uint8(perm), Key: ctlmsg.Key(kr)})
 	if err != nil {
 		return nil, err
 	}
@@ -74,11 +128,36 @@ func (p *Portal) RegisterRegion(size uint64, perm Perm) (*Region, error) {
 		return nil, fmt.Errorf("portal: register_region: %w", err)
 	}
 	r := &Region{p: p, id: abi.RegionID(rr.Region), mapping: mapping, mem: mapping[:size:size],
-		size: size, perm: perm, hugetlb: rr.Hugetlb}
+		size: size, perm: perm, hugetlb: rr.Hugetlb, kr: kr}
 	p.mu.Lock()
 	p.regions[r.id] = r
 	p.mu.Unlock()
 	return r, nil
+}
+
+// Rekey replaces r's region key with kr through the control socket (the
+// local rekey of paper §5.2): once it returns, the engine authenticates
+// requests for r only with keys derived from kr, so every reader needs a
+// new K_d (r.DeriveKey); reads with keys derived from the old K_r fail
+// with REMOTE_AUTHENTICATION_FAILURE. Requests the engine authenticated
+// before may still be answered. Other regions are not affected. r.Key()
+// returns kr afterwards; on error the key is unchanged as far as this
+// portal knows (ErrNoRegion: the engine no longer holds r for this portal).
+func (p *Portal) Rekey(r *Region, kr aesni.Key) error {
+	if r == nil || r.p != p || r.mapping == nil {
+		return ErrRegion
+	}
+	if kr == (aesni.Key{}) {
+		return fmt.Errorf("portal: rekey: %w", ErrZeroKey)
+	}
+	req := ctlmsg.Request{Op: ctlmsg.OpRekey, Region: uint32(r.id), Key: ctlmsg.Key(kr)}
+	if _, _, err := p.roundTrip(&req); err != nil {
+		return err
+	}
+	r.kmu.Lock()
+	r.kr = kr
+	r.kmu.Unlock()
+	return nil
 }
 
 // DeregisterRegion invalidates r in the engine (which never touches its

@@ -17,13 +17,15 @@
 //	4  initiator PID u32   (stamped by the initiating engine)
 //	8  tag u64             (initiator's slot id << 32 | slot sequence)
 //	16 region u32          (request: remote region id)
-//	20 length u32          (request: op length; response: payload length)
+//	20 length u32          (request: op length; response, rekey: payload length)
 //	24 offset u64          (request: offset in the region; response: offset in the op)
-//	32 iv [12]byte         (reserved for AES-GCM: sender address + counter)
+//	32 iv [12]byte         (AES-GCM nonce: sender IPv4 address ‖ sender counter)
 //	44 reserved u32
 //
-// The trailer carries an integrity check value over the IPv4 addresses, the
-// UDP header, the OneRMA header and the payload (CRC-32C, like RoCEv2's ICRC).
-// The security issue replaces it with the 16-byte AES-GCM tag; its size is
-// reserved already so the MTU arithmetic does not change.
+// Every message is sealed with AES-128-GCM (package aesni): the additional
+// authenticated data is the IPv4 addresses, the UDP header and the OneRMA
+// header (AAD: frame[26:90], one contiguous run), a response's payload is
+// ciphertext, and the trailer is the 16-byte GCM tag. The IPv4 header
+// checksum is written but not needed on receive: the tag covers every IPv4
+// field the engine uses.
 package wire

@@ -3,7 +3,6 @@ package wire
 import (
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 )
 
 // Sizes of each layer.
@@ -40,7 +39,9 @@ const (
 	TypeReadResp Type = 2 // server -> initiator: one chunk of data at an offset
 	TypeNack     Type = 3 // server -> initiator: inbound queue over threshold
 	TypeError    Type = 4 // server -> initiator: precise remote failure (status)
-	maxType           = TypeError
+	TypeRekeyReq Type = 5 // initiator -> server: install a new region key (payload: the key, encrypted)
+	TypeAck      Type = 6 // server -> initiator: the op took effect (no payload)
+	maxType           = TypeAck
 )
 
 // MaxPayload is the largest payload that fits an IPv4 MTU, rounded down to
@@ -84,7 +85,6 @@ var (
 	ErrVersion     = errors.New("wire: unknown OneRMA version")
 	ErrType        = errors.New("wire: unknown OneRMA message type")
 	ErrLength      = errors.New("wire: OneRMA length disagrees with payload")
-	ErrICRC        = errors.New("wire: integrity check failed")
 	ErrReservedBit = errors.New("wire: reserved field not zero")
 )
 
@@ -98,7 +98,8 @@ func EtherType(frame []byte) uint16 {
 
 // Decode parses a OneRMA frame. On success f holds every header field and
 // payload is the payload slice of frame (no copy). The trailer is not
-// checked here (see CheckICRC). Decode never panics and never allocates.
+// checked here: it is the AES-GCM tag, which the engine verifies (see
+// AAD, IV, Trailer). Decode never panics and never allocates.
 func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	if len(frame) < EthLen+IPv4Len+UDPLen+HeaderLen+TrailerLen {
 		return nil, ErrShort
@@ -141,7 +142,7 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	}
 	plen := totLen - IPv4Len - UDPLen - HeaderLen - TrailerLen
 	length := binary.BigEndian.Uint32(h[20:24])
-	if t == TypeReadResp {
+	if t == TypeReadResp || t == TypeRekeyReq { // the types that carry a payload
 		if uint32(plen) != length {
 			return nil, ErrLength
 		}
@@ -171,7 +172,8 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 // Encode writes Ethernet, IPv4, UDP and OneRMA headers for a payload of
 // plen bytes into b, and returns the frame length (headers + payload +
 // trailer, padded to MinFrame). The payload itself goes at
-// b[PayloadOffset:] and the trailer is written by SealICRC. b must hold
+// b[PayloadOffset:] and the trailer (the AES-GCM tag) is written by the
+// sealer. b must hold
 // Overhead+plen bytes (and at least MinFrame).
 func Encode(b []byte, f *Fields, plen int) int {
 	n := Overhead + plen
@@ -231,8 +233,16 @@ func CheckIPv4Checksum(frame []byte) error {
 	return nil
 }
 
-// PayloadOffset is where the payload starts in a frame.
-const PayloadOffset = EthLen + IPv4Len + UDPLen + HeaderLen
+// Offsets within a frame.
+const (
+	// PayloadOffset is where the payload starts.
+	PayloadOffset = EthLen + IPv4Len + UDPLen + HeaderLen
+	// AADOffset is where the additional authenticated data starts: the
+	// IPv4 source address.
+	AADOffset = EthLen + 12
+	// IVOffset is the OneRMA header's IV field.
+	IVOffset = EthLen + IPv4Len + UDPLen + 32
+)
 
 // Checksum is the Internet checksum (RFC 1071) of b; over a header that
 // carries its own checksum it is 0 when the header is intact.
@@ -261,27 +271,22 @@ func Checksum(b []byte) uint16 {
 	return ^uint16(s)
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// AAD returns the additional authenticated data of a OneRMA frame: the
+// IPv4 source and destination addresses, the UDP header and the OneRMA
+// header (IV included), one contiguous run of 64 bytes (frame[26:90]).
+func AAD(frame []byte) []byte { return frame[AADOffset:PayloadOffset:PayloadOffset] }
 
-// icrc covers the IPv4 addresses, the UDP header, the OneRMA header and the
-// payload: one contiguous run of the frame, so one CRC call.
-func icrc(frame []byte, plen int) uint32 {
-	return crc32.Update(0, castagnoli, frame[EthLen+12:PayloadOffset+plen])
+// IV returns the 12-byte IV field of a frame's OneRMA header.
+func IV(frame []byte) []byte { return frame[IVOffset : IVOffset+12 : IVOffset+12] }
+
+// Trailer returns the 16-byte trailer (the AES-GCM tag) of a frame with a
+// payload of plen bytes.
+func Trailer(frame []byte, plen int) []byte {
+	return frame[PayloadOffset+plen : PayloadOffset+plen+TrailerLen : PayloadOffset+plen+TrailerLen]
 }
 
-// SealICRC writes the trailer for a frame with a payload of plen bytes.
-func SealICRC(frame []byte, plen int) {
-	t := frame[PayloadOffset+plen : PayloadOffset+plen+TrailerLen]
-	binary.BigEndian.PutUint32(t[0:4], icrc(frame, plen))
-	clear(t[4:])
-}
-
-// CheckICRC verifies the trailer of a decoded frame with plen payload bytes.
-func CheckICRC(frame []byte, plen int) error {
-	t := frame[PayloadOffset+plen : PayloadOffset+plen+TrailerLen]
-	if binary.BigEndian.Uint32(t[0:4]) != icrc(frame, plen) ||
-		binary.LittleEndian.Uint32(t[4:8])|binary.LittleEndian.Uint32(t[8:12])|binary.LittleEndian.Uint32(t[12:16]) != 0 {
-		return ErrICRC
-	}
-	return nil
+// Sealed returns payload ‖ trailer of a frame with a payload of plen bytes:
+// the ciphertext and tag of a response, where the cipher writes and reads.
+func Sealed(frame []byte, plen int) []byte {
+	return frame[PayloadOffset : PayloadOffset+plen+TrailerLen : PayloadOffset+plen+TrailerLen]
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 )
@@ -84,6 +85,7 @@ func refuse(uc *net.UnixConn, why string) {
 	if req, err := ctlmsg.DecodeRequest(buf[:n]); err == nil {
 		resp.ID, resp.Op = req.ID, req.Op
 	}
+	clear(buf[:n]) // it may hold a region key
 	b, _ := ctlmsg.EncodeResponse(&resp)
 	uc.Write(b)
 }
@@ -133,11 +135,15 @@ func (c *conn) serve() {
 			resp.ID, resp.Op = req.ID, req.Op
 			var rerr *reqError
 			fd, rerr = c.handle(&req, &resp)
+			req.Key = ctlmsg.Key{} // the core holds its own copy now
 			if rerr != nil {
 				resp.Code, resp.Error = rerr.code, rerr.msg
 				rlog.Info().Str("op", string(req.Op)).Str("code", string(rerr.code)).Msg(rerr.msg)
 			}
 		}
+		// The datagram may hold a region key in hex: keep no copy of it
+		// in this buffer.
+		clear(buf[:n])
 		resp.V = ctlmsg.Version
 		if err := c.reply(&resp, fd); err != nil {
 			log.Debug().Err(err).Msg("reply failed; closing")
@@ -225,6 +231,8 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		return c.registerRegion(req, resp)
 	case ctlmsg.OpDeregisterRegion:
 		return -1, c.deregisterRegion(req)
+	case ctlmsg.OpRekey:
+		return -1, c.rekey(req)
 	case ctlmsg.OpDoorbell:
 		return c.doorbell()
 	case ctlmsg.OpIdentity:
@@ -453,7 +461,7 @@ func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) (int, 
 	var id abi.RegionID
 	mem := m.mem[:req.Size:req.Size]
 	rerr, err := c.execPortal(func(core *engine.Core) (err error) {
-		id, err = core.RegisterRegion(c.portal, mem, engine.Perm(req.Perm))
+		id, err = core.RegisterRegion(c.portal, mem, engine.Perm(req.Perm), aesni.Key(req.Key))
 		return err
 	})
 	if err != nil {
@@ -508,6 +516,33 @@ func (c *conn) deregisterRegion(req *ctlmsg.Request) *reqError {
 		return fail(ctlmsg.CodeInternal, "deregister_region %#x: the core had already dropped it: %v", req.Region, derr)
 	}
 	return nil
+}
+
+// rekey installs a new K_r for one of this portal's regions, on the
+// core's goroutine. Neither the key nor anything derived from it is
+// logged or put in an error.
+func (c *conn) rekey(req *ctlmsg.Request) *reqError {
+	id := abi.RegionID(req.Region)
+	if _, ok := c.regions[id]; !ok {
+		// Whether it exists for another portal is none of this one's business.
+		return fail(ctlmsg.CodeNoRegion, "rekey: region %#x is not registered by %s", req.Region, c.who())
+	}
+	kr := aesni.Key(req.Key)
+	rerr, err := c.execPortal(func(core *engine.Core) error { return core.Rekey(c.portal, id, kr) })
+	kr = aesni.Key{}
+	if err != nil {
+		return execFail(req.Op, err)
+	}
+	switch {
+	case rerr == nil:
+		c.s.log.Debug().Uint64("conn", c.id).Str("name", c.name).Uint32("region", req.Region).Msg("region rekeyed")
+		return nil
+	case errors.Is(rerr, errPortalGone):
+		return fail(ctlmsg.CodeState, "rekey %#x: %v", req.Region, rerr)
+	case errors.Is(rerr, engine.ErrNoRegion), errors.Is(rerr, engine.ErrNotOwner):
+		return fail(ctlmsg.CodeNoRegion, "rekey %#x: the core no longer holds it for %s", req.Region, c.who())
+	}
+	return fail(ctlmsg.CodeInternal, "rekey %#x: %v", req.Region, rerr)
 }
 
 // reclaim returns everything the portal held: regions are deregistered and

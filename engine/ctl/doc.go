@@ -2,8 +2,16 @@
 // the 1RMA driver (paper §4.1, SPEC §3). Applications reach it through the
 // portal library; it opens portals, hands out command slots under a
 // per-application cap ("business priority", SPEC §2), creates and registers
-// memory regions, reports the identity the engine stamps on requests, and
+// memory regions under the region key K_r the application gives, replaces
+// that key on request (local rekey, paper §5.2: core.Rekey on the core's
+// goroutine), reports the identity the engine stamps on requests, and
 // serves the engine's counters.
+//
+// Keys. A region key arrives in a register_region or rekey request and
+// goes straight to the core; the server keeps no copy (it clears the
+// request datagram and the decoded key after use) and never logs it: no
+// log event or error message carries a request's key, and ctlmsg.Key
+// prints as "[redacted]" should one ever be formatted.
 //
 // Transport and messages are defined in package ctlmsg: a unix-domain
 // SOCK_SEQPACKET socket, one JSON message per datagram, file descriptors as

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/engine/ctl/ctlmsg"
@@ -34,9 +36,29 @@ type env struct {
 	sock string
 }
 
-func setup(t *testing.T, mutate func(*ctl.Config)) *env {
-	t.Helper()
+// engineConfig is the loopback core's config, with a volatile IV source.
+func engineConfig() engine.Config {
 	ecfg := engine.DefaultConfig()
+	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
+	return ecfg
+}
+
+// keyHex is a region key in its control-socket form.
+const keyHex = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+
+// kd is the derived key the owner of r hands reader for READs.
+func kd(r *portal.Region, reader *portal.Portal) aesni.Key {
+	id := reader.Identity()
+	return r.DeriveKey(id.Addr, id.PID, abi.OpRead)
+}
+
+func setup(t *testing.T, mutate func(*ctl.Config)) *env {
+	return setupLog(t, mutate, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+}
+
+func setupLog(t *testing.T, mutate func(*ctl.Config), log zerolog.Logger) *env {
+	t.Helper()
+	ecfg := engineConfig()
 	ecfg.LocalIP = engineIP
 	ecfg.Slots = 128
 	ecfg.Regions = 64
@@ -55,7 +77,6 @@ func setup(t *testing.T, mutate func(*ctl.Config)) *env {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	srv, err := ctl.Listen(cfg, drv, log)
 	if err != nil {
 		drv.Stop()
@@ -241,7 +262,7 @@ func TestReadLoopback(t *testing.T) {
 		if !ok {
 			t.Fatal("no free slot")
 		}
-		if err := cli.PostRead(s, engineIP, src.ID(), o.remOff, sink, o.locOff, o.length, uint64(i)); err != nil {
+		if err := cli.PostRead(s, engineIP, src.ID(), o.remOff, kd(src, cli), sink, o.locOff, o.length, uint64(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -274,7 +295,7 @@ func TestReadLoopback(t *testing.T) {
 	// The convenience call posts and flushes.
 	s, _ := cli.Slot()
 	fill(src.Bytes()[:64], 0xee)
-	if err := cli.SubmitRead(s, engineIP, src.ID(), 0, sink, 0, 64, 99); err != nil {
+	if err := cli.SubmitRead(s, engineIP, src.ID(), 0, kd(src, cli), sink, 0, 64, 99); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, cli); c.Status != abi.StatusOK || c.Cookie != 99 || !bytes.Equal(sink.Bytes()[:64], src.Bytes()[:64]) {
@@ -364,14 +385,14 @@ func TestRingFullReturnsAtOnce(t *testing.T) {
 	<-held
 	for i := range 4 {
 		s, _ := p.Slot()
-		if err := p.SubmitRead(s, engineIP, sink.ID(), 0, sink, 0, 64, uint64(i)); err != nil {
+		if err := p.SubmitRead(s, engineIP, sink.ID(), 0, kd(sink, p), sink, 0, 64, uint64(i)); err != nil {
 			close(hold)
 			t.Fatalf("post %d: %v", i, err)
 		}
 	}
 	s, _ := p.Slot()
 	start := time.Now()
-	err = p.PostRead(s, engineIP, sink.ID(), 0, sink, 0, 64, 4)
+	err = p.PostRead(s, engineIP, sink.ID(), 0, kd(sink, p), sink, 0, 64, 4)
 	close(hold)
 	if !errors.Is(err, portal.ErrRingFull) {
 		t.Fatalf("fifth post: %v, want ErrRingFull", err)
@@ -384,7 +405,7 @@ func TestRingFullReturnsAtOnce(t *testing.T) {
 			t.Fatalf("completion %+v", c)
 		}
 	}
-	if err := p.SubmitRead(s, engineIP, sink.ID(), 0, sink, 0, 64, 4); err != nil {
+	if err := p.SubmitRead(s, engineIP, sink.ID(), 0, kd(sink, p), sink, 0, 64, 4); err != nil {
 		t.Fatalf("post after the engine drained: %v", err)
 	}
 	if c := waitOne(t, p); c.Status != abi.StatusOK || c.Cookie != 4 {
@@ -410,7 +431,7 @@ func TestDeregisterRegion(t *testing.T) {
 	if err := p.DeregisterRegion(r); !errors.Is(err, portal.ErrRegion) {
 		t.Errorf("second deregistration: %v", err)
 	}
-	if err := p.PostRead(slots[0], engineIP, id, 0, r, 0, 64, 1); !errors.Is(err, portal.ErrRegion) {
+	if err := p.PostRead(slots[0], engineIP, id, 0, kd(r, p), r, 0, 64, 1); !errors.Is(err, portal.ErrRegion) {
 		t.Errorf("PostRead into a deregistered region: %v", err)
 	}
 	// The stale id, sent raw, is refused by the engine.
@@ -460,7 +481,7 @@ func TestCloseWithoutCleanupReclaims(t *testing.T) {
 	}
 	// Ops in flight towards an address nobody answers.
 	for i := range 4 {
-		if err := p.PostRead(slots[i], netip.MustParseAddr("10.9.0.99"), 1, 0, rs[0], 0, 64, uint64(i)); err != nil {
+		if err := p.PostRead(slots[i], netip.MustParseAddr("10.9.0.99"), 1, 0, kd(rs[0], p), rs[0], 0, 64, uint64(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -468,6 +489,7 @@ func TestCloseWithoutCleanupReclaims(t *testing.T) {
 	if got := e.stats(t).SlotsInUse; got != 12 {
 		t.Fatalf("SlotsInUse = %d, want 12", got)
 	}
+	rs1Key := rs[1].Key()
 	p.Close()
 	eventually(t, "slots reclaimed", func() bool { return e.stats(t).SlotsInUse == 0 })
 	eventually(t, "connection gone", func() bool { return e.srv.Conns() == 0 })
@@ -482,8 +504,11 @@ func TestCloseWithoutCleanupReclaims(t *testing.T) {
 	q := dial(t, e, "next")
 	qs, _ := q.AllocSlots(1)
 	qr, _ := q.RegisterRegion(4096, portal.PermAll)
-	q.SubmitRead(qs[0], engineIP, rs[1].ID(), 0, qr, 0, 64, 1)
-	if c := waitOne(t, q); c.Status != abi.StatusRemoteRegion {
+	// A key derived from the reclaimed region's old K_r: the server holds
+	// no K_r for the id any more, so it cannot authenticate the request.
+	stale := aesni.DeriveKey(rs1Key, q.Identity().Addr.As4(), q.Identity().PID, uint8(abi.OpRead))
+	q.SubmitRead(qs[0], engineIP, rs[1].ID(), 0, stale, qr, 0, 64, 1)
+	if c := waitOne(t, q); c.Status != abi.StatusRemoteAuthFailure {
 		t.Fatalf("READ of a reclaimed region: %+v", c)
 	}
 }
@@ -510,7 +535,7 @@ func TestHelperChild(t *testing.T) {
 		os.Exit(1)
 	}
 	for i := range 3 {
-		p.PostRead(slots[i], netip.MustParseAddr("10.9.0.99"), 1, 0, r, 0, 4096, uint64(i))
+		p.PostRead(slots[i], netip.MustParseAddr("10.9.0.99"), 1, 0, r.DeriveKey(p.Identity().Addr, p.Identity().PID, abi.OpRead), r, 0, 4096, uint64(i))
 	}
 	p.Flush()
 	fmt.Printf("ready %d %#x\n", p.Identity().PID, r.ID())
@@ -638,10 +663,12 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 		{"open", `{"v":1,"op":"open","name":"bad"}`, nil, "", ""},
 		{"second open", `{"v":1,"op":"open","name":"bad2"}`, nil, ctlmsg.CodeState, "already holds portal \"bad\""},
 		{"foreign region", fmt.Sprintf(`{"v":1,"op":"deregister_region","region":%d}`, gr.ID()), nil, ctlmsg.CodeNoRegion, "is not registered by portal \"bad\""},
-		{"region too big", `{"v":1,"op":"register_region","size":1048577,"perm":1}`, nil, ctlmsg.CodeLimit, "exceeds the engine's region limit of 1048576 bytes"},
-		{"region 1", `{"v":1,"op":"register_region","size":1048576,"perm":1}`, nil, "", ""},
-		{"region 2", `{"v":1,"op":"register_region","size":1048576,"perm":1}`, nil, "", ""},
-		{"portal bytes", `{"v":1,"op":"register_region","size":1,"perm":1}`, nil, ctlmsg.CodeLimit, "holds 2097152 region bytes; 1 more would exceed the limit of 2097152 per portal"},
+		{"region too big", `{"v":1,"op":"register_region","size":1048577,"perm":1,"key":"` + keyHex + `"}`, nil, ctlmsg.CodeLimit, "exceeds the engine's region limit of 1048576 bytes"},
+		{"region without key", `{"v":1,"op":"register_region","size":4096,"perm":1}`, nil, ctlmsg.CodeBadRequest, `needs key "key"`},
+		{"region 1", `{"v":1,"op":"register_region","size":1048576,"perm":1,"key":"` + keyHex + `"}`, nil, "", ""},
+		{"region 2", `{"v":1,"op":"register_region","size":1048576,"perm":1,"key":"` + keyHex + `"}`, nil, "", ""},
+		{"portal bytes", `{"v":1,"op":"register_region","size":1,"perm":1,"key":"` + keyHex + `"}`, nil, ctlmsg.CodeLimit, "holds 2097152 region bytes; 1 more would exceed the limit of 2097152 per portal"},
+		{"foreign rekey", fmt.Sprintf(`{"v":1,"op":"rekey","region":%d,"key":"%s"}`, gr.ID(), keyHex), nil, ctlmsg.CodeNoRegion, "is not registered by portal \"bad\""},
 		{"alloc over cap", `{"v":1,"op":"alloc_slots","n":17}`, nil, ctlmsg.CodeSlotCap, "holds 0 slots and asks for 17 more; its cap is 16"},
 		{"identity", `{"v":1,"op":"identity"}`, nil, "", ""},
 	}
@@ -662,7 +689,7 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 		t.Errorf("the engine kept a passed fd: %d open, had %d", got, fds)
 	}
 	// The bystander never noticed.
-	good.SubmitRead(gs[0], engineIP, gr.ID(), 0, gr, 64, 64, 7)
+	good.SubmitRead(gs[0], engineIP, gr.ID(), 0, kd(gr, good), gr, 64, 64, 7)
 	if cpl := waitOne(t, good); cpl.Status != abi.StatusOK {
 		t.Fatalf("bystander: %+v", cpl)
 	}
@@ -732,7 +759,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close() // leaves a dead socket file, like a crashed engine
-	drv, err := newLoopDriver(engine.DefaultConfig())
+	drv, err := newLoopDriver(engineConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -771,7 +798,7 @@ func TestHugetlbSharedMemory(t *testing.T) {
 		t.Fatalf("region of %d bytes", len(r.Bytes()))
 	}
 	fill(r.Bytes()[1<<20:1<<20+4096], 0x42)
-	if err := p.SubmitRead(slots[0], engineIP, r.ID(), 1<<20, r, 0, 4096, 1); err != nil {
+	if err := p.SubmitRead(slots[0], engineIP, r.ID(), 1<<20, kd(r, p), r, 0, 4096, 1); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, p); c.Status != abi.StatusOK || !bytes.Equal(r.Bytes()[:4096], r.Bytes()[1<<20:1<<20+4096]) {
@@ -820,6 +847,11 @@ func TestCorruptRingsIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A region registered before the corruption, to rekey after it.
+	reg, err := rawSend(t, c, []byte(`{"v":1,"op":"register_region","size":4096,"perm":31,"key":"`+keyHex+`"}`), nil)
+	if err != nil || reg.Region == nil {
+		t.Fatalf("register_region: %+v %v", reg, err)
+	}
 	// The command ring's producer index jumps far past its capacity.
 	binary.LittleEndian.PutUint32(seg[l.CmdOff:], l.CmdCap*3+5)
 	eventually(t, "the core to close the corrupt portal", func() bool { return e.stats(t).RingsCorrupt == 1 })
@@ -837,7 +869,8 @@ func TestCorruptRingsIsolated(t *testing.T) {
 	}
 	for _, req := range []string{
 		`{"v":1,"op":"alloc_slots","n":1}`,
-		`{"v":1,"op":"register_region","size":4096,"perm":31}`,
+		`{"v":1,"op":"register_region","size":4096,"perm":31,"key":"` + keyHex + `"}`,
+		fmt.Sprintf(`{"v":1,"op":"rekey","region":%d,"key":"%s"}`, reg.Region.Region, keyHex),
 	} {
 		r, err := rawSend(t, c, []byte(req), nil)
 		if err == nil || r.Code != ctlmsg.CodeState || !strings.Contains(r.Error, "impossible ring indices") {
@@ -850,10 +883,217 @@ func TestCorruptRingsIsolated(t *testing.T) {
 		t.Fatalf("SlotsInUse = %d, want the victim's 4", got)
 	}
 	s, _ := victim.Slot()
-	if err := victim.SubmitRead(s, engineIP, vr.ID(), 0, vr, 64, 64, 1); err != nil {
+	if err := victim.SubmitRead(s, engineIP, vr.ID(), 0, kd(vr, victim), vr, 64, 64, 1); err != nil {
 		t.Fatal(err)
 	}
 	if cpl := waitOne(t, victim); cpl.Status != abi.StatusOK {
 		t.Fatalf("victim after the corrupt portal's reclaim: %+v", cpl)
+	}
+}
+
+// readWith reads 64 bytes of src into sink at sinkOff with key k and
+// returns the completion.
+func readWith(t *testing.T, cli *portal.Portal, src *portal.Region, k aesni.Key, sink *portal.Region, sinkOff uint64) abi.Completion {
+	t.Helper()
+	s, ok := cli.Slot()
+	if !ok {
+		t.Fatal("no free slot")
+	}
+	if err := cli.SubmitRead(s, engineIP, src.ID(), 0, k, sink, sinkOff, 64, sinkOff); err != nil {
+		t.Fatal(err)
+	}
+	c := waitOne(t, cli)
+	cli.Release(c.Slot)
+	return c
+}
+
+// TestWrongKeyRefused: a K_d derived for another PID, another address or
+// from another region's key is refused with REMOTE_AUTHENTICATION_FAILURE
+// and writes nothing; the right one reads.
+func TestWrongKeyRefused(t *testing.T) {
+	e := setup(t, nil)
+	own := dial(t, e, "owner")
+	kr := aesni.Key{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	src, err := own.RegisterRegionKey(4096, portal.PermRemoteRead, kr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Key() != kr {
+		t.Fatal("Key() is not the registered key")
+	}
+	other, err := own.RegisterRegion(4096, portal.PermRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Key() == (aesni.Key{}) || other.Key() == kr {
+		t.Fatal("RegisterRegion did not draw a fresh key")
+	}
+	fill(src.Bytes(), 0x3c)
+	cli := dial(t, e, "reader")
+	cli.AllocSlots(2)
+	sink, _ := cli.RegisterRegion(4096, portal.PermLocalWrite)
+	id := cli.Identity()
+	base := e.stats(t)
+	for name, k := range map[string]aesni.Key{
+		"other pid":    src.DeriveKey(id.Addr, id.PID+1, abi.OpRead),
+		"other addr":   src.DeriveKey(netip.MustParseAddr("10.9.0.2"), id.PID, abi.OpRead),
+		"other op":     src.DeriveKey(id.Addr, id.PID, abi.OpWrite),
+		"other region": other.DeriveKey(id.Addr, id.PID, abi.OpRead),
+		"K_r itself":   kr,
+	} {
+		if c := readWith(t, cli, src, k, sink, 0); c.Status != abi.StatusRemoteAuthFailure {
+			t.Errorf("%s: %+v, want REMOTE_AUTHENTICATION_FAILURE", name, c)
+		}
+	}
+	if !bytes.Equal(sink.Bytes(), make([]byte, 4096)) {
+		t.Fatal("a refused read wrote the sink")
+	}
+	st := e.stats(t)
+	if got := st.ReqAuthFailed - base.ReqAuthFailed; got != 5 {
+		t.Errorf("ReqAuthFailed +%d, want +5", got)
+	}
+	if c := readWith(t, cli, src, kd(src, cli), sink, 0); c.Status != abi.StatusOK || !bytes.Equal(sink.Bytes()[:64], src.Bytes()[:64]) {
+		t.Fatalf("right key: %+v", c)
+	}
+	if _, err := own.RegisterRegionKey(4096, portal.PermAll, aesni.Key{}); !errors.Is(err, portal.ErrZeroKey) {
+		t.Errorf("zero key registered: %v", err)
+	}
+}
+
+// TestRekey: after a local rekey, keys derived from the old K_r fail and
+// keys from the new one read; the owner's other region is untouched.
+func TestRekey(t *testing.T) {
+	e := setup(t, nil)
+	own := dial(t, e, "owner")
+	src, _ := own.RegisterRegion(4096, portal.PermRemoteRead)
+	keep, _ := own.RegisterRegion(4096, portal.PermRemoteRead)
+	fill(src.Bytes(), 1)
+	fill(keep.Bytes(), 2)
+	cli := dial(t, e, "reader")
+	cli.AllocSlots(2)
+	sink, _ := cli.RegisterRegion(8192, portal.PermLocalWrite)
+	oldKd, keepKd := kd(src, cli), kd(keep, cli)
+	if c := readWith(t, cli, src, oldKd, sink, 0); c.Status != abi.StatusOK {
+		t.Fatalf("before rekey: %+v", c)
+	}
+	base := e.stats(t)
+	nk := aesni.Key{0xaa, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xbb}
+	if err := own.Rekey(src, nk); err != nil {
+		t.Fatal(err)
+	}
+	if src.Key() != nk {
+		t.Fatal("Key() after Rekey is not the new key")
+	}
+	if c := readWith(t, cli, src, oldKd, sink, 0); c.Status != abi.StatusRemoteAuthFailure {
+		t.Fatalf("old K_d after rekey: %+v", c)
+	}
+	newKd := kd(src, cli)
+	if newKd == oldKd {
+		t.Fatal("K_d did not change")
+	}
+	if c := readWith(t, cli, src, newKd, sink, 0); c.Status != abi.StatusOK || !bytes.Equal(sink.Bytes()[:64], src.Bytes()[:64]) {
+		t.Fatalf("new K_d: %+v", c)
+	}
+	if c := readWith(t, cli, keep, keepKd, sink, 4096); c.Status != abi.StatusOK || !bytes.Equal(sink.Bytes()[4096:4096+64], keep.Bytes()[:64]) {
+		t.Fatalf("the other region after rekey: %+v", c)
+	}
+	if st := e.stats(t); st.Rekeys-base.Rekeys != 1 || st.ReqAuthFailed-base.ReqAuthFailed != 1 {
+		t.Errorf("Rekeys +%d ReqAuthFailed +%d, want +1 +1", st.Rekeys-base.Rekeys, st.ReqAuthFailed-base.ReqAuthFailed)
+	}
+	// Refusals.
+	if err := own.Rekey(src, aesni.Key{}); !errors.Is(err, portal.ErrZeroKey) || src.Key() != nk {
+		t.Errorf("zero key: %v", err)
+	}
+	if err := cli.Rekey(src, nk); !errors.Is(err, portal.ErrRegion) {
+		t.Errorf("another portal's region: %v", err)
+	}
+	if err := own.DeregisterRegion(keep); err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Rekey(keep, nk); !errors.Is(err, portal.ErrRegion) {
+		t.Errorf("deregistered region: %v", err)
+	}
+	// Raw: a region this connection's portal does not hold.
+	if _, err := rawRoundTrip(t, e.sock, "x", fmt.Sprintf(`{"v":1,"op":"rekey","region":%d,"key":"%s"}`, src.ID(), keyHex)); err == nil ||
+		!strings.Contains(err.Error(), "no portal open") {
+		t.Errorf("rekey without a portal: %v", err)
+	}
+}
+
+// syncBuffer is a log sink shared by the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestKeysNeverLogged: with logging at its most verbose, neither register,
+// rekey, nor any refused request carrying a key puts the key (or any 8
+// hex digits of it) in the log or in the error a client gets.
+func TestKeysNeverLogged(t *testing.T) {
+	var logBuf syncBuffer
+	e := setupLog(t, nil, zerolog.New(&logBuf).Level(zerolog.TraceLevel))
+	own := dial(t, e, "owner")
+	kr := aesni.Key{0x0f, 0x1e, 0x2d, 0x3c, 0x4b, 0x5a, 0x69, 0x78, 0x87, 0x96, 0xa5, 0xb4, 0xc3, 0xd2, 0xe1, 0xf0} // keyHex
+	r, err := own.RegisterRegionKey(4096, portal.PermAll, kr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Rekey(r, kr); err != nil {
+		t.Fatal(err)
+	}
+	var errs []string
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: e.sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, req := range []string{
+		`{"v":1,"op":"rekey","region":1,"key":"` + keyHex + `"}`, // before open
+		`{"v":1,"op":"open","name":"prober"}`,
+		`{"v":1,"op":"rekey","region":` + fmt.Sprint(uint32(r.ID())) + `,"key":"` + keyHex + `"}`, // foreign
+		`{"v":1,"op":"rekey","region":1,"key":"` + strings.ToUpper(keyHex) + `"}`,
+		`{"v":1,"op":"rekey","region":1,"key":"` + keyHex[:31] + `"}`,
+		`{"v":1,"op":"rekey","region":1,"key":"` + keyHex + `0"}`,
+		`{"v":1,"op":"rekey","region":1,"key":"` + keyHex + `","key":"` + keyHex + `"}`,
+		`{"v":1,"op":"stats","key":"` + keyHex + `"}`,
+		`{"v":1,"op":"register_region","size":1099511627777,"perm":1,"key":"` + keyHex + `"}`,
+		`{"v":1,"op":"register_region","size":64,"perm":0,"key":"` + keyHex + `"}`,
+		`{"v":1,"op":"register_region","size":64,"perm":1,"key":"` + keyHex + `"`,
+		`{"v":1,"op":"register_region","size":64,"perm":1,"key":"` + keyHex + `"}` + strings.Repeat(" ", ctlmsg.MaxRequestBytes),
+		`{"v":1,"op":"register_region","size":64,"perm":1,"key":"` + keyHex + `"} trailing`,
+	} {
+		if _, err := rawSend(t, c, []byte(req), nil); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) != 12 {
+		t.Errorf("%d refusals, want 12: %q", len(errs), errs)
+	}
+	own.Close()
+	c.Close()
+	eventually(t, "connections gone", func() bool { return e.srv.Conns() == 0 })
+	logged := logBuf.String()
+	if !strings.Contains(logged, "region rekeyed") || !strings.Contains(logged, "rekey") {
+		t.Errorf("the log does not show the requests at all:\n%s", logged)
+	}
+	for _, text := range append(errs, logged) {
+		low := strings.ToLower(text)
+		for i := 0; i+8 <= len(keyHex); i++ {
+			if strings.Contains(low, keyHex[i:i+8]) {
+				t.Fatalf("key digits %s at %d shown in:\n%s", keyHex[i:i+8], i, text)
+			}
+		}
 	}
 }

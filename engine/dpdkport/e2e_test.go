@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/dpdk/dpdktest"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/dpdkport"
@@ -28,6 +29,7 @@ func aligned(n int) []byte {
 // app is the application side of a portal: it produces Commands and
 // consumes Completions through rings in plain Go memory.
 type app struct {
+	ip    [4]byte // its engine's address: part of its K_d
 	id    engine.PortalID
 	cmd   *abi.Producer
 	cpl   *abi.Consumer
@@ -35,6 +37,12 @@ type app struct {
 	src   abi.RegionID // remote-readable source
 	dst   abi.RegionID // local sink of READs
 }
+
+// testKr is the region key of every region these tests register; testPID
+// the PID their portals stamp.
+var testKr = aesni.Key{0x64, 0x70, 0x64, 0x6b}
+
+const testPID = 4242
 
 // engineNode is one engine: a dpdkport, a core and its runner.
 type engineNode struct {
@@ -106,7 +114,7 @@ func openApp(t testing.TB, n *engineNode, slots int, src, dst []byte) *app {
 	const cmdCap, cplCap = 256, 256
 	cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))
 	cplMem := aligned(abi.RingBytes(cplCap, abi.CompletionSize))
-	a := &app{}
+	a := &app{ip: n.core.Config().LocalIP.As4()}
 	var err error
 	if a.cmd, err = abi.NewProducer(cmdMem, cmdCap, abi.CommandSize); err != nil {
 		t.Fatal(err)
@@ -117,7 +125,7 @@ func openApp(t testing.TB, n *engineNode, slots int, src, dst []byte) *app {
 	exErr := n.r.Exec(func(c *engine.Core) {
 		if a.id, err = c.OpenPortal(engine.PortalSpec{
 			CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap,
-			Class: engine.ClassLow, MaxSlots: slots, PID: 4242,
+			Class: engine.ClassLow, MaxSlots: slots, PID: testPID,
 		}); err != nil {
 			return
 		}
@@ -125,11 +133,11 @@ func openApp(t testing.TB, n *engineNode, slots int, src, dst []byte) *app {
 			return
 		}
 		if src != nil {
-			if a.src, err = c.RegisterRegion(a.id, src, engine.PermRemoteRead|engine.PermLocalRead); err != nil {
+			if a.src, err = c.RegisterRegion(a.id, src, engine.PermRemoteRead|engine.PermLocalRead, testKr); err != nil {
 				return
 			}
 		}
-		a.dst, err = c.RegisterRegion(a.id, dst, engine.PermLocalWrite)
+		a.dst, err = c.RegisterRegion(a.id, dst, engine.PermLocalWrite, testKr)
 	})
 	if exErr != nil {
 		t.Fatal(exErr)
@@ -145,6 +153,9 @@ func (a *app) post(t testing.TB, cmd *abi.Command) {
 	b := a.cmd.Reserve()
 	if b == nil {
 		t.Fatal("command ring full")
+	}
+	if cmd.Key == ([16]byte{}) { // K_d, as the owner of the remote region hands it out
+		cmd.Key = aesni.DeriveKey(testKr, a.ip, testPID, uint8(cmd.Op))
 	}
 	cmd.Encode(b)
 	a.cmd.Commit()
@@ -184,6 +195,7 @@ func e2eConfig(ip string, mac byte) engine.Config {
 	c.LocalIP, c.LocalMAC = netip.MustParseAddr(ip), wire.MAC{0x02, 0, 0, 0, 0, mac}
 	c.Slots, c.Regions, c.Portals = 64, 16, 4
 	c.Timeout, c.DispatchTimeout, c.ResolveTimeout = time.Second, 500*time.Millisecond, time.Second
+	c.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
 	return c
 }
 
@@ -347,6 +359,7 @@ func BenchmarkRead(b *testing.B) {
 	src, dst := make([]byte, 1<<20), make([]byte, 1<<20)
 	a := openApp(b, n, 32, src, dst)
 	me := ipU32(cfg.LocalIP)
+	kd := aesni.DeriveKey(testKr, a.ip, testPID, uint8(abi.OpRead))
 	for _, size := range []uint32{64, 1024, 4096} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			b.ReportAllocs()
@@ -359,7 +372,7 @@ func BenchmarkRead(b *testing.B) {
 					free = free[:len(free)-1]
 					e := a.cmd.Reserve()
 					cmd := abi.Command{Op: abi.OpRead, Slot: s, RemoteAddr: me, RemoteRegion: a.src,
-						RemoteOffset: off, LocalRegion: a.dst, LocalOffset: off, Length: size}
+						RemoteOffset: off, LocalRegion: a.dst, LocalOffset: off, Length: size, Key: kd}
 					cmd.Encode(e)
 					a.cmd.Commit()
 					off = (off + uint64(size)) % uint64(len(src)-4096)

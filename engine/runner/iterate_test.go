@@ -3,6 +3,7 @@ package runner
 import (
 	"testing"
 
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/memport"
 )
@@ -14,7 +15,9 @@ func TestIterateAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, err := engine.New(engine.DefaultConfig(), a)
+	ecfg := engine.DefaultConfig()
+	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
+	core, err := engine.New(ecfg, a)
 	if err != nil {
 		t.Fatal(err)
 	}

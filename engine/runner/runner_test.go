@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
@@ -22,7 +23,9 @@ func newRunner(t *testing.T, cfg runner.Config) (*runner.Runner, *memport.Port) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, err := engine.New(engine.DefaultConfig(), a)
+	ecfg := engine.DefaultConfig()
+	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
+	core, err := engine.New(ecfg, a)
 	if err != nil {
 		t.Fatal(err)
 	}

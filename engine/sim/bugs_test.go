@@ -1,12 +1,14 @@
 package sim
 
 import (
+	"flag"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/wire"
 )
 
 // Targeted scenarios: scripted ops on a quiet network, with every
@@ -181,5 +183,194 @@ func TestSinkDeregisteredInFlight(t *testing.T) {
 	}
 	if st := res.Cores[0]; st.RxStale == 0 {
 		t.Errorf("node 0 counted no stale response (%+v): the responses did not arrive after the deregistration", st)
+	}
+}
+
+var flagBugs = flag.Bool("sim.bugs", false, "run the repros of open core bugs (TestCoreBug* that skip otherwise)")
+
+// postKind is post with the kind's own defect (p.mutate), as a random
+// application would write it.
+func postKind(node int, kind opKind, tgt int) func(*Sim) {
+	return func(s *Sim) {
+		p := s.nodes[node].app.portals[0]
+		var rg *region
+		for _, r := range s.regions {
+			if r.node == tgt && !r.sink && r.deadAt == math.MaxInt64 {
+				rg = r
+				break
+			}
+		}
+		if !p.postOp(kind, rg, 512, 0, p.mutate) {
+			s.fail("script: could not post")
+		}
+		p.cmd.Publish()
+	}
+}
+
+// TestWrongKeys: reads with a random K_d, another initiator's, another op
+// type's, and of a region the server does not have: each ends
+// REMOTE_AUTHENTICATION_FAILURE with its sink untouched (strict run); a
+// read with the right key still works, before and after them.
+func TestWrongKeys(t *testing.T) {
+	c := scripted(2, true)
+	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusRemoteAuthFailure}
+	c.scripts = []scriptStep{at(10, post(0, kValid, 1, nil))}
+	for i, k := range []opKind{kKeyRandom, kKeyInitiator, kKeyOp, kRemoteRegion, kKeyRandom, kKeyInitiator, kKeyOp} {
+		c.scripts = append(c.scripts, at(20+int64(i), postKind(0, k, 1)))
+	}
+	c.scripts = append(c.scripts, at(30, post(0, kValid, 1, nil)))
+	res, err := Run(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.ByStatus[abi.StatusRemoteAuthFailure]; got != 7 {
+		t.Errorf("%d REMOTE_AUTHENTICATION_FAILURE, want 7 (%s)", got, statusSummary(&res.ByStatus))
+	}
+	if got := res.ByStatus[abi.StatusOK]; got != 2 {
+		t.Errorf("%d OK, want 2", got)
+	}
+	if st := res.Cores[1]; st.ReqAuthFailed != 7 || st.ReqServed != 2 {
+		t.Errorf("server: ReqAuthFailed %d ReqServed %d, want 7 and 2", st.ReqAuthFailed, st.ReqServed)
+	}
+}
+
+// TestRekey: the owner (node 1) replaces its region's key; node 0 learns
+// the new key 200 µs later. Its reads posted in between carry the old K_d
+// and must end REMOTE_AUTHENTICATION_FAILURE; reads of node 2's region in
+// between, and its reads after it learnt the key, are OK; node 1's own
+// reads (it knows at once) are OK.
+func TestRekey(t *testing.T) {
+	c := scripted(3, true)
+	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusRemoteAuthFailure}
+	c.scripts = []scriptStep{
+		at(10, post(0, kValid, 1, nil)),
+		at(100, func(s *Sim) {
+			a := s.nodes[1].app
+			p := a.portals[0]
+			a.rekeyRegion(p, p.src)
+			v := &p.src.keys[len(p.src.keys)-1]
+			v.learn[0] = s.now + 200_000
+			v.learn[2] = s.now
+		}),
+		at(110, post(0, kValid, 1, nil)),
+		at(111, post(0, kValid, 2, nil)),
+		at(112, post(2, kValid, 1, nil)),
+		at(120, postKind(0, kRemoteBounds, 1)), // stale key: fails authentication before the bounds check
+		at(400, post(0, kValid, 1, nil)),
+		at(401, postKind(0, kRemoteBounds, 1)),
+	}
+	res, err := Run(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rekeys != 1 || res.ByKind[kStaleKey] != 1 {
+		t.Errorf("rekeys %d, stale-key ops %d, want 1 and 1", res.Rekeys, res.ByKind[kStaleKey])
+	}
+	want := map[abi.Status]uint64{abi.StatusOK: 4, abi.StatusRemoteAuthFailure: 2, abi.StatusRemoteBounds: 1}
+	for st, n := range want {
+		if res.ByStatus[st] != n {
+			t.Errorf("%v: %d, want %d (%s)", st, res.ByStatus[st], n, statusSummary(&res.ByStatus))
+		}
+	}
+	if st := res.Cores[1]; st.Rekeys != 1 || st.ReqAuthFailed != 2 {
+		t.Errorf("owner: Rekeys %d ReqAuthFailed %d, want 1 and 2", st.Rekeys, st.ReqAuthFailed)
+	}
+}
+
+// TestRekeyInFlight: six reads are queued at their server when the owner
+// rekeys: they were authenticated with the old key and are still served
+// (OK). The server is stalled until 110 µs, then takes every request in
+// one step and serves one per poll (ServeBudget 1); the rekey comes 1 ns
+// after that step. A read node 0 posts with the old key after the rekey
+// fails.
+func TestRekeyInFlight(t *testing.T) {
+	c := scripted(2, true)
+	c.Engine.ServeBudget = 1
+	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusRemoteAuthFailure}
+	c.scripts = []scriptStep{
+		at(10, func(s *Sim) {
+			n := s.nodes[1]
+			n.busyUntil = s.now + 100_000
+			n.reschedule()
+		}),
+	}
+	for range 6 {
+		c.scripts = append(c.scripts, at(10, post(0, kValid, 1, nil)))
+	}
+	c.scripts = append(c.scripts,
+		scriptStep{at: 110_000 + 1, do: func(s *Sim) {
+			a := s.nodes[1].app
+			p := a.portals[0]
+			a.rekeyRegion(p, p.src)
+			p.src.keys[len(p.src.keys)-1].learn[0] = s.now + 1_000_000
+		}},
+		at(120, post(0, kValid, 1, nil)))
+	res, err := Run(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ByStatus[abi.StatusOK] != 6 || res.ByStatus[abi.StatusRemoteAuthFailure] != 1 {
+		t.Errorf("completions %s, want OK=6 REMOTE_AUTHENTICATION_FAILURE=1", statusSummary(&res.ByStatus))
+	}
+	if st := res.Cores[1]; st.ReqQueueMax < 6 {
+		t.Errorf("the server's queue held at most %d requests: the rekey did not find them queued", st.ReqQueueMax)
+	}
+}
+
+// zeroFirstChunk returns a netHook that flips one payload byte of the
+// first read response towards node 0 and drops nothing else: the chunk
+// fails authentication, its genuine copy never comes, the op times out.
+func zeroFirstChunk() func(*Sim, *node, *frame) {
+	done := false
+	return func(s *Sim, d *node, f *frame) {
+		var h wire.Fields
+		p, err := wire.Decode(f.buf[:f.n], &h)
+		if done || d.id != 0 || err != nil || h.Type != wire.TypeReadResp || len(p) == 0 {
+			return
+		}
+		p[0] ^= 1
+		done = true
+		s.res.Net.Corrupted++
+	}
+}
+
+// TestDamagedChunkNeverAccepted: a response chunk damaged on the wire is
+// dropped (RxAuthFailed) and the op times out; nothing damaged lands.
+func TestDamagedChunkNeverAccepted(t *testing.T) {
+	c := scripted(2, true)
+	c.Strict = false
+	c.MustSee = []abi.Status{abi.StatusTimeout}
+	c.netHook = zeroFirstChunk()
+	c.scripts = []scriptStep{at(10, post(0, kValid, 1, nil))}
+	res, err := Run(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cores[0].RxAuthFailed != 1 {
+		t.Errorf("RxAuthFailed %d, want 1", res.Cores[0].RxAuthFailed)
+	}
+}
+
+// TestCoreBugFailedReadZeroesSink: the core opens a response chunk
+// straight into the application's sink (aesni OpenResponseDirect), which
+// zeroes the chunk's range when the tag does not match. A damaged chunk
+// whose genuine copy never comes leaves zeros in the sink of a read that
+// fails (TIMEOUT): bytes that are neither the data nor what the
+// application had there. (aesni says OpenResponseDirect is for
+// destinations private until the op completes; a failed op's sink is the
+// application's again.) Fix: OpenResponse (verify, then copy) or open into
+// scratch, or restore the range.
+func TestCoreBugFailedReadZeroesSink(t *testing.T) {
+	if !*flagBugs {
+		t.Skip("open core bug; run with -sim.bugs")
+	}
+	c := scripted(2, true)
+	c.Strict = false
+	c.StrictFailedSink = true
+	c.MustSee = []abi.Status{abi.StatusTimeout}
+	c.netHook = zeroFirstChunk()
+	c.scripts = []scriptStep{at(10, post(0, kValid, 1, nil))}
+	if _, err := Run(c); err != nil {
+		t.Fatal(err)
 	}
 }

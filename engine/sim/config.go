@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 )
 
@@ -19,10 +20,14 @@ type Config struct {
 
 	// Engine is the template of every node's engine.Config. The simulator
 	// fills in the identity fields (CoreID, LocalIP, LocalMAC, MTU,
-	// SlotBase, Neighbors, NeighborTable) and, when zero, Slots, Regions
-	// and Portals (sized from App and Faults).
+	// SlotBase, Neighbors, NeighborTable, IV, CacheSeed) and, when zero,
+	// Slots, Regions and Portals (sized from App and Faults).
 	Engine engine.Config
-	MTU    int // IPv4 MTU of every node and of the fabric
+	// IVBlock and IVSpan configure each node's (volatile) IV source
+	// (aesni.IVConfig; 0: its defaults). Small values make the cores
+	// refill their IV lanes often.
+	IVBlock, IVSpan uint64
+	MTU             int // IPv4 MTU of every node and of the fabric
 	// StaticNeighbors gives every core a static entry for every other node
 	// (no ARP between nodes). Otherwise cores resolve each other by ARP.
 	StaticNeighbors bool
@@ -47,6 +52,12 @@ type Config struct {
 	// op must complete OK (any TIMEOUT, NACK, DISPATCH_TIMEOUT or
 	// UNREACHABLE of a valid op is a failure).
 	Strict bool
+	// StrictFailedSink: a failed read's sink holds only its data and
+	// untouched bytes. Otherwise zeros are tolerated too once the node
+	// dropped an answer that failed authentication: the core opens
+	// response chunks straight into the sink and zeroes a chunk whose tag
+	// does not match (see TestCoreBugFailedReadZeroesSink).
+	StrictFailedSink bool
 	// MustSee lists statuses that must occur at least once in the run: a
 	// scenario built to exercise a mechanism proves the mechanism fired.
 	MustSee []abi.Status
@@ -58,6 +69,10 @@ type Config struct {
 
 	// scripts run at fixed times (tests in this package: targeted repros).
 	scripts []scriptStep
+	// netHook sees every copy the fabric queues towards node d, after the
+	// random faults (tests in this package: targeted damage). It counts
+	// what it damages in s.res.Net.
+	netHook func(s *Sim, d *node, f *frame)
 }
 
 type scriptStep struct {
@@ -128,6 +143,11 @@ type AppConfig struct {
 	// SelfReads: probability a valid op reads a region of its own node
 	// (through its own address: loopback).
 	SelfReads float64
+	// WrongKeyRate: probability an op is a READ of a live region with a
+	// wrong K_d (a random key, the K_d of another PID, or that of another
+	// op type); it must end REMOTE_AUTHENTICATION_FAILURE with its sink
+	// untouched.
+	WrongKeyRate float64
 }
 
 // FaultConfig schedules faults at random times of the posting phase.
@@ -138,6 +158,12 @@ type FaultConfig struct {
 	StallNs       int64    // longest stall
 	PortalCrashes int      // an application dies: its portal is closed with ops in flight, then reopened
 	RegionChurn   int      // a portal deregisters its remote-readable region and registers a new one
+	// Rekeys: an owner replaces the key K_r of one of its regions
+	// (Core.Rekey). Every other node learns the new key KeyDelayNs (at
+	// most; uniform per node) later: until then its applications post
+	// with the old key, and those ops must fail authentication.
+	Rekeys     int
+	KeyDelayNs int64
 }
 
 // Validate checks the fields the simulator relies on.
@@ -168,6 +194,12 @@ func (c *Config) Validate() error {
 		return bad("Faults.LinkDownNs", c.Faults.LinkDownNs)
 	case c.Faults.Stalls > 0 && c.Faults.StallNs <= 0:
 		return bad("Faults.StallNs", c.Faults.StallNs)
+	case c.Faults.KeyDelayNs < 0:
+		return bad("Faults.KeyDelayNs", c.Faults.KeyDelayNs)
+	case c.App.WrongKeyRate < 0 || c.App.WrongKeyRate+c.App.BadRate > 1:
+		return bad("App.WrongKeyRate", c.App.WrongKeyRate)
+	case c.IVSpan != 0 && (c.IVSpan < aesni.ResponseSpan(abi.MaxOpBytes) || c.IVBlock < c.IVSpan):
+		return bad("IVSpan", c.IVSpan)
 	}
 	for _, v := range append(append([]int(nil), c.App.Clients...), c.App.Servers...) {
 		if v < 0 || v >= c.Nodes {
@@ -221,12 +253,22 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 	e.Timeout = 300 * time.Microsecond
 	e.ResolveTimeout = 1 * time.Millisecond
 	e.ARPRetry = 150 * time.Microsecond
+	// Small key caches evict all the time (an op's AEAD must outlive its
+	// cache entry); large ones keep every key.
+	e.KeyCache = []int{1, 3, 16, 4096}[r.IntN(4)]
+	ivSpan := []uint64{0, 64, 256}[r.IntN(3)]
+	ivBlock := uint64(0)
+	if ivSpan != 0 {
+		ivBlock = ivSpan * uint64(1+r.IntN(4))
+	}
 	return Config{
 		Name:            name,
 		Seed:            seed,
 		Nodes:           3 + r.IntN(4),
 		Engine:          e,
 		MTU:             []int{576, 1500, 1500, 4200, 9000}[r.IntN(5)],
+		IVBlock:         ivBlock,
+		IVSpan:          ivSpan,
 		StaticNeighbors: r.IntN(2) == 0,
 		Net: NetConfig{
 			LatencyNs:      1000 + r.Int64N(1000),
@@ -247,6 +289,11 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 			HighClass:      0.3,
 			SrcMinBytes:    4096,
 			SrcMaxBytes:    48 << 10,
+			WrongKeyRate:   0.03,
+		},
+		Faults: FaultConfig{
+			Rekeys:     1 + r.IntN(4),
+			KeyDelayNs: 50_000 + r.Int64N(300_000),
 		},
 		PostNs:        1_500_000,
 		ShutdownAtEnd: r.IntN(5) == 0,
@@ -254,7 +301,8 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 }
 
 // Clean: no faults, generous window and queues: every valid op must be OK
-// and every bad command must get its precise status.
+// and every bad command (wrong keys and stale keys after a rekey included)
+// must get its precise status.
 func Clean(seed uint64) Config {
 	r := scenarioRand(seed)
 	c := base("clean", seed, r)
@@ -263,7 +311,7 @@ func Clean(seed uint64) Config {
 	c.Faults.RegionChurn = r.IntN(3)
 	// Room for every slot of the node at once: no op ever waits for window.
 	c.Engine.WindowBytes = c.App.PortalsPerNode * c.App.SlotsPerPortal * abi.MaxOpBytes
-	c.MustSee = []abi.Status{abi.StatusOK}
+	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusRemoteAuthFailure}
 	return c
 }
 
@@ -285,7 +333,8 @@ func Lossy(seed uint64) Config {
 }
 
 // Corrupting: bits flipped in frames; the core must reject every damaged
-// frame (IPv4 checksum, trailer ICRC) and never land a damaged byte.
+// frame (the AES-GCM tag: answers that fail are dropped, requests answered
+// REMOTE_AUTHENTICATION_FAILURE) and never accept a damaged byte.
 func Corrupting(seed uint64) Config {
 	r := scenarioRand(seed)
 	c := base("corrupt", seed, r)

@@ -10,31 +10,60 @@
 //	app ◀──cpl ring── Core                 (faults per copy)
 //
 // Each node is one engine with one Core, an IPv4 address 10.0.x.y and a
-// MAC 02:00:00:00:x:y. Its application opens portals on the core exactly as
-// the portal library does over shared memory, but in plain (64-byte
-// aligned) Go memory: abi.NewLayout, an abi.Producer on the command ring, an
-// abi.Consumer on the completion ring, Core.AllocSlots, Core.RegisterRegion
-// for a remote-readable region filled with a deterministic pattern and a
-// sink region filled with poison. It posts READs of random sizes and
-// offsets to random remote regions, plus commands with exactly one thing
-// wrong (out of bounds locally or remotely, offsets that wrap, another
-// portal's or a stale region, a region without the permission, length 0 or
-// above 4 KB, an unknown op code, a slot that is not its own or is busy, an
-// address nobody has).
+// MAC 02:00:00:00:x:y, its own volatile IV source
+// (aesni.NewVolatileIVSource; small Block/Span in some seeds, so lanes
+// refill often) and a key-cache hash seed fixed from the run's seed (and
+// key caches of 1 to 4096 entries, so small ones evict all the time). Its
+// application opens portals on the core exactly as the portal library
+// does over shared memory, but in plain (64-byte aligned) Go memory:
+// abi.NewLayout, an abi.Producer on the command ring, an abi.Consumer on
+// the completion ring, Core.AllocSlots, Core.RegisterRegion for a
+// remote-readable region filled with a deterministic pattern and a sink
+// region filled with poison, each with its own region key K_r drawn from
+// the seed. It posts READs of random sizes and offsets to random remote
+// regions, plus commands with exactly one thing wrong (out of bounds
+// locally or remotely, offsets that wrap, another portal's or a stale
+// region, a region without the permission, length 0 or above 4 KB, an
+// unknown op code, a slot that is not its own or is busy, an address
+// nobody has, a wrong key).
+//
+// # Keys (paper §4.2)
+//
+// The region directory every application reads holds each region's keys:
+// every K_r it ever had, when the owner installed it, and when each node
+// learns it. A command carries K_d = aesni.DeriveKey(K_r, the poster's
+// IPv4 address, its portal's PID, READ) for the newest K_r the poster
+// knows. A fraction (App.WrongKeyRate) of the reads carry a wrong K_d
+// instead: a random key, the K_d of another initiator (another PID, or
+// another node's address) or of another op type. Fault "rekey"
+// (Faults.Rekeys): at a random time an owner replaces one of its regions'
+// K_r (Core.Rekey; a Rekey by another portal or of a deregistered region
+// must be refused first); the other nodes learn the new key within
+// Faults.KeyDelayNs, and their reads posted before that carry a K_d of the
+// old key (stale-key ops). A command naming a region the server does not
+// have (unknown, stale generation) cannot authenticate either: the server
+// has no K_r for it.
 //
 // The fabric is one switch. A frame a core sends is checked (well formed,
 // from the node's own addresses, within the MTU, to the MAC of the node
-// that owns the destination IP), copied into a pooled sim-owned buffer,
+// that owns the destination IP; its nonce is the sender's address and a
+// counter > 0 the sender never used before), copied into a pooled sim-owned buffer,
 // serialised on the sender's uplink (bounded queue), forwarded (broadcast
 // to every other node, unicast by MAC), serialised on the receiver's
 // downlink (bounded queue: incast drops) and put in the receiver's bounded
 // rx ring. Per delivered copy the fabric may drop, duplicate, delay
 // (jitter, reordering, or straggling past TIMEOUT so a response lands after
 // its op failed and its slot was reused) or corrupt it. Corruption flips 1-3 bits or one
-// burst of up to 4 bytes after the Ethernet header of an IPv4 frame: damage
-// the IPv4 checksum or the CRC-32C trailer always detects. (Ethernet
-// headers and ARP are left alone: a real link's FCS protects them;
-// TestCorruptionIsDetectable checks the claim.) Links go down and up; cores
+// burst of up to 4 bytes after the Ethernet header of an IPv4 frame. The
+// fabric holds no keys and checks only structure: detecting damage is the
+// receiving core's job, by AES-GCM (a damaged answer fails authentication
+// and is dropped, Stats.RxAuthFailed; a damaged request is answered
+// REMOTE_AUTHENTICATION_FAILURE, Stats.ReqAuthFailed, sent to the source
+// the request claims, which may be an address nobody has). Every byte a
+// core uses is covered by the tag or checked by wire.Decode; the rest
+// (TOS, ID, TTL, checksums) it ignores. (Ethernet headers and ARP are left
+// alone: a real link's FCS protects them; TestCorruptionIsDetectable
+// checks the claim with real seals.) Links go down and up; cores
 // stall (not polled: a descheduled thread); Tx.Buffer sometimes has no
 // buffer. The switch does not hairpin (a frame to its sender's own MAC is
 // dropped), like real switches and bridges.
@@ -66,9 +95,29 @@
 // precise one for a bad command, OK for a valid op on a clean network (or
 // NACK / TIMEOUT / DISPATCH_TIMEOUT / UNREACHABLE where the scenario allows
 // failures); no DISPATCH_TIMEOUT or TIMEOUT before its time; delays
-// consistent. An OK read's bytes equal the remote pattern exactly; a failed
-// read's bytes are each either the right byte or untouched; nothing outside
-// an op's range is written, and an idle slot's area stays untouched (no
+// consistent.
+//
+// REMOTE_AUTHENTICATION_FAILURE: a read with a wrong key, a stale-key read
+// and a read of a region the server does not have must get exactly it (or,
+// under faults, TIMEOUT / DISPATCH_TIMEOUT / UNREACHABLE: never OK, NACK or
+// another remote status, which all need an authenticated request) and
+// leave its sink untouched. Another op may get it only when its key stopped
+// opening before it completed (its region was rekeyed or deregistered
+// meanwhile) or the fabric damaged a copy of its request (the fabric tags
+// each request with its op): ops on other regions never see it. A read
+// posted with the then-current key may still end OK after a rekey (its
+// request was authenticated and queued before). Stats.Rekeys counts the
+// application's rekeys; Stats.IVErrors stays 0; Stats.RxAuthFailed stays 0
+// until the fabric has damaged or forged a frame (a genuine answer always
+// opens). The corrupt scenario must show RxAuthFailed, ReqAuthFailed and
+// damaged requests answered REMOTE_AUTHENTICATION_FAILURE.
+//
+// An OK read's bytes equal the remote pattern exactly; a failed read's
+// bytes are each either the right byte or untouched, or zero once its node
+// dropped an answer that failed authentication (the core opens a chunk
+// straight into the sink and zeroes it on a tag mismatch:
+// Config.StrictFailedSink forbids that, TestCoreBugFailedReadZeroesSink);
+// nothing outside an op's range is written, and an idle slot's area stays untouched (no
 // late response lands after its op completed). A portal closed mid-run (an
 // application crash) gets no completion afterwards and its memory is never
 // written again; a deregistered region is never served again (its memory is
@@ -82,15 +131,17 @@
 // an UNREACHABLE for a node that exists must have waited ResolveTimeout.
 //
 // The checker is checked too: TestSimCatchesForgedData alters responses
-// behind the integrity checks' back and expects the data invariant to fire.
+// and reseals them as a holder of the K_d would (the simulator knows every
+// K_r and the IV of every request) and expects the data invariant to fire.
 //
 // # Scripted repros
 //
 // Tests in this package can replace the random applications by scripts
-// (ops posted at fixed times; stalls, crashes) and keep every invariant.
-// The TestCoreBug* tests are minimal repros of core bugs the simulator
-// found; they are skipped unless -sim.bugs is given, and pass once the
-// core is fixed.
+// (ops posted at fixed times; stalls, crashes, rekeys; a hook that damages
+// chosen frames) and keep every invariant. The TestCoreBug* tests are
+// minimal repros of core bugs the simulator found: fixed ones run as
+// regression tests, open ones are skipped unless -sim.bugs is given and
+// pass once the core is fixed.
 //
 // # Running
 //
@@ -105,5 +156,5 @@
 // goroutine). A failure replays its seed with tracing on and prints the
 // last events before the violation.
 //
-// Imports: engine, abi, wire. Nothing imports sim but tests and tools.
+// Imports: engine, abi, aesni, wire. Nothing imports sim but tests and tools.
 package sim

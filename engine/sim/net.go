@@ -6,15 +6,26 @@ import (
 	"math"
 	"net/netip"
 
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/wire"
 )
+
+// reqRef names a request the fabric saw: its sender and tag.
+type reqRef struct {
+	node int
+	tag  uint64
+}
 
 // frame is a sim-owned copy of a frame in the fabric.
 type frame struct {
 	buf []byte // len == pool size (fabric MTU + Ethernet header)
 	n   int
 	src int
+	// op: the cookie of the op whose request this is (0: not a request,
+	// or its op unknown); the fabric marks the op when it damages a copy.
+	op uint64
 }
 
 // framePool recycles frame buffers: after warm-up a run allocates nothing
@@ -42,14 +53,14 @@ func (p *framePool) put(f *frame) {
 	for i := range b {
 		b[i] = 0xdb
 	}
-	f.n = 0
+	f.n, f.op = 0, 0
 	p.free = append(p.free, f)
 }
 
 func (p *framePool) clone(f *frame) *frame {
 	g := p.get()
 	g.n = copy(g.buf, f.buf[:f.n])
-	g.src = f.src
+	g.src, g.op = f.src, f.op
 	return g
 }
 
@@ -80,10 +91,13 @@ type node struct {
 	txSent uint64 // frames the core sent
 	rxFed  uint64 // frames handed to Receive
 	last   engine.Stats
+	// ivs: every IV counter the core sent a frame with (Appendix A: a
+	// counter is never used twice, whatever the key).
+	ivs map[uint64]struct{}
 }
 
 func newNode(s *Sim, i int) *node {
-	n := &node{s: s, id: i}
+	n := &node{s: s, id: i, ivs: make(map[uint64]struct{})}
 	n.ip = netip.AddrFrom4([4]byte{10, 0, byte((i + 1) >> 8), byte(i + 1)})
 	n.ip4 = ip4(n.ip)
 	n.mac = wire.MAC{0x02, 0, 0, 0, byte((i + 1) >> 8), byte(i + 1)}
@@ -158,8 +172,13 @@ func (t *nodeTx) Send(n int) {
 }
 
 // checkTx: every frame a core emits is well formed, from its own
-// addresses, within the MTU, and addressed to the right MAC.
-func (s *Sim) checkTx(n *node, b []byte) bool {
+// addresses, within the MTU, addressed to the right MAC, and (OneRMA)
+// carries a nonce of its own address and a counter it never used before.
+// The fabric checks structure only: it holds no keys, so whether a frame
+// is authentic is the receiving core's business (AES-GCM), and a damaged
+// byte that got through shows in the applications' data checks. It
+// decodes OneRMA frames into f.
+func (s *Sim) checkTx(n *node, b []byte, f *wire.Fields) bool {
 	if len(b) < wire.MinFrame {
 		s.fail("node %d sent a %d-byte frame (minimum %d)", n.id, len(b), wire.MinFrame)
 		return false
@@ -188,20 +207,41 @@ func (s *Sim) checkTx(n *node, b []byte) bool {
 			return false
 		}
 	case wire.EtherTypeIPv4:
-		var f wire.Fields
-		p, err := wire.Decode(b, &f)
-		if err == nil {
-			err = wire.CheckICRC(b, len(p))
-		}
-		if err != nil {
+		if _, err := wire.Decode(b, f); err != nil {
 			s.fail("node %d sent a malformed OneRMA frame: %v", n.id, err)
 			return false
 		}
+		if err := wire.CheckIPv4Checksum(b); err != nil {
+			s.fail("node %d sent a frame with a bad IPv4 header checksum: %v", n.id, err)
+			return false
+		}
+		addr, ctr := aesni.NonceCounter(f.IV[:])
+		if addr != n.ip.As4() || ctr == 0 {
+			s.fail("node %d sent a %v frame with nonce %x: want its address %v and a counter > 0", n.id, f.Type, f.IV, n.ip)
+			return false
+		}
+		if _, dup := n.ivs[ctr]; dup {
+			s.fail("node %d sent a %v frame with IV counter %d, which it used before (nonce reuse)", n.id, f.Type, ctr)
+			return false
+		}
+		n.ivs[ctr] = struct{}{}
 		if f.SrcIP != n.ip4 {
 			s.fail("node %d sent a frame from IP %08x", n.id, f.SrcIP)
 			return false
 		}
-		if d := s.nodeOfIP(f.DstIP); d < 0 {
+		if f.Type == wire.TypeError && abi.Status(f.Status) == abi.StatusRemoteAuthFailure && s.res.Net.Corrupted > 0 {
+			// The answer to a request that failed authentication goes to
+			// the addresses the request claimed: when the fabric damaged
+			// its source IP, to a node's MAC (the Ethernet header is never
+			// damaged) but an IP nobody has, or another node's.
+			if s.nodeOfMAC(f.DstMAC[:]) < 0 {
+				s.fail("node %d sent REMOTE_AUTHENTICATION_FAILURE to MAC %x, which no node has", n.id, f.DstMAC)
+				return false
+			}
+			if d := s.nodeOfIP(f.DstIP); d < 0 || f.DstMAC != s.nodes[d].mac {
+				s.res.Net.Misaddressed++
+			}
+		} else if d := s.nodeOfIP(f.DstIP); d < 0 {
 			s.fail("node %d sent a %v frame to %08x, which no node has: it never resolved", n.id, f.Type, f.DstIP)
 			return false
 		} else if f.DstMAC != s.nodes[d].mac {
@@ -232,7 +272,8 @@ func (s *Sim) queueNs(nbytes int) int64 {
 
 // send: a core emitted a frame at s.now.
 func (s *Sim) send(n *node, b []byte) {
-	if !s.checkTx(n, b) {
+	var h wire.Fields
+	if !s.checkTx(n, b, &h) {
 		return
 	}
 	n.txSent++
@@ -254,6 +295,18 @@ func (s *Sim) send(n *node, b []byte) {
 	f := s.pool.get()
 	f.n = copy(f.buf, b)
 	f.src = n.id
+	if h.Type == wire.TypeReadReq && wire.EtherType(b) == wire.EtherTypeIPv4 {
+		// The core sends a request when its op enters service, inside
+		// Poll: the slot's op is the one the app posted last on it.
+		if ref, ok := n.app.slotOwner[abi.SlotID(h.Tag>>32)]; ok && !ref.p.closed {
+			if o := ref.p.busy[ref.k]; o != nil {
+				f.op = o.cookie
+			}
+		}
+		if s.reqIVs != nil {
+			s.reqIVs[reqRef{n.id, h.Tag}] = h.IV
+		}
+	}
 	s.schedule(n.upFree+s.cfg.Net.LatencyNs, evSwitch, n.id, 0, f)
 }
 
@@ -312,9 +365,15 @@ func (s *Sim) downlink(d *node, f *frame, extra int64) {
 	r := s.netRng
 	if nc.Corrupt > 0 && r.Float64() < nc.Corrupt && s.corrupt(f) {
 		s.res.Net.Corrupted++
+		if o := s.ops[f.op]; o != nil && f.op != 0 {
+			o.reqCorrupt = true
+		}
 	}
 	if nc.Forge > 0 && r.Float64() < nc.Forge {
 		s.forge(f)
+	}
+	if s.cfg.netHook != nil {
+		s.cfg.netHook(s, d, f)
 	}
 	start := max(s.now, d.downFree)
 	if nc.BitsPerSec > 0 && start-s.now > s.queueNs(nc.DownQueueBytes) {
@@ -338,12 +397,14 @@ func (s *Sim) downlink(d *node, f *frame, extra int64) {
 	s.schedule(t, evDeliver, d.id, 0, f)
 }
 
-// corrupt damages an IPv4 frame beyond its Ethernet header in a way the
-// receiver must detect: 1-3 flipped bits, or one burst of up to 4 bytes
-// (CRC-32C detects every burst of at most 32 bits and every error of at
-// most 3 bits at these lengths; the IPv4 checksum covers its header).
-// ARP frames and Ethernet headers are left alone: on a real link the FCS
-// protects them, and ARP has no integrity check of its own.
+// corrupt damages an IPv4 frame beyond its Ethernet header: 1-3 flipped
+// bits, or one burst of up to 4 bytes. The receiving core must reject it:
+// every byte it uses is in the AES-GCM tag's coverage (IPv4 addresses, UDP
+// header, OneRMA header, payload, the tag itself) or checked by Decode
+// (IPv4 version, lengths, fragments, protocol); what is left (TOS, ID,
+// TTL, IPv4 and UDP checksums) it ignores. ARP frames and Ethernet
+// headers are left alone: on a real link the FCS protects them, and ARP
+// has no integrity check of its own.
 func (s *Sim) corrupt(f *frame) bool {
 	if f.n <= wire.PayloadOffset || wire.EtherType(f.buf[:f.n]) != wire.EtherTypeIPv4 {
 		return false
@@ -370,15 +431,40 @@ func (s *Sim) corrupt(f *frame) bool {
 	return true
 }
 
-// forge alters one payload byte of a read response and reseals it.
+// forge alters one payload byte of a read response and reseals it, as
+// only a holder of the K_d could: the simulator knows every K_r, and the
+// IV of every request sent (the answer curries it).
 func (s *Sim) forge(f *frame) {
 	var h wire.Fields
-	p, err := wire.Decode(f.buf[:f.n], &h)
+	b := f.buf[:f.n]
+	p, err := wire.Decode(b, &h)
 	if err != nil || h.Type != wire.TypeReadResp || len(p) == 0 {
 		return
 	}
-	p[s.netRng.IntN(len(p))] ^= 0x10
-	wire.SealICRC(f.buf[:f.n], len(p))
+	ini, srv := s.nodeOfIP(h.DstIP), s.nodeOfIP(h.SrcIP)
+	iv, ok := s.reqIVs[reqRef{ini, h.Tag}]
+	if ini < 0 || srv < 0 || !ok {
+		return
+	}
+	for _, rg := range s.regions {
+		if rg.node != srv || uint32(rg.id) != h.Region {
+			continue
+		}
+		for v := len(rg.keys) - 1; v >= 0; v-- {
+			a, err := aesni.NewAEAD(rg.keys[v].d.Derive(s.nodes[ini].ip.As4(), h.PID, uint8(abi.OpRead)))
+			if err != nil {
+				panic(err)
+			}
+			pt := make([]byte, len(p))
+			if a.OpenResponseDirect(pt, wire.Sealed(b, len(p)), wire.IV(b), wire.AAD(b), iv[:]) != nil {
+				continue
+			}
+			pt[s.netRng.IntN(len(pt))] ^= 0x10
+			a.SealResponse(wire.Sealed(b, len(p)), pt, wire.IV(b), wire.AAD(b), iv[:])
+			s.res.Net.Forged++
+			return
+		}
+	}
 }
 
 // deliver: a frame reaches n's NIC.
@@ -482,8 +568,18 @@ func (n *node) afterCall(what string) {
 		s.fail("node %d: Stats.TxFrames %d, but the core sent %d frames", n.id, st.TxFrames, n.txSent)
 	case st.RxFrames != n.rxFed:
 		s.fail("node %d: Stats.RxFrames %d, but Receive was called %d times", n.id, st.RxFrames, n.rxFed)
-	case st.Posted < n.last.Posted || st.EnteredSvc < n.last.EnteredSvc || st.ReqServed < n.last.ReqServed:
+	case st.Posted < n.last.Posted || st.EnteredSvc < n.last.EnteredSvc || st.ReqServed < n.last.ReqServed ||
+		st.RxAuthFailed < n.last.RxAuthFailed || st.ReqAuthFailed < n.last.ReqAuthFailed:
 		s.fail("node %d: a counter went backwards: %+v -> %+v", n.id, n.last, st)
+	case st.Rekeys != n.app.rekeys:
+		s.fail("node %d: Stats.Rekeys %d, the application rekeyed %d times", n.id, st.Rekeys, n.app.rekeys)
+	case st.IVErrors != 0:
+		s.fail("node %d: Stats.IVErrors %d: a volatile IV source never runs dry", n.id, st.IVErrors)
+	case st.RxAuthFailed != 0 && s.res.Net.Corrupted == 0 && s.res.Net.Forged == 0:
+		// Nothing on the wire was damaged or forged: every answer the
+		// core matched to one of its ops is genuine and must open.
+		s.fail("node %d: Stats.RxAuthFailed %d on a fabric that damages nothing: a genuine answer failed authentication",
+			n.id, st.RxAuthFailed)
 	}
 	var done uint64
 	for _, v := range st.Completed {
@@ -530,12 +626,9 @@ func describe(b []byte) string {
 		if err != nil {
 			return fmt.Sprintf("IPv4(%v)", err)
 		}
-		icrc := "ok"
-		if wire.CheckICRC(b, len(p)) != nil {
-			icrc = "BAD"
-		}
-		return fmt.Sprintf("type=%d st=%d %08x:%d->%08x:%d tag=%x reg=%x len=%d off=%d icrc=%s",
-			f.Type, f.Status, f.SrcIP, f.SrcPort, f.DstIP, f.DstPort, f.Tag, f.Region, f.Length, f.Offset, icrc)
+		_, ctr := aesni.NonceCounter(f.IV[:])
+		return fmt.Sprintf("type=%d st=%d %08x:%d->%08x:%d pid=%d tag=%x reg=%x len=%d off=%d plen=%d iv=%d",
+			f.Type, f.Status, f.SrcIP, f.SrcPort, f.DstIP, f.DstPort, f.PID, f.Tag, f.Region, f.Length, f.Offset, len(p), ctr)
 	}
 	return fmt.Sprintf("ethertype %#04x len %d", wire.EtherType(b), len(b))
 }

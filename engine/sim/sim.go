@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/wire"
 )
@@ -20,11 +21,18 @@ type Result struct {
 	EndNs    int64 // virtual time at the end, relative to the start
 	Posted   uint64
 	Bad      uint64                // of which invalid commands
-	ByKind   [16]uint64            // posted, by what the op tests (KindName)
+	ByKind   [24]uint64            // posted, by what the op tests (KindName)
 	ByStatus [abi.NumStatus]uint64 // completions the applications saw
 	Orphaned uint64                // ops in flight when their portal was closed
-	Net      NetStats
-	Cores    []engine.Stats
+	Rekeys   uint64                // regions rekeyed (Core.Rekey)
+	// ZeroedSinks: failed ops whose sink held zeros from a response chunk
+	// that failed authentication (see Config.StrictFailedSink).
+	ZeroedSinks uint64
+	// AuthFailDamaged: ops with a good key whose request the fabric
+	// damaged, answered REMOTE_AUTHENTICATION_FAILURE.
+	AuthFailDamaged uint64
+	Net             NetStats
+	Cores           []engine.Stats
 	// Digest folds every event, frame and completion of the run: two runs
 	// of one seed must produce the same digest (determinism check).
 	Digest uint64
@@ -37,6 +45,10 @@ type NetStats struct {
 	Straggled                                    uint64
 	LinkDrops, UpQueueDrops, DownQueueDrops      uint64
 	RxOverflow, TxNoBuffer, UnknownDst, Hairpins uint64
+	Forged                                       uint64 // responses altered and resealed (Net.Forge)
+	// Misaddressed: REMOTE_AUTHENTICATION_FAILURE answers to requests whose
+	// source IP the fabric had damaged (sent to the claimed source).
+	Misaddressed uint64
 }
 
 // Failure is an invariant violation. Its message names the seed to
@@ -78,13 +90,19 @@ func Run(cfg Config) (res *Result, err error) {
 			s.fail("panic: %v\n%s", p, debug.Stack())
 		}
 		s.finishResult()
-		res, err = &s.res, s.err
+		// A copy: a *Result into s would keep the whole run (cores,
+		// regions, key caches) alive as long as the caller keeps it.
+		r := s.res
+		res = &r
+		if err == nil {
+			err = s.err
+		}
 	}()
 	if e := s.setup(); e != nil {
-		return &s.res, e
+		return nil, e
 	}
 	s.run()
-	return &s.res, s.err
+	return nil, s.err
 }
 
 // Sim is one simulation: nodes (core + application), the fabric and the
@@ -97,6 +115,7 @@ type Sim struct {
 	netRng   *rand.Rand // fabric faults
 	faultRng *rand.Rand // fault schedule
 	appRng   *rand.Rand // applications
+	keyRng   *rand.Rand // region keys
 
 	events eventHeap
 	seq    uint64
@@ -116,6 +135,9 @@ type Sim struct {
 	patternID uint64
 
 	expect [abi.MaxOpBytes]byte // scratch: the bytes an op should have read
+	// reqIVs: the IV of every request sent, by sender and tag (kept only
+	// to forge responses: Net.Forge).
+	reqIVs map[reqRef][12]byte
 
 	res   Result
 	err   error
@@ -138,13 +160,14 @@ const (
 	evCrash       // application dies: its portal is closed
 	evReopen      // application restarts: opens a new portal
 	evChurn       // portal re-registers its remote-readable region
+	evRekey       // an owner replaces a region's key
 	evPostEnd     // apps stop posting
 	evRunEnd      // end of the grace period: final checks
 	evScript      // a scripted step (targeted tests)
 	numEventKinds // sentinel
 )
 
-var evNames = [...]string{"", "switch", "deliver", "tick", "linkdown", "linkup", "stall", "crash", "reopen", "churn", "postend", "runend", "script"}
+var evNames = [...]string{"", "switch", "deliver", "tick", "linkdown", "linkup", "stall", "crash", "reopen", "churn", "rekey", "postend", "runend", "script"}
 
 type event struct {
 	t    int64
@@ -258,10 +281,14 @@ func (s *Sim) setup() error {
 	s.netRng = rand.New(rand.NewPCG(seed, 0x6e6574))
 	s.faultRng = rand.New(rand.NewPCG(seed, 0xfa017))
 	s.appRng = rand.New(rand.NewPCG(seed, 0xa99))
+	s.keyRng = rand.New(rand.NewPCG(seed, 0x6b6579))
 	s.t0 = 1_000_000_000 + s.faultRng.Int64N(1_000_000_000)
 	s.now = s.t0
 	s.postEnd = s.t0 + cfg.PostNs
 	s.ops = make(map[uint64]*op)
+	if cfg.Net.Forge > 0 {
+		s.reqIVs = make(map[reqRef][12]byte)
+	}
 	s.pool.size = cfg.MTU + wire.EthLen
 	if s.pool.size < wire.MinFrame {
 		s.pool.size = wire.MinFrame
@@ -344,6 +371,10 @@ func (s *Sim) engineConfig(n *node) engine.Config {
 			ec.NeighborTable *= 2
 		}
 	}
+	// Security: each node its own IV counters (volatile: a run is one
+	// process lifetime) and a fixed cache hash seed, so runs repeat.
+	ec.IV = aesni.NewVolatileIVSource(aesni.IVConfig{Block: cfg.IVBlock, Span: cfg.IVSpan})
+	ec.CacheSeed = mix64(cfg.Seed<<8^uint64(n.id)) | 1
 	ec.Neighbors = nil
 	if cfg.StaticNeighbors {
 		for _, m := range s.nodes {
@@ -376,6 +407,9 @@ func (s *Sim) scheduleFaults() {
 	}
 	for i := 0; i < f.RegionChurn; i++ {
 		s.schedule(at(), evChurn, r.IntN(len(s.nodes)), 0, nil)
+	}
+	for i := 0; i < f.Rekeys; i++ {
+		s.schedule(at(), evRekey, r.IntN(len(s.nodes)), 0, nil)
 	}
 }
 
@@ -489,6 +523,8 @@ func (s *Sim) handle(e event) {
 		}
 	case evChurn:
 		n.app.churn()
+	case evRekey:
+		n.app.rekey()
 	case evScript:
 		s.cfg.scripts[e.arg].do(s)
 		for _, m := range s.nodes {

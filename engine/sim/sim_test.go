@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 )
 
 var (
@@ -123,14 +124,17 @@ func TestSimSeeds(t *testing.T) {
 				report(t, sc, seed, err)
 			}
 			var by [abi.NumStatus]uint64
-			var kinds [16]uint64
-			var posted, steps uint64
+			var kinds [24]uint64
+			var posted, steps, rekeys, zeroed, authDamaged uint64
 			var net NetStats
 			var cs engineTotals
 			for _, r := range res {
 				cs.add(r)
 				posted += r.Posted
 				steps += r.Steps
+				rekeys += r.Rekeys
+				zeroed += r.ZeroedSinks
+				authDamaged += r.AuthFailDamaged
 				for i, v := range r.ByStatus {
 					by[i] += v
 				}
@@ -145,15 +149,27 @@ func TestSimSeeds(t *testing.T) {
 				net.DownQueueDrops += r.Net.DownQueueDrops
 				net.LinkDrops += r.Net.LinkDrops
 				net.Straggled += r.Net.Straggled
+				net.Misaddressed += r.Net.Misaddressed
 			}
 			t.Logf("%d seeds: %d ops, %d steps; completions: %s; frames sent %d, dropped %d, corrupted %d, dup %d, reordered %d, straggled %d, queue drops %d, link drops %d; cores: %s",
 				len(seeds), posted, steps, statusSummary(&by), net.Sent, net.Dropped, net.Corrupted, net.Duplicated,
 				net.Reordered, net.Straggled, net.DownQueueDrops, net.LinkDrops, cs)
+			t.Logf("keys: %d rekeys; wrong-key ops %d (random %d, other initiator %d, other op %d), stale-key ops %d, remote-region ops %d; damaged requests answered auth failure %d (to damaged sources %d); failed reads with zeroed chunks %d",
+				rekeys, kinds[kKeyRandom]+kinds[kKeyInitiator]+kinds[kKeyOp], kinds[kKeyRandom], kinds[kKeyInitiator], kinds[kKeyOp],
+				kinds[kStaleKey], kinds[kRemoteRegion], authDamaged, net.Misaddressed, zeroed)
+			if sc.Name == "corrupt" && len(seeds) >= defaultSeeds && net.Corrupted > 0 {
+				// Damaged answers were dropped by authentication, damaged
+				// requests answered REMOTE_AUTHENTICATION_FAILURE.
+				if cs.rxAuthFailed == 0 || cs.reqAuthFailed == 0 || authDamaged == 0 {
+					t.Errorf("%d frames corrupted, but RxAuthFailed %d, ReqAuthFailed %d, damaged requests answered REMOTE_AUTHENTICATION_FAILURE %d",
+						net.Corrupted, cs.rxAuthFailed, cs.reqAuthFailed, authDamaged)
+				}
+			}
 			if sc.Name == "clean" && len(seeds) >= defaultSeeds {
 				// Every kind of bad command was posted (and, the run being
 				// strict, got its precise status).
 				for k := 1; k < NumKinds; k++ {
-					if kinds[k] == 0 {
+					if kinds[k] == 0 && opKind(k) != kStaleKey { // stale keys need a rekey and a reader in its window: TestRekey
 						t.Errorf("no %s command was posted in %d seeds", KindName(k), len(seeds))
 					}
 				}
@@ -164,12 +180,14 @@ func TestSimSeeds(t *testing.T) {
 
 // engineTotals sums the cores' counters that show which paths ran.
 type engineTotals struct {
-	badICRC, dropped, stale, dup, nacked, expired, txNoBuf, orphaned, arpReq, queueMax uint64
+	rxAuthFailed, reqAuthFailed, rekeys, dropped, stale, dup, nacked, expired, txNoBuf, orphaned, arpReq, queueMax uint64
 }
 
 func (e *engineTotals) add(r *Result) {
 	for _, st := range r.Cores {
-		e.badICRC += st.RxBadICRC
+		e.rxAuthFailed += st.RxAuthFailed
+		e.reqAuthFailed += st.ReqAuthFailed
+		e.rekeys += st.Rekeys
 		e.dropped += st.RxDropped
 		e.stale += st.RxStale
 		e.dup += st.RxDuplicate
@@ -183,8 +201,8 @@ func (e *engineTotals) add(r *Result) {
 }
 
 func (e engineTotals) String() string {
-	return fmt.Sprintf("rx bad ICRC %d, rx dropped %d, stale %d, duplicate %d; requests NACKed %d, expired %d, deepest queue %d; tx no buffer %d; orphans %d; ARP requests %d",
-		e.badICRC, e.dropped, e.stale, e.dup, e.nacked, e.expired, e.queueMax, e.txNoBuf, e.orphaned, e.arpReq)
+	return fmt.Sprintf("rx auth failed %d, rx dropped %d, stale %d, duplicate %d; requests auth failed %d, NACKed %d, expired %d, deepest queue %d; rekeys %d; tx no buffer %d; orphans %d; ARP requests %d",
+		e.rxAuthFailed, e.dropped, e.stale, e.dup, e.reqAuthFailed, e.nacked, e.expired, e.queueMax, e.rekeys, e.txNoBuf, e.orphaned, e.arpReq)
 }
 
 // TestDeterminism: one seed run twice gives the same run, event for event.
@@ -223,7 +241,9 @@ func TestScenarioConfigs(t *testing.T) {
 			if err := c.Validate(); err != nil {
 				t.Fatalf("%s seed %d: %v", sc.Name, seed, err)
 			}
-			if err := c.Engine.Validate(); err != nil {
+			e := c.Engine
+			e.IV = aesni.NewVolatileIVSource(aesni.IVConfig{Block: c.IVBlock, Span: c.IVSpan})
+			if err := e.Validate(); err != nil {
 				t.Fatalf("%s seed %d engine: %v", sc.Name, seed, err)
 			}
 		}

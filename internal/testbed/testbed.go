@@ -32,7 +32,19 @@ type Options struct {
 	NetNS    string // run inside this network namespace ("": the current one)
 	Busy     bool   // pinned busy polling (benchmarks); default idle backoff
 	CPU      int    // CPU for the polling thread when Busy (-1: none)
-	Extra    []string
+	// IVState is the engine's IV counter state file ("": <Dir>/<Name>.iv,
+	// so every engine of a test has its own, and a restarted engine of the
+	// same Name and Dir resumes its counters).
+	IVState string
+	Extra   []string
+}
+
+// IVStatePath is the IV state file an engine started with o uses.
+func (o *Options) IVStatePath() string {
+	if o.IVState != "" {
+		return o.IVState
+	}
+	return filepath.Join(o.Dir, o.Name+".iv")
 }
 
 // Engine is a running rmad process.
@@ -93,6 +105,7 @@ func Start(o Options) (*Engine, error) {
 		"-port-name", o.PortName, "-vdev", o.Vdev,
 		"-ip", o.IP, "-socket", e.Socket, "-poll-mode", mode,
 		"-cpu", strconv.Itoa(o.CPU),
+		"-iv-state", o.IVStatePath(),
 	}
 	args = append(args, o.Extra...)
 	name := o.Rmad

@@ -1,32 +1,45 @@
 // Command onerma-demo is what `make demo` runs: two rmad engines as separate
 // processes on the two ends of a net_memif wire, with rmad's embedded
 // default configuration (only addresses, sockets and the port differ), an
-// owner application on engine B that registers a region and fills it, and
-// a reader application on engine A that reads it at several sizes and
-// offsets, checks every byte and prints every completion. Then it stops
-// everything and checks that no process, socket or hugepage file is left.
-// Its last line is "demo: ok" only when every read verified.
+// owner application on engine B that registers a region with a random
+// region key K_r and fills it, and a reader application on engine A that
+// fetches its derived key K_d from the owner over mutually authenticated
+// TLS 1.3 (internal/keyx; paper §4.2, Fig. 5), reads the region at several
+// sizes and offsets, checks every byte and prints every completion. It
+// then shows the keys at work: a read with a wrong K_d fails with
+// REMOTE_AUTHENTICATION_FAILURE; the owner rekeys the region locally; the
+// reader's next read with its old K_d fails the same way; the reader
+// fetches the new K_d and reads again. Then it stops everything and checks
+// that no process, socket or hugepage file is left. Its last line is
+// "demo: ok" only when every check passed.
 //
 // The owner and reader are this same binary re-executed with -role, so the
-// region's owner, its reader and both engines are four processes.
+// region's owner, its reader and both engines are four processes. This
+// process (the orchestrator) makes a throwaway CA in memory and hands the
+// owner and the reader their certificates and private keys over inherited
+// pipes (keyx.Attach): no key is ever on a command line, in the
+// environment, in a file or in the output.
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-
 	"time"
 
-	"net/netip"
-
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 )
@@ -37,6 +50,14 @@ const (
 	regionBytes = 64 << 10
 )
 
+// Lines of the little protocol between the orchestrator and its children.
+const (
+	askRekey  = "demo: reader: holding the old K_d; asking the owner to rekey"
+	rekeyCmd  = "rekey"
+	goCmd     = "go"
+	rekeyedOK = "rekeyed "
+)
+
 // pattern is the owner's region content: byte i of the region.
 func pattern(i uint64) byte { return byte(i*131 + i>>8 + 17) }
 
@@ -45,15 +66,17 @@ func main() {
 	rmad := flag.String("rmad", "", "path to rmad (default: next to this binary)")
 	ctl := flag.String("ctl", "", "engine control socket (owner, reader)")
 	region := flag.String("region", "", "remote region id (reader)")
+	kx := flag.String("keyx", "", "owner's key service HOST:PORT (reader)")
+	credsFD := flag.Int("creds-fd", -1, "inherited descriptor carrying this process's TLS credentials (owner, reader)")
 	flag.Parse()
 	var err error
 	switch *role {
 	case "orchestrate":
 		err = orchestrate(*rmad)
 	case "owner":
-		err = owner(*ctl)
+		err = owner(*ctl, *credsFD)
 	case "reader":
-		err = reader(*ctl, *region)
+		err = reader(*ctl, *region, *kx, *credsFD)
 	default:
 		err = fmt.Errorf("unknown role %q", *role)
 	}
@@ -107,31 +130,128 @@ func orchestrate(rmad string) (err error) {
 	}
 	fmt.Printf("demo: engine A %s (memif server) pid %d, engine B %s (memif client) pid %d\n", ipA, a.Pid(), ipB, b.Pid())
 
+	// Credentials: a CA that lives only in this process's memory, one
+	// certificate for the owner (server) and one for the reader (client).
+	ca, err := keyx.NewCA("onerma-demo CA")
+	if err != nil {
+		return err
+	}
+	ownerCreds, err := ca.IssueServer("demo-owner")
+	if err != nil {
+		return err
+	}
+	readerCreds, err := ca.IssueClient("demo-reader")
+	if err != nil {
+		return err
+	}
+	fmt.Println("demo: throwaway CA (ECDSA P-256) made in memory; owner and reader get their certificate and private key over an inherited pipe")
+
 	// The owner application on engine B.
 	own := exec.Command(self, "-role", "owner", "-ctl", b.Socket)
+	fd, closeOwn, err := keyx.Attach(own, ownerCreds)
+	if err != nil {
+		return err
+	}
+	own.Args = append(own.Args, "-creds-fd", strconv.Itoa(fd))
 	own.Stderr = os.Stderr
 	ownIn, _ := own.StdinPipe()
 	ownOut, _ := own.StdoutPipe()
-	if err := own.Start(); err != nil {
+	err = own.Start()
+	closeOwn()
+	if err != nil {
 		return err
 	}
-	defer func() { ownIn.Close(); own.Wait() }()
-	line, err := bufio.NewReader(ownOut).ReadString('\n')
+	// Every owner line is shown; the protocol lines also go to ownerSays.
+	ownerSays := make(chan string, 16)
+	pumped := make(chan struct{})
+	go func() {
+		defer close(pumped)
+		defer close(ownerSays)
+		sc := bufio.NewScanner(ownOut)
+		for sc.Scan() {
+			l := sc.Text()
+			fmt.Println("demo: owner:", l)
+			if strings.HasPrefix(l, "region ") || strings.HasPrefix(l, rekeyedOK) {
+				ownerSays <- l
+			}
+		}
+		io.Copy(io.Discard, ownOut)
+	}()
+	defer func() {
+		ownIn.Close() // the owner exits at EOF
+		select {
+		case <-pumped:
+		case <-time.After(10 * time.Second):
+			own.Process.Kill()
+			<-pumped
+		}
+		if werr := own.Wait(); werr != nil && err == nil {
+			err = fmt.Errorf("owner: %v", werr)
+		}
+	}()
+	fromOwner := func(prefix string) (string, error) {
+		select {
+		case l, ok := <-ownerSays:
+			if !ok {
+				return "", errors.New("owner exited")
+			}
+			if !strings.HasPrefix(l, prefix) {
+				return "", fmt.Errorf("owner said %q, want %q...", l, prefix)
+			}
+			return l, nil
+		case <-time.After(30 * time.Second):
+			return "", fmt.Errorf("owner silent for 30 s (waiting for %q)", prefix)
+		}
+	}
+	line, err := fromOwner("region ")
 	if err != nil {
-		return fmt.Errorf("owner: %v", err)
+		return err
 	}
-	fmt.Print("demo: owner: ", line)
-	var rid string
-	if f := strings.Fields(line); len(f) >= 2 && f[0] == "region" {
-		rid = f[1]
-	} else {
-		return fmt.Errorf("owner said %q", line)
-	}
+	f := strings.Fields(line)
+	rid, kxAddr := f[1], f[len(f)-1]
 
 	// The reader application on engine A.
-	rd := exec.Command(self, "-role", "reader", "-ctl", a.Socket, "-region", rid)
-	rd.Stdout, rd.Stderr = os.Stdout, os.Stderr
-	if err := rd.Run(); err != nil {
+	rd := exec.Command(self, "-role", "reader", "-ctl", a.Socket, "-region", rid, "-keyx", kxAddr)
+	fd, closeRd, err := keyx.Attach(rd, readerCreds)
+	if err != nil {
+		return err
+	}
+	rd.Args = append(rd.Args, "-creds-fd", strconv.Itoa(fd))
+	rd.Stderr = os.Stderr
+	rdIn, _ := rd.StdinPipe()
+	rdOut, _ := rd.StdoutPipe()
+	err = rd.Start()
+	closeRd()
+	if err != nil {
+		return err
+	}
+	waited := false
+	defer func() {
+		if !waited {
+			rd.Process.Kill()
+			rd.Wait()
+		}
+	}()
+	sc := bufio.NewScanner(rdOut)
+	for sc.Scan() {
+		l := sc.Text()
+		fmt.Println(l)
+		if l != askRekey {
+			continue
+		}
+		if _, err := fmt.Fprintln(ownIn, rekeyCmd); err != nil {
+			return fmt.Errorf("owner: %v", err)
+		}
+		if _, err := fromOwner(rekeyedOK); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintln(rdIn, goCmd); err != nil {
+			return fmt.Errorf("reader: %v", err)
+		}
+	}
+	rdIn.Close()
+	waited = true
+	if err := rd.Wait(); err != nil {
 		return fmt.Errorf("reader: %v", err)
 	}
 	return nil
@@ -159,12 +279,17 @@ func checkClean(dir string) error {
 	return nil
 }
 
-func owner(ctl string) error {
+func owner(ctl string, credsFD int) error {
+	creds, err := keyx.Inherited(credsFD)
+	if err != nil {
+		return err
+	}
 	p, err := portal.Dial(ctl, "demo-owner")
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	// RegisterRegion draws a random K_r; it stays in this process.
 	r, err := p.RegisterRegion(regionBytes, portal.PermRemoteRead|portal.PermLocalRead|portal.PermLocalWrite)
 	if err != nil {
 		return err
@@ -174,17 +299,51 @@ func owner(ctl string) error {
 		b[i] = pattern(uint64(i))
 	}
 	id := p.Identity()
-	fmt.Printf("region %#x of %d bytes registered on %s by pid %d (hugetlb %v)\n", uint32(r.ID()), len(b), id.Addr, id.PID, r.Hugetlb())
-	// Serve until the orchestrator closes stdin.
-	buf := make([]byte, 1)
-	for {
-		if _, err := os.Stdin.Read(buf); err != nil {
-			return nil
+	srv, err := keyx.NewServer(keyx.Config{Credentials: creds, Owner: id.Addr,
+		Logf: func(format string, args ...any) { fmt.Printf(format+"\n", args...) }})
+	if err != nil {
+		return err
+	}
+	srv.Add(r)
+	ap, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	fmt.Printf("region %#x of %d bytes registered on %s by pid %d (hugetlb %v, random K_r); K_d served over TLS 1.3 on %s\n",
+		uint32(r.ID()), len(b), id.Addr, id.PID, r.Hugetlb(), ap)
+	// Serve until the orchestrator closes stdin; rekey when told.
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch cmd := sc.Text(); cmd {
+		case rekeyCmd:
+			var kr aesni.Key
+			rand.Read(kr[:])
+			// Under Update: no K_d of the old K_r is handed out once
+			// Rekey has returned.
+			err := srv.Update(func() error { return p.Rekey(r, kr) })
+			clear(kr[:])
+			if err != nil {
+				return fmt.Errorf("rekey: %w", err)
+			}
+			fmt.Printf("%sregion %#x with a new random K_r (local Rekey)\n", rekeyedOK, uint32(r.ID()))
+		default:
+			return fmt.Errorf("unknown command %q", cmd)
 		}
 	}
+	return sc.Err()
 }
 
-func reader(ctl, rid string) error {
+type readCase struct {
+	size         uint32
+	remOff, lOff uint64
+}
+
+func reader(ctl, rid, kxAddr string, credsFD int) error {
+	creds, err := keyx.Inherited(credsFD)
+	if err != nil {
+		return err
+	}
 	v, err := strconv.ParseUint(rid, 0, 32)
 	if err != nil {
 		return fmt.Errorf("region %q: %v", rid, err)
@@ -203,24 +362,47 @@ func reader(ctl, rid string) error {
 	if err != nil {
 		return err
 	}
-	peer := netip.MustParseAddr(ipB)
-	cases := []struct {
-		size         uint32
-		remOff, lOff uint64
-	}{
-		{1, 0, 0}, {64, 64, 0}, {100, 4097, 3}, {1408, 12345, 77}, {1409, 999, 1000},
-		{2048, 32768, 2048}, {3000, 7, 11}, {4095, 60001, 5}, {4096, regionBytes - 4096, 4096},
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	id := p.Identity()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	fmt.Printf("demo: reader pid %d on %s reads region %#x on %s\n", os.Getpid(), p.Identity().Addr, uint32(remote), peer)
-	fmt.Printf("%-6s %8s %8s %8s  %-8s %14s %14s\n", "op", "size", "r_off", "l_off", "status", "issue_delay", "total_delay")
+
+	// fetch asks the owner for this process's READ K_d (paper Fig. 5).
+	fetch := func(what string) (keyx.Grant, error) {
+		c, err := keyx.Dial(ctx, kxAddr, creds)
+		if err != nil {
+			return keyx.Grant{}, err
+		}
+		defer c.Close()
+		g, err := c.Fetch(ctx, keyx.RequestFor(id, remote, abi.OpRead))
+		if err != nil {
+			return g, err
+		}
+		if g.Owner != netip.MustParseAddr(ipB) || g.Bytes != regionBytes {
+			return g, fmt.Errorf("grant %v: want region of %d bytes on %s", g, regionBytes, ipB)
+		}
+		fmt.Printf("demo: reader: %sK_d for %s pid %d fetched over TLS 1.3 from %s (server certificate %q from the demo CA): %v\n",
+			what, id.Addr, id.PID, kxAddr, c.Peer().Subject.CommonName, g)
+		return g, nil
+	}
+	g, err := fetch("")
+	if err != nil {
+		return err
+	}
+	peer := g.Owner
+
 	cpl := make([]abi.Completion, 1)
-	failed := 0
-	for k, c := range cases {
+	var cookie uint64
+	reads, failed := 0, 0
+	// read reads c with key and checks the outcome: for OK every byte, for
+	// a failure that the sink was not touched.
+	read := func(c readCase, key aesni.Key, want abi.Status, why string) error {
+		const marker = 0xa5
 		dst := sink.Bytes()[c.lOff : c.lOff+uint64(c.size)]
-		clear(dst)
-		if err := p.SubmitRead(slots[k%len(slots)], peer, remote, c.remOff, sink, c.lOff, c.size, uint64(k)); err != nil {
+		for i := range dst {
+			dst[i] = marker
+		}
+		cookie++
+		if err := p.SubmitRead(slots[cookie%uint64(len(slots))], peer, remote, c.remOff, key, sink, c.lOff, c.size, cookie); err != nil {
 			return err
 		}
 		if _, err := p.Wait(ctx, cpl); err != nil {
@@ -228,25 +410,82 @@ func reader(ctl, rid string) error {
 		}
 		got := cpl[0]
 		verdict := "verified"
-		if got.Status != abi.StatusOK || got.Cookie != uint64(k) {
-			verdict = "FAILED"
-		} else {
+		switch {
+		case got.Status != want || got.Cookie != cookie:
+			verdict = fmt.Sprintf("FAILED: want %v", want)
+		case want == abi.StatusOK:
 			for i, b := range dst {
 				if b != pattern(c.remOff+uint64(i)) {
 					verdict = fmt.Sprintf("MISMATCH at byte %d", i)
 					break
 				}
 			}
+		default:
+			verdict = "expected (" + why + "); sink untouched"
+			for _, b := range dst {
+				if b != marker {
+					verdict = "FAILED: sink written by a refused read"
+					break
+				}
+			}
 		}
-		if verdict != "verified" {
+		reads++
+		if !strings.HasPrefix(verdict, "verified") && !strings.HasPrefix(verdict, "expected") {
 			failed++
 		}
-		fmt.Printf("%-6s %8d %8d %8d  %-8s %11.1f us %11.1f us  %s\n", got.Op, c.size, c.remOff, c.lOff, got.Status,
+		fmt.Printf("%-6s %8d %8d %8d  %-29s %11.1f us %11.1f us  %s\n", got.Op, c.size, c.remOff, c.lOff, got.Status,
 			float64(got.IssueDelayNs)/1e3, float64(got.TotalDelayNs)/1e3, verdict)
+		return nil
 	}
+
+	cases := []readCase{
+		{1, 0, 0}, {64, 64, 0}, {100, 4097, 3}, {1408, 12345, 77}, {1409, 999, 1000},
+		{2048, 32768, 2048}, {3000, 7, 11}, {4095, 60001, 5}, {4096, regionBytes - 4096, 4096},
+	}
+	fmt.Printf("demo: reader pid %d on %s reads region %#x on %s\n", os.Getpid(), id.Addr, uint32(remote), peer)
+	fmt.Printf("%-6s %8s %8s %8s  %-29s %14s %14s\n", "op", "size", "r_off", "l_off", "status", "issue_delay", "total_delay")
+	for _, c := range cases {
+		if err := read(c, g.Key, abi.StatusOK, ""); err != nil {
+			return err
+		}
+	}
+
+	// A wrong K_d: one bit off.
+	fmt.Println("demo: reader: a read with a wrong K_d (one bit flipped)")
+	wrong := g.Key
+	wrong[15] ^= 1
+	if err := read(cases[8], wrong, abi.StatusRemoteAuthFailure, "wrong K_d"); err != nil {
+		return err
+	}
+	clear(wrong[:])
+
+	// The owner rekeys; the old K_d stops working.
+	fmt.Println(askRekey)
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() || in.Text() != goCmd {
+		return fmt.Errorf("orchestrator: want %q, got %q (%v)", goCmd, in.Text(), in.Err())
+	}
+	fmt.Println("demo: reader: owner rekeyed; reading with the old K_d")
+	if err := read(cases[4], g.Key, abi.StatusRemoteAuthFailure, "stale K_d after Rekey"); err != nil {
+		return err
+	}
+	g2, err := fetch("new ")
+	if err != nil {
+		return err
+	}
+	if g2.Key == g.Key {
+		return errors.New("the K_d after Rekey is the old one")
+	}
+	for _, c := range []readCase{cases[0], cases[4], cases[8]} {
+		if err := read(c, g2.Key, abi.StatusOK, ""); err != nil {
+			return err
+		}
+	}
+	clear(g.Key[:])
+	clear(g2.Key[:])
 	if failed > 0 {
-		return fmt.Errorf("%d of %d reads failed", failed, len(cases))
+		return fmt.Errorf("%d of %d reads failed their check", failed, reads)
 	}
-	fmt.Printf("demo: %d reads verified byte for byte\n", len(cases))
+	fmt.Printf("demo: reader: %d reads checked: every OK read verified byte for byte; wrong and stale K_d refused with REMOTE_AUTHENTICATION_FAILURE\n", reads)
 	return nil
 }

@@ -4,7 +4,9 @@
 //	(a) onerma, single-engine loopback: one engine on a net_ring port whose
 //	    tx comes back as rx, acting as initiator and target, so one polling
 //	    core's full per-op cost is measured;
-//	(b) onerma, two engines over memif;
+//	(b) onerma, two engines over memif, the client's K_d fetched from the
+//	    rmaperf server over TLS 1.3 (internal/keyx; credentials from this
+//	    process over inherited pipes);
 //	(c) ucx_perftest over TCP on loopback (UCX_TLS=tcp), the peer a user
 //	    would otherwise pick, with the same sizes and outstanding depth;
 //	(d) one core's AES-128-GCM seal+open ceiling at 4 KB (aes-gcm-limit);
@@ -18,8 +20,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +34,7 @@ import (
 
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/internal/benchrow"
+	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/internal/testbed"
 )
 
@@ -45,7 +50,7 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "loopback,memif,tcp,aes", "setups to run")
+	only := flag.String("only", "loopback,loopback-jumbo,memif,tcp,aes", "setups to run")
 	flag.Parse()
 	if *bin == "" {
 		self, _ := os.Executable()
@@ -66,18 +71,30 @@ func main() {
 	rmad, rmaperf := filepath.Join(*bin, "rmad"), filepath.Join(*bin, "rmaperf")
 	want := func(s string) bool { return strings.Contains(*only, s) }
 
-	if want("loopback") {
+	// The loopback engine at the Ethernet MTU (a 4 KB READ answered in
+	// three 1408-byte chunks, each sealed and opened on its own), and
+	// with jumbo frames (MTU 9000: one chunk, as RoCE fabrics run with a
+	// 4096-byte MTU), where its cost compares with aes-gcm-limit's single
+	// 4 KB message.
+	loops := []struct {
+		setup, mtu string
+		specs      []spec
+	}{{"loopback", "1500", specs}, {"loopback-jumbo", "9000", []spec{{"read_bw", 4096, 64}, {"read_lat", 4096, 1}}}}
+	for _, l := range loops {
+		if !want(l.setup) {
+			continue
+		}
 		o := testbed.Loopback(rmad, dir, "bench-lo", "10.99.0.1")
 		o.Busy, o.CPU = true, 1
 		// Frames to itself go out of the port and come back through the
 		// ring, so the port's I/O is part of the per-op cost.
-		o.Extra = []string{"-log-level", "warn", "-hairpin-self=true"}
+		o.Extra = []string{"-log-level", "warn", "-hairpin-self=true", "-mtu", l.mtu}
 		e, err := testbed.Start(o)
 		if err != nil {
 			fail(err)
 		}
-		for _, s := range specs {
-			r, err := rmaperfRun(rmaperf, "0", s, *dur, "loopback", "-ctl", e.Socket, "-self")
+		for _, s := range l.specs {
+			r, err := rmaperfRun(rmaperf, "0", s, *dur, l.setup, nil, "-ctl", e.Socket, "-self")
 			if err != nil {
 				e.Stop(10 * time.Second)
 				fail(err)
@@ -159,15 +176,63 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 		return nil, err
 	}
 	defer b.Stop(10 * time.Second)
-	srv := exec.Command(rmaperf, "server", "-ctl", b.Socket, "-listen", "127.0.0.1:18516")
-	srv.Stdout, srv.Stderr = os.Stderr, os.Stderr
-	if err := srv.Start(); err != nil {
+	// The rmaperf server owns the region on engine B and serves each
+	// client its K_d over TLS 1.3; both get their credentials from this
+	// process over an inherited pipe.
+	ca, err := keyx.NewCA("rmabench CA")
+	if err != nil {
 		return nil, err
 	}
-	defer func() { srv.Process.Signal(os.Interrupt); srv.Wait() }()
+	srvCreds, err := ca.IssueServer("rmaperf-server")
+	if err != nil {
+		return nil, err
+	}
+	cliCreds, err := ca.IssueClient("rmaperf-client")
+	if err != nil {
+		return nil, err
+	}
+	srv := exec.Command(rmaperf, "server", "-ctl", b.Socket, "-listen", "127.0.0.1:0")
+	fd, closeAfter, err := keyx.Attach(srv, srvCreds)
+	if err != nil {
+		return nil, err
+	}
+	srv.Args = append(srv.Args, "-creds-fd", strconv.Itoa(fd))
+	srv.Stderr = os.Stderr
+	srvOut, err := srv.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	err = srv.Start()
+	closeAfter()
+	if err != nil {
+		return nil, err
+	}
+	copied := make(chan struct{})
+	first := make(chan string, 1)
+	go func() {
+		defer close(copied)
+		br := bufio.NewReader(srvOut)
+		l, _ := br.ReadString('\n')
+		fmt.Fprint(os.Stderr, l)
+		first <- l
+		io.Copy(os.Stderr, br)
+	}()
+	defer func() { srv.Process.Signal(os.Interrupt); <-copied; srv.Wait() }()
+	// "rmaperf server: region 0x10001 (N bytes) on IP, K_d served over TLS 1.3 on ADDR"
+	var region, kx string
+	select {
+	case l := <-first:
+		f := strings.Fields(l)
+		if len(f) < 4 || f[2] != "region" {
+			return nil, fmt.Errorf("rmaperf server said %q", l)
+		}
+		region, kx = f[3], f[len(f)-1]
+	case <-time.After(60 * time.Second):
+		return nil, errors.New("rmaperf server not ready after 60 s")
+	}
 	var rows []Row
 	for _, s := range specs {
-		r, err := rmaperfRun(rmaperf, "0", s, dur, "memif", "-ctl", a.Socket, "-server", "127.0.0.1:18516", "-event", "-spins=-1")
+		r, err := rmaperfRun(rmaperf, "0", s, dur, "memif", cliCreds, "-ctl", a.Socket, "-server", kx, "-region", region, "-event", "-spins=-1")
 		if err != nil {
 			return nil, err
 		}
@@ -183,7 +248,7 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 
 // gcmLimit measures one core's AES-128-GCM ceiling at 4 KB, the way the
 // engine uses it (aesni.SealResponse from a region buffer, then
-// aesni.OpenResponse into another): the crypto work of one 4 KB READ at
+// aesni.OpenResponseDirect into another, in one pass): the crypto work of one 4 KB READ at
 // both ends. Engine goodput reads as a fraction of this row.
 func gcmLimit(dur time.Duration) (Row, error) {
 	runtime.LockOSThread()
@@ -204,7 +269,7 @@ func gcmLimit(dur time.Duration) (Row, error) {
 		for k := 0; k < 64; k++ {
 			binary.BigEndian.PutUint64(nonce[4:], uint64(ops+k+1)) // a fresh nonce per seal
 			g.SealResponse(frame, src, nonce, aad, reqIV)
-			if err := g.OpenResponse(dst, frame, nonce, aad, reqIV); err != nil {
+			if err := g.OpenResponseDirect(dst, frame, nonce, aad, reqIV); err != nil {
 				return Row{}, err
 			}
 		}
@@ -213,7 +278,7 @@ func gcmLimit(dur time.Duration) (Row, error) {
 	secs := time.Since(start).Seconds()
 	return Row{System: "aes-gcm-limit", Setup: "cpu", Test: "seal_open", Size: n, Outstanding: 1,
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * n / secs / 1e6,
-		Command: "rmabench (aesni.SealResponse + aesni.OpenResponse, 4 KB, one goroutine locked to its thread)"}, nil
+		Command: "rmabench (aesni.SealResponse + aesni.OpenResponseDirect as the engine seals and opens a 4 KB response, one goroutine locked to its thread)"}, nil
 }
 
 func envOr(k, d string) string {
@@ -224,7 +289,9 @@ func envOr(k, d string) string {
 }
 
 // rmaperfRun runs one rmaperf measurement, pinned to cpu when cpu != "".
-func rmaperfRun(rmaperf, cpu string, s spec, dur time.Duration, setup string, args ...string) (Row, error) {
+// creds, if not nil, are handed to it over an inherited pipe (-creds-fd)
+// for the key exchange with an rmaperf server.
+func rmaperfRun(rmaperf, cpu string, s spec, dur time.Duration, setup string, creds *keyx.Credentials, args ...string) (Row, error) {
 	a := append([]string{s.test}, args...)
 	a = append(a, "-s", strconv.Itoa(s.size), "-O", strconv.Itoa(s.depth), "-D", dur.String(), "-json", "-setup", setup)
 	name := rmaperf
@@ -233,6 +300,14 @@ func rmaperfRun(rmaperf, cpu string, s spec, dur time.Duration, setup string, ar
 		name = "taskset"
 	}
 	cmd := exec.Command(name, a...)
+	if creds != nil {
+		fd, closeAfter, err := keyx.Attach(cmd, creds)
+		if err != nil {
+			return Row{}, err
+		}
+		defer closeAfter()
+		cmd.Args = append(cmd.Args, "-creds-fd", strconv.Itoa(fd))
+	}
 	cmd.Stderr = os.Stderr
 	outb, err := cmd.Output()
 	if err != nil {

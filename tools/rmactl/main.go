@@ -1,6 +1,8 @@
 // Command rmactl is the engine's admin tool: it asks a running rmad,
-// through its control socket, for its counters or for the identity the
-// engine would stamp on this process's requests.
+// through its control socket, for its counters (every field of
+// ctlmsg.Stats, among them the security counters rx_auth_failed,
+// req_auth_failed, rekeys and iv_errors) or for the identity the engine
+// would stamp on this process's requests.
 //
 //	rmactl [-socket PATH] stats [-json]
 //	rmactl [-socket PATH] identity

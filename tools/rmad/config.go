@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/wire"
@@ -77,6 +79,34 @@ type EngineConfig struct {
 	NeighborTable   int              `json:"neighbor_table"`
 	HairpinSelf     bool             `json:"hairpin_self"`
 	Neighbors       []NeighborConfig `json:"neighbors"`
+	// IVState is the IV counter state file (aesni.OpenIVSource): it must
+	// survive restarts and reboots, and belongs to one engine at a time
+	// (it is locked). "": DefaultIVDir/iv-<ip>.state, resolved when the
+	// config is loaded (so -print-config shows it).
+	IVState  string `json:"iv_state"`
+	KeyCache int    `json:"key_cache"` // prepared AEADs cached per core and side
+}
+
+// DefaultIVDir holds the IV state files of engines whose iv_state is not
+// set. Persistent storage: a lost state file repeats IVs.
+const DefaultIVDir = "/var/lib/onerma"
+
+// defaultIVState is the IV state path of an engine at address ip. Nonces
+// are the sender's address and its counter, so the counter space belongs
+// to the address: an engine keeps its counters as long as it keeps its
+// address, whatever else changes, and two engines claiming one address on
+// one host cannot both start (the file is locked), which would otherwise
+// repeat nonces.
+func defaultIVState(ip string) string {
+	return filepath.Join(DefaultIVDir, "iv-"+ip+".state")
+}
+
+// ivStatePath is engine.iv_state, or its default when empty.
+func (c *Config) ivStatePath() string {
+	if c.Engine.IVState == "" {
+		return defaultIVState(c.Engine.IP)
+	}
+	return c.Engine.IVState
 }
 
 // CtlConfig maps onto ctl.Config.
@@ -223,6 +253,8 @@ var flagSpecs = []struct {
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
+	{"iv-state", "IV counter state file (\"\": " + DefaultIVDir + "/iv-<ip>.state); must persist across restarts, one per engine", setStr(func(c *Config) *string { return &c.Engine.IVState })},
+	{"key-cache", "prepared AEADs cached per core and side", setInt(func(c *Config) *int { return &c.Engine.KeyCache })},
 	{"hairpin-self", "send frames to this engine's own address out of the port (a reflecting port such as net_ring loopback)", setBool(func(c *Config) *bool { return &c.Engine.HairpinSelf })},
 	{"socket", "control socket path", setStr(func(c *Config) *string { return &c.Ctl.Socket })},
 	{"socket-mode", "control socket permissions (octal)", setStr(func(c *Config) *string { return &c.Ctl.SocketMode })},
@@ -301,6 +333,7 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 			return Config{}, opt, fmt.Errorf("-%s: %w", o.name, err)
 		}
 	}
+	cfg.Engine.IVState = cfg.ivStatePath()
 	return cfg, opt, nil
 }
 
@@ -308,8 +341,8 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 var errConfig = errors.New("invalid config")
 
 // engineConfig converts and validates the engine part. portMAC fills an
-// empty MAC.
-func (c *Config) engineConfig(portMAC wire.MAC) (engine.Config, error) {
+// empty MAC; iv is the engine's IV source (opened from engine.iv_state).
+func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Config, error) {
 	e := &c.Engine
 	ec := engine.DefaultConfig()
 	ip, err := netip.ParseAddr(e.IP)
@@ -337,6 +370,11 @@ func (c *Config) engineConfig(portMAC wire.MAC) (engine.Config, error) {
 	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
 	ec.NeighborTable = e.NeighborTable
 	ec.HairpinSelf = e.HairpinSelf
+	ec.IV, ec.KeyCache = iv, e.KeyCache
+	ec.CacheSeed = 0 // random per process: peers cannot aim collisions at the key caches
+	if err := (aesni.IVConfig{Path: c.ivStatePath()}).Validate(); err != nil {
+		return ec, fmt.Errorf("%w: engine.iv_state: %v", errConfig, err)
+	}
 	ec.Neighbors = nil
 	for i, n := range e.Neighbors {
 		nip, err := netip.ParseAddr(n.IP)
@@ -385,7 +423,9 @@ func (c *Config) ctlConfig() (ctl.Config, error) {
 
 // validate checks everything that can be checked before DPDK starts.
 func (c *Config) validate() error {
-	if _, err := c.engineConfig(wire.MAC{0x02, 0, 0, 0, 0, 1}); err != nil {
+	// The real IV source is opened (and locked) only by serve; a volatile
+	// one stands in for the check.
+	if _, err := c.engineConfig(wire.MAC{0x02, 0, 0, 0, 0, 1}, aesni.NewVolatileIVSource(aesni.IVConfig{})); err != nil {
 		return err
 	}
 	if _, err := c.ctlConfig(); err != nil {

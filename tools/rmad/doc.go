@@ -10,7 +10,11 @@
 // file, and exits.
 //
 // Start-up: validate everything, log every config field and derived size,
-// initialise the EAL (eal_args plus --vdev=port.vdev), create the mbuf pool,
+// open and lock the IV counter state file (engine.iv_state, -iv-state;
+// default /var/lib/onerma/iv-<ip>.state: nonces are address ‖ counter, so
+// the counters belong to the address; it must persist across restarts and
+// reboots, or IVs repeat; rmad refuses to start when another engine holds
+// it), initialise the EAL (eal_args plus --vdev=port.vdev), create the mbuf pool,
 // set up and start the port, build the engine core (engine.New) over a
 // dpdkport.Port, start its poll loop (engine/runner: busy or backoff, pinned
 // to poll.cpu), then listen on the control socket.
@@ -19,10 +23,12 @@
 // portal is reclaimed while the core still runs), remove the socket
 // directory if rmad created it, stop the poll loop (remaining ops complete
 // with ABORTED), release the port's mbufs, stop and close the port, free the
-// pool, clean up the EAL. Nothing is left on disk.
+// pool, clean up the EAL, close the IV state. Nothing is left on disk but
+// the IV state file, which must stay.
 //
 //	rmad -vdev net_tap0,iface=onerma0 -port-name net_tap0 -ip 10.0.0.1 \
 //	     -socket /run/onerma/rmad.sock -poll-mode busy -cpu 1
 //
-// Imports: dpdk, engine, engine/ctl, engine/dpdkport, engine/runner, wire.
+// Imports: aesni, dpdk, engine, engine/ctl, engine/dpdkport, engine/runner,
+// wire.
 package main

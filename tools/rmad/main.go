@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
@@ -111,6 +112,17 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	down := &cleanup{log: log}
 	defer down.run()
 
+	// IV counters first: a state file another engine holds, or one that
+	// cannot be made durable, stops rmad before it touches DPDK.
+	iv, err := openIVSource(cfg.ivStatePath())
+	if err != nil {
+		return err
+	}
+	down.add("IV state close", iv.Close)
+	ivs := iv.Stats()
+	log.Info().Str("iv_state", cfg.ivStatePath()).Uint64("iv_next", ivs.Next).Uint64("iv_high_water", ivs.HighWater).
+		Msg("IV counter state opened")
+
 	// EAL, mempool, port.
 	ealArgs := cfg.ealArgs()
 	log.Info().Strs("eal_args", ealArgs).Msg("initialising the DPDK EAL")
@@ -141,7 +153,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err != nil {
 		return fmt.Errorf("port %q: %w", cfg.Port.Name, err)
 	}
-	engCfg, err := cfg.engineConfig(wire.MAC(portMAC))
+	engCfg, err := cfg.engineConfig(wire.MAC(portMAC), iv)
 	if err != nil {
 		return err
 	}
@@ -202,6 +214,8 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		st := core.Stats() // the loop has exited: safe to read here
 		log.Info().Uint64("posted", st.Posted).Uint64("rx_frames", st.RxFrames).Uint64("tx_frames", st.TxFrames).
 			Uint64("rx_dropped", st.RxDropped).Uint64("req_served", st.ReqServed).Uint64("slots_in_use", st.SlotsInUse).
+			Uint64("rx_auth_failed", st.RxAuthFailed).Uint64("req_auth_failed", st.ReqAuthFailed).
+			Uint64("rekeys", st.Rekeys).Uint64("iv_errors", st.IVErrors).
 			Msg("final core counters")
 		return err
 	})
@@ -243,6 +257,22 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	case <-r.Done():
 		return errors.New("poll loop exited unexpectedly")
 	}
+}
+
+// openIVSource opens (creating it and its directory if missing) the IV
+// counter state file.
+func openIVSource(path string) (*aesni.IVSource, error) {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("IV state directory: %w", err)
+		}
+	}
+	iv, err := aesni.OpenIVSource(aesni.IVConfig{Path: path})
+	if err != nil {
+		return nil, fmt.Errorf("engine.iv_state: %w", err)
+	}
+	return iv, nil
 }
 
 func fmtMAC(m [6]byte) string {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/dpdk/dpdktest"
 	"github.com/onerma/onerma/portal"
 )
@@ -130,12 +131,72 @@ func TestPrintConfig(t *testing.T) {
 	if c.Engine.IP != "10.7.7.7" || c.Ctl.SlotPolicy.Default != 9 || c.Port.Burst != 32 {
 		t.Fatalf("printed %+v", c)
 	}
+	if c.Engine.IVState != "/var/lib/onerma/iv-10.7.7.7.state" || c.Engine.KeyCache != 4096 {
+		t.Fatalf("printed iv_state %q key_cache %d, want the default derived from the address", c.Engine.IVState, c.Engine.KeyCache)
+	}
 	// What it prints is a valid config file.
 	if _, _, err := loadConfig([]string{"-config", writeFile(t, printed)}, &stderr); err != nil {
 		t.Fatalf("printed config does not load: %v", err)
 	}
 	if code := run(context.Background(), []string{"-slots", "-1", "-print-config"}, &stdout, &stderr, nil); code != 2 {
 		t.Fatalf("invalid config: exit %d", code)
+	}
+}
+
+func TestIVStateConfig(t *testing.T) {
+	// Two engines on one host get two state files: by address by default.
+	a, _, err := loadConfig([]string{"-ip", "10.0.0.1"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := loadConfig([]string{"-ip", "10.0.0.2", "-socket", "/run/onerma/b.sock"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Engine.IVState == b.Engine.IVState || !strings.HasPrefix(a.Engine.IVState, DefaultIVDir+"/") {
+		t.Fatalf("iv_state %q and %q", a.Engine.IVState, b.Engine.IVState)
+	}
+	// A file and a flag set it; the flag wins.
+	file := writeFile(t, `{"engine": {"iv_state": "/srv/a.iv"}}`)
+	c, _, err := loadConfig([]string{"-config", file}, &bytes.Buffer{})
+	if err != nil || c.Engine.IVState != "/srv/a.iv" {
+		t.Fatalf("from the file: %q %v", c.Engine.IVState, err)
+	}
+	c, _, err = loadConfig([]string{"-config", file, "-iv-state", "/srv/b.iv"}, &bytes.Buffer{})
+	if err != nil || c.Engine.IVState != "/srv/b.iv" {
+		t.Fatalf("from the flag: %q %v", c.Engine.IVState, err)
+	}
+	for _, args := range [][]string{{"-key-cache", "0"}} {
+		cfg, _, err := loadConfig(args, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "KeyCache") {
+			t.Errorf("%v: validate = %v", args, err)
+		}
+	}
+}
+
+// TestIVStateLocked: an engine whose IV state file another engine holds
+// stops before it touches DPDK, saying why.
+func TestIVStateLocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state", "iv.state")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	held, err := aesni.OpenIVSource(aesni.IVConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"-iv-state", path, "-socket", filepath.Join(t.TempDir(), "s.sock"), "-log-level", "warn"},
+		&bytes.Buffer{}, &stderr, nil)
+	if code != 1 || !strings.Contains(stderr.String(), "in use by another engine") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "EAL") {
+		t.Errorf("got as far as the EAL: %s", stderr.String())
 	}
 }
 
@@ -149,7 +210,9 @@ func TestRmadNetRing(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "run")
 	sock := filepath.Join(dir, "rmad.sock")
+	ivState := filepath.Join(t.TempDir(), "lib", "iv.state") // its directory is created by rmad
 	args := []string{
+		"-iv-state", ivState,
 		"-eal", strings.Join(dpdktest.Args(), " "),
 		"-vdev", "net_ring0", "-port-name", "net_ring0",
 		"-ip", "10.3.0.1", "-socket", sock, "-poll-mode", "backoff",
@@ -196,7 +259,8 @@ func TestRmadNetRing(t *testing.T) {
 	}
 	for i := range 4 {
 		s, _ := cli.Slot()
-		if err := cli.PostRead(s, cli.Identity().Addr, src.ID(), uint64(i)*4096, sink, uint64(i)*4096, 4096, uint64(i)); err != nil {
+		kd := src.DeriveKey(cli.Identity().Addr, cli.Identity().PID, abi.OpRead)
+		if err := cli.PostRead(s, cli.Identity().Addr, src.ID(), uint64(i)*4096, kd, sink, uint64(i)*4096, 4096, uint64(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -240,6 +304,15 @@ func TestRmadNetRing(t *testing.T) {
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
 		t.Errorf("socket directory left behind: %v", err)
 	}
+	// The IV state stays (it must), unlocked: the next engine resumes above it.
+	iv, err := aesni.OpenIVSource(aesni.IVConfig{Path: ivState})
+	if err != nil {
+		t.Fatalf("IV state after shutdown: %v", err)
+	}
+	if st := iv.Stats(); st.Next <= 1 {
+		t.Errorf("IV state after a run starts at %d", st.Next)
+	}
+	iv.Close()
 	if _, err := cli.AllocSlots(1); err == nil {
 		t.Error("portal still served after shutdown")
 	}

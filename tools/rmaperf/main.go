@@ -1,15 +1,21 @@
 // Command rmaperf measures OneRMA ops the way perftest and ucx_perftest do.
 //
-//	rmaperf server   -ctl SOCK [-listen :18515] [-region-bytes N]
-//	rmaperf read_bw  -ctl SOCK (-server HOST:PORT | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
-//	rmaperf read_lat -ctl SOCK (-server HOST:PORT | -self) -s SIZE -D DURATION [-json]
+//	rmaperf server   -ctl SOCK -creds-fd FD [-listen 127.0.0.1:18515] [-region-bytes N]
+//	rmaperf read_bw  -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
+//	rmaperf read_lat -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -D DURATION [-json]
 //
-// The server registers a region on its engine and hands its address and id
-// to clients over TCP (like perftest's out-of-band exchange). A client opens
+// The server registers a region (with a random region key K_r) on its
+// engine, prints its id and the key service's address, and serves, over mutually authenticated TLS 1.3 on loopback
+// (internal/keyx), each client's derived key K_d together with the region's
+// id, size and engine address: perftest's out-of-band exchange, plus the
+// key of paper §4.2. Both ends get their TLS credentials from their
+// launcher (rmabench) on an inherited descriptor (-creds-fd; keyx.Attach),
+// never from a file, the command line or the environment. A client opens
 // a portal on its own engine, keeps OUTSTANDING reads in flight (read_lat:
 // one), and reports ops/s, MB/s and latency percentiles measured by the
-// application from post to completion. -self reads a region of the client's
-// own engine (single-engine loopback).
+// application from post to completion. -self reads a region of the
+// client's own engine (single-engine loopback) and derives its K_d in
+// process.
 package main
 
 import (
@@ -18,23 +24,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/internal/benchrow"
+	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/portal"
 )
-
-type regionInfo struct {
-	Addr   string `json:"addr"`
-	Region uint32 `json:"region"`
-	Bytes  uint64 `json:"bytes"`
-}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -63,9 +65,15 @@ func usage() {
 func server(args []string) error {
 	fs := flag.NewFlagSet("server", flag.ExitOnError)
 	ctl := fs.String("ctl", "/run/onerma/rmad.sock", "engine control socket")
-	listen := fs.String("listen", ":18515", "TCP address for the out-of-band region exchange")
+	listen := fs.String("listen", "127.0.0.1:18515", "loopback TCP address of the TLS key service")
+	credsFD := fs.Int("creds-fd", -1, "inherited descriptor carrying the server's TLS credentials (from the launcher)")
 	size := fs.Uint64("region-bytes", 1<<20, "size of the served region")
+	verbose := fs.Bool("v", false, "log every K_d granted (never the key)")
 	fs.Parse(args)
+	creds, err := keyx.Inherited(*credsFD)
+	if err != nil {
+		return err
+	}
 	p, err := portal.Dial(*ctl, "rmaperf-server")
 	if err != nil {
 		return err
@@ -79,52 +87,44 @@ func server(args []string) error {
 	for i := range b {
 		b[i] = byte(i*31 + 7)
 	}
-	ln, err := net.Listen("tcp", *listen)
+	cfg := keyx.Config{Credentials: creds, Owner: p.Identity().Addr,
+		Logf: func(format string, args ...any) {
+			if *verbose {
+				fmt.Fprintf(os.Stderr, "rmaperf server: "+format+"\n", args...)
+			}
+		}}
+	srv, err := keyx.NewServer(cfg)
 	if err != nil {
 		return err
 	}
-	defer ln.Close()
-	info := regionInfo{Addr: p.Identity().Addr.String(), Region: uint32(r.ID()), Bytes: *size}
-	fmt.Printf("rmaperf server: region %#x (%d bytes) on %s, listening on %s\n", info.Region, info.Bytes, info.Addr, ln.Addr())
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-		<-sig
-		ln.Close()
-	}()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return nil
-		}
-		json.NewEncoder(c).Encode(info)
-		c.Close()
+	srv.Add(r)
+	ap, err := srv.Start(*listen)
+	if err != nil {
+		return err
 	}
+	defer srv.Close()
+	fmt.Printf("rmaperf server: region %#x (%d bytes) on %s, K_d served over TLS 1.3 on %s\n", uint32(r.ID()), *size, p.Identity().Addr, ap)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	<-sig
+	return nil
 }
 
-func fetchInfo(addr string) (regionInfo, error) {
-	var info regionInfo
-	var c net.Conn
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		return info, err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	err = json.NewDecoder(c).Decode(&info)
-	return info, err
+// target is what a client reads: where, which region, how large, with
+// which K_d.
+type target struct {
+	peer   netip.Addr
+	region abi.RegionID
+	bytes  uint64
+	key    aesni.Key
 }
 
 func client(test string, args []string) error {
 	fs := flag.NewFlagSet(test, flag.ExitOnError)
 	ctl := fs.String("ctl", "/run/onerma/rmad.sock", "engine control socket")
-	srv := fs.String("server", "", "rmaperf server HOST:PORT")
+	srv := fs.String("server", "", "rmaperf server's key service HOST:PORT")
+	credsFD := fs.Int("creds-fd", -1, "with -server: inherited descriptor carrying the client's TLS credentials (from the launcher)")
+	regionFlag := fs.String("region", "", "with -server: the region id the server printed")
 	self := fs.Bool("self", false, "read a region of this client's own engine (loopback)")
 	size := fs.Int("s", 64, "op size in bytes (1..4096)")
 	outstanding := fs.Int("O", 32, "ops kept in flight (read_lat: 1)")
@@ -149,7 +149,7 @@ func client(test string, args []string) error {
 		return err
 	}
 	defer p.Close()
-	var info regionInfo
+	var tg target
 	if *self {
 		r, err := p.RegisterRegion(1<<20, portal.PermAll)
 		if err != nil {
@@ -159,20 +159,33 @@ func client(test string, args []string) error {
 		for i := range b {
 			b[i] = byte(i*31 + 7)
 		}
-		info = regionInfo{Addr: p.Identity().Addr.String(), Region: uint32(r.ID()), Bytes: 1 << 20}
+		// The owner is this process: derive K_d in process.
+		id := p.Identity()
+		tg = target{peer: id.Addr, region: r.ID(), bytes: r.Size(), key: r.DeriveKey(id.Addr, id.PID, abi.OpRead)}
 	} else {
 		if *srv == "" {
 			return errors.New("need -server or -self")
 		}
-		if info, err = fetchInfo(*srv); err != nil {
-			return fmt.Errorf("region exchange with %s: %w", *srv, err)
+		rid, err := strconv.ParseUint(*regionFlag, 0, 32)
+		if err != nil {
+			return fmt.Errorf("-server needs -region (the id the server printed): %q: %v", *regionFlag, err)
 		}
+		creds, err := keyx.Inherited(*credsFD)
+		if err != nil {
+			return fmt.Errorf("-server needs TLS credentials from the launcher: %w", err)
+		}
+		// The server may still be starting: Fetch retries a refused
+		// connection for 10 s.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		g, err := keyx.Fetch(ctx, *srv, creds, keyx.RequestFor(p.Identity(), abi.RegionID(rid), abi.OpRead))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("key exchange with %s: %w", *srv, err)
+		}
+		tg = target{peer: g.Owner, region: g.Region, bytes: g.Bytes, key: g.Key}
 	}
-	peer, err := netip.ParseAddr(info.Addr)
-	if err != nil {
-		return err
-	}
-	res, err := run(p, peer, abi.RegionID(info.Region), info.Bytes, test, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event)
+	res, err := run(p, tg, test, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event)
+	clear(tg.key[:])
 	if err != nil {
 		return err
 	}
@@ -189,8 +202,9 @@ func client(test string, args []string) error {
 // run keeps outstanding reads in flight for warm+dur and measures the last
 // dur. Each slot reads into its own 4 KB sink; remote offsets walk the
 // remote region.
-func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uint64, test string, size, outstanding int,
+func run(p *portal.Portal, tg target, test string, size, outstanding int,
 	warm, dur time.Duration, verify, spin, yield, event bool) (benchrow.Row, error) {
+	peer, region, regionBytes, key := tg.peer, tg.region, tg.bytes, tg.key
 	slots, err := p.AllocSlots(outstanding)
 	if err != nil {
 		return benchrow.Row{}, err
@@ -209,7 +223,7 @@ func run(p *portal.Portal, peer netip.Addr, region abi.RegionID, regionBytes uin
 		remOff[k] = next % (span + 1)
 		next += 4096 + 64
 		postAt[k] = nowNs()
-		return p.PostRead(slots[k], peer, region, remOff[k], sink, uint64(k)*abi.MaxOpBytes, uint32(size), uint64(k))
+		return p.PostRead(slots[k], peer, region, remOff[k], key, sink, uint64(k)*abi.MaxOpBytes, uint32(size), uint64(k))
 	}
 	for k := range slots {
 		if err := post(k); err != nil {

@@ -17,6 +17,13 @@
 // the decoded request is zero. FuzzDecodeRequest checks that nothing panics
 // and that every accepted request round-trips through EncodeRequest.
 //
+// Keys. register_region and rekey carry a region key K_r (paper §4.2: the
+// application chooses it) as 32 lowercase hex digits in "key". The socket
+// is local (SO_PEERCRED-identified peers on this host), so the key travels
+// in clear on it, never on the network. Key values are secret: the Key
+// type formats as "[redacted]" under fmt and JSON, no decode error quotes
+// a key, and the engine logs neither requests nor keys.
+//
 // Place in the import graph: a leaf (imports abi only), shared by
 // engine/ctl (the server) and portal (the client), so an application never
 // links the engine to talk to it.

@@ -56,6 +56,10 @@ const (
 	OpIdentity Op = "identity"
 	// OpStats returns the engine's counters.
 	OpStats Op = "stats"
+	// OpRekey replaces the region key K_r of one of this portal's regions
+	// (the local rekey of paper §5.2): requests that arrive afterwards
+	// authenticate only with keys derived from the new K_r.
+	OpRekey Op = "rekey"
 	// OpDoorbell attaches a completion doorbell to the portal and returns
 	// it as an eventfd: the engine writes to it when it publishes
 	// completions and the application has armed the segment's arm word
@@ -85,12 +89,17 @@ const (
 //
 //	open               name (required), cmd_cap, cpl_cap, class (optional)
 //	alloc_slots        n (required)
-//	register_region    size, perm (required)
+//	register_region    size, perm, key (required)
 //	deregister_region  region (required)
+//	rekey              region, key (required)
 //	identity, stats    nothing else
 //
 // v (== Version) and op are required in every request; id is optional and
 // echoed in the response.
+//
+// key is a region key K_r: exactly KeyHexLen lowercase hex digits, not all
+// zero. It is secret: Key formats as "[redacted]" (fmt, JSON), and no
+// decode error quotes it, so a Request or an error may be logged.
 type Request struct {
 	V  uint32
 	ID uint64
@@ -106,8 +115,42 @@ type Request struct {
 	Size uint64 // register_region: 1..MaxRegionBytes
 	Perm uint8  // register_region: non-zero subset of PermAll
 
-	Region uint32 // deregister_region: non-zero region id
+	Region uint32 // deregister_region, rekey: non-zero region id
+
+	Key Key // register_region, rekey: the region key K_r, not all zero
 }
+
+// KeySize is the size of a region key K_r in bytes (AES-128), and
+// KeyHexLen its length on the wire.
+const (
+	KeySize   = 16
+	KeyHexLen = 2 * KeySize
+)
+
+// Key is a region key K_r (the same bytes as aesni.Key). It never shows
+// in logs: every fmt verb and JSON render it as "[redacted]". EncodeRequest
+// is the one place that writes its value.
+type Key [KeySize]byte
+
+const redacted = "[redacted]"
+
+// String hides the key.
+func (Key) String() string { return redacted }
+
+// GoString hides the key (%#v).
+func (Key) GoString() string { return redacted }
+
+// Format hides the key under every verb (%x, %v, %d, ...).
+func (Key) Format(f fmt.State, verb rune) { io.WriteString(f, redacted) }
+
+// MarshalJSON hides the key (zerolog's Interface, json.Marshal).
+func (Key) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
+
+// MarshalText hides the key.
+func (Key) MarshalText() ([]byte, error) { return []byte(redacted), nil }
+
+// IsZero reports an all-zero key (never a valid K_r on the wire).
+func (k Key) IsZero() bool { return k == Key{} }
 
 // ErrRequest wraps every DecodeRequest failure.
 var ErrRequest = errors.New("ctl: bad request")
@@ -125,19 +168,22 @@ const (
 	kSize
 	kPerm
 	kRegion
+	kKey
 )
 
 var keyBits = map[string]uint16{
 	"v": kV, "id": kID, "op": kOp, "name": kName, "cmd_cap": kCmdCap, "cpl_cap": kCplCap,
 	"class": kClass, "n": kN, "size": kSize, "perm": kPerm, "region": kRegion,
+	"key": kKey,
 }
 
 // opKeys: keys allowed (beyond v, id, op) and required per op.
 var opKeys = map[Op]struct{ allowed, required uint16 }{
 	OpOpen:             {kName | kCmdCap | kCplCap | kClass, kName},
 	OpAllocSlots:       {kN, kN},
-	OpRegisterRegion:   {kSize | kPerm, kSize | kPerm},
+	OpRegisterRegion:   {kSize | kPerm | kKey, kSize | kPerm | kKey},
 	OpDeregisterRegion: {kRegion, kRegion},
+	OpRekey:            {kRegion | kKey, kRegion | kKey},
 	OpIdentity:         {0, 0},
 	OpStats:            {0, 0},
 	OpDoorbell:         {0, 0},
@@ -230,12 +276,19 @@ func decodeRequest(b []byte) (Request, error) {
 
 // set stores one value after checking its type and range.
 func (r *Request) set(bit uint16, val json.Token) error {
-	if bit == kOp || bit == kName || bit == kClass {
+	if bit == kOp || bit == kName || bit == kClass || bit == kKey {
 		s, ok := val.(string)
 		if !ok {
 			return errors.New("want a string")
 		}
 		switch bit {
+		case kKey:
+			// The error never quotes the value: it is a secret.
+			k, err := parseKey(s)
+			if err != nil {
+				return err
+			}
+			r.Key = k
 		case kOp:
 			if _, ok := opKeys[Op(s)]; !ok {
 				return fmt.Errorf("unknown op %q", trunc(s))
@@ -312,6 +365,37 @@ func (r *Request) set(bit uint16, val json.Token) error {
 	return nil
 }
 
+// parseKey decodes a key: exactly KeyHexLen lowercase hex digits, not all
+// zero. Errors describe the value without quoting any of it.
+func parseKey(s string) (Key, error) {
+	var k Key
+	if len(s) != KeyHexLen {
+		return k, fmt.Errorf("want %d lowercase hex digits, got %d bytes", KeyHexLen, len(s))
+	}
+	for i := 0; i < KeyHexLen; i += 2 {
+		hi, ok1 := unhex(s[i])
+		lo, ok2 := unhex(s[i+1])
+		if !ok1 || !ok2 {
+			return Key{}, errors.New("want lowercase hex digits only (0-9 a-f)")
+		}
+		k[i/2] = hi<<4 | lo
+	}
+	if k.IsZero() {
+		return Key{}, errors.New("an all-zero key is not accepted")
+	}
+	return k, nil
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
 // ValidName checks a portal name: 1..MaxNameBytes of [A-Za-z0-9._-].
 func ValidName(s string) error {
 	if len(s) == 0 || len(s) > MaxNameBytes {
@@ -335,7 +419,9 @@ func trunc(s string) string {
 }
 
 // EncodeRequest renders r as the canonical datagram: v, id, op, then the
-// op's fields, zero-valued optional fields left out. It does not validate;
+// op's fields, zero-valued optional fields left out. The result holds the
+// key in clear (register_region, rekey): send it, never log it; clear it
+// after use where that matters. It does not validate;
 // DecodeRequest(EncodeRequest(r)) == r for every r DecodeRequest accepts.
 func EncodeRequest(r *Request) []byte {
 	b := make([]byte, 0, 128)
@@ -352,6 +438,11 @@ func EncodeRequest(r *Request) []byte {
 		b = append(b, k...)
 		b = append(b, '"', ':')
 		b = strconv.AppendUint(b, v, 10)
+	}
+	key := func() {
+		b = append(b, `,"key":"`...)
+		b = appendKeyHex(b, &r.Key)
+		b = append(b, '"')
 	}
 	switch r.Op {
 	case OpOpen:
@@ -372,8 +463,21 @@ func EncodeRequest(r *Request) []byte {
 	case OpRegisterRegion:
 		num("size", r.Size)
 		num("perm", uint64(r.Perm))
+		key()
 	case OpDeregisterRegion:
 		num("region", uint64(r.Region))
+	case OpRekey:
+		num("region", uint64(r.Region))
+		key()
 	}
 	return append(b, '}')
+}
+
+// appendKeyHex appends k as KeyHexLen lowercase hex digits.
+func appendKeyHex(b []byte, k *Key) []byte {
+	const digits = "0123456789abcdef"
+	for _, c := range k {
+		b = append(b, digits[c>>4], digits[c&15])
+	}
+	return b
 }

@@ -1,11 +1,18 @@
 package ctlmsg
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 )
+
+// testKeyHex is a region key as it travels; testKey the same bytes.
+const testKeyHex = "00112233445566778899aabbccddeeff"
+
+var testKey = Key{0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
 
 func TestDecodeRequestValid(t *testing.T) {
 	tests := []struct {
@@ -16,9 +23,15 @@ func TestDecodeRequestValid(t *testing.T) {
 		{`{"v":1,"id":7,"op":"open","name":"a","cmd_cap":256,"cpl_cap":1024,"class":"high"}`,
 			Request{V: 1, ID: 7, Op: OpOpen, Name: "a", CmdCap: 256, CplCap: 1024, Class: "high"}},
 		{` { "op" : "alloc_slots" , "n" : 16 , "v" : 1 } `, Request{V: 1, Op: OpAllocSlots, N: 16}},
-		{`{"v":1,"op":"register_region","size":4096,"perm":31}`, Request{V: 1, Op: OpRegisterRegion, Size: 4096, Perm: PermAll}},
-		{`{"v":1,"op":"register_region","size":1099511627776,"perm":2}`, Request{V: 1, Op: OpRegisterRegion, Size: 1 << 40, Perm: 2}},
+		{`{"v":1,"op":"register_region","size":4096,"perm":31,"key":"` + testKeyHex + `"}`,
+			Request{V: 1, Op: OpRegisterRegion, Size: 4096, Perm: PermAll, Key: testKey}},
+		{`{"key":"00000000000000000000000000000001","v":1,"op":"register_region","size":1099511627776,"perm":2}`,
+			Request{V: 1, Op: OpRegisterRegion, Size: 1 << 40, Perm: 2, Key: Key{15: 1}}},
 		{`{"v":1,"op":"deregister_region","region":65537}`, Request{V: 1, Op: OpDeregisterRegion, Region: 65537}},
+		{`{"v":1,"id":3,"op":"rekey","region":65537,"key":"` + testKeyHex + `"}`,
+			Request{V: 1, ID: 3, Op: OpRekey, Region: 65537, Key: testKey}},
+		{`{"v":1,"op":"rekey","key":"ffffffffffffffffffffffffffffffff","region":4294967295}`,
+			Request{V: 1, Op: OpRekey, Region: 1<<32 - 1, Key: Key{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}},
 		{`{"v":1,"op":"identity","id":18446744073709551615}`, Request{V: 1, ID: 1<<64 - 1, Op: OpIdentity}},
 		{`{"v":1,"op":"stats"}`, Request{V: 1, Op: OpStats}},
 		{`{"v":1,"op":"doorbell"}`, Request{V: 1, Op: OpDoorbell}},
@@ -78,11 +91,27 @@ func TestDecodeRequestInvalid(t *testing.T) {
 		{`{"v":1,"op":"alloc_slots","n":null}`, "unsigned decimal integer"},
 		{`{"v":1,"op":"alloc_slots","n":65537}`, "out of range"},
 		{`{"v":1,"op":"alloc_slots","n":99999999999999999999999}`, "unsigned decimal integer"},
-		{`{"v":1,"op":"register_region","size":4096}`, `needs key "perm"`},
-		{`{"v":1,"op":"register_region","size":0,"perm":1}`, "out of range"},
-		{`{"v":1,"op":"register_region","size":1099511627777,"perm":1}`, "out of range"},
-		{`{"v":1,"op":"register_region","size":1,"perm":32}`, "out of range"},
-		{`{"v":1,"op":"register_region","size":1,"perm":0}`, "out of range"},
+		{`{"v":1,"op":"register_region","size":4096,"key":"` + testKeyHex + `"}`, `needs key "perm"`},
+		{`{"v":1,"op":"register_region","size":4096,"perm":1}`, `needs key "key"`},
+		{`{"v":1,"op":"register_region","size":0,"perm":1,"key":"` + testKeyHex + `"}`, "out of range"},
+		{`{"v":1,"op":"register_region","size":1099511627777,"perm":1,"key":"` + testKeyHex + `"}`, "out of range"},
+		{`{"v":1,"op":"register_region","size":1,"perm":32,"key":"` + testKeyHex + `"}`, "out of range"},
+		{`{"v":1,"op":"register_region","size":1,"perm":0,"key":"` + testKeyHex + `"}`, "out of range"},
+		{`{"v":1,"op":"rekey","region":1}`, `needs key "key"`},
+		{`{"v":1,"op":"rekey","key":"` + testKeyHex + `"}`, `needs key "region"`},
+		{`{"v":1,"op":"rekey","region":0,"key":"` + testKeyHex + `"}`, "out of range"},
+		{`{"v":1,"op":"rekey","region":1,"key":"` + testKeyHex[:31] + `"}`, "want 32 lowercase hex digits, got 31 bytes"},
+		{`{"v":1,"op":"rekey","region":1,"key":"` + testKeyHex + `0"}`, "got 33 bytes"},
+		{`{"v":1,"op":"rekey","region":1,"key":""}`, "got 0 bytes"},
+		{`{"v":1,"op":"rekey","region":1,"key":"00112233445566778899AABBCCDDEEFF"}`, "lowercase hex digits only"},
+		{`{"v":1,"op":"rekey","region":1,"key":"0011223344556677 899aabbccddeeff"}`, "lowercase hex digits only"},
+		{`{"v":1,"op":"rekey","region":1,"key":"0x112233445566778899aabbccddeeff"}`, "lowercase hex digits only"},
+		{`{"v":1,"op":"rekey","region":1,"key":"00000000000000000000000000000000"}`, "all-zero key"},
+		{`{"v":1,"op":"rekey","region":1,"key":1234}`, "want a string"},
+		{`{"v":1,"op":"rekey","region":1,"key":["` + testKeyHex + `"]}`, "want a string"},
+		{`{"v":1,"op":"rekey","region":1,"key":"` + testKeyHex + `","key":"` + testKeyHex + `"}`, `duplicate key "key"`},
+		{`{"v":1,"op":"stats","key":"` + testKeyHex + `"}`, `key "key" is not allowed in op "stats"`},
+		{`{"v":1,"op":"deregister_region","region":1,"key":"` + testKeyHex + `"}`, `key "key" is not allowed`},
 		{`{"v":1,"op":"deregister_region","region":0}`, "out of range"},
 		{`{"v":1,"op":"deregister_region","region":4294967296}`, "out of range"},
 		{`{"v":4294967296,"op":"stats"}`, "out of range"},
@@ -112,7 +141,7 @@ func TestDecodeRequestInvalid(t *testing.T) {
 // result may be accepted with a different meaning unless it re-encodes to
 // itself (the decoder never half-accepts).
 func TestDecodeRequestFlipOne(t *testing.T) {
-	valid := `{"v":1,"id":9,"op":"register_region","size":4096,"perm":3}`
+	valid := `{"v":1,"id":9,"op":"register_region","size":4096,"perm":3,"key":"` + testKeyHex + `"}`
 	for i := range len(valid) {
 		b := []byte(valid)
 		b[i] ^= 0x01
@@ -124,6 +153,73 @@ func TestDecodeRequestFlipOne(t *testing.T) {
 		if err != nil || again != r {
 			t.Errorf("flip at %d: %q decoded to %+v but does not round-trip", i, b, r)
 		}
+	}
+}
+
+// TestKeyNeverShown: a request holding a key, and every decode error
+// about a key, show none of the key's digits: requests and errors are
+// safe to log.
+func TestKeyNeverShown(t *testing.T) {
+	r, err := DecodeRequest([]byte(`{"v":1,"op":"rekey","region":7,"key":"` + testKeyHex + `"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Key != testKey {
+		t.Fatalf("key decoded to %x", [KeySize]byte(r.Key))
+	}
+	js, err := json.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := []string{
+		fmt.Sprint(r), fmt.Sprintf("%v", r), fmt.Sprintf("%+v", r), fmt.Sprintf("%#v", r),
+		fmt.Sprintf("%x", r.Key), fmt.Sprintf("%X", r.Key), fmt.Sprintf("%s", r.Key), fmt.Sprintf("%d", r.Key),
+		fmt.Sprintf("%q", r.Key), r.Key.String(), string(js),
+		fmt.Errorf("wrapped: %v", r).Error(),
+	}
+	for _, s := range shown {
+		if strings.Contains(strings.ToLower(s), testKeyHex[4:20]) || strings.Contains(s, "17 34 51") || strings.Contains(s, "0x11") {
+			t.Errorf("key shown: %s", s)
+		}
+		if !strings.Contains(s, "[redacted]") {
+			t.Errorf("no redaction mark: %s", s)
+		}
+	}
+	// Malformed keys: the error names the problem, never the value.
+	for _, bad := range []string{
+		testKeyHex[:30], testKeyHex + "00", strings.ToUpper(testKeyHex), "g" + testKeyHex[1:],
+		testKeyHex[:16] + " " + testKeyHex[17:],
+	} {
+		for _, req := range []string{
+			`{"v":1,"op":"rekey","region":7,"key":"` + bad + `"}`,
+			`{"v":1,"op":"register_region","size":64,"perm":1,"key":"` + bad + `"}`,
+		} {
+			_, err := DecodeRequest([]byte(req))
+			if err == nil {
+				t.Fatalf("accepted %s", req)
+			}
+			if strings.Contains(strings.ToLower(err.Error()), testKeyHex[2:10]) {
+				t.Errorf("error quotes the key: %v", err)
+			}
+		}
+	}
+	// A well-formed key where none is allowed: refused without quoting it.
+	_, err = DecodeRequest([]byte(`{"v":1,"op":"stats","key":"` + testKeyHex + `"}`))
+	if err == nil || strings.Contains(err.Error(), testKeyHex[2:10]) {
+		t.Errorf("stats with a key: %v", err)
+	}
+}
+
+func TestEncodeRequestKey(t *testing.T) {
+	r := Request{V: 1, ID: 2, Op: OpRegisterRegion, Size: 64, Perm: 4, Key: testKey}
+	want := `{"v":1,"id":2,"op":"register_region","size":64,"perm":4,"key":"` + testKeyHex + `"}`
+	if got := string(EncodeRequest(&r)); got != want {
+		t.Fatalf("EncodeRequest = %s, want %s", got, want)
+	}
+	r = Request{V: 1, Op: OpRekey, Region: 9, Key: testKey}
+	want = `{"v":1,"op":"rekey","region":9,"key":"` + testKeyHex + `"}`
+	if got := string(EncodeRequest(&r)); got != want {
+		t.Fatalf("EncodeRequest = %s, want %s", got, want)
 	}
 }
 

@@ -1,0 +1,290 @@
+package keyx
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"unicode/utf8"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/portal"
+)
+
+// Version is the protocol version of every message.
+const Version = 1
+
+// Message sizes (bodies, without the 2-byte frame length).
+const (
+	requestLen  = 16
+	grantLen    = 40
+	maxMsgLen   = 256 // longest refusal message
+	maxFrameLen = 4 + maxMsgLen
+)
+
+// Request asks for the K_d of one initiating process for one op type on
+// one region.
+type Request struct {
+	Initiator netip.Addr // the reader's engine IPv4 address
+	PID       uint32     // the reader's PID as its engine stamps it
+	Region    abi.RegionID
+	Op        abi.Op
+}
+
+// RequestFor is the request of the process behind id (its portal's
+// Identity) for op on region.
+func RequestFor(id portal.Identity, region abi.RegionID, op abi.Op) Request {
+	return Request{Initiator: id.Addr, PID: id.PID, Region: region, Op: op}
+}
+
+// Grant is the owner's answer: the K_d of the request, and where and how
+// large the region is.
+type Grant struct {
+	Region abi.RegionID
+	Op     abi.Op
+	Owner  netip.Addr // the owner engine's IPv4 address: send ops there
+	Bytes  uint64     // the region's size
+	Key    aesni.Key  // K_d; never formatted (String omits it)
+}
+
+// String describes g without its key.
+func (g Grant) String() string {
+	return fmt.Sprintf("region %#x (%d bytes) on %s, %v K_d", uint32(g.Region), g.Bytes, g.Owner, g.Op)
+}
+
+// GoString is String, so that %#v does not print the key either.
+func (g Grant) GoString() string { return "keyx.Grant{" + g.String() + "}" }
+
+// Code says why an owner refused a request.
+type Code uint8
+
+const (
+	CodeOK            Code = 0
+	CodeBadRequest    Code = 1 // malformed: the connection is closed
+	CodeUnknownRegion Code = 2 // the owner serves no such region
+	CodePermission    Code = 3 // the region does not allow that op remotely
+	CodeRefused       Code = 4 // Config.Authorize said no
+	CodeInternal      Code = 5
+)
+
+func (c Code) String() string {
+	switch c {
+	case CodeOK:
+		return "ok"
+	case CodeBadRequest:
+		return "bad request"
+	case CodeUnknownRegion:
+		return "unknown region"
+	case CodePermission:
+		return "permission denied"
+	case CodeRefused:
+		return "refused"
+	case CodeInternal:
+		return "internal error"
+	}
+	return fmt.Sprintf("code %d", uint8(c))
+}
+
+// RefusedError is an owner's refusal as a reader sees it. Match a kind with
+// errors.Is(err, ErrBadRequest) and friends.
+type RefusedError struct {
+	Code Code
+	Msg  string // the owner's reason, e.g. "region 0x10002 is not served here"
+}
+
+func (e *RefusedError) Error() string {
+	if e.Msg == "" {
+		return "keyx: owner refused: " + e.Code.String()
+	}
+	return "keyx: owner refused: " + e.Code.String() + ": " + e.Msg
+}
+
+// Is matches a RefusedError of the same Code.
+func (e *RefusedError) Is(target error) bool {
+	t, ok := target.(*RefusedError)
+	return ok && t.Code == e.Code && t.Msg == ""
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrBadRequest    error = &RefusedError{Code: CodeBadRequest}
+	ErrUnknownRegion error = &RefusedError{Code: CodeUnknownRegion}
+	ErrPermission    error = &RefusedError{Code: CodePermission}
+	ErrRefused       error = &RefusedError{Code: CodeRefused}
+)
+
+func ipv4(a netip.Addr) ([4]byte, bool) {
+	if !a.Is4() {
+		return [4]byte{}, false
+	}
+	return a.As4(), true
+}
+
+// unicast4 reports whether b is an IPv4 address an engine can have.
+func unicast4(a netip.Addr) bool {
+	return a.Is4() && !a.IsUnspecified() && !a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+func validOp(op abi.Op) bool { return op == abi.OpRead || op == abi.OpWrite || op == abi.OpRekey }
+
+// check is what both ends require of a request before it is sent or served.
+func (r *Request) check() error {
+	if !validOp(r.Op) {
+		return fmt.Errorf("op %d unknown, want 1 (READ), 2 (WRITE) or 3 (REKEY)", uint8(r.Op))
+	}
+	if !unicast4(r.Initiator) {
+		return fmt.Errorf("initiator %v is not a unicast IPv4 address", r.Initiator)
+	}
+	if r.PID == 0 {
+		return errors.New("initiator PID 0")
+	}
+	if r.Region == 0 {
+		return errors.New("region 0 is never registered")
+	}
+	return nil
+}
+
+func (r *Request) marshal(b *[requestLen]byte) error {
+	if err := r.check(); err != nil {
+		return fmt.Errorf("keyx: request: %w", err)
+	}
+	ip, _ := ipv4(r.Initiator)
+	*b = [requestLen]byte{0: Version, 1: byte(r.Op)}
+	copy(b[4:8], ip[:])
+	binary.BigEndian.PutUint32(b[8:], r.PID)
+	binary.BigEndian.PutUint32(b[12:], uint32(r.Region))
+	return nil
+}
+
+// parseRequest decodes and checks a request body. Its errors are the
+// precise reasons sent back with CodeBadRequest.
+func parseRequest(b []byte) (Request, error) {
+	if len(b) == 0 {
+		return Request{}, errors.New("empty request")
+	}
+	if b[0] != Version {
+		return Request{}, fmt.Errorf("version %d, want %d", b[0], Version)
+	}
+	if len(b) != requestLen {
+		return Request{}, fmt.Errorf("request of %d bytes, want %d", len(b), requestLen)
+	}
+	if v := binary.BigEndian.Uint16(b[2:]); v != 0 {
+		return Request{}, fmt.Errorf("reserved field %#04x, want 0", v)
+	}
+	r := Request{
+		Op:        abi.Op(b[1]),
+		Initiator: netip.AddrFrom4([4]byte(b[4:8])),
+		PID:       binary.BigEndian.Uint32(b[8:]),
+		Region:    abi.RegionID(binary.BigEndian.Uint32(b[12:])),
+	}
+	return r, r.check()
+}
+
+func marshalGrant(b *[grantLen]byte, g *Grant) {
+	ip, _ := ipv4(g.Owner)
+	*b = [grantLen]byte{0: Version, 1: byte(CodeOK)}
+	binary.BigEndian.PutUint32(b[4:], uint32(g.Region))
+	b[8] = byte(g.Op)
+	copy(b[12:16], ip[:])
+	binary.BigEndian.PutUint64(b[16:], g.Bytes)
+	copy(b[24:40], g.Key[:])
+}
+
+// marshalRefusal writes a refusal body into b (at least maxFrameLen bytes)
+// and returns its length.
+func marshalRefusal(b []byte, code Code, msg string) int {
+	if len(msg) > maxMsgLen {
+		msg = msg[:maxMsgLen]
+	}
+	if msg == "" {
+		msg = code.String()
+	}
+	b[0], b[1], b[2], b[3] = Version, byte(code), 0, 0
+	return 4 + copy(b[4:], msg)
+}
+
+// parseReply decodes a reply body: a Grant or a *RefusedError.
+func parseReply(b []byte) (Grant, error) {
+	if len(b) < 4 {
+		return Grant{}, fmt.Errorf("keyx: reply of %d bytes, want at least 4", len(b))
+	}
+	if b[0] != Version {
+		return Grant{}, fmt.Errorf("keyx: reply version %d, want %d", b[0], Version)
+	}
+	if v := binary.BigEndian.Uint16(b[2:]); v != 0 {
+		return Grant{}, fmt.Errorf("keyx: reply reserved field %#04x, want 0", v)
+	}
+	code := Code(b[1])
+	if code != CodeOK {
+		msg := b[4:]
+		if len(msg) == 0 || len(msg) > maxMsgLen || !utf8.Valid(msg) {
+			return Grant{}, fmt.Errorf("keyx: refusal (%v) with a malformed message of %d bytes", code, len(msg))
+		}
+		return Grant{}, &RefusedError{Code: code, Msg: string(msg)}
+	}
+	if len(b) != grantLen {
+		return Grant{}, fmt.Errorf("keyx: grant of %d bytes, want %d", len(b), grantLen)
+	}
+	if b[9] != 0 || b[10] != 0 || b[11] != 0 {
+		return Grant{}, errors.New("keyx: grant: non-zero padding")
+	}
+	g := Grant{
+		Region: abi.RegionID(binary.BigEndian.Uint32(b[4:])),
+		Op:     abi.Op(b[8]),
+		Owner:  netip.AddrFrom4([4]byte(b[12:16])),
+		Bytes:  binary.BigEndian.Uint64(b[16:]),
+		Key:    aesni.Key(b[24:40]),
+	}
+	if !unicast4(g.Owner) {
+		return Grant{}, fmt.Errorf("keyx: grant: owner %v is not a unicast IPv4 address", g.Owner)
+	}
+	if g.Bytes == 0 {
+		return Grant{}, errors.New("keyx: grant: region of 0 bytes")
+	}
+	return g, nil
+}
+
+// writeFrame sends body with its length prefix in one write (one TLS
+// record).
+func writeFrame(w io.Writer, buf []byte, body []byte) error {
+	if len(body) > maxFrameLen || len(buf) < 2+len(body) {
+		panic("keyx: frame too large")
+	}
+	binary.BigEndian.PutUint16(buf, uint16(len(body)))
+	n := 2 + copy(buf[2:], body)
+	_, err := w.Write(buf[:n])
+	return err
+}
+
+// errFrameEOF is a clean end of the stream between frames.
+var errFrameEOF = errors.New("end of stream")
+
+// readFrame reads one frame into buf (maxFrameLen+2 bytes) and returns its
+// body. A frame longer than max is not read: the error says so.
+func readFrame(r io.Reader, buf []byte, max int) ([]byte, error) {
+	n, err := io.ReadFull(r, buf[:2])
+	switch {
+	case n == 0 && err == io.EOF:
+		return nil, errFrameEOF
+	case err != nil:
+		return nil, fmt.Errorf("truncated frame length (%d of 2 bytes): %w", n, err)
+	}
+	l := int(binary.BigEndian.Uint16(buf))
+	if l > max {
+		return nil, &frameTooLong{l}
+	}
+	body := buf[2 : 2+l]
+	if n, err := io.ReadFull(r, body); err != nil {
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return nil, fmt.Errorf("truncated message: %d of %d bytes", n, l)
+		}
+		return nil, err
+	}
+	return body, nil
+}
+
+type frameTooLong struct{ n int }
+
+func (e *frameTooLong) Error() string { return fmt.Sprintf("message of %d bytes", e.n) }

@@ -1,0 +1,288 @@
+package keyx
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/portal"
+)
+
+// Region is a region an owner serves. *portal.Region is one.
+type Region interface {
+	ID() abi.RegionID
+	Size() uint64
+	Perm() portal.Perm
+	DeriveKey(initiator netip.Addr, pid uint32, op abi.Op) aesni.Key
+}
+
+// Config configures a Server.
+type Config struct {
+	Credentials *Credentials // from CA.IssueServer (via Inherited)
+	Owner       netip.Addr   // the owner engine's IPv4 address (portal.Identity().Addr)
+	// Authorize, if set, decides whether the holder of peer may have the
+	// K_d of req (the region exists and allows the op). Its error is sent
+	// back with CodeRefused.
+	Authorize func(peer *x509.Certificate, req Request) error
+	// Logf, if set, receives one line per refused connection or request
+	// and per grant. It is never given a key.
+	Logf func(format string, args ...any)
+	// Timeout bounds the handshake and each wait for a request (default
+	// 10 s).
+	Timeout time.Duration
+}
+
+// Server serves K_d to readers over TLS 1.3 with client certificates.
+type Server struct {
+	cfg  Config
+	tls  *tls.Config
+	mu   sync.RWMutex // regions; held for reading while deriving (see Update)
+	regs map[abi.RegionID]Region
+
+	lmu    sync.Mutex
+	ln     net.Listener
+	closed bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// NewServer checks cfg and builds a server with no regions.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Credentials == nil {
+		return nil, errors.New("keyx: server: no credentials")
+	}
+	if !hasUsage(cfg.Credentials.cert.Leaf, x509.ExtKeyUsageServerAuth) {
+		return nil, fmt.Errorf("keyx: server: certificate %q is not a server certificate (use CA.IssueServer)", cfg.Credentials.Name())
+	}
+	if !unicast4(cfg.Owner) {
+		return nil, fmt.Errorf("keyx: server: owner address %v is not a unicast IPv4 address", cfg.Owner)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	s := &Server{cfg: cfg, regs: map[abi.RegionID]Region{}, conns: map[net.Conn]struct{}{}}
+	s.tls = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		MaxVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cfg.Credentials.cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    cfg.Credentials.pool(),
+	}
+	return s, nil
+}
+
+func hasUsage(c *x509.Certificate, u x509.ExtKeyUsage) bool {
+	for _, v := range c.ExtKeyUsage {
+		if v == u {
+			return true
+		}
+	}
+	return false
+}
+
+// Add serves r (replacing a region of the same id).
+func (s *Server) Add(r Region) {
+	s.mu.Lock()
+	s.regs[r.ID()] = r
+	s.mu.Unlock()
+}
+
+// Remove stops serving region id.
+func (s *Server) Remove(id abi.RegionID) {
+	s.mu.Lock()
+	delete(s.regs, id)
+	s.mu.Unlock()
+}
+
+// Update runs fn while no derivation is in progress: use it to change a
+// served region's key, e.g. s.Update(func() error { return p.Rekey(r, kr) }),
+// so that no reader is handed a K_d derived from the old K_r after fn
+// returns.
+func (s *Server) Update(fn func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fn()
+}
+
+// Start listens on addr, which must be a loopback address ("" means
+// 127.0.0.1:0, any free port), and serves in the background until Close.
+// It returns the address to give readers.
+func (s *Server) Start(addr string) (netip.AddrPort, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("keyx: listen %q: %w", addr, err)
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		return netip.AddrPort{}, fmt.Errorf("keyx: listen %q: want a loopback address", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("keyx: %w", err)
+	}
+	ap := ln.Addr().(*net.TCPAddr).AddrPort()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.Serve(ln)
+	}()
+	return ap, nil
+}
+
+// Serve accepts connections on ln until Close (then it returns nil) or an
+// accept error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.lmu.Lock()
+	if s.closed {
+		s.lmu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.ln = ln
+	s.lmu.Unlock()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.lmu.Lock()
+			closed := s.closed
+			s.lmu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("keyx: accept: %w", err)
+		}
+		s.lmu.Lock()
+		if s.closed {
+			s.lmu.Unlock()
+			c.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.lmu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			s.handle(c)
+			s.lmu.Lock()
+			delete(s.conns, c)
+			s.lmu.Unlock()
+		}()
+	}
+}
+
+// Close stops the listener, closes open connections and waits for their
+// handlers.
+func (s *Server) Close() error {
+	s.lmu.Lock()
+	s.closed = true
+	var err error
+	if s.ln != nil {
+		err = s.ln.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.lmu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf(format, args...)
+	}
+}
+
+func (s *Server) handle(raw net.Conn) {
+	defer raw.Close()
+	remote := raw.RemoteAddr().String()
+	c := tls.Server(raw, s.tls)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+	err := c.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		s.logf("keyx: %s: refused: handshake: %v", remote, err)
+		return
+	}
+	peer := c.ConnectionState().PeerCertificates[0]
+	who := fmt.Sprintf("%s (certificate %q)", remote, peer.Subject.CommonName)
+	var in [2 + maxFrameLen]byte
+	var out [2 + maxFrameLen]byte
+	defer clear(out[:])
+	refuse := func(code Code, msg string) error {
+		var b [maxFrameLen]byte
+		n := marshalRefusal(b[:], code, msg)
+		return writeFrame(c, out[:], b[:n])
+	}
+	for {
+		c.SetDeadline(time.Now().Add(s.cfg.Timeout))
+		body, err := readFrame(c, in[:], maxFrameLen)
+		if err == errFrameEOF {
+			return
+		}
+		var req Request
+		if err == nil {
+			req, err = parseRequest(body)
+		} else if tl, ok := err.(*frameTooLong); ok {
+			err = fmt.Errorf("request of %d bytes, want %d", tl.n, requestLen)
+		}
+		if err != nil {
+			s.logf("keyx: %s: bad request: %v", who, err)
+			refuse(CodeBadRequest, err.Error())
+			c.Close() // sends close_notify after the refusal
+			return
+		}
+		g, code, err := s.grant(peer, req)
+		if err != nil {
+			s.logf("keyx: %s: refused %v K_d for region %#x to %s pid %d: %v", who, req.Op, uint32(req.Region), req.Initiator, req.PID, err)
+			if refuse(code, err.Error()) != nil {
+				return
+			}
+			continue
+		}
+		var b [grantLen]byte
+		marshalGrant(&b, &g)
+		err = writeFrame(c, out[:], b[:])
+		clear(b[:])
+		clear(g.Key[:])
+		if err != nil {
+			s.logf("keyx: %s: reply: %v", who, err)
+			return
+		}
+		s.logf("keyx: %s: granted %v K_d for region %#x to %s pid %d", who, req.Op, uint32(req.Region), req.Initiator, req.PID)
+	}
+}
+
+func (s *Server) grant(peer *x509.Certificate, req Request) (Grant, Code, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.regs[req.Region]
+	if !ok {
+		return Grant{}, CodeUnknownRegion, fmt.Errorf("region %#x is not served here", uint32(req.Region))
+	}
+	need := map[abi.Op]portal.Perm{abi.OpRead: portal.PermRemoteRead, abi.OpWrite: portal.PermRemoteWrite, abi.OpRekey: portal.PermRemoteRekey}[req.Op]
+	if r.Perm()&need == 0 {
+		return Grant{}, CodePermission, fmt.Errorf("region %#x does not allow remote %v", uint32(req.Region), req.Op)
+	}
+	if s.cfg.Authorize != nil {
+		if err := s.cfg.Authorize(peer, req); err != nil {
+			return Grant{}, CodeRefused, err
+		}
+	}
+	return Grant{Region: req.Region, Op: req.Op, Owner: s.cfg.Owner, Bytes: r.Size(),
+		Key: r.DeriveKey(req.Initiator, req.PID, req.Op)}, CodeOK, nil
+}

@@ -1,0 +1,183 @@
+package portal_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/portal"
+)
+
+// These tests run a real engine core in this process: engine/runner over
+// an engine/memport loopback port, served by engine/ctl on a unix socket,
+// so a portal talks to it exactly as to rmad (the test binary links the
+// engine; the portal package itself never does).
+
+var engineIP = netip.MustParseAddr("10.7.0.1")
+
+func startEngine(t *testing.T) string {
+	t.Helper()
+	ecfg := engine.DefaultConfig()
+	ecfg.LocalIP = engineIP
+	ecfg.Slots, ecfg.Regions, ecfg.Portals = 64, 32, 4
+	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
+	port, err := memport.Loopback(memport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := engine.New(ecfg, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(core, port, runner.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := ctl.DefaultConfig()
+	cfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
+	cfg.Slots.Default = 16
+	cfg.CmdCap, cfg.CplCap = 64, 64
+	srv, err := ctl.Listen(cfg, r, zerolog.Nop())
+	if err != nil {
+		r.Stop(context.Background())
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	t.Cleanup(func() {
+		srv.Close()
+		r.Stop(context.Background())
+	})
+	return cfg.SocketPath
+}
+
+func dial(t *testing.T, sock, name string) *portal.Portal {
+	t.Helper()
+	p, err := portal.Dial(sock, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// read reads 64 bytes of src at 0 into sink at 0 with key k.
+func read(t *testing.T, p *portal.Portal, src *portal.Region, k aesni.Key, sink *portal.Region) abi.Completion {
+	t.Helper()
+	s, ok := p.Slot()
+	if !ok {
+		t.Fatal("no free slot")
+	}
+	defer p.Release(s)
+	if err := p.SubmitRead(s, engineIP, src.ID(), 0, k, sink, 0, 64, 1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var c [1]abi.Completion
+	if _, err := p.Wait(ctx, c[:]); err != nil {
+		t.Fatal(err)
+	}
+	return c[0]
+}
+
+// A READ with a K_d derived for another PID is refused by the engine with
+// REMOTE_AUTHENTICATION_FAILURE and writes nothing; the K_d derived for the
+// reader's own identity reads.
+func TestWrongPIDRefused(t *testing.T) {
+	sock := startEngine(t)
+	owner, reader := dial(t, sock, "owner"), dial(t, sock, "reader")
+	src, err := owner.RegisterRegion(4096, portal.PermRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i*7 + 1)
+	}
+	reader.AllocSlots(1)
+	sink, err := reader.RegisterRegion(4096, portal.PermLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := reader.Identity()
+	if c := read(t, reader, src, src.DeriveKey(id.Addr, id.PID+1, abi.OpRead), sink); c.Status != abi.StatusRemoteAuthFailure {
+		t.Fatalf("K_d for pid %d read by pid %d: %+v", id.PID+1, id.PID, c)
+	}
+	if !bytes.Equal(sink.Bytes(), make([]byte, 4096)) {
+		t.Fatal("the refused read wrote the sink")
+	}
+	st, err := reader.Stats()
+	if err != nil || st.ReqAuthFailed != 1 {
+		t.Fatalf("req_auth_failed %d, %v", st.ReqAuthFailed, err)
+	}
+	if c := read(t, reader, src, src.DeriveKey(id.Addr, id.PID, abi.OpRead), sink); c.Status != abi.StatusOK ||
+		!bytes.Equal(sink.Bytes()[:64], src.Bytes()[:64]) {
+		t.Fatalf("K_d for the reader's own identity: %+v", c)
+	}
+}
+
+// Rekey changes Key(), and with it every K_d; a key chosen at registration
+// is the region's key.
+func TestRekeyChangesKey(t *testing.T) {
+	sock := startEngine(t)
+	owner, reader := dial(t, sock, "owner"), dial(t, sock, "reader")
+	k1 := aesni.Key{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
+	src, err := owner.RegisterRegionKey(4096, portal.PermRemoteRead, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Key() != k1 {
+		t.Fatalf("Key() = %x, want the registered key", src.Key())
+	}
+	reader.AllocSlots(1)
+	sink, _ := reader.RegisterRegion(4096, portal.PermLocalWrite)
+	id := reader.Identity()
+	old := src.DeriveKey(id.Addr, id.PID, abi.OpRead)
+	if c := read(t, reader, src, old, sink); c.Status != abi.StatusOK {
+		t.Fatalf("before rekey: %+v", c)
+	}
+	k2 := aesni.Key{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}
+	if err := owner.Rekey(src, k2); err != nil {
+		t.Fatal(err)
+	}
+	if src.Key() != k2 {
+		t.Fatalf("Key() after Rekey = %x, want %x", src.Key(), k2)
+	}
+	nk := src.DeriveKey(id.Addr, id.PID, abi.OpRead)
+	if nk == old || nk != aesni.DeriveKey(k2, id.Addr.As4(), id.PID, uint8(abi.OpRead)) {
+		t.Fatal("K_d after Rekey is not derived from the new key")
+	}
+	if c := read(t, reader, src, old, sink); c.Status != abi.StatusRemoteAuthFailure {
+		t.Fatalf("old K_d after rekey: %+v", c)
+	}
+	if c := read(t, reader, src, nk, sink); c.Status != abi.StatusOK {
+		t.Fatalf("new K_d after rekey: %+v", c)
+	}
+	if err := owner.Rekey(src, aesni.Key{}); !errors.Is(err, portal.ErrZeroKey) || src.Key() != k2 {
+		t.Fatalf("zero key: %v, Key() %x", err, src.Key())
+	}
+	if err := reader.Rekey(src, k1); !errors.Is(err, portal.ErrRegion) || src.Key() != k2 {
+		t.Fatalf("another portal's region: %v", err)
+	}
+	if _, err := owner.RegisterRegionKey(4096, portal.PermAll, aesni.Key{}); !errors.Is(err, portal.ErrZeroKey) {
+		t.Fatalf("zero key registered: %v", err)
+	}
+	r2, err := owner.RegisterRegion(4096, portal.PermAll)
+	if err != nil || r2.Key() == (aesni.Key{}) || r2.Key() == k1 {
+		t.Fatalf("RegisterRegion's key: %v", err)
+	}
+}
