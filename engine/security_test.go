@@ -1,0 +1,407 @@
+package engine
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/wire"
+)
+
+// secPair is a reader on core a and an owner on core b with one
+// remote-readable region, the peer already resolved.
+type secPair struct {
+	*pair
+	app, srv *testApp
+	src, dst []byte
+	rs, rd   abi.RegionID
+}
+
+func newSecPair(t *testing.T) *secPair {
+	t.Helper()
+	p := &secPair{pair: newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))}
+	p.app = openApp(t, p.a, ClassLow, 8)
+	p.srv = openApp(t, p.b, ClassLow, 0)
+	p.src, p.dst = make([]byte, 8192), make([]byte, 8192)
+	pattern(p.src, 0x33)
+	var err error
+	if p.rs, err = p.b.RegisterRegion(p.srv.id, p.src, PermRemoteRead, testKr); err != nil {
+		t.Fatal(err)
+	}
+	if p.rd, err = p.a.RegisterRegion(p.app.id, p.dst, PermAll, testKr); err != nil {
+		t.Fatal(err)
+	}
+	p.read(t, 0, 1, abi.StatusOK) // resolves b's MAC
+	return p
+}
+
+// read posts one read on slot k and runs both cores until it completes.
+func (p *secPair) read(t *testing.T, k int, n uint32, want abi.Status) {
+	t.Helper()
+	p.readKey(t, k, n, [16]byte{}, want)
+}
+
+func (p *secPair) readKey(t *testing.T, k int, n uint32, key [16]byte, want abi.Status) {
+	t.Helper()
+	cmd := readCmd(p.app.slots[k], ipOf("10.0.0.2"), p.rs, 0, p.rd, 0, n, uint64(k))
+	cmd.Key = key
+	p.app.post(t, cmd)
+	p.run()
+	got := p.app.completions()
+	if len(got) != 1 || got[0].Status != want {
+		t.Fatalf("want one %v, got %+v", want, got)
+	}
+}
+
+// requestFrame posts a read and returns its request frame, undelivered.
+func (p *secPair) requestFrame(t *testing.T, k int, n uint32) []byte {
+	t.Helper()
+	p.app.post(t, readCmd(p.app.slots[k], ipOf("10.0.0.2"), p.rs, 0, p.rd, 0, n, uint64(k)))
+	p.a.Poll(p.now)
+	fr := p.ta.take()
+	if len(fr) != 1 {
+		t.Fatalf("want one request frame, got %d", len(fr))
+	}
+	return fr[0]
+}
+
+// serve hands frames to b and returns its answers.
+func (p *secPair) serve(frames ...[]byte) [][]byte {
+	for _, f := range frames {
+		p.b.Receive(p.now, f)
+	}
+	p.b.Poll(p.now)
+	return p.tb.take()
+}
+
+func TestWrongKeyFailsFast(t *testing.T) {
+	p := newSecPair(t)
+	p.dst[0] = 0xee
+	for _, tc := range []struct {
+		name string
+		key  aesni.Key
+	}{
+		{"random key", aesni.Key{1, 2, 3}},
+		{"region key itself", testKr},
+		{"another PID's K_d", aesni.DeriveKey(testKr, p.app.ip, testPID+1, uint8(abi.OpRead))},
+		{"another address's K_d", aesni.DeriveKey(testKr, [4]byte{10, 0, 0, 3}, testPID, uint8(abi.OpRead))},
+		{"another op's K_d", aesni.DeriveKey(testKr, p.app.ip, testPID, uint8(abi.OpWrite))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := p.b.Stats().ReqAuthFailed
+			p.readKey(t, 1, 64, tc.key, abi.StatusRemoteAuthFailure)
+			if p.dst[0] != 0xee {
+				t.Fatal("sink written by a failed op")
+			}
+			if got := p.b.Stats().ReqAuthFailed; got != before+1 {
+				t.Fatalf("ReqAuthFailed %d, want %d", got, before+1)
+			}
+		})
+	}
+	p.readKey(t, 1, 64, [16]byte{}, abi.StatusOK) // the right key still works
+	if !bytes.Equal(p.dst[:64], p.src[:64]) {
+		t.Fatal("data mismatch")
+	}
+	if err := p.a.Audit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every field of a request is authenticated: a flipped bit anywhere the
+// AAD covers, or in the tag, gets REMOTE_AUTHENTICATION_FAILURE (never
+// data).
+func TestTamperedRequestRefused(t *testing.T) {
+	p := newSecPair(t)
+	req := p.requestFrame(t, 1, 64)
+	for bit := wire.AADOffset * 8; bit < (wire.PayloadOffset+wire.TrailerLen)*8; bit++ {
+		bad := append([]byte(nil), req...)
+		bad[bit/8] ^= 1 << (bit % 8)
+		var f wire.Fields
+		if _, err := wire.Decode(bad, &f); err != nil || f.DstIP != ipOf("10.0.0.2") || f.DstPort != p.b.cfg.UDPPort || f.Type != wire.TypeReadReq {
+			continue // not a request for b any more: dropped before authentication
+		}
+		ans := p.serve(bad)
+		if len(ans) != 1 {
+			t.Fatalf("bit %d: %d answers", bit, len(ans))
+		}
+		var af wire.Fields
+		if _, err := wire.Decode(ans[0], &af); err != nil || af.Type != wire.TypeError || abi.Status(af.Status) != abi.StatusRemoteAuthFailure {
+			t.Fatalf("bit %d: answer %+v (%v)", bit, af, err)
+		}
+	}
+	if s := p.b.Stats(); s.ReqServed != 1 || s.ReqAuthFailed == 0 {
+		t.Fatalf("served %d (want only the warm-up), auth failures %d", s.ReqServed, s.ReqAuthFailed)
+	}
+}
+
+// A replayed READ request is served again, but under fresh server
+// counters: the attacker gets new ciphertext, never the old keystream, and
+// the initiator drops the copies as stale.
+func TestReplayedRequestFreshCiphertext(t *testing.T) {
+	p := newSecPair(t)
+	req := p.requestFrame(t, 1, 1000)
+	first := p.serve(req)
+	second := p.serve(req)
+	if len(first) != 1 || len(second) != 1 {
+		t.Fatalf("answers %d, %d", len(first), len(second))
+	}
+	if bytes.Equal(wire.IV(first[0]), wire.IV(second[0])) {
+		t.Fatal("replay answered under the same IV")
+	}
+	if bytes.Equal(wire.Sealed(first[0], 1000), wire.Sealed(second[0], 1000)) {
+		t.Fatal("replay answered with the same ciphertext")
+	}
+	if bytes.Contains(first[0], p.src[:64]) || bytes.Contains(second[0], p.src[:64]) {
+		t.Fatal("plaintext on the wire")
+	}
+	p.a.Receive(p.now, first[0])
+	p.a.Poll(p.now)
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+		t.Fatalf("%+v", got)
+	}
+	p.a.Receive(p.now, second[0])
+	if s := p.a.Stats(); s.RxStale != 1 {
+		t.Fatalf("replayed answer not stale: %+v", s)
+	}
+}
+
+// A response is bound to its request: a response sealed for an earlier op
+// does not open for a later op, even re-tagged for it; a tampered response
+// is dropped and counted and the op still completes with its genuine data.
+func TestResponseBoundToRequest(t *testing.T) {
+	p := newSecPair(t)
+	old := p.serve(p.requestFrame(t, 1, 64))
+	p.a.Receive(p.now, old[0])
+	p.a.Poll(p.now)
+	p.app.completions()
+
+	req := p.requestFrame(t, 1, 64) // same slot, next op
+	var rf wire.Fields
+	wire.Decode(req, &rf)
+	forged := append([]byte(nil), old[0]...)
+	var of wire.Fields
+	wire.Decode(forged, &of)
+	of.Tag = rf.Tag // re-tagged for the new op: the AAD changes, and so does the curried IV
+	wire.Encode(forged, &of, 64)
+	copy(wire.Sealed(forged, 64), wire.Sealed(old[0], 64))
+	clear(p.dst[:64])
+	p.a.Receive(p.now, forged)
+	if s := p.a.Stats(); s.RxAuthFailed != 1 {
+		t.Fatalf("forged response not dropped: %+v", s)
+	}
+	genuine := p.serve(req)
+	tampered := append([]byte(nil), genuine[0]...)
+	wire.Sealed(tampered, 64)[5] ^= 1
+	p.a.Receive(p.now, tampered)
+	if s := p.a.Stats(); s.RxAuthFailed != 2 {
+		t.Fatalf("tampered response not dropped: %+v", s)
+	}
+	p.a.Receive(p.now, genuine[0])
+	p.a.Poll(p.now)
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+		t.Fatalf("%+v", got)
+	}
+	if !bytes.Equal(p.dst[:64], p.src[:64]) {
+		t.Fatal("data mismatch")
+	}
+}
+
+// NACK and error answers are authenticated too: a forged one is dropped
+// and the op ends by TIMEOUT, not by the forged status.
+func TestForgedAnswersDropped(t *testing.T) {
+	p := newSecPair(t)
+	req := p.requestFrame(t, 1, 64)
+	var rf wire.Fields
+	wire.Decode(req, &rf)
+	forge := func(ty wire.Type, st abi.Status, seal func(b []byte)) {
+		b := make([]byte, MaxFrameBytes)
+		f := wire.Fields{DstMAC: rf.SrcMAC, SrcMAC: rf.DstMAC, SrcIP: rf.DstIP, DstIP: rf.SrcIP,
+			SrcPort: rf.DstPort, DstPort: rf.SrcPort, Type: ty, Status: uint8(st), PID: rf.PID, Tag: rf.Tag}
+		f.IV[0], f.IV[11] = 10, 99
+		n := wire.Encode(b, &f, 0)
+		seal(b)
+		p.a.Receive(p.now, b[:n])
+	}
+	wrong, _ := aesni.NewAEAD(aesni.Key{9})
+	reserved, _ := aesni.NewReservedAEAD()
+	forge(wire.TypeNack, 0, func(b []byte) {
+		wrong.SealResponse(wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), rf.IV[:])
+	})
+	forge(wire.TypeError, abi.StatusRemoteBounds, func(b []byte) {
+		wrong.SealResponse(wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), rf.IV[:])
+	})
+	forge(wire.TypeError, abi.StatusRemoteBounds, func(b []byte) { // reserved key only speaks for auth failures
+		reserved.SealResponse(wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), rf.IV[:])
+	})
+	forge(wire.TypeError, abi.StatusRemoteAuthFailure, func(b []byte) { // not curried with the request's IV
+		reserved.SealAuthFailure(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b), make([]byte, 12))
+	})
+	if s := p.a.Stats(); s.RxAuthFailed != 4 {
+		t.Fatalf("forged answers accepted: %+v", s)
+	}
+	p.now += int64(p.a.cfg.Timeout)
+	p.a.Poll(p.now)
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusTimeout {
+		t.Fatalf("%+v", got)
+	}
+	// The reserved key does speak for auth failures when curried right
+	// (anyone can forge those: they are integrity, not authenticity).
+	req = p.requestFrame(t, 1, 64)
+	wire.Decode(req, &rf)
+	forge(wire.TypeError, abi.StatusRemoteAuthFailure, func(b []byte) {
+		reserved.SealAuthFailure(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b), rf.IV[:])
+	})
+	p.a.Poll(p.now)
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusRemoteAuthFailure {
+		t.Fatalf("%+v", got)
+	}
+}
+
+// Rekey: ops with K_d of the old K_r fail fast, ops with the new K_d
+// succeed, and other regions of the same owner never notice.
+func TestRekey(t *testing.T) {
+	p := newSecPair(t)
+	other := make([]byte, 4096)
+	pattern(other, 0x77)
+	ro, err := p.b.RegisterRegion(p.srv.id, other, PermRemoteRead, testKr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOther := func() {
+		t.Helper()
+		p.app.post(t, readCmd(p.app.slots[2], ipOf("10.0.0.2"), ro, 0, p.rd, 4096, 64, 2))
+		p.run()
+		if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+			t.Fatalf("other region: %+v", got)
+		}
+	}
+	readOther()
+	newKr := aesni.Key{0xfe, 0xed}
+	newKd := aesni.DeriveKey(newKr, p.app.ip, testPID, uint8(abi.OpRead))
+	if err := p.b.Rekey(p.srv.id, p.rs, newKr); err != nil {
+		t.Fatal(err)
+	}
+	p.read(t, 1, 64, abi.StatusRemoteAuthFailure) // the old K_d
+	readOther()
+	p.readKey(t, 1, 64, newKd, abi.StatusOK)
+	readOther()
+	if !bytes.Equal(p.dst[:64], p.src[:64]) {
+		t.Fatal("data mismatch")
+	}
+	// Only the owner may rekey, only a live region.
+	intruder := openApp(t, p.b, ClassLow, 0)
+	if err := p.b.Rekey(intruder.id, p.rs, aesni.Key{}); err == nil {
+		t.Fatal("another portal rekeyed the region")
+	}
+	if err := p.b.Rekey(p.srv.id, abi.MakeRegionID(p.rs.Index(), p.rs.Gen()+1), aesni.Key{}); err == nil {
+		t.Fatal("stale region id rekeyed")
+	}
+	p.readKey(t, 1, 64, newKd, abi.StatusOK)
+	if s := p.b.Stats(); s.Rekeys != 1 {
+		t.Fatalf("Rekeys %d", s.Rekeys)
+	}
+}
+
+// No nonce repeats within an engine: requests, every response chunk and
+// every answer draw fresh counters, chunk nonces follow their offsets.
+func TestNoncesUnique(t *testing.T) {
+	p := newSecPair(t)
+	seen := map[[12]byte]bool{}
+	note := func(frames [][]byte) {
+		for _, f := range frames {
+			iv := [12]byte(wire.IV(f))
+			if seen[iv] {
+				t.Fatalf("nonce %x repeated", iv)
+			}
+			seen[iv] = true
+		}
+	}
+	for k := 0; k < 20; k++ {
+		req := p.requestFrame(t, 1, uint32(1+k*211))
+		note([][]byte{req})
+		ans := p.serve(req, req) // replayed once
+		note(ans)
+		for _, a := range ans {
+			p.a.Receive(p.now, a)
+		}
+		p.a.Poll(p.now)
+		p.app.completions()
+	}
+	note(p.serve(p.requestFrame(t, 1, 64)[:wire.PayloadOffset+3])) // malformed: dropped, no answer
+}
+
+// rekeyCmd asks the engine at 10.0.0.2 to install the key held at
+// offset off of the app's region rd, authorised by key (K_d for REKEY).
+func (p *secPair) rekeyCmd(k int, off uint64, key aesni.Key) *abi.Command {
+	return &abi.Command{Op: abi.OpRekey, Slot: p.app.slots[k], Cookie: 9, RemoteAddr: ipOf("10.0.0.2"),
+		RemoteRegion: p.rs, LocalRegion: p.rd, LocalOffset: off, Length: aesni.KeySize, Key: key}
+}
+
+// Remote REKEY (paper §5.2): authorised by K_d for the REKEY op type, the
+// new key encrypted on the wire; readers with the old K_d then fail fast,
+// the new K_d works, a replay of the REKEY request changes nothing.
+func TestRemoteRekey(t *testing.T) {
+	p := newSecPair(t)
+	p.b.regions[p.rs.Index()].perm |= PermRemoteRekey
+	newKr := aesni.Key{0xab, 0xcd, 0xef, 1}
+	copy(p.dst[4096:], newKr[:])
+	rekeyKd := aesni.DeriveKey(testKr, p.app.ip, testPID, uint8(abi.OpRekey))
+
+	// K_d for READ does not authorise a REKEY.
+	p.app.post(t, p.rekeyCmd(3, 4096, aesni.DeriveKey(testKr, p.app.ip, testPID, uint8(abi.OpRead))))
+	p.run()
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusRemoteAuthFailure {
+		t.Fatalf("READ key rekeyed: %+v", got)
+	}
+	p.read(t, 1, 64, abi.StatusOK)
+
+	p.app.post(t, p.rekeyCmd(3, 4096, rekeyKd))
+	p.a.Poll(p.now)
+	req := p.ta.take()
+	if len(req) != 1 || bytes.Contains(req[0], newKr[:4]) {
+		t.Fatal("the new key is on the wire in clear")
+	}
+	ack := p.serve(req[0])
+	p.a.Receive(p.now, ack[0])
+	p.a.Poll(p.now)
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK || got[0].Op != abi.OpRekey {
+		t.Fatalf("rekey: %+v", got)
+	}
+	p.read(t, 1, 64, abi.StatusRemoteAuthFailure)
+	p.readKey(t, 1, 64, aesni.DeriveKey(newKr, p.app.ip, testPID, uint8(abi.OpRead)), abi.StatusOK)
+
+	// A replay of the REKEY request no longer authenticates.
+	ans := p.serve(req[0])
+	var af wire.Fields
+	if _, err := wire.Decode(ans[0], &af); err != nil || abi.Status(af.Status) != abi.StatusRemoteAuthFailure {
+		t.Fatalf("replayed rekey: %+v %v", af, err)
+	}
+	p.readKey(t, 1, 64, aesni.DeriveKey(newKr, p.app.ip, testPID, uint8(abi.OpRead)), abi.StatusOK)
+	if s := p.b.Stats(); s.RemoteRekeys != 1 || s.Rekeys != 1 {
+		t.Fatalf("rekeys %d remote %d", s.Rekeys, s.RemoteRekeys)
+	}
+
+	// Without PermRemoteRekey: REMOTE_PERMISSION, the key stays.
+	p.b.regions[p.rs.Index()].perm &^= PermRemoteRekey
+	p.app.post(t, p.rekeyCmd(3, 4096, aesni.DeriveKey(newKr, p.app.ip, testPID, uint8(abi.OpRekey))))
+	p.run()
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusRemotePermission {
+		t.Fatalf("rekey without permission: %+v", got)
+	}
+	p.readKey(t, 1, 64, aesni.DeriveKey(newKr, p.app.ip, testPID, uint8(abi.OpRead)), abi.StatusOK)
+
+	// Bad REKEY commands fail locally.
+	bad := p.rekeyCmd(3, 4096, rekeyKd)
+	bad.Length = 32
+	p.app.post(t, bad)
+	bad = p.rekeyCmd(3, 8190, rekeyKd)
+	p.app.post(t, bad)
+	p.run()
+	if got := p.app.completions(); len(got) != 2 || got[0].Status != abi.StatusBadCommand || got[1].Status != abi.StatusLocalBounds {
+		t.Fatalf("bad rekey commands: %+v", got)
+	}
+	if err := p.a.Audit(); err != nil {
+		t.Fatal(err)
+	}
+}
