@@ -429,15 +429,24 @@ func (c *Core) Rekey(id PortalID, rid abi.RegionID, kr aesni.Key) error {
 	if _, err := c.livePortal(id); err != nil {
 		return err
 	}
-	r := c.lookupRegion(rid)
-	if r == nil {
-		return fmt.Errorf("%w: %#x", ErrNoRegion, uint32(rid))
-	}
-	if r.owner != id {
-		return fmt.Errorf("%w: %#x", ErrNotOwner, uint32(rid))
+	r, err := c.ownedRegion(id, rid)
+	if err != nil {
+		return err
 	}
 	c.installKey(rid, r, kr)
 	return nil
+}
+
+// ownedRegion is portal id's live region rid.
+func (c *Core) ownedRegion(id PortalID, rid abi.RegionID) (*region, error) {
+	r := c.lookupRegion(rid)
+	if r == nil {
+		return nil, fmt.Errorf("%w: %#x", ErrNoRegion, uint32(rid))
+	}
+	if r.owner != id {
+		return nil, fmt.Errorf("%w: %#x", ErrNotOwner, uint32(rid))
+	}
+	return r, nil
 }
 
 func (c *Core) installKey(rid abi.RegionID, r *region, kr aesni.Key) {
@@ -454,12 +463,8 @@ func (c *Core) DeregisterRegion(id PortalID, rid abi.RegionID) error {
 	if _, err := c.portal(id); err != nil {
 		return err
 	}
-	r := c.lookupRegion(rid)
-	if r == nil {
-		return fmt.Errorf("%w: %#x", ErrNoRegion, uint32(rid))
-	}
-	if r.owner != id {
-		return fmt.Errorf("%w: %#x", ErrNotOwner, uint32(rid))
+	if _, err := c.ownedRegion(id, rid); err != nil {
+		return err
 	}
 	c.dropRegion(rid.Index())
 	return nil
