@@ -1,6 +1,8 @@
 # OneRMA engine and tools on Debian 12 with DPDK 22.11 from Debian.
-# Run with hugepages mounted and the privileges DPDK needs, e.g.
-#   docker run --privileged -v /dev/hugepages:/dev/hugepages onerma make demo
+# Run with hugepages mounted and the privileges DPDK needs, and keep the
+# engine's IV state (AES-GCM counters that must never repeat) on a volume:
+#   docker run --privileged -v /dev/hugepages:/dev/hugepages \
+#       -v onerma-state:/var/lib/onerma onerma [rmad flags]
 FROM golang:1.26-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         libdpdk-dev pkg-config gcc make && rm -rf /var/lib/apt/lists/*
@@ -14,4 +16,5 @@ FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends \
         dpdk libdpdk-dev iproute2 procps ca-certificates make && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/bin/ /usr/local/bin/
+VOLUME /var/lib/onerma
 ENTRYPOINT ["/usr/local/bin/rmad"]
