@@ -58,6 +58,14 @@ func (p *Portal) Staged() uint32 {
 // PermLocalWrite (the engine checks the permission; this checks
 // ownership, length and bounds so the common mistakes fail at once). Call
 // Flush to publish.
+//
+// The sink range belongs to the op until its completion: the engine
+// decrypts response chunks straight into it. After OK it holds exactly the
+// remote bytes; after any other status its contents are undefined (as
+// after a failed RDMA READ): some chunks may have landed, and a chunk that
+// failed authentication (damaged or forged on the network) leaves zeros
+// until its genuine copy arrives. Bytes outside the range are never
+// written.
 func (p *Portal) PostRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
 	key aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
 	return p.postOp(abi.OpRead, slot, remoteAddr, remoteRegion, remoteOffset, &key, local, localOffset, length, cookie)

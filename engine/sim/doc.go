@@ -116,7 +116,7 @@
 // bytes are each either the right byte or untouched, or zero once its node
 // dropped an answer that failed authentication (the core opens a chunk
 // straight into the sink and zeroes it on a tag mismatch:
-// Config.StrictFailedSink forbids that, TestCoreBugFailedReadZeroesSink);
+// Config.StrictFailedSink forbids that, TestStrictFailedSink);
 // nothing outside an op's range is written, and an idle slot's area stays untouched (no
 // late response lands after its op completed). A portal closed mid-run (an
 // application crash) gets no completion afterwards and its memory is never
@@ -139,9 +139,9 @@
 // Tests in this package can replace the random applications by scripts
 // (ops posted at fixed times; stalls, crashes, rekeys; a hook that damages
 // chosen frames) and keep every invariant. The TestCoreBug* tests are
-// minimal repros of core bugs the simulator found: fixed ones run as
-// regression tests, open ones are skipped unless -sim.bugs is given and
-// pass once the core is fixed.
+// minimal repros of core bugs the simulator found, fixed and kept as
+// regression tests. TestStrictFailedSink (skipped unless -sim.bugs) holds
+// failed reads to a stricter sink contract than the core's documented one.
 //
 // # Running
 //
@@ -149,7 +149,7 @@
 //	go test ./engine/sim -run TestSimSeeds -sim.seeds=5000  # thousands
 //	go test ./engine/sim -run 'TestSimSeeds/lossy$' -sim.seed=123  # replay one, with its trace
 //	go test ./engine/sim -run TestSimSeeds -sim.seeds=1000 -sim.random
-//	go test ./engine/sim -run TestCoreBug -sim.bugs -v          # known core bugs
+//	go test ./engine/sim -run TestStrictFailedSink -sim.bugs -v  # the strict sink variant (fails today)
 //
 // -sim.base sets the first seed of the range (default 1), -sim.jobs how
 // many seeds run in parallel (default GOMAXPROCS; each run is one
