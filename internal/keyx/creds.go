@@ -44,42 +44,48 @@ type CA struct {
 
 // NewCA makes a CA with a fresh ECDSA P-256 key. name is its common name.
 func NewCA(name string) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, _, key, err := newCert(name, nil, nil, func(t *x509.Certificate) {
+		t.KeyUsage = x509.KeyUsageCertSign
+		t.BasicConstraintsValid, t.IsCA, t.MaxPathLenZero = true, true, true
+	})
 	if err != nil {
-		return nil, fmt.Errorf("keyx: CA key: %w", err)
-	}
-	serial, err := randSerial()
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"OneRMA keyx"}},
-		NotBefore:             now.Add(-time.Minute),
-		NotAfter:              now.Add(certLifetime),
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, fmt.Errorf("keyx: CA certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("keyx: CA certificate: %w", err)
+		return nil, fmt.Errorf("keyx: CA: %w", err)
 	}
 	return &CA{cert: cert, key: key}, nil
 }
 
-func randSerial() (*big.Int, error) {
-	s, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+// newCert makes a fresh ECDSA P-256 key and a certificate for it named
+// name, valid for certLifetime, shaped by fill and signed by parent and
+// parentKey (self-signed when parent is nil).
+func newCert(name string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, fill func(*x509.Certificate)) (*x509.Certificate, []byte, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("keyx: serial: %w", err)
+		return nil, nil, nil, fmt.Errorf("key: %w", err)
 	}
-	return s.Add(s, big.NewInt(1)), nil
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("serial: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial.Add(serial, big.NewInt(1)),
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"OneRMA keyx"}},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(certLifetime),
+	}
+	fill(tmpl)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cert, der, key, nil
 }
 
 // IssueServer issues credentials for an owner (a Server): server-auth
@@ -91,33 +97,15 @@ func (ca *CA) IssueServer(name string) (*Credentials, error) { return ca.issue(n
 func (ca *CA) IssueClient(name string) (*Credentials, error) { return ca.issue(name, false) }
 
 func (ca *CA) issue(name string, server bool) (*Credentials, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("keyx: key for %q: %w", name, err)
-	}
-	serial, err := randSerial()
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name, Organization: []string{"OneRMA keyx"}},
-		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     now.Add(certLifetime),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.DNSNames = []string{ServerName}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return nil, fmt.Errorf("keyx: certificate for %q: %w", name, err)
-	}
-	leaf, err := x509.ParseCertificate(der)
+	leaf, der, key, err := newCert(name, ca.cert, ca.key, func(t *x509.Certificate) {
+		t.KeyUsage = x509.KeyUsageDigitalSignature
+		t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		if server {
+			t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+			t.DNSNames = []string{ServerName}
+			t.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("keyx: certificate for %q: %w", name, err)
 	}
