@@ -1116,7 +1116,7 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 		return
 	}
 	s := &c.slots[i]
-	if (f.Type == wire.TypeReadResp) != (s.op == abi.OpRead) && f.Type != wire.TypeNack && f.Type != wire.TypeError {
+	if (f.Type == wire.TypeReadResp && s.op != abi.OpRead) || (f.Type == wire.TypeAck && s.op != abi.OpRekey) {
 		c.stats.RxDropped++ // data for a REKEY, an Ack for a READ
 		return
 	}
@@ -1199,16 +1199,7 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 // table learns nothing from requests, so forged sources cannot fill it.
 func (c *Core) receiveRequest(now int64, frame []byte) {
 	f := &c.rx
-	var a *aesni.AEAD
-	if r := c.lookupRegion(abi.RegionID(f.Region)); r != nil {
-		ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(abi.OpRead)}
-		binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
-		if c.srvLastAEAD != nil && c.srvLastKey == ck {
-			a = c.srvLastAEAD
-		} else if a, _ = c.srv.GetOrDerive(ck, r.kr); a != nil {
-			c.srvLastKey, c.srvLastAEAD = ck, a
-		}
-	}
+	_, a := c.serverKey(abi.OpRead)
 	if a == nil || a.OpenRequest(wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame)) != nil {
 		c.stats.ReqAuthFailed++
 		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
@@ -1235,6 +1226,29 @@ func (c *Core) receiveRequest(now int64, frame []byte) {
 	}
 }
 
+// serverKey finds the region the received request names and the AEAD of
+// the K_d its initiator must have used for op: derived from the region's
+// K_r and the request's source address and PID (paper §4.2). Both are nil
+// when the region does not exist.
+func (c *Core) serverKey(op abi.Op) (*region, *aesni.AEAD) {
+	f := &c.rx
+	r := c.lookupRegion(abi.RegionID(f.Region))
+	if r == nil {
+		return nil, nil
+	}
+	ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(op)}
+	binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
+	if c.srvLastAEAD != nil && c.srvLastKey == ck {
+		return r, c.srvLastAEAD
+	}
+	a, err := c.srv.GetOrDerive(ck, r.kr)
+	if err != nil {
+		return r, nil
+	}
+	c.srvLastKey, c.srvLastAEAD = ck, a
+	return r, a
+}
+
 // receiveRekey applies a REKEY request (paper §5.2): authenticated and
 // decrypted under the K_d its initiator derived for the REKEY op type, it
 // installs the new region key at once and acknowledges under the old K_d.
@@ -1244,13 +1258,7 @@ func (c *Core) receiveRequest(now int64, frame []byte) {
 func (c *Core) receiveRekey(frame []byte) {
 	f := &c.rx
 	rid := abi.RegionID(f.Region)
-	r := c.lookupRegion(rid)
-	var a *aesni.AEAD
-	if r != nil {
-		ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(abi.OpRekey)}
-		binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
-		a, _ = c.srv.GetOrDerive(ck, r.kr)
-	}
+	r, a := c.serverKey(abi.OpRekey)
 	var kr aesni.Key
 	if a == nil || a.OpenResponse(kr[:], wire.Sealed(frame, aesni.KeySize), wire.IV(frame), wire.AAD(frame), nil) != nil {
 		c.stats.ReqAuthFailed++
