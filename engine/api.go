@@ -57,32 +57,36 @@ type PortalSpec struct {
 
 // Stats are a core's counters. Read them with Core.Stats (control plane).
 type Stats struct {
-	Posted        uint64                // commands taken from rings
-	Completed     [abi.NumStatus]uint64 // completions written, by status
-	Orphaned      uint64                // ops that finished after their portal closed
-	EnteredSvc    uint64                // ops granted window
-	RxFrames      uint64
-	RxDropped     uint64 // malformed or not for us
-	RxAuthFailed  uint64 // answers to our ops that failed authentication: dropped
-	RxStale       uint64 // responses for a slot no longer waiting for them
-	RxDuplicate   uint64 // response chunks already placed
-	TxFrames      uint64
-	TxNoBuffer    uint64 // a frame could not be sent: no tx buffer
-	ReqServed     uint64
-	ReqNacked     uint64
-	ReqErrors     uint64 // requests answered with a remote error status
-	ReqAuthFailed uint64 // requests that failed authentication: answered REMOTE_AUTHENTICATION_FAILURE
-	Rekeys        uint64 // region keys replaced (local and remote)
-	RemoteRekeys  uint64 // of which by REKEY ops from the network
-	IVErrors      uint64 // IV counters unavailable (state file not durable, exhausted): messages not sent
-	ReqExpired    uint64 // requests dropped because they waited longer than TIMEOUT
-	ReqQueueMax   uint64 // deepest inbound queue seen
-	ARPRequests   uint64
-	ARPReplies    uint64
-	WindowInUse   uint64 // bytes debited now
-	SlotsInUse    uint64 // slots allocated to portals now
-	OpsInFlight   uint64 // ops posted and not completed now
-	RingsCorrupt  uint64 // portals closed because the app wrote impossible ring indices
-	SelfLoop      uint64 // frames the engine sent to itself inside the core (not counted in Tx/RxFrames)
-	Doorbells     uint64 // doorbells rung for applications waiting on completions
+	Posted          uint64                // commands taken from rings
+	Completed       [abi.NumStatus]uint64 // completions written, by status
+	Orphaned        uint64                // ops that finished after their portal closed
+	EnteredSvc      uint64                // ops granted window
+	RxFrames        uint64
+	RxDropped       uint64 // malformed or not for us
+	RxAuthFailed    uint64 // answers to our ops that failed authentication: dropped
+	RxStale         uint64 // responses for a slot no longer waiting for them
+	RxDuplicate     uint64 // response chunks already placed
+	TxFrames        uint64
+	TxNoBuffer      uint64 // a frame could not be sent: no tx buffer
+	ReqServed       uint64
+	ReqNacked       uint64
+	ReqErrors       uint64 // requests answered with a remote error status
+	ReqAuthFailed   uint64 // requests that failed authentication: answered REMOTE_AUTHENTICATION_FAILURE
+	Rekeys          uint64 // region keys replaced (local and remote)
+	RemoteRekeys    uint64 // of which by REKEY ops from the network
+	IVErrors        uint64 // IV counters unavailable (state file not durable, exhausted): messages not sent
+	ReqExpired      uint64 // requests dropped because they waited longer than TIMEOUT
+	PullsIssued     uint64 // WRITEs served: data pulled from their initiators (②)
+	WritesCommitted uint64 // WRITEs whose data all authenticated and was committed (④ sent)
+	PullsExpired    uint64 // WRITEs abandoned uncommitted: data incomplete within TIMEOUT
+	PullsInUse      uint64 // WRITEs being served now (pull contexts held)
+	ReqQueueMax     uint64 // deepest inbound queue seen
+	ARPRequests     uint64
+	ARPReplies      uint64
+	WindowInUse     uint64 // bytes debited now
+	SlotsInUse      uint64 // slots allocated to portals now
+	OpsInFlight     uint64 // ops posted and not completed now
+	RingsCorrupt    uint64 // portals closed because the app wrote impossible ring indices
+	SelfLoop        uint64 // frames the engine sent to itself inside the core (not counted in Tx/RxFrames)
+	Doorbells       uint64 // doorbells rung for applications waiting on completions
 }

@@ -49,6 +49,12 @@ type Config struct {
 	// ServeBudget bounds requests served per Poll, so a flood of requests
 	// cannot starve the initiator side of the same core.
 	ServeBudget int
+	// PullContexts is the number of WRITEs this core serves at once: each
+	// holds one MaxOpBytes staging buffer, where the pulled data lands
+	// until all of it has authenticated and is committed to the region
+	// (paper §5.1). A write request waits in the inbound queue until a
+	// context and ArbitrationBytes of window are free.
+	PullContexts int
 
 	DispatchTimeout time.Duration // op waiting for window longer than this: DISPATCH_TIMEOUT
 	Timeout         time.Duration // op in service longer than this: TIMEOUT
@@ -99,6 +105,7 @@ func DefaultConfig() Config {
 		InboundQueue:    1024,
 		NackThreshold:   768,
 		ServeBudget:     64,
+		PullContexts:    128,
 		DispatchTimeout: 2 * time.Millisecond,
 		Timeout:         10 * time.Millisecond,
 		ResolveTimeout:  50 * time.Millisecond,
@@ -141,6 +148,8 @@ func (c *Config) Validate() error {
 		return bad("NackThreshold", c.NackThreshold)
 	case c.ServeBudget < 1:
 		return bad("ServeBudget", c.ServeBudget)
+	case c.PullContexts < 1 || c.PullContexts > 65535:
+		return bad("PullContexts", c.PullContexts)
 	case c.DispatchTimeout <= 0:
 		return bad("DispatchTimeout", c.DispatchTimeout)
 	case c.Timeout <= 0 || c.Timeout > time.Second:

@@ -68,6 +68,17 @@ type slot struct {
 	ck       aesni.CacheKey        // what aead was looked up for: the next op on this slot may reuse it
 	iv       [aesni.NonceSize]byte // the request's IV, curried into every answer
 	newKey   aesni.Key             // REKEY: the new K_r, read from the local region at post
+	// WRITE (paper §5.1): once the serving engine's pull (②) arrived, its
+	// answers are curried with the pull's IV (the server's entropy), the
+	// data goes to its core's port under its pull handle, and the deadline
+	// is the server's timeout counted from the pull's arrival.
+	pulled     bool
+	pullPort   uint16
+	pullHandle uint32
+	pullIV     [aesni.NonceSize]byte
+	sent       uint32 // data bytes sent so far
+	dataBase   uint64 // first IV counter of the data chunks
+	inSendq    bool   // on the send queue (see pushSend)
 }
 
 // region is one RRT entry.
@@ -97,6 +108,7 @@ type portal struct {
 
 // inbound is one queued request at the serving side.
 type inbound struct {
+	op      abi.Op // OpRead or OpWrite
 	ip      uint32
 	mac     wire.MAC
 	port    uint16
@@ -169,6 +181,16 @@ type Core struct {
 	reserved    *aesni.AEAD
 	scratch     [abi.MaxOpBytes]byte // an orphan's data is authenticated here
 
+	// Serving WRITEs (paper §5.1): pull contexts, each with a staging
+	// buffer, kept in deadline order on an intrusive list; and on the
+	// initiating side, the WRITEs whose data is still to be sent.
+	pulls              []pullCtx // index 0 unused: handle 0 is never valid
+	freePull           []uint16
+	pullHead, pullTail int32
+	pullBuf            []byte
+	sendq              []int32 // slots of WRITEs with data to send (see pushSend)
+	sendHead, sendLen  int
+
 	rx    wire.Fields // scratch for the frame being decoded
 	txf   wire.Fields // scratch for the frame being encoded
 	stats Stats
@@ -199,6 +221,16 @@ func New(cfg Config, tx Tx) (*Core, error) {
 		live:       make([]PortalID, 0, cfg.Portals),
 		inq:        make([]inbound, cfg.InboundQueue),
 		nbrs:       make([]neighbor, cfg.NeighborTable),
+		pulls:      make([]pullCtx, cfg.PullContexts+1),
+		freePull:   make([]uint16, 0, cfg.PullContexts),
+		pullBuf:    make([]byte, cfg.PullContexts*abi.MaxOpBytes),
+		pullHead:   -1,
+		pullTail:   -1,
+		sendq:      make([]int32, cfg.Slots),
+	}
+	for i := cfg.PullContexts; i >= 1; i-- {
+		c.freePull = append(c.freePull, uint16(i))
+		c.pulls[i].prev, c.pulls[i].next = -1, -1
 	}
 	if !cfg.HairpinSelf {
 		c.loop = make([][]byte, selfLoopFrames)
@@ -496,6 +528,7 @@ func (c *Core) Stats() Stats {
 	s.WindowInUse = uint64(c.windowUsed)
 	s.SlotsInUse = uint64(len(c.slots) - len(c.freeSlot))
 	s.OpsInFlight = uint64(c.inflight)
+	s.PullsInUse = uint64(len(c.pulls) - 1 - len(c.freePull))
 	return s
 }
 
@@ -553,6 +586,11 @@ func (c *Core) Audit() error {
 			return fmt.Errorf("audit: list %d counts %d, slots say %d", l, c.lists[l].n, onList[l])
 		}
 	}
+	pd, err := c.auditPulls()
+	if err != nil {
+		return err
+	}
+	debit += pd
 	if debit != c.windowUsed {
 		return fmt.Errorf("audit: window used %d, ops in service hold %d", c.windowUsed, debit)
 	}
@@ -576,13 +614,30 @@ func (c *Core) Audit() error {
 
 // Shutdown completes every queued and in-flight op with StatusAborted,
 // drops queued requests and publishes the completions.
+//
+// A WRITE whose data has all been sent may still be committed by its
+// serving engine: it completes with TIMEOUT (outcome unknown), never with
+// a status that claims it did not run.
 func (c *Core) Shutdown(now int64) {
 	for l := listFIFOLow; l < numLists; l++ {
 		for c.lists[l].head >= 0 {
-			c.complete(now, c.lists[l].head, abi.StatusAborted)
+			i := c.lists[l].head
+			st := abi.StatusAborted
+			if s := &c.slots[i]; s.op == abi.OpWrite && s.pulled && s.sent == s.length {
+				st = abi.StatusTimeout
+			}
+			c.complete(now, i, st)
 		}
 	}
+	for c.sendLen > 0 {
+		c.slots[c.sendq[c.sendHead]].inSendq = false
+		c.sendHead = (c.sendHead + 1) % len(c.sendq)
+		c.sendLen--
+	}
 	c.inqLen, c.loopLen = 0, 0
+	for c.pullHead >= 0 {
+		c.endPull(c.pullHead)
+	}
 	c.publish()
 }
 
@@ -604,7 +659,10 @@ func (c *Core) NextDeadline() int64 {
 	if c.inqLen > 0 {
 		d = min(d, c.inq[c.inqHead].arrival)
 	}
-	if c.loopLen > 0 {
+	if c.pullHead >= 0 {
+		d = min(d, c.pulls[c.pullHead].deadline)
+	}
+	if c.loopLen > 0 || c.sendLen > 0 {
 		d = math.MinInt64
 	}
 	return d
@@ -733,7 +791,8 @@ func (c *Core) Poll(now int64) int {
 	work += c.arbitrate(now)
 	work += c.runLoop(now) // requests to ourselves join the inbound queue
 	work += c.serve(now)
-	work += c.runLoop(now) // responses to ourselves complete their ops
+	work += c.sendData(now) // WRITE data for pulls that could not all be sent at once
+	work += c.runLoop(now)  // responses to ourselves complete their ops
 	c.publish()
 	return work
 }
@@ -821,6 +880,7 @@ func (c *Core) post(now int64, id PortalID, p *portal, cmd *abi.Command, malform
 	s.seq++
 	s.postNs, s.issueNs, s.deadline = now, 0, 0
 	s.arrived = 0
+	s.pulled, s.sent = false, 0
 	units := (cmd.Length + wire.ChunkAlign - 1) / wire.ChunkAlign
 	if units == 64 {
 		s.want = math.MaxUint64
@@ -861,7 +921,7 @@ func (c *Core) enqueue(now int64, i int32) {
 }
 
 func (c *Core) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Status {
-	if malformed || (cmd.Op != abi.OpRead && cmd.Op != abi.OpRekey) {
+	if malformed || (cmd.Op != abi.OpRead && cmd.Op != abi.OpWrite && cmd.Op != abi.OpRekey) {
 		return abi.StatusBadCommand
 	}
 	if cmd.Length == 0 || (cmd.Op == abi.OpRekey && cmd.Length != aesni.KeySize) {
@@ -877,8 +937,8 @@ func (c *Core) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Statu
 	if cmd.LocalOffset > uint64(len(r.mem)) || uint64(len(r.mem))-cmd.LocalOffset < uint64(cmd.Length) {
 		return abi.StatusLocalBounds
 	}
-	// A READ writes its sink; a REKEY reads the new key from its source.
-	if (cmd.Op == abi.OpRead && r.perm&PermLocalWrite == 0) || (cmd.Op == abi.OpRekey && r.perm&PermLocalRead == 0) {
+	// A READ writes its sink; a WRITE and a REKEY read their source.
+	if (cmd.Op == abi.OpRead && r.perm&PermLocalWrite == 0) || (cmd.Op != abi.OpRead && r.perm&PermLocalRead == 0) {
 		return abi.StatusLocalPermission
 	}
 	a := cmd.RemoteAddr
@@ -890,7 +950,7 @@ func (c *Core) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Statu
 
 // expire fires TIMEOUT, DISPATCH_TIMEOUT and UNREACHABLE, and retries ARP.
 func (c *Core) expire(now int64) int {
-	n := 0
+	n := c.expirePulls(now)
 	for i := c.lists[listInService].head; i >= 0 && c.slots[i].deadline <= now; i = c.lists[listInService].head {
 		c.complete(now, i, abi.StatusTimeout)
 		n++
@@ -950,6 +1010,9 @@ func (c *Core) arbitrate(now int64) int {
 		s := &c.slots[i]
 		s.state = slotInService
 		s.debit = s.length
+		if s.op == abi.OpWrite { // it solicits only the pull and the acknowledgment
+			s.debit = wire.ChunkAlign
+		}
 		c.windowUsed += int(s.debit)
 		s.issueNs = now
 		if s.issueNs == 0 { // 0 means "never issued"
@@ -992,6 +1055,9 @@ func (c *Core) sendRequest(b []byte, i int32) bool {
 		s.aead.SealResponse(wire.Sealed(b, aesni.KeySize), s.newKey[:], wire.IV(b), wire.AAD(b), nil)
 		c.emit(b, n)
 		return true
+	}
+	if s.op == abi.OpWrite {
+		f.Type = wire.TypeWriteReq
 	}
 	n := wire.Encode(b, f, 0)
 	s.aead.SealRequest(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b))
@@ -1070,19 +1136,25 @@ func (c *Core) receive(now int64, frame []byte) {
 		return
 	}
 	switch f.Type {
-	case wire.TypeReadReq:
+	case wire.TypeReadReq, wire.TypeWriteReq:
 		if f.DstPort != c.cfg.UDPPort {
 			c.stats.RxDropped++
 			return
 		}
 		c.receiveRequest(now, frame)
+	case wire.TypeWriteData:
+		if f.DstPort != c.myPort {
+			c.stats.RxDropped++
+			return
+		}
+		c.receiveWriteData(now, frame, payload)
 	case wire.TypeRekeyReq:
 		if f.DstPort != c.cfg.UDPPort || f.Length != aesni.KeySize {
 			c.stats.RxDropped++
 			return
 		}
 		c.receiveRekey(frame)
-	case wire.TypeReadResp, wire.TypeNack, wire.TypeError, wire.TypeAck:
+	case wire.TypeReadResp, wire.TypeNack, wire.TypeError, wire.TypeAck, wire.TypePullReq:
 		if f.DstPort != c.myPort {
 			c.stats.RxDropped++
 			return
@@ -1116,12 +1188,27 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 		return
 	}
 	s := &c.slots[i]
-	if (f.Type == wire.TypeReadResp && s.op != abi.OpRead) || (f.Type == wire.TypeAck && s.op != abi.OpRekey) {
-		c.stats.RxDropped++ // data for a REKEY, an Ack for a READ
+	if (f.Type == wire.TypeReadResp && s.op != abi.OpRead) || (f.Type == wire.TypeAck && s.op == abi.OpRead) ||
+		(f.Type == wire.TypePullReq && s.op != abi.OpWrite) {
+		c.stats.RxDropped++ // data for a WRITE, an Ack for a READ, ...
 		return
 	}
+	// A WRITE's answers after its pull are curried with the pull's IV:
+	// an answer to the write request itself (NACK, error) no longer
+	// authenticates once the serving side may commit.
+	curry := s.iv[:]
+	if s.pulled {
+		curry = s.pullIV[:]
+	}
 	switch f.Type {
+	case wire.TypePullReq:
+		c.receivePull(now, i, frame)
+		return
 	case wire.TypeNack, wire.TypeError, wire.TypeAck:
+		if f.Type == wire.TypeAck && s.op == abi.OpWrite && !s.pulled {
+			c.stats.RxDropped++ // a WRITE is acknowledged only after its data was pulled
+			return
+		}
 		st := abi.StatusNack
 		if f.Type == wire.TypeAck {
 			st = abi.StatusOK
@@ -1135,9 +1222,9 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 		}
 		var err error
 		if st == abi.StatusRemoteAuthFailure { // sealed with the reserved key
-			err = c.reserved.OpenAuthFailure(wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), s.iv[:])
+			err = c.reserved.OpenAuthFailure(wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), curry)
 		} else {
-			err = s.aead.OpenResponse(nil, wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), s.iv[:])
+			err = s.aead.OpenResponse(nil, wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), curry)
 		}
 		if err != nil {
 			c.stats.RxAuthFailed++
@@ -1199,7 +1286,11 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 // table learns nothing from requests, so forged sources cannot fill it.
 func (c *Core) receiveRequest(now int64, frame []byte) {
 	f := &c.rx
-	_, a := c.serverKey(abi.OpRead)
+	op := abi.OpRead
+	if f.Type == wire.TypeWriteReq {
+		op = abi.OpWrite
+	}
+	_, a := c.serverKey(op)
 	if a == nil || a.OpenRequest(wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame)) != nil {
 		c.stats.ReqAuthFailed++
 		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
@@ -1220,7 +1311,7 @@ func (c *Core) receiveRequest(now int64, frame []byte) {
 		c.stats.ReqQueueMax = uint64(c.inqLen)
 	}
 	*e = inbound{
-		ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
+		op: op, ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
 		aead: a, iv: f.IV,
 	}
@@ -1324,6 +1415,17 @@ func (c *Core) serve(now int64) int {
 			c.popInbound()
 			continue
 		}
+		if e.op == abi.OpWrite {
+			switch c.startPull(now, e) {
+			case pullWait: // no window, context or tx buffer now: FIFO, resume next Poll
+				return served
+			case pullStarted:
+				c.stats.PullsIssued++
+			}
+			c.popInbound()
+			served++
+			continue
+		}
 		if e.sent == 0 {
 			if st := c.checkRequest(e); st != abi.StatusOK {
 				if !c.reply(e.mac, e.ip, e.port, e.pid, e.tag, wire.TypeError, st, e.aead, &e.iv) {
@@ -1398,7 +1500,7 @@ func (c *Core) checkRequest(e *inbound) abi.Status {
 	if r == nil {
 		return abi.StatusRemoteRegion
 	}
-	if r.perm&PermRemoteRead == 0 {
+	if (e.op == abi.OpRead && r.perm&PermRemoteRead == 0) || (e.op == abi.OpWrite && r.perm&PermRemoteWrite == 0) {
 		return abi.StatusRemotePermission
 	}
 	if e.offset > uint64(len(r.mem)) || uint64(len(r.mem))-e.offset < uint64(e.length) {

@@ -540,13 +540,13 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 }
 
-func BenchmarkReadLoopback64(b *testing.B)   { benchRead(b, 64) }
-func BenchmarkReadLoopback4096(b *testing.B) { benchRead(b, 4096) }
+func BenchmarkReadLoopback64(b *testing.B)   { benchOp(b, abi.OpRead, 64) }
+func BenchmarkReadLoopback4096(b *testing.B) { benchOp(b, abi.OpRead, 4096) }
 
-// benchRead measures one core's full per-op cost (initiator and server in
+// benchOp measures one core's full per-op cost (initiator and server in
 // the same core, frames handed back without copies): post, arbitrate,
 // request, serve, place, complete — 32 ops per round, like a burst.
-func benchRead(b *testing.B, size uint32) {
+func benchOp(b *testing.B, op abi.Op, size uint32) {
 	tx := newTestTx(256)
 	cfg := testConfig("10.0.0.1", 1)
 	cfg.WindowBytes = 1 << 20
@@ -562,7 +562,9 @@ func benchRead(b *testing.B, size uint32) {
 	b.ResetTimer()
 	var cmds [32]*abi.Command
 	for k := range cmds {
-		cmds[k] = app.keyed(readCmd(app.slots[k], ip4(cfg.LocalIP.As4()), r, uint64(k)*4096, r, 512<<10+uint64(k)*4096, size, uint64(k)))
+		cmd := readCmd(app.slots[k], ip4(cfg.LocalIP.As4()), r, uint64(k)*4096, r, 512<<10+uint64(k)*4096, size, uint64(k))
+		cmd.Op = op
+		cmds[k] = app.keyed(cmd)
 	}
 	b.ResetTimer()
 	for done := 0; done < b.N; {
@@ -572,14 +574,14 @@ func benchRead(b *testing.B, size uint32) {
 			app.cmd.Commit()
 		}
 		app.cmd.Publish()
-		c.Poll(now)
-		tx.deliverTo(now, c)
-		c.Poll(now)
-		tx.deliverTo(now, c)
-		c.Poll(now)
+		for c.Poll(now)+tx.deliverTo(now, c) > 0 {
+		}
 		for e := app.cpl.Peek(); e != nil; e = app.cpl.Peek() {
 			cpl.Decode(e)
 			app.cpl.Advance()
+			if cpl.Status != abi.StatusOK {
+				b.Fatalf("completion %+v", cpl)
+			}
 			done++
 		}
 		app.cpl.Release()

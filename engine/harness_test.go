@@ -67,13 +67,17 @@ func (t *testTx) take() [][]byte {
 }
 
 // deliverTo hands every queued frame to dst without copying.
+// Frames the receiver sends while receiving (WRITE data on a pull, an
+// acknowledgment on commit) are queued for the next call.
 func (t *testTx) deliverTo(now int64, dst *Core) int {
 	n := len(t.q)
-	for k, i := range t.q {
-		dst.Receive(now, t.bufs[i][:t.qlen[k]])
-		t.free = append(t.free, i)
+	for k := 0; k < n; k++ {
+		dst.Receive(now, t.bufs[t.q[k]][:t.qlen[k]])
+		t.free = append(t.free, t.q[k])
 	}
-	t.q, t.qlen = t.q[:0], t.qlen[:0]
+	m := copy(t.q, t.q[n:])
+	copy(t.qlen, t.qlen[n:])
+	t.q, t.qlen = t.q[:m], t.qlen[:m]
 	return n
 }
 

@@ -64,3 +64,35 @@ func (c *Core) unlink(i int32) {
 	L.n--
 	s.list, s.prev, s.next = listNone, -1, -1
 }
+
+// insertInService puts slot i (on no list) into the in-service list, which
+// is ordered by deadline so that expire looks at its head only. Most ops
+// go to the tail (every deadline is now+Timeout); a WRITE whose serving
+// side asked for a shorter timeout walks back from the tail.
+func (c *Core) insertInService(i int32) {
+	L := &c.lists[listInService]
+	d := c.slots[i].deadline
+	after := L.tail
+	for after >= 0 && c.slots[after].deadline > d {
+		after = c.slots[after].prev
+	}
+	if after == L.tail {
+		c.pushBack(listInService, i)
+		return
+	}
+	s := &c.slots[i]
+	if s.list != listNone {
+		panic("engine: slot already on a list")
+	}
+	s.list = listInService
+	s.prev = after
+	if after >= 0 {
+		s.next = c.slots[after].next
+		c.slots[after].next = i
+	} else {
+		s.next = L.head
+		L.head = i
+	}
+	c.slots[s.next].prev = i // s.next >= 0: i is not the tail
+	L.n++
+}

@@ -81,6 +81,37 @@ func (p *Portal) SubmitRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion
 	return nil
 }
 
+// PostWrite stages a WRITE of length bytes (1..abi.MaxOpBytes) from local
+// at localOffset into remoteRegion at remoteOffset on the engine at
+// remoteAddr (paper §5.1: four hops, the serving engine pulls the data
+// when its own solicitation window allows). key is the K_d the region's
+// owner derived for this process and abi.OpWrite; the remote region must
+// allow PermRemoteWrite and local must allow PermLocalRead. The source
+// range belongs to the op until its completion: the engine reads it when
+// the serving engine pulls, sealing it straight into the frames.
+//
+// The serving engine commits the data to the region only when all of it
+// has arrived and authenticated. OK means it was committed. Any other
+// status means it was not and never will be, except TIMEOUT, which means
+// the write may have been committed; even then the region holds either the
+// old or the new bytes of the range (no mix), and nothing changes after
+// the completion is written: the initiator times out only after the
+// serving side has given up.
+func (p *Portal) PostWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
+	key aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	return p.postOp(abi.OpWrite, slot, remoteAddr, remoteRegion, remoteOffset, &key, local, localOffset, length, cookie)
+}
+
+// SubmitWrite is PostWrite followed by Flush.
+func (p *Portal) SubmitWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
+	key aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
+	if err := p.PostWrite(slot, remoteAddr, remoteRegion, remoteOffset, key, local, localOffset, length, cookie); err != nil {
+		return err
+	}
+	p.Flush()
+	return nil
+}
+
 // PostRekey stages a REKEY (paper §5.2): it asks the engine at
 // remoteAddr to install, as remoteRegion's new region key K_r, the 16
 // bytes at localOffset of local (this portal's region with

@@ -41,7 +41,14 @@ const (
 	TypeError    Type = 4 // server -> initiator: precise remote failure (status)
 	TypeRekeyReq Type = 5 // initiator -> server: install a new region key (payload: the key, encrypted)
 	TypeAck      Type = 6 // server -> initiator: the op took effect (no payload)
-	maxType           = TypeAck
+	// WRITE is a request to read (paper §5.1, four hops): the write
+	// request names the range, the serving engine pulls the data when its
+	// own window allows, the initiator answers with the data as if serving
+	// a READ, and the serving engine acknowledges (TypeAck) after commit.
+	TypeWriteReq  Type = 7 // ① initiator -> server: write a range of a region (no payload)
+	TypePullReq   Type = 8 // ② server -> initiator: send the data (Region: pull handle, Offset: server timeout ns)
+	TypeWriteData Type = 9 // ③ initiator -> server: one chunk of the data at an offset
+	maxType            = TypeWriteData
 )
 
 // MaxPayload is the largest payload that fits an IPv4 MTU, rounded down to
@@ -142,7 +149,7 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	}
 	plen := totLen - IPv4Len - UDPLen - HeaderLen - TrailerLen
 	length := binary.BigEndian.Uint32(h[20:24])
-	if t == TypeReadResp || t == TypeRekeyReq { // the types that carry a payload
+	if t == TypeReadResp || t == TypeRekeyReq || t == TypeWriteData { // the types that carry a payload
 		if uint32(plen) != length {
 			return nil, ErrLength
 		}

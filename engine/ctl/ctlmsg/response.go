@@ -78,34 +78,38 @@ type Identity struct {
 // Stats are the engine's counters (engine.Stats, field for field).
 // Completed counts completions by status name; zero counts are left out.
 type Stats struct {
-	Posted        uint64            `json:"posted"`
-	Completed     map[string]uint64 `json:"completed"`
-	Orphaned      uint64            `json:"orphaned"`
-	EnteredSvc    uint64            `json:"entered_service"`
-	RxFrames      uint64            `json:"rx_frames"`
-	RxDropped     uint64            `json:"rx_dropped"`
-	RxAuthFailed  uint64            `json:"rx_auth_failed"` // answers to our ops that failed authentication (dropped)
-	RxStale       uint64            `json:"rx_stale"`
-	RxDuplicate   uint64            `json:"rx_duplicate"`
-	TxFrames      uint64            `json:"tx_frames"`
-	TxNoBuffer    uint64            `json:"tx_no_buffer"`
-	ReqServed     uint64            `json:"req_served"`
-	ReqNacked     uint64            `json:"req_nacked"`
-	ReqErrors     uint64            `json:"req_errors"`
-	ReqAuthFailed uint64            `json:"req_auth_failed"` // requests answered REMOTE_AUTHENTICATION_FAILURE
-	Rekeys        uint64            `json:"rekeys"`          // region keys replaced (local and remote)
-	RemoteRekeys  uint64            `json:"remote_rekeys"`   // of which by REKEY ops from the network
-	IVErrors      uint64            `json:"iv_errors"`       // messages not sent: no IV counter available
-	ReqExpired    uint64            `json:"req_expired"`
-	ReqQueueMax   uint64            `json:"req_queue_max"`
-	ARPRequests   uint64            `json:"arp_requests"`
-	ARPReplies    uint64            `json:"arp_replies"`
-	WindowInUse   uint64            `json:"window_in_use"`
-	SlotsInUse    uint64            `json:"slots_in_use"`
-	OpsInFlight   uint64            `json:"ops_in_flight"`
-	RingsCorrupt  uint64            `json:"rings_corrupt"`
-	SelfLoop      uint64            `json:"self_loop"`
-	Doorbells     uint64            `json:"doorbells"`
+	Posted          uint64            `json:"posted"`
+	Completed       map[string]uint64 `json:"completed"`
+	Orphaned        uint64            `json:"orphaned"`
+	EnteredSvc      uint64            `json:"entered_service"`
+	RxFrames        uint64            `json:"rx_frames"`
+	RxDropped       uint64            `json:"rx_dropped"`
+	RxAuthFailed    uint64            `json:"rx_auth_failed"` // answers to our ops that failed authentication (dropped)
+	RxStale         uint64            `json:"rx_stale"`
+	RxDuplicate     uint64            `json:"rx_duplicate"`
+	TxFrames        uint64            `json:"tx_frames"`
+	TxNoBuffer      uint64            `json:"tx_no_buffer"`
+	ReqServed       uint64            `json:"req_served"`
+	ReqNacked       uint64            `json:"req_nacked"`
+	ReqErrors       uint64            `json:"req_errors"`
+	ReqAuthFailed   uint64            `json:"req_auth_failed"` // requests answered REMOTE_AUTHENTICATION_FAILURE
+	Rekeys          uint64            `json:"rekeys"`          // region keys replaced (local and remote)
+	RemoteRekeys    uint64            `json:"remote_rekeys"`   // of which by REKEY ops from the network
+	IVErrors        uint64            `json:"iv_errors"`       // messages not sent: no IV counter available
+	ReqExpired      uint64            `json:"req_expired"`
+	PullsIssued     uint64            `json:"pulls_issued"`     // WRITEs served: data pulled from their initiators
+	WritesCommitted uint64            `json:"writes_committed"` // WRITEs whose data all authenticated and was committed
+	PullsExpired    uint64            `json:"pulls_expired"`    // WRITEs abandoned uncommitted (data incomplete within TIMEOUT)
+	PullsInUse      uint64            `json:"pulls_in_use"`     // WRITEs being served now
+	ReqQueueMax     uint64            `json:"req_queue_max"`
+	ARPRequests     uint64            `json:"arp_requests"`
+	ARPReplies      uint64            `json:"arp_replies"`
+	WindowInUse     uint64            `json:"window_in_use"`
+	SlotsInUse      uint64            `json:"slots_in_use"`
+	OpsInFlight     uint64            `json:"ops_in_flight"`
+	RingsCorrupt    uint64            `json:"rings_corrupt"`
+	SelfLoop        uint64            `json:"self_loop"`
+	Doorbells       uint64            `json:"doorbells"`
 }
 
 // EncodeResponse renders r. It fails only if the result exceeds

@@ -1,0 +1,392 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/wire"
+)
+
+// WRITE is a request to read (paper §5.1, Figure 7), in four hops:
+//
+//	① initiator → server  TypeWriteReq   region, offset, length; GMAC under K_d(WRITE)
+//	② server → initiator  TypePullReq    when the server's own window allows; carries the
+//	                                     server's IV (its entropy), a pull handle and the
+//	                                     server's timeout; sealed under K_d, curried with ①'s IV
+//	③ initiator → server  TypeWriteData  the data, chunk by chunk, sealed straight from the
+//	                                     source region under K_d, curried with ②'s IV
+//	④ server → initiator  TypeAck        after commit; under K_d, curried with ②'s IV
+//
+// The data lands in a staging buffer of the pull context and is copied to
+// the region only when every chunk has arrived and authenticated before
+// the pull's deadline: a failed WRITE leaves the region untouched. The
+// initiator, on ②, moves its own deadline to the server's timeout counted
+// from ②'s arrival, which is later than the server's deadline counted
+// from ②'s departure: the initiator always times out last, so no write
+// reported failed can change remote memory afterwards. Replaying ① makes
+// the server pull again, under a fresh IV, from an initiator that no
+// longer has the op (its answer is stale and dropped); replayed data or
+// acknowledgments are curried with an IV the server never reuses, so they
+// fail authentication: replays mutate nothing.
+
+// maxPullTimeout bounds the timeout a serving engine may ask an initiator
+// to adopt (Config.Validate bounds Timeout by the same second).
+const maxPullTimeout = int64(time.Second)
+
+// pullCtx is one WRITE being served.
+type pullCtx struct {
+	used       bool
+	gen        uint16
+	prev, next int32 // deadline-ordered list of pulls in progress
+	ip         uint32
+	mac        wire.MAC
+	port       uint16 // the initiator's core port: ② and ④ go there
+	pid        uint32
+	tag        uint64
+	region     abi.RegionID
+	offset     uint64
+	length     uint32
+	arrived    uint64
+	want       uint64
+	deadline   int64
+	aead       *aesni.AEAD
+	pullIV     [aesni.NonceSize]byte // ②'s IV: curried into ③ and ④
+}
+
+type pullOutcome uint8
+
+const (
+	pullStarted  pullOutcome = iota // ② sent
+	pullAnswered                    // refused with an error status (sent, or dropped without IV)
+	pullWait                        // no window, context or tx buffer: try again later
+)
+
+func (c *Core) pullHandle(idx int32) uint32 { return uint32(c.pulls[idx].gen)<<16 | uint32(idx) }
+
+func (c *Core) pullBuffer(idx int32) []byte {
+	o := (int(idx) - 1) * abi.MaxOpBytes
+	return c.pullBuf[o : o+abi.MaxOpBytes : o+abi.MaxOpBytes]
+}
+
+// startPull serves the WRITE request at the head of the inbound queue:
+// checks it, then, once a pull context and ArbitrationBytes of this
+// core's window are free, debits the window by the write's length and
+// sends ②.
+func (c *Core) startPull(now int64, e *inbound) pullOutcome {
+	if st := c.checkRequest(e); st != abi.StatusOK {
+		if !c.reply(e.mac, e.ip, e.port, e.pid, e.tag, wire.TypeError, st, e.aead, &e.iv) {
+			return pullWait
+		}
+		c.stats.ReqErrors++
+		return pullAnswered
+	}
+	if len(c.freePull) == 0 || c.cfg.WindowBytes-c.windowUsed < ArbitrationBytes {
+		return pullWait
+	}
+	b := c.tx.Buffer()
+	if b == nil {
+		c.stats.TxNoBuffer++
+		return pullWait
+	}
+	ctr, err := c.lane.Next()
+	if err != nil {
+		c.stats.IVErrors++
+		return pullAnswered // cannot be sealed: the initiator times out, nothing changes
+	}
+	idx := int32(c.freePull[len(c.freePull)-1])
+	c.freePull = c.freePull[:len(c.freePull)-1]
+	p := &c.pulls[idx]
+	p.gen++
+	*p = pullCtx{
+		used: true, gen: p.gen, prev: -1, next: -1,
+		ip: e.ip, mac: e.mac, port: e.port, pid: e.pid, tag: e.tag,
+		region: abi.RegionID(e.region), offset: e.offset, length: e.length,
+		want: unitMask(e.length), deadline: now + int64(c.cfg.Timeout), aead: e.aead,
+	}
+	aesni.PutNonce(p.pullIV[:], c.ipb, ctr)
+	c.windowUsed += int(e.length)
+	c.pullPushBack(idx)
+
+	f := &c.txf
+	f.DstMAC, f.SrcMAC = e.mac, c.mac
+	f.SrcIP, f.DstIP = c.ip, e.ip
+	f.SrcPort, f.DstPort = c.myPort, e.port // the data comes back to this core
+	f.Type, f.Status, f.Flags = wire.TypePullReq, 0, 0
+	f.PID, f.Tag, f.Region = e.pid, e.tag, c.pullHandle(idx)
+	f.Length, f.Offset = e.length, uint64(c.cfg.Timeout)
+	f.IV = p.pullIV
+	n := wire.Encode(b, f, 0)
+	e.aead.SealResponse(wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), e.iv[:])
+	c.emit(b, n)
+	return pullStarted
+}
+
+// unitMask is the arrival bitmap of a complete op of length bytes.
+func unitMask(length uint32) uint64 {
+	units := (length + wire.ChunkAlign - 1) / wire.ChunkAlign
+	if units == 64 {
+		return math.MaxUint64
+	}
+	return 1<<units - 1
+}
+
+// receivePull handles ② for WRITE op i: authenticated under the op's K_d
+// with the write request's IV curried in, it is accepted once; the op's
+// deadline becomes the server's timeout from now, and the data is sent.
+func (c *Core) receivePull(now int64, i int32, frame []byte) {
+	f := &c.rx
+	s := &c.slots[i]
+	if s.pulled || f.Length != s.length || int64(f.Offset) > maxPullTimeout || f.Region == 0 {
+		c.stats.RxDropped++ // a second pull (replayed write request, duplicate), or nonsense
+		return
+	}
+	if s.aead.OpenResponse(nil, wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), s.iv[:]) != nil {
+		c.stats.RxAuthFailed++
+		return
+	}
+	s.pulled = true
+	s.pullIV = f.IV
+	s.pullPort, s.pullHandle = f.SrcPort, f.Region
+	s.sent, s.dataBase = 0, 0
+	c.unlink(i)
+	s.deadline = now + int64(f.Offset)
+	c.insertInService(i)
+	if s.orphan { // its source is gone: send nothing, the server commits nothing
+		c.complete(now, i, abi.StatusAborted)
+		return
+	}
+	if !c.sendChunks(now, i) {
+		c.pushSend(i)
+	}
+}
+
+// pushSend queues slot i for sendData. A slot is queued at most once (an
+// entry outlives its op when the op ends first; it then serves the slot's
+// next op, or nothing), so the queue never holds more than Slots entries.
+func (c *Core) pushSend(i int32) {
+	s := &c.slots[i]
+	if s.inSendq {
+		return
+	}
+	s.inSendq = true
+	k := c.sendHead + c.sendLen
+	if k >= len(c.sendq) {
+		k -= len(c.sendq)
+	}
+	c.sendq[k] = i
+	c.sendLen++
+}
+
+// sendData resumes WRITEs whose data could not all be sent when their pull
+// arrived (no tx buffer), in pull order.
+func (c *Core) sendData(now int64) int {
+	n := 0
+	for c.sendLen > 0 {
+		i := c.sendq[c.sendHead]
+		s := &c.slots[i]
+		if s.state == slotInService && s.op == abi.OpWrite && s.pulled && s.sent < s.length {
+			if !c.sendChunks(now, i) {
+				return n
+			}
+			n++
+		}
+		s.inSendq = false
+		c.sendHead++
+		if c.sendHead == len(c.sendq) {
+			c.sendHead = 0
+		}
+		c.sendLen--
+	}
+	return n
+}
+
+// sendChunks sends the rest of WRITE op i's data, each chunk sealed
+// straight from the source region into the frame (one pass, fused with
+// the cipher), curried with the pull's IV. It returns false when it ran
+// out of tx buffers (call again later). An op whose source region is gone
+// fails at once with LOCAL_REGION: its data is incomplete at the server,
+// which therefore commits nothing.
+func (c *Core) sendChunks(now int64, i int32) bool {
+	s := &c.slots[i]
+	if s.orphan {
+		c.complete(now, i, abi.StatusAborted)
+		return true
+	}
+	r := c.lookupRegion(s.locReg)
+	if r == nil {
+		c.complete(now, i, abi.StatusLocalRegion)
+		return true
+	}
+	if s.dataBase == 0 {
+		base, err := c.lane.NextN(aesni.ResponseSpan(s.length))
+		if err != nil {
+			c.stats.IVErrors++
+			c.complete(now, i, abi.StatusAborted) // nothing sent: nothing can be committed
+			return true
+		}
+		s.dataBase = base
+	}
+	for s.sent < s.length {
+		b := c.tx.Buffer()
+		if b == nil {
+			c.stats.TxNoBuffer++
+			return false
+		}
+		n := min(int(s.length-s.sent), c.maxPayload)
+		f := &c.txf
+		f.DstMAC, f.SrcMAC = s.mac, c.mac
+		f.SrcIP, f.DstIP = c.ip, s.remoteIP
+		f.SrcPort, f.DstPort = c.myPort, s.pullPort
+		f.Type, f.Status, f.Flags = wire.TypeWriteData, 0, 0
+		f.PID = c.portals[s.portal].pid
+		f.Tag = uint64(c.cfg.SlotBase+abi.SlotID(i))<<32 | uint64(s.seq)
+		f.Region, f.Length, f.Offset = s.pullHandle, uint32(n), uint64(s.sent)
+		aesni.PutResponseNonce(f.IV[:], c.ipb, s.dataBase, uint64(s.sent))
+		fl := wire.Encode(b, f, n)
+		src := s.locOff + uint64(s.sent)
+		s.aead.SealResponse(wire.Sealed(b, n), r.mem[src:src+uint64(n)], wire.IV(b), wire.AAD(b), s.pullIV[:])
+		c.emit(b, fl)
+		s.sent += uint32(n)
+	}
+	return true
+}
+
+// receiveWriteData places one chunk of a WRITE being served into its
+// staging buffer; when the last one has authenticated, before the pull's
+// deadline, it commits the data to the region and acknowledges.
+func (c *Core) receiveWriteData(now int64, frame, payload []byte) {
+	f := &c.rx
+	idx := int32(f.Region & 0xffff)
+	if idx == 0 || int(idx) >= len(c.pulls) {
+		c.stats.RxStale++
+		return
+	}
+	p := &c.pulls[idx]
+	if !p.used || p.gen != uint16(f.Region>>16) || p.ip != f.SrcIP || p.port != f.SrcPort || p.tag != f.Tag || p.pid != f.PID {
+		c.stats.RxStale++ // an ended pull (late, duplicate or replayed data), or not its initiator
+		return
+	}
+	off, n := f.Offset, uint64(len(payload))
+	if off%wire.ChunkAlign != 0 || n == 0 || off >= uint64(p.length) || n > uint64(p.length)-off ||
+		(off+n != uint64(p.length) && n%wire.ChunkAlign != 0) {
+		c.stats.RxDropped++
+		return
+	}
+	first, last := off/wire.ChunkAlign, (off+n+wire.ChunkAlign-1)/wire.ChunkAlign
+	var bits uint64
+	if last-first == 64 {
+		bits = math.MaxUint64
+	} else {
+		bits = (1<<(last-first) - 1) << first
+	}
+	if p.arrived&bits != 0 {
+		c.stats.RxDuplicate++
+		return
+	}
+	buf := c.pullBuffer(idx)
+	if p.aead.OpenResponseDirect(buf[off:off+n], wire.Sealed(frame, len(payload)), wire.IV(frame), wire.AAD(frame), p.pullIV[:]) != nil {
+		c.stats.RxAuthFailed++
+		return
+	}
+	p.arrived |= bits
+	if p.arrived != p.want || now >= p.deadline {
+		return // more to come; or too late: expirePulls abandons it, uncommitted
+	}
+	if c.tx.Buffer() == nil { // ④ must be sendable: commit only with a frame for it
+		c.stats.TxNoBuffer++
+		p.arrived &^= bits // its chunk is dropped as if lost; the write times out uncommitted
+		return
+	}
+	r := c.lookupRegion(p.region)
+	st := abi.StatusOK
+	switch {
+	case r == nil: // deregistered while the data was in flight
+		st = abi.StatusRemoteRegion
+	case p.offset > uint64(len(r.mem)) || uint64(len(r.mem))-p.offset < uint64(p.length):
+		st = abi.StatusRemoteBounds // cannot happen: regions never shrink; kept for safety
+	default:
+		copy(r.mem[p.offset:p.offset+uint64(p.length)], buf[:p.length])
+		c.stats.WritesCommitted++
+	}
+	t := wire.TypeAck
+	if st != abi.StatusOK {
+		t = wire.TypeError
+		c.stats.ReqErrors++
+	}
+	c.reply(p.mac, p.ip, p.port, p.pid, p.tag, t, st, p.aead, &p.pullIV)
+	c.endPull(idx)
+}
+
+// expirePulls abandons, uncommitted, pulls whose data did not all arrive
+// within TIMEOUT of ②. Nothing is sent: the initiator times out later.
+func (c *Core) expirePulls(now int64) int {
+	n := 0
+	for c.pullHead >= 0 && c.pulls[c.pullHead].deadline <= now {
+		c.endPull(c.pullHead)
+		c.stats.PullsExpired++
+		n++
+	}
+	return n
+}
+
+// endPull frees pull context idx and refunds its window.
+func (c *Core) endPull(idx int32) {
+	p := &c.pulls[idx]
+	c.windowUsed -= int(p.length)
+	if p.prev >= 0 {
+		c.pulls[p.prev].next = p.next
+	} else {
+		c.pullHead = p.next
+	}
+	if p.next >= 0 {
+		c.pulls[p.next].prev = p.prev
+	} else {
+		c.pullTail = p.prev
+	}
+	p.used, p.prev, p.next, p.aead = false, -1, -1, nil
+	c.freePull = append(c.freePull, uint16(idx))
+}
+
+// pullPushBack appends pull idx to the deadline list (every pull's
+// deadline is now+Timeout, so appending keeps it ordered).
+func (c *Core) pullPushBack(idx int32) {
+	p := &c.pulls[idx]
+	p.prev, p.next = c.pullTail, -1
+	if c.pullTail >= 0 {
+		c.pulls[c.pullTail].next = idx
+	} else {
+		c.pullHead = idx
+	}
+	c.pullTail = idx
+}
+
+// auditPulls checks the pull contexts (free pool, list, deadlines) and
+// returns the window they hold.
+func (c *Core) auditPulls() (int, error) {
+	used, debit, onList := 0, 0, 0
+	for i := 1; i < len(c.pulls); i++ {
+		if c.pulls[i].used {
+			used++
+			debit += int(c.pulls[i].length)
+		}
+	}
+	last := int64(math.MinInt64)
+	prev := int32(-1)
+	for i := c.pullHead; i >= 0; i = c.pulls[i].next {
+		p := &c.pulls[i]
+		if !p.used || p.prev != prev || p.deadline < last {
+			return 0, fmt.Errorf("audit: pull list broken at %d", i)
+		}
+		last, prev = p.deadline, i
+		if onList++; onList > len(c.pulls) {
+			return 0, fmt.Errorf("audit: pull list loops")
+		}
+	}
+	if prev != c.pullTail || onList != used || used+len(c.freePull) != len(c.pulls)-1 {
+		return 0, fmt.Errorf("audit: pulls: %d used, %d listed, %d free of %d", used, onList, len(c.freePull), len(c.pulls)-1)
+	}
+	return debit, nil
+}
