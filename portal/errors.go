@@ -34,6 +34,7 @@ var (
 // engine.
 var (
 	ErrSlotCap     = errors.New("portal: over the application's slot cap")
+	ErrClass       = errors.New("portal: class of service not granted to this application")
 	ErrNoSlots     = errors.New("portal: the engine has no free slots")
 	ErrLimit       = errors.New("portal: over an engine limit")
 	ErrNoRegion    = errors.New("portal: region not registered by this portal")
@@ -57,6 +58,8 @@ func (e *Error) Is(target error) bool {
 	switch e.Code {
 	case ctlmsg.CodeSlotCap:
 		return target == ErrSlotCap
+	case ctlmsg.CodeClass:
+		return target == ErrClass
 	case ctlmsg.CodeNoSlots:
 		return target == ErrNoSlots
 	case ctlmsg.CodeLimit:

@@ -29,6 +29,9 @@ const (
 )
 
 // Class is the portal's class of service (paper §4.3: two FIFO arbiters).
+// The engine's policy decides which classes an application may use (by
+// its uid and the portal's name): asking for one it does not grant fails
+// Dial with ErrClass.
 type Class uint8
 
 const (
@@ -49,7 +52,7 @@ type Identity struct {
 type Options struct {
 	CmdCap uint32 // command ring capacity (power of two)
 	CplCap uint32 // completion ring capacity (power of two)
-	Class  Class
+	Class  Class  // class of service to ask for (ErrClass if the engine's policy does not grant it)
 	// Timeout bounds each control request (default 60 s: registering a
 	// large region populates its memory).
 	Timeout time.Duration
@@ -85,6 +88,7 @@ type Portal struct {
 	nextID   uint64
 	id       Identity
 	portal   uint32
+	class    Class
 	maxSlots int
 	hugetlb  bool
 	layout   abi.Layout
@@ -103,6 +107,9 @@ func Dial(socketPath, name string) (*Portal, error) {
 func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	if err := ctlmsg.ValidName(name); err != nil {
 		return nil, fmt.Errorf("portal: %w", err)
+	}
+	if opt.Class > ClassHigh {
+		return nil, fmt.Errorf("portal: Options.Class = %d, want ClassLow or ClassHigh", opt.Class)
 	}
 	if opt.Timeout <= 0 {
 		opt.Timeout = 60 * time.Second
@@ -184,7 +191,16 @@ func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 		unix.Munmap(seg)
 		return fmt.Errorf("portal: open: engine address %q is not IPv4", o.Addr)
 	}
-	p.seg, p.layout, p.cmd, p.cpl = seg, l, cmd, cpl
+	var class Class
+	switch o.Class {
+	case ctlmsg.ClassLow:
+	case ctlmsg.ClassHigh:
+		class = ClassHigh
+	default:
+		unix.Munmap(seg)
+		return fmt.Errorf("portal: open: the engine's reply grants class %q, want %q or %q", o.Class, ctlmsg.ClassLow, ctlmsg.ClassHigh)
+	}
+	p.seg, p.layout, p.cmd, p.cpl, p.class = seg, l, cmd, cpl, class
 	p.portal, p.maxSlots, p.hugetlb = o.Portal, o.MaxSlots, o.Hugetlb
 	p.id = Identity{Addr: addr, PID: o.PID, UID: o.UID, GID: o.GID, Name: o.Name}
 	return nil
@@ -289,6 +305,10 @@ func receivedFDs(oob []byte) []int {
 // Identity returns the address and PID the engine stamps on this portal's
 // requests.
 func (p *Portal) Identity() Identity { return p.id }
+
+// Class is the portal's class of service, as the engine granted it at
+// open (the one Options.Class asked for).
+func (p *Portal) Class() Class { return p.class }
 
 // MaxSlots is this application's slot cap (engine policy).
 func (p *Portal) MaxSlots() int { return p.maxSlots }

@@ -21,17 +21,21 @@ const (
 	HugetlbOff  = "off"  // plain memfd only
 )
 
-// SlotRule caps the command slots of matching applications. A rule matches
-// when every field it sets matches: UID (from SO_PEERCRED, so it cannot be
-// forged) and Name (chosen by the application; bind it to a UID to keep
-// other users from claiming it).
-type SlotRule struct {
-	UID      *uint32 `json:"uid,omitempty"`
-	Name     string  `json:"name,omitempty"`
-	MaxSlots int     `json:"max_slots"`
+// AppRule grants the applications it matches a class of service and a cap
+// on their command slots. A rule matches when every field it sets matches:
+// UID (from SO_PEERCRED, so it cannot be forged) and Name (chosen by the
+// application; bind it to a UID to keep other users from claiming it).
+type AppRule struct {
+	UID  *uint32 `json:"uid,omitempty"`
+	Name string  `json:"name,omitempty"`
+	// Class is the highest class of service the application may ask for:
+	// ctlmsg.ClassHigh allows high and low, ctlmsg.ClassLow (or "") only
+	// low.
+	Class    string `json:"class,omitempty"`
+	MaxSlots int    `json:"max_slots"`
 }
 
-func (r *SlotRule) String() string {
+func (r *AppRule) String() string {
 	s := ""
 	if r.UID != nil {
 		s = fmt.Sprintf("uid=%d", *r.UID)
@@ -48,37 +52,93 @@ func (r *SlotRule) String() string {
 	return s
 }
 
-// SlotPolicy is the per-application slot cap (SPEC §2 "business
-// priority"): the first matching rule wins, else Default.
-type SlotPolicy struct {
-	Default int        `json:"default"`
-	Rules   []SlotRule `json:"rules,omitempty"`
+// AppPolicy is the software-defined resource allocation of paper §4.3
+// (SPEC §2 "business priority"): it maps each application, by the uid the
+// kernel reports and the name it presents at open, to the classes of
+// service it may use and its cap on command slots. The first matching rule
+// wins, else DefaultClass and Default.
+//
+// An application gets the class it asks for at open ("" is low) if the
+// policy allows it, and an error (ctlmsg.CodeClass) if it does not: a rule
+// granting high lets an application use high without forcing it to, so an
+// application that does not ask for high gets low.
+type AppPolicy struct {
+	Default      int       `json:"default"`       // slot cap when no rule matches
+	DefaultClass string    `json:"default_class"` // highest class when no rule matches; "" is low
+	Rules        []AppRule `json:"rules,omitempty"`
 }
 
-// Cap returns the slot cap of an application and a description of where it
-// came from (for logs and error messages).
-func (p *SlotPolicy) Cap(uid uint32, name string) (int, string) {
+// Grant is what the policy gives one application.
+type Grant struct {
+	Class    engine.Class // the highest class it may ask for
+	MaxSlots int
+	From     string // the rule (or default) it came from, for logs and errors
+}
+
+// String says what the grant allows, for messages.
+func (g Grant) String() string {
+	return fmt.Sprintf("class %s and %d slots", className(g.Class), g.MaxSlots)
+}
+
+// Match returns what the policy grants the application with this uid and
+// portal name.
+func (p *AppPolicy) Match(uid uint32, name string) Grant {
 	for i := range p.Rules {
 		r := &p.Rules[i]
 		if (r.UID == nil || *r.UID == uid) && (r.Name == "" || r.Name == name) {
-			return r.MaxSlots, fmt.Sprintf("slot policy rule %d (%s)", i, r.String())
+			cl, _ := parseClass(r.Class) // Validate has checked it
+			return Grant{Class: cl, MaxSlots: r.MaxSlots, From: fmt.Sprintf("slot policy rule %d (%s)", i, r.String())}
 		}
 	}
-	return p.Default, "the default slot cap"
+	cl, _ := parseClass(p.DefaultClass)
+	return Grant{Class: cl, MaxSlots: p.Default, From: "the slot policy default"}
 }
 
-// Validate checks the policy.
-func (p *SlotPolicy) Validate() error {
+// parseClass maps a class name of the control protocol (ctlmsg.ClassLow,
+// ctlmsg.ClassHigh, or "" for low) to the engine's class.
+func parseClass(s string) (engine.Class, bool) {
+	switch s {
+	case "", ctlmsg.ClassLow:
+		return engine.ClassLow, true
+	case ctlmsg.ClassHigh:
+		return engine.ClassHigh, true
+	}
+	return engine.ClassLow, false
+}
+
+// className is the control protocol's name of an engine class.
+func className(cl engine.Class) string {
+	if cl == engine.ClassHigh {
+		return ctlmsg.ClassHigh
+	}
+	return ctlmsg.ClassLow
+}
+
+// Validate checks the policy. Its errors name the policy's JSON keys, the
+// form operators write it in (rmad's ctl.slot_policy).
+func (p *AppPolicy) Validate() error {
+	bad := func(f string, args ...any) error {
+		return fmt.Errorf("%w: slot policy: "+f, append([]any{ErrConfig}, args...)...)
+	}
+	badClass := func(key, s string) error {
+		return bad("%s = %q, want %q or %q", key, s, ctlmsg.ClassLow, ctlmsg.ClassHigh)
+	}
 	if p.Default < 0 || p.Default > ctlmsg.MaxAllocSlots {
-		return fmt.Errorf("%w: SlotPolicy.Default = %d, want 0..%d", ErrConfig, p.Default, ctlmsg.MaxAllocSlots)
+		return bad("default = %d, want 0..%d", p.Default, ctlmsg.MaxAllocSlots)
+	}
+	if _, ok := parseClass(p.DefaultClass); !ok {
+		return badClass("default_class", p.DefaultClass)
 	}
 	for i, r := range p.Rules {
 		if r.MaxSlots < 0 || r.MaxSlots > ctlmsg.MaxAllocSlots {
-			return fmt.Errorf("%w: SlotPolicy.Rules[%d].MaxSlots = %d, want 0..%d", ErrConfig, i, r.MaxSlots, ctlmsg.MaxAllocSlots)
+			return bad("rules[%d].max_slots = %d, want 0..%d", i, r.MaxSlots, ctlmsg.MaxAllocSlots)
+		}
+		if _, ok := parseClass(r.Class); !ok {
+			return badClass(fmt.Sprintf("rules[%d].class", i), r.Class)
 		}
 		if r.Name != "" {
 			if err := ctlmsg.ValidName(r.Name); err != nil {
-				return fmt.Errorf("%w: SlotPolicy.Rules[%d].Name: %v", ErrConfig, i, err)
+				return bad("rules[%d].name: %v", i, err)
 			}
 		}
 	}
@@ -93,7 +153,8 @@ type Config struct {
 	CmdCap uint32 // default command ring capacity (power of two)
 	CplCap uint32 // default completion ring capacity (power of two)
 
-	Slots SlotPolicy
+	// Slots is the per-application policy: class of service and slot cap.
+	Slots AppPolicy
 
 	MaxConns            int    // control connections at once (each may hold one portal)
 	MaxConnsPerUID      int    // control connections at once of one peer uid
@@ -111,7 +172,7 @@ func DefaultConfig() Config {
 		SocketMode:          0o666,
 		CmdCap:              256,
 		CplCap:              1024,
-		Slots:               SlotPolicy{Default: 256},
+		Slots:               AppPolicy{Default: 256, DefaultClass: ctlmsg.ClassLow},
 		MaxConns:            256,
 		MaxConnsPerUID:      64,
 		MaxRegionsPerPortal: 256,

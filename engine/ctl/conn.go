@@ -291,9 +291,17 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 	if c.open {
 		return -1, fail(ctlmsg.CodeState, "open: this connection already holds %s; one portal per connection", c.who())
 	}
-	maxSlots, from := c.s.cfg.Slots.Cap(c.cred.Uid, req.Name)
-	if maxSlots == 0 {
-		return -1, fail(ctlmsg.CodeSlotCap, "open: %s gives name %q uid %d a cap of 0 slots", from, req.Name, c.cred.Uid)
+	g := c.s.cfg.Slots.Match(c.cred.Uid, req.Name)
+	if g.MaxSlots == 0 {
+		return -1, fail(ctlmsg.CodeSlotCap, "open: %s gives name %q uid %d a cap of 0 slots", g.From, req.Name, c.cred.Uid)
+	}
+	// The application gets the class it asks for, if the policy allows
+	// it: a rule granting high permits high, it does not impose it.
+	// (engine.ClassHigh > engine.ClassLow.)
+	class, _ := parseClass(req.Class) // DecodeRequest has checked it
+	if class > g.Class {
+		return -1, fail(ctlmsg.CodeClass, "open: portal %q (pid %d, uid %d) asks for class %s, but %s grants it %s",
+			req.Name, c.cred.Pid, c.cred.Uid, className(class), g.From, g)
 	}
 	cmdCap, cplCap := req.CmdCap, req.CplCap
 	if cmdCap == 0 {
@@ -301,10 +309,6 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 	}
 	if cplCap == 0 {
 		cplCap = c.s.cfg.CplCap
-	}
-	class := engine.ClassLow
-	if req.Class == ctlmsg.ClassHigh {
-		class = engine.ClassHigh
 	}
 	layout, err := abi.NewLayout(0, cmdCap, cplCap)
 	if err != nil {
@@ -317,7 +321,7 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 	spec := engine.PortalSpec{
 		CmdRing: layout.CmdRing(seg.mem), CmdCap: cmdCap,
 		CplRing: layout.CplRing(seg.mem), CplCap: cplCap,
-		Class: class, MaxSlots: maxSlots, PID: uint32(c.cred.Pid),
+		Class: class, MaxSlots: g.MaxSlots, PID: uint32(c.cred.Pid),
 	}
 	var (
 		id   engine.PortalID
@@ -348,16 +352,17 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 	layout.Encode(seg.mem)
 
 	c.open, c.name, c.portal, c.layout, c.seg = true, req.Name, id, layout, seg
-	c.maxSlots, c.capFrom = maxSlots, from
+	c.maxSlots, c.capFrom = g.MaxSlots, g.From
 	c.regions = make(map[abi.RegionID]*region)
 	resp.Open = &ctlmsg.OpenReply{
 		Portal: uint32(id), Size: layout.Size, MapSize: uint64(len(seg.mem)),
-		CmdCap: cmdCap, CplCap: cplCap, MaxSlots: maxSlots, Hugetlb: seg.hugetlb,
+		CmdCap: cmdCap, CplCap: cplCap, Class: className(class), MaxSlots: g.MaxSlots, Hugetlb: seg.hugetlb,
 		Identity: c.identity(),
 	}
 	c.s.log.Info().Uint64("conn", c.id).Str("name", c.name).Int32("pid", c.cred.Pid).Uint32("uid", c.cred.Uid).
 		Uint32("gid", c.cred.Gid).Uint16("portal", uint16(id)).Uint32("cmd_cap", cmdCap).Uint32("cpl_cap", cplCap).
-		Int("max_slots", maxSlots).Str("cap_from", from).Bool("hugetlb", seg.hugetlb).Msg("portal opened")
+		Str("class", className(class)).Str("max_class", className(g.Class)).Int("max_slots", g.MaxSlots).Str("granted_by", g.From).
+		Bool("hugetlb", seg.hugetlb).Msg("portal opened")
 	fd := seg.fd
 	seg.fd = -1 // closed by reply once sent
 	return fd, nil

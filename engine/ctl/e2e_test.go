@@ -166,13 +166,19 @@ func TestOpenAndIdentity(t *testing.T) {
 	if p.MaxSlots() != 16 {
 		t.Errorf("MaxSlots = %d, want 16", p.MaxSlots())
 	}
-	q, err := portal.DialOptions(e.sock, "opts", portal.Options{CmdCap: 8, CplCap: 16, Class: portal.ClassHigh})
+	if p.Class() != portal.ClassLow {
+		t.Errorf("Class = %d, want ClassLow", p.Class())
+	}
+	q, err := portal.DialOptions(e.sock, "opts", portal.Options{CmdCap: 8, CplCap: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
 	if l := q.Layout(); l.CmdCap != 8 || l.CplCap != 16 {
 		t.Errorf("layout %+v, want 8/16", l)
+	}
+	if _, err := portal.DialOptions(e.sock, "opts", portal.Options{Class: 2}); err == nil || !strings.Contains(err.Error(), "Options.Class = 2") {
+		t.Errorf("Dial with class 2: %v", err)
 	}
 	if _, err := portal.Dial(e.sock, "bad name"); err == nil {
 		t.Error("Dial accepted a name with a space")
@@ -183,7 +189,7 @@ func TestSlotCap(t *testing.T) {
 	uid := uint32(os.Getuid())
 	other := uid + 1
 	e := setup(t, func(c *ctl.Config) {
-		c.Slots.Rules = []ctl.SlotRule{
+		c.Slots.Rules = []ctl.AppRule{
 			{UID: &other, Name: "big", MaxSlots: 100}, // not us: must not apply
 			{UID: &uid, Name: "big", MaxSlots: 24},
 			{Name: "none", MaxSlots: 0},
@@ -197,7 +203,7 @@ func TestSlotCap(t *testing.T) {
 	if !errors.Is(err, portal.ErrSlotCap) {
 		t.Fatalf("over the cap: %v, want ErrSlotCap", err)
 	}
-	wantMsg := fmt.Sprintf(`portal "small" (pid %d, uid %d) holds 10 slots and asks for 7 more; its cap is 16 (the default slot cap)`, os.Getpid(), uid)
+	wantMsg := fmt.Sprintf(`portal "small" (pid %d, uid %d) holds 10 slots and asks for 7 more; its cap is 16 (the slot policy default)`, os.Getpid(), uid)
 	if !strings.Contains(err.Error(), wantMsg) {
 		t.Errorf("error %q\nwant it to contain %q", err, wantMsg)
 	}
@@ -220,6 +226,88 @@ func TestSlotCap(t *testing.T) {
 	}
 	if got := e.stats(t).SlotsInUse; got != 16 {
 		t.Fatalf("SlotsInUse = %d, want 16", got)
+	}
+}
+
+// TestClassPolicy: the engine's policy, not the application, decides
+// which class of service an application may use (paper §4.3), by its uid
+// and the name it presents, beside its slot cap.
+func TestClassPolicy(t *testing.T) {
+	uid := uint32(os.Getuid())
+	other := uid + 1
+	var logBuf syncBuffer
+	e := setupLog(t, func(c *ctl.Config) {
+		c.Slots.Rules = []ctl.AppRule{
+			{UID: &other, Name: "bulk", Class: "high", MaxSlots: 100}, // not us: must not apply
+			{UID: &uid, Name: "lat", Class: "high", MaxSlots: 4},
+			{Name: "bulk", Class: "low", MaxSlots: 12},
+		}
+	}, zerolog.New(&logBuf).Level(zerolog.InfoLevel))
+	high := portal.Options{Class: portal.ClassHigh}
+
+	lat, err := portal.DialOptions(e.sock, "lat", high)
+	if err != nil {
+		t.Fatalf("lat asking high under a high rule: %v", err)
+	}
+	defer lat.Close()
+	if lat.Class() != portal.ClassHigh || lat.MaxSlots() != 4 {
+		t.Fatalf("lat: class %d, %d slots; want high, 4", lat.Class(), lat.MaxSlots())
+	}
+	_, err = lat.AllocSlots(5)
+	wantMsg := fmt.Sprintf(`portal: engine: alloc_slots: portal "lat" (pid %d, uid %d) holds 0 slots and asks for 5 more; its cap is 4 (slot policy rule 1 (uid=%d name="lat"))`,
+		os.Getpid(), uid, uid)
+	if !errors.Is(err, portal.ErrSlotCap) || err.Error() != wantMsg {
+		t.Fatalf("lat over its cap: %v\nwant ErrSlotCap: %s", err, wantMsg)
+	}
+	if _, err := lat.AllocSlots(4); err != nil {
+		t.Fatalf("lat up to its cap: %v", err)
+	}
+
+	// A rule granting high permits it, it does not impose it.
+	lazy := dial(t, e, "lat")
+	if lazy.Class() != portal.ClassLow || lazy.MaxSlots() != 4 {
+		t.Fatalf("lat asking nothing: class %d, %d slots; want low, 4", lazy.Class(), lazy.MaxSlots())
+	}
+
+	_, err = portal.DialOptions(e.sock, "bulk", high)
+	wantMsg = fmt.Sprintf(`portal: engine: open: portal "bulk" (pid %d, uid %d) asks for class high, but slot policy rule 2 (name="bulk") grants it class low and 12 slots`,
+		os.Getpid(), uid)
+	if !errors.Is(err, portal.ErrClass) || errors.Is(err, portal.ErrSlotCap) || err.Error() != wantMsg {
+		t.Fatalf("bulk asking high under a low rule: %v\nwant ErrClass: %s", err, wantMsg)
+	}
+	bulk := dial(t, e, "bulk")
+	if bulk.Class() != portal.ClassLow || bulk.MaxSlots() != 12 {
+		t.Fatalf("bulk: class %d, %d slots; want low, 12", bulk.Class(), bulk.MaxSlots())
+	}
+	if _, err := bulk.AllocSlots(8); err != nil {
+		t.Fatal(err)
+	}
+	_, err = bulk.AllocSlots(5)
+	wantMsg = fmt.Sprintf(`portal: engine: alloc_slots: portal "bulk" (pid %d, uid %d) holds 8 slots and asks for 5 more; its cap is 12 (slot policy rule 2 (name="bulk"))`,
+		os.Getpid(), uid)
+	if !errors.Is(err, portal.ErrSlotCap) || err.Error() != wantMsg {
+		t.Fatalf("bulk over its cap: %v\nwant ErrSlotCap: %s", err, wantMsg)
+	}
+
+	// No rule matches: the defaults (16 slots, class low).
+	_, err = portal.DialOptions(e.sock, "misc", high)
+	if !errors.Is(err, portal.ErrClass) || !strings.HasSuffix(err.Error(), "but the slot policy default grants it class low and 16 slots") {
+		t.Fatalf("misc asking high under the default: %v", err)
+	}
+	if got := e.stats(t).SlotsInUse; got != 12 {
+		t.Fatalf("SlotsInUse = %d, want 12", got)
+	}
+	// The operator sees what each portal was granted, and by which rule.
+	wantLog := fmt.Sprintf(`"name":"lat","pid":%d,"uid":%d,`, os.Getpid(), uid)
+	wantGrant := fmt.Sprintf(`"class":"high","max_class":"high","max_slots":4,"granted_by":"slot policy rule 1 (uid=%d name=\"lat\")"`, uid)
+	found := false
+	for _, line := range strings.Split(logBuf.String(), "\n") {
+		if strings.Contains(line, `"message":"portal opened"`) && strings.Contains(line, wantLog) && strings.Contains(line, wantGrant) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no portal opened event with %s and %s in\n%s", wantLog, wantGrant, logBuf.String())
 	}
 }
 

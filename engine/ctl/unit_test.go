@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -41,40 +42,71 @@ func TestStatsMsgCoversEveryField(t *testing.T) {
 	}
 }
 
-func TestSlotPolicy(t *testing.T) {
+func TestAppPolicy(t *testing.T) {
 	u1, u2 := uint32(1000), uint32(2000)
-	p := SlotPolicy{Default: 8, Rules: []SlotRule{
-		{UID: &u1, Name: "kv", MaxSlots: 512},
-		{UID: &u1, MaxSlots: 64},
-		{Name: "batch", MaxSlots: 2},
+	p := AppPolicy{Default: 8, DefaultClass: "low", Rules: []AppRule{
+		{UID: &u1, Name: "kv", Class: "high", MaxSlots: 512}, // uid and name
+		{UID: &u1, MaxSlots: 64},                             // uid only; class unset: low
+		{Name: "batch", Class: "low", MaxSlots: 2},           // name only
 		{UID: &u2, Name: "kv", MaxSlots: 0},
+		{Name: "lat", Class: "high", MaxSlots: 4},
+		{Name: "lat", Class: "low", MaxSlots: 99}, // shadowed by the rule above
 	}}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		uid  uint32
-		name string
-		want int
-		from string
+		uid   uint32
+		name  string
+		class engine.Class
+		slots int
+		from  string
 	}{
-		{1000, "kv", 512, `rule 0 (uid=1000 name="kv")`},
-		{1000, "other", 64, "rule 1 (uid=1000)"},
-		{1000, "batch", 64, "rule 1 (uid=1000)"},
-		{3000, "batch", 2, `rule 2 (name="batch")`},
-		{2000, "kv", 0, `rule 3 (uid=2000 name="kv")`},
-		{3000, "kv", 8, "the default slot cap"},
+		{1000, "kv", engine.ClassHigh, 512, `slot policy rule 0 (uid=1000 name="kv")`},
+		{1000, "other", engine.ClassLow, 64, "slot policy rule 1 (uid=1000)"},
+		{1000, "batch", engine.ClassLow, 64, "slot policy rule 1 (uid=1000)"}, // first match wins
+		{3000, "batch", engine.ClassLow, 2, `slot policy rule 2 (name="batch")`},
+		{2000, "kv", engine.ClassLow, 0, `slot policy rule 3 (uid=2000 name="kv")`},
+		{3000, "lat", engine.ClassHigh, 4, `slot policy rule 4 (name="lat")`},
+		{3000, "kv", engine.ClassLow, 8, "the slot policy default"},
 	}
 	for _, tt := range tests {
-		got, from := p.Cap(tt.uid, tt.name)
-		if got != tt.want || !strings.Contains(from, tt.from) {
-			t.Errorf("Cap(%d, %q) = %d, %q; want %d, %q", tt.uid, tt.name, got, from, tt.want, tt.from)
+		g := p.Match(tt.uid, tt.name)
+		if g.Class != tt.class || g.MaxSlots != tt.slots || g.From != tt.from {
+			t.Errorf("Match(%d, %q) = %+v; want class %d, %d slots, from %q", tt.uid, tt.name, g, tt.class, tt.slots, tt.from)
 		}
 	}
-	bad := []SlotPolicy{{Default: -1}, {Default: 1 << 20}, {Rules: []SlotRule{{MaxSlots: -1}}}, {Rules: []SlotRule{{Name: "a b", MaxSlots: 1}}}}
+	if g := p.Match(1000, "kv").String(); g != "class high and 512 slots" {
+		t.Errorf("Grant.String = %q", g)
+	}
+	// The default class applies when no rule matches; "" is low.
+	for _, dc := range []struct {
+		name string
+		want engine.Class
+	}{{"high", engine.ClassHigh}, {"low", engine.ClassLow}, {"", engine.ClassLow}} {
+		q := AppPolicy{Default: 1, DefaultClass: dc.name}
+		if err := q.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if g := q.Match(0, "x"); g.Class != dc.want || g.From != "the slot policy default" {
+			t.Errorf("DefaultClass %q: %+v", dc.name, g)
+		}
+	}
+	bad := []struct {
+		p    AppPolicy
+		want string
+	}{
+		{AppPolicy{Default: -1}, "slot policy: default = -1, want 0..65536"},
+		{AppPolicy{Default: 1 << 20}, "slot policy: default = 1048576, want 0..65536"},
+		{AppPolicy{DefaultClass: "HIGH"}, `slot policy: default_class = "HIGH", want "low" or "high"`},
+		{AppPolicy{Rules: []AppRule{{MaxSlots: 1}, {MaxSlots: -1}}}, "slot policy: rules[1].max_slots = -1, want 0..65536"},
+		{AppPolicy{Rules: []AppRule{{Class: "medium", MaxSlots: 1}}}, `slot policy: rules[0].class = "medium", want "low" or "high"`},
+		{AppPolicy{Rules: []AppRule{{Name: "a b", MaxSlots: 1}}}, "slot policy: rules[0].name: name has byte 0x20 at 1"},
+	}
 	for _, b := range bad {
-		if err := b.Validate(); err == nil {
-			t.Errorf("Validate(%+v) accepted", b)
+		err := b.p.Validate()
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", b.p, err, b.want)
 		}
 	}
 }

@@ -111,17 +111,30 @@ func (c *Config) ivStatePath() string {
 
 // CtlConfig maps onto ctl.Config.
 type CtlConfig struct {
-	Socket              string         `json:"socket"`
-	SocketMode          string         `json:"socket_mode"` // octal
-	CmdCap              uint32         `json:"cmd_cap"`
-	CplCap              uint32         `json:"cpl_cap"`
-	SlotPolicy          ctl.SlotPolicy `json:"slot_policy"`
-	MaxConns            int            `json:"max_conns"`
-	MaxConnsPerUID      int            `json:"max_conns_per_uid"`
-	MaxRegionsPerPortal int            `json:"max_regions_per_portal"`
-	MaxRegionBytes      uint64         `json:"max_region_bytes"`
-	MaxPortalBytes      uint64         `json:"max_portal_bytes"`
-	Hugetlb             string         `json:"hugetlb"`
+	Socket     string `json:"socket"`
+	SocketMode string `json:"socket_mode"` // octal
+	CmdCap     uint32 `json:"cmd_cap"`
+	CplCap     uint32 `json:"cpl_cap"`
+	// SlotPolicy is the per-application policy (ctl.AppPolicy): the
+	// highest class of service and the slot cap of each application, by
+	// the uid it runs as and the name it gives its portal:
+	//
+	//	"slot_policy": {"default": 256, "default_class": "low", "rules": [
+	//	  {"uid": 1000, "name": "lat", "class": "high", "max_slots": 64},
+	//	  {"name": "bulk", "max_slots": 16}]}
+	//
+	// The first rule whose uid and name (each optional) match wins, else
+	// default and default_class. class is "high" or "low" (absent: low);
+	// an application asking for a class its rule does not grant cannot
+	// open a portal, one not asking for high gets low. The key keeps its
+	// name from when the policy only capped slots.
+	SlotPolicy          ctl.AppPolicy `json:"slot_policy"`
+	MaxConns            int           `json:"max_conns"`
+	MaxConnsPerUID      int           `json:"max_conns_per_uid"`
+	MaxRegionsPerPortal int           `json:"max_regions_per_portal"`
+	MaxRegionBytes      uint64        `json:"max_region_bytes"`
+	MaxPortalBytes      uint64        `json:"max_portal_bytes"`
+	Hugetlb             string        `json:"hugetlb"`
 }
 
 // PollConfig is the polling core.
@@ -260,7 +273,8 @@ var flagSpecs = []struct {
 	{"socket-mode", "control socket permissions (octal)", setStr(func(c *Config) *string { return &c.Ctl.SocketMode })},
 	{"cmd-cap", "default command ring capacity", setUint(32, func(c *Config) *uint32 { return &c.Ctl.CmdCap })},
 	{"cpl-cap", "default completion ring capacity", setUint(32, func(c *Config) *uint32 { return &c.Ctl.CplCap })},
-	{"slot-cap", "default slot cap per application", setInt(func(c *Config) *int { return &c.Ctl.SlotPolicy.Default })},
+	{"slot-cap", "default slot cap per application (slot_policy.default)", setInt(func(c *Config) *int { return &c.Ctl.SlotPolicy.Default })},
+	{"default-class", "highest class of service of applications no slot_policy rule matches: low or high", setStr(func(c *Config) *string { return &c.Ctl.SlotPolicy.DefaultClass })},
 	{"max-conns", "control connections at once", setInt(func(c *Config) *int { return &c.Ctl.MaxConns })},
 	{"max-conns-per-uid", "control connections at once per uid", setInt(func(c *Config) *int { return &c.Ctl.MaxConnsPerUID })},
 	{"max-regions-per-portal", "regions per portal", setInt(func(c *Config) *int { return &c.Ctl.MaxRegionsPerPortal })},

@@ -9,6 +9,15 @@
 // -print-config prints the effective configuration as JSON, a valid config
 // file, and exits.
 //
+// Applications: ctl.slot_policy maps each application, by the uid it runs
+// as and the name it gives its portal, to the highest class of service it
+// may use and its cap on command slots (paper §4.3; the first matching rule
+// wins, else default_class and default; -default-class and -slot-cap set
+// those two). An application asking for a class its rule does not grant
+// cannot open a portal; one asking for more slots than its cap is refused
+// at alloc_slots. Every portal opened is logged with its class and cap and
+// the rule that granted them.
+//
 // Start-up: validate everything, log every config field and derived size,
 // open and lock the IV counter state file (engine.iv_state, -iv-state;
 // default /var/lib/onerma/iv-<ip>.state: nonces are address ‖ counter, so

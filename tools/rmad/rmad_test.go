@@ -63,6 +63,83 @@ func TestFileThenFlagsOverride(t *testing.T) {
 	}
 }
 
+// TestSlotPolicyConfig: the slot policy's classes come from the file and
+// -default-class, reach ctl.Config, and bad class names are refused with
+// the key that holds them.
+func TestSlotPolicyConfig(t *testing.T) {
+	file := writeFile(t, `{"ctl": {"slot_policy": {"default": 8, "default_class": "low", "rules": [
+		{"uid": 1000, "name": "lat", "class": "high", "max_slots": 64},
+		{"name": "bulk", "class": "low", "max_slots": 16},
+		{"uid": 2000, "max_slots": 4}]}}}`)
+	cfg, _, err := loadConfig([]string{"-config", file}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cfg.ctlConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		uid  uint32
+		name string
+		want string
+	}{
+		{1000, "lat", "class high and 64 slots"},
+		{1001, "lat", "class low and 8 slots"},
+		{1000, "bulk", "class low and 16 slots"},
+		{2000, "lat", "class low and 4 slots"}, // class absent: low
+	} {
+		if g := cc.Slots.Match(tt.uid, tt.name); g.String() != tt.want {
+			t.Errorf("uid %d name %q: %s (%s), want %s", tt.uid, tt.name, g, g.From, tt.want)
+		}
+	}
+	// The flag overrides the file; an old file without classes still loads.
+	old := writeFile(t, `{"ctl": {"slot_policy": {"default": 8, "rules": [{"uid": 1000, "name": "kv", "max_slots": 32}]}}}`)
+	cfg, _, err = loadConfig([]string{"-config", old, "-default-class", "high"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc, err = cfg.ctlConfig(); err != nil {
+		t.Fatal(err)
+	}
+	if g := cc.Slots.Match(3000, "x"); g.String() != "class high and 8 slots" {
+		t.Errorf("-default-class high: %s", g)
+	}
+	if g := cc.Slots.Match(1000, "kv"); g.String() != "class low and 32 slots" {
+		t.Errorf("rule without a class: %s", g)
+	}
+
+	for _, tt := range []struct {
+		file string
+		args []string
+		want string
+	}{
+		{`{"ctl": {"slot_policy": {"rules": [{"name": "a", "max_slots": 1}, {"name": "b", "class": "medium", "max_slots": 1}]}}}`, nil,
+			`invalid config: ctl: invalid config: slot policy: rules[1].class = "medium", want "low" or "high"`},
+		{`{"ctl": {"slot_policy": {"default_class": "gold"}}}`, nil,
+			`invalid config: ctl: invalid config: slot policy: default_class = "gold", want "low" or "high"`},
+		{"", []string{"-default-class", "High"},
+			`invalid config: ctl: invalid config: slot policy: default_class = "High", want "low" or "high"`},
+	} {
+		args := tt.args
+		if tt.file != "" {
+			args = append([]string{"-config", writeFile(t, tt.file)}, args...)
+		}
+		cfg, _, err := loadConfig(args, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.validate(); err == nil || err.Error() != tt.want {
+			t.Errorf("%s %v: validate = %v\nwant %s", tt.file, tt.args, err, tt.want)
+		}
+	}
+	// A class that is not a string is a decode error naming the field.
+	_, _, err = loadConfig([]string{"-config", writeFile(t, `{"ctl": {"slot_policy": {"rules": [{"class": 1}]}}}`)}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "ctl.slot_policy.rules.class") {
+		t.Errorf("numeric class: %v", err)
+	}
+}
+
 func TestConfigRejects(t *testing.T) {
 	tests := []struct {
 		name string

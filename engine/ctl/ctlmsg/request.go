@@ -108,7 +108,7 @@ type Request struct {
 	Name   string // open: [A-Za-z0-9._-], 1..MaxNameBytes bytes
 	CmdCap uint32 // open: command ring capacity, power of two 2..MaxRingCap; 0: engine default
 	CplCap uint32 // open: completion ring capacity, like CmdCap
-	Class  string // open: "low" or "high"; "": low
+	Class  string // open: "low" or "high"; "": low. The engine's policy must grant it (else CodeClass)
 
 	N uint32 // alloc_slots: 1..MaxAllocSlots
 

@@ -224,20 +224,31 @@ func TestEncodeRequestKey(t *testing.T) {
 }
 
 func TestResponseRoundTrip(t *testing.T) {
-	in := Response{V: Version, ID: 3, Op: OpOpen, Open: &OpenReply{
-		Portal: 2, Size: 8192, MapSize: 8192, CmdCap: 64, CplCap: 128, MaxSlots: 32,
-		Identity: Identity{Addr: "10.0.0.1", PID: 42, UID: 1000, GID: 1000, Name: "x"},
-	}}
-	b, err := EncodeResponse(&in)
-	if err != nil {
-		t.Fatal(err)
+	for _, in := range []Response{
+		{V: Version, ID: 3, Op: OpOpen, Open: &OpenReply{
+			Portal: 2, Size: 8192, MapSize: 8192, CmdCap: 64, CplCap: 128, Class: ClassHigh, MaxSlots: 32,
+			Identity: Identity{Addr: "10.0.0.1", PID: 42, UID: 1000, GID: 1000, Name: "x"},
+		}},
+		{V: Version, ID: 4, Op: OpOpen, Code: CodeClass, Error: `open: portal "x" asks for class high`},
+	} {
+		b, err := EncodeResponse(&in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := DecodeResponse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(in, out) {
+			t.Fatalf("(-want +got)\n-%+v\n+%+v", in, out)
+		}
 	}
-	out, err := DecodeResponse(b)
-	if err != nil {
-		t.Fatal(err)
+	b, _ := EncodeResponse(&Response{V: Version, Open: &OpenReply{Class: ClassLow}})
+	if !strings.Contains(string(b), `"class":"low"`) {
+		t.Errorf("open reply %s: class not under its key", b)
 	}
-	if !reflect.DeepEqual(in, out) {
-		t.Fatalf("(-want +got)\n-%+v\n+%+v", in, out)
+	if b, _ := EncodeResponse(&Response{V: Version, Code: CodeClass, Error: "e"}); !strings.Contains(string(b), `"code":"class"`) {
+		t.Errorf("CodeClass renders as %s", b)
 	}
 	for _, bad := range []string{`{"v":2}`, `{"v":1,"error":"x"}`, `{"v":1,"code":"x"}`, `{"v":1}{}`, `nope`} {
 		if _, err := DecodeResponse([]byte(bad)); err == nil {

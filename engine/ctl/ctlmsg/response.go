@@ -15,6 +15,7 @@ const (
 	CodeBadRequest Code = "bad_request"  // the request did not decode or validate
 	CodeState      Code = "state"        // not valid now (e.g. alloc before open, second open)
 	CodeSlotCap    Code = "slot_cap"     // over the application's slot cap
+	CodeClass      Code = "class"        // the application's policy does not grant the class it asked for
 	CodeNoSlots    Code = "no_slots"     // the engine has no free slots
 	CodeLimit      Code = "limit"        // another policy limit (regions, bytes, portals)
 	CodeNoRegion   Code = "no_region"    // unknown region, or another portal's (deregister_region, rekey)
@@ -49,6 +50,7 @@ type OpenReply struct {
 	MapSize  uint64 `json:"map_size"`  // bytes to map (Size rounded to the page size)
 	CmdCap   uint32 `json:"cmd_cap"`   // command ring capacity
 	CplCap   uint32 `json:"cpl_cap"`   // completion ring capacity
+	Class    string `json:"class"`     // class of service granted: ClassLow or ClassHigh
 	MaxSlots int    `json:"max_slots"` // this application's slot cap
 	Hugetlb  bool   `json:"hugetlb"`   // backed by huge pages
 	Identity
