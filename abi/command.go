@@ -10,8 +10,8 @@ type Op uint8
 
 const (
 	OpRead  Op = 1 // two hops: request, responses (§3.1)
-	OpWrite Op = 2 // four hops, request-to-read (§5.1); not served yet
-	OpRekey Op = 3 // §5.2; not served yet
+	OpWrite Op = 2 // four hops, request-to-read (§5.1)
+	OpRekey Op = 3 // §5.2: install a region key; four hops like a WRITE
 )
 
 func (o Op) String() string {

@@ -623,7 +623,7 @@ func (c *Core) Shutdown(now int64) {
 		for c.lists[l].head >= 0 {
 			i := c.lists[l].head
 			st := abi.StatusAborted
-			if s := &c.slots[i]; s.op == abi.OpWrite && s.pulled && s.sent == s.length {
+			if s := &c.slots[i]; s.op != abi.OpRead && s.pulled && s.sent == s.length {
 				st = abi.StatusTimeout
 			}
 			c.complete(now, i, st)
@@ -1010,7 +1010,7 @@ func (c *Core) arbitrate(now int64) int {
 		s := &c.slots[i]
 		s.state = slotInService
 		s.debit = s.length
-		if s.op == abi.OpWrite { // it solicits only the pull and the acknowledgment
+		if s.op != abi.OpRead { // WRITE, REKEY: it solicits only the pull and the acknowledgment
 			s.debit = wire.ChunkAlign
 		}
 		c.windowUsed += int(s.debit)
@@ -1049,15 +1049,11 @@ func (c *Core) sendRequest(b []byte, i int32) bool {
 	f.Tag = uint64(c.cfg.SlotBase+abi.SlotID(i))<<32 | uint64(s.seq)
 	f.Region, f.Length, f.Offset = s.remReg, s.length, s.remOff
 	f.IV = s.iv
-	if s.op == abi.OpRekey { // the new key travels encrypted under K_d (REKEY)
-		f.Type = wire.TypeRekeyReq
-		n := wire.Encode(b, f, aesni.KeySize)
-		s.aead.SealResponse(wire.Sealed(b, aesni.KeySize), s.newKey[:], wire.IV(b), wire.AAD(b), nil)
-		c.emit(b, n)
-		return true
-	}
-	if s.op == abi.OpWrite {
+	switch s.op { // a WRITE and a REKEY are requests to read: their data is pulled (write.go)
+	case abi.OpWrite:
 		f.Type = wire.TypeWriteReq
+	case abi.OpRekey:
+		f.Type = wire.TypeRekeyReq
 	}
 	n := wire.Encode(b, f, 0)
 	s.aead.SealRequest(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b))
@@ -1136,8 +1132,8 @@ func (c *Core) receive(now int64, frame []byte) {
 		return
 	}
 	switch f.Type {
-	case wire.TypeReadReq, wire.TypeWriteReq:
-		if f.DstPort != c.cfg.UDPPort {
+	case wire.TypeReadReq, wire.TypeWriteReq, wire.TypeRekeyReq:
+		if f.DstPort != c.cfg.UDPPort || (f.Type == wire.TypeRekeyReq && f.Length != aesni.KeySize) {
 			c.stats.RxDropped++
 			return
 		}
@@ -1148,12 +1144,6 @@ func (c *Core) receive(now int64, frame []byte) {
 			return
 		}
 		c.receiveWriteData(now, frame, payload)
-	case wire.TypeRekeyReq:
-		if f.DstPort != c.cfg.UDPPort || f.Length != aesni.KeySize {
-			c.stats.RxDropped++
-			return
-		}
-		c.receiveRekey(frame)
 	case wire.TypeReadResp, wire.TypeNack, wire.TypeError, wire.TypeAck, wire.TypePullReq:
 		if f.DstPort != c.myPort {
 			c.stats.RxDropped++
@@ -1188,13 +1178,12 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 		return
 	}
 	s := &c.slots[i]
-	if (f.Type == wire.TypeReadResp && s.op != abi.OpRead) || (f.Type == wire.TypeAck && s.op == abi.OpRead) ||
-		(f.Type == wire.TypePullReq && s.op != abi.OpWrite) {
-		c.stats.RxDropped++ // data for a WRITE, an Ack for a READ, ...
+	if (f.Type == wire.TypeReadResp) != (s.op == abi.OpRead) && f.Type != wire.TypeNack && f.Type != wire.TypeError {
+		c.stats.RxDropped++ // data for a WRITE, an Ack or a pull for a READ
 		return
 	}
-	// A WRITE's answers after its pull are curried with the pull's IV:
-	// an answer to the write request itself (NACK, error) no longer
+	// A WRITE's (or REKEY's) answers after its pull are curried with the
+	// pull's IV: an answer to the request itself (NACK, error) no longer
 	// authenticates once the serving side may commit.
 	curry := s.iv[:]
 	if s.pulled {
@@ -1205,8 +1194,8 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 		c.receivePull(now, i, frame)
 		return
 	case wire.TypeNack, wire.TypeError, wire.TypeAck:
-		if f.Type == wire.TypeAck && s.op == abi.OpWrite && !s.pulled {
-			c.stats.RxDropped++ // a WRITE is acknowledged only after its data was pulled
+		if f.Type == wire.TypeAck && !s.pulled {
+			c.stats.RxDropped++ // acknowledged only after the data was pulled
 			return
 		}
 		st := abi.StatusNack
@@ -1287,8 +1276,11 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 func (c *Core) receiveRequest(now int64, frame []byte) {
 	f := &c.rx
 	op := abi.OpRead
-	if f.Type == wire.TypeWriteReq {
+	switch f.Type {
+	case wire.TypeWriteReq:
 		op = abi.OpWrite
+	case wire.TypeRekeyReq:
+		op = abi.OpRekey
 	}
 	_, a := c.serverKey(op)
 	if a == nil || a.OpenRequest(wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame)) != nil {
@@ -1340,37 +1332,6 @@ func (c *Core) serverKey(op abi.Op) (*region, *aesni.AEAD) {
 	return r, a
 }
 
-// receiveRekey applies a REKEY request (paper §5.2): authenticated and
-// decrypted under the K_d its initiator derived for the REKEY op type, it
-// installs the new region key at once and acknowledges under the old K_d.
-// The new key never crosses the wire in clear. A replayed REKEY request
-// no longer authenticates once its key is installed (its K_d was derived
-// from the key it replaced).
-func (c *Core) receiveRekey(frame []byte) {
-	f := &c.rx
-	rid := abi.RegionID(f.Region)
-	r, a := c.serverKey(abi.OpRekey)
-	var kr aesni.Key
-	if a == nil || a.OpenResponse(kr[:], wire.Sealed(frame, aesni.KeySize), wire.IV(frame), wire.AAD(frame), nil) != nil {
-		c.stats.ReqAuthFailed++
-		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
-		return
-	}
-	switch {
-	case r.perm&PermRemoteRekey == 0:
-		c.stats.ReqErrors++
-		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemotePermission, a, &f.IV)
-	case c.inqLen >= c.cfg.NackThreshold:
-		c.stats.ReqNacked++
-		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeNack, 0, a, &f.IV)
-	default:
-		c.installKey(rid, r, kr)
-		c.stats.RemoteRekeys++
-		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeAck, abi.StatusOK, a, &f.IV)
-	}
-	clear(kr[:])
-}
-
 // reply sends a payload-free answer (NACK or error status) to a request,
 // sealed under the request's K_d a with its IV curried in, or, when a is
 // nil, as REMOTE_AUTHENTICATION_FAILURE under the reserved key. It returns
@@ -1415,7 +1376,7 @@ func (c *Core) serve(now int64) int {
 			c.popInbound()
 			continue
 		}
-		if e.op == abi.OpWrite {
+		if e.op != abi.OpRead { // WRITE, REKEY
 			switch c.startPull(now, e) {
 			case pullWait: // no window, context or tx buffer now: FIFO, resume next Poll
 				return served
@@ -1500,8 +1461,18 @@ func (c *Core) checkRequest(e *inbound) abi.Status {
 	if r == nil {
 		return abi.StatusRemoteRegion
 	}
-	if (e.op == abi.OpRead && r.perm&PermRemoteRead == 0) || (e.op == abi.OpWrite && r.perm&PermRemoteWrite == 0) {
+	need := PermRemoteRead
+	switch e.op {
+	case abi.OpWrite:
+		need = PermRemoteWrite
+	case abi.OpRekey:
+		need = PermRemoteRekey
+	}
+	if r.perm&need == 0 {
 		return abi.StatusRemotePermission
+	}
+	if e.op == abi.OpRekey { // its data is the region's key, not bytes of the region
+		return abi.StatusOK
 	}
 	if e.offset > uint64(len(r.mem)) || uint64(len(r.mem))-e.offset < uint64(e.length) {
 		return abi.StatusRemoteBounds

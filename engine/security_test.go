@@ -356,22 +356,38 @@ func TestRemoteRekey(t *testing.T) {
 	}
 	p.read(t, 1, 64, abi.StatusOK)
 
+	// Four hops, like a WRITE: ① request, ② pull, ③ the key (sealed), ④ ack.
 	p.app.post(t, p.rekeyCmd(3, 4096, rekeyKd))
-	p.a.Poll(p.now)
-	req := p.ta.take()
-	if len(req) != 1 || bytes.Contains(req[0], newKr[:4]) {
-		t.Fatal("the new key is on the wire in clear")
+	var sent [][]byte
+	for k := 0; k < 4; k++ {
+		p.a.Poll(p.now)
+		for _, fr := range p.ta.take() {
+			sent = append(sent, fr)
+			p.b.Receive(p.now, fr)
+		}
+		p.b.Poll(p.now)
+		p.tb.deliverTo(p.now, p.a)
 	}
-	ack := p.serve(req[0])
-	p.a.Receive(p.now, ack[0])
-	p.a.Poll(p.now)
 	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK || got[0].Op != abi.OpRekey {
 		t.Fatalf("rekey: %+v", got)
 	}
+	if len(sent) != 2 || frameType(sent[0]) != wire.TypeRekeyReq || frameType(sent[1]) != wire.TypeWriteData {
+		t.Fatalf("want a rekey request and one data frame, got %d frames", len(sent))
+	}
+	for _, fr := range sent {
+		if bytes.Contains(fr, newKr[:4]) {
+			t.Fatal("the new key is on the wire in clear")
+		}
+	}
+	req := sent[:1]
 	p.read(t, 1, 64, abi.StatusRemoteAuthFailure)
 	p.readKey(t, 1, 64, aesni.DeriveKey(newKr, p.app.ip, testPID, uint8(abi.OpRead)), abi.StatusOK)
 
-	// A replay of the REKEY request no longer authenticates.
+	// A replay of the REKEY request no longer authenticates (its K_d was
+	// derived from the key it replaced); a replay of its data is stale.
+	if ans := p.serve(sent[1]); len(ans) != 0 || p.b.Stats().RxStale == 0 {
+		t.Fatalf("replayed rekey data answered: %d frames", len(ans))
+	}
 	ans := p.serve(req[0])
 	var af wire.Fields
 	if _, err := wire.Decode(ans[0], &af); err != nil || abi.Status(af.Status) != abi.StatusRemoteAuthFailure {
@@ -403,5 +419,51 @@ func TestRemoteRekey(t *testing.T) {
 	}
 	if err := p.a.Audit(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A REKEY whose key never reaches the server is never installed, and the
+// initiator reports TIMEOUT only after the server gave up on it: the old
+// key keeps working, and a late copy of the key changes nothing.
+func TestRemoteRekeyLostKeyNeverInstalls(t *testing.T) {
+	p := newSecPair(t)
+	p.b.regions[p.rs.Index()].perm |= PermRemoteRekey
+	newKr := aesni.Key{0x11, 0x22, 0x33, 4}
+	copy(p.dst[4096:], newKr[:])
+	p.app.post(t, p.rekeyCmd(3, 4096, aesni.DeriveKey(testKr, p.app.ip, testPID, uint8(abi.OpRekey))))
+	var late []byte
+	for k := 0; k < 3; k++ {
+		p.a.Poll(p.now)
+		for _, fr := range p.ta.take() {
+			if frameType(fr) == wire.TypeWriteData {
+				late = fr // lost
+				continue
+			}
+			p.b.Receive(p.now, fr)
+		}
+		p.b.Poll(p.now)
+		p.tb.deliverTo(p.now, p.a)
+	}
+	if late == nil {
+		t.Fatal("no key frame sent")
+	}
+	var expired bool
+	for k := 0; k < 100; k++ {
+		p.now += 50_000
+		p.b.Poll(p.now)
+		expired = expired || p.b.Stats().PullsExpired == 1
+		p.a.Poll(p.now)
+		if got := p.app.completions(); len(got) > 0 {
+			if len(got) != 1 || got[0].Status != abi.StatusTimeout || !expired {
+				t.Fatalf("completions %+v (server expired: %v)", got, expired)
+			}
+			break
+		}
+	}
+	p.b.Receive(p.now, late)
+	p.b.Poll(p.now)
+	p.read(t, 1, 64, abi.StatusOK) // the old key still works
+	if s := p.b.Stats(); s.RemoteRekeys != 0 {
+		t.Fatalf("rekeys %d", s.RemoteRekeys)
 	}
 }

@@ -31,6 +31,12 @@ import (
 // longer has the op (its answer is stale and dropped); replayed data or
 // acknowledgments are curried with an IV the server never reuses, so they
 // fail authentication: replays mutate nothing.
+//
+// A remote REKEY (paper §5.2) takes the same four hops: its data is the new
+// region key K_r (16 bytes, sealed under K_d(REKEY), so never in clear),
+// and its commit installs that key instead of copying into the region; its
+// acknowledgment is sealed under the old key's K_d. A REKEY reported failed
+// therefore never takes effect afterwards.
 
 // maxPullTimeout bounds the timeout a serving engine may ask an initiator
 // to adopt (Config.Validate bounds Timeout by the same second).
@@ -39,6 +45,7 @@ const maxPullTimeout = int64(time.Second)
 // pullCtx is one WRITE being served.
 type pullCtx struct {
 	used       bool
+	op         abi.Op // OpWrite or OpRekey
 	gen        uint16
 	prev, next int32 // deadline-ordered list of pulls in progress
 	ip         uint32
@@ -101,7 +108,7 @@ func (c *Core) startPull(now int64, e *inbound) pullOutcome {
 	p := &c.pulls[idx]
 	p.gen++
 	*p = pullCtx{
-		used: true, gen: p.gen, prev: -1, next: -1,
+		used: true, op: e.op, gen: p.gen, prev: -1, next: -1,
 		ip: e.ip, mac: e.mac, port: e.port, pid: e.pid, tag: e.tag,
 		region: abi.RegionID(e.region), offset: e.offset, length: e.length,
 		want: unitMask(e.length), deadline: now + int64(c.cfg.Timeout), aead: e.aead,
@@ -187,7 +194,7 @@ func (c *Core) sendData(now int64) int {
 	for c.sendLen > 0 {
 		i := c.sendq[c.sendHead]
 		s := &c.slots[i]
-		if s.state == slotInService && s.op == abi.OpWrite && s.pulled && s.sent < s.length {
+		if s.state == slotInService && s.op != abi.OpRead && s.pulled && s.sent < s.length {
 			if !c.sendChunks(now, i) {
 				return n
 			}
@@ -215,8 +222,12 @@ func (c *Core) sendChunks(now int64, i int32) bool {
 		c.complete(now, i, abi.StatusAborted)
 		return true
 	}
-	r := c.lookupRegion(s.locReg)
-	if r == nil {
+	var src []byte
+	if s.op == abi.OpRekey {
+		src = s.newKey[:] // taken from the local region when the command was posted
+	} else if r := c.lookupRegion(s.locReg); r != nil {
+		src = r.mem[s.locOff : s.locOff+uint64(s.length)]
+	} else {
 		c.complete(now, i, abi.StatusLocalRegion)
 		return true
 	}
@@ -246,8 +257,7 @@ func (c *Core) sendChunks(now int64, i int32) bool {
 		f.Region, f.Length, f.Offset = s.pullHandle, uint32(n), uint64(s.sent)
 		aesni.PutResponseNonce(f.IV[:], c.ipb, s.dataBase, uint64(s.sent))
 		fl := wire.Encode(b, f, n)
-		src := s.locOff + uint64(s.sent)
-		s.aead.SealResponse(wire.Sealed(b, n), r.mem[src:src+uint64(n)], wire.IV(b), wire.AAD(b), s.pullIV[:])
+		s.aead.SealResponse(wire.Sealed(b, n), src[s.sent:s.sent+uint32(n)], wire.IV(b), wire.AAD(b), s.pullIV[:])
 		c.emit(b, fl)
 		s.sent += uint32(n)
 	}
@@ -305,6 +315,10 @@ func (c *Core) receiveWriteData(now int64, frame, payload []byte) {
 	switch {
 	case r == nil: // deregistered while the data was in flight
 		st = abi.StatusRemoteRegion
+	case p.op == abi.OpRekey:
+		c.installKey(p.region, r, aesni.Key(buf[:aesni.KeySize]))
+		clear(buf[:aesni.KeySize])
+		c.stats.RemoteRekeys++
 	case p.offset > uint64(len(r.mem)) || uint64(len(r.mem))-p.offset < uint64(p.length):
 		st = abi.StatusRemoteBounds // cannot happen: regions never shrink; kept for safety
 	default:

@@ -119,11 +119,14 @@ func (p *Portal) SubmitWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegio
 // the ring: keep them unchanged until the completion). key is the K_d
 // the region's owner derived for this process and abi.OpRekey; the region
 // must allow PermRemoteRekey. The new key travels encrypted under that
-// K_d. When the completion is OK, reads with K_d derived from the old key
-// fail with REMOTE_AUTHENTICATION_FAILURE; whoever chose the new key
-// hands out K_d derived from it. A TIMEOUT leaves the outcome unknown
-// (the two-hop REKEY may have been applied and its answer lost): retry
-// with a K_d of either key.
+// K_d. Like a WRITE it takes four hops (the serving engine pulls the key
+// and installs it only once it authenticated). When the completion is OK,
+// reads with K_d derived from the old key fail with
+// REMOTE_AUTHENTICATION_FAILURE; whoever chose the new key hands out K_d
+// derived from it. Any other status but TIMEOUT means the key was not
+// installed and never will be; a TIMEOUT means it may have been installed
+// before the completion was written (never after): retry with a K_d of
+// either key.
 func (p *Portal) PostRekey(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID,
 	key aesni.Key, local *Region, localOffset uint64, cookie uint64) error {
 	return p.postOp(abi.OpRekey, slot, remoteAddr, remoteRegion, 0, &key, local, localOffset, aesni.KeySize, cookie)

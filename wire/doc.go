@@ -17,16 +17,16 @@
 //	4  initiator PID u32   (stamped by the initiating engine)
 //	8  tag u64             (initiator's slot id << 32 | slot sequence)
 //	16 region u32          (request: remote region id; pull, write data: the server's pull handle)
-//	20 length u32          (request, pull: op length; response, write data, rekey: payload length)
+//	20 length u32          (request, pull: op length; response, write data: payload length)
 //	24 offset u64          (request: offset in the region; response, write data: offset in
 //	                        the op; pull: the server's timeout in ns)
 //	32 iv [12]byte         (AES-GCM nonce: sender IPv4 address ‖ sender counter)
 //	44 reserved u32
 //
 // Types: 1 read request, 2 read response (data), 3 NACK, 4 error (status),
-// 5 rekey request (payload: the new key, encrypted), 6 acknowledgment, and
-// the WRITE's request to read (paper §5.1): 7 write request, 8 pull (the
-// serving engine asks for the data), 9 write data.
+// 5 rekey request, 6 acknowledgment, and the WRITE's request to read
+// (paper §5.1): 7 write request, 8 pull (the serving engine asks for the
+// data: a WRITE's bytes, or a REKEY's new key), 9 write data.
 //
 // Every message is sealed with AES-128-GCM (package aesni): the additional
 // authenticated data is the IPv4 addresses, the UDP header and the OneRMA

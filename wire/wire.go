@@ -39,7 +39,7 @@ const (
 	TypeReadResp Type = 2 // server -> initiator: one chunk of data at an offset
 	TypeNack     Type = 3 // server -> initiator: inbound queue over threshold
 	TypeError    Type = 4 // server -> initiator: precise remote failure (status)
-	TypeRekeyReq Type = 5 // initiator -> server: install a new region key (payload: the key, encrypted)
+	TypeRekeyReq Type = 5 // initiator -> server: install a new region key (a request to read, like a WRITE: the key is pulled)
 	TypeAck      Type = 6 // server -> initiator: the op took effect (no payload)
 	// WRITE is a request to read (paper §5.1, four hops): the write
 	// request names the range, the serving engine pulls the data when its
@@ -149,7 +149,7 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	}
 	plen := totLen - IPv4Len - UDPLen - HeaderLen - TrailerLen
 	length := binary.BigEndian.Uint32(h[20:24])
-	if t == TypeReadResp || t == TypeRekeyReq || t == TypeWriteData { // the types that carry a payload
+	if t == TypeReadResp || t == TypeWriteData { // the types that carry a payload
 		if uint32(plen) != length {
 			return nil, ErrLength
 		}
