@@ -35,6 +35,13 @@ const (
 	Busy Mode = iota
 	// Backoff sleeps when idle (shared CPUs, tests).
 	Backoff
+	// Yield polls without sleeping but gives the CPU to any other runnable
+	// thread (sched_yield) after IdleSpins idle iterations: for an engine
+	// pinned to a CPU it shares with its latency-critical application,
+	// which spins with sched_yield too (a small host where the application
+	// and its engine get one core between them). With nothing else
+	// runnable it is Busy.
+	Yield
 )
 
 func (m Mode) String() string {
@@ -43,6 +50,8 @@ func (m Mode) String() string {
 		return "busy"
 	case Backoff:
 		return "backoff"
+	case Yield:
+		return "yield"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
@@ -86,7 +95,7 @@ var ErrConfig = errors.New("runner: invalid config")
 // Validate checks every field.
 func (c *Config) Validate() error {
 	switch {
-	case c.Mode != Busy && c.Mode != Backoff:
+	case c.Mode != Busy && c.Mode != Backoff && c.Mode != Yield:
 		return fmt.Errorf("%w: Mode = %v", ErrConfig, c.Mode)
 	case c.IdleSpins < 0:
 		return fmt.Errorf("%w: IdleSpins = %d", ErrConfig, c.IdleSpins)
@@ -117,6 +126,7 @@ func Monotonic() int64 { return int64(time.Since(epoch)) + int64(time.Second) }
 type Stats struct {
 	Iterations uint64 // loop iterations
 	IdleSleeps uint64 // Backoff sleeps
+	Yields     uint64 // Yield: CPU given up when idle
 	SleptNs    uint64 // total sleep asked for
 	RxFrames   uint64 // frames handed to Core.Receive
 	Execs      uint64 // control-plane closures run
@@ -150,7 +160,7 @@ type Runner struct {
 	done      chan struct{} // closed when the loop has exited
 
 	// published counters
-	iterations, idleSleeps, sleptNs, rxFrames, nExecs atomic.Uint64
+	iterations, idleSleeps, yields, sleptNs, rxFrames, nExecs atomic.Uint64
 
 	// loop-local state (the loop goroutine only)
 	pfd [1]unix.PollFd
@@ -274,6 +284,7 @@ func (r *Runner) Stats() Stats {
 	return Stats{
 		Iterations: r.iterations.Load(),
 		IdleSleeps: r.idleSleeps.Load(),
+		Yields:     r.yields.Load(),
 		SleptNs:    r.sleptNs.Load(),
 		RxFrames:   r.rxFrames.Load(),
 		Execs:      r.nExecs.Load(),
@@ -296,6 +307,7 @@ func (r *Runner) wake() {
 func (r *Runner) publish() {
 	r.iterations.Store(r.lc.Iterations)
 	r.idleSleeps.Store(r.lc.IdleSleeps)
+	r.yields.Store(r.lc.Yields)
 	r.sleptNs.Store(r.lc.SleptNs)
 	r.rxFrames.Store(r.lc.RxFrames)
 	r.nExecs.Store(r.lc.Execs)
@@ -342,9 +354,14 @@ func (r *Runner) loop(ready chan<- error) {
 			continue
 		}
 		idle++
-		if r.cfg.Mode == Backoff && idle >= r.cfg.IdleSpins {
+		switch {
+		case idle < r.cfg.IdleSpins:
+		case r.cfg.Mode == Backoff:
 			r.sleep(now, sleep)
 			sleep = min(2*sleep, r.cfg.MaxSleep)
+		case r.cfg.Mode == Yield:
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			r.lc.Yields++
 		}
 	}
 

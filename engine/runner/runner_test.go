@@ -56,7 +56,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func TestExec(t *testing.T) {
-	for _, mode := range []runner.Mode{runner.Busy, runner.Backoff} {
+	for _, mode := range []runner.Mode{runner.Busy, runner.Backoff, runner.Yield} {
 		t.Run(mode.String(), func(t *testing.T) {
 			cfg := runner.DefaultConfig()
 			cfg.Mode = mode
@@ -93,6 +93,9 @@ func TestExec(t *testing.T) {
 				t.Fatalf("%d closures ran, want 100", n.Load())
 			}
 			eventually(t, "Execs counter", func() bool { return r.Stats().Execs >= 101 })
+			if mode == runner.Yield {
+				eventually(t, "idle yields", func() bool { return r.Stats().Yields > 0 })
+			}
 		})
 	}
 }

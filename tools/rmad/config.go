@@ -139,7 +139,7 @@ type CtlConfig struct {
 
 // PollConfig is the polling core.
 type PollConfig struct {
-	Mode     string   `json:"mode"`      // "busy": spin; "backoff": sleep when idle
+	Mode     string   `json:"mode"`      // "busy": spin; "backoff": sleep when idle; "yield": spin, sched_yield when idle
 	CPU      int      `json:"cpu"`       // CPU to pin the polling thread to; -1: no pinning
 	MaxSleep Duration `json:"max_sleep"` // backoff: longest idle sleep (wake-up latency bound)
 }
@@ -281,7 +281,7 @@ var flagSpecs = []struct {
 	{"max-region-bytes", "bytes per region", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxRegionBytes })},
 	{"max-portal-bytes", "region bytes per portal", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxPortalBytes })},
 	{"hugetlb", "shared memory: auto or off", setStr(func(c *Config) *string { return &c.Ctl.Hugetlb })},
-	{"poll-mode", "busy or backoff", setStr(func(c *Config) *string { return &c.Poll.Mode })},
+	{"poll-mode", "busy, backoff or yield (spin, giving the CPU to a co-located app when idle)", setStr(func(c *Config) *string { return &c.Poll.Mode })},
 	{"cpu", "CPU for the polling thread (-1: none)", setInt(func(c *Config) *int { return &c.Poll.CPU })},
 	{"max-sleep", "backoff mode: longest idle sleep", setDur(func(c *Config) *Duration { return &c.Poll.MaxSleep })},
 	{"log-level", "trace, debug, info, warn, error", setStr(func(c *Config) *string { return &c.LogLevel })},
@@ -459,8 +459,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: port.mbuf_cache %d (max 512 and mbufs/1.5)", errConfig, p.MbufCache)
 	case p.Burst < 1 || p.Burst > 256:
 		return fmt.Errorf("%w: port.burst %d (1..256)", errConfig, p.Burst)
-	case c.Poll.Mode != "busy" && c.Poll.Mode != "backoff":
-		return fmt.Errorf("%w: poll.mode %q, want busy or backoff", errConfig, c.Poll.Mode)
+	case c.Poll.Mode != "busy" && c.Poll.Mode != "backoff" && c.Poll.Mode != "yield":
+		return fmt.Errorf("%w: poll.mode %q, want busy, backoff or yield", errConfig, c.Poll.Mode)
 	case c.Poll.CPU < -1:
 		return fmt.Errorf("%w: poll.cpu %d", errConfig, c.Poll.CPU)
 	}

@@ -25,7 +25,7 @@
 // reboots, or IVs repeat; rmad refuses to start when another engine holds
 // it), initialise the EAL (eal_args plus --vdev=port.vdev), create the mbuf pool,
 // set up and start the port, build the engine core (engine.New) over a
-// dpdkport.Port, start its poll loop (engine/runner: busy or backoff, pinned
+// dpdkport.Port, start its poll loop (engine/runner: busy, backoff or yield, pinned
 // to poll.cpu), then listen on the control socket.
 //
 // Shutdown on SIGINT/SIGTERM, in reverse: close the control socket (every

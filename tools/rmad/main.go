@@ -188,8 +188,11 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		return err
 	}
 	rCfg := runner.DefaultConfig()
-	if cfg.Poll.Mode == "busy" {
+	switch cfg.Poll.Mode {
+	case "busy":
 		rCfg.Mode = runner.Busy
+	case "yield":
+		rCfg.Mode = runner.Yield
 	}
 	if cfg.Poll.MaxSleep > 0 {
 		rCfg.MaxSleep = time.Duration(cfg.Poll.MaxSleep)
