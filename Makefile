@@ -51,8 +51,13 @@ fuzz:
 sim:
 	$(GO) test ./engine/sim -count=1 -run TestSimSeeds -timeout 0 -sim.seeds=$(SIM_SEEDS)
 
+# Every setup of bench/RESULTS.md (loopback, loopback-jumbo, memif, tcp,
+# aes, isolation; READ and WRITE). BENCH_ONLY=isolation (comma separated)
+# runs some, BENCH_D=1s shortens each measurement (default 5s).
+BENCH_ONLY ?=
+BENCH_D ?=
 bench: setup-bench build
-	$(BIN)/rmabench -bin $(BIN)
+	$(BIN)/rmabench -bin $(BIN) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D))
 
 clean:
 	rm -rf $(BIN)

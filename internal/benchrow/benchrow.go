@@ -5,9 +5,12 @@ package benchrow
 
 // Row is one measurement. Latency fields a tool does not report are null.
 type Row struct {
-	System      string  `json:"system"` // "onerma", "ucx-tcp"
-	Setup       string  `json:"setup"`  // "loopback", "memif", "tcp"
-	Test        string  `json:"test"`   // "read_bw", "read_lat"
+	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit"
+	// Setup: "loopback", "loopback-jumbo", "memif", "tcp", "cpu",
+	// "isolation-idle", "isolation-loaded", "isolation-loaded-lowclass",
+	// "isolation-loaded-write" (bench/RESULTS.md describes each).
+	Setup       string  `json:"setup"`
+	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open"
 	Size        int     `json:"size"`
 	Outstanding int     `json:"outstanding"`
 	OpsPerSec   float64 `json:"ops_per_sec"`

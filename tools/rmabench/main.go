@@ -3,16 +3,23 @@
 //
 //	(a) onerma, single-engine loopback: one engine on a net_ring port whose
 //	    tx comes back as rx, acting as initiator and target, so one polling
-//	    core's full per-op cost is measured;
-//	(b) onerma, two engines over memif, the client's K_d fetched from the
-//	    rmaperf server over TLS 1.3 (internal/keyx; credentials from this
-//	    process over inherited pipes);
+//	    core's full per-op cost is measured (READ and WRITE; loopback-jumbo:
+//	    the same at MTU 9000 for 4 KB);
+//	(b) onerma, two engines over memif, the client's K_d (for READ or
+//	    WRITE) fetched from the rmaperf server over TLS 1.3 (internal/keyx;
+//	    credentials from this process over inherited pipes);
 //	(c) ucx_perftest over TCP on loopback (UCX_TLS=tcp), the peer a user
-//	    would otherwise pick, with the same sizes and outstanding depth;
+//	    would otherwise pick, with the same sizes and outstanding depth
+//	    (ucp_get for the reads, ucp_put_bw / ucp_put_lat for the writes);
 //	(d) one core's AES-128-GCM seal+open ceiling at 4 KB (aes-gcm-limit);
+//	(e) isolation (paper Fig. 12): on the single loopback engine, a
+//	    high-class application's 64 B read_lat alone (isolation-idle) and
+//	    while a low-class application saturates the engine with 4 KB
+//	    read_bw (isolation-loaded) or write_bw (isolation-loaded-write),
+//	    the classes granted by a slot_policy in the engine's config;
 //
-// prints a side-by-side table and appends one JSON object per measurement
-// to -out (default $BENCH_OUT or bench/out.jsonl).
+// prints a side-by-side table and summary ratios and appends one JSON
+// object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
 package main
 
 import (
@@ -50,14 +57,15 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "loopback,loopback-jumbo,memif,tcp,aes", "setups to run")
+	only := flag.String("only", "loopback,loopback-jumbo,memif,tcp,aes,isolation", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
 	flag.Parse()
 	if *bin == "" {
 		self, _ := os.Executable()
 		*bin = filepath.Dir(self)
 	}
 	runID := time.Now().UTC().Format("20060102T150405Z")
-	specs := []spec{{"read_bw", 64, 64}, {"read_bw", 4096, 64}, {"read_lat", 64, 1}, {"read_lat", 4096, 1}}
+	specs := []spec{{"read_bw", 64, 64}, {"read_bw", 4096, 64}, {"read_lat", 64, 1}, {"read_lat", 4096, 1},
+		{"write_bw", 64, 64}, {"write_bw", 4096, 64}, {"write_lat", 64, 1}, {"write_lat", 4096, 1}}
 	var rows []Row
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "rmabench:", err)
@@ -79,7 +87,7 @@ func main() {
 	loops := []struct {
 		setup, mtu string
 		specs      []spec
-	}{{"loopback", "1500", specs}, {"loopback-jumbo", "9000", []spec{{"read_bw", 4096, 64}, {"read_lat", 4096, 1}}}}
+	}{{"loopback", "1500", specs}, {"loopback-jumbo", "9000", []spec{{"read_bw", 4096, 64}, {"read_lat", 4096, 1}, {"write_bw", 4096, 64}, {"write_lat", 4096, 1}}}}
 	for _, l := range loops {
 		if !want(l.setup) {
 			continue
@@ -131,6 +139,13 @@ func main() {
 			fail(err)
 		}
 		rows = append(rows, r)
+	}
+	if want("isolation") {
+		r, err := isolationRun(rmad, rmaperf, dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
 	}
 
 	for i := range rows {
@@ -246,6 +261,167 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 	return rows, nil
 }
 
+// The isolation setup (paper Fig. 12): the application names the two
+// rmaperf processes present to the engine, and the engine's slot policy
+// (an rmad config overlaid on its embedded default) that gives isoLatName
+// the high class and everyone else the low one.
+const (
+	isoLatName  = "rmaperf-lat"
+	isoLoadName = "rmaperf-load"
+	isoPolicy   = `{"ctl": {"slot_policy": {"default": 256, "default_class": "low",
+  "rules": [{"name": "` + isoLatName + `", "class": "high", "max_slots": 64}]}}}
+`
+)
+
+// isolationRun starts one loopback engine (as the loopback setup: busy on
+// CPU 1, frames to itself through the port) with isoPolicy and measures
+// the high-class application's 64 B read_lat alone (isolation-idle), then
+// while a low-class application keeps 64 4 KB READs in flight
+// (isolation-loaded), the same with the latency application asking for
+// the low class (isolation-loaded-lowclass: what the class buys), and, if
+// the engine serves WRITE, under 64 4 KB WRITEs (isolation-loaded-write).
+// Both applications run on CPU 0: the load sleeps on its completion
+// doorbell, the latency application busy-polls and yields the CPU after
+// every empty poll, so the load is woken and keeps the engine loaded while
+// a latency op is in flight (a latency application that does not yield
+// holds CPU 0 for a whole time slice, during which the load cannot post
+// and the engine drains: it would measure a mostly idle engine). Each
+// loaded run's load row is returned too, with the setup of its run.
+//
+// An engine whose config has no class policy yet (rmad rejects the
+// unknown keys) is started without it: it grants the high class to
+// whoever asks, which the rows' note says.
+func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
+	cfgPath := filepath.Join(dir, "isolation.json")
+	if err := os.WriteFile(cfgPath, []byte(isoPolicy), 0o644); err != nil {
+		return nil, err
+	}
+	o := testbed.Loopback(rmad, dir, "bench-iso", "10.99.2.1")
+	o.Busy, o.CPU = true, 1
+	base := []string{"-log-level", "warn", "-hairpin-self=true", "-mtu", "1500"}
+	o.Extra = append(append([]string{}, base...), "-config", cfgPath)
+	policy := "high class from the engine's slot_policy rule for " + isoLatName
+	e, err := testbed.Start(o)
+	if err != nil && strings.Contains(err.Error(), "unknown field") {
+		fmt.Fprintf(os.Stderr, "rmabench: isolation: rmad does not accept the class policy (%v); running without it: the engine grants the high class to whoever asks\n",
+			firstLine(err.Error(), "unknown field"))
+		policy = "engine config has no class policy: high class granted on request"
+		o.Extra = base
+		e, err = testbed.Start(o)
+	} else if err == nil {
+		// The policy must refuse the high class to an application it
+		// does not name.
+		probe, closeAfter, perr := rmaperfCmd(rmaperf, "0", spec{"read_lat", 64, 1}, 10*time.Millisecond, "probe", nil,
+			"-ctl", e.Socket, "-self", "-name", isoLoadName, "-class", "high", "-warmup", "0s")
+		if perr != nil {
+			e.Stop(10 * time.Second)
+			return nil, perr
+		}
+		out, perr := probe.CombinedOutput()
+		closeAfter()
+		if perr == nil {
+			fmt.Fprintf(os.Stderr, "rmabench: isolation: the engine granted the high class to %s, which its policy does not name\n", isoLoadName)
+			policy += " (NOT enforced: the engine granted high to " + isoLoadName + " too)"
+		} else {
+			fmt.Printf("isolation: class policy in force: %s asking for high was refused: %s\n", isoLoadName, strings.TrimSpace(string(out)))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer e.Stop(10 * time.Second)
+
+	latSpec := spec{"read_lat", 64, 1}
+	latArgs := []string{"-ctl", e.Socket, "-self", "-name", isoLatName, "-class", "high", "-yield"}
+	loadArgs := []string{"-ctl", e.Socket, "-self", "-name", isoLoadName, "-class", "low", "-event", "-spins=-1"}
+	var rows []Row
+	r, err := rmaperfRun(rmaperf, "0", latSpec, dur, "isolation-idle", nil, latArgs...)
+	if err != nil {
+		return nil, err
+	}
+	r.Note = addNote(r.Note, "high-class app "+isoLatName+" alone (busy-polls and yields CPU 0); "+policy)
+	rows = append(rows, r)
+
+	loads := []struct {
+		setup, class string
+		load         spec
+	}{{"isolation-loaded", "high", spec{"read_bw", 4096, 64}},
+		{"isolation-loaded-lowclass", "low", spec{"read_bw", 4096, 64}},
+		{"isolation-loaded-write", "high", spec{"write_bw", 4096, 64}}}
+	for _, l := range loads {
+		if l.load.test == "write_bw" {
+			// Until the engine serves WRITE every one completes at once
+			// with an error: no load at all.
+			w, err := rmaperfRun(rmaperf, "0", spec{"write_lat", 4096, 1}, 200*time.Millisecond, "probe", nil,
+				"-ctl", e.Socket, "-self", "-name", isoLoadName, "-warmup", "0s")
+			if err != nil {
+				return nil, err
+			}
+			if w.Ops == 0 {
+				fmt.Printf("isolation: %s skipped: the engine does not serve WRITE (%d ok, %d failed; %s)\n", l.setup, w.Ops, w.Errors, w.Note)
+				continue
+			}
+		}
+		la := append(append([]string{}, latArgs...), "-class", l.class) // the last -class wins
+		lr, r, err := isolationLoaded(rmaperf, dur, l.setup, l.load, loadArgs, latSpec, la)
+		if err != nil {
+			return nil, err
+		}
+		what := fmt.Sprintf("low-class app %s keeping %d %d B %s in flight", isoLoadName, l.load.depth, l.load.size, strings.ToUpper(strings.TrimSuffix(l.load.test, "_bw"))+"s")
+		r.Note = addNote(r.Note, l.class+"-class app "+isoLatName+" while "+what+"; "+policy)
+		lr.Note = addNote(lr.Note, "the load of this run: "+what+" (its window covers the high-class measurement)")
+		rows = append(rows, r, lr)
+	}
+	return rows, nil
+}
+
+// isolationLoaded starts the load, lets it reach its measurement window,
+// measures the latency application, and waits for the load.
+func isolationLoaded(rmaperf string, dur time.Duration, setup string, load spec, loadArgs []string, lat spec, latArgs []string) (loadRow, latRow Row, err error) {
+	const lead = time.Second // the load's start-up and 0.5 s warm-up
+	// The latency run's start-up, warm-up and measurement, with margin.
+	loadDur := lead + dur + 1500*time.Millisecond
+	cmd, closeAfter, err := rmaperfCmd(rmaperf, "0", load, loadDur, setup, nil, loadArgs...)
+	if err != nil {
+		return Row{}, Row{}, err
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	err = cmd.Start()
+	closeAfter()
+	if err != nil {
+		return Row{}, Row{}, err
+	}
+	time.Sleep(lead)
+	latRow, latErr := rmaperfRun(rmaperf, "0", lat, dur, setup, nil, latArgs...)
+	if err := cmd.Wait(); err != nil {
+		return Row{}, Row{}, fmt.Errorf("%s: %v", strings.Join(cmd.Args, " "), err)
+	}
+	if latErr != nil {
+		return Row{}, Row{}, latErr
+	}
+	loadRow, err = rmaperfRow(cmd, out.Bytes(), setup)
+	return loadRow, latRow, err
+}
+
+func addNote(note, s string) string {
+	if note == "" {
+		return s
+	}
+	return s + "; " + note
+}
+
+// firstLine is the first line of s containing sub (or s's first line).
+func firstLine(s, sub string) string {
+	lines := strings.Split(s, "\n")
+	for _, l := range lines {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return lines[0]
+}
+
 // gcmLimit measures one core's AES-128-GCM ceiling at 4 KB, the way the
 // engine uses it (aesni.SealResponse from a region buffer, then
 // aesni.OpenResponseDirect into another, in one pass): the crypto work of one 4 KB READ at
@@ -292,6 +468,22 @@ func envOr(k, d string) string {
 // creds, if not nil, are handed to it over an inherited pipe (-creds-fd)
 // for the key exchange with an rmaperf server.
 func rmaperfRun(rmaperf, cpu string, s spec, dur time.Duration, setup string, creds *keyx.Credentials, args ...string) (Row, error) {
+	cmd, closeAfter, err := rmaperfCmd(rmaperf, cpu, s, dur, setup, creds, args...)
+	if err != nil {
+		return Row{}, err
+	}
+	defer closeAfter()
+	cmd.Stderr = os.Stderr
+	outb, err := cmd.Output()
+	if err != nil {
+		return Row{}, fmt.Errorf("%s: %v", strings.Join(cmd.Args, " "), err)
+	}
+	return rmaperfRow(cmd, outb, setup)
+}
+
+// rmaperfCmd builds the command of an rmaperf measurement (see
+// rmaperfRun); call closeAfter once it has started (or will not start).
+func rmaperfCmd(rmaperf, cpu string, s spec, dur time.Duration, setup string, creds *keyx.Credentials, args ...string) (cmd *exec.Cmd, closeAfter func(), err error) {
 	a := append([]string{s.test}, args...)
 	a = append(a, "-s", strconv.Itoa(s.size), "-O", strconv.Itoa(s.depth), "-D", dur.String(), "-json", "-setup", setup)
 	name := rmaperf
@@ -299,20 +491,21 @@ func rmaperfRun(rmaperf, cpu string, s spec, dur time.Duration, setup string, cr
 		a = append([]string{"-c", cpu, rmaperf}, a...)
 		name = "taskset"
 	}
-	cmd := exec.Command(name, a...)
+	cmd = exec.Command(name, a...)
+	closeAfter = func() {}
 	if creds != nil {
-		fd, closeAfter, err := keyx.Attach(cmd, creds)
+		fd, ca, err := keyx.Attach(cmd, creds)
 		if err != nil {
-			return Row{}, err
+			return nil, nil, err
 		}
-		defer closeAfter()
+		closeAfter = ca
 		cmd.Args = append(cmd.Args, "-creds-fd", strconv.Itoa(fd))
 	}
-	cmd.Stderr = os.Stderr
-	outb, err := cmd.Output()
-	if err != nil {
-		return Row{}, fmt.Errorf("%s: %v", strings.Join(cmd.Args, " "), err)
-	}
+	return cmd, closeAfter, nil
+}
+
+// rmaperfRow parses the -json line of rmaperf run as cmd.
+func rmaperfRow(cmd *exec.Cmd, outb []byte, setup string) (Row, error) {
 	var r Row
 	if err := json.Unmarshal(outb, &r); err != nil {
 		return Row{}, fmt.Errorf("rmaperf output %q: %v", outb, err)
@@ -321,8 +514,21 @@ func rmaperfRun(rmaperf, cpu string, s spec, dur time.Duration, setup string, cr
 	return r, nil
 }
 
-// ucxRun runs ucx_perftest's ucp_get (the same one-sided read) over TCP on
-// loopback with the same size and outstanding depth.
+// ucxTest is the ucx_perftest test for one of ours: ucp_get (the same
+// one-sided read, with -O for the bandwidth test) for the reads,
+// ucp_put_bw and ucp_put_lat for the writes.
+func ucxTest(test string) string {
+	switch test {
+	case "write_bw":
+		return "ucp_put_bw"
+	case "write_lat":
+		return "ucp_put_lat"
+	}
+	return "ucp_get"
+}
+
+// ucxRun runs ucx_perftest over TCP on loopback with the same size and
+// outstanding depth.
 func ucxRun(s spec, dur time.Duration) (Row, error) {
 	// Iterations sized from a short probe so each run takes about dur.
 	iters := 20000
@@ -349,7 +555,8 @@ func ucxRun(s spec, dur time.Duration) (Row, error) {
 
 func ucxOnce(s spec, iters int) (Row, error) {
 	port := "13377"
-	args := []string{"-t", "ucp_get", "-s", strconv.Itoa(s.size), "-n", strconv.Itoa(iters), "-p", port}
+	test := ucxTest(s.test)
+	args := []string{"-t", test, "-s", strconv.Itoa(s.size), "-n", strconv.Itoa(iters), "-p", port}
 	if s.depth > 1 {
 		args = append(args, "-O", strconv.Itoa(s.depth))
 	}
@@ -370,6 +577,13 @@ func ucxOnce(s spec, iters int) (Row, error) {
 	if err := cli.Run(); err != nil {
 		return Row{}, fmt.Errorf("ucx_perftest: %v\n%s\n%s", err, out.String(), srvOut.String())
 	}
+	note := "ucx_perftest reports no p99/p99.9"
+	if test == "ucp_put_lat" {
+		// A ping-pong of puts, each side polling its memory for the
+		// other's: ucx_perftest reports half the round trip (ours:
+		// post to completion, the whole four hops).
+		note += "; ucp_put_lat is a ping-pong: p50 is half a round trip"
+	}
 	// Final: iters lat50 latavg latoverall bwavg bwoverall rateavg rateoverall
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
@@ -379,14 +593,18 @@ func ucxOnce(s spec, iters int) (Row, error) {
 			return Row{System: "ucx-tcp", Setup: "tcp", Test: s.test, Size: s.size, Outstanding: s.depth,
 				OpsPerSec: p(8), MBPerSec: p(6) * 1.048576, P50us: p(2),
 				Command: "UCX_TLS=tcp UCX_NET_DEVICES=lo ucx_perftest 127.0.0.1 " + strings.Join(args, " "),
-				Note:    "ucx_perftest reports no p99/p99.9"}, nil
+				Note:    note}, nil
 		}
 	}
 	return Row{}, fmt.Errorf("ucx_perftest: no Final line in\n%s", out.String())
 }
 
 func printTable(rows []Row) {
-	fmt.Printf("\n%-13s %-9s %-9s %6s %4s %12s %10s %9s %9s %9s %10s %6s\n", "system", "setup", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
+	sw := len("setup")
+	for _, r := range rows {
+		sw = max(sw, len(r.Setup))
+	}
+	fmt.Printf("\n%-13s %-*s %-9s %6s %4s %12s %10s %9s %9s %9s %10s %6s\n", "system", sw, "setup", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
 	opt := func(v *float64) string {
 		if v == nil {
 			return "-"
@@ -394,23 +612,89 @@ func printTable(rows []Row) {
 		return fmt.Sprintf("%.2f", *v)
 	}
 	for _, r := range rows {
-		fmt.Printf("%-13s %-9s %-9s %6d %4d %12.0f %10.1f %9.2f %9s %9s %10s %6d\n", r.System, r.Setup, r.Test, r.Size, r.Outstanding,
+		fmt.Printf("%-13s %-*s %-9s %6d %4d %12.0f %10.1f %9.2f %9s %9s %10s %6d\n", r.System, sw, r.Setup, r.Test, r.Size, r.Outstanding,
 			r.OpsPerSec, r.MBPerSec, r.P50us, opt(r.P99us), opt(r.P999us), opt(r.EngP50us), r.Errors)
 	}
-	// Ratios against the TCP peer for the same test, size and depth.
 	fmt.Println()
+	// Ratios against the TCP peer for the same test, size and depth
+	// (ucp_get for the reads, ucp_put_bw / ucp_put_lat for the writes).
 	for _, r := range rows {
-		if r.System != "onerma" {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") {
 			continue
 		}
 		for _, u := range rows {
 			if u.System == "ucx-tcp" && u.Test == r.Test && u.Size == r.Size && u.Outstanding == r.Outstanding && u.OpsPerSec > 0 {
-				fmt.Printf("%-9s %-9s %5d B O=%-3d onerma/ucx-tcp: %.1fx ops/s", r.Setup, r.Test, r.Size, r.Outstanding, r.OpsPerSec/u.OpsPerSec)
-				if r.P50us > 0 && r.Test == "read_lat" {
-					fmt.Printf(", p50 %.1fx lower", u.P50us/r.P50us)
+				fmt.Printf("%-*s %-9s %5d B O=%-3d onerma/ucx-tcp: %.1fx ops/s", sw, r.Setup, r.Test, r.Size, r.Outstanding, r.OpsPerSec/u.OpsPerSec)
+				if r.P50us > 0 && strings.HasSuffix(r.Test, "_lat") {
+					if u.P50us >= r.P50us {
+						fmt.Printf(", p50 %.1fx lower", u.P50us/r.P50us)
+					} else {
+						fmt.Printf(", p50 %.1fx higher", r.P50us/u.P50us)
+					}
+					if r.Test == "write_lat" {
+						fmt.Print(" (ucp_put_lat's p50 is half a ping-pong round trip)")
+					}
 				}
 				fmt.Println()
 			}
 		}
+	}
+	// One core's 4 KB goodput (both ends of every op) against its bare
+	// seal+open ceiling. Targets: READ 0.70 (issue 3), WRITE 0.60 (issue 4).
+	for _, a := range rows {
+		if a.System != "aes-gcm-limit" || a.MBPerSec <= 0 {
+			continue
+		}
+		for _, r := range rows {
+			if r.System == "onerma" && strings.HasPrefix(r.Setup, "loopback") && r.Size == 4096 && strings.HasSuffix(r.Test, "_bw") {
+				target := 0.70
+				if r.Test == "write_bw" {
+					target = 0.60
+				}
+				fmt.Printf("%-*s %-9s %5d B O=%-3d goodput/aes-gcm-limit: %.1f/%.1f MB/s = %.2f (target >= %.2f)\n",
+					sw, r.Setup, r.Test, r.Size, r.Outstanding, r.MBPerSec, a.MBPerSec, r.MBPerSec/a.MBPerSec, target)
+			}
+		}
+	}
+	// Isolation (paper Fig. 12): the high-class application's latency
+	// alone and under each low-class load.
+	var idle *Row
+	for i, r := range rows {
+		if r.Setup == "isolation-idle" && r.Test == "read_lat" {
+			idle = &rows[i]
+		}
+	}
+	if idle == nil {
+		return
+	}
+	p99 := func(r *Row) float64 {
+		if r.P99us == nil {
+			return 0
+		}
+		return *r.P99us
+	}
+	eng := func(r *Row) float64 {
+		if r.EngP50us == nil {
+			return 0
+		}
+		return *r.EngP50us
+	}
+	fmt.Printf("isolation: high-class %d B read_lat in %-26s p50 %.2f us, p99 %.2f us, engine p50 %.2f us\n", idle.Size, idle.Setup+":", idle.P50us, p99(idle), eng(idle))
+	for i, r := range rows {
+		if !strings.HasPrefix(r.Setup, "isolation-loaded") || r.Test != "read_lat" {
+			continue
+		}
+		class := "high"
+		if r.Setup == "isolation-loaded-lowclass" {
+			class = "low"
+		}
+		fmt.Printf("isolation: %4s-class %d B read_lat in %-26s p50 %.2f us, p99 %.2f us, engine p50 %.2f us (p99 %.1fx idle)",
+			class, r.Size, r.Setup+":", r.P50us, p99(&rows[i]), eng(&rows[i]), p99(&rows[i])/max(p99(idle), 1e-9))
+		for _, l := range rows {
+			if l.Setup == r.Setup && l.Test != "read_lat" {
+				fmt.Printf("; low-class load %s %d B O=%d: %.1f MB/s, %d errors", l.Test, l.Size, l.Outstanding, l.MBPerSec, l.Errors)
+			}
+		}
+		fmt.Println()
 	}
 }

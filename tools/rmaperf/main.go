@@ -1,21 +1,39 @@
 // Command rmaperf measures OneRMA ops the way perftest and ucx_perftest do.
 //
-//	rmaperf server   -ctl SOCK -creds-fd FD [-listen 127.0.0.1:18515] [-region-bytes N]
-//	rmaperf read_bw  -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
-//	rmaperf read_lat -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -D DURATION [-json]
+//	rmaperf server    -ctl SOCK -creds-fd FD [-listen 127.0.0.1:18515] [-region-bytes N] [-name NAME]
+//	rmaperf read_bw   -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
+//	rmaperf read_lat  -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -D DURATION [-json]
+//	rmaperf write_bw  -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
+//	rmaperf write_lat -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -D DURATION [-json]
 //
-// The server registers a region (with a random region key K_r) on its
-// engine, prints its id and the key service's address, and serves, over mutually authenticated TLS 1.3 on loopback
-// (internal/keyx), each client's derived key K_d together with the region's
-// id, size and engine address: perftest's out-of-band exchange, plus the
-// key of paper §4.2. Both ends get their TLS credentials from their
-// launcher (rmabench) on an inherited descriptor (-creds-fd; keyx.Attach),
-// never from a file, the command line or the environment. A client opens
-// a portal on its own engine, keeps OUTSTANDING reads in flight (read_lat:
-// one), and reports ops/s, MB/s and latency percentiles measured by the
-// application from post to completion. -self reads a region of the
-// client's own engine (single-engine loopback) and derives its K_d in
-// process.
+// Every client also takes [-name NAME] [-class low|high] (see below) and
+// the waiting flags -event, -spins, -yield, -spin (rmaperf CMD -h).
+//
+// The server registers a region (with a random region key K_r, open to
+// remote READ and WRITE) on its engine, prints its id and the key
+// service's address, and serves, over mutually authenticated TLS 1.3 on
+// loopback (internal/keyx), each client's derived key K_d for the op it
+// asks for (READ or WRITE) together with the region's id, size and engine
+// address: perftest's out-of-band exchange, plus the key of paper §4.2.
+// Both ends get their TLS credentials from their launcher (rmabench) on an
+// inherited descriptor (-creds-fd; keyx.Attach), never from a file, the
+// command line or the environment.
+//
+// A client opens a portal on its own engine and keeps OUTSTANDING ops in
+// flight (the _lat tests: one): read_* READ SIZE bytes of the remote
+// region into a local sink, write_* WRITE SIZE bytes from its own
+// registered region (PermLocalRead) into the remote region (the four-hop
+// WRITE of paper §5.1; K_d derived for abi.OpWrite). It reports ops/s,
+// MB/s and latency percentiles measured by the application from post to
+// completion, and counts every non-OK completion in errors (the first
+// status goes in the note). -self targets a region of the client's own
+// engine (single-engine loopback) and derives its K_d in process.
+//
+// -name is the application name the client presents to its engine when
+// it opens its portal (default "rmaperf"; the engine's slot and class
+// policy rules match on it), -class the class of service it asks for
+// (paper §4.3: low, the default, or high; an engine whose policy does not
+// grant the class refuses the portal).
 package main
 
 import (
@@ -46,7 +64,7 @@ func main() {
 	switch os.Args[1] {
 	case "server":
 		err = server(os.Args[2:])
-	case "read_bw", "read_lat":
+	case "read_bw", "read_lat", "write_bw", "write_lat":
 		err = client(os.Args[1], os.Args[2:])
 	default:
 		usage()
@@ -58,7 +76,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: rmaperf server|read_bw|read_lat [flags] (rmaperf CMD -h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: rmaperf server|read_bw|read_lat|write_bw|write_lat [flags] (rmaperf CMD -h for flags)")
 	os.Exit(2)
 }
 
@@ -69,17 +87,20 @@ func server(args []string) error {
 	credsFD := fs.Int("creds-fd", -1, "inherited descriptor carrying the server's TLS credentials (from the launcher)")
 	size := fs.Uint64("region-bytes", 1<<20, "size of the served region")
 	verbose := fs.Bool("v", false, "log every K_d granted (never the key)")
+	name := fs.String("name", "rmaperf-server", "application name presented to the engine")
 	fs.Parse(args)
 	creds, err := keyx.Inherited(*credsFD)
 	if err != nil {
 		return err
 	}
-	p, err := portal.Dial(*ctl, "rmaperf-server")
+	p, err := portal.Dial(*ctl, *name)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	r, err := p.RegisterRegion(*size, portal.PermRemoteRead|portal.PermLocalWrite|portal.PermLocalRead)
+	// Open to remote READ and WRITE: the key service grants a K_d for an
+	// op only when the region allows it.
+	r, err := p.RegisterRegion(*size, portal.PermRemoteRead|portal.PermRemoteWrite|portal.PermLocalWrite|portal.PermLocalRead)
 	if err != nil {
 		return err
 	}
@@ -110,13 +131,14 @@ func server(args []string) error {
 	return nil
 }
 
-// target is what a client reads: where, which region, how large, with
-// which K_d.
+// target is what a client reads or writes: where, which region, how
+// large, with which K_d.
 type target struct {
 	peer   netip.Addr
 	region abi.RegionID
 	bytes  uint64
 	key    aesni.Key
+	mem    []byte // with -self: the target region's memory (to verify writes)
 }
 
 func client(test string, args []string) error {
@@ -125,28 +147,49 @@ func client(test string, args []string) error {
 	srv := fs.String("server", "", "rmaperf server's key service HOST:PORT")
 	credsFD := fs.Int("creds-fd", -1, "with -server: inherited descriptor carrying the client's TLS credentials (from the launcher)")
 	regionFlag := fs.String("region", "", "with -server: the region id the server printed")
-	self := fs.Bool("self", false, "read a region of this client's own engine (loopback)")
+	self := fs.Bool("self", false, "target a region of this client's own engine (loopback)")
 	size := fs.Int("s", 64, "op size in bytes (1..4096)")
-	outstanding := fs.Int("O", 32, "ops kept in flight (read_lat: 1)")
+	outstanding := fs.Int("O", 32, "ops kept in flight (read_lat, write_lat: 1)")
 	dur := fs.Duration("D", 5*time.Second, "measurement duration")
 	warm := fs.Duration("warmup", 500*time.Millisecond, "warm-up before measuring")
 	setup := fs.String("setup", "", "setup label for -json (loopback, memif, ...)")
 	asJSON := fs.Bool("json", false, "print one JSON line")
-	verify := fs.Bool("verify", false, "check every byte read")
+	verify := fs.Bool("verify", false, "check every byte read (write tests: every byte written, with -self only)")
 	spin := fs.Bool("spin", true, "busy-poll for completions (false: sleep now and then)")
 	yield := fs.Bool("yield", false, "sched_yield after every empty poll (share a CPU with an engine)")
 	event := fs.Bool("event", false, "wait with portal.Wait: spin briefly, then sleep on the engine's completion doorbell")
 	spins := fs.Int("spins", 0, "with -event: polls before sleeping (0: portal default, -1: none)")
+	name := fs.String("name", "rmaperf", "application name presented to the engine (its slot and class policy match on it)")
+	classFlag := fs.String("class", "low", "class of service to ask the engine for: low or high")
 	fs.Parse(args)
-	if test == "read_lat" {
+	op := abi.OpRead
+	if test == "write_bw" || test == "write_lat" {
+		op = abi.OpWrite
+	}
+	if test == "read_lat" || test == "write_lat" {
 		*outstanding = 1
 	}
 	if *size < 1 || *size > abi.MaxOpBytes || *outstanding < 1 {
 		return fmt.Errorf("bad -s %d or -O %d", *size, *outstanding)
 	}
-	p, err := portal.DialOptions(*ctl, "rmaperf", portal.Options{WaitSpins: *spins})
+	var class portal.Class
+	switch *classFlag {
+	case "low":
+		class = portal.ClassLow
+	case "high":
+		class = portal.ClassHigh
+	default:
+		return fmt.Errorf("bad -class %q, want low or high", *classFlag)
+	}
+	if *verify && op == abi.OpWrite && !*self {
+		return errors.New("-verify of a write test needs -self (the written region must be this process's)")
+	}
+	p, err := portal.DialOptions(*ctl, *name, portal.Options{WaitSpins: *spins, Class: class})
+	if errors.Is(err, portal.ErrClass) {
+		return fmt.Errorf("the engine's policy does not grant class %s to an application named %q: %w", *classFlag, *name, err)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("opening a portal named %q with class %s: %w", *name, *classFlag, err)
 	}
 	defer p.Close()
 	var tg target
@@ -161,7 +204,7 @@ func client(test string, args []string) error {
 		}
 		// The owner is this process: derive K_d in process.
 		id := p.Identity()
-		tg = target{peer: id.Addr, region: r.ID(), bytes: r.Size(), key: r.DeriveKey(id.Addr, id.PID, abi.OpRead)}
+		tg = target{peer: id.Addr, region: r.ID(), bytes: r.Size(), key: r.DeriveKey(id.Addr, id.PID, op), mem: b}
 	} else {
 		if *srv == "" {
 			return errors.New("need -server or -self")
@@ -177,14 +220,14 @@ func client(test string, args []string) error {
 		// The server may still be starting: Fetch retries a refused
 		// connection for 10 s.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		g, err := keyx.Fetch(ctx, *srv, creds, keyx.RequestFor(p.Identity(), abi.RegionID(rid), abi.OpRead))
+		g, err := keyx.Fetch(ctx, *srv, creds, keyx.RequestFor(p.Identity(), abi.RegionID(rid), op))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("key exchange with %s: %w", *srv, err)
 		}
 		tg = target{peer: g.Owner, region: g.Region, bytes: g.Bytes, key: g.Key}
 	}
-	res, err := run(p, tg, test, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event)
+	res, err := run(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event)
 	clear(tg.key[:])
 	if err != nil {
 		return err
@@ -196,22 +239,34 @@ func client(test string, args []string) error {
 	fmt.Printf("%-9s %6s %4s %12s %10s %9s %9s %9s %11s %8s\n", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
 	fmt.Printf("%-9s %6d %4d %12.0f %10.1f %9.2f %9.2f %9.2f %11.2f %8d\n", res.Test, res.Size, res.Outstanding,
 		res.OpsPerSec, res.MBPerSec, res.P50us, *res.P99us, *res.P999us, *res.EngP50us, res.Errors)
+	if res.Note != "" {
+		fmt.Println("note:", res.Note)
+	}
 	return nil
 }
 
-// run keeps outstanding reads in flight for warm+dur and measures the last
-// dur. Each slot reads into its own 4 KB sink; remote offsets walk the
-// remote region.
-func run(p *portal.Portal, tg target, test string, size, outstanding int,
+// run keeps outstanding ops (op: READ or WRITE) in flight for warm+dur
+// and measures the last dur. Each slot has its own 4 KB buffer in one local
+// region: a READ's sink, a WRITE's source. Remote offsets walk the remote
+// region.
+func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding int,
 	warm, dur time.Duration, verify, spin, yield, event bool) (benchrow.Row, error) {
 	peer, region, regionBytes, key := tg.peer, tg.region, tg.bytes, tg.key
+	write := op == abi.OpWrite
 	slots, err := p.AllocSlots(outstanding)
 	if err != nil {
 		return benchrow.Row{}, err
 	}
-	sink, err := p.RegisterRegion(uint64(outstanding)*abi.MaxOpBytes, portal.PermLocalWrite|portal.PermLocalRead)
+	// PermLocalWrite: a READ's sink; PermLocalRead: a WRITE's source.
+	local, err := p.RegisterRegion(uint64(outstanding)*abi.MaxOpBytes, portal.PermLocalWrite|portal.PermLocalRead)
 	if err != nil {
 		return benchrow.Row{}, err
+	}
+	if write {
+		lb := local.Bytes()
+		for i := range lb {
+			lb[i] = byte(i*17 + 3)
+		}
 	}
 	span := regionBytes - uint64(size)
 	postAt := make([]int64, outstanding)
@@ -223,7 +278,18 @@ func run(p *portal.Portal, tg target, test string, size, outstanding int,
 		remOff[k] = next % (span + 1)
 		next += 4096 + 64
 		postAt[k] = nowNs()
-		return p.PostRead(slots[k], peer, region, remOff[k], key, sink, uint64(k)*abi.MaxOpBytes, uint32(size), uint64(k))
+		if !write {
+			return p.PostRead(slots[k], peer, region, remOff[k], key, local, uint64(k)*abi.MaxOpBytes, uint32(size), uint64(k))
+		}
+		if verify {
+			// New bytes for every write, so a write that did not land
+			// shows.
+			src := local.Bytes()[k*abi.MaxOpBytes : k*abi.MaxOpBytes+size]
+			for i := range src {
+				src[i] = byte(next>>6) + byte(i)
+			}
+		}
+		return p.PostWrite(slots[k], peer, region, remOff[k], key, local, uint64(k)*abi.MaxOpBytes, uint32(size), uint64(k))
 	}
 	for k := range slots {
 		if err := post(k); err != nil {
@@ -283,8 +349,16 @@ func run(p *portal.Portal, tg target, test string, size, outstanding int,
 				if firstErr == 0 {
 					firstErr = c.Status
 				}
+			} else if verify && write {
+				want := local.Bytes()[k*abi.MaxOpBytes : k*abi.MaxOpBytes+size]
+				got := tg.mem[remOff[k] : remOff[k]+uint64(size)]
+				for i, v := range got {
+					if v != want[i] {
+						return benchrow.Row{}, fmt.Errorf("written data mismatch at remote offset %d", remOff[k]+uint64(i))
+					}
+				}
 			} else if verify {
-				got := sink.Bytes()[k*abi.MaxOpBytes : k*abi.MaxOpBytes+size]
+				got := local.Bytes()[k*abi.MaxOpBytes : k*abi.MaxOpBytes+size]
 				for i, v := range got {
 					if v != byte(int(remOff[k]+uint64(i))*31+7) {
 						return benchrow.Row{}, fmt.Errorf("data mismatch at remote offset %d", remOff[k]+uint64(i))
