@@ -149,9 +149,12 @@ type Core struct {
 	windowUsed int
 	highStreak int
 
-	inq     []inbound // ring of InboundQueue entries
-	inqHead int
-	inqLen  int
+	// The serving side's inbound request queues, one per class (the
+	// request's wire.FlagHigh, set by the initiating engine from its
+	// portal's class), served high first without starving low, as the
+	// arbiters do (HighBurst).
+	inq         [2]inRing
+	serveStreak int
 
 	nbrs        []neighbor
 	nbrCount    int
@@ -219,7 +222,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 		portals:    make([]portal, cfg.Portals),
 		dirty:      make([]PortalID, 0, cfg.Portals),
 		live:       make([]PortalID, 0, cfg.Portals),
-		inq:        make([]inbound, cfg.InboundQueue),
+		inq:        [2]inRing{{q: make([]inbound, cfg.InboundQueue)}, {q: make([]inbound, cfg.InboundQueue)}},
 		nbrs:       make([]neighbor, cfg.NeighborTable),
 		pulls:      make([]pullCtx, cfg.PullContexts+1),
 		freePull:   make([]uint16, 0, cfg.PullContexts),
@@ -634,7 +637,7 @@ func (c *Core) Shutdown(now int64) {
 		c.sendHead = (c.sendHead + 1) % len(c.sendq)
 		c.sendLen--
 	}
-	c.inqLen, c.loopLen = 0, 0
+	c.inq[0].n, c.inq[1].n, c.loopLen = 0, 0, 0
 	for c.pullHead >= 0 {
 		c.endPull(c.pullHead)
 	}
@@ -656,8 +659,10 @@ func (c *Core) NextDeadline() int64 {
 	if i := c.lists[listResolving].head; i >= 0 {
 		d = min(d, c.slots[i].postNs+int64(c.cfg.ResolveTimeout), c.nextARPScan)
 	}
-	if c.inqLen > 0 {
-		d = min(d, c.inq[c.inqHead].arrival)
+	for k := range c.inq {
+		if q := &c.inq[k]; q.n > 0 {
+			d = min(d, q.q[q.head].arrival)
+		}
 	}
 	if c.pullHead >= 0 {
 		d = min(d, c.pulls[c.pullHead].deadline)
@@ -1045,6 +1050,9 @@ func (c *Core) sendRequest(b []byte, i int32) bool {
 	f.SrcIP, f.DstIP = c.ip, s.remoteIP
 	f.SrcPort, f.DstPort = c.myPort, c.cfg.UDPPort
 	f.Type, f.Status, f.Flags = wire.TypeReadReq, 0, 0
+	if s.class == ClassHigh { // the serving engine queues it ahead of low-class requests
+		f.Flags = wire.FlagHigh
+	}
 	f.PID = c.portals[s.portal].pid
 	f.Tag = uint64(c.cfg.SlotBase+abi.SlotID(i))<<32 | uint64(s.seq)
 	f.Region, f.Length, f.Offset = s.remReg, s.length, s.remOff
@@ -1288,19 +1296,24 @@ func (c *Core) receiveRequest(now int64, frame []byte) {
 		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
 		return
 	}
-	if c.inqLen >= c.cfg.NackThreshold {
+	cl := ClassLow
+	if f.Flags&wire.FlagHigh != 0 {
+		cl = ClassHigh
+	}
+	q := &c.inq[cl]
+	if q.n >= c.cfg.NackThreshold {
 		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeNack, 0, a, &f.IV)
 		c.stats.ReqNacked++
 		return
 	}
-	tail := c.inqHead + c.inqLen
-	if tail >= len(c.inq) {
-		tail -= len(c.inq)
+	tail := q.head + q.n
+	if tail >= len(q.q) {
+		tail -= len(q.q)
 	}
-	e := &c.inq[tail]
-	c.inqLen++
-	if uint64(c.inqLen) > c.stats.ReqQueueMax {
-		c.stats.ReqQueueMax = uint64(c.inqLen)
+	e := &q.q[tail]
+	q.n++
+	if d := uint64(c.inq[0].n + c.inq[1].n); d > c.stats.ReqQueueMax {
+		c.stats.ReqQueueMax = d
 	}
 	*e = inbound{
 		op: op, ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
@@ -1365,15 +1378,51 @@ func (c *Core) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag uint6
 	return true
 }
 
-// serve answers queued requests in FIFO order, at most ServeBudget per Poll,
-// streaming each as MTU-sized responses straight from region memory.
+// inRing is one inbound request queue (a ring of InboundQueue entries).
+type inRing struct {
+	q       []inbound
+	head, n int
+}
+
+func (q *inRing) pop() {
+	q.head++
+	if q.head == len(q.q) {
+		q.head = 0
+	}
+	q.n--
+}
+
+// nextInbound picks the queue to serve next: high first; after HighBurst
+// consecutive high requests while low ones wait, one low request.
+func (c *Core) nextInbound() *inRing {
+	hi, lo := &c.inq[ClassHigh], &c.inq[ClassLow]
+	switch {
+	case hi.n > 0 && (lo.n == 0 || c.serveStreak < c.cfg.HighBurst):
+		if lo.n > 0 {
+			c.serveStreak++
+		}
+		return hi
+	case lo.n > 0:
+		c.serveStreak = 0
+		return lo
+	}
+	return nil
+}
+
+// serve answers queued requests, each class in FIFO order, at most
+// ServeBudget per Poll, streaming each READ as MTU-sized responses straight
+// from region memory.
 func (c *Core) serve(now int64) int {
 	served := 0
-	for c.inqLen > 0 && served < c.cfg.ServeBudget {
-		e := &c.inq[c.inqHead]
+	for served < c.cfg.ServeBudget {
+		q := c.nextInbound()
+		if q == nil {
+			break
+		}
+		e := &q.q[q.head]
 		if now-e.arrival > int64(c.cfg.Timeout) { // its initiator has given up
 			c.stats.ReqExpired++
-			c.popInbound()
+			q.pop()
 			continue
 		}
 		if e.op != abi.OpRead { // WRITE, REKEY
@@ -1383,7 +1432,7 @@ func (c *Core) serve(now int64) int {
 			case pullStarted:
 				c.stats.PullsIssued++
 			}
-			c.popInbound()
+			q.pop()
 			served++
 			continue
 		}
@@ -1393,7 +1442,7 @@ func (c *Core) serve(now int64) int {
 					return served
 				}
 				c.stats.ReqErrors++
-				c.popInbound()
+				q.pop()
 				served++
 				continue
 			}
@@ -1401,14 +1450,14 @@ func (c *Core) serve(now int64) int {
 		r := c.lookupRegion(abi.RegionID(e.region))
 		if r == nil { // deregistered while partly sent: the initiator times out
 			c.stats.ReqExpired++
-			c.popInbound()
+			q.pop()
 			continue
 		}
 		if e.base == 0 { // counters for every chunk offset: nonces follow from offsets
 			base, err := c.lane.NextN(aesni.ResponseSpan(e.length))
 			if err != nil {
 				c.stats.IVErrors++
-				c.popInbound()
+				q.pop()
 				continue
 			}
 			e.base = base
@@ -1437,18 +1486,10 @@ func (c *Core) serve(now int64) int {
 			e.sent += uint32(n)
 		}
 		c.stats.ReqServed++
-		c.popInbound()
+		q.pop()
 		served++
 	}
 	return served
-}
-
-func (c *Core) popInbound() {
-	c.inqHead++
-	if c.inqHead == len(c.inq) {
-		c.inqHead = 0
-	}
-	c.inqLen--
 }
 
 // checkRequest decides whether a request may be served. A request whose

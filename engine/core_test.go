@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -406,6 +407,61 @@ func TestHighClassFirstWithoutStarvation(t *testing.T) {
 		if order[k] != want[k] {
 			t.Fatalf("service order (-want +got)\n%v\n%v", want, order)
 		}
+	}
+}
+
+// The serving side queues requests by the class their initiator stamps
+// (wire.FlagHigh): a high request that arrives behind low ones is served
+// first, and low ones still get one turn per HighBurst high ones.
+func TestServingSideHighClassFirst(t *testing.T) {
+	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	cb.HighBurst = 2
+	p := newPair(t, ca, cb)
+	lo := openApp(t, p.a, ClassLow, 8)
+	hi := openApp(t, p.a, ClassHigh, 8)
+	owner := openApp(t, p.b, ClassLow, 0)
+	src, _ := p.b.RegisterRegion(owner.id, make([]byte, 4096), PermRemoteRead, testKr)
+	ml, _ := p.a.RegisterRegion(lo.id, make([]byte, 4096), PermAll, testKr)
+	mh, _ := p.a.RegisterRegion(hi.id, make([]byte, 4096), PermAll, testKr)
+	lo.post(t, readCmd(lo.slots[7], ipOf("10.0.0.2"), src, 0, ml, 0, 8, 99)) // resolves b
+	p.run()
+	lo.completions()
+	for k := 0; k < 4; k++ {
+		lo.post(t, readCmd(lo.slots[k], ipOf("10.0.0.2"), src, 0, ml, 0, 8, uint64(100+k)))
+		hi.post(t, readCmd(hi.slots[k], ipOf("10.0.0.2"), src, 0, mh, 0, 8, uint64(200+k)))
+	}
+	p.a.Poll(p.now)
+	reqs := p.ta.take()
+	var los, his [][]byte
+	for _, fr := range reqs {
+		if fr[wire.EthLen+wire.IPv4Len+wire.UDPLen+3]&wire.FlagHigh != 0 {
+			his = append(his, fr)
+		} else {
+			los = append(los, fr)
+		}
+	}
+	if len(los) != 4 || len(his) != 4 {
+		t.Fatalf("requests: %d low, %d high", len(los), len(his))
+	}
+	for _, fr := range append(los, his...) { // every low request arrives first
+		p.b.Receive(p.now, fr)
+	}
+	p.b.Poll(p.now)
+	var order []uint64
+	for _, fr := range p.tb.take() {
+		var f wire.Fields
+		if _, err := wire.Decode(fr, &f); err != nil {
+			t.Fatal(err)
+		}
+		p.a.Receive(p.now, fr)
+		p.a.Poll(p.now)
+		for _, g := range append(lo.completions(), hi.completions()...) {
+			order = append(order, g.Cookie)
+		}
+	}
+	want := []uint64{200, 201, 100, 202, 203, 101, 102, 103}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("service order (-want +got)\n%v\n%v", want, order)
 	}
 }
 

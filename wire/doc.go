@@ -13,7 +13,7 @@
 //
 // OneRMA header (big-endian):
 //
-//	0  version u8 | type u8 | status u8 | flags u8
+//	0  version u8 | type u8 | status u8 | flags u8 (requests: FlagHigh, the initiator's class)
 //	4  initiator PID u32   (stamped by the initiating engine)
 //	8  tag u64             (initiator's slot id << 32 | slot sequence)
 //	16 region u32          (request: remote region id; pull, write data: the server's pull handle)

@@ -51,6 +51,13 @@ const (
 	maxType            = TypeWriteData
 )
 
+// Header flags.
+const (
+	// FlagHigh on a request: its initiator's class of service is high;
+	// the serving engine queues it ahead of low-class requests (paper §4.3).
+	FlagHigh uint8 = 1 << 0
+)
+
 // MaxPayload is the largest payload that fits an IPv4 MTU, rounded down to
 // ChunkAlign.
 func MaxPayload(mtu int) int {
