@@ -58,6 +58,7 @@ func main() {
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
 	only := flag.String("only", "loopback,loopback-jumbo,memif,tcp,aes,isolation", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
+	flag.IntVar(&isoWindow, "iso-window", 0, "isolation setup: the engine's solicitation window in bytes (0: rmad's default)")
 	flag.Parse()
 	if *bin == "" {
 		self, _ := os.Executable()
@@ -261,6 +262,10 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 	return rows, nil
 }
 
+// isoWindow is the isolation engine's solicitation window (-iso-window; 0:
+// rmad's default).
+var isoWindow int
+
 // The isolation setup (paper Fig. 12): the application names the two
 // rmaperf processes present to the engine, and the engine's slot policy
 // (an rmad config overlaid on its embedded default) that gives isoLatName
@@ -287,10 +292,6 @@ const (
 // holds CPU 0 for a whole time slice, during which the load cannot post
 // and the engine drains: it would measure a mostly idle engine). Each
 // loaded run's load row is returned too, with the setup of its run.
-//
-// An engine whose config has no class policy yet (rmad rejects the
-// unknown keys) is started without it: it grants the high class to
-// whoever asks, which the rows' note says.
 func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	cfgPath := filepath.Join(dir, "isolation.json")
 	if err := os.WriteFile(cfgPath, []byte(isoPolicy), 0o644); err != nil {
@@ -299,36 +300,30 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	o := testbed.Loopback(rmad, dir, "bench-iso", "10.99.2.1")
 	o.Busy, o.CPU = true, 1
 	base := []string{"-log-level", "warn", "-hairpin-self=true", "-mtu", "1500"}
+	if isoWindow > 0 {
+		base = append(base, "-window-bytes", strconv.Itoa(isoWindow))
+	}
 	o.Extra = append(append([]string{}, base...), "-config", cfgPath)
 	policy := "high class from the engine's slot_policy rule for " + isoLatName
 	e, err := testbed.Start(o)
-	if err != nil && strings.Contains(err.Error(), "unknown field") {
-		fmt.Fprintf(os.Stderr, "rmabench: isolation: rmad does not accept the class policy (%v); running without it: the engine grants the high class to whoever asks\n",
-			firstLine(err.Error(), "unknown field"))
-		policy = "engine config has no class policy: high class granted on request"
-		o.Extra = base
-		e, err = testbed.Start(o)
-	} else if err == nil {
-		// The policy must refuse the high class to an application it
-		// does not name.
-		probe, closeAfter, perr := rmaperfCmd(rmaperf, "0", spec{"read_lat", 64, 1}, 10*time.Millisecond, "probe", nil,
-			"-ctl", e.Socket, "-self", "-name", isoLoadName, "-class", "high", "-warmup", "0s")
-		if perr != nil {
-			e.Stop(10 * time.Second)
-			return nil, perr
-		}
-		out, perr := probe.CombinedOutput()
-		closeAfter()
-		if perr == nil {
-			fmt.Fprintf(os.Stderr, "rmabench: isolation: the engine granted the high class to %s, which its policy does not name\n", isoLoadName)
-			policy += " (NOT enforced: the engine granted high to " + isoLoadName + " too)"
-		} else {
-			fmt.Printf("isolation: class policy in force: %s asking for high was refused: %s\n", isoLoadName, strings.TrimSpace(string(out)))
-		}
-	}
 	if err != nil {
 		return nil, err
 	}
+	// The policy must refuse the high class to an application it does not
+	// name: otherwise the rows would not show what they claim.
+	probe, closeAfter, err := rmaperfCmd(rmaperf, "0", spec{"read_lat", 64, 1}, 10*time.Millisecond, "probe", nil,
+		"-ctl", e.Socket, "-self", "-name", isoLoadName, "-class", "high", "-warmup", "0s")
+	if err != nil {
+		e.Stop(10 * time.Second)
+		return nil, err
+	}
+	out, perr := probe.CombinedOutput()
+	closeAfter()
+	if perr == nil {
+		e.Stop(10 * time.Second)
+		return nil, fmt.Errorf("isolation: the engine granted the high class to %s, which its policy does not name", isoLoadName)
+	}
+	fmt.Printf("isolation: class policy in force: %s asking for high was refused: %s\n", isoLoadName, strings.TrimSpace(string(out)))
 	defer e.Stop(10 * time.Second)
 
 	latSpec := spec{"read_lat", 64, 1}
@@ -409,17 +404,6 @@ func addNote(note, s string) string {
 		return s
 	}
 	return s + "; " + note
-}
-
-// firstLine is the first line of s containing sub (or s's first line).
-func firstLine(s, sub string) string {
-	lines := strings.Split(s, "\n")
-	for _, l := range lines {
-		if strings.Contains(l, sub) {
-			return strings.TrimSpace(l)
-		}
-	}
-	return lines[0]
 }
 
 // gcmLimit measures one core's AES-128-GCM ceiling at 4 KB, the way the
