@@ -1206,6 +1206,16 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 			c.stats.RxDropped++ // acknowledged only after the data was pulled
 			return
 		}
+		// After the pull the serving engine answers only with an Ack or
+		// an error under K_d: it has authenticated the request and its
+		// queue has taken it. A NACK or REMOTE_AUTHENTICATION_FAILURE
+		// then is forged (the latter's reserved key is public, and the
+		// pull's IV it would be curried with is in clear): accepting it
+		// would report a failure for a write that may still commit.
+		if s.pulled && (f.Type == wire.TypeNack || abi.Status(f.Status) == abi.StatusRemoteAuthFailure) {
+			c.stats.RxDropped++
+			return
+		}
 		st := abi.StatusNack
 		if f.Type == wire.TypeAck {
 			st = abi.StatusOK

@@ -405,3 +405,46 @@ func TestWriteHotPathAllocs(t *testing.T) {
 
 func BenchmarkWriteLoopback64(b *testing.B)   { benchOp(b, abi.OpWrite, 64) }
 func BenchmarkWriteLoopback4096(b *testing.B) { benchOp(b, abi.OpWrite, 4096) }
+
+// After the pull, a REMOTE_AUTHENTICATION_FAILURE (sealed with the public
+// reserved key, curried with the pull's IV that travelled in clear) or a
+// NACK can only be forged: the initiator drops them, and the write
+// completes OK when its data commits.
+func TestWriteForgedFailureAfterPullDropped(t *testing.T) {
+	p := newWPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	p.app.post(t, p.cmd(1, p.rd, 0, 256))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b) // ①
+	p.b.Poll(p.now)
+	pull := p.tb.take() // ②
+	if len(pull) != 1 || frameType(pull[0]) != wire.TypePullReq {
+		t.Fatalf("want a pull, got %d frames", len(pull))
+	}
+	var f wire.Fields
+	if _, err := wire.Decode(pull[0], &f); err != nil {
+		t.Fatal(err)
+	}
+	p.a.Receive(p.now, pull[0]) // data goes out towards b
+	iv := f.IV
+	before := p.a.Stats().RxDropped
+	for _, forged := range []struct {
+		t  wire.Type
+		st abi.Status
+	}{{wire.TypeError, abi.StatusRemoteAuthFailure}, {wire.TypeNack, 0}} {
+		// Anyone can seal these: the reserved key is public.
+		p.b.reply(f.DstMAC, f.DstIP, f.DstPort, f.PID, f.Tag, forged.t, forged.st, nil, &iv)
+		p.tb.deliverTo(p.now, p.a)
+	}
+	p.a.Poll(p.now)
+	if got := p.app.completions(); len(got) != 0 {
+		t.Fatalf("forged failure accepted after the pull: %+v", got)
+	}
+	if d := p.a.Stats().RxDropped - before; d != 2 {
+		t.Fatalf("dropped %d forged answers, want 2", d)
+	}
+	p.run()
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK || !bytes.Equal(p.dst[:256], p.src[:256]) {
+		t.Fatalf("completions %+v", got)
+	}
+	auditBoth(t, p.pair)
+}
