@@ -10,6 +10,8 @@ package e2e
 // receives as if from the wire, with any source). Counters are the
 // engines' (portal.Stats, `rmactl stats`). Every subtest also checks that
 // the reader's legitimate reads keep completing OK with the right bytes.
+// WRITE hops are numbered as in engine/write.go: (1) write request, (2)
+// pull, (3) data, (4) ack; the WRITE subtests are in attack_write_test.go.
 //
 //	threat                                          outcome                                              counter
 //	----------------------------------------------  ---------------------------------------------------  ------------------------------
@@ -44,6 +46,35 @@ package e2e
 //	  engine
 //	captured request with region id, PID, offset,   REMOTE_AUTHENTICATION_FAILURE (the tag covers the    req_auth_failed (server),
 //	  length or IV rewritten (tag kept)             header); the initiator drops the answer              rx_stale (initiator)
+//	replayed WRITE request (1) after its write      B pulls again under a fresh IV from A, which no      pulls_issued, pulls_expired (B),
+//	  completed (the range changed since)           longer has the op (stale there); the pull expires    rx_stale (A)
+//	                                                uncommitted, the range keeps its bytes
+//	replayed WRITE data (3): as captured; aimed at  stale (its pull ended); curried with another         rx_stale, rx_auth_failed (B)
+//	  a live pull (handle, tag rewritten)           pull's IV, it fails authentication: nothing
+//	                                                committed
+//	replayed ack (4)                                stale (the op ended)                                 rx_stale (A)
+//	replayed (1) while a second write to the same   all pulled; A answers its live op's first pull       writes_committed +1, pulls_expired
+//	  range is in flight, and that write's (1)      only; that write commits once, the other pulls       (B); rx_stale, rx_dropped (A)
+//	  duplicated                                    expire uncommitted
+//	captured WRITE request with offset, length,     REMOTE_AUTHENTICATION_FAILURE, nothing pulled        req_auth_failed (B)
+//	  region, PID or IV rewritten, or turned into
+//	  a READ or REKEY request
+//	tampered WRITE data (payload, tag, IV, offset,  dropped; the write commits its genuine data once     rx_auth_failed (B)
+//	  status, flags, length) or forged (attacker's  all of it authenticated
+//	  key, request IV or no IV curried)
+//	WRITE data with PID, tag, pull handle, source   dropped                                              rx_stale (B)
+//	  port or address changed
+//	WRITE data misaligned, beyond the write, wrong  dropped                                              rx_dropped (B)
+//	  UDP port
+//	WRITE data chunk duplicated                     dropped, committed once                              rx_duplicate (B)
+//	forged ack or NACK, another write's ack         dropped; the write completes OK                      rx_auth_failed (A)
+//	  re-tagged, for a pulled write
+//	second pull for a pulled write                  dropped (an op is pulled once)                       rx_dropped (A)
+//	WRITE data held until the initiator's TIMEOUT,  B's pull expired first (the initiator's deadline     pulls_expired (B)
+//	  then delivered                                is later): never committed
+//	forged REMOTE_AUTHENTICATION_FAILURE for a      ACCEPTED, an engine bug: reported failed, then       completed.REMOTE_AUTHENTICATION_
+//	  pulled WRITE or REKEY, curried with the       committed when the data arrives; it must be          FAILURE (A), writes_committed (B)
+//	  pull's IV (in clear in the pull's header)     dropped (TestAttackForgedAuthFailureAfterPull)
 //	truncated frames, IPv4/UDP/OneRMA lengths       dropped silently, no answer                          rx_dropped
 //	  lying, bad version / type / reserved word,
 //	  payload on a request, bad IPv4 version/IHL/
@@ -324,15 +355,21 @@ func inject(t *testing.T, p *rawnet.Port, frames ...[]byte) {
 // out until they add up to total bytes, sorted by offset.
 func chunks(t *testing.T, p *rawnet.Port, out bool, tag uint64, total int) []rawnet.Frame {
 	t.Helper()
+	return chunksOf(t, p, out, wire.TypeReadResp, tag, total)
+}
+
+// chunksOf is chunks for frames of type typ (READ responses, WRITE data).
+func chunksOf(t *testing.T, p *rawnet.Port, out bool, typ wire.Type, tag uint64, total int) []rawnet.Frame {
+	t.Helper()
 	var got []rawnet.Frame
 	sum := 0
 	deadline := time.Now().Add(5 * time.Second)
 	for sum < total {
 		f, err := p.Expect(time.Until(deadline), oneRMAFrame(out, func(f *wire.Fields) bool {
-			return f.Type == wire.TypeReadResp && f.Tag == tag
+			return f.Type == typ && f.Tag == tag
 		}))
 		if err != nil {
-			t.Fatalf("response chunks of tag %#x: %d of %d bytes: %v", tag, sum, total, err)
+			t.Fatalf("chunks of type %d, tag %#x: %d of %d bytes: %v", typ, tag, sum, total, err)
 		}
 		got = append(got, f)
 		sum += rawnet.PayloadLen(f.Data)
@@ -986,6 +1023,8 @@ func TestAttack(t *testing.T) {
 		tb.legit(t, 32)
 	})
 
+	writeAttacks(t, tb, run)
+
 	run("Malformed", func(t *testing.T) {
 		good := tb.forgedRequest(tb.epX, tb.epB, 4343, tb.rb.ID(), 0, 4096, tb.randKey())
 		edit := func(fn func(b []byte) []byte) []byte { return fn(append([]byte(nil), good...)) }
@@ -1028,7 +1067,7 @@ func TestAttack(t *testing.T) {
 			{"version 0", edit(setByte(hdr, 0))},
 			{"version 2", edit(setByte(hdr, 2))},
 			{"type 0", edit(setByte(hdr+1, 0))},
-			{"type 7", edit(setByte(hdr+1, 7))},
+			{"type 10 (after the WRITE types)", edit(setByte(hdr+1, 10))},
 			{"type 255", edit(setByte(hdr+1, 255))},
 			{"reserved word", edit(setByte(hdr+47, 1))},
 			{"request with a payload", withPayload(wire.TypeReadReq, 64, 4096)},

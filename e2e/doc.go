@@ -9,5 +9,12 @@
 // applications. security_test.go covers refusals of wrong keys, a local
 // rekey under continuous reads, and IV counters across engine restarts
 // (captured on the wire with a raw AF_PACKET socket in a network
-// namespace).
+// namespace). write_test.go covers WRITEs: verified writes of 1 B to 4 KB
+// over memif and over af_packet/veth (each read back, and checked against
+// the owner's own view of its region), refusals (read-only region, wrong
+// K_d, bounds, local permission), and the serving engine SIGKILLed with
+// writes in flight (every write completes once, OK or TIMEOUT; every
+// range holds all old or all new bytes; ONERMA_KILL_TRIALS repeats it).
+// attack_test.go and attack_write_test.go attack real engines from the
+// network (raw frames on a Linux bridge; see the table in attack_test.go).
 package e2e

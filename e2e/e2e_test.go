@@ -39,20 +39,7 @@ func TestMemifReads(t *testing.T) {
 // The same over af_packet ports on a veth pair between two network
 // namespaces: frames cross two kernels' network stacks.
 func TestAFPacketVethReads(t *testing.T) {
-	needEngines(t)
-	v, err := testbed.NewVethPair(fmt.Sprintf("ormt%d", os.Getpid()%1000))
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip("network namespaces unavailable:", err)
-	}
-	defer v.Close()
-	dir := t.TempDir()
-	oa := testbed.AFPacket(rmadBin, dir, "e2e-pa", ipA.String(), v.NSA, v.IfA)
-	ob := testbed.AFPacket(rmadBin, dir, "e2e-pb", ipB.String(), v.NSB, v.IfB)
-	oa.Extra, ob.Extra = relaxed, relaxed
-	a, b := start(t, oa), start(t, ob)
+	a, b := vethEngines(t, "ormt", "e2e-pa", "e2e-pb")
 	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
 	const size = 64 << 10
 	rb := ownerRegion(t, pb, size, portal.PermRemoteRead)
