@@ -148,6 +148,7 @@ type Core struct {
 
 	windowUsed int
 	highStreak int
+	closing    bool // Shutdown was called
 
 	// The serving side's inbound request queues, one per class (the
 	// request's wire.FlagHigh, set by the initiating engine from its
@@ -615,21 +616,28 @@ func (c *Core) Audit() error {
 	return nil
 }
 
-// Shutdown completes every queued and in-flight op with StatusAborted,
-// drops queued requests and publishes the completions.
+// Shutdown stops the core: from now on every command completes at once
+// with ABORTED and requests from the network are dropped unanswered. Every
+// queued op and every op in service completes with ABORTED, queued
+// requests and the WRITEs this core was serving are dropped (none of them
+// commits any more), and the completions are published.
 //
-// A WRITE whose data has all been sent may still be committed by its
-// serving engine: it completes with TIMEOUT (outcome unknown), never with
-// a status that claims it did not run.
+// Except one kind: a WRITE or REKEY whose data was all sent to another
+// engine may still be committed there, until that engine's deadline. It
+// stays in service and completes as usual, OK on its acknowledgment or
+// TIMEOUT at its deadline (after its server's): a completion never claims
+// the op failed while it can still take effect. The driver keeps calling
+// Receive and Poll until InFlight is 0 (at most the longest TIMEOUT).
 func (c *Core) Shutdown(now int64) {
+	c.closing = true
 	for l := listFIFOLow; l < numLists; l++ {
-		for c.lists[l].head >= 0 {
-			i := c.lists[l].head
-			st := abi.StatusAborted
-			if s := &c.slots[i]; s.op != abi.OpRead && s.pulled && s.sent == s.length {
-				st = abi.StatusTimeout
+		for i := c.lists[l].head; i >= 0; {
+			s := &c.slots[i]
+			next := s.next
+			if !(l == listInService && s.op != abi.OpRead && s.pulled && s.sent == s.length && s.remoteIP != c.ip) {
+				c.complete(now, i, abi.StatusAborted)
 			}
-			c.complete(now, i, st)
+			i = next
 		}
 	}
 	for c.sendLen > 0 {
@@ -849,6 +857,10 @@ func (c *Core) fail(now int64, id PortalID, p *portal, cmd *abi.Command, st abi.
 // post validates one command and queues its op. Every failure completes at
 // once with a precise status and touches nothing.
 func (c *Core) post(now int64, id PortalID, p *portal, cmd *abi.Command, malformed bool) {
+	if c.closing {
+		c.fail(now, id, p, cmd, abi.StatusAborted)
+		return
+	}
 	idx := int64(cmd.Slot) - int64(c.cfg.SlotBase)
 	if idx < 0 || idx >= int64(len(c.slots)) || c.slots[idx].state != slotIdle ||
 		c.slots[idx].portal != id || c.slots[idx].orphan {
@@ -1024,7 +1036,7 @@ func (c *Core) arbitrate(now int64) int {
 			s.issueNs = 1
 		}
 		s.deadline = now + int64(c.cfg.Timeout)
-		c.pushBack(listInService, i)
+		c.insertInService(i) // not always the tail: a pulled WRITE may have adopted a longer timeout
 		c.stats.EnteredSvc++
 		if !c.sendRequest(b, i) { // no IV counter: the op cannot be sealed
 			c.complete(now, i, abi.StatusAborted)
@@ -1141,7 +1153,7 @@ func (c *Core) receive(now int64, frame []byte) {
 	}
 	switch f.Type {
 	case wire.TypeReadReq, wire.TypeWriteReq, wire.TypeRekeyReq:
-		if f.DstPort != c.cfg.UDPPort || (f.Type == wire.TypeRekeyReq && f.Length != aesni.KeySize) {
+		if f.DstPort != c.cfg.UDPPort || (f.Type == wire.TypeRekeyReq && f.Length != aesni.KeySize) || c.closing {
 			c.stats.RxDropped++
 			return
 		}

@@ -448,3 +448,42 @@ func TestWriteForgedFailureAfterPullDropped(t *testing.T) {
 	}
 	auditBoth(t, p.pair)
 }
+
+// Shutdown aborts what can no longer take effect but keeps a WRITE whose
+// data was all sent in service: its server may still commit it, so it
+// completes OK on the ack (or TIMEOUT at its deadline), never ABORTED.
+// Commands posted after Shutdown complete ABORTED at once.
+func TestShutdownKeepsSentWrites(t *testing.T) {
+	p := newWPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	p.app.post(t, p.cmd(1, p.rd, 0, 512))  // pulled, data sent, ack pending
+	p.app.post(t, p.cmd(2, p.rd, 512, 64)) // its request never reaches b
+	p.a.Poll(p.now)
+	reqs := p.ta.take()
+	p.b.Receive(p.now, reqs[0])
+	p.b.Poll(p.now)
+	p.tb.deliverTo(p.now, p.a) // ② for the first write: its data goes out
+	data := p.ta.take()
+	p.a.Shutdown(p.now)
+	if got := p.app.completions(); len(got) != 1 || got[0].Cookie != 2 || got[0].Status != abi.StatusAborted {
+		t.Fatalf("at shutdown: %+v", got)
+	}
+	if p.a.InFlight() != 1 {
+		t.Fatalf("in flight %d, want the sent write", p.a.InFlight())
+	}
+	p.app.post(t, p.cmd(3, p.rd, 0, 64))
+	p.a.Poll(p.now)
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusAborted || len(p.ta.take()) != 0 {
+		t.Fatalf("posted after shutdown: %+v", got)
+	}
+	for _, fr := range data {
+		p.b.Receive(p.now, fr)
+	}
+	p.tb.deliverTo(p.now, p.a) // ④
+	p.a.Poll(p.now)
+	if got := p.app.completions(); len(got) != 1 || got[0].Cookie != 1 || got[0].Status != abi.StatusOK || !bytes.Equal(p.dst[:512], p.src[:512]) {
+		t.Fatalf("sent write after shutdown: %+v", got)
+	}
+	if err := p.a.Audit(); err != nil || p.a.InFlight() != 0 {
+		t.Fatalf("audit %v, in flight %d", err, p.a.InFlight())
+	}
+}

@@ -261,8 +261,10 @@ func (r *Runner) Exec(fn func(c *engine.Core)) error {
 	}
 }
 
-// Stop asks the loop to finish: it completes every op of the core with
-// StatusAborted (Core.Shutdown), flushes the port, runs ThreadExit and
+// Stop asks the loop to finish: Core.Shutdown completes every op of the
+// core with StatusAborted, except WRITEs whose data another engine may
+// still commit, which the loop keeps serving until they complete (at most
+// the longest TIMEOUT); then it flushes the port, runs ThreadExit and
 // exits. Stop waits for that or for ctx. Pending and later Execs return
 // ErrStopped. Stop may be called more than once, and before Start.
 func (r *Runner) Stop(ctx context.Context) error {
@@ -365,8 +367,13 @@ func (r *Runner) loop(ready chan<- error) {
 		}
 	}
 
-	now := r.now()
-	r.core.Shutdown(now)
+	r.core.Shutdown(r.now())
+	// WRITEs whose data was all sent may still be committed by their
+	// serving engines: they complete on their acknowledgment or at their
+	// deadline (at most the longest TIMEOUT, under a second).
+	for r.core.InFlight() > 0 {
+		r.iterate(r.now())
+	}
 	r.port.Flush()
 	if r.cfg.ThreadExit != nil {
 		r.cfg.ThreadExit()
