@@ -105,6 +105,36 @@ type op struct {
 	reqCorrupt bool
 	// rxAuth0: the node's Stats.RxAuthFailed when the op was posted.
 	rxAuth0 uint64
+
+	// write: a WRITE (else a READ). Its data has pattern id stamp: byte j
+	// of the target becomes patByte(stamp, j). An op with its own slot
+	// stages it in its slot's area of wsrc, at [fillLo, fillHi) of the
+	// area, for target offset fillOff.
+	write          bool
+	stamp          uint64
+	wsrc           *region
+	fillLo, fillHi int
+	fillOff        uint64
+	// What the simulator saw happen to a WRITE: its request (①) and the
+	// request's IV; its commit (④ sent); the pull (②) its core accepted;
+	// its completion (done, when, status), or orphan (its portal closed
+	// first: no completion, and it may still commit).
+	reqIV       [12]byte
+	committed   bool
+	pullFirst   int64      // the pull its core accepted arrived then (0: none)
+	pullTimeout int64      // the timeout that pull carried
+	pullIVs     [][12]byte // (Net.ForgeWrites only)
+	done        bool
+	doneAt      int64
+	status      abi.Status
+	orphan      bool
+	// keyOp: the op type a key-other-op command's K_d is derived for
+	// (0: drawn at random; tests set it).
+	keyOp uint8
+	// A valid READ of a remote-writable region: the model's bytes of its
+	// range when posted, and the region's commit count then.
+	snap []byte
+	c0   int
 }
 
 func (o *op) String() string {
@@ -118,8 +148,12 @@ func (o *op) String() string {
 	if o.reqCorrupt {
 		key += " req-corrupted"
 	}
-	return fmt.Sprintf("op{%s cookie=%#x node=%d portal=%d slot=%d remote=%08x region=%#x off=%d len=%d local=%#x loff=%d posted=%d%s}",
-		kindNames[o.kind], o.cookie, o.p.a.n.id, o.p.id, o.cmd.Slot, o.cmd.RemoteAddr, uint32(o.cmd.RemoteRegion),
+	typ := "READ"
+	if o.write {
+		typ = "WRITE"
+	}
+	return fmt.Sprintf("op{%s %s cookie=%#x node=%d portal=%d slot=%d remote=%08x region=%#x off=%d len=%d local=%#x loff=%d posted=%d%s}",
+		typ, kindNames[o.kind], o.cookie, o.p.a.n.id, o.p.id, o.cmd.Slot, o.cmd.RemoteAddr, uint32(o.cmd.RemoteRegion),
 		o.cmd.RemoteOffset, o.cmd.Length, uint32(o.cmd.LocalRegion), o.cmd.LocalOffset, o.postedAt-o.p.a.s.t0, key)
 }
 
@@ -172,6 +206,16 @@ func (h *deadlineHeap) pop() {
 	*h = a
 }
 
+// regKind is what a region is for.
+type regKind uint8
+
+const (
+	regSrc  regKind = iota // remote-readable, a fixed pattern: target of reads
+	regSink                // local-write: sink of the portal's reads (poison outside live ops)
+	regDst                 // remote-writable and remote-readable: target of writes, read too
+	regWsrc                // local-read: source of the portal's writes (poison outside live ops)
+)
+
 // region is a registered region as the application (and, for
 // remote-readable ones, every other application: the directory) knows it.
 type region struct {
@@ -180,9 +224,14 @@ type region struct {
 	id      abi.RegionID
 	mem     []byte
 	perm    engine.Perm
-	pattern uint64 // remote-readable: mem[i] == patByte(pattern, i)
-	sink    bool
-	deadAt  int64 // deregistered (or its portal closed) at; MaxInt64 while live
+	kind    regKind
+	pattern uint64 // regSrc: mem[i] == patByte(pattern, i); regDst: its initial content
+	sink    bool   // kind == regSink
+	deadAt  int64  // deregistered (or its portal closed) at; MaxInt64 while live
+	// regDst: the model of its memory (the initial pattern, then every
+	// commit the simulator saw, in order) and the commits themselves.
+	shadow  []byte
+	commits []commitRec
 	// keys: every K_r the region had, oldest first; the owner's core
 	// holds the last one.
 	keys []keyVersion
@@ -239,7 +288,7 @@ type app struct {
 	closed      []*portal // closed by a crash
 	serial      int
 	completions uint64         // completions read from every ring on this node
-	deadSinks   []*region      // sinks replaced while in use (must stay untouched)
+	deadSinks   []*region      // sinks and write sources replaced while in use (must stay untouched)
 	deadIDs     []abi.RegionID // this node's deregistered region ids (stale)
 	rekeys      uint64         // successful Core.Rekey calls (Stats.Rekeys)
 	// slotOwner: which portal holds a slot of this core, and at which
@@ -268,6 +317,8 @@ type portal struct {
 	extra  []*op // outstanding ops without an own slot
 	src    *region
 	sink   *region
+	wdst   *region // remote-writable (and readable): target of other nodes' writes
+	wsrc   *region // source of this portal's writes: one area per slot, like the sink
 	closed bool
 	// ops posted in the current tick holding a slot for at least an RTT
 	// (targets of slot-busy commands).
@@ -390,31 +441,43 @@ func (a *app) openPortal() (*portal, error) {
 	}
 	// Regions.
 	size := cfg.SrcMinBytes + r.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
-	src, err := a.register(p, alignedBytes(size), engine.PermRemoteRead|engine.PermLocalRead, false)
+	src, err := a.register(p, alignedBytes(size), engine.PermRemoteRead|engine.PermLocalRead, regSrc)
 	if err != nil {
 		return nil, err
 	}
 	p.src = src
-	sink, err := a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), engine.PermLocalWrite, true)
+	sink, err := a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), engine.PermLocalWrite, regSink)
 	if err != nil {
 		return nil, err
 	}
 	p.sink = sink
+	dsize := cfg.DstMinBytes + r.IntN(cfg.DstMaxBytes-cfg.DstMinBytes+1)
+	if p.wdst, err = a.register(p, alignedBytes(dsize), engine.PermRemoteWrite|engine.PermRemoteRead, regDst); err != nil {
+		return nil, err
+	}
+	if p.wsrc, err = a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), engine.PermLocalRead, regWsrc); err != nil {
+		return nil, err
+	}
 	a.portals = append(a.portals, p)
 	n.afterCall("OpenPortal")
-	s.tracef("node %d opens portal %d (%d slots, class %d, src %#x %dB, sink %#x)", n.id, id, len(p.slots), p.class, uint32(src.id), size, uint32(sink.id))
+	s.tracef("node %d opens portal %d (%d slots, class %d, src %#x %dB, sink %#x, dst %#x %dB, wsrc %#x)", n.id, id, len(p.slots),
+		p.class, uint32(src.id), size, uint32(sink.id), uint32(p.wdst.id), dsize, uint32(p.wsrc.id))
 	return p, nil
 }
 
-func (a *app) register(p *portal, mem []byte, perm engine.Perm, sink bool) (*region, error) {
+func (a *app) register(p *portal, mem []byte, perm engine.Perm, kind regKind) (*region, error) {
 	s := a.s
-	rg := &region{node: a.n.id, p: p, mem: mem, perm: perm, sink: sink, deadAt: math.MaxInt64}
-	if sink {
+	rg := &region{node: a.n.id, p: p, mem: mem, perm: perm, kind: kind, sink: kind == regSink, deadAt: math.MaxInt64}
+	switch kind {
+	case regSink, regWsrc:
 		fill(mem, poison)
-	} else {
+	default:
 		s.patternID++
 		rg.pattern = s.patternID<<8 | uint64(a.n.id)
 		fillPattern(mem, rg.pattern)
+		if kind == regDst {
+			rg.shadow = append([]byte(nil), mem...)
+		}
 	}
 	kr := s.newKey()
 	id, err := a.n.core.RegisterRegion(p.id, mem, perm, kr)
@@ -442,7 +505,7 @@ func (a *app) kill(rg *region) {
 	s := a.s
 	rg.deadAt = s.now
 	a.deadIDs = append(a.deadIDs, rg.id)
-	if rg.sink {
+	if rg.kind == regSink || rg.kind == regWsrc {
 		fill(rg.mem, poison)
 	} else {
 		s.patternID++
@@ -494,13 +557,25 @@ func (p *portal) pickKind() opKind {
 	return kValid
 }
 
-// pickTarget draws a live remote-readable region on a server node.
+// pickTarget draws a live remote-readable region (a pattern region or a
+// remote-writable one) on a server node (wantSink: a sink, which allows
+// no remote access).
 func (a *app) pickTarget(wantSink bool) *region {
 	s := a.s
 	self := !wantSink && s.cfg.App.SelfReads > 0 && s.appRng.Float64() < s.cfg.App.SelfReads
+	if wantSink {
+		return a.pickRegion(self, func(rg *region) bool { return rg.kind == regSink })
+	}
+	return a.pickRegion(self, func(rg *region) bool { return rg.kind == regSrc || rg.kind == regDst })
+}
+
+// pickRegion draws a live region that match accepts, of this node (self)
+// or of a server node other than this one.
+func (a *app) pickRegion(self bool, match func(*region) bool) *region {
+	s := a.s
 	var cands []*region
 	for _, rg := range s.regions {
-		if rg.deadAt != math.MaxInt64 || rg.sink != wantSink || (rg.node == a.n.id) != self || (!self && !a.isServer(rg.node)) {
+		if rg.deadAt != math.MaxInt64 || !match(rg) || (rg.node == a.n.id) != self || (!self && !a.isServer(rg.node)) {
 			continue
 		}
 		cands = append(cands, rg)
@@ -546,8 +621,14 @@ func pickLength(r interface{ IntN(int) int }, max int) uint32 {
 func (p *portal) post() bool {
 	a := p.a
 	r := a.s.appRng
+	write := r.Float64() < a.s.cfg.App.WriteFrac
 	kind := p.pickKind()
-	tgt := a.pickTarget(false)
+	var tgt *region
+	if write { // never to its own node (the core loops those frames inside: no ④ to see)
+		tgt = a.pickRegion(false, func(rg *region) bool { return rg.kind == regDst })
+	} else {
+		tgt = a.pickTarget(false)
+	}
 	if tgt == nil && kind != kUnreachable {
 		return false // no server yet (all crashed?); try later
 	}
@@ -558,6 +639,9 @@ func (p *portal) post() bool {
 		roff = uint64(r.IntN(len(tgt.mem) - int(length) + 1))
 	} else {
 		length = pickLength(r, abi.MaxOpBytes)
+	}
+	if write {
+		return p.postOpType(abi.OpWrite, kind, tgt, length, roff, p.mutate)
 	}
 	return p.postOp(kind, tgt, length, roff, p.mutate)
 }
@@ -572,7 +656,7 @@ func (p *portal) mutate(o *op, c *abi.Command) {
 	tgt := o.target
 	switch o.kind {
 	case kLocalBounds:
-		sz := uint64(len(p.sink.mem))
+		sz := uint64(len(o.local.mem))
 		switch r.IntN(3) {
 		case 0:
 			c.LocalOffset = sz - uint64(c.Length) + 1 + uint64(r.IntN(64))
@@ -582,15 +666,20 @@ func (p *portal) mutate(o *op, c *abi.Command) {
 			c.LocalOffset = math.MaxUint64 - uint64(r.IntN(int(c.Length))) // offset+length wraps
 		}
 	case kLocalRegion:
-		c.LocalRegion = a.foreignLocalRegion(p)
+		c.LocalRegion = a.foreignLocalRegion(p, o.local)
 		o.local = nil
 	case kLocalPerm:
-		c.LocalRegion = p.src.id
-		o.local = p.src
-		c.LocalOffset = uint64(r.IntN(max(1, len(p.src.mem)-int(c.Length)+1)))
-		if int(c.Length) > len(p.src.mem) {
+		// A READ needs a sink it may write, a WRITE a source it may read.
+		lr := p.src
+		if o.write {
+			lr = p.sink
+		}
+		c.LocalRegion = lr.id
+		o.local = lr
+		c.LocalOffset = uint64(r.IntN(max(1, len(lr.mem)-int(c.Length)+1)))
+		if int(c.Length) > len(lr.mem) {
 			c.LocalOffset = 0
-			c.Length = uint32(len(p.src.mem))
+			c.Length = uint32(len(lr.mem))
 		}
 	case kTooLarge:
 		switch r.IntN(3) {
@@ -643,7 +732,14 @@ func (p *portal) mutate(o *op, c *abi.Command) {
 			c.RemoteOffset = math.MaxUint64 - uint64(r.IntN(int(c.Length)))
 		}
 	case kRemotePerm:
-		sk := a.pickTarget(true)
+		// A READ of a sink (no remote access); a WRITE of a sink or of a
+		// pattern region (remote-readable only).
+		var sk *region
+		if o.write {
+			sk = a.pickRegion(false, func(rg *region) bool { return rg.kind == regSink || rg.kind == regSrc })
+		} else {
+			sk = a.pickTarget(true)
+		}
 		if sk == nil {
 			o.kind = kValid // no sink to aim at: stays a valid op
 			return
@@ -660,6 +756,13 @@ func (p *portal) mutate(o *op, c *abi.Command) {
 // slot), then mutate (if any) introduces the kind's defect. It records the
 // op with its deadline. False when the ring or the slots are exhausted.
 func (p *portal) postOp(kind opKind, tgt *region, length uint32, roff uint64, mutate func(*op, *abi.Command)) bool {
+	return p.postOpType(abi.OpRead, kind, tgt, length, roff, mutate)
+}
+
+// postOpType is postOp for a READ or a WRITE. A WRITE of length bytes
+// from the op's own area of the portal's write source (where its data,
+// stamped with a pattern id of its own, is staged first) to roff of tgt.
+func (p *portal) postOpType(opc abi.Op, kind opKind, tgt *region, length uint32, roff uint64, mutate func(*op, *abi.Command)) bool {
 	a := p.a
 	s := a.s
 	n := a.n
@@ -671,13 +774,18 @@ func (p *portal) postOp(kind opKind, tgt *region, length uint32, roff uint64, mu
 	if kind.usesSlot() && len(p.idle) == 0 {
 		return false
 	}
-	o := &op{kind: kind, p: p, slotIdx: -1, postedAt: s.now, target: tgt, sink: p.sink, local: p.sink, rxAuth0: n.last.RxAuthFailed}
+	write := opc == abi.OpWrite
+	local := p.sink
+	if write {
+		local = p.wsrc
+	}
+	o := &op{kind: kind, p: p, slotIdx: -1, postedAt: s.now, target: tgt, sink: p.sink, local: local, rxAuth0: n.last.RxAuthFailed, write: write}
 	s.cookieCtr++
 	o.cookie = mix64(s.cookieCtr ^ s.cfg.Seed<<20)
 	c := &o.cmd
-	c.Op = abi.OpRead
+	c.Op = opc
 	c.Cookie = o.cookie
-	c.LocalRegion = p.sink.id
+	c.LocalRegion = local.id
 	c.Length = length
 	if tgt != nil {
 		c.RemoteAddr = s.nodes[tgt.node].ip4
@@ -702,10 +810,24 @@ func (p *portal) postOp(kind opKind, tgt *region, length uint32, roff uint64, mu
 		o.extraIdx = len(p.extra) - 1
 	}
 	c.LocalOffset = uint64(area + r.IntN(areaBytes-int(min(length, abi.MaxOpBytes))+1))
+	if write {
+		o.stamp = s.nextStamp()
+		if o.slotIdx >= 0 {
+			// Stage the data: what the target's range must hold once committed.
+			o.wsrc = p.wsrc
+			o.fillLo = int(c.LocalOffset) - area
+			o.fillHi = o.fillLo + int(min(length, abi.MaxOpBytes))
+			o.fillOff = roff
+			stampBytes(p.wsrc.mem[area+o.fillLo:area+o.fillHi], o.stamp, roff)
+		}
+	}
 	if mutate != nil {
 		mutate(o, c)
 	}
 	p.key(o, tgt)
+	if !write && o.kind == kValid && o.target != nil && o.target.kind == regDst {
+		s.snapshot(o)
+	}
 	// Ops that hold their slot for at least a round trip are targets of
 	// slot-busy commands later in this tick.
 	if o.slotIdx >= 0 && c.RemoteAddr != n.ip4 && o.kind.remote() {
@@ -725,6 +847,9 @@ func (p *portal) postOp(kind opKind, tgt *region, length uint32, roff uint64, mu
 		bound += int64(e.ResolveTimeout + e.ARPRetry + e.DispatchTimeout)
 	default:
 		bound += int64(e.DispatchTimeout + e.Timeout)
+		if write { // on its pull, the initiator adopts the server's timeout from then
+			bound += s.maxTimeout
+		}
 		if !s.cfg.StaticNeighbors {
 			bound += int64(e.ResolveTimeout + e.ARPRetry)
 		}
@@ -734,6 +859,10 @@ func (p *portal) postOp(kind opKind, tgt *region, length uint32, roff uint64, mu
 	s.deadlines.push(deadline{t: o.deadline, cookie: o.cookie})
 	s.res.Posted++
 	s.res.ByKind[o.kind]++
+	if write {
+		s.res.Writes++
+		s.res.WriteKinds[o.kind]++
+	}
 	if o.kind != kValid {
 		s.res.Bad++
 	}
@@ -764,6 +893,9 @@ func (p *portal) key(o *op, tgt *region) {
 	o.stale = o.keyVer < len(rg.keys)-1
 	kv := &rg.keys[o.keyVer]
 	ip, pid, opType := a.n.ip.As4(), p.pid, uint8(abi.OpRead)
+	if o.write {
+		opType = uint8(abi.OpWrite)
+	}
 	switch o.kind {
 	case kKeyRandom:
 		binary.LittleEndian.PutUint64(c.Key[0:8], r.Uint64())
@@ -782,8 +914,15 @@ func (p *portal) key(o *op, tgt *region) {
 		default:
 			pid ^= 1 << r.IntN(32)
 		}
-	case kKeyOp:
-		opType = [...]uint8{uint8(abi.OpWrite), uint8(abi.OpRekey), 0, 0xff}[r.IntN(4)]
+	case kKeyOp: // a WRITE's K_d on a READ, a READ's on a WRITE, REKEY's, nonsense
+		others := [...]uint8{uint8(abi.OpWrite), uint8(abi.OpRekey), 0, 0xff}
+		if o.write {
+			others[0] = uint8(abi.OpRead)
+		}
+		opType = others[r.IntN(len(others))]
+		if o.keyOp != 0 { // a test chose it
+			opType = o.keyOp
+		}
 	}
 	c.Key = kv.d.Derive(ip, pid, opType)
 	if o.kind == kValid && o.stale {
@@ -794,12 +933,12 @@ func (p *portal) key(o *op, tgt *region) {
 // foreignLocalRegion: a region id this portal may not use as its sink: a
 // region of another portal of this core, one deregistered earlier (stale
 // generation), or an index beyond the table.
-func (a *app) foreignLocalRegion(p *portal) abi.RegionID {
+func (a *app) foreignLocalRegion(p *portal, own *region) abi.RegionID {
 	r := a.s.appRng
 	var cands []abi.RegionID
 	for _, q := range a.portals {
 		if q != p {
-			cands = append(cands, q.sink.id) // writable, just not ours
+			cands = append(cands, q.sink.id, q.wsrc.id) // usable, just not ours
 		}
 	}
 	cands = append(cands, a.deadIDs...)
@@ -811,8 +950,8 @@ func (a *app) foreignLocalRegion(p *portal) abi.RegionID {
 		return abi.MakeRegionID(uint16(a.n.ecfg.Regions+r.IntN(100)), 1)
 	case 1:
 		return 0
-	default: // our own sink's index with another generation
-		id := p.sink.id
+	default: // our own sink's (or source's) index with another generation
+		id := own.id
 		return abi.MakeRegionID(id.Index(), id.Gen()+1+uint16(r.IntN(100)))
 	}
 }
@@ -899,7 +1038,11 @@ func (p *portal) harvest() {
 
 // allowed: the statuses op o may complete with now.
 func (s *Sim) allowed(o *op, st abi.Status) bool {
-	if s.cfg.ShutdownAtEnd && s.now >= s.postEnd && st == abi.StatusAborted && !o.kind.local() {
+	if o.p.a.n.shut && !o.kind.local() &&
+		(st == abi.StatusAborted || (o.write && st == abi.StatusTimeout)) {
+		// Core.Shutdown: ABORTED; a WRITE whose data was all sent stays in
+		// service and ends OK or TIMEOUT at its deadline (its server may
+		// have committed it).
 		return true
 	}
 	netFail := !s.cfg.Strict && (st == abi.StatusTimeout || st == abi.StatusNack || st == abi.StatusDispatchTimeout ||
@@ -922,10 +1065,12 @@ func (s *Sim) allowed(o *op, st abi.Status) bool {
 		// since completions written before were read before. Bad-slot
 		// commands fail on the slot first, except a slot-busy one whose
 		// slot's op failed at once on the same dead region (LOCAL_REGION).
+		// A WRITE reads its source when pulled: one whose data was all
+		// sent before may still be committed (OK).
 		if st == abi.StatusLocalRegion || (st == abi.StatusTimeout && !o.kind.local() && o.kind.usesSlot()) {
 			return true
 		}
-		if st == abi.StatusOK {
+		if st == abi.StatusOK && !(o.write && o.committed) {
 			return false
 		}
 	}
@@ -976,9 +1121,14 @@ func (p *portal) complete(c *abi.Completion) {
 		s.fail("%s: total_delay %d longer than the op existed (%d)", o, c.TotalDelayNs, s.now-o.postedAt)
 	case c.Status == abi.StatusDispatchTimeout && int64(c.TotalDelayNs) < int64(e.DispatchTimeout):
 		s.fail("%s: DISPATCH_TIMEOUT after only %dns (DispatchTimeout %v)", o, c.TotalDelayNs, e.DispatchTimeout)
-	case c.Status == abi.StatusTimeout && int64(c.TotalDelayNs-c.IssueDelayNs) < int64(e.Timeout):
+	case c.Status == abi.StatusTimeout && int64(c.TotalDelayNs-c.IssueDelayNs) < int64(e.Timeout) &&
+		!(o.write && o.pullFirst != 0):
+		// (A WRITE that was pulled: its deadline became the server's
+		// timeout from the pull, earlier or later; checkWriteCompletion.)
 		s.fail("%s: TIMEOUT after only %dns in service (Timeout %v)", o, c.TotalDelayNs-c.IssueDelayNs, e.Timeout)
-	case c.Status == abi.StatusTimeout && int64(c.TotalDelayNs-c.IssueDelayNs) > int64(e.Timeout)+s.slack():
+	case c.Status == abi.StatusTimeout && (!o.write || o.pullFirst == 0) && int64(c.TotalDelayNs-c.IssueDelayNs) > int64(e.Timeout)+s.slack():
+		// (A WRITE that was pulled: its deadline moved to the server's
+		// timeout from the pull, checked in checkWriteCompletion.)
 		s.fail("%s: TIMEOUT after %dns in service (Timeout %v): late", o, c.TotalDelayNs-c.IssueDelayNs, e.Timeout)
 	case c.Status == abi.StatusDispatchTimeout && s.cfg.StaticNeighbors && int64(c.TotalDelayNs) > int64(e.DispatchTimeout)+s.slack():
 		// (With ARP, time spent resolving comes first and adds to it.)
@@ -990,16 +1140,29 @@ func (p *portal) complete(c *abi.Completion) {
 	if s.err != nil {
 		return
 	}
+	if o.write {
+		s.checkWriteCompletion(o, c)
+		if s.err != nil {
+			return
+		}
+	}
 	if o.slotIdx >= 0 {
 		if o.sink == p.sink {
 			p.checkArea(o, c.Status)
 		} // else: the area is in a deregistered sink, checked whole at the end
+		if o.wsrc != nil && o.wsrc == p.wsrc && s.err == nil {
+			p.checkSrcArea(o)
+		}
+		if s.err != nil {
+			return
+		}
 		p.busy[o.slotIdx] = nil
 		p.idle = append(p.idle, o.slotIdx)
 	} else {
 		p.removeExtra(o)
 	}
 	delete(s.ops, o.cookie)
+	s.releaseSnap(o)
 	s.res.ByStatus[c.Status]++
 	if c.Status == abi.StatusRemoteAuthFailure && o.reqCorrupt && !o.noAuth() {
 		s.res.AuthFailDamaged++
@@ -1032,13 +1195,19 @@ func (p *portal) checkArea(o *op, st abi.Status) {
 	base := o.slotIdx * areaBytes
 	area := p.sink.mem[base : base+areaBytes]
 	lo, hi := 0, 0
-	if o.kind == kValid && o.target != nil {
+	if o.kind == kValid && o.target != nil && !o.write { // (a WRITE's sink area stays untouched)
 		lo = int(o.cmd.LocalOffset) - base
 		hi = lo + int(o.cmd.Length)
 		want := s.expect[:hi-lo]
 		got := area[lo:hi]
 		if st != abi.StatusOK && firstNotPoison(got) < 0 {
 			// Nothing landed (the common failure): no need for the data.
+		} else if o.target.kind == regDst {
+			zeroOK := !s.cfg.StrictFailedSink && p.a.n.core.Stats().RxAuthFailed > o.rxAuth0
+			p.checkReadOfWritten(o, st, got, zeroOK)
+			if s.err != nil {
+				return
+			}
 		} else if fillPatternAt(want, o.target.pattern, o.cmd.RemoteOffset); st == abi.StatusOK {
 			if !bytes.Equal(got, want) {
 				i := 0
@@ -1094,6 +1263,11 @@ func (p *portal) areaPoisoned(k int, when string) bool {
 			p.a.n.id, p.id, p.slots[k], i, area[i], when)
 		return false
 	}
+	area = p.wsrc.mem[k*areaBytes : (k+1)*areaBytes]
+	if i := firstNotPoison(area); i >= 0 {
+		s.fail("node %d portal %d: source area of idle slot %d written at byte %d (%#02x) %s", p.a.n.id, p.id, p.slots[k], i, area[i], when)
+		return false
+	}
 	return true
 }
 
@@ -1114,18 +1288,23 @@ func (a *app) crash() {
 	for k, o := range p.busy {
 		if o != nil {
 			delete(s.ops, o.cookie)
+			s.releaseSnap(o)
+			o.orphan = true // a WRITE whose data was all sent may still commit
 			s.res.Orphaned++
 			p.busy[k] = nil
 		}
 	}
 	for _, o := range p.extra {
 		delete(s.ops, o.cookie)
+		o.orphan = true
 		s.res.Orphaned++
 	}
 	p.extra = nil
 	p.closed = true
 	a.kill(p.src)
 	a.kill(p.sink)
+	a.kill(p.wdst)
+	a.kill(p.wsrc)
 	a.portals = append(a.portals[:i], a.portals[i+1:]...)
 	a.closed = append(a.closed, p)
 	// A zombie thread of the dead app still posts: the core must ignore
@@ -1155,8 +1334,15 @@ func (a *app) churn() {
 		return
 	}
 	p := a.portals[s.faultRng.IntN(len(a.portals))]
-	if s.faultRng.IntN(2) == 0 {
+	switch s.faultRng.IntN(4) {
+	case 0:
 		a.churnSink(p)
+		return
+	case 1:
+		a.churnDst(p)
+		return
+	case 2:
+		a.churnWsrc(p)
 		return
 	}
 	old := p.src
@@ -1171,7 +1357,7 @@ func (a *app) churn() {
 	a.kill(old)
 	cfg := &s.cfg.App
 	size := cfg.SrcMinBytes + s.appRng.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
-	rg, err := a.register(p, alignedBytes(size), engine.PermRemoteRead|engine.PermLocalRead, false)
+	rg, err := a.register(p, alignedBytes(size), engine.PermRemoteRead|engine.PermLocalRead, regSrc)
 	if err != nil {
 		s.fail("node %d: re-registering: %v", a.n.id, err)
 		return
@@ -1194,13 +1380,62 @@ func (a *app) churnSink(p *portal) {
 	}
 	a.kill(old)
 	a.deadSinks = append(a.deadSinks, old)
-	rg, err := a.register(p, alignedBytes(len(old.mem)), engine.PermLocalWrite, true)
+	rg, err := a.register(p, alignedBytes(len(old.mem)), engine.PermLocalWrite, regSink)
 	if err != nil {
 		s.fail("node %d: re-registering a sink: %v", a.n.id, err)
 		return
 	}
 	p.sink = rg
 	s.tracef("node %d portal %d: sink %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
+	a.n.afterCall("RegisterRegion")
+}
+
+// churnDst deregisters a portal's remote-writable region while writes to
+// it (and reads of it) are in flight, and registers a new one: a write not
+// committed by then must fail (REMOTE_REGION when its data arrives, or
+// REMOTE_AUTHENTICATION_FAILURE when its request does) and change nothing
+// (the old memory is scribbled: a commit into it would show).
+func (a *app) churnDst(p *portal) {
+	s := a.s
+	old := p.wdst
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+		s.fail("node %d: DeregisterRegion(dst %#x): %v", a.n.id, uint32(old.id), err)
+		return
+	}
+	a.kill(old)
+	cfg := &s.cfg.App
+	size := cfg.DstMinBytes + s.appRng.IntN(cfg.DstMaxBytes-cfg.DstMinBytes+1)
+	rg, err := a.register(p, alignedBytes(size), engine.PermRemoteWrite|engine.PermRemoteRead, regDst)
+	if err != nil {
+		s.fail("node %d: re-registering a remote-writable region: %v", a.n.id, err)
+		return
+	}
+	p.wdst = rg
+	s.tracef("node %d portal %d: dst %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
+	a.n.afterCall("RegisterRegion")
+}
+
+// churnWsrc replaces a portal's write source while writes from it are in
+// flight: a write not pulled by then fails LOCAL_REGION (its data cannot
+// be sent: the server commits nothing); one whose data was all sent may
+// still commit. The old memory is poisoned: data sent from it afterwards
+// would fail the commit check.
+func (a *app) churnWsrc(p *portal) {
+	s := a.s
+	old := p.wsrc
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+		s.fail("node %d: DeregisterRegion(wsrc %#x): %v", a.n.id, uint32(old.id), err)
+		return
+	}
+	a.kill(old)
+	a.deadSinks = append(a.deadSinks, old)
+	rg, err := a.register(p, alignedBytes(len(old.mem)), engine.PermLocalRead, regWsrc)
+	if err != nil {
+		s.fail("node %d: re-registering a write source: %v", a.n.id, err)
+		return
+	}
+	p.wsrc = rg
+	s.tracef("node %d portal %d: wsrc %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
 	a.n.afterCall("RegisterRegion")
 }
 
@@ -1216,9 +1451,14 @@ func (a *app) rekey() {
 		return
 	}
 	p := a.portals[r.IntN(len(a.portals))]
-	rg := p.src
-	if r.IntN(4) == 0 {
+	var rg *region
+	switch r.IntN(5) {
+	case 0:
 		rg = p.sink // a target of remote-perm commands
+	case 1, 2:
+		rg = p.wdst // writes (and reads) in flight with the old key
+	default:
+		rg = p.src
 	}
 	c := a.n.core
 	for _, q := range a.portals {
@@ -1275,11 +1515,27 @@ func (a *app) checkAtEnd() {
 			s.fail("node %d portal %d: scratch area (target of commands that must never run) written at %d", a.n.id, p.id, i)
 			return
 		}
+		if i := firstNotPoison(p.wsrc.mem[len(p.slots)*areaBytes:]); i >= 0 {
+			s.fail("node %d portal %d: scratch area of the write source written at %d", a.n.id, p.id, i)
+			return
+		}
 	}
 	for _, rg := range s.regions {
-		if rg.node == a.n.id && !rg.sink && rg.deadAt == math.MaxInt64 && !checkPattern(rg.mem, rg.pattern) {
-			s.fail("node %d: remote-readable region %#x was written", a.n.id, uint32(rg.id))
-			return
+		if rg.node != a.n.id || rg.deadAt != math.MaxInt64 {
+			continue
+		}
+		switch rg.kind {
+		case regSrc:
+			if !checkPattern(rg.mem, rg.pattern) {
+				s.fail("node %d: remote-readable region %#x was written", a.n.id, uint32(rg.id))
+				return
+			}
+		case regDst:
+			if i := firstDiff(rg.mem, rg.shadow); i >= 0 {
+				s.fail("node %d: byte %d of remote-writable region %#x is %#02x at the end, the model says %#02x",
+					a.n.id, i, uint32(rg.id), rg.mem[i], rg.shadow[i])
+				return
+			}
 		}
 	}
 	for _, rg := range a.deadSinks {
@@ -1295,6 +1551,10 @@ func (a *app) checkAtEnd() {
 		}
 		if i := firstNotPoison(p.sink.mem); i >= 0 {
 			s.fail("node %d: sink of closed portal %d written at %d after close", a.n.id, p.id, i)
+			return
+		}
+		if i := firstNotPoison(p.wsrc.mem); i >= 0 {
+			s.fail("node %d: write source of closed portal %d written at %d after close", a.n.id, p.id, i)
 			return
 		}
 	}
@@ -1313,6 +1573,8 @@ func (a *app) closeAll() {
 		}
 		a.kill(p.src)
 		a.kill(p.sink)
+		a.kill(p.wdst)
+		a.kill(p.wsrc)
 		p.closed = true
 		a.closed = append(a.closed, p)
 	}

@@ -42,7 +42,7 @@ func post(node int, kind opKind, tgt int, edit func(*abi.Command)) func(*Sim) {
 		p := s.nodes[node].app.portals[0]
 		var rg *region
 		for _, r := range s.regions {
-			if tgt >= 0 && r.node == tgt && !r.sink && r.deadAt == math.MaxInt64 {
+			if tgt >= 0 && r.node == tgt && r.kind == regSrc && r.deadAt == math.MaxInt64 {
 				rg = r
 				break
 			}
@@ -195,7 +195,7 @@ func postKind(node int, kind opKind, tgt int) func(*Sim) {
 		p := s.nodes[node].app.portals[0]
 		var rg *region
 		for _, r := range s.regions {
-			if r.node == tgt && !r.sink && r.deadAt == math.MaxInt64 {
+			if r.node == tgt && r.kind == regSrc && r.deadAt == math.MaxInt64 {
 				rg = r
 				break
 			}

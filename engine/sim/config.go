@@ -33,6 +33,10 @@ type Config struct {
 	StaticNeighbors bool
 	// NeighborTable overrides the derived neighbor table size (0: derived).
 	NeighborTable int
+	// VaryTimeouts gives each node its own Engine.Timeout (1, 1.5 or 2
+	// times the template's): a WRITE's initiator adopts the serving
+	// node's timeout on the pull (②), so its TIMEOUT follows the server's.
+	VaryTimeouts bool
 
 	Net    NetConfig
 	Cost   CostConfig
@@ -73,6 +77,11 @@ type Config struct {
 	// random faults (tests in this package: targeted damage). It counts
 	// what it damages in s.res.Net.
 	netHook func(s *Sim, d *node, f *frame)
+	// timeouts overrides Engine.Timeout per node (tests in this package).
+	timeouts []time.Duration
+	// lenientPulls skips the checks of a pull's timeout (self-tests of
+	// the simulator: the commit check must catch what they would).
+	lenientPulls bool
 }
 
 type scriptStep struct {
@@ -112,6 +121,10 @@ type NetConfig struct {
 	// response's payload is altered and its trailer resealed, damage no
 	// integrity check can see. The data invariant must then fail the run.
 	Forge float64
+	// ForgeWrites (self-test too): the same for a WRITE's data (③),
+	// resealed under the write's K_d with the pull's IV curried in. The
+	// commit check must then fail the run.
+	ForgeWrites float64
 }
 
 // CostConfig is the virtual CPU time a core spends per step; it bounds the
@@ -143,11 +156,19 @@ type AppConfig struct {
 	// SelfReads: probability a valid op reads a region of its own node
 	// (through its own address: loopback).
 	SelfReads float64
-	// WrongKeyRate: probability an op is a READ of a live region with a
-	// wrong K_d (a random key, the K_d of another PID, or that of another
-	// op type); it must end REMOTE_AUTHENTICATION_FAILURE with its sink
-	// untouched.
+	// WrongKeyRate: probability an op is a READ or WRITE of a live region
+	// with a wrong K_d (a random key, the K_d of another PID, or that of
+	// another op type); it must end REMOTE_AUTHENTICATION_FAILURE with its
+	// sink (READ) or target (WRITE) untouched.
 	WrongKeyRate float64
+	// WriteFrac: probability an op is a WRITE (valid or with one thing
+	// wrong, like reads) rather than a READ. Writes go to the
+	// remote-writable regions of other nodes (never the poster's own).
+	WriteFrac float64
+	// DstMinBytes..DstMaxBytes: size range of each portal's remote-writable
+	// region (the target of writes, read by readers too). Small regions
+	// make concurrent writes overlap.
+	DstMinBytes, DstMaxBytes int
 }
 
 // FaultConfig schedules faults at random times of the posting phase.
@@ -184,6 +205,10 @@ func (c *Config) Validate() error {
 		return bad("App.TickNs", c.App.TickNs)
 	case c.App.SrcMinBytes < 1 || c.App.SrcMaxBytes < c.App.SrcMinBytes:
 		return bad("App.SrcMinBytes", c.App.SrcMinBytes)
+	case c.App.DstMinBytes < 1 || c.App.DstMaxBytes < c.App.DstMinBytes:
+		return bad("App.DstMinBytes", c.App.DstMinBytes)
+	case c.App.WriteFrac < 0 || c.App.WriteFrac > 1:
+		return bad("App.WriteFrac", c.App.WriteFrac)
 	case c.Net.RxQueueFrames < 1:
 		return bad("Net.RxQueueFrames", c.Net.RxQueueFrames)
 	case c.Cost.PollNs < 1:
@@ -261,6 +286,9 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 	if ivSpan != 0 {
 		ivBlock = ivSpan * uint64(1+r.IntN(4))
 	}
+	// Pull contexts (WRITEs served at once): sometimes a single one, so
+	// write requests wait in the inbound queue for one.
+	e.PullContexts = []int{1, 2, 4, 16, 128}[r.IntN(5)]
 	return Config{
 		Name:            name,
 		Seed:            seed,
@@ -290,6 +318,9 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 			SrcMinBytes:    4096,
 			SrcMaxBytes:    48 << 10,
 			WrongKeyRate:   0.03,
+			WriteFrac:      0.2 + 0.3*r.Float64(),
+			DstMinBytes:    4096,
+			DstMaxBytes:    16 << 10,
 		},
 		Faults: FaultConfig{
 			Rekeys:     1 + r.IntN(4),
@@ -297,6 +328,7 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 		},
 		PostNs:        1_500_000,
 		ShutdownAtEnd: r.IntN(5) == 0,
+		VaryTimeouts:  r.IntN(3) == 0,
 	}
 }
 
@@ -309,8 +341,13 @@ func Clean(seed uint64) Config {
 	c.Strict = true
 	c.Faults.PortalCrashes = r.IntN(2)
 	c.Faults.RegionChurn = r.IntN(3)
-	// Room for every slot of the node at once: no op ever waits for window.
-	c.Engine.WindowBytes = c.App.PortalsPerNode * c.App.SlotsPerPortal * abi.MaxOpBytes
+	// Room for every slot of the node at once, and for a pull of every
+	// slot of every node (reopened portals included): no op or pull ever
+	// waits for window or a pull context.
+	perNode := c.App.PortalsPerNode * c.App.SlotsPerPortal
+	all := 2 * c.Nodes * perNode
+	c.Engine.WindowBytes = (perNode + all) * abi.MaxOpBytes
+	c.Engine.PullContexts = all
 	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusRemoteAuthFailure}
 	return c
 }
@@ -359,9 +396,10 @@ func LinkFlap(seed uint64) Config {
 	return c
 }
 
-// Incast: many clients read from one server at once. The clients' small
-// windows make ops wait (DISPATCH_TIMEOUT); the server's inbound queue
-// crosses its threshold (NACK).
+// Incast: many clients read from and write to one server at once. The
+// clients' small windows make ops wait (DISPATCH_TIMEOUT); the server's
+// inbound queue crosses its threshold (NACK); its own small window and
+// few pull contexts make write requests wait to be pulled (and expire).
 func Incast(seed uint64) Config {
 	r := scenarioRand(seed)
 	c := base("incast", seed, r)

@@ -17,30 +17,35 @@
 // application opens portals on the core exactly as the portal library
 // does over shared memory, but in plain (64-byte aligned) Go memory:
 // abi.NewLayout, an abi.Producer on the command ring, an abi.Consumer on
-// the completion ring, Core.AllocSlots, Core.RegisterRegion for a
-// remote-readable region filled with a deterministic pattern and a sink
-// region filled with poison, each with its own region key K_r drawn from
-// the seed. It posts READs of random sizes and offsets to random remote
-// regions, plus commands with exactly one thing wrong (out of bounds
-// locally or remotely, offsets that wrap, another portal's or a stale
-// region, a region without the permission, length 0 or above 4 KB, an
-// unknown op code, a slot that is not its own or is busy, an address
-// nobody has, a wrong key).
+// the completion ring, Core.AllocSlots, Core.RegisterRegion for four
+// regions, each with its own region key K_r drawn from the seed: a
+// remote-readable region filled with a deterministic pattern, a sink
+// filled with poison (one area per slot), a remote-writable region (also
+// remote-readable: the target of other nodes' writes and of reads) and a
+// write source (local-read only, poison, one area per slot). It posts
+// READs and, with probability App.WriteFrac (20-50% per seed), WRITEs of
+// random sizes and offsets to random remote regions, plus commands of
+// both types with exactly one thing wrong (out of bounds locally or
+// remotely, offsets that wrap, another portal's or a stale region, a
+// region without the permission, length 0 or above 4 KB, an unknown op
+// code, a slot that is not its own or is busy, an address nobody has, a
+// wrong key).
 //
 // # Keys (paper §4.2)
 //
 // The region directory every application reads holds each region's keys:
 // every K_r it ever had, when the owner installed it, and when each node
 // learns it. A command carries K_d = aesni.DeriveKey(K_r, the poster's
-// IPv4 address, its portal's PID, READ) for the newest K_r the poster
-// knows. A fraction (App.WrongKeyRate) of the reads carry a wrong K_d
-// instead: a random key, the K_d of another initiator (another PID, or
-// another node's address) or of another op type. Fault "rekey"
+// IPv4 address, its portal's PID, READ or WRITE) for the newest K_r the
+// poster knows. A fraction (App.WrongKeyRate) of the ops carry a wrong
+// K_d instead: a random key, the K_d of another initiator (another PID, or
+// another node's address) or of another op type (a READ's K_d on a
+// WRITE, a WRITE's on a READ, REKEY's, 0, 0xff). Fault "rekey"
 // (Faults.Rekeys): at a random time an owner replaces one of its regions'
 // K_r (Core.Rekey; a Rekey by another portal or of a deregistered region
-// must be refused first); the other nodes learn the new key within
-// Faults.KeyDelayNs, and their reads posted before that carry a K_d of the
-// old key (stale-key ops). A command naming a region the server does not
+// must be refused first; remote-writable regions are rekeyed most); the
+// other nodes learn the new key within Faults.KeyDelayNs, and their ops
+// posted before that carry a K_d of the old key (stale-key ops). A command naming a region the server does not
 // have (unknown, stale generation) cannot authenticate either: the server
 // has no K_r for it.
 //
@@ -109,7 +114,7 @@
 // request was authenticated and queued before). Stats.Rekeys counts the
 // application's rekeys; Stats.IVErrors stays 0; Stats.RxAuthFailed stays 0
 // until the fabric has damaged or forged a frame (a genuine answer always
-// opens). The corrupt scenario must show RxAuthFailed, ReqAuthFailed and
+// opens, but for answers to a WRITE's request after its pull: see Writes). The corrupt scenario must show RxAuthFailed, ReqAuthFailed and
 // damaged requests answered REMOTE_AUTHENTICATION_FAILURE.
 //
 // An OK read's bytes equal the remote pattern exactly; a failed read's
@@ -133,6 +138,106 @@
 // The checker is checked too: TestSimCatchesForgedData alters responses
 // and reseals them as a holder of the K_d would (the simulator knows every
 // K_r and the IV of every request) and expects the data invariant to fire.
+// TestSimCatchesForgedWrite does the same to a WRITE's data (with the
+// pull's IV), TestSimCatchesStrayWrite changes a byte of a remote-writable
+// region behind the engine's back, and TestSimCatchesEarlyWriteTimeout
+// forges a pull whose timeout is shorter than the server's: the pull check
+// fires, and without it the commit check (a commit after the initiator
+// reported TIMEOUT).
+//
+// # Writes
+//
+// A WRITE is four hops (engine/write.go): ① request, ② the serving core's
+// pull when its window and a pull context allow (it carries the server's
+// timeout, which the initiator adopts from ②'s arrival), ③ the data,
+// sealed from the source, ④ the acknowledgment after the commit (a copy
+// from the pull's staging buffer into the region, only when all the data
+// authenticated before the pull's deadline).
+//
+// Workload. Writes go to the remote-writable regions of other nodes (4 to
+// 16 KB, so concurrent writes of up to 4 KB overlap often; never to the
+// poster's own node: the core loops those frames inside, where the
+// simulator cannot see ④). Overlap is not restricted: several writers may
+// write overlapping ranges at once. Every WRITE has a stamp of its own (a
+// pattern id): byte j of the target becomes patByte(stamp, j), and the
+// application stages exactly those bytes in its slot's area of its write
+// source before posting (the rest of the source stays poison). Bad
+// commands of every kind are WRITEs too (a local region without
+// PermLocalRead is the sink; a remote one without PermRemoteWrite is a
+// pattern region or a sink).
+//
+// Commits are seen, not guessed. The serving core commits and sends ④ in
+// the same call (it commits only with a tx buffer for ④), so the
+// simulator sees each commit in Tx.Send of the ④, names its WRITE by
+// initiator and tag (recorded when ① was sent; kept after the completion)
+// and checks it there: the WRITE is a valid one, not committed before,
+// not completed yet, into a live region of that node; its range holds
+// exactly its stamp bytes; and the whole region equals the model: a
+// shadow copy of each remote-writable region (its initial pattern, then
+// every commit seen, in order). Stats.WritesCommitted must equal the
+// commits seen (no commit without ④). Because the model follows the
+// commits in their real order, overlapping concurrent writes are checked
+// exactly.
+//
+// Completions. Exactly one per WRITE (as for reads). OK only if its commit
+// was seen and its core accepted a pull; TIMEOUT whether or not (an ④
+// lost: Result.TimeoutCommitted); any other status (NACK, REMOTE_*,
+// DISPATCH_TIMEOUT, local errors, UNREACHABLE, ABORTED) only if it was
+// never committed; and no commit may come after any completion (a WRITE
+// reported failed never changes memory afterwards). Orphans (the writer's
+// portal closed) have no completion and may still commit, with their
+// exact data. At every completion the target region equals the model.
+// TIMEOUT bounds: without an accepted pull, the initiator's own Timeout
+// from issue; with one (the simulator hands each pull to the core and
+// sees whether it was accepted: no refusal counter moved), the pull must
+// carry its server's Timeout, and the TIMEOUT must come no earlier than
+// that long after the pull's arrival (the server gave up first) and no
+// later than that plus slack. Core.Shutdown completes a WRITE whose data
+// was all sent TIMEOUT at once. The op's overall bound is DISPATCH_TIMEOUT
+// + its Timeout + the largest server Timeout.
+//
+// Reads of written regions. A READ is not atomic against WRITEs (nor is
+// it in RDMA): the server seals each response chunk straight from region
+// memory, so one read may show different writes in different chunks. A
+// valid READ of a remote-writable region records, when posted, the
+// model's bytes of its range and the region's commit count; at completion
+// every chunk of an OK read (chunk boundaries: multiples of the MTU's
+// payload from the op's start) must equal one version of the range: that
+// snapshot, or it after some prefix of the commits into the range since
+// (Result.ReadsMixed counts reads whose chunks show different versions).
+// A failed read's bytes must each belong to some version, or be untouched
+// (or zero, as above).
+//
+// Write sources. An idle slot's source area is poison; at a WRITE's
+// completion its staged bytes are unchanged (the engine only reads a
+// source) and the rest of the area is poison. Deregistered and closed
+// write sources are poisoned (so data sent from them would fail the
+// commit check) and must stay so.
+//
+// Faults specific to writes: churn deregisters a remote-writable region
+// while writes to it are in flight (REMOTE_REGION when the data arrives,
+// REMOTE_AUTHENTICATION_FAILURE when the request does, nothing
+// committed: its memory is scribbled) or a write source (LOCAL_REGION
+// when the pull comes; a write whose data was all sent may still be OK);
+// crashes close portals whose regions are targets, and orphan writes;
+// rekeys of remote-writable regions make stale-key writes (a write
+// authenticated before the rekey may still commit); duplicated requests
+// make the server pull twice (the initiator answers one pull; the other
+// expires: Stats.PullsExpired), and genuine answers to a duplicated
+// request that arrive after the pull fail authentication (counted apart,
+// so that Stats.RxAuthFailed still needs a damaged frame otherwise).
+// Base configurations draw PullContexts from 1 to 128, so write requests
+// wait for a context; Clean gives every node room for a pull of every slot.
+//
+// Window and pulls. Audit (which includes the pull contexts' window
+// debits) runs after every call into a core; PullsInUse stays within
+// PullContexts and PullsInUse + PullsExpired + WritesCommitted within
+// PullsIssued; at the end, and after closing every portal, PullsInUse and
+// WindowInUse are 0.
+//
+// Config.VaryTimeouts gives nodes different Timeouts (1, 1.5 or 2 times
+// the template's), so a pull brings a timeout longer or shorter than the
+// initiator's own (a third of the seeds).
 //
 // # Scripted repros
 //
@@ -140,8 +245,13 @@
 // (ops posted at fixed times; stalls, crashes, rekeys; a hook that damages
 // chosen frames) and keep every invariant. The TestCoreBug* tests are
 // minimal repros of core bugs the simulator found, fixed and kept as
-// regression tests. TestStrictFailedSink (skipped unless -sim.bugs) holds
-// failed reads to a stricter sink contract than the core's documented one.
+// regression tests; those not fixed yet skip unless -sim.bugs
+// (TestCoreBugInServiceOrderLongerPull,
+// TestCoreBugShutdownWriteCommitsAfterTimeout). TestStrictFailedSink
+// (skipped unless -sim.bugs) holds failed reads to a stricter sink
+// contract than the core's documented one. write_test.go holds the
+// scripted WRITE cases (refusals, a target or source deregistered in
+// flight, lost data, a lost acknowledgment, orphans, duplicates).
 //
 // # Running
 //
@@ -150,6 +260,7 @@
 //	go test ./engine/sim -run 'TestSimSeeds/lossy$' -sim.seed=123  # replay one, with its trace
 //	go test ./engine/sim -run TestSimSeeds -sim.seeds=1000 -sim.random
 //	go test ./engine/sim -run TestStrictFailedSink -sim.bugs -v  # the strict sink variant (fails today)
+//	go test ./engine/sim -sim.bugs                        # open core bugs' repros, per-node timeouts in the seeds
 //
 // -sim.base sets the first seed of the range (default 1), -sim.jobs how
 // many seeds run in parallel (default GOMAXPROCS; each run is one

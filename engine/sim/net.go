@@ -80,6 +80,7 @@ type node struct {
 	rxHead int
 	rxLen  int
 
+	shut      bool  // Core.Shutdown was called
 	busyUntil int64 // virtual CPU: the core is busy until then
 	next      int64 // when the driver runs this core next (MaxInt64: idle)
 	kick      bool  // run as soon as the core is free (rx, new commands, work left)
@@ -88,9 +89,14 @@ type node struct {
 	upFree    int64 // uplink busy until
 	downFree  int64 // switch egress towards this node busy until
 
-	txSent uint64 // frames the core sent
-	rxFed  uint64 // frames handed to Receive
-	last   engine.Stats
+	txSent  uint64 // frames the core sent
+	rxFed   uint64 // frames handed to Receive
+	commits uint64 // WRITE commits seen (④ sent): Stats.WritesCommitted
+	// obsolete: genuine answers to a WRITE request (①) that reached the
+	// core after it accepted the op's pull (a duplicated request answered
+	// NACK or an error): curried with ①'s IV, they no longer authenticate.
+	obsolete uint64
+	last     engine.Stats
 	// ivs: every IV counter the core sent a frame with (Appendix A: a
 	// counter is never used twice, whatever the key).
 	ivs map[uint64]struct{}
@@ -282,6 +288,19 @@ func (s *Sim) send(n *node, b []byte) {
 	if s.traceOn {
 		s.tracef("node %d tx %s", n.id, describe(b))
 	}
+	if wire.EtherType(b) == wire.EtherTypeIPv4 {
+		switch h.Type {
+		case wire.TypeWriteReq:
+			s.sawWriteRequest(n, &h)
+		case wire.TypePullReq:
+			s.sawPullSent(&h)
+		case wire.TypeAck:
+			s.sawCommit(n, &h)
+		}
+		if s.err != nil {
+			return
+		}
+	}
 	if n.linkDown > 0 {
 		s.res.Net.LinkDrops++
 		return
@@ -295,7 +314,7 @@ func (s *Sim) send(n *node, b []byte) {
 	f := s.pool.get()
 	f.n = copy(f.buf, b)
 	f.src = n.id
-	if h.Type == wire.TypeReadReq && wire.EtherType(b) == wire.EtherTypeIPv4 {
+	if (h.Type == wire.TypeReadReq || h.Type == wire.TypeWriteReq) && wire.EtherType(b) == wire.EtherTypeIPv4 {
 		// The core sends a request when its op enters service, inside
 		// Poll: the slot's op is the one the app posted last on it.
 		if ref, ok := n.app.slotOwner[abi.SlotID(h.Tag>>32)]; ok && !ref.p.closed {
@@ -371,6 +390,9 @@ func (s *Sim) downlink(d *node, f *frame, extra int64) {
 	}
 	if nc.Forge > 0 && r.Float64() < nc.Forge {
 		s.forge(f)
+	}
+	if nc.ForgeWrites > 0 && r.Float64() < nc.ForgeWrites {
+		s.forgeWrite(f)
 	}
 	if s.cfg.netHook != nil {
 		s.cfg.netHook(s, d, f)
@@ -506,7 +528,13 @@ func (n *node) step() {
 		if s.traceOn {
 			s.tracef("node %d rx %s", n.id, describe(f.buf[:f.n]))
 		}
-		n.core.Receive(now, f.buf[:f.n])
+		if t := oneRMAType(f.buf[:f.n]); t == wire.TypePullReq {
+			s.receivePull(n, f.buf[:f.n])
+		} else if t == wire.TypeError || t == wire.TypeNack {
+			s.receiveAnswer(n, f.buf[:f.n])
+		} else {
+			n.core.Receive(now, f.buf[:f.n])
+		}
 		n.rxFed++
 		s.pool.put(f)
 		rxCount++
@@ -569,17 +597,27 @@ func (n *node) afterCall(what string) {
 	case st.RxFrames != n.rxFed:
 		s.fail("node %d: Stats.RxFrames %d, but Receive was called %d times", n.id, st.RxFrames, n.rxFed)
 	case st.Posted < n.last.Posted || st.EnteredSvc < n.last.EnteredSvc || st.ReqServed < n.last.ReqServed ||
-		st.RxAuthFailed < n.last.RxAuthFailed || st.ReqAuthFailed < n.last.ReqAuthFailed:
+		st.RxAuthFailed < n.last.RxAuthFailed || st.ReqAuthFailed < n.last.ReqAuthFailed ||
+		st.PullsIssued < n.last.PullsIssued || st.PullsExpired < n.last.PullsExpired || st.WritesCommitted < n.last.WritesCommitted:
 		s.fail("node %d: a counter went backwards: %+v -> %+v", n.id, n.last, st)
 	case st.Rekeys != n.app.rekeys:
 		s.fail("node %d: Stats.Rekeys %d, the application rekeyed %d times", n.id, st.Rekeys, n.app.rekeys)
+	case st.WritesCommitted != n.commits:
+		// Every commit is followed, in the same call, by its ④ (the core
+		// commits only with a tx buffer for it): the simulator saw each.
+		s.fail("node %d: Stats.WritesCommitted %d, but the simulator saw %d acknowledged commits (a commit without ④?)",
+			n.id, st.WritesCommitted, n.commits)
+	case st.PullsInUse > uint64(n.ecfg.PullContexts) || st.PullsInUse+st.PullsExpired+st.WritesCommitted > st.PullsIssued:
+		s.fail("node %d: PullsInUse %d (of %d contexts), PullsIssued %d, PullsExpired %d, WritesCommitted %d: pulls not conserved",
+			n.id, st.PullsInUse, n.ecfg.PullContexts, st.PullsIssued, st.PullsExpired, st.WritesCommitted)
 	case st.IVErrors != 0:
 		s.fail("node %d: Stats.IVErrors %d: a volatile IV source never runs dry", n.id, st.IVErrors)
-	case st.RxAuthFailed != 0 && s.res.Net.Corrupted == 0 && s.res.Net.Forged == 0:
+	case st.RxAuthFailed > n.obsolete && s.res.Net.Corrupted == 0 && s.res.Net.Forged == 0:
 		// Nothing on the wire was damaged or forged: every answer the
-		// core matched to one of its ops is genuine and must open.
-		s.fail("node %d: Stats.RxAuthFailed %d on a fabric that damages nothing: a genuine answer failed authentication",
-			n.id, st.RxAuthFailed)
+		// core matched to one of its ops is genuine and must open, but
+		// for answers to a WRITE request that come after its pull.
+		s.fail("node %d: Stats.RxAuthFailed %d (answers to requests of pulled writes %d) on a fabric that damages nothing: a genuine answer failed authentication",
+			n.id, st.RxAuthFailed, n.obsolete)
 	}
 	var done uint64
 	for _, v := range st.Completed {
@@ -597,9 +635,9 @@ func (n *node) afterCall(what string) {
 func (n *node) checkQuiet(when string) {
 	s := n.s
 	st := n.core.Stats()
-	if st.WindowInUse != 0 || st.OpsInFlight != 0 || n.core.InFlight() != 0 {
-		s.fail("node %d %s: WindowInUse=%d OpsInFlight=%d InFlight()=%d, want 0 (leak)",
-			n.id, when, st.WindowInUse, st.OpsInFlight, n.core.InFlight())
+	if st.WindowInUse != 0 || st.OpsInFlight != 0 || n.core.InFlight() != 0 || st.PullsInUse != 0 {
+		s.fail("node %d %s: WindowInUse=%d OpsInFlight=%d InFlight()=%d PullsInUse=%d, want 0 (leak)",
+			n.id, when, st.WindowInUse, st.OpsInFlight, n.core.InFlight(), st.PullsInUse)
 		return
 	}
 	if want := n.app.slotsHeld(); st.SlotsInUse != want {

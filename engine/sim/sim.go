@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
@@ -31,8 +32,25 @@ type Result struct {
 	// AuthFailDamaged: ops with a good key whose request the fabric
 	// damaged, answered REMOTE_AUTHENTICATION_FAILURE.
 	AuthFailDamaged uint64
-	Net             NetStats
-	Cores           []engine.Stats
+	// WRITEs: posted (every kind), by what they test, completions by
+	// status; commits the simulator saw (the server's ④, each checked
+	// against the model), of which of orphans (their portal had closed)
+	// and of writes that then completed TIMEOUT (④ lost: the outcome the
+	// application cannot know).
+	Writes           uint64
+	WriteKinds       [24]uint64
+	WriteStatus      [abi.NumStatus]uint64
+	WritesCommitted  uint64
+	OrphanCommits    uint64
+	TimeoutCommitted uint64
+	// ReadsOfWritten: valid reads of remote-writable regions checked
+	// against the versions of their range; ReadsMixed: of those, OK reads
+	// whose chunks came from different versions (a write committed while
+	// the read was being served: reads are not atomic against writes).
+	ReadsOfWritten uint64
+	ReadsMixed     uint64
+	Net            NetStats
+	Cores          []engine.Stats
 	// Digest folds every event, frame and completion of the run: two runs
 	// of one seed must produce the same digest (determinism check).
 	Digest uint64
@@ -135,6 +153,14 @@ type Sim struct {
 	patternID uint64
 
 	expect [abi.MaxOpBytes]byte // scratch: the bytes an op should have read
+	okByte [abi.MaxOpBytes]bool // scratch: version checks of failed reads
+	// writes: every WRITE whose request (①) a core sent, by initiator and
+	// tag, kept after its completion: the server's acknowledgment (④)
+	// names it, and a commit after the completion is the violation.
+	writes     map[reqRef]*op
+	writeCtr   uint64
+	snapPool   [][]byte
+	maxTimeout int64 // the largest Engine.Timeout of any node
 	// reqIVs: the IV of every request sent, by sender and tag (kept only
 	// to forge responses: Net.Forge).
 	reqIVs map[reqRef][12]byte
@@ -286,6 +312,7 @@ func (s *Sim) setup() error {
 	s.now = s.t0
 	s.postEnd = s.t0 + cfg.PostNs
 	s.ops = make(map[uint64]*op)
+	s.writes = make(map[reqRef]*op)
 	if cfg.Net.Forge > 0 {
 		s.reqIVs = make(map[reqRef][12]byte)
 	}
@@ -307,6 +334,7 @@ func (s *Sim) setup() error {
 		n.core = c
 		n.ecfg = ec
 		n.next = math.MaxInt64
+		s.maxTimeout = max(s.maxTimeout, int64(ec.Timeout))
 	}
 	for _, n := range s.nodes {
 		n.app = newApp(s, n)
@@ -333,7 +361,7 @@ func (s *Sim) setup() error {
 		cfg.MaxSteps = 20_000_000
 	}
 	e := &cfg.Engine
-	s.hardEnd = s.postEnd + 4*int64(e.DispatchTimeout+e.Timeout+e.ResolveTimeout+e.ARPRetry) +
+	s.hardEnd = s.postEnd + 4*int64(e.DispatchTimeout+e.ResolveTimeout+e.ARPRetry) + 8*s.maxTimeout +
 		4*s.slack() + cfg.Faults.LinkDownNs[1] + 1_000_000
 	return nil
 }
@@ -358,11 +386,18 @@ func (s *Sim) engineConfig(n *node) engine.Config {
 	ec.SlotBase = abi.SlotID(s.faultRng.IntN(4) * 1000)
 	if ec.Regions == 0 {
 		// Small on purpose: re-registration reuses entries with a new
-		// generation. Two regions per portal, the crashed ones included.
-		ec.Regions = 2*(cfg.App.PortalsPerNode+cfg.Faults.PortalCrashes) + 2
+		// generation. Four regions per portal (pattern, sink,
+		// remote-writable, write source), the crashed ones included.
+		ec.Regions = 4*(cfg.App.PortalsPerNode+cfg.Faults.PortalCrashes) + 2
 	}
 	if ec.Portals == 0 {
 		ec.Portals = cfg.App.PortalsPerNode + cfg.Faults.PortalCrashes + 1
+	}
+	if cfg.VaryTimeouts {
+		ec.Timeout = ec.Timeout * time.Duration(2+s.faultRng.IntN(3)) / 2
+	}
+	if n.id < len(cfg.timeouts) && cfg.timeouts[n.id] != 0 {
+		ec.Timeout = cfg.timeouts[n.id]
 	}
 	ec.NeighborTable = cfg.NeighborTable
 	if ec.NeighborTable == 0 {
@@ -571,7 +606,7 @@ func (s *Sim) maybeQuiesced() {
 	}
 	s.draining = false
 	e := &s.cfg.Engine
-	grace := int64(e.Timeout+e.DispatchTimeout+e.ResolveTimeout) + s.slack()
+	grace := s.maxTimeout + int64(e.DispatchTimeout+e.ResolveTimeout) + s.slack()
 	s.schedule(s.now+grace, evRunEnd, 0, 0, nil)
 	s.tracef("quiesced; grace %dns", grace)
 }
@@ -580,22 +615,34 @@ func (s *Sim) maybeQuiesced() {
 // while ops are still in flight.
 func (s *Sim) shutdownAll() {
 	for _, n := range s.nodes {
-		// One last Poll takes what the apps published; Shutdown then
-		// aborts everything queued or in flight.
-		n.core.Poll(s.now)
-		n.app.harvestAll()
-		n.afterCall("Poll")
-		n.core.Shutdown(s.now)
-		n.app.harvestAll()
-		n.afterCall("Shutdown")
-		n.reschedule()
+		n.shutdown()
 	}
 	if s.err != nil {
 		return
 	}
-	if len(s.ops) > 0 {
-		s.fail("Shutdown left %d ops without a completion", len(s.ops))
+	// Only WRITEs whose data was all sent stay in service (their server
+	// might still commit them); they complete later, on their ack or at
+	// their deadline, checked like every other completion.
+	for _, o := range s.ops {
+		if !o.write || o.pullFirst == 0 {
+			s.fail("Shutdown left %s without a completion", o)
+			return
+		}
 	}
+}
+
+// shutdown: Core.Shutdown on n. One last Poll takes what the apps
+// published; Shutdown then aborts everything queued or in flight but
+// WRITEs whose data was all sent, which the node keeps serving.
+func (n *node) shutdown() {
+	n.core.Poll(n.s.now)
+	n.app.harvestAll()
+	n.afterCall("Poll")
+	n.shut = true
+	n.core.Shutdown(n.s.now)
+	n.app.harvestAll()
+	n.afterCall("Shutdown")
+	n.reschedule()
 }
 
 // finalChecks: every resource back where it belongs.
@@ -624,9 +671,9 @@ func (s *Sim) finalChecks() {
 		n.app.closeAll()
 		n.afterCall("ClosePortal")
 		st := n.core.Stats()
-		if st.SlotsInUse != 0 || st.WindowInUse != 0 || st.OpsInFlight != 0 {
-			s.fail("node %d after closing every portal: SlotsInUse=%d WindowInUse=%d OpsInFlight=%d, want 0",
-				n.id, st.SlotsInUse, st.WindowInUse, st.OpsInFlight)
+		if st.SlotsInUse != 0 || st.WindowInUse != 0 || st.OpsInFlight != 0 || st.PullsInUse != 0 {
+			s.fail("node %d after closing every portal: SlotsInUse=%d WindowInUse=%d OpsInFlight=%d PullsInUse=%d, want 0",
+				n.id, st.SlotsInUse, st.WindowInUse, st.OpsInFlight, st.PullsInUse)
 			return
 		}
 	}

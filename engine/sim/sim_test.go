@@ -123,8 +123,9 @@ func TestSimSeeds(t *testing.T) {
 			if err != nil {
 				report(t, sc, seed, err)
 			}
-			var by [abi.NumStatus]uint64
-			var kinds [24]uint64
+			var by, wby [abi.NumStatus]uint64
+			var kinds, wkinds [24]uint64
+			var writes, commits, orphanCommits, toCommitted, readsW, readsMixed uint64
 			var posted, steps, rekeys, zeroed, authDamaged uint64
 			var net NetStats
 			var cs engineTotals
@@ -141,6 +142,18 @@ func TestSimSeeds(t *testing.T) {
 				for i, v := range r.ByKind {
 					kinds[i] += v
 				}
+				for i, v := range r.WriteKinds {
+					wkinds[i] += v
+				}
+				for i, v := range r.WriteStatus {
+					wby[i] += v
+				}
+				writes += r.Writes
+				commits += r.WritesCommitted
+				orphanCommits += r.OrphanCommits
+				toCommitted += r.TimeoutCommitted
+				readsW += r.ReadsOfWritten
+				readsMixed += r.ReadsMixed
 				net.Sent += r.Net.Sent
 				net.Dropped += r.Net.Dropped
 				net.Corrupted += r.Net.Corrupted
@@ -157,6 +170,12 @@ func TestSimSeeds(t *testing.T) {
 			t.Logf("keys: %d rekeys; wrong-key ops %d (random %d, other initiator %d, other op %d), stale-key ops %d, remote-region ops %d; damaged requests answered auth failure %d (to damaged sources %d); failed reads with zeroed chunks %d",
 				rekeys, kinds[kKeyRandom]+kinds[kKeyInitiator]+kinds[kKeyOp], kinds[kKeyRandom], kinds[kKeyInitiator], kinds[kKeyOp],
 				kinds[kStaleKey], kinds[kRemoteRegion], authDamaged, net.Misaddressed, zeroed)
+			t.Logf("writes: %d posted (%d valid, %d wrong-key, %d stale-key); completions: %s; commits seen %d (of orphans %d, then TIMEOUT %d); pulls issued %d, expired %d, committed %d; reads of written regions %d (chunks of several versions %d)",
+				writes, wkinds[kValid], wkinds[kKeyRandom]+wkinds[kKeyInitiator]+wkinds[kKeyOp], wkinds[kStaleKey], statusSummary(&wby),
+				commits, orphanCommits, toCommitted, cs.pullsIssued, cs.pullsExpired, cs.writesCommitted, readsW, readsMixed)
+			if len(seeds) >= defaultSeeds && (commits == 0 || wby[abi.StatusOK] == 0 || cs.writesCommitted != commits) {
+				t.Errorf("%d writes committed (engines: %d), %d OK: the scenario did not exercise writes", commits, cs.writesCommitted, wby[abi.StatusOK])
+			}
 			if sc.Name == "corrupt" && len(seeds) >= defaultSeeds && net.Corrupted > 0 {
 				// Damaged answers were dropped by authentication, damaged
 				// requests answered REMOTE_AUTHENTICATION_FAILURE.
@@ -172,6 +191,9 @@ func TestSimSeeds(t *testing.T) {
 					if kinds[k] == 0 && opKind(k) != kStaleKey { // stale keys need a rekey and a reader in its window: TestRekey
 						t.Errorf("no %s command was posted in %d seeds", KindName(k), len(seeds))
 					}
+					if wkinds[k] == 0 && opKind(k) != kStaleKey {
+						t.Errorf("no %s WRITE was posted in %d seeds", KindName(k), len(seeds))
+					}
 				}
 			}
 		})
@@ -181,6 +203,7 @@ func TestSimSeeds(t *testing.T) {
 // engineTotals sums the cores' counters that show which paths ran.
 type engineTotals struct {
 	rxAuthFailed, reqAuthFailed, rekeys, dropped, stale, dup, nacked, expired, txNoBuf, orphaned, arpReq, queueMax uint64
+	pullsIssued, pullsExpired, writesCommitted                                                                     uint64
 }
 
 func (e *engineTotals) add(r *Result) {
@@ -197,6 +220,9 @@ func (e *engineTotals) add(r *Result) {
 		e.orphaned += st.Orphaned
 		e.arpReq += st.ARPRequests
 		e.queueMax = max(e.queueMax, st.ReqQueueMax)
+		e.pullsIssued += st.PullsIssued
+		e.pullsExpired += st.PullsExpired
+		e.writesCommitted += st.WritesCommitted
 	}
 }
 
