@@ -108,7 +108,7 @@ type portal struct {
 
 // inbound is one queued request at the serving side.
 type inbound struct {
-	op      abi.Op // OpRead or OpWrite
+	op      abi.Op // OpRead, OpWrite or OpRekey
 	ip      uint32
 	mac     wire.MAC
 	port    uint16
