@@ -110,8 +110,13 @@ type op struct {
 	// of the target becomes patByte(stamp, j). An op with its own slot
 	// stages it in its slot's area of wsrc, at [fillLo, fillHi) of the
 	// area, for target offset fillOff.
-	write          bool
-	stamp          uint64
+	write bool
+	stamp uint64
+	// rekey: a remote REKEY (write is set too: it takes a WRITE's four
+	// hops). newKr is the K_r it asks the server to install, staged in
+	// its slot's area of wsrc at [fillLo, fillHi).
+	rekey          bool
+	newKr          aesni.Key
 	wsrc           *region
 	fillLo, fillHi int
 	fillOff        uint64
@@ -149,7 +154,9 @@ func (o *op) String() string {
 		key += " req-corrupted"
 	}
 	typ := "READ"
-	if o.write {
+	if o.rekey {
+		typ = "REKEY"
+	} else if o.write {
 		typ = "WRITE"
 	}
 	return fmt.Sprintf("op{%s %s cookie=%#x node=%d portal=%d slot=%d remote=%08x region=%#x off=%d len=%d local=%#x loff=%d posted=%d%s}",
@@ -475,6 +482,14 @@ func (a *app) register(p *portal, mem []byte, perm engine.Perm, kind regKind) (*
 		s.patternID++
 		rg.pattern = s.patternID<<8 | uint64(a.n.id)
 		fillPattern(mem, rg.pattern)
+		if s.cfg.App.RekeyFrac > 0 && s.patternID&1 == 0 {
+			// Every other remote-accessible region allows remote REKEYs
+			// (by pattern id: no draw from the app's stream; a new
+			// portal's pattern and remote-writable regions take
+			// consecutive ids, so one of them allows them).
+			perm |= engine.PermRemoteRekey
+			rg.perm = perm
+		}
 		if kind == regDst {
 			rg.shadow = append([]byte(nil), mem...)
 		}
@@ -621,6 +636,20 @@ func pickLength(r interface{ IntN(int) int }, max int) uint32 {
 func (p *portal) post() bool {
 	a := p.a
 	r := a.s.appRng
+	if f := a.s.cfg.App.RekeyFrac; f > 0 && r.Float64() < f {
+		if tgt := a.pickRegion(false, func(rg *region) bool { return rg.perm&engine.PermRemoteRekey != 0 }); tgt != nil {
+			// A REKEY ignores the remote offset: any will do.
+			roff := uint64(r.IntN(len(tgt.mem)))
+			if r.IntN(4) == 0 {
+				roff = r.Uint64()
+			}
+			kind := p.pickKind()
+			if kind == kValid && r.IntN(6) == 0 {
+				kind = kRemotePerm // a region without PermRemoteRekey: REMOTE_PERMISSION
+			}
+			return p.postOpType(abi.OpRekey, kind, tgt, aesni.KeySize, roff, p.mutate)
+		}
+	}
 	write := r.Float64() < a.s.cfg.App.WriteFrac
 	kind := p.pickKind()
 	var tgt *region
@@ -654,6 +683,29 @@ func (p *portal) mutate(o *op, c *abi.Command) {
 	n := a.n
 	r := s.appRng
 	tgt := o.target
+	if o.rekey {
+		switch o.kind {
+		case kTooLarge: // a REKEY of any length but 16 is BAD_COMMAND (before TOO_LARGE)
+			o.kind = kZeroLen
+			c.Length = [...]uint32{0, 1, aesni.KeySize - 1, aesni.KeySize + 1, abi.MaxOpBytes + 1}[r.IntN(5)]
+			return
+		case kRemoteBounds: // a REKEY's offset means nothing: stays valid
+			o.kind = kValid
+			c.RemoteOffset = math.MaxUint64 - uint64(r.IntN(1<<20))
+			return
+		case kRemotePerm: // a region without PermRemoteRekey
+			sk := a.pickRegion(false, func(rg *region) bool { return rg.perm&engine.PermRemoteRekey == 0 })
+			if sk == nil {
+				o.kind = kValid
+				return
+			}
+			o.target = sk
+			c.RemoteAddr = s.nodes[sk.node].ip4
+			c.RemoteRegion = sk.id
+			c.RemoteOffset = uint64(r.IntN(len(sk.mem)))
+			return
+		}
+	}
 	switch o.kind {
 	case kLocalBounds:
 		sz := uint64(len(o.local.mem))
@@ -774,12 +826,13 @@ func (p *portal) postOpType(opc abi.Op, kind opKind, tgt *region, length uint32,
 	if kind.usesSlot() && len(p.idle) == 0 {
 		return false
 	}
-	write := opc == abi.OpWrite
+	rekey := opc == abi.OpRekey
+	write := opc == abi.OpWrite || rekey
 	local := p.sink
 	if write {
 		local = p.wsrc
 	}
-	o := &op{kind: kind, p: p, slotIdx: -1, postedAt: s.now, target: tgt, sink: p.sink, local: local, rxAuth0: n.last.RxAuthFailed, write: write}
+	o := &op{kind: kind, p: p, slotIdx: -1, postedAt: s.now, target: tgt, sink: p.sink, local: local, rxAuth0: n.last.RxAuthFailed, write: write, rekey: rekey}
 	s.cookieCtr++
 	o.cookie = mix64(s.cookieCtr ^ s.cfg.Seed<<20)
 	c := &o.cmd
@@ -810,7 +863,16 @@ func (p *portal) postOpType(opc abi.Op, kind opKind, tgt *region, length uint32,
 		o.extraIdx = len(p.extra) - 1
 	}
 	c.LocalOffset = uint64(area + r.IntN(areaBytes-int(min(length, abi.MaxOpBytes))+1))
-	if write {
+	if rekey {
+		o.newKr = s.newKey()
+		if o.slotIdx >= 0 {
+			// Stage the new K_r: the core copies it when it takes the command.
+			o.wsrc = p.wsrc
+			o.fillLo = int(c.LocalOffset) - area
+			o.fillHi = o.fillLo + aesni.KeySize
+			copy(p.wsrc.mem[area+o.fillLo:area+o.fillHi], o.newKr[:])
+		}
+	} else if write {
 		o.stamp = s.nextStamp()
 		if o.slotIdx >= 0 {
 			// Stage the data: what the target's range must hold once committed.
@@ -859,7 +921,10 @@ func (p *portal) postOpType(opc abi.Op, kind opKind, tgt *region, length uint32,
 	s.deadlines.push(deadline{t: o.deadline, cookie: o.cookie})
 	s.res.Posted++
 	s.res.ByKind[o.kind]++
-	if write {
+	if rekey {
+		s.res.RekeyOps++
+		s.res.RekeyKinds[o.kind]++
+	} else if write {
 		s.res.Writes++
 		s.res.WriteKinds[o.kind]++
 	}
@@ -893,7 +958,9 @@ func (p *portal) key(o *op, tgt *region) {
 	o.stale = o.keyVer < len(rg.keys)-1
 	kv := &rg.keys[o.keyVer]
 	ip, pid, opType := a.n.ip.As4(), p.pid, uint8(abi.OpRead)
-	if o.write {
+	if o.rekey {
+		opType = uint8(abi.OpRekey)
+	} else if o.write {
 		opType = uint8(abi.OpWrite)
 	}
 	switch o.kind {
@@ -916,7 +983,9 @@ func (p *portal) key(o *op, tgt *region) {
 		}
 	case kKeyOp: // a WRITE's K_d on a READ, a READ's on a WRITE, REKEY's, nonsense
 		others := [...]uint8{uint8(abi.OpWrite), uint8(abi.OpRekey), 0, 0xff}
-		if o.write {
+		if o.rekey {
+			others[1] = uint8(abi.OpRead)
+		} else if o.write {
 			others[0] = uint8(abi.OpRead)
 		}
 		opType = others[r.IntN(len(others))]

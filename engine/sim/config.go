@@ -169,6 +169,12 @@ type AppConfig struct {
 	// region (the target of writes, read by readers too). Small regions
 	// make concurrent writes overlap.
 	DstMinBytes, DstMaxBytes int
+	// RekeyFrac: probability an op is a remote REKEY (valid or with one
+	// thing wrong) of a region of another node: its new K_r is drawn from
+	// the seed and staged in the op's area of the write source.
+	// Every other remote-readable or remote-writable region (by pattern
+	// id) allows PermRemoteRekey.
+	RekeyFrac float64
 }
 
 // FaultConfig schedules faults at random times of the posting phase.
@@ -209,6 +215,8 @@ func (c *Config) Validate() error {
 		return bad("App.DstMinBytes", c.App.DstMinBytes)
 	case c.App.WriteFrac < 0 || c.App.WriteFrac > 1:
 		return bad("App.WriteFrac", c.App.WriteFrac)
+	case c.App.RekeyFrac < 0 || c.App.RekeyFrac > 1:
+		return bad("App.RekeyFrac", c.App.RekeyFrac)
 	case c.Net.RxQueueFrames < 1:
 		return bad("Net.RxQueueFrames", c.Net.RxQueueFrames)
 	case c.Cost.PollNs < 1:
@@ -321,6 +329,7 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 			WriteFrac:      0.2 + 0.3*r.Float64(),
 			DstMinBytes:    4096,
 			DstMaxBytes:    16 << 10,
+			RekeyFrac:      0.01 * float64(1+seed%3), // (from the seed: the scenario's draws stay as they were)
 		},
 		Faults: FaultConfig{
 			Rekeys:     1 + r.IntN(4),

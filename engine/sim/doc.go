@@ -24,8 +24,9 @@
 // remote-readable: the target of other nodes' writes and of reads) and a
 // write source (local-read only, poison, one area per slot). It posts
 // READs and, with probability App.WriteFrac (20-50% per seed), WRITEs of
-// random sizes and offsets to random remote regions, plus commands of
-// both types with exactly one thing wrong (out of bounds locally or
+// random sizes and offsets to random remote regions, with probability
+// App.RekeyFrac (1-3% per seed) remote REKEYs (see Remote REKEYs), plus
+// commands of every type with exactly one thing wrong (out of bounds locally or
 // remotely, offsets that wrap, another portal's or a stale region, a
 // region without the permission, length 0 or above 4 KB, an unknown op
 // code, a slot that is not its own or is busy, an address nobody has, a
@@ -37,7 +38,7 @@
 // every K_r it ever had, when the owner installed it, and when each node
 // learns it. A command carries K_d = aesni.DeriveKey(K_r, the poster's
 // IPv4 address, its portal's PID, READ or WRITE) for the newest K_r the
-// poster knows. A fraction (App.WrongKeyRate) of the ops carry a wrong
+// poster knows (REKEY for a remote REKEY). A fraction (App.WrongKeyRate) of the ops carry a wrong
 // K_d instead: a random key, the K_d of another initiator (another PID, or
 // another node's address) or of another op type (a READ's K_d on a
 // WRITE, a WRITE's on a READ, REKEY's, 0, 0xff). Fault "rekey"
@@ -112,7 +113,8 @@
 // each request with its op): ops on other regions never see it. A read
 // posted with the then-current key may still end OK after a rekey (its
 // request was authenticated and queued before). Stats.Rekeys counts the
-// application's rekeys; Stats.IVErrors stays 0; Stats.RxAuthFailed stays 0
+// application's rekeys plus the remote REKEYs installed (Stats.RemoteRekeys
+// equals the installs seen); Stats.IVErrors stays 0; Stats.RxAuthFailed stays 0
 // until the fabric has damaged or forged a frame (a genuine answer always
 // opens, but for answers to a WRITE's request after its pull: see Writes). The corrupt scenario must show RxAuthFailed, ReqAuthFailed and
 // damaged requests answered REMOTE_AUTHENTICATION_FAILURE.
@@ -238,6 +240,50 @@
 // Config.VaryTimeouts gives nodes different Timeouts (1, 1.5 or 2 times
 // the template's), so a pull brings a timeout longer or shorter than the
 // initiator's own (a third of the seeds).
+//
+// # Remote REKEYs
+//
+// A remote REKEY (paper §5.2; engine/write.go) takes a WRITE's four hops
+// and is tracked like one (its request by tag, the pull its core
+// accepted, its commit at ④): ③ carries the new K_r sealed under
+// K_d(REKEY), and the commit installs it (Core.installKey) and sends ④ in
+// the same call.
+//
+// Workload. Every other remote-readable or remote-writable region (by
+// pattern id: a new portal's two get consecutive ids, so one of them)
+// allows PermRemoteRekey. A REKEY targets a live region with it on
+// another server node (never its own: looped frames show no ④); its new
+// K_r is drawn from the key stream and staged at its local offset in its
+// slot's area of the write source (the engine copies it when it takes the
+// command); its remote offset is arbitrary (the engine ignores it, even
+// far out of bounds); its K_d is derived for abi.OpRekey from the newest
+// K_r the poster knows. Bad REKEYs: a region without PermRemoteRekey
+// (one valid REKEY in six becomes one: REMOTE_PERMISSION), wrong keys
+// (another op type's K_d among them), stale keys, a stale remote region,
+// local defects, bad slots, an unknown address, and a length other than
+// 16 (BAD_COMMAND, before TOO_LARGE). Result.RekeyOps, RekeyKinds and
+// RekeyStatus count them apart from READs and WRITEs.
+//
+// Installs are seen, not guessed. At the ④ of a REKEY the simulator
+// checks: a valid REKEY, not installed before, not completed yet (a REKEY
+// reported failed never takes effect afterwards), into a live region of
+// that node that allows it. Then the region directory gets the new K_r as
+// the region's current key from that virtual time: the owner knows it at
+// once, every other node (the poster too: it learns of the install like
+// everyone else) within Faults.KeyDelayNs, as for Core.Rekey. So later
+// READs, WRITEs and REKEYs with a K_d of an older key are stale-key ops
+// (REMOTE_AUTHENTICATION_FAILURE), ops in flight with the old key may get
+// it, and ops with the new key must authenticate: on a clean network
+// they end OK, which checks that the core installed exactly the staged
+// key. Completions follow the WRITE rules: exactly one; OK only after an
+// install seen (and a pull accepted); any status but OK and TIMEOUT only
+// without one; TIMEOUT either way (Result.TimeoutRekeyed), bounded by the
+// pull's server timeout as for writes. Stats.RemoteRekeys equals the
+// installs seen on every node; the staged key in the source area is
+// unchanged at the completion. Orphan REKEYs may still install
+// (Result.OrphanRekeys). rekey_test.go holds scripted cases (an install
+// then old- and new-key reads, a stale-key REKEY, REMOTE_PERMISSION; a
+// lost ④: TIMEOUT but installed; a lost ③: TIMEOUT, nothing installed).
 //
 // # Scripted repros
 //

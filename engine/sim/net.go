@@ -92,6 +92,9 @@ type node struct {
 	txSent  uint64 // frames the core sent
 	rxFed   uint64 // frames handed to Receive
 	commits uint64 // WRITE commits seen (④ sent): Stats.WritesCommitted
+	// remoteRekeys: REKEY installs seen (④ sent): Stats.RemoteRekeys
+	// (Stats.Rekeys counts them too, with the application's Core.Rekey).
+	remoteRekeys uint64
 	// obsolete: genuine answers to a WRITE request (①) that reached the
 	// core after it accepted the op's pull (a duplicated request answered
 	// NACK or an error): curried with ①'s IV, they no longer authenticate.
@@ -290,7 +293,7 @@ func (s *Sim) send(n *node, b []byte) {
 	}
 	if wire.EtherType(b) == wire.EtherTypeIPv4 {
 		switch h.Type {
-		case wire.TypeWriteReq:
+		case wire.TypeWriteReq, wire.TypeRekeyReq:
 			s.sawWriteRequest(n, &h)
 		case wire.TypePullReq:
 			s.sawPullSent(&h)
@@ -314,7 +317,7 @@ func (s *Sim) send(n *node, b []byte) {
 	f := s.pool.get()
 	f.n = copy(f.buf, b)
 	f.src = n.id
-	if (h.Type == wire.TypeReadReq || h.Type == wire.TypeWriteReq) && wire.EtherType(b) == wire.EtherTypeIPv4 {
+	if (h.Type == wire.TypeReadReq || h.Type == wire.TypeWriteReq || h.Type == wire.TypeRekeyReq) && wire.EtherType(b) == wire.EtherTypeIPv4 {
 		// The core sends a request when its op enters service, inside
 		// Poll: the slot's op is the one the app posted last on it.
 		if ref, ok := n.app.slotOwner[abi.SlotID(h.Tag>>32)]; ok && !ref.p.closed {
@@ -598,18 +601,24 @@ func (n *node) afterCall(what string) {
 		s.fail("node %d: Stats.RxFrames %d, but Receive was called %d times", n.id, st.RxFrames, n.rxFed)
 	case st.Posted < n.last.Posted || st.EnteredSvc < n.last.EnteredSvc || st.ReqServed < n.last.ReqServed ||
 		st.RxAuthFailed < n.last.RxAuthFailed || st.ReqAuthFailed < n.last.ReqAuthFailed ||
-		st.PullsIssued < n.last.PullsIssued || st.PullsExpired < n.last.PullsExpired || st.WritesCommitted < n.last.WritesCommitted:
+		st.PullsIssued < n.last.PullsIssued || st.PullsExpired < n.last.PullsExpired || st.WritesCommitted < n.last.WritesCommitted ||
+		st.RemoteRekeys < n.last.RemoteRekeys:
 		s.fail("node %d: a counter went backwards: %+v -> %+v", n.id, n.last, st)
-	case st.Rekeys != n.app.rekeys:
-		s.fail("node %d: Stats.Rekeys %d, the application rekeyed %d times", n.id, st.Rekeys, n.app.rekeys)
+	case st.RemoteRekeys != n.remoteRekeys:
+		// Every install is followed, in the same call, by its ④.
+		s.fail("node %d: Stats.RemoteRekeys %d, but the simulator saw %d acknowledged REKEY installs (an install without ④?)",
+			n.id, st.RemoteRekeys, n.remoteRekeys)
+	case st.Rekeys != n.app.rekeys+n.remoteRekeys:
+		s.fail("node %d: Stats.Rekeys %d, the application rekeyed %d times and %d remote REKEYs were installed",
+			n.id, st.Rekeys, n.app.rekeys, n.remoteRekeys)
 	case st.WritesCommitted != n.commits:
 		// Every commit is followed, in the same call, by its ④ (the core
 		// commits only with a tx buffer for it): the simulator saw each.
 		s.fail("node %d: Stats.WritesCommitted %d, but the simulator saw %d acknowledged commits (a commit without ④?)",
 			n.id, st.WritesCommitted, n.commits)
-	case st.PullsInUse > uint64(n.ecfg.PullContexts) || st.PullsInUse+st.PullsExpired+st.WritesCommitted > st.PullsIssued:
-		s.fail("node %d: PullsInUse %d (of %d contexts), PullsIssued %d, PullsExpired %d, WritesCommitted %d: pulls not conserved",
-			n.id, st.PullsInUse, n.ecfg.PullContexts, st.PullsIssued, st.PullsExpired, st.WritesCommitted)
+	case st.PullsInUse > uint64(n.ecfg.PullContexts) || st.PullsInUse+st.PullsExpired+st.WritesCommitted+st.RemoteRekeys > st.PullsIssued:
+		s.fail("node %d: PullsInUse %d (of %d contexts), PullsIssued %d, PullsExpired %d, WritesCommitted %d, RemoteRekeys %d: pulls not conserved",
+			n.id, st.PullsInUse, n.ecfg.PullContexts, st.PullsIssued, st.PullsExpired, st.WritesCommitted, st.RemoteRekeys)
 	case st.IVErrors != 0:
 		s.fail("node %d: Stats.IVErrors %d: a volatile IV source never runs dry", n.id, st.IVErrors)
 	case st.RxAuthFailed > n.obsolete && s.res.Net.Corrupted == 0 && s.res.Net.Forged == 0:

@@ -49,6 +49,15 @@ type Result struct {
 	// the read was being served: reads are not atomic against writes).
 	ReadsOfWritten uint64
 	ReadsMixed     uint64
+	// Remote REKEYs: posted (every kind), by what they test, completions
+	// by status; installs the simulator saw (the server's ④), of which of
+	// orphans and of REKEYs that then completed TIMEOUT.
+	RekeyOps       uint64
+	RekeyKinds     [24]uint64
+	RekeyStatus    [abi.NumStatus]uint64
+	RemoteRekeys   uint64
+	OrphanRekeys   uint64
+	TimeoutRekeyed uint64
 	Net            NetStats
 	Cores          []engine.Stats
 	// Digest folds every event, frame and completion of the run: two runs

@@ -123,7 +123,9 @@ func TestSimSeeds(t *testing.T) {
 			if err != nil {
 				report(t, sc, seed, err)
 			}
-			var by, wby [abi.NumStatus]uint64
+			var by, wby, kby [abi.NumStatus]uint64
+			var rekeyOps, remoteRekeys, orphanRekeys, toRekeyed uint64
+			var rkinds [24]uint64
 			var kinds, wkinds [24]uint64
 			var writes, commits, orphanCommits, toCommitted, readsW, readsMixed uint64
 			var posted, steps, rekeys, zeroed, authDamaged uint64
@@ -149,6 +151,16 @@ func TestSimSeeds(t *testing.T) {
 					wby[i] += v
 				}
 				writes += r.Writes
+				rekeyOps += r.RekeyOps
+				remoteRekeys += r.RemoteRekeys
+				orphanRekeys += r.OrphanRekeys
+				toRekeyed += r.TimeoutRekeyed
+				for i, v := range r.RekeyStatus {
+					kby[i] += v
+				}
+				for i, v := range r.RekeyKinds {
+					rkinds[i] += v
+				}
 				commits += r.WritesCommitted
 				orphanCommits += r.OrphanCommits
 				toCommitted += r.TimeoutCommitted
@@ -173,6 +185,12 @@ func TestSimSeeds(t *testing.T) {
 			t.Logf("writes: %d posted (%d valid, %d wrong-key, %d stale-key); completions: %s; commits seen %d (of orphans %d, then TIMEOUT %d); pulls issued %d, expired %d, committed %d; reads of written regions %d (chunks of several versions %d)",
 				writes, wkinds[kValid], wkinds[kKeyRandom]+wkinds[kKeyInitiator]+wkinds[kKeyOp], wkinds[kStaleKey], statusSummary(&wby),
 				commits, orphanCommits, toCommitted, cs.pullsIssued, cs.pullsExpired, cs.writesCommitted, readsW, readsMixed)
+			t.Logf("remote REKEYs: %d posted (%d valid, %d remote-perm, %d wrong-key, %d stale-key); completions: %s; installs seen %d (engines: %d; of orphans %d, then TIMEOUT %d)",
+				rekeyOps, rkinds[kValid], rkinds[kRemotePerm], rkinds[kKeyRandom]+rkinds[kKeyInitiator]+rkinds[kKeyOp], rkinds[kStaleKey],
+				statusSummary(&kby), remoteRekeys, cs.remoteRekeys, orphanRekeys, toRekeyed)
+			if len(seeds) >= defaultSeeds && (remoteRekeys == 0 || kby[abi.StatusOK] == 0 || cs.remoteRekeys != remoteRekeys) {
+				t.Errorf("%d remote REKEYs installed (engines: %d), %d OK: the scenario did not exercise remote REKEYs", remoteRekeys, cs.remoteRekeys, kby[abi.StatusOK])
+			}
 			if len(seeds) >= defaultSeeds && (commits == 0 || wby[abi.StatusOK] == 0 || cs.writesCommitted != commits) {
 				t.Errorf("%d writes committed (engines: %d), %d OK: the scenario did not exercise writes", commits, cs.writesCommitted, wby[abi.StatusOK])
 			}
@@ -203,7 +221,7 @@ func TestSimSeeds(t *testing.T) {
 // engineTotals sums the cores' counters that show which paths ran.
 type engineTotals struct {
 	rxAuthFailed, reqAuthFailed, rekeys, dropped, stale, dup, nacked, expired, txNoBuf, orphaned, arpReq, queueMax uint64
-	pullsIssued, pullsExpired, writesCommitted                                                                     uint64
+	pullsIssued, pullsExpired, writesCommitted, remoteRekeys                                                       uint64
 }
 
 func (e *engineTotals) add(r *Result) {
@@ -223,6 +241,7 @@ func (e *engineTotals) add(r *Result) {
 		e.pullsIssued += st.PullsIssued
 		e.pullsExpired += st.PullsExpired
 		e.writesCommitted += st.WritesCommitted
+		e.remoteRekeys += st.RemoteRekeys
 	}
 }
 

@@ -62,8 +62,8 @@ func (s *Sim) sawWriteRequest(n *node, h *wire.Fields) {
 		return
 	}
 	o := ref.p.busy[ref.k]
-	if o == nil || !o.write {
-		s.fail("node %d sent a WRITE request with tag %#x for slot %d, whose op is %v", n.id, h.Tag, h.Tag>>32, o)
+	if o == nil || !o.write || o.rekey != (h.Type == wire.TypeRekeyReq) {
+		s.fail("node %d sent a %v request with tag %#x for slot %d, whose op is %v", n.id, h.Type, h.Tag, h.Tag>>32, o)
 		return
 	}
 	key := reqRef{n.id, h.Tag}
@@ -169,6 +169,10 @@ func (s *Sim) sawCommit(n *node, h *wire.Fields) {
 		s.fail("node %d acknowledged a commit (④) to %08x tag %#x: no WRITE request with that tag was ever sent", n.id, h.DstIP, h.Tag)
 		return
 	}
+	if o.rekey {
+		s.sawInstall(n, o)
+		return
+	}
 	rg := o.target
 	switch {
 	case o.kind != kValid:
@@ -235,9 +239,17 @@ func (s *Sim) checkWriteCompletion(o *op, c *abi.Completion) {
 		return
 	}
 	o.done, o.doneAt, o.status = true, s.now, st
-	s.res.WriteStatus[st]++
-	if st == abi.StatusTimeout && o.committed {
-		s.res.TimeoutCommitted++
+	switch {
+	case o.rekey:
+		s.res.RekeyStatus[st]++
+		if st == abi.StatusTimeout && o.committed {
+			s.res.TimeoutRekeyed++
+		}
+	default:
+		s.res.WriteStatus[st]++
+		if st == abi.StatusTimeout && o.committed {
+			s.res.TimeoutCommitted++
+		}
 	}
 	if rg := o.target; rg != nil && rg.kind == regDst && rg.deadAt == math.MaxInt64 {
 		if i := firstDiff(rg.mem, rg.shadow); i >= 0 {
@@ -256,7 +268,11 @@ func (p *portal) checkSrcArea(o *op) {
 	area := p.wsrc.mem[base : base+areaBytes]
 	lo, hi := o.fillLo, o.fillHi
 	want := s.expect[:hi-lo]
-	stampBytes(want, o.stamp, o.fillOff)
+	if o.rekey {
+		copy(want, o.newKr[:])
+	} else {
+		stampBytes(want, o.stamp, o.fillOff)
+	}
 	if i := firstDiff(area[lo:hi], want); i >= 0 {
 		s.fail("%s: byte %d of its source was changed (%#02x, staged %#02x)", o, i, area[lo+i], want[i])
 		return
