@@ -43,6 +43,7 @@ import (
 	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/internal/testbed"
+	"golang.org/x/sys/unix"
 )
 
 // Row is the record rmaperf prints and this appends.
@@ -420,7 +421,15 @@ func addNote(note, s string) string {
 func gcmLimit(dur time.Duration) (Row, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	const n = 4096
+	// On the loopback engine's CPU, and the best of five slices: a
+	// ceiling, which one slice disturbed by the VM's neighbours would
+	// understate (single 5 s runs read 1.3-2.4 GB/s on one day).
+	var set unix.CPUSet
+	set.Set(1)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return Row{}, fmt.Errorf("pinning to CPU 1: %w", err)
+	}
+	const n, slices = 4096, 5
 	g, err := aesni.NewAEAD(aesni.Key{0x1e, 0xaf})
 	if err != nil {
 		return Row{}, err
@@ -430,22 +439,26 @@ func gcmLimit(dur time.Duration) (Row, error) {
 	for i := range src {
 		src[i] = byte(i)
 	}
-	ops := 0
-	start := time.Now()
-	for time.Since(start) < dur {
-		for k := 0; k < 64; k++ {
-			binary.BigEndian.PutUint64(nonce[4:], uint64(ops+k+1)) // a fresh nonce per seal
-			g.SealResponse(frame, src, nonce, aad, reqIV)
-			if err := g.OpenResponseDirect(dst, frame, nonce, aad, reqIV); err != nil {
-				return Row{}, err
+	best, total := 0.0, uint64(0)
+	for sl := 0; sl < slices; sl++ {
+		ops := 0
+		start := time.Now()
+		for time.Since(start) < dur/slices {
+			for k := 0; k < 64; k++ {
+				total++
+				binary.BigEndian.PutUint64(nonce[4:], total) // a fresh nonce per seal
+				g.SealResponse(frame, src, nonce, aad, reqIV)
+				if err := g.OpenResponseDirect(dst, frame, nonce, aad, reqIV); err != nil {
+					return Row{}, err
+				}
 			}
+			ops += 64
 		}
-		ops += 64
+		best = max(best, float64(ops)/time.Since(start).Seconds())
 	}
-	secs := time.Since(start).Seconds()
 	return Row{System: "aes-gcm-limit", Setup: "cpu", Test: "seal_open", Size: n, Outstanding: 1,
-		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * n / secs / 1e6,
-		Command: "rmabench (aesni.SealResponse + aesni.OpenResponseDirect as the engine seals and opens a 4 KB response, one goroutine locked to its thread)"}, nil
+		OpsPerSec: best, MBPerSec: best * n / 1e6,
+		Command: "rmabench (aesni.SealResponse + aesni.OpenResponseDirect as the engine seals and opens a 4 KB response, one thread pinned to CPU 1, best of 5 slices)"}, nil
 }
 
 func envOr(k, d string) string {
