@@ -156,6 +156,12 @@ type Core struct {
 	// arbiters do (HighBurst).
 	inq         [2]inRing
 	serveStreak int
+	// WRITE and REKEY requests taken from inq wait here, per class, for a
+	// pull context and window (startPulls), so reads behind them are
+	// served meanwhile: the pull is an op of the serving side, subject to
+	// its window like the ops it initiates (paper §5.1).
+	pullq      [2]inRing
+	pullStreak int
 
 	nbrs        []neighbor
 	nbrCount    int
@@ -224,6 +230,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 		dirty:      make([]PortalID, 0, cfg.Portals),
 		live:       make([]PortalID, 0, cfg.Portals),
 		inq:        [2]inRing{{q: make([]inbound, cfg.InboundQueue)}, {q: make([]inbound, cfg.InboundQueue)}},
+		pullq:      [2]inRing{{q: make([]inbound, cfg.InboundQueue)}, {q: make([]inbound, cfg.InboundQueue)}},
 		nbrs:       make([]neighbor, cfg.NeighborTable),
 		pulls:      make([]pullCtx, cfg.PullContexts+1),
 		freePull:   make([]uint16, 0, cfg.PullContexts),
@@ -645,7 +652,7 @@ func (c *Core) Shutdown(now int64) {
 		c.sendHead = (c.sendHead + 1) % len(c.sendq)
 		c.sendLen--
 	}
-	c.inq[0].n, c.inq[1].n, c.loopLen = 0, 0, 0
+	c.inq[0].n, c.inq[1].n, c.pullq[0].n, c.pullq[1].n, c.loopLen = 0, 0, 0, 0, 0
 	for c.pullHead >= 0 {
 		c.endPull(c.pullHead)
 	}
@@ -674,6 +681,11 @@ func (c *Core) NextDeadline() int64 {
 	}
 	if c.pullHead >= 0 {
 		d = min(d, c.pulls[c.pullHead].deadline)
+	}
+	for k := range c.pullq { // waiting for window: due when it expires (a freed window comes with work)
+		if q := &c.pullq[k]; q.n > 0 {
+			d = min(d, q.q[q.head].arrival+int64(c.cfg.Timeout))
+		}
 	}
 	if c.loopLen > 0 || c.sendLen > 0 {
 		d = math.MinInt64
@@ -804,6 +816,7 @@ func (c *Core) Poll(now int64) int {
 	work += c.arbitrate(now)
 	work += c.runLoop(now) // requests to ourselves join the inbound queue
 	work += c.serve(now)
+	work += c.startPulls(now)
 	work += c.sendData(now) // WRITE data for pulls that could not all be sent at once
 	work += c.runLoop(now)  // responses to ourselves complete their ops
 	c.publish()
@@ -1431,6 +1444,45 @@ func (c *Core) nextInbound() *inRing {
 	return nil
 }
 
+// startPulls serves the WRITE and REKEY requests waiting for a pull
+// context and window, each class in FIFO order, high first with the
+// HighBurst rule. Requests older than TIMEOUT are dropped (their
+// initiators have given up).
+func (c *Core) startPulls(now int64) int {
+	n := 0
+	for {
+		hi, lo := &c.pullq[ClassHigh], &c.pullq[ClassLow]
+		var q *inRing
+		switch {
+		case hi.n > 0 && (lo.n == 0 || c.pullStreak < c.cfg.HighBurst):
+			q = hi
+		case lo.n > 0:
+			q = lo
+		default:
+			return n
+		}
+		e := &q.q[q.head]
+		if now-e.arrival > int64(c.cfg.Timeout) {
+			c.stats.ReqExpired++
+			q.pop()
+			continue
+		}
+		switch c.startPull(now, e) {
+		case pullWait: // no window, context or tx buffer now: resume next Poll
+			return n
+		case pullStarted:
+			c.stats.PullsIssued++
+		}
+		if q == hi && lo.n > 0 {
+			c.pullStreak++
+		} else if q == lo {
+			c.pullStreak = 0
+		}
+		q.pop()
+		n++
+	}
+}
+
 // serve answers queued requests, each class in FIFO order, at most
 // ServeBudget per Poll, streaming each READ as MTU-sized responses straight
 // from region memory.
@@ -1447,13 +1499,20 @@ func (c *Core) serve(now int64) int {
 			q.pop()
 			continue
 		}
-		if e.op != abi.OpRead { // WRITE, REKEY
-			switch c.startPull(now, e) {
-			case pullWait: // no window, context or tx buffer now: FIFO, resume next Poll
-				return served
-			case pullStarted:
-				c.stats.PullsIssued++
+		if e.op != abi.OpRead { // WRITE, REKEY: pulled when window allows (startPulls)
+			pq := &c.pullq[ClassLow]
+			if q == &c.inq[ClassHigh] {
+				pq = &c.pullq[ClassHigh]
 			}
+			if pq.n == len(pq.q) {
+				return served // cannot happen: pullq is as large as inq
+			}
+			k := pq.head + pq.n
+			if k >= len(pq.q) {
+				k -= len(pq.q)
+			}
+			pq.q[k] = *e
+			pq.n++
 			q.pop()
 			served++
 			continue

@@ -487,3 +487,34 @@ func TestShutdownKeepsSentWrites(t *testing.T) {
 		t.Fatalf("audit %v, in flight %d", err, p.a.InFlight())
 	}
 }
+
+// A WRITE waiting for the serving side's window or a pull context does
+// not hold up the requests queued behind it: a READ is answered at once.
+func TestReadNotBehindWaitingWrite(t *testing.T) {
+	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	cb.WindowBytes = ArbitrationBytes
+	cb.PullContexts = 1
+	p := newWPair(t, ca, cb)
+	p.app.post(t, p.cmd(1, p.rd, 0, 4096))
+	p.app.post(t, p.cmd(2, p.rd, 4096, 4096)) // waits: one context, one window's worth
+	rd := readCmd(p.app.slots[3], ipOf("10.0.0.2"), p.rro, 0, p.rs, 0, 64, 3)
+	p.app.post(t, rd)
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b)
+	p.b.Poll(p.now)
+	var pulls, resps int
+	for _, fr := range p.tb.take() {
+		switch frameType(fr) {
+		case wire.TypePullReq:
+			pulls++
+		case wire.TypeReadResp:
+			resps++
+		}
+	}
+	if pulls != 1 || resps != 1 {
+		t.Fatalf("b sent %d pulls and %d read responses, want 1 and 1", pulls, resps)
+	}
+	if s := p.b.Stats(); s.PullsInUse != 1 {
+		t.Fatalf("pulls in use %d", s.PullsInUse)
+	}
+}

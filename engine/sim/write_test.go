@@ -313,13 +313,18 @@ func TestSimCatchesForgedWrite(t *testing.T) {
 
 // TestSimCatchesStrayWrite: a byte of a remote-writable region changed
 // with no commit (as a bug writing outside a range would) fails the run.
+// A later commit over that byte would hide one change from the model, so
+// bytes are changed at several times and places; the first not overwritten
+// before a check must be caught.
 func TestSimCatchesStrayWrite(t *testing.T) {
 	cfg := Clean(3)
 	cfg.ShutdownAtEnd = false
-	cfg.scripts = []scriptStep{at(700, func(s *Sim) {
-		rg := liveRegion(s, 1, regDst)
-		rg.mem[len(rg.mem)/2] ^= 1
-	})}
+	for k := int64(0); k < 8; k++ {
+		cfg.scripts = append(cfg.scripts, at(700+100*k, func(s *Sim) {
+			rg := liveRegion(s, 1, regDst)
+			rg.mem[(len(rg.mem)*int(k+1)/9)] ^= 1
+		}))
+	}
 	_, err := Run(cfg)
 	if err == nil || !strings.Contains(err.Error(), "the model says") {
 		t.Fatalf("stray change: got %v, want a model failure", err)
