@@ -322,7 +322,7 @@ func TestSimCatchesStrayWrite(t *testing.T) {
 	for k := int64(0); k < 8; k++ {
 		cfg.scripts = append(cfg.scripts, at(700+100*k, func(s *Sim) {
 			rg := liveRegion(s, 1, regDst)
-			rg.mem[(len(rg.mem)*int(k+1)/9)] ^= 1
+			rg.mem[(len(rg.mem) * int(k+1) / 9)] ^= 1
 		}))
 	}
 	_, err := Run(cfg)
