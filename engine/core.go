@@ -911,12 +911,7 @@ func (c *Core) post(now int64, id PortalID, p *portal, cmd *abi.Command, malform
 	s.postNs, s.issueNs, s.deadline = now, 0, 0
 	s.arrived = 0
 	s.pulled, s.sent = false, 0
-	units := (cmd.Length + wire.ChunkAlign - 1) / wire.ChunkAlign
-	if units == 64 {
-		s.want = math.MaxUint64
-	} else {
-		s.want = 1<<units - 1
-	}
+	s.want = unitMask(cmd.Length)
 	p.pending++
 	c.inflight++
 	if cmd.RemoteAddr == c.ip {
@@ -1266,17 +1261,10 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 		return
 	}
 	off, n := f.Offset, uint64(plen)
-	if off%wire.ChunkAlign != 0 || n == 0 || off >= uint64(s.length) || n > uint64(s.length)-off ||
-		(off+n != uint64(s.length) && n%wire.ChunkAlign != 0) {
+	bits, ok := chunkBits(off, n, s.length)
+	if !ok {
 		c.stats.RxDropped++
 		return
-	}
-	first, last := off/wire.ChunkAlign, (off+n+wire.ChunkAlign-1)/wire.ChunkAlign
-	var bits uint64
-	if last-first == 64 {
-		bits = math.MaxUint64
-	} else {
-		bits = (1<<(last-first) - 1) << first
 	}
 	if s.arrived&bits != 0 {
 		c.stats.RxDuplicate++

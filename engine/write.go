@@ -131,6 +131,21 @@ func (c *Core) startPull(now int64, e *inbound) pullOutcome {
 	return pullStarted
 }
 
+// chunkBits checks that a chunk of n bytes at offset off can belong to an
+// op of length bytes (aligned, inside, only the last one short) and
+// returns the arrival-bitmap bits it covers (one per 64 bytes).
+func chunkBits(off, n uint64, length uint32) (uint64, bool) {
+	if off%wire.ChunkAlign != 0 || n == 0 || off >= uint64(length) || n > uint64(length)-off ||
+		(off+n != uint64(length) && n%wire.ChunkAlign != 0) {
+		return 0, false
+	}
+	first, last := off/wire.ChunkAlign, (off+n+wire.ChunkAlign-1)/wire.ChunkAlign
+	if last-first == 64 {
+		return math.MaxUint64, true
+	}
+	return (1<<(last-first) - 1) << first, true
+}
+
 // unitMask is the arrival bitmap of a complete op of length bytes.
 func unitMask(length uint32) uint64 {
 	units := (length + wire.ChunkAlign - 1) / wire.ChunkAlign
@@ -280,17 +295,10 @@ func (c *Core) receiveWriteData(now int64, frame, payload []byte) {
 		return
 	}
 	off, n := f.Offset, uint64(len(payload))
-	if off%wire.ChunkAlign != 0 || n == 0 || off >= uint64(p.length) || n > uint64(p.length)-off ||
-		(off+n != uint64(p.length) && n%wire.ChunkAlign != 0) {
+	bits, ok := chunkBits(off, n, p.length)
+	if !ok {
 		c.stats.RxDropped++
 		return
-	}
-	first, last := off/wire.ChunkAlign, (off+n+wire.ChunkAlign-1)/wire.ChunkAlign
-	var bits uint64
-	if last-first == 64 {
-		bits = math.MaxUint64
-	} else {
-		bits = (1<<(last-first) - 1) << first
 	}
 	if p.arrived&bits != 0 {
 		c.stats.RxDuplicate++
