@@ -163,6 +163,12 @@ type Config struct {
 	MaxPortalBytes      uint64 // bytes of all regions of one portal
 
 	Hugetlb string // HugetlbAuto or HugetlbOff
+
+	// FaultStats, if set, returns the counters of a fault-injecting
+	// wrapper around the core's port (engine/faultport), for the stats
+	// reply's "fault" key. It runs on the core's goroutine, inside the
+	// same Executor.Exec as Core.Stats, where the port may be read.
+	FaultStats func() *ctlmsg.FaultStats
 }
 
 // DefaultConfig returns defaults matching engine.DefaultConfig.

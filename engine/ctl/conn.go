@@ -240,11 +240,21 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		resp.Identity = &id
 		return -1, nil
 	case ctlmsg.OpStats:
-		var st engine.Stats
-		if err := c.s.exec.Exec(func(core *engine.Core) { st = core.Stats() }); err != nil {
+		var (
+			st    engine.Stats
+			fault *ctlmsg.FaultStats
+		)
+		faultStats := c.s.cfg.FaultStats
+		if err := c.s.exec.Exec(func(core *engine.Core) {
+			st = core.Stats()
+			if faultStats != nil {
+				fault = faultStats()
+			}
+		}); err != nil {
 			return -1, execFail(req.Op, err)
 		}
 		resp.Stats = StatsMsg(&st)
+		resp.Stats.Fault = fault
 		return -1, nil
 	}
 	return -1, fail(ctlmsg.CodeInternal, "op %q decoded but not handled", req.Op)

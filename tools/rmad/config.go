@@ -22,6 +22,7 @@ import (
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -38,6 +39,7 @@ type Config struct {
 	Engine   EngineConfig `json:"engine"`
 	Ctl      CtlConfig    `json:"ctl"`
 	Poll     PollConfig   `json:"poll"`
+	Fault    FaultConfig  `json:"fault"`
 	LogLevel string       `json:"log_level"`
 }
 
@@ -144,6 +146,63 @@ type PollConfig struct {
 	MaxSleep Duration `json:"max_sleep"` // backoff: longest idle sleep (wake-up latency bound)
 }
 
+// FaultConfig maps onto faultport.Config: a fault-injecting wrapper in
+// front of the DPDK port, for tests of loss recovery where no network
+// emulator is at hand. Off unless a probability is set (the default: every
+// probability 0, and rmad does not wrap the port at all):
+//
+//	"fault": {"direction": "rx", "drop": 0.05, "duplicate": 0.01,
+//	  "reorder": 0.01, "reorder_depth": 4,
+//	  "delay": 0.02, "delay_by": "100us", "jitter": "50us",
+//	  "pool": 256, "seed": 1}
+//
+// Each frame of the faulted direction ("rx": received, "tx": sent, or
+// "both") is dropped with probability drop; else delayed by delay_by plus
+// a uniform jitter in [0, jitter] with probability delay; else held until
+// reorder_depth later frames have overtaken it with probability reorder;
+// independently, a frame not dropped is duplicated with probability
+// duplicate. Held frames are copied into a pool of pool frame buffers
+// (9014 bytes each); when it is empty frames pass unfaulted. seed fixes
+// the random streams: the same seed and frames give the same faults. In
+// backoff mode a delayed frame may be released up to poll.max_sleep late.
+// The counters are in the stats reply's "fault" key (rmactl stats -json)
+// and logged at shutdown.
+type FaultConfig struct {
+	Direction    string   `json:"direction"`
+	Drop         float64  `json:"drop"`
+	Duplicate    float64  `json:"duplicate"`
+	Reorder      float64  `json:"reorder"`
+	ReorderDepth int      `json:"reorder_depth"`
+	Delay        float64  `json:"delay"`
+	DelayBy      Duration `json:"delay_by"`
+	Jitter       Duration `json:"jitter"`
+	Pool         int      `json:"pool"`
+	Seed         uint64   `json:"seed"`
+}
+
+// faultConfig converts and validates the fault section (the wrapper's
+// burst is port.burst). rmad wraps the port only if the result is Active.
+func (c *Config) faultConfig() (faultport.Config, error) {
+	f := &c.Fault
+	fc := faultport.Config{
+		Direction: f.Direction,
+		Drop:      f.Drop, Duplicate: f.Duplicate, Reorder: f.Reorder, Delay: f.Delay,
+		ReorderDepth: f.ReorderDepth,
+		DelayNs:      int64(f.DelayBy), JitterNs: int64(f.Jitter),
+		Pool: f.Pool, Burst: c.Port.Burst, Seed: f.Seed,
+	}
+	switch {
+	case f.DelayBy < 0:
+		return fc, fmt.Errorf("%w: fault.delay_by %v is negative", errConfig, time.Duration(f.DelayBy))
+	case f.Jitter < 0:
+		return fc, fmt.Errorf("%w: fault.jitter %v is negative", errConfig, time.Duration(f.Jitter))
+	}
+	if err := fc.Validate(); err != nil {
+		return fc, fmt.Errorf("%w: fault: %v", errConfig, err)
+	}
+	return fc, nil
+}
+
 // Duration is a time.Duration written as a Go duration string ("2ms").
 type Duration time.Duration
 
@@ -225,6 +284,17 @@ func setBool(f func(*Config) *bool) setter {
 	}
 }
 
+func setFloat(f func(*Config) *float64) setter {
+	return func(c *Config, v string) error {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return err
+		}
+		*f(c) = x
+		return nil
+	}
+}
+
 func setDur(f func(*Config) *Duration) setter {
 	return func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
@@ -284,6 +354,16 @@ var flagSpecs = []struct {
 	{"poll-mode", "busy, backoff or yield (spin, giving the CPU to a co-located app when idle)", setStr(func(c *Config) *string { return &c.Poll.Mode })},
 	{"cpu", "CPU for the polling thread (-1: none)", setInt(func(c *Config) *int { return &c.Poll.CPU })},
 	{"max-sleep", "backoff mode: longest idle sleep", setDur(func(c *Config) *Duration { return &c.Poll.MaxSleep })},
+	{"fault-direction", "fault injection: frames faulted, rx, tx or both", setStr(func(c *Config) *string { return &c.Fault.Direction })},
+	{"fault-drop", "fault injection: probability a frame is dropped", setFloat(func(c *Config) *float64 { return &c.Fault.Drop })},
+	{"fault-duplicate", "fault injection: probability a frame is duplicated", setFloat(func(c *Config) *float64 { return &c.Fault.Duplicate })},
+	{"fault-reorder", "fault injection: probability a frame is reordered", setFloat(func(c *Config) *float64 { return &c.Fault.Reorder })},
+	{"fault-reorder-depth", "fault injection: frames that overtake a reordered frame", setInt(func(c *Config) *int { return &c.Fault.ReorderDepth })},
+	{"fault-delay", "fault injection: probability a frame is delayed", setFloat(func(c *Config) *float64 { return &c.Fault.Delay })},
+	{"fault-delay-by", "fault injection: delay of a delayed frame", setDur(func(c *Config) *Duration { return &c.Fault.DelayBy })},
+	{"fault-jitter", "fault injection: uniform jitter added to a delay", setDur(func(c *Config) *Duration { return &c.Fault.Jitter })},
+	{"fault-pool", "fault injection: frame buffers for held frames", setInt(func(c *Config) *int { return &c.Fault.Pool })},
+	{"fault-seed", "fault injection: random seed", setUint(64, func(c *Config) *uint64 { return &c.Fault.Seed })},
 	{"log-level", "trace, debug, info, warn, error", setStr(func(c *Config) *string { return &c.LogLevel })},
 }
 
@@ -463,6 +543,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: poll.mode %q, want busy, backoff or yield", errConfig, c.Poll.Mode)
 	case c.Poll.CPU < -1:
 		return fmt.Errorf("%w: poll.cpu %d", errConfig, c.Poll.CPU)
+	}
+	if _, err := c.faultConfig(); err != nil {
+		return err
 	}
 	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
 		return fmt.Errorf("%w: log_level %q", errConfig, c.LogLevel)

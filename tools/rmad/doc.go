@@ -38,6 +38,11 @@
 //	rmad -vdev net_tap0,iface=onerma0 -port-name net_tap0 -ip 10.0.0.1 \
 //	     -socket /run/onerma/rmad.sock -poll-mode busy -cpu 1
 //
-// Imports: aesni, dpdk, engine, engine/ctl, engine/dpdkport, engine/runner,
-// wire.
+// Fault injection (tests): a "fault" section (or the -fault-* flags) with
+// any probability above zero wraps the DPDK port in an engine/faultport
+// (drop, duplicate, reorder, delay; rx, tx or both; seeded); its counters
+// appear under "fault" in the stats reply. Absent or all zero: no wrapper.
+//
+// Imports: aesni, dpdk, engine, engine/ctl, engine/ctl/ctlmsg,
+// engine/dpdkport, engine/faultport, engine/runner, wire.
 package main

@@ -21,7 +21,9 @@ import (
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 	"github.com/onerma/onerma/engine/dpdkport"
+	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/wire"
 )
@@ -103,6 +105,10 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err != nil {
 		return err
 	}
+	faultCfg, err := cfg.faultConfig()
+	if err != nil {
+		return err
+	}
 	frameBytes := wire.EthLen + cfg.Engine.MTU
 	// At least the DPDK default data room (2048): some PMDs (af_packet) size
 	// their frames by it.
@@ -171,11 +177,22 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 
 	portCfg := dpdkport.DefaultConfig()
 	portCfg.Burst, portCfg.Stash, portCfg.FrameBytes = cfg.Port.Burst, 2*cfg.Port.Burst, frameBytes
-	port, err := dpdkport.New(cfg.Port.Name, pool, 0, portCfg)
+	dport, err := dpdkport.New(cfg.Port.Name, pool, 0, portCfg)
 	if err != nil {
 		return fmt.Errorf("port %q io: %w", cfg.Port.Name, err)
 	}
-	down.add("port io close", func() error { port.Close(); return nil })
+	down.add("port io close", func() error { dport.Close(); return nil })
+	// The core and its loop use port: the DPDK port, or the fault
+	// injector in front of it (which holds copies, never mbufs).
+	port, fault, err := wrapPort(dport, faultCfg)
+	if err != nil {
+		return err
+	}
+	if fault != nil {
+		ctlCfg.FaultStats = func() *ctlmsg.FaultStats { return faultStatsMsg(fault.Stats()) }
+	} else {
+		log.Debug().Msg("fault injection off")
+	}
 	if m := engCfg.LocalMAC; m == (wire.MAC{}) || m[0]&1 != 0 {
 		log.Warn().Str("engine_mac", fmtMAC(m)).Msg("engine MAC is zero or multicast: peers cannot reach it by ARP; set engine.mac")
 	}
@@ -207,6 +224,9 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err != nil {
 		return err
 	}
+	if fault != nil {
+		logFault(log, &faultCfg, &rCfg)
+	}
 	if err := r.Start(); err != nil {
 		return err
 	}
@@ -220,6 +240,11 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 			Uint64("rx_auth_failed", st.RxAuthFailed).Uint64("req_auth_failed", st.ReqAuthFailed).
 			Uint64("rekeys", st.Rekeys).Uint64("iv_errors", st.IVErrors).
 			Msg("final core counters")
+		if fault != nil {
+			fs := faultStatsMsg(fault.Stats())
+			log.Info().Interface("rx", fs.Rx).Interface("tx", fs.Tx).Uint64("held", fs.Held).
+				Msg("final fault injection counters")
+		}
 		return err
 	})
 	log.Info().Str("mode", rCfg.Mode.String()).Ints("cpus", cpus).Msg("poll loop running")
@@ -276,6 +301,51 @@ func openIVSource(path string) (*aesni.IVSource, error) {
 		return nil, fmt.Errorf("engine.iv_state: %w", err)
 	}
 	return iv, nil
+}
+
+// wrapPort puts a fault injector in front of inner when fc injects faults
+// (the config's "fault" section sets a probability); otherwise it returns
+// inner itself: no wrapper, no cost.
+func wrapPort(inner runner.Port, fc faultport.Config) (runner.Port, *faultport.Port, error) {
+	if !fc.Active() {
+		return inner, nil, nil
+	}
+	fp, err := faultport.New(inner, fc, nil) // runner.Monotonic: the runner's clock
+	if err != nil {
+		return nil, nil, err
+	}
+	return fp, fp, nil
+}
+
+// logFault says, loudly, that the port drops frames on purpose, and how
+// late a delayed frame may be released (an idle backoff loop sleeps up to
+// MaxSleep whatever the injector holds; other modes poll without sleeping).
+func logFault(log zerolog.Logger, c *faultport.Config, r *runner.Config) {
+	late := time.Duration(0)
+	if r.Mode == runner.Backoff {
+		late = r.MaxSleep
+	}
+	log.Warn().Str("direction", c.Direction).
+		Float64("drop", c.Drop).Float64("duplicate", c.Duplicate).
+		Float64("reorder", c.Reorder).Int("reorder_depth", c.ReorderDepth).
+		Float64("delay", c.Delay).Stringer("delay_by", time.Duration(c.DelayNs)).Stringer("jitter", time.Duration(c.JitterNs)).
+		Int("pool", c.Pool).Int("burst", c.Burst).Uint64("seed", c.Seed).
+		Stringer("delay_late_at_most", late).
+		Msg("fault injection ON: the port drops, duplicates, reorders or delays frames on purpose, as configured (config section \"fault\"; for tests)")
+}
+
+// faultStatsMsg converts the fault injector's counters to their
+// control-socket form. TestFaultStatsMsgCoversEveryField keeps it in step
+// with faultport.Stats.
+func faultStatsMsg(s faultport.Stats) *ctlmsg.FaultStats {
+	dir := func(d *faultport.DirStats) ctlmsg.FaultDirStats {
+		return ctlmsg.FaultDirStats{
+			Frames: d.Frames, Passed: d.Passed, Dropped: d.Dropped, Duplicated: d.Duplicated,
+			Delayed: d.Delayed, Reordered: d.Reordered, Deferred: d.Deferred, Released: d.Released,
+			PoolEmpty: d.PoolEmpty, Overflow: d.Overflow, NoBuffer: d.NoBuffer,
+		}
+	}
+	return &ctlmsg.FaultStats{Rx: dir(&s.Rx), Tx: dir(&s.Tx), Held: s.Held}
 }
 
 func fmtMAC(m [6]byte) string {

@@ -1,18 +1,28 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/dpdk/dpdktest"
+	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/engine/faultport"
+	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -364,6 +374,9 @@ func TestRmadNetRing(t *testing.T) {
 	if err != nil || st.ReqServed < 4 || st.SlotsInUse != 4 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
+	if st.Fault != nil { // the "fault" section sets no probability: no wrapper
+		t.Errorf("fault counters without fault injection: %+v", st.Fault)
+	}
 	// Leave the client's portal open: shutdown must reclaim it.
 	srv.Close()
 	cancel()
@@ -396,5 +409,342 @@ func TestRmadNetRing(t *testing.T) {
 	cli.Close()
 	if strings.Contains(stderr.String(), `"level":"error"`) {
 		t.Errorf("errors logged: %s", stderr.String())
+	}
+}
+
+// TestFaultConfig: the "fault" section comes from the default, the file
+// and the flags, in that order; it is off unless a probability is set, and
+// every bad value is refused naming it.
+func TestFaultConfig(t *testing.T) {
+	def := defaultConfig()
+	fc, err := def.faultConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc.Active() {
+		t.Fatalf("the default injects faults: %+v", fc)
+	}
+	file := writeFile(t, `{"fault": {"drop": 0.05, "seed": 7, "reorder": 0.01, "reorder_depth": 8}, "port": {"burst": 64}}`)
+	cfg, _, err := loadConfig([]string{"-config", file, "-fault-direction", "both", "-fault-delay", "0.2",
+		"-fault-delay-by", "100us", "-fault-jitter", "20us", "-fault-drop", "0.1", "-fault-pool", "512"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	fc, err = cfg.faultConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := faultport.Config{Direction: "both", Drop: 0.1, Reorder: 0.01, ReorderDepth: 8, Delay: 0.2,
+		DelayNs: 100_000, JitterNs: 20_000, Pool: 512, Burst: 64, Seed: 7}
+	if fc != want || !fc.Active() {
+		t.Fatalf("fault config\n got %+v\nwant %+v", fc, want)
+	}
+	// Unset keys keep the default's values.
+	cfg, _, err = loadConfig([]string{"-fault-duplicate", "0.5"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc, err = cfg.faultConfig(); err != nil || fc.Direction != "rx" || fc.Pool != 256 || fc.ReorderDepth != 4 || fc.Duplicate != 0.5 {
+		t.Fatalf("fault config %+v, %v", fc, err)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-fault-drop", "1.5"}, "invalid config: fault: faultport: invalid config: Drop = 1.5, want a probability in [0, 1]"},
+		{[]string{"-fault-duplicate", "-0.1"}, "Duplicate = -0.1"},
+		{[]string{"-fault-direction", "up"}, `Direction = "up", want "rx", "tx" or "both"`},
+		{[]string{"-fault-delay", "0.1"}, "Delay = 0.1 with DelayNs = JitterNs = 0 (no delay to apply)"},
+		{[]string{"-fault-delay-by", "-1ms"}, "invalid config: fault.delay_by -1ms is negative"},
+		{[]string{"-fault-jitter", "-1us"}, "invalid config: fault.jitter -1µs is negative"},
+		{[]string{"-fault-pool", "0"}, "Pool = 0"},
+		{[]string{"-fault-reorder-depth", "0"}, "ReorderDepth = 0"},
+		{[]string{"-fault-delay-by", "11s"}, "DelayNs = 11000000000"},
+	} {
+		cfg, _, err := loadConfig(tt.args, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: validate = %v, want %q", tt.args, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		file string
+		args []string
+		want string
+	}{
+		{`{"fault": {"drops": 0.1}}`, nil, `unknown field "drops"`},
+		{`{"fault": {"delay_by": 100}}`, nil, "duration"},
+		{"", []string{"-fault-drop", "some"}, "invalid value"},
+		{"", []string{"-fault-seed", "-1"}, "invalid value"},
+	} {
+		args := tt.args
+		if tt.file != "" {
+			args = append([]string{"-config", writeFile(t, tt.file)}, args...)
+		}
+		if _, _, err := loadConfig(args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s %v: %v, want %q", tt.file, tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestWrapPort: no wrapper at all unless a probability is set; with one,
+// the wrapper is in front of the port with the port's burst.
+func TestWrapPort(t *testing.T) {
+	inner, err := memport.Loopback(memport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := defaultConfig()
+	fc, err := cfg.faultConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, fault, err := wrapPort(inner, fc)
+	if err != nil || port != runner.Port(inner) || fault != nil {
+		t.Fatalf("default config: port %T, fault %v, %v", port, fault, err)
+	}
+	cfg.Fault.Drop = 1
+	if fc, err = cfg.faultConfig(); err != nil {
+		t.Fatal(err)
+	}
+	port, fault, err = wrapPort(inner, fc)
+	if err != nil || fault == nil || port != runner.Port(fault) || fault.Inner() != runner.Port(inner) || fault.Config().Burst != cfg.Port.Burst {
+		t.Fatalf("drop 1: port %T, fault %v, %v", port, fault, err)
+	}
+	// Everything sent is lost, and counted.
+	b := port.Buffer()
+	copy(b, make([]byte, 60))
+	port.Send(60)
+	port.Flush()
+	if got := port.Recv(); len(got) != 0 {
+		t.Fatalf("received %d frames through a port dropping everything", len(got))
+	}
+	if st := faultStatsMsg(fault.Stats()); st.Rx.Frames != 1 || st.Rx.Dropped != 1 || st.Tx.Passed != 1 {
+		t.Fatalf("counters %+v", st)
+	}
+}
+
+// TestFaultStatsMsgCoversEveryField fails when faultport.Stats gains a
+// counter that faultStatsMsg does not carry.
+func TestFaultStatsMsgCoversEveryField(t *testing.T) {
+	var s faultport.Stats
+	n := uint64(1)
+	for _, d := range []*faultport.DirStats{&s.Rx, &s.Tx} {
+		v := reflect.ValueOf(d).Elem()
+		for i := range v.NumField() {
+			v.Field(i).SetUint(n)
+			n++
+		}
+	}
+	s.Held = n
+	m := faultStatsMsg(s)
+	if m.Held != s.Held {
+		t.Errorf("Held = %d, want %d", m.Held, s.Held)
+	}
+	for _, p := range []struct {
+		name string
+		d    *faultport.DirStats
+		m    *ctlmsg.FaultDirStats
+	}{{"Rx", &s.Rx, &m.Rx}, {"Tx", &s.Tx, &m.Tx}} {
+		sv, mv := reflect.ValueOf(p.d).Elem(), reflect.ValueOf(p.m).Elem()
+		if sv.NumField() != mv.NumField() {
+			t.Errorf("%s: faultport.DirStats has %d fields, ctlmsg.FaultDirStats %d", p.name, sv.NumField(), mv.NumField())
+		}
+		for i := range sv.NumField() {
+			name := sv.Type().Field(i).Name
+			mf := mv.FieldByName(name)
+			if !mf.IsValid() {
+				t.Errorf("ctlmsg.FaultDirStats has no field %s", name)
+				continue
+			}
+			if mf.Uint() != sv.Field(i).Uint() {
+				t.Errorf("%s.%s = %d, want %d", p.name, name, mf.Uint(), sv.Field(i).Uint())
+			}
+		}
+	}
+}
+
+// TestRmadHelperProcess is rmad in a process of its own for
+// TestRmadNetRingFault (the EAL starts once per process): it runs with the
+// arguments in ONERMA_RMAD_HELPER (JSON), says READY on stdout once it
+// serves, and exits with rmad's exit code on SIGTERM.
+func TestRmadHelperProcess(t *testing.T) {
+	env := os.Getenv("ONERMA_RMAD_HELPER")
+	if env == "" {
+		return // not the helper
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(env), &args); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	code := run(ctx, args, os.Stdout, os.Stderr, func(string) { fmt.Println("READY") })
+	stop()
+	os.Exit(code)
+}
+
+// TestRmadNetRingFault runs rmad with its port behind the fault injector
+// (5 % of received frames dropped; hairpin_self, so the engine's frames to
+// itself cross the net_ring loopback and the injector): a 1 MB read,
+// re-posting every op that fails, arrives intact, the stats reply carries
+// the injector's counters, and rmad logs its fault config and final
+// counters.
+func TestRmadNetRingFault(t *testing.T) {
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("DPDK needs root; not root and CI is not \"true\"")
+	}
+	sock := filepath.Join(t.TempDir(), "rmad.sock")
+	args, _ := json.Marshal([]string{
+		"-iv-state", filepath.Join(t.TempDir(), "iv.state"),
+		"-eal", strings.Join(dpdktest.Args(), " "),
+		"-vdev", "net_ring0", "-port-name", "net_ring0", "-hairpin-self", "true",
+		"-ip", "10.3.0.2", "-socket", sock, "-poll-mode", "backoff",
+		"-mbufs", "2047", "-rx-desc", "512", "-tx-desc", "512", "-log-level", "info",
+		"-fault-drop", "0.05", "-fault-seed", "3",
+	})
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRmadHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "ONERMA_RMAD_HELPER="+string(args))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	readyc := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		ready := false
+		for sc.Scan() {
+			if sc.Text() == "READY" && !ready {
+				ready = true
+				readyc <- true
+			}
+		}
+		if !ready {
+			readyc <- false
+		}
+		exited <- cmd.Wait()
+	}()
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	}()
+	select {
+	case ok := <-readyc:
+		if !ok {
+			t.Fatalf("rmad exited before ready: %v\n%s", <-exited, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rmad not ready after 30 s")
+	}
+
+	srv, err := portal.Dial(sock, "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 20
+	src, err := srv.RegisterRegion(size, portal.PermRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i*29 + i>>12)
+	}
+	cli, err := portal.Dial(sock, "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, err := cli.AllocSlots(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := cli.RegisterRegion(size, portal.PermLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := cli.Identity().Addr
+	kd := src.DeriveKey(addr, cli.Identity().PID, abi.OpRead)
+	post := func(s abi.SlotID, chunk uint64) {
+		off := chunk * abi.MaxOpBytes
+		if err := cli.PostRead(s, addr, src.ID(), off, kd, sink, off, abi.MaxOpBytes, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const chunks = size / abi.MaxOpBytes
+	next := uint64(0)
+	for _, s := range slots {
+		post(s, next)
+		next++
+	}
+	cli.Flush()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := make([]abi.Completion, 32)
+	done, failed := 0, 0
+	for done < chunks {
+		n, err := cli.Wait(ctx, out)
+		if err != nil {
+			t.Fatalf("after %d of %d chunks, %d failed ops: %v", done, chunks, failed, err)
+		}
+		for _, c := range out[:n] {
+			switch {
+			case c.Status != abi.StatusOK:
+				failed++
+				post(c.Slot, c.Cookie)
+			case next < chunks:
+				done++
+				post(c.Slot, next)
+				next++
+			default:
+				done++
+			}
+		}
+		cli.Flush()
+	}
+	if !bytes.Equal(sink.Bytes(), src.Bytes()) {
+		t.Fatal("data differs")
+	}
+	st, err := cli.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := st.Fault
+	if f == nil || f.Rx.Dropped == 0 || f.Rx.Frames < 4*chunks || f.Tx.Frames == 0 || f.Tx.Dropped != 0 || failed == 0 {
+		t.Fatalf("%d ops failed; fault counters %+v", failed, f)
+	}
+	if rate := float64(f.Rx.Dropped) / float64(f.Rx.Frames); rate < 0.03 || rate > 0.07 {
+		t.Errorf("rx drop rate %.3f (%+v)", rate, f.Rx)
+	}
+	cli.Close()
+	srv.Close()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("rmad: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rmad did not shut down")
+	}
+	log := stderr.String()
+	for _, want := range []string{`"level":"warn"`, `fault injection ON`, `"drop":0.05`, `"delay_late_at_most":"200µs"`, `final fault injection counters`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %s:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, `"level":"error"`) {
+		t.Errorf("errors logged: %s", log)
 	}
 }

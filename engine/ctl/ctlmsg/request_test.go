@@ -230,6 +230,12 @@ func TestResponseRoundTrip(t *testing.T) {
 			Identity: Identity{Addr: "10.0.0.1", PID: 42, UID: 1000, GID: 1000, Name: "x"},
 		}},
 		{V: Version, ID: 4, Op: OpOpen, Code: CodeClass, Error: `open: portal "x" asks for class high`},
+		{V: Version, ID: 5, Op: OpStats, Stats: &Stats{Posted: 9, Completed: map[string]uint64{"OK": 9}, Fault: &FaultStats{
+			Rx:   FaultDirStats{Frames: 100, Passed: 90, Dropped: 5, Duplicated: 2, Delayed: 3, Reordered: 2, Released: 7, PoolEmpty: 1},
+			Tx:   FaultDirStats{Frames: 50, Passed: 50, Deferred: 1, Overflow: 2, NoBuffer: 3},
+			Held: 4,
+		}}},
+		{V: Version, ID: 6, Op: OpStats, Stats: &Stats{Posted: 1, Completed: map[string]uint64{}}},
 	} {
 		b, err := EncodeResponse(&in)
 		if err != nil {
@@ -242,6 +248,14 @@ func TestResponseRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(in, out) {
 			t.Fatalf("(-want +got)\n-%+v\n+%+v", in, out)
 		}
+	}
+	// An engine without a fault-injecting port sends no "fault" key (and
+	// clients that predate it ignore the key when it is there).
+	if b, _ := EncodeResponse(&Response{V: Version, Stats: &Stats{}}); strings.Contains(string(b), `"fault"`) {
+		t.Errorf("stats without fault counters: %s", b)
+	}
+	if b, _ := EncodeResponse(&Response{V: Version, Stats: &Stats{Fault: &FaultStats{Rx: FaultDirStats{Dropped: 7}}}}); !strings.Contains(string(b), `"fault":{"rx":{"frames":0,"passed":0,"dropped":7,`) {
+		t.Errorf("fault counters render as %s", b)
 	}
 	b, _ := EncodeResponse(&Response{V: Version, Open: &OpenReply{Class: ClassLow}})
 	if !strings.Contains(string(b), `"class":"low"`) {

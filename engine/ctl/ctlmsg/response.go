@@ -112,6 +112,34 @@ type Stats struct {
 	RingsCorrupt    uint64            `json:"rings_corrupt"`
 	SelfLoop        uint64            `json:"self_loop"`
 	Doorbells       uint64            `json:"doorbells"`
+	// Fault are the counters of the fault-injecting port wrapper
+	// (engine/faultport) in front of the engine's port; absent when the
+	// engine runs without one (the usual case).
+	Fault *FaultStats `json:"fault,omitempty"`
+}
+
+// FaultStats are a fault-injecting port wrapper's counters
+// (faultport.Stats, field for field), per direction: rx is what the port
+// received, tx what the engine sent.
+type FaultStats struct {
+	Rx   FaultDirStats `json:"rx"`
+	Tx   FaultDirStats `json:"tx"`
+	Held uint64        `json:"held"` // frames in the wrapper's pool now
+}
+
+// FaultDirStats are one direction's counters (faultport.DirStats).
+type FaultDirStats struct {
+	Frames     uint64 `json:"frames"`     // frames that entered the wrapper
+	Passed     uint64 `json:"passed"`     // delivered at once, unfaulted
+	Dropped    uint64 `json:"dropped"`    // lost on purpose
+	Duplicated uint64 `json:"duplicated"` // extra copies delivered later
+	Delayed    uint64 `json:"delayed"`    // held for a delay
+	Reordered  uint64 `json:"reordered"`  // held to be overtaken
+	Deferred   uint64 `json:"deferred"`   // rx: beyond a burst, held for the next one
+	Released   uint64 `json:"released"`   // held frames delivered
+	PoolEmpty  uint64 `json:"pool_empty"` // faults not injected: no pool buffer
+	Overflow   uint64 `json:"overflow"`   // frames lost for want of room
+	NoBuffer   uint64 `json:"no_buffer"`  // tx: releases postponed, the port had no buffer
 }
 
 // EncodeResponse renders r. It fails only if the result exceeds

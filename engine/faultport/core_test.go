@@ -1,0 +1,146 @@
+package faultport_test
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/faultport"
+	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/portal"
+)
+
+// TestCoreReadsThroughLoss runs a real engine core (engine/runner, served
+// by engine/ctl, used through portal) over a loopback memport wrapped in a
+// Port that drops 5 % of received frames: the core sends its frames to
+// itself out of the port (HairpinSelf), so every request and response
+// crosses the wrapper. A 4 MB read, as 1024 READs of 4 KB each re-posted
+// until OK, arrives intact; ops time out on the way.
+func TestCoreReadsThroughLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an engine")
+	}
+	ip := netip.MustParseAddr("10.8.0.1")
+	lb, err := memport.Loopback(memport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fcfg := faultport.DefaultConfig()
+	fcfg.Drop, fcfg.Seed = 0.05, 1
+	fp, err := faultport.New(lb, fcfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecfg := engine.DefaultConfig()
+	ecfg.LocalIP = ip
+	ecfg.HairpinSelf = true
+	ecfg.Slots, ecfg.Regions, ecfg.Portals = 128, 8, 4
+	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
+	core, err := engine.New(ecfg, fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(core, fp, runner.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop(context.Background())
+	ccfg := ctl.DefaultConfig()
+	ccfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
+	srv, err := ctl.Listen(ccfg, r, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	defer srv.Close()
+
+	owner, err := portal.Dial(ccfg.SocketPath, "owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	const size = 4 << 20
+	src, err := owner.RegisterRegion(size, portal.PermRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i*131 + i>>12)
+	}
+	cli, err := portal.Dial(ccfg.SocketPath, "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	slots, err := cli.AllocSlots(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := cli.RegisterRegion(size, portal.PermLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd := src.DeriveKey(cli.Identity().Addr, cli.Identity().PID, abi.OpRead)
+	post := func(s abi.SlotID, chunk uint64) {
+		off := chunk * abi.MaxOpBytes
+		if err := cli.PostRead(s, ip, src.ID(), off, kd, sink, off, abi.MaxOpBytes, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const chunks = size / abi.MaxOpBytes
+	next := uint64(0)
+	for _, s := range slots {
+		post(s, next)
+		next++
+	}
+	cli.Flush()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out := make([]abi.Completion, 64)
+	done, failed := 0, 0
+	for done < chunks {
+		n, err := cli.Wait(ctx, out)
+		if err != nil {
+			t.Fatalf("Wait after %d of %d chunks (%d failed ops): %v", done, chunks, failed, err)
+		}
+		for _, c := range out[:n] {
+			switch {
+			case c.Status != abi.StatusOK:
+				failed++
+				post(c.Slot, c.Cookie) // again
+			case next < chunks:
+				done++
+				post(c.Slot, next)
+				next++
+			default:
+				done++
+			}
+		}
+		cli.Flush()
+	}
+	if !bytes.Equal(sink.Bytes(), src.Bytes()) {
+		t.Fatal("4 MB read through 5 % loss: data differs")
+	}
+	var st faultport.Stats
+	if err := r.Exec(func(*engine.Core) { st = fp.Stats() }); err != nil {
+		t.Fatal(err)
+	}
+	rate := float64(st.Rx.Dropped) / float64(st.Rx.Frames)
+	if failed == 0 || rate < 0.04 || rate > 0.06 || st.Tx.Frames == 0 || st.Tx.Passed != st.Tx.Frames {
+		t.Errorf("%d ops failed; fault counters %+v (rx drop rate %.3f)", failed, st, rate)
+	}
+	t.Logf("%d ops re-posted; rx %d frames, %d dropped", failed, st.Rx.Frames, st.Rx.Dropped)
+}
