@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 10s
 SIM_SEEDS ?= 1000
 
-.PHONY: all setup setup-bench build demo test fuzz sim bench vet clean
+.PHONY: all setup setup-bench build demo test fuzz sim bench figures vet clean
 
 all: build
 
@@ -58,6 +58,14 @@ BENCH_ONLY ?=
 BENCH_D ?=
 bench: setup-bench build
 	$(BIN)/rmabench -bin $(BIN) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D))
+
+# The paper's congestion experiments (Fig. 15, Fig. 16) in the simulator:
+# PNG plots and RESULTS.md (measured next to the paper) in figures/.
+# make test asserts the same claims (engine/sim/figures_test.go).
+figures:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./tools/rmafigures
+	$(BIN)/rmafigures -out figures
 
 clean:
 	rm -rf $(BIN)

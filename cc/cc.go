@@ -29,8 +29,13 @@
 //
 // DISPATCH_TIMEOUT (the op never entered service locally) divides the local
 // window by Cut; TIMEOUT and NACK (congestion on the network or at the
-// remote engine) divide the remote window by Cut; each at most once per
-// RTT and shared with that window's multiplicative decreases. Other
+// remote engine) divide the remote window by Cut. A window decreases (MD
+// or cut) at most once per RTT, and only for an op posted after its last
+// decrease (posted = now − total_delay): the ops already in flight when it
+// was cut report the congestion the cut answered, a total_delay later,
+// and must not cut it again (found by the simulator's Fig. 15b
+// experiment: without this, a join cut the local window three times in a
+// row). Other
 // statuses (REMOTE_AUTHENTICATION_FAILURE, refusals, ABORTED) say nothing
 // about congestion and change nothing.
 //
@@ -114,14 +119,21 @@ type Params struct {
 }
 
 // DefaultParams are the paper's constants (§6, §6.1) with targets for a
-// fabric of a few µs RTT; deployments override the delays.
+// fabric of a few µs RTT; deployments override the delays. Windows start
+// at 16 ops: 64 KB of 4 KB ops, the BDP of the paper's fabric (100 Gbit/s,
+// 5 µs). Algorithm 1 grows a window by only AI = 0.25 op per RTT, so a
+// flow starting at one op would need ~50 RTTs to fill that link (measured:
+// 61, Fig. 15a in engine/sim) where the paper reaches it in ~8; starting
+// at a BDP costs nothing, because the engine's solicitation window bounds
+// what is in flight and sheds the excess locally (DISPATCH_TIMEOUT, which
+// cuts the local window).
 func DefaultParams() Params {
 	return Params{
 		AI:           0.25,
 		Beta:         0.8,
 		MD:           0.5,
 		Cut:          10,
-		CwndInit:     1,
+		CwndInit:     16,
 		CwndMin:      1.0 / 64,
 		CwndMax:      256,
 		LocalTarget:  10_000,
@@ -171,15 +183,17 @@ type window struct {
 	cut     bool // lastCut is valid
 }
 
-// canDecrease: no decrease in the last rtt.
-func (w *window) canDecrease(now, rtt int64) bool {
-	return !w.cut || now-w.lastCut >= rtt
+// canDecrease: no decrease in the last rtt, and the op reporting the
+// congestion was posted after the last decrease (its feedback reflects the
+// decreased window, not the one it was cut for).
+func (w *window) canDecrease(now, posted, rtt int64) bool {
+	return !w.cut || (now-w.lastCut >= rtt && posted >= w.lastCut)
 }
 
 func (w *window) decreased(now int64) { w.lastCut, w.cut = now, true }
 
 // onDelay applies Algorithm 1 to one OK completion's delay.
-func (w *window) onDelay(p *Params, now, delay, target, rtt int64) {
+func (w *window) onDelay(p *Params, now, posted, delay, target, rtt int64) {
 	if delay < target {
 		if w.cwnd >= 1 {
 			w.cwnd += p.AI / w.cwnd
@@ -189,7 +203,7 @@ func (w *window) onDelay(p *Params, now, delay, target, rtt int64) {
 		w.cwnd = min(w.cwnd, p.CwndMax)
 		return
 	}
-	if !w.canDecrease(now, rtt) {
+	if !w.canDecrease(now, posted, rtt) {
 		return
 	}
 	f := max(1-p.Beta*float64(delay-target)/float64(delay), p.MD)
@@ -198,8 +212,8 @@ func (w *window) onDelay(p *Params, now, delay, target, rtt int64) {
 }
 
 // onCut divides the window by Cut, at most once per RTT.
-func (w *window) onCut(p *Params, now, rtt int64) {
-	if !w.canDecrease(now, rtt) {
+func (w *window) onCut(p *Params, now, posted, rtt int64) {
+	if !w.canDecrease(now, posted, rtt) {
 		return
 	}
 	w.cwnd = max(w.cwnd/p.Cut, p.CwndMin)
@@ -244,25 +258,26 @@ func (c *Controller) win(k Key) *window {
 func (c *Controller) OnCompletion(now int64, k Key, st abi.Status, issueDelay, totalDelay int64) {
 	w := c.win(k)
 	rtt := c.srtt
+	posted := now - max(totalDelay, 0)
 	switch st {
 	case abi.StatusOK:
 		remote := max(totalDelay-issueDelay, 0)
 		if c.p.Combined {
-			w.onDelay(&c.p, now, totalDelay, c.p.LocalTarget+c.p.RemoteTarget, rtt)
+			w.onDelay(&c.p, now, posted, totalDelay, c.p.LocalTarget+c.p.RemoteTarget, rtt)
 			c.sample(totalDelay)
 			return
 		}
-		c.local.onDelay(&c.p, now, issueDelay, c.p.LocalTarget, rtt)
-		w.onDelay(&c.p, now, remote, c.p.RemoteTarget, rtt)
+		c.local.onDelay(&c.p, now, posted, issueDelay, c.p.LocalTarget, rtt)
+		w.onDelay(&c.p, now, posted, remote, c.p.RemoteTarget, rtt)
 		c.sample(remote)
 	case abi.StatusDispatchTimeout:
 		if c.p.Combined {
-			w.onCut(&c.p, now, rtt)
+			w.onCut(&c.p, now, posted, rtt)
 			return
 		}
-		c.local.onCut(&c.p, now, rtt)
+		c.local.onCut(&c.p, now, posted, rtt)
 	case abi.StatusTimeout, abi.StatusNack:
-		w.onCut(&c.p, now, rtt)
+		w.onCut(&c.p, now, posted, rtt)
 	}
 }
 

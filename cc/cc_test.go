@@ -257,3 +257,28 @@ func TestNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocs per completion", n)
 	}
 }
+
+// An op posted before a window's last decrease reports congestion the
+// decrease already answered: it must not decrease the window again, even
+// more than an RTT after the decrease.
+func TestNoDecreaseForOpsPostedBeforeTheCut(t *testing.T) {
+	c := newC(t, params())
+	c.OnCompletion(100*us, kA, abi.StatusDispatchTimeout, 10*us, 10*us) // local 0.4 at 100 µs
+	after := 100*us + c.RTT() + 1
+	// Posted at 100 µs - 1 ns (before the cut), issue_delay far above target.
+	c.OnCompletion(after, kA, abi.StatusOK, 50*us, after-(100*us-1))
+	if !near(c.Local(), 0.4) {
+		t.Fatalf("an op posted before the cut decreased the window again: %v", c.Local())
+	}
+	// Posted at the cut: its feedback counts.
+	c.OnCompletion(after, kA, abi.StatusOK, 50*us, after-100*us)
+	if !near(c.Local(), 0.4*0.5) {
+		t.Fatalf("an op posted after the cut did not decrease: %v", c.Local())
+	}
+	// The same for a remote cut.
+	c.OnCompletion(200*us, kB, abi.StatusTimeout, 0, 30*us)
+	c.OnCompletion(300*us, kB, abi.StatusNack, 0, 150*us) // posted at 150 µs < 200 µs
+	if !near(c.Remote(kB), 0.4) {
+		t.Fatalf("remote: an op posted before the cut cut again: %v", c.Remote(kB))
+	}
+}

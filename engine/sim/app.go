@@ -301,6 +301,9 @@ type app struct {
 	// slotOwner: which portal holds a slot of this core, and at which
 	// index (the fabric maps a request's tag back to its op).
 	slotOwner map[abi.SlotID]slotRef
+	// flows: this node's portals of the congestion experiments' flow
+	// applications and object servers (flow.go).
+	flows []*flowPortal
 }
 
 type slotRef struct {
@@ -1081,6 +1084,9 @@ func (a *app) harvestAll() {
 	for _, p := range a.portals {
 		p.harvest()
 	}
+	for _, f := range a.flows {
+		f.harvest()
+	}
 }
 
 func (p *portal) harvest() {
@@ -1567,6 +1573,11 @@ func (a *app) slotsHeld() uint64 {
 	for _, p := range a.portals {
 		v += uint64(len(p.slots))
 	}
+	for _, f := range a.flows {
+		if !f.closed {
+			v += uint64(len(f.slots))
+		}
+	}
 	return v
 }
 
@@ -1648,6 +1659,12 @@ func (a *app) closeAll() {
 		a.closed = append(a.closed, p)
 	}
 	a.portals = nil
+	for _, f := range a.flows {
+		f.close()
+		if s.err != nil {
+			return
+		}
+	}
 }
 
 // Patterns: byte i of a remote-readable region with pattern id g.

@@ -82,6 +82,14 @@ type Config struct {
 	// lenientPulls skips the checks of a pull's timeout (self-tests of
 	// the simulator: the commit check must catch what they would).
 	lenientPulls bool
+	// costs overrides Cost per node (index: node; a zero entry or a
+	// missing one: Cost). The congestion experiments (flow.go) give a
+	// server its own serving cost.
+	costs []CostConfig
+	// flows: the congestion experiments' flow applications (flow.go),
+	// run next to (instead of, when App.Clients is empty) the random
+	// workload.
+	flows *flowRun
 }
 
 type scriptStep struct {
@@ -133,6 +141,10 @@ type CostConfig struct {
 	PollNs    int64 // every driver step (Receive burst + Poll)
 	RxFrameNs int64 // per frame handed to Receive
 	TxFrameNs int64 // per frame the core sends
+	// TxBytePs: per byte of every frame the core sends, in picoseconds
+	// (a serving cost proportional to the data, as copying or sealing
+	// it is; a NACK then costs next to nothing). 0: none.
+	TxBytePs int64
 }
 
 // AppConfig shapes the simulated applications.

@@ -90,6 +90,7 @@ type node struct {
 	downFree  int64 // switch egress towards this node busy until
 
 	txSent  uint64 // frames the core sent
+	txBytes uint64 // bytes of those frames (Cost.TxBytePs)
 	rxFed   uint64 // frames handed to Receive
 	commits uint64 // WRITE commits seen (④ sent): Stats.WritesCommitted
 	// remoteRekeys: REKEY installs seen (④ sent): Stats.RemoteRekeys
@@ -286,6 +287,7 @@ func (s *Sim) send(n *node, b []byte) {
 		return
 	}
 	n.txSent++
+	n.txBytes += uint64(len(b))
 	s.res.Net.Sent++
 	s.digest(0x5e4d, uint64(n.id), uint64(len(b)), binary.LittleEndian.Uint64(b[len(b)-8:]))
 	if s.traceOn {
@@ -521,7 +523,7 @@ func (n *node) step() {
 	s := n.s
 	now := s.now
 	n.kick = false
-	txBefore := n.txSent
+	txBefore, txBytesBefore := n.txSent, n.txBytes
 	rxCount := 0
 	for n.rxLen > 0 && rxCount < rxBurst {
 		f := n.rx[n.rxHead]
@@ -546,8 +548,9 @@ func (n *node) step() {
 	n.app.harvestAll()
 	n.afterCall("Poll")
 	txCount := int64(n.txSent - txBefore)
-	c := &s.cfg.Cost
-	n.busyUntil = now + c.PollNs + int64(rxCount)*c.RxFrameNs + txCount*c.TxFrameNs
+	c := s.costOf(n)
+	n.busyUntil = now + c.PollNs + int64(rxCount)*c.RxFrameNs + txCount*c.TxFrameNs +
+		(int64(n.txBytes-txBytesBefore)*c.TxBytePs+999)/1000
 	if work > 0 || rxCount > 0 || txCount > 0 {
 		n.kick = true
 		n.idleRuns = 0
@@ -560,6 +563,14 @@ func (n *node) step() {
 	}
 	s.digest(0x57e9, uint64(n.id), uint64(work), uint64(rxCount), uint64(txCount))
 	n.reschedule()
+}
+
+// costOf is node n's CPU cost model: Config.Cost unless overridden.
+func (s *Sim) costOf(n *node) *CostConfig {
+	if n.id < len(s.cfg.costs) && s.cfg.costs[n.id] != (CostConfig{}) {
+		return &s.cfg.costs[n.id]
+	}
+	return &s.cfg.Cost
 }
 
 // reschedule computes when the driver runs this core next.

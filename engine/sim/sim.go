@@ -199,10 +199,11 @@ const (
 	evPostEnd     // apps stop posting
 	evRunEnd      // end of the grace period: final checks
 	evScript      // a scripted step (targeted tests)
+	evFlow        // a flow application's issue timer (flow.go)
 	numEventKinds // sentinel
 )
 
-var evNames = [...]string{"", "switch", "deliver", "tick", "linkdown", "linkup", "stall", "crash", "reopen", "churn", "rekey", "postend", "runend", "script"}
+var evNames = [...]string{"", "switch", "deliver", "tick", "linkdown", "linkup", "stall", "crash", "reopen", "churn", "rekey", "postend", "runend", "script", "flow"}
 
 type event struct {
 	t    int64
@@ -359,6 +360,11 @@ func (s *Sim) setup() error {
 	for _, n := range s.nodes {
 		if n.app.client {
 			s.schedule(s.now+1+s.appRng.Int64N(cfg.App.TickNs), evAppTick, n.id, 0, nil)
+		}
+	}
+	if cfg.flows != nil {
+		if err := cfg.flows.setup(s); err != nil {
+			return err
 		}
 	}
 	s.scheduleFaults()
@@ -565,6 +571,8 @@ func (s *Sim) handle(e event) {
 		if _, err := n.app.openPortal(); err != nil {
 			s.fail("node %d: reopening a portal after a crash: %v", n.id, err)
 		}
+	case evFlow:
+		s.cfg.flows.timer(e.arg)
 	case evChurn:
 		n.app.churn()
 	case evRekey:
@@ -605,7 +613,7 @@ func (s *Sim) checkDeadlines() {
 // fault is pending, run a grace period (late timers, stale responses) and
 // then the final checks.
 func (s *Sim) maybeQuiesced() {
-	if len(s.ops) > 0 || s.pool.inUse > 0 || s.pendingEv > 0 {
+	if len(s.ops) > 0 || s.pool.inUse > 0 || s.pendingEv > 0 || (s.cfg.flows != nil && s.cfg.flows.outstanding > 0) {
 		return
 	}
 	for _, n := range s.nodes {

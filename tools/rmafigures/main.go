@@ -1,0 +1,145 @@
+// Command rmafigures runs the 1RMA paper's congestion experiments (§7.4
+// Fig. 15, §7.5 Fig. 16) in the simulator (engine/sim: real engine cores
+// on a virtual clock and fabric) and writes PNG plots and RESULTS.md, the
+// measured numbers next to the paper's, into a directory.
+//
+//	rmafigures [-out figures] [-jobs N]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/cc"
+	"github.com/onerma/onerma/engine/sim"
+)
+
+// The sweeps at full size.
+var (
+	jitterWindows = []int{48 << 10, 64 << 10, 96 << 10}
+	jittersNs     = []int64{0, 500, 1000, 1500, 2000, 3000, 4000, 5000, 7500, 10_000, 15_000, 20_000}
+	nackThresh    = []int{1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 128, 256}
+)
+
+const (
+	sweepNs = 2_000_000 // each point of a sweep: 2 ms of virtual time
+	warmNs  = 100_000   // measured after the first 100 µs
+)
+
+// ccVariant is one controller setting of the Fig. 15 experiments.
+type ccVariant struct {
+	name string
+	p    cc.Params
+}
+
+func variants() []ccVariant {
+	return []ccVariant{{"CwndInit 1", sim.PaperCC(1)}, {"CwndInit 16 (one BDP, cc's default)", sim.PaperCC(16)}}
+}
+
+// results holds every run.
+type results struct {
+	ramp, join, comb []*sim.FlowResult   // per variant
+	jitter           [][]*sim.FlowResult // [window][jitter]
+	nack             []*sim.FlowResult   // per threshold
+}
+
+func main() {
+	out := flag.String("out", "figures", "directory for the PNGs and RESULTS.md")
+	jobs := flag.Int("jobs", runtime.GOMAXPROCS(0), "experiments run at once (each is one goroutine)")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("rmafigures: ")
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	start := time.Now()
+	r, err := runAll(*jobs)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("experiments done in %v", time.Since(start).Round(time.Millisecond))
+	if err := writeFigures(*out, r); err != nil {
+		log.Fatal(err)
+	}
+	if err := writeResults(filepath.Join(*out, "RESULTS.md"), r); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("wrote %s", *out)
+}
+
+// runAll runs every experiment on a pool of jobs workers.
+func runAll(jobs int) (*results, error) {
+	vs := variants()
+	r := &results{
+		ramp: make([]*sim.FlowResult, len(vs)), join: make([]*sim.FlowResult, len(vs)), comb: make([]*sim.FlowResult, len(vs)),
+		jitter: make([][]*sim.FlowResult, len(jitterWindows)), nack: make([]*sim.FlowResult, len(nackThresh)),
+	}
+	type task struct {
+		x   sim.FlowExperiment
+		dst **sim.FlowResult
+	}
+	var tasks []task
+	// The long ones first.
+	for i, v := range vs {
+		p := v.p
+		p.Combined = true
+		tasks = append(tasks, task{sim.Fig15Join(p, sim.Fig15JoinAtNs, sim.Fig15CombinedNs), &r.comb[i]})
+	}
+	for i, v := range vs {
+		tasks = append(tasks, task{sim.Fig15Join(v.p, sim.Fig15JoinAtNs, sim.Fig15JoinNs), &r.join[i]},
+			task{sim.Fig15Ramp(v.p, sim.Fig15RampNs), &r.ramp[i]})
+	}
+	for i, w := range jitterWindows {
+		r.jitter[i] = make([]*sim.FlowResult, len(jittersNs))
+		for k, j := range jittersNs {
+			tasks = append(tasks, task{sim.Fig16Jitter(w, j, sweepNs), &r.jitter[i][k]})
+		}
+	}
+	for i, th := range nackThresh {
+		tasks = append(tasks, task{sim.Fig16Nack(th, sweepNs), &r.nack[i]})
+	}
+	var (
+		mu    sync.Mutex
+		next  int
+		first error
+		wg    sync.WaitGroup
+	)
+	for range max(jobs, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next == len(tasks) || first != nil {
+					mu.Unlock()
+					return
+				}
+				t := tasks[next]
+				next++
+				mu.Unlock()
+				res, err := sim.RunFlows(t.x)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = fmt.Errorf("%s: %w", t.x.Name, err)
+				}
+				*t.dst = res
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return r, first
+}
+
+// statusCount is a flow result's completions of one status.
+func statusCount(r *sim.FlowResult, st abi.Status) uint64 {
+	by := r.Statuses()
+	return by[st]
+}
