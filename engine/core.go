@@ -144,7 +144,13 @@ type Core struct {
 
 	portals []portal
 	live    []PortalID // open portals, in opening order: Poll drains these
-	dirty   []PortalID // portals with unpublished completions
+	// pollRR rotates the portal Poll drains first: a fixed order would
+	// queue one application's commands ahead of another's in every poll,
+	// so its requests would reach a busy server first and the other's
+	// would be the ones NACKed (found by e2e TestExecutorFairShareMemif:
+	// the second portal got 2.7x the NACKs and 40 % less bandwidth).
+	pollRR uint32
+	dirty  []PortalID // portals with unpublished completions
 
 	windowUsed int
 	highStreak int
@@ -804,12 +810,20 @@ func (c *Core) Poll(now int64) int {
 	if err := c.lane.Refill(); err != nil { // cheap unless the spare range ran out
 		c.stats.IVErrors++
 	}
-	for k := 0; k < len(c.live); k++ {
-		id := c.live[k]
-		work += c.drainPortal(now, id)
-		if c.portals[id].dead { // its rings are corrupt: drained no more
-			c.dropLive(id)
-			k--
+	if n := len(c.live); n > 0 {
+		start := int(c.pollRR % uint32(n))
+		c.pollRR++
+		dead := false
+		for j := range n {
+			id := c.live[(start+j)%n]
+			work += c.drainPortal(now, id)
+			dead = dead || c.portals[id].dead
+		}
+		for k := 0; dead && k < len(c.live); k++ {
+			if id := c.live[k]; c.portals[id].dead { // its rings are corrupt: drained no more
+				c.dropLive(id)
+				k--
+			}
 		}
 	}
 	work += c.expire(now)

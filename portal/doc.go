@@ -57,10 +57,83 @@
 // control connection close and reclaims the portal, its slots and its
 // regions.
 //
+// # Executor: transfers of any size
+//
+// An Executor is the CommandExecutor of paper §4.4 (Fig. 4): Read and
+// Write move any number of bytes (one to gigabytes) between a local region
+// and a remote one, and return when all of it has moved or the transfer
+// failed:
+//
+//	e, err := portal.NewExecutor(p, portal.ExecutorConfig{}) // defaults: cc.DefaultParams, all free slots
+//	defer e.Close()
+//	err = e.Read(ctx, server, remoteRegion, 0, kd, sink, 0, 4<<20)
+//	var ce *portal.ChunkError
+//	if errors.As(err, &ce) { ... ce.Status, ce.RemoteOffset ... }  // or errors.Is(err, portal.ErrRemoteAuth)
+//
+// Each transfer is split into ops of at most 4 KB (ExecutorConfig.ChunkBytes).
+// Ops to one remote engine in one direction (a cc.Key: its IPv4 address,
+// READ or WRITE) share that key's window: at most
+// cc.Controller.MaxInFlight = min(local, remote CWND) of them are in
+// flight, and issues are spaced by a cc.Pacer with the controller's Gap,
+// so ops leave at OpSize × CWND / RTT (paper §6, SPEC §4). Every
+// completion is fed to the controller with the engine's issue_delay and
+// total_delay. Concurrent transfers share the slots and windows
+// round-robin, one op per transfer per turn: a 64 B read issued while a
+// 4 MB transfer runs waits for about one op completion, not for the
+// transfer (head-of-line isolation, paper §7.2).
+//
+// Retry policy, per completion status of a chunk:
+//
+//   - OK: done.
+//   - NACK, DISPATCH_TIMEOUT: congestion (remote, local). Posted again after
+//     an exponential, jittered backoff (BackoffBase .. BackoffMax), within
+//     the window the controller has just cut.
+//   - TIMEOUT: posted again at once (within the cut window), at most
+//     TimeoutRetries times; then the transfer fails (ErrTimeout).
+//   - REMOTE_AUTHENTICATION_FAILURE: fails the transfer at once (the key is
+//     wrong or was rotated: fetch a new K_d), as does every refusal
+//     (local or remote region, bounds, permission, bad command,
+//     UNREACHABLE, ABORTED).
+//
+// MaxAttempts bounds the posts of one chunk whatever the statuses. A
+// failure is a *ChunkError naming the chunk (op, remote and local offset,
+// length), its status and its attempts; errors.Is matches it against one
+// sentinel per class of status (ErrRemoteAuth, ErrTimeout, ErrCongestion,
+// ErrRemoteAccess, ErrLocalAccess, ErrUnreachable, ErrAborted,
+// ErrBadCommand). When ctx ends, the transfer stops issuing and returns
+// ctx's error (wrapped; errors.Is works). A failed or cancelled transfer
+// stops issuing at once but returns only when none of its ops is in
+// flight: the local range belongs to an op until its completion, and
+// every posted op completes (TIMEOUT bounds it).
+//
+// Ownership: the executor owns its portal's data path. Between
+// NewExecutor and Close the application must not Post, Flush, Poll,
+// Wait, Slot or Release on the portal itself; the executor takes the
+// portal's free slots (and allocates more if ExecutorConfig.Slots asks),
+// and Close gives them back. Control operations (RegisterRegion, Stats,
+// Rekey, ...) stay usable, but do not deregister a region a transfer is
+// using, and close the executor before the portal. Congestion state (the
+// local window, one remote window per key) lives in the executor:
+// transfers of one executor share it.
+//
+// Driving: there is no executor goroutine. The goroutine of a transfer
+// that finds nobody driving drives the portal for every transfer (posts,
+// polls, hands completions to the others, which sleep on a channel) until
+// its own transfer is over, then hands the drive to the goroutine of
+// another unfinished transfer. While ops are in flight the driver polls
+// the completion ring, spinning as Wait does (Options.WaitSpins polls)
+// and then sleeping on the engine's completion doorbell; a pacing or
+// backoff wait shorter than ExecutorConfig.SpinWait is spun, a longer one
+// slept. With nothing in flight nobody spins, and with no transfer
+// nothing runs. The per-op path allocates nothing; in steady state a
+// transfer allocates only if its context can end (context.AfterFunc) or
+// it fails (transfers are pooled).
+//
 // Concurrency: a Portal is not safe for concurrent use. Use it from one
 // goroutine (the rings are single-producer, single-consumer), or serialize
-// calls yourself.
+// calls yourself. An Executor is safe for concurrent use: many goroutines
+// may call Read and Write on one executor (and so on one portal) at once.
 //
-// Imports: abi, aesni and engine/ctl/ctlmsg (leaf packages); never the
-// engine.
+// Imports: abi, aesni, cc and engine/ctl/ctlmsg (packages that import
+// nothing of ours but abi); never the engine.
 package portal

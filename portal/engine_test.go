@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,15 +29,36 @@ import (
 
 var engineIP = netip.MustParseAddr("10.7.0.1")
 
-func startEngine(t *testing.T) string {
+func startEngine(t testing.TB) string {
+	t.Helper()
+	return startEngineWith(t, engineOpts{})
+}
+
+// engineOpts adjust the in-process engine of startEngineWith.
+type engineOpts struct {
+	engine func(*engine.Config)            // engine core config (after the tests' defaults)
+	ctl    func(*ctl.Config)               // control server config
+	port   func(*memport.Port) runner.Port // wraps the loopback port (e.g. to drop frames)
+}
+
+// startEngineWith starts an in-process engine (one core on a memport
+// loopback, served on a unix control socket) and returns its socket.
+func startEngineWith(t testing.TB, o engineOpts) string {
 	t.Helper()
 	ecfg := engine.DefaultConfig()
 	ecfg.LocalIP = engineIP
 	ecfg.Slots, ecfg.Regions, ecfg.Portals = 64, 32, 4
 	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
-	port, err := memport.Loopback(memport.DefaultConfig())
+	if o.engine != nil {
+		o.engine(&ecfg)
+	}
+	mp, err := memport.Loopback(memport.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
+	}
+	var port runner.Port = mp
+	if o.port != nil {
+		port = o.port(mp)
 	}
 	core, err := engine.New(ecfg, port)
 	if err != nil {
@@ -52,6 +75,9 @@ func startEngine(t *testing.T) string {
 	cfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
 	cfg.Slots.Default = 16
 	cfg.CmdCap, cfg.CplCap = 64, 64
+	if o.ctl != nil {
+		o.ctl(&cfg)
+	}
 	srv, err := ctl.Listen(cfg, r, zerolog.Nop())
 	if err != nil {
 		r.Stop(context.Background())
@@ -65,7 +91,31 @@ func startEngine(t *testing.T) string {
 	return cfg.SocketPath
 }
 
-func dial(t *testing.T, sock, name string) *portal.Portal {
+// dropPort drops a fraction of the frames the engine sends (seeded, so a
+// run is repeatable up to scheduling). Frames the core sends to itself
+// cross the port only with engine.Config.HairpinSelf.
+type dropPort struct {
+	*memport.Port
+	rate    float64
+	rng     *rand.Rand
+	dropped atomic.Uint64
+}
+
+func newDropPort(p *memport.Port, rate float64, seed uint64) *dropPort {
+	return &dropPort{Port: p, rate: rate, rng: rand.New(rand.NewPCG(seed, seed^0x5eed))}
+}
+
+// Send drops the frame by not sending it: the next Buffer returns the
+// same buffer (memport's contract), as a NIC that lost it on the wire.
+func (d *dropPort) Send(n int) {
+	if d.rng.Float64() < d.rate {
+		d.dropped.Add(1)
+		return
+	}
+	d.Port.Send(n)
+}
+
+func dial(t testing.TB, sock, name string) *portal.Portal {
 	t.Helper()
 	p, err := portal.Dial(sock, name)
 	if err != nil {

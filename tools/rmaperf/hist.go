@@ -63,3 +63,12 @@ func (h *hist) quantile(q float64) uint64 {
 	}
 	return h.max
 }
+
+// merge adds o's samples to h.
+func (h *hist) merge(o *hist) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.n += o.n
+	h.max = max(h.max, o.max)
+}

@@ -6,6 +6,9 @@
 //	rmaperf write_bw  -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
 //	rmaperf write_lat -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -D DURATION [-json]
 //
+// SIZE is 1..4096 for single ops; larger sizes (or -exec) go through the
+// executor (below).
+//
 // Every client also takes [-name NAME] [-class low|high] (see below) and
 // the waiting flags -event, -spins, -yield, -spin (rmaperf CMD -h).
 //
@@ -29,6 +32,20 @@
 // status goes in the note). -self targets a region of the client's own
 // engine (single-engine loopback) and derives its K_d in process.
 //
+// Transfers larger than one op (-s above 4096, up to gigabytes), or any
+// size with -exec, go through portal.Executor (the CommandExecutor of
+// paper §4.4): each transfer is split into ops of at most 4 KB, pipelined
+// within the congestion window of package cc, paced and retried. Then -O
+// is the number of transfers kept in flight (default 2, each by its own
+// goroutine, sharing one executor), ops_per_sec counts transfers,
+// mb_per_sec is their goodput and the latency percentiles are per
+// transfer; eng_p50_us is not reported. -exec-slots sets the executor's command slots, -chunk
+// its op size, the -cc-* flags its congestion control parameters (SPEC
+// §4) and -timeout-retries its TIMEOUT retries. The executor waits for
+// completions as portal.Wait does: it spins (-spins polls) and then
+// sleeps on the engine's completion doorbell; -spin, -yield and -event
+// do not apply to it.
+//
 // -name is the application name the client presents to its engine when
 // it opens its portal (default "rmaperf"; the engine's slot and class
 // policy rules match on it), -class the class of service it asks for
@@ -51,6 +68,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/cc"
 	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/portal"
@@ -148,8 +166,20 @@ func client(test string, args []string) error {
 	credsFD := fs.Int("creds-fd", -1, "with -server: inherited descriptor carrying the client's TLS credentials (from the launcher)")
 	regionFlag := fs.String("region", "", "with -server: the region id the server printed")
 	self := fs.Bool("self", false, "target a region of this client's own engine (loopback)")
-	size := fs.Int("s", 64, "op size in bytes (1..4096)")
-	outstanding := fs.Int("O", 32, "ops kept in flight (read_lat, write_lat: 1)")
+	size := fs.Int("s", 64, "op size in bytes (1..4096), or transfer size through the executor (above 4096, or with -exec)")
+	useExec := fs.Bool("exec", false, "move each SIZE through portal.Executor even when it fits in one op")
+	execSlots := fs.Int("exec-slots", portal.DefaultExecutorSlots, "executor: command slots")
+	chunk := fs.Int("chunk", abi.MaxOpBytes, "executor: op size transfers are split into")
+	timeoutRetries := fs.Int("timeout-retries", portal.DefaultTimeoutRetries, "executor: TIMEOUT retries per chunk (negative: none)")
+	ccp := cc.DefaultParams()
+	ccInit := fs.Float64("cc-init", ccp.CwndInit, "executor: initial congestion window (ops)")
+	ccMin := fs.Float64("cc-min", ccp.CwndMin, "executor: smallest congestion window (ops)")
+	ccMax := fs.Float64("cc-max", ccp.CwndMax, "executor: largest congestion window (ops)")
+	ccRTT := fs.Duration("cc-rtt", time.Duration(ccp.RTT), "executor: RTT estimate until completions measure it")
+	ccLocal := fs.Duration("cc-local-target", time.Duration(ccp.LocalTarget), "executor: issue_delay target of the local window")
+	ccRemote := fs.Duration("cc-remote-target", time.Duration(ccp.RemoteTarget), "executor: remote_delay target of the remote windows")
+	ccCombined := fs.Bool("cc-combined", false, "executor: one window per remote, on total_delay (paper Fig. 15c ablation)")
+	outstanding := fs.Int("O", 32, "ops kept in flight (read_lat, write_lat: 1); through the executor: transfers (default 2)")
 	dur := fs.Duration("D", 5*time.Second, "measurement duration")
 	warm := fs.Duration("warmup", 500*time.Millisecond, "warm-up before measuring")
 	setup := fs.String("setup", "", "setup label for -json (loopback, memif, ...)")
@@ -169,8 +199,29 @@ func client(test string, args []string) error {
 	if test == "read_lat" || test == "write_lat" {
 		*outstanding = 1
 	}
-	if *size < 1 || *size > abi.MaxOpBytes || *outstanding < 1 {
+	execMode := *useExec || *size > abi.MaxOpBytes
+	if execMode && test != "read_lat" && test != "write_lat" {
+		setO := false
+		fs.Visit(func(f *flag.Flag) { setO = setO || f.Name == "O" })
+		if !setO {
+			*outstanding = 2 // transfers, each pipelining many ops
+		}
+	}
+	if *size < 1 || (!execMode && *size > abi.MaxOpBytes) || *outstanding < 1 {
 		return fmt.Errorf("bad -s %d or -O %d", *size, *outstanding)
+	}
+	ecfg := portal.DefaultExecutorConfig()
+	ecfg.Slots, ecfg.ChunkBytes, ecfg.TimeoutRetries = *execSlots, *chunk, *timeoutRetries
+	if ecfg.TimeoutRetries == 0 {
+		ecfg.TimeoutRetries = -1 // 0 retries asked for; the config's 0 is the default
+	}
+	ecfg.CC.CwndInit, ecfg.CC.CwndMin, ecfg.CC.CwndMax = *ccInit, *ccMin, *ccMax
+	ecfg.CC.RTT, ecfg.CC.LocalTarget, ecfg.CC.RemoteTarget = int64(*ccRTT), int64(*ccLocal), int64(*ccRemote)
+	ecfg.CC.Combined = *ccCombined
+	if execMode {
+		if err := ecfg.Validate(); err != nil {
+			return err
+		}
 	}
 	var class portal.Class
 	switch *classFlag {
@@ -194,7 +245,12 @@ func client(test string, args []string) error {
 	defer p.Close()
 	var tg target
 	if *self {
-		r, err := p.RegisterRegion(1<<20, portal.PermAll)
+		regionBytes := uint64(1 << 20)
+		if execMode {
+			// Room for each transfer in flight to walk its own part.
+			regionBytes = max(regionBytes, 2*uint64(*outstanding)*uint64(*size))
+		}
+		r, err := p.RegisterRegion(regionBytes, portal.PermAll)
 		if err != nil {
 			return err
 		}
@@ -227,7 +283,12 @@ func client(test string, args []string) error {
 		}
 		tg = target{peer: g.Owner, region: g.Region, bytes: g.Bytes, key: g.Key}
 	}
-	res, err := run(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event)
+	var res benchrow.Row
+	if execMode {
+		res, err = runExec(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, ecfg)
+	} else {
+		res, err = run(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event)
+	}
 	clear(tg.key[:])
 	if err != nil {
 		return err
@@ -236,9 +297,15 @@ func client(test string, args []string) error {
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
-	fmt.Printf("%-9s %6s %4s %12s %10s %9s %9s %9s %11s %8s\n", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
-	fmt.Printf("%-9s %6d %4d %12.0f %10.1f %9.2f %9.2f %9.2f %11.2f %8d\n", res.Test, res.Size, res.Outstanding,
-		res.OpsPerSec, res.MBPerSec, res.P50us, *res.P99us, *res.P999us, *res.EngP50us, res.Errors)
+	opt := func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", *v)
+	}
+	fmt.Printf("%-9s %8s %4s %12s %10s %9s %9s %9s %11s %8s\n", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
+	fmt.Printf("%-9s %8d %4d %12.0f %10.1f %9.2f %9s %9s %11s %8d\n", res.Test, res.Size, res.Outstanding,
+		res.OpsPerSec, res.MBPerSec, res.P50us, opt(res.P99us), opt(res.P999us), opt(res.EngP50us), res.Errors)
 	if res.Note != "" {
 		fmt.Println("note:", res.Note)
 	}

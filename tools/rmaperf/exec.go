@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/internal/benchrow"
+	"github.com/onerma/onerma/portal"
+)
+
+// runExec measures transfers of size bytes (any size) through one
+// portal.Executor: outstanding goroutines each keep one transfer going
+// (READ or WRITE) for warm+dur and the transfers that complete within the
+// last dur are counted. ops_per_sec counts transfers, mb_per_sec their
+// bytes (goodput), the latency percentiles are per transfer (call to
+// return). Each goroutine has its own size-byte buffer in one local
+// region, and walks its own part of the remote region when the region
+// holds outstanding of them (else all walk the whole region).
+func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding int,
+	warm, dur time.Duration, verify bool, cfg portal.ExecutorConfig) (benchrow.Row, error) {
+	write := op == abi.OpWrite
+	if uint64(size) > tg.bytes {
+		return benchrow.Row{}, fmt.Errorf("-s %d: the remote region holds %d bytes", size, tg.bytes)
+	}
+	part := tg.bytes / uint64(outstanding)
+	if verify && write && part < uint64(size) {
+		return benchrow.Row{}, fmt.Errorf("-verify of writes with -O %d needs a region of %d bytes, it has %d", outstanding, outstanding*size, tg.bytes)
+	}
+	e, err := portal.NewExecutor(p, cfg)
+	if err != nil {
+		return benchrow.Row{}, err
+	}
+	defer e.Close()
+	// PermLocalWrite: a READ's sink; PermLocalRead: a WRITE's source.
+	local, err := p.RegisterRegion(uint64(outstanding)*uint64(size), portal.PermLocalWrite|portal.PermLocalRead)
+	if err != nil {
+		return benchrow.Row{}, err
+	}
+	if write {
+		lb := local.Bytes()
+		for i := range lb {
+			lb[i] = byte(i*17 + 3)
+		}
+	}
+	type result struct {
+		h     hist
+		ops   uint64
+		errs  uint64
+		first error
+		fatal error
+	}
+	results := make([]result, outstanding)
+	clock := time.Now()
+	nowNs := func() int64 { return int64(time.Since(clock)) }
+	start, end := int64(warm), int64(warm+dur)
+	ctx, cancel := context.WithTimeout(context.Background(), warm+dur+60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for k := range outstanding {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &results[k]
+			base, span := uint64(0), tg.bytes-uint64(size)
+			if part >= uint64(size) {
+				base, span = uint64(k)*part, part-uint64(size)
+			}
+			loff := uint64(k) * uint64(size)
+			buf := local.Bytes()[loff : loff+uint64(size)]
+			next := uint64(k) * 4160
+			for gen := 0; ; gen++ {
+				t0 := nowNs()
+				if t0 >= end {
+					return
+				}
+				off := base + next%(span+1)
+				next += uint64(size) + 4096 + 64
+				if write && verify {
+					for i := range buf { // new bytes every time, so a write that did not land shows
+						buf[i] = byte(gen) + byte(i)
+					}
+				}
+				var err error
+				if write {
+					err = e.Write(ctx, tg.peer, tg.region, off, tg.key, local, loff, uint64(size))
+				} else {
+					err = e.Read(ctx, tg.peer, tg.region, off, tg.key, local, loff, uint64(size))
+				}
+				t1 := nowNs()
+				in := t1 >= start && t1 < end
+				if err != nil {
+					if ctx.Err() != nil || errors.Is(err, portal.ErrExecutorClosed) {
+						r.fatal = err
+						return
+					}
+					if in {
+						r.errs++
+					}
+					if r.first == nil {
+						r.first = err
+					}
+					continue
+				}
+				if verify {
+					got := buf
+					if write {
+						got = tg.mem[off : off+uint64(size)]
+					}
+					for i, v := range got {
+						want := byte(int(off+uint64(i))*31 + 7)
+						if write {
+							want = buf[i]
+						}
+						if v != want {
+							r.fatal = fmt.Errorf("data mismatch at remote offset %d", off+uint64(i))
+							return
+						}
+					}
+				}
+				if in {
+					r.ops++
+					r.h.add(uint64(t1 - t0))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var h hist
+	var ops, errs uint64
+	var first error
+	for i := range results {
+		r := &results[i]
+		if r.fatal != nil {
+			return benchrow.Row{}, fmt.Errorf("transfer %d: %w", i, r.fatal)
+		}
+		h.merge(&r.h)
+		ops += r.ops
+		errs += r.errs
+		if first == nil {
+			first = r.first
+		}
+	}
+	secs := dur.Seconds()
+	st := e.Stats()
+	row := benchrow.Row{
+		System: "onerma", Test: test, Size: size, Outstanding: outstanding,
+		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
+		P50us: us(h.quantile(0.5)), P99us: benchrow.F(us(h.quantile(0.99))), P999us: benchrow.F(us(h.quantile(0.999))),
+		Ops: ops, Errors: errs, Seconds: secs,
+		Note: fmt.Sprintf("through portal.Executor: %d transfers in flight, %d slots, chunks of %d B; ops/s counts transfers; %d ops posted, %d retried (NACK %d, DISPATCH_TIMEOUT %d, TIMEOUT %d)",
+			outstanding, e.Slots(), cfg.ChunkBytes, st.Ops, st.Retries, st.Nacks, st.DispatchTimeouts, st.Timeouts),
+	}
+	if first != nil {
+		row.Note += fmt.Sprintf("; first error: %v", first)
+	}
+	return row, nil
+}
