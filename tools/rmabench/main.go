@@ -114,6 +114,22 @@ func main() {
 			}
 			rows = append(rows, r)
 		}
+		if l.setup == "loopback" {
+			// Head-of-line isolation (paper Fig. 12/13): 64 B READs
+			// through the executor alone, then while a 4 MB READ runs
+			// on the same executor (same portal, slots and windows).
+			for _, h := range []struct {
+				setup string
+				args  []string
+			}{{"loopback-hol-idle", []string{"-exec"}}, {"loopback-hol", []string{"-exec", "-bg", strconv.Itoa(holBg)}}} {
+				r, err := rmaperfRun(rmaperf, "0", spec{"read_lat", 64, 1}, *dur, h.setup, nil, append([]string{"-ctl", e.Socket, "-self"}, h.args...)...)
+				if err != nil {
+					e.Stop(10 * time.Second)
+					fail(err)
+				}
+				rows = append(rows, r)
+			}
+		}
 		if err := e.Stop(10 * time.Second); err != nil {
 			fail(err)
 		}
@@ -171,6 +187,17 @@ func main() {
 	f.Close()
 	fmt.Printf("\n%d rows appended to %s (run %s)\n", len(rows), *out, runID)
 }
+
+// p99 is a row's p99 latency (0 when it has none).
+func p99(r *Row) float64 {
+	if r.P99us == nil {
+		return 0
+	}
+	return *r.P99us
+}
+
+// holBg is the transfer that runs behind the head-of-line measurement.
+const holBg = 4 << 20
 
 // execSpec is the 4 MB READ through portal.Executor (rmaperf moves sizes
 // above 4096 through it): two transfers in flight, so the pipeline does
@@ -695,6 +722,28 @@ func printTable(rows []Row) {
 			}
 		}
 	}
+	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
+	// transfer on the same executor, against one 4 KB READ's latency (a
+	// 4 KB service time) of the same run.
+	var holIdle, hol, lat4k *Row
+	for i, r := range rows {
+		switch {
+		case r.Setup == "loopback-hol-idle":
+			holIdle = &rows[i]
+		case r.Setup == "loopback-hol":
+			hol = &rows[i]
+		case r.System == "onerma" && r.Setup == "loopback" && r.Test == "read_lat" && r.Size == abi.MaxOpBytes:
+			lat4k = &rows[i]
+		}
+	}
+	if holIdle != nil && hol != nil {
+		fmt.Printf("head-of-line: 64 B executor read_lat alone p50 %.2f us, p99 %.2f us; behind a %d B transfer on the same executor p50 %.2f us, p99 %.2f us",
+			holIdle.P50us, p99(holIdle), holBg, hol.P50us, p99(hol))
+		if lat4k != nil && lat4k.P50us > 0 {
+			fmt.Printf(" = %.1f / %.1f x one 4 KB READ (p50 %.2f us)", hol.P50us/lat4k.P50us, p99(hol)/lat4k.P50us, lat4k.P50us)
+		}
+		fmt.Println()
+	}
 	// Isolation (paper Fig. 12): the high-class application's latency
 	// alone and under each low-class load.
 	var idle *Row
@@ -705,12 +754,6 @@ func printTable(rows []Row) {
 	}
 	if idle == nil {
 		return
-	}
-	p99 := func(r *Row) float64 {
-		if r.P99us == nil {
-			return 0
-		}
-		return *r.P99us
 	}
 	eng := func(r *Row) float64 {
 		if r.EngP50us == nil {

@@ -20,13 +20,20 @@ import (
 // return). Each goroutine has its own size-byte buffer in one local
 // region, and walks its own part of the remote region when the region
 // holds outstanding of them (else all walk the whole region).
+//
+// bg > 0 adds head-of-line pressure (paper Fig. 12/13): one more goroutine
+// keeps READs of bg bytes going through the same executor (so the same
+// portal, slots and windows) for the whole run, from the last bg bytes of
+// the remote region; the measured transfers walk the rest. Its goodput
+// goes in the note.
 func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding int,
-	warm, dur time.Duration, verify bool, cfg portal.ExecutorConfig) (benchrow.Row, error) {
+	warm, dur time.Duration, verify bool, cfg portal.ExecutorConfig, bg int) (benchrow.Row, error) {
 	write := op == abi.OpWrite
-	if uint64(size) > tg.bytes {
-		return benchrow.Row{}, fmt.Errorf("-s %d: the remote region holds %d bytes", size, tg.bytes)
+	if uint64(size)+uint64(bg) > tg.bytes {
+		return benchrow.Row{}, fmt.Errorf("-s %d -bg %d: the remote region holds %d bytes", size, bg, tg.bytes)
 	}
-	part := tg.bytes / uint64(outstanding)
+	tgBytes := tg.bytes - uint64(bg) // the measured transfers' part of the region
+	part := tgBytes / uint64(outstanding)
 	if verify && write && part < uint64(size) {
 		return benchrow.Row{}, fmt.Errorf("-verify of writes with -O %d needs a region of %d bytes, it has %d", outstanding, outstanding*size, tg.bytes)
 	}
@@ -36,7 +43,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 	}
 	defer e.Close()
 	// PermLocalWrite: a READ's sink; PermLocalRead: a WRITE's source.
-	local, err := p.RegisterRegion(uint64(outstanding)*uint64(size), portal.PermLocalWrite|portal.PermLocalRead)
+	local, err := p.RegisterRegion(uint64(outstanding)*uint64(size)+uint64(bg), portal.PermLocalWrite|portal.PermLocalRead)
 	if err != nil {
 		return benchrow.Row{}, err
 	}
@@ -60,12 +67,35 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 	ctx, cancel := context.WithTimeout(context.Background(), warm+dur+60*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
+	var bgBytes uint64
+	var bgErr error
+	if bg > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			loff := uint64(outstanding) * uint64(size)
+			for {
+				t0 := nowNs()
+				if t0 >= end {
+					return
+				}
+				err := e.Read(ctx, tg.peer, tg.region, tgBytes, tg.key, local, loff, uint64(bg))
+				if err != nil {
+					bgErr = err
+					return
+				}
+				if t1 := nowNs(); t1 >= start && t1 < end {
+					bgBytes += uint64(bg)
+				}
+			}
+		}()
+	}
 	for k := range outstanding {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r := &results[k]
-			base, span := uint64(0), tg.bytes-uint64(size)
+			base, span := uint64(0), tgBytes-uint64(size)
 			if part >= uint64(size) {
 				base, span = uint64(k)*part, part-uint64(size)
 			}
@@ -153,6 +183,12 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 		Ops: ops, Errors: errs, Seconds: secs,
 		Note: fmt.Sprintf("through portal.Executor: %d transfers in flight, %d slots, chunks of %d B; ops/s counts transfers; %d ops posted, %d retried (NACK %d, DISPATCH_TIMEOUT %d, TIMEOUT %d)",
 			outstanding, e.Slots(), cfg.ChunkBytes, st.Ops, st.Retries, st.Nacks, st.DispatchTimeouts, st.Timeouts),
+	}
+	if bg > 0 {
+		if bgErr != nil {
+			return benchrow.Row{}, fmt.Errorf("background %d-byte reads: %w", bg, bgErr)
+		}
+		row.Note += fmt.Sprintf("; meanwhile %d-byte READs on the same executor moved %.1f MB/s", bg, float64(bgBytes)/secs/1e6)
 	}
 	if first != nil {
 		row.Note += fmt.Sprintf("; first error: %v", first)

@@ -168,6 +168,7 @@ func client(test string, args []string) error {
 	self := fs.Bool("self", false, "target a region of this client's own engine (loopback)")
 	size := fs.Int("s", 64, "op size in bytes (1..4096), or transfer size through the executor (above 4096, or with -exec)")
 	useExec := fs.Bool("exec", false, "move each SIZE through portal.Executor even when it fits in one op")
+	bg := fs.Int("bg", 0, "executor: meanwhile keep READs of this many bytes going through the same executor (head-of-line pressure, e.g. 4194304)")
 	execSlots := fs.Int("exec-slots", portal.DefaultExecutorSlots, "executor: command slots")
 	chunk := fs.Int("chunk", abi.MaxOpBytes, "executor: op size transfers are split into")
 	timeoutRetries := fs.Int("timeout-retries", portal.DefaultTimeoutRetries, "executor: TIMEOUT retries per chunk (negative: none)")
@@ -199,7 +200,7 @@ func client(test string, args []string) error {
 	if test == "read_lat" || test == "write_lat" {
 		*outstanding = 1
 	}
-	execMode := *useExec || *size > abi.MaxOpBytes
+	execMode := *useExec || *size > abi.MaxOpBytes || *bg > 0
 	if execMode && test != "read_lat" && test != "write_lat" {
 		setO := false
 		fs.Visit(func(f *flag.Flag) { setO = setO || f.Name == "O" })
@@ -248,7 +249,7 @@ func client(test string, args []string) error {
 		regionBytes := uint64(1 << 20)
 		if execMode {
 			// Room for each transfer in flight to walk its own part.
-			regionBytes = max(regionBytes, 2*uint64(*outstanding)*uint64(*size))
+			regionBytes = max(regionBytes, 2*uint64(*outstanding)*uint64(*size)) + uint64(*bg)
 		}
 		r, err := p.RegisterRegion(regionBytes, portal.PermAll)
 		if err != nil {
@@ -285,7 +286,7 @@ func client(test string, args []string) error {
 	}
 	var res benchrow.Row
 	if execMode {
-		res, err = runExec(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, ecfg)
+		res, err = runExec(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, ecfg, *bg)
 	} else {
 		res, err = run(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event)
 	}
