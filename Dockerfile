@@ -5,7 +5,7 @@
 #       -v onerma-state:/var/lib/onerma onerma [rmad flags]
 FROM golang:1.26-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
-        libdpdk-dev pkg-config gcc make && rm -rf /var/lib/apt/lists/*
+        libdpdk-dev libipsec-mb-dev pkg-config gcc make && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -14,7 +14,7 @@ RUN make build
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends \
-        dpdk libdpdk-dev iproute2 procps ca-certificates make && rm -rf /var/lib/apt/lists/*
+        dpdk libdpdk-dev libipsec-mb-dev iproute2 procps ca-certificates make && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/bin/ /usr/local/bin/
 VOLUME /var/lib/onerma
 ENTRYPOINT ["/usr/local/bin/rmad"]

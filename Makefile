@@ -39,7 +39,7 @@ test: setup build vet
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
 fuzz:
-	@set -e; for t in wire:FuzzDecode abi:FuzzCommandDecode engine/ctl/ctlmsg:FuzzDecodeRequest aesni:FuzzSealOpen; do \
+	@set -e; for t in wire:FuzzDecode abi:FuzzCommandDecode engine/ctl/ctlmsg:FuzzDecodeRequest aesni:FuzzSealOpen aesni/mb:FuzzBatchVsAEAD; do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
 		if grep -rqs "func $$fn(" ./$$pkg; then \
 			echo "fuzz $$pkg $$fn $(FUZZTIME)"; \

@@ -10,7 +10,7 @@ want_bench=0
 
 log() { printf 'setup: %s\n' "$*"; }
 
-pkgs=(libdpdk-dev dpdk dpdk-dev pkg-config gcc make iproute2 procps)
+pkgs=(libdpdk-dev dpdk dpdk-dev libipsec-mb-dev pkg-config gcc make iproute2 procps)
 [ $want_bench = 1 ] && pkgs+=(ucx-utils)
 
 missing=()

@@ -1,0 +1,173 @@
+// Package mb is a batched AES-128-GCM backend for OneRMA's messages on
+// intel-ipsec-mb (libIPSec_MB, Debian's libipsec-mb-dev 1.3): the lever
+// that package aesni's doc points at. An engine core queues the seals and
+// opens of a burst (32-64 messages) in a Batch and runs them with one cgo
+// call, instead of one crypto/cipher call per message. The bytes are the
+// same as aesni.AEAD's (message formats, nonces, AAD and curried AAD are
+// described there); only who computes them changes.
+//
+// # Place in the import graph
+//
+// cgo: it imports package aesni (sizes, Key, ErrAuth) and links
+// -lIPSec_MB; nothing imports it yet. aesni stays the pure-Go leaf that
+// the simulator and cross-builds use (this package passes -race too).
+//
+// # API
+//
+//	k, _ := mb.NewKey(kd)          // expanded key (struct gcm_key_data) in C memory
+//	r, _ := mb.NewReservedKey()    // the reserved key: SealAuthFailure / OpenAuthFailure
+//	b, _ := mb.NewBatch(64)        // descriptors, AAD scratch, results: C memory, once
+//	i, ok := b.OpenResponse(k, dst, in, nonce, aad, reqIV)   // ok false: batch full
+//	...                            // more Adds, any keys, any kinds
+//	failed := b.Run()              // one cgo call for the whole batch
+//	if b.Err(i) != nil { ... }     // nil or aesni.ErrAuth, readable until the next Add
+//
+// Every aesni.AEAD method has a Batch counterpart with the key as first
+// argument and the same buffers (SealRequest, OpenRequest, SealResponse,
+// OpenResponse, OpenResponseDirect, SealAuthFailure, OpenAuthFailure): the
+// same assertions (a caller bug panics, before anything is queued), the
+// same bytes written on success and on failure. An Add returns the job's
+// index; an open whose input is too short for a tag (a length off the
+// wire) is queued as a job that fails, so every message gets its answer
+// from Run. Run returns the number of failed jobs; OK(i) and Err(i) read
+// each result from C memory without allocating. A full batch refuses the
+// Add, queues nothing, and returns (-1, false): the caller runs it first.
+//
+// Nonce, AAD (with the request IV it is curried with: aad ‖ reqIV goes
+// into the job's scratch, as aesni copies it into its own) and a received
+// tag are copied at Add; payloads are read and outputs written by Run, so
+// those buffers must stay valid and untouched until Run returns.
+//
+// # Inside Run
+//
+// One ipsec-mb manager for the process (alloc_mb_mgr + init_mb_mgr_auto,
+// so the library picks SSE, AVX, AVX2 or AVX-512 with VAES and VPCLMULQDQ
+// from the CPU at run time; ONERMA_IPSEC_MB_ARCH forces one, see ArchEnv).
+// Its direct GCM functions (gcm128_enc / gcm128_dec) keep no state in it,
+// so Batches on different cores run at once. The C loop (mb.c) walks the
+// descriptors: a seal encrypts straight from the plaintext into out and
+// writes the tag after it; an open decrypts, computes the tag into a local
+// that starts as the complement of the received one (a call that wrote
+// nothing can never verify), compares the two in constant time (no branch
+// on the data), and checks ipsec-mb's thread-local errno after every call
+// (an error fails the job, and Run panics: every argument was checked at
+// Add, so it would be a bug here).
+//
+// OpenResponse must never write dst with a forgery, but ipsec-mb verifies
+// only after it has written its output. Two ways out: decrypt in place,
+// in the packet, and copy to dst once the tag matched (aesni's way), or a
+// GHASH pass over the ciphertext first and decryption after. Measured in
+// C on this host (ipsec-mb 1.3 AVX-512, medians of 7): decrypting costs
+// 39, 106 and 313 ns at 64 B, 1 KB and 4 KB; a GHASH pass alone 17, 57
+// and 196 ns; a memcpy 2, 8 and 47 ns. So the copy: on success Run
+// memmoves the plaintext to dst; on failure it zeroes in's ciphertext,
+// like aesni, and dst is untouched. OpenResponseDirect decrypts into dst
+// and zeroes it on failure (crypto/cipher's behaviour).
+//
+// # Keys and their owners
+//
+// A Key is ipsec-mb's struct gcm_key_data (round keys and GHASH powers,
+// 1 KB, 64-byte aligned) in C memory, with no finalizer. NewKey allocates
+// (the C block and a small Go struct) and expands: 443 ns here, where
+// aesni.NewAEAD takes 446 ns and 3 allocations; Set re-expands in place
+// (187 ns, no allocation). A Key
+// counts the queued jobs that refer to it, which gives a cache entry a
+// safe way to own one: on eviction, invalidation (rekey) or purge the cache
+// calls Release, which frees the C memory at once if no job refers to the
+// key and otherwise when the Run (or Discard) that finishes its last job
+// returns. Free refuses (panics) while jobs are queued; so does Set. A
+// cache that recycles entries can Set the evicted entry's key in place
+// when it has no queued job (Pending() == 0), and Release it otherwise.
+//
+// # Go pointers in C memory
+//
+// Buffers may be C memory (DPDK mbufs), mmap'd memory (regions, portal
+// shared memory) or Go memory (tests, the simulator). A job's descriptor
+// lives in C memory and holds the buffers' addresses, so a Go buffer must
+// be pinned: each Batch owns runtime.Pinners and pins every buffer at Add
+// (Pin does nothing for memory the Go runtime does not manage), unpinning
+// them all in Run. A runtime.Pinner keeps 5 pins inline and drops any
+// larger slice on Unpin, so one Pinner per batch would allocate on every
+// batch: the batch spreads its pins over ceil(3·cap/5) Pinners (3 buffers
+// per job at most) and allocates nothing in steady state (TestAllocs, with
+// Go, mmap'd and registered buffers). A buffer inside one already pinned
+// by the batch (the same backing array, e.g. the same region) is not
+// pinned twice.
+//
+// What pinning costs: Pin + Unpin of a Go buffer 55 ns, Pin of mmap'd
+// memory (a no-op, still a call) 9 ns (BenchmarkPin). Per job (two
+// buffers) that is most of the gap between the "mb" and "mb-reg" columns
+// below: at 64 B, Go buffers make a batched seal slower than
+// crypto/cipher. Hence Register: memory registered with a batch (at most
+// MaxRegistered ranges: an engine's mbuf pool, its portals' shared
+// memory) is pinned once if it is Go memory, only recorded otherwise, and
+// jobs inside it pay two compares instead of a Pin.
+//
+// The rules are checked by the runtime with
+//
+//	GOEXPERIMENT=cgocheck2 go test ./aesni/mb
+//
+// which passes (about 40 s: it rebuilds the runtime) and crashes with
+// "unpinned Go pointer stored into non-Go memory" when the Pin is left out.
+//
+// # Portability
+//
+// The code path is chosen at run time, so the same binary runs on CPUs
+// with and without AVX-512 or VAES (CI may be an AMD EPYC without VAES:
+// it gets the AVX2 or AVX path). TestArchs re-runs the equivalence, tamper
+// and known-answer tests in child processes on every path the CPU can run
+// (here sse, avx, avx2 and avx512 all pass). Debian ships ipsec-mb for
+// x86-64 only: elsewhere this package does not build, aesni still does.
+//
+// # Measurements
+//
+// Per message, in bursts of 32 (one Run per burst), AAD 64 B ‖ request IV
+// 12 B, medians of 5 runs, Go 1.26.8, -cpu 1, on this 2-vCPU VM ("Oxide
+// Virtual Turin-like Processor" to go test, AVX-512 + VAES + VPCLMULQDQ,
+// ipsec-mb's avx512 path); the machine is shared, so single numbers may
+// be off by 10-20 % (the 5 runs of most rows lie within 5-10 %).
+// Columns: aesni = aesni.AEAD per message (crypto/cipher); mb = a Batch
+// with Go buffers (pinned per job); mb mmap = buffers in mmap'd memory
+// (Pin called, does nothing); mb reg = the same memory Registered. MB/s
+// counts payload bytes.
+//
+//	ns/message (MB/s)          aesni         mb            mb mmap       mb reg       reg vs aesni
+//	SealResponse        64 B   150 (426)     203 (316)      76 (839)      54 (1176)   2.8x
+//	                     1 KB  277 (3697)    239 (4289)    139 (7369)    115 (8887)   2.4x
+//	                     4 KB  883 (4638)    391 (10480)   309 (13240)   284 (14430)  3.1x
+//	OpenResponseDirect  64 B   137 (467)     174 (368)      82 (777)      62 (1039)   2.2x
+//	                     1 KB  273 (3756)    221 (4627)    132 (7745)    117 (8740)   2.3x
+//	                     4 KB  802 (5108)    384 (10660)   283 (14490)   261 (15710)  3.1x
+//	OpenResponse        64 B   132 (484)     171 (373)      82 (776)      62 (1034)   2.1x
+//	  (+ restore copy)   1 KB  284 (3603)    262 (3916)    153 (6707)    133 (7723)   2.1x
+//	                     4 KB  901 (4549)    460 (8904)    467 (8775)    380 (10770)  2.4x
+//	SealRequest (GMAC over 64 B) 52          106            67            49          1.1x
+//	OpenRequest                  58           37            37            37          1.6x
+//	aes-gcm-limit (seal + open 4 KB)
+//	                           1644          820           641           588          2.8x
+//	                           608 k ops/s   1.22 M        1.56 M        1.70 M
+//
+// OpenResponse restores the packet before each open (opening consumes
+// it), as aesni's BenchmarkOpenResponse does; that copy is in both
+// columns. OpenRequest copies the tag and pins nothing, hence equal
+// columns. aes-gcm-limit is two Runs per burst (the opens need the seals).
+// In the same run aesni's own benchmarks (one message at a time) gave
+// SealResponse 149 / 265 / 821 ns, OpenResponseDirect 127 / 254 / 773 ns,
+// OpenResponse 127 / 272 / 841 ns, SealRequest 70 ns, OpenRequest 81 ns,
+// aes-gcm-limit 2.42 µs (414 k ops/s), NewAEAD 446 ns. So with registered
+// memory, the engine's case, a batch is 2.1-2.8x faster than crypto/cipher
+// at 64 B and 2.4-3.1x at 4 KB, as dpdk-test-crypto-perf had predicted
+// (2x and 3x); requests, which are only a GMAC over 64 B, gain little.
+//
+// Measured with
+//
+//	go test -run '^$' -bench '^Benchmark(SealResponse|OpenResponseDirect|OpenResponse|SealRequest|OpenRequest|GCMLimit|NewKey|KeySet|Pin|NewAEAD|Copy)$' -count 5 -cpu 1 ./aesni ./aesni/mb
+//
+// # Ownership and concurrency
+//
+// A Batch and the Keys it uses belong to one engine core (goroutine); a
+// Key's job count is not synchronized. Batches on different cores run
+// concurrently. Nothing here locks, and beyond NewKey, NewBatch and
+// Register nothing allocates in steady state (a Batch's Pinners come back
+// from the runtime's per-P cache; TestAllocs).
+package mb

@@ -1,0 +1,73 @@
+// C side of package mb: the ipsec-mb manager, key expansion and the batch
+// loop. Everything here is called from mb.go; nothing keeps a Go pointer
+// beyond what the Go side pinned (see Batch in mb.go).
+#ifndef ONERMA_AESNI_MB_H
+#define ONERMA_AESNI_MB_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <intel-ipsec-mb.h>
+
+// Sizes mirrored by the Go side (aesni.NonceSize, aesni.TagSize,
+// aesni.MaxAADSize + aesni.NonceSize rounded up to 16).
+#define MB_NONCE 12
+#define MB_TAG 16
+#define MB_AAD_SCRATCH 144
+
+// Job kinds.
+enum {
+	MB_SEAL = 1,      // encrypt src into dst (len bytes), tag to tag
+	MB_OPEN = 2,      // decrypt src into dst, verify; zero dst on failure
+	MB_OPEN_COPY = 3, // MB_OPEN in place (dst == src), then copy dst to copy_to
+	MB_FAIL = 4,      // rejected at Add (a length off the wire): fails
+};
+
+// Per-job result in mb_batch.ok.
+enum {
+	MB_RESULT_AUTH = 0, // an open whose tag did not match, or MB_FAIL
+	MB_RESULT_OK = 1,
+	MB_RESULT_LIB = 2, // ipsec-mb rejected the parameters (a bug here)
+};
+
+// One queued operation (96 bytes). Pointers are C memory, mmap'd memory or
+// Go memory pinned by the Go side until mb_run returns.
+typedef struct mb_job {
+	const struct gcm_key_data *key;
+	uint8_t *dst;       // output of the cipher (never NULL)
+	const uint8_t *src; // input of the cipher (never NULL)
+	uint64_t len;       // bytes of plaintext / ciphertext
+	const uint8_t *aad; // additional data (scratch or the caller's)
+	uint64_t aad_len;
+	uint8_t *tag;     // MB_SEAL: where the tag goes
+	uint8_t *copy_to; // MB_OPEN_COPY: where the plaintext goes once verified
+	uint8_t iv[MB_NONCE];
+	uint32_t kind;
+	uint8_t want[MB_TAG]; // opens: the received tag
+} mb_job;
+
+// A batch: one C allocation, 64-byte aligned, laid out as
+// mb_batch | jobs[cap] | aad[cap][MB_AAD_SCRATCH] | ok[cap].
+typedef struct mb_batch {
+	struct gcm_context_data ctx; // reused by every job of the batch
+	uint8_t dummy[64];           // a valid address for empty buffers
+	mb_job *jobs;
+	uint8_t (*aad)[MB_AAD_SCRATCH];
+	uint8_t *ok;
+	uint32_t cap;
+	int32_t lib_err; // last ipsec-mb error of the last run, 0 if none
+} mb_batch;
+
+int mb_init(int arch);
+int mb_arch(void);
+uint64_t mb_features(void);
+const char *mb_strerror(int err);
+
+struct gcm_key_data *mb_key_new(void);
+int mb_key_set(struct gcm_key_data *k, uint64_t lo, uint64_t hi);
+void mb_key_free(struct gcm_key_data *k);
+
+mb_batch *mb_batch_new(uint32_t cap);
+void mb_batch_free(mb_batch *b);
+uint32_t mb_run(mb_batch *b, uint32_t n);
+
+#endif
