@@ -1,8 +1,9 @@
 // Command rmactl is the engine's admin tool: it asks a running rmad,
 // through its control socket, for its counters (every field of
 // ctlmsg.Stats, among them the security counters rx_auth_failed,
-// req_auth_failed, rekeys and iv_errors) or for the identity the engine
-// would stamp on this process's requests.
+// req_auth_failed, rekeys and iv_errors, and fault.* when rmad's port is
+// wrapped in a fault injector) or for the identity the engine would stamp
+// on this process's requests.
 //
 //	rmactl [-socket PATH] stats [-json]
 //	rmactl [-socket PATH] identity
@@ -108,6 +109,22 @@ func stats(sock string, asJSON bool) error {
 			sort.Strings(keys)
 			for _, k := range keys {
 				fmt.Printf("completed.%-30s %d\n", k, m[k])
+			}
+		}
+	}
+	if f := resp.Stats.Fault; f != nil { // a fault-injecting port wraps the engine's
+		fmt.Printf("%-24s %d\n", "fault.held", f.Held)
+		for _, d := range []struct {
+			name string
+			st   *ctlmsg.FaultDirStats
+		}{{"rx", &f.Rx}, {"tx", &f.Tx}} {
+			dv := reflect.ValueOf(*d.st)
+			dt := dv.Type()
+			for i := 0; i < dt.NumField(); i++ {
+				if dv.Field(i).Kind() == reflect.Uint64 {
+					name := "fault." + d.name + "." + strings.Split(dt.Field(i).Tag.Get("json"), ",")[0]
+					fmt.Printf("%-24s %d\n", name, dv.Field(i).Uint())
+				}
 			}
 		}
 	}
