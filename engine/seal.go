@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/onerma/onerma/aesni"
+)
+
+// TxHook is implemented by a Tx that can run a function right before
+// frames it was handed with Send leave it: before a burst is transmitted,
+// before a sent frame becomes visible to a receiver, before a frame is
+// copied (a fault injector's delayed or duplicated frames). With
+// Config.Crypto = CryptoIPsecMB the core seals lazily: a frame handed to
+// Send may still have its ciphertext and tag to be written, by the core's
+// batch, and New installs the function that writes them (runSeals) with
+// SetBeforeTx. A Tx that wraps another passes the hook on.
+type TxHook interface {
+	SetBeforeTx(f func())
+}
+
+// Seals (the send side of paper §4.2). With CryptoGo every call below is
+// the aesni.AEAD method, at once; with CryptoIPsecMB (c.mb != nil) the
+// seal is queued in the core's aesni/mb Batch, with the same buffers: the
+// frame in the tx buffer, the plaintext read from region memory when the
+// batch runs (data still moves once, fused with the cipher). runSeals
+// runs the batch; it must run before a frame is copied or transmitted
+// (emit's self-loop, the Tx's hook), before region memory can go
+// (dropRegion, Shutdown), and at the end of every Poll. Between a seal and
+// the run, the frame's buffer and the plaintext must stay put: the core
+// never rewrites a buffer it handed to Send, and a frame it did not send
+// (emit's self-loop and its overflow) runs the batch first.
+
+func (c *Core) sealRequest(a *aesni.AEAD, tag, nonce, aad []byte) {
+	if c.mb != nil {
+		c.mbSealRequest(a, tag, nonce, aad)
+		return
+	}
+	a.SealRequest(tag, nonce, aad)
+}
+
+func (c *Core) sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV []byte) {
+	if c.mb != nil {
+		c.mbSealResponse(a, out, plaintext, nonce, aad, reqIV)
+		return
+	}
+	a.SealResponse(out, plaintext, nonce, aad, reqIV)
+}
+
+func (c *Core) sealAuthFailure(tag, nonce, aad, reqIV []byte) {
+	if c.mb != nil {
+		c.mbSealAuthFailure(tag, nonce, aad, reqIV)
+		return
+	}
+	c.reserved.SealAuthFailure(tag, nonce, aad, reqIV)
+}
+
+// runSeals runs every queued seal (nothing with CryptoGo).
+func (c *Core) runSeals() {
+	if c.mb != nil {
+		c.mbRun()
+	}
+}
+
+// setupCrypto prepares the backend of cfg.Crypto: for CryptoIPsecMB the
+// batch, the reserved key, the caches' remove hooks and the Tx's hook.
+func (c *Core) setupCrypto(tx Tx) error {
+	if c.cfg.Crypto != CryptoIPsecMB {
+		return nil
+	}
+	h, ok := tx.(TxHook)
+	if !ok {
+		return fmt.Errorf("%w: Crypto %q seals after Send and needs a Tx that implements engine.TxHook; %T does not", ErrConfig, c.cfg.Crypto, tx)
+	}
+	if err := c.mbSetup(); err != nil {
+		return fmt.Errorf("%w: Crypto %q: %v", ErrConfig, c.cfg.Crypto, err)
+	}
+	h.SetBeforeTx(c.runSeals)
+	return nil
+}
