@@ -58,7 +58,15 @@ type Port struct {
 	held  []uint32 // buffers of the last rx burst, released by the next Recv
 	views [][]byte // the last rx burst, as returned by Recv
 	stats Stats
+
+	beforeTx func() // engine.TxHook: runs before Flush publishes
 }
+
+var _ engine.TxHook = (*Port)(nil)
+
+// SetBeforeTx implements engine.TxHook: f runs before the frames sent
+// since the last Flush become visible to the receiver.
+func (p *Port) SetBeforeTx(f func()) { p.beforeTx = f }
 
 // Pair returns two ports connected back to back: what a sends, b receives,
 // and the other way round.
@@ -119,6 +127,9 @@ func (p *Port) Send(n int) {
 // Flush makes every frame sent since the last Flush visible to the
 // receiver, with one atomic store.
 func (p *Port) Flush() {
+	if p.beforeTx != nil {
+		p.beforeTx()
+	}
 	p.stats.TxFrames += uint64(p.tx.full.publish())
 }
 
