@@ -469,6 +469,9 @@ func (c *Core) RegisterRegion(id PortalID, mem []byte, perm Perm, kr aesni.Key) 
 		r.gen = 1
 	}
 	r.mem, r.perm, r.owner, r.valid = mem, perm, id, true
+	if c.mb != nil {
+		c.mbRegister(mem)
+	}
 	r.kr = aesni.NewDeriver(kr)
 	return abi.MakeRegionID(idx, r.gen), nil
 }
@@ -526,6 +529,9 @@ func (c *Core) DeregisterRegion(id PortalID, rid abi.RegionID) error {
 func (c *Core) dropRegion(idx uint16) {
 	c.runSeals() // queued seals may read the region's memory
 	r := &c.regions[idx]
+	if c.mb != nil {
+		c.mbUnregister(r.mem)
+	}
 	c.srv.Invalidate(uint32(abi.MakeRegionID(idx, r.gen)))
 	c.srvLastAEAD = nil
 	r.valid, r.mem, r.kr = false, nil, nil

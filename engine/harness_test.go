@@ -25,6 +25,7 @@ var testCrypto = cmp.Or(os.Getenv("ONERMA_TEST_CRYPTO"), CryptoGo)
 
 // testTx is a fixed pool of frame buffers and a FIFO of sent frames.
 type testTx struct {
+	mem   []byte // every buffer
 	bufs  [][]byte
 	free  []int
 	q     []int // sent buffers in order
@@ -33,6 +34,9 @@ type testTx struct {
 	limit int    // max queued frames (0: pool size)
 	hook  func() // TxHook: runs before queued frames are read
 }
+
+// TxMemory implements TxMemory.
+func (t *testTx) TxMemory() []byte { return t.mem }
 
 // SetBeforeTx implements TxHook.
 func (t *testTx) SetBeforeTx(f func()) { t.hook = f }
@@ -44,9 +48,9 @@ func (t *testTx) beforeTx() {
 }
 
 func newTestTx(n int) *testTx {
-	t := &testTx{cur: -1}
+	t := &testTx{cur: -1, mem: make([]byte, n*MaxFrameBytes)}
 	for i := 0; i < n; i++ {
-		t.bufs = append(t.bufs, make([]byte, MaxFrameBytes))
+		t.bufs = append(t.bufs, t.mem[i*MaxFrameBytes:(i+1)*MaxFrameBytes:(i+1)*MaxFrameBytes])
 		t.free = append(t.free, i)
 	}
 	t.q = make([]int, 0, n)

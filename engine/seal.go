@@ -18,6 +18,16 @@ type TxHook interface {
 	SetBeforeTx(f func())
 }
 
+// TxMemory is implemented by a Tx whose buffers all lie in one
+// long-lived range of memory (a preallocated pool of Go memory). With
+// CryptoIPsecMB, New registers it with the core's batch (aesni/mb
+// Batch.Register): Go memory is then pinned once instead of per seal
+// (tens of nanoseconds a buffer). The range must stay valid as long as
+// the core.
+type TxMemory interface {
+	TxMemory() []byte
+}
+
 // Seals (the send side of paper §4.2). With CryptoGo every call below is
 // the aesni.AEAD method, at once; with CryptoIPsecMB (c.mb != nil) the
 // seal is queued in the core's aesni/mb Batch, with the same buffers: the
@@ -75,5 +85,8 @@ func (c *Core) setupCrypto(tx Tx) error {
 		return fmt.Errorf("%w: Crypto %q: %v", ErrConfig, c.cfg.Crypto, err)
 	}
 	h.SetBeforeTx(c.runSeals)
+	if m, ok := tx.(TxMemory); ok {
+		c.mbRegister(m.TxMemory())
+	}
 	return nil
 }

@@ -3,6 +3,8 @@
 package engine
 
 import (
+	"runtime"
+
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/aesni/mb"
 )
@@ -23,6 +25,19 @@ const mbBatchCap = 64
 type mbSealer struct {
 	batch    *mb.Batch
 	reserved *mb.Key
+	ini, srv *aesni.Cache // the core's: purged (keys released) when the core is collected
+}
+
+// free releases everything of s: the batch (queued seals discarded,
+// registered memory unpinned), the keys of the cached AEADs, the reserved
+// key. It runs as the Core's cleanup: a Core has no Close, and a batch
+// collected with memory still pinned would make the runtime panic (a
+// leaked runtime.Pinner).
+func (s *mbSealer) free() {
+	s.batch.Free()
+	s.ini.Purge()
+	s.srv.Purge()
+	s.reserved.Free()
 }
 
 type mbGone struct{}
@@ -37,9 +52,10 @@ func (c *Core) mbSetup() error {
 		b.Free()
 		return err
 	}
-	c.mb = &mbSealer{batch: b, reserved: r}
+	c.mb = &mbSealer{batch: b, reserved: r, ini: c.ini, srv: c.srv}
 	c.ini.SetOnRemove(mbForget)
 	c.srv.SetOnRemove(mbForget)
+	runtime.AddCleanup(c, (*mbSealer).free, c.mb)
 	return nil
 }
 
@@ -107,6 +123,20 @@ func (c *Core) mbRun() {
 	if b := c.mb.batch; b.Len() > 0 {
 		b.Run() // seals never fail
 	}
+}
+
+// mbRegister registers long-lived memory that seals read or write (the
+// Tx's buffers, a region) with the batch, so that its buffers are not
+// pinned per seal; when the batch's ranges are all taken, seals in mem
+// are pinned one by one, as before.
+func (c *Core) mbRegister(mem []byte) {
+	_ = c.mb.batch.Register(mem) // only ErrRegistered: fine, see above
+}
+
+// mbUnregister undoes mbRegister (nothing if mem was not registered);
+// the batch must be empty (runSeals).
+func (c *Core) mbUnregister(mem []byte) {
+	c.mb.batch.Unregister(mem)
 }
 
 // MBArch reports the code path ipsec-mb uses on this CPU (sse, avx, avx2,

@@ -5,8 +5,10 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
@@ -248,4 +250,28 @@ func BenchmarkWriteLoopback64MB(b *testing.B) {
 
 func BenchmarkWriteLoopback4096MB(b *testing.B) {
 	withCrypto(b, CryptoIPsecMB, BenchmarkWriteLoopback4096)
+}
+
+// A core dropped with registered Go memory and a queued seal is collected
+// without the runtime finding a leaked pin (its cleanup frees the batch).
+func TestIPsecMBCoreCollected(t *testing.T) {
+	for range 3 {
+		cfg := testConfig("10.0.0.1", 1)
+		cfg.Crypto = CryptoIPsecMB
+		tx := newTestTx(4)
+		c := newCore(t, cfg, tx)
+		app := openApp(t, c, ClassLow, 0)
+		if _, err := c.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := c.ini.Put(aesni.CacheKey{Region: 1}, aesni.Key{1})
+		c.sealRequest(a, tx.Buffer()[:16], make([]byte, 12), make([]byte, 64))
+		if c.mb.batch.Len() != 1 {
+			t.Fatal("seal not queued")
+		}
+	}
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
 }

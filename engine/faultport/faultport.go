@@ -168,6 +168,15 @@ func (p *Port) SetBeforeTx(f func()) {
 	}
 }
 
+// TxMemory implements engine.TxMemory for an inner port that does (the
+// buffers Buffer returns are the inner port's); nil otherwise.
+func (p *Port) TxMemory() []byte {
+	if m, ok := p.inner.(engine.TxMemory); ok {
+		return m.TxMemory()
+	}
+	return nil
+}
+
 func (p *Port) hook() {
 	if p.beforeTx != nil {
 		p.beforeTx()
