@@ -35,7 +35,21 @@ type AEAD struct {
 	reserved bool
 	key      Key                          // what it was built from (Matches)
 	aad      [MaxAADSize + NonceSize]byte // aad ‖ request IV
+	ext      any                          // the owner's per-AEAD extension (Ext)
 }
+
+// Ext returns what SetExt stored (nil if nothing). An engine core keeps
+// there a second backend's expanded copy of the same key (an aesni/mb
+// Key), found with the AEAD and without a second lookup.
+func (a *AEAD) Ext() any { return a.ext }
+
+// SetExt stores x with a; aesni never looks at it. A Cache's remove hook
+// (Cache.SetOnRemove) is where the owner releases it.
+func (a *AEAD) SetExt(x any) { a.ext = x }
+
+// Key returns the key a was prepared for (the slow path of a second
+// backend that expands its own copy).
+func (a *AEAD) Key() Key { return a.key }
 
 // NewAEAD prepares an AES-128-GCM instance for k (slow path: allocates). It
 // fails only where crypto/cipher refuses GCM with caller-chosen nonces (the

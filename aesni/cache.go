@@ -42,6 +42,21 @@ type Cache struct {
 	hand  int
 	seed  uint64
 	stats CacheStats
+
+	onRemove func(*AEAD)
+}
+
+// SetOnRemove installs f, called with every AEAD that leaves the cache:
+// evicted by CLOCK, replaced by a Put for the same CacheKey, removed by
+// Invalidate or Purge (before the entry is forgotten). The AEAD itself
+// stays valid (whoever holds it may still use it); f releases what the
+// owner attached to it (AEAD.SetExt). nil removes the hook.
+func (c *Cache) SetOnRemove(f func(*AEAD)) { c.onRemove = f }
+
+func (c *Cache) removed(a *AEAD) {
+	if c.onRemove != nil && a != nil {
+		c.onRemove(a)
+	}
 }
 
 type cacheEntry struct {
@@ -150,6 +165,9 @@ func (c *Cache) insert(k CacheKey, a *AEAD) {
 	pos, ok := c.find(&k)
 	if ok {
 		e := &c.ents[c.index[pos]-1]
+		if e.aead != a {
+			c.removed(e.aead)
+		}
 		e.aead, e.ref = a, false
 		return
 	}
@@ -205,6 +223,7 @@ func (c *Cache) remove(i uint32) {
 		}
 	}
 	c.index[hole] = 0
+	c.removed(c.ents[i].aead)
 	c.ents[i] = cacheEntry{}
 	c.free = append(c.free, i)
 	c.n--
@@ -228,6 +247,11 @@ func (c *Cache) Invalidate(region uint32) int {
 // Purge removes every entry.
 func (c *Cache) Purge() {
 	c.stats.Invalidations += uint64(c.n)
+	for i := range c.ents {
+		if c.ents[i].live {
+			c.removed(c.ents[i].aead)
+		}
+	}
 	clear(c.ents)
 	clear(c.index)
 	c.free = c.free[:0]

@@ -214,3 +214,51 @@ func TestCacheHitAllocs(t *testing.T) {
 		t.Errorf("GetOrDerive: %v allocs per hit", a)
 	}
 }
+
+// The remove hook sees every AEAD that leaves the cache exactly once:
+// evicted, replaced by a Put for its key, invalidated, purged; Ext is
+// kept with the AEAD.
+func TestCacheOnRemove(t *testing.T) {
+	c := NewCache(4, 3)
+	gone := map[*AEAD]int{}
+	c.SetOnRemove(func(a *AEAD) { gone[a]++ })
+	var as []*AEAD
+	for i := range 4 {
+		a, _ := c.Put(ck(uint32(i%2), uint32(i)), Key{byte(i)})
+		a.SetExt(i)
+		as = append(as, a)
+	}
+	if as[2].Ext() != 2 || as[2].Key() != (Key{2}) {
+		t.Fatal("Ext or Key lost")
+	}
+	a4, _ := c.Put(ck(9, 9), Key{9}) // evicts one of the four
+	evicted := 0
+	for _, a := range as {
+		evicted += gone[a]
+	}
+	if evicted != 1 || len(gone) != 1 {
+		t.Fatalf("eviction: %v", gone)
+	}
+	clear(gone)
+	a5, _ := c.Put(ck(9, 9), Key{10}) // replaces a4
+	if gone[a4] != 1 || len(gone) != 1 || a5 == a4 {
+		t.Fatalf("replacement: %v", gone)
+	}
+	clear(gone)
+	n := c.Invalidate(1)
+	if len(gone) != n || n == 0 {
+		t.Fatalf("invalidate removed %d, hook saw %d", n, len(gone))
+	}
+	clear(gone)
+	left := c.Len()
+	c.Purge()
+	if len(gone) != left || gone[a5] != 1 {
+		t.Fatalf("purge of %d: hook saw %v", left, gone)
+	}
+	for a, k := range gone {
+		if k != 1 {
+			t.Fatalf("%p removed %d times", a, k)
+		}
+	}
+	checkCache(t, c)
+}

@@ -82,7 +82,22 @@ type Config struct {
 	// CacheSeed seeds the caches' hash (0: random), so that peers cannot
 	// aim collisions at them. The simulator fixes it.
 	CacheSeed uint64
+
+	// Crypto chooses who computes the seals (the send side; opens always
+	// use package aesni): CryptoGo ("go", also ""), crypto/cipher one
+	// message at a time, or CryptoIPsecMB ("ipsec-mb"), the seals of a
+	// burst queued in an aesni/mb Batch and run with one cgo call before
+	// the frames leave (see seal.go). The bytes on the wire are the same.
+	// CryptoIPsecMB needs a Tx that implements TxHook and a build with
+	// cgo on linux/amd64.
+	Crypto string
 }
+
+// The backends of Config.Crypto.
+const (
+	CryptoGo      = "go"
+	CryptoIPsecMB = "ipsec-mb"
+)
 
 // ArbitrationBytes: an op needs this much free window to enter service,
 // whatever its size, so small ops cannot starve big ones (paper §3.1).
@@ -112,6 +127,7 @@ func DefaultConfig() Config {
 		ARPRetry:        5 * time.Millisecond,
 		NeighborTable:   256,
 		KeyCache:        4096,
+		Crypto:          CryptoGo,
 	}
 }
 
@@ -162,6 +178,10 @@ func (c *Config) Validate() error {
 		return bad("IV", "nil (no IV source)")
 	case c.KeyCache < 1 || c.KeyCache > 1<<20:
 		return bad("KeyCache", c.KeyCache)
+	case c.Crypto != "" && c.Crypto != CryptoGo && c.Crypto != CryptoIPsecMB:
+		return bad("Crypto (want \"go\" or \"ipsec-mb\")", fmt.Sprintf("%q", c.Crypto))
+	case c.Crypto == CryptoIPsecMB && !mbBuilt:
+		return bad("Crypto (ipsec-mb needs a cgo build on linux/amd64)", c.Crypto)
 	case c.NeighborTable < 2 || c.NeighborTable&(c.NeighborTable-1) != 0 || len(c.Neighbors) > c.NeighborTable/2:
 		return bad("NeighborTable", c.NeighborTable)
 	}

@@ -195,6 +195,7 @@ type Core struct {
 	srvLastKey  aesni.CacheKey
 	srvLastAEAD *aesni.AEAD
 	reserved    *aesni.AEAD
+	mb          *mbSealer            // Config.Crypto "ipsec-mb": the batch of queued seals (seal.go); nil: "go"
 	scratch     [abi.MaxOpBytes]byte // an orphan's data is authenticated here
 
 	// Serving WRITEs (paper §5.1): pull contexts, each with a staging
@@ -273,6 +274,9 @@ func New(cfg Config, tx Tx) (*Core, error) {
 	c.srv = aesni.NewCache(cfg.KeyCache, seed^0x9e3779b97f4a7c15)
 	var err error
 	if c.reserved, err = aesni.NewReservedAEAD(); err != nil {
+		return nil, err
+	}
+	if err := c.setupCrypto(tx); err != nil {
 		return nil, err
 	}
 	if c.maxPayload > abi.MaxOpBytes {
@@ -465,6 +469,9 @@ func (c *Core) RegisterRegion(id PortalID, mem []byte, perm Perm, kr aesni.Key) 
 		r.gen = 1
 	}
 	r.mem, r.perm, r.owner, r.valid = mem, perm, id, true
+	if c.mb != nil {
+		c.mbRegister(mem)
+	}
 	r.kr = aesni.NewDeriver(kr)
 	return abi.MakeRegionID(idx, r.gen), nil
 }
@@ -520,7 +527,11 @@ func (c *Core) DeregisterRegion(id PortalID, rid abi.RegionID) error {
 }
 
 func (c *Core) dropRegion(idx uint16) {
+	c.runSeals() // queued seals may read the region's memory
 	r := &c.regions[idx]
+	if c.mb != nil {
+		c.mbUnregister(r.mem)
+	}
 	c.srv.Invalidate(uint32(abi.MakeRegionID(idx, r.gen)))
 	c.srvLastAEAD = nil
 	r.valid, r.mem, r.kr = false, nil, nil
@@ -642,6 +653,7 @@ func (c *Core) Audit() error {
 // the op failed while it can still take effect. The driver keeps calling
 // Receive and Poll until InFlight is 0 (at most the longest TIMEOUT).
 func (c *Core) Shutdown(now int64) {
+	c.runSeals()
 	c.closing = true
 	for l := listFIFOLow; l < numLists; l++ {
 		for i := c.lists[l].head; i >= 0; {
@@ -833,6 +845,7 @@ func (c *Core) Poll(now int64) int {
 	work += c.startPulls(now)
 	work += c.sendData(now) // WRITE data for pulls that could not all be sent at once
 	work += c.runLoop(now)  // responses to ourselves complete their ops
+	c.runSeals()            // nothing waits for the next tx burst sealed
 	c.publish()
 	return work
 }
@@ -1098,7 +1111,7 @@ func (c *Core) sendRequest(b []byte, i int32) bool {
 		f.Type = wire.TypeRekeyReq
 	}
 	n := wire.Encode(b, f, 0)
-	s.aead.SealRequest(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b))
+	c.sealRequest(s.aead, wire.Trailer(b, 0), wire.IV(b), wire.AAD(b))
 	c.emit(b, n)
 	return true
 }
@@ -1113,6 +1126,9 @@ const selfLoopFrames = 512
 // in that case and Tx.Buffer hands it out again for the next frame.
 func (c *Core) emit(b []byte, n int) {
 	if c.loop != nil && wire.MAC(b[0:6]) == c.mac {
+		// The frame is copied (or dropped) and its buffer handed out
+		// again: its seal must be done first.
+		c.runSeals()
 		if c.loopLen == len(c.loop) {
 			c.stats.TxNoBuffer++
 			return
@@ -1407,9 +1423,9 @@ func (c *Core) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag uint6
 	aesni.PutNonce(f.IV[:], c.ipb, ctr)
 	n := wire.Encode(b, f, 0)
 	if a == nil {
-		c.reserved.SealAuthFailure(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b), reqIV[:])
+		c.sealAuthFailure(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b), reqIV[:])
 	} else {
-		a.SealResponse(wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), reqIV[:])
+		c.sealResponse(a, wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), reqIV[:])
 	}
 	c.emit(b, n)
 	return true
@@ -1564,7 +1580,7 @@ func (c *Core) serve(now int64) int {
 			// Sealed straight from region memory into the frame: the data
 			// moves once, fused with the cipher.
 			src := e.offset + uint64(e.sent)
-			e.aead.SealResponse(wire.Sealed(b, n), r.mem[src:src+uint64(n)], wire.IV(b), wire.AAD(b), e.iv[:])
+			c.sealResponse(e.aead, wire.Sealed(b, n), r.mem[src:src+uint64(n)], wire.IV(b), wire.AAD(b), e.iv[:])
 			c.emit(b, fl)
 			e.sent += uint32(n)
 		}

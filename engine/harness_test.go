@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 	"unsafe"
@@ -17,20 +19,38 @@ var testKr = aesni.Key{0x6b, 0x72, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
 
 const testPID = 4242
 
+// testCrypto is the seal backend of testConfig: ONERMA_TEST_CRYPTO runs
+// the whole suite with "ipsec-mb" (default "go").
+var testCrypto = cmp.Or(os.Getenv("ONERMA_TEST_CRYPTO"), CryptoGo)
+
 // testTx is a fixed pool of frame buffers and a FIFO of sent frames.
 type testTx struct {
+	mem   []byte // every buffer
 	bufs  [][]byte
 	free  []int
 	q     []int // sent buffers in order
 	qlen  []int
 	cur   int
-	limit int // max queued frames (0: pool size)
+	limit int    // max queued frames (0: pool size)
+	hook  func() // TxHook: runs before queued frames are read
+}
+
+// TxMemory implements TxMemory.
+func (t *testTx) TxMemory() []byte { return t.mem }
+
+// SetBeforeTx implements TxHook.
+func (t *testTx) SetBeforeTx(f func()) { t.hook = f }
+
+func (t *testTx) beforeTx() {
+	if t.hook != nil {
+		t.hook()
+	}
 }
 
 func newTestTx(n int) *testTx {
-	t := &testTx{cur: -1}
+	t := &testTx{cur: -1, mem: make([]byte, n*MaxFrameBytes)}
 	for i := 0; i < n; i++ {
-		t.bufs = append(t.bufs, make([]byte, MaxFrameBytes))
+		t.bufs = append(t.bufs, t.mem[i*MaxFrameBytes:(i+1)*MaxFrameBytes:(i+1)*MaxFrameBytes])
 		t.free = append(t.free, i)
 	}
 	t.q = make([]int, 0, n)
@@ -57,6 +77,7 @@ func (t *testTx) Send(n int) {
 
 // take removes and returns (copies of) all queued frames.
 func (t *testTx) take() [][]byte {
+	t.beforeTx()
 	var out [][]byte
 	for k, i := range t.q {
 		out = append(out, append([]byte(nil), t.bufs[i][:t.qlen[k]]...))
@@ -70,6 +91,7 @@ func (t *testTx) take() [][]byte {
 // Frames the receiver sends while receiving (WRITE data on a pull, an
 // acknowledgment on commit) are queued for the next call.
 func (t *testTx) deliverTo(now int64, dst *Core) int {
+	t.beforeTx()
 	n := len(t.q)
 	for k := 0; k < n; k++ {
 		dst.Receive(now, t.bufs[t.q[k]][:t.qlen[k]])
@@ -163,6 +185,7 @@ func testConfig(ip string, mac byte) Config {
 	cfg.ARPRetry = 500 * time.Microsecond
 	cfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
 	cfg.CacheSeed = 1
+	cfg.Crypto = testCrypto
 	return cfg
 }
 

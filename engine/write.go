@@ -126,7 +126,7 @@ func (c *Core) startPull(now int64, e *inbound) pullOutcome {
 	f.Length, f.Offset = e.length, uint64(c.cfg.Timeout)
 	f.IV = p.pullIV
 	n := wire.Encode(b, f, 0)
-	e.aead.SealResponse(wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), e.iv[:])
+	c.sealResponse(e.aead, wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), e.iv[:])
 	c.emit(b, n)
 	return pullStarted
 }
@@ -272,7 +272,7 @@ func (c *Core) sendChunks(now int64, i int32) bool {
 		f.Region, f.Length, f.Offset = s.pullHandle, uint32(n), uint64(s.sent)
 		aesni.PutResponseNonce(f.IV[:], c.ipb, s.dataBase, uint64(s.sent))
 		fl := wire.Encode(b, f, n)
-		s.aead.SealResponse(wire.Sealed(b, n), src[s.sent:s.sent+uint32(n)], wire.IV(b), wire.AAD(b), s.pullIV[:])
+		c.sealResponse(s.aead, wire.Sealed(b, n), src[s.sent:s.sent+uint32(n)], wire.IV(b), wire.AAD(b), s.pullIV[:])
 		c.emit(b, fl)
 		s.sent += uint32(n)
 	}

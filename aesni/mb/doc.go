@@ -9,7 +9,8 @@
 // # Place in the import graph
 //
 // cgo: it imports package aesni (sizes, Key, ErrAuth) and links
-// -lIPSec_MB; nothing imports it yet. aesni stays the pure-Go leaf that
+// -lIPSec_MB; package engine imports it for Config.Crypto "ipsec-mb" (its
+// seals, in cgo builds on linux/amd64 only). aesni stays the pure-Go leaf that
 // the simulator and cross-builds use (this package passes -race too).
 //
 // # API

@@ -9,7 +9,10 @@ import (
 	"github.com/onerma/onerma/engine/runner"
 )
 
-var _ runner.Port = (*Port)(nil)
+var (
+	_ runner.Port   = (*Port)(nil)
+	_ engine.TxHook = (*Port)(nil)
+)
 
 // Config tunes a Port.
 type Config struct {
@@ -77,6 +80,19 @@ type Port struct {
 	views  [][]byte   // the last rx burst, as returned by Recv
 
 	noBuffer, multiSeg, rxFrames uint64
+
+	beforeTx func() // engine.TxHook: runs before every crossing that transmits
+}
+
+// SetBeforeTx implements engine.TxHook: f runs right before queued frames
+// are transmitted (the crossings of Buffer with a full burst, Flush and
+// Recv), so a core that seals lazily finishes the frames first.
+func (p *Port) SetBeforeTx(f func()) { p.beforeTx = f }
+
+func (p *Port) hook() {
+	if p.beforeTx != nil {
+		p.beforeTx()
+	}
 }
 
 // New binds a Port to queue q of the started port called name (the name
@@ -132,6 +148,7 @@ func (p *Port) Buffer() []byte {
 func (p *Port) take() {
 	if p.io.StashLen() == 0 || p.io.TxLen() == p.io.Burst() {
 		// Send the full tx burst and refill the stash: one crossing.
+		p.hook()
 		p.io.Do(false)
 	}
 	m := p.io.TakeStash()
@@ -159,6 +176,7 @@ func (p *Port) Send(n int) {
 // Flush sends the queued tx burst (no crossing when it is empty).
 func (p *Port) Flush() {
 	if p.io.TxLen() > 0 {
+		p.hook()
 		p.io.Do(false)
 	}
 }
@@ -167,6 +185,9 @@ func (p *Port) Flush() {
 // valid until the next Recv. Queued tx frames are sent in the same
 // crossing.
 func (p *Port) Recv() [][]byte {
+	if p.io.TxLen() > 0 {
+		p.hook()
+	}
 	n := p.io.Do(true)
 	views := p.views[:n] // n <= Burst = cap(p.views)
 	k := 0

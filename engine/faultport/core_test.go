@@ -30,13 +30,48 @@ func TestCoreReadsThroughLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs an engine")
 	}
+	fcfg := faultport.DefaultConfig()
+	fcfg.Drop, fcfg.Seed = 0.05, 1
+	failed, st, _ := readThrough(t, fcfg, engine.CryptoGo)
+	rate := float64(st.Rx.Dropped) / float64(st.Rx.Frames)
+	if failed == 0 || rate < 0.04 || rate > 0.06 || st.Tx.Frames == 0 || st.Tx.Passed != st.Tx.Frames {
+		t.Errorf("%d ops failed; fault counters %+v (rx drop rate %.3f)", failed, st, rate)
+	}
+	t.Logf("%d ops re-posted; rx %d frames, %d dropped", failed, st.Rx.Frames, st.Rx.Dropped)
+}
+
+// TestCoreReadsThroughTxFaultsIPsecMB: the same 4 MB read with the seals
+// batched on ipsec-mb and the faults on the tx side, where the wrapper
+// drops, duplicates, delays and reorders frames the core handed to Send:
+// each must be sealed before it is copied or its buffer reused (the
+// TxHook), so every frame that arrives authenticates.
+func TestCoreReadsThroughTxFaultsIPsecMB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an engine")
+	}
+	fcfg := faultport.DefaultConfig()
+	fcfg.Direction = faultport.DirTx
+	fcfg.Drop, fcfg.Duplicate, fcfg.Reorder, fcfg.Delay, fcfg.Seed = 0.03, 0.05, 0.05, 0.05, 2
+	fcfg.DelayNs, fcfg.JitterNs = 20_000, 20_000
+	failed, st, cs := readThrough(t, fcfg, engine.CryptoIPsecMB)
+	if st.Tx.Dropped == 0 || st.Tx.Duplicated == 0 || st.Tx.Delayed == 0 || st.Tx.Reordered == 0 {
+		t.Errorf("tx faults not injected: %+v", st.Tx)
+	}
+	if cs.RxAuthFailed != 0 || cs.ReqAuthFailed != 0 {
+		t.Errorf("frames that failed authentication: %d answers, %d requests", cs.RxAuthFailed, cs.ReqAuthFailed)
+	}
+	t.Logf("%d ops re-posted; tx %+v", failed, st.Tx)
+}
+
+// readThrough reads 4 MB through a Port with fcfg's faults on an engine
+// core with seal backend crypto, and returns the ops re-posted, the fault
+// counters and the core's counters.
+func readThrough(t *testing.T, fcfg faultport.Config, crypto string) (int, faultport.Stats, engine.Stats) {
 	ip := netip.MustParseAddr("10.8.0.1")
 	lb, err := memport.Loopback(memport.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	fcfg := faultport.DefaultConfig()
-	fcfg.Drop, fcfg.Seed = 0.05, 1
 	fp, err := faultport.New(lb, fcfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +81,7 @@ func TestCoreReadsThroughLoss(t *testing.T) {
 	ecfg.HairpinSelf = true
 	ecfg.Slots, ecfg.Regions, ecfg.Portals = 128, 8, 4
 	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
+	ecfg.Crypto = crypto
 	core, err := engine.New(ecfg, fp)
 	if err != nil {
 		t.Fatal(err)
@@ -135,12 +171,9 @@ func TestCoreReadsThroughLoss(t *testing.T) {
 		t.Fatal("4 MB read through 5 % loss: data differs")
 	}
 	var st faultport.Stats
-	if err := r.Exec(func(*engine.Core) { st = fp.Stats() }); err != nil {
+	var cs engine.Stats
+	if err := r.Exec(func(c *engine.Core) { st, cs = fp.Stats(), c.Stats() }); err != nil {
 		t.Fatal(err)
 	}
-	rate := float64(st.Rx.Dropped) / float64(st.Rx.Frames)
-	if failed == 0 || rate < 0.04 || rate > 0.06 || st.Tx.Frames == 0 || st.Tx.Passed != st.Tx.Frames {
-		t.Errorf("%d ops failed; fault counters %+v (rx drop rate %.3f)", failed, st, rate)
-	}
-	t.Logf("%d ops re-posted; rx %d frames, %d dropped", failed, st.Rx.Frames, st.Rx.Dropped)
+	return failed, st, cs
 }

@@ -151,6 +151,36 @@ type Port struct {
 
 	txBuf    []byte // tx: the inner buffer the last Buffer returned; nil after Send
 	txActive bool   // tx: Send was called since the last Flush
+
+	beforeTx func() // engine.TxHook
+}
+
+var _ engine.TxHook = (*Port)(nil)
+
+// SetBeforeTx implements engine.TxHook: f runs before a tx frame is
+// dropped, copied (held or duplicated) or passed on with tx faults on,
+// before the inner port is flushed, and, if the inner port implements
+// engine.TxHook too, wherever it transmits (f is passed on).
+func (p *Port) SetBeforeTx(f func()) {
+	p.beforeTx = f
+	if h, ok := p.inner.(engine.TxHook); ok {
+		h.SetBeforeTx(f)
+	}
+}
+
+// TxMemory implements engine.TxMemory for an inner port that does (the
+// buffers Buffer returns are the inner port's); nil otherwise.
+func (p *Port) TxMemory() []byte {
+	if m, ok := p.inner.(engine.TxMemory); ok {
+		return m.TxMemory()
+	}
+	return nil
+}
+
+func (p *Port) hook() {
+	if p.beforeTx != nil {
+		p.beforeTx()
+	}
 }
 
 // New wraps inner. now is the clock delays are measured on (monotonic
@@ -220,6 +250,7 @@ func (p *Port) Send(n int) {
 	if b == nil || n < 1 || n > len(b) {
 		panic("faultport: Send without Buffer or with a bad length")
 	}
+	p.hook() // the frame is complete before it is dropped (its buffer is reused) or copied
 	p.txBuf = nil
 	p.txActive = true
 	d.st.Frames++
@@ -275,6 +306,7 @@ func (p *Port) Flush() {
 			p.pool.put(i)
 		}
 	}
+	p.hook()
 	p.inner.Flush()
 }
 

@@ -58,7 +58,22 @@ type Port struct {
 	held  []uint32 // buffers of the last rx burst, released by the next Recv
 	views [][]byte // the last rx burst, as returned by Recv
 	stats Stats
+
+	beforeTx func() // engine.TxHook: runs before Flush publishes
 }
+
+var (
+	_ engine.TxHook   = (*Port)(nil)
+	_ engine.TxMemory = (*Port)(nil)
+)
+
+// TxMemory implements engine.TxMemory: the memory of every buffer Buffer
+// returns.
+func (p *Port) TxMemory() []byte { return p.tx.mem }
+
+// SetBeforeTx implements engine.TxHook: f runs before the frames sent
+// since the last Flush become visible to the receiver.
+func (p *Port) SetBeforeTx(f func()) { p.beforeTx = f }
 
 // Pair returns two ports connected back to back: what a sends, b receives,
 // and the other way round.
@@ -119,6 +134,9 @@ func (p *Port) Send(n int) {
 // Flush makes every frame sent since the last Flush visible to the
 // receiver, with one atomic store.
 func (p *Port) Flush() {
+	if p.beforeTx != nil {
+		p.beforeTx()
+	}
 	p.stats.TxFrames += uint64(p.tx.full.publish())
 }
 
@@ -148,6 +166,7 @@ func (p *Port) Stats() Stats { return p.stats }
 // pipe is one direction of a link: its buffers, the ring of full buffers
 // (sender -> receiver) and the ring of free buffers (receiver -> sender).
 type pipe struct {
+	mem  []byte // every buffer
 	bufs [][]byte
 	lens []int32 // written by the sender before publishing, read by the receiver after
 	full ring
@@ -155,8 +174,8 @@ type pipe struct {
 }
 
 func newPipe(cfg Config) *pipe {
-	p := &pipe{bufs: make([][]byte, cfg.Frames), lens: make([]int32, cfg.Frames)}
 	mem := make([]byte, cfg.Frames*cfg.FrameBytes)
+	p := &pipe{mem: mem, bufs: make([][]byte, cfg.Frames), lens: make([]int32, cfg.Frames)}
 	for i := range p.bufs {
 		p.bufs[i] = mem[i*cfg.FrameBytes : (i+1)*cfg.FrameBytes : (i+1)*cfg.FrameBytes]
 	}

@@ -63,6 +63,7 @@ func main() {
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
 	only := flag.String("only", "loopback,loopback-jumbo,memif,tcp,aes,isolation", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
+	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
 	flag.Parse()
 	if *bin == "" {
 		self, _ := os.Executable()
@@ -102,6 +103,9 @@ func main() {
 		// Frames to itself go out of the port and come back through the
 		// ring, so the port's I/O is part of the per-op cost.
 		o.Extra = []string{"-log-level", "warn", "-hairpin-self=true", "-mtu", l.mtu}
+		if *crypto != "" {
+			o.Extra = append(o.Extra, "-crypto", *crypto)
+		}
 		e, err := testbed.Start(o)
 		if err != nil {
 			fail(err)

@@ -87,6 +87,10 @@ type EngineConfig struct {
 	// config is loaded (so -print-config shows it).
 	IVState  string `json:"iv_state"`
 	KeyCache int    `json:"key_cache"` // prepared AEADs cached per core and side
+	// Crypto is who computes the seals (engine.Config.Crypto): "ipsec-mb"
+	// (a burst's seals in one cgo call, intel-ipsec-mb) or "go"
+	// (crypto/cipher, one message at a time). Opens use crypto/cipher.
+	Crypto string `json:"crypto"`
 }
 
 // DefaultIVDir holds the IV state files of engines whose iv_state is not
@@ -338,6 +342,7 @@ var flagSpecs = []struct {
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
 	{"iv-state", "IV counter state file (\"\": " + DefaultIVDir + "/iv-<ip>.state); must persist across restarts, one per engine", setStr(func(c *Config) *string { return &c.Engine.IVState })},
 	{"key-cache", "prepared AEADs cached per core and side", setInt(func(c *Config) *int { return &c.Engine.KeyCache })},
+	{"crypto", "seal backend: \"ipsec-mb\" (batched, one cgo call per burst) or \"go\" (crypto/cipher)", setStr(func(c *Config) *string { return &c.Engine.Crypto })},
 	{"hairpin-self", "send frames to this engine's own address out of the port (a reflecting port such as net_ring loopback)", setBool(func(c *Config) *bool { return &c.Engine.HairpinSelf })},
 	{"socket", "control socket path", setStr(func(c *Config) *string { return &c.Ctl.Socket })},
 	{"socket-mode", "control socket permissions (octal)", setStr(func(c *Config) *string { return &c.Ctl.SocketMode })},
@@ -465,6 +470,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.NeighborTable = e.NeighborTable
 	ec.HairpinSelf = e.HairpinSelf
 	ec.IV, ec.KeyCache = iv, e.KeyCache
+	ec.Crypto = e.Crypto
 	ec.CacheSeed = 0 // random per process: peers cannot aim collisions at the key caches
 	if err := (aesni.IVConfig{Path: c.ivStatePath()}).Validate(); err != nil {
 		return ec, fmt.Errorf("%w: engine.iv_state: %v", errConfig, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -203,6 +204,12 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	core, err := engine.New(engCfg, port)
 	if err != nil {
 		return err
+	}
+	if engCfg.Crypto == engine.CryptoIPsecMB {
+		arch, _ := engine.MBArch() // engine.New checked it works
+		log.Info().Str("crypto", engCfg.Crypto).Str("ipsec_mb_arch", arch).Msg("seals batched on intel-ipsec-mb, opens on crypto/cipher")
+	} else {
+		log.Info().Str("crypto", cmp.Or(engCfg.Crypto, engine.CryptoGo)).Msg("seals and opens on crypto/cipher")
 	}
 	rCfg := runner.DefaultConfig()
 	switch cfg.Poll.Mode {

@@ -1,0 +1,277 @@
+//go:build cgo && linux && amd64
+
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/aesni/mb"
+)
+
+// withCrypto runs test with every testConfig core on backend crypto.
+func withCrypto[T testing.TB](tb T, crypto string, test func(T)) {
+	old := testCrypto
+	testCrypto = crypto
+	defer func() { testCrypto = old }()
+	test(tb)
+}
+
+var backends = []string{CryptoGo, CryptoIPsecMB}
+
+// The core's READ, WRITE, NACK, error, auth-failure, rekey and tamper
+// tests, with the seals batched on ipsec-mb (the whole suite runs so with
+// ONERMA_TEST_CRYPTO=ipsec-mb go test ./engine).
+func TestIPsecMBCoreTests(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"ReadLoopbackSizes", TestReadLoopbackSizes},
+		{"OutOfOrderDuplicateResponses", TestOutOfOrderDuplicateResponses},
+		{"CorruptResponseRejected", TestCorruptResponseRejected},
+		{"RemoteErrors", TestRemoteErrors},
+		{"NackAboveThreshold", TestNackAboveThreshold},
+		{"ClosePortalReclaims", TestClosePortalReclaims},
+		{"WrongKeyFailsFast", TestWrongKeyFailsFast},
+		{"TamperedRequestRefused", TestTamperedRequestRefused},
+		{"ReplayedRequestFreshCiphertext", TestReplayedRequestFreshCiphertext},
+		{"ResponseBoundToRequest", TestResponseBoundToRequest},
+		{"ForgedAnswersDropped", TestForgedAnswersDropped},
+		{"Rekey", TestRekey},
+		{"NoncesUnique", TestNoncesUnique},
+		{"RemoteRekey", TestRemoteRekey},
+		{"RemoteRekeyLostKeyNeverInstalls", TestRemoteRekeyLostKeyNeverInstalls},
+		{"WriteLoopbackSizes", TestWriteLoopbackSizes},
+		{"WriteRemoteRefusals", TestWriteRemoteRefusals},
+		{"WriteLostChunkNeverCommits", TestWriteLostChunkNeverCommits},
+		{"WriteReplayMutatesNothing", TestWriteReplayMutatesNothing},
+		{"WriteTamperedData", TestWriteTamperedData},
+		{"ShutdownKeepsSentWrites", TestShutdownKeepsSentWrites},
+		{"HotPathAllocs", TestHotPathAllocs},
+		{"WriteHotPathAllocs", TestWriteHotPathAllocs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			withCrypto(t, CryptoIPsecMB, tc.f)
+		})
+	}
+}
+
+// scriptFrames runs READs (64 B, 4 KB, NACKed ones), a WRITE, a READ with
+// a wrong key (REMOTE_AUTHENTICATION_FAILURE) and a REKEY between two
+// cores on backend crypto and returns every frame both sent, in order,
+// and the completions.
+func scriptFrames(t *testing.T, crypto string) ([][]byte, []abi.Completion) {
+	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	ca.Crypto, cb.Crypto = crypto, crypto
+	cb.NackThreshold = 2
+	p := newPair(t, ca, cb)
+	if (p.a.mb != nil) != (crypto == CryptoIPsecMB) {
+		t.Fatalf("%s: backend not set up", crypto)
+	}
+	app := openApp(t, p.a, ClassLow, 16)
+	srv := openApp(t, p.b, ClassLow, 0)
+	src := make([]byte, 64<<10)
+	pattern(src, 9)
+	rs, _ := p.b.RegisterRegion(srv.id, src, PermAll, testKr)
+	loc := make([]byte, 64<<10)
+	pattern(loc[32<<10:], 4)
+	rl, _ := p.a.RegisterRegion(app.id, loc, PermAll, testKr)
+	var frames [][]byte
+	var cpls []abi.Completion
+	run := func() {
+		for k := 0; k < 100; k++ {
+			w := p.a.Poll(p.now) + p.b.Poll(p.now)
+			fa, fb := p.ta.take(), p.tb.take()
+			frames = append(append(frames, fa...), fb...)
+			for _, f := range fa {
+				p.b.Receive(p.now, f)
+			}
+			for _, f := range fb {
+				p.a.Receive(p.now, f)
+			}
+			p.now += 1000
+			if w+len(fa)+len(fb) == 0 {
+				break
+			}
+		}
+		cpls = append(cpls, app.completions()...)
+	}
+	b := ipOf("10.0.0.2")
+	app.post(t, readCmd(app.slots[0], b, rs, 0, rl, 0, 64, 1))
+	run()
+	for k := range 6 { // two served, four NACKed
+		app.post(t, readCmd(app.slots[k], b, rs, uint64(k)*100, rl, uint64(k)*4096, 4096, uint64(10+k)))
+	}
+	run()
+	w := readCmd(app.slots[0], b, rs, 40000, rl, 32<<10, 4096, 20)
+	w.Op = abi.OpWrite
+	app.post(t, w)
+	run()
+	bad := readCmd(app.slots[1], b, rs, 0, rl, 0, 64, 30)
+	bad.Key = [16]byte{1, 2, 3}
+	app.post(t, bad)
+	run()
+	copy(loc[60000:], []byte("a new region key"))
+	rk := readCmd(app.slots[2], b, rs, 0, rl, 60000, aesni.KeySize, 40)
+	rk.Op = abi.OpRekey
+	app.post(t, rk)
+	run()
+	if !bytes.Equal(src[40000:40000+4096], loc[32<<10:32<<10+4096]) {
+		t.Fatalf("%s: WRITE data not committed", crypto)
+	}
+	return frames, cpls
+}
+
+// Given the same IV source state, both backends put the same bytes on the
+// wire, and the ops complete alike.
+func TestCryptoBackendsSameFrames(t *testing.T) {
+	fg, cg := scriptFrames(t, CryptoGo)
+	fm, cm := scriptFrames(t, CryptoIPsecMB)
+	want := map[abi.Status]int{abi.StatusOK: 5, abi.StatusNack: 4, abi.StatusRemoteAuthFailure: 1}
+	got := map[abi.Status]int{}
+	for _, c := range cg {
+		got[c.Status]++
+	}
+	for s, n := range want {
+		if got[s] != n {
+			t.Fatalf("go backend: completions %+v", cg)
+		}
+	}
+	if len(cg) != len(cm) {
+		t.Fatalf("completions: go %d, ipsec-mb %d", len(cg), len(cm))
+	}
+	for k := range cg {
+		if cg[k] != cm[k] {
+			t.Fatalf("completion %d: go %+v, ipsec-mb %+v", k, cg[k], cm[k])
+		}
+	}
+	if len(fg) != len(fm) || len(fg) < 20 {
+		t.Fatalf("frames: go %d, ipsec-mb %d", len(fg), len(fm))
+	}
+	for k := range fg {
+		if !bytes.Equal(fg[k], fm[k]) {
+			t.Fatalf("frame %d (%d B) differs between backends", k, len(fg[k]))
+		}
+	}
+}
+
+// With ipsec-mb a seal is queued: the frame is written when the batch
+// runs, which the Tx's hook does before frames are read.
+func TestIPsecMBSealDeferredUntilTx(t *testing.T) {
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.Crypto = CryptoIPsecMB
+	tx := newTestTx(8)
+	c := newCore(t, cfg, tx)
+	a, err := c.ini.Put(aesni.CacheKey{Region: 1, PID: 2, Op: 1}, aesni.Key{7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce, aad, pt := make([]byte, 12), make([]byte, 64), make([]byte, 100)
+	pattern(pt, 1)
+	pattern(aad, 2)
+	want := make([]byte, len(pt)+16)
+	a.SealResponse(want, pt, nonce, aad, nil)
+	b := tx.Buffer()
+	out := b[:len(pt)+16]
+	c.sealResponse(a, out, pt, nonce, aad, nil)
+	if _, ok := a.Ext().(*mb.Key); !ok || c.mb.batch.Len() != 1 || bytes.Equal(out, want) {
+		t.Fatal("seal not queued")
+	}
+	tx.Send(len(out))
+	if f := tx.take(); len(f) != 1 || !bytes.Equal(f[0], want) {
+		t.Fatal("frame read before its seal ran, or sealed wrong")
+	}
+	// An AEAD that leaves the cache releases its key (freed: no job
+	// refers to it) and seals the Go way from then on.
+	k := a.Ext().(*mb.Key)
+	c.ini.Purge()
+	if !k.Freed() {
+		t.Fatal("key of a purged AEAD not freed")
+	}
+	clear(out)
+	c.sealResponse(a, out, pt, nonce, aad, nil)
+	if c.mb.batch.Len() != 0 || !bytes.Equal(out, want) {
+		t.Fatal("evicted AEAD not sealed at once")
+	}
+	// Released with a job queued: freed by the run.
+	a2, _ := c.srv.Put(aesni.CacheKey{Region: 3}, aesni.Key{7})
+	c.sealResponse(a2, out, pt, nonce, aad, nil)
+	k2 := a2.Ext().(*mb.Key)
+	c.srv.Invalidate(3)
+	if k2.Freed() {
+		t.Fatal("key freed with a job queued")
+	}
+	c.runSeals()
+	if !k2.Freed() || !bytes.Equal(out, want) {
+		t.Fatal("queued job of a released key not run or key not freed")
+	}
+}
+
+type noHookTx struct{ t *testTx }
+
+func (n noHookTx) Buffer() []byte { return n.t.Buffer() }
+func (n noHookTx) Send(k int)     { n.t.Send(k) }
+
+func TestIPsecMBNeedsTxHook(t *testing.T) {
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.Crypto = CryptoIPsecMB
+	_, err := New(cfg, noHookTx{newTestTx(4)})
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "TxHook") || !strings.Contains(err.Error(), "noHookTx") {
+		t.Fatalf("Tx without hook: %v", err)
+	}
+	cfg.Crypto = "openssl"
+	if _, err := New(cfg, newTestTx(4)); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "Crypto") {
+		t.Fatalf("bad backend: %v", err)
+	}
+	cfg.Crypto = CryptoGo
+	if _, err := New(cfg, noHookTx{newTestTx(4)}); err != nil {
+		t.Fatalf("go backend needs no hook: %v", err)
+	}
+}
+
+func BenchmarkReadLoopback64MB(b *testing.B) {
+	withCrypto(b, CryptoIPsecMB, BenchmarkReadLoopback64)
+}
+
+func BenchmarkReadLoopback4096MB(b *testing.B) {
+	withCrypto(b, CryptoIPsecMB, BenchmarkReadLoopback4096)
+}
+
+func BenchmarkWriteLoopback64MB(b *testing.B) {
+	withCrypto(b, CryptoIPsecMB, BenchmarkWriteLoopback64)
+}
+
+func BenchmarkWriteLoopback4096MB(b *testing.B) {
+	withCrypto(b, CryptoIPsecMB, BenchmarkWriteLoopback4096)
+}
+
+// A core dropped with registered Go memory and a queued seal is collected
+// without the runtime finding a leaked pin (its cleanup frees the batch).
+func TestIPsecMBCoreCollected(t *testing.T) {
+	for range 3 {
+		cfg := testConfig("10.0.0.1", 1)
+		cfg.Crypto = CryptoIPsecMB
+		tx := newTestTx(4)
+		c := newCore(t, cfg, tx)
+		app := openApp(t, c, ClassLow, 0)
+		if _, err := c.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := c.ini.Put(aesni.CacheKey{Region: 1}, aesni.Key{1})
+		c.sealRequest(a, tx.Buffer()[:16], make([]byte, 12), make([]byte, 64))
+		if c.mb.batch.Len() != 1 {
+			t.Fatal("seal not queued")
+		}
+	}
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
