@@ -64,6 +64,7 @@ type slot struct {
 	deadline int64
 	arrived  uint64 // one bit per 64-byte unit of the op
 	want     uint64
+	pending  uint64                // ReceiveBurst: units whose open is queued (all ones: an answer or pull)
 	aead     *aesni.AEAD           // K_d of the command: seals the request, opens the answers
 	ck       aesni.CacheKey        // what aead was looked up for: the next op on this slot may reuse it
 	iv       [aesni.NonceSize]byte // the request's IV, curried into every answer
@@ -208,7 +209,10 @@ type Core struct {
 	sendq              []int32 // slots of WRITEs with data to send (see pushSend)
 	sendHead, sendLen  int
 
-	rx    wire.Fields // scratch for the frame being decoded
+	rxw rxWork // the frame being received (Receive, the self-loop)
+	// ReceiveBurst's prepared frames whose opens are queued (open.go)
+	rxq   [openBurst]rxWork
+	rxn   int
 	txf   wire.Fields // scratch for the frame being encoded
 	stats Stats
 }
@@ -1174,41 +1178,57 @@ func (c *Core) Receive(now int64, frame []byte) {
 }
 
 func (c *Core) receive(now int64, frame []byte) {
+	w := &c.rxw
+	if c.prepare(now, frame, w) {
+		c.finish(now, w, c.openNow(w))
+	}
+}
+
+// prepare does everything a received frame needs before its open: decode,
+// checks, the lookups of its op, slot or pull, and of its AEAD; it fills w
+// and returns true when the frame is to be opened (then finish), false
+// when it was handled already (ARP) or dropped (counted). Apart from
+// those counters it changes nothing, so that a frame can be prepared
+// again (see ReceiveBurst).
+func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
 	switch wire.EtherType(frame) {
 	case wire.EtherTypeARP:
 		c.receiveARP(now, frame)
-		return
+		return false
 	case wire.EtherTypeIPv4:
 	default:
 		c.stats.RxDropped++
-		return
+		return false
 	}
-	f := &c.rx
+	f := &w.f
 	payload, err := wire.Decode(frame, f)
 	if err != nil || f.DstMAC != c.mac || f.DstIP != c.ip {
 		c.stats.RxDropped++
-		return
+		return false
 	}
+	w.frame = frame
 	switch f.Type {
 	case wire.TypeReadReq, wire.TypeWriteReq, wire.TypeRekeyReq:
 		if f.DstPort != c.cfg.UDPPort || (f.Type == wire.TypeRekeyReq && f.Length != aesni.KeySize) || c.closing {
 			c.stats.RxDropped++
-			return
+			return false
 		}
-		c.receiveRequest(now, frame)
+		c.prepRequest(frame, w)
+		return true
 	case wire.TypeWriteData:
 		if f.DstPort != c.myPort {
 			c.stats.RxDropped++
-			return
+			return false
 		}
-		c.receiveWriteData(now, frame, payload)
+		return c.prepWriteData(frame, payload, w)
 	case wire.TypeReadResp, wire.TypeNack, wire.TypeError, wire.TypeAck, wire.TypePullReq:
 		if f.DstPort != c.myPort {
 			c.stats.RxDropped++
-			return
+			return false
 		}
-		c.receiveResponse(now, frame, len(payload))
+		return c.prepResponse(frame, len(payload), w)
 	}
+	return false
 }
 
 // respSlot finds the op a response answers, or -1 (stale or foreign).
@@ -1224,37 +1244,37 @@ func (c *Core) respSlot(f *wire.Fields) int32 {
 	return int32(idx)
 }
 
-// receiveResponse authenticates an answer to one of our ops against the
-// op's K_d and its request's IV (curried) and applies it. Answers that fail
-// authentication are dropped and counted: the op still completes, by a
-// genuine answer or by TIMEOUT.
-func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
-	f := &c.rx
+// prepResponse prepares an answer to one of our ops: authenticated (by
+// finish) against the op's K_d and its request's IV (curried). Answers
+// that fail authentication are dropped and counted: the op still
+// completes, by a genuine answer or by TIMEOUT.
+func (c *Core) prepResponse(frame []byte, plen int, w *rxWork) bool {
+	f := &w.f
 	i := c.respSlot(f)
 	if i < 0 {
 		c.stats.RxStale++
-		return
+		return false
 	}
 	s := &c.slots[i]
 	if (f.Type == wire.TypeReadResp) != (s.op == abi.OpRead) && f.Type != wire.TypeNack && f.Type != wire.TypeError {
 		c.stats.RxDropped++ // data for a WRITE, an Ack or a pull for a READ
-		return
+		return false
 	}
+	w.idx, w.seq, w.a = i, s.seq, s.aead
 	// A WRITE's (or REKEY's) answers after its pull are curried with the
 	// pull's IV: an answer to the request itself (NACK, error) no longer
 	// authenticates once the serving side may commit.
-	curry := s.iv[:]
+	w.curry = s.iv[:]
 	if s.pulled {
-		curry = s.pullIV[:]
+		w.curry = s.pullIV[:]
 	}
 	switch f.Type {
 	case wire.TypePullReq:
-		c.receivePull(now, i, frame)
-		return
+		return c.prepPull(frame, w)
 	case wire.TypeNack, wire.TypeError, wire.TypeAck:
 		if f.Type == wire.TypeAck && !s.pulled {
 			c.stats.RxDropped++ // acknowledged only after the data was pulled
-			return
+			return false
 		}
 		// After the pull the serving engine answers only with an Ack or
 		// an error under K_d: it has authenticated the request and its
@@ -1264,7 +1284,7 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 		// would report a failure for a write that may still commit.
 		if s.pulled && (f.Type == wire.TypeNack || abi.Status(f.Status) == abi.StatusRemoteAuthFailure) {
 			c.stats.RxDropped++
-			return
+			return false
 		}
 		st := abi.StatusNack
 		if f.Type == wire.TypeAck {
@@ -1274,81 +1294,120 @@ func (c *Core) receiveResponse(now int64, frame []byte, plen int) {
 			st = abi.Status(f.Status)
 			if st != abi.StatusRemoteAuthFailure && (st < abi.StatusRemoteRegion || st > abi.StatusRemotePermission) {
 				c.stats.RxDropped++
-				return
+				return false
 			}
 		}
-		var err error
+		w.open, w.then, w.st, w.in = openVerify, thenAnswer, st, wire.Trailer(frame, 0)
 		if st == abi.StatusRemoteAuthFailure { // sealed with the reserved key
-			err = c.reserved.OpenAuthFailure(wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), curry)
-		} else {
-			err = s.aead.OpenResponse(nil, wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), curry)
+			w.open = openAuthFailure
 		}
-		if err != nil {
-			c.stats.RxAuthFailed++
-			return
-		}
-		c.complete(now, i, st)
-		return
+		return true
 	}
 	off, n := f.Offset, uint64(plen)
 	bits, ok := chunkBits(off, n, s.length)
 	if !ok {
 		c.stats.RxDropped++
-		return
+		return false
 	}
 	if s.arrived&bits != 0 {
 		c.stats.RxDuplicate++
-		return
+		return false
 	}
 	// Opened straight from the packet into the sink, in one pass fused
 	// with the cipher. A forged chunk leaves zeros in a range that has not
 	// arrived yet (its genuine chunk overwrites them); ranges that arrived
-	// are never touched again (the bitmap check above).
-	var dst []byte
+	// are never touched again (the bitmap check above), nor ranges whose
+	// open is pending in a burst (ReceiveBurst).
 	if s.orphan { // its data has nowhere to go, but it still finishes
-		dst = c.scratch[:n]
+		w.dst = c.scratch[:n]
 	} else {
 		r := c.lookupRegion(s.locReg)
 		if r == nil { // the sink was deregistered: drop the data, the op times out
 			c.stats.RxStale++
-			return
+			return false
 		}
-		dst = r.mem[s.locOff+off : s.locOff+off+n]
+		w.dst = r.mem[s.locOff+off : s.locOff+off+n]
 	}
-	if s.aead.OpenResponseDirect(dst, wire.Sealed(frame, plen), wire.IV(frame), wire.AAD(frame), s.iv[:]) != nil {
+	w.open, w.then, w.bits = openDirect, thenChunk, bits
+	w.in, w.curry = wire.Sealed(frame, plen), s.iv[:]
+	return true
+}
+
+// slotStill reports whether w's op still holds its slot: always, unless
+// an earlier frame of the same burst ended it (ReceiveBurst keeps such
+// frames apart; this is the re-validation behind that rule).
+func (c *Core) slotStill(w *rxWork) bool {
+	s := &c.slots[w.idx]
+	if s.state != slotInService || s.seq != w.seq {
+		c.stats.RxStale++
+		return false
+	}
+	return true
+}
+
+// finishAnswer completes op w.idx with a payload-free answer's status.
+func (c *Core) finishAnswer(now int64, w *rxWork, ok bool) {
+	if !c.slotStill(w) {
+		return
+	}
+	if !ok {
 		c.stats.RxAuthFailed++
 		return
 	}
-	s.arrived |= bits
+	c.complete(now, w.idx, w.st)
+}
+
+// finishChunk records a READ's chunk, opened into its sink, and completes
+// the op with its last one.
+func (c *Core) finishChunk(now int64, w *rxWork, ok bool) {
+	if !c.slotStill(w) {
+		return
+	}
+	if !ok {
+		c.stats.RxAuthFailed++
+		return
+	}
+	s := &c.slots[w.idx]
+	s.arrived |= w.bits
 	if s.arrived == s.want {
-		c.complete(now, i, abi.StatusOK)
+		c.complete(now, w.idx, abi.StatusOK)
 	}
 }
 
 // ---- serving side --------------------------------------------------------
 
-// receiveRequest authenticates a request and queues it (or NACKs it). The
-// serving side derives the initiator's K_d from the region's K_r and the
-// request's own address, PID and op type (paper §4.2); a request it cannot
-// authenticate (wrong key, unknown or stale region, tampered header) is
-// answered at once with REMOTE_AUTHENTICATION_FAILURE sealed with the
-// reserved key. The answer goes to the request's source MAC; the neighbor
-// table learns nothing from requests, so forged sources cannot fill it.
-func (c *Core) receiveRequest(now int64, frame []byte) {
-	f := &c.rx
-	op := abi.OpRead
+// prepRequest prepares a request for its authentication (finishRequest
+// queues it, or NACKs it). The serving side derives the initiator's K_d
+// from the region's K_r and the request's own address, PID and op type
+// (paper §4.2); a request it cannot authenticate (wrong key, unknown or
+// stale region, tampered header) is answered at once with
+// REMOTE_AUTHENTICATION_FAILURE sealed with the reserved key. The answer
+// goes to the request's source MAC; the neighbor table learns nothing from
+// requests, so forged sources cannot fill it.
+func (c *Core) prepRequest(frame []byte, w *rxWork) {
+	f := &w.f
+	w.op = abi.OpRead
 	switch f.Type {
 	case wire.TypeWriteReq:
-		op = abi.OpWrite
+		w.op = abi.OpWrite
 	case wire.TypeRekeyReq:
-		op = abi.OpRekey
+		w.op = abi.OpRekey
 	}
-	_, a := c.serverKey(op)
-	if a == nil || a.OpenRequest(wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame)) != nil {
+	_, w.a = c.serverKey(w.op, f)
+	w.open, w.then, w.in = openRequest, thenRequest, wire.Trailer(frame, 0)
+	if w.a == nil {
+		w.open = openFail
+	}
+}
+
+func (c *Core) finishRequest(now int64, w *rxWork, ok bool) {
+	f := &w.f
+	if !ok {
 		c.stats.ReqAuthFailed++
 		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
 		return
 	}
+	a := w.a
 	cl := ClassLow
 	if f.Flags&wire.FlagHigh != 0 {
 		cl = ClassHigh
@@ -1369,7 +1428,7 @@ func (c *Core) receiveRequest(now int64, frame []byte) {
 		c.stats.ReqQueueMax = d
 	}
 	*e = inbound{
-		op: op, ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
+		op: w.op, ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
 		aead: a, iv: f.IV,
 	}
@@ -1379,8 +1438,7 @@ func (c *Core) receiveRequest(now int64, frame []byte) {
 // the K_d its initiator must have used for op: derived from the region's
 // K_r and the request's source address and PID (paper §4.2). Both are nil
 // when the region does not exist.
-func (c *Core) serverKey(op abi.Op) (*region, *aesni.AEAD) {
-	f := &c.rx
+func (c *Core) serverKey(op abi.Op, f *wire.Fields) (*region, *aesni.AEAD) {
 	r := c.lookupRegion(abi.RegionID(f.Region))
 	if r == nil {
 		return nil, nil

@@ -10,6 +10,7 @@
 // goroutine. Its driver hands it
 //
 //	Receive(now, frame)  one received frame (borrowed for the call)
+//	ReceiveBurst(now, frames)  a received burst, in order (opens batched with ipsec-mb)
 //	Poll(now)            drain command rings, arbitrate, serve, expire timers,
 //	                     publish completions
 //

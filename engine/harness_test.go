@@ -33,7 +33,12 @@ type testTx struct {
 	cur   int
 	limit int    // max queued frames (0: pool size)
 	hook  func() // TxHook: runs before queued frames are read
+	burst [][]byte
 }
+
+// rxBurst is the most frames deliverTo hands to one ReceiveBurst: the
+// runner's rx burst.
+const rxBurst = 32
 
 // TxMemory implements TxMemory.
 func (t *testTx) TxMemory() []byte { return t.mem }
@@ -53,6 +58,7 @@ func newTestTx(n int) *testTx {
 		t.bufs = append(t.bufs, t.mem[i*MaxFrameBytes:(i+1)*MaxFrameBytes:(i+1)*MaxFrameBytes])
 		t.free = append(t.free, i)
 	}
+	t.burst = make([][]byte, 0, rxBurst)
 	t.q = make([]int, 0, n)
 	t.qlen = make([]int, 0, n)
 	return t
@@ -87,16 +93,24 @@ func (t *testTx) take() [][]byte {
 	return out
 }
 
-// deliverTo hands every queued frame to dst without copying.
+// deliverTo hands every queued frame to dst without copying, in bursts
+// of up to rxBurst frames (ReceiveBurst), as the runner does.
 // Frames the receiver sends while receiving (WRITE data on a pull, an
 // acknowledgment on commit) are queued for the next call.
 func (t *testTx) deliverTo(now int64, dst *Core) int {
 	t.beforeTx()
 	n := len(t.q)
-	for k := 0; k < n; k++ {
-		dst.Receive(now, t.bufs[t.q[k]][:t.qlen[k]])
-		t.free = append(t.free, t.q[k])
+	for k := 0; k < n; k += rxBurst {
+		b := t.burst[:0]
+		for _, i := range t.q[k:min(k+rxBurst, n)] {
+			b = append(b, t.bufs[i])
+		}
+		for j := range b {
+			b[j] = b[j][:t.qlen[k+j]]
+		}
+		dst.ReceiveBurst(now, b)
 	}
+	t.free = append(t.free, t.q[:n]...)
 	m := copy(t.q, t.q[n:])
 	copy(t.qlen, t.qlen[n:])
 	t.q, t.qlen = t.q[:m], t.qlen[:m]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/aesni/mb"
+	"github.com/onerma/onerma/wire"
 )
 
 const mbBuilt = true
@@ -24,6 +25,7 @@ const mbBatchCap = 64
 // that no mb.Key outlives its cache entry.
 type mbSealer struct {
 	batch    *mb.Batch
+	opens    *mb.Batch // ReceiveBurst's opens (open.go), apart from the seals
 	reserved *mb.Key
 	ini, srv *aesni.Cache // the core's: purged (keys released) when the core is collected
 }
@@ -35,6 +37,7 @@ type mbSealer struct {
 // leaked runtime.Pinner).
 func (s *mbSealer) free() {
 	s.batch.Free()
+	s.opens.Free()
 	s.ini.Purge()
 	s.srv.Purge()
 	s.reserved.Free()
@@ -47,12 +50,19 @@ func (c *Core) mbSetup() error {
 	if err != nil {
 		return err
 	}
-	r, err := mb.NewReservedKey()
+	o, err := mb.NewBatch(openBurst)
 	if err != nil {
 		b.Free()
 		return err
 	}
-	c.mb = &mbSealer{batch: b, reserved: r, ini: c.ini, srv: c.srv}
+	r, err := mb.NewReservedKey()
+	if err != nil {
+		b.Free()
+		o.Free()
+		return err
+	}
+	c.mb = &mbSealer{batch: b, opens: o, reserved: r, ini: c.ini, srv: c.srv}
+	_ = o.Register(c.pullBuf) // WRITE data is opened into the staging buffers
 	c.ini.SetOnRemove(mbForget)
 	c.srv.SetOnRemove(mbForget)
 	runtime.AddCleanup(c, (*mbSealer).free, c.mb)
@@ -131,13 +141,51 @@ func (c *Core) mbRun() {
 // are pinned one by one, as before.
 func (c *Core) mbRegister(mem []byte) {
 	_ = c.mb.batch.Register(mem) // only ErrRegistered: fine, see above
+	_ = c.mb.opens.Register(mem)
 }
 
 // mbUnregister undoes mbRegister (nothing if mem was not registered);
 // the batch must be empty (runSeals).
 func (c *Core) mbUnregister(mem []byte) {
 	c.mb.batch.Unregister(mem)
+	c.mb.opens.Unregister(mem)
 }
+
+// mbQueueOpen queues w's open in the open batch (w.job), or returns false
+// when its AEAD has no mb.Key any more (left its cache): open it with
+// aesni. The batch has room (ReceiveBurst keeps at most openBurst).
+func (c *Core) mbQueueOpen(w *rxWork) bool {
+	b := c.mb.opens
+	nonce, aad := wire.IV(w.frame), wire.AAD(w.frame)
+	var k *mb.Key
+	if w.open == openAuthFailure {
+		k = c.mb.reserved
+	} else if w.open != openFail {
+		if k = mbKey(w.a); k == nil {
+			return false
+		}
+	}
+	switch w.open {
+	case openFail:
+		w.job = -1
+		return true
+	case openRequest:
+		w.job, _ = b.OpenRequest(k, w.in, nonce, aad)
+	case openVerify:
+		w.job, _ = b.OpenResponse(k, nil, w.in, nonce, aad, w.curry)
+	case openDirect:
+		w.job, _ = b.OpenResponseDirect(k, w.dst, w.in, nonce, aad, w.curry)
+	case openAuthFailure:
+		w.job, _ = b.OpenAuthFailure(k, w.in, nonce, aad, w.curry)
+	}
+	return true
+}
+
+// mbRunOpens runs the open batch.
+func (c *Core) mbRunOpens() { c.mb.opens.Run() }
+
+// mbOpenOK reports whether open job i of the last run authenticated.
+func (c *Core) mbOpenOK(i int) bool { return c.mb.opens.OK(i) }
 
 // MBArch reports the code path ipsec-mb uses on this CPU (sse, avx, avx2,
 // avx512), for the daemon's start-up log.

@@ -90,12 +90,8 @@ func scriptFrames(t *testing.T, crypto string) ([][]byte, []abi.Completion) {
 			w := p.a.Poll(p.now) + p.b.Poll(p.now)
 			fa, fb := p.ta.take(), p.tb.take()
 			frames = append(append(frames, fa...), fb...)
-			for _, f := range fa {
-				p.b.Receive(p.now, f)
-			}
-			for _, f := range fb {
-				p.a.Receive(p.now, f)
-			}
+			p.b.ReceiveBurst(p.now, fa) // with ipsec-mb: the opens batched
+			p.a.ReceiveBurst(p.now, fb)
 			p.now += 1000
 			if w+len(fa)+len(fb) == 0 {
 				break

@@ -30,5 +30,11 @@ func (c *Core) mbRegister(mem []byte) {}
 
 func (c *Core) mbUnregister(mem []byte) {}
 
+func (c *Core) mbQueueOpen(w *rxWork) bool { panic("engine: no ipsec-mb") }
+
+func (c *Core) mbRunOpens() {}
+
+func (c *Core) mbOpenOK(i int) bool { panic("engine: no ipsec-mb") }
+
 // MBArch reports ipsec-mb's code path; here there is none.
 func MBArch() (string, error) { return "", errors.New("ipsec-mb not built in") }

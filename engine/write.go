@@ -58,6 +58,7 @@ type pullCtx struct {
 	length     uint32
 	arrived    uint64
 	want       uint64
+	pending    uint64 // ReceiveBurst: units whose open is queued
 	deadline   int64
 	aead       *aesni.AEAD
 	pullIV     [aesni.NonceSize]byte // ②'s IV: curried into ③ and ④
@@ -155,20 +156,31 @@ func unitMask(length uint32) uint64 {
 	return 1<<units - 1
 }
 
-// receivePull handles ② for WRITE op i: authenticated under the op's K_d
-// with the write request's IV curried in, it is accepted once; the op's
-// deadline becomes the server's timeout from now, and the data is sent.
-func (c *Core) receivePull(now int64, i int32, frame []byte) {
-	f := &c.rx
-	s := &c.slots[i]
+// prepPull prepares ② for WRITE op w.idx: authenticated under the op's
+// K_d with the write request's IV curried in, it is accepted once
+// (finishPull); the op's deadline becomes the server's timeout from now,
+// and the data is sent.
+func (c *Core) prepPull(frame []byte, w *rxWork) bool {
+	f := &w.f
+	s := &c.slots[w.idx]
 	if s.pulled || f.Length != s.length || int64(f.Offset) > maxPullTimeout || f.Region == 0 {
 		c.stats.RxDropped++ // a second pull (replayed write request, duplicate), or nonsense
+		return false
+	}
+	w.open, w.then, w.in, w.curry = openVerify, thenPull, wire.Trailer(frame, 0), s.iv[:]
+	return true
+}
+
+func (c *Core) finishPull(now int64, w *rxWork, ok bool) {
+	if !c.slotStill(w) {
 		return
 	}
-	if s.aead.OpenResponse(nil, wire.Trailer(frame, 0), wire.IV(frame), wire.AAD(frame), s.iv[:]) != nil {
+	if !ok {
 		c.stats.RxAuthFailed++
 		return
 	}
+	f, i := &w.f, w.idx
+	s := &c.slots[i]
 	s.pulled = true
 	s.pullIV = f.IV
 	s.pullPort, s.pullHandle = f.SrcPort, f.Region
@@ -279,36 +291,50 @@ func (c *Core) sendChunks(now int64, i int32) bool {
 	return true
 }
 
-// receiveWriteData places one chunk of a WRITE being served into its
-// staging buffer; when the last one has authenticated, before the pull's
-// deadline, it commits the data to the region and acknowledges.
-func (c *Core) receiveWriteData(now int64, frame, payload []byte) {
-	f := &c.rx
+// prepWriteData prepares one chunk of a WRITE being served, to be opened
+// into its staging buffer; when the last one has authenticated, before the
+// pull's deadline, finishData commits the data to the region and
+// acknowledges.
+func (c *Core) prepWriteData(frame, payload []byte, w *rxWork) bool {
+	f := &w.f
 	idx := int32(f.Region & 0xffff)
 	if idx == 0 || int(idx) >= len(c.pulls) {
 		c.stats.RxStale++
-		return
+		return false
 	}
 	p := &c.pulls[idx]
 	if !p.used || p.gen != uint16(f.Region>>16) || p.ip != f.SrcIP || p.port != f.SrcPort || p.tag != f.Tag || p.pid != f.PID {
 		c.stats.RxStale++ // an ended pull (late, duplicate or replayed data), or not its initiator
-		return
+		return false
 	}
 	off, n := f.Offset, uint64(len(payload))
 	bits, ok := chunkBits(off, n, p.length)
 	if !ok {
 		c.stats.RxDropped++
-		return
+		return false
 	}
 	if p.arrived&bits != 0 {
 		c.stats.RxDuplicate++
+		return false
+	}
+	w.open, w.then, w.a = openDirect, thenData, p.aead
+	w.idx, w.seq, w.bits = idx, uint32(p.gen), bits
+	w.dst, w.in, w.curry = c.pullBuffer(idx)[off:off+n], wire.Sealed(frame, len(payload)), p.pullIV[:]
+	return true
+}
+
+func (c *Core) finishData(now int64, w *rxWork, ok bool) {
+	idx, bits := w.idx, w.bits
+	p := &c.pulls[idx]
+	if !p.used || uint32(p.gen) != w.seq { // ended by an earlier frame of the burst
+		c.stats.RxStale++
 		return
 	}
-	buf := c.pullBuffer(idx)
-	if p.aead.OpenResponseDirect(buf[off:off+n], wire.Sealed(frame, len(payload)), wire.IV(frame), wire.AAD(frame), p.pullIV[:]) != nil {
+	if !ok {
 		c.stats.RxAuthFailed++
 		return
 	}
+	buf := c.pullBuffer(idx)
 	p.arrived |= bits
 	if p.arrived != p.want || now >= p.deadline {
 		return // more to come; or too late: expirePulls abandons it, uncommitted

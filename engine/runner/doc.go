@@ -1,7 +1,7 @@
 // Package runner is the per-core poll loop that drives an engine.Core over
 // a Port (DPDK's examples/l2fwd main loop, without DPDK): each iteration
 // reads the clock once, runs queued control-plane closures, receives one
-// burst and hands each frame to Core.Receive, calls Core.Poll, and flushes
+// burst and hands it to Core.ReceiveBurst, calls Core.Poll, and flushes
 // the frames the core wrote.
 //
 // Two modes:

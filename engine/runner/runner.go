@@ -128,7 +128,7 @@ type Stats struct {
 	IdleSleeps uint64 // Backoff sleeps
 	Yields     uint64 // Yield: CPU given up when idle
 	SleptNs    uint64 // total sleep asked for
-	RxFrames   uint64 // frames handed to Core.Receive
+	RxFrames   uint64 // frames handed to Core.ReceiveBurst
 	Execs      uint64 // control-plane closures run
 }
 
@@ -388,9 +388,7 @@ func (r *Runner) loop(ready chan<- error) {
 // Core.Poll's count).
 func (r *Runner) iterate(now int64) int {
 	frames := r.port.Recv()
-	for _, f := range frames {
-		r.core.Receive(now, f)
-	}
+	r.core.ReceiveBurst(now, frames)
 	work := len(frames) + r.core.Poll(now)
 	r.port.Flush()
 	r.lc.Iterations++
