@@ -136,27 +136,18 @@
 // host ipsec-mb is about 2x faster at 64 B and 3x at 4 KB; on HOST_NOTES'
 // EPYC the two were at parity beyond 1 KB.
 //
-// We use crypto/cipher anyway, for now, and say where that costs:
-//
-//   - It keeps this package a pure-Go leaf (SPEC): race detector, fuzzing,
-//     the simulator and cross-builds work, no C memory rules in the data
-//     path; it is constant-time and maintained.
-//   - The large gain exists only on VAES hosts; on HOST_NOTES' EPYC the two
-//     were at parity beyond 1 KB.
-//   - The gain needs a batched cgo interface: one cgo call costs 31-42 ns
-//     (HOST_NOTES), a third to a half of ipsec-mb's whole 64 B seal, so a
-//     call per message would eat most of it at small sizes.
-//   - Where it costs: small messages. Crypto is most of their per-message
-//     work: a 64 B READ spends ~0.55 µs in GCM across both ends (request
-//     GMAC sealed and opened, response sealed and opened), against a Go
-//     poll loop that moves a packet in ~25-30 ns. At 4 KB one serving core
-//     seals ~735 k responses/s (~24 Gbit/s); with both ends on one core the
-//     ceiling is ~309 k READs/s (aes-gcm-limit).
-//
-// The API is shaped for a later swap: byte slices of frames in, nothing
-// Go-specific out, one AEAD per key per core. If aes-gcm-limit becomes the
-// engine's bottleneck, a batched ipsec-mb backend (a burst of jobs per cgo
-// crossing) behind the same methods is the lever: about 3x at 4 KB here.
+// This package stays crypto/cipher, a pure-Go leaf: race detector,
+// fuzzing, the simulator and cross-builds work, no C memory rules; it is
+// constant-time and maintained. The engine's fast path is the batched
+// intel-ipsec-mb backend in aesni/mb (engine Config.Crypto "ipsec-mb",
+// rmad's default): byte-identical output, a burst's seals and a received
+// burst's opens each in one cgo call (one crossing costs 31-42 ns, a third
+// to a half of ipsec-mb's whole 64 B seal, so a call per message would eat
+// the gain). Its mb.Key rides on the cached AEAD (AEAD.Ext) and is released
+// through Cache.SetOnRemove. The gain is large only on VAES hosts (this
+// one: 2.2-3.1x, aesni/mb/doc.go); on HOST_NOTES' EPYC the two were at
+// parity beyond 1 KB. The simulator and most tests keep this package's
+// AEADs (Crypto "go").
 //
 // # Ownership and concurrency
 //
