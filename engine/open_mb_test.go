@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/aesni/mb"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -19,11 +21,13 @@ func forged(fr []byte) []byte {
 }
 
 // burstOutcome is what a burst scenario leaves: completions, both cores'
-// counters, the initiator's and the server's region memory.
+// counters, the initiator's and the server's region memory, and the
+// frames a scenario chose to record (nil: none), byte for byte.
 type burstOutcome struct {
 	cpls     []abi.Completion
 	sa, sb   Stats
 	loc, srv []byte
+	frames   [][]byte
 }
 
 // readBurst runs a 4 KB READ on backend crypto whose three response
@@ -86,6 +90,9 @@ func sameOnBackends(t *testing.T, scenario func(crypto string) burstOutcome) bur
 	}
 	if !bytes.Equal(g.loc, m.loc) || !bytes.Equal(g.srv, m.srv) {
 		t.Fatal("region memory differs between backends")
+	}
+	if !reflect.DeepEqual(g.frames, m.frames) {
+		t.Fatalf("frames sent differ between backends:\ngo       %v\nipsec-mb %v", frameTypes(g.frames), frameTypes(m.frames))
 	}
 	return m
 }
@@ -213,5 +220,262 @@ func TestBurstWriteDataAndCommit(t *testing.T) {
 	}
 	if o.sb.WritesCommitted != 3 || o.sb.RxAuthFailed != 1 || o.sb.RxDuplicate != 1 || o.sb.RxStale != 4 {
 		t.Fatalf("server stats %+v", o.sb)
+	}
+}
+
+func frameTypes(frames [][]byte) []wire.Type {
+	var ts []wire.Type
+	for _, f := range frames {
+		ts = append(ts, frameType(f))
+	}
+	return ts
+}
+
+// rekeyBurst takes a remote REKEY of b's region up to its data (③, the
+// new K_r) on the wire, then hands b, in one burst, that data and a READ
+// request signed with the K_d of the old key, the data first when
+// rekeyFirst. It records b's answers to the burst, delivers them, checks
+// that the new key is installed afterwards and returns the outcome.
+func rekeyBurst(t *testing.T, crypto string, rekeyFirst bool) burstOutcome {
+	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	ca.Crypto, cb.Crypto = crypto, crypto
+	p := &secPair{pair: newPair(t, ca, cb)}
+	p.app = openApp(t, p.a, ClassLow, 8)
+	p.srv = openApp(t, p.b, ClassLow, 0)
+	p.src, p.dst = make([]byte, 8192), make([]byte, 8192)
+	pattern(p.src, 0x33)
+	var err error
+	if p.rs, err = p.b.RegisterRegion(p.srv.id, p.src, PermRemoteRead, testKr); err != nil {
+		t.Fatal(err)
+	}
+	if p.rd, err = p.a.RegisterRegion(p.app.id, p.dst, PermAll, testKr); err != nil {
+		t.Fatal(err)
+	}
+	p.b.regions[p.rs.Index()].perm |= PermRemoteRekey
+	p.read(t, 0, 1, abi.StatusOK) // resolves b's MAC
+	newKr := aesni.Key{0xab, 0xcd, 0xef, 1}
+	copy(p.dst[4096:], newKr[:])
+
+	p.app.post(t, p.rekeyCmd(3, 4096, aesni.DeriveKey(testKr, p.app.ip, testPID, uint8(abi.OpRekey))))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b) // ①
+	p.b.Poll(p.now)
+	p.tb.deliverTo(p.now, p.a) // ②: a sends ③
+	// A READ keyed (by post) with K_d(READ) of the old K_r.
+	p.app.post(t, readCmd(p.app.slots[1], ipOf("10.0.0.2"), p.rs, 64, p.rd, 64, 1000, 1))
+	p.a.Poll(p.now)
+	fr := p.ta.take()
+	if len(fr) != 2 || frameType(fr[0]) != wire.TypeWriteData || frameType(fr[1]) != wire.TypeReadReq {
+		t.Fatalf("want the rekey data and a read request, got %v", frameTypes(fr))
+	}
+	if !rekeyFirst {
+		fr[0], fr[1] = fr[1], fr[0]
+	}
+	p.b.ReceiveBurst(p.now, fr)
+	p.b.Poll(p.now)
+	var out burstOutcome
+	out.frames = p.tb.take() // ④ and the read's answer, byte for byte
+	p.a.ReceiveBurst(p.now, out.frames)
+	p.run()
+	out.cpls = p.app.completions()
+
+	// Whatever the order, the new key is installed after the burst.
+	p.read(t, 2, 64, abi.StatusRemoteAuthFailure)
+	p.readKey(t, 2, 64, aesni.DeriveKey(newKr, p.app.ip, testPID, uint8(abi.OpRead)), abi.StatusOK)
+	auditBoth(t, p.pair)
+	out.sa, out.sb, out.loc, out.srv = p.a.Stats(), p.b.Stats(), p.dst, p.src
+	return out
+}
+
+// A remote REKEY's data and a READ request signed with a K_d of the old
+// key in one burst: the data's commit installs the new key, so it is
+// opened and finished alone (open.go). Data first: the request is checked
+// against the new key and fails (REMOTE_AUTHENTICATION_FAILURE), as frame
+// by frame; request first: it authenticated under the old key and is
+// served.
+func TestBurstRemoteRekeyAndRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		rekeyFirst bool
+		want       abi.Status
+		authFailed uint64 // b's ReqAuthFailed, with the old-key read after
+	}{
+		{"rekey-first", true, abi.StatusRemoteAuthFailure, 2},
+		{"request-first", false, abi.StatusOK, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := sameOnBackends(t, func(crypto string) burstOutcome {
+				return rekeyBurst(t, crypto, tc.rekeyFirst)
+			})
+			if len(o.cpls) != 2 {
+				t.Fatalf("completions %+v", o.cpls)
+			}
+			for _, c := range o.cpls {
+				want := abi.StatusOK
+				if c.Op == abi.OpRead {
+					want = tc.want
+				}
+				if c.Status != want {
+					t.Fatalf("completions %+v", o.cpls)
+				}
+			}
+			if o.sb.RemoteRekeys != 1 || o.sb.ReqAuthFailed != tc.authFailed {
+				t.Fatalf("server stats %+v", o.sb)
+			}
+			served := bytes.Equal(o.loc[64:1064], o.srv[64:1064])
+			if served != (tc.want == abi.StatusOK) || (!served && !bytes.Equal(o.loc[64:1064], make([]byte, 1000))) {
+				t.Fatalf("READ sink: served %v, want %v", served, tc.want)
+			}
+		})
+	}
+}
+
+// keyLeft is an AEAD that left its cache, with its mb.Key (if it had one)
+// and the opens and seals then queued on that key.
+type keyLeft struct {
+	a       *aesni.AEAD
+	k       *mb.Key
+	pending int
+}
+
+// evictBurst runs, with key caches of one entry on both cores, a 4 KB
+// WRITE whose data reaches b in one burst with three READ requests that
+// each evict the AEAD of the frame queued before them (the WRITE's K_d
+// while its first chunk is queued, then the first READ's while it is
+// queued); the WRITE's other chunks, then under an AEAD out of its cache,
+// must be opened alone. b's answers (the WRITE's ack, an authentication
+// failure, the READs' chunks) reach a in one burst, interleaved, where the
+// WRITE's and the first READ's AEADs were evicted when later commands were
+// posted. It returns the outcome and the AEADs that left their caches.
+func evictBurst(t *testing.T, crypto string) (burstOutcome, []keyLeft) {
+	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	ca.Crypto, cb.Crypto = crypto, crypto
+	ca.KeyCache, cb.KeyCache = 1, 1
+	p := newWPair(t, ca, cb)
+	var left []keyLeft
+	for _, c := range []*Core{p.a, p.b} {
+		onMB := c.mb != nil // not c: the hook must not keep the core alive (its cleanup)
+		for _, kc := range []*aesni.Cache{c.ini, c.srv} {
+			kc.SetOnRemove(func(a *aesni.AEAD) {
+				l := keyLeft{a: a}
+				if k, ok := a.Ext().(*mb.Key); ok {
+					l.k, l.pending = k, k.Pending()
+				}
+				left = append(left, l)
+				if onMB {
+					mbForget(a)
+				}
+			})
+		}
+	}
+	pattern(p.dst[4096:], 0x55)
+	loc2 := make([]byte, 8192)
+	pattern(loc2, 0xee)
+	r2, err := p.a.RegisterRegion(p.app.id, loc2, PermAll, testKr)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p.app.post(t, p.cmd(1, p.rd, 0, 4096))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b) // ①
+	p.b.Poll(p.now)
+	p.tb.deliverTo(p.now, p.a) // ②: a sends the data
+	d := p.ta.take()
+	if len(d) != 3 || frameType(d[0]) != wire.TypeWriteData {
+		t.Fatalf("want 3 data chunks, got %v", frameTypes(d))
+	}
+	// A: ro into src[4096:]; X: a wrong key; B: dst[4096:] into loc2[4096:].
+	p.app.post(t, readCmd(p.app.slots[2], ipOf("10.0.0.2"), p.rro, 0, p.rs, 4096, 4096, 2))
+	x := readCmd(p.app.slots[3], ipOf("10.0.0.2"), p.rd, 0, r2, 0, 64, 3)
+	x.Key = aesni.Key{1, 2, 3}
+	p.app.post(t, x)
+	p.app.post(t, readCmd(p.app.slots[4], ipOf("10.0.0.2"), p.rd, 4096, r2, 4096, 4096, 4))
+	p.a.Poll(p.now)
+	q := p.ta.take()
+	if len(q) != 3 || frameType(q[0]) != wire.TypeReadReq {
+		t.Fatalf("want 3 read requests, got %v", frameTypes(q))
+	}
+	// reqA evicts the WRITE's AEAD (d[0] queued), reqX reqA's (reqA
+	// queued); d[1], forged(d[2]) and d[2] find the WRITE's AEAD gone.
+	p.b.ReceiveBurst(p.now, [][]byte{d[0], q[0], q[1], d[1], forged(d[2]), q[2], d[2]})
+	p.b.Poll(p.now)
+	var out burstOutcome
+	out.frames = p.tb.take()
+	by := map[abi.SlotID][][]byte{}
+	for _, fr := range out.frames {
+		var f wire.Fields
+		if _, err := wire.Decode(fr, &f); err != nil {
+			t.Fatal(err)
+		}
+		by[abi.SlotID(f.Tag>>32)] = append(by[abi.SlotID(f.Tag>>32)], fr)
+	}
+	w, a, xf, b := by[p.app.slots[1]], by[p.app.slots[2]], by[p.app.slots[3]], by[p.app.slots[4]]
+	if len(w) != 1 || len(a) != 3 || len(xf) != 1 || len(b) != 3 {
+		t.Fatalf("answers %v", frameTypes(out.frames))
+	}
+	p.a.ReceiveBurst(p.now, [][]byte{a[0], b[0], w[0], a[1], b[1], xf[0], forged(a[2]), a[2], forged(b[2]), b[2]})
+	p.run()
+	out.cpls = p.app.completions()
+	auditBoth(t, p.pair)
+	out.sa, out.sb = p.a.Stats(), p.b.Stats()
+	out.loc = append(append([]byte(nil), p.src...), loc2...)
+	out.srv = append(append([]byte(nil), p.dst...), p.ro...)
+	return out, left
+}
+
+// An AEAD leaves its cache in the middle of a burst (a key cache of one
+// entry: preparing a request evicts the AEAD of the frame queued before
+// it), and frames arrive whose AEAD is out of its cache: every frame gets
+// the outcome of frame-by-frame delivery, in the same order; each evicted
+// mb.Key is freed once its queued open has run, none is used or rebuilt
+// afterwards (mb panics on a freed key), none leaks.
+func TestBurstKeyLeavesCache(t *testing.T) {
+	var queued int
+	o := sameOnBackends(t, func(crypto string) burstOutcome {
+		o, left := evictBurst(t, crypto)
+		for _, l := range left {
+			switch x := l.a.Ext().(type) {
+			case nil: // the go backend
+				if crypto == CryptoIPsecMB {
+					t.Fatal("an evicted AEAD not marked gone")
+				}
+			case mbGone:
+			case *mb.Key:
+				t.Fatalf("an AEAD out of its cache holds an mb.Key (freed: %v): leaked or used after release", x.Freed())
+			}
+			if l.k != nil {
+				if !l.k.Freed() || l.k.Pending() != 0 {
+					t.Fatalf("evicted key not freed (%d jobs pending)", l.k.Pending())
+				}
+				if l.pending > 0 {
+					queued++
+				}
+			}
+		}
+		return o
+	})
+	if queued != 2 {
+		t.Fatalf("%d keys left their cache with an open queued, want 2 (the scenario lost its point)", queued)
+	}
+	want := map[uint64]abi.Status{1: abi.StatusOK, 2: abi.StatusOK, 3: abi.StatusRemoteAuthFailure, 4: abi.StatusOK}
+	if len(o.cpls) != len(want) {
+		t.Fatalf("completions %+v", o.cpls)
+	}
+	for _, c := range o.cpls {
+		if c.Status != want[c.Cookie] {
+			t.Fatalf("completions %+v", o.cpls)
+		}
+	}
+	loc, loc2 := o.loc[:8192], o.loc[8192:]
+	dst, ro := o.srv[:8192], o.srv[8192:]
+	untouched := make([]byte, 8192)
+	pattern(untouched, 0xee)
+	if !bytes.Equal(dst[:4096], loc[:4096]) || !bytes.Equal(loc[4096:], ro[:4096]) ||
+		!bytes.Equal(loc2[4096:], dst[4096:]) || !bytes.Equal(loc2[:4096], untouched[:4096]) {
+		t.Fatal("data wrong")
+	}
+	if o.sb.ReqAuthFailed != 1 || o.sb.RxAuthFailed != 1 || o.sb.WritesCommitted != 2 || o.sa.RxAuthFailed != 2 {
+		t.Fatalf("stats:\n%+v\n%+v", o.sa, o.sb)
 	}
 }
