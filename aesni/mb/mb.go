@@ -570,25 +570,14 @@ func (b *Batch) SealResponse(k *Key, out, plaintext, nonce, aad, reqIV []byte) (
 // (len(in)-16 bytes) only if the tag matched; on failure dst is untouched
 // and in's ciphertext is zeroed. A forged response never writes dst.
 func (b *Batch) OpenResponse(k *Key, dst, in, nonce, aad, reqIV []byte) (int, bool) {
-	b.usable(k)
-	checkNonce(nonce)
-	if len(in) < aesni.TagSize {
+	n, short := b.checkOpen(k, dst, in, nonce, aad, reqIV)
+	if short {
 		return b.fail()
 	}
-	n := len(in) - aesni.TagSize
-	if len(dst) != n {
-		panic("mb: dst must be len(in)-16 bytes")
-	}
-	checkCurry(aad, reqIV)
-	i, j := b.job(k, C.MB_OPEN_COPY)
+	i, j := b.openJob(k, C.MB_OPEN_COPY, in, n, nonce, aad, reqIV)
 	if j == nil {
 		return -1, false
 	}
-	setIV(j, nonce)
-	setWant(j, in[n:])
-	b.setAAD(i, j, aad, reqIV)
-	j.len = C.uint64_t(n)
-	j.src = b.pin(in[:n])
 	j.dst = j.src
 	if n > 0 {
 		j.copy_to = b.pin(dst)
@@ -596,32 +585,54 @@ func (b *Batch) OpenResponse(k *Key, dst, in, nonce, aad, reqIV []byte) (int, bo
 	return i, true
 }
 
-// OpenResponseDirect queues aesni.AEAD.OpenResponseDirect: Run decrypts in
-// straight into dst while it authenticates, and zeroes dst if the tag did
-// not match. in is only read.
-func (b *Batch) OpenResponseDirect(k *Key, dst, in, nonce, aad, reqIV []byte) (int, bool) {
+// checkOpen makes the caller checks both response opens share (aesni's, in
+// its order) and returns the plaintext length; short: in cannot hold a tag
+// (the job is queued to fail).
+func (b *Batch) checkOpen(k *Key, dst, in, nonce, aad, reqIV []byte) (n int, short bool) {
 	b.usable(k)
 	checkNonce(nonce)
 	if len(in) < aesni.TagSize {
-		return b.fail()
+		return 0, true
 	}
-	n := len(in) - aesni.TagSize
+	n = len(in) - aesni.TagSize
 	if len(dst) != n {
 		panic("mb: dst must be len(in)-16 bytes")
 	}
 	checkCurry(aad, reqIV)
-	if inexactOverlap(dst, in) {
-		panic("mb: invalid buffer overlap")
-	}
-	i, j := b.job(k, C.MB_OPEN)
+	return n, false
+}
+
+// openJob queues an open of in (n bytes of ciphertext, then the tag) with
+// its IV, expected tag, AAD and source set; the caller sets where the
+// plaintext goes. A nil job: the batch is full.
+func (b *Batch) openJob(k *Key, kind C.uint32_t, in []byte, n int, nonce, aad, reqIV []byte) (int, *C.mb_job) {
+	i, j := b.job(k, kind)
 	if j == nil {
-		return -1, false
+		return -1, nil
 	}
 	setIV(j, nonce)
 	setWant(j, in[n:])
 	b.setAAD(i, j, aad, reqIV)
 	j.len = C.uint64_t(n)
 	j.src = b.pin(in[:n])
+	return i, j
+}
+
+// OpenResponseDirect queues aesni.AEAD.OpenResponseDirect: Run decrypts in
+// straight into dst while it authenticates, and zeroes dst if the tag did
+// not match. in is only read.
+func (b *Batch) OpenResponseDirect(k *Key, dst, in, nonce, aad, reqIV []byte) (int, bool) {
+	n, short := b.checkOpen(k, dst, in, nonce, aad, reqIV)
+	if short {
+		return b.fail()
+	}
+	if inexactOverlap(dst, in) {
+		panic("mb: invalid buffer overlap")
+	}
+	i, j := b.openJob(k, C.MB_OPEN, in, n, nonce, aad, reqIV)
+	if j == nil {
+		return -1, false
+	}
 	j.dst = b.pin(dst)
 	return i, true
 }

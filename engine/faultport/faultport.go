@@ -253,15 +253,10 @@ func (p *Port) Send(n int) {
 	p.hook() // the frame is complete before it is dropped (its buffer is reused) or copied
 	p.txBuf = nil
 	p.txActive = true
-	d.st.Frames++
 	f := b[:n]
-	act, dup := d.decide(&p.cfg)
-	if act == actDrop {
-		d.st.Dropped++
+	act, dropped := p.dropOrDup(d, f)
+	if dropped {
 		return
-	}
-	if dup {
-		p.duplicate(d, f)
 	}
 	var now int64
 	if act == actDelay {
@@ -350,14 +345,9 @@ func (p *Port) Recv() [][]byte {
 
 // recvFrame applies the faults to one received frame.
 func (p *Port) recvFrame(d *dir, f []byte, now int64) {
-	d.st.Frames++
-	act, dup := d.decide(&p.cfg)
-	if act == actDrop {
-		d.st.Dropped++
+	act, dropped := p.dropOrDup(d, f)
+	if dropped {
 		return
-	}
-	if dup {
-		p.duplicate(d, f)
 	}
 	if p.hold(d, act, f, now) {
 		return
@@ -375,6 +365,22 @@ func (p *Port) recvFrame(d *dir, f []byte, now int64) {
 		return
 	}
 	d.st.Overflow++
+}
+
+// dropOrDup counts frame f into direction d and draws its fault: a drop
+// (dropped), or what to do with it (act), after queuing a duplicate if one
+// was drawn.
+func (p *Port) dropOrDup(d *dir, f []byte) (act action, dropped bool) {
+	d.st.Frames++
+	act, dup := d.decide(&p.cfg)
+	if act == actDrop {
+		d.st.Dropped++
+		return act, true
+	}
+	if dup {
+		p.duplicate(d, f)
+	}
+	return act, false
 }
 
 // duplicate queues a copy of f for release.

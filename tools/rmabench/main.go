@@ -473,18 +473,48 @@ func addNote(note, s string) string {
 	return s + "; " + note
 }
 
+// pinCPU1 pins the calling (locked) thread to the loopback engine's CPU.
+func pinCPU1() error {
+	var set unix.CPUSet
+	set.Set(1)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("pinning to CPU 1: %w", err)
+	}
+	return nil
+}
+
+// bestRate runs step (which does some ops and says how many) for dur in
+// five slices and returns the best slice's ops per second: a ceiling,
+// which one slice disturbed by the VM's neighbours would understate
+// (single 5 s runs read 1.3-2.4 GB/s on one day).
+func bestRate(dur time.Duration, step func() (int, error)) (float64, error) {
+	const slices = 5
+	best := 0.0
+	for range slices {
+		ops := 0
+		start := time.Now()
+		for time.Since(start) < dur/slices {
+			n, err := step()
+			if err != nil {
+				return 0, err
+			}
+			ops += n
+		}
+		best = max(best, float64(ops)/time.Since(start).Seconds())
+	}
+	return best, nil
+}
+
 // gcmLimitMB is gcmLimit on the engine's ipsec-mb backend (rmad's default
 // -crypto), batched as the engine batches: 32 SealResponses in one Run,
 // then their 32 OpenResponseDirects in one Run, on registered memory.
 func gcmLimitMB(dur time.Duration) (Row, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	var set unix.CPUSet
-	set.Set(1)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return Row{}, fmt.Errorf("pinning to CPU 1: %w", err)
+	if err := pinCPU1(); err != nil {
+		return Row{}, err
 	}
-	const n, burst, slices = 4096, 32, 5
+	const n, burst = 4096, 32
 	k, err := mb.NewKey(aesni.Key{0x1e, 0xaf})
 	if err != nil {
 		return Row{}, err
@@ -505,31 +535,29 @@ func gcmLimitMB(dur time.Duration) (Row, error) {
 	}
 	nonces := make([]byte, burst*aesni.NonceSize)
 	aad, reqIV := make([]byte, 64), make([]byte, 12)
-	best, total := 0.0, uint64(0)
-	for sl := 0; sl < slices; sl++ {
-		ops := 0
-		start := time.Now()
-		for time.Since(start) < dur/slices {
-			for j := range burst {
-				total++
-				nonce := nonces[j*aesni.NonceSize : (j+1)*aesni.NonceSize]
-				binary.BigEndian.PutUint64(nonce[4:], total) // a fresh nonce per seal
-				f := frames[j*(n+aesni.TagSize) : (j+1)*(n+aesni.TagSize)]
-				b.SealResponse(k, f, src[j*n:(j+1)*n], nonce, aad, reqIV)
-			}
-			b.Run()
-			for j := range burst {
-				f := frames[j*(n+aesni.TagSize) : (j+1)*(n+aesni.TagSize)]
-				b.OpenResponseDirect(k, dsts[j*n:(j+1)*n], f, nonces[j*aesni.NonceSize:(j+1)*aesni.NonceSize], aad, reqIV)
-			}
-			if b.Run() != 0 {
-				return Row{}, errors.New("aes-gcm-limit (ipsec-mb): an open failed")
-			}
-			ops += burst
+	total := uint64(0)
+	best, err := bestRate(dur, func() (int, error) {
+		for j := range burst {
+			total++
+			nonce := nonces[j*aesni.NonceSize : (j+1)*aesni.NonceSize]
+			binary.BigEndian.PutUint64(nonce[4:], total) // a fresh nonce per seal
+			f := frames[j*(n+aesni.TagSize) : (j+1)*(n+aesni.TagSize)]
+			b.SealResponse(k, f, src[j*n:(j+1)*n], nonce, aad, reqIV)
 		}
-		best = max(best, float64(ops)/time.Since(start).Seconds())
-	}
+		b.Run()
+		for j := range burst {
+			f := frames[j*(n+aesni.TagSize) : (j+1)*(n+aesni.TagSize)]
+			b.OpenResponseDirect(k, dsts[j*n:(j+1)*n], f, nonces[j*aesni.NonceSize:(j+1)*aesni.NonceSize], aad, reqIV)
+		}
+		if b.Run() != 0 {
+			return 0, errors.New("aes-gcm-limit (ipsec-mb): an open failed")
+		}
+		return burst, nil
+	})
 	b.Unregister(mem)
+	if err != nil {
+		return Row{}, err
+	}
 	return Row{System: "aes-gcm-limit", Setup: "cpu-ipsec-mb", Test: "seal_open", Size: n, Outstanding: 1,
 		OpsPerSec: best, MBPerSec: best * n / 1e6,
 		Command: "rmabench (aesni/mb: 32 SealResponse in one Batch.Run, then their 32 OpenResponseDirect in one Run, registered memory, as the engine's ipsec-mb backend does; one thread pinned to CPU 1, best of 5 slices)"}, nil
@@ -542,15 +570,10 @@ func gcmLimitMB(dur time.Duration) (Row, error) {
 func gcmLimit(dur time.Duration) (Row, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	// On the loopback engine's CPU, and the best of five slices: a
-	// ceiling, which one slice disturbed by the VM's neighbours would
-	// understate (single 5 s runs read 1.3-2.4 GB/s on one day).
-	var set unix.CPUSet
-	set.Set(1)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return Row{}, fmt.Errorf("pinning to CPU 1: %w", err)
+	if err := pinCPU1(); err != nil {
+		return Row{}, err
 	}
-	const n, slices = 4096, 5
+	const n = 4096
 	g, err := aesni.NewAEAD(aesni.Key{0x1e, 0xaf})
 	if err != nil {
 		return Row{}, err
@@ -560,22 +583,20 @@ func gcmLimit(dur time.Duration) (Row, error) {
 	for i := range src {
 		src[i] = byte(i)
 	}
-	best, total := 0.0, uint64(0)
-	for sl := 0; sl < slices; sl++ {
-		ops := 0
-		start := time.Now()
-		for time.Since(start) < dur/slices {
-			for k := 0; k < 64; k++ {
-				total++
-				binary.BigEndian.PutUint64(nonce[4:], total) // a fresh nonce per seal
-				g.SealResponse(frame, src, nonce, aad, reqIV)
-				if err := g.OpenResponseDirect(dst, frame, nonce, aad, reqIV); err != nil {
-					return Row{}, err
-				}
+	total := uint64(0)
+	best, err := bestRate(dur, func() (int, error) {
+		for range 64 {
+			total++
+			binary.BigEndian.PutUint64(nonce[4:], total) // a fresh nonce per seal
+			g.SealResponse(frame, src, nonce, aad, reqIV)
+			if err := g.OpenResponseDirect(dst, frame, nonce, aad, reqIV); err != nil {
+				return 0, err
 			}
-			ops += 64
 		}
-		best = max(best, float64(ops)/time.Since(start).Seconds())
+		return 64, nil
+	})
+	if err != nil {
+		return Row{}, err
 	}
 	return Row{System: "aes-gcm-limit", Setup: "cpu", Test: "seal_open", Size: n, Outstanding: 1,
 		OpsPerSec: best, MBPerSec: best * n / 1e6,

@@ -42,16 +42,9 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 		return benchrow.Row{}, err
 	}
 	defer e.Close()
-	// PermLocalWrite: a READ's sink; PermLocalRead: a WRITE's source.
-	local, err := p.RegisterRegion(uint64(outstanding)*uint64(size)+uint64(bg), portal.PermLocalWrite|portal.PermLocalRead)
+	local, err := localRegion(p, uint64(outstanding)*uint64(size)+uint64(bg), write)
 	if err != nil {
 		return benchrow.Row{}, err
-	}
-	if write {
-		lb := local.Bytes()
-		for i := range lb {
-			lb[i] = byte(i*17 + 3)
-		}
 	}
 	type result struct {
 		h     hist

@@ -317,6 +317,23 @@ func client(test string, args []string) error {
 // and measures the last dur. Each slot has its own 4 KB buffer in one local
 // region: a READ's sink, a WRITE's source. Remote offsets walk the remote
 // region.
+// localRegion registers the client's local region of bytes: a READ's sink
+// (PermLocalWrite) and a WRITE's source (PermLocalRead), filled with a
+// pattern for writes.
+func localRegion(p *portal.Portal, bytes uint64, write bool) (*portal.Region, error) {
+	local, err := p.RegisterRegion(bytes, portal.PermLocalWrite|portal.PermLocalRead)
+	if err != nil {
+		return nil, err
+	}
+	if write {
+		lb := local.Bytes()
+		for i := range lb {
+			lb[i] = byte(i*17 + 3)
+		}
+	}
+	return local, nil
+}
+
 func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding int,
 	warm, dur time.Duration, verify, spin, yield, event bool) (benchrow.Row, error) {
 	peer, region, regionBytes, key := tg.peer, tg.region, tg.bytes, tg.key
@@ -325,16 +342,9 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 	if err != nil {
 		return benchrow.Row{}, err
 	}
-	// PermLocalWrite: a READ's sink; PermLocalRead: a WRITE's source.
-	local, err := p.RegisterRegion(uint64(outstanding)*abi.MaxOpBytes, portal.PermLocalWrite|portal.PermLocalRead)
+	local, err := localRegion(p, uint64(outstanding)*abi.MaxOpBytes, write)
 	if err != nil {
 		return benchrow.Row{}, err
-	}
-	if write {
-		lb := local.Bytes()
-		for i := range lb {
-			lb[i] = byte(i*17 + 3)
-		}
 	}
 	span := regionBytes - uint64(size)
 	postAt := make([]int64, outstanding)
