@@ -80,7 +80,15 @@
 // total_delay. Concurrent transfers share the slots and windows
 // round-robin, one op per transfer per turn: a 64 B read issued while a
 // 4 MB transfer runs waits for about one op completion, not for the
-// transfer (head-of-line isolation, paper §7.2).
+// transfer (head-of-line isolation, paper §7.2). Once posted, though, an
+// op queues in the engines behind whatever the window keeps in flight,
+// the delay Algorithm 1 holds near its targets; so short transfers (one
+// chunk) take precedence: while one is in progress, and for
+// ExecutorConfig.ShortHold after, transfers of more than one chunk keep at
+// most ExecutorConfig.ShortFirst ops in flight (default 4). Measured on
+// one loopback engine core (rmabench loopback-hol): a 64 B read behind a
+// 4 MB transfer waited p50 ~25 µs without it, ~9 µs with it, while the 4
+// MB transfer kept ~80 % of its goodput.
 //
 // Retry policy, per completion status of a chunk:
 //

@@ -54,6 +54,19 @@ type ExecutorConfig struct {
 	// wait shorter than this (default 50 µs, about the kernel's timer
 	// slack).
 	SpinWait time.Duration
+	// ShortFirst gives short transfers precedence over long ones (paper
+	// §7.2, Fig. 12): while a transfer of at most one chunk is in progress,
+	// or finished less than ShortHold ago, transfers of more than one
+	// chunk keep at most ShortFirst ops in flight in all, so a short op
+	// queues behind at most that many chunks in the engines instead of
+	// behind the whole congestion window (default 4; negative: no
+	// precedence, short and long transfers share the window round-robin).
+	ShortFirst int
+	// ShortHold keeps the long transfers capped for a while after a
+	// short transfer finished, so an application that issues short ops
+	// back to back does not find a full window in front of each (default
+	// 50 µs).
+	ShortHold time.Duration
 }
 
 // Executor defaults.
@@ -64,6 +77,8 @@ const (
 	DefaultBackoffBase    = 20 * time.Microsecond
 	DefaultBackoffMax     = time.Millisecond
 	DefaultSpinWait       = 50 * time.Microsecond
+	DefaultShortFirst     = 4
+	DefaultShortHold      = 50 * time.Microsecond
 )
 
 // DefaultExecutorConfig returns the defaults, every field filled in.
@@ -76,6 +91,8 @@ func DefaultExecutorConfig() ExecutorConfig {
 		TimeoutRetries: DefaultTimeoutRetries,
 		MaxAttempts:    DefaultMaxAttempts,
 		SpinWait:       DefaultSpinWait,
+		ShortFirst:     DefaultShortFirst,
+		ShortHold:      DefaultShortHold,
 	}
 }
 
@@ -106,6 +123,12 @@ func (c ExecutorConfig) withDefaults() ExecutorConfig {
 	if c.SpinWait == 0 {
 		c.SpinWait = d.SpinWait
 	}
+	if c.ShortFirst == 0 {
+		c.ShortFirst = d.ShortFirst
+	}
+	if c.ShortHold == 0 {
+		c.ShortHold = d.ShortHold
+	}
 	return c
 }
 
@@ -133,6 +156,10 @@ func (c *ExecutorConfig) Validate() error {
 		return bad("TimeoutRetries", c.TimeoutRetries, "want <= 2^20")
 	case c.SpinWait < 0 || c.SpinWait > time.Second:
 		return bad("SpinWait", c.SpinWait, "want 0..1s")
+	case c.ShortFirst > 1<<20:
+		return bad("ShortFirst", c.ShortFirst, "want <= 2^20")
+	case c.ShortHold < 0 || c.ShortHold > time.Second:
+		return bad("ShortHold", c.ShortHold, "want 0..1s")
 	}
 	return nil
 }
@@ -268,16 +295,20 @@ type Executor struct {
 	ops      []op
 	freeOps  []int32
 	inflight int // ops posted and not completed
-	seen     uint32
-	fatal    error // the portal is unusable: no completion will come
-	timer    int64 // earliest pacing or backoff deadline seen by the last issue pass
-	ringFull bool
-	nap      time.Duration // sleep between polls without a doorbell
-	yield    bool          // the driver woke another transfer's goroutine: Gosched once
-	cpl      [64]abi.Completion
-	pfd      [2]unix.PollFd
-	ts       unix.Timespec
-	evbuf    [8]byte
+	// Short-first precedence (ExecutorConfig.ShortFirst).
+	longInflight int   // ops of long transfers posted and not completed
+	shortActive  int   // short transfers in progress
+	shortUntil   int64 // long transfers stay capped until then
+	seen         uint32
+	fatal        error // the portal is unusable: no completion will come
+	timer        int64 // earliest pacing or backoff deadline seen by the last issue pass
+	ringFull     bool
+	nap          time.Duration // sleep between polls without a doorbell
+	yield        bool          // the driver woke another transfer's goroutine: Gosched once
+	cpl          [64]abi.Completion
+	pfd          [2]unix.PollFd
+	ts           unix.Timespec
+	evbuf        [8]byte
 }
 
 const noTimer = math.MaxInt64
@@ -328,6 +359,7 @@ type transfer struct {
 	retryHead int32
 	retryTail int32
 	nretry    int
+	short     bool // at most one chunk (ExecutorConfig.ShortFirst)
 	stopped   bool // issue nothing more; err is set
 	finished  bool
 	err       error
@@ -693,6 +725,9 @@ func (e *Executor) absorbLocked() {
 			e.peers[t.key] = p
 		}
 		t.peer = p
+		if t.short = t.length <= e.chunk; t.short {
+			e.shortActive++
+		}
 		e.active = append(e.active, t)
 		switch {
 		case e.fatal != nil:
@@ -750,6 +785,9 @@ func (e *Executor) die(err error) {
 		if o := &e.ops[i]; o.t != nil && o.posted {
 			o.t.inflight--
 			o.t.peer.inflight--
+			if !o.t.short {
+				e.longInflight--
+			}
 			e.freeOp(int32(i))
 		}
 	}
@@ -774,6 +812,12 @@ func (e *Executor) maybeFinish(t *transfer) {
 				e.rr--
 			}
 			break
+		}
+	}
+	if t.short {
+		e.shortActive--
+		if e.shortActive == 0 {
+			e.shortUntil = e.now() + int64(e.cfg.ShortHold)
 		}
 	}
 	e.st.transfers.Add(1)
@@ -822,6 +866,9 @@ func (e *Executor) complete(now int64, c *abi.Completion) {
 	ps.inflight--
 	t.inflight--
 	e.inflight--
+	if !t.short {
+		e.longInflight--
+	}
 	e.ctl.OnCompletion(now, ps.key, c.Status, int64(c.IssueDelayNs), int64(c.TotalDelayNs))
 	retry := false
 	switch c.Status {
@@ -903,6 +950,12 @@ func (e *Executor) issueOne(now int64, t *transfer) bool {
 	if ps.inflight >= e.ctl.MaxInFlight(ps.key) || e.inflight >= max(1, int(e.ctl.Local())) {
 		return false
 	}
+	if !t.short && e.cfg.ShortFirst >= 0 && e.longInflight >= e.cfg.ShortFirst && (e.shortActive > 0 || now < e.shortUntil) {
+		if e.shortActive == 0 {
+			e.timer = min(e.timer, e.shortUntil) // the hold ends
+		}
+		return false
+	}
 	if w := ps.pacer.Wait(now); w > 0 {
 		e.timer = min(e.timer, now+w)
 		return false
@@ -968,6 +1021,9 @@ func (e *Executor) issueOne(now int64, t *transfer) bool {
 	ps.inflight++
 	t.inflight++
 	e.inflight++
+	if !t.short {
+		e.longInflight++
+	}
 	ps.pacer.Issued(now, e.ctl.Gap(ps.key, int(o.length)))
 	e.st.ops.Add(1)
 	return true

@@ -319,6 +319,7 @@ func TestExecutorConfigValidate(t *testing.T) {
 		"BackoffBase": func(c *ExecutorConfig) { c.BackoffBase = -1 },
 		"Slots":       func(c *ExecutorConfig) { c.Slots = -1 },
 		"SpinWait":    func(c *ExecutorConfig) { c.SpinWait = -1 },
+		"ShortHold":   func(c *ExecutorConfig) { c.ShortHold = -1 },
 		"AI":          func(c *ExecutorConfig) { c.CC.AI = 0 },
 	} {
 		c := DefaultExecutorConfig()
@@ -372,5 +373,78 @@ func TestExecutorRoundRobinFake(t *testing.T) {
 	}
 	if a != 32 || b != 32 || d0 > 4+4 {
 		t.Fatalf("A %d, B %d posts, B first at %d", a, b, firstB)
+	}
+}
+
+// ShortFirst: while a one-chunk transfer is in progress, and for
+// ShortHold after it, a long transfer keeps at most ShortFirst ops in
+// flight; the short transfer's op takes the first free slot.
+func TestExecutorShortFirstFake(t *testing.T) {
+	const hold = 30 * time.Millisecond
+	e, r, s := fakeExecutor(t, ExecutorConfig{ChunkBytes: 128, ShortFirst: 2, ShortHold: hold}, func(abi.Command, int) abi.Status { return abi.StatusOK })
+	// A failed test must not leave ops held: the scripted engine stops
+	// before the executor's Close would run (cleanups run last first).
+	t.Cleanup(func() { s.setHold(false); e.Close() })
+	const bRemote = 1 << 20
+	waitCmds := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); len(s.commands()) < n; time.Sleep(50 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d commands posted, want %d", len(s.commands()), n)
+			}
+		}
+	}
+	// completeHeld answers the held command at remote offset off.
+	completeHeld := func(off uint64) {
+		t.Helper()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i, c := range s.held {
+			if c.RemoteOffset == off {
+				s.held = append(s.held[:i], s.held[i+1:]...)
+				if !s.fe.complete(s.answer(c)) {
+					t.Fatal("completion ring full")
+				}
+				return
+			}
+		}
+		t.Fatalf("no held command at remote offset %d", off)
+	}
+	quiet := func(n int, d time.Duration, what string) {
+		t.Helper()
+		time.Sleep(d)
+		if got := len(s.commands()); got != n {
+			t.Fatalf("%s: %d commands posted, want %d: %v", what, got, n, s.commands()[n:])
+		}
+	}
+	s.setHold(true)
+	errs := make(chan error, 2)
+	go func() { errs <- e.Read(ctxT(t), peer, 0x10002, 0, testKd, r, 0, 4096) }()
+	waitCmds(4) // the long transfer fills the 4 slots
+	go func() { errs <- e.Read(ctxT(t), peer, 0x10002, bRemote, testKd, r, 4096, 100) }()
+	quiet(4, 5*time.Millisecond, "no free slot")
+	completeHeld(0) // a slot frees: the short op takes it
+	waitCmds(5)
+	if c := s.commands()[4]; c.RemoteOffset != bRemote {
+		t.Fatalf("5th post %+v, want the short transfer's", c)
+	}
+	completeHeld(128) // the long one is down to 2 in flight: at its cap
+	quiet(5, 5*time.Millisecond, "long transfer at its cap while the short one runs")
+	completeHeld(bRemote) // the short one finishes: the cap holds for ShortHold
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	finished := time.Now()
+	quiet(5, hold/3, "within ShortHold")
+	waitCmds(6) // then the long transfer takes its window again
+	if waited := time.Since(finished); waited < hold*9/10 {
+		t.Fatalf("long transfer posted %v after the short one finished, ShortHold is %v", waited, hold)
+	}
+	s.setHold(false)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if c := s.commands(); len(c) != 32+1 {
+		t.Fatalf("%d posts, want 33", len(c))
 	}
 }
