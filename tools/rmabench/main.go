@@ -19,6 +19,10 @@
 //	    while a low-class application saturates the engine with 4 KB
 //	    read_bw (isolation-loaded) or write_bw (isolation-loaded-write),
 //	    the classes granted by a slot_policy in the engine's config;
+//	(f) the host itself (platform, run first): how often and how long a
+//	    busy thread loses its CPU (cpu-stall), and the round trip between
+//	    two processes sharing a CPU, one sleeping on an eventfd (xproc-wake)
+//	    (platform.go says why);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -37,6 +41,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,10 +64,17 @@ type spec struct {
 }
 
 func main() {
+	if os.Getenv(childEnv) == "xproc" {
+		if err := xprocChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "rmabench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "loopback,loopback-jumbo,memif,tcp,aes,isolation", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,tcp,aes,isolation", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
 	flag.Parse()
@@ -85,6 +97,14 @@ func main() {
 	defer os.RemoveAll(dir)
 	rmad, rmaperf := filepath.Join(*bin, "rmad"), filepath.Join(*bin, "rmaperf")
 	want := func(s string) bool { return strings.Contains(*only, s) }
+
+	if want("platform") {
+		r, err := platformRun(*dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
 
 	// The loopback engine at the Ethernet MTU (a 4 KB READ answered in
 	// three 1408-byte chunks, each sealed and opened on its own), and
@@ -134,6 +154,12 @@ func main() {
 				}
 				rows = append(rows, r)
 			}
+			r, err := loopbackPairs(rmaperf, e.Socket, *dur)
+			if err != nil {
+				e.Stop(10 * time.Second)
+				fail(err)
+			}
+			rows = append(rows, r...)
 		}
 		if err := e.Stop(10 * time.Second); err != nil {
 			fail(err)
@@ -226,6 +252,31 @@ func loopbackSpecs(specs []spec) []spec {
 		}
 	}
 	return out
+}
+
+// nPairs is how many interleaved (raw, executor) pairs loopbackPairs runs.
+const nPairs = 5
+
+// loopbackPairs measures the executor's goodput against raw 4 KB READs as
+// nPairs interleaved pairs of runs (raw read_bw, then execSpec, each for
+// max(1 s, dur/nPairs)) on the loopback engine at socket: the VM's
+// throughput drifts by 20-30 % over minutes, which the single rows'
+// ratio, measured minutes apart, includes; a pair's two runs are seconds
+// apart. The rows (setup "loopback-pairs", in order raw, executor, raw,
+// ...) keep the raw numbers; printTable prints their ratios' median.
+func loopbackPairs(rmaperf, socket string, dur time.Duration) ([]Row, error) {
+	d := max(time.Second, dur/nPairs)
+	var rows []Row
+	for range nPairs {
+		for _, s := range []spec{{execSpec.test, abi.MaxOpBytes, 64}, execSpec} {
+			r, err := rmaperfRun(rmaperf, "0", s, d, "loopback-pairs", nil, "-ctl", socket, "-self")
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
 }
 
 // memifNote says how two engines and an application share two cores: each
@@ -765,7 +816,7 @@ func printTable(rows []Row) {
 	// Ratios against the TCP peer for the same test, size and depth
 	// (ucp_get for the reads, ucp_put_bw / ucp_put_lat for the writes).
 	for _, r := range rows {
-		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || r.Setup == "loopback-pairs" {
 			continue
 		}
 		for _, u := range rows {
@@ -792,7 +843,7 @@ func printTable(rows []Row) {
 			continue
 		}
 		for _, r := range rows {
-			if r.System == "onerma" && strings.HasPrefix(r.Setup, "loopback") && r.Size == 4096 && strings.HasSuffix(r.Test, "_bw") {
+			if r.System == "onerma" && strings.HasPrefix(r.Setup, "loopback") && r.Setup != "loopback-pairs" && r.Size == 4096 && strings.HasSuffix(r.Test, "_bw") {
 				target := 0.70
 				if r.Test == "write_bw" {
 					target = 0.60
@@ -805,7 +856,7 @@ func printTable(rows []Row) {
 	// The executor's per-op overhead: its 4 MB READ goodput against raw
 	// 4 KB READs (O=64) on the same setup in the same run. Target 0.90.
 	for _, x := range rows {
-		if x.System != "onerma" || x.Test != "read_bw" || x.Size <= abi.MaxOpBytes {
+		if x.System != "onerma" || x.Test != "read_bw" || x.Size <= abi.MaxOpBytes || x.Setup == "loopback-pairs" {
 			continue
 		}
 		for _, r := range rows {
@@ -814,6 +865,28 @@ func printTable(rows []Row) {
 					sw, x.Setup, x.Test, x.Size, x.Outstanding, r.Size, r.Outstanding, x.MBPerSec, r.MBPerSec, x.MBPerSec/r.MBPerSec)
 			}
 		}
+	}
+	// The same ratio from the interleaved pairs (loopbackPairs): each
+	// executor row against the raw row just before it.
+	var ratios []float64
+	var raw *Row
+	for i, r := range rows {
+		switch {
+		case r.Setup != "loopback-pairs" || r.Test != execSpec.test:
+		case r.Size == abi.MaxOpBytes:
+			raw = &rows[i]
+		case r.Size == execSpec.size && raw != nil && raw.MBPerSec > 0:
+			ratios = append(ratios, r.MBPerSec/raw.MBPerSec)
+			raw = nil
+		}
+	}
+	if len(ratios) > 0 {
+		rs := make([]string, len(ratios))
+		for i, v := range ratios {
+			rs[i] = fmt.Sprintf("%.2f", v)
+		}
+		fmt.Printf("loopback read_bw %d B executor/raw %d B, %d interleaved pairs: median %.2f (ratios %s) (target >= 0.90)\n",
+			execSpec.size, abi.MaxOpBytes, len(ratios), median(ratios), strings.Join(rs, " "))
 	}
 	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
 	// transfer on the same executor, against one 4 KB READ's latency (a
@@ -872,4 +945,15 @@ func printTable(rows []Row) {
 		}
 		fmt.Println()
 	}
+}
+
+// median returns the median of v (v is left unchanged).
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
