@@ -65,3 +65,18 @@ func (m *Mempool) InUse() int { return int(C.onerma_mempool_in_use(m.p)) }
 
 // DataRoom is the buffer size of the pool's mbufs, headroom included.
 func (m *Mempool) DataRoom() int { return int(C.onerma_pktmbuf_data_room_size(m.p)) }
+
+// Memory returns the virtual memory the pool's objects (mbuf headers and
+// data rooms) lie in, one slice per chunk (rte_mempool_mem_iter; a pool
+// in hugepages is usually one chunk). The slices alias C memory that lives
+// until Free: for registering the range with a consumer that would
+// otherwise check or pin every buffer (aesni/mb's Batch.Register).
+func (m *Mempool) Memory() [][]byte {
+	var buf [16]C.struct_onerma_mem_chunk
+	n := int(C.onerma_mempool_mem_chunks(m.p, &buf[0], C.uint(len(buf))))
+	out := make([][]byte, 0, min(n, len(buf)))
+	for _, c := range buf[:min(n, len(buf))] {
+		out = append(out, unsafe.Slice((*byte)(c.addr), int(c.len)))
+	}
+	return out
+}

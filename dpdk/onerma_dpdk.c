@@ -68,6 +68,31 @@ unsigned int onerma_mempool_avail(const struct rte_mempool *mp) { return rte_mem
 unsigned int onerma_mempool_in_use(const struct rte_mempool *mp) { return rte_mempool_in_use_count(mp); }
 uint16_t onerma_pktmbuf_data_room_size(struct rte_mempool *mp) { return rte_pktmbuf_data_room_size(mp); }
 
+struct mem_chunks {
+	struct onerma_mem_chunk *out;
+	unsigned int max, n;
+};
+
+static void mem_chunk_cb(struct rte_mempool *mp, void *opaque, struct rte_mempool_memhdr *memhdr,
+			 unsigned int mem_idx)
+{
+	struct mem_chunks *c = opaque;
+	(void)mp;
+	(void)mem_idx;
+	if (c->n < c->max) {
+		c->out[c->n].addr = memhdr->addr;
+		c->out[c->n].len = memhdr->len;
+	}
+	c->n++;
+}
+
+unsigned int onerma_mempool_mem_chunks(struct rte_mempool *mp, struct onerma_mem_chunk *out, unsigned int max)
+{
+	struct mem_chunks c = { out, max, 0 };
+	rte_mempool_mem_iter(mp, mem_chunk_cb, &c);
+	return c.n;
+}
+
 /* ---- ethdev ---- */
 
 int onerma_eth_port_by_name(const char *name)

@@ -68,6 +68,13 @@ void onerma_mempool_free(struct rte_mempool *mp);
 unsigned int onerma_mempool_avail(const struct rte_mempool *mp);
 unsigned int onerma_mempool_in_use(const struct rte_mempool *mp);
 uint16_t onerma_pktmbuf_data_room_size(struct rte_mempool *mp);
+/* The virtual memory chunks a mempool's objects lie in (rte_mempool_mem_iter):
+ * fills up to max of out and returns how many chunks there are. */
+struct onerma_mem_chunk {
+	void *addr;
+	size_t len;
+};
+unsigned int onerma_mempool_mem_chunks(struct rte_mempool *mp, struct onerma_mem_chunk *out, unsigned int max);
 
 /* Ethdev */
 int onerma_eth_port_by_name(const char *name); /* port id >= 0 or -errno */

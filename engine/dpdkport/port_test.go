@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/dpdk/dpdktest"
@@ -89,6 +90,45 @@ func TestLoopback(t *testing.T) {
 	p.Close()
 	if got := pool.InUse(); got != inUse {
 		t.Errorf("mbufs in use after Close: %d, want %d", got, inUse)
+	}
+}
+
+// TxMemory (registered with the ipsec-mb batch) covers every buffer the
+// port hands out and every frame it receives (the rx queue takes its mbufs
+// from the same pool).
+func TestTxMemory(t *testing.T) {
+	p, _ := newPort(t, ringLoop)
+	defer p.Close()
+	mem := p.TxMemory()
+	if len(mem) == 0 {
+		t.Fatal("no tx memory")
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	hi := lo + uintptr(len(mem))
+	inside := func(what string, b []byte) {
+		t.Helper()
+		if a := uintptr(unsafe.Pointer(unsafe.SliceData(b))); a < lo || a+uintptr(len(b)) > hi {
+			t.Fatalf("%s at %#x+%d outside the tx memory [%#x, %#x)", what, a, len(b), lo, hi)
+		}
+	}
+	for round := range 4 {
+		for range 32 {
+			b := p.Buffer()
+			inside("tx buffer", b)
+			b[0] = byte(round)
+			p.Send(60)
+		}
+		p.Flush()
+		n := 0
+		for tries := 0; n < 32 && tries < 100; tries++ {
+			for _, f := range p.Recv() {
+				inside("rx frame", f)
+				n++
+			}
+		}
+		if n != 32 {
+			t.Fatalf("round %d: %d frames back", round, n)
+		}
 	}
 }
 
