@@ -5,12 +5,14 @@ package benchrow
 
 // Row is one measurement. Latency fields a tool does not report are null.
 type Row struct {
-	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit"
-	// Setup: "loopback", "loopback-jumbo", "memif", "tcp", "cpu",
-	// "isolation-idle", "isolation-loaded", "isolation-loaded-lowclass",
-	// "isolation-loaded-write" (bench/RESULTS.md describes each).
+	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit", "host"
+	// Setup: "loopback", "loopback-jumbo", "loopback-hol-idle",
+	// "loopback-hol", "loopback-pairs", "memif", "tcp", "cpu",
+	// "cpu-ipsec-mb", "isolation-idle", "isolation-loaded",
+	// "isolation-loaded-lowclass", "isolation-loaded-write", "platform"
+	// (bench/RESULTS.md describes each).
 	Setup       string  `json:"setup"`
-	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open"
+	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake"
 	Size        int     `json:"size"`
 	Outstanding int     `json:"outstanding"`
 	OpsPerSec   float64 `json:"ops_per_sec"`
