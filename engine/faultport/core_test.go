@@ -17,6 +17,7 @@ import (
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/internal/readall"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -130,42 +131,9 @@ func readThrough(t *testing.T, fcfg faultport.Config, crypto string) (int, fault
 		t.Fatal(err)
 	}
 	kd := src.DeriveKey(cli.Identity().Addr, cli.Identity().PID, abi.OpRead)
-	post := func(s abi.SlotID, chunk uint64) {
-		off := chunk * abi.MaxOpBytes
-		if err := cli.PostRead(s, ip, src.ID(), off, kd, sink, off, abi.MaxOpBytes, chunk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const chunks = size / abi.MaxOpBytes
-	next := uint64(0)
-	for _, s := range slots {
-		post(s, next)
-		next++
-	}
-	cli.Flush()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out := make([]abi.Completion, 64)
-	done, failed := 0, 0
-	for done < chunks {
-		n, err := cli.Wait(ctx, out)
-		if err != nil {
-			t.Fatalf("Wait after %d of %d chunks (%d failed ops): %v", done, chunks, failed, err)
-		}
-		for _, c := range out[:n] {
-			switch {
-			case c.Status != abi.StatusOK:
-				failed++
-				post(c.Slot, c.Cookie) // again
-			case next < chunks:
-				done++
-				post(c.Slot, next)
-				next++
-			default:
-				done++
-			}
-		}
-		cli.Flush()
+	failed, err := readall.Chunked(cli, slots, ip, src.ID(), kd, sink, size, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if !bytes.Equal(sink.Bytes(), src.Bytes()) {
 		t.Fatal("4 MB read through 5 % loss: data differs")

@@ -23,6 +23,7 @@ import (
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/internal/readall"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -676,42 +677,10 @@ func TestRmadNetRingFault(t *testing.T) {
 	}
 	addr := cli.Identity().Addr
 	kd := src.DeriveKey(addr, cli.Identity().PID, abi.OpRead)
-	post := func(s abi.SlotID, chunk uint64) {
-		off := chunk * abi.MaxOpBytes
-		if err := cli.PostRead(s, addr, src.ID(), off, kd, sink, off, abi.MaxOpBytes, chunk); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const chunks = size / abi.MaxOpBytes
-	next := uint64(0)
-	for _, s := range slots {
-		post(s, next)
-		next++
-	}
-	cli.Flush()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out := make([]abi.Completion, 32)
-	done, failed := 0, 0
-	for done < chunks {
-		n, err := cli.Wait(ctx, out)
-		if err != nil {
-			t.Fatalf("after %d of %d chunks, %d failed ops: %v", done, chunks, failed, err)
-		}
-		for _, c := range out[:n] {
-			switch {
-			case c.Status != abi.StatusOK:
-				failed++
-				post(c.Slot, c.Cookie)
-			case next < chunks:
-				done++
-				post(c.Slot, next)
-				next++
-			default:
-				done++
-			}
-		}
-		cli.Flush()
+	failed, err := readall.Chunked(cli, slots, addr, src.ID(), kd, sink, size, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if !bytes.Equal(sink.Bytes(), src.Bytes()) {
 		t.Fatal("data differs")
