@@ -908,6 +908,11 @@ func printTable(rows []Row) {
 		if lat4k != nil && lat4k.P50us > 0 {
 			fmt.Printf(" = %.1f / %.1f x one 4 KB READ (p50 %.2f us)", hol.P50us/lat4k.P50us, p99(hol)/lat4k.P50us, lat4k.P50us)
 		}
+		// What the transfer behind gave up (the executor's ShortFirst):
+		// rmaperf's note says what it moved meanwhile.
+		if i := strings.Index(hol.Note, "meanwhile "); i >= 0 {
+			fmt.Printf("; %s", hol.Note[i:])
+		}
 		fmt.Println()
 	}
 	// Isolation (paper Fig. 12): the high-class application's latency
