@@ -247,6 +247,10 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 			Uint64("rx_auth_failed", st.RxAuthFailed).Uint64("req_auth_failed", st.ReqAuthFailed).
 			Uint64("rekeys", st.Rekeys).Uint64("iv_errors", st.IVErrors).
 			Msg("final core counters")
+		rs := r.Stats()
+		log.Info().Uint64("iterations", rs.Iterations).Uint64("rx_frames", rs.RxFrames).Uint64("idle_sleeps", rs.IdleSleeps).
+			Uint64("yields", rs.Yields).Uint64("slept_ns", rs.SleptNs).Uint64("execs", rs.Execs).
+			Msg("final runner counters")
 		if fault != nil {
 			fs := faultStatsMsg(fault.Stats())
 			log.Info().Interface("rx", fs.Rx).Interface("tx", fs.Tx).Uint64("held", fs.Held).
