@@ -188,6 +188,8 @@ func client(test string, args []string) error {
 	setup := fs.String("setup", "", "setup label for -json (loopback, memif, ...)")
 	asJSON := fs.Bool("json", false, "print one JSON line")
 	verify := fs.Bool("verify", false, "check every byte read (write tests: every byte written, with -self only)")
+	regionBytesFlag := fs.Uint64("region-bytes", 0, "with -self: bytes of the region the ops read or write (0: 1 MB, or the smallest region executor transfers fit in)")
+	localFlag := fs.Uint64("local-bytes", 0, "raw tests: bytes of local memory the ops' local ranges walk, 4 KB apart (0: a fixed 4 KB per op in flight; larger measures a larger memory footprint, as an executor transfer's)")
 	spin := fs.Bool("spin", true, "busy-poll for completions (false: sleep now and then)")
 	yield := fs.Bool("yield", false, "sched_yield after every empty poll (share a CPU with an engine)")
 	event := fs.Bool("event", false, "wait with portal.Wait: spin briefly, then sleep on the engine's completion doorbell")
@@ -263,6 +265,12 @@ func client(test string, args []string) error {
 			}
 			regionBytes = max(regionBytes, need) + uint64(*bg)
 		}
+		if *regionBytesFlag > 0 {
+			if *regionBytesFlag < uint64(*size)+uint64(*bg) {
+				return fmt.Errorf("-region-bytes %d: smaller than -s %d (+ -bg %d)", *regionBytesFlag, *size, *bg)
+			}
+			regionBytes = *regionBytesFlag
+		}
 		r, err := p.RegisterRegion(regionBytes, portal.PermAll)
 		if err != nil {
 			return err
@@ -300,7 +308,10 @@ func client(test string, args []string) error {
 	if execMode {
 		res, err = runExec(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, ecfg, *bg)
 	} else {
-		res, err = run(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event)
+		if *localFlag > 0 && (*verify || *localFlag < uint64(*outstanding)*abi.MaxOpBytes || *localFlag%abi.MaxOpBytes != 0) {
+			return fmt.Errorf("-local-bytes %d: want a multiple of %d, at least -O × %d, and no -verify (walking ranges may be reused while an op is in flight)", *localFlag, abi.MaxOpBytes, abi.MaxOpBytes)
+		}
+		res, err = run(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event, *localFlag)
 	}
 	clear(tg.key[:])
 	if err != nil {
@@ -347,29 +358,44 @@ func localRegion(p *portal.Portal, bytes uint64, write bool) (*portal.Region, er
 }
 
 func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding int,
-	warm, dur time.Duration, verify, spin, yield, event bool) (benchrow.Row, error) {
+	warm, dur time.Duration, verify, spin, yield, event bool, localBytes uint64) (benchrow.Row, error) {
 	peer, region, regionBytes, key := tg.peer, tg.region, tg.bytes, tg.key
 	write := op == abi.OpWrite
 	slots, err := p.AllocSlots(outstanding)
 	if err != nil {
 		return benchrow.Row{}, err
 	}
-	local, err := localRegion(p, uint64(outstanding)*abi.MaxOpBytes, write)
+	// Each op in flight has its own 4 KB of local memory (locOff[k] =
+	// k·4 KB), or, with localBytes, ops take 4 KB ranges walking
+	// localBytes of it.
+	walk := localBytes > 0
+	if !walk {
+		localBytes = uint64(outstanding) * abi.MaxOpBytes
+	}
+	local, err := localRegion(p, localBytes, write)
 	if err != nil {
 		return benchrow.Row{}, err
 	}
 	span := regionBytes - uint64(size)
 	postAt := make([]int64, outstanding)
 	remOff := make([]uint64, outstanding)
-	var next uint64
+	locOff := make([]uint64, outstanding)
+	for k := range locOff {
+		locOff[k] = uint64(k) * abi.MaxOpBytes
+	}
+	var next, lnext uint64
 	clock := time.Now()
 	nowNs := func() int64 { return int64(time.Since(clock)) }
 	post := func(k int) error {
 		remOff[k] = next % (span + 1)
 		next += 4096 + 64
+		if walk {
+			locOff[k] = lnext % localBytes
+			lnext += abi.MaxOpBytes
+		}
 		postAt[k] = nowNs()
 		if !write {
-			return p.PostRead(slots[k], peer, region, remOff[k], key, local, uint64(k)*abi.MaxOpBytes, uint32(size), uint64(k))
+			return p.PostRead(slots[k], peer, region, remOff[k], key, local, locOff[k], uint32(size), uint64(k))
 		}
 		if verify {
 			// New bytes for every write, so a write that did not land
@@ -379,7 +405,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 				src[i] = byte(next>>6) + byte(i)
 			}
 		}
-		return p.PostWrite(slots[k], peer, region, remOff[k], key, local, uint64(k)*abi.MaxOpBytes, uint32(size), uint64(k))
+		return p.PostWrite(slots[k], peer, region, remOff[k], key, local, locOff[k], uint32(size), uint64(k))
 	}
 	for k := range slots {
 		if err := post(k); err != nil {
