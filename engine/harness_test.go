@@ -227,6 +227,14 @@ type pair struct {
 	now    int64
 }
 
+// pairConfigs are the test configs of a pair's engines a (10.0.0.1) and b
+// (10.0.0.2), both on seal backend crypto.
+func pairConfigs(crypto string) (Config, Config) {
+	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	ca.Crypto, cb.Crypto = crypto, crypto
+	return ca, cb
+}
+
 func newPair(t testing.TB, ca, cb Config) *pair {
 	p := &pair{ta: newTestTx(512), tb: newTestTx(512), now: 1000}
 	p.a = newCore(t, ca, p.ta)

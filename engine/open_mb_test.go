@@ -35,8 +35,7 @@ type burstOutcome struct {
 // (then, on the same slot, a 64 B READ whose answer comes with
 // reuse(first op's frames) in one burst), and returns the outcome.
 func readBurst(t *testing.T, crypto string, shape func(ch [][]byte) [][][]byte, reuse func(old [][]byte, fresh []byte) [][]byte) burstOutcome {
-	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
-	ca.Crypto, cb.Crypto = crypto, crypto
+	ca, cb := pairConfigs(crypto)
 	p := newPair(t, ca, cb)
 	app := openApp(t, p.a, ClassLow, 4)
 	srv := openApp(t, p.b, ClassLow, 0)
@@ -184,8 +183,7 @@ func TestBurstCompletionThenStale(t *testing.T) {
 // the commit is stale (its pull ended in the same burst).
 func TestBurstWriteDataAndCommit(t *testing.T) {
 	o := sameOnBackends(t, func(crypto string) burstOutcome {
-		ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
-		ca.Crypto, cb.Crypto = crypto, crypto
+		ca, cb := pairConfigs(crypto)
 		p := newWPair(t, ca, cb)
 		var out burstOutcome
 		pulled := func(cmd *abi.Command) [][]byte {
@@ -237,22 +235,8 @@ func frameTypes(frames [][]byte) []wire.Type {
 // rekeyFirst. It records b's answers to the burst, delivers them, checks
 // that the new key is installed afterwards and returns the outcome.
 func rekeyBurst(t *testing.T, crypto string, rekeyFirst bool) burstOutcome {
-	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
-	ca.Crypto, cb.Crypto = crypto, crypto
-	p := &secPair{pair: newPair(t, ca, cb)}
-	p.app = openApp(t, p.a, ClassLow, 8)
-	p.srv = openApp(t, p.b, ClassLow, 0)
-	p.src, p.dst = make([]byte, 8192), make([]byte, 8192)
-	pattern(p.src, 0x33)
-	var err error
-	if p.rs, err = p.b.RegisterRegion(p.srv.id, p.src, PermRemoteRead, testKr); err != nil {
-		t.Fatal(err)
-	}
-	if p.rd, err = p.a.RegisterRegion(p.app.id, p.dst, PermAll, testKr); err != nil {
-		t.Fatal(err)
-	}
+	p := newSecPairCrypto(t, crypto)
 	p.b.regions[p.rs.Index()].perm |= PermRemoteRekey
-	p.read(t, 0, 1, abi.StatusOK) // resolves b's MAC
 	newKr := aesni.Key{0xab, 0xcd, 0xef, 1}
 	copy(p.dst[4096:], newKr[:])
 
@@ -348,8 +332,7 @@ type keyLeft struct {
 // WRITE's and the first READ's AEADs were evicted when later commands were
 // posted. It returns the outcome and the AEADs that left their caches.
 func evictBurst(t *testing.T, crypto string) (burstOutcome, []keyLeft) {
-	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
-	ca.Crypto, cb.Crypto = crypto, crypto
+	ca, cb := pairConfigs(crypto)
 	ca.KeyCache, cb.KeyCache = 1, 1
 	p := newWPair(t, ca, cb)
 	var left []keyLeft

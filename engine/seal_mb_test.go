@@ -68,8 +68,7 @@ func TestIPsecMBCoreTests(t *testing.T) {
 // cores on backend crypto and returns every frame both sent, in order,
 // and the completions.
 func scriptFrames(t *testing.T, crypto string) ([][]byte, []abi.Completion) {
-	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
-	ca.Crypto, cb.Crypto = crypto, crypto
+	ca, cb := pairConfigs(crypto)
 	cb.NackThreshold = 2
 	p := newPair(t, ca, cb)
 	if (p.a.mb != nil) != (crypto == CryptoIPsecMB) {

@@ -20,7 +20,14 @@ type secPair struct {
 
 func newSecPair(t *testing.T) *secPair {
 	t.Helper()
-	p := &secPair{pair: newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))}
+	return newSecPairCrypto(t, testCrypto)
+}
+
+// newSecPairCrypto is newSecPair with both engines on seal backend crypto.
+func newSecPairCrypto(t *testing.T, crypto string) *secPair {
+	t.Helper()
+	ca, cb := pairConfigs(crypto)
+	p := &secPair{pair: newPair(t, ca, cb)}
 	p.app = openApp(t, p.a, ClassLow, 8)
 	p.srv = openApp(t, p.b, ClassLow, 0)
 	p.src, p.dst = make([]byte, 8192), make([]byte, 8192)
