@@ -108,54 +108,67 @@ func (s *benchSet) run(b *testing.B, want int) {
 	}
 }
 
-func benchResponses(b *testing.B, body func(b *testing.B, s *benchSet, v variant)) {
+// burst applies step to every message of the burst and, with mb, runs the
+// batch the steps queued (one Run, no failure expected).
+func (s *benchSet) burst(b *testing.B, v variant, step func(x *benchMsg)) {
+	for i := range s.msgs {
+		step(&s.msgs[i])
+	}
+	if v.mb {
+		s.run(b, 0)
+	}
+}
+
+// benchResponses runs body per message size and variant; body runs bursts
+// of step (see burst).
+func benchResponses(b *testing.B, step func(b *testing.B, s *benchSet, v variant, x *benchMsg)) {
 	for _, n := range benchSizes {
 		for _, v := range variants {
 			b.Run(fmt.Sprintf("%d/%s", n, v.name), func(b *testing.B) {
 				s := newBenchSet(b, n, v)
-				body(b, s, v)
+				runBursts(b, n, func() { s.burst(b, v, func(x *benchMsg) { step(b, s, v, x) }) })
 			})
 		}
+	}
+}
+
+// benchRequests runs bursts of step per variant on 64-byte AADs (no
+// payload), after prepare (nil: none) has run once per message.
+func benchRequests(b *testing.B, prepare func(s *benchSet, x *benchMsg), step func(b *testing.B, s *benchSet, v variant, x *benchMsg)) {
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			s := newBenchSet(b, 0, v)
+			if prepare != nil {
+				for i := range s.msgs {
+					prepare(s, &s.msgs[i])
+				}
+			}
+			runBursts(b, 0, func() { s.burst(b, v, func(x *benchMsg) { step(b, s, v, x) }) })
+		})
 	}
 }
 
 // BenchmarkSealResponse: encrypt a burst of responses from a region into
 // their frames, tag in the trailer, AAD 64 B ‖ request IV.
 func BenchmarkSealResponse(b *testing.B) {
-	benchResponses(b, func(b *testing.B, s *benchSet, v variant) {
-		runBursts(b, len(s.msgs[0].src), func() {
-			for i := range s.msgs {
-				x := &s.msgs[i]
-				if v.mb {
-					s.b.SealResponse(s.key, x.frame, x.src, x.nonce, s.aad, s.reqIV)
-				} else {
-					s.ref.SealResponse(x.frame, x.src, x.nonce, s.aad, s.reqIV)
-				}
-			}
-			if v.mb {
-				s.run(b, 0)
-			}
-		})
+	benchResponses(b, func(b *testing.B, s *benchSet, v variant, x *benchMsg) {
+		if v.mb {
+			s.b.SealResponse(s.key, x.frame, x.src, x.nonce, s.aad, s.reqIV)
+		} else {
+			s.ref.SealResponse(x.frame, x.src, x.nonce, s.aad, s.reqIV)
+		}
 	})
 }
 
 // BenchmarkOpenResponseDirect: authenticate and decrypt a burst straight
 // into the region.
 func BenchmarkOpenResponseDirect(b *testing.B) {
-	benchResponses(b, func(b *testing.B, s *benchSet, v variant) {
-		runBursts(b, len(s.msgs[0].src), func() {
-			for i := range s.msgs {
-				x := &s.msgs[i]
-				if v.mb {
-					s.b.OpenResponseDirect(s.key, x.dst, x.frame, x.nonce, s.aad, s.reqIV)
-				} else if s.ref.OpenResponseDirect(x.dst, x.frame, x.nonce, s.aad, s.reqIV) != nil {
-					b.Fatal("open")
-				}
-			}
-			if v.mb {
-				s.run(b, 0)
-			}
-		})
+	benchResponses(b, func(b *testing.B, s *benchSet, v variant, x *benchMsg) {
+		if v.mb {
+			s.b.OpenResponseDirect(s.key, x.dst, x.frame, x.nonce, s.aad, s.reqIV)
+		} else if s.ref.OpenResponseDirect(x.dst, x.frame, x.nonce, s.aad, s.reqIV) != nil {
+			b.Fatal("open")
+		}
 	})
 }
 
@@ -164,69 +177,37 @@ func BenchmarkOpenResponseDirect(b *testing.B) {
 // each message is restored first (a copy of n+16 bytes that an engine does
 // not pay), as in aesni's BenchmarkOpenResponse.
 func BenchmarkOpenResponse(b *testing.B) {
-	benchResponses(b, func(b *testing.B, s *benchSet, v variant) {
-		runBursts(b, len(s.msgs[0].src), func() {
-			for i := range s.msgs {
-				x := &s.msgs[i]
-				copy(x.frame, x.sealed)
-				if v.mb {
-					s.b.OpenResponse(s.key, x.dst, x.frame, x.nonce, s.aad, s.reqIV)
-				} else if s.ref.OpenResponse(x.dst, x.frame, x.nonce, s.aad, s.reqIV) != nil {
-					b.Fatal("open")
-				}
-			}
-			if v.mb {
-				s.run(b, 0)
-			}
-		})
+	benchResponses(b, func(b *testing.B, s *benchSet, v variant, x *benchMsg) {
+		copy(x.frame, x.sealed)
+		if v.mb {
+			s.b.OpenResponse(s.key, x.dst, x.frame, x.nonce, s.aad, s.reqIV)
+		} else if s.ref.OpenResponse(x.dst, x.frame, x.nonce, s.aad, s.reqIV) != nil {
+			b.Fatal("open")
+		}
 	})
 }
 
 // BenchmarkSealRequest / OpenRequest: GMAC over a 64-byte AAD (a burst of
 // READ requests).
 func BenchmarkSealRequest(b *testing.B) {
-	for _, v := range variants {
-		b.Run(v.name, func(b *testing.B) {
-			s := newBenchSet(b, 0, v)
-			runBursts(b, 0, func() {
-				for i := range s.msgs {
-					x := &s.msgs[i]
-					if v.mb {
-						s.b.SealRequest(s.key, x.frame, x.nonce, s.aad)
-					} else {
-						s.ref.SealRequest(x.frame, x.nonce, s.aad)
-					}
-				}
-				if v.mb {
-					s.run(b, 0)
-				}
-			})
-		})
-	}
+	benchRequests(b, nil, func(b *testing.B, s *benchSet, v variant, x *benchMsg) {
+		if v.mb {
+			s.b.SealRequest(s.key, x.frame, x.nonce, s.aad)
+		} else {
+			s.ref.SealRequest(x.frame, x.nonce, s.aad)
+		}
+	})
 }
 
 func BenchmarkOpenRequest(b *testing.B) {
-	for _, v := range variants {
-		b.Run(v.name, func(b *testing.B) {
-			s := newBenchSet(b, 0, v)
-			for i := range s.msgs {
-				s.ref.SealRequest(s.msgs[i].frame, s.msgs[i].nonce, s.aad)
-			}
-			runBursts(b, 0, func() {
-				for i := range s.msgs {
-					x := &s.msgs[i]
-					if v.mb {
-						s.b.OpenRequest(s.key, x.frame, x.nonce, s.aad)
-					} else if s.ref.OpenRequest(x.frame, x.nonce, s.aad) != nil {
-						b.Fatal("open")
-					}
-				}
-				if v.mb {
-					s.run(b, 0)
-				}
-			})
-		})
-	}
+	seal := func(s *benchSet, x *benchMsg) { s.ref.SealRequest(x.frame, x.nonce, s.aad) }
+	benchRequests(b, seal, func(b *testing.B, s *benchSet, v variant, x *benchMsg) {
+		if v.mb {
+			s.b.OpenRequest(s.key, x.frame, x.nonce, s.aad)
+		} else if s.ref.OpenRequest(x.frame, x.nonce, s.aad) != nil {
+			b.Fatal("open")
+		}
+	})
 }
 
 // BenchmarkGCMLimit is aesni's "aes-gcm-limit" per burst: seal 4 KB
