@@ -5,13 +5,9 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net/netip"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
@@ -19,6 +15,7 @@ import (
 	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/internal/enginetest"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -27,7 +24,7 @@ import (
 // so a portal talks to it exactly as to rmad (the test binary links the
 // engine; the portal package itself never does).
 
-var engineIP = netip.MustParseAddr("10.7.0.1")
+var engineIP = enginetest.IP
 
 func startEngine(t testing.TB) string {
 	t.Helper()
@@ -41,54 +38,17 @@ type engineOpts struct {
 	port   func(*memport.Port) runner.Port // wraps the loopback port (e.g. to drop frames)
 }
 
-// startEngineWith starts an in-process engine (one core on a memport
-// loopback, served on a unix control socket) and returns its socket.
+// startEngineWith starts an in-process engine (internal/enginetest; 16
+// slots per application, rings of 64) and returns its socket.
 func startEngineWith(t testing.TB, o engineOpts) string {
 	t.Helper()
-	ecfg := engine.DefaultConfig()
-	ecfg.LocalIP = engineIP
-	ecfg.Slots, ecfg.Regions, ecfg.Portals = 64, 32, 4
-	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
-	if o.engine != nil {
-		o.engine(&ecfg)
-	}
-	mp, err := memport.Loopback(memport.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var port runner.Port = mp
-	if o.port != nil {
-		port = o.port(mp)
-	}
-	core, err := engine.New(ecfg, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := runner.New(core, port, runner.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cfg := ctl.DefaultConfig()
-	cfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
-	cfg.Slots.Default = 16
-	cfg.CmdCap, cfg.CplCap = 64, 64
-	if o.ctl != nil {
-		o.ctl(&cfg)
-	}
-	srv, err := ctl.Listen(cfg, r, zerolog.Nop())
-	if err != nil {
-		r.Stop(context.Background())
-		t.Fatal(err)
-	}
-	go srv.Serve()
-	t.Cleanup(func() {
-		srv.Close()
-		r.Stop(context.Background())
-	})
-	return cfg.SocketPath
+	return enginetest.Start(t, enginetest.Opts{Engine: o.engine, Port: o.port, Ctl: func(c *ctl.Config) {
+		c.Slots.Default = 16
+		c.CmdCap, c.CplCap = 64, 64
+		if o.ctl != nil {
+			o.ctl(c)
+		}
+	}}).Socket
 }
 
 // dropPort drops a fraction of the frames the engine sends (seeded, so a

@@ -2,21 +2,16 @@ package faultport_test
 
 import (
 	"bytes"
-	"context"
 	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/internal/enginetest"
 	"github.com/onerma/onerma/internal/readall"
 	"github.com/onerma/onerma/portal"
 )
@@ -69,42 +64,24 @@ func TestCoreReadsThroughTxFaultsIPsecMB(t *testing.T) {
 // counters and the core's counters.
 func readThrough(t *testing.T, fcfg faultport.Config, crypto string) (int, faultport.Stats, engine.Stats) {
 	ip := netip.MustParseAddr("10.8.0.1")
-	lb, err := memport.Loopback(memport.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp, err := faultport.New(lb, fcfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ecfg := engine.DefaultConfig()
-	ecfg.LocalIP = ip
-	ecfg.HairpinSelf = true
-	ecfg.Slots, ecfg.Regions, ecfg.Portals = 128, 8, 4
-	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
-	ecfg.Crypto = crypto
-	core, err := engine.New(ecfg, fp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := runner.New(core, fp, runner.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop(context.Background())
-	ccfg := ctl.DefaultConfig()
-	ccfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
-	srv, err := ctl.Listen(ccfg, r, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve()
-	defer srv.Close()
+	var fp *faultport.Port
+	e := enginetest.Start(t, enginetest.Opts{
+		Engine: func(c *engine.Config) {
+			c.LocalIP = ip
+			c.HairpinSelf = true
+			c.Slots, c.Regions = 128, 8
+			c.Crypto = crypto
+		},
+		Port: func(lb *memport.Port) runner.Port {
+			var err error
+			if fp, err = faultport.New(lb, fcfg, nil); err != nil {
+				t.Fatal(err)
+			}
+			return fp
+		},
+	})
 
-	owner, err := portal.Dial(ccfg.SocketPath, "owner")
+	owner, err := portal.Dial(e.Socket, "owner")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +94,7 @@ func readThrough(t *testing.T, fcfg faultport.Config, crypto string) (int, fault
 	for i := range src.Bytes() {
 		src.Bytes()[i] = byte(i*131 + i>>12)
 	}
-	cli, err := portal.Dial(ccfg.SocketPath, "reader")
+	cli, err := portal.Dial(e.Socket, "reader")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +117,7 @@ func readThrough(t *testing.T, fcfg faultport.Config, crypto string) (int, fault
 	}
 	var st faultport.Stats
 	var cs engine.Stats
-	if err := r.Exec(func(c *engine.Core) { st, cs = fp.Stats(), c.Stats() }); err != nil {
+	if err := e.Runner.Exec(func(c *engine.Core) { st, cs = fp.Stats(), c.Stats() }); err != nil {
 		t.Fatal(err)
 	}
 	return failed, st, cs

@@ -1,0 +1,86 @@
+// Package enginetest starts a real engine in the test's own process: one
+// engine core (engine/runner) over an engine/memport loopback port, which
+// a test may wrap (to drop or reorder frames), served by engine/ctl on a
+// unix socket, so that a portal talks to it exactly as to rmad. Tests of
+// packages that must not link the engine themselves (portal) and tests of
+// port wrappers (engine/faultport) share it.
+package enginetest
+
+import (
+	"context"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/runner"
+)
+
+// IP is the engine's address unless Opts.Engine sets another.
+var IP = netip.MustParseAddr("10.7.0.1")
+
+// Opts adjust the engine Start runs; nil fields keep the defaults.
+type Opts struct {
+	Engine func(*engine.Config)            // core config, after Start's defaults
+	Ctl    func(*ctl.Config)               // control server config
+	Port   func(*memport.Port) runner.Port // wraps the loopback port
+}
+
+// Engine is a running in-process engine.
+type Engine struct {
+	Socket string         // its control socket
+	Runner *runner.Runner // Exec reads the core's (or a wrapper's) state on the loop
+}
+
+// Start starts an engine (LocalIP IP; 64 slots, 32 regions, 4 portals; a
+// volatile IV source) and stops it when the test ends.
+func Start(t testing.TB, o Opts) *Engine {
+	t.Helper()
+	ecfg := engine.DefaultConfig()
+	ecfg.LocalIP = IP
+	ecfg.Slots, ecfg.Regions, ecfg.Portals = 64, 32, 4
+	ecfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
+	if o.Engine != nil {
+		o.Engine(&ecfg)
+	}
+	mp, err := memport.Loopback(memport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var port runner.Port = mp
+	if o.Port != nil {
+		port = o.Port(mp)
+	}
+	core, err := engine.New(ecfg, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(core, port, runner.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := ctl.DefaultConfig()
+	cfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
+	if o.Ctl != nil {
+		o.Ctl(&cfg)
+	}
+	srv, err := ctl.Listen(cfg, r, zerolog.Nop())
+	if err != nil {
+		r.Stop(context.Background())
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	t.Cleanup(func() {
+		srv.Close()
+		r.Stop(context.Background())
+	})
+	return &Engine{Socket: cfg.SocketPath, Runner: r}
+}
