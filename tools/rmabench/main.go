@@ -267,13 +267,13 @@ const nPairs = 5
 //
 // Between the two, each round also measures raw 4 KB READs over the executor row's memory
 // footprint (setup "loopback-pairs-footprint": the region it reads, one
-// transfer's size, and its two transfers' destinations, walked 4 KB at a
-// time), which separates what the executor costs from what touching
-// 12 MB instead of 1.25 MB costs.
+// transfer's size, and the one destination its transfers share, walked
+// 4 KB at a time), which separates what the executor costs from what
+// touching 8 MB instead of 1.25 MB costs.
 func loopbackPairs(rmaperf, socket string, dur time.Duration) ([]Row, error) {
 	d := max(time.Second, dur/nPairs)
 	raw := spec{execSpec.test, abi.MaxOpBytes, 64}
-	footprint := []string{"-region-bytes", strconv.Itoa(execSpec.size), "-local-bytes", strconv.Itoa(execSpec.size * execSpec.depth)}
+	footprint := []string{"-region-bytes", strconv.Itoa(execSpec.size), "-local-bytes", strconv.Itoa(execSpec.size)}
 	var rows []Row
 	for range nPairs {
 		for _, m := range []struct {

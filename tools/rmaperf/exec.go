@@ -17,9 +17,12 @@ import (
 // (READ or WRITE) for warm+dur and the transfers that complete within the
 // last dur are counted. ops_per_sec counts transfers, mb_per_sec their
 // bytes (goodput), the latency percentiles are per transfer (call to
-// return). Each goroutine has its own size-byte buffer in one local
-// region, and walks its own part of the remote region when the region
-// holds outstanding of them (else all walk the whole region).
+// return). Each goroutine walks its own part of the remote region when
+// the region holds outstanding of them (else all walk the whole region).
+// With verify each goroutine has its own size-byte buffer in one local
+// region; without, they all land in one (as ib_read_bw and ucx_perftest
+// reuse one buffer for every message in flight), so the footprint is
+// the region read plus one transfer, not plus outstanding of them.
 //
 // bg > 0 adds head-of-line pressure (paper Fig. 12/13): one more goroutine
 // keeps READs of bg bytes going through the same executor (so the same
@@ -42,7 +45,11 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 		return benchrow.Row{}, err
 	}
 	defer e.Close()
-	local, err := localRegion(p, uint64(outstanding)*uint64(size)+uint64(bg), write)
+	bufs := uint64(1) // local buffers of size bytes: one shared, or one per goroutine
+	if verify {
+		bufs = uint64(outstanding)
+	}
+	local, err := localRegion(p, bufs*uint64(size)+uint64(bg), write)
 	if err != nil {
 		return benchrow.Row{}, err
 	}
@@ -66,7 +73,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			loff := uint64(outstanding) * uint64(size)
+			loff := bufs * uint64(size)
 			for {
 				t0 := nowNs()
 				if t0 >= end {
@@ -92,7 +99,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 			if part >= uint64(size) {
 				base, span = uint64(k)*part, part-uint64(size)
 			}
-			loff := uint64(k) * uint64(size)
+			loff := uint64(k) * uint64(size) % (bufs * uint64(size))
 			buf := local.Bytes()[loff : loff+uint64(size)]
 			next := uint64(k) * 4160
 			for gen := 0; ; gen++ {
