@@ -254,33 +254,38 @@ func loopbackSpecs(specs []spec) []spec {
 	return out
 }
 
-// nPairs is how many interleaved (raw, executor) pairs loopbackPairs runs.
-const nPairs = 5
+// nPairs is how many interleaved rounds loopbackPairs runs.
+const nPairs = 7
 
-// loopbackPairs measures the executor's goodput against raw 4 KB READs as
-// nPairs interleaved pairs of runs (raw read_bw, then execSpec, each for
-// max(1 s, dur/nPairs)) on the loopback engine at socket: the VM's
-// throughput drifts by 20-30 % over minutes, which the single rows'
-// ratio, measured minutes apart, includes; a pair's runs are seconds
-// apart. The rows (setup "loopback-pairs": raw, then executor, per round)
-// keep the raw numbers; printTable prints their ratios' median.
-//
-// Between the two, each round also measures raw 4 KB READs over the executor row's memory
-// footprint (setup "loopback-pairs-footprint": the region it reads, one
-// transfer's size, and the one destination its transfers share, walked
-// 4 KB at a time), which separates what the executor costs from what
-// touching 8 MB instead of 1.25 MB costs.
+// loopbackPairs measures the executor's goodput against raw 4 KB READs in
+// nPairs interleaved rounds on the loopback engine at socket, each run
+// max(1 s, dur/nPairs) long: the VM's throughput drifts by 20-30 % over
+// minutes, which the single rows' ratio, measured minutes apart,
+// includes; a round's runs are seconds apart. A round is raw 4 KB READs
+// (setup "loopback-pairs"), then execSpec through the executor, then raw
+// 4 KB READs over the executor's memory footprint (setup
+// "loopback-pairs-footprint": the region it reads, one transfer's size,
+// and the one destination its transfers share, walked 4 KB at a time),
+// which separates what the executor costs from what touching 8 MB
+// instead of 1.25 MB costs. Every other round runs the two raw runs the
+// other way round, so the executor run is always next to both and a
+// steady drift does not favour one side. printTable prints the median of
+// each round's ratios.
 func loopbackPairs(rmaperf, socket string, dur time.Duration) ([]Row, error) {
 	d := max(time.Second, dur/nPairs)
 	raw := spec{execSpec.test, abi.MaxOpBytes, 64}
 	footprint := []string{"-region-bytes", strconv.Itoa(execSpec.size), "-local-bytes", strconv.Itoa(execSpec.size)}
 	var rows []Row
-	for range nPairs {
-		for _, m := range []struct {
+	for k := range nPairs {
+		runs := []struct {
 			s     spec
 			setup string
 			args  []string
-		}{{raw, "loopback-pairs", nil}, {raw, "loopback-pairs-footprint", footprint}, {execSpec, "loopback-pairs", nil}} {
+		}{{raw, "loopback-pairs", nil}, {execSpec, "loopback-pairs", nil}, {raw, "loopback-pairs-footprint", footprint}}
+		if k%2 == 1 { // the executor stays between the two it is compared with
+			runs[0], runs[2] = runs[2], runs[0]
+		}
+		for _, m := range runs {
 			r, err := rmaperfRun(rmaperf, "0", m.s, d, m.setup, nil, append([]string{"-ctl", socket, "-self"}, m.args...)...)
 			if err != nil {
 				return nil, err
@@ -882,24 +887,32 @@ func printTable(rows []Row) {
 	// executor row against the raw row of its round, and against raw
 	// READs over the executor's memory footprint.
 	var ratios, fpRatios []float64
-	var raw, fp *Row
-	for i, r := range rows {
-		switch {
-		case r.Test != execSpec.test:
-		case r.Setup == "loopback-pairs-footprint":
-			fp = &rows[i]
-		case r.Setup != "loopback-pairs":
-		case r.Size == abi.MaxOpBytes:
-			raw = &rows[i]
-		case r.Size == execSpec.size:
-			if raw != nil && raw.MBPerSec > 0 {
-				ratios = append(ratios, r.MBPerSec/raw.MBPerSec)
-			}
-			if fp != nil && fp.MBPerSec > 0 {
-				fpRatios = append(fpRatios, r.MBPerSec/fp.MBPerSec)
-			}
-			raw, fp = nil, nil
+	var round []Row // the rows of one round, in the order they ran
+	for _, r := range rows {
+		if r.Test != execSpec.test || !strings.HasPrefix(r.Setup, "loopback-pairs") {
+			continue
 		}
+		if round = append(round, r); len(round) < 3 {
+			continue
+		}
+		var raw, fp, x *Row
+		for i := range round {
+			switch m := &round[i]; {
+			case m.Setup == "loopback-pairs-footprint":
+				fp = m
+			case m.Size == abi.MaxOpBytes:
+				raw = m
+			case m.Size == execSpec.size:
+				x = m
+			}
+		}
+		if x != nil && raw != nil && raw.MBPerSec > 0 {
+			ratios = append(ratios, x.MBPerSec/raw.MBPerSec)
+		}
+		if x != nil && fp != nil && fp.MBPerSec > 0 {
+			fpRatios = append(fpRatios, x.MBPerSec/fp.MBPerSec)
+		}
+		round = round[:0]
 	}
 	list := func(v []float64) string {
 		rs := make([]string, len(v))
