@@ -9,7 +9,9 @@ type Row struct {
 	// Setup: "loopback", "loopback-jumbo", "loopback-hol-idle",
 	// "loopback-hol", "loopback-pairs", "memif", "tcp", "cpu",
 	// "cpu-ipsec-mb", "isolation-idle", "isolation-loaded",
-	// "isolation-loaded-lowclass", "isolation-loaded-write", "platform"
+	// "isolation-loaded-lowclass", "isolation-loaded-write", "platform",
+	// "loopback-pairs-footprint", "write-pairs", "write-pairs-jumbo",
+	// "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb"
 	// (bench/RESULTS.md describes each).
 	Setup       string  `json:"setup"`
 	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake"

@@ -74,7 +74,7 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,tcp,aes,isolation", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,tcp,aes,write-pairs,isolation", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
 	flag.Parse()
@@ -196,6 +196,13 @@ func main() {
 			fail(err)
 		}
 		rows = append(rows, r)
+	}
+	if want("write-pairs") {
+		r, err := writePairs(rmad, rmaperf, dir, *crypto, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
 	}
 	if want("isolation") {
 		r, err := isolationRun(rmad, rmaperf, dir, *dur)
@@ -541,14 +548,20 @@ func addNote(note, s string) string {
 	return s + "; " + note
 }
 
-// pinCPU1 pins the calling (locked) thread to the loopback engine's CPU.
-func pinCPU1() error {
-	var set unix.CPUSet
+// pinCPU1 pins the calling (locked) thread to the loopback engine's CPU
+// and returns what puts its affinity back: the Go runtime reuses the
+// thread once it is unlocked, and processes started from it would
+// inherit CPU 1 alone (ucx_perftest's two processes on one CPU).
+func pinCPU1() (restore func(), err error) {
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return nil, fmt.Errorf("reading the CPU affinity: %w", err)
+	}
 	set.Set(1)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return fmt.Errorf("pinning to CPU 1: %w", err)
+		return nil, fmt.Errorf("pinning to CPU 1: %w", err)
 	}
-	return nil
+	return func() { unix.SchedSetaffinity(0, &old) }, nil
 }
 
 // bestRate runs step (which does some ops and says how many) for dur in
@@ -579,9 +592,11 @@ func bestRate(dur time.Duration, step func() (int, error)) (float64, error) {
 func gcmLimitMB(dur time.Duration) (Row, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := pinCPU1(); err != nil {
+	restore, err := pinCPU1()
+	if err != nil {
 		return Row{}, err
 	}
+	defer restore()
 	const n, burst = 4096, 32
 	k, err := mb.NewKey(aesni.Key{0x1e, 0xaf})
 	if err != nil {
@@ -638,9 +653,11 @@ func gcmLimitMB(dur time.Duration) (Row, error) {
 func gcmLimit(dur time.Duration) (Row, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := pinCPU1(); err != nil {
+	restore, err := pinCPU1()
+	if err != nil {
 		return Row{}, err
 	}
+	defer restore()
 	const n = 4096
 	g, err := aesni.NewAEAD(aesni.Key{0x1e, 0xaf})
 	if err != nil {
@@ -833,11 +850,11 @@ func printTable(rows []Row) {
 	// Ratios against the TCP peer for the same test, size and depth
 	// (ucp_get for the reads, ucp_put_bw / ucp_put_lat for the writes).
 	for _, r := range rows {
-		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") {
 			continue
 		}
 		for _, u := range rows {
-			if u.System == "ucx-tcp" && u.Test == r.Test && u.Size == r.Size && u.Outstanding == r.Outstanding && u.OpsPerSec > 0 {
+			if u.System == "ucx-tcp" && u.Setup == "tcp" && u.Test == r.Test && u.Size == r.Size && u.Outstanding == r.Outstanding && u.OpsPerSec > 0 {
 				fmt.Printf("%-*s %-9s %5d B O=%-3d onerma/ucx-tcp: %.1fx ops/s", sw, r.Setup, r.Test, r.Size, r.Outstanding, r.OpsPerSec/u.OpsPerSec)
 				if r.P50us > 0 && strings.HasSuffix(r.Test, "_lat") {
 					if u.P50us >= r.P50us {
@@ -856,7 +873,7 @@ func printTable(rows []Row) {
 	// One core's 4 KB goodput (both ends of every op) against its bare
 	// seal+open ceiling. Targets: READ 0.70 (issue 3), WRITE 0.60 (issue 4).
 	for _, a := range rows {
-		if a.System != "aes-gcm-limit" || a.MBPerSec <= 0 {
+		if a.System != "aes-gcm-limit" || a.MBPerSec <= 0 || strings.HasPrefix(a.Setup, "write-pairs") {
 			continue
 		}
 		for _, r := range rows {
@@ -929,6 +946,7 @@ func printTable(rows []Row) {
 		fmt.Printf("loopback read_bw %d B executor/raw %d B over the executor's memory footprint, same rounds: median %.2f (ratios %s)\n",
 			execSpec.size, abi.MaxOpBytes, median(fpRatios), list(fpRatios))
 	}
+	printWritePairs(rows)
 	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
 	// transfer on the same executor, against one 4 KB READ's latency (a
 	// 4 KB service time) of the same run.
