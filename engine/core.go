@@ -200,14 +200,17 @@ type Core struct {
 	scratch     [abi.MaxOpBytes]byte // an orphan's data is authenticated here
 
 	// Serving WRITEs (paper §5.1): pull contexts, each with a staging
-	// buffer, kept in deadline order on an intrusive list; and on the
+	// buffer, kept in deadline order on two intrusive lists; and on the
 	// initiating side, the WRITEs whose data is still to be sent.
-	pulls              []pullCtx // index 0 unused: handle 0 is never valid
-	freePull           []uint16
-	pullHead, pullTail int32
-	pullBuf            []byte
-	sendq              []int32 // slots of WRITEs with data to send (see pushSend)
-	sendHead, sendLen  int
+	pulls    []pullCtx // index 0 unused: handle 0 is never valid
+	freePull []uint16
+	// plist: the pulls in progress, by deadline: plist[pullsIdle] those
+	// awaiting their first chunk, plist[pullsData] those receiving data.
+	plist             [2]pullList
+	pullIdle          int64 // min(PullIdleTimeout, Timeout), or Timeout/4, in ns
+	pullBuf           []byte
+	sendq             []int32 // slots of WRITEs with data to send (see pushSend)
+	sendHead, sendLen int
 
 	rxw rxWork // the frame being received (Receive, the self-loop)
 	// ReceiveBurst's prepared frames whose opens are queued (open.go)
@@ -246,9 +249,12 @@ func New(cfg Config, tx Tx) (*Core, error) {
 		pulls:      make([]pullCtx, cfg.PullContexts+1),
 		freePull:   make([]uint16, 0, cfg.PullContexts),
 		pullBuf:    make([]byte, cfg.PullContexts*abi.MaxOpBytes),
-		pullHead:   -1,
-		pullTail:   -1,
+		plist:      [2]pullList{{-1, -1}, {-1, -1}},
+		pullIdle:   int64(cfg.Timeout / 4),
 		sendq:      make([]int32, cfg.Slots),
+	}
+	if cfg.PullIdleTimeout > 0 {
+		c.pullIdle = min(int64(cfg.Timeout), int64(cfg.PullIdleTimeout))
 	}
 	for i := cfg.PullContexts; i >= 1; i-- {
 		c.freePull = append(c.freePull, uint16(i))
@@ -675,8 +681,10 @@ func (c *Core) Shutdown(now int64) {
 		c.sendLen--
 	}
 	c.inq[0].n, c.inq[1].n, c.pullq[0].n, c.pullq[1].n, c.loopLen = 0, 0, 0, 0, 0
-	for c.pullHead >= 0 {
-		c.endPull(c.pullHead)
+	for k := range c.plist {
+		for c.plist[k].head >= 0 {
+			c.endPull(c.plist[k].head)
+		}
 	}
 	c.publish()
 }
@@ -701,8 +709,10 @@ func (c *Core) NextDeadline() int64 {
 			d = min(d, q.q[q.head].arrival)
 		}
 	}
-	if c.pullHead >= 0 {
-		d = min(d, c.pulls[c.pullHead].deadline)
+	for _, l := range c.plist {
+		if l.head >= 0 {
+			d = min(d, c.pulls[l.head].deadline)
+		}
 	}
 	for k := range c.pullq { // waiting for window: due when it expires (a freed window comes with work)
 		if q := &c.pullq[k]; q.n > 0 {

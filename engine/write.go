@@ -28,7 +28,9 @@ import (
 // from ②'s departure: the initiator always times out last, so no write
 // reported failed can change remote memory afterwards. Replaying ① makes
 // the server pull again, under a fresh IV, from an initiator that no
-// longer has the op (its answer is stale and dropped); replayed data or
+// longer has the op (its answer is stale and dropped): that pull expires
+// after PullIdleTimeout, as does any pull no chunk has answered, rather
+// than holding its context and window until TIMEOUT; replayed data or
 // acknowledgments are curried with an IV the server never reuses, so they
 // fail authentication: replays mutate nothing.
 //
@@ -47,7 +49,8 @@ type pullCtx struct {
 	used       bool
 	op         abi.Op // OpWrite or OpRekey
 	gen        uint16
-	prev, next int32 // deadline-ordered list of pulls in progress
+	idle       bool  // on plist[pullsIdle]: no chunk has authenticated yet
+	prev, next int32 // in its deadline-ordered list (plist)
 	ip         uint32
 	mac        wire.MAC
 	port       uint16 // the initiator's core port: ② and ④ go there
@@ -59,10 +62,20 @@ type pullCtx struct {
 	arrived    uint64
 	want       uint64
 	pending    uint64 // ReceiveBurst: units whose open is queued
-	deadline   int64
+	deadline   int64  // now: ② + pullIdle while idle, then ② + Timeout
+	full       int64  // ② + Timeout
 	aead       *aesni.AEAD
 	pullIV     [aesni.NonceSize]byte // ②'s IV: curried into ③ and ④
 }
+
+// pullList is a doubly linked list of pull contexts (by index; -1 ends it).
+type pullList struct{ head, tail int32 }
+
+// The two pull lists (Core.plist).
+const (
+	pullsIdle = 0 // awaiting the first chunk: deadline ② + pullIdle
+	pullsData = 1 // receiving data: deadline ② + Timeout
+)
 
 type pullOutcome uint8
 
@@ -109,14 +122,14 @@ func (c *Core) startPull(now int64, e *inbound) pullOutcome {
 	p := &c.pulls[idx]
 	p.gen++
 	*p = pullCtx{
-		used: true, op: e.op, gen: p.gen, prev: -1, next: -1,
+		used: true, op: e.op, gen: p.gen, idle: true, prev: -1, next: -1,
 		ip: e.ip, mac: e.mac, port: e.port, pid: e.pid, tag: e.tag,
 		region: abi.RegionID(e.region), offset: e.offset, length: e.length,
-		want: unitMask(e.length), deadline: now + int64(c.cfg.Timeout), aead: e.aead,
+		want: unitMask(e.length), deadline: now + c.pullIdle, full: now + int64(c.cfg.Timeout), aead: e.aead,
 	}
 	aesni.PutNonce(p.pullIV[:], c.ipb, ctr)
 	c.windowUsed += int(e.length)
-	c.pullPushBack(idx)
+	c.pullInsert(pullsIdle, idx)
 
 	f := &c.txf
 	f.DstMAC, f.SrcMAC = e.mac, c.mac
@@ -335,9 +348,17 @@ func (c *Core) finishData(now int64, w *rxWork, ok bool) {
 		return
 	}
 	buf := c.pullBuffer(idx)
+	if now >= p.deadline {
+		return // too late: expirePulls abandons it, uncommitted
+	}
 	p.arrived |= bits
-	if p.arrived != p.want || now >= p.deadline {
-		return // more to come; or too late: expirePulls abandons it, uncommitted
+	if p.arrived != p.want {
+		if p.idle { // its initiator answers: the rest has until Timeout
+			c.pullUnlink(idx)
+			p.idle, p.deadline = false, p.full
+			c.pullInsert(pullsData, idx)
+		}
+		return // more to come
 	}
 	if c.tx.Buffer() == nil { // ④ must be sendable: commit only with a frame for it
 		c.stats.TxNoBuffer++
@@ -369,13 +390,16 @@ func (c *Core) finishData(now int64, w *rxWork, ok bool) {
 }
 
 // expirePulls abandons, uncommitted, pulls whose data did not all arrive
-// within TIMEOUT of ②. Nothing is sent: the initiator times out later.
+// within TIMEOUT of ②, or whose first chunk did not within pullIdle.
+// Nothing is sent: the initiator times out later.
 func (c *Core) expirePulls(now int64) int {
 	n := 0
-	for c.pullHead >= 0 && c.pulls[c.pullHead].deadline <= now {
-		c.endPull(c.pullHead)
-		c.stats.PullsExpired++
-		n++
+	for k := range c.plist {
+		for h := c.plist[k].head; h >= 0 && c.pulls[h].deadline <= now; h = c.plist[k].head {
+			c.endPull(h)
+			c.stats.PullsExpired++
+			n++
+		}
 	}
 	return n
 }
@@ -384,31 +408,58 @@ func (c *Core) expirePulls(now int64) int {
 func (c *Core) endPull(idx int32) {
 	p := &c.pulls[idx]
 	c.windowUsed -= int(p.length)
+	c.pullUnlink(idx)
+	p.used, p.aead = false, nil
+	c.freePull = append(c.freePull, uint16(idx))
+}
+
+// pullOn is the list pull idx is on.
+func (c *Core) pullOn(idx int32) *pullList {
+	if c.pulls[idx].idle {
+		return &c.plist[pullsIdle]
+	}
+	return &c.plist[pullsData]
+}
+
+// pullUnlink takes pull idx off its list.
+func (c *Core) pullUnlink(idx int32) {
+	p, l := &c.pulls[idx], c.pullOn(idx)
 	if p.prev >= 0 {
 		c.pulls[p.prev].next = p.next
 	} else {
-		c.pullHead = p.next
+		l.head = p.next
 	}
 	if p.next >= 0 {
 		c.pulls[p.next].prev = p.prev
 	} else {
-		c.pullTail = p.prev
+		l.tail = p.prev
 	}
-	p.used, p.prev, p.next, p.aead = false, -1, -1, nil
-	c.freePull = append(c.freePull, uint16(idx))
+	p.prev, p.next = -1, -1
 }
 
-// pullPushBack appends pull idx to the deadline list (every pull's
-// deadline is now+Timeout, so appending keeps it ordered).
-func (c *Core) pullPushBack(idx int32) {
-	p := &c.pulls[idx]
-	p.prev, p.next = c.pullTail, -1
-	if c.pullTail >= 0 {
-		c.pulls[c.pullTail].next = idx
-	} else {
-		c.pullHead = idx
+// pullInsert puts pull idx on list k in deadline order, searching from
+// the tail: a new pull's deadline is the latest (now + a constant), and a
+// pull moving to pullsData passes only the pulls started after it whose
+// first chunk came first (all within one pullIdle).
+func (c *Core) pullInsert(k int, idx int32) {
+	p, l := &c.pulls[idx], &c.plist[k]
+	after := l.tail
+	for after >= 0 && c.pulls[after].deadline > p.deadline {
+		after = c.pulls[after].prev
 	}
-	c.pullTail = idx
+	p.prev = after
+	if after >= 0 {
+		p.next = c.pulls[after].next
+		c.pulls[after].next = idx
+	} else {
+		p.next = l.head
+		l.head = idx
+	}
+	if p.next >= 0 {
+		c.pulls[p.next].prev = idx
+	} else {
+		l.tail = idx
+	}
 }
 
 // auditPulls checks the pull contexts (free pool, list, deadlines) and
@@ -421,19 +472,24 @@ func (c *Core) auditPulls() (int, error) {
 			debit += int(c.pulls[i].length)
 		}
 	}
-	last := int64(math.MinInt64)
-	prev := int32(-1)
-	for i := c.pullHead; i >= 0; i = c.pulls[i].next {
-		p := &c.pulls[i]
-		if !p.used || p.prev != prev || p.deadline < last {
-			return 0, fmt.Errorf("audit: pull list broken at %d", i)
+	for k, l := range c.plist {
+		last := int64(math.MinInt64)
+		prev := int32(-1)
+		for i := l.head; i >= 0; i = c.pulls[i].next {
+			p := &c.pulls[i]
+			if !p.used || p.prev != prev || p.deadline < last || p.idle != (k == pullsIdle) || p.deadline > p.full {
+				return 0, fmt.Errorf("audit: pull list %d broken at %d", k, i)
+			}
+			last, prev = p.deadline, i
+			if onList++; onList > len(c.pulls) {
+				return 0, fmt.Errorf("audit: pull list loops")
+			}
 		}
-		last, prev = p.deadline, i
-		if onList++; onList > len(c.pulls) {
-			return 0, fmt.Errorf("audit: pull list loops")
+		if prev != l.tail {
+			return 0, fmt.Errorf("audit: pull list %d: tail %d, last %d", k, l.tail, prev)
 		}
 	}
-	if prev != c.pullTail || onList != used || used+len(c.freePull) != len(c.pulls)-1 {
+	if onList != used || used+len(c.freePull) != len(c.pulls)-1 {
 		return 0, fmt.Errorf("audit: pulls: %d used, %d listed, %d free of %d", used, onList, len(c.freePull), len(c.pulls)-1)
 	}
 	return debit, nil

@@ -265,6 +265,86 @@ func TestWriteReplayMutatesNothing(t *testing.T) {
 	auditBoth(t, p.pair)
 }
 
+// A replayed write request holds its pull context and window for
+// PullIdleTimeout, not TIMEOUT: no chunk ever answers its pull. A pull
+// whose first chunk has authenticated keeps TIMEOUT for the rest.
+func TestWriteReplayHoldsPullIdle(t *testing.T) {
+	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	ca.Timeout, cb.Timeout, cb.PullIdleTimeout = 10*time.Millisecond, 10*time.Millisecond, time.Millisecond
+	p := newWPair(t, ca, cb)
+	p.app.post(t, p.cmd(1, p.rd, 0, 2000))
+	p.a.Poll(p.now)
+	req := p.ta.take()
+	if len(req) != 1 || frameType(req[0]) != wire.TypeWriteReq {
+		t.Fatalf("want one write request, got %d frames", len(req))
+	}
+	p.b.Receive(p.now, req[0])
+	p.run()
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+		t.Fatalf("genuine write: %+v", got)
+	}
+	clear(p.dst)
+	before := p.b.Stats()
+
+	start := p.now
+	p.b.Receive(p.now, req[0]) // the replay
+	p.b.Poll(p.now)
+	p.tb.deliverTo(p.now, p.a) // its pull: a has no such op and drops it
+	p.a.Poll(p.now)
+	if s := p.b.Stats(); s.PullsIssued != before.PullsIssued+1 || s.PullsInUse != 1 || s.WindowInUse == 0 {
+		t.Fatalf("replay not pulled: %+v", s)
+	}
+	p.now = start + int64(900*time.Microsecond)
+	p.b.Poll(p.now)
+	if s := p.b.Stats(); s.PullsInUse != 1 {
+		t.Fatalf("pull ended before PullIdleTimeout: %+v", s)
+	}
+	p.now = start + int64(time.Millisecond)
+	p.b.Poll(p.now)
+	s := p.b.Stats()
+	if s.PullsInUse != 0 || s.WindowInUse != 0 || s.PullsExpired != before.PullsExpired+1 || s.WritesCommitted != before.WritesCommitted {
+		t.Fatalf("replay's pull not abandoned after PullIdleTimeout: %+v", s)
+	}
+	if next := p.b.NextDeadline(); next < p.now {
+		t.Fatalf("a deadline in the past: %d < %d", next, p.now)
+	}
+
+	// A genuine 4 KB write (three chunks): the first arrives at once,
+	// the other two after 2 ms, past PullIdleTimeout: it commits.
+	p.app.post(t, p.cmd(2, p.rd, 0, 4096))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b) // ①
+	p.b.Poll(p.now)
+	p.tb.deliverTo(p.now, p.a) // ②
+	p.a.Poll(p.now)
+	data := p.ta.take()
+	if len(data) != 3 {
+		t.Fatalf("want 3 data chunks, got %d frames", len(data))
+	}
+	p.b.Receive(p.now, data[0])
+	p.b.Poll(p.now)
+	p.now += int64(2 * time.Millisecond)
+	p.b.Poll(p.now)
+	if s := p.b.Stats(); s.PullsInUse != 1 {
+		t.Fatalf("a pull receiving data was abandoned after PullIdleTimeout: %+v", s)
+	}
+	p.b.Receive(p.now, data[1])
+	p.b.Receive(p.now, data[2])
+	p.run()
+	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK || !bytes.Equal(p.dst[:4096], p.src[:4096]) {
+		t.Fatalf("slow genuine write: %+v", got)
+	}
+	auditBoth(t, p.pair)
+
+	for _, tc := range []struct{ idle, want time.Duration }{{0, 2500 * time.Microsecond}, {time.Millisecond, time.Millisecond}, {time.Second, 10 * time.Millisecond}} {
+		cfg := testConfig("10.0.0.3", 3)
+		cfg.Timeout, cfg.PullIdleTimeout = 10*time.Millisecond, tc.idle
+		if c := newCore(t, cfg, newTestTx(4)); c.pullIdle != int64(tc.want) {
+			t.Errorf("PullIdleTimeout %v: pulls idle for %v, want %v", tc.idle, time.Duration(c.pullIdle), tc.want)
+		}
+	}
+}
+
 // A duplicated write request (the fabric, or an attacker while the op is
 // live) gets one pull answered; the op completes once, commits once.
 func TestWriteDuplicateRequest(t *testing.T) {

@@ -76,6 +76,7 @@ type EngineConfig struct {
 	ServeBudget     int              `json:"serve_budget"`
 	DispatchTimeout Duration         `json:"dispatch_timeout"`
 	Timeout         Duration         `json:"timeout"`
+	PullIdleTimeout Duration         `json:"pull_idle_timeout"`
 	ResolveTimeout  Duration         `json:"resolve_timeout"`
 	ARPRetry        Duration         `json:"arp_retry"`
 	NeighborTable   int              `json:"neighbor_table"`
@@ -337,6 +338,7 @@ var flagSpecs = []struct {
 	{"serve-budget", "requests served per poll", setInt(func(c *Config) *int { return &c.Engine.ServeBudget })},
 	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
 	{"timeout", "TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
+	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull is abandoned, bounding what a replayed write request holds (0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
@@ -466,6 +468,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
 	ec.InboundQueue, ec.NackThreshold, ec.ServeBudget = e.InboundQueue, e.NackThreshold, e.ServeBudget
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
+	ec.PullIdleTimeout = time.Duration(e.PullIdleTimeout)
 	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
 	ec.NeighborTable = e.NeighborTable
 	ec.HairpinSelf = e.HairpinSelf
