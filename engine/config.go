@@ -59,14 +59,13 @@ type Config struct {
 	DispatchTimeout time.Duration // op waiting for window longer than this: DISPATCH_TIMEOUT
 	Timeout         time.Duration // op in service longer than this: TIMEOUT
 	// PullIdleTimeout: a WRITE being served whose first data chunk has
-	// not authenticated this long after ② is abandoned, uncommitted, and
-	// its pull context and window go back (0: Timeout/4; above Timeout:
-	// Timeout). An initiator answers ② at once, from its engine; a write
-	// request replayed after its op ended makes this engine pull from an
-	// initiator that no longer answers, so this, not Timeout, is how long
-	// such a replay holds a context and its length of window. Too short,
-	// and genuine writes whose initiator was descheduled for a moment
-	// fail (TIMEOUT at the initiator, uncommitted).
+	// not authenticated this long after ② may be abandoned, uncommitted,
+	// when a new request finds no pull context or window free (0:
+	// Timeout/4; above Timeout: Timeout). A write request replayed after
+	// its op ended makes this engine pull from an initiator that no
+	// longer answers; under pressure, this, not Timeout, is how long such
+	// a replay holds a context and its length of window. Without
+	// pressure, idle pulls keep their whole Timeout.
 	PullIdleTimeout time.Duration
 	ResolveTimeout  time.Duration // peer MAC unknown for this long: UNREACHABLE
 	ARPRetry        time.Duration // interval between ARP requests for one address

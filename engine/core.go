@@ -205,7 +205,8 @@ type Core struct {
 	pulls    []pullCtx // index 0 unused: handle 0 is never valid
 	freePull []uint16
 	// plist: the pulls in progress, by deadline: plist[pullsIdle] those
-	// awaiting their first chunk, plist[pullsData] those receiving data.
+	// awaiting their first chunk (reclaimable after pullIdle, pullRoom),
+	// plist[pullsData] those receiving data.
 	plist             [2]pullList
 	pullIdle          int64 // min(PullIdleTimeout, Timeout), or Timeout/4, in ns
 	pullBuf           []byte
@@ -717,6 +718,9 @@ func (c *Core) NextDeadline() int64 {
 	for k := range c.pullq { // waiting for window: due when it expires (a freed window comes with work)
 		if q := &c.pullq[k]; q.n > 0 {
 			d = min(d, q.q[q.head].arrival+int64(c.cfg.Timeout))
+			if h := c.plist[pullsIdle].head; h >= 0 { // or when an idle pull becomes reclaimable (pullRoom)
+				d = min(d, c.pulls[h].idleBy)
+			}
 		}
 	}
 	if c.loopLen > 0 || c.sendLen > 0 {

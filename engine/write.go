@@ -28,9 +28,9 @@ import (
 // from ②'s departure: the initiator always times out last, so no write
 // reported failed can change remote memory afterwards. Replaying ① makes
 // the server pull again, under a fresh IV, from an initiator that no
-// longer has the op (its answer is stale and dropped): that pull expires
-// after PullIdleTimeout, as does any pull no chunk has answered, rather
-// than holding its context and window until TIMEOUT; replayed data or
+// longer has the op (its answer is stale and dropped): a new request that
+// finds no context or window free reclaims such pulls, once no chunk has
+// answered them for PullIdleTimeout (pullRoom); replayed data or
 // acknowledgments are curried with an IV the server never reuses, so they
 // fail authentication: replays mutate nothing.
 //
@@ -62,8 +62,8 @@ type pullCtx struct {
 	arrived    uint64
 	want       uint64
 	pending    uint64 // ReceiveBurst: units whose open is queued
-	deadline   int64  // now: ② + pullIdle while idle, then ② + Timeout
-	full       int64  // ② + Timeout
+	deadline   int64  // ② + Timeout: abandoned, uncommitted, when it passes
+	idleBy     int64  // ② + pullIdle: while idle, reclaimable from then on
 	aead       *aesni.AEAD
 	pullIV     [aesni.NonceSize]byte // ②'s IV: curried into ③ and ④
 }
@@ -73,8 +73,8 @@ type pullList struct{ head, tail int32 }
 
 // The two pull lists (Core.plist).
 const (
-	pullsIdle = 0 // awaiting the first chunk: deadline ② + pullIdle
-	pullsData = 1 // receiving data: deadline ② + Timeout
+	pullsIdle = 0 // awaiting the first chunk (in ② order)
+	pullsData = 1 // receiving data
 )
 
 type pullOutcome uint8
@@ -104,7 +104,7 @@ func (c *Core) startPull(now int64, e *inbound) pullOutcome {
 		c.stats.ReqErrors++
 		return pullAnswered
 	}
-	if len(c.freePull) == 0 || c.cfg.WindowBytes-c.windowUsed < ArbitrationBytes {
+	if !c.pullRoom(now) {
 		return pullWait
 	}
 	b := c.tx.Buffer()
@@ -125,7 +125,7 @@ func (c *Core) startPull(now int64, e *inbound) pullOutcome {
 		used: true, op: e.op, gen: p.gen, idle: true, prev: -1, next: -1,
 		ip: e.ip, mac: e.mac, port: e.port, pid: e.pid, tag: e.tag,
 		region: abi.RegionID(e.region), offset: e.offset, length: e.length,
-		want: unitMask(e.length), deadline: now + c.pullIdle, full: now + int64(c.cfg.Timeout), aead: e.aead,
+		want: unitMask(e.length), deadline: now + int64(c.cfg.Timeout), idleBy: now + c.pullIdle, aead: e.aead,
 	}
 	aesni.PutNonce(p.pullIV[:], c.ipb, ctr)
 	c.windowUsed += int(e.length)
@@ -353,9 +353,9 @@ func (c *Core) finishData(now int64, w *rxWork, ok bool) {
 	}
 	p.arrived |= bits
 	if p.arrived != p.want {
-		if p.idle { // its initiator answers: the rest has until Timeout
+		if p.idle { // its initiator answers: no longer reclaimable
 			c.pullUnlink(idx)
-			p.idle, p.deadline = false, p.full
+			p.idle = false
 			c.pullInsert(pullsData, idx)
 		}
 		return // more to come
@@ -390,8 +390,7 @@ func (c *Core) finishData(now int64, w *rxWork, ok bool) {
 }
 
 // expirePulls abandons, uncommitted, pulls whose data did not all arrive
-// within TIMEOUT of ②, or whose first chunk did not within pullIdle.
-// Nothing is sent: the initiator times out later.
+// within TIMEOUT of ②. Nothing is sent: the initiator times out later.
 func (c *Core) expirePulls(now int64) int {
 	n := 0
 	for k := range c.plist {
@@ -411,6 +410,29 @@ func (c *Core) endPull(idx int32) {
 	c.pullUnlink(idx)
 	p.used, p.aead = false, nil
 	c.freePull = append(c.freePull, uint16(idx))
+}
+
+// pullRoom reports whether a pull context and ArbitrationBytes of window
+// are free for a new pull. When not, it first reclaims, uncommitted, the
+// oldest pulls no chunk has answered within pullIdle of their ②: a write
+// request replayed after its op ended is pulled from an initiator that no
+// longer answers, and would otherwise hold a context and window until
+// TIMEOUT while genuine requests wait. Without such pressure an idle
+// pull keeps its whole TIMEOUT (an initiator may be descheduled for
+// milliseconds on a shared CPU). Reclaiming early is safe: nothing is
+// committed, and the initiator, whose deadline ② reset, times out after.
+func (c *Core) pullRoom(now int64) bool {
+	for {
+		if len(c.freePull) > 0 && c.cfg.WindowBytes-c.windowUsed >= ArbitrationBytes {
+			return true
+		}
+		h := c.plist[pullsIdle].head
+		if h < 0 || c.pulls[h].idleBy > now {
+			return false
+		}
+		c.endPull(h)
+		c.stats.PullsExpired++
+	}
 }
 
 // pullOn is the list pull idx is on.
@@ -438,9 +460,9 @@ func (c *Core) pullUnlink(idx int32) {
 }
 
 // pullInsert puts pull idx on list k in deadline order, searching from
-// the tail: a new pull's deadline is the latest (now + a constant), and a
+// the tail: a new pull's deadline is the latest (now + Timeout), and a
 // pull moving to pullsData passes only the pulls started after it whose
-// first chunk came first (all within one pullIdle).
+// first chunk came first.
 func (c *Core) pullInsert(k int, idx int32) {
 	p, l := &c.pulls[idx], &c.plist[k]
 	after := l.tail
@@ -477,7 +499,7 @@ func (c *Core) auditPulls() (int, error) {
 		prev := int32(-1)
 		for i := l.head; i >= 0; i = c.pulls[i].next {
 			p := &c.pulls[i]
-			if !p.used || p.prev != prev || p.deadline < last || p.idle != (k == pullsIdle) || p.deadline > p.full {
+			if !p.used || p.prev != prev || p.deadline < last || p.idle != (k == pullsIdle) || p.idleBy > p.deadline {
 				return 0, fmt.Errorf("audit: pull list %d broken at %d", k, i)
 			}
 			last, prev = p.deadline, i

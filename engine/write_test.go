@@ -265,12 +265,15 @@ func TestWriteReplayMutatesNothing(t *testing.T) {
 	auditBoth(t, p.pair)
 }
 
-// A replayed write request holds its pull context and window for
-// PullIdleTimeout, not TIMEOUT: no chunk ever answers its pull. A pull
-// whose first chunk has authenticated keeps TIMEOUT for the rest.
-func TestWriteReplayHoldsPullIdle(t *testing.T) {
+// A replayed write request is pulled from an initiator that no longer
+// answers. Its pull keeps its context until TIMEOUT while nothing else
+// needs one; a genuine request that finds none free reclaims it once no
+// chunk has answered it for PullIdleTimeout. A pull receiving data is
+// never reclaimed.
+func TestWriteReplayedPullReclaimed(t *testing.T) {
 	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
 	ca.Timeout, cb.Timeout, cb.PullIdleTimeout = 10*time.Millisecond, 10*time.Millisecond, time.Millisecond
+	cb.PullContexts = 1
 	p := newWPair(t, ca, cb)
 	p.app.post(t, p.cmd(1, p.rd, 0, 2000))
 	p.a.Poll(p.now)
@@ -287,52 +290,56 @@ func TestWriteReplayHoldsPullIdle(t *testing.T) {
 	before := p.b.Stats()
 
 	start := p.now
-	p.b.Receive(p.now, req[0]) // the replay
+	p.b.Receive(p.now, req[0]) // the replay takes the only pull context
 	p.b.Poll(p.now)
 	p.tb.deliverTo(p.now, p.a) // its pull: a has no such op and drops it
 	p.a.Poll(p.now)
 	if s := p.b.Stats(); s.PullsIssued != before.PullsIssued+1 || s.PullsInUse != 1 || s.WindowInUse == 0 {
 		t.Fatalf("replay not pulled: %+v", s)
 	}
-	p.now = start + int64(900*time.Microsecond)
+	p.now = start + int64(2*time.Millisecond)
 	p.b.Poll(p.now)
-	if s := p.b.Stats(); s.PullsInUse != 1 {
-		t.Fatalf("pull ended before PullIdleTimeout: %+v", s)
-	}
-	p.now = start + int64(time.Millisecond)
-	p.b.Poll(p.now)
-	s := p.b.Stats()
-	if s.PullsInUse != 0 || s.WindowInUse != 0 || s.PullsExpired != before.PullsExpired+1 || s.WritesCommitted != before.WritesCommitted {
-		t.Fatalf("replay's pull not abandoned after PullIdleTimeout: %+v", s)
-	}
-	if next := p.b.NextDeadline(); next < p.now {
-		t.Fatalf("a deadline in the past: %d < %d", next, p.now)
+	if s := p.b.Stats(); s.PullsInUse != 1 || s.PullsExpired != before.PullsExpired {
+		t.Fatalf("an idle pull ended with no request waiting: %+v", s)
 	}
 
-	// A genuine 4 KB write (three chunks): the first arrives at once,
-	// the other two after 2 ms, past PullIdleTimeout: it commits.
+	// A genuine write arrives: it takes the replay's context at once
+	// (idle for 2 ms > PullIdleTimeout) and commits.
 	p.app.post(t, p.cmd(2, p.rd, 0, 4096))
 	p.a.Poll(p.now)
 	p.ta.deliverTo(p.now, p.b) // ①
 	p.b.Poll(p.now)
+	if s := p.b.Stats(); s.PullsExpired != before.PullsExpired+1 || s.PullsIssued != before.PullsIssued+2 {
+		t.Fatalf("the replay's idle pull was not reclaimed for a genuine write: %+v", s)
+	}
 	p.tb.deliverTo(p.now, p.a) // ②
 	p.a.Poll(p.now)
 	data := p.ta.take()
 	if len(data) != 3 {
 		t.Fatalf("want 3 data chunks, got %d frames", len(data))
 	}
+	// Its first chunk arrives at once, the other two after 2 ms, while a
+	// third write waits for the context: a pull receiving data is not
+	// reclaimed.
 	p.b.Receive(p.now, data[0])
 	p.b.Poll(p.now)
+	p.app.post(t, p.cmd(3, p.rd, 4096, 64))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b)
 	p.now += int64(2 * time.Millisecond)
 	p.b.Poll(p.now)
-	if s := p.b.Stats(); s.PullsInUse != 1 {
-		t.Fatalf("a pull receiving data was abandoned after PullIdleTimeout: %+v", s)
+	if s := p.b.Stats(); s.PullsInUse != 1 || s.PullsExpired != before.PullsExpired+1 || s.PullsIssued != before.PullsIssued+2 {
+		t.Fatalf("a pull receiving data was reclaimed: %+v", s)
 	}
 	p.b.Receive(p.now, data[1])
 	p.b.Receive(p.now, data[2])
 	p.run()
-	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK || !bytes.Equal(p.dst[:4096], p.src[:4096]) {
-		t.Fatalf("slow genuine write: %+v", got)
+	got := p.app.completions()
+	if len(got) != 2 || got[0].Status != abi.StatusOK || got[1].Status != abi.StatusOK {
+		t.Fatalf("genuine writes: %+v", got)
+	}
+	if !bytes.Equal(p.dst[:4096], p.src[:4096]) || !bytes.Equal(p.dst[4096:4160], p.src[:64]) {
+		t.Fatal("genuine writes: data mismatch")
 	}
 	auditBoth(t, p.pair)
 

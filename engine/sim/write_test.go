@@ -374,7 +374,6 @@ func TestSimCatchesEarlyWriteTimeout(t *testing.T) {
 		c := scripted(2, true)
 		c.Strict = false
 		c.timeouts = []time.Duration{100 * time.Microsecond, 300 * time.Microsecond}
-		c.Engine.PullIdleTimeout = time.Second // the server's pull outlives its stall: idle for its whole timeout
 		c.lenientPulls = lenient
 		c.netHook = forgedPullTimeout(100*time.Microsecond, 150*time.Microsecond)
 		c.scripts = []scriptStep{at(10, postWrite(0, kValid, 1, 4096, 0, nil))}

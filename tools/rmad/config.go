@@ -338,7 +338,7 @@ var flagSpecs = []struct {
 	{"serve-budget", "requests served per poll", setInt(func(c *Config) *int { return &c.Engine.ServeBudget })},
 	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
 	{"timeout", "TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
-	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull is abandoned, bounding what a replayed write request holds (0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
+	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull may be abandoned when a request needs its context or window (bounds what a replayed write request holds; 0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
