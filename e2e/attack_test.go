@@ -56,6 +56,9 @@ package e2e
 //	replayed (1) while a second write to the same   all pulled; A answers its live op's first pull       writes_committed +1, pulls_expired
 //	  range is in flight, and that write's (1)      only; that write commits once, the other pulls       (B); rx_stale, rx_dropped (A)
 //	  duplicated                                    expire uncommitted
+//	80 replays of (1) at once (the 64 pulls they    B pulls them; a genuine write behind them reclaims   pulls_issued, pulls_expired (B);
+//	  fill B's window), then a genuine write        their idle pulls after pull_idle_timeout (TIMEOUT/4) rx_stale (A)
+//	                                                and commits well before TIMEOUT; the rest expire
 //	captured WRITE request with offset, length,     REMOTE_AUTHENTICATION_FAILURE, nothing pulled        req_auth_failed (B)
 //	  region, PID or IV rewritten, or turned into
 //	  a READ or REKEY request

@@ -286,6 +286,54 @@ func writeAttacks(t *testing.T, tb *attackBed, run func(string, func(*testing.T)
 		tb.legit(t, 32)
 	})
 
+	run("ReplayedWriteFlood", func(t *testing.T) {
+		if req1.Data == nil {
+			t.Skip("needs the write captured by ReplayedWrite")
+		}
+		// 80 replays of a completed write's request: B pulls 64 of them
+		// (its 256 KB window), A answers none, 16 wait in B's pull queue.
+		const replays, pulled = 80, 64
+		baseA, baseB := stats(t, tb.pa), stats(t, tb.pb)
+		for range replays {
+			inject(t, tb.tapB, req1.Data)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			if s := stats(t, tb.pb); s.PullsIssued-baseB.PullsIssued >= pulled {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("B did not pull the replays")
+			}
+		}
+		// A genuine write queues behind them. The replays' pulls keep
+		// B's window until its TIMEOUT (1 s) unless reclaimed: once idle
+		// for pull_idle_timeout (250 ms), a request waiting for room
+		// reclaims them, and the genuine write commits well within A's
+		// own TIMEOUT.
+		const off = 5 * 4096
+		new3 := w.stamp(off, 2*4096, 3)
+		start := time.Now()
+		tb.writeOp(t, w, off, 2*4096, 23)
+		tb.completes(t, "the write behind the replays", 23, abi.StatusOK)
+		took := time.Since(start)
+		t.Logf("the genuine write completed after %v behind %d replayed requests", took, replays)
+		if took > 900*time.Millisecond {
+			t.Fatalf("the genuine write took %v: the replays held B's window until their TIMEOUT", took)
+		}
+		if !bytes.Equal(w.wb.Bytes()[off:off+4096], new3) {
+			t.Fatal("the genuine write did not land")
+		}
+		// Every replay's pull ends uncommitted: reclaimed, or expired.
+		s := expect(t, "B", tb.pb, baseB, delta{cPullsIssued, replays + 1}, delta{cPullsExpired, replays},
+			delta{cWritesCommitted, 1}, delta{cReqAuthFailed, 0})
+		if s.PullsInUse != 0 || s.WindowInUse != 0 {
+			t.Fatalf("B holds %d pulls, %d bytes of window", s.PullsInUse, s.WindowInUse)
+		}
+		expect(t, "A", tb.pa, baseA, delta{cRxStale, replays}, delta{cRxAuthFailed, 0})
+		tb.noCompletion(t, "after the replay flood")
+		tb.legit(t, 32)
+	})
+
 	run("RewrittenWriteRequest", func(t *testing.T) {
 		if req1.Data == nil {
 			t.Skip("needs the write captured by ReplayedWrite")
