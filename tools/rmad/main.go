@@ -251,6 +251,10 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		log.Info().Uint64("iterations", rs.Iterations).Uint64("rx_frames", rs.RxFrames).Uint64("idle_sleeps", rs.IdleSleeps).
 			Uint64("yields", rs.Yields).Uint64("slept_ns", rs.SleptNs).Uint64("execs", rs.Execs).
 			Msg("final runner counters")
+		ps := dport.Stats() // the Port's goroutine has exited with the loop
+		log.Info().Uint64("tx_frames", ps.TxFrames).Uint64("tx_dropped", ps.TxDropped).Uint64("tx_no_buffer", ps.TxNoBuffer).
+			Uint64("rx_frames", ps.RxFrames).Uint64("rx_multi_seg", ps.RxMultiSeg).Uint64("alloc_fails", ps.AllocFails).
+			Uint64("io_calls", ps.IOCalls).Msg("final port counters")
 		if fault != nil {
 			fs := faultStatsMsg(fault.Stats())
 			log.Info().Interface("rx", fs.Rx).Interface("tx", fs.Tx).Uint64("held", fs.Held).
