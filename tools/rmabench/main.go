@@ -40,7 +40,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,7 +51,6 @@ import (
 	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/internal/testbed"
-	"golang.org/x/sys/unix"
 )
 
 // Row is the record rmaperf prints and this appends.
@@ -548,22 +546,6 @@ func addNote(note, s string) string {
 	return s + "; " + note
 }
 
-// pinCPU1 pins the calling (locked) thread to the loopback engine's CPU
-// and returns what puts its affinity back: the Go runtime reuses the
-// thread once it is unlocked, and processes started from it would
-// inherit CPU 1 alone (ucx_perftest's two processes on one CPU).
-func pinCPU1() (restore func(), err error) {
-	var old, set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		return nil, fmt.Errorf("reading the CPU affinity: %w", err)
-	}
-	set.Set(1)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return nil, fmt.Errorf("pinning to CPU 1: %w", err)
-	}
-	return func() { unix.SchedSetaffinity(0, &old) }, nil
-}
-
 // bestRate runs step (which does some ops and says how many) for dur in
 // five slices and returns the best slice's ops per second: a ceiling,
 // which one slice disturbed by the VM's neighbours would understate
@@ -590,13 +572,11 @@ func bestRate(dur time.Duration, step func() (int, error)) (float64, error) {
 // -crypto), batched as the engine batches: 32 SealResponses in one Run,
 // then their 32 OpenResponseDirects in one Run, on registered memory.
 func gcmLimitMB(dur time.Duration) (Row, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	restore, err := pinCPU1()
+	unpin, err := pin(1) // the loopback engine's CPU
 	if err != nil {
 		return Row{}, err
 	}
-	defer restore()
+	defer unpin()
 	const n, burst = 4096, 32
 	k, err := mb.NewKey(aesni.Key{0x1e, 0xaf})
 	if err != nil {
@@ -651,13 +631,11 @@ func gcmLimitMB(dur time.Duration) (Row, error) {
 // aesni.OpenResponseDirect into another, in one pass): the crypto work of one 4 KB READ at
 // both ends. Engine goodput reads as a fraction of this row.
 func gcmLimit(dur time.Duration) (Row, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	restore, err := pinCPU1()
+	unpin, err := pin(1) // the loopback engine's CPU
 	if err != nil {
 		return Row{}, err
 	}
-	defer restore()
+	defer unpin()
 	const n = 4096
 	g, err := aesni.NewAEAD(aesni.Key{0x1e, 0xaf})
 	if err != nil {
