@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/dpdk/dpdktest"
@@ -426,5 +427,59 @@ func TestHotPathAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("hot path: %v allocations per burst, want 0", allocs)
+	}
+}
+
+// TestMempoolMemory checks that Memory covers every mbuf of a pool larger
+// than a hugepage (its data room and its header), lowest address first,
+// with adjacent chunks joined: aesni/mb's Batch registers these ranges,
+// and an mbuf outside them is pinned per job. DPDK populates a pool by
+// IOVA-contiguous chunks, one per 2 MB page when the pages are not
+// physically contiguous, while the memzone is one range of virtual memory.
+func TestMempoolMemory(t *testing.T) {
+	dpdktest.Require(t)
+	const n = 4095 // ~9 MB of 2 KB mbufs: several 2 MB pages
+	pool, err := dpdk.NewPktmbufPool("memtest", n, 0, 0, dpdktest.DataRoom, dpdk.SocketAny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Free()
+	mem := pool.Memory()
+	if len(mem) == 0 {
+		t.Fatal("Memory() is empty")
+	}
+	for i := 1; i < len(mem); i++ {
+		prevHi := uintptr(unsafe.Pointer(unsafe.SliceData(mem[i-1]))) + uintptr(len(mem[i-1]))
+		if lo := uintptr(unsafe.Pointer(unsafe.SliceData(mem[i]))); lo <= prevHi {
+			t.Errorf("chunk %d at %#x: not above chunk %d's end %#x (unsorted, overlapping or not joined)", i, lo, i-1, prevHi)
+		}
+	}
+	t.Logf("%d mbufs in %d range(s)", n, len(mem))
+	b, err := dpdk.NewBurst(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if !dpdk.AllocBurst(pool, b, 0, n) {
+		t.Fatal("AllocBurst of the whole pool failed")
+	}
+	defer dpdk.FreeBurst(b, 0, n)
+	covered := func(p unsafe.Pointer, size uintptr) bool {
+		for _, m := range mem {
+			lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+			if uintptr(p) >= lo && uintptr(p)+size <= lo+uintptr(len(m)) {
+				return true
+			}
+		}
+		return false
+	}
+	for i, m := range b.Mbufs {
+		room := m.Room()
+		if !covered(unsafe.Pointer(unsafe.SliceData(room)), uintptr(len(room))) {
+			t.Fatalf("mbuf %d of %d: data room at %p+%d outside Memory()", i, n, unsafe.SliceData(room), len(room))
+		}
+		if !covered(unsafe.Pointer(m), 128) {
+			t.Fatalf("mbuf %d of %d: header at %p outside Memory()", i, n, m)
+		}
 	}
 }

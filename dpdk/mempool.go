@@ -7,7 +7,9 @@ package dpdk
 import "C"
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"unsafe"
 )
 
@@ -67,16 +69,44 @@ func (m *Mempool) InUse() int { return int(C.onerma_mempool_in_use(m.p)) }
 func (m *Mempool) DataRoom() int { return int(C.onerma_pktmbuf_data_room_size(m.p)) }
 
 // Memory returns the virtual memory the pool's objects (mbuf headers and
-// data rooms) lie in, one slice per chunk (rte_mempool_mem_iter; a pool
-// in hugepages is usually one chunk). The slices alias C memory that lives
-// until Free: for registering the range with a consumer that would
-// otherwise check or pin every buffer (aesni/mb's Batch.Register).
+// data rooms) lie in (rte_mempool_mem_iter), one slice per run of
+// adjacent chunks, lowest address first. DPDK populates a pool by chunks
+// that are contiguous in IO addresses, so a pool in 2 MB hugepages that
+// are not physically contiguous has one chunk per page; the pages of one
+// memzone are adjacent in virtual memory, and Memory joins them. The
+// slices alias C memory that lives until Free: for registering the range
+// with a consumer that would otherwise check or pin every buffer
+// (aesni/mb's Batch.Register).
 func (m *Mempool) Memory() [][]byte {
-	var buf [16]C.struct_onerma_mem_chunk
-	n := int(C.onerma_mempool_mem_chunks(m.p, &buf[0], C.uint(len(buf))))
-	out := make([][]byte, 0, min(n, len(buf)))
-	for _, c := range buf[:min(n, len(buf))] {
-		out = append(out, unsafe.Slice((*byte)(c.addr), int(c.len)))
+	n := int(C.onerma_mempool_mem_chunks(m.p, nil, 0))
+	if n == 0 {
+		return nil
 	}
-	return out
+	buf := make([]C.struct_onerma_mem_chunk, n)
+	n = min(n, int(C.onerma_mempool_mem_chunks(m.p, &buf[0], C.uint(n))))
+	chunks := make([][]byte, 0, n)
+	for _, c := range buf[:n] {
+		chunks = append(chunks, unsafe.Slice((*byte)(c.addr), int(c.len)))
+	}
+	return joinChunks(chunks)
+}
+
+// joinChunks sorts chunks by address and joins each run of adjacent ones
+// (one's end is the next one's start) into one slice, in place.
+func joinChunks(chunks [][]byte) [][]byte {
+	if len(chunks) == 0 {
+		return chunks
+	}
+	start := func(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+	slices.SortFunc(chunks, func(a, b []byte) int { return cmp.Compare(start(a), start(b)) })
+	joined := chunks[:1]
+	for _, c := range chunks[1:] {
+		last := &joined[len(joined)-1]
+		if start(*last)+uintptr(len(*last)) == start(c) {
+			*last = unsafe.Slice(unsafe.SliceData(*last), len(*last)+len(c))
+		} else {
+			joined = append(joined, c)
+		}
+	}
+	return joined
 }

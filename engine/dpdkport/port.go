@@ -127,7 +127,8 @@ func New(name string, pool *dpdk.Mempool, q uint16, cfg Config) (*Port, error) {
 }
 
 // TxMemory implements engine.TxMemory: the tx pool's memory (its largest
-// chunk; a pool in hugepages is one). Every buffer Buffer hands out lies
+// range; dpdk.Mempool.Memory joins the pool's per-page chunks, so a pool in
+// hugepages is one range). Every buffer Buffer hands out lies
 // in it, and so does every received frame when the rx queue takes its
 // mbufs from the same pool, as rmad sets it up: registered once with the
 // core's ipsec-mb batch, no buffer is looked up for pinning per seal or
