@@ -15,7 +15,7 @@ TEST_TIMEOUT ?= 20m
 FUZZTIME ?=
 SIM_SEEDS ?= 1000
 
-.PHONY: all setup setup-bench build demo test fuzz sim bench figures vet clean
+.PHONY: all setup setup-bench build demo test fuzz sim bench figures vet clean pgo
 
 all: build
 
@@ -51,6 +51,11 @@ fuzz:
 			$(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $$budget; \
 		fi; \
 	done
+
+# Regenerate tools/rmad/default.pgo, the profile go build optimises rmad
+# with (profile-guided optimisation), from loopback engine runs.
+pgo: setup build
+	@bash scripts/pgo.sh
 
 # Thousands of simulator seeds (make test runs a few).
 sim:
