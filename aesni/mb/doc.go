@@ -100,9 +100,10 @@
 // buffers) that is most of the gap between the "mb" and "mb-reg" columns
 // below: at 64 B, Go buffers make a batched seal slower than
 // crypto/cipher. Hence Register: memory registered with a batch (at most
-// MaxRegistered ranges: an engine's mbuf pool, its portals' shared
-// memory) is pinned once if it is Go memory, only recorded otherwise, and
-// jobs inside it pay two compares instead of a Pin.
+// MaxRegistered ranges: an engine's mbuf pool, its staging buffers, every
+// region) is pinned once if it is Go memory, only recorded otherwise, and
+// a job's buffer inside it costs two compares (the range of the last hit)
+// or a binary search over the sorted ranges instead of a Pin.
 //
 // The rules are checked by the runtime with
 //

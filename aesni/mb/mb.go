@@ -9,11 +9,13 @@ package mb
 import "C"
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -41,8 +43,10 @@ const (
 	// buffer inside one of them (the same region, the same packet) is
 	// not pinned again.
 	spanMemo = 4
-	// MaxRegistered is how many memory ranges a batch can Register.
-	MaxRegistered = 8
+	// MaxRegistered is how many memory ranges a batch can Register: an
+	// engine registers every region (rmad allows 1024) besides its mbuf
+	// pool and staging buffers.
+	MaxRegistered = 4096
 )
 
 var _ = [1]struct{}{}[aadScratch-(aesni.MaxAADSize+aesni.NonceSize+15)&^15] // mb.h agrees with aesni
@@ -281,9 +285,12 @@ type Batch struct {
 	spans [spanMemo]span
 	nspan int
 
-	regs    [MaxRegistered]span // Registered memory: never pinned per job
-	regPins [MaxRegistered]*runtime.Pinner
-	nreg    int
+	// Registered memory, never pinned per job: sorted by start address
+	// (regPins in step), looked up by binary search after the range of
+	// the last hit.
+	regs    []span
+	regPins []*runtime.Pinner
+	lastReg int
 }
 
 // NewBatch allocates a batch of capacity jobs (1..MaxCap) in C memory.
@@ -396,10 +403,8 @@ func (b *Batch) pin(p []byte) *C.uint8_t {
 	}
 	ptr := unsafe.Pointer(unsafe.SliceData(p))
 	lo, hi := uintptr(ptr), uintptr(ptr)+uintptr(len(p))
-	for i := 0; i < b.nreg; i++ {
-		if s := &b.regs[i]; lo >= s.lo && hi <= s.hi {
-			return (*C.uint8_t)(ptr)
-		}
+	if b.registered(lo, hi) {
+		return (*C.uint8_t)(ptr)
 	}
 	m := min(b.nspan, spanMemo)
 	for i := 0; i < m; i++ {
@@ -414,6 +419,38 @@ func (b *Batch) pin(p []byte) *C.uint8_t {
 	b.spans[b.nspan%spanMemo] = span{lo, lo + uintptr(cap(p))}
 	b.nspan++
 	return (*C.uint8_t)(ptr)
+}
+
+// registered reports whether [lo, hi) lies inside one registered range:
+// the last one that held a buffer, or the one starting at or below lo
+// (binary search). Ranges may overlap; a buffer in the overlap of two is
+// found through the later-starting one when it is inside it, and is
+// otherwise pinned per job, which is always safe.
+func (b *Batch) registered(lo, hi uintptr) bool {
+	n := len(b.regs)
+	if n == 0 {
+		return false
+	}
+	if s := &b.regs[b.lastReg]; lo >= s.lo && hi <= s.hi {
+		return true
+	}
+	i, j := 0, n // the first range starting above lo is b.regs[i]
+	for i < j {
+		h := int(uint(i+j) >> 1)
+		if b.regs[h].lo <= lo {
+			i = h + 1
+		} else {
+			j = h
+		}
+	}
+	if i == 0 {
+		return false
+	}
+	if s := &b.regs[i-1]; hi <= s.hi {
+		b.lastReg = i - 1
+		return true
+	}
+	return false
 }
 
 // ErrRegistered is returned by Register when MaxRegistered ranges are
@@ -436,15 +473,17 @@ func (b *Batch) Register(mem []byte) error {
 	if cap(mem) == 0 {
 		return nil
 	}
-	if b.nreg == MaxRegistered {
+	if len(b.regs) == MaxRegistered {
 		return ErrRegistered
 	}
 	base := unsafe.Pointer(unsafe.SliceData(mem))
 	p := new(runtime.Pinner)
 	p.Pin(base)
-	b.regs[b.nreg] = span{uintptr(base), uintptr(base) + uintptr(cap(mem))}
-	b.regPins[b.nreg] = p
-	b.nreg++
+	r := span{uintptr(base), uintptr(base) + uintptr(cap(mem))}
+	i, _ := slices.BinarySearchFunc(b.regs, r.lo, func(s span, lo uintptr) int { return cmp.Compare(s.lo, lo) })
+	b.regs = slices.Insert(b.regs, i, r)
+	b.regPins = slices.Insert(b.regPins, i, p)
+	b.lastReg = 0
 	return nil
 }
 
@@ -456,17 +495,15 @@ func (b *Batch) Unregister(mem []byte) bool {
 		panic("mb: Unregister with queued jobs")
 	}
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
-	for i := 0; i < b.nreg; i++ {
-		if b.regs[i].lo == lo {
-			b.regPins[i].Unpin()
-			last := b.nreg - 1
-			b.regs[i], b.regPins[i] = b.regs[last], b.regPins[last]
-			b.regs[last], b.regPins[last] = span{}, nil
-			b.nreg--
-			return true
-		}
+	i, ok := slices.BinarySearchFunc(b.regs, lo, func(s span, lo uintptr) int { return cmp.Compare(s.lo, lo) })
+	if !ok {
+		return false
 	}
-	return false
+	b.regPins[i].Unpin()
+	b.regs = slices.Delete(b.regs, i, i+1)
+	b.regPins = slices.Delete(b.regPins, i, i+1)
+	b.lastReg = 0
+	return true
 }
 
 // setIV copies the nonce into the job.
@@ -743,11 +780,10 @@ func (b *Batch) Free() {
 		return
 	}
 	b.Discard()
-	for b.nreg > 0 {
-		b.nreg--
-		b.regPins[b.nreg].Unpin()
-		b.regPins[b.nreg] = nil
+	for _, p := range b.regPins {
+		p.Unpin()
 	}
+	b.regs, b.regPins = nil, nil
 	C.mb_batch_free(b.c)
 	b.c, b.jobs, b.aad, b.ok = nil, nil, nil, nil
 }
