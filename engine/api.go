@@ -72,6 +72,8 @@ type Stats struct {
 	ReqNacked       uint64
 	ReqErrors       uint64 // requests answered with a remote error status
 	ReqAuthFailed   uint64 // requests that failed authentication: answered REMOTE_AUTHENTICATION_FAILURE
+	ReqReplayed     uint64 // authenticated requests dropped as replays (IV counter seen, or a window too old)
+	ReplayEvictions uint64 // senders whose replay windows were forgotten to make room
 	Rekeys          uint64 // region keys replaced (local and remote)
 	RemoteRekeys    uint64 // of which by REKEY ops from the network
 	IVErrors        uint64 // IV counters unavailable (state file not durable, exhausted): messages not sent

@@ -80,6 +80,12 @@ type Config struct {
 	Neighbors     []Neighbor // static neighbor entries
 	NeighborTable int        // neighbor table capacity (power of two)
 
+	// ReplayPeers is how many senders' anti-replay windows the serving
+	// side keeps (replay.go: 8 KB each): a request whose IV counter it has
+	// seen is dropped. 0 turns replay detection off: replayed requests are
+	// served again (fresh ciphertext, pulls that expire uncommitted).
+	ReplayPeers int
+
 	// IV is the engine's source of IV counters (paper Appendix A); each
 	// core draws from its own lane. It must be durable in production
 	// (aesni.OpenIVSource: counters never repeat across restarts); tests
@@ -135,6 +141,7 @@ func DefaultConfig() Config {
 		ResolveTimeout:  50 * time.Millisecond,
 		ARPRetry:        5 * time.Millisecond,
 		NeighborTable:   256,
+		ReplayPeers:     256,
 		KeyCache:        4096,
 		Crypto:          CryptoGo,
 	}
@@ -195,6 +202,8 @@ func (c *Config) Validate() error {
 		return bad("Crypto (ipsec-mb needs a cgo build on linux/amd64)", c.Crypto)
 	case c.NeighborTable < 2 || c.NeighborTable&(c.NeighborTable-1) != 0 || len(c.Neighbors) > c.NeighborTable/2:
 		return bad("NeighborTable", c.NeighborTable)
+	case c.ReplayPeers < 0 || c.ReplayPeers > 1<<16:
+		return bad("ReplayPeers", c.ReplayPeers)
 	}
 	for _, n := range c.Neighbors {
 		if !n.IP.Is4() {

@@ -171,6 +171,7 @@ type Core struct {
 	pullStreak int
 
 	nbrs        []neighbor
+	replay      *replayTable // serving side: anti-replay windows per sender (replay.go); nil when off
 	nbrCount    int
 	nextARPScan int64
 
@@ -247,6 +248,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 		inq:        [2]inRing{{q: make([]inbound, cfg.InboundQueue)}, {q: make([]inbound, cfg.InboundQueue)}},
 		pullq:      [2]inRing{{q: make([]inbound, cfg.InboundQueue)}, {q: make([]inbound, cfg.InboundQueue)}},
 		nbrs:       make([]neighbor, cfg.NeighborTable),
+		replay:     newReplayTable(cfg.ReplayPeers),
 		pulls:      make([]pullCtx, cfg.PullContexts+1),
 		freePull:   make([]uint16, 0, cfg.PullContexts),
 		pullBuf:    make([]byte, cfg.PullContexts*abi.MaxOpBytes),
@@ -568,6 +570,9 @@ func (c *Core) Stats() Stats {
 	s.SlotsInUse = uint64(len(c.slots) - len(c.freeSlot))
 	s.OpsInFlight = uint64(c.inflight)
 	s.PullsInUse = uint64(len(c.pulls) - 1 - len(c.freePull))
+	if c.replay != nil {
+		s.ReplayEvictions = c.replay.evictions
+	}
 	return s
 }
 
@@ -1420,6 +1425,13 @@ func (c *Core) finishRequest(now int64, w *rxWork, ok bool) {
 		c.stats.ReqAuthFailed++
 		c.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
 		return
+	}
+	if c.replay != nil {
+		addr, ctr := aesni.NonceCounter(f.IV[:])
+		if !c.replay.accept(binary.BigEndian.Uint32(addr[:]), ctr, now) {
+			c.stats.ReqReplayed++
+			return // no answer: only the genuine request gets one
+		}
 	}
 	a := w.a
 	cl := ClassLow

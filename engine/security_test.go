@@ -23,10 +23,14 @@ func newSecPair(t *testing.T) *secPair {
 	return newSecPairCrypto(t, testCrypto)
 }
 
-// newSecPairCrypto is newSecPair with both engines on seal backend crypto.
-func newSecPairCrypto(t *testing.T, crypto string) *secPair {
+// newSecPairCrypto is newSecPair with both engines on seal backend crypto;
+// each of edit changes the serving engine's config.
+func newSecPairCrypto(t *testing.T, crypto string, edit ...func(*Config)) *secPair {
 	t.Helper()
 	ca, cb := pairConfigs(crypto)
+	for _, e := range edit {
+		e(&cb)
+	}
 	p := &secPair{pair: newPair(t, ca, cb)}
 	p.app = openApp(t, p.a, ClassLow, 8)
 	p.srv = openApp(t, p.b, ClassLow, 0)
@@ -142,11 +146,12 @@ func TestTamperedRequestRefused(t *testing.T) {
 	}
 }
 
-// A replayed READ request is served again, but under fresh server
-// counters: the attacker gets new ciphertext, never the old keystream, and
-// the initiator drops the copies as stale.
+// Without replay detection (the layer underneath it; a sender whose
+// window was forgotten), a replayed READ request is served again, but
+// under fresh server counters: the attacker gets new ciphertext, never the
+// old keystream, and the initiator drops the copies as stale.
 func TestReplayedRequestFreshCiphertext(t *testing.T) {
-	p := newSecPair(t)
+	p := newSecPairCrypto(t, testCrypto, func(c *Config) { c.ReplayPeers = 0 })
 	req := p.requestFrame(t, 1, 1000)
 	first := p.serve(req)
 	second := p.serve(req)

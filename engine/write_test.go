@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -208,11 +209,15 @@ func TestWriteLostChunkNeverCommits(t *testing.T) {
 	auditBoth(t, p.pair)
 }
 
-// Replays: a captured write request makes the server pull again, under a
-// fresh IV, from an initiator that answers nothing; captured data and
-// acknowledgments fail or go stale. The region never changes.
+// Replays, with the server's replay detection off (the layer underneath;
+// TestReplayedRequestsDropped has it on): a captured write request makes
+// the server pull again, under a fresh IV, from an initiator that answers
+// nothing; captured data and acknowledgments fail or go stale. The region
+// never changes.
 func TestWriteReplayMutatesNothing(t *testing.T) {
-	p := newWPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	cb := testConfig("10.0.0.2", 2)
+	cb.ReplayPeers = 0
+	p := newWPair(t, testConfig("10.0.0.1", 1), cb)
 	var toB, toA [][]byte
 	p.app.post(t, p.cmd(1, p.rd, 0, 2000))
 	for k := 0; k < 4; k++ {
@@ -265,13 +270,15 @@ func TestWriteReplayMutatesNothing(t *testing.T) {
 	auditBoth(t, p.pair)
 }
 
-// A replayed write request is pulled from an initiator that no longer
-// answers. Its pull keeps its context until TIMEOUT while nothing else
-// needs one; a genuine request that finds none free reclaims it once no
-// chunk has answered it for PullIdleTimeout. A pull receiving data is
-// never reclaimed.
+// A replayed write request (replay detection off, or the sender's window
+// forgotten) is pulled from an initiator that no longer answers, as is a
+// genuine request from an initiator that stopped. Its pull keeps its
+// context until TIMEOUT while nothing else needs one; a genuine request
+// that finds none free reclaims it once no chunk has answered it for
+// PullIdleTimeout. A pull receiving data is never reclaimed.
 func TestWriteReplayedPullReclaimed(t *testing.T) {
 	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	cb.ReplayPeers = 0
 	ca.Timeout, cb.Timeout, cb.PullIdleTimeout = 10*time.Millisecond, 10*time.Millisecond, time.Millisecond
 	cb.PullContexts = 1
 	p := newWPair(t, ca, cb)
@@ -353,17 +360,35 @@ func TestWriteReplayedPullReclaimed(t *testing.T) {
 }
 
 // A duplicated write request (the fabric, or an attacker while the op is
-// live) gets one pull answered; the op completes once, commits once.
+// live) is dropped as a replay; with replay detection off it is pulled
+// twice and one pull is answered. Either way the op completes once and
+// commits once.
 func TestWriteDuplicateRequest(t *testing.T) {
-	p := newWPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	for _, window := range []bool{true, false} {
+		t.Run(fmt.Sprintf("window=%v", window), func(t *testing.T) { writeDuplicateRequest(t, window) })
+	}
+}
+
+func writeDuplicateRequest(t *testing.T, window bool) {
+	cb := testConfig("10.0.0.2", 2)
+	if !window {
+		cb.ReplayPeers = 0
+	}
+	p := newWPair(t, testConfig("10.0.0.1", 1), cb)
 	p.app.post(t, p.cmd(2, p.rd, 64, 300))
 	p.a.Poll(p.now)
 	req := p.ta.take()
 	p.b.Receive(p.now, req[0])
 	p.b.Receive(p.now, req[0])
 	p.b.Poll(p.now)
-	if n := p.b.Stats().PullsIssued; n < 2 {
-		t.Fatalf("pulls issued %d", n)
+	pulls, replayed := uint64(2), uint64(0) // the set-up write's, this one's (twice, or once and a replay)
+	if !window {
+		pulls = 3
+	} else {
+		replayed = 1
+	}
+	if s := p.b.Stats(); s.PullsIssued != pulls || s.ReqReplayed != replayed {
+		t.Fatalf("pulls issued %d (want %d), requests dropped as replays %d (want %d)", s.PullsIssued, pulls, s.ReqReplayed, replayed)
 	}
 	p.tb.deliverTo(p.now, p.a)
 	p.run()
@@ -372,7 +397,7 @@ func TestWriteDuplicateRequest(t *testing.T) {
 	}
 	p.now += int64(2 * time.Millisecond)
 	p.run()
-	if s := p.b.Stats(); s.WritesCommitted != 2 || s.PullsExpired != 1 { // the set-up write, this one; the duplicate's pull
+	if s := p.b.Stats(); s.WritesCommitted != 2 || s.PullsExpired != pulls-2 { // the set-up write, this one; the duplicate's pull
 		t.Fatalf("stats %+v", s)
 	}
 	auditBoth(t, p.pair)

@@ -33,6 +33,8 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		ReqNacked:       s.ReqNacked,
 		ReqErrors:       s.ReqErrors,
 		ReqAuthFailed:   s.ReqAuthFailed,
+		ReqReplayed:     s.ReqReplayed,
+		ReplayEvictions: s.ReplayEvictions,
 		Rekeys:          s.Rekeys,
 		RemoteRekeys:    s.RemoteRekeys,
 		IVErrors:        s.IVErrors,

@@ -80,6 +80,7 @@ type EngineConfig struct {
 	ResolveTimeout  Duration         `json:"resolve_timeout"`
 	ARPRetry        Duration         `json:"arp_retry"`
 	NeighborTable   int              `json:"neighbor_table"`
+	ReplayPeers     int              `json:"replay_peers"` // senders' anti-replay windows kept (0: off)
 	HairpinSelf     bool             `json:"hairpin_self"`
 	Neighbors       []NeighborConfig `json:"neighbors"`
 	// IVState is the IV counter state file (aesni.OpenIVSource): it must
@@ -342,6 +343,7 @@ var flagSpecs = []struct {
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
+	{"replay-peers", "senders whose anti-replay windows are kept (8 KB each; 0 turns replay detection off)", setInt(func(c *Config) *int { return &c.Engine.ReplayPeers })},
 	{"iv-state", "IV counter state file (\"\": " + DefaultIVDir + "/iv-<ip>.state); must persist across restarts, one per engine", setStr(func(c *Config) *string { return &c.Engine.IVState })},
 	{"key-cache", "prepared AEADs cached per core and side", setInt(func(c *Config) *int { return &c.Engine.KeyCache })},
 	{"crypto", "seal backend: \"ipsec-mb\" (batched, one cgo call per burst) or \"go\" (crypto/cipher)", setStr(func(c *Config) *string { return &c.Engine.Crypto })},
@@ -470,7 +472,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
 	ec.PullIdleTimeout = time.Duration(e.PullIdleTimeout)
 	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
-	ec.NeighborTable = e.NeighborTable
+	ec.NeighborTable, ec.ReplayPeers = e.NeighborTable, e.ReplayPeers
 	ec.HairpinSelf = e.HairpinSelf
 	ec.IV, ec.KeyCache = iv, e.KeyCache
 	ec.Crypto = e.Crypto

@@ -95,9 +95,11 @@ type Stats struct {
 	ReqNacked       uint64            `json:"req_nacked"`
 	ReqErrors       uint64            `json:"req_errors"`
 	ReqAuthFailed   uint64            `json:"req_auth_failed"` // requests answered REMOTE_AUTHENTICATION_FAILURE
-	Rekeys          uint64            `json:"rekeys"`          // region keys replaced (local and remote)
-	RemoteRekeys    uint64            `json:"remote_rekeys"`   // of which by REKEY ops from the network
-	IVErrors        uint64            `json:"iv_errors"`       // messages not sent: no IV counter available
+	ReqReplayed     uint64            `json:"req_replayed"`    // authenticated requests dropped as replays
+	ReplayEvictions uint64            `json:"replay_evictions"`
+	Rekeys          uint64            `json:"rekeys"`        // region keys replaced (local and remote)
+	RemoteRekeys    uint64            `json:"remote_rekeys"` // of which by REKEY ops from the network
+	IVErrors        uint64            `json:"iv_errors"`     // messages not sent: no IV counter available
 	ReqExpired      uint64            `json:"req_expired"`
 	PullsIssued     uint64            `json:"pulls_issued"`     // WRITEs served: data pulled from their initiators
 	WritesCommitted uint64            `json:"writes_committed"` // WRITEs whose data all authenticated and was committed
