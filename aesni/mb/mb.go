@@ -422,10 +422,11 @@ func (b *Batch) pin(p []byte) *C.uint8_t {
 }
 
 // registered reports whether [lo, hi) lies inside one registered range:
-// the last one that held a buffer, or the one starting at or below lo
-// (binary search). Ranges may overlap; a buffer in the overlap of two is
-// found through the later-starting one when it is inside it, and is
-// otherwise pinned per job, which is always safe.
+// the last one that held a buffer, or (a scan of up to 8 ranges, else a
+// binary search) the one starting at or below lo. Ranges may overlap; with
+// more than 8, a buffer in the overlap of two is found through the
+// later-starting one when it is inside it, and is otherwise pinned per
+// job, which is always safe.
 func (b *Batch) registered(lo, hi uintptr) bool {
 	n := len(b.regs)
 	if n == 0 {
@@ -433,6 +434,15 @@ func (b *Batch) registered(lo, hi uintptr) bool {
 	}
 	if s := &b.regs[b.lastReg]; lo >= s.lo && hi <= s.hi {
 		return true
+	}
+	if n <= 8 { // an engine's usual few: a scan is as fast
+		for k := range b.regs {
+			if s := &b.regs[k]; lo >= s.lo && hi <= s.hi {
+				b.lastReg = k
+				return true
+			}
+		}
+		return false
 	}
 	i, j := 0, n // the first range starting above lo is b.regs[i]
 	for i < j {

@@ -933,6 +933,14 @@ func TestRegisteredLookup(t *testing.T) {
 	}
 	query := func(t *testing.T, b *Batch, disjoint bool) {
 		t.Helper()
+		for _, r := range b.regs { // each range's edges
+			for _, q := range [][2]uintptr{{r.lo, r.hi}, {r.lo, r.hi + 1}, {r.lo - 1, r.hi}, {r.hi - 1, r.hi}, {r.lo, r.lo + 1}} {
+				got, want := b.registered(q[0], q[1]), scan(b, q[0], q[1])
+				if got && !want || disjoint && got != want {
+					t.Fatalf("[%#x, %#x): registered %v, a scan says %v", q[0]-base, q[1]-base, got, want)
+				}
+			}
+		}
 		for range 20000 {
 			lo := base + uintptr(rng.IntN(len(arena)))
 			hi := lo + 1 + uintptr(rng.IntN(2*size))
@@ -945,6 +953,14 @@ func TestRegisteredLookup(t *testing.T) {
 			}
 		}
 	}
+	// Up to 8 ranges are scanned, more are searched.
+	few := mustBatch(t, 4)
+	for i := range 8 {
+		if err := few.Register(arena[2*i*size : (2*i+1)*size : (2*i+1)*size]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	query(t, few, true)
 	b := mustBatch(t, 4)
 	// Every other 4 KB of the arena, registered in random order.
 	var mems [][]byte
