@@ -165,16 +165,14 @@ func (t *replayTable) newPeer(addr uint32, k uint32) int32 {
 	return p
 }
 
-// clearRange clears the bits of counters [from, to) in window w.
+// clearRange clears the bits of counters [from, to) in window w, a word
+// at a time.
 func clearRange(w []uint64, from, to uint64) {
-	for x := from; x < to; {
-		pos := x % replayWindow
-		if pos%64 == 0 && to-x >= 64 {
-			w[pos/64] = 0
-			x += 64
-			continue
-		}
-		w[pos/64] &^= 1 << (pos % 64)
-		x++
+	for from < to {
+		pos := from % replayWindow
+		bit := pos % 64
+		n := min(to-from, 64-bit) // bits of this word in the range: 1..64
+		w[pos/64] &^= (^uint64(0) >> (64 - n)) << bit
+		from += n
 	}
 }

@@ -27,6 +27,20 @@ func TestReplayWindow(t *testing.T) {
 			t.Fatalf("accept(%d) = %v, want %v", tc.ctr, got, tc.want)
 		}
 	}
+	// A counter one window above a seen one, never seen itself, once the
+	// window slid past the old one: its bit must have been cleared, by a
+	// slide of many counters and by a slide of one.
+	for _, steps := range [][]uint64{{b, b + 100, b + replayWindow + 50}, {b, b + replayWindow - 1, b + replayWindow + 1}} {
+		tw := newReplayTable(1)
+		for _, c := range steps {
+			if !tw.accept(a, c, 1) {
+				t.Fatalf("%v: accept(%d) refused", steps, c)
+			}
+		}
+		if !tw.accept(a, b+replayWindow, 1) || tw.accept(a, b+replayWindow, 1) {
+			t.Fatalf("%v: counter %d (one window above a seen one) not accepted exactly once", steps, b+replayWindow)
+		}
+	}
 	// Other senders have their own windows.
 	if !tb.accept(a+1, b, 2) || !tb.accept(a+2, b, 2) || tb.accept(a+1, b, 3) {
 		t.Fatal("windows are not per sender")
