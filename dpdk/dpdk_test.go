@@ -2,8 +2,12 @@ package dpdk_test
 
 import (
 	"errors"
+	"os"
 	"runtime"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/onerma/onerma/dpdk"
@@ -480,6 +484,106 @@ func TestMempoolMemory(t *testing.T) {
 		}
 		if !covered(unsafe.Pointer(m), 128) {
 			t.Fatalf("mbuf %d of %d: header at %p outside Memory()", i, n, m)
+		}
+	}
+}
+
+// TestKeepOthersOff: a thread pinned to one CPU moves every other thread of
+// the process off it; threads started afterwards stay off it too, and
+// GOMAXPROCS stays as it was (the runtime recounts CPUs about once a
+// second: watched for 2.5 s). The test gives the threads their affinity
+// back.
+func TestKeepOthersOff(t *testing.T) {
+	// The test binary set GOMAXPROCS (-cpu), which stops the runtime's
+	// updates; a daemon such as rmad has them.
+	runtime.SetDefaultGOMAXPROCS()
+	procs := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(procs)
+	all, err := dpdk.Affinity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) < 2 {
+		t.Skipf("needs two CPUs to keep threads off one; this thread may use %v", all)
+	}
+	engine := all[len(all)-1]
+	tids := func() []int {
+		d, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int
+		for _, e := range d {
+			if n, err := strconv.Atoi(e.Name()); err == nil {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	restore := func() {
+		var set unix.CPUSet
+		for _, c := range all {
+			set.Set(c)
+		}
+		for _, tid := range tids() {
+			_ = unix.SchedSetaffinity(tid, &set)
+		}
+	}
+	defer restore()
+	type result struct {
+		tid, moved int
+		err        error
+	}
+	done, quit := make(chan result), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		r := result{tid: unix.Gettid()}
+		if r.err = dpdk.SetAffinity(engine); r.err == nil {
+			r.moved, r.err = dpdk.KeepOthersOff(engine)
+		}
+		done <- r
+		<-quit
+	}()
+	r := <-done
+	defer close(quit)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.moved == 0 {
+		t.Fatal("no thread moved")
+	}
+	// Start threads: goroutines blocked in syscalls each hold one.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			unix.Nanosleep(&unix.Timespec{Nsec: 20e6}, nil)
+		}()
+	}
+	wg.Wait()
+	for _, tid := range tids() {
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(tid, &set); err != nil {
+			continue
+		}
+		if tid == r.tid {
+			if set.Count() != 1 || !set.IsSet(engine) {
+				t.Errorf("the pinned thread %d lost its CPU %d", tid, engine)
+			}
+			continue
+		}
+		if set.IsSet(engine) {
+			t.Errorf("thread %d may still run on CPU %d", tid, engine)
+		}
+	}
+	for range 10 {
+		time.Sleep(250 * time.Millisecond)
+		if got := runtime.GOMAXPROCS(0); got != procs {
+			t.Fatalf("GOMAXPROCS went from %d to %d", procs, got)
 		}
 	}
 }

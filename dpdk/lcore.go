@@ -6,7 +6,11 @@ package dpdk
 import "C"
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,6 +57,61 @@ func SetAffinity(cpus ...int) error {
 		return fmt.Errorf("set affinity %v: %w", cpus, err)
 	}
 	return nil
+}
+
+// KeepOthersOff takes cpus out of the affinity of every other thread of
+// the process (those that exist now; a thread started later inherits its
+// creator's affinity, and Go starts threads from a thread that is not
+// locked, so new runtime threads stay off too). A pinned polling thread
+// calls it after SetAffinity, so that the runtime's other threads (woken
+// by its syscalls and cgo calls), the control plane and DPDK's control
+// threads do not take its CPU from it for a scheduler slice. A thread that
+// may run only on cpus keeps its affinity. It returns how many threads it
+// moved; a thread that exits meanwhile is skipped.
+//
+// It first fixes GOMAXPROCS at its current value: the runtime recounts
+// the CPUs it may use from the affinity of whichever thread looks, and a
+// moved thread has lost the pinned ones, so GOMAXPROCS would drop by as
+// many a second later. The pinned loop holds one P for good; with none
+// left for the rest, the runtime takes the loop's P away during a cgo call
+// to run anything else, and the loop waits up to a preemption period
+// (10 ms) to get it back.
+func KeepOthersOff(cpus ...int) (int, error) {
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	self := unix.Gettid()
+	dir, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0, fmt.Errorf("keep threads off %v: %w", cpus, err)
+	}
+	moved := 0
+	for _, d := range dir {
+		tid, err := strconv.Atoi(d.Name())
+		if err != nil || tid == self {
+			continue
+		}
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(tid, &set); err != nil {
+			continue // exited
+		}
+		changed := false
+		for _, c := range cpus {
+			if c >= 0 && c < len(set)*64 && set.IsSet(c) {
+				set.Clear(c)
+				changed = true
+			}
+		}
+		if !changed || set.Count() == 0 {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			if errors.Is(err, unix.ESRCH) {
+				continue
+			}
+			return moved, fmt.Errorf("keep thread %d off %v: %w", tid, cpus, err)
+		}
+		moved++
+	}
+	return moved, nil
 }
 
 // Affinity returns the CPUs the calling OS thread may run on.

@@ -258,12 +258,19 @@ func (p *Port) Close() {
 
 // ThreadHooks returns runner.Config ThreadStart/ThreadExit hooks for a loop
 // that drives DPDK ports: start pins the loop's thread to cpus (none: leave
-// the affinity alone) and registers it with the EAL, so the mempool's
-// per-lcore cache serves it; exit unregisters it.
+// the affinity alone), moves the process's other threads off them
+// (dpdk.KeepOthersOff) and registers the thread with the EAL, so the
+// mempool's per-lcore cache serves it; exit unregisters it.
 func ThreadHooks(cpus ...int) (start func() error, exit func()) {
 	start = func() error {
 		if len(cpus) > 0 {
 			if err := dpdk.SetAffinity(cpus...); err != nil {
+				return err
+			}
+			// The rest of the process (runtime threads woken by the
+			// loop's syscalls, the control plane, DPDK's control
+			// threads) runs elsewhere when it can.
+			if _, err := dpdk.KeepOthersOff(cpus...); err != nil {
 				return err
 			}
 		}
