@@ -81,9 +81,10 @@ type Config struct {
 	NeighborTable int        // neighbor table capacity (power of two)
 
 	// ReplayPeers is how many senders' anti-replay windows the serving
-	// side keeps (replay.go: 8 KB each): a request whose IV counter it has
-	// seen is dropped. 0 turns replay detection off: replayed requests are
-	// served again (fresh ciphertext, pulls that expire uncommitted).
+	// side keeps (replay.go: 8 KB each; at most 8192): a request whose IV
+	// counter it has seen is dropped. 0 turns replay detection off:
+	// replayed requests are served again (fresh ciphertext, pulls that
+	// expire uncommitted).
 	ReplayPeers int
 
 	// IV is the engine's source of IV counters (paper Appendix A); each
@@ -202,7 +203,7 @@ func (c *Config) Validate() error {
 		return bad("Crypto (ipsec-mb needs a cgo build on linux/amd64)", c.Crypto)
 	case c.NeighborTable < 2 || c.NeighborTable&(c.NeighborTable-1) != 0 || len(c.Neighbors) > c.NeighborTable/2:
 		return bad("NeighborTable", c.NeighborTable)
-	case c.ReplayPeers < 0 || c.ReplayPeers > 1<<16:
+	case c.ReplayPeers < 0 || c.ReplayPeers > 1<<13: // 8 KB each: at most 64 MB
 		return bad("ReplayPeers", c.ReplayPeers)
 	}
 	for _, n := range c.Neighbors {

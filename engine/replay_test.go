@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/onerma/onerma/wire"
@@ -163,5 +165,21 @@ func TestReplayedRequestsDropped(t *testing.T) {
 	}
 	if got := p.serve(fresh); len(got) != 1 {
 		t.Fatalf("the genuine request after its forged copy: %d answers", len(got))
+	}
+}
+
+func TestReplayPeersConfig(t *testing.T) {
+	for _, n := range []int{-1, 1<<13 + 1} {
+		cfg := testConfig("10.0.0.1", 1)
+		cfg.ReplayPeers = n
+		if _, err := New(cfg, newTestTx(4)); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "ReplayPeers") {
+			t.Errorf("ReplayPeers %d: %v, want ErrConfig naming it", n, err)
+		}
+	}
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.ReplayPeers = 0
+	c, err := New(cfg, newTestTx(4))
+	if err != nil || c.replay != nil {
+		t.Fatalf("ReplayPeers 0: %v, table %v; want no table", err, c.replay != nil)
 	}
 }

@@ -343,7 +343,7 @@ var flagSpecs = []struct {
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
-	{"replay-peers", "senders whose anti-replay windows are kept (8 KB each; 0 turns replay detection off)", setInt(func(c *Config) *int { return &c.Engine.ReplayPeers })},
+	{"replay-peers", "senders whose anti-replay windows are kept (8 KB each, at most 8192; 0 turns replay detection off)", setInt(func(c *Config) *int { return &c.Engine.ReplayPeers })},
 	{"iv-state", "IV counter state file (\"\": " + DefaultIVDir + "/iv-<ip>.state); must persist across restarts, one per engine", setStr(func(c *Config) *string { return &c.Engine.IVState })},
 	{"key-cache", "prepared AEADs cached per core and side", setInt(func(c *Config) *int { return &c.Engine.KeyCache })},
 	{"crypto", "seal backend: \"ipsec-mb\" (batched, one cgo call per burst) or \"go\" (crypto/cipher)", setStr(func(c *Config) *string { return &c.Engine.Crypto })},
