@@ -113,18 +113,16 @@ func (t *replayTable) window(p int32) []uint64 {
 func (t *replayTable) accept(addr uint32, ctr uint64, now int64) bool {
 	k := t.find(addr)
 	p := t.index[k]
-	if p < 0 {
+	fresh := p < 0
+	if fresh {
 		p = t.newPeer(addr, k)
-		w := t.window(p)
-		clear(w)
-		pe := &t.peers[p]
-		pe.top, pe.last = ctr, now
-		w[ctr%replayWindow/64] |= 1 << (ctr % 64)
-		return true
 	}
 	pe := &t.peers[p]
 	w := t.window(p)
 	switch {
+	case fresh:
+		clear(w)
+		pe.top = ctr
 	case ctr > pe.top:
 		if ctr-pe.top >= replayWindow {
 			clear(w)

@@ -444,23 +444,21 @@ func (b *Batch) registered(lo, hi uintptr) bool {
 		}
 		return false
 	}
-	i, j := 0, n // the first range starting above lo is b.regs[i]
-	for i < j {
-		h := int(uint(i+j) >> 1)
-		if b.regs[h].lo <= lo {
-			i = h + 1
-		} else {
-			j = h
-		}
+	i, found := b.regIndex(lo)
+	if !found { // b.regs[i] starts above lo: the candidate is the one before
+		i--
 	}
-	if i == 0 {
-		return false
-	}
-	if s := &b.regs[i-1]; hi <= s.hi {
-		b.lastReg = i - 1
+	if i >= 0 && hi <= b.regs[i].hi {
+		b.lastReg = i
 		return true
 	}
 	return false
+}
+
+// regIndex is where a range starting at lo is, or would go, in b.regs, and
+// whether one starts there.
+func (b *Batch) regIndex(lo uintptr) (int, bool) {
+	return slices.BinarySearchFunc(b.regs, lo, func(s span, lo uintptr) int { return cmp.Compare(s.lo, lo) })
 }
 
 // ErrRegistered is returned by Register when MaxRegistered ranges are
@@ -490,7 +488,7 @@ func (b *Batch) Register(mem []byte) error {
 	p := new(runtime.Pinner)
 	p.Pin(base)
 	r := span{uintptr(base), uintptr(base) + uintptr(cap(mem))}
-	i, _ := slices.BinarySearchFunc(b.regs, r.lo, func(s span, lo uintptr) int { return cmp.Compare(s.lo, lo) })
+	i, _ := b.regIndex(r.lo)
 	b.regs = slices.Insert(b.regs, i, r)
 	b.regPins = slices.Insert(b.regPins, i, p)
 	b.lastReg = 0
@@ -505,7 +503,7 @@ func (b *Batch) Unregister(mem []byte) bool {
 		panic("mb: Unregister with queued jobs")
 	}
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
-	i, ok := slices.BinarySearchFunc(b.regs, lo, func(s span, lo uintptr) int { return cmp.Compare(s.lo, lo) })
+	i, ok := b.regIndex(lo)
 	if !ok {
 		return false
 	}
