@@ -587,3 +587,73 @@ func TestKeepOthersOff(t *testing.T) {
 		}
 	}
 }
+
+// TestSetNice: SetNice changes the calling thread's nice value and no
+// other thread's, and threads the runtime starts afterwards do not inherit
+// it (Go starts them from threads that are not locked).
+func TestSetNice(t *testing.T) {
+	type result struct {
+		tid, nice int
+		err       error
+	}
+	done, quit := make(chan result), make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		r := result{tid: unix.Gettid()}
+		if r.err = dpdk.SetNice(-7); r.err == nil {
+			r.nice, r.err = dpdk.Nice()
+		}
+		done <- r
+		<-quit
+	}()
+	r := <-done
+	defer close(quit)
+	if errors.Is(r.err, unix.EACCES) || errors.Is(r.err, unix.EPERM) {
+		if os.Getuid() != 0 && os.Getenv("CI") != "true" {
+			t.Skip("lowering a nice value needs CAP_SYS_NICE; not root and CI is not \"true\"")
+		}
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.nice != -7 {
+		t.Fatalf("the thread's nice value is %d after SetNice(-7)", r.nice)
+	}
+	var wg sync.WaitGroup
+	for range 4 { // new threads: goroutines blocked in syscalls each hold one
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			unix.Nanosleep(&unix.Timespec{Nsec: 20e6}, nil)
+		}()
+	}
+	wg.Wait()
+	d, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := 0
+	for _, e := range d {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		p, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+		if err != nil {
+			continue // exited
+		}
+		switch nice := 20 - p; {
+		case tid == r.tid && nice != -7:
+			t.Errorf("the thread's nice value went back to %d", nice)
+		case tid != r.tid && nice != 0:
+			t.Errorf("thread %d has nice value %d", tid, nice)
+		case tid != r.tid:
+			others++
+		}
+	}
+	if others < 5 {
+		t.Errorf("only %d other threads seen", others)
+	}
+}

@@ -313,7 +313,11 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 	oa, ob := testbed.MemifPair(rmad, dir, "bench-ma", "bench-mb", "10.99.1.1", "10.99.1.2")
 	oa.Busy, oa.CPU = true, 0
 	ob.Busy, ob.CPU = true, 1
-	oa.Extra = []string{"-log-level", "warn"}
+	// Neither CPU is an engine's alone: the app shares CPU 0 with engine
+	// A, and each engine's other threads (Go runtime, control plane) run
+	// on the other engine's CPU. At rmad's default nice for a pinned busy
+	// loop (-20) they would get ~1 % of it.
+	oa.Extra = []string{"-log-level", "warn", "-poll-nice", "0"}
 	ob.Extra = oa.Extra
 	a, err := testbed.Start(oa)
 	if err != nil {

@@ -150,6 +150,15 @@ type PollConfig struct {
 	Mode     string   `json:"mode"`      // "busy": spin; "backoff": sleep when idle; "yield": spin, sched_yield when idle
 	CPU      int      `json:"cpu"`       // CPU to pin the polling thread to; -1: no pinning
 	MaxSleep Duration `json:"max_sleep"` // backoff: longest idle sleep (wake-up latency bound)
+
+	// Nice is the polling thread's nice value in busy mode with a CPU
+	// (the CPU is the engine's; other modes, or no CPU, leave the thread
+	// at the process's): at -20 a task the kernel puts on the engine's
+	// CPU gets short slices rarely and is soon balanced away, where at 0
+	// it would take half the CPU in slices of milliseconds and the
+	// engine's ops in flight would time out. An application that shares
+	// the engine's CPU gets ~1 % of it at -20: set 0 for that.
+	Nice int `json:"nice"`
 }
 
 // FaultConfig maps onto faultport.Config: a fault-injecting wrapper in
@@ -363,6 +372,7 @@ var flagSpecs = []struct {
 	{"poll-mode", "busy, backoff or yield (spin, giving the CPU to a co-located app when idle)", setStr(func(c *Config) *string { return &c.Poll.Mode })},
 	{"cpu", "CPU for the polling thread (-1: none)", setInt(func(c *Config) *int { return &c.Poll.CPU })},
 	{"max-sleep", "backoff mode: longest idle sleep", setDur(func(c *Config) *Duration { return &c.Poll.MaxSleep })},
+	{"poll-nice", "busy mode with a CPU: the polling thread's nice value (-20..19; 0 if an app shares the CPU)", setInt(func(c *Config) *int { return &c.Poll.Nice })},
 	{"fault-direction", "fault injection: frames faulted, rx, tx or both", setStr(func(c *Config) *string { return &c.Fault.Direction })},
 	{"fault-drop", "fault injection: probability a frame is dropped", setFloat(func(c *Config) *float64 { return &c.Fault.Drop })},
 	{"fault-duplicate", "fault injection: probability a frame is duplicated", setFloat(func(c *Config) *float64 { return &c.Fault.Duplicate })},
@@ -554,6 +564,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: poll.mode %q, want busy, backoff or yield", errConfig, c.Poll.Mode)
 	case c.Poll.CPU < -1:
 		return fmt.Errorf("%w: poll.cpu %d", errConfig, c.Poll.CPU)
+	case c.Poll.Nice < -20 || c.Poll.Nice > 19:
+		return fmt.Errorf("%w: poll.nice %d, want -20..19", errConfig, c.Poll.Nice)
 	}
 	if _, err := c.faultConfig(); err != nil {
 		return err

@@ -227,6 +227,22 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		cpus = []int{cfg.Poll.CPU}
 	}
 	rCfg.ThreadStart, rCfg.ThreadExit = dpdkport.ThreadHooks(cpus...)
+	if rCfg.Mode == runner.Busy && len(cpus) > 0 && cfg.Poll.Nice != 0 { // the CPU is the engine's
+		start, nice := rCfg.ThreadStart, cfg.Poll.Nice
+		rCfg.ThreadStart = func() error {
+			if err := start(); err != nil {
+				return err
+			}
+			// A performance setting, as huge pages are: without the
+			// privilege the engine runs, and says so.
+			if err := dpdk.SetNice(nice); err != nil {
+				log.Warn().Err(err).Int("nice", nice).Msg("the polling thread keeps the process's nice value (lowering it needs CAP_SYS_NICE)")
+			} else {
+				log.Info().Int("nice", nice).Msg("polling thread's nice value set")
+			}
+			return nil
+		}
+	}
 	r, err := runner.New(core, port, rCfg)
 	if err != nil {
 		return err

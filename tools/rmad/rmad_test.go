@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/internal/readall"
 	"github.com/onerma/onerma/portal"
+	"golang.org/x/sys/unix"
 )
 
 func TestDefaultConfigValid(t *testing.T) {
@@ -187,6 +189,8 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-socket-mode", "999"}, "socket_mode"},
 		{[]string{"-cmd-cap", "3"}, "CmdCap"},
 		{[]string{"-poll-mode", "lazy"}, "poll.mode"},
+		{[]string{"-poll-nice", "-21"}, "poll.nice"},
+		{[]string{"-poll-nice", "20"}, "poll.nice"},
 		{[]string{"-log-level", "loud"}, "log_level"},
 		{[]string{"-vdev", "net_ring0", "-port-name", "net_tap0"}, "does not create"},
 		{[]string{"-burst", "0"}, "port.burst"},
@@ -602,54 +606,15 @@ func TestRmadNetRingFault(t *testing.T) {
 		t.Skip("DPDK needs root; not root and CI is not \"true\"")
 	}
 	sock := filepath.Join(t.TempDir(), "rmad.sock")
-	args, _ := json.Marshal([]string{
+	args := []string{
 		"-iv-state", filepath.Join(t.TempDir(), "iv.state"),
 		"-eal", strings.Join(dpdktest.Args(), " "),
 		"-vdev", "net_ring0", "-port-name", "net_ring0", "-hairpin-self", "true",
 		"-ip", "10.3.0.2", "-socket", sock, "-poll-mode", "backoff",
 		"-mbufs", "2047", "-rx-desc", "512", "-tx-desc", "512", "-log-level", "info",
 		"-fault-drop", "0.05", "-fault-seed", "3",
-	})
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRmadHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "ONERMA_RMAD_HELPER="+string(args))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	readyc := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		ready := false
-		for sc.Scan() {
-			if sc.Text() == "READY" && !ready {
-				ready = true
-				readyc <- true
-			}
-		}
-		if !ready {
-			readyc <- false
-		}
-		exited <- cmd.Wait()
-	}()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-		}
-	}()
-	select {
-	case ok := <-readyc:
-		if !ok {
-			t.Fatalf("rmad exited before ready: %v\n%s", <-exited, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("rmad not ready after 30 s")
-	}
+	h := startRmad(t, args)
 
 	srv, err := portal.Dial(sock, "server")
 	if err != nil {
@@ -698,16 +663,7 @@ func TestRmadNetRingFault(t *testing.T) {
 	}
 	cli.Close()
 	srv.Close()
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("rmad: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("rmad did not shut down")
-	}
-	log := stderr.String()
+	log := h.stop(t)
 	for _, want := range []string{`"level":"warn"`, `fault injection ON`, `"drop":0.05`, `"delay_late_at_most":"200µs"`, `final fault injection counters`} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %s:\n%s", want, log)
@@ -715,5 +671,150 @@ func TestRmadNetRingFault(t *testing.T) {
 	}
 	if strings.Contains(log, `"level":"error"`) {
 		t.Errorf("errors logged: %s", log)
+	}
+}
+
+// rmadProc is rmad running in a helper process (TestRmadHelperProcess).
+type rmadProc struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	exited chan error
+}
+
+// startRmad starts rmad with args in a helper process and waits until it
+// serves; the test's cleanup kills it if the test did not stop it.
+func startRmad(t *testing.T, args []string) *rmadProc {
+	t.Helper()
+	js, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRmadHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "ONERMA_RMAD_HELPER="+string(js))
+	h := &rmadProc{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = h.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	readyc := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		ready := false
+		for sc.Scan() {
+			if sc.Text() == "READY" && !ready {
+				ready = true
+				readyc <- true
+			}
+		}
+		if !ready {
+			readyc <- false
+		}
+		h.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	})
+	select {
+	case ok := <-readyc:
+		if !ok {
+			t.Fatalf("rmad exited before ready: %v\n%s", <-h.exited, h.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rmad not ready after 30 s")
+	}
+	return h
+}
+
+// stop sends SIGTERM, waits for a clean exit and returns rmad's log.
+func (h *rmadProc) stop(t *testing.T) string {
+	t.Helper()
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			t.Fatalf("rmad: %v\n%s", err, h.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rmad did not shut down")
+	}
+	return h.stderr.String()
+}
+
+// TestRmadBusyNice: in busy mode with a CPU the polling thread, pinned
+// there, runs at poll.nice (default -20) and every other thread of the
+// daemon at the process's 0; in backoff mode, in busy mode without a CPU
+// and with -poll-nice 0, no thread changes.
+func TestRmadBusyNice(t *testing.T) {
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("DPDK needs root; not root and CI is not \"true\"")
+	}
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	for c := range len(all) * 64 {
+		if all.IsSet(c) {
+			last = c // the last CPU this test may use
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		cpu  int // the polling thread's CPU; -1: none
+		want int // the polling thread's nice value
+	}{
+		{"busy", []string{"-poll-mode", "busy"}, last, -20},
+		{"busy-nice0", []string{"-poll-mode", "busy", "-poll-nice", "0"}, last, 0},
+		{"busy-unpinned", []string{"-poll-mode", "busy"}, -1, 0},
+		{"backoff", []string{"-poll-mode", "backoff"}, last, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startRmad(t, append([]string{
+				"-iv-state", filepath.Join(t.TempDir(), "iv.state"),
+				"-eal", strings.Join(dpdktest.Args(), " "),
+				"-vdev", "net_ring0", "-port-name", "net_ring0",
+				"-ip", "10.3.0.3", "-socket", filepath.Join(t.TempDir(), "rmad.sock"),
+				"-cpu", strconv.Itoa(tc.cpu),
+				"-mbufs", "2047", "-rx-desc", "512", "-tx-desc", "512", "-log-level", "warn",
+			}, tc.args...))
+			// Read at once: a busy loop at -20 should not hold a CPU of
+			// the test machine longer than it must.
+			pid := h.cmd.Process.Pid
+			tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var loop []int
+			for _, e := range tasks {
+				tid, err := strconv.Atoi(e.Name())
+				if err != nil {
+					continue
+				}
+				var set unix.CPUSet
+				p, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+				if err != nil || unix.SchedGetaffinity(tid, &set) != nil {
+					continue // exited
+				}
+				nice := 20 - p // the system call answers 20 - nice
+				if tc.cpu >= 0 && set.Count() == 1 && set.IsSet(tc.cpu) {
+					loop = append(loop, tid)
+					if nice != tc.want {
+						t.Errorf("the polling thread %d runs at nice %d, want %d", tid, nice, tc.want)
+					}
+				} else if nice != 0 {
+					t.Errorf("thread %d (not a pinned polling thread) runs at nice %d", tid, nice)
+				}
+			}
+			if tc.cpu >= 0 && len(loop) != 1 {
+				t.Errorf("%d threads pinned to CPU %d alone, want the polling thread: %v", len(loop), tc.cpu, loop)
+			}
+			if log := h.stop(t); strings.Contains(log, `"level":"error"`) || strings.Contains(log, "keeps the process's nice") {
+				t.Errorf("rmad logged:\n%s", log)
+			}
+		})
 	}
 }
