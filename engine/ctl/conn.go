@@ -255,6 +255,9 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		}
 		resp.Stats = StatsMsg(&st)
 		resp.Stats.Fault = fault
+		if c.s.cfg.LoopStats != nil {
+			resp.Stats.Loop = c.s.cfg.LoopStats()
+		}
 		return -1, nil
 	}
 	return -1, fail(ctlmsg.CodeInternal, "op %q decoded but not handled", req.Op)

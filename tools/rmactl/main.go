@@ -1,8 +1,8 @@
 // Command rmactl is the engine's admin tool: it asks a running rmad,
 // through its control socket, for its counters (every field of
 // ctlmsg.Stats, among them the security counters rx_auth_failed,
-// req_auth_failed, rekeys and iv_errors, and fault.* when rmad's port is
-// wrapped in a fault injector) or for the identity the engine would stamp
+// req_auth_failed, rekeys and iv_errors, the poll loop's loop.*, and
+// fault.* when rmad's port is wrapped in a fault injector) or for the identity the engine would stamp
 // on this process's requests.
 //
 //	rmactl [-socket PATH] stats [-json]
@@ -110,6 +110,12 @@ func stats(sock string, asJSON bool) error {
 			for _, k := range keys {
 				fmt.Printf("completed.%-30s %d\n", k, m[k])
 			}
+		}
+	}
+	if l := resp.Stats.Loop; l != nil {
+		lv := reflect.ValueOf(*l)
+		for i := 0; i < lv.NumField(); i++ {
+			fmt.Printf("%-24s %d\n", "loop."+strings.Split(lv.Type().Field(i).Tag.Get("json"), ",")[0], lv.Field(i).Uint())
 		}
 	}
 	if f := resp.Stats.Fault; f != nil { // a fault-injecting port wraps the engine's

@@ -247,6 +247,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err != nil {
 		return err
 	}
+	ctlCfg.LoopStats = func() *ctlmsg.LoopStats { return loopStatsMsg(r.Stats()) }
 	if fault != nil {
 		logFault(log, &faultCfg, &rCfg)
 	}
@@ -363,6 +364,14 @@ func logFault(log zerolog.Logger, c *faultport.Config, r *runner.Config) {
 		Int("pool", c.Pool).Int("burst", c.Burst).Uint64("seed", c.Seed).
 		Stringer("delay_late_at_most", late).
 		Msg("fault injection ON: the port drops, duplicates, reorders or delays frames on purpose, as configured (config section \"fault\"; for tests)")
+}
+
+// loopStatsMsg converts the poll loop's counters to their control-socket
+// form. TestLoopStatsMsgCoversEveryField keeps it in step with
+// runner.Stats.
+func loopStatsMsg(s runner.Stats) *ctlmsg.LoopStats {
+	return &ctlmsg.LoopStats{Iterations: s.Iterations, RxFrames: s.RxFrames, IdleSleeps: s.IdleSleeps,
+		Yields: s.Yields, SleptNs: s.SleptNs, Execs: s.Execs}
 }
 
 // faultStatsMsg converts the fault injector's counters to their

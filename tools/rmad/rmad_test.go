@@ -382,6 +382,20 @@ func TestRmadNetRing(t *testing.T) {
 	if st.Fault != nil { // the "fault" section sets no probability: no wrapper
 		t.Errorf("fault counters without fault injection: %+v", st.Fault)
 	}
+	// The loop publishes its counters every 256 iterations; an idle
+	// backoff loop iterates thousands of times a second.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, err = cli.Stats(); err != nil {
+			t.Fatal(err)
+		}
+		// (The reads' frames loop inside the core: no rx frames.)
+		if l := st.Loop; l != nil && l.Iterations > 0 && l.IdleSleeps > 0 && l.SleptNs > 0 && l.Execs > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("loop counters %+v: want iterations, idle sleeps and the control plane's execs", st.Loop)
+		}
+	}
 	// Leave the client's portal open: shutdown must reclaim it.
 	srv.Close()
 	cancel()
@@ -532,6 +546,31 @@ func TestWrapPort(t *testing.T) {
 	}
 	if st := faultStatsMsg(fault.Stats()); st.Rx.Frames != 1 || st.Rx.Dropped != 1 || st.Tx.Passed != 1 {
 		t.Fatalf("counters %+v", st)
+	}
+}
+
+// TestLoopStatsMsgCoversEveryField fails when runner.Stats gains a counter
+// that loopStatsMsg does not carry.
+func TestLoopStatsMsgCoversEveryField(t *testing.T) {
+	var s runner.Stats
+	sv := reflect.ValueOf(&s).Elem()
+	for i := range sv.NumField() {
+		sv.Field(i).SetUint(uint64(i + 1))
+	}
+	mv := reflect.ValueOf(loopStatsMsg(s)).Elem()
+	if sv.NumField() != mv.NumField() {
+		t.Errorf("runner.Stats has %d fields, ctlmsg.LoopStats %d", sv.NumField(), mv.NumField())
+	}
+	for i := range sv.NumField() {
+		name := sv.Type().Field(i).Name
+		mf := mv.FieldByName(name)
+		if !mf.IsValid() {
+			t.Errorf("ctlmsg.LoopStats has no field %s", name)
+			continue
+		}
+		if mf.Uint() != sv.Field(i).Uint() {
+			t.Errorf("%s = %d, want %d", name, mf.Uint(), sv.Field(i).Uint())
+		}
 	}
 }
 

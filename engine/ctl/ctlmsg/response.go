@@ -118,6 +118,20 @@ type Stats struct {
 	// (engine/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).
 	Fault *FaultStats `json:"fault,omitempty"`
+	// Loop are the poll loop's counters (engine/runner), published by the
+	// loop every 256 iterations; absent when the server has no loop.
+	Loop *LoopStats `json:"loop,omitempty"`
+}
+
+// LoopStats are the poll loop's counters (runner.Stats, field for field).
+// rx_frames / iterations under load is the mean receive burst.
+type LoopStats struct {
+	Iterations uint64 `json:"iterations"`  // passes of the data path
+	RxFrames   uint64 `json:"rx_frames"`   // frames received
+	IdleSleeps uint64 `json:"idle_sleeps"` // backoff sleeps
+	Yields     uint64 `json:"yields"`      // sched_yield calls (yield mode)
+	SleptNs    uint64 `json:"slept_ns"`    // time asleep
+	Execs      uint64 `json:"execs"`       // control-plane closures run on the loop
 }
 
 // FaultStats are a fault-injecting port wrapper's counters
