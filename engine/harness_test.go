@@ -41,7 +41,7 @@ type testTx struct {
 const rxBurst = 32
 
 // TxMemory implements TxMemory.
-func (t *testTx) TxMemory() []byte { return t.mem }
+func (t *testTx) TxMemory() [][]byte { return [][]byte{t.mem} }
 
 // SetBeforeTx implements TxHook.
 func (t *testTx) SetBeforeTx(f func()) { t.hook = f }

@@ -18,14 +18,15 @@ type TxHook interface {
 	SetBeforeTx(f func())
 }
 
-// TxMemory is implemented by a Tx whose buffers all lie in one
-// long-lived range of memory (a preallocated pool of Go memory). With
-// CryptoIPsecMB, New registers it with the core's batch (aesni/mb
-// Batch.Register): Go memory is then pinned once instead of per seal
-// (tens of nanoseconds a buffer). The range must stay valid as long as
-// the core.
+// TxMemory is implemented by a Tx whose buffers all lie in a few
+// long-lived ranges of memory (a preallocated pool of Go memory, a DPDK
+// mempool in several memzones). With CryptoIPsecMB, New registers every
+// range with the core's batch (aesni/mb Batch.Register): Go memory is
+// then pinned once instead of per seal (tens of nanoseconds a buffer),
+// and no buffer is looked up for pinning. The ranges must not overlap and
+// must stay valid as long as the core.
 type TxMemory interface {
-	TxMemory() []byte
+	TxMemory() [][]byte
 }
 
 // Seals (the send side of paper §4.2). With CryptoGo every call below is
@@ -98,7 +99,9 @@ func (c *Core) setupCrypto(tx Tx) error {
 	}
 	h.SetBeforeTx(c.runSeals)
 	if m, ok := tx.(TxMemory); ok {
-		c.mbRegister(m.TxMemory())
+		for _, r := range m.TxMemory() {
+			c.mbRegister(r)
+		}
 	}
 	return nil
 }

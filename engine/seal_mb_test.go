@@ -270,3 +270,28 @@ func TestIPsecMBCoreCollected(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// splitTx is a testTx whose memory is reported as two ranges, as a DPDK
+// pool in two memzones is.
+type splitTx struct{ *testTx }
+
+func (t splitTx) TxMemory() [][]byte {
+	h := len(t.mem) / 2
+	return [][]byte{t.mem[:h:h], t.mem[h:]}
+}
+
+// With ipsec-mb, New registers every range of a Tx's memory with both
+// batches (seals and opens), not only one of them.
+func TestTxMemoryRangesRegistered(t *testing.T) {
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.Crypto = CryptoIPsecMB
+	tx := splitTx{newTestTx(8)}
+	c := newCore(t, cfg, tx)
+	for i, r := range tx.TxMemory() {
+		for _, b := range []*mb.Batch{c.mb.batch, c.mb.opens} {
+			if !b.Unregister(r) { // registered: true, and undone
+				t.Errorf("range %d of %d not registered", i, len(tx.TxMemory()))
+			}
+		}
+	}
+}

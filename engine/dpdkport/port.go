@@ -126,22 +126,15 @@ func New(name string, pool *dpdk.Mempool, q uint16, cfg Config) (*Port, error) {
 	return &Port{id: id, queue: q, io: io, mac: mac, pool: pool, views: make([][]byte, 0, cfg.Burst)}, nil
 }
 
-// TxMemory implements engine.TxMemory: the tx pool's memory (its largest
-// range; dpdk.Mempool.Memory joins the pool's per-page chunks, so a pool in
-// hugepages is one range). Every buffer Buffer hands out lies
-// in it, and so does every received frame when the rx queue takes its
-// mbufs from the same pool, as rmad sets it up: registered once with the
-// core's ipsec-mb batch, no buffer is looked up for pinning per seal or
-// open (C memory needs no pin, but the lookup cost ~5 % of a 64 B READ).
-func (p *Port) TxMemory() []byte {
-	var big []byte
-	for _, m := range p.pool.Memory() {
-		if len(m) > len(big) {
-			big = m
-		}
-	}
-	return big
-}
+// TxMemory implements engine.TxMemory: the tx pool's memory ranges
+// (dpdk.Mempool.Memory joins the pool's adjacent per-page chunks, so a
+// pool in one memzone of hugepages is one range). Every buffer Buffer
+// hands out lies in them, and so does every received frame when the rx
+// queue takes its mbufs from the same pool, as rmad sets it up: registered
+// once with the core's ipsec-mb batch, no buffer is looked up for pinning
+// per seal or open (C memory needs no pin, but the lookup cost ~5 % of a
+// 64 B READ).
+func (p *Port) TxMemory() [][]byte { return p.pool.Memory() }
 
 // ID is the DPDK port id.
 func (p *Port) ID() dpdk.PortID { return p.id }

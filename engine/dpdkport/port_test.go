@@ -103,13 +103,16 @@ func TestTxMemory(t *testing.T) {
 	if len(mem) == 0 {
 		t.Fatal("no tx memory")
 	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
-	hi := lo + uintptr(len(mem))
 	inside := func(what string, b []byte) {
 		t.Helper()
-		if a := uintptr(unsafe.Pointer(unsafe.SliceData(b))); a < lo || a+uintptr(len(b)) > hi {
-			t.Fatalf("%s at %#x+%d outside the tx memory [%#x, %#x)", what, a, len(b), lo, hi)
+		a := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		for _, m := range mem {
+			lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+			if a >= lo && a+uintptr(len(b)) <= lo+uintptr(len(m)) {
+				return
+			}
 		}
+		t.Fatalf("%s at %#x+%d outside the tx memory's %d ranges", what, a, len(b), len(mem))
 	}
 	for round := range 4 {
 		for range 32 {

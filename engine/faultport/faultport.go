@@ -170,7 +170,7 @@ func (p *Port) SetBeforeTx(f func()) {
 
 // TxMemory implements engine.TxMemory for an inner port that does (the
 // buffers Buffer returns are the inner port's); nil otherwise.
-func (p *Port) TxMemory() []byte {
+func (p *Port) TxMemory() [][]byte {
 	if m, ok := p.inner.(engine.TxMemory); ok {
 		return m.TxMemory()
 	}

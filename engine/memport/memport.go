@@ -69,7 +69,7 @@ var (
 
 // TxMemory implements engine.TxMemory: the memory of every buffer Buffer
 // returns.
-func (p *Port) TxMemory() []byte { return p.tx.mem }
+func (p *Port) TxMemory() [][]byte { return [][]byte{p.tx.mem} }
 
 // SetBeforeTx implements engine.TxHook: f runs before the frames sent
 // since the last Flush become visible to the receiver.
