@@ -553,18 +553,7 @@ func TestKeepOthersOff(t *testing.T) {
 	if r.moved == 0 {
 		t.Fatal("no thread moved")
 	}
-	// Start threads: goroutines blocked in syscalls each hold one.
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			unix.Nanosleep(&unix.Timespec{Nsec: 20e6}, nil)
-		}()
-	}
-	wg.Wait()
+	newThreads(4)
 	for _, tid := range tids() {
 		var set unix.CPUSet
 		if err := unix.SchedGetaffinity(tid, &set); err != nil {
@@ -619,17 +608,7 @@ func TestSetNice(t *testing.T) {
 	if r.nice != -7 {
 		t.Fatalf("the thread's nice value is %d after SetNice(-7)", r.nice)
 	}
-	var wg sync.WaitGroup
-	for range 4 { // new threads: goroutines blocked in syscalls each hold one
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			unix.Nanosleep(&unix.Timespec{Nsec: 20e6}, nil)
-		}()
-	}
-	wg.Wait()
+	newThreads(4)
 	d, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
@@ -656,4 +635,20 @@ func TestSetNice(t *testing.T) {
 	if others < 5 {
 		t.Errorf("only %d other threads seen", others)
 	}
+}
+
+// newThreads makes the runtime start about n more OS threads: n goroutines
+// locked to their threads, blocked in a system call at the same time.
+func newThreads(n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			unix.Nanosleep(&unix.Timespec{Nsec: 20e6}, nil)
+		}()
+	}
+	wg.Wait()
 }

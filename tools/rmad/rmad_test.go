@@ -557,19 +557,25 @@ func TestLoopStatsMsgCoversEveryField(t *testing.T) {
 	for i := range sv.NumField() {
 		sv.Field(i).SetUint(uint64(i + 1))
 	}
-	mv := reflect.ValueOf(loopStatsMsg(s)).Elem()
-	if sv.NumField() != mv.NumField() {
-		t.Errorf("runner.Stats has %d fields, ctlmsg.LoopStats %d", sv.NumField(), mv.NumField())
+	sameCounters(t, "", sv, reflect.ValueOf(loopStatsMsg(s)).Elem())
+}
+
+// sameCounters reports every uint64 field of src that msg (its
+// control-socket form) lacks or carries with another value.
+func sameCounters(t *testing.T, prefix string, src, msg reflect.Value) {
+	t.Helper()
+	if src.NumField() != msg.NumField() {
+		t.Errorf("%s%s has %d fields, %s %d", prefix, src.Type(), src.NumField(), msg.Type(), msg.NumField())
 	}
-	for i := range sv.NumField() {
-		name := sv.Type().Field(i).Name
-		mf := mv.FieldByName(name)
+	for i := range src.NumField() {
+		name := src.Type().Field(i).Name
+		mf := msg.FieldByName(name)
 		if !mf.IsValid() {
-			t.Errorf("ctlmsg.LoopStats has no field %s", name)
+			t.Errorf("%s has no field %s", msg.Type(), name)
 			continue
 		}
-		if mf.Uint() != sv.Field(i).Uint() {
-			t.Errorf("%s = %d, want %d", name, mf.Uint(), sv.Field(i).Uint())
+		if mf.Uint() != src.Field(i).Uint() {
+			t.Errorf("%s%s = %d, want %d", prefix, name, mf.Uint(), src.Field(i).Uint())
 		}
 	}
 }
@@ -596,21 +602,7 @@ func TestFaultStatsMsgCoversEveryField(t *testing.T) {
 		d    *faultport.DirStats
 		m    *ctlmsg.FaultDirStats
 	}{{"Rx", &s.Rx, &m.Rx}, {"Tx", &s.Tx, &m.Tx}} {
-		sv, mv := reflect.ValueOf(p.d).Elem(), reflect.ValueOf(p.m).Elem()
-		if sv.NumField() != mv.NumField() {
-			t.Errorf("%s: faultport.DirStats has %d fields, ctlmsg.FaultDirStats %d", p.name, sv.NumField(), mv.NumField())
-		}
-		for i := range sv.NumField() {
-			name := sv.Type().Field(i).Name
-			mf := mv.FieldByName(name)
-			if !mf.IsValid() {
-				t.Errorf("ctlmsg.FaultDirStats has no field %s", name)
-				continue
-			}
-			if mf.Uint() != sv.Field(i).Uint() {
-				t.Errorf("%s.%s = %d, want %d", p.name, name, mf.Uint(), sv.Field(i).Uint())
-			}
-		}
+		sameCounters(t, p.name+".", reflect.ValueOf(p.d).Elem(), reflect.ValueOf(p.m).Elem())
 	}
 }
 
