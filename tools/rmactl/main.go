@@ -2,8 +2,8 @@
 // through its control socket, for its counters (every field of
 // ctlmsg.Stats, among them the security counters rx_auth_failed,
 // req_auth_failed, rekeys and iv_errors, the poll loop's loop.*, and
-// fault.* when rmad's port is wrapped in a fault injector) or for the identity the engine would stamp
-// on this process's requests.
+// fault.* when rmad's port is wrapped in a fault injector) or for the
+// identity the engine would stamp on this process's requests.
 //
 //	rmactl [-socket PATH] stats [-json]
 //	rmactl [-socket PATH] identity
