@@ -1057,6 +1057,30 @@ func (c *Core) expire(now int64) int {
 	return n
 }
 
+// Stalled tells the core that its loop could not run for the gap ns
+// before now (the thread was preempted or descheduled, or the control
+// plane held the loop): answers that arrived meanwhile wait in the port
+// unread. The ops this core initiated get gap ns more before TIMEOUT, and
+// those waiting for window before DISPATCH_TIMEOUT, so none fails for
+// time in which the engine could not look: a NIC does not stall, and a
+// TIMEOUT is to say the remote did not answer. Moving an initiator's
+// deadline later is always safe (a WRITE's initiator must time out last);
+// the serving side's timers (pulls, queued requests) stay where they are
+// for that reason. The delays an op reports still include the gap.
+func (c *Core) Stalled(now, gap int64) {
+	if gap <= 0 {
+		return
+	}
+	for i := c.lists[listInService].head; i >= 0; i = c.slots[i].next {
+		c.slots[i].deadline += gap // every one: the list stays in deadline order
+	}
+	for _, l := range [...]listID{listFIFOHigh, listFIFOLow} {
+		for i := c.lists[l].head; i >= 0; i = c.slots[i].next {
+			c.slots[i].queuedNs += gap
+		}
+	}
+}
+
 // arbitrate grants window to the heads of the two FIFOs (paper §4.3): the
 // high class first, the low class after HighBurst consecutive high grants.
 func (c *Core) arbitrate(now int64) int {

@@ -689,3 +689,81 @@ func TestDoorbell(t *testing.T) {
 		t.Fatal("misaligned arm word accepted")
 	}
 }
+
+// Core.Stalled moves the deadlines of the core's own ops by the gap: an op
+// whose answer waited out a stall of its engine completes OK after its
+// original deadline (reporting the whole delay), and an op waiting for
+// window fails DISPATCH_TIMEOUT the gap later.
+func TestStalledMovesOwnDeadlines(t *testing.T) {
+	const gap = int64(5 * time.Millisecond)
+	t.Run("timeout", func(t *testing.T) {
+		p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+		app := openApp(t, p.a, ClassLow, 4)
+		srv := openApp(t, p.b, ClassLow, 0)
+		rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
+		rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
+		app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 1))
+		p.run() // resolves ARP
+		app.completions()
+		t0 := p.now
+		app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 64, 2))
+		p.a.Poll(t0)
+		req := p.ta.take() // the request waits while a stalls
+		p.now = t0 + gap
+		p.a.Stalled(p.now, gap)
+		p.now = t0 + int64(p.a.cfg.Timeout) + gap/2 // past the op's first deadline
+		p.a.Poll(p.now)
+		if got := app.completions(); len(got) != 0 {
+			t.Fatalf("completed during the gap's allowance: %+v", got)
+		}
+		for _, f := range req {
+			p.b.Receive(p.now, f)
+		}
+		p.b.Poll(p.now)
+		p.tb.deliverTo(p.now, p.a)
+		p.a.Poll(p.now)
+		got := app.completions()
+		if len(got) != 1 || got[0].Status != abi.StatusOK || int64(got[0].TotalDelayNs) < p.now-t0 {
+			t.Fatalf("want OK with the whole delay %d, got %+v", p.now-t0, got)
+		}
+		p.now = t0 + int64(p.a.cfg.Timeout) + gap + 1 // a stall moves one deadline once
+		app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 64, 3))
+		p.a.Poll(p.now)
+		p.ta.take() // lost
+		p.now += int64(p.a.cfg.Timeout)
+		p.a.Poll(p.now)
+		if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusTimeout {
+			t.Fatalf("want TIMEOUT, got %+v", got)
+		}
+	})
+	t.Run("dispatch", func(t *testing.T) {
+		ca := testConfig("10.0.0.1", 1)
+		ca.WindowBytes = 4096
+		ca.Neighbors = []Neighbor{{IP: testConfig("10.0.0.2", 2).LocalIP, MAC: wire.MAC{2, 0, 0, 0, 0, 2}}}
+		p := newPair(t, ca, testConfig("10.0.0.2", 2))
+		app := openApp(t, p.a, ClassLow, 8)
+		rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
+		for k := 0; k < 3; k++ {
+			app.post(t, readCmd(app.slots[k], ipOf("10.0.0.2"), abi.MakeRegionID(1, 1), 0, rd, 0, 64, uint64(k)))
+		}
+		t0 := p.now
+		p.a.Poll(t0) // one in service, two waiting for window
+		p.a.Stalled(t0+gap/5, gap)
+		p.now = t0 + int64(ca.DispatchTimeout) + gap/2
+		p.a.Poll(p.now)
+		if got := app.completions(); len(got) != 0 {
+			t.Fatalf("DISPATCH_TIMEOUT within the gap's allowance: %+v", got)
+		}
+		p.now = t0 + int64(ca.DispatchTimeout) + gap
+		p.a.Poll(p.now)
+		if got := app.completions(); len(got) != 2 || got[0].Status != abi.StatusDispatchTimeout || got[1].Status != abi.StatusDispatchTimeout {
+			t.Fatalf("want two DISPATCH_TIMEOUTs, got %+v", got)
+		}
+		p.now = t0 + int64(ca.Timeout) + gap // the one in service, moved as well
+		p.a.Poll(p.now)
+		if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusTimeout {
+			t.Fatalf("want TIMEOUT, got %+v", got)
+		}
+		auditBoth(t, p)
+	})
+}

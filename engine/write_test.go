@@ -630,3 +630,28 @@ func TestReadNotBehindWaitingWrite(t *testing.T) {
 		t.Fatalf("pulls in use %d", s.PullsInUse)
 	}
 }
+
+// A stall of the serving engine moves none of its timers: its pull still
+// ends at its own deadline, so a WRITE's initiator, which adopted that
+// timeout at ② and may only move its own deadline later, times out last.
+func TestWriteStalledServerKeepsPullDeadline(t *testing.T) {
+	p := newWPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	p.app.post(t, p.cmd(1, p.rd, 0, 256))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b) // ①
+	p.b.Poll(p.now)
+	if pull := p.tb.take(); len(pull) != 1 || frameType(pull[0]) != wire.TypePullReq { // ② lost
+		t.Fatalf("want a pull, got %d frames", len(pull))
+	}
+	t0 := p.now
+	const gap = int64(5 * time.Millisecond)
+	p.b.Stalled(t0+gap, gap)
+	p.now = t0 + int64(p.b.cfg.Timeout) + 1
+	p.b.Poll(p.now)
+	if s := p.b.Stats(); s.PullsExpired != 1 || s.PullsInUse != 0 || s.WindowInUse != 0 {
+		t.Fatalf("the stalled server's pull outlived its deadline: %+v", s)
+	}
+	if !bytes.Equal(p.dst, make([]byte, len(p.dst))) {
+		t.Fatal("region changed")
+	}
+}

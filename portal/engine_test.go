@@ -191,3 +191,88 @@ func TestRekeyChangesKey(t *testing.T) {
 		t.Fatalf("RegisterRegion's key: %v", err)
 	}
 }
+
+// holdPort hides received frames from the core while hold is set (they
+// wait in the port, as in a NIC's ring while its engine is off the CPU).
+type holdPort struct {
+	*memport.Port
+	hold atomic.Bool
+}
+
+func (h *holdPort) Recv() [][]byte {
+	if h.hold.Load() {
+		return nil
+	}
+	return h.Port.Recv()
+}
+
+// An engine that could not run for longer than TIMEOUT while the answer
+// to an op waited in its port completes the op OK: the loop counts the
+// stall and moves the op's deadline (runner, Core.Stalled), instead of
+// failing it for time in which the engine could not look. The delay the
+// completion reports includes the stall.
+func TestEngineStallDoesNotTimeOut(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	var hp *holdPort
+	e := enginetest.Start(t, enginetest.Opts{
+		Engine: func(c *engine.Config) { c.HairpinSelf, c.Timeout = true, timeout }, // frames to itself cross the port
+		Port:   func(p *memport.Port) runner.Port { hp = &holdPort{Port: p}; return hp },
+		Ctl:    func(c *ctl.Config) { c.Slots.Default = 16 },
+	})
+	owner, reader := dial(t, e.Socket, "owner"), dial(t, e.Socket, "reader")
+	src, err := owner.RegisterRegion(4096, portal.PermRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i*5 + 3)
+	}
+	reader.AllocSlots(1)
+	sink, err := reader.RegisterRegion(4096, portal.PermLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := reader.Identity()
+	k := src.DeriveKey(id.Addr, id.PID, abi.OpRead)
+	if c := read(t, reader, src, k, sink); c.Status != abi.StatusOK { // resolves the engine's own address
+		t.Fatalf("%+v", c)
+	}
+
+	hp.hold.Store(true)
+	s, _ := reader.Slot()
+	defer reader.Release(s)
+	if err := reader.SubmitRead(s, engineIP, src.ID(), 64, k, sink, 64, 64, 2); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := func() (n uint64) {
+		if err := e.Runner.Exec(func(c *engine.Core) { n = c.Stats().OpsInFlight }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(5 * time.Second); inFlight() != 1; time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the read never entered service")
+		}
+	}
+	before := e.Runner.Stats()
+	// The request waits in the port; the loop is held for 2 TIMEOUTs.
+	if err := e.Runner.Exec(func(*engine.Core) {
+		time.Sleep(2 * timeout)
+		hp.hold.Store(false)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var c [1]abi.Completion
+	if _, err := reader.Wait(ctx, c[:]); err != nil {
+		t.Fatal(err)
+	}
+	if c[0].Status != abi.StatusOK || c[0].TotalDelayNs < uint32(2*timeout) || !bytes.Equal(sink.Bytes()[64:128], src.Bytes()[64:128]) {
+		t.Fatalf("want OK after the stall, with its delay: %+v", c[0])
+	}
+	if st := e.Runner.Stats(); st.Stalls <= before.Stalls || st.StalledNs-before.StalledNs < uint64(2*timeout) {
+		t.Errorf("runner counted no stall of 2 TIMEOUTs: %+v, before %+v", st, before)
+	}
+}

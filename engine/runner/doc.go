@@ -4,7 +4,7 @@
 // burst and hands it to Core.ReceiveBurst, calls Core.Poll, and flushes
 // the frames the core wrote.
 //
-// Two modes:
+// Three modes (Yield is described at its constant):
 //
 //   - Busy: the loop never sleeps. Its goroutine is locked to an OS thread
 //     and a ThreadStart hook may pin that thread and register it with the
@@ -16,6 +16,15 @@
 //     eventfd, with the thread's timer slack set to 1 ns: Go's own timers
 //     round short sleeps up to a millisecond). Two engines and their
 //     applications can then share a small machine.
+//
+// Stalls: when more than StallThreshold (1 ms) passes between two
+// iterations beyond the sleep the loop asked for (the thread was
+// preempted, the VM descheduled, an Exec closure ran long), answers may
+// have waited unread in the port meanwhile. The loop counts the stall and
+// calls Core.Stalled, which moves the deadlines of the core's own ops by
+// the gap, so none times out for time in which the engine could not look
+// (the serving side's timers stay: a WRITE's initiator must time out
+// last).
 //
 // The control plane never touches a Core directly: Exec queues a closure
 // that the loop runs between iterations, on the core's own goroutine, so

@@ -76,6 +76,12 @@ type Config struct {
 	ThreadExit func()
 	// Clock returns monotonic nanoseconds; nil: Monotonic.
 	Clock func() int64
+	// StallThreshold: when more than this passes between two iterations
+	// beyond the sleep the loop asked for (its thread was preempted or
+	// descheduled, or an Exec closure ran long), the loop counts a stall
+	// and tells the core (Core.Stalled), which moves its own ops'
+	// deadlines by the gap. 0: no stall detection.
+	StallThreshold time.Duration
 }
 
 // DefaultConfig is Backoff with 64 idle spins and sleeps from 1µs to 200µs.
@@ -86,6 +92,9 @@ func DefaultConfig() Config {
 		MinSleep:  time.Microsecond,
 		MaxSleep:  200 * time.Microsecond,
 		ExecQueue: 64,
+		// Iterations take microseconds, and the hypervisor's usual
+		// stalls here tens of them; a TIMEOUT is 10 ms.
+		StallThreshold: time.Millisecond,
 	}
 }
 
@@ -103,6 +112,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: MinSleep = %v, MaxSleep = %v", ErrConfig, c.MinSleep, c.MaxSleep)
 	case c.ExecQueue < 1:
 		return fmt.Errorf("%w: ExecQueue = %d", ErrConfig, c.ExecQueue)
+	case c.StallThreshold < 0:
+		return fmt.Errorf("%w: StallThreshold = %v", ErrConfig, c.StallThreshold)
 	}
 	return nil
 }
@@ -130,6 +141,8 @@ type Stats struct {
 	SleptNs    uint64 // total sleep asked for
 	RxFrames   uint64 // frames handed to Core.ReceiveBurst
 	Execs      uint64 // control-plane closures run
+	Stalls     uint64 // gaps between iterations over StallThreshold
+	StalledNs  uint64 // their total length
 }
 
 type execReq struct {
@@ -160,7 +173,7 @@ type Runner struct {
 	done      chan struct{} // closed when the loop has exited
 
 	// published counters
-	iterations, idleSleeps, yields, sleptNs, rxFrames, nExecs atomic.Uint64
+	iterations, idleSleeps, yields, sleptNs, rxFrames, nExecs, stalls, stalledNs atomic.Uint64
 
 	// loop-local state (the loop goroutine only)
 	pfd [1]unix.PollFd
@@ -290,6 +303,8 @@ func (r *Runner) Stats() Stats {
 		SleptNs:    r.sleptNs.Load(),
 		RxFrames:   r.rxFrames.Load(),
 		Execs:      r.nExecs.Load(),
+		Stalls:     r.stalls.Load(),
+		StalledNs:  r.stalledNs.Load(),
 	}
 }
 
@@ -313,6 +328,8 @@ func (r *Runner) publish() {
 	r.sleptNs.Store(r.lc.SleptNs)
 	r.rxFrames.Store(r.lc.RxFrames)
 	r.nExecs.Store(r.lc.Execs)
+	r.stalls.Store(r.lc.Stalls)
+	r.stalledNs.Store(r.lc.StalledNs)
 }
 
 // loop is the poll loop. Its goroutine stays locked to its OS thread until
@@ -337,6 +354,9 @@ func (r *Runner) loop(ready chan<- error) {
 	var (
 		idle  int
 		sleep = r.cfg.MinSleep
+		prev  int64 // the previous iteration's time
+		asked int64 // sleep asked for since
+		stall = int64(r.cfg.StallThreshold)
 	)
 	for {
 		work := 0
@@ -347,6 +367,12 @@ func (r *Runner) loop(ready chan<- error) {
 			break
 		}
 		now := r.now()
+		if gap := now - prev - asked; stall > 0 && prev != 0 && gap > stall {
+			r.lc.Stalls++
+			r.lc.StalledNs += uint64(gap)
+			r.core.Stalled(now, gap)
+		}
+		prev, asked = now, 0
 		work += r.iterate(now)
 		if r.lc.Iterations&255 == 0 {
 			r.publish()
@@ -359,7 +385,7 @@ func (r *Runner) loop(ready chan<- error) {
 		switch {
 		case idle < r.cfg.IdleSpins:
 		case r.cfg.Mode == Backoff:
-			r.sleep(now, sleep)
+			asked = r.sleep(now, sleep)
 			sleep = min(2*sleep, r.cfg.MaxSleep)
 		case r.cfg.Mode == Yield:
 			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
@@ -414,12 +440,13 @@ func (r *Runner) runExecs() int {
 }
 
 // sleep blocks for d, or less when the core has a timer due earlier, or
-// until Exec or Stop wakes it.
-func (r *Runner) sleep(now int64, d time.Duration) {
+// until Exec or Stop wakes it. It returns the sleep it asked for in ns (0:
+// it did not sleep), which the next iteration's stall check allows for.
+func (r *Runner) sleep(now int64, d time.Duration) int64 {
 	if dl := r.core.NextDeadline(); dl != math.MaxInt64 {
 		until := time.Duration(dl - now)
 		if until <= 0 {
-			return
+			return 0
 		}
 		d = min(d, until)
 	}
@@ -429,7 +456,7 @@ func (r *Runner) sleep(now int64, d time.Duration) {
 	r.sleeping.Store(true)
 	if r.pending.Load() > 0 || r.stop.Load() {
 		r.sleeping.Store(false)
-		return
+		return 0
 	}
 	ts := unix.NsecToTimespec(int64(d))
 	n, _ := unix.Ppoll(r.pfd[:], &ts, nil) // EINTR: just an early wake-up
@@ -437,6 +464,7 @@ func (r *Runner) sleep(now int64, d time.Duration) {
 	if n > 0 {
 		_, _ = unix.Read(r.efd, r.buf[:]) // reset the eventfd counter
 	}
+	return int64(d)
 }
 
 // closeEventfd closes the eventfd under efdMu, so a concurrent wake never

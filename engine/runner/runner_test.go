@@ -285,6 +285,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *runner.Config) { c.MaxSleep = c.MinSleep / 2 },
 		func(c *runner.Config) { c.MaxSleep = 2 * time.Second },
 		func(c *runner.Config) { c.ExecQueue = 0 },
+		func(c *runner.Config) { c.StallThreshold = -1 },
 	}
 	for i, mutate := range bad {
 		c := runner.DefaultConfig()
@@ -308,4 +309,61 @@ func TestMonotonic(t *testing.T) {
 	if a < int64(time.Second) || b < a {
 		t.Errorf("Monotonic() = %d then %d", a, b)
 	}
+}
+
+// TestStalls: a gap between iterations longer than StallThreshold beyond
+// the sleep asked for counts as a stall, with its length: a clock that
+// jumps 50 ms (busy), and an Exec that holds the loop for 30 ms (backoff,
+// which also sleeps between iterations: the sleeps are not stalls).
+func TestStalls(t *testing.T) {
+	t.Run("clock", func(t *testing.T) {
+		var n, jump atomic.Int64
+		cfg := runner.DefaultConfig()
+		cfg.Mode = runner.Busy
+		cfg.Clock = func() int64 { return int64(time.Second) + n.Add(1000) + jump.Load() }
+		r, _ := newRunner(t, cfg)
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "iterations", func() bool { return r.Stats().Iterations > 1000 })
+		if s := r.Stats(); s.Stalls != 0 {
+			t.Fatalf("stalls without a gap: %+v", s)
+		}
+		jump.Store(int64(50 * time.Millisecond))
+		eventually(t, "the stall", func() bool { return r.Stats().Stalls > 0 })
+		time.Sleep(10 * time.Millisecond)
+		if s := r.Stats(); s.Stalls != 1 || s.StalledNs < uint64(50*time.Millisecond) || s.StalledNs > uint64(51*time.Millisecond) {
+			t.Fatalf("want one stall of 50 ms: %+v", s)
+		}
+	})
+	t.Run("exec", func(t *testing.T) {
+		r, _ := newRunner(t, runner.DefaultConfig())
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "idle sleeps", func() bool { return r.Stats().IdleSleeps > 10 })
+		before := r.Stats()
+		if err := r.Exec(func(*engine.Core) { time.Sleep(30 * time.Millisecond) }); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the stall", func() bool { return r.Stats().Stalls > before.Stalls })
+		if s := r.Stats(); s.StalledNs-before.StalledNs < uint64(30*time.Millisecond) {
+			t.Fatalf("stall shorter than the 30 ms the loop was held: %+v, before %+v", s, before)
+		}
+	})
+	t.Run("off", func(t *testing.T) {
+		var n, jump atomic.Int64
+		cfg := runner.DefaultConfig()
+		cfg.Mode, cfg.StallThreshold = runner.Busy, 0
+		cfg.Clock = func() int64 { return int64(time.Second) + n.Add(1000) + jump.Load() }
+		r, _ := newRunner(t, cfg)
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+		jump.Store(int64(50 * time.Millisecond))
+		eventually(t, "iterations", func() bool { return r.Stats().Iterations > 1000 })
+		if s := r.Stats(); s.Stalls != 0 {
+			t.Fatalf("stall detection off, yet: %+v", s)
+		}
+	})
 }

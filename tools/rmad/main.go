@@ -267,6 +267,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		rs := r.Stats()
 		log.Info().Uint64("iterations", rs.Iterations).Uint64("rx_frames", rs.RxFrames).Uint64("idle_sleeps", rs.IdleSleeps).
 			Uint64("yields", rs.Yields).Uint64("slept_ns", rs.SleptNs).Uint64("execs", rs.Execs).
+			Uint64("stalls", rs.Stalls).Uint64("stalled_ns", rs.StalledNs).
 			Msg("final runner counters")
 		ps := dport.Stats() // the Port's goroutine has exited with the loop
 		log.Info().Uint64("tx_frames", ps.TxFrames).Uint64("tx_dropped", ps.TxDropped).Uint64("tx_no_buffer", ps.TxNoBuffer).
@@ -371,7 +372,7 @@ func logFault(log zerolog.Logger, c *faultport.Config, r *runner.Config) {
 // runner.Stats.
 func loopStatsMsg(s runner.Stats) *ctlmsg.LoopStats {
 	return &ctlmsg.LoopStats{Iterations: s.Iterations, RxFrames: s.RxFrames, IdleSleeps: s.IdleSleeps,
-		Yields: s.Yields, SleptNs: s.SleptNs, Execs: s.Execs}
+		Yields: s.Yields, SleptNs: s.SleptNs, Execs: s.Execs, Stalls: s.Stalls, StalledNs: s.StalledNs}
 }
 
 // faultStatsMsg converts the fault injector's counters to their

@@ -132,6 +132,8 @@ type LoopStats struct {
 	Yields     uint64 `json:"yields"`      // sched_yield calls (yield mode)
 	SleptNs    uint64 `json:"slept_ns"`    // time asleep
 	Execs      uint64 `json:"execs"`       // control-plane closures run on the loop
+	Stalls     uint64 `json:"stalls"`      // gaps between iterations over the stall threshold (the loop could not run)
+	StalledNs  uint64 `json:"stalled_ns"`  // their total length
 }
 
 // FaultStats are a fault-injecting port wrapper's counters
