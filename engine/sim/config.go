@@ -404,14 +404,16 @@ func Corrupting(seed uint64) Config {
 }
 
 // LinkFlap: nodes lose their link for a while (longer than TIMEOUT, often
-// longer than the resolve timeout), and cores stall.
+// longer than the resolve timeout), and cores stall, up to three TIMEOUTs
+// (Core.Stalled then moves the stalled initiator's deadlines, never a
+// server's: no write may land after its initiator reported it failed).
 func LinkFlap(seed uint64) Config {
 	r := scenarioRand(seed)
 	c := base("flap", seed, r)
 	c.Faults.LinkFlaps = 1 + r.IntN(3)
 	c.Faults.LinkDownNs = [2]int64{200_000, 1_500_000}
 	c.Faults.Stalls = r.IntN(3)
-	c.Faults.StallNs = 200_000
+	c.Faults.StallNs = 3 * int64(c.Engine.Timeout)
 	c.PostNs = 2_500_000
 	c.MustSee = []abi.Status{abi.StatusOK, abi.StatusTimeout}
 	return c

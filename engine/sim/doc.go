@@ -70,8 +70,9 @@
 // (TOS, ID, TTL, checksums) it ignores. (Ethernet headers and ARP are left
 // alone: a real link's FCS protects them; TestCorruptionIsDetectable
 // checks the claim with real seals.) Links go down and up; cores
-// stall (not polled: a descheduled thread); Tx.Buffer sometimes has no
-// buffer. The switch does not hairpin (a frame to its sender's own MAC is
+// stall (not polled: a descheduled thread), and at its next step a
+// stalled core is told the stall's length (Core.Stalled), as engine/runner
+// does; Tx.Buffer sometimes has no buffer. The switch does not hairpin (a frame to its sender's own MAC is
 // dropped), like real switches and bridges.
 //
 // # The driver loop

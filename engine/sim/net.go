@@ -82,6 +82,7 @@ type node struct {
 
 	shut      bool  // Core.Shutdown was called
 	busyUntil int64 // virtual CPU: the core is busy until then
+	stalled   int64 // stall time the core has not been told of (Core.Stalled at its next step)
 	next      int64 // when the driver runs this core next (MaxInt64: idle)
 	kick      bool  // run as soon as the core is free (rx, new commands, work left)
 	idleRuns  int   // consecutive runs that did nothing
@@ -524,6 +525,11 @@ func (n *node) step() {
 	now := s.now
 	n.kick = false
 	txBefore, txBytesBefore := n.txSent, n.txBytes
+	if n.stalled > 0 { // as engine/runner does on its first iteration after a gap
+		n.core.Stalled(now, n.stalled)
+		n.afterCall("Stalled")
+		n.stalled = 0
+	}
 	rxCount := 0
 	for n.rxLen > 0 && rxCount < rxBurst {
 		f := n.rx[n.rxHead]

@@ -561,7 +561,10 @@ func (s *Sim) handle(e event) {
 		s.pendingEv--
 	case evStall:
 		s.tracef("node %d stalls for %dns", n.id, e.arg)
-		n.busyUntil = max(n.busyUntil, s.now+e.arg)
+		if end := s.now + e.arg; end > n.busyUntil {
+			n.stalled += end - max(n.busyUntil, s.now)
+			n.busyUntil = end
+		}
 		n.reschedule()
 	case evCrash:
 		n.app.crash()
