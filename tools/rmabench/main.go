@@ -75,6 +75,7 @@ func main() {
 	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,tcp,aes,write-pairs,isolation", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
+	pgoOut := flag.String("pgo", "", "instead of measuring, profile rmad (built -pgo=off) on the loopback engine under the bench's workloads, -D each, and write the merged CPU profile here (scripts/pgo.sh)")
 	flag.Parse()
 	if *bin == "" {
 		self, _ := os.Executable()
@@ -94,6 +95,13 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	rmad, rmaperf := filepath.Join(*bin, "rmad"), filepath.Join(*bin, "rmaperf")
+	if *pgoOut != "" {
+		if err := pgoRun(rmad, rmaperf, dir, *pgoOut, *dur); err != nil {
+			os.RemoveAll(dir)
+			fail(err)
+		}
+		return
+	}
 	want := func(s string) bool { return strings.Contains(*only, s) }
 
 	if want("platform") {
