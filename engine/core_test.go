@@ -306,16 +306,24 @@ func TestTimeoutRefundsWindow(t *testing.T) {
 	}
 }
 
-func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
+// windowBound: a pair whose a has a 4 KB window (one op in service at a
+// time) and a static entry for b, and an app on a that posted n 64 B
+// READs to b, cookies 0..n-1; a has not polled yet.
+func windowBound(t *testing.T, n int) (*pair, Config, *testApp) {
 	ca := testConfig("10.0.0.1", 1)
 	ca.WindowBytes = 4096
 	ca.Neighbors = []Neighbor{{IP: testConfig("10.0.0.2", 2).LocalIP, MAC: wire.MAC{2, 0, 0, 0, 0, 2}}}
 	p := newPair(t, ca, testConfig("10.0.0.2", 2))
 	app := openApp(t, p.a, ClassLow, 8)
 	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
-	for k := 0; k < 4; k++ {
+	for k := range n {
 		app.post(t, readCmd(app.slots[k], ipOf("10.0.0.2"), abi.MakeRegionID(1, 1), 0, rd, 0, 64, uint64(k)))
 	}
+	return p, ca, app
+}
+
+func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
+	p, ca, app := windowBound(t, 4)
 	p.a.Poll(p.now)
 	if n := len(p.ta.take()); n != 1 {
 		t.Fatalf("%d requests entered service with a 4 KB window, want 1", n)
@@ -737,15 +745,7 @@ func TestStalledMovesOwnDeadlines(t *testing.T) {
 		}
 	})
 	t.Run("dispatch", func(t *testing.T) {
-		ca := testConfig("10.0.0.1", 1)
-		ca.WindowBytes = 4096
-		ca.Neighbors = []Neighbor{{IP: testConfig("10.0.0.2", 2).LocalIP, MAC: wire.MAC{2, 0, 0, 0, 0, 2}}}
-		p := newPair(t, ca, testConfig("10.0.0.2", 2))
-		app := openApp(t, p.a, ClassLow, 8)
-		rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
-		for k := 0; k < 3; k++ {
-			app.post(t, readCmd(app.slots[k], ipOf("10.0.0.2"), abi.MakeRegionID(1, 1), 0, rd, 0, 64, uint64(k)))
-		}
+		p, ca, app := windowBound(t, 3)
 		t0 := p.now
 		p.a.Poll(t0) // one in service, two waiting for window
 		p.a.Stalled(t0+gap/5, gap)

@@ -93,6 +93,21 @@ func newWPair(t *testing.T, ca, cb Config) *wPair {
 	return p
 }
 
+// pullOut posts a 256 B write on slot 1, delivers its request ① to b and
+// returns the pull ② b sent (not delivered).
+func (p *wPair) pullOut(t *testing.T) [][]byte {
+	t.Helper()
+	p.app.post(t, p.cmd(1, p.rd, 0, 256))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b) // ①
+	p.b.Poll(p.now)
+	pull := p.tb.take() // ②
+	if len(pull) != 1 || frameType(pull[0]) != wire.TypePullReq {
+		t.Fatalf("want a pull, got %d frames", len(pull))
+	}
+	return pull
+}
+
 func (p *wPair) cmd(k int, reg abi.RegionID, off uint64, n uint32) *abi.Command {
 	return writeCmd(p.app.slots[k], ipOf("10.0.0.2"), reg, off, p.rs, 0, n, uint64(k))
 }
@@ -524,14 +539,7 @@ func BenchmarkWriteLoopback4096(b *testing.B) { benchOp(b, abi.OpWrite, 4096) }
 // completes OK when its data commits.
 func TestWriteForgedFailureAfterPullDropped(t *testing.T) {
 	p := newWPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
-	p.app.post(t, p.cmd(1, p.rd, 0, 256))
-	p.a.Poll(p.now)
-	p.ta.deliverTo(p.now, p.b) // ①
-	p.b.Poll(p.now)
-	pull := p.tb.take() // ②
-	if len(pull) != 1 || frameType(pull[0]) != wire.TypePullReq {
-		t.Fatalf("want a pull, got %d frames", len(pull))
-	}
+	pull := p.pullOut(t)
 	var f wire.Fields
 	if _, err := wire.Decode(pull[0], &f); err != nil {
 		t.Fatal(err)
@@ -636,13 +644,7 @@ func TestReadNotBehindWaitingWrite(t *testing.T) {
 // timeout at ② and may only move its own deadline later, times out last.
 func TestWriteStalledServerKeepsPullDeadline(t *testing.T) {
 	p := newWPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
-	p.app.post(t, p.cmd(1, p.rd, 0, 256))
-	p.a.Poll(p.now)
-	p.ta.deliverTo(p.now, p.b) // ①
-	p.b.Poll(p.now)
-	if pull := p.tb.take(); len(pull) != 1 || frameType(pull[0]) != wire.TypePullReq { // ② lost
-		t.Fatalf("want a pull, got %d frames", len(pull))
-	}
+	p.pullOut(t) // ② lost
 	t0 := p.now
 	const gap = int64(5 * time.Millisecond)
 	p.b.Stalled(t0+gap, gap)
