@@ -277,15 +277,24 @@ func TestRemoteErrors(t *testing.T) {
 	}
 }
 
-func TestTimeoutRefundsWindow(t *testing.T) {
-	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
-	app := openApp(t, p.a, ClassLow, 4)
+// readPair: a pair with an app on a (4 slots) that has read 8 bytes of
+// region rs on b into its region rd, so a knows b's MAC.
+func readPair(t *testing.T) (p *pair, app *testApp, rs, rd abi.RegionID) {
+	p = newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
+	app = openApp(t, p.a, ClassLow, 4)
 	srv := openApp(t, p.b, ClassLow, 0)
-	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
+	rs, _ = p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
+	rd, _ = p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 1))
 	p.run() // resolves ARP, completes one op
-	app.completions()
+	if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+		t.Fatalf("the first read: %+v", got)
+	}
+	return p, app, rs, rd
+}
+
+func TestTimeoutRefundsWindow(t *testing.T) {
+	p, app, rs, rd := readPair(t)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 3000, 2))
 	p.a.Poll(p.now)
 	if s := p.a.Stats(); s.WindowInUse != 3000 {
@@ -705,14 +714,7 @@ func TestDoorbell(t *testing.T) {
 func TestStalledMovesOwnDeadlines(t *testing.T) {
 	const gap = int64(5 * time.Millisecond)
 	t.Run("timeout", func(t *testing.T) {
-		p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
-		app := openApp(t, p.a, ClassLow, 4)
-		srv := openApp(t, p.b, ClassLow, 0)
-		rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
-		rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
-		app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 1))
-		p.run() // resolves ARP
-		app.completions()
+		p, app, rs, rd := readPair(t)
 		t0 := p.now
 		app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 64, 2))
 		p.a.Poll(t0)
