@@ -125,15 +125,7 @@ func main() {
 		if !want(l.setup) {
 			continue
 		}
-		o := testbed.Loopback(rmad, dir, "bench-lo", "10.99.0.1")
-		o.Busy, o.CPU = true, 1
-		// Frames to itself go out of the port and come back through the
-		// ring, so the port's I/O is part of the per-op cost.
-		o.Extra = []string{"-log-level", "warn", "-hairpin-self=true", "-mtu", l.mtu}
-		if *crypto != "" {
-			o.Extra = append(o.Extra, "-crypto", *crypto)
-		}
-		e, err := testbed.Start(o)
+		e, err := testbed.Start(benchLoopback(rmad, dir, "bench-lo", "10.99.0.1", l.mtu, cryptoArgs(*crypto)...))
 		if err != nil {
 			fail(err)
 		}
@@ -446,13 +438,11 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	if err := os.WriteFile(cfgPath, []byte(isoPolicy), 0o644); err != nil {
 		return nil, err
 	}
-	o := testbed.Loopback(rmad, dir, "bench-iso", "10.99.2.1")
-	o.Busy, o.CPU = true, 1
-	base := []string{"-log-level", "warn", "-hairpin-self=true", "-mtu", "1500"}
+	var extra []string
 	if isoWindow > 0 {
-		base = append(base, "-window-bytes", strconv.Itoa(isoWindow))
+		extra = append(extra, "-window-bytes", strconv.Itoa(isoWindow))
 	}
-	o.Extra = append(append([]string{}, base...), "-config", cfgPath)
+	o := benchLoopback(rmad, dir, "bench-iso", "10.99.2.1", "1500", append(extra, "-config", cfgPath)...)
 	policy := "high class from the engine's slot_policy rule for " + isoLatName
 	if isoWindow > 0 {
 		policy += fmt.Sprintf("; engine window %d B", isoWindow)
@@ -1010,4 +1000,24 @@ func median(v []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// benchLoopback is the loopback engine of every loopback setup (and of
+// the PGO profile): net_ring, busy polling on CPU 1 (rmaperf runs on CPU
+// 0), frames to itself out of the port and back through the ring, so the
+// port's I/O is part of the per-op cost; MTU mtu, then extra rmad flags.
+func benchLoopback(rmad, dir, name, ip, mtu string, extra ...string) testbed.Options {
+	o := testbed.Loopback(rmad, dir, name, ip)
+	o.Busy, o.CPU = true, 1
+	o.Extra = append([]string{"-log-level", "warn", "-hairpin-self=true", "-mtu", mtu}, extra...)
+	return o
+}
+
+// cryptoArgs is rmad's -crypto flag for rmabench's -crypto (none: rmad's
+// default).
+func cryptoArgs(crypto string) []string {
+	if crypto == "" {
+		return nil
+	}
+	return []string{"-crypto", crypto}
 }

@@ -12,7 +12,7 @@ import (
 
 // pgoRun profiles rmad for profile-guided optimisation (rmabench -pgo,
 // run by scripts/pgo.sh with an rmad built -pgo=off): the loopback engine
-// exactly as the loopback rows start it (testbed.Loopback, busy on CPU 1,
+// exactly as the loopback rows start it (benchLoopback: busy on CPU 1,
 // frames to itself through the net_ring port, rmaperf on CPU 0), once per
 // MTU, under the workloads make bench measures: READ and WRITE, 64 B and
 // 4 KB, bandwidth (O=64) and, at MTU 1500, latency; at MTU 9000 also a
@@ -28,10 +28,7 @@ func pgoRun(rmad, rmaperf, dir, out string, dur time.Duration) error {
 			specs = append(specs, spec{"read_bw", 4 << 20, 2})
 		}
 		prof := filepath.Join(dir, "rmad-"+mtu+".pprof")
-		o := testbed.Loopback(rmad, dir, "pgo-lo", "10.99.0.1")
-		o.Busy, o.CPU = true, 1
-		o.Extra = []string{"-log-level", "warn", "-hairpin-self=true", "-mtu", mtu, "-cpuprofile", prof}
-		e, err := testbed.Start(o)
+		e, err := testbed.Start(benchLoopback(rmad, dir, "pgo-lo", "10.99.0.1", mtu, "-cpuprofile", prof))
 		if err != nil {
 			return err
 		}

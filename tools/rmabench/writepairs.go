@@ -31,13 +31,7 @@ func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration) ([]Row, er
 	d := max(time.Second, dur/nWritePairs)
 	s := spec{"write_bw", abi.MaxOpBytes, 64}
 	engine := func(setup, mtu string) (Row, error) {
-		o := testbed.Loopback(rmad, dir, "bench-wp", "10.99.0.1")
-		o.Busy, o.CPU = true, 1
-		o.Extra = []string{"-log-level", "warn", "-hairpin-self=true", "-mtu", mtu}
-		if crypto != "" {
-			o.Extra = append(o.Extra, "-crypto", crypto)
-		}
-		e, err := testbed.Start(o)
+		e, err := testbed.Start(benchLoopback(rmad, dir, "bench-wp", "10.99.0.1", mtu, cryptoArgs(crypto)...))
 		if err != nil {
 			return Row{}, err
 		}
