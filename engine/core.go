@@ -1058,7 +1058,7 @@ func (c *Core) expire(now int64) int {
 }
 
 // Stalled tells the core that its loop could not run for the gap ns
-// before now (the thread was preempted or descheduled, or the control
+// just past (the thread was preempted or descheduled, or the control
 // plane held the loop): answers that arrived meanwhile wait in the port
 // unread. The ops this core initiated get gap ns more before TIMEOUT, and
 // those waiting for window before DISPATCH_TIMEOUT, so none fails for
@@ -1067,7 +1067,7 @@ func (c *Core) expire(now int64) int {
 // deadline later is always safe (a WRITE's initiator must time out last);
 // the serving side's timers (pulls, queued requests) stay where they are
 // for that reason. The delays an op reports still include the gap.
-func (c *Core) Stalled(now, gap int64) {
+func (c *Core) Stalled(gap int64) {
 	if gap <= 0 {
 		return
 	}

@@ -719,8 +719,7 @@ func TestStalledMovesOwnDeadlines(t *testing.T) {
 		app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 64, 2))
 		p.a.Poll(t0)
 		req := p.ta.take() // the request waits while a stalls
-		p.now = t0 + gap
-		p.a.Stalled(p.now, gap)
+		p.a.Stalled(gap)
 		p.now = t0 + int64(p.a.cfg.Timeout) + gap/2 // past the op's first deadline
 		p.a.Poll(p.now)
 		if got := app.completions(); len(got) != 0 {
@@ -750,7 +749,7 @@ func TestStalledMovesOwnDeadlines(t *testing.T) {
 		p, ca, app := windowBound(t, 3)
 		t0 := p.now
 		p.a.Poll(t0) // one in service, two waiting for window
-		p.a.Stalled(t0+gap/5, gap)
+		p.a.Stalled(gap)
 		p.now = t0 + int64(ca.DispatchTimeout) + gap/2
 		p.a.Poll(p.now)
 		if got := app.completions(); len(got) != 0 {

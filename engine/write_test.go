@@ -647,7 +647,7 @@ func TestWriteStalledServerKeepsPullDeadline(t *testing.T) {
 	p.pullOut(t) // ② lost
 	t0 := p.now
 	const gap = int64(5 * time.Millisecond)
-	p.b.Stalled(t0+gap, gap)
+	p.b.Stalled(gap)
 	p.now = t0 + int64(p.b.cfg.Timeout) + 1
 	p.b.Poll(p.now)
 	if s := p.b.Stats(); s.PullsExpired != 1 || s.PullsInUse != 0 || s.WindowInUse != 0 {

@@ -370,7 +370,7 @@ func (r *Runner) loop(ready chan<- error) {
 		if gap := now - prev - asked; stall > 0 && prev != 0 && gap > stall {
 			r.lc.Stalls++
 			r.lc.StalledNs += uint64(gap)
-			r.core.Stalled(now, gap)
+			r.core.Stalled(gap)
 		}
 		prev, asked = now, 0
 		work += r.iterate(now)

@@ -526,7 +526,7 @@ func (n *node) step() {
 	n.kick = false
 	txBefore, txBytesBefore := n.txSent, n.txBytes
 	if n.stalled > 0 { // as engine/runner does on its first iteration after a gap
-		n.core.Stalled(now, n.stalled)
+		n.core.Stalled(n.stalled)
 		n.afterCall("Stalled")
 		n.stalled = 0
 	}
