@@ -25,6 +25,7 @@ import (
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/internal/enginetest"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -116,18 +117,6 @@ func (e *env) audit(t *testing.T) {
 	e.drv.Exec(func(c *engine.Core) { err = c.Audit() })
 	if err != nil {
 		t.Errorf("engine audit: %v", err)
-	}
-}
-
-// eventually polls cond for up to 5 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -579,9 +568,9 @@ func TestCloseWithoutCleanupReclaims(t *testing.T) {
 	}
 	rs1Key := rs[1].Key()
 	p.Close()
-	eventually(t, "slots reclaimed", func() bool { return e.stats(t).SlotsInUse == 0 })
-	eventually(t, "connection gone", func() bool { return e.srv.Conns() == 0 })
-	eventually(t, "no ops in flight", func() bool { return e.stats(t).OpsInFlight == 0 })
+	enginetest.Eventually(t, "slots reclaimed", func() bool { return e.stats(t).SlotsInUse == 0 })
+	enginetest.Eventually(t, "connection gone", func() bool { return e.srv.Conns() == 0 })
+	enginetest.Eventually(t, "no ops in flight", func() bool { return e.stats(t).OpsInFlight == 0 })
 	if got := shmMaps(t); got != maps {
 		t.Errorf("%d engine memfd mappings remain (had %d)", got, maps)
 	}
@@ -665,9 +654,9 @@ func TestKilledChildReclaims(t *testing.T) {
 	}
 	cmd.Process.Signal(unix.SIGKILL)
 	cmd.Wait()
-	eventually(t, "slots reclaimed", func() bool { return e.stats(t).SlotsInUse == 0 })
-	eventually(t, "connection gone", func() bool { return e.srv.Conns() == 0 })
-	eventually(t, "memory unmapped", func() bool { return shmMaps(t) == maps })
+	enginetest.Eventually(t, "slots reclaimed", func() bool { return e.stats(t).SlotsInUse == 0 })
+	enginetest.Eventually(t, "connection gone", func() bool { return e.srv.Conns() == 0 })
+	enginetest.Eventually(t, "memory unmapped", func() bool { return shmMaps(t) == maps })
 }
 
 // rawRoundTrip sends one datagram on a fresh connection (after opening a
@@ -802,7 +791,7 @@ func TestMaxConns(t *testing.T) {
 		t.Fatalf("second connection: %v", err)
 	}
 	p.Close()
-	eventually(t, "first connection gone", func() bool { return e.srv.Conns() == 0 })
+	enginetest.Eventually(t, "first connection gone", func() bool { return e.srv.Conns() == 0 })
 	dial(t, e, "third")
 }
 
@@ -942,7 +931,7 @@ func TestCorruptRingsIsolated(t *testing.T) {
 	}
 	// The command ring's producer index jumps far past its capacity.
 	binary.LittleEndian.PutUint32(seg[l.CmdOff:], l.CmdCap*3+5)
-	eventually(t, "the core to close the corrupt portal", func() bool { return e.stats(t).RingsCorrupt == 1 })
+	enginetest.Eventually(t, "the core to close the corrupt portal", func() bool { return e.stats(t).RingsCorrupt == 1 })
 
 	victim := dial(t, e, "victim")
 	if _, err := victim.AllocSlots(4); err != nil {
@@ -966,7 +955,7 @@ func TestCorruptRingsIsolated(t *testing.T) {
 		}
 	}
 	c.Close()
-	eventually(t, "the corrupt connection to go", func() bool { return e.srv.Conns() == 1 })
+	enginetest.Eventually(t, "the corrupt connection to go", func() bool { return e.srv.Conns() == 1 })
 	if got := e.stats(t).SlotsInUse; got != 4 {
 		t.Fatalf("SlotsInUse = %d, want the victim's 4", got)
 	}
@@ -1171,7 +1160,7 @@ func TestKeysNeverLogged(t *testing.T) {
 	}
 	own.Close()
 	c.Close()
-	eventually(t, "connections gone", func() bool { return e.srv.Conns() == 0 })
+	enginetest.Eventually(t, "connections gone", func() bool { return e.srv.Conns() == 0 })
 	logged := logBuf.String()
 	if !strings.Contains(logged, "region rekeyed") || !strings.Contains(logged, "rekey") {
 		t.Errorf("the log does not show the requests at all:\n%s", logged)

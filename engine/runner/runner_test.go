@@ -11,6 +11,7 @@ import (
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/internal/enginetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,18 +42,6 @@ func newRunner(t *testing.T, cfg runner.Config) (*runner.Runner, *memport.Port) 
 		}
 	})
 	return r, b
-}
-
-// eventually polls cond for up to 5 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func TestExec(t *testing.T) {
@@ -92,9 +81,9 @@ func TestExec(t *testing.T) {
 			if n.Load() != 100 {
 				t.Fatalf("%d closures ran, want 100", n.Load())
 			}
-			eventually(t, "Execs counter", func() bool { return r.Stats().Execs >= 101 })
+			enginetest.Eventually(t, "Execs counter", func() bool { return r.Stats().Execs >= 101 })
 			if mode == runner.Yield {
-				eventually(t, "idle yields", func() bool { return r.Stats().Yields > 0 })
+				enginetest.Eventually(t, "idle yields", func() bool { return r.Stats().Yields > 0 })
 			}
 		})
 	}
@@ -164,7 +153,7 @@ func TestBackoffSleepsWhenIdle(t *testing.T) {
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "idle sleeps", func() bool { return r.Stats().IdleSleeps > 10 })
+	enginetest.Eventually(t, "idle sleeps", func() bool { return r.Stats().IdleSleeps > 10 })
 	s := r.Stats()
 	if s.SleptNs == 0 || s.Iterations < s.IdleSleeps {
 		t.Errorf("stats %+v", s)
@@ -178,7 +167,7 @@ func TestBusyNeverSleeps(t *testing.T) {
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "iterations", func() bool { return r.Stats().Iterations > 10000 })
+	enginetest.Eventually(t, "iterations", func() bool { return r.Stats().Iterations > 10000 })
 	if s := r.Stats(); s.IdleSleeps != 0 {
 		t.Errorf("busy loop slept: %+v", s)
 	}
@@ -192,7 +181,7 @@ func TestExecWakesSleeper(t *testing.T) {
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the first sleep", func() bool { return r.Stats().IdleSleeps > 0 })
+	enginetest.Eventually(t, "the first sleep", func() bool { return r.Stats().IdleSleeps > 0 })
 	time.Sleep(10 * time.Millisecond) // well inside the 1 s sleep
 	start := time.Now()
 	if err := r.Exec(func(*engine.Core) {}); err != nil {
@@ -232,7 +221,7 @@ func TestFramesReachCore(t *testing.T) {
 		i++
 	}
 	peer.Flush()
-	eventually(t, "frames received", func() bool { return r.Stats().RxFrames == frames })
+	enginetest.Eventually(t, "frames received", func() bool { return r.Stats().RxFrames == frames })
 }
 
 // TestThreadHooks: ThreadStart, every Exec and ThreadExit run on the same
@@ -325,12 +314,12 @@ func TestStalls(t *testing.T) {
 		if err := r.Start(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "iterations", func() bool { return r.Stats().Iterations > 1000 })
+		enginetest.Eventually(t, "iterations", func() bool { return r.Stats().Iterations > 1000 })
 		if s := r.Stats(); s.Stalls != 0 {
 			t.Fatalf("stalls without a gap: %+v", s)
 		}
 		jump.Store(int64(50 * time.Millisecond))
-		eventually(t, "the stall", func() bool { return r.Stats().Stalls > 0 })
+		enginetest.Eventually(t, "the stall", func() bool { return r.Stats().Stalls > 0 })
 		time.Sleep(10 * time.Millisecond)
 		if s := r.Stats(); s.Stalls != 1 || s.StalledNs < uint64(50*time.Millisecond) || s.StalledNs > uint64(51*time.Millisecond) {
 			t.Fatalf("want one stall of 50 ms: %+v", s)
@@ -341,12 +330,12 @@ func TestStalls(t *testing.T) {
 		if err := r.Start(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "idle sleeps", func() bool { return r.Stats().IdleSleeps > 10 })
+		enginetest.Eventually(t, "idle sleeps", func() bool { return r.Stats().IdleSleeps > 10 })
 		before := r.Stats()
 		if err := r.Exec(func(*engine.Core) { time.Sleep(30 * time.Millisecond) }); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the stall", func() bool { return r.Stats().Stalls > before.Stalls })
+		enginetest.Eventually(t, "the stall", func() bool { return r.Stats().Stalls > before.Stalls })
 		if s := r.Stats(); s.StalledNs-before.StalledNs < uint64(30*time.Millisecond) {
 			t.Fatalf("stall shorter than the 30 ms the loop was held: %+v, before %+v", s, before)
 		}
@@ -361,7 +350,7 @@ func TestStalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		jump.Store(int64(50 * time.Millisecond))
-		eventually(t, "iterations", func() bool { return r.Stats().Iterations > 1000 })
+		enginetest.Eventually(t, "iterations", func() bool { return r.Stats().Iterations > 1000 })
 		if s := r.Stats(); s.Stalls != 0 {
 			t.Fatalf("stall detection off, yet: %+v", s)
 		}

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -83,4 +84,18 @@ func Start(t testing.TB, o Opts) *Engine {
 		r.Stop(context.Background())
 	})
 	return &Engine{Socket: cfg.SocketPath, Runner: r}
+}
+
+// Eventually polls cond every millisecond for up to 5 s and fails the test
+// if it never holds. Counters an engine publishes from its loop (runner
+// Stats) lag the completions an application sees: wait for them with it.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
