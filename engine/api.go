@@ -91,4 +91,6 @@ type Stats struct {
 	RingsCorrupt    uint64 // portals closed because the app wrote impossible ring indices
 	SelfLoop        uint64 // frames the engine sent to itself inside the core (not counted in Tx/RxFrames)
 	Doorbells       uint64 // doorbells rung for applications waiting on completions
+	DelayBatches    uint64 // delay-sample batches handed to the telemetry hook (rmatop's uprobe)
+	DelaySamples    uint64 // completions in them
 }

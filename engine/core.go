@@ -11,6 +11,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -220,6 +221,9 @@ type Core struct {
 	rxn   int
 	txf   wire.Fields // scratch for the frame being encoded
 	stats Stats
+	// delays batches a sample per completion for the telemetry hook
+	// (rmatop): full batches and those over a millisecond old are flushed.
+	delays *telemetry.Batch
 }
 
 // New allocates every table of a core from cfg. Nothing is allocated on
@@ -272,6 +276,8 @@ func New(cfg Config, tx Tx) (*Core, error) {
 	}
 	c.ipb = cfg.LocalIP.As4()
 	c.lane = cfg.IV.NewLane()
+	c.delays = new(telemetry.Batch)
+	c.delays.SetCore(cfg.CoreID)
 	if err := c.lane.Refill(); err != nil {
 		return nil, fmt.Errorf("%w: IV source: %v", ErrConfig, err)
 	}
@@ -569,6 +575,7 @@ func (c *Core) Stats() Stats {
 	s.WindowInUse = uint64(c.windowUsed)
 	s.SlotsInUse = uint64(len(c.slots) - len(c.freeSlot))
 	s.OpsInFlight = uint64(c.inflight)
+	s.DelayBatches, s.DelaySamples = c.delays.Flushes, c.delays.Samples
 	s.PullsInUse = uint64(len(c.pulls) - 1 - len(c.freePull))
 	if c.replay != nil {
 		s.ReplayEvictions = c.replay.evictions
@@ -763,7 +770,7 @@ func (c *Core) complete(now int64, i int32, st abi.Status) {
 	if st == abi.StatusOK {
 		n = s.length
 	}
-	c.writeCompletion(s.portal, p, &abi.Completion{
+	c.writeCompletion(now, s.portal, p, &abi.Completion{
 		Cookie: s.cookie, Slot: c.cfg.SlotBase + abi.SlotID(i), Status: st, Op: s.op,
 		IssueDelayNs: clampNs(issue), TotalDelayNs: clampNs(now - s.postNs), Length: n,
 	})
@@ -779,10 +786,11 @@ func clampNs(d int64) uint32 {
 	return uint32(d)
 }
 
-// writeCompletion commits a completion; room was reserved when the command
-// was taken from the ring (see drainPortal), so Reserve cannot fail unless
-// the application corrupted the ring indices.
-func (c *Core) writeCompletion(id PortalID, p *portal, cpl *abi.Completion) {
+// writeCompletion commits a completion and records its delays for the
+// telemetry hook; room was reserved when the command was taken from the
+// ring (see drainPortal), so Reserve cannot fail unless the application
+// corrupted the ring indices.
+func (c *Core) writeCompletion(now int64, id PortalID, p *portal, cpl *abi.Completion) {
 	b := p.cpl.Reserve()
 	if b == nil {
 		c.stats.RingsCorrupt++
@@ -790,6 +798,10 @@ func (c *Core) writeCompletion(id PortalID, p *portal, cpl *abi.Completion) {
 	}
 	cpl.Encode(b)
 	p.cpl.Commit()
+	c.delays.Add(now, telemetry.Sample{
+		IssueNs: cpl.IssueDelayNs, TotalNs: cpl.TotalDelayNs,
+		Op: uint8(cpl.Op), Status: uint8(cpl.Status), Length: cpl.Length,
+	})
 	if !p.dirty {
 		p.dirty = true
 		c.dirty = append(c.dirty, id)
@@ -870,6 +882,9 @@ func (c *Core) Poll(now int64) int {
 	work += c.runLoop(now)  // responses to ourselves complete their ops
 	c.runSeals()            // nothing waits for the next tx burst sealed
 	c.publish()
+	if c.delays.Due(now) || c.closing {
+		c.delays.Flush()
+	}
 	return work
 }
 
@@ -914,7 +929,7 @@ func (c *Core) drainPortal(now int64, id PortalID) int {
 // fail completes a command that never got a slot.
 func (c *Core) fail(now int64, id PortalID, p *portal, cmd *abi.Command, st abi.Status) {
 	c.stats.Completed[st]++
-	c.writeCompletion(id, p, &abi.Completion{Cookie: cmd.Cookie, Slot: cmd.Slot, Status: st, Op: cmd.Op})
+	c.writeCompletion(now, id, p, &abi.Completion{Cookie: cmd.Cookie, Slot: cmd.Slot, Status: st, Op: cmd.Op})
 }
 
 // post validates one command and queues its op. Every failure completes at

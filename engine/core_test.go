@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -767,4 +768,73 @@ func TestStalledMovesOwnDeadlines(t *testing.T) {
 		}
 		auditBoth(t, p)
 	})
+}
+
+// TestDelaySamples: every completion written (ops that ran and commands
+// refused before they got a slot) leaves one telemetry sample with its
+// delays; a full batch goes to the hook at once, a partial one once its
+// oldest sample is FlushNs old.
+func TestDelaySamples(t *testing.T) {
+	tx := newTestTx(256)
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.HairpinSelf = true // through tx, so a read takes time
+	c := newCore(t, cfg, tx)
+	app := openApp(t, c, ClassLow, 8)
+	src, dst := make([]byte, 4096), make([]byte, 4096)
+	rs, _ := c.RegisterRegion(app.id, src, PermAll, testKr)
+	rd, _ := c.RegisterRegion(app.id, dst, PermAll, testKr)
+	me := ipOf("10.0.0.1")
+	now := int64(1_000_000)
+	var got []abi.Completion
+	round := func(bad bool) {
+		for _, s := range app.slots {
+			cmd := readCmd(s, me, rs, 0, rd, 0, 64, uint64(len(got)))
+			if bad {
+				cmd = readCmd(s, me, rs, 0, rd, 4090, 64, uint64(len(got))) // LOCAL_BOUNDS: no slot taken
+			}
+			app.post(t, cmd)
+		}
+		for n, k := len(got), 0; len(got) < n+len(app.slots); k, now = k+1, now+500 {
+			if k == 100 {
+				t.Fatalf("%d of %d completions", len(got)-n, len(app.slots))
+			}
+			c.Poll(now)
+			now += 700 // the read's total delay
+			tx.deliverTo(now, c)
+			c.Poll(now)
+			got = append(got, app.completions()...)
+		}
+	}
+	round(false)
+	round(true)
+	if b := c.delays; b.Len() != len(got) || b.Flushes != 0 {
+		t.Fatalf("%d completions, %d samples, %d flushes", len(got), b.Len(), b.Flushes)
+	}
+	for i, cp := range got {
+		want := telemetry.Sample{IssueNs: cp.IssueDelayNs, TotalNs: cp.TotalDelayNs, Op: uint8(cp.Op), Status: uint8(cp.Status), Length: cp.Length}
+		if s := c.delays.Pending()[i]; s != want {
+			t.Fatalf("sample %d: %+v, want %+v (from %+v)", i, s, want, cp)
+		}
+	}
+	if got[len(got)-1].Status == abi.StatusOK || got[0].Status != abi.StatusOK || got[0].TotalDelayNs == 0 {
+		t.Fatalf("want OK reads then refused ones: %+v, %+v", got[0], got[len(got)-1])
+	}
+	// Not yet FlushNs since the first sample: kept.
+	first := c.delays.Oldest()
+	c.Poll(first + telemetry.FlushNs - 1)
+	if c.delays.Flushes != 0 {
+		t.Fatal("flushed before FlushNs")
+	}
+	c.Poll(first + telemetry.FlushNs)
+	if s := c.Stats(); s.DelayBatches != 1 || s.DelaySamples != uint64(len(got)) || c.delays.Len() != 0 {
+		t.Fatalf("after FlushNs: %d batches, %d samples, %d left", s.DelayBatches, s.DelaySamples, c.delays.Len())
+	}
+	// A full batch goes at once, whatever the clock.
+	now = first + telemetry.FlushNs
+	for flushed := len(got); len(got) < flushed+telemetry.BatchLen; { // 32 rounds of 8
+		round(true)
+	}
+	if s := c.Stats(); s.DelayBatches != 2 || s.DelaySamples != uint64(len(got)) || c.delays.Len() != 0 {
+		t.Fatalf("full batch: %+v with %d left", s, c.delays.Len())
+	}
 }

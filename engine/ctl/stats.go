@@ -52,6 +52,8 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		RingsCorrupt:    s.RingsCorrupt,
 		SelfLoop:        s.SelfLoop,
 		Doorbells:       s.Doorbells,
+		DelayBatches:    s.DelayBatches,
+		DelaySamples:    s.DelaySamples,
 	}
 	for st, n := range s.Completed {
 		if n != 0 {

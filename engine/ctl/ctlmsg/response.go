@@ -114,6 +114,8 @@ type Stats struct {
 	RingsCorrupt    uint64            `json:"rings_corrupt"`
 	SelfLoop        uint64            `json:"self_loop"`
 	Doorbells       uint64            `json:"doorbells"`
+	DelayBatches    uint64            `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
+	DelaySamples    uint64            `json:"delay_samples"` // completions in them
 	// Fault are the counters of the fault-injecting port wrapper
 	// (engine/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).
