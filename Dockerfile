@@ -5,7 +5,8 @@
 #       -v onerma-state:/var/lib/onerma onerma [rmad flags]
 FROM golang:1.26-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
-        libdpdk-dev libipsec-mb-dev pkg-config gcc make && rm -rf /var/lib/apt/lists/*
+        libdpdk-dev libipsec-mb-dev pkg-config gcc make \
+        clang llvm libbpf-dev linux-libc-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

@@ -5,7 +5,9 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 BIN     := bin
-TOOLS   := rmad rmactl rmaperf rmabench onerma-demo
+TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop
+# rmatop's BPF program: compiled here, committed, embedded by its Go package.
+BPF_DIR := engine/telemetry/probe/bpf
 # Keep the whole test run well under CI's budget (2 cores).
 TEST_TIMEOUT ?= 20m
 # Fuzz budgets are execution counts (about 8-10 s each here): a duration
@@ -15,7 +17,7 @@ TEST_TIMEOUT ?= 20m
 FUZZTIME ?=
 SIM_SEEDS ?= 1000
 
-.PHONY: all setup setup-bench build demo test fuzz sim bench figures vet clean pgo
+.PHONY: all setup setup-bench bpf build demo test fuzz sim bench figures vet clean pgo
 
 all: build
 
@@ -25,15 +27,21 @@ setup:
 setup-bench:
 	@bash scripts/setup.sh --bench
 
-build:
+# The object is committed (go build and go test need no clang); `make vet`
+# fails when it differs from what its source compiles to.
+bpf:
+	@cd $(BPF_DIR) && clang -O2 -g -target bpf -I/usr/include/$$(uname -m)-linux-gnu -c delay.bpf.c -o delay.bpf.o && llvm-strip -g delay.bpf.o
+
+build: bpf
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
 
 demo: setup build
 	@$(BIN)/onerma-demo -rmad $(BIN)/rmad
 
-vet:
+vet: bpf
 	$(GO) vet ./...
+	@git diff --quiet -- $(BPF_DIR)/delay.bpf.o 2>/dev/null || { echo "$(BPF_DIR)/delay.bpf.o differs from what delay.bpf.c compiles to: commit it"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 # Every test (unit, simulator seeds, real DPDK engines in separate processes,

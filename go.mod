@@ -3,6 +3,7 @@ module github.com/onerma/onerma
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/rs/zerolog v1.35.1
 	golang.org/x/sys v0.49.0
 	gonum.org/v1/plot v0.17.0

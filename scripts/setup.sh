@@ -10,7 +10,8 @@ want_bench=0
 
 log() { printf 'setup: %s\n' "$*"; }
 
-pkgs=(libdpdk-dev dpdk dpdk-dev libipsec-mb-dev pkg-config gcc make iproute2 procps)
+# clang, llvm (llvm-strip), libbpf-dev and linux-libc-dev build rmatop's BPF program.
+pkgs=(libdpdk-dev dpdk dpdk-dev libipsec-mb-dev pkg-config gcc make iproute2 procps clang llvm libbpf-dev linux-libc-dev)
 [ $want_bench = 1 ] && pkgs+=(ucx-utils)
 
 missing=()

@@ -1,0 +1,269 @@
+// Package probe loads rmatop's BPF program (delay.bpf.c) into the kernel
+// and attaches it as an entry uprobe to the telemetry hook
+// (engine/telemetry.Hook) of a running engine: every batch of delay
+// samples the engine hands to the hook is added, in the kernel, to log2
+// histograms of issue, total and remote delay per op and status. A
+// Snapshot reads them out; two snapshots' difference is an interval's.
+//
+// Needs root (CAP_BPF and CAP_PERFMON) and a kernel with uprobes; the BPF
+// object is compiled by `make bpf` and embedded.
+package probe
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/onerma/onerma/engine/telemetry"
+)
+
+//go:embed bpf/delay.bpf.o
+var object []byte
+
+// NumBuckets is the number of log2 buckets of a histogram: bucket 0 holds
+// 0 ns, bucket b > 0 holds [2^(b-1), 2^b) ns.
+const NumBuckets = 33
+
+// Kind is which delay a histogram measures.
+type Kind uint8
+
+const (
+	Issue  Kind = 0 // issue_delay: post to entering service (local queueing)
+	Total  Kind = 1 // total_delay: post to completion
+	Remote Kind = 2 // total - issue: the fabric and the remote engine
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Issue:
+		return "issue"
+	case Total:
+		return "total"
+	case Remote:
+		return "remote"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Key names one histogram.
+type Key struct {
+	Op     uint8 // abi.Op
+	Status uint8 // abi.Status
+	Kind   Kind
+}
+
+// Histogram counts samples per log2 bucket (NumBuckets).
+type Histogram [NumBuckets]uint64
+
+// Count is the number of samples.
+func (h *Histogram) Count() uint64 {
+	var n uint64
+	for _, c := range h {
+		n += c
+	}
+	return n
+}
+
+// BucketRange is bucket b's range in ns: [lo, hi).
+func BucketRange(b int) (lo, hi uint64) {
+	if b == 0 {
+		return 0, 1
+	}
+	return 1 << (b - 1), 1 << b
+}
+
+// Quantile is an upper bound of the q-quantile (0 < q <= 1) in ns: the
+// upper end of the bucket it falls in; 0 for an empty histogram.
+func (h *Histogram) Quantile(q float64) uint64 {
+	n := h.Count()
+	if n == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(q * float64(n)))
+	var seen uint64
+	for b, c := range h {
+		if seen += c; seen >= want && c > 0 {
+			_, hi := BucketRange(b)
+			return hi
+		}
+	}
+	_, hi := BucketRange(NumBuckets - 1)
+	return hi
+}
+
+// The histograms' range (delay.bpf.c): ops and statuses beyond it are
+// counted in Snapshot.OutOfRange, not in a histogram.
+const (
+	NumOps    = 4  // abi.Op values 0-3
+	NumStatus = 64 // abi.Status values 0-63
+	numKinds  = 3
+)
+
+// Snapshot is the probe's state at one moment.
+type Snapshot struct {
+	Hist map[Key]*Histogram // the non-empty histograms
+	// Bytes moved by OK ops, by op.
+	Bytes [NumOps]uint64
+	// Calls: hook hits; Samples: completions read; ReadErrors: batches
+	// the program could not read; Clamped: hook calls with n over
+	// BatchLen; OutOfRange: samples with an op or status beyond the
+	// histograms' range (none from a well-formed engine).
+	Calls, Samples, ReadErrors, Clamped, OutOfRange uint64
+}
+
+// Sub returns s minus an earlier snapshot of the same probe.
+func (s *Snapshot) Sub(prev *Snapshot) *Snapshot {
+	d := &Snapshot{
+		Hist:       make(map[Key]*Histogram, len(s.Hist)),
+		Calls:      s.Calls - prev.Calls,
+		Samples:    s.Samples - prev.Samples,
+		ReadErrors: s.ReadErrors - prev.ReadErrors,
+		Clamped:    s.Clamped - prev.Clamped,
+		OutOfRange: s.OutOfRange - prev.OutOfRange,
+	}
+	for i := range s.Bytes {
+		d.Bytes[i] = s.Bytes[i] - prev.Bytes[i]
+	}
+	for k, h := range s.Hist {
+		var dh Histogram
+		p := prev.Hist[k]
+		for b := range h {
+			if dh[b] = h[b]; p != nil {
+				dh[b] -= p[b]
+			}
+		}
+		if dh.Count() > 0 {
+			d.Hist[k] = &dh
+		}
+	}
+	return d
+}
+
+// histIndex is a histogram's first counter in the hist array.
+func histIndex(k Key) int {
+	return ((int(k.Op)*NumStatus+int(k.Status))*numKinds + int(k.Kind)) * NumBuckets
+}
+
+// Counter indices in the counters map (delay.bpf.c).
+const (
+	cCalls = iota
+	cSamples
+	cReadErrors
+	cClamped
+	cOutOfRange
+	numCounters
+)
+
+// Probe is the BPF program attached to one engine process.
+type Probe struct {
+	coll *ebpf.Collection
+	up   link.Link
+	hist *ebpf.Memory // the hist array, mapped
+	buf  []byte
+}
+
+// Attach loads the program and attaches it to the telemetry hook in the
+// executable exe (found by its symbol, HookSymbol), for process pid only
+// (0: every process running exe).
+func Attach(exe string, pid int) (*Probe, error) { return attach(exe, pid, 0) }
+
+// AttachAt is Attach for an executable without a symbol table (`go test`
+// strips the binaries it runs): the hook is at file offset off of exe.
+func AttachAt(exe string, pid int, off uint64) (*Probe, error) {
+	if off == 0 {
+		return nil, errors.New("probe: file offset 0")
+	}
+	return attach(exe, pid, off)
+}
+
+func attach(exe string, pid int, off uint64) (*Probe, error) {
+	if err := rlimit.RemoveMemlock(); err != nil { // kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK
+		return nil, fmt.Errorf("probe: memlock: %w", err)
+	}
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(object))
+	if err != nil {
+		return nil, fmt.Errorf("probe: BPF object: %w", err)
+	}
+	if got := spec.Maps["scratch"].ValueSize; got != telemetry.BatchLen*telemetry.SampleSize {
+		return nil, fmt.Errorf("probe: BPF object's batch is %d bytes, the engine's %d: rebuild it (make bpf)", got, telemetry.BatchLen*telemetry.SampleSize)
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("probe: the verifier refused the program: %+v", ve)
+		}
+		return nil, fmt.Errorf("probe: load: %w", err)
+	}
+	ex, err := link.OpenExecutable(exe)
+	if err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+	up, err := ex.Uprobe(telemetry.HookSymbol, coll.Programs["delay_batch"], &link.UprobeOptions{PID: pid, Address: off})
+	if err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("probe: uprobe on %s in %s: %w", telemetry.HookSymbol, exe, err)
+	}
+	hist, err := coll.Maps["hist"].Memory()
+	if err != nil {
+		up.Close()
+		coll.Close()
+		return nil, fmt.Errorf("probe: map the histograms: %w", err)
+	}
+	if want := NumOps * NumStatus * numKinds * NumBuckets * 8; int(hist.Size()) < want {
+		up.Close()
+		coll.Close()
+		return nil, fmt.Errorf("probe: histograms are %d bytes, want %d", hist.Size(), want)
+	}
+	return &Probe{coll: coll, up: up, hist: hist, buf: make([]byte, hist.Size())}, nil
+}
+
+// Close detaches the probe and frees its maps.
+func (p *Probe) Close() error {
+	err := p.up.Close()
+	p.coll.Close()
+	return err
+}
+
+// Snapshot reads the histograms and counters.
+func (p *Probe) Snapshot() (*Snapshot, error) {
+	s := &Snapshot{Hist: make(map[Key]*Histogram)}
+	if _, err := p.hist.ReadAt(p.buf, 0); err != nil {
+		return nil, fmt.Errorf("probe: read histograms: %w", err)
+	}
+	for op := range NumOps {
+		for st := range NumStatus {
+			for kind := range Kind(numKinds) {
+				k := Key{Op: uint8(op), Status: uint8(st), Kind: kind}
+				var h Histogram
+				for b, i := 0, histIndex(k); b < NumBuckets; b, i = b+1, i+1 {
+					h[b] = binary.LittleEndian.Uint64(p.buf[8*i:])
+				}
+				if h.Count() > 0 {
+					s.Hist[k] = &h
+				}
+			}
+		}
+	}
+	var c [numCounters]uint64
+	for i := range c {
+		if err := p.coll.Maps["counters"].Lookup(uint32(i), &c[i]); err != nil {
+			return nil, fmt.Errorf("probe: read counters: %w", err)
+		}
+	}
+	s.Calls, s.Samples, s.ReadErrors, s.Clamped, s.OutOfRange = c[cCalls], c[cSamples], c[cReadErrors], c[cClamped], c[cOutOfRange]
+	for i := range s.Bytes {
+		if err := p.coll.Maps["bytes"].Lookup(uint32(i), &s.Bytes[i]); err != nil {
+			return nil, fmt.Errorf("probe: read bytes: %w", err)
+		}
+	}
+	return s, nil
+}
