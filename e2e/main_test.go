@@ -16,7 +16,7 @@ import (
 	"github.com/onerma/onerma/portal"
 )
 
-var rmadBin, rmactlBin string
+var rmadBin, rmactlBin, rmatopBin string
 
 func TestMain(m *testing.M) {
 	if os.Getenv("ONERMA_E2E_CHILD") != "" {
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		if dir := os.Getenv("ONERMA_BIN"); dir != "" {
-			rmadBin, rmactlBin = filepath.Join(dir, "rmad"), filepath.Join(dir, "rmactl")
+			rmadBin, rmactlBin, rmatopBin = filepath.Join(dir, "rmad"), filepath.Join(dir, "rmactl"), filepath.Join(dir, "rmatop")
 		} else if os.Geteuid() == 0 {
 			tmp, err := os.MkdirTemp("", "onerma-e2e-bin-")
 			if err != nil {
@@ -32,10 +32,10 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 			defer os.RemoveAll(tmp)
-			rmadBin, rmactlBin = filepath.Join(tmp, "rmad"), filepath.Join(tmp, "rmactl")
-			out, err := exec.Command("go", "build", "-o", tmp+"/", "github.com/onerma/onerma/tools/rmad", "github.com/onerma/onerma/tools/rmactl").CombinedOutput()
+			rmadBin, rmactlBin, rmatopBin = filepath.Join(tmp, "rmad"), filepath.Join(tmp, "rmactl"), filepath.Join(tmp, "rmatop")
+			out, err := exec.Command("go", "build", "-o", tmp+"/", "github.com/onerma/onerma/tools/rmad", "github.com/onerma/onerma/tools/rmactl", "github.com/onerma/onerma/tools/rmatop").CombinedOutput()
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "building rmad and rmactl: %v\n%s", err, out)
+				fmt.Fprintf(os.Stderr, "building rmad, rmactl and rmatop: %v\n%s", err, out)
 				return 1
 			}
 		}
