@@ -28,9 +28,11 @@ setup-bench:
 	@bash scripts/setup.sh --bench
 
 # The object is committed (go build and go test need no clang); `make vet`
-# fails when it differs from what its source compiles to.
+# fails when it differs from what its source compiles to. No path of this
+# checkout may enter it (-fdebug-compilation-dir): clones elsewhere must
+# build the same bytes.
 bpf:
-	@cd $(BPF_DIR) && clang -O2 -g -target bpf -I/usr/include/$$(uname -m)-linux-gnu -c delay.bpf.c -o delay.bpf.o && llvm-strip -g delay.bpf.o
+	@cd $(BPF_DIR) && clang -O2 -g -target bpf -fdebug-compilation-dir=. -I/usr/include/$$(uname -m)-linux-gnu -c delay.bpf.c -o delay.bpf.o && llvm-strip -g delay.bpf.o
 
 build: bpf
 	@mkdir -p $(BIN)
