@@ -23,6 +23,8 @@
 //	    busy thread loses its CPU (cpu-stall), and the round trip between
 //	    two processes sharing a CPU, one sleeping on an eventfd (xproc-wake)
 //	    (platform.go says why);
+//	(g) what watching the loopback engine with rmatop costs (telemetry:
+//	    64 B read_bw with and without rmatop attached, interleaved);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -72,7 +74,7 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,tcp,aes,write-pairs,isolation", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,tcp,aes,write-pairs,isolation,telemetry", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
 	pgoOut := flag.String("pgo", "", "instead of measuring, profile rmad (built -pgo=off) on the loopback engine under the bench's workloads, -D each, and write the merged CPU profile here (scripts/pgo.sh)")
@@ -204,6 +206,13 @@ func main() {
 	}
 	if want("isolation") {
 		r, err := isolationRun(rmad, rmaperf, dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("telemetry") {
+		r, err := telemetryRun(rmad, rmaperf, filepath.Join(*bin, "rmatop"), dir, *dur)
 		if err != nil {
 			fail(err)
 		}
@@ -830,7 +839,7 @@ func printTable(rows []Row) {
 	// Ratios against the TCP peer for the same test, size and depth
 	// (ucp_get for the reads, ucp_put_bw / ucp_put_lat for the writes).
 	for _, r := range rows {
-		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") {
 			continue
 		}
 		for _, u := range rows {
@@ -927,6 +936,7 @@ func printTable(rows []Row) {
 			execSpec.size, abi.MaxOpBytes, median(fpRatios), list(fpRatios))
 	}
 	printWritePairs(rows)
+	printTelemetry(rows)
 	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
 	// transfer on the same executor, against one 4 KB READ's latency (a
 	// 4 KB service time) of the same run.

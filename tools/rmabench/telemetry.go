@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/onerma/onerma/internal/testbed"
+)
+
+// nTelemetryPairs is how many interleaved rounds telemetryRun runs.
+const nTelemetryPairs = 5
+
+// telemetrySpec is the workload with the most completions per second, so
+// the most hook calls: 64 B read_bw at depth 64.
+var telemetrySpec = spec{"read_bw", 64, 64}
+
+// telemetryRun measures what watching an engine with rmatop costs: on the
+// loopback engine, nTelemetryPairs rounds of telemetrySpec without rmatop
+// (setup telemetry-off) and with rmatop attached (telemetry-on), seconds
+// apart, every other round in the other order. The engine hands rmatop's
+// uprobe a batch of 1024 samples, so at ~2 M ops/s it traps ~2k times a
+// second. The with-rmatop row's note says how many completions rmatop
+// saw. (Without rmatop the hook is an empty call; what that costs against
+// no hook at all is the engine benchmarks' business: bench/RESULTS.md.)
+func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration) ([]Row, error) {
+	d := max(time.Second, dur/nTelemetryPairs)
+	e, err := testbed.Start(benchLoopback(rmad, dir, "bench-tel", "10.99.0.1", "1500"))
+	if err != nil {
+		return nil, err
+	}
+	defer e.Stop(10 * time.Second)
+	off := func() (Row, error) {
+		return rmaperfRun(rmaperf, "0", telemetrySpec, d, "telemetry-off", nil, "-ctl", e.Socket, "-self")
+	}
+	on := func() (Row, error) {
+		top, seen, err := startRmatop(rmatop, e.Pid())
+		if err != nil {
+			return Row{}, err
+		}
+		r, err := rmaperfRun(rmaperf, "0", telemetrySpec, d, "telemetry-on", nil, "-ctl", e.Socket, "-self")
+		top.Process.Signal(syscall.SIGINT)
+		samples := <-seen
+		if werr := top.Wait(); err == nil && werr != nil {
+			err = fmt.Errorf("rmatop: %w", werr)
+		}
+		r.Note = addNote(r.Note, fmt.Sprintf("rmatop attached: saw %d completions", samples))
+		return r, err
+	}
+	var rows []Row
+	for k := range nTelemetryPairs {
+		runs := []func() (Row, error){off, on}
+		if k%2 == 1 {
+			runs[0], runs[1] = on, off
+		}
+		for _, run := range runs {
+			r, err := run()
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, e.Stop(10 * time.Second)
+}
+
+// startRmatop starts rmatop on engine pid (cumulative JSON, pinned to the
+// application's CPU) and returns once it has attached; seen yields the
+// completions it last reported, after it exits.
+func startRmatop(rmatop string, pid int) (*exec.Cmd, <-chan uint64, error) {
+	cmd := exec.Command("taskset", "-c", "0", rmatop, "-pid", strconv.Itoa(pid), "-json", "-cumulative", "-interval", "1s")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	seen := make(chan uint64, 1)
+	go func() {
+		var last struct {
+			Samples uint64 `json:"samples"`
+		}
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			json.Unmarshal(sc.Bytes(), &last)
+		}
+		seen <- last.Samples
+	}()
+	attached := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		var text []string
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "tracing engine") {
+				attached <- nil
+				io.Copy(io.Discard, stderr)
+				return
+			}
+			text = append(text, sc.Text())
+		}
+		attached <- fmt.Errorf("rmatop did not attach: %s", strings.Join(text, "; "))
+	}()
+	select {
+	case err := <-attached:
+		if err != nil {
+			cmd.Wait()
+			return nil, nil, err
+		}
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, nil, fmt.Errorf("rmatop did not attach within 15 s")
+	}
+	return cmd, seen, nil
+}
+
+// printTelemetry prints the median over rounds of telemetry-on / -off.
+func printTelemetry(rows []Row) {
+	var offs, ons []float64
+	for _, r := range rows {
+		switch r.Setup {
+		case "telemetry-off":
+			offs = append(offs, r.OpsPerSec)
+		case "telemetry-on":
+			ons = append(ons, r.OpsPerSec)
+		}
+	}
+	n := min(len(offs), len(ons))
+	if n == 0 {
+		return
+	}
+	v := make([]float64, n)
+	rs := make([]string, n)
+	for i := range n {
+		v[i] = ons[i] / offs[i]
+		rs[i] = fmt.Sprintf("%.2f", v[i])
+	}
+	fmt.Printf("loopback %s %d B O=%d with rmatop attached / without, %d interleaved rounds: median %.2f (ratios %s)\n",
+		telemetrySpec.test, telemetrySpec.size, telemetrySpec.depth, n, median(v), strings.Join(rs, " "))
+}
