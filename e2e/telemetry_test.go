@@ -120,16 +120,10 @@ func TestRmatop(t *testing.T) {
 	type key struct{ op, status, delay string }
 	want := map[key]*probe.Histogram{}
 	add := func(k key, ns uint32) {
-		h := want[k]
-		if h == nil {
-			h = new(probe.Histogram)
-			want[k] = h
+		if want[k] == nil {
+			want[k] = new(probe.Histogram)
 		}
-		b := 0
-		for v := ns; v != 0; v >>= 1 {
-			b++
-		}
-		h[b]++
+		want[k].Add(ns)
 	}
 	const reads, refused, size = 2000, 24, 512
 	var readBytes uint64

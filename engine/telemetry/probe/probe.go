@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -70,6 +71,10 @@ func (h *Histogram) Count() uint64 {
 	}
 	return n
 }
+
+// Add counts one delay of ns, in the bucket the BPF program would put it
+// in (delay.bpf.c: bucket): 0 for 0, else floor(log2(ns)) + 1.
+func (h *Histogram) Add(ns uint32) { h[bits.Len32(ns)]++ }
 
 // BucketRange is bucket b's range in ns: [lo, hi).
 func BucketRange(b int) (lo, hi uint64) {

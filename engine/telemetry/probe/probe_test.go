@@ -2,6 +2,7 @@ package probe_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"strings"
@@ -84,16 +85,10 @@ func TestHistograms(t *testing.T) {
 	want := map[probe.Key]*probe.Histogram{}
 	wantBytes := [4]uint64{}
 	add := func(k probe.Key, ns uint32) {
-		h := want[k]
-		if h == nil {
-			h = new(probe.Histogram)
-			want[k] = h
+		if want[k] == nil {
+			want[k] = new(probe.Histogram)
 		}
-		b := 0
-		for v := ns; v != 0; v >>= 1 {
-			b++
-		}
-		h[b]++
+		want[k].Add(ns)
 	}
 	var b telemetry.Batch
 	b.SetCore(3)
@@ -212,6 +207,19 @@ func TestOtherProcess(t *testing.T) {
 	b.Flush()
 	if got := snapshot(t, p).Sub(before); got.Calls != 0 || len(got.Hist) != 0 {
 		t.Fatalf("saw another process's hook: %+v", got)
+	}
+}
+
+func TestAdd(t *testing.T) {
+	for _, ns := range []uint32{0, 1, 2, 3, 4, 1000, 1023, 1024, 1<<31 - 1, 1 << 31, math.MaxUint32} {
+		var h probe.Histogram
+		h.Add(ns)
+		for b, c := range h {
+			lo, hi := probe.BucketRange(b)
+			if in := lo <= uint64(ns) && uint64(ns) < hi; (c == 1) != in || c > 1 {
+				t.Errorf("%d: bucket %d [%d, %d) has %d", ns, b, lo, hi, c)
+			}
+		}
 	}
 }
 
