@@ -700,6 +700,7 @@ func (c *Core) Shutdown(now int64) {
 		}
 	}
 	c.publish()
+	c.delays.Flush() // the ABORTED completions: no Poll may follow
 }
 
 // NextDeadline is the earliest time a timer fires (math.MaxInt64: none).

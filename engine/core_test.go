@@ -837,4 +837,17 @@ func TestDelaySamples(t *testing.T) {
 	if s := c.Stats(); s.DelayBatches != 2 || s.DelaySamples != uint64(len(got)) || c.delays.Len() != 0 {
 		t.Fatalf("full batch: %+v with %d left", s, c.delays.Len())
 	}
+	// Shutdown's ABORTED completions are handed over by Shutdown itself:
+	// the driver may not poll again.
+	for _, s := range app.slots {
+		app.post(t, readCmd(s, me, rs, 0, rd, 0, 64, 0))
+	}
+	c.Poll(now) // in service, their requests unanswered in tx
+	c.Shutdown(now + 1)
+	if cs := app.completions(); len(cs) != len(app.slots) || cs[0].Status != abi.StatusAborted {
+		t.Fatalf("shutdown completions %+v", cs)
+	}
+	if s := c.Stats(); s.DelayBatches != 3 || s.DelaySamples != uint64(len(got)+len(app.slots)) || c.delays.Len() != 0 {
+		t.Fatalf("after Shutdown: %d batches, %d samples, %d left", s.DelayBatches, s.DelaySamples, c.delays.Len())
+	}
 }
