@@ -238,26 +238,12 @@ func (p *Probe) Close() error {
 	return err
 }
 
-// Snapshot reads the histograms and counters.
+// Snapshot reads the histograms and counters. The program counts a
+// batch's samples after it has added them to the histograms, so the
+// counters are read first: every sample they count is in the histograms
+// read after them.
 func (p *Probe) Snapshot() (*Snapshot, error) {
 	s := &Snapshot{Hist: make(map[Key]*Histogram)}
-	if _, err := p.hist.ReadAt(p.buf, 0); err != nil {
-		return nil, fmt.Errorf("probe: read histograms: %w", err)
-	}
-	for op := range NumOps {
-		for st := range NumStatus {
-			for kind := range Kind(numKinds) {
-				k := Key{Op: uint8(op), Status: uint8(st), Kind: kind}
-				var h Histogram
-				for b, i := 0, histIndex(k); b < NumBuckets; b, i = b+1, i+1 {
-					h[b] = binary.LittleEndian.Uint64(p.buf[8*i:])
-				}
-				if h.Count() > 0 {
-					s.Hist[k] = &h
-				}
-			}
-		}
-	}
 	var c [numCounters]uint64
 	for i := range c {
 		if err := p.coll.Maps["counters"].Lookup(uint32(i), &c[i]); err != nil {
@@ -268,6 +254,23 @@ func (p *Probe) Snapshot() (*Snapshot, error) {
 	for i := range s.Bytes {
 		if err := p.coll.Maps["bytes"].Lookup(uint32(i), &s.Bytes[i]); err != nil {
 			return nil, fmt.Errorf("probe: read bytes: %w", err)
+		}
+	}
+	if _, err := p.hist.ReadAt(p.buf, 0); err != nil {
+		return nil, fmt.Errorf("probe: read histograms: %w", err)
+	}
+	for op := range NumOps {
+		for st := range NumStatus {
+			for kind := range Kind(numKinds) {
+				k := Key{Op: uint8(op), Status: uint8(st), Kind: kind}
+				var h Histogram
+				for b, i := 0, histIndex(k); b < NumBuckets; b, i = b+1, i+1 {
+					h[b] = binary.NativeEndian.Uint64(p.buf[8*i:])
+				}
+				if h.Count() > 0 {
+					s.Hist[k] = &h
+				}
+			}
 		}
 	}
 	return s, nil
