@@ -55,7 +55,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	delays := "total"
 	fs.IntVar(&o.pid, "pid", 0, "engine process (default: the one process whose executable is named rmad)")
-	fs.StringVar(&o.exe, "exe", "", "the engine's executable (default: /proc/PID/exe)")
+	fs.StringVar(&o.exe, "exe", "", "the engine's executable (default: /proc/PID/exe, which still names it when its file was replaced or deleted)")
 	fs.DurationVar(&o.interval, "interval", time.Second, "print every interval")
 	fs.IntVar(&o.count, "count", 0, "stop after this many intervals (0: until interrupted or the engine exits)")
 	fs.StringVar(&delays, "delays", delays, "histograms to show, comma-separated: total, remote (total - issue), issue")
@@ -95,8 +95,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	shown := o.exe
 	if o.exe == "" {
-		if o.exe, err = os.Readlink(fmt.Sprintf("/proc/%d/exe", o.pid)); err != nil {
+		o.exe = fmt.Sprintf("/proc/%d/exe", o.pid)
+		if shown, err = os.Readlink(o.exe); err != nil {
 			return fmt.Errorf("engine process %d: %w", o.pid, err)
 		}
 	}
@@ -109,7 +111,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "rmatop: tracing engine %d (%s)\n", o.pid, o.exe)
+	fmt.Fprintf(stderr, "rmatop: tracing engine %d (%s)\n", o.pid, shown)
 	if !o.json {
 		fmt.Fprintf(stdout, "Tracing engine %d: the delays of every completion. Ctrl-C to end.\n", o.pid)
 	}
