@@ -55,12 +55,33 @@ type PortalSpec struct {
 	PID      uint32 // initiator PID stamped on its requests (from SO_PEERCRED)
 }
 
+// NumOpCounters bounds Stats.CompletedByOp's op index: abi.OpRead,
+// OpWrite and OpRekey, and 0 for any other op a command named.
+const NumOpCounters = 4
+
+// PortalStats describe one open portal (Core.PortalStats).
+type PortalStats struct {
+	PID      uint32
+	Class    Class
+	Slots    int    // slots it holds
+	MaxSlots int    // its cap
+	Pending  int    // ops posted whose completion it is still owed
+	CmdDepth uint32 // commands in its ring not yet taken by the core
+	CmdCap   uint32
+	CplDepth uint32 // completions in its ring the application has not consumed
+	CplCap   uint32
+	Dead     bool // closed by the core: its application corrupted its rings
+}
+
 // Stats are a core's counters. Read them with Core.Stats (control plane).
 type Stats struct {
-	Posted          uint64                // commands taken from rings
-	Completed       [abi.NumStatus]uint64 // completions written, by status
-	Orphaned        uint64                // ops that finished after their portal closed
-	EnteredSvc      uint64                // ops granted window
+	Posted    uint64                // commands taken from rings
+	Completed [abi.NumStatus]uint64 // completions written, by status
+	// CompletedByOp counts them by op and status: index abi.Op (READ,
+	// WRITE, REKEY); 0 for commands whose op was not one of those.
+	CompletedByOp   [NumOpCounters][abi.NumStatus]uint64
+	Orphaned        uint64 // ops that finished after their portal closed
+	EnteredSvc      uint64 // ops granted window
 	RxFrames        uint64
 	RxDropped       uint64 // malformed or not for us
 	RxAuthFailed    uint64 // answers to our ops that failed authentication: dropped

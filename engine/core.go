@@ -583,6 +583,21 @@ func (c *Core) Stats() Stats {
 	return s
 }
 
+// PortalStats describes the open portal id (control plane); false when no
+// portal is open under that id.
+func (c *Core) PortalStats(id PortalID) (PortalStats, bool) {
+	if int(id) >= len(c.portals) || !c.portals[id].used {
+		return PortalStats{}, false
+	}
+	p := &c.portals[id]
+	return PortalStats{
+		PID: p.pid, Class: p.class, Slots: p.slots, MaxSlots: p.maxSlots, Pending: p.pending,
+		CmdDepth: p.cmd.Available(), CmdCap: p.cmd.Capacity(),
+		CplDepth: p.cpl.Capacity() - p.cpl.Free(), CplCap: p.cpl.Capacity(),
+		Dead: p.dead,
+	}, true
+}
+
 // InFlight reports ops posted and not yet completed (orphans included).
 func (c *Core) InFlight() int { return c.inflight }
 
@@ -759,7 +774,7 @@ func (c *Core) complete(now int64, i int32, st abi.Status) {
 		c.freeSlotIdx(i)
 		return
 	}
-	c.stats.Completed[st]++
+	c.countCompletion(s.op, st)
 	p := &c.portals[s.portal]
 	p.pending--
 	s.state = slotIdle
@@ -775,6 +790,15 @@ func (c *Core) complete(now int64, i int32, st abi.Status) {
 		Cookie: s.cookie, Slot: c.cfg.SlotBase + abi.SlotID(i), Status: st, Op: s.op,
 		IssueDelayNs: clampNs(issue), TotalDelayNs: clampNs(now - s.postNs), Length: n,
 	})
+}
+
+// countCompletion counts one completion by status and by op.
+func (c *Core) countCompletion(op abi.Op, st abi.Status) {
+	c.stats.Completed[st]++
+	if int(op) >= NumOpCounters {
+		op = 0
+	}
+	c.stats.CompletedByOp[op][st]++
 }
 
 func clampNs(d int64) uint32 {
@@ -929,7 +953,7 @@ func (c *Core) drainPortal(now int64, id PortalID) int {
 
 // fail completes a command that never got a slot.
 func (c *Core) fail(now int64, id PortalID, p *portal, cmd *abi.Command, st abi.Status) {
-	c.stats.Completed[st]++
+	c.countCompletion(cmd.Op, st)
 	c.writeCompletion(now, id, p, &abi.Completion{Cookie: cmd.Cookie, Slot: cmd.Slot, Status: st, Op: cmd.Op})
 }
 

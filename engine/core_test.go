@@ -851,3 +851,44 @@ func TestDelaySamples(t *testing.T) {
 		t.Fatalf("after Shutdown: %d batches, %d samples, %d left", s.DelayBatches, s.DelaySamples, c.delays.Len())
 	}
 }
+
+// TestPortalStatsAndOpCounts: a portal's ring depths follow what its
+// application posted and consumed, and completions are counted by op and
+// status (an op that is none of READ, WRITE, REKEY under 0).
+func TestPortalStatsAndOpCounts(t *testing.T) {
+	tx := newTestTx(256)
+	c := newCore(t, testConfig("10.0.0.1", 1), tx)
+	app := openApp(t, c, ClassHigh, 8)
+	m := make([]byte, 4096)
+	r, _ := c.RegisterRegion(app.id, m, PermAll, testKr)
+	me := ipOf("10.0.0.1")
+	for _, s := range app.slots[:6] {
+		app.post(t, readCmd(s, me, r, 0, r, 2048, 64, 0))
+	}
+	bad := readCmd(app.slots[6], me, r, 0, r, 0, 64, 0)
+	bad.Op = 9
+	app.post(t, bad)
+	ps, ok := c.PortalStats(app.id)
+	if !ok || ps.CmdDepth != 7 || ps.CplDepth != 0 || ps.Pending != 0 || ps.Slots != 8 || ps.MaxSlots != 8 || ps.Class != ClassHigh || ps.PID != testPID || ps.CmdCap != 256 || ps.CplCap != 512 || ps.Dead {
+		t.Fatalf("posted, not polled: %+v", ps)
+	}
+	for k := 0; k < 10; k++ {
+		c.Poll(int64(1000 + k))
+	}
+	if ps, _ = c.PortalStats(app.id); ps.CmdDepth != 0 || ps.CplDepth != 7 || ps.Pending != 0 {
+		t.Fatalf("completed, not consumed: %+v", ps)
+	}
+	if got := app.completions(); len(got) != 7 {
+		t.Fatalf("%d completions", len(got))
+	}
+	if ps, _ = c.PortalStats(app.id); ps.CplDepth != 0 {
+		t.Fatalf("consumed: %+v", ps)
+	}
+	st := c.Stats()
+	if st.CompletedByOp[abi.OpRead][abi.StatusOK] != 6 || st.CompletedByOp[0][abi.StatusBadCommand] != 1 || st.Completed[abi.StatusOK] != 6 || st.Completed[abi.StatusBadCommand] != 1 {
+		t.Fatalf("by op %v, by status %v", st.CompletedByOp, st.Completed)
+	}
+	if _, ok := c.PortalStats(app.id + 1); ok {
+		t.Fatal("stats of a portal never opened")
+	}
+}

@@ -169,6 +169,10 @@ type Config struct {
 	// reply's "fault" key. It runs on the core's goroutine, inside the
 	// same Executor.Exec as Core.Stats, where the port may be read.
 	FaultStats func() *ctlmsg.FaultStats
+	// PortStats, if set, returns the counters of the core's port (the
+	// driver's and the device's) for the stats reply's "port" key. It
+	// runs inside the same Executor.Exec as Core.Stats.
+	PortStats func() *ctlmsg.PortStats
 	// LoopStats, if set, returns the poll loop's counters for the stats
 	// reply's "loop" key. They are atomics: it runs on the connection's
 	// goroutine, not inside Exec.

@@ -241,20 +241,26 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		return -1, nil
 	case ctlmsg.OpStats:
 		var (
-			st    engine.Stats
-			fault *ctlmsg.FaultStats
+			st      engine.Stats
+			fault   *ctlmsg.FaultStats
+			port    *ctlmsg.PortStats
+			portals []ctlmsg.PortalStats
 		)
-		faultStats := c.s.cfg.FaultStats
+		faultStats, portStats := c.s.cfg.FaultStats, c.s.cfg.PortStats
 		if err := c.s.exec.Exec(func(core *engine.Core) {
 			st = core.Stats()
 			if faultStats != nil {
 				fault = faultStats()
 			}
+			if portStats != nil {
+				port = portStats()
+			}
+			portals = c.s.portalStats(core)
 		}); err != nil {
 			return -1, execFail(req.Op, err)
 		}
 		resp.Stats = StatsMsg(&st)
-		resp.Stats.Fault = fault
+		resp.Stats.Fault, resp.Stats.Port, resp.Stats.Portals = fault, port, portals
 		if c.s.cfg.LoopStats != nil {
 			resp.Stats.Loop = c.s.cfg.LoopStats()
 		}
@@ -348,6 +354,7 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 			// the entry: from now on that connection's execPortal sees
 			// it is gone.
 			c.s.owner[id] = c
+			c.s.ownerName[id] = req.Name
 		}
 	}); err != nil {
 		seg.release() // the core never saw it
@@ -587,6 +594,7 @@ func (c *conn) reclaim() {
 			return
 		}
 		delete(c.s.owner, c.portal)
+		delete(c.s.ownerName, c.portal)
 		for _, id := range ids {
 			err := core.DeregisterRegion(c.portal, id)
 			if err != nil && !errors.Is(err, engine.ErrNoRegion) && !errors.Is(err, engine.ErrNoPortal) {

@@ -34,10 +34,13 @@ type Server struct {
 	// owner maps each core portal id to the connection that opened it.
 	// Touched only inside Exec closures (the core's goroutine), which
 	// serialises it with every use of the ids.
-	owner   map[engine.PortalID]*conn
-	closing bool
-	wg      sync.WaitGroup
-	nextID  uint64
+	owner map[engine.PortalID]*conn
+	// ownerName is the name each of those portals was opened with (the
+	// stats reply's portals), kept with owner.
+	ownerName map[engine.PortalID]string
+	closing   bool
+	wg        sync.WaitGroup
+	nextID    uint64
 
 	refusing atomic.Int32 // connections being refused now
 }
@@ -56,7 +59,7 @@ func Listen(cfg Config, exec Executor, log zerolog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, exec: exec, log: log, conns: make(map[*conn]struct{}), perUID: make(map[uint32]int),
-		owner: make(map[engine.PortalID]*conn)}
+		owner: make(map[engine.PortalID]*conn), ownerName: make(map[engine.PortalID]string)}
 	if err := exec.Exec(func(c *engine.Core) { s.addr = c.Config().LocalIP }); err != nil {
 		return nil, fmt.Errorf("ctl: reading the core's config: %w", err)
 	}

@@ -1,6 +1,8 @@
 package ctl
 
 import (
+	"slices"
+
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl/ctlmsg"
@@ -60,5 +62,46 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 			m.Completed[abi.Status(st).String()] = n
 		}
 	}
+	for op := range s.CompletedByOp {
+		for st, n := range s.CompletedByOp[op] {
+			if n == 0 {
+				continue
+			}
+			name := abi.Op(op).String()
+			if op == 0 {
+				name = "OTHER"
+			}
+			if m.CompletedByOp == nil {
+				m.CompletedByOp = make(map[string]map[string]uint64)
+			}
+			if m.CompletedByOp[name] == nil {
+				m.CompletedByOp[name] = make(map[string]uint64)
+			}
+			m.CompletedByOp[name][abi.Status(st).String()] = n
+		}
+	}
 	return m
+}
+
+// portalStats describes every portal the server opened, in id order (on
+// the core's goroutine: owner and ownerName are touched only there).
+func (s *Server) portalStats(core *engine.Core) []ctlmsg.PortalStats {
+	ids := make([]engine.PortalID, 0, len(s.owner))
+	for id := range s.owner {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := make([]ctlmsg.PortalStats, 0, len(ids))
+	for _, id := range ids {
+		p, ok := core.PortalStats(id)
+		if !ok {
+			continue // closed by the core itself and not reused
+		}
+		out = append(out, ctlmsg.PortalStats{
+			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, Class: className(p.Class),
+			Slots: p.Slots, MaxSlots: p.MaxSlots, InFlight: p.Pending,
+			CmdDepth: p.CmdDepth, CmdCap: p.CmdCap, CplDepth: p.CplDepth, CplCap: p.CplCap, Closed: p.Dead,
+		})
+	}
+	return out
 }

@@ -40,6 +40,18 @@ func TestStatsMsgCoversEveryField(t *testing.T) {
 	if len(m.Completed) != 2 || m.Completed["OK"] != 7 || m.Completed["NACK"] != 3 {
 		t.Errorf("Completed = %v", m.Completed)
 	}
+	if m.CompletedByOp != nil {
+		t.Errorf("CompletedByOp without counts: %v", m.CompletedByOp)
+	}
+	s.CompletedByOp[abi.OpRead][abi.StatusOK] = 5
+	s.CompletedByOp[abi.OpRead][abi.StatusNack] = 2
+	s.CompletedByOp[abi.OpWrite][abi.StatusTimeout] = 1
+	s.CompletedByOp[abi.OpRekey][abi.StatusOK] = 4
+	s.CompletedByOp[0][abi.StatusBadCommand] = 9
+	want := map[string]map[string]uint64{"READ": {"OK": 5, "NACK": 2}, "WRITE": {"TIMEOUT": 1}, "REKEY": {"OK": 4}, "OTHER": {"BAD_COMMAND": 9}}
+	if got := StatsMsg(&s).CompletedByOp; !reflect.DeepEqual(got, want) {
+		t.Errorf("CompletedByOp = %v, want %v", got, want)
+	}
 }
 
 func TestAppPolicy(t *testing.T) {

@@ -80,42 +80,45 @@ type Identity struct {
 // Stats are the engine's counters (engine.Stats, field for field).
 // Completed counts completions by status name; zero counts are left out.
 type Stats struct {
-	Posted          uint64            `json:"posted"`
-	Completed       map[string]uint64 `json:"completed"`
-	Orphaned        uint64            `json:"orphaned"`
-	EnteredSvc      uint64            `json:"entered_service"`
-	RxFrames        uint64            `json:"rx_frames"`
-	RxDropped       uint64            `json:"rx_dropped"`
-	RxAuthFailed    uint64            `json:"rx_auth_failed"` // answers to our ops that failed authentication (dropped)
-	RxStale         uint64            `json:"rx_stale"`
-	RxDuplicate     uint64            `json:"rx_duplicate"`
-	TxFrames        uint64            `json:"tx_frames"`
-	TxNoBuffer      uint64            `json:"tx_no_buffer"`
-	ReqServed       uint64            `json:"req_served"`
-	ReqNacked       uint64            `json:"req_nacked"`
-	ReqErrors       uint64            `json:"req_errors"`
-	ReqAuthFailed   uint64            `json:"req_auth_failed"` // requests answered REMOTE_AUTHENTICATION_FAILURE
-	ReqReplayed     uint64            `json:"req_replayed"`    // authenticated requests dropped as replays
-	ReplayEvictions uint64            `json:"replay_evictions"`
-	Rekeys          uint64            `json:"rekeys"`        // region keys replaced (local and remote)
-	RemoteRekeys    uint64            `json:"remote_rekeys"` // of which by REKEY ops from the network
-	IVErrors        uint64            `json:"iv_errors"`     // messages not sent: no IV counter available
-	ReqExpired      uint64            `json:"req_expired"`
-	PullsIssued     uint64            `json:"pulls_issued"`     // WRITEs served: data pulled from their initiators
-	WritesCommitted uint64            `json:"writes_committed"` // WRITEs whose data all authenticated and was committed
-	PullsExpired    uint64            `json:"pulls_expired"`    // WRITEs abandoned uncommitted (data incomplete within TIMEOUT)
-	PullsInUse      uint64            `json:"pulls_in_use"`     // WRITEs being served now
-	ReqQueueMax     uint64            `json:"req_queue_max"`
-	ARPRequests     uint64            `json:"arp_requests"`
-	ARPReplies      uint64            `json:"arp_replies"`
-	WindowInUse     uint64            `json:"window_in_use"`
-	SlotsInUse      uint64            `json:"slots_in_use"`
-	OpsInFlight     uint64            `json:"ops_in_flight"`
-	RingsCorrupt    uint64            `json:"rings_corrupt"`
-	SelfLoop        uint64            `json:"self_loop"`
-	Doorbells       uint64            `json:"doorbells"`
-	DelayBatches    uint64            `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
-	DelaySamples    uint64            `json:"delay_samples"` // completions in them
+	Posted    uint64            `json:"posted"`
+	Completed map[string]uint64 `json:"completed"`
+	// CompletedByOp counts completions by op name (READ, WRITE, REKEY;
+	// OTHER for commands naming no valid op) and status name.
+	CompletedByOp   map[string]map[string]uint64 `json:"completed_by_op,omitempty"`
+	Orphaned        uint64                       `json:"orphaned"`
+	EnteredSvc      uint64                       `json:"entered_service"`
+	RxFrames        uint64                       `json:"rx_frames"`
+	RxDropped       uint64                       `json:"rx_dropped"`
+	RxAuthFailed    uint64                       `json:"rx_auth_failed"` // answers to our ops that failed authentication (dropped)
+	RxStale         uint64                       `json:"rx_stale"`
+	RxDuplicate     uint64                       `json:"rx_duplicate"`
+	TxFrames        uint64                       `json:"tx_frames"`
+	TxNoBuffer      uint64                       `json:"tx_no_buffer"`
+	ReqServed       uint64                       `json:"req_served"`
+	ReqNacked       uint64                       `json:"req_nacked"`
+	ReqErrors       uint64                       `json:"req_errors"`
+	ReqAuthFailed   uint64                       `json:"req_auth_failed"` // requests answered REMOTE_AUTHENTICATION_FAILURE
+	ReqReplayed     uint64                       `json:"req_replayed"`    // authenticated requests dropped as replays
+	ReplayEvictions uint64                       `json:"replay_evictions"`
+	Rekeys          uint64                       `json:"rekeys"`        // region keys replaced (local and remote)
+	RemoteRekeys    uint64                       `json:"remote_rekeys"` // of which by REKEY ops from the network
+	IVErrors        uint64                       `json:"iv_errors"`     // messages not sent: no IV counter available
+	ReqExpired      uint64                       `json:"req_expired"`
+	PullsIssued     uint64                       `json:"pulls_issued"`     // WRITEs served: data pulled from their initiators
+	WritesCommitted uint64                       `json:"writes_committed"` // WRITEs whose data all authenticated and was committed
+	PullsExpired    uint64                       `json:"pulls_expired"`    // WRITEs abandoned uncommitted (data incomplete within TIMEOUT)
+	PullsInUse      uint64                       `json:"pulls_in_use"`     // WRITEs being served now
+	ReqQueueMax     uint64                       `json:"req_queue_max"`
+	ARPRequests     uint64                       `json:"arp_requests"`
+	ARPReplies      uint64                       `json:"arp_replies"`
+	WindowInUse     uint64                       `json:"window_in_use"`
+	SlotsInUse      uint64                       `json:"slots_in_use"`
+	OpsInFlight     uint64                       `json:"ops_in_flight"`
+	RingsCorrupt    uint64                       `json:"rings_corrupt"`
+	SelfLoop        uint64                       `json:"self_loop"`
+	Doorbells       uint64                       `json:"doorbells"`
+	DelayBatches    uint64                       `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
+	DelaySamples    uint64                       `json:"delay_samples"` // completions in them
 	// Fault are the counters of the fault-injecting port wrapper
 	// (engine/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).
@@ -123,6 +126,62 @@ type Stats struct {
 	// Loop are the poll loop's counters (engine/runner), published by the
 	// loop every 256 iterations; absent when the server has no loop.
 	Loop *LoopStats `json:"loop,omitempty"`
+	// Port are the counters of the core's port; absent when the server
+	// was given none (engines in tests).
+	Port *PortStats `json:"port,omitempty"`
+	// Portals are the open portals, in id order, with their ring depths.
+	Portals []PortalStats `json:"portals"`
+}
+
+// PortStats are a DPDK port's counters: the engine's driver's and the
+// device's.
+type PortStats struct {
+	Name   string          `json:"name"`
+	Driver PortDriverStats `json:"driver"`
+	Dev    PortDevStats    `json:"dev"`
+	DevErr string          `json:"dev_error,omitempty"` // the device's counters could not be read
+}
+
+// PortDriverStats are the engine's port driver's counters
+// (engine/dpdkport.Stats, field for field).
+type PortDriverStats struct {
+	TxFrames   uint64 `json:"tx_frames"`    // accepted by the tx queue
+	TxDropped  uint64 `json:"tx_dropped"`   // refused by the tx queue after all retries
+	TxNoBuffer uint64 `json:"tx_no_buffer"` // no free mbuf for a frame
+	RxFrames   uint64 `json:"rx_frames"`
+	RxMultiSeg uint64 `json:"rx_multi_seg"` // multi-segment frames dropped
+	AllocFails uint64 `json:"alloc_fails"`  // mbuf stash refills that fell short
+	IOCalls    uint64 `json:"io_calls"`     // cgo crossings
+}
+
+// PortDevStats are the device's counters (dpdk.EthStats: rte_eth_stats,
+// field for field). Some drivers count wrongly (memif in DPDK 22.11).
+type PortDevStats struct {
+	RxPackets uint64 `json:"rx_packets"`
+	TxPackets uint64 `json:"tx_packets"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	TxBytes   uint64 `json:"tx_bytes"`
+	RxMissed  uint64 `json:"rx_missed"` // dropped by the device: rx queue full
+	RxErrors  uint64 `json:"rx_errors"`
+	TxErrors  uint64 `json:"tx_errors"`
+	RxNoMbuf  uint64 `json:"rx_nombuf"` // rx mbuf allocation failures
+}
+
+// PortalStats describe one open portal: who holds it and how full its
+// rings are.
+type PortalStats struct {
+	ID       uint32 `json:"id"`
+	Name     string `json:"name"`
+	PID      uint32 `json:"pid"`
+	Class    string `json:"class"`
+	Slots    int    `json:"slots"`
+	MaxSlots int    `json:"max_slots"`
+	InFlight int    `json:"in_flight"` // ops posted, completion still owed
+	CmdDepth uint32 `json:"cmd_depth"` // commands posted, not yet taken by the engine
+	CmdCap   uint32 `json:"cmd_cap"`
+	CplDepth uint32 `json:"cpl_depth"` // completions written, not yet consumed by the application
+	CplCap   uint32 `json:"cpl_cap"`
+	Closed   bool   `json:"closed,omitempty"` // closed by the engine: its rings were corrupt
 }
 
 // LoopStats are the poll loop's counters (runner.Stats, field for field).
