@@ -112,11 +112,32 @@ func stats(sock string, asJSON bool) error {
 			}
 		}
 	}
-	if l := resp.Stats.Loop; l != nil {
-		lv := reflect.ValueOf(*l)
-		for i := 0; i < lv.NumField(); i++ {
-			fmt.Printf("%-24s %d\n", "loop."+strings.Split(lv.Type().Field(i).Tag.Get("json"), ",")[0], lv.Field(i).Uint())
+	ops := make([]string, 0, len(resp.Stats.CompletedByOp))
+	for op := range resp.Stats.CompletedByOp {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		m := resp.Stats.CompletedByOp[op]
+		sts := make([]string, 0, len(m))
+		for st := range m {
+			sts = append(sts, st)
 		}
+		sort.Strings(sts)
+		for _, st := range sts {
+			fmt.Printf("completed_by_op.%-22s %d\n", op+"."+st, m[st])
+		}
+	}
+	if p := resp.Stats.Port; p != nil {
+		fmt.Printf("%-24s %s\n", "port.name", p.Name)
+		counters("port.driver.", reflect.ValueOf(p.Driver))
+		counters("port.dev.", reflect.ValueOf(p.Dev))
+		if p.DevErr != "" {
+			fmt.Printf("%-24s %s\n", "port.dev_error", p.DevErr)
+		}
+	}
+	if l := resp.Stats.Loop; l != nil {
+		counters("loop.", reflect.ValueOf(*l))
 	}
 	if f := resp.Stats.Fault; f != nil { // a fault-injecting port wraps the engine's
 		fmt.Printf("%-24s %d\n", "fault.held", f.Held)
@@ -124,17 +145,29 @@ func stats(sock string, asJSON bool) error {
 			name string
 			st   *ctlmsg.FaultDirStats
 		}{{"rx", &f.Rx}, {"tx", &f.Tx}} {
-			dv := reflect.ValueOf(*d.st)
-			dt := dv.Type()
-			for i := 0; i < dt.NumField(); i++ {
-				if dv.Field(i).Kind() == reflect.Uint64 {
-					name := "fault." + d.name + "." + strings.Split(dt.Field(i).Tag.Get("json"), ",")[0]
-					fmt.Printf("%-24s %d\n", name, dv.Field(i).Uint())
-				}
-			}
+			counters("fault."+d.name+".", reflect.ValueOf(*d.st))
 		}
 	}
+	fmt.Printf("\n%-4s %-16s %8s %-5s %9s %9s %13s %13s\n", "id", "portal", "pid", "class", "slots", "in_flight", "cmd_depth", "cpl_depth")
+	for _, p := range resp.Stats.Portals {
+		name := p.Name
+		if p.Closed {
+			name += " (closed: corrupt rings)"
+		}
+		fmt.Printf("%-4d %-16s %8d %-5s %4d/%-4d %9d %6d/%-6d %6d/%-6d\n", p.ID, name, p.PID, p.Class,
+			p.Slots, p.MaxSlots, p.InFlight, p.CmdDepth, p.CmdCap, p.CplDepth, p.CplCap)
+	}
 	return nil
+}
+
+// counters prints every uint64 field of the struct v, one a line, named
+// prefix plus its JSON name.
+func counters(prefix string, v reflect.Value) {
+	for i := 0; i < v.NumField(); i++ {
+		if v.Field(i).Kind() == reflect.Uint64 {
+			fmt.Printf("%-24s %d\n", prefix+strings.Split(v.Type().Field(i).Tag.Get("json"), ",")[0], v.Field(i).Uint())
+		}
+	}
 }
 
 func identity(sock string) error {

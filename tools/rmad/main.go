@@ -189,6 +189,10 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err != nil {
 		return err
 	}
+	ctlCfg.PortStats = func() *ctlmsg.PortStats {
+		dev, err := id.Stats()
+		return portStatsMsg(cfg.Port.Name, dport.Stats(), dev, err)
+	}
 	if fault != nil {
 		ctlCfg.FaultStats = func() *ctlmsg.FaultStats { return faultStatsMsg(fault.Stats()) }
 	} else {
@@ -373,6 +377,28 @@ func logFault(log zerolog.Logger, c *faultport.Config, r *runner.Config) {
 func loopStatsMsg(s runner.Stats) *ctlmsg.LoopStats {
 	return &ctlmsg.LoopStats{Iterations: s.Iterations, RxFrames: s.RxFrames, IdleSleeps: s.IdleSleeps,
 		Yields: s.Yields, SleptNs: s.SleptNs, Execs: s.Execs, Stalls: s.Stalls, StalledNs: s.StalledNs}
+}
+
+// portStatsMsg converts the port's counters, the driver's and the
+// device's (devErr: those could not be read), to their control-socket
+// form. TestPortStatsMsgCoversEveryField keeps it in step with
+// dpdkport.Stats and dpdk.EthStats.
+func portStatsMsg(name string, s dpdkport.Stats, dev dpdk.EthStats, devErr error) *ctlmsg.PortStats {
+	m := &ctlmsg.PortStats{
+		Name: name,
+		Driver: ctlmsg.PortDriverStats{
+			TxFrames: s.TxFrames, TxDropped: s.TxDropped, TxNoBuffer: s.TxNoBuffer, RxFrames: s.RxFrames,
+			RxMultiSeg: s.RxMultiSeg, AllocFails: s.AllocFails, IOCalls: s.IOCalls,
+		},
+		Dev: ctlmsg.PortDevStats{
+			RxPackets: dev.RxPackets, TxPackets: dev.TxPackets, RxBytes: dev.RxBytes, TxBytes: dev.TxBytes,
+			RxMissed: dev.RxMissed, RxErrors: dev.RxErrors, TxErrors: dev.TxErrors, RxNoMbuf: dev.RxNoMbuf,
+		},
+	}
+	if devErr != nil {
+		m.DevErr = devErr.Error()
+	}
+	return m
 }
 
 // faultStatsMsg converts the fault injector's counters to their

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,8 +20,10 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/dpdk/dpdktest"
 	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/engine/dpdkport"
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
@@ -379,6 +382,17 @@ func TestRmadNetRing(t *testing.T) {
 	if err != nil || st.ReqServed < 4 || st.SlotsInUse != 4 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
+	if p := st.Port; p == nil || p.Name != "net_ring0" || p.DevErr != "" || p.Driver.IOCalls == 0 {
+		t.Errorf("port counters %+v", p)
+	}
+	if r := st.CompletedByOp["READ"]; r["OK"] != 4 || len(st.CompletedByOp) != 1 {
+		t.Errorf("completions by op %v", st.CompletedByOp)
+	}
+	if ps := st.Portals; len(ps) != 2 || ps[0].Name != "server" || ps[1].Name != "client" ||
+		ps[1].PID != uint32(os.Getpid()) || ps[1].Slots != 4 || ps[1].InFlight != 0 || ps[1].CmdDepth != 0 || ps[1].CplDepth != 0 ||
+		ps[1].CmdCap == 0 || ps[1].CplCap == 0 || ps[1].Class != "low" {
+		t.Errorf("portals %+v", ps)
+	}
 	if st.Fault != nil { // the "fault" section sets no probability: no wrapper
 		t.Errorf("fault counters without fault injection: %+v", st.Fault)
 	}
@@ -577,6 +591,31 @@ func sameCounters(t *testing.T, prefix string, src, msg reflect.Value) {
 		if mf.Uint() != src.Field(i).Uint() {
 			t.Errorf("%s%s = %d, want %d", prefix, name, mf.Uint(), src.Field(i).Uint())
 		}
+	}
+}
+
+// TestPortStatsMsgCoversEveryField fails when dpdkport.Stats or
+// dpdk.EthStats gains a counter that portStatsMsg does not carry.
+func TestPortStatsMsgCoversEveryField(t *testing.T) {
+	var (
+		s   dpdkport.Stats
+		dev dpdk.EthStats
+	)
+	n := uint64(1)
+	for _, v := range []reflect.Value{reflect.ValueOf(&s).Elem(), reflect.ValueOf(&dev).Elem()} {
+		for i := range v.NumField() {
+			v.Field(i).SetUint(n)
+			n++
+		}
+	}
+	m := portStatsMsg("p0", s, dev, nil)
+	if m.Name != "p0" || m.DevErr != "" {
+		t.Errorf("%+v", m)
+	}
+	sameCounters(t, "Driver.", reflect.ValueOf(&s).Elem(), reflect.ValueOf(&m.Driver).Elem())
+	sameCounters(t, "Dev.", reflect.ValueOf(&dev).Elem(), reflect.ValueOf(&m.Dev).Elem())
+	if m := portStatsMsg("p0", s, dev, errors.New("no stats")); m.DevErr != "no stats" {
+		t.Errorf("DevErr %q", m.DevErr)
 	}
 }
 
