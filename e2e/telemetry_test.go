@@ -1,22 +1,17 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/engine/telemetry/probe"
+	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -34,28 +29,8 @@ type rmatopReport struct {
 	} `json:"hist"`
 }
 
-// rmatopProc is a running rmatop; lines carries its stdout's lines.
-type rmatopProc struct {
-	cmd    *exec.Cmd
-	lines  chan string
-	mu     sync.Mutex
-	stderr bytes.Buffer
-}
-
-func (r *rmatopProc) Write(b []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stderr.Write(b)
-}
-
-func (r *rmatopProc) errText() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stderr.String()
-}
-
 // startRmatop runs rmatop with args and waits until it has attached.
-func startRmatop(t *testing.T, args ...string) *rmatopProc {
+func startRmatop(t *testing.T, args ...string) *testbed.Rmatop {
 	t.Helper()
 	if _, err := os.Stat(rmatopBin); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -63,35 +38,11 @@ func startRmatop(t *testing.T, args ...string) *rmatopProc {
 		}
 		t.Skipf("rmatop binary: %v", err)
 	}
-	r := &rmatopProc{cmd: exec.Command(rmatopBin, args...), lines: make(chan string, 1024)}
-	r.cmd.Stderr = r
-	out, err := r.cmd.StdoutPipe()
+	r, err := testbed.StartRmatop(rmatopBin, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if r.cmd.ProcessState == nil {
-			r.cmd.Process.Kill()
-			r.cmd.Wait()
-		}
-	})
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-		io.Copy(io.Discard, out)
-		close(r.lines)
-	}()
-	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(r.errText(), "tracing engine"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("rmatop did not attach:\n%s", r.errText())
-		}
-	}
+	t.Cleanup(r.Kill)
 	return r
 }
 
@@ -158,16 +109,16 @@ func TestRmatop(t *testing.T) {
 	var rep rmatopReport
 	for deadline := time.After(10 * time.Second); rep.Samples < reads+refused; {
 		select {
-		case line, ok := <-top.lines:
+		case line, ok := <-top.Lines:
 			if !ok {
-				t.Fatalf("rmatop exited: %v\n%s", top.cmd.Wait(), top.errText())
+				t.Fatalf("rmatop exited: %v\n%s", top.Wait(), top.Stderr())
 			}
 			rep = rmatopReport{}
 			if err := json.Unmarshal([]byte(line), &rep); err != nil {
 				t.Fatalf("%q: %v", line, err)
 			}
 		case <-deadline:
-			t.Fatalf("rmatop saw %d of %d completions (%d batches)\n%s", rep.Samples, reads+refused, rep.Batches, top.errText())
+			t.Fatalf("rmatop saw %d of %d completions (%d batches)\n%s", rep.Samples, reads+refused, rep.Batches, top.Stderr())
 		}
 	}
 	if rep.Samples != reads+refused || rep.ReadErrors != 0 || rep.OutOfRange != 0 || rep.Bytes["READ"] != readBytes || len(rep.Bytes) != 1 {
@@ -192,19 +143,19 @@ func TestRmatop(t *testing.T) {
 		t.Errorf("engine: %d samples in %d batches; rmatop saw %d batches", got, st.DelayBatches-base.DelayBatches, rep.Batches)
 	}
 
-	if err := top.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := top.Interrupt(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
 	go func() {
-		for range top.lines {
+		for range top.Lines {
 		}
-		exited <- top.cmd.Wait()
+		exited <- top.Wait()
 	}()
 	select {
 	case err := <-exited:
 		if err != nil {
-			t.Fatalf("rmatop on SIGINT: %v\n%s", err, top.errText())
+			t.Fatalf("rmatop on SIGINT: %v\n%s", err, top.Stderr())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("rmatop still running 5 s after SIGINT")
@@ -219,11 +170,11 @@ func TestRmatop(t *testing.T) {
 	}
 	waitN(t, pa, 8, 5*time.Second)
 	var out strings.Builder
-	for line := range text.lines {
+	for line := range text.Lines {
 		out.WriteString(line + "\n")
 	}
-	if err := text.cmd.Wait(); err != nil {
-		t.Fatalf("rmatop: %v\n%s%s", err, out.String(), text.errText())
+	if err := text.Wait(); err != nil {
+		t.Fatalf("rmatop: %v\n%s%s", err, out.String(), text.Stderr())
 	}
 	for _, w := range []string{"Tracing engine " + strconv.Itoa(a.Pid()), " 8 completions", "op = READ, status = OK: total delay, 8 ops", "distribution", "|*"} {
 		if !strings.Contains(out.String(), w) {

@@ -1,8 +1,9 @@
 // Package testbed starts real OneRMA engines (rmad processes over DPDK
 // vdevs) for the demo, the integration tests and the benchmarks: memif
 // wires, net_ring loopback ports, and af_packet ports on veth pairs between
-// network namespaces. It only orchestrates processes; it knows the engine
-// through its command line and control socket.
+// network namespaces; and rmatop processes watching them. It only
+// orchestrates processes; it knows the engine through its command line and
+// control socket.
 package testbed
 
 import (

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/onerma/onerma/internal/testbed"
@@ -40,12 +36,23 @@ func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration) ([]Row, 
 		return rmaperfRun(rmaperf, "0", telemetrySpec, d, "telemetry-off", nil, "-ctl", e.Socket, "-self")
 	}
 	on := func() (Row, error) {
-		top, seen, err := startRmatop(rmatop, e.Pid())
+		// Pinned to the application's CPU, reporting totals since it attached.
+		top, err := testbed.StartRmatop("taskset", "-c", "0", rmatop, "-pid", strconv.Itoa(e.Pid()), "-json", "-cumulative", "-interval", "1s")
 		if err != nil {
 			return Row{}, err
 		}
+		seen := make(chan uint64, 1)
+		go func() { // the completions rmatop last reported
+			var last struct {
+				Samples uint64 `json:"samples"`
+			}
+			for line := range top.Lines {
+				json.Unmarshal([]byte(line), &last)
+			}
+			seen <- last.Samples
+		}()
 		r, err := rmaperfRun(rmaperf, "0", telemetrySpec, d, "telemetry-on", nil, "-ctl", e.Socket, "-self")
-		top.Process.Signal(syscall.SIGINT)
+		top.Interrupt()
 		samples := <-seen
 		if werr := top.Wait(); err == nil && werr != nil {
 			err = fmt.Errorf("rmatop: %w", werr)
@@ -68,62 +75,6 @@ func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration) ([]Row, 
 		}
 	}
 	return rows, e.Stop(10 * time.Second)
-}
-
-// startRmatop starts rmatop on engine pid (cumulative JSON, pinned to the
-// application's CPU) and returns once it has attached; seen yields the
-// completions it last reported, after it exits.
-func startRmatop(rmatop string, pid int) (*exec.Cmd, <-chan uint64, error) {
-	cmd := exec.Command("taskset", "-c", "0", rmatop, "-pid", strconv.Itoa(pid), "-json", "-cumulative", "-interval", "1s")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, err
-	}
-	seen := make(chan uint64, 1)
-	go func() {
-		var last struct {
-			Samples uint64 `json:"samples"`
-		}
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			json.Unmarshal(sc.Bytes(), &last)
-		}
-		seen <- last.Samples
-	}()
-	attached := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		var text []string
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "tracing engine") {
-				attached <- nil
-				io.Copy(io.Discard, stderr)
-				return
-			}
-			text = append(text, sc.Text())
-		}
-		attached <- fmt.Errorf("rmatop did not attach: %s", strings.Join(text, "; "))
-	}()
-	select {
-	case err := <-attached:
-		if err != nil {
-			cmd.Wait()
-			return nil, nil, err
-		}
-	case <-time.After(15 * time.Second):
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, nil, fmt.Errorf("rmatop did not attach within 15 s")
-	}
-	return cmd, seen, nil
 }
 
 // printTelemetry prints the median over rounds of telemetry-on / -off.

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -239,7 +240,7 @@ func report(now time.Time, d time.Duration, pid int, s *probe.Snapshot, kinds []
 		return a.Kind < b.Kind
 	})
 	for _, k := range keys {
-		if !wanted(k.Kind, kinds) {
+		if !slices.Contains(kinds, k.Kind) {
 			continue
 		}
 		h := s.Hist[k]
@@ -250,15 +251,6 @@ func report(now time.Time, d time.Duration, pid int, s *probe.Snapshot, kinds []
 		})
 	}
 	return r
-}
-
-func wanted(k probe.Kind, kinds []probe.Kind) bool {
-	for _, w := range kinds {
-		if w == k {
-			return true
-		}
-	}
-	return false
 }
 
 // print writes r as text: a summary line, then each histogram with a bar
