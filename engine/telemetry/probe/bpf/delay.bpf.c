@@ -57,7 +57,7 @@ struct {
 	__type(value, __u64);
 } hist SEC(".maps");
 
-// Bytes moved by OK ops, by op (index: op & 3).
+// Bytes moved by OK ops, by op (index: abi.Op, < NOPS).
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 4);
