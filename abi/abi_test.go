@@ -208,3 +208,20 @@ func FuzzCommandDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestClassNames(t *testing.T) {
+	for _, c := range []Class{ClassLow, ClassHigh} {
+		if got, ok := ParseClass(c.String()); !ok || got != c {
+			t.Fatalf("ParseClass(%q) = %v, %v", c.String(), got, ok)
+		}
+	}
+	if c, ok := ParseClass(""); !ok || c != ClassLow {
+		t.Fatalf(`ParseClass("") = %v, %v, want low`, c, ok)
+	}
+	if _, ok := ParseClass("medium"); ok {
+		t.Fatal(`ParseClass("medium") accepted`)
+	}
+	if s := Class(7).String(); s != "class(7)" {
+		t.Fatalf("Class(7) = %q", s)
+	}
+}

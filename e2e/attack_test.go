@@ -109,7 +109,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/internal/rawnet"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
@@ -236,18 +236,18 @@ func newAttackBed(t *testing.T) *attackBed {
 	}
 
 	tb.pa, tb.pb, tb.pc = dial(t, tb.a, "reader"), dial(t, tb.b, "owner"), dial(t, tb.c, "bystander")
-	tb.rb = ownerRegion(t, tb.pb, 64<<10, portal.PermRemoteRead)
-	tb.rc = ownerRegion(t, tb.pc, 64<<10, portal.PermRemoteRead)
-	tb.rb2 = ownerRegion(t, tb.pb, 4096, portal.PermRemoteRead)
+	tb.rb = ownerRegion(t, tb.pb, 64<<10, abi.PermRemoteRead)
+	tb.rc = ownerRegion(t, tb.pc, 64<<10, abi.PermRemoteRead)
+	tb.rb2 = ownerRegion(t, tb.pb, 4096, abi.PermRemoteRead)
 	tb.kd = kdFor(tb.rb, tb.pa)
 	if tb.slots, err = tb.pa.AllocSlots(9); err != nil {
 		t.Fatal(err)
 	}
 	tb.aslot, tb.slots = tb.slots[8], tb.slots[:8]
-	if tb.lsink, err = tb.pa.RegisterRegion(8*4096, portal.PermLocalWrite|portal.PermLocalRead); err != nil {
+	if tb.lsink, err = tb.pa.RegisterRegion(8*4096, abi.PermLocalWrite|abi.PermLocalRead); err != nil {
 		t.Fatal(err)
 	}
-	if tb.asink, err = tb.pa.RegisterRegion(4*4096, portal.PermLocalWrite|portal.PermLocalRead); err != nil {
+	if tb.asink, err = tb.pa.RegisterRegion(4*4096, abi.PermLocalWrite|abi.PermLocalRead); err != nil {
 		t.Fatal(err)
 	}
 	if tb.rc.ID() != tb.rb.ID() {

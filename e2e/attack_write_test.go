@@ -18,7 +18,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/internal/rawnet"
 	"github.com/onerma/onerma/portal"
 	"github.com/onerma/onerma/wire"
@@ -41,9 +41,9 @@ type writeTarget struct {
 
 func (tb *attackBed) newWriteTarget(t *testing.T) *writeTarget {
 	t.Helper()
-	w := &writeTarget{wb: ownerRegion(t, tb.pb, 64<<10, portal.PermRemoteRead|portal.PermRemoteWrite)}
+	w := &writeTarget{wb: ownerRegion(t, tb.pb, 64<<10, abi.PermRemoteRead|abi.PermRemoteWrite)}
 	var err error
-	if w.src, err = tb.pa.RegisterRegion(16*4096, portal.PermLocalRead); err != nil {
+	if w.src, err = tb.pa.RegisterRegion(16*4096, abi.PermLocalRead); err != nil {
 		t.Fatal(err)
 	}
 	w.kw = writeKey(w.wb, tb.pa)
@@ -569,8 +569,8 @@ func TestAttackForgedAuthFailureAfterPull(t *testing.T) {
 		})
 	})
 	t.Run("rekey", func(t *testing.T) {
-		rk := ownerRegion(t, tb.pb, 4096, portal.PermRemoteRead|portal.PermRemoteRekey)
-		keyBuf, err := tb.pa.RegisterRegion(4096, portal.PermLocalRead)
+		rk := ownerRegion(t, tb.pb, 4096, abi.PermRemoteRead|abi.PermRemoteRekey)
+		keyBuf, err := tb.pa.RegisterRegion(4096, abi.PermLocalRead)
 		if err != nil {
 			t.Fatal(err)
 		}

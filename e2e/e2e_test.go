@@ -30,8 +30,8 @@ func TestMemifReads(t *testing.T) {
 	a, b := memifPair(t, nil, nil)
 	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
 	const size = 256 << 10
-	ra := ownerRegion(t, pa, size, portal.PermRemoteRead)
-	rb := ownerRegion(t, pb, size, portal.PermRemoteRead)
+	ra := ownerRegion(t, pa, size, abi.PermRemoteRead)
+	rb := ownerRegion(t, pb, size, abi.PermRemoteRead)
 	verifiedReads(t, pa, ipB, rb)
 	verifiedReads(t, pb, ipA, ra)
 }
@@ -42,9 +42,9 @@ func TestAFPacketVethReads(t *testing.T) {
 	a, b := vethEngines(t, "ormt", "e2e-pa", "e2e-pb")
 	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
 	const size = 64 << 10
-	rb := ownerRegion(t, pb, size, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, size, abi.PermRemoteRead)
 	verifiedReads(t, pa, ipB, rb)
-	ra := ownerRegion(t, pa, size, portal.PermRemoteRead)
+	ra := ownerRegion(t, pa, size, abi.PermRemoteRead)
 	verifiedReads(t, pb, ipA, ra)
 }
 
@@ -53,9 +53,9 @@ func TestAFPacketVethReads(t *testing.T) {
 func TestTimeoutWhenRemoteKilled(t *testing.T) {
 	a, b := memifPair(t, []string{"-timeout", "20ms"}, nil)
 	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
-	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, 64<<10, abi.PermRemoteRead)
 	slots, _ := pa.AllocSlots(4)
-	sink, _ := pa.RegisterRegion(16<<10, portal.PermLocalWrite)
+	sink, _ := pa.RegisterRegion(16<<10, abi.PermLocalWrite)
 	kd := kdFor(rb, pa)
 	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, kd, sink, 0, 4096, 1); err != nil {
 		t.Fatal(err)
@@ -93,9 +93,9 @@ func TestTimeoutWhenRemoteKilled(t *testing.T) {
 func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 	a, b := memifPair(t, []string{"-window-bytes", "4096", "-dispatch-timeout", "5ms", "-timeout", "200ms"}, nil)
 	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
-	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, 64<<10, abi.PermRemoteRead)
 	slots, _ := pa.AllocSlots(8)
-	sink, _ := pa.RegisterRegion(32<<10, portal.PermLocalWrite)
+	sink, _ := pa.RegisterRegion(32<<10, abi.PermLocalWrite)
 	kd := kdFor(rb, pa)
 	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, kd, sink, 0, 64, 99); err != nil {
 		t.Fatal(err)
@@ -130,12 +130,12 @@ func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 func TestNackWhenServerQueueOverThreshold(t *testing.T) {
 	a, b := memifPair(t, []string{"-slot-cap", "128"}, []string{"-nack-threshold", "2", "-serve-budget", "1"})
 	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
-	rb := ownerRegion(t, pb, 1<<20, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, 1<<20, abi.PermRemoteRead)
 	slots, err := pa.AllocSlots(64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, _ := pa.RegisterRegion(64*4096, portal.PermLocalWrite)
+	sink, _ := pa.RegisterRegion(64*4096, abi.PermLocalWrite)
 	kd := kdFor(rb, pa)
 	nacks := 0
 	for round := 0; round < 20 && nacks == 0; round++ {
@@ -174,10 +174,10 @@ func TestNackWhenServerQueueOverThreshold(t *testing.T) {
 func TestForeignRegionAndBoundsRefused(t *testing.T) {
 	a, b := memifPair(t, nil, nil)
 	victim, attacker, owner := dial(t, a, "victim"), dial(t, a, "attacker"), dial(t, b, "owner")
-	vr := ownerRegion(t, victim, 8192, portal.PermAll)
-	rb := ownerRegion(t, owner, 8192, portal.PermRemoteRead)
+	vr := ownerRegion(t, victim, 8192, abi.PermAll)
+	rb := ownerRegion(t, owner, 8192, abi.PermRemoteRead)
 	slots, _ := attacker.AllocSlots(2)
-	own, _ := attacker.RegisterRegion(4096, portal.PermLocalWrite)
+	own, _ := attacker.RegisterRegion(4096, abi.PermLocalWrite)
 	before := append([]byte(nil), vr.Bytes()...)
 	// A command naming the victim's region as the sink (forged directly:
 	// the portal library would refuse a region it does not own).
@@ -230,7 +230,7 @@ func TestForeignRegionAndBoundsRefused(t *testing.T) {
 func TestCrashedAppReclaimed(t *testing.T) {
 	a, b := memifPair(t, nil, nil)
 	pb := dial(t, b, "owner")
-	rb := ownerRegion(t, pb, 1<<20, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, 1<<20, abi.PermRemoteRead)
 	watcher := dial(t, a, "watcher")
 	base, err := watcher.Stats()
 	if err != nil {
@@ -316,7 +316,7 @@ func TestCrashedAppReclaimed(t *testing.T) {
 	// no K_r for it any more, so even a key derived from the child's own
 	// K_r cannot be authenticated.
 	slots, _ := pb.AllocSlots(1)
-	sink, _ := pb.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, _ := pb.RegisterRegion(4096, abi.PermLocalWrite)
 	id := pb.Identity()
 	kd := aesni.DeriveKey(childKr, id.Addr.As4(), id.PID, uint8(abi.OpRead))
 	if err := pb.SubmitRead(slots[0], ipA, abi.RegionID(childRegion), 0, kd, sink, 0, 64, 1); err != nil {
@@ -370,7 +370,7 @@ func childApp() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	r, err := p.RegisterRegion(16*4096, portal.PermAll)
+	r, err := p.RegisterRegion(16*4096, abi.PermAll)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -400,9 +400,9 @@ func TestDoorbellWakesWaitingApp(t *testing.T) {
 	if !pa.Doorbell() {
 		t.Fatal("portal has no doorbell")
 	}
-	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, 64<<10, abi.PermRemoteRead)
 	slots, _ := pa.AllocSlots(1)
-	sink, _ := pa.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, _ := pa.RegisterRegion(4096, abi.PermLocalWrite)
 	for k := 0; k < 20; k++ {
 		// The server freezes briefly, so the reply comes after Wait's
 		// spin phase and it must sleep.
@@ -432,9 +432,9 @@ func TestDoorbellWakesWaitingApp(t *testing.T) {
 func TestRmactl(t *testing.T) {
 	a, b := memifPair(t, nil, nil)
 	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
-	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, 64<<10, abi.PermRemoteRead)
 	slots, _ := pa.AllocSlots(1)
-	sink, _ := pa.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, _ := pa.RegisterRegion(4096, abi.PermLocalWrite)
 	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, kdFor(rb, pa), sink, 0, 64, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -479,6 +479,6 @@ func TestTapBridgeReads(t *testing.T) {
 	defer br.Close()
 	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
 	const size = 64 << 10
-	rb := ownerRegion(t, pb, size, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, size, abi.PermRemoteRead)
 	verifiedReads(t, pa, ipB, rb)
 }

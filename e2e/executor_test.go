@@ -62,7 +62,7 @@ func expected(off, n uint64) []byte {
 func TestExecutorFairShareMemif(t *testing.T) {
 	a, b := memifPair(t, []string{"-slot-cap", "128"}, []string{"-nack-threshold", "24"})
 	owner := dial(t, b, "owner")
-	src := ownerRegion(t, owner, transferBytes, portal.PermRemoteRead)
+	src := ownerRegion(t, owner, transferBytes, abi.PermRemoteRead)
 	want := expected(0, transferBytes)
 
 	const clients = 2
@@ -82,7 +82,7 @@ func TestExecutorFairShareMemif(t *testing.T) {
 		p := dial(t, a, "reader")
 		x := newExecutor(t, p, 32)
 		xs[i] = x
-		sink, err := p.RegisterRegion(transferBytes, portal.PermLocalWrite|portal.PermLocalRead)
+		sink, err := p.RegisterRegion(transferBytes, abi.PermLocalWrite|abi.PermLocalRead)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,14 +145,14 @@ func TestExecutorLossyMemif(t *testing.T) {
 	a, b := memifPair(t, []string{"-timeout", "10ms", "-dispatch-timeout", "10ms"},
 		[]string{"-fault-drop", "0.05", "-fault-direction", "both", "-fault-seed", "7", "-timeout", "10ms"})
 	owner := dial(t, b, "owner")
-	src := ownerRegion(t, owner, transferBytes, portal.PermRemoteRead|portal.PermRemoteWrite)
+	src := ownerRegion(t, owner, transferBytes, abi.PermRemoteRead|abi.PermRemoteWrite)
 	p := dial(t, a, "reader")
 	// Random loss reads as congestion to Algorithm 1: every TIMEOUT cuts
 	// the window 10x (once per RTT), and with ~1 op in 5 losing a frame
 	// it would sit at its floor, paced to one op per 64 RTTs. A floor of
 	// one op per RTT keeps this test short; the data checks are the point.
 	x := newExecutor(t, p, 32, func(p *cc.Params) { p.CwndMin = 1 })
-	local, err := p.RegisterRegion(transferBytes, portal.PermLocalWrite|portal.PermLocalRead)
+	local, err := p.RegisterRegion(transferBytes, abi.PermLocalWrite|abi.PermLocalRead)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func dial(t *testing.T, e *testbed.Engine, name string) *portal.Portal {
 func pattern(i uint64) byte { return byte(i*167 + i>>9 + 3) }
 
 // ownerRegion registers a region on p filled with pattern.
-func ownerRegion(t *testing.T, p *portal.Portal, size uint64, perm portal.Perm) *portal.Region {
+func ownerRegion(t *testing.T, p *portal.Portal, size uint64, perm abi.Perm) *portal.Region {
 	t.Helper()
 	r, err := p.RegisterRegion(size, perm)
 	if err != nil {
@@ -172,7 +172,7 @@ func verifiedReads(t *testing.T, p *portal.Portal, peer netip.Addr, src *portal.
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, err := p.RegisterRegion(64<<10, portal.PermLocalWrite|portal.PermLocalRead)
+	sink, err := p.RegisterRegion(64<<10, abi.PermLocalWrite|abi.PermLocalRead)
 	if err != nil {
 		t.Fatal(err)
 	}

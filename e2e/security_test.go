@@ -30,10 +30,10 @@ import (
 func TestWrongKeyRefused(t *testing.T) {
 	a, b := memifPair(t, nil, nil)
 	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
-	rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
-	other := ownerRegion(t, pb, 4096, portal.PermRemoteRead)
+	rb := ownerRegion(t, pb, 64<<10, abi.PermRemoteRead)
+	other := ownerRegion(t, pb, 4096, abi.PermRemoteRead)
 	slots, _ := pa.AllocSlots(1)
-	sink, _ := pa.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, _ := pa.RegisterRegion(4096, abi.PermLocalWrite)
 	base, err := pb.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -101,8 +101,8 @@ func rekeyWhileReading(t *testing.T, remote bool) {
 	a, b := memifPair(t, nil, nil)
 	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
 	const size = 64 << 10
-	r1 := ownerRegion(t, pb, size, portal.PermRemoteRead|portal.PermRemoteRekey) // rekeyed
-	r2, err := pb.RegisterRegion(size, portal.PermRemoteRead)
+	r1 := ownerRegion(t, pb, size, abi.PermRemoteRead|abi.PermRemoteRekey) // rekeyed
+	r2, err := pb.RegisterRegion(size, abi.PermRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func rekeyWhileReading(t *testing.T, remote bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, _ := pa.RegisterRegion(nslots*4096, portal.PermLocalWrite)
+	sink, _ := pa.RegisterRegion(nslots*4096, abi.PermLocalWrite)
 	oldKd := kdFor(r1, pa)
 	nk := aesni.Key{0x5e, 0xc0, 0x1d, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 	var applied atomic.Bool         // the rekeyer knows its new key took effect
@@ -135,7 +135,7 @@ func rekeyWhileReading(t *testing.T, remote bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		keyBuf, err := pc.RegisterRegion(4096, portal.PermLocalRead)
+		keyBuf, err := pc.RegisterRegion(4096, abi.PermLocalRead)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,8 +320,8 @@ func TestIVsNeverRepeatAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, _ := pa.RegisterRegion(8*4096, portal.PermLocalWrite)
-	ra := ownerRegion(t, pa, 64<<10, portal.PermRemoteRead) // B's app reads it: B sends requests too
+	sink, _ := pa.RegisterRegion(8*4096, abi.PermLocalWrite)
+	ra := ownerRegion(t, pa, 64<<10, abi.PermRemoteRead) // B's app reads it: B sends requests too
 	ivState := filepath.Join(dir, "b.iv")
 
 	type run struct {
@@ -338,7 +338,7 @@ func TestIVsNeverRepeatAcrossRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rb := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+		rb := ownerRegion(t, pb, 64<<10, abi.PermRemoteRead)
 		kd := kdFor(rb, pa)
 		// 64 pipelined 4 KB reads by A of B (B seals response chunks:
 		// ranges of counters), then 16 reads by B of A (B seals requests:
@@ -358,7 +358,7 @@ func TestIVsNeverRepeatAcrossRestart(t *testing.T) {
 			}
 		}
 		bslots, _ := pb.AllocSlots(1)
-		bsink, _ := pb.RegisterRegion(4096, portal.PermLocalWrite)
+		bsink, _ := pb.RegisterRegion(4096, abi.PermLocalWrite)
 		kdb := kdFor(ra, pb)
 		for k := range 16 {
 			if err := pb.SubmitRead(bslots[0], ipA, ra.ID(), uint64(k)*64, kdb, bsink, 0, 64, uint64(k)); err != nil {

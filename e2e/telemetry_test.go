@@ -12,7 +12,6 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/engine/telemetry/probe"
 	"github.com/onerma/onerma/internal/testbed"
-	"github.com/onerma/onerma/portal"
 )
 
 // rmatopReport is the part of rmatop's -json record the test reads.
@@ -55,13 +54,13 @@ func startRmatop(t *testing.T, args ...string) *testbed.Rmatop {
 func TestRmatop(t *testing.T) {
 	a, b := memifPair(t, nil, nil)
 	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
-	src := ownerRegion(t, pb, 64<<10, portal.PermRemoteRead)
+	src := ownerRegion(t, pb, 64<<10, abi.PermRemoteRead)
 	kd := kdFor(src, pa)
 	slots, err := pa.AllocSlots(8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, err := pa.RegisterRegion(64<<10, portal.PermLocalWrite)
+	sink, err := pa.RegisterRegion(64<<10, abi.PermLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

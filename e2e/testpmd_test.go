@@ -11,7 +11,6 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/internal/testbed"
-	"github.com/onerma/onerma/portal"
 )
 
 // testpmdName names testpmd's EAL files (prefix onerma-<name>).
@@ -111,7 +110,7 @@ func TestTestpmdSwitch(t *testing.T) {
 	b := client("e2e-tpb", ipB.String(), sockB)
 	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
 	const size = 64 << 10
-	perm := portal.PermRemoteRead | portal.PermRemoteWrite
+	perm := abi.PermRemoteRead | abi.PermRemoteWrite
 	ra, rb := ownerRegion(t, pa, size, perm), ownerRegion(t, pb, size, perm)
 	verifiedReads(t, pa, ipB, rb)
 	verifiedReads(t, pb, ipA, ra)
@@ -126,7 +125,7 @@ func TestTestpmdSwitch(t *testing.T) {
 	if !ok {
 		t.Fatal("no free slot")
 	}
-	sink, err := pa.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, err := pa.RegisterRegion(4096, abi.PermLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 )
@@ -70,11 +70,11 @@ func verifiedWrites(t *testing.T, p *portal.Portal, peer netip.Addr, owner *port
 		t.Fatal(err)
 	}
 	const local = 64 << 10
-	src, err := p.RegisterRegion(local, portal.PermLocalRead)
+	src, err := p.RegisterRegion(local, abi.PermLocalRead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, err := p.RegisterRegion(local, portal.PermLocalWrite)
+	sink, err := p.RegisterRegion(local, abi.PermLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestMemifWrites(t *testing.T) {
 	a, b := memifPair(t, nil, nil)
 	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
 	const size = 64 << 10
-	perm := portal.PermRemoteRead | portal.PermRemoteWrite
+	perm := abi.PermRemoteRead | abi.PermRemoteWrite
 	rb := ownerRegion(t, pb, size, perm)
 	ra := ownerRegion(t, pa, size, perm)
 	verifiedWrites(t, pa, ipB, pb, rb)
@@ -199,7 +199,7 @@ func TestAFPacketVethWrites(t *testing.T) {
 	a, b := vethEngines(t, "ormw", "e2e-wa", "e2e-wb")
 	pa, pb := dial(t, a, "app-a"), dial(t, b, "app-b")
 	const size = 64 << 10
-	perm := portal.PermRemoteRead | portal.PermRemoteWrite
+	perm := abi.PermRemoteRead | abi.PermRemoteWrite
 	rb := ownerRegion(t, pb, size, perm)
 	verifiedWrites(t, pa, ipB, pb, rb)
 	ra := ownerRegion(t, pa, size, perm)
@@ -217,9 +217,9 @@ func TestWriteRefused(t *testing.T) {
 	a, b := memifPair(t, nil, nil)
 	pa, pb := dial(t, a, "writer"), dial(t, b, "owner")
 	const size = 16 << 10
-	ro := ownerRegion(t, pb, size, portal.PermRemoteRead)
-	rw := ownerRegion(t, pb, size, portal.PermRemoteRead|portal.PermRemoteWrite)
-	wo := ownerRegion(t, pb, size, portal.PermRemoteWrite)
+	ro := ownerRegion(t, pb, size, abi.PermRemoteRead)
+	rw := ownerRegion(t, pb, size, abi.PermRemoteRead|abi.PermRemoteWrite)
+	wo := ownerRegion(t, pb, size, abi.PermRemoteWrite)
 	before := map[*portal.Region][]byte{}
 	for _, r := range []*portal.Region{ro, rw, wo} {
 		before[r] = append([]byte(nil), r.Bytes()...)
@@ -228,11 +228,11 @@ func TestWriteRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, _ := pa.RegisterRegion(8192, portal.PermLocalRead)
+	src, _ := pa.RegisterRegion(8192, abi.PermLocalRead)
 	fill(src.Bytes(), 0xee)
-	noRead, _ := pa.RegisterRegion(4096, portal.PermLocalWrite)
+	noRead, _ := pa.RegisterRegion(4096, abi.PermLocalWrite)
 	fill(noRead.Bytes(), 0xdd)
-	sink, _ := pa.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, _ := pa.RegisterRegion(4096, abi.PermLocalWrite)
 	baseB, err := pb.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -373,13 +373,13 @@ func writeServerKilled(t *testing.T) killOutcome {
 	// different nonzero mask per range, so every byte tells old from new
 	// and from another range's new.
 	newMask := func(r int) byte { return byte(1 + r%255) }
-	rb := ownerRegion(t, pb, ranges*4096, portal.PermRemoteWrite)
+	rb := ownerRegion(t, pb, ranges*4096, abi.PermRemoteWrite)
 	mem := rb.Bytes() // the owner's mapping: it outlives the engine
 	slots, err := pa.AllocSlots(nslots)
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := pa.RegisterRegion(nslots*4096, portal.PermLocalRead)
+	src, err := pa.RegisterRegion(nslots*4096, abi.PermLocalRead)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,33 +24,13 @@ const MaxFrameBytes = 14 + 9000
 // PortalID names a portal within a core.
 type PortalID uint16
 
-// Class is a class of service (paper §4.3: two FIFO arbiters).
-type Class uint8
-
-const (
-	ClassLow  Class = 0 // default, best effort
-	ClassHigh Class = 1 // served first, without starving ClassLow
-)
-
-// Perm is a set of region permissions.
-type Perm uint8
-
-const (
-	PermLocalRead   Perm = 1 << 0 // source of the owner's WRITE ops
-	PermLocalWrite  Perm = 1 << 1 // sink of the owner's READ ops
-	PermRemoteRead  Perm = 1 << 2 // remote READ ops may read it
-	PermRemoteWrite Perm = 1 << 3 // remote WRITE ops may write it
-	PermRemoteRekey Perm = 1 << 4 // remote REKEY ops may change its key
-	PermAll              = PermLocalRead | PermLocalWrite | PermRemoteRead | PermRemoteWrite | PermRemoteRekey
-)
-
 // PortalSpec is what the control plane knows when it opens a portal.
 type PortalSpec struct {
 	CmdRing  []byte // memory of the command ring (abi.RingBytes(CmdCap, abi.CommandSize))
 	CmdCap   uint32
 	CplRing  []byte // memory of the completion ring
 	CplCap   uint32
-	Class    Class
+	Class    abi.Class
 	MaxSlots int    // cap on slots this portal may hold
 	PID      uint32 // initiator PID stamped on its requests (from SO_PEERCRED)
 }
@@ -62,7 +42,7 @@ const NumOpCounters = 4
 // PortalStats describe one open portal (Core.PortalStats).
 type PortalStats struct {
 	PID      uint32
-	Class    Class
+	Class    abi.Class
 	Slots    int    // slots it holds
 	MaxSlots int    // its cap
 	Pending  int    // ops posted whose completion it is still owed

@@ -43,7 +43,7 @@ const (
 type slot struct {
 	state    slotState
 	list     listID
-	class    Class
+	class    abi.Class
 	orphan   bool // its portal closed while the op was in service
 	op       abi.Op
 	portal   PortalID
@@ -86,7 +86,7 @@ type slot struct {
 // region is one RRT entry.
 type region struct {
 	mem   []byte
-	perm  Perm
+	perm  abi.Perm
 	owner PortalID
 	gen   uint16
 	valid bool
@@ -96,7 +96,7 @@ type region struct {
 type portal struct {
 	used     bool
 	dead     bool // rings corrupted: reclaimed, entry kept until ClosePortal
-	class    Class
+	class    abi.Class
 	cmd      *abi.Consumer
 	cpl      *abi.Producer
 	maxSlots int
@@ -321,8 +321,8 @@ func ip4(a [4]byte) uint32 { return binary.BigEndian.Uint32(a[:]) }
 // Config returns the core's configuration.
 func (c *Core) Config() Config { return c.cfg }
 
-func fifoOf(cl Class) listID {
-	if cl == ClassHigh {
+func fifoOf(cl abi.Class) listID {
+	if cl == abi.ClassHigh {
 		return listFIFOHigh
 	}
 	return listFIFOLow
@@ -341,7 +341,7 @@ func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: completion ring: %v", ErrPortalRings, err)
 	}
-	if spec.MaxSlots < 0 || spec.Class > ClassHigh {
+	if spec.MaxSlots < 0 || spec.Class > abi.ClassHigh {
 		return 0, fmt.Errorf("%w: MaxSlots %d class %d", ErrPortalRings, spec.MaxSlots, spec.Class)
 	}
 	for i := range c.portals {
@@ -470,7 +470,7 @@ func (c *Core) freeSlotIdx(i int32) {
 // RegisterRegion enters mem into the RRT for portal p, protected by region
 // key kr (K_r, chosen by the application: paper §4.2). The memory must stay
 // mapped until DeregisterRegion (or ClosePortal) returns.
-func (c *Core) RegisterRegion(id PortalID, mem []byte, perm Perm, kr aesni.Key) (abi.RegionID, error) {
+func (c *Core) RegisterRegion(id PortalID, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, error) {
 	if _, err := c.livePortal(id); err != nil {
 		return 0, err
 	}
@@ -1053,7 +1053,7 @@ func (c *Core) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Statu
 		return abi.StatusLocalBounds
 	}
 	// A READ writes its sink; a WRITE and a REKEY read their source.
-	if (cmd.Op == abi.OpRead && r.perm&PermLocalWrite == 0) || (cmd.Op != abi.OpRead && r.perm&PermLocalRead == 0) {
+	if (cmd.Op == abi.OpRead && r.perm&abi.PermLocalWrite == 0) || (cmd.Op != abi.OpRead && r.perm&abi.PermLocalRead == 0) {
 		return abi.StatusLocalPermission
 	}
 	a := cmd.RemoteAddr
@@ -1184,7 +1184,7 @@ func (c *Core) sendRequest(b []byte, i int32) bool {
 	f.SrcIP, f.DstIP = c.ip, s.remoteIP
 	f.SrcPort, f.DstPort = c.myPort, c.cfg.UDPPort
 	f.Type, f.Status, f.Flags = wire.TypeReadReq, 0, 0
-	if s.class == ClassHigh { // the serving engine queues it ahead of low-class requests
+	if s.class == abi.ClassHigh { // the serving engine queues it ahead of low-class requests
 		f.Flags = wire.FlagHigh
 	}
 	f.PID = c.portals[s.portal].pid
@@ -1498,9 +1498,9 @@ func (c *Core) finishRequest(now int64, w *rxWork, ok bool) {
 		}
 	}
 	a := w.a
-	cl := ClassLow
+	cl := abi.ClassLow
 	if f.Flags&wire.FlagHigh != 0 {
-		cl = ClassHigh
+		cl = abi.ClassHigh
 	}
 	q := &c.inq[cl]
 	if q.n >= c.cfg.NackThreshold {
@@ -1596,7 +1596,7 @@ func (q *inRing) pop() {
 // nextInbound picks the queue to serve next: high first; after HighBurst
 // consecutive high requests while low ones wait, one low request.
 func (c *Core) nextInbound() *inRing {
-	hi, lo := &c.inq[ClassHigh], &c.inq[ClassLow]
+	hi, lo := &c.inq[abi.ClassHigh], &c.inq[abi.ClassLow]
 	switch {
 	case hi.n > 0 && (lo.n == 0 || c.serveStreak < c.cfg.HighBurst):
 		if lo.n > 0 {
@@ -1617,7 +1617,7 @@ func (c *Core) nextInbound() *inRing {
 func (c *Core) startPulls(now int64) int {
 	n := 0
 	for {
-		hi, lo := &c.pullq[ClassHigh], &c.pullq[ClassLow]
+		hi, lo := &c.pullq[abi.ClassHigh], &c.pullq[abi.ClassLow]
 		var q *inRing
 		switch {
 		case hi.n > 0 && (lo.n == 0 || c.pullStreak < c.cfg.HighBurst):
@@ -1666,9 +1666,9 @@ func (c *Core) serve(now int64) int {
 			continue
 		}
 		if e.op != abi.OpRead { // WRITE, REKEY: pulled when window allows (startPulls)
-			pq := &c.pullq[ClassLow]
-			if q == &c.inq[ClassHigh] {
-				pq = &c.pullq[ClassHigh]
+			pq := &c.pullq[abi.ClassLow]
+			if q == &c.inq[abi.ClassHigh] {
+				pq = &c.pullq[abi.ClassHigh]
 			}
 			if pq.n == len(pq.q) {
 				return served // cannot happen: pullq is as large as inq
@@ -1749,12 +1749,12 @@ func (c *Core) checkRequest(e *inbound) abi.Status {
 	if r == nil {
 		return abi.StatusRemoteRegion
 	}
-	need := PermRemoteRead
+	need := abi.PermRemoteRead
 	switch e.op {
 	case abi.OpWrite:
-		need = PermRemoteWrite
+		need = abi.PermRemoteWrite
 	case abi.OpRekey:
-		need = PermRemoteRekey
+		need = abi.PermRemoteRekey
 	}
 	if r.perm&need == 0 {
 		return abi.StatusRemotePermission

@@ -20,12 +20,12 @@ func readCmd(slot abi.SlotID, dst uint32, rreg abi.RegionID, roff uint64, lreg a
 func TestReadLoopbackSizes(t *testing.T) {
 	tx := newTestTx(256)
 	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, ClassLow, 8)
+	app := openApp(t, c, abi.ClassLow, 8)
 	src := make([]byte, 64<<10)
 	pattern(src, 0x5a)
 	dst := make([]byte, 64<<10)
-	rs, _ := c.RegisterRegion(app.id, src, PermAll, testKr)
-	rd, _ := c.RegisterRegion(app.id, dst, PermAll, testKr)
+	rs, _ := c.RegisterRegion(app.id, src, abi.PermAll, testKr)
+	rd, _ := c.RegisterRegion(app.id, dst, abi.PermAll, testKr)
 	now := int64(1000)
 	for _, tc := range []struct {
 		n          uint32
@@ -62,13 +62,13 @@ func TestReadLoopbackSizes(t *testing.T) {
 func TestOutOfOrderDuplicateResponses(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
 	p.a.cfg.Neighbors = nil
-	app := openApp(t, p.a, ClassLow, 4)
-	srv := openApp(t, p.b, ClassLow, 0)
+	app := openApp(t, p.a, abi.ClassLow, 4)
+	srv := openApp(t, p.b, abi.ClassLow, 0)
 	src := make([]byte, 8192)
 	pattern(src, 3)
-	rs, _ := p.b.RegisterRegion(srv.id, src, PermRemoteRead, testKr)
+	rs, _ := p.b.RegisterRegion(srv.id, src, abi.PermRemoteRead, testKr)
 	dst := make([]byte, 8192)
-	rd, _ := p.a.RegisterRegion(app.id, dst, PermAll, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, dst, abi.PermAll, testKr)
 	// Resolve b's MAC first.
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 1, 1))
 	p.run()
@@ -108,13 +108,13 @@ func TestOutOfOrderDuplicateResponses(t *testing.T) {
 
 func TestCorruptResponseRejected(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
-	app := openApp(t, p.a, ClassLow, 4)
-	srv := openApp(t, p.b, ClassLow, 0)
+	app := openApp(t, p.a, abi.ClassLow, 4)
+	srv := openApp(t, p.b, abi.ClassLow, 0)
 	src := make([]byte, 4096)
 	pattern(src, 9)
-	rs, _ := p.b.RegisterRegion(srv.id, src, PermRemoteRead, testKr)
+	rs, _ := p.b.RegisterRegion(srv.id, src, abi.PermRemoteRead, testKr)
 	dst := make([]byte, 4096)
-	rd, _ := p.a.RegisterRegion(app.id, dst, PermAll, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, dst, abi.PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 1, 1))
 	p.run() // resolves the peer
 	app.completions()
@@ -146,13 +146,13 @@ func TestCorruptResponseRejected(t *testing.T) {
 func TestBadCommands(t *testing.T) {
 	tx := newTestTx(64)
 	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	a := openApp(t, c, ClassLow, 4)
-	b := openApp(t, c, ClassLow, 4)
+	a := openApp(t, c, abi.ClassLow, 4)
+	b := openApp(t, c, abi.ClassLow, 4)
 	ma := make([]byte, 4096)
 	mb := make([]byte, 4096)
-	ra, _ := c.RegisterRegion(a.id, ma, PermAll, testKr)
-	rb, _ := c.RegisterRegion(b.id, mb, PermAll, testKr)
-	ro, _ := c.RegisterRegion(a.id, make([]byte, 4096), PermLocalRead|PermRemoteRead, testKr)
+	ra, _ := c.RegisterRegion(a.id, ma, abi.PermAll, testKr)
+	rb, _ := c.RegisterRegion(b.id, mb, abi.PermAll, testKr)
+	ro, _ := c.RegisterRegion(a.id, make([]byte, 4096), abi.PermLocalRead|abi.PermRemoteRead, testKr)
 	me := ipOf("10.0.0.1")
 	for _, tc := range []struct {
 		name string
@@ -209,9 +209,9 @@ func TestBadCommands(t *testing.T) {
 func TestBusySlotRejected(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
 	p.a.cfg.Neighbors = nil
-	app := openApp(t, p.a, ClassLow, 2)
+	app := openApp(t, p.a, abi.ClassLow, 2)
 	m := make([]byte, 4096)
-	r, _ := p.a.RegisterRegion(app.id, m, PermAll, testKr)
+	r, _ := p.a.RegisterRegion(app.id, m, abi.PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.9"), r, 0, r, 0, 8, 1))
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.9"), r, 0, r, 0, 8, 2))
 	p.a.Poll(p.now)
@@ -223,9 +223,9 @@ func TestBusySlotRejected(t *testing.T) {
 
 func TestUnreachablePeer(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
-	app := openApp(t, p.a, ClassLow, 2)
+	app := openApp(t, p.a, abi.ClassLow, 2)
 	m := make([]byte, 4096)
-	r, _ := p.a.RegisterRegion(app.id, m, PermAll, testKr)
+	r, _ := p.a.RegisterRegion(app.id, m, abi.PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.77"), r, 0, r, 0, 8, 1))
 	start := p.now
 	var got []abi.Completion
@@ -249,11 +249,11 @@ func TestUnreachablePeer(t *testing.T) {
 
 func TestRemoteErrors(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
-	app := openApp(t, p.a, ClassLow, 4)
-	srv := openApp(t, p.b, ClassLow, 0)
-	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
-	rw, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteWrite, testKr)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
+	app := openApp(t, p.a, abi.ClassLow, 4)
+	srv := openApp(t, p.b, abi.ClassLow, 0)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
+	rw, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), abi.PermRemoteWrite, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), abi.PermAll, testKr)
 	peer := ipOf("10.0.0.2")
 	for _, tc := range []struct {
 		name string
@@ -282,10 +282,10 @@ func TestRemoteErrors(t *testing.T) {
 // region rs on b into its region rd, so a knows b's MAC.
 func readPair(t *testing.T) (p *pair, app *testApp, rs, rd abi.RegionID) {
 	p = newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
-	app = openApp(t, p.a, ClassLow, 4)
-	srv := openApp(t, p.b, ClassLow, 0)
-	rs, _ = p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
-	rd, _ = p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
+	app = openApp(t, p.a, abi.ClassLow, 4)
+	srv := openApp(t, p.b, abi.ClassLow, 0)
+	rs, _ = p.b.RegisterRegion(srv.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
+	rd, _ = p.a.RegisterRegion(app.id, make([]byte, 4096), abi.PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 1))
 	p.run() // resolves ARP, completes one op
 	if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
@@ -324,8 +324,8 @@ func windowBound(t *testing.T, n int) (*pair, Config, *testApp) {
 	ca.WindowBytes = 4096
 	ca.Neighbors = []Neighbor{{IP: testConfig("10.0.0.2", 2).LocalIP, MAC: wire.MAC{2, 0, 0, 0, 0, 2}}}
 	p := newPair(t, ca, testConfig("10.0.0.2", 2))
-	app := openApp(t, p.a, ClassLow, 8)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
+	app := openApp(t, p.a, abi.ClassLow, 8)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), abi.PermAll, testKr)
 	for k := range n {
 		app.post(t, readCmd(app.slots[k], ipOf("10.0.0.2"), abi.MakeRegionID(1, 1), 0, rd, 0, 64, uint64(k)))
 	}
@@ -360,10 +360,10 @@ func TestNackAboveThreshold(t *testing.T) {
 	cb := testConfig("10.0.0.2", 2)
 	cb.NackThreshold = 2
 	p := newPair(t, testConfig("10.0.0.1", 1), cb)
-	app := openApp(t, p.a, ClassLow, 8)
-	srv := openApp(t, p.b, ClassLow, 0)
-	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 8*4096), PermAll, testKr)
+	app := openApp(t, p.a, abi.ClassLow, 8)
+	srv := openApp(t, p.b, abi.ClassLow, 0)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 8*4096), abi.PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 100))
 	p.run()
 	app.completions()
@@ -400,10 +400,10 @@ func TestHighClassFirstWithoutStarvation(t *testing.T) {
 	cfg.Timeout = time.Second
 	tx := newTestTx(64)
 	c := newCore(t, cfg, tx)
-	lo := openApp(t, c, ClassLow, 8)
-	hi := openApp(t, c, ClassHigh, 8)
-	ml, _ := c.RegisterRegion(lo.id, make([]byte, 4096), PermAll, testKr)
-	mh, _ := c.RegisterRegion(hi.id, make([]byte, 4096), PermAll, testKr)
+	lo := openApp(t, c, abi.ClassLow, 8)
+	hi := openApp(t, c, abi.ClassHigh, 8)
+	ml, _ := c.RegisterRegion(lo.id, make([]byte, 4096), abi.PermAll, testKr)
+	mh, _ := c.RegisterRegion(hi.id, make([]byte, 4096), abi.PermAll, testKr)
 	for k := 0; k < 4; k++ {
 		lo.post(t, readCmd(lo.slots[k], ipOf("10.0.0.1"), ml, 0, ml, 0, 8, uint64(100+k)))
 		hi.post(t, readCmd(hi.slots[k], ipOf("10.0.0.1"), mh, 0, mh, 0, 8, uint64(200+k)))
@@ -435,12 +435,12 @@ func TestServingSideHighClassFirst(t *testing.T) {
 	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
 	cb.HighBurst = 2
 	p := newPair(t, ca, cb)
-	lo := openApp(t, p.a, ClassLow, 8)
-	hi := openApp(t, p.a, ClassHigh, 8)
-	owner := openApp(t, p.b, ClassLow, 0)
-	src, _ := p.b.RegisterRegion(owner.id, make([]byte, 4096), PermRemoteRead, testKr)
-	ml, _ := p.a.RegisterRegion(lo.id, make([]byte, 4096), PermAll, testKr)
-	mh, _ := p.a.RegisterRegion(hi.id, make([]byte, 4096), PermAll, testKr)
+	lo := openApp(t, p.a, abi.ClassLow, 8)
+	hi := openApp(t, p.a, abi.ClassHigh, 8)
+	owner := openApp(t, p.b, abi.ClassLow, 0)
+	src, _ := p.b.RegisterRegion(owner.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
+	ml, _ := p.a.RegisterRegion(lo.id, make([]byte, 4096), abi.PermAll, testKr)
+	mh, _ := p.a.RegisterRegion(hi.id, make([]byte, 4096), abi.PermAll, testKr)
 	lo.post(t, readCmd(lo.slots[7], ipOf("10.0.0.2"), src, 0, ml, 0, 8, 99)) // resolves b
 	p.run()
 	lo.completions()
@@ -485,10 +485,10 @@ func TestServingSideHighClassFirst(t *testing.T) {
 
 func TestClosePortalReclaims(t *testing.T) {
 	p := newPair(t, testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2))
-	app := openApp(t, p.a, ClassLow, 8)
-	srv := openApp(t, p.b, ClassLow, 0)
-	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), PermRemoteRead, testKr)
-	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr)
+	app := openApp(t, p.a, abi.ClassLow, 8)
+	srv := openApp(t, p.b, abi.ClassLow, 0)
+	rs, _ := p.b.RegisterRegion(srv.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 4096), abi.PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 0, 8, 1))
 	p.run()
 	app.completions()
@@ -517,8 +517,8 @@ func TestClosePortalReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The region is gone for remote readers too.
-	other := openApp(t, p.b, ClassLow, 2)
-	od, _ := p.b.RegisterRegion(other.id, make([]byte, 64), PermAll, testKr)
+	other := openApp(t, p.b, abi.ClassLow, 2)
+	od, _ := p.b.RegisterRegion(other.id, make([]byte, 64), abi.PermAll, testKr)
 	other.post(t, readCmd(other.slots[0], ipOf("10.0.0.1"), rd, 0, od, 0, 8, 5))
 	p.run()
 	if got := other.completions(); len(got) != 1 || got[0].Status != abi.StatusRemoteAuthFailure {
@@ -528,7 +528,7 @@ func TestClosePortalReclaims(t *testing.T) {
 
 func TestSlotCap(t *testing.T) {
 	c := newCore(t, testConfig("10.0.0.1", 1), newTestTx(4))
-	app := openApp(t, c, ClassLow, 3)
+	app := openApp(t, c, abi.ClassLow, 3)
 	if _, err := c.AllocSlots(app.id, 1); err == nil {
 		t.Fatal("cap not enforced")
 	}
@@ -549,7 +549,7 @@ func TestCorruptRingClosesPortal(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 	// The id stays taken (and refuses new resources) until ClosePortal.
-	other := openApp(t, c, ClassLow, 1)
+	other := openApp(t, c, abi.ClassLow, 1)
 	if other.id == id {
 		t.Fatal("a disabled portal's id was reused before ClosePortal")
 	}
@@ -587,9 +587,9 @@ func TestARPAnswered(t *testing.T) {
 func TestHotPathAllocs(t *testing.T) {
 	tx := newTestTx(64)
 	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, ClassLow, 1)
+	app := openApp(t, c, abi.ClassLow, 1)
 	m := make([]byte, 8192)
-	r, _ := c.RegisterRegion(app.id, m, PermAll, testKr)
+	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
 	cmd := app.keyed(readCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 4096, 1))
 	var cpl abi.Completion
 	now := int64(1000)
@@ -626,9 +626,9 @@ func benchOp(b *testing.B, op abi.Op, size uint32) {
 	cfg.WindowBytes = 1 << 20
 	cfg.HairpinSelf = true // frames go through tx and come back through Receive, as over a reflecting port
 	c := newCore(b, cfg, tx)
-	app := openApp(b, c, ClassLow, 32)
+	app := openApp(b, c, abi.ClassLow, 32)
 	m := make([]byte, 1<<20)
-	r, _ := c.RegisterRegion(app.id, m, PermAll, testKr)
+	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
 	var cpl abi.Completion
 	now := int64(1000)
 	b.ReportAllocs()
@@ -672,9 +672,9 @@ func (b *countBell) Ring() { b.n++ }
 func TestDoorbell(t *testing.T) {
 	tx := newTestTx(64)
 	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, ClassLow, 2)
+	app := openApp(t, c, abi.ClassLow, 2)
 	m := make([]byte, 8192)
-	r, _ := c.RegisterRegion(app.id, m, PermAll, testKr)
+	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
 	arm := aligned(64)
 	bell := &countBell{}
 	if err := c.SetDoorbell(app.id, arm[:4], bell); err != nil {
@@ -779,10 +779,10 @@ func TestDelaySamples(t *testing.T) {
 	cfg := testConfig("10.0.0.1", 1)
 	cfg.HairpinSelf = true // through tx, so a read takes time
 	c := newCore(t, cfg, tx)
-	app := openApp(t, c, ClassLow, 8)
+	app := openApp(t, c, abi.ClassLow, 8)
 	src, dst := make([]byte, 4096), make([]byte, 4096)
-	rs, _ := c.RegisterRegion(app.id, src, PermAll, testKr)
-	rd, _ := c.RegisterRegion(app.id, dst, PermAll, testKr)
+	rs, _ := c.RegisterRegion(app.id, src, abi.PermAll, testKr)
+	rd, _ := c.RegisterRegion(app.id, dst, abi.PermAll, testKr)
 	me := ipOf("10.0.0.1")
 	now := int64(1_000_000)
 	var got []abi.Completion
@@ -858,9 +858,9 @@ func TestDelaySamples(t *testing.T) {
 func TestPortalStatsAndOpCounts(t *testing.T) {
 	tx := newTestTx(256)
 	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, ClassHigh, 8)
+	app := openApp(t, c, abi.ClassHigh, 8)
 	m := make([]byte, 4096)
-	r, _ := c.RegisterRegion(app.id, m, PermAll, testKr)
+	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
 	me := ipOf("10.0.0.1")
 	for _, s := range app.slots[:6] {
 		app.post(t, readCmd(s, me, r, 0, r, 2048, 64, 0))
@@ -869,7 +869,7 @@ func TestPortalStatsAndOpCounts(t *testing.T) {
 	bad.Op = 9
 	app.post(t, bad)
 	ps, ok := c.PortalStats(app.id)
-	if !ok || ps.CmdDepth != 7 || ps.CplDepth != 0 || ps.Pending != 0 || ps.Slots != 8 || ps.MaxSlots != 8 || ps.Class != ClassHigh || ps.PID != testPID || ps.CmdCap != 256 || ps.CplCap != 512 || ps.Dead {
+	if !ok || ps.CmdDepth != 7 || ps.CplDepth != 0 || ps.Pending != 0 || ps.Slots != 8 || ps.MaxSlots != 8 || ps.Class != abi.ClassHigh || ps.PID != testPID || ps.CmdCap != 256 || ps.CplCap != 512 || ps.Dead {
 		t.Fatalf("posted, not polled: %+v", ps)
 	}
 	for k := 0; k < 10; k++ {

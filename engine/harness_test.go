@@ -132,7 +132,7 @@ type testApp struct {
 	slots []abi.SlotID
 }
 
-func openApp(t testing.TB, c *Core, class Class, slots int) *testApp {
+func openApp(t testing.TB, c *Core, class abi.Class, slots int) *testApp {
 	t.Helper()
 	const cmdCap, cplCap = 256, 512
 	cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))

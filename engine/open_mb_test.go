@@ -37,14 +37,14 @@ type burstOutcome struct {
 func readBurst(t *testing.T, crypto string, shape func(ch [][]byte) [][][]byte, reuse func(old [][]byte, fresh []byte) [][]byte) burstOutcome {
 	ca, cb := pairConfigs(crypto)
 	p := newPair(t, ca, cb)
-	app := openApp(t, p.a, ClassLow, 4)
-	srv := openApp(t, p.b, ClassLow, 0)
+	app := openApp(t, p.a, abi.ClassLow, 4)
+	srv := openApp(t, p.b, abi.ClassLow, 0)
 	src := make([]byte, 8192)
 	pattern(src, 3)
-	rs, _ := p.b.RegisterRegion(srv.id, src, PermRemoteRead, testKr)
+	rs, _ := p.b.RegisterRegion(srv.id, src, abi.PermRemoteRead, testKr)
 	loc := make([]byte, 8192)
 	pattern(loc, 0xee) // what a forgery must never reach outside the op's range
-	rd, _ := p.a.RegisterRegion(app.id, loc, PermAll, testKr)
+	rd, _ := p.a.RegisterRegion(app.id, loc, abi.PermAll, testKr)
 	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), rs, 0, rd, 8000, 1, 1)) // resolves b's MAC
 	p.run()
 	var out burstOutcome
@@ -236,7 +236,7 @@ func frameTypes(frames [][]byte) []wire.Type {
 // that the new key is installed afterwards and returns the outcome.
 func rekeyBurst(t *testing.T, crypto string, rekeyFirst bool) burstOutcome {
 	p := newSecPairCrypto(t, crypto)
-	p.b.regions[p.rs.Index()].perm |= PermRemoteRekey
+	p.b.regions[p.rs.Index()].perm |= abi.PermRemoteRekey
 	newKr := aesni.Key{0xab, 0xcd, 0xef, 1}
 	copy(p.dst[4096:], newKr[:])
 
@@ -354,7 +354,7 @@ func evictBurst(t *testing.T, crypto string) (burstOutcome, []keyLeft) {
 	pattern(p.dst[4096:], 0x55)
 	loc2 := make([]byte, 8192)
 	pattern(loc2, 0xee)
-	r2, err := p.a.RegisterRegion(p.app.id, loc2, PermAll, testKr)
+	r2, err := p.a.RegisterRegion(p.app.id, loc2, abi.PermAll, testKr)
 	if err != nil {
 		t.Fatal(err)
 	}

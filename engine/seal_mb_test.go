@@ -74,14 +74,14 @@ func scriptFrames(t *testing.T, crypto string) ([][]byte, []abi.Completion) {
 	if (p.a.mb != nil) != (crypto == CryptoIPsecMB) {
 		t.Fatalf("%s: backend not set up", crypto)
 	}
-	app := openApp(t, p.a, ClassLow, 16)
-	srv := openApp(t, p.b, ClassLow, 0)
+	app := openApp(t, p.a, abi.ClassLow, 16)
+	srv := openApp(t, p.b, abi.ClassLow, 0)
 	src := make([]byte, 64<<10)
 	pattern(src, 9)
-	rs, _ := p.b.RegisterRegion(srv.id, src, PermAll, testKr)
+	rs, _ := p.b.RegisterRegion(srv.id, src, abi.PermAll, testKr)
 	loc := make([]byte, 64<<10)
 	pattern(loc[32<<10:], 4)
-	rl, _ := p.a.RegisterRegion(app.id, loc, PermAll, testKr)
+	rl, _ := p.a.RegisterRegion(app.id, loc, abi.PermAll, testKr)
 	var frames [][]byte
 	var cpls []abi.Completion
 	run := func() {
@@ -255,8 +255,8 @@ func TestIPsecMBCoreCollected(t *testing.T) {
 		cfg.Crypto = CryptoIPsecMB
 		tx := newTestTx(4)
 		c := newCore(t, cfg, tx)
-		app := openApp(t, c, ClassLow, 0)
-		if _, err := c.RegisterRegion(app.id, make([]byte, 4096), PermAll, testKr); err != nil {
+		app := openApp(t, c, abi.ClassLow, 0)
+		if _, err := c.RegisterRegion(app.id, make([]byte, 4096), abi.PermAll, testKr); err != nil {
 			t.Fatal(err)
 		}
 		a, _ := c.ini.Put(aesni.CacheKey{Region: 1}, aesni.Key{1})

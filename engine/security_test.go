@@ -32,15 +32,15 @@ func newSecPairCrypto(t *testing.T, crypto string, edit ...func(*Config)) *secPa
 		e(&cb)
 	}
 	p := &secPair{pair: newPair(t, ca, cb)}
-	p.app = openApp(t, p.a, ClassLow, 8)
-	p.srv = openApp(t, p.b, ClassLow, 0)
+	p.app = openApp(t, p.a, abi.ClassLow, 8)
+	p.srv = openApp(t, p.b, abi.ClassLow, 0)
 	p.src, p.dst = make([]byte, 8192), make([]byte, 8192)
 	pattern(p.src, 0x33)
 	var err error
-	if p.rs, err = p.b.RegisterRegion(p.srv.id, p.src, PermRemoteRead, testKr); err != nil {
+	if p.rs, err = p.b.RegisterRegion(p.srv.id, p.src, abi.PermRemoteRead, testKr); err != nil {
 		t.Fatal(err)
 	}
-	if p.rd, err = p.a.RegisterRegion(p.app.id, p.dst, PermAll, testKr); err != nil {
+	if p.rd, err = p.a.RegisterRegion(p.app.id, p.dst, abi.PermAll, testKr); err != nil {
 		t.Fatal(err)
 	}
 	p.read(t, 0, 1, abi.StatusOK) // resolves b's MAC
@@ -276,7 +276,7 @@ func TestRekey(t *testing.T) {
 	p := newSecPair(t)
 	other := make([]byte, 4096)
 	pattern(other, 0x77)
-	ro, err := p.b.RegisterRegion(p.srv.id, other, PermRemoteRead, testKr)
+	ro, err := p.b.RegisterRegion(p.srv.id, other, abi.PermRemoteRead, testKr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestRekey(t *testing.T) {
 		t.Fatal("data mismatch")
 	}
 	// Only the owner may rekey, only a live region.
-	intruder := openApp(t, p.b, ClassLow, 0)
+	intruder := openApp(t, p.b, abi.ClassLow, 0)
 	if err := p.b.Rekey(intruder.id, p.rs, aesni.Key{}); err == nil {
 		t.Fatal("another portal rekeyed the region")
 	}
@@ -355,7 +355,7 @@ func (p *secPair) rekeyCmd(k int, off uint64, key aesni.Key) *abi.Command {
 // the new K_d works, a replay of the REKEY request changes nothing.
 func TestRemoteRekey(t *testing.T) {
 	p := newSecPair(t)
-	p.b.regions[p.rs.Index()].perm |= PermRemoteRekey
+	p.b.regions[p.rs.Index()].perm |= abi.PermRemoteRekey
 	newKr := aesni.Key{0xab, 0xcd, 0xef, 1}
 	copy(p.dst[4096:], newKr[:])
 	rekeyKd := aesni.DeriveKey(testKr, p.app.ip, testPID, uint8(abi.OpRekey))
@@ -410,8 +410,8 @@ func TestRemoteRekey(t *testing.T) {
 		t.Fatalf("rekeys %d remote %d", s.Rekeys, s.RemoteRekeys)
 	}
 
-	// Without PermRemoteRekey: REMOTE_PERMISSION, the key stays.
-	p.b.regions[p.rs.Index()].perm &^= PermRemoteRekey
+	// Without abi.PermRemoteRekey: REMOTE_PERMISSION, the key stays.
+	p.b.regions[p.rs.Index()].perm &^= abi.PermRemoteRekey
 	p.app.post(t, p.rekeyCmd(3, 4096, aesni.DeriveKey(newKr, p.app.ip, testPID, uint8(abi.OpRekey))))
 	p.run()
 	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusRemotePermission {
@@ -439,7 +439,7 @@ func TestRemoteRekey(t *testing.T) {
 // key keeps working, and a late copy of the key changes nothing.
 func TestRemoteRekeyLostKeyNeverInstalls(t *testing.T) {
 	p := newSecPair(t)
-	p.b.regions[p.rs.Index()].perm |= PermRemoteRekey
+	p.b.regions[p.rs.Index()].perm |= abi.PermRemoteRekey
 	newKr := aesni.Key{0x11, 0x22, 0x33, 4}
 	copy(p.dst[4096:], newKr[:])
 	p.app.post(t, p.rekeyCmd(3, 4096, aesni.DeriveKey(testKr, p.app.ip, testPID, uint8(abi.OpRekey))))

@@ -21,12 +21,12 @@ func frameType(fr []byte) wire.Type { return wire.Type(fr[wire.EthLen+wire.IPv4L
 func TestWriteLoopbackSizes(t *testing.T) {
 	tx := newTestTx(256)
 	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, ClassLow, 8)
+	app := openApp(t, c, abi.ClassLow, 8)
 	src := make([]byte, 64<<10)
 	pattern(src, 0x5a)
 	dst := make([]byte, 64<<10)
-	rs, _ := c.RegisterRegion(app.id, src, PermAll, testKr)
-	rd, _ := c.RegisterRegion(app.id, dst, PermAll, testKr)
+	rs, _ := c.RegisterRegion(app.id, src, abi.PermAll, testKr)
+	rd, _ := c.RegisterRegion(app.id, dst, abi.PermAll, testKr)
 	now := int64(1000)
 	for _, tc := range []struct {
 		n          uint32
@@ -73,19 +73,19 @@ type wPair struct {
 func newWPair(t *testing.T, ca, cb Config) *wPair {
 	t.Helper()
 	p := &wPair{pair: newPair(t, ca, cb)}
-	p.app = openApp(t, p.a, ClassLow, 8)
-	p.srv = openApp(t, p.b, ClassLow, 0)
+	p.app = openApp(t, p.a, abi.ClassLow, 8)
+	p.srv = openApp(t, p.b, abi.ClassLow, 0)
 	p.src, p.dst, p.ro = make([]byte, 8192), make([]byte, 8192), make([]byte, 8192)
 	pattern(p.src, 0x33)
 	pattern(p.ro, 0x44)
 	var err error
-	if p.rs, err = p.a.RegisterRegion(p.app.id, p.src, PermLocalRead|PermLocalWrite, testKr); err != nil {
+	if p.rs, err = p.a.RegisterRegion(p.app.id, p.src, abi.PermLocalRead|abi.PermLocalWrite, testKr); err != nil {
 		t.Fatal(err)
 	}
-	if p.rd, err = p.b.RegisterRegion(p.srv.id, p.dst, PermRemoteWrite|PermRemoteRead, testKr); err != nil {
+	if p.rd, err = p.b.RegisterRegion(p.srv.id, p.dst, abi.PermRemoteWrite|abi.PermRemoteRead, testKr); err != nil {
 		t.Fatal(err)
 	}
-	if p.rro, err = p.b.RegisterRegion(p.srv.id, p.ro, PermRemoteRead, testKr); err != nil {
+	if p.rro, err = p.b.RegisterRegion(p.srv.id, p.ro, abi.PermRemoteRead, testKr); err != nil {
 		t.Fatal(err)
 	}
 	p.write(t, 0, p.rd, 0, 1, abi.StatusOK) // resolves b's MAC
@@ -151,7 +151,7 @@ func TestWriteRemoteRefusals(t *testing.T) {
 		t.Fatal("a refused write changed memory")
 	}
 	// The local side: a WRITE reads its source.
-	wo, _ := p.a.RegisterRegion(p.app.id, make([]byte, 64), PermLocalWrite, testKr)
+	wo, _ := p.a.RegisterRegion(p.app.id, make([]byte, 64), abi.PermLocalWrite, testKr)
 	cmd = p.cmd(1, p.rd, 0, 64)
 	cmd.LocalRegion = wo
 	p.app.post(t, cmd)
@@ -503,9 +503,9 @@ func TestWriteTamperedData(t *testing.T) {
 func TestWriteHotPathAllocs(t *testing.T) {
 	tx := newTestTx(64)
 	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, ClassLow, 1)
+	app := openApp(t, c, abi.ClassLow, 1)
 	m := make([]byte, 8192)
-	r, _ := c.RegisterRegion(app.id, m, PermAll, testKr)
+	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
 	cmd := app.keyed(writeCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 4096, 1))
 	var cpl abi.Completion
 	now := int64(1000)

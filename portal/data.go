@@ -55,7 +55,7 @@ func (p *Portal) Staged() uint32 {
 // Identity().Addr, Identity().PID and abi.OpRead); with any other key the
 // op completes with REMOTE_AUTHENTICATION_FAILURE. The completion names
 // slot and echoes cookie. local must be this portal's region with
-// PermLocalWrite (the engine checks the permission; this checks
+// abi.PermLocalWrite (the engine checks the permission; this checks
 // ownership, length and bounds so the common mistakes fail at once). Call
 // Flush to publish.
 //
@@ -86,7 +86,7 @@ func (p *Portal) SubmitRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion
 // remoteAddr (paper §5.1: four hops, the serving engine pulls the data
 // when its own solicitation window allows). key is the K_d the region's
 // owner derived for this process and abi.OpWrite; the remote region must
-// allow PermRemoteWrite and local must allow PermLocalRead. The source
+// allow abi.PermRemoteWrite and local must allow abi.PermLocalRead. The source
 // range belongs to the op until its completion: the engine reads it when
 // the serving engine pulls, sealing it straight into the frames.
 //
@@ -115,10 +115,10 @@ func (p *Portal) SubmitWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegio
 // PostRekey stages a REKEY (paper §5.2): it asks the engine at
 // remoteAddr to install, as remoteRegion's new region key K_r, the 16
 // bytes at localOffset of local (this portal's region with
-// PermLocalRead; the engine copies them when it takes the command from
+// abi.PermLocalRead; the engine copies them when it takes the command from
 // the ring: keep them unchanged until the completion). key is the K_d
 // the region's owner derived for this process and abi.OpRekey; the region
-// must allow PermRemoteRekey. The new key travels encrypted under that
+// must allow abi.PermRemoteRekey. The new key travels encrypted under that
 // K_d. Like a WRITE it takes four hops (the serving engine pulls the key
 // and installs it only once it authenticated). When the completion is OK,
 // reads with K_d derived from the old key fail with

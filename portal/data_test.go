@@ -51,7 +51,7 @@ func newTestPortal(t testing.TB, cmdCap, cplCap uint32) (*Portal, *fakeEngine, *
 		t.Fatal(err)
 	}
 	mem := make([]byte, 8192)
-	r := &Region{p: p, id: abi.MakeRegionID(3, 1), mapping: mem, mem: mem, size: uint64(len(mem)), perm: PermAll,
+	r := &Region{p: p, id: abi.MakeRegionID(3, 1), mapping: mem, mem: mem, size: uint64(len(mem)), perm: abi.PermAll,
 		kr: aesni.Key{0x4b, 0x72, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}
 	p.regions[r.id] = r
 	for i := range 4 {

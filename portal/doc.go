@@ -7,7 +7,7 @@
 //
 //	p, err := portal.Dial("/run/onerma/rmad.sock", "kv-client")
 //	slots, err := p.AllocSlots(32)                    // capped per application
-//	sink, err := p.RegisterRegion(1<<20, portal.PermLocalWrite)
+//	sink, err := p.RegisterRegion(1<<20, abi.PermLocalWrite)
 //	s, _ := p.Slot()
 //	kd := ...                                         // K_d from the region's owner, for p.Identity()
 //	err = p.PostRead(s, server, remoteRegion, 0, kd, sink, 0, 4096, cookie)
@@ -17,7 +17,7 @@
 //
 // Control operations (Dial, AllocSlots, RegisterRegion, RegisterRegionKey,
 // Rekey, DeregisterRegion, Stats, Close) are messages on the engine's unix control socket (package
-// engine/ctl/ctlmsg). The engine creates every byte of shared memory as a
+// ctlmsg). The engine creates every byte of shared memory as a
 // sealed memfd (huge pages when it has them) and passes it here with
 // SCM_RIGHTS; the portal validates the segment header with
 // abi.DecodeLayout before it touches the rings.
@@ -142,6 +142,6 @@
 // calls yourself. An Executor is safe for concurrent use: many goroutines
 // may call Read and Write on one executor (and so on one portal) at once.
 //
-// Imports: abi, aesni, cc and engine/ctl/ctlmsg (packages that import
+// Imports: abi, aesni, cc and ctlmsg (packages that import
 // nothing of ours but abi); never the engine.
 package portal

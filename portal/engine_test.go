@@ -111,7 +111,7 @@ func read(t *testing.T, p *portal.Portal, src *portal.Region, k aesni.Key, sink 
 func TestWrongPIDRefused(t *testing.T) {
 	sock := startEngine(t)
 	owner, reader := dial(t, sock, "owner"), dial(t, sock, "reader")
-	src, err := owner.RegisterRegion(4096, portal.PermRemoteRead)
+	src, err := owner.RegisterRegion(4096, abi.PermRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestWrongPIDRefused(t *testing.T) {
 		src.Bytes()[i] = byte(i*7 + 1)
 	}
 	reader.AllocSlots(1)
-	sink, err := reader.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, err := reader.RegisterRegion(4096, abi.PermLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestRekeyChangesKey(t *testing.T) {
 	sock := startEngine(t)
 	owner, reader := dial(t, sock, "owner"), dial(t, sock, "reader")
 	k1 := aesni.Key{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
-	src, err := owner.RegisterRegionKey(4096, portal.PermRemoteRead, k1)
+	src, err := owner.RegisterRegionKey(4096, abi.PermRemoteRead, k1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestRekeyChangesKey(t *testing.T) {
 		t.Fatalf("Key() = %x, want the registered key", src.Key())
 	}
 	reader.AllocSlots(1)
-	sink, _ := reader.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, _ := reader.RegisterRegion(4096, abi.PermLocalWrite)
 	id := reader.Identity()
 	old := src.DeriveKey(id.Addr, id.PID, abi.OpRead)
 	if c := read(t, reader, src, old, sink); c.Status != abi.StatusOK {
@@ -183,10 +183,10 @@ func TestRekeyChangesKey(t *testing.T) {
 	if err := reader.Rekey(src, k1); !errors.Is(err, portal.ErrRegion) || src.Key() != k2 {
 		t.Fatalf("another portal's region: %v", err)
 	}
-	if _, err := owner.RegisterRegionKey(4096, portal.PermAll, aesni.Key{}); !errors.Is(err, portal.ErrZeroKey) {
+	if _, err := owner.RegisterRegionKey(4096, abi.PermAll, aesni.Key{}); !errors.Is(err, portal.ErrZeroKey) {
 		t.Fatalf("zero key registered: %v", err)
 	}
-	r2, err := owner.RegisterRegion(4096, portal.PermAll)
+	r2, err := owner.RegisterRegion(4096, abi.PermAll)
 	if err != nil || r2.Key() == (aesni.Key{}) || r2.Key() == k1 {
 		t.Fatalf("RegisterRegion's key: %v", err)
 	}
@@ -220,7 +220,7 @@ func TestEngineStallDoesNotTimeOut(t *testing.T) {
 		Ctl:    func(c *ctl.Config) { c.Slots.Default = 16 },
 	})
 	owner, reader := dial(t, e.Socket, "owner"), dial(t, e.Socket, "reader")
-	src, err := owner.RegisterRegion(4096, portal.PermRemoteRead)
+	src, err := owner.RegisterRegion(4096, abi.PermRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestEngineStallDoesNotTimeOut(t *testing.T) {
 		src.Bytes()[i] = byte(i*5 + 3)
 	}
 	reader.AllocSlots(1)
-	sink, err := reader.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, err := reader.RegisterRegion(4096, abi.PermLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

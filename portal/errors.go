@@ -3,7 +3,7 @@ package portal
 import (
 	"errors"
 
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/ctlmsg"
 )
 
 // Data-path errors: preallocated, returned without allocating.

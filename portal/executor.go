@@ -478,7 +478,7 @@ func (e *Executor) Read(ctx context.Context, remote netip.Addr, region abi.Regio
 
 // Write copies length bytes of local at localOffset into the remote
 // region at remoteOffset, with the K_d derived for abi.OpWrite; local must
-// allow PermLocalRead and stay unchanged until Write returns. Like Read
+// allow abi.PermLocalRead and stay unchanged until Write returns. Like Read
 // otherwise. Each chunk is committed remotely all at once or not at all;
 // after a failure some chunks may have been written (a chunk that ended in
 // TIMEOUT may have been too: PostWrite).

@@ -14,8 +14,8 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/cc"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/portal"
@@ -39,13 +39,13 @@ func newExecEnv(t testing.TB, o engineOpts, srcBytes, dstBytes uint64, cfg porta
 	sock := startEngineWith(t, o)
 	v := &execEnv{owner: dial(t, sock, "owner"), cli: dial(t, sock, "client")}
 	var err error
-	if v.src, err = v.owner.RegisterRegion(srcBytes, portal.PermRemoteRead|portal.PermRemoteWrite); err != nil {
+	if v.src, err = v.owner.RegisterRegion(srcBytes, abi.PermRemoteRead|abi.PermRemoteWrite); err != nil {
 		t.Fatal(err)
 	}
 	for i, b := 0, v.src.Bytes(); i < len(b); i++ {
 		b[i] = pattern(i)
 	}
-	if v.dst, err = v.cli.RegisterRegion(dstBytes, portal.PermLocalWrite|portal.PermLocalRead); err != nil {
+	if v.dst, err = v.cli.RegisterRegion(dstBytes, abi.PermLocalWrite|abi.PermLocalRead); err != nil {
 		t.Fatal(err)
 	}
 	id := v.cli.Identity()

@@ -13,30 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
-)
-
-// Perm is a set of region permissions (the engine's, bit for bit).
-type Perm uint8
-
-const (
-	PermLocalRead   = Perm(ctlmsg.PermLocalRead)   // source of this portal's WRITE ops
-	PermLocalWrite  = Perm(ctlmsg.PermLocalWrite)  // sink of this portal's READ ops
-	PermRemoteRead  = Perm(ctlmsg.PermRemoteRead)  // remote READ ops may read it
-	PermRemoteWrite = Perm(ctlmsg.PermRemoteWrite) // remote WRITE ops may write it
-	PermRemoteRekey = Perm(ctlmsg.PermRemoteRekey) // remote REKEY ops may change its key
-	PermAll         = Perm(ctlmsg.PermAll)
-)
-
-// Class is the portal's class of service (paper §4.3: two FIFO arbiters).
-// The engine's policy decides which classes an application may use (by
-// its uid and the portal's name): asking for one it does not grant fails
-// Dial with ErrClass.
-type Class uint8
-
-const (
-	ClassLow  Class = 0 // best effort (default)
-	ClassHigh Class = 1 // served first, without starving ClassLow
+	"github.com/onerma/onerma/ctlmsg"
 )
 
 // Identity is what the engine stamps on this portal's requests.
@@ -50,9 +27,9 @@ type Identity struct {
 
 // Options tune Dial. Zero values take the engine's defaults.
 type Options struct {
-	CmdCap uint32 // command ring capacity (power of two)
-	CplCap uint32 // completion ring capacity (power of two)
-	Class  Class  // class of service to ask for (ErrClass if the engine's policy does not grant it)
+	CmdCap uint32    // command ring capacity (power of two)
+	CplCap uint32    // completion ring capacity (power of two)
+	Class  abi.Class // class of service to ask for (ErrClass if the engine's policy does not grant it)
 	// Timeout bounds each control request (default 60 s: registering a
 	// large region populates its memory).
 	Timeout time.Duration
@@ -88,7 +65,7 @@ type Portal struct {
 	nextID   uint64
 	id       Identity
 	portal   uint32
-	class    Class
+	class    abi.Class
 	maxSlots int
 	hugetlb  bool
 	layout   abi.Layout
@@ -108,8 +85,8 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	if err := ctlmsg.ValidName(name); err != nil {
 		return nil, fmt.Errorf("portal: %w", err)
 	}
-	if opt.Class > ClassHigh {
-		return nil, fmt.Errorf("portal: Options.Class = %d, want ClassLow or ClassHigh", opt.Class)
+	if opt.Class > abi.ClassHigh {
+		return nil, fmt.Errorf("portal: Options.Class = %d, want abi.ClassLow or abi.ClassHigh", opt.Class)
 	}
 	if opt.Timeout <= 0 {
 		opt.Timeout = 60 * time.Second
@@ -133,8 +110,8 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 		rbuf:    make([]byte, ctlmsg.MaxResponseBytes+1),
 	}
 	req := ctlmsg.Request{Op: ctlmsg.OpOpen, Name: name, CmdCap: opt.CmdCap, CplCap: opt.CplCap}
-	if opt.Class == ClassHigh {
-		req.Class = ctlmsg.ClassHigh
+	if opt.Class == abi.ClassHigh {
+		req.Class = abi.ClassHigh.String()
 	}
 	resp, fd, err := p.roundTrip(&req)
 	if err != nil {
@@ -191,14 +168,10 @@ func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 		unix.Munmap(seg)
 		return fmt.Errorf("portal: open: engine address %q is not IPv4", o.Addr)
 	}
-	var class Class
-	switch o.Class {
-	case ctlmsg.ClassLow:
-	case ctlmsg.ClassHigh:
-		class = ClassHigh
-	default:
+	class, ok := abi.ParseClass(o.Class)
+	if !ok || o.Class == "" {
 		unix.Munmap(seg)
-		return fmt.Errorf("portal: open: the engine's reply grants class %q, want %q or %q", o.Class, ctlmsg.ClassLow, ctlmsg.ClassHigh)
+		return fmt.Errorf("portal: open: the engine's reply grants class %q, want %q or %q", o.Class, abi.ClassLow, abi.ClassHigh)
 	}
 	p.seg, p.layout, p.cmd, p.cpl, p.class = seg, l, cmd, cpl, class
 	p.portal, p.maxSlots, p.hugetlb = o.Portal, o.MaxSlots, o.Hugetlb
@@ -306,9 +279,9 @@ func receivedFDs(oob []byte) []int {
 // requests.
 func (p *Portal) Identity() Identity { return p.id }
 
-// Class is the portal's class of service, as the engine granted it at
+// abi.Class is the portal's class of service, as the engine granted it at
 // open (the one Options.Class asked for).
-func (p *Portal) Class() Class { return p.class }
+func (p *Portal) Class() abi.Class { return p.class }
 
 // MaxSlots is this application's slot cap (engine policy).
 func (p *Portal) MaxSlots() int { return p.maxSlots }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/ctlmsg"
 )
 
 // Region is memory registered with the engine: the engine created it,
@@ -22,7 +22,7 @@ type Region struct {
 	mapping []byte // MapSize bytes; nil once deregistered
 	mem     []byte // mapping[:size:size]
 	size    uint64
-	perm    Perm
+	perm    abi.Perm
 	hugetlb bool
 
 	// The region key K_r. Key and DeriveKey may be called from any
@@ -69,8 +69,8 @@ func (r *Region) Bytes() []byte { return r.mem }
 // Size is the registered size in bytes.
 func (r *Region) Size() uint64 { return r.size }
 
-// Perm is the region's permission set.
-func (r *Region) Perm() Perm { return r.perm }
+// abi.Perm is the region's permission set.
+func (r *Region) Perm() abi.Perm { return r.perm }
 
 // Hugetlb reports whether the region is backed by huge pages.
 func (r *Region) Hugetlb() bool { return r.hugetlb }
@@ -87,7 +87,7 @@ func (r *Region) unmap() error {
 // RegisterRegion asks the engine for size bytes of shared memory with the
 // given permissions, under a fresh random region key K_r (crypto/rand; see
 // Region.Key), and maps it. The memory starts zeroed.
-func (p *Portal) RegisterRegion(size uint64, perm Perm) (*Region, error) {
+func (p *Portal) RegisterRegion(size uint64, perm abi.Perm) (*Region, error) {
 	var kr aesni.Key
 	for kr == (aesni.Key{}) {
 		if _, err := rand.Read(kr[:]); err != nil {
@@ -100,17 +100,17 @@ func (p *Portal) RegisterRegion(size uint64, perm Perm) (*Region, error) {
 // RegisterRegionKey is RegisterRegion with a region key K_r the
 // application chose (paper §4.2). kr must not be all zero (ErrZeroKey).
 // The key goes to the local engine over the control socket only.
-func (p *Portal) RegisterRegionKey(size uint64, perm Perm, kr aesni.Key) (*Region, error) {
+func (p *Portal) RegisterRegionKey(size uint64, perm abi.Perm, kr aesni.Key) (*Region, error) {
 	if kr == (aesni.Key{}) {
 		return nil, fmt.Errorf("portal: register_region: %w", ErrZeroKey)
 	}
 	if size < 1 || size > ctlmsg.MaxRegionBytes {
 		return nil, fmt.Errorf("portal: register_region: size %d, want 1..%d", size, uint64(ctlmsg.MaxRegionBytes))
 	}
-	if perm == 0 || perm&^PermAll != 0 {
-		return nil, fmt.Errorf("portal: register_region: perm %#x, want a non-zero subset of %#x", perm, PermAll)
+	if perm == 0 || perm&^abi.PermAll != 0 {
+		return nil, fmt.Errorf("portal: register_region: perm %#x, want a non-zero subset of %#x", perm, abi.PermAll)
 	}
-	resp, fd, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpRegisterRegion, Size: size, Perm: uint8(perm), Key: ctlmsg.Key(kr)})
+	resp, fd, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpRegisterRegion, Size: size, Perm: perm, Key: ctlmsg.Key(kr)})
 	if err != nil {
 		return nil, err
 	}

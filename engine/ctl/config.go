@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 )
 
 // Executor runs control-plane closures on the goroutine that owns a Core
@@ -29,7 +30,7 @@ type AppRule struct {
 	UID  *uint32 `json:"uid,omitempty"`
 	Name string  `json:"name,omitempty"`
 	// Class is the highest class of service the application may ask for:
-	// ctlmsg.ClassHigh allows high and low, ctlmsg.ClassLow (or "") only
+	// "high" allows high and low, "low" (or "") only
 	// low.
 	Class    string `json:"class,omitempty"`
 	MaxSlots int    `json:"max_slots"`
@@ -70,14 +71,14 @@ type AppPolicy struct {
 
 // Grant is what the policy gives one application.
 type Grant struct {
-	Class    engine.Class // the highest class it may ask for
+	Class    abi.Class // the highest class it may ask for
 	MaxSlots int
 	From     string // the rule (or default) it came from, for logs and errors
 }
 
 // String says what the grant allows, for messages.
 func (g Grant) String() string {
-	return fmt.Sprintf("class %s and %d slots", className(g.Class), g.MaxSlots)
+	return fmt.Sprintf("class %s and %d slots", g.Class.String(), g.MaxSlots)
 }
 
 // Match returns what the policy grants the application with this uid and
@@ -86,32 +87,12 @@ func (p *AppPolicy) Match(uid uint32, name string) Grant {
 	for i := range p.Rules {
 		r := &p.Rules[i]
 		if (r.UID == nil || *r.UID == uid) && (r.Name == "" || r.Name == name) {
-			cl, _ := parseClass(r.Class) // Validate has checked it
+			cl, _ := abi.ParseClass(r.Class) // Validate has checked it
 			return Grant{Class: cl, MaxSlots: r.MaxSlots, From: fmt.Sprintf("slot policy rule %d (%s)", i, r.String())}
 		}
 	}
-	cl, _ := parseClass(p.DefaultClass)
+	cl, _ := abi.ParseClass(p.DefaultClass)
 	return Grant{Class: cl, MaxSlots: p.Default, From: "the slot policy default"}
-}
-
-// parseClass maps a class name of the control protocol (ctlmsg.ClassLow,
-// ctlmsg.ClassHigh, or "" for low) to the engine's class.
-func parseClass(s string) (engine.Class, bool) {
-	switch s {
-	case "", ctlmsg.ClassLow:
-		return engine.ClassLow, true
-	case ctlmsg.ClassHigh:
-		return engine.ClassHigh, true
-	}
-	return engine.ClassLow, false
-}
-
-// className is the control protocol's name of an engine class.
-func className(cl engine.Class) string {
-	if cl == engine.ClassHigh {
-		return ctlmsg.ClassHigh
-	}
-	return ctlmsg.ClassLow
 }
 
 // Validate checks the policy. Its errors name the policy's JSON keys, the
@@ -121,19 +102,19 @@ func (p *AppPolicy) Validate() error {
 		return fmt.Errorf("%w: slot policy: "+f, append([]any{ErrConfig}, args...)...)
 	}
 	badClass := func(key, s string) error {
-		return bad("%s = %q, want %q or %q", key, s, ctlmsg.ClassLow, ctlmsg.ClassHigh)
+		return bad("%s = %q, want %q or %q", key, s, abi.ClassLow.String(), abi.ClassHigh.String())
 	}
 	if p.Default < 0 || p.Default > ctlmsg.MaxAllocSlots {
 		return bad("default = %d, want 0..%d", p.Default, ctlmsg.MaxAllocSlots)
 	}
-	if _, ok := parseClass(p.DefaultClass); !ok {
+	if _, ok := abi.ParseClass(p.DefaultClass); !ok {
 		return badClass("default_class", p.DefaultClass)
 	}
 	for i, r := range p.Rules {
 		if r.MaxSlots < 0 || r.MaxSlots > ctlmsg.MaxAllocSlots {
 			return bad("rules[%d].max_slots = %d, want 0..%d", i, r.MaxSlots, ctlmsg.MaxAllocSlots)
 		}
-		if _, ok := parseClass(r.Class); !ok {
+		if _, ok := abi.ParseClass(r.Class); !ok {
 			return badClass(fmt.Sprintf("rules[%d].class", i), r.Class)
 		}
 		if r.Name != "" {
@@ -186,7 +167,7 @@ func DefaultConfig() Config {
 		SocketMode:          0o666,
 		CmdCap:              256,
 		CplCap:              1024,
-		Slots:               AppPolicy{Default: 256, DefaultClass: ctlmsg.ClassLow},
+		Slots:               AppPolicy{Default: 256, DefaultClass: abi.ClassLow.String()},
 		MaxConns:            256,
 		MaxConnsPerUID:      64,
 		MaxRegionsPerPortal: 256,

@@ -12,8 +12,8 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 )
 
 // conn is one control connection and the portal it may hold. Only its own
@@ -51,7 +51,7 @@ func (b *eventBell) Ring() { unix.Write(b.fd, b.one[:]) }
 type region struct {
 	mem  *shm
 	size uint64
-	perm uint8
+	perm abi.Perm
 }
 
 // reqError is a failure reported to the client.
@@ -316,11 +316,11 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 	}
 	// The application gets the class it asks for, if the policy allows
 	// it: a rule granting high permits high, it does not impose it.
-	// (engine.ClassHigh > engine.ClassLow.)
-	class, _ := parseClass(req.Class) // DecodeRequest has checked it
+	// (abi.ClassHigh > abi.ClassLow.)
+	class, _ := abi.ParseClass(req.Class) // DecodeRequest has checked it
 	if class > g.Class {
 		return -1, fail(ctlmsg.CodeClass, "open: portal %q (pid %d, uid %d) asks for class %s, but %s grants it %s",
-			req.Name, c.cred.Pid, c.cred.Uid, className(class), g.From, g)
+			req.Name, c.cred.Pid, c.cred.Uid, class.String(), g.From, g)
 	}
 	cmdCap, cplCap := req.CmdCap, req.CplCap
 	if cmdCap == 0 {
@@ -376,12 +376,12 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 	c.regions = make(map[abi.RegionID]*region)
 	resp.Open = &ctlmsg.OpenReply{
 		Portal: uint32(id), Size: layout.Size, MapSize: uint64(len(seg.mem)),
-		CmdCap: cmdCap, CplCap: cplCap, Class: className(class), MaxSlots: g.MaxSlots, Hugetlb: seg.hugetlb,
+		CmdCap: cmdCap, CplCap: cplCap, Class: class.String(), MaxSlots: g.MaxSlots, Hugetlb: seg.hugetlb,
 		Identity: c.identity(),
 	}
 	c.s.log.Info().Uint64("conn", c.id).Str("name", c.name).Int32("pid", c.cred.Pid).Uint32("uid", c.cred.Uid).
 		Uint32("gid", c.cred.Gid).Uint16("portal", uint16(id)).Uint32("cmd_cap", cmdCap).Uint32("cpl_cap", cplCap).
-		Str("class", className(class)).Str("max_class", className(g.Class)).Int("max_slots", g.MaxSlots).Str("granted_by", g.From).
+		Str("class", class.String()).Str("max_class", g.Class.String()).Int("max_slots", g.MaxSlots).Str("granted_by", g.From).
 		Bool("hugetlb", seg.hugetlb).Msg("portal opened")
 	fd := seg.fd
 	seg.fd = -1 // closed by reply once sent
@@ -486,7 +486,7 @@ func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) (int, 
 	var id abi.RegionID
 	mem := m.mem[:req.Size:req.Size]
 	rerr, err := c.execPortal(func(core *engine.Core) (err error) {
-		id, err = core.RegisterRegion(c.portal, mem, engine.Perm(req.Perm), aesni.Key(req.Key))
+		id, err = core.RegisterRegion(c.portal, mem, req.Perm, aesni.Key(req.Key))
 		return err
 	})
 	if err != nil {

@@ -22,9 +22,9 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 	"github.com/onerma/onerma/internal/enginetest"
 	"github.com/onerma/onerma/portal"
 )
@@ -155,7 +155,7 @@ func TestOpenAndIdentity(t *testing.T) {
 	if p.MaxSlots() != 16 {
 		t.Errorf("MaxSlots = %d, want 16", p.MaxSlots())
 	}
-	if p.Class() != portal.ClassLow {
+	if p.Class() != abi.ClassLow {
 		t.Errorf("Class = %d, want ClassLow", p.Class())
 	}
 	q, err := portal.DialOptions(e.sock, "opts", portal.Options{CmdCap: 8, CplCap: 16})
@@ -232,14 +232,14 @@ func TestClassPolicy(t *testing.T) {
 			{Name: "bulk", Class: "low", MaxSlots: 12},
 		}
 	}, zerolog.New(&logBuf).Level(zerolog.InfoLevel))
-	high := portal.Options{Class: portal.ClassHigh}
+	high := portal.Options{Class: abi.ClassHigh}
 
 	lat, err := portal.DialOptions(e.sock, "lat", high)
 	if err != nil {
 		t.Fatalf("lat asking high under a high rule: %v", err)
 	}
 	defer lat.Close()
-	if lat.Class() != portal.ClassHigh || lat.MaxSlots() != 4 {
+	if lat.Class() != abi.ClassHigh || lat.MaxSlots() != 4 {
 		t.Fatalf("lat: class %d, %d slots; want high, 4", lat.Class(), lat.MaxSlots())
 	}
 	_, err = lat.AllocSlots(5)
@@ -254,7 +254,7 @@ func TestClassPolicy(t *testing.T) {
 
 	// A rule granting high permits it, it does not impose it.
 	lazy := dial(t, e, "lat")
-	if lazy.Class() != portal.ClassLow || lazy.MaxSlots() != 4 {
+	if lazy.Class() != abi.ClassLow || lazy.MaxSlots() != 4 {
 		t.Fatalf("lat asking nothing: class %d, %d slots; want low, 4", lazy.Class(), lazy.MaxSlots())
 	}
 
@@ -265,7 +265,7 @@ func TestClassPolicy(t *testing.T) {
 		t.Fatalf("bulk asking high under a low rule: %v\nwant ErrClass: %s", err, wantMsg)
 	}
 	bulk := dial(t, e, "bulk")
-	if bulk.Class() != portal.ClassLow || bulk.MaxSlots() != 12 {
+	if bulk.Class() != abi.ClassLow || bulk.MaxSlots() != 12 {
 		t.Fatalf("bulk: class %d, %d slots; want low, 12", bulk.Class(), bulk.MaxSlots())
 	}
 	if _, err := bulk.AllocSlots(8); err != nil {
@@ -309,7 +309,7 @@ func fill(b []byte, seed byte) {
 func TestReadLoopback(t *testing.T) {
 	e := setup(t, nil)
 	srv := dial(t, e, "server")
-	src, err := srv.RegisterRegion(64<<10, portal.PermRemoteRead)
+	src, err := srv.RegisterRegion(64<<10, abi.PermRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestReadLoopback(t *testing.T) {
 	if _, err := cli.AllocSlots(8); err != nil {
 		t.Fatal(err)
 	}
-	sink, err := cli.RegisterRegion(64<<10, portal.PermLocalWrite)
+	sink, err := cli.RegisterRegion(64<<10, abi.PermLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func TestReadLoopback(t *testing.T) {
 func TestForeignRegionTouchesNothing(t *testing.T) {
 	e := setup(t, nil)
 	victim := dial(t, e, "victim")
-	vr, err := victim.RegisterRegion(8192, portal.PermAll)
+	vr, err := victim.RegisterRegion(8192, abi.PermAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestForeignRegionTouchesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := att.RegisterRegion(8192, portal.PermAll)
+	src, err := att.RegisterRegion(8192, abi.PermAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestRingFullReturnsAtOnce(t *testing.T) {
 	if _, err := p.AllocSlots(8); err != nil {
 		t.Fatal(err)
 	}
-	sink, err := p.RegisterRegion(4096, portal.PermLocalWrite|portal.PermRemoteRead)
+	sink, err := p.RegisterRegion(4096, abi.PermLocalWrite|abi.PermRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func TestDeregisterRegion(t *testing.T) {
 	e := setup(t, nil)
 	p := dial(t, e, "dereg")
 	slots, _ := p.AllocSlots(2)
-	r, err := p.RegisterRegion(4096, portal.PermAll)
+	r, err := p.RegisterRegion(4096, abi.PermAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func TestDeregisterRegion(t *testing.T) {
 		t.Errorf("PostRead into a deregistered region: %v", err)
 	}
 	// The stale id, sent raw, is refused by the engine.
-	r2, err := p.RegisterRegion(4096, portal.PermAll)
+	r2, err := p.RegisterRegion(4096, abi.PermAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +550,7 @@ func TestCloseWithoutCleanupReclaims(t *testing.T) {
 	slots, _ := p.AllocSlots(12)
 	var rs []*portal.Region
 	for range 3 {
-		r, err := p.RegisterRegion(16<<10, portal.PermAll)
+		r, err := p.RegisterRegion(16<<10, abi.PermAll)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -580,7 +580,7 @@ func TestCloseWithoutCleanupReclaims(t *testing.T) {
 	// The region ids are dead: a new portal cannot name them.
 	q := dial(t, e, "next")
 	qs, _ := q.AllocSlots(1)
-	qr, _ := q.RegisterRegion(4096, portal.PermAll)
+	qr, _ := q.RegisterRegion(4096, abi.PermAll)
 	// A key derived from the reclaimed region's old K_r: the server holds
 	// no K_r for the id any more, so it cannot authenticate the request.
 	stale := aesni.DeriveKey(rs1Key, q.Identity().Addr.As4(), q.Identity().PID, uint8(abi.OpRead))
@@ -606,7 +606,7 @@ func TestHelperChild(t *testing.T) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	r, err := p.RegisterRegion(1<<20, portal.PermAll)
+	r, err := p.RegisterRegion(1<<20, abi.PermAll)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -711,7 +711,7 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 	})
 	good := dial(t, e, "bystander")
 	gs, _ := good.AllocSlots(1)
-	gr, _ := good.RegisterRegion(4096, portal.PermAll)
+	gr, _ := good.RegisterRegion(4096, abi.PermAll)
 
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: e.sock, Net: "unixpacket"})
 	if err != nil {
@@ -773,7 +773,7 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 	// Three regions per portal.
 	bp := dial(t, e, "regions")
 	for i := range 4 {
-		_, err := bp.RegisterRegion(4096, portal.PermAll)
+		_, err := bp.RegisterRegion(4096, abi.PermAll)
 		if i < 3 && err != nil {
 			t.Fatal(err)
 		}
@@ -811,7 +811,7 @@ func TestServerCloseReclaimsEverything(t *testing.T) {
 	maps := shmMaps(t)
 	p := dial(t, e, "stays")
 	p.AllocSlots(5)
-	p.RegisterRegion(4096, portal.PermAll)
+	p.RegisterRegion(4096, abi.PermAll)
 	if err := e.srv.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -861,7 +861,7 @@ func TestHugetlbSharedMemory(t *testing.T) {
 	e := setup(t, nil)
 	p := dial(t, e, "huge")
 	slots, _ := p.AllocSlots(1)
-	r, err := p.RegisterRegion(2<<20, portal.PermAll)
+	r, err := p.RegisterRegion(2<<20, abi.PermAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -882,7 +882,7 @@ func TestHugetlbSharedMemory(t *testing.T) {
 		t.Fatalf("READ within a huge page region: %+v", c)
 	}
 	// A size that is not a whole number of huge pages gets a plain memfd.
-	small, err := p.RegisterRegion(4096, portal.PermAll)
+	small, err := p.RegisterRegion(4096, abi.PermAll)
 	if err != nil || small.Hugetlb() {
 		t.Fatalf("4 KB region: hugetlb %v, %v", small != nil && small.Hugetlb(), err)
 	}
@@ -937,7 +937,7 @@ func TestCorruptRingsIsolated(t *testing.T) {
 	if _, err := victim.AllocSlots(4); err != nil {
 		t.Fatal(err)
 	}
-	vr, err := victim.RegisterRegion(4096, portal.PermAll)
+	vr, err := victim.RegisterRegion(4096, abi.PermAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -991,14 +991,14 @@ func TestWrongKeyRefused(t *testing.T) {
 	e := setup(t, nil)
 	own := dial(t, e, "owner")
 	kr := aesni.Key{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	src, err := own.RegisterRegionKey(4096, portal.PermRemoteRead, kr)
+	src, err := own.RegisterRegionKey(4096, abi.PermRemoteRead, kr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if src.Key() != kr {
 		t.Fatal("Key() is not the registered key")
 	}
-	other, err := own.RegisterRegion(4096, portal.PermRemoteRead)
+	other, err := own.RegisterRegion(4096, abi.PermRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1008,7 +1008,7 @@ func TestWrongKeyRefused(t *testing.T) {
 	fill(src.Bytes(), 0x3c)
 	cli := dial(t, e, "reader")
 	cli.AllocSlots(2)
-	sink, _ := cli.RegisterRegion(4096, portal.PermLocalWrite)
+	sink, _ := cli.RegisterRegion(4096, abi.PermLocalWrite)
 	id := cli.Identity()
 	base := e.stats(t)
 	for name, k := range map[string]aesni.Key{
@@ -1032,7 +1032,7 @@ func TestWrongKeyRefused(t *testing.T) {
 	if c := readWith(t, cli, src, kd(src, cli), sink, 0); c.Status != abi.StatusOK || !bytes.Equal(sink.Bytes()[:64], src.Bytes()[:64]) {
 		t.Fatalf("right key: %+v", c)
 	}
-	if _, err := own.RegisterRegionKey(4096, portal.PermAll, aesni.Key{}); !errors.Is(err, portal.ErrZeroKey) {
+	if _, err := own.RegisterRegionKey(4096, abi.PermAll, aesni.Key{}); !errors.Is(err, portal.ErrZeroKey) {
 		t.Errorf("zero key registered: %v", err)
 	}
 }
@@ -1042,13 +1042,13 @@ func TestWrongKeyRefused(t *testing.T) {
 func TestRekey(t *testing.T) {
 	e := setup(t, nil)
 	own := dial(t, e, "owner")
-	src, _ := own.RegisterRegion(4096, portal.PermRemoteRead)
-	keep, _ := own.RegisterRegion(4096, portal.PermRemoteRead)
+	src, _ := own.RegisterRegion(4096, abi.PermRemoteRead)
+	keep, _ := own.RegisterRegion(4096, abi.PermRemoteRead)
 	fill(src.Bytes(), 1)
 	fill(keep.Bytes(), 2)
 	cli := dial(t, e, "reader")
 	cli.AllocSlots(2)
-	sink, _ := cli.RegisterRegion(8192, portal.PermLocalWrite)
+	sink, _ := cli.RegisterRegion(8192, abi.PermLocalWrite)
 	oldKd, keepKd := kd(src, cli), kd(keep, cli)
 	if c := readWith(t, cli, src, oldKd, sink, 0); c.Status != abi.StatusOK {
 		t.Fatalf("before rekey: %+v", c)
@@ -1123,7 +1123,7 @@ func TestKeysNeverLogged(t *testing.T) {
 	e := setupLog(t, nil, zerolog.New(&logBuf).Level(zerolog.TraceLevel))
 	own := dial(t, e, "owner")
 	kr := aesni.Key{0x0f, 0x1e, 0x2d, 0x3c, 0x4b, 0x5a, 0x69, 0x78, 0x87, 0x96, 0xa5, 0xb4, 0xc3, 0xd2, 0xe1, 0xf0} // keyHex
-	r, err := own.RegisterRegionKey(4096, portal.PermAll, kr)
+	r, err := own.RegisterRegionKey(4096, abi.PermAll, kr)
 	if err != nil {
 		t.Fatal(err)
 	}

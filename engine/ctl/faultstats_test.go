@@ -3,8 +3,8 @@ package ctl_test
 import (
 	"testing"
 
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine/ctl"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 	"github.com/onerma/onerma/portal"
 )
 

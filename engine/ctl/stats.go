@@ -4,17 +4,9 @@ import (
 	"slices"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 )
-
-// The ctlmsg permission bits are engine.Perm's, value for value.
-var _ = [1]struct{}{}[uint8(engine.PermLocalRead)-ctlmsg.PermLocalRead+
-	uint8(engine.PermLocalWrite)-ctlmsg.PermLocalWrite+
-	uint8(engine.PermRemoteRead)-ctlmsg.PermRemoteRead+
-	uint8(engine.PermRemoteWrite)-ctlmsg.PermRemoteWrite+
-	uint8(engine.PermRemoteRekey)-ctlmsg.PermRemoteRekey+
-	uint8(engine.PermAll)-ctlmsg.PermAll]
 
 // StatsMsg converts a core's counters to their control-socket form.
 // TestStatsMsgCoversEveryField keeps it in step with engine.Stats.
@@ -98,7 +90,7 @@ func (s *Server) portalStats(core *engine.Core) []ctlmsg.PortalStats {
 			continue // closed by the core itself and not reused
 		}
 		out = append(out, ctlmsg.PortalStats{
-			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, Class: className(p.Class),
+			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, Class: p.Class.String(),
 			Slots: p.Slots, MaxSlots: p.MaxSlots, InFlight: p.Pending,
 			CmdDepth: p.CmdDepth, CmdCap: p.CmdCap, CplDepth: p.CplDepth, CplCap: p.CplCap, Closed: p.Dead,
 		})

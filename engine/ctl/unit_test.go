@@ -70,17 +70,17 @@ func TestAppPolicy(t *testing.T) {
 	tests := []struct {
 		uid   uint32
 		name  string
-		class engine.Class
+		class abi.Class
 		slots int
 		from  string
 	}{
-		{1000, "kv", engine.ClassHigh, 512, `slot policy rule 0 (uid=1000 name="kv")`},
-		{1000, "other", engine.ClassLow, 64, "slot policy rule 1 (uid=1000)"},
-		{1000, "batch", engine.ClassLow, 64, "slot policy rule 1 (uid=1000)"}, // first match wins
-		{3000, "batch", engine.ClassLow, 2, `slot policy rule 2 (name="batch")`},
-		{2000, "kv", engine.ClassLow, 0, `slot policy rule 3 (uid=2000 name="kv")`},
-		{3000, "lat", engine.ClassHigh, 4, `slot policy rule 4 (name="lat")`},
-		{3000, "kv", engine.ClassLow, 8, "the slot policy default"},
+		{1000, "kv", abi.ClassHigh, 512, `slot policy rule 0 (uid=1000 name="kv")`},
+		{1000, "other", abi.ClassLow, 64, "slot policy rule 1 (uid=1000)"},
+		{1000, "batch", abi.ClassLow, 64, "slot policy rule 1 (uid=1000)"}, // first match wins
+		{3000, "batch", abi.ClassLow, 2, `slot policy rule 2 (name="batch")`},
+		{2000, "kv", abi.ClassLow, 0, `slot policy rule 3 (uid=2000 name="kv")`},
+		{3000, "lat", abi.ClassHigh, 4, `slot policy rule 4 (name="lat")`},
+		{3000, "kv", abi.ClassLow, 8, "the slot policy default"},
 	}
 	for _, tt := range tests {
 		g := p.Match(tt.uid, tt.name)
@@ -94,8 +94,8 @@ func TestAppPolicy(t *testing.T) {
 	// The default class applies when no rule matches; "" is low.
 	for _, dc := range []struct {
 		name string
-		want engine.Class
-	}{{"high", engine.ClassHigh}, {"low", engine.ClassLow}, {"", engine.ClassLow}} {
+		want abi.Class
+	}{{"high", abi.ClassHigh}, {"low", abi.ClassLow}, {"", abi.ClassLow}} {
 		q := AppPolicy{Default: 1, DefaultClass: dc.name}
 		if err := q.Validate(); err != nil {
 			t.Fatal(err)

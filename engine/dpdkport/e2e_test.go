@@ -125,7 +125,7 @@ func openApp(t testing.TB, n *engineNode, slots int, src, dst []byte) *app {
 	exErr := n.r.Exec(func(c *engine.Core) {
 		if a.id, err = c.OpenPortal(engine.PortalSpec{
 			CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap,
-			Class: engine.ClassLow, MaxSlots: slots, PID: testPID,
+			Class: abi.ClassLow, MaxSlots: slots, PID: testPID,
 		}); err != nil {
 			return
 		}
@@ -133,11 +133,11 @@ func openApp(t testing.TB, n *engineNode, slots int, src, dst []byte) *app {
 			return
 		}
 		if src != nil {
-			if a.src, err = c.RegisterRegion(a.id, src, engine.PermRemoteRead|engine.PermLocalRead, testKr); err != nil {
+			if a.src, err = c.RegisterRegion(a.id, src, abi.PermRemoteRead|abi.PermLocalRead, testKr); err != nil {
 				return
 			}
 		}
-		a.dst, err = c.RegisterRegion(a.id, dst, engine.PermLocalWrite, testKr)
+		a.dst, err = c.RegisterRegion(a.id, dst, abi.PermLocalWrite, testKr)
 	})
 	if exErr != nil {
 		t.Fatal(exErr)

@@ -87,7 +87,7 @@ func readThrough(t *testing.T, fcfg faultport.Config, crypto string) (int, fault
 	}
 	defer owner.Close()
 	const size = 4 << 20
-	src, err := owner.RegisterRegion(size, portal.PermRemoteRead)
+	src, err := owner.RegisterRegion(size, abi.PermRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func readThrough(t *testing.T, fcfg faultport.Config, crypto string) (int, fault
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, err := cli.RegisterRegion(size, portal.PermLocalWrite)
+	sink, err := cli.RegisterRegion(size, abi.PermLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -230,7 +230,7 @@ type region struct {
 	p       *portal
 	id      abi.RegionID
 	mem     []byte
-	perm    engine.Perm
+	perm    abi.Perm
 	kind    regKind
 	pattern uint64 // regSrc: mem[i] == patByte(pattern, i); regDst: its initial content
 	sink    bool   // kind == regSink
@@ -320,7 +320,7 @@ type portal struct {
 	lay    abi.Layout
 	cmd    *abi.Producer // the app produces commands
 	cpl    *abi.Consumer // the app consumes completions
-	class  engine.Class
+	class  abi.Class
 	slots  []abi.SlotID
 	busy   []*op // by slot index
 	idle   []int // idle slot indices (stack)
@@ -382,7 +382,7 @@ func (a *app) openPortal() (*portal, error) {
 	p := &portal{a: a, serial: a.serial, seg: alignedBytes(int(lay.Size))}
 	a.serial++
 	if r.Float64() < cfg.HighClass {
-		p.class = engine.ClassHigh
+		p.class = abi.ClassHigh
 	}
 	spec := engine.PortalSpec{
 		CmdRing:  lay.CmdRing(p.seg),
@@ -451,21 +451,21 @@ func (a *app) openPortal() (*portal, error) {
 	}
 	// Regions.
 	size := cfg.SrcMinBytes + r.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
-	src, err := a.register(p, alignedBytes(size), engine.PermRemoteRead|engine.PermLocalRead, regSrc)
+	src, err := a.register(p, alignedBytes(size), abi.PermRemoteRead|abi.PermLocalRead, regSrc)
 	if err != nil {
 		return nil, err
 	}
 	p.src = src
-	sink, err := a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), engine.PermLocalWrite, regSink)
+	sink, err := a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), abi.PermLocalWrite, regSink)
 	if err != nil {
 		return nil, err
 	}
 	p.sink = sink
 	dsize := cfg.DstMinBytes + r.IntN(cfg.DstMaxBytes-cfg.DstMinBytes+1)
-	if p.wdst, err = a.register(p, alignedBytes(dsize), engine.PermRemoteWrite|engine.PermRemoteRead, regDst); err != nil {
+	if p.wdst, err = a.register(p, alignedBytes(dsize), abi.PermRemoteWrite|abi.PermRemoteRead, regDst); err != nil {
 		return nil, err
 	}
-	if p.wsrc, err = a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), engine.PermLocalRead, regWsrc); err != nil {
+	if p.wsrc, err = a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), abi.PermLocalRead, regWsrc); err != nil {
 		return nil, err
 	}
 	a.portals = append(a.portals, p)
@@ -475,7 +475,7 @@ func (a *app) openPortal() (*portal, error) {
 	return p, nil
 }
 
-func (a *app) register(p *portal, mem []byte, perm engine.Perm, kind regKind) (*region, error) {
+func (a *app) register(p *portal, mem []byte, perm abi.Perm, kind regKind) (*region, error) {
 	s := a.s
 	rg := &region{node: a.n.id, p: p, mem: mem, perm: perm, kind: kind, sink: kind == regSink, deadAt: math.MaxInt64}
 	switch kind {
@@ -490,7 +490,7 @@ func (a *app) register(p *portal, mem []byte, perm engine.Perm, kind regKind) (*
 			// (by pattern id: no draw from the app's stream; a new
 			// portal's pattern and remote-writable regions take
 			// consecutive ids, so one of them allows them).
-			perm |= engine.PermRemoteRekey
+			perm |= abi.PermRemoteRekey
 			rg.perm = perm
 		}
 		if kind == regDst {
@@ -640,7 +640,7 @@ func (p *portal) post() bool {
 	a := p.a
 	r := a.s.appRng
 	if f := a.s.cfg.App.RekeyFrac; f > 0 && r.Float64() < f {
-		if tgt := a.pickRegion(false, func(rg *region) bool { return rg.perm&engine.PermRemoteRekey != 0 }); tgt != nil {
+		if tgt := a.pickRegion(false, func(rg *region) bool { return rg.perm&abi.PermRemoteRekey != 0 }); tgt != nil {
 			// A REKEY ignores the remote offset: any will do.
 			roff := uint64(r.IntN(len(tgt.mem)))
 			if r.IntN(4) == 0 {
@@ -697,7 +697,7 @@ func (p *portal) mutate(o *op, c *abi.Command) {
 			c.RemoteOffset = math.MaxUint64 - uint64(r.IntN(1<<20))
 			return
 		case kRemotePerm: // a region without PermRemoteRekey
-			sk := a.pickRegion(false, func(rg *region) bool { return rg.perm&engine.PermRemoteRekey == 0 })
+			sk := a.pickRegion(false, func(rg *region) bool { return rg.perm&abi.PermRemoteRekey == 0 })
 			if sk == nil {
 				o.kind = kValid
 				return
@@ -1432,7 +1432,7 @@ func (a *app) churn() {
 	a.kill(old)
 	cfg := &s.cfg.App
 	size := cfg.SrcMinBytes + s.appRng.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
-	rg, err := a.register(p, alignedBytes(size), engine.PermRemoteRead|engine.PermLocalRead, regSrc)
+	rg, err := a.register(p, alignedBytes(size), abi.PermRemoteRead|abi.PermLocalRead, regSrc)
 	if err != nil {
 		s.fail("node %d: re-registering: %v", a.n.id, err)
 		return
@@ -1455,7 +1455,7 @@ func (a *app) churnSink(p *portal) {
 	}
 	a.kill(old)
 	a.deadSinks = append(a.deadSinks, old)
-	rg, err := a.register(p, alignedBytes(len(old.mem)), engine.PermLocalWrite, regSink)
+	rg, err := a.register(p, alignedBytes(len(old.mem)), abi.PermLocalWrite, regSink)
 	if err != nil {
 		s.fail("node %d: re-registering a sink: %v", a.n.id, err)
 		return
@@ -1480,7 +1480,7 @@ func (a *app) churnDst(p *portal) {
 	a.kill(old)
 	cfg := &s.cfg.App
 	size := cfg.DstMinBytes + s.appRng.IntN(cfg.DstMaxBytes-cfg.DstMinBytes+1)
-	rg, err := a.register(p, alignedBytes(size), engine.PermRemoteWrite|engine.PermRemoteRead, regDst)
+	rg, err := a.register(p, alignedBytes(size), abi.PermRemoteWrite|abi.PermRemoteRead, regDst)
 	if err != nil {
 		s.fail("node %d: re-registering a remote-writable region: %v", a.n.id, err)
 		return
@@ -1504,7 +1504,7 @@ func (a *app) churnWsrc(p *portal) {
 	}
 	a.kill(old)
 	a.deadSinks = append(a.deadSinks, old)
-	rg, err := a.register(p, alignedBytes(len(old.mem)), engine.PermLocalRead, regWsrc)
+	rg, err := a.register(p, alignedBytes(len(old.mem)), abi.PermLocalRead, regWsrc)
 	if err != nil {
 		s.fail("node %d: re-registering a write source: %v", a.n.id, err)
 		return

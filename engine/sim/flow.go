@@ -378,7 +378,7 @@ func (fr *flowRun) newServer(n *node, size int) (*flowServer, error) {
 	pat := uint64(0xf10<<8 | n.id)
 	fillPattern(obj, pat)
 	kr := fr.s.newKey()
-	id, err := n.core.RegisterRegion(fp.id, obj, engine.PermRemoteRead, kr)
+	id, err := n.core.RegisterRegion(fp.id, obj, abi.PermRemoteRead, kr)
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: registering a %d-byte object: %w", n.id, size, err)
 	}
@@ -425,7 +425,7 @@ func (fr *flowRun) openPortal(n *node, f *flowState, slots int, pid uint32) (*fl
 		}
 		fp.sink = alignedBytes(slots * f.spec.OpBytes)
 		fill(fp.sink, poison)
-		if fp.sinkID, err = n.core.RegisterRegion(id, fp.sink, engine.PermLocalWrite, fr.s.newKey()); err != nil {
+		if fp.sinkID, err = n.core.RegisterRegion(id, fp.sink, abi.PermLocalWrite, fr.s.newKey()); err != nil {
 			return nil, fmt.Errorf("sim: node %d: registering a sink: %w", n.id, err)
 		}
 	}

@@ -1,8 +1,6 @@
 package sim
 
-import (
-	"github.com/onerma/onerma/engine"
-)
+import "github.com/onerma/onerma/abi"
 
 // Remote REKEYs in the simulator (see doc.go, "Remote REKEYs").
 //
@@ -34,7 +32,7 @@ func (s *Sim) sawInstall(n *node, o *op) {
 			n.id, o, s.now-o.doneAt, o.status)
 	case rg == nil || rg.node != n.id || rg.id != o.cmd.RemoteRegion:
 		s.fail("node %d installed the key of %s, which names no region of it", n.id, o)
-	case rg.perm&engine.PermRemoteRekey == 0:
+	case rg.perm&abi.PermRemoteRekey == 0:
 		s.fail("node %d installed the key of %s into region %#x, which does not allow remote REKEYs", n.id, o, uint32(rg.id))
 	case rg.deadAt <= s.now:
 		s.fail("node %d installed the key of %s into region %#x %dns after it was deregistered", n.id, o, uint32(rg.id), s.now-rg.deadAt)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -20,7 +19,7 @@ import (
 func rekeyable(s *Sim, node int, want bool) *region {
 	for _, r := range s.regions {
 		if r.node == node && (r.kind == regSrc || r.kind == regDst) && r.deadAt == math.MaxInt64 &&
-			(r.perm&engine.PermRemoteRekey != 0) == want {
+			(r.perm&abi.PermRemoteRekey != 0) == want {
 			return r
 		}
 	}

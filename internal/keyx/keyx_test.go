@@ -19,7 +19,6 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/portal"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,13 +26,13 @@ import (
 type fakeRegion struct {
 	id   abi.RegionID
 	size uint64
-	perm portal.Perm
+	perm abi.Perm
 	kr   aesni.Key
 }
 
-func (r *fakeRegion) ID() abi.RegionID  { return r.id }
-func (r *fakeRegion) Size() uint64      { return r.size }
-func (r *fakeRegion) Perm() portal.Perm { return r.perm }
+func (r *fakeRegion) ID() abi.RegionID { return r.id }
+func (r *fakeRegion) Size() uint64     { return r.size }
+func (r *fakeRegion) Perm() abi.Perm   { return r.perm }
 func (r *fakeRegion) DeriveKey(ip netip.Addr, pid uint32, op abi.Op) aesni.Key {
 	return aesni.DeriveKey(r.kr, ip.As4(), pid, uint8(op))
 }
@@ -120,7 +119,7 @@ func ctx(t *testing.T) context.Context {
 
 func TestRoundTrip(t *testing.T) {
 	ca := mustCA(t)
-	reg := &fakeRegion{id: 0x10003, size: 64 << 10, perm: portal.PermRemoteRead, kr: aesni.Key{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}
+	reg := &fakeRegion{id: 0x10003, size: 64 << 10, perm: abi.PermRemoteRead, kr: aesni.Key{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}
 	addr, log, srv := startServer(t, mustIssue(t, ca, "owner", true), reg)
 	cl := mustIssue(t, ca, "reader", false)
 
@@ -221,7 +220,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestClientFromOtherCARefused(t *testing.T) {
 	ca, evil := mustCA(t), mustCA(t)
-	reg := &fakeRegion{id: 0x10001, size: 4096, perm: portal.PermRemoteRead}
+	reg := &fakeRegion{id: 0x10001, size: 4096, perm: abi.PermRemoteRead}
 	addr, log, _ := startServer(t, mustIssue(t, ca, "owner", true), reg)
 	// The stranger trusts the real CA (it knows the owner's certificate)
 	// but its own certificate is from another.
@@ -264,7 +263,7 @@ func TestClientFromOtherCARefused(t *testing.T) {
 
 func TestServerFromOtherCARefused(t *testing.T) {
 	ca, evil := mustCA(t), mustCA(t)
-	reg := &fakeRegion{id: 0x10001, size: 4096, perm: portal.PermRemoteRead}
+	reg := &fakeRegion{id: 0x10001, size: 4096, perm: abi.PermRemoteRead}
 	// An impostor owner: its certificate is from another CA, though it
 	// trusts the real one (so it would accept the reader).
 	imp := mustIssue(t, evil, "impostor", true)
@@ -279,7 +278,7 @@ func TestServerFromOtherCARefused(t *testing.T) {
 
 func TestMalformedRequests(t *testing.T) {
 	ca := mustCA(t)
-	reg := &fakeRegion{id: 0x10001, size: 4096, perm: portal.PermRemoteRead}
+	reg := &fakeRegion{id: 0x10001, size: 4096, perm: abi.PermRemoteRead}
 	addr, log, _ := startServer(t, mustIssue(t, ca, "owner", true), reg)
 	cl := mustIssue(t, ca, "reader", false)
 	good := func() []byte {
@@ -457,7 +456,7 @@ func TestInheritedPipe(t *testing.T) {
 		return // the child runs TestChild
 	}
 	ca := mustCA(t)
-	reg := &fakeRegion{id: 0x10001, size: 4096, perm: portal.PermRemoteRead}
+	reg := &fakeRegion{id: 0x10001, size: 4096, perm: abi.PermRemoteRead}
 	addr, log, _ := startServer(t, mustIssue(t, ca, "owner", true), reg)
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestChild$", "-test.v")
 	fd, closeAfter, err := Attach(cmd, mustIssue(t, ca, "child", false))

@@ -13,14 +13,13 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/portal"
 )
 
 // Region is a region an owner serves. *portal.Region is one.
 type Region interface {
 	ID() abi.RegionID
 	Size() uint64
-	Perm() portal.Perm
+	Perm() abi.Perm
 	DeriveKey(initiator netip.Addr, pid uint32, op abi.Op) aesni.Key
 }
 
@@ -274,7 +273,7 @@ func (s *Server) grant(peer *x509.Certificate, req Request) (Grant, Code, error)
 	if !ok {
 		return Grant{}, CodeUnknownRegion, fmt.Errorf("region %#x is not served here", uint32(req.Region))
 	}
-	need := map[abi.Op]portal.Perm{abi.OpRead: portal.PermRemoteRead, abi.OpWrite: portal.PermRemoteWrite, abi.OpRekey: portal.PermRemoteRekey}[req.Op]
+	need := map[abi.Op]abi.Perm{abi.OpRead: abi.PermRemoteRead, abi.OpWrite: abi.PermRemoteWrite, abi.OpRekey: abi.PermRemoteRekey}[req.Op]
 	if r.Perm()&need == 0 {
 		return Grant{}, CodePermission, fmt.Errorf("region %#x does not allow remote %v", uint32(req.Region), req.Op)
 	}

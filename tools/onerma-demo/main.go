@@ -294,7 +294,7 @@ func owner(ctl string, credsFD int) error {
 	}
 	defer p.Close()
 	// RegisterRegion draws a random K_r; it stays in this process.
-	r, err := p.RegisterRegion(regionBytes, portal.PermRemoteRead|portal.PermRemoteWrite|portal.PermLocalRead|portal.PermLocalWrite)
+	r, err := p.RegisterRegion(regionBytes, abi.PermRemoteRead|abi.PermRemoteWrite|abi.PermLocalRead|abi.PermLocalWrite)
 	if err != nil {
 		return err
 	}
@@ -362,7 +362,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 	if err != nil {
 		return err
 	}
-	sink, err := p.RegisterRegion(16<<10, portal.PermLocalWrite|portal.PermLocalRead)
+	sink, err := p.RegisterRegion(16<<10, abi.PermLocalWrite|abi.PermLocalRead)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
+	"github.com/onerma/onerma/ctlmsg"
 )
 
 func main() {

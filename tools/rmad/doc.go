@@ -43,6 +43,6 @@
 // (drop, duplicate, reorder, delay; rx, tx or both; seeded); its counters
 // appear under "fault" in the stats reply. Absent or all zero: no wrapper.
 //
-// Imports: aesni, dpdk, engine, engine/ctl, engine/ctl/ctlmsg,
+// Imports: aesni, dpdk, engine, engine/ctl, ctlmsg,
 // engine/dpdkport, engine/faultport, engine/runner, wire.
 package main

@@ -19,10 +19,10 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 	"github.com/onerma/onerma/engine/dpdkport"
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/runner"

@@ -20,9 +20,9 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/dpdk/dpdktest"
-	"github.com/onerma/onerma/engine/ctl/ctlmsg"
 	"github.com/onerma/onerma/engine/dpdkport"
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/memport"
@@ -331,7 +331,7 @@ func TestRmadNetRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := srv.RegisterRegion(16<<10, portal.PermRemoteRead)
+	src, err := srv.RegisterRegion(16<<10, abi.PermRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestRmadNetRing(t *testing.T) {
 	if _, err := cli.AllocSlots(4); err != nil {
 		t.Fatal(err)
 	}
-	sink, err := cli.RegisterRegion(16<<10, portal.PermLocalWrite)
+	sink, err := cli.RegisterRegion(16<<10, abi.PermLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +691,7 @@ func TestRmadNetRingFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	const size = 1 << 20
-	src, err := srv.RegisterRegion(size, portal.PermRemoteRead)
+	src, err := srv.RegisterRegion(size, abi.PermRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -706,7 +706,7 @@ func TestRmadNetRingFault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, err := cli.RegisterRegion(size, portal.PermLocalWrite)
+	sink, err := cli.RegisterRegion(size, abi.PermLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func server(args []string) error {
 	defer p.Close()
 	// Open to remote READ and WRITE: the key service grants a K_d for an
 	// op only when the region allows it.
-	r, err := p.RegisterRegion(*size, portal.PermRemoteRead|portal.PermRemoteWrite|portal.PermLocalWrite|portal.PermLocalRead)
+	r, err := p.RegisterRegion(*size, abi.PermRemoteRead|abi.PermRemoteWrite|abi.PermLocalWrite|abi.PermLocalRead)
 	if err != nil {
 		return err
 	}
@@ -229,12 +229,12 @@ func client(test string, args []string) error {
 			return err
 		}
 	}
-	var class portal.Class
+	var class abi.Class
 	switch *classFlag {
 	case "low":
-		class = portal.ClassLow
+		class = abi.ClassLow
 	case "high":
-		class = portal.ClassHigh
+		class = abi.ClassHigh
 	default:
 		return fmt.Errorf("bad -class %q, want low or high", *classFlag)
 	}
@@ -271,7 +271,7 @@ func client(test string, args []string) error {
 			}
 			regionBytes = *regionBytesFlag
 		}
-		r, err := p.RegisterRegion(regionBytes, portal.PermAll)
+		r, err := p.RegisterRegion(regionBytes, abi.PermAll)
 		if err != nil {
 			return err
 		}
@@ -344,7 +344,7 @@ func client(test string, args []string) error {
 // (PermLocalWrite) and a WRITE's source (PermLocalRead), filled with a
 // pattern for writes.
 func localRegion(p *portal.Portal, bytes uint64, write bool) (*portal.Region, error) {
-	local, err := p.RegisterRegion(bytes, portal.PermLocalWrite|portal.PermLocalRead)
+	local, err := p.RegisterRegion(bytes, abi.PermLocalWrite|abi.PermLocalRead)
 	if err != nil {
 		return nil, err
 	}

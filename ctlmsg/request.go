@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/onerma/onerma/abi"
 )
 
 // Version is the protocol version every request and response carries.
@@ -67,23 +69,6 @@ const (
 	OpDoorbell Op = "doorbell"
 )
 
-// Perm bits of a region. The values equal engine.Perm's (engine/ctl checks
-// this at compile time), so they pass through unchanged.
-const (
-	PermLocalRead   uint8 = 1 << 0 // source of the owner's WRITE ops
-	PermLocalWrite  uint8 = 1 << 1 // sink of the owner's READ ops
-	PermRemoteRead  uint8 = 1 << 2 // remote READ ops may read it
-	PermRemoteWrite uint8 = 1 << 3 // remote WRITE ops may write it
-	PermRemoteRekey uint8 = 1 << 4 // remote REKEY ops may change its key
-	PermAll               = PermLocalRead | PermLocalWrite | PermRemoteRead | PermRemoteWrite | PermRemoteRekey
-)
-
-// Class names on the wire.
-const (
-	ClassLow  = "low"
-	ClassHigh = "high"
-)
-
 // Request is one control request. Which fields are allowed, and required,
 // depends on Op:
 //
@@ -112,8 +97,8 @@ type Request struct {
 
 	N uint32 // alloc_slots: 1..MaxAllocSlots
 
-	Size uint64 // register_region: 1..MaxRegionBytes
-	Perm uint8  // register_region: non-zero subset of PermAll
+	Size uint64   // register_region: 1..MaxRegionBytes
+	Perm abi.Perm // register_region: non-zero subset of abi.PermAll
 
 	Region uint32 // deregister_region, rekey: non-zero region id
 
@@ -300,8 +285,8 @@ func (r *Request) set(bit uint16, val json.Token) error {
 			}
 			r.Name = s
 		case kClass:
-			if s != ClassLow && s != ClassHigh {
-				return fmt.Errorf("class %q, want %q or %q", trunc(s), ClassLow, ClassHigh)
+			if cl, ok := abi.ParseClass(s); !ok || s != cl.String() {
+				return fmt.Errorf("class %q, want %q or %q", trunc(s), abi.ClassLow, abi.ClassHigh)
 			}
 			r.Class = s
 		}
@@ -352,10 +337,10 @@ func (r *Request) set(bit uint16, val json.Token) error {
 		}
 		r.Size = v
 	case kPerm:
-		if err := inRange(1, uint64(PermAll)); err != nil {
+		if err := inRange(1, uint64(abi.PermAll)); err != nil {
 			return err
 		}
-		r.Perm = uint8(v)
+		r.Perm = abi.Perm(v)
 	case kRegion:
 		if err := inRange(1, 1<<32-1); err != nil {
 			return err

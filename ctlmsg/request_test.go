@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/onerma/onerma/abi"
 )
 
 // testKeyHex is a region key as it travels; testKey the same bytes.
@@ -24,7 +26,7 @@ func TestDecodeRequestValid(t *testing.T) {
 			Request{V: 1, ID: 7, Op: OpOpen, Name: "a", CmdCap: 256, CplCap: 1024, Class: "high"}},
 		{` { "op" : "alloc_slots" , "n" : 16 , "v" : 1 } `, Request{V: 1, Op: OpAllocSlots, N: 16}},
 		{`{"v":1,"op":"register_region","size":4096,"perm":31,"key":"` + testKeyHex + `"}`,
-			Request{V: 1, Op: OpRegisterRegion, Size: 4096, Perm: PermAll, Key: testKey}},
+			Request{V: 1, Op: OpRegisterRegion, Size: 4096, Perm: abi.PermAll, Key: testKey}},
 		{`{"key":"00000000000000000000000000000001","v":1,"op":"register_region","size":1099511627776,"perm":2}`,
 			Request{V: 1, Op: OpRegisterRegion, Size: 1 << 40, Perm: 2, Key: Key{15: 1}}},
 		{`{"v":1,"op":"deregister_region","region":65537}`, Request{V: 1, Op: OpDeregisterRegion, Region: 65537}},
@@ -226,7 +228,7 @@ func TestEncodeRequestKey(t *testing.T) {
 func TestResponseRoundTrip(t *testing.T) {
 	for _, in := range []Response{
 		{V: Version, ID: 3, Op: OpOpen, Open: &OpenReply{
-			Portal: 2, Size: 8192, MapSize: 8192, CmdCap: 64, CplCap: 128, Class: ClassHigh, MaxSlots: 32,
+			Portal: 2, Size: 8192, MapSize: 8192, CmdCap: 64, CplCap: 128, Class: abi.ClassHigh.String(), MaxSlots: 32,
 			Identity: Identity{Addr: "10.0.0.1", PID: 42, UID: 1000, GID: 1000, Name: "x"},
 		}},
 		{V: Version, ID: 4, Op: OpOpen, Code: CodeClass, Error: `open: portal "x" asks for class high`},
@@ -257,7 +259,7 @@ func TestResponseRoundTrip(t *testing.T) {
 	if b, _ := EncodeResponse(&Response{V: Version, Stats: &Stats{Fault: &FaultStats{Rx: FaultDirStats{Dropped: 7}}}}); !strings.Contains(string(b), `"fault":{"rx":{"frames":0,"passed":0,"dropped":7,`) {
 		t.Errorf("fault counters render as %s", b)
 	}
-	b, _ := EncodeResponse(&Response{V: Version, Open: &OpenReply{Class: ClassLow}})
+	b, _ := EncodeResponse(&Response{V: Version, Open: &OpenReply{Class: abi.ClassLow.String()}})
 	if !strings.Contains(string(b), `"class":"low"`) {
 		t.Errorf("open reply %s: class not under its key", b)
 	}

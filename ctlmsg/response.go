@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/onerma/onerma/abi"
 )
 
 // Code classifies a failed request so clients can match it without parsing
@@ -50,7 +52,7 @@ type OpenReply struct {
 	MapSize  uint64 `json:"map_size"`  // bytes to map (Size rounded to the page size)
 	CmdCap   uint32 `json:"cmd_cap"`   // command ring capacity
 	CplCap   uint32 `json:"cpl_cap"`   // completion ring capacity
-	Class    string `json:"class"`     // class of service granted: ClassLow or ClassHigh
+	Class    string `json:"class"`     // class of service granted: abi.Class.String()
 	MaxSlots int    `json:"max_slots"` // this application's slot cap
 	Hugetlb  bool   `json:"hugetlb"`   // backed by huge pages
 	Identity
@@ -59,11 +61,11 @@ type OpenReply struct {
 // RegionReply describes a registered region whose fd comes with the
 // response.
 type RegionReply struct {
-	Region  uint32 `json:"region"`   // abi.RegionID
-	Size    uint64 `json:"size"`     // registered bytes (as requested)
-	MapSize uint64 `json:"map_size"` // bytes to map (Size rounded to the page size)
-	Perm    uint8  `json:"perm"`
-	Hugetlb bool   `json:"hugetlb"`
+	Region  uint32   `json:"region"`   // abi.RegionID
+	Size    uint64   `json:"size"`     // registered bytes (as requested)
+	MapSize uint64   `json:"map_size"` // bytes to map (Size rounded to the page size)
+	Perm    abi.Perm `json:"perm"`
+	Hugetlb bool     `json:"hugetlb"`
 }
 
 // Identity is what the engine stamps on this connection's requests. PID is
