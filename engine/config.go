@@ -103,7 +103,7 @@ type Config struct {
 	// use package aesni): CryptoGo ("go", also ""), crypto/cipher one
 	// message at a time, or CryptoIPsecMB ("ipsec-mb"), the seals of a
 	// burst queued in an aesni/mb Batch and run with one cgo call before
-	// the frames leave (see seal.go). The bytes on the wire are the same.
+	// the frames leave (see sealer.go). The bytes on the wire are the same.
 	// CryptoIPsecMB needs a Tx that implements TxHook and a build with
 	// cgo on linux/amd64.
 	Crypto string

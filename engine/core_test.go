@@ -573,7 +573,7 @@ func TestARPAnswered(t *testing.T) {
 	c.Receive(1, req)
 	out := tx.take()
 	var a wire.ARP
-	if len(out) != 1 || wire.DecodeARP(out[0], &a) != nil || a.Op != wire.ARPReply || a.SenderMAC != c.mac || a.TargetIP != ipOf("10.0.0.9") {
+	if len(out) != 1 || wire.DecodeARP(out[0], &a) != nil || a.Op != wire.ARPReply || a.SenderMAC != c.out.mac || a.TargetIP != ipOf("10.0.0.9") {
 		t.Fatalf("%+v", a)
 	}
 	// Not for us: no answer.
@@ -807,12 +807,12 @@ func TestDelaySamples(t *testing.T) {
 	}
 	round(false)
 	round(true)
-	if b := c.delays; b.Len() != len(got) || b.Flushes != 0 {
+	if b := c.portals.delays; b.Len() != len(got) || b.Flushes != 0 {
 		t.Fatalf("%d completions, %d samples, %d flushes", len(got), b.Len(), b.Flushes)
 	}
 	for i, cp := range got {
 		want := telemetry.Sample{IssueNs: cp.IssueDelayNs, TotalNs: cp.TotalDelayNs, Op: uint8(cp.Op), Status: uint8(cp.Status), Length: cp.Length}
-		if s := c.delays.Pending()[i]; s != want {
+		if s := c.portals.delays.Pending()[i]; s != want {
 			t.Fatalf("sample %d: %+v, want %+v (from %+v)", i, s, want, cp)
 		}
 	}
@@ -820,22 +820,22 @@ func TestDelaySamples(t *testing.T) {
 		t.Fatalf("want OK reads then refused ones: %+v, %+v", got[0], got[len(got)-1])
 	}
 	// Not yet FlushNs since the first sample: kept.
-	first := c.delays.Oldest()
+	first := c.portals.delays.Oldest()
 	c.Poll(first + telemetry.FlushNs - 1)
-	if c.delays.Flushes != 0 {
+	if c.portals.delays.Flushes != 0 {
 		t.Fatal("flushed before FlushNs")
 	}
 	c.Poll(first + telemetry.FlushNs)
-	if s := c.Stats(); s.DelayBatches != 1 || s.DelaySamples != uint64(len(got)) || c.delays.Len() != 0 {
-		t.Fatalf("after FlushNs: %d batches, %d samples, %d left", s.DelayBatches, s.DelaySamples, c.delays.Len())
+	if s := c.Stats(); s.DelayBatches != 1 || s.DelaySamples != uint64(len(got)) || c.portals.delays.Len() != 0 {
+		t.Fatalf("after FlushNs: %d batches, %d samples, %d left", s.DelayBatches, s.DelaySamples, c.portals.delays.Len())
 	}
 	// A full batch goes at once, whatever the clock.
 	now = first + telemetry.FlushNs
 	for flushed := len(got); len(got) < flushed+telemetry.BatchLen; { // 32 rounds of 8
 		round(true)
 	}
-	if s := c.Stats(); s.DelayBatches != 2 || s.DelaySamples != uint64(len(got)) || c.delays.Len() != 0 {
-		t.Fatalf("full batch: %+v with %d left", s, c.delays.Len())
+	if s := c.Stats(); s.DelayBatches != 2 || s.DelaySamples != uint64(len(got)) || c.portals.delays.Len() != 0 {
+		t.Fatalf("full batch: %+v with %d left", s, c.portals.delays.Len())
 	}
 	// Shutdown's ABORTED completions are handed over by Shutdown itself:
 	// the driver may not poll again.
@@ -847,8 +847,8 @@ func TestDelaySamples(t *testing.T) {
 	if cs := app.completions(); len(cs) != len(app.slots) || cs[0].Status != abi.StatusAborted {
 		t.Fatalf("shutdown completions %+v", cs)
 	}
-	if s := c.Stats(); s.DelayBatches != 3 || s.DelaySamples != uint64(len(got)+len(app.slots)) || c.delays.Len() != 0 {
-		t.Fatalf("after Shutdown: %d batches, %d samples, %d left", s.DelayBatches, s.DelaySamples, c.delays.Len())
+	if s := c.Stats(); s.DelayBatches != 3 || s.DelaySamples != uint64(len(got)+len(app.slots)) || c.portals.delays.Len() != 0 {
+		t.Fatalf("after Shutdown: %d batches, %d samples, %d left", s.DelayBatches, s.DelaySamples, c.portals.delays.Len())
 	}
 }
 

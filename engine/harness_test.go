@@ -141,7 +141,7 @@ func openApp(t testing.TB, c *Core, class abi.Class, slots int) *testApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &testApp{id: id, ip: c.ipb}
+	a := &testApp{id: id, ip: c.out.ipb}
 	a.cmd, _ = abi.NewProducer(cmdMem, cmdCap, abi.CommandSize)
 	a.cpl, _ = abi.NewConsumer(cplMem, cplCap, abi.CompletionSize)
 	if slots > 0 {

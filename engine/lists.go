@@ -22,22 +22,16 @@ type slotList struct {
 	n          int
 }
 
-func (c *Core) listInit() {
-	for i := range c.lists {
-		c.lists[i] = slotList{head: -1, tail: -1}
-	}
-}
-
-func (c *Core) pushBack(l listID, i int32) {
-	s := &c.slots[i]
+func (n *initiator) pushBack(l listID, i int32) {
+	s := &n.slots[i]
 	if s.list != listNone {
 		panic("engine: slot already on a list")
 	}
-	L := &c.lists[l]
+	L := &n.lists[l]
 	s.list = l
 	s.prev, s.next = L.tail, -1
 	if L.tail >= 0 {
-		c.slots[L.tail].next = i
+		n.slots[L.tail].next = i
 	} else {
 		L.head = i
 	}
@@ -45,19 +39,19 @@ func (c *Core) pushBack(l listID, i int32) {
 	L.n++
 }
 
-func (c *Core) unlink(i int32) {
-	s := &c.slots[i]
+func (n *initiator) unlink(i int32) {
+	s := &n.slots[i]
 	if s.list == listNone {
 		return
 	}
-	L := &c.lists[s.list]
+	L := &n.lists[s.list]
 	if s.prev >= 0 {
-		c.slots[s.prev].next = s.next
+		n.slots[s.prev].next = s.next
 	} else {
 		L.head = s.next
 	}
 	if s.next >= 0 {
-		c.slots[s.next].prev = s.prev
+		n.slots[s.next].prev = s.prev
 	} else {
 		L.tail = s.prev
 	}
@@ -69,30 +63,30 @@ func (c *Core) unlink(i int32) {
 // is ordered by deadline so that expire looks at its head only. Most ops
 // go to the tail (every deadline is now+Timeout); a WRITE whose serving
 // side asked for a shorter timeout walks back from the tail.
-func (c *Core) insertInService(i int32) {
-	L := &c.lists[listInService]
-	d := c.slots[i].deadline
+func (n *initiator) insertInService(i int32) {
+	L := &n.lists[listInService]
+	d := n.slots[i].deadline
 	after := L.tail
-	for after >= 0 && c.slots[after].deadline > d {
-		after = c.slots[after].prev
+	for after >= 0 && n.slots[after].deadline > d {
+		after = n.slots[after].prev
 	}
 	if after == L.tail {
-		c.pushBack(listInService, i)
+		n.pushBack(listInService, i)
 		return
 	}
-	s := &c.slots[i]
+	s := &n.slots[i]
 	if s.list != listNone {
 		panic("engine: slot already on a list")
 	}
 	s.list = listInService
 	s.prev = after
 	if after >= 0 {
-		s.next = c.slots[after].next
-		c.slots[after].next = i
+		s.next = n.slots[after].next
+		n.slots[after].next = i
 	} else {
 		s.next = L.head
 		L.head = i
 	}
-	c.slots[s.next].prev = i // s.next >= 0: i is not the tail
+	n.slots[s.next].prev = i // s.next >= 0: i is not the tail
 	L.n++
 }

@@ -8,7 +8,9 @@ import (
 // a fixed open-addressing table: no growth, no eviction of static entries;
 // when it is more than half full a new peer cannot be resolved and ops to it
 // complete with StatusUnreachable (an explicit, finite resource like every
-// other table of the engine).
+// other table of the engine). It knows nothing of the ops waiting for an
+// entry: the initiator keeps those (its resolving list), and arp fills the
+// table from the wire.
 
 type nbrState uint8
 
@@ -26,13 +28,29 @@ type neighbor struct {
 	lastReq int64 // last ARP request sent (ns)
 }
 
-func (c *Core) nbrHome(ip uint32) int { return int((ip*2654435761)>>7) & (len(c.nbrs) - 1) }
+// nbrTable is the neighbor table.
+type nbrTable struct {
+	e []neighbor // a power of two long
+	n int        // entries in use
+}
 
-func (c *Core) nbrSlot(ip uint32) int {
-	mask := len(c.nbrs) - 1
-	i := c.nbrHome(ip)
+func newNbrTable(size int, static []Neighbor) *nbrTable {
+	t := &nbrTable{e: make([]neighbor, size)}
+	for _, s := range static {
+		e := t.lookup(ip4(s.IP.As4()), true)
+		e.mac, e.state = s.MAC, nbrStatic
+	}
+	return t
+}
+
+func (t *nbrTable) home(ip uint32) int { return int((ip*2654435761)>>7) & (len(t.e) - 1) }
+
+// slot is where ip's entry is, or the empty slot where it would go.
+func (t *nbrTable) slot(ip uint32) int {
+	mask := len(t.e) - 1
+	i := t.home(ip)
 	for {
-		e := &c.nbrs[i]
+		e := &t.e[i]
 		if e.state == nbrEmpty || e.ip == ip {
 			return i
 		}
@@ -40,128 +58,114 @@ func (c *Core) nbrSlot(ip uint32) int {
 	}
 }
 
-// nbrLookup returns the entry for ip, creating an incomplete one when there
-// is room; nil when the table is full.
-func (c *Core) nbrLookup(ip uint32, create bool) *neighbor {
-	i := c.nbrSlot(ip)
-	e := &c.nbrs[i]
+// lookup returns the entry for ip, creating an incomplete one when create
+// is set and there is room; nil when there is none.
+func (t *nbrTable) lookup(ip uint32, create bool) *neighbor {
+	e := &t.e[t.slot(ip)]
 	if e.state != nbrEmpty {
 		return e
 	}
 	// At most half the table is used (short probe chains). Entries of
 	// addresses that never answer are forgotten when their last op gives
-	// up (forgetIfUnwanted), so they hold room for ResolveTimeout at most.
-	if !create || c.nbrCount >= len(c.nbrs)/2 {
+	// up (initiator.forgetIfUnwanted), so they hold room for
+	// ResolveTimeout at most.
+	if !create || t.n >= len(t.e)/2 {
 		return nil
 	}
-	c.nbrCount++
+	t.n++
 	*e = neighbor{ip: ip, state: nbrIncomplete, lastReq: -1 << 62}
 	return e
 }
 
-// forgetIfUnwanted drops an unresolved entry once no op waits for it.
-func (c *Core) forgetIfUnwanted(ip uint32) {
-	for i := c.lists[listResolving].head; i >= 0; i = c.slots[i].next {
-		if c.slots[i].remoteIP == ip {
-			return
-		}
-	}
-	i := c.nbrSlot(ip)
-	if e := &c.nbrs[i]; e.state != nbrIncomplete || e.ip != ip {
+// forget drops ip's entry if it is still unresolved.
+func (t *nbrTable) forget(ip uint32) {
+	i := t.slot(ip)
+	if e := &t.e[i]; e.state != nbrIncomplete || e.ip != ip {
 		return
 	}
 	// Backward-shift deletion keeps linear probe chains intact without
 	// tombstones: move later entries of the chain into the hole when their
 	// home slot does not lie cyclically in (hole, j].
-	mask := len(c.nbrs) - 1
+	mask := len(t.e) - 1
 	hole := i
-	for j := (i + 1) & mask; c.nbrs[j].state != nbrEmpty; j = (j + 1) & mask {
-		k := c.nbrHome(c.nbrs[j].ip)
+	for j := (i + 1) & mask; t.e[j].state != nbrEmpty; j = (j + 1) & mask {
+		k := t.home(t.e[j].ip)
 		if (hole <= j && hole < k && k <= j) || (hole > j && (hole < k || k <= j)) {
 			continue
 		}
-		c.nbrs[hole] = c.nbrs[j]
+		t.e[hole] = t.e[j]
 		hole = j
 	}
-	c.nbrs[hole] = neighbor{}
-	c.nbrCount--
+	t.e[hole] = neighbor{}
+	t.n--
 }
 
-// learn records ip -> mac from a frame that proved itself (a valid ARP
-// packet or an authenticated request). Static entries never change.
-func (c *Core) learn(now int64, ip uint32, mac wire.MAC) {
-	if ip == 0 || ip == c.ip || mac == wire.Broadcast || mac[0]&1 != 0 {
+// arp speaks ARP for a core: it asks for the MACs of peers, answers for
+// its own address, and fills the neighbor table from what it hears.
+type arp struct {
+	t   *nbrTable
+	out *sender
+	st  *Stats
+}
+
+// request broadcasts an ARP request for e's address.
+func (a *arp) request(now int64, e *neighbor) {
+	b := a.out.buffer()
+	if b == nil {
 		return
 	}
-	e := c.nbrLookup(ip, true)
+	m := wire.ARP{
+		Op: wire.ARPRequest, SenderMAC: a.out.mac, SenderIP: a.out.ip, TargetIP: e.ip,
+		EthDst: wire.Broadcast, EthSrc: a.out.mac,
+	}
+	a.out.send(wire.EncodeARP(b, &m))
+	a.st.ARPRequests++
+	e.lastReq = now
+}
+
+// receive handles an ARP frame: it learns the sender of a reply or of a
+// request for our address, and answers a request for our address. It
+// returns the address it resolved (an entry that was incomplete: ops may
+// wait for it), if any.
+func (a *arp) receive(frame []byte) (ip uint32, mac wire.MAC, resolved bool) {
+	var m wire.ARP
+	if err := wire.DecodeARP(frame, &m); err != nil {
+		a.st.RxDropped++
+		return 0, mac, false
+	}
+	if m.EthDst != a.out.mac && m.EthDst != wire.Broadcast {
+		a.st.RxDropped++
+		return 0, mac, false
+	}
+	if m.TargetIP == a.out.ip || m.Op == wire.ARPReply {
+		resolved = a.learn(m.SenderIP, m.SenderMAC)
+	}
+	if m.Op == wire.ARPRequest && m.TargetIP == a.out.ip {
+		if b := a.out.buffer(); b != nil {
+			r := wire.ARP{
+				Op: wire.ARPReply, SenderMAC: a.out.mac, SenderIP: a.out.ip,
+				TargetMAC: m.SenderMAC, TargetIP: m.SenderIP,
+				EthDst: m.SenderMAC, EthSrc: a.out.mac,
+			}
+			a.out.send(wire.EncodeARP(b, &r))
+			a.st.ARPReplies++
+		}
+	}
+	return m.SenderIP, m.SenderMAC, resolved
+}
+
+// learn records ip -> mac from a valid ARP packet and reports whether it
+// resolved an incomplete entry. Static entries never change.
+func (a *arp) learn(ip uint32, mac wire.MAC) bool {
+	if ip == 0 || ip == a.out.ip || mac == wire.Broadcast || mac[0]&1 != 0 {
+		return false
+	}
+	e := a.t.lookup(ip, true)
 	if e == nil || e.state == nbrStatic {
-		return
+		return false
 	}
 	wasIncomplete := e.state == nbrIncomplete
 	e.mac = mac
 	e.state = nbrResolved
-	if wasIncomplete {
-		c.wakeResolved(now, ip, mac)
-	}
-}
-
-// wakeResolved moves every op waiting for ip into its arbiter FIFO.
-func (c *Core) wakeResolved(now int64, ip uint32, mac wire.MAC) {
-	for i := c.lists[listResolving].head; i >= 0; {
-		s := &c.slots[i]
-		next := s.next
-		if s.remoteIP == ip {
-			c.unlink(i)
-			s.mac = mac
-			c.enqueue(now, i)
-		}
-		i = next
-	}
-}
-
-func (c *Core) sendARPRequest(now int64, e *neighbor) {
-	b := c.tx.Buffer()
-	if b == nil {
-		c.stats.TxNoBuffer++
-		return
-	}
-	a := wire.ARP{
-		Op: wire.ARPRequest, SenderMAC: c.mac, SenderIP: c.ip, TargetIP: e.ip,
-		EthDst: wire.Broadcast, EthSrc: c.mac,
-	}
-	c.tx.Send(wire.EncodeARP(b, &a))
-	c.stats.TxFrames++
-	c.stats.ARPRequests++
-	e.lastReq = now
-}
-
-func (c *Core) receiveARP(now int64, frame []byte) {
-	var a wire.ARP
-	if err := wire.DecodeARP(frame, &a); err != nil {
-		c.stats.RxDropped++
-		return
-	}
-	if a.EthDst != c.mac && a.EthDst != wire.Broadcast {
-		c.stats.RxDropped++
-		return
-	}
-	if a.TargetIP == c.ip || a.Op == wire.ARPReply {
-		c.learn(now, a.SenderIP, a.SenderMAC)
-	}
-	if a.Op != wire.ARPRequest || a.TargetIP != c.ip {
-		return
-	}
-	b := c.tx.Buffer()
-	if b == nil {
-		c.stats.TxNoBuffer++
-		return
-	}
-	r := wire.ARP{
-		Op: wire.ARPReply, SenderMAC: c.mac, SenderIP: c.ip,
-		TargetMAC: a.SenderMAC, TargetIP: a.SenderIP,
-		EthDst: a.SenderMAC, EthSrc: c.mac,
-	}
-	c.tx.Send(wire.EncodeARP(b, &r))
-	c.stats.TxFrames++
-	c.stats.ARPReplies++
+	return wasIncomplete
 }

@@ -236,7 +236,7 @@ func frameTypes(frames [][]byte) []wire.Type {
 // that the new key is installed afterwards and returns the outcome.
 func rekeyBurst(t *testing.T, crypto string, rekeyFirst bool) burstOutcome {
 	p := newSecPairCrypto(t, crypto)
-	p.b.regions[p.rs.Index()].perm |= abi.PermRemoteRekey
+	p.b.regions.r[p.rs.Index()].perm |= abi.PermRemoteRekey
 	newKr := aesni.Key{0xab, 0xcd, 0xef, 1}
 	copy(p.dst[4096:], newKr[:])
 
@@ -337,8 +337,8 @@ func evictBurst(t *testing.T, crypto string) (burstOutcome, []keyLeft) {
 	p := newWPair(t, ca, cb)
 	var left []keyLeft
 	for _, c := range []*Core{p.a, p.b} {
-		onMB := c.mb != nil // not c: the hook must not keep the core alive (its cleanup)
-		for _, kc := range []*aesni.Cache{c.ini, c.srv} {
+		onMB := mbOf(c) != nil // not c: the hook must not keep the core alive (its cleanup)
+		for _, kc := range []*aesni.Cache{c.ini.keys, c.srv.keys} {
 			kc.SetOnRemove(func(a *aesni.AEAD) {
 				l := keyLeft{a: a}
 				if k, ok := a.Ext().(*mb.Key); ok {

@@ -145,7 +145,7 @@ func TestReplayedRequestsDropped(t *testing.T) {
 	}
 	old := p.requestFrame(t, 3, 100)
 	for range replayWindow + 10 {
-		if _, err := p.a.lane.Next(); err != nil {
+		if _, err := p.a.out.lane.Next(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -179,7 +179,7 @@ func TestReplayPeersConfig(t *testing.T) {
 	cfg := testConfig("10.0.0.1", 1)
 	cfg.ReplayPeers = 0
 	c, err := New(cfg, newTestTx(4))
-	if err != nil || c.replay != nil {
-		t.Fatalf("ReplayPeers 0: %v, table %v; want no table", err, c.replay != nil)
+	if err != nil || c.srv.replay != nil {
+		t.Fatalf("ReplayPeers 0: %v, table %v; want no table", err, c.srv.replay != nil)
 	}
 }

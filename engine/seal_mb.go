@@ -16,57 +16,61 @@ const mbBuilt = true
 // burst (32) with room for the chunks of a few WRITEs.
 const mbBatchCap = 64
 
-// mbSealer is a core's CryptoIPsecMB state: its batch and its reserved
-// key. The mb.Key of a cached AEAD rides on it (AEAD.Ext), built on its
-// first seal; when the AEAD leaves its cache (eviction, rekey,
-// deregistration) mbForget Releases the key (mb frees it once its queued
-// jobs have run) and marks the AEAD with mbGone: someone may still hold
-// it (a slot, a queued request), and its seals then take the Go path, so
-// that no mb.Key outlives its cache entry.
-type mbSealer struct {
+// mbCrypto is the CryptoIPsecMB backend of a core: the sealer and the open
+// batch, each an aesni/mb Batch (apart: a Batch's results are readable
+// only until its next Add, and finishing the opened frames queues seals),
+// and the reserved key. The mb.Key of a cached AEAD rides on it
+// (AEAD.Ext), built on its first use; when the AEAD leaves its cache
+// (eviction, rekey, deregistration) mbForget Releases the key (mb frees it
+// once its queued jobs have run) and marks the AEAD with mbGone: someone
+// may still hold it (a slot, a queued request), and its seals then take
+// the Go path, so that no mb.Key outlives its cache entry.
+type mbCrypto struct {
 	batch    *mb.Batch
-	opens    *mb.Batch // ReceiveBurst's opens (open.go), apart from the seals
+	opens    *mb.Batch
 	reserved *mb.Key
 	ini, srv *aesni.Cache // the core's: purged (keys released) when the core is collected
 }
 
-// free releases everything of s: the batch (queued seals discarded,
-// registered memory unpinned), the keys of the cached AEADs, the reserved
-// key. It runs as the Core's cleanup: a Core has no Close, and a batch
-// collected with memory still pinned would make the runtime panic (a
-// leaked runtime.Pinner).
-func (s *mbSealer) free() {
-	s.batch.Free()
-	s.opens.Free()
-	s.ini.Purge()
-	s.srv.Purge()
-	s.reserved.Free()
-}
-
 type mbGone struct{}
 
-func (c *Core) mbSetup() error {
+// newMBCrypto builds c's backend: the batches, the reserved key, the
+// caches' remove hooks, and the cleanup that frees them with the core.
+func newMBCrypto(c *Core) (batchCrypto, error) {
 	b, err := mb.NewBatch(mbBatchCap)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	o, err := mb.NewBatch(openBurst)
 	if err != nil {
 		b.Free()
-		return err
+		return nil, err
 	}
 	r, err := mb.NewReservedKey()
 	if err != nil {
 		b.Free()
 		o.Free()
-		return err
+		return nil, err
 	}
-	c.mb = &mbSealer{batch: b, opens: o, reserved: r, ini: c.ini, srv: c.srv}
-	_ = o.Register(c.pullBuf) // WRITE data is opened into the staging buffers
-	c.ini.SetOnRemove(mbForget)
-	c.srv.SetOnRemove(mbForget)
-	runtime.AddCleanup(c, (*mbSealer).free, c.mb)
-	return nil
+	m := &mbCrypto{batch: b, opens: o, reserved: r, ini: c.ini.keys, srv: c.srv.keys}
+	_ = o.Register(c.srv.pullBuf) // WRITE data is opened into the staging buffers
+	m.ini.SetOnRemove(mbForget)
+	m.srv.SetOnRemove(mbForget)
+	// A Core has no Close, and a batch collected with memory still pinned
+	// would make the runtime panic (a leaked runtime.Pinner).
+	runtime.AddCleanup(c, (*mbCrypto).free, m)
+	return m, nil
+}
+
+// free releases everything of m: the batches (queued seals discarded,
+// registered memory unpinned), the keys of the cached AEADs, the reserved
+// key.
+func (m *mbCrypto) free() {
+	m.batch.Free()
+	m.opens.Free()
+	m.ini.Purge()
+	m.srv.Purge()
+	m.reserved.Free()
 }
 
 func mbForget(a *aesni.AEAD) {
@@ -98,68 +102,67 @@ func mbNewKey(a *aesni.AEAD) *mb.Key {
 	return k
 }
 
-// mbBatch is the batch with room for one more job.
-func (c *Core) mbBatch() *mb.Batch {
-	b := c.mb.batch
-	if b.Full() {
-		b.Run()
+// room is the seal batch with room for one more job.
+func (m *mbCrypto) room() *mb.Batch {
+	if m.batch.Full() {
+		m.batch.Run()
 	}
-	return b
+	return m.batch
 }
 
-func (c *Core) mbSealRequest(a *aesni.AEAD, tag, nonce, aad []byte) {
+func (m *mbCrypto) sealRequest(a *aesni.AEAD, tag, nonce, aad []byte) {
 	k := mbKey(a)
 	if k == nil {
 		a.SealRequest(tag, nonce, aad)
 		return
 	}
-	c.mbBatch().SealRequest(k, tag, nonce, aad)
+	m.room().SealRequest(k, tag, nonce, aad)
 }
 
-func (c *Core) mbSealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV []byte) {
+func (m *mbCrypto) sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV []byte) {
 	k := mbKey(a)
 	if k == nil {
 		a.SealResponse(out, plaintext, nonce, aad, reqIV)
 		return
 	}
-	c.mbBatch().SealResponse(k, out, plaintext, nonce, aad, reqIV)
+	m.room().SealResponse(k, out, plaintext, nonce, aad, reqIV)
 }
 
-func (c *Core) mbSealAuthFailure(tag, nonce, aad, reqIV []byte) {
-	c.mbBatch().SealAuthFailure(c.mb.reserved, tag, nonce, aad, reqIV)
+func (m *mbCrypto) sealAuthFailure(tag, nonce, aad, reqIV []byte) {
+	m.room().SealAuthFailure(m.reserved, tag, nonce, aad, reqIV)
 }
 
-func (c *Core) mbRun() {
-	if b := c.mb.batch; b.Len() > 0 {
-		b.Run() // seals never fail
+func (m *mbCrypto) run() {
+	if m.batch.Len() > 0 {
+		m.batch.Run() // seals never fail
 	}
 }
 
-// mbRegister registers long-lived memory that seals read or write (the
-// Tx's buffers, a region) with the batch, so that its buffers are not
-// pinned per seal; when the batch's ranges are all taken, seals in mem
-// are pinned one by one, as before.
-func (c *Core) mbRegister(mem []byte) {
-	_ = c.mb.batch.Register(mem) // only ErrRegistered: fine, see above
-	_ = c.mb.opens.Register(mem)
+// register registers long-lived memory that seals and opens read or write
+// (the Tx's buffers, a region) with both batches, so that its buffers are
+// not pinned per job; when a batch's ranges are all taken, jobs in mem
+// are pinned one by one.
+func (m *mbCrypto) register(mem []byte) {
+	_ = m.batch.Register(mem) // only ErrRegistered: fine, see above
+	_ = m.opens.Register(mem)
 }
 
-// mbUnregister undoes mbRegister (nothing if mem was not registered);
-// the batch must be empty (runSeals).
-func (c *Core) mbUnregister(mem []byte) {
-	c.mb.batch.Unregister(mem)
-	c.mb.opens.Unregister(mem)
+// unregister undoes register (nothing if mem was not registered); the
+// seal batch must be empty (run).
+func (m *mbCrypto) unregister(mem []byte) {
+	m.batch.Unregister(mem)
+	m.opens.Unregister(mem)
 }
 
-// mbQueueOpen queues w's open in the open batch (w.job), or returns false
-// when its AEAD has no mb.Key any more (left its cache): open it with
-// aesni. The batch has room (ReceiveBurst keeps at most openBurst).
-func (c *Core) mbQueueOpen(w *rxWork) bool {
-	b := c.mb.opens
+// queue queues w's open in the open batch (w.job), or returns false when
+// its AEAD has no mb.Key any more (left its cache): open it with aesni.
+// The batch has room (ReceiveBurst keeps at most openBurst).
+func (m *mbCrypto) queue(w *rxWork) bool {
+	b := m.opens
 	nonce, aad := wire.IV(w.frame), wire.AAD(w.frame)
 	var k *mb.Key
 	if w.open == openAuthFailure {
-		k = c.mb.reserved
+		k = m.reserved
 	} else if w.open != openFail {
 		if k = mbKey(w.a); k == nil {
 			return false
@@ -181,11 +184,8 @@ func (c *Core) mbQueueOpen(w *rxWork) bool {
 	return true
 }
 
-// mbRunOpens runs the open batch.
-func (c *Core) mbRunOpens() { c.mb.opens.Run() }
-
-// mbOpenOK reports whether open job i of the last run authenticated.
-func (c *Core) mbOpenOK(i int) bool { return c.mb.opens.OK(i) }
+func (m *mbCrypto) runOpens()       { m.opens.Run() }
+func (m *mbCrypto) ok(job int) bool { return m.opens.OK(job) }
 
 // MBArch reports the code path ipsec-mb uses on this CPU (sse, avx, avx2,
 // avx512), for the daemon's start-up log.

@@ -71,7 +71,7 @@ func scriptFrames(t *testing.T, crypto string) ([][]byte, []abi.Completion) {
 	ca, cb := pairConfigs(crypto)
 	cb.NackThreshold = 2
 	p := newPair(t, ca, cb)
-	if (p.a.mb != nil) != (crypto == CryptoIPsecMB) {
+	if (mbOf(p.a) != nil) != (crypto == CryptoIPsecMB) {
 		t.Fatalf("%s: backend not set up", crypto)
 	}
 	app := openApp(t, p.a, abi.ClassLow, 16)
@@ -164,7 +164,7 @@ func TestIPsecMBSealDeferredUntilTx(t *testing.T) {
 	cfg.Crypto = CryptoIPsecMB
 	tx := newTestTx(8)
 	c := newCore(t, cfg, tx)
-	a, err := c.ini.Put(aesni.CacheKey{Region: 1, PID: 2, Op: 1}, aesni.Key{7})
+	a, err := c.ini.keys.Put(aesni.CacheKey{Region: 1, PID: 2, Op: 1}, aesni.Key{7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,8 +175,8 @@ func TestIPsecMBSealDeferredUntilTx(t *testing.T) {
 	a.SealResponse(want, pt, nonce, aad, nil)
 	b := tx.Buffer()
 	out := b[:len(pt)+16]
-	c.sealResponse(a, out, pt, nonce, aad, nil)
-	if _, ok := a.Ext().(*mb.Key); !ok || c.mb.batch.Len() != 1 || bytes.Equal(out, want) {
+	c.out.seal.sealResponse(a, out, pt, nonce, aad, nil)
+	if _, ok := a.Ext().(*mb.Key); !ok || mbOf(c).batch.Len() != 1 || bytes.Equal(out, want) {
 		t.Fatal("seal not queued")
 	}
 	tx.Send(len(out))
@@ -186,24 +186,24 @@ func TestIPsecMBSealDeferredUntilTx(t *testing.T) {
 	// An AEAD that leaves the cache releases its key (freed: no job
 	// refers to it) and seals the Go way from then on.
 	k := a.Ext().(*mb.Key)
-	c.ini.Purge()
+	c.ini.keys.Purge()
 	if !k.Freed() {
 		t.Fatal("key of a purged AEAD not freed")
 	}
 	clear(out)
-	c.sealResponse(a, out, pt, nonce, aad, nil)
-	if c.mb.batch.Len() != 0 || !bytes.Equal(out, want) {
+	c.out.seal.sealResponse(a, out, pt, nonce, aad, nil)
+	if mbOf(c).batch.Len() != 0 || !bytes.Equal(out, want) {
 		t.Fatal("evicted AEAD not sealed at once")
 	}
 	// Released with a job queued: freed by the run.
-	a2, _ := c.srv.Put(aesni.CacheKey{Region: 3}, aesni.Key{7})
-	c.sealResponse(a2, out, pt, nonce, aad, nil)
+	a2, _ := c.srv.keys.Put(aesni.CacheKey{Region: 3}, aesni.Key{7})
+	c.out.seal.sealResponse(a2, out, pt, nonce, aad, nil)
 	k2 := a2.Ext().(*mb.Key)
-	c.srv.Invalidate(3)
+	c.srv.keys.Invalidate(3)
 	if k2.Freed() {
 		t.Fatal("key freed with a job queued")
 	}
-	c.runSeals()
+	c.out.seal.run()
 	if !k2.Freed() || !bytes.Equal(out, want) {
 		t.Fatal("queued job of a released key not run or key not freed")
 	}
@@ -259,9 +259,9 @@ func TestIPsecMBCoreCollected(t *testing.T) {
 		if _, err := c.RegisterRegion(app.id, make([]byte, 4096), abi.PermAll, testKr); err != nil {
 			t.Fatal(err)
 		}
-		a, _ := c.ini.Put(aesni.CacheKey{Region: 1}, aesni.Key{1})
-		c.sealRequest(a, tx.Buffer()[:16], make([]byte, 12), make([]byte, 64))
-		if c.mb.batch.Len() != 1 {
+		a, _ := c.ini.keys.Put(aesni.CacheKey{Region: 1}, aesni.Key{1})
+		c.out.seal.sealRequest(a, tx.Buffer()[:16], make([]byte, 12), make([]byte, 64))
+		if mbOf(c).batch.Len() != 1 {
 			t.Fatal("seal not queued")
 		}
 	}
@@ -288,10 +288,16 @@ func TestTxMemoryRangesRegistered(t *testing.T) {
 	tx := splitTx{newTestTx(8)}
 	c := newCore(t, cfg, tx)
 	for i, r := range tx.TxMemory() {
-		for _, b := range []*mb.Batch{c.mb.batch, c.mb.opens} {
+		for _, b := range []*mb.Batch{mbOf(c).batch, mbOf(c).opens} {
 			if !b.Unregister(r) { // registered: true, and undone
 				t.Errorf("range %d of %d not registered", i, len(tx.TxMemory()))
 			}
 		}
 	}
+}
+
+// mbOf is c's ipsec-mb backend, nil when it seals with crypto/cipher.
+func mbOf(c *Core) *mbCrypto {
+	m, _ := c.out.seal.(*mbCrypto)
+	return m
 }

@@ -368,8 +368,8 @@ func TestWriteReplayedPullReclaimed(t *testing.T) {
 	for _, tc := range []struct{ idle, want time.Duration }{{0, 2500 * time.Microsecond}, {time.Millisecond, time.Millisecond}, {time.Second, 10 * time.Millisecond}} {
 		cfg := testConfig("10.0.0.3", 3)
 		cfg.Timeout, cfg.PullIdleTimeout = 10*time.Millisecond, tc.idle
-		if c := newCore(t, cfg, newTestTx(4)); c.pullIdle != int64(tc.want) {
-			t.Errorf("PullIdleTimeout %v: pulls idle for %v, want %v", tc.idle, time.Duration(c.pullIdle), tc.want)
+		if c := newCore(t, cfg, newTestTx(4)); c.srv.pullIdle != int64(tc.want) {
+			t.Errorf("PullIdleTimeout %v: pulls idle for %v, want %v", tc.idle, time.Duration(c.srv.pullIdle), tc.want)
 		}
 	}
 }
@@ -552,7 +552,7 @@ func TestWriteForgedFailureAfterPullDropped(t *testing.T) {
 		st abi.Status
 	}{{wire.TypeError, abi.StatusRemoteAuthFailure}, {wire.TypeNack, 0}} {
 		// Anyone can seal these: the reserved key is public.
-		p.b.reply(f.DstMAC, f.DstIP, f.DstPort, f.PID, f.Tag, forged.t, forged.st, nil, &iv)
+		p.b.srv.reply(f.DstMAC, f.DstIP, f.DstPort, f.PID, f.Tag, forged.t, forged.st, nil, &iv)
 		p.tb.deliverTo(p.now, p.a)
 	}
 	p.a.Poll(p.now)

@@ -8,6 +8,15 @@ import (
 	"github.com/onerma/onerma/wire"
 )
 
+// The receive walk: a frame from the port (Receive, ReceiveBurst) or the
+// self-loop (runLoop) is dispatched by its type to one side of the core
+// (prepare): ARP to arp, requests and WRITE data to the responder, answers,
+// READ chunks and pulls to the initiator. The side looks up what the
+// frame names and fills an rxWork; the open (aesni, or the open batch)
+// authenticates it, writing a chunk's data straight into its region or
+// staging buffer; finish hands the result back to the side, which applies
+// it. Sides never call back into the Core.
+//
 // Opens (the receive side of paper §4.2). Every received message is split
 // in three: prepare (decode, checks, the lookups of its op, slot or pull
 // and of its AEAD; nothing changes but drop counters), the open, and
@@ -17,10 +26,11 @@ import (
 // frame, the open being the aesni.AEAD method.
 //
 // With CryptoIPsecMB, ReceiveBurst prepares the frames of a burst one by
-// one and queues each open in the core's open batch (an aesni/mb Batch of
-// its own, apart from the seals': a Batch's results are readable only
-// until its next Add, and finish queues seals; the seal batch also runs
-// at any Tx hook, while the opens must run exactly once per burst). Then
+// one and queues each open in the core's open batch (openBatch: an
+// aesni/mb Batch of its own, apart from the seals': a Batch's results are
+// readable only until its next Add, and finish queues seals; the seal
+// batch also runs at any Tx hook, while the opens must run exactly once
+// per burst). Then
 // one Run (one cgo call) opens them all, and finish runs per frame, in
 // order, with each job's result: the same counters, completions and frames
 // as frame-by-frame processing, in the same order (the IV lane, the tx
@@ -31,7 +41,7 @@ import (
 // prepared again against the new state):
 //   - Two frames for one destination: a READ's chunk or a WRITE's staging
 //     chunk whose units are pending (slot.pending, pullCtx.pending), or an
-//     answer or a pull for a slot with anything pending. Without it a
+//     answer or a pull for a slot with anything pending (pendingOf). Without it a
 //     forged copy next to the genuine chunk would zero (OpenResponseDirect
 //     on failure) what the genuine one wrote, or a duplicate be counted as
 //     data twice.
@@ -40,8 +50,8 @@ import (
 //     other chunk of it can be pending; an answer or pull makes the slot
 //     all-pending), a commit ends a pull (likewise), a remote REKEY's data
 //     installs a key that later requests are checked against: that one
-//     runs alone (endBurst before it, a synchronous open), as does a frame
-//     whose AEAD has left its cache (no mb.Key). finish re-validates the
+//     runs alone (endBurst before it, a synchronous open: rekeyData), as
+//     does a frame whose AEAD has left its cache (no mb.Key). finish re-validates the
 //     slot (state, seq) and the pull (used, gen) all the same.
 //   - ARP runs after endBurst (its answers and the frames it releases go
 //     out after those of the frames before it).
@@ -97,8 +107,9 @@ type rxWork struct {
 	job   int         // its open in the batch; -1: fails
 }
 
-// openNow opens w at once, with package aesni, and reports success.
-func (c *Core) openNow(w *rxWork) bool {
+// openNow opens w at once, with package aesni, and reports success;
+// reserved is the reserved key's AEAD.
+func openNow(w *rxWork, reserved *aesni.AEAD) bool {
 	nonce, aad := wire.IV(w.frame), wire.AAD(w.frame)
 	switch w.open {
 	case openRequest:
@@ -108,47 +119,116 @@ func (c *Core) openNow(w *rxWork) bool {
 	case openDirect:
 		return w.a.OpenResponseDirect(w.dst, w.in, nonce, aad, w.curry) == nil
 	case openAuthFailure:
-		return c.reserved.OpenAuthFailure(w.in, nonce, aad, w.curry) == nil
+		return reserved.OpenAuthFailure(w.in, nonce, aad, w.curry) == nil
 	}
 	return false
 }
 
-// finish applies an opened frame (ok: it authenticated).
-func (c *Core) finish(now int64, w *rxWork, ok bool) {
-	switch w.then {
-	case thenRequest:
-		c.finishRequest(now, w, ok)
-	case thenAnswer:
-		c.finishAnswer(now, w, ok)
-	case thenPull:
-		c.finishPull(now, w, ok)
-	case thenChunk:
-		c.finishChunk(now, w, ok)
-	case thenData:
-		c.finishData(now, w, ok)
-	}
+// Receive processes one received frame at time now (ns, monotonic). The
+// frame is borrowed for the call only.
+func (c *Core) Receive(now int64, frame []byte) {
+	c.stats.RxFrames++
+	c.receive(now, frame)
 }
 
 // ReceiveBurst processes received frames in order at time now, like
 // Receive on each (the frames are borrowed for the call). With
 // CryptoIPsecMB their opens run as one batch (see above).
-func (c *Core) ReceiveBurst(now int64, frames [][]byte) {
-	if c.mb == nil {
-		for _, f := range frames {
-			c.Receive(now, f)
-		}
-		return
+func (c *Core) ReceiveBurst(now int64, frames [][]byte) { c.burst(now, frames) }
+
+// receiveEach is ReceiveBurst without an open batch (CryptoGo).
+func (c *Core) receiveEach(now int64, frames [][]byte) {
+	for _, f := range frames {
+		c.Receive(now, f)
 	}
+}
+
+// receiveBatched is ReceiveBurst with the open batch (CryptoIPsecMB).
+func (c *Core) receiveBatched(now int64, frames [][]byte) {
 	c.stats.RxFrames += uint64(len(frames))
 	for _, f := range frames {
 		if wire.EtherType(f) == wire.EtherTypeARP {
 			c.endBurst(now)
-			c.receiveARP(now, f)
+			c.receive(now, f)
 			continue
 		}
 		c.burstFrame(now, f)
 	}
 	c.endBurst(now)
+}
+
+// receive dispatches one frame and, unless it was handled already or
+// dropped, opens and finishes it.
+func (c *Core) receive(now int64, frame []byte) {
+	w := &c.rxw
+	if c.prepare(now, frame, w) {
+		c.finish(now, w, openNow(w, c.reserved))
+	}
+}
+
+// prepare does everything a received frame needs before its open: decode,
+// checks, and the lookups of its side (its op, slot or pull, and its
+// AEAD); it fills w and returns true when the frame is to be opened (then
+// finish), false when it was handled already (ARP) or dropped (counted).
+// Apart from those counters it changes nothing, so that a frame can be
+// prepared again (see ReceiveBurst).
+func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
+	switch wire.EtherType(frame) {
+	case wire.EtherTypeARP:
+		if ip, mac, ok := c.arp.receive(frame); ok {
+			c.ini.resolved(now, ip, mac)
+		}
+		return false
+	case wire.EtherTypeIPv4:
+	default:
+		c.stats.RxDropped++
+		return false
+	}
+	f := &w.f
+	payload, err := wire.Decode(frame, f)
+	if err != nil || f.DstMAC != c.out.mac || f.DstIP != c.out.ip {
+		c.stats.RxDropped++
+		return false
+	}
+	w.frame = frame
+	switch f.Type {
+	case wire.TypeReadReq, wire.TypeWriteReq, wire.TypeRekeyReq:
+		if f.DstPort != c.out.udp || (f.Type == wire.TypeRekeyReq && f.Length != aesni.KeySize) || c.closing {
+			c.stats.RxDropped++
+			return false
+		}
+		c.srv.prepRequest(frame, w)
+		return true
+	case wire.TypeWriteData:
+		if f.DstPort != c.out.port {
+			c.stats.RxDropped++
+			return false
+		}
+		return c.srv.prepWriteData(frame, payload, w)
+	case wire.TypeReadResp, wire.TypeNack, wire.TypeError, wire.TypeAck, wire.TypePullReq:
+		if f.DstPort != c.out.port {
+			c.stats.RxDropped++
+			return false
+		}
+		return c.ini.prepResponse(frame, len(payload), w)
+	}
+	return false
+}
+
+// finish hands an opened frame (ok: it authenticated) to its side.
+func (c *Core) finish(now int64, w *rxWork, ok bool) {
+	switch w.then {
+	case thenRequest:
+		c.srv.finishRequest(now, w, ok)
+	case thenAnswer:
+		c.ini.finishAnswer(now, w, ok)
+	case thenPull:
+		c.ini.finishPull(now, w, ok)
+	case thenChunk:
+		c.ini.finishChunk(now, w, ok)
+	case thenData:
+		c.srv.finishData(now, w, ok)
+	}
 }
 
 // burstFrame prepares frame and queues its open, or, where the rules
@@ -161,8 +241,11 @@ func (c *Core) burstFrame(now int64, frame []byte) {
 	if !c.prepare(now, frame, w) {
 		return
 	}
-	if !c.conflicts(w) && !c.alone(w) && c.mbQueueOpen(w) {
-		c.markPending(w)
+	p, bits := c.pendingOf(w)
+	if (p == nil || *p&bits == 0) && !c.srv.rekeyData(w) && c.opens.queue(w) {
+		if p != nil {
+			*p |= bits
+		}
 		c.rxn++
 		return
 	}
@@ -171,55 +254,31 @@ func (c *Core) burstFrame(now int64, frame []byte) {
 	if !c.prepare(now, frame, w) { // the state it was prepared against may have changed
 		return
 	}
-	if !c.alone(w) && c.mbQueueOpen(w) {
-		c.markPending(w)
+	if !c.srv.rekeyData(w) && c.opens.queue(w) {
+		if p, bits := c.pendingOf(w); p != nil {
+			*p |= bits
+		}
 		c.rxn++
 		return
 	}
-	c.finish(now, w, c.openNow(w))
+	c.finish(now, w, openNow(w, c.reserved))
 }
 
-// alone reports whether w must be opened and finished on its own: a
-// remote REKEY's data (its commit changes keys later frames are checked
-// against). A frame whose AEAD has no mb.Key any more is refused by
-// mbQueueOpen.
-func (c *Core) alone(w *rxWork) bool {
-	return w.then == thenData && c.pulls[w.idx].op == abi.OpRekey
-}
-
-// conflicts reports whether w's destination or state has an open pending.
-func (c *Core) conflicts(w *rxWork) bool {
+// pendingOf is the pending-opens word of w's destination (its slot or
+// pull) and the bits w covers in it: a chunk's units, or every bit for an
+// answer or a pull, which conflict with anything pending on their slot.
+// nil for requests, whose finish touches no destination a later frame
+// of the burst may open into.
+func (c *Core) pendingOf(w *rxWork) (*uint64, uint64) {
 	switch w.then {
 	case thenAnswer, thenPull:
-		return c.slots[w.idx].pending != 0
+		return &c.ini.slots[w.idx].pending, math.MaxUint64
 	case thenChunk:
-		return c.slots[w.idx].pending&w.bits != 0
+		return &c.ini.slots[w.idx].pending, w.bits
 	case thenData:
-		return c.pulls[w.idx].pending&w.bits != 0
+		return &c.srv.pulls[w.idx].pending, w.bits
 	}
-	return false
-}
-
-func (c *Core) markPending(w *rxWork) {
-	switch w.then {
-	case thenAnswer, thenPull:
-		c.slots[w.idx].pending = math.MaxUint64
-	case thenChunk:
-		c.slots[w.idx].pending |= w.bits
-	case thenData:
-		c.pulls[w.idx].pending |= w.bits
-	}
-}
-
-func (c *Core) clearPending(w *rxWork) {
-	switch w.then {
-	case thenAnswer, thenPull:
-		c.slots[w.idx].pending = 0
-	case thenChunk:
-		c.slots[w.idx].pending &^= w.bits
-	case thenData:
-		c.pulls[w.idx].pending &^= w.bits
-	}
+	return nil, 0
 }
 
 // endBurst runs the queued opens (one cgo call) and finishes their frames
@@ -229,12 +288,28 @@ func (c *Core) endBurst(now int64) {
 	if n == 0 {
 		return
 	}
-	c.mbRunOpens()
+	c.opens.runOpens()
 	c.rxn = 0
 	for k := range n {
 		w := &c.rxq[k]
-		c.clearPending(w)
-		c.finish(now, w, w.job >= 0 && c.mbOpenOK(w.job))
+		if p, bits := c.pendingOf(w); p != nil {
+			*p &^= bits
+		}
+		c.finish(now, w, w.job >= 0 && c.opens.ok(w.job))
 		w.frame, w.in, w.dst, w.curry, w.a = nil, nil, nil, nil, nil
 	}
+}
+
+// runLoop receives the frames the engine sent to itself, in order. Frames
+// that processing adds are handled too, up to one ring's worth per call.
+func (c *Core) runLoop(now int64) int {
+	n := 0
+	l := &c.out.loop
+	for l.len() > 0 && n < len(l.buf) {
+		f := l.front()
+		c.receive(now, f.b[:f.n]) // may push; never overwrites the front
+		l.pop()
+		n++
+	}
+	return n
 }

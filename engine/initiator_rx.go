@@ -1,0 +1,281 @@
+package engine
+
+import (
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/wire"
+)
+
+// The initiator's receive side: the answers to its ops (NACK, errors, a
+// WRITE's acknowledgment), READ chunks, a WRITE's pull (②) and the data
+// it sends in reply (③). Each prep method looks a frame up and fills its
+// rxWork (dispatch.go), changing nothing but drop counters; each finish
+// method applies the frame once it was opened.
+
+// respSlot finds the op a response answers, or -1 (stale or foreign).
+func (n *initiator) respSlot(f *wire.Fields) int32 {
+	idx := int64(f.Tag>>32) - int64(n.slotBase)
+	if idx < 0 || idx >= int64(len(n.slots)) {
+		return -1
+	}
+	s := &n.slots[idx]
+	if s.state != slotInService || s.seq != uint32(f.Tag) || s.remoteIP != f.SrcIP {
+		return -1
+	}
+	return int32(idx)
+}
+
+// prepResponse prepares an answer to one of our ops: authenticated (by
+// finish) against the op's K_d and its request's IV (curried). Answers
+// that fail authentication are dropped and counted: the op still
+// completes, by a genuine answer or by TIMEOUT.
+func (n *initiator) prepResponse(frame []byte, plen int, w *rxWork) bool {
+	f := &w.f
+	i := n.respSlot(f)
+	if i < 0 {
+		n.st.RxStale++
+		return false
+	}
+	s := &n.slots[i]
+	if (f.Type == wire.TypeReadResp) != (s.op == abi.OpRead) && f.Type != wire.TypeNack && f.Type != wire.TypeError {
+		n.st.RxDropped++ // data for a WRITE, an Ack or a pull for a READ
+		return false
+	}
+	w.idx, w.seq, w.a = i, s.seq, s.aead
+	// A WRITE's (or REKEY's) answers after its pull are curried with the
+	// pull's IV: an answer to the request itself (NACK, error) no longer
+	// authenticates once the serving side may commit.
+	w.curry = s.iv[:]
+	if s.pulled {
+		w.curry = s.pullIV[:]
+	}
+	switch f.Type {
+	case wire.TypePullReq:
+		return n.prepPull(frame, w)
+	case wire.TypeNack, wire.TypeError, wire.TypeAck:
+		if f.Type == wire.TypeAck && !s.pulled {
+			n.st.RxDropped++ // acknowledged only after the data was pulled
+			return false
+		}
+		// After the pull the serving engine answers only with an Ack or
+		// an error under K_d: it has authenticated the request and its
+		// queue has taken it. A NACK or REMOTE_AUTHENTICATION_FAILURE
+		// then is forged (the latter's reserved key is public, and the
+		// pull's IV it would be curried with is in clear): accepting it
+		// would report a failure for a write that may still commit.
+		if s.pulled && (f.Type == wire.TypeNack || abi.Status(f.Status) == abi.StatusRemoteAuthFailure) {
+			n.st.RxDropped++
+			return false
+		}
+		st := abi.StatusNack
+		if f.Type == wire.TypeAck {
+			st = abi.StatusOK
+		}
+		if f.Type == wire.TypeError {
+			st = abi.Status(f.Status)
+			if st != abi.StatusRemoteAuthFailure && (st < abi.StatusRemoteRegion || st > abi.StatusRemotePermission) {
+				n.st.RxDropped++
+				return false
+			}
+		}
+		w.open, w.then, w.st, w.in = openVerify, thenAnswer, st, wire.Trailer(frame, 0)
+		if st == abi.StatusRemoteAuthFailure { // sealed with the reserved key
+			w.open = openAuthFailure
+		}
+		return true
+	}
+	off, k := f.Offset, uint64(plen)
+	bits, ok := chunkBits(off, k, s.length)
+	if !ok {
+		n.st.RxDropped++
+		return false
+	}
+	if s.arrived&bits != 0 {
+		n.st.RxDuplicate++
+		return false
+	}
+	// Opened straight from the packet into the sink, in one pass fused
+	// with the cipher. A forged chunk leaves zeros in a range that has not
+	// arrived yet (its genuine chunk overwrites them); ranges that arrived
+	// are never touched again (the bitmap check above), nor ranges whose
+	// open is pending in a burst (ReceiveBurst).
+	if s.orphan { // its data has nowhere to go, but it still finishes
+		w.dst = n.scratch[:k]
+	} else {
+		r := n.regions.lookup(s.locReg)
+		if r == nil { // the sink was deregistered: drop the data, the op times out
+			n.st.RxStale++
+			return false
+		}
+		w.dst = r.mem[s.locOff+off : s.locOff+off+k]
+	}
+	w.open, w.then, w.bits = openDirect, thenChunk, bits
+	w.in, w.curry = wire.Sealed(frame, plen), s.iv[:]
+	return true
+}
+
+// slotStill reports whether w's op still holds its slot: always, unless
+// an earlier frame of the same burst ended it (ReceiveBurst keeps such
+// frames apart; this is the re-validation behind that rule).
+func (n *initiator) slotStill(w *rxWork) bool {
+	s := &n.slots[w.idx]
+	if s.state != slotInService || s.seq != w.seq {
+		n.st.RxStale++
+		return false
+	}
+	return true
+}
+
+// finishAnswer completes op w.idx with a payload-free answer's status.
+func (n *initiator) finishAnswer(now int64, w *rxWork, ok bool) {
+	if !n.slotStill(w) {
+		return
+	}
+	if !ok {
+		n.st.RxAuthFailed++
+		return
+	}
+	n.complete(now, w.idx, w.st)
+}
+
+// finishChunk records a READ's chunk, opened into its sink, and completes
+// the op with its last one.
+func (n *initiator) finishChunk(now int64, w *rxWork, ok bool) {
+	if !n.slotStill(w) {
+		return
+	}
+	if !ok {
+		n.st.RxAuthFailed++
+		return
+	}
+	s := &n.slots[w.idx]
+	s.arrived |= w.bits
+	if s.arrived == s.want {
+		n.complete(now, w.idx, abi.StatusOK)
+	}
+}
+
+// prepPull prepares ② for WRITE op w.idx: authenticated under the op's
+// K_d with the write request's IV curried in, it is accepted once
+// (finishPull); the op's deadline becomes the server's timeout from now,
+// and the data is sent.
+func (n *initiator) prepPull(frame []byte, w *rxWork) bool {
+	f := &w.f
+	s := &n.slots[w.idx]
+	if s.pulled || f.Length != s.length || int64(f.Offset) > maxPullTimeout || f.Region == 0 {
+		n.st.RxDropped++ // a second pull (replayed write request, duplicate), or nonsense
+		return false
+	}
+	w.open, w.then, w.in, w.curry = openVerify, thenPull, wire.Trailer(frame, 0), s.iv[:]
+	return true
+}
+
+func (n *initiator) finishPull(now int64, w *rxWork, ok bool) {
+	if !n.slotStill(w) {
+		return
+	}
+	if !ok {
+		n.st.RxAuthFailed++
+		return
+	}
+	f, i := &w.f, w.idx
+	s := &n.slots[i]
+	s.pulled = true
+	s.pullIV = f.IV
+	s.pullPort, s.pullHandle = f.SrcPort, f.Region
+	s.sent, s.dataBase = 0, 0
+	n.unlink(i)
+	s.deadline = now + int64(f.Offset)
+	n.insertInService(i)
+	if s.orphan { // its source is gone: send nothing, the server commits nothing
+		n.complete(now, i, abi.StatusAborted)
+		return
+	}
+	if !n.sendChunks(now, i) {
+		n.pushSend(i)
+	}
+}
+
+// pushSend queues slot i for sendData. A slot is queued at most once (an
+// entry outlives its op when the op ends first; it then serves the slot's
+// next op, or nothing), so the queue never holds more than Slots entries.
+func (n *initiator) pushSend(i int32) {
+	s := &n.slots[i]
+	if s.inSendq {
+		return
+	}
+	s.inSendq = true
+	*n.sendq.push() = i
+}
+
+// sendData resumes WRITEs whose data could not all be sent when their pull
+// arrived (no tx buffer), in pull order.
+func (n *initiator) sendData(now int64) int {
+	k := 0
+	for n.sendq.len() > 0 {
+		i := *n.sendq.front()
+		s := &n.slots[i]
+		if s.state == slotInService && s.op != abi.OpRead && s.pulled && s.sent < s.length {
+			if !n.sendChunks(now, i) {
+				return k
+			}
+			k++
+		}
+		s.inSendq = false
+		n.sendq.pop()
+	}
+	return k
+}
+
+// sendChunks sends the rest of WRITE op i's data, each chunk sealed
+// straight from the source region into the frame (one pass, fused with
+// the cipher), curried with the pull's IV. It returns false when it ran
+// out of tx buffers (call again later). An op whose source region is gone
+// fails at once with LOCAL_REGION: its data is incomplete at the server,
+// which therefore commits nothing.
+func (n *initiator) sendChunks(now int64, i int32) bool {
+	s := &n.slots[i]
+	if s.orphan {
+		n.complete(now, i, abi.StatusAborted)
+		return true
+	}
+	var src []byte
+	if s.op == abi.OpRekey {
+		src = s.newKey[:] // taken from the local region when the command was posted
+	} else if r := n.regions.lookup(s.locReg); r != nil {
+		src = r.mem[s.locOff : s.locOff+uint64(s.length)]
+	} else {
+		n.complete(now, i, abi.StatusLocalRegion)
+		return true
+	}
+	o := n.out
+	if s.dataBase == 0 {
+		base, ok := o.counters(aesni.ResponseSpan(s.length))
+		if !ok {
+			n.complete(now, i, abi.StatusAborted) // nothing sent: nothing can be committed
+			return true
+		}
+		s.dataBase = base
+	}
+	for s.sent < s.length {
+		b := o.buffer()
+		if b == nil {
+			return false
+		}
+		k := min(int(s.length-s.sent), o.maxPayload)
+		f := &o.hdr
+		f.DstMAC, f.SrcMAC = s.mac, o.mac
+		f.SrcIP, f.DstIP = o.ip, s.remoteIP
+		f.SrcPort, f.DstPort = o.port, s.pullPort
+		f.Type, f.Status, f.Flags = wire.TypeWriteData, 0, 0
+		f.PID = n.portals.p[s.portal].pid
+		f.Tag = uint64(n.slotBase+abi.SlotID(i))<<32 | uint64(s.seq)
+		f.Region, f.Length, f.Offset = s.pullHandle, uint32(k), uint64(s.sent)
+		aesni.PutResponseNonce(f.IV[:], o.ipb, s.dataBase, uint64(s.sent))
+		fl := wire.Encode(b, f, k)
+		o.seal.sealResponse(s.aead, wire.Sealed(b, k), src[s.sent:s.sent+uint32(k)], wire.IV(b), wire.AAD(b), s.pullIV[:])
+		o.emit(b, fl)
+		s.sent += uint32(k)
+	}
+	return true
+}

@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine/telemetry"
+)
+
+// portal is one application's attachment to the core: its rings, its
+// class, its slot count and the completions it is owed.
+type portal struct {
+	used     bool
+	dead     bool // rings corrupted: reclaimed, entry kept until ClosePortal
+	class    abi.Class
+	cmd      *abi.Consumer
+	cpl      *abi.Producer
+	maxSlots int
+	slots    int            // slots it holds
+	pending  int            // ops whose completion it is still owed
+	pid      uint32         // stamped on its requests
+	dirty    bool           // completions committed, not yet published
+	arm      *atomic.Uint32 // doorbell arm word in shared memory (nil: no doorbell)
+	bell     Doorbell
+}
+
+// portalTable holds the open portals and writes their completions: every
+// completion the core produces, for ops that ran and for commands refused
+// before they got a slot, goes through complete, which also hands its
+// delays to the telemetry batch; publish makes them visible and rings the
+// doorbells of applications waiting for them.
+type portalTable struct {
+	p    []portal
+	live []PortalID // open portals, in opening order: Poll drains these
+	// rr rotates the portal Poll drains first: a fixed order would queue
+	// one application's commands ahead of another's in every poll, so its
+	// requests would reach a busy server first and the other's would be
+	// the ones NACKed.
+	rr     uint32
+	dirty  []PortalID // portals with unpublished completions
+	delays *telemetry.Batch
+	st     *Stats
+}
+
+func newPortalTable(n int, core uint16, st *Stats) *portalTable {
+	t := &portalTable{
+		p:     make([]portal, n),
+		live:  make([]PortalID, 0, n),
+		dirty: make([]PortalID, 0, n),
+		// The batch lives apart from the core's tables: 16 KB among
+		// them pushes hot fields apart.
+		delays: new(telemetry.Batch),
+		st:     st,
+	}
+	t.delays.SetCore(core)
+	return t
+}
+
+// open attaches a portal's rings under the first free id.
+func (t *portalTable) open(spec PortalSpec) (PortalID, error) {
+	cmd, err := abi.NewConsumer(spec.CmdRing, spec.CmdCap, abi.CommandSize)
+	if err != nil {
+		return 0, fmt.Errorf("%w: command ring: %v", ErrPortalRings, err)
+	}
+	cpl, err := abi.NewProducer(spec.CplRing, spec.CplCap, abi.CompletionSize)
+	if err != nil {
+		return 0, fmt.Errorf("%w: completion ring: %v", ErrPortalRings, err)
+	}
+	if spec.MaxSlots < 0 || spec.Class > abi.ClassHigh {
+		return 0, fmt.Errorf("%w: MaxSlots %d class %d", ErrPortalRings, spec.MaxSlots, spec.Class)
+	}
+	for i := range t.p {
+		p := &t.p[i]
+		if !p.used {
+			*p = portal{used: true, class: spec.Class, cmd: cmd, cpl: cpl, maxSlots: spec.MaxSlots, pid: spec.PID}
+			t.live = append(t.live, PortalID(i))
+			return PortalID(i), nil
+		}
+	}
+	return 0, ErrPortalsFull
+}
+
+// get is the open portal id.
+func (t *portalTable) get(id PortalID) (*portal, error) {
+	if int(id) >= len(t.p) || !t.p[id].used {
+		return nil, fmt.Errorf("%w: %d", ErrNoPortal, id)
+	}
+	return &t.p[id], nil
+}
+
+// getLive is get for operations a disabled portal may not do.
+func (t *portalTable) getLive(id PortalID) (*portal, error) {
+	p, err := t.get(id)
+	if err == nil && p.dead {
+		return nil, fmt.Errorf("%w: %d", ErrPortalDead, id)
+	}
+	return p, err
+}
+
+// dropLive takes id off the list of portals Poll drains.
+func (t *portalTable) dropLive(id PortalID) {
+	for k, l := range t.live {
+		if l == id {
+			t.live = append(t.live[:k], t.live[k+1:]...)
+			return
+		}
+	}
+}
+
+// detach forgets portal id's rings, doorbell and unpublished completions
+// (its entry stays in use).
+func (t *portalTable) detach(id PortalID) {
+	p := &t.p[id]
+	p.slots, p.pending = 0, 0
+	p.cmd, p.cpl = nil, nil
+	p.arm, p.bell = nil, nil
+	if p.dirty {
+		p.dirty = false
+		for k, d := range t.dirty {
+			if d == id {
+				t.dirty = append(t.dirty[:k], t.dirty[k+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// count counts one completion by status and by op.
+func (t *portalTable) count(op abi.Op, st abi.Status) {
+	t.st.Completed[st]++
+	if int(op) >= NumOpCounters {
+		op = 0
+	}
+	t.st.CompletedByOp[op][st]++
+}
+
+// fail completes a command that never got a slot.
+func (t *portalTable) fail(now int64, id PortalID, p *portal, cmd *abi.Command, st abi.Status) {
+	t.count(cmd.Op, st)
+	t.complete(now, id, p, &abi.Completion{Cookie: cmd.Cookie, Slot: cmd.Slot, Status: st, Op: cmd.Op})
+}
+
+// complete commits a completion and records its delays for the telemetry
+// hook; room was reserved when the command was taken from the ring (see
+// Core.drainPortal), so Reserve cannot fail unless the application
+// corrupted the ring indices.
+func (t *portalTable) complete(now int64, id PortalID, p *portal, cpl *abi.Completion) {
+	b := p.cpl.Reserve()
+	if b == nil {
+		t.st.RingsCorrupt++
+		return
+	}
+	cpl.Encode(b)
+	p.cpl.Commit()
+	t.delays.Add(now, telemetry.Sample{
+		IssueNs: cpl.IssueDelayNs, TotalNs: cpl.TotalDelayNs,
+		Op: uint8(cpl.Op), Status: uint8(cpl.Status), Length: cpl.Length,
+	})
+	if !p.dirty {
+		p.dirty = true
+		t.dirty = append(t.dirty, id)
+	}
+}
+
+// publish makes the committed completions visible to their applications.
+func (t *portalTable) publish() {
+	for _, id := range t.dirty {
+		p := &t.p[id]
+		p.cpl.Publish()
+		p.dirty = false
+		// After the producer index store: an application that armed
+		// before it is rung; one arming after it sees the completions
+		// when it re-checks the ring (abi.SegmentArmOff).
+		if p.arm != nil && p.arm.Load() != 0 && p.arm.CompareAndSwap(1, 0) {
+			t.st.Doorbells++
+			p.bell.Ring()
+		}
+	}
+	t.dirty = t.dirty[:0]
+}
+
+// clampNs is a delay as a completion carries it.
+func clampNs(d int64) uint32 {
+	if d < 0 {
+		return 0
+	}
+	if d > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(d)
+}

@@ -1,0 +1,434 @@
+package engine
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/wire"
+)
+
+// inbound is one queued request at the serving side.
+type inbound struct {
+	op      abi.Op // OpRead, OpWrite or OpRekey
+	ip      uint32
+	mac     wire.MAC
+	port    uint16
+	pid     uint32
+	tag     uint64
+	region  uint32
+	length  uint32
+	offset  uint64
+	arrival int64
+	sent    uint32
+	aead    *aesni.AEAD           // the request's K_d: seals every answer
+	iv      [aesni.NonceSize]byte // the request's IV, curried into every answer
+	base    uint64                // first server counter of its responses (0: none yet)
+}
+
+// responder is the serving side of a core: it authenticates requests
+// (deriving each initiator's K_d from the region's K_r), drops replays,
+// queues requests per class and NACKs beyond the threshold, streams READ
+// responses straight from region memory, and serves WRITEs and REKEYs by
+// pulling their data (pull.go).
+type responder struct {
+	nackThreshold int
+	serveBudget   int
+	timeout       int64
+
+	// The inbound request queues, one per class (the request's
+	// wire.FlagHigh, set by the initiating engine from its portal's
+	// class), served high first without starving low (serveArb).
+	inq      [abi.NumClass]ring[inbound]
+	serveArb classArbiter
+	// WRITE and REKEY requests taken from inq wait here, per class, for a
+	// pull context and window (startPulls), so reads behind them are
+	// served meanwhile: the pull is an op of the serving side, subject to
+	// its window like the ops it initiates (paper §5.1).
+	pullq   [abi.NumClass]ring[inbound]
+	pullArb classArbiter
+
+	// Pull contexts, each with a staging buffer, kept in deadline order
+	// on two intrusive lists (pull.go).
+	pulls    []pullCtx // index 0 unused: handle 0 is never valid
+	freePull []uint16
+	// plist: the pulls in progress, by deadline: plist[pullsIdle] those
+	// awaiting their first chunk (reclaimable after pullIdle, pullRoom),
+	// plist[pullsData] those receiving data.
+	plist    [2]pullList
+	pullIdle int64 // min(PullIdleTimeout, Timeout), or Timeout/4, in ns
+	pullBuf  []byte
+
+	replay *replayTable // anti-replay windows per sender (replay.go); nil when off
+	// keys caches the AEADs of the K_d derived for inbound requests; last
+	// memoizes the last lookup, so a stream of requests from one
+	// initiator to one region skips the cache probe. Both are reset
+	// whenever a region's key changes or the region goes.
+	keys     *aesni.Cache
+	lastKey  aesni.CacheKey
+	lastAEAD *aesni.AEAD
+
+	out     *sender
+	win     *window
+	regions *regionTable
+	st      *Stats
+}
+
+func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
+	r := &responder{
+		nackThreshold: cfg.NackThreshold,
+		serveBudget:   cfg.ServeBudget,
+		timeout:       int64(cfg.Timeout),
+		serveArb:      classArbiter{burst: cfg.HighBurst},
+		pullArb:       classArbiter{burst: cfg.HighBurst},
+		pulls:         make([]pullCtx, cfg.PullContexts+1),
+		freePull:      make([]uint16, 0, cfg.PullContexts),
+		plist:         [2]pullList{{-1, -1}, {-1, -1}},
+		pullIdle:      int64(cfg.Timeout / 4),
+		pullBuf:       make([]byte, cfg.PullContexts*abi.MaxOpBytes),
+		replay:        newReplayTable(cfg.ReplayPeers),
+		keys:          keys,
+		out:           parts.out,
+		win:           parts.win,
+		regions:       parts.regions,
+		st:            &parts.stats,
+	}
+	for k := range r.inq {
+		r.inq[k] = newRing[inbound](cfg.InboundQueue)
+		r.pullq[k] = newRing[inbound](cfg.InboundQueue)
+	}
+	if cfg.PullIdleTimeout > 0 {
+		r.pullIdle = min(int64(cfg.Timeout), int64(cfg.PullIdleTimeout))
+	}
+	for i := cfg.PullContexts; i >= 1; i-- {
+		r.freePull = append(r.freePull, uint16(i))
+		r.pulls[i].prev, r.pulls[i].next = -1, -1
+	}
+	return r
+}
+
+// ---- keys ----------------------------------------------------------------
+
+// serverKey finds the region the received request names and the AEAD of
+// the K_d its initiator must have used for op: derived from the region's
+// K_r and the request's source address and PID (paper §4.2). Both are nil
+// when the region does not exist.
+func (r *responder) serverKey(op abi.Op, f *wire.Fields) (*region, *aesni.AEAD) {
+	rg := r.regions.lookup(abi.RegionID(f.Region))
+	if rg == nil {
+		return nil, nil
+	}
+	ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(op)}
+	binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
+	if r.lastAEAD != nil && r.lastKey == ck {
+		return rg, r.lastAEAD
+	}
+	a, err := r.keys.GetOrDerive(ck, rg.kr)
+	if err != nil {
+		return rg, nil
+	}
+	r.lastKey, r.lastAEAD = ck, a
+	return rg, a
+}
+
+// installKey replaces region rid's K_r (a local or a remote rekey):
+// requests that arrive afterwards authenticate only with K_d derived from
+// it.
+func (r *responder) installKey(rid abi.RegionID, rg *region, kr aesni.Key) {
+	rg.kr = aesni.NewDeriver(kr)
+	r.forgetKeys(rid)
+	r.st.Rekeys++
+}
+
+// forgetKeys drops the K_d derived for region rid.
+func (r *responder) forgetKeys(rid abi.RegionID) {
+	r.keys.Invalidate(uint32(rid))
+	r.lastAEAD = nil
+}
+
+// ---- requests ------------------------------------------------------------
+
+// prepRequest prepares a request for its authentication (finishRequest
+// queues it, or NACKs it). The serving side derives the initiator's K_d
+// from the region's K_r and the request's own address, PID and op type
+// (paper §4.2); a request it cannot authenticate (wrong key, unknown or
+// stale region, tampered header) is answered at once with
+// REMOTE_AUTHENTICATION_FAILURE sealed with the reserved key. The answer
+// goes to the request's source MAC; the neighbor table learns nothing from
+// requests, so forged sources cannot fill it.
+func (r *responder) prepRequest(frame []byte, w *rxWork) {
+	f := &w.f
+	w.op = abi.OpRead
+	switch f.Type {
+	case wire.TypeWriteReq:
+		w.op = abi.OpWrite
+	case wire.TypeRekeyReq:
+		w.op = abi.OpRekey
+	}
+	_, w.a = r.serverKey(w.op, f)
+	w.open, w.then, w.in = openRequest, thenRequest, wire.Trailer(frame, 0)
+	if w.a == nil {
+		w.open = openFail
+	}
+}
+
+func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
+	f := &w.f
+	if !ok {
+		r.st.ReqAuthFailed++
+		r.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
+		return
+	}
+	if r.replay != nil {
+		addr, ctr := aesni.NonceCounter(f.IV[:])
+		if !r.replay.accept(binary.BigEndian.Uint32(addr[:]), ctr, now) {
+			r.st.ReqReplayed++
+			return // no answer: only the genuine request gets one
+		}
+	}
+	a := w.a
+	cl := abi.ClassLow
+	if f.Flags&wire.FlagHigh != 0 {
+		cl = abi.ClassHigh
+	}
+	q := &r.inq[cl]
+	if q.len() >= r.nackThreshold {
+		r.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeNack, 0, a, &f.IV)
+		r.st.ReqNacked++
+		return
+	}
+	e := q.push() // NackThreshold <= InboundQueue: there is room
+	if d := uint64(r.inq[0].len() + r.inq[1].len()); d > r.st.ReqQueueMax {
+		r.st.ReqQueueMax = d
+	}
+	*e = inbound{
+		op: w.op, ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
+		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
+		aead: a, iv: f.IV,
+	}
+}
+
+// reply sends a payload-free answer (NACK or error status) to a request,
+// sealed under the request's K_d a with its IV curried in, or, when a is
+// nil, as REMOTE_AUTHENTICATION_FAILURE under the reserved key. It returns
+// false when the answer could not be sent now (no tx buffer); an answer
+// that can never be sealed (no IV counter) is dropped and counted.
+func (r *responder) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag uint64, t wire.Type, st abi.Status, a *aesni.AEAD, reqIV *[aesni.NonceSize]byte) bool {
+	o := r.out
+	b := o.buffer()
+	if b == nil {
+		return false
+	}
+	ctr, ok := o.counter()
+	if !ok {
+		return true
+	}
+	f := &o.hdr
+	f.DstMAC, f.SrcMAC = mac, o.mac
+	f.SrcIP, f.DstIP = o.ip, ip
+	f.SrcPort, f.DstPort = o.udp, port
+	f.Type, f.Status, f.Flags = t, uint8(st), 0
+	f.PID, f.Tag, f.Region, f.Length, f.Offset = pid, tag, 0, 0, 0
+	aesni.PutNonce(f.IV[:], o.ipb, ctr)
+	n := wire.Encode(b, f, 0)
+	if a == nil {
+		o.seal.sealAuthFailure(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b), reqIV[:])
+	} else {
+		o.seal.sealResponse(a, wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), reqIV[:])
+	}
+	o.emit(b, n)
+	return true
+}
+
+// ---- serving -------------------------------------------------------------
+
+// serve answers queued requests, each class in FIFO order, at most
+// ServeBudget per Poll, streaming each READ as MTU-sized responses straight
+// from region memory.
+func (r *responder) serve(now int64) int {
+	served := 0
+	for served < r.serveBudget {
+		cl, ok := r.serveArb.next(r.inq[abi.ClassHigh].len() > 0, r.inq[abi.ClassLow].len() > 0)
+		if !ok {
+			break
+		}
+		q := &r.inq[cl]
+		e := q.front()
+		if now-e.arrival > r.timeout { // its initiator has given up
+			r.st.ReqExpired++
+			q.pop()
+			continue
+		}
+		if e.op != abi.OpRead { // WRITE, REKEY: pulled when window allows (startPulls)
+			d := r.pullq[cl].push()
+			if d == nil {
+				return served // cannot happen: pullq is as large as inq
+			}
+			*d = *e
+			q.pop()
+			served++
+			continue
+		}
+		if e.sent == 0 {
+			if st := r.checkRequest(e); st != abi.StatusOK {
+				if !r.reply(e.mac, e.ip, e.port, e.pid, e.tag, wire.TypeError, st, e.aead, &e.iv) {
+					return served
+				}
+				r.st.ReqErrors++
+				q.pop()
+				served++
+				continue
+			}
+		}
+		rg := r.regions.lookup(abi.RegionID(e.region))
+		if rg == nil { // deregistered while partly sent: the initiator times out
+			r.st.ReqExpired++
+			q.pop()
+			continue
+		}
+		if e.base == 0 { // counters for every chunk offset: nonces follow from offsets
+			base, ok := r.out.counters(aesni.ResponseSpan(e.length))
+			if !ok { // dropped: its initiator times out
+				q.pop()
+				continue
+			}
+			e.base = base
+		}
+		if !r.stream(e, rg) {
+			return served // resume this request on the next Poll
+		}
+		r.st.ReqServed++
+		q.pop()
+		served++
+	}
+	return served
+}
+
+// stream sends the rest of READ request e from region rg, each response
+// sealed straight from region memory into the frame (the data moves once,
+// fused with the cipher). It returns false when it ran out of tx buffers:
+// the rest is sent on a later Poll.
+func (r *responder) stream(e *inbound, rg *region) bool {
+	o := r.out
+	for e.sent < e.length {
+		b := o.buffer()
+		if b == nil {
+			return false
+		}
+		n := min(int(e.length-e.sent), o.maxPayload)
+		f := &o.hdr
+		f.DstMAC, f.SrcMAC = e.mac, o.mac
+		f.SrcIP, f.DstIP = o.ip, e.ip
+		f.SrcPort, f.DstPort = o.udp, e.port
+		f.Type, f.Status, f.Flags = wire.TypeReadResp, 0, 0
+		f.PID, f.Tag, f.Region = e.pid, e.tag, e.region
+		f.Length, f.Offset = uint32(n), uint64(e.sent)
+		aesni.PutResponseNonce(f.IV[:], o.ipb, e.base, uint64(e.sent))
+		fl := wire.Encode(b, f, n)
+		src := e.offset + uint64(e.sent)
+		o.seal.sealResponse(e.aead, wire.Sealed(b, n), rg.mem[src:src+uint64(n)], wire.IV(b), wire.AAD(b), e.iv[:])
+		o.emit(b, fl)
+		e.sent += uint32(n)
+	}
+	return true
+}
+
+// checkRequest decides whether a request may be served. A request whose
+// region vanished while it was partly sent is cut short by the same check.
+func (r *responder) checkRequest(e *inbound) abi.Status {
+	if e.length == 0 || e.length > abi.MaxOpBytes {
+		return abi.StatusRemoteBounds
+	}
+	rg := r.regions.lookup(abi.RegionID(e.region))
+	if rg == nil {
+		return abi.StatusRemoteRegion
+	}
+	need := abi.PermRemoteRead
+	switch e.op {
+	case abi.OpWrite:
+		need = abi.PermRemoteWrite
+	case abi.OpRekey:
+		need = abi.PermRemoteRekey
+	}
+	if rg.perm&need == 0 {
+		return abi.StatusRemotePermission
+	}
+	if e.op == abi.OpRekey { // its data is the region's key, not bytes of the region
+		return abi.StatusOK
+	}
+	if e.offset > uint64(len(rg.mem)) || uint64(len(rg.mem))-e.offset < uint64(e.length) {
+		return abi.StatusRemoteBounds
+	}
+	return abi.StatusOK
+}
+
+// startPulls serves the WRITE and REKEY requests waiting for a pull
+// context and window, each class in FIFO order, high first with the
+// HighBurst rule. Requests older than TIMEOUT are dropped (their
+// initiators have given up).
+func (r *responder) startPulls(now int64) int {
+	n := 0
+	for {
+		hi, lo := &r.pullq[abi.ClassHigh], &r.pullq[abi.ClassLow]
+		cl, ok := r.pullArb.pick(hi.len() > 0, lo.len() > 0)
+		if !ok {
+			return n
+		}
+		q := &r.pullq[cl]
+		e := q.front()
+		if now-e.arrival > r.timeout {
+			r.st.ReqExpired++
+			q.pop()
+			continue
+		}
+		switch r.startPull(now, e) {
+		case pullWait: // no window, context or tx buffer now: resume next Poll
+			return n
+		case pullStarted:
+			r.st.PullsIssued++
+		}
+		r.pullArb.granted(cl, lo.len() > 0)
+		q.pop()
+		n++
+	}
+}
+
+// nextDeadline is the earliest time the serving side has something to do
+// on its own (math.MaxInt64: nothing).
+func (r *responder) nextDeadline() int64 {
+	d := int64(math.MaxInt64)
+	for k := range r.inq {
+		if q := &r.inq[k]; q.len() > 0 {
+			d = min(d, q.front().arrival)
+		}
+	}
+	for _, l := range r.plist {
+		if l.head >= 0 {
+			d = min(d, r.pulls[l.head].deadline)
+		}
+	}
+	for k := range r.pullq { // waiting for window: due when it expires (a freed window comes with work)
+		if q := &r.pullq[k]; q.len() > 0 {
+			d = min(d, q.front().arrival+r.timeout)
+			if h := r.plist[pullsIdle].head; h >= 0 { // or when an idle pull becomes reclaimable (pullRoom)
+				d = min(d, r.pulls[h].idleBy)
+			}
+		}
+	}
+	return d
+}
+
+// shutdown drops the queued requests and the WRITEs being served: none
+// of them commits any more.
+func (r *responder) shutdown() {
+	for k := range r.inq {
+		r.inq[k].clear()
+		r.pullq[k].clear()
+	}
+	for k := range r.plist {
+		for r.plist[k].head >= 0 {
+			r.endPull(r.plist[k].head)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/onerma/onerma/aesni"
+)
+
+// TxHook is implemented by a Tx that can run a function right before
+// frames it was handed with Send leave it: before a burst is transmitted,
+// before a sent frame becomes visible to a receiver, before a frame is
+// copied (a fault injector's delayed or duplicated frames). With
+// Config.Crypto = CryptoIPsecMB the core seals lazily: a frame handed to
+// Send may still have its ciphertext and tag to be written, by the core's
+// batch, and New installs the function that writes them with
+// SetBeforeTx. A Tx that wraps another passes the hook on.
+type TxHook interface {
+	SetBeforeTx(f func())
+}
+
+// TxMemory is implemented by a Tx whose buffers all lie in a few
+// long-lived ranges of memory (a preallocated pool of Go memory, a DPDK
+// mempool in several memzones). With CryptoIPsecMB, New registers every
+// range with the core's batch (aesni/mb Batch.Register): Go memory is
+// then pinned once instead of per seal (tens of nanoseconds a buffer),
+// and no buffer is looked up for pinning. The ranges must not overlap and
+// must stay valid as long as the core.
+type TxMemory interface {
+	TxMemory() [][]byte
+}
+
+// sealer computes the seals of the send side (paper §4.2). New chooses
+// the implementation once, from Config.Crypto: goSealer (crypto/cipher,
+// each seal at once) or mbCrypto (ipsec-mb: each seal queued in a batch,
+// with the same buffers: the frame in the tx buffer, the plaintext read
+// from region memory when the batch runs, so data still moves once, fused
+// with the cipher).
+//
+// run runs what is queued. It must run before a frame is copied or
+// transmitted (the self-loop, the Tx's hook), before region memory can go
+// (Core.dropRegion, Shutdown), and at the end of every Poll. Between a
+// seal and the run, the frame's buffer and the plaintext stay put: the
+// core never rewrites a buffer it handed to Send, and a frame it did not
+// send (the self-loop and its overflow) runs the batch first.
+// register and unregister tell a batching backend about long-lived
+// memory (regions, the Tx's buffers) so it pins it once.
+type sealer interface {
+	sealRequest(a *aesni.AEAD, tag, nonce, aad []byte)
+	sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV []byte)
+	sealAuthFailure(tag, nonce, aad, reqIV []byte)
+	run()
+	register(mem []byte)
+	unregister(mem []byte)
+}
+
+// openBatch queues the opens of a received burst (CryptoIPsecMB; see
+// dispatch.go): queue adds w's open and returns false when w must be
+// opened alone, with aesni; runOpens opens everything queued with one
+// call; ok reports a job's result until the next queue.
+type openBatch interface {
+	queue(w *rxWork) bool
+	runOpens()
+	ok(job int) bool
+}
+
+// batchCrypto is a backend that batches both seals and opens (ipsec-mb).
+type batchCrypto interface {
+	sealer
+	openBatch
+}
+
+// goSealer seals with crypto/cipher (package aesni), one message at a
+// time, at once.
+type goSealer struct {
+	reserved *aesni.AEAD // the reserved key (REMOTE_AUTHENTICATION_FAILURE)
+}
+
+func (g goSealer) sealRequest(a *aesni.AEAD, tag, nonce, aad []byte) {
+	a.SealRequest(tag, nonce, aad)
+}
+
+func (g goSealer) sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV []byte) {
+	a.SealResponse(out, plaintext, nonce, aad, reqIV)
+}
+
+func (g goSealer) sealAuthFailure(tag, nonce, aad, reqIV []byte) {
+	g.reserved.SealAuthFailure(tag, nonce, aad, reqIV)
+}
+
+func (goSealer) run()                  {}
+func (goSealer) register(mem []byte)   {}
+func (goSealer) unregister(mem []byte) {}
+
+// setupCrypto installs cfg.Crypto's backend: the sealer, and for
+// CryptoIPsecMB the open batch of ReceiveBurst, the Tx's hook and its
+// memory.
+func setupCrypto(c *Core, tx Tx) error {
+	if c.cfg.Crypto != CryptoIPsecMB {
+		c.out.seal = goSealer{reserved: c.reserved}
+		c.burst = c.receiveEach
+		return nil
+	}
+	h, ok := tx.(TxHook)
+	if !ok {
+		return fmt.Errorf("%w: Crypto %q seals after Send and needs a Tx that implements engine.TxHook; %T does not", ErrConfig, c.cfg.Crypto, tx)
+	}
+	m, err := newMBCrypto(c)
+	if err != nil {
+		return fmt.Errorf("%w: Crypto %q: %v", ErrConfig, c.cfg.Crypto, err)
+	}
+	c.out.seal, c.opens, c.burst = m, m, c.receiveBatched
+	h.SetBeforeTx(m.run)
+	if tm, ok := tx.(TxMemory); ok {
+		for _, r := range tm.TxMemory() {
+			m.register(r)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/wire"
+)
+
+// sender is a core's way out: the Tx, the core's addresses, its IV lane,
+// the seal backend, the header being encoded, and the self-loop. Both
+// sides build their frames in a buffer from buffer, encode the header
+// with hdr, seal through seal, and hand the frame to emit.
+type sender struct {
+	tx   Tx
+	seal sealer
+	lane *aesni.IVLane
+	mac  wire.MAC
+	ip   uint32
+	ipb  [4]byte // ip as the IV's address part
+	port uint16  // UDPPort+CoreID: answers to this core's ops and its pulls come here
+	udp  uint16  // UDPPort: requests come here
+	// maxPayload is the most data one frame carries (the MTU's, at most
+	// one op's).
+	maxPayload int
+	hdr        wire.Fields // the header of the frame being encoded
+
+	// Frames addressed to this engine itself loop back inside the core
+	// (unless HairpinSelf): switches do not return a frame to the port it
+	// came from. A fixed ring of frame copies, received by Core.runLoop.
+	loop     ring[loopFrame]
+	selfLoop bool
+	st       *Stats
+}
+
+// loopFrame is one frame of the self-loop: its buffer (allocated in New)
+// and length.
+type loopFrame struct {
+	b []byte
+	n int
+}
+
+// selfLoopFrames bounds frames in flight from the engine to itself: a
+// request plus its responses for every op the window admits (64 x 4 KB ops
+// at 1408 B per frame: 256 frames) fit with room to spare.
+const selfLoopFrames = 512
+
+func newSender(cfg *Config, tx Tx, st *Stats) *sender {
+	o := &sender{
+		tx:         tx,
+		lane:       cfg.IV.NewLane(),
+		mac:        cfg.LocalMAC,
+		ip:         ip4(cfg.LocalIP.As4()),
+		ipb:        cfg.LocalIP.As4(),
+		port:       cfg.UDPPort + cfg.CoreID,
+		udp:        cfg.UDPPort,
+		maxPayload: min(wire.MaxPayload(cfg.MTU), abi.MaxOpBytes),
+		selfLoop:   !cfg.HairpinSelf,
+		st:         st,
+	}
+	if o.selfLoop {
+		o.loop = newRing[loopFrame](selfLoopFrames)
+		for i := range o.loop.buf {
+			o.loop.buf[i].b = make([]byte, wire.EthLen+cfg.MTU)
+		}
+	}
+	return o
+}
+
+// buffer is the Tx's next frame buffer, or nil (counted) when it has none.
+func (o *sender) buffer() []byte {
+	b := o.tx.Buffer()
+	if b == nil {
+		o.st.TxNoBuffer++
+	}
+	return b
+}
+
+// counter is a fresh IV counter; false (counted) when the lane has none.
+func (o *sender) counter() (uint64, bool) {
+	ctr, err := o.lane.Next()
+	if err != nil {
+		o.st.IVErrors++
+		return 0, false
+	}
+	return ctr, true
+}
+
+// counters is the first of n fresh IV counters (a response's span); false
+// (counted) when the lane has none.
+func (o *sender) counters(n uint64) (uint64, bool) {
+	base, err := o.lane.NextN(n)
+	if err != nil {
+		o.st.IVErrors++
+		return 0, false
+	}
+	return base, true
+}
+
+// emit sends a finished frame: to the port, or, when it is addressed to
+// this engine itself, into the self-loop ring. The tx buffer is not sent
+// in that case and Tx.Buffer hands it out again for the next frame.
+func (o *sender) emit(b []byte, n int) {
+	if o.selfLoop && wire.MAC(b[0:6]) == o.mac {
+		// The frame is copied (or dropped) and its buffer handed out
+		// again: its seal must be done first.
+		o.seal.run()
+		f := o.loop.push()
+		if f == nil {
+			o.st.TxNoBuffer++
+			return
+		}
+		copy(f.b, b[:n])
+		f.n = n
+		o.st.SelfLoop++
+		return
+	}
+	o.tx.Send(n)
+	o.st.TxFrames++
+}
+
+// send transmits a frame that is never addressed to this engine and
+// never sealed (ARP).
+func (o *sender) send(n int) {
+	o.tx.Send(n)
+	o.st.TxFrames++
+}
