@@ -60,7 +60,7 @@ type Config struct {
 	// untouched bytes. Otherwise zeros are tolerated too once the node
 	// dropped an answer that failed authentication: the core opens
 	// response chunks straight into the sink and zeroes a chunk whose tag
-	// does not match (see TestCoreBugFailedReadZeroesSink).
+	// does not match (see TestStrictFailedSink).
 	StrictFailedSink bool
 	// MustSee lists statuses that must occur at least once in the run: a
 	// scenario built to exercise a mechanism proves the mechanism fired.
@@ -341,7 +341,7 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 			WriteFrac:      0.2 + 0.3*r.Float64(),
 			DstMinBytes:    4096,
 			DstMaxBytes:    16 << 10,
-			RekeyFrac:      0.01 * float64(1+seed%3), // (from the seed: the scenario's draws stay as they were)
+			RekeyFrac:      0.01 * float64(1+seed%3), // (from the seed, not a draw from r: r's later draws do not depend on it)
 		},
 		Faults: FaultConfig{
 			Rekeys:     1 + r.IntN(4),

@@ -291,14 +291,13 @@
 // Tests in this package can replace the random applications by scripts
 // (ops posted at fixed times; stalls, crashes, rekeys; a hook that damages
 // chosen frames) and keep every invariant. The TestCoreBug* tests are
-// minimal repros of core bugs the simulator found, fixed and kept as
-// regression tests; those not fixed yet skip unless -sim.bugs
-// (TestCoreBugInServiceOrderLongerPull,
-// TestCoreBugShutdownWriteCommitsAfterTimeout). TestStrictFailedSink
-// (skipped unless -sim.bugs) holds failed reads to a stricter sink
-// contract than the core's documented one. write_test.go holds the
-// scripted WRITE cases (refusals, a target or source deregistered in
-// flight, lost data, a lost acknowledgment, orphans, duplicates).
+// regression tests, each a minimal scripted repro of a core bug.
+// TestStrictFailedSink (skipped unless -sim.bugs) holds failed reads to a
+// stricter sink contract than the core's documented one, which the core
+// does not meet (it zeroes a chunk that fails authentication).
+// write_test.go holds the scripted WRITE cases (refusals, a target or
+// source deregistered in flight, lost data, a lost acknowledgment,
+// orphans, duplicates).
 //
 // # Running
 //
@@ -306,13 +305,34 @@
 //	go test ./engine/sim -run TestSimSeeds -sim.seeds=5000  # thousands
 //	go test ./engine/sim -run 'TestSimSeeds/lossy$' -sim.seed=123  # replay one, with its trace
 //	go test ./engine/sim -run TestSimSeeds -sim.seeds=1000 -sim.random
-//	go test ./engine/sim -run TestStrictFailedSink -sim.bugs -v  # the strict sink variant (fails today)
-//	go test ./engine/sim -sim.bugs                        # open core bugs' repros, per-node timeouts in the seeds
+//	go test ./engine/sim -run TestStrictFailedSink -sim.bugs -v  # the strict sink variant (fails)
 //
 // -sim.base sets the first seed of the range (default 1), -sim.jobs how
 // many seeds run in parallel (default GOMAXPROCS; each run is one
 // goroutine). A failure replays its seed with tracing on and prints the
 // last events before the violation.
 //
-// Imports: engine, abi, aesni, wire. Nothing imports sim but tests and tools.
+// # Files
+//
+//	sim.go       Run, Result, the Sim, its event queue and driver loop, the end of a run
+//	config.go    Config and the scenarios
+//	net.go       nodes and the fabric: Tx, the switch, per-copy faults, a core's step
+//	             and the checks after every call into it
+//	app.go       the applications and their portals: open, tick, crash, close
+//	op.go        op kinds, the op record, the deadline heap
+//	post.go      the random workload: posting READs, WRITEs and REKEYs
+//	badcmd.go    commands with exactly one thing wrong
+//	keys.go      region keys: the directory, K_d, Core.Rekey (fault "rekey")
+//	region.go    regions: registration, deregistration, churn
+//	memory.go    the slot-area layout, data patterns, poison
+//	complete.go  completions and their checks; the memory checks at the end
+//	write.go     WRITEs: requests, pulls, commits, the region model, reads of written regions
+//	rekey.go     remote REKEYs: installs
+//	flow.go      flow experiments: their API and measures
+//	flowrun.go   a flow experiment's state, setup and result
+//	flowops.go   flow ops: issue and completion
+//	figures.go   the paper's Fig. 15 and 16 as flow experiments, and their analyses
+//
+// Imports: engine, abi, aesni, wire, cc (flow experiments). Nothing imports
+// sim but tests and tools.
 package sim

@@ -1,0 +1,212 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/onerma/onerma/abi"
+)
+
+// Regions: what each is for, registration, deregistration, and the churn
+// fault (a portal replaces one of its regions while ops on it are in
+// flight).
+
+// regKind is what a region is for.
+type regKind uint8
+
+const (
+	regSrc  regKind = iota // remote-readable, a fixed pattern: target of reads
+	regSink                // local-write: sink of the portal's reads (poison outside live ops)
+	regDst                 // remote-writable and remote-readable: target of writes, read too
+	regWsrc                // local-read: source of the portal's writes (poison outside live ops)
+)
+
+// region is a registered region as the application (and, for
+// remote-readable ones, every other application: the directory) knows it.
+type region struct {
+	node    int
+	p       *portal
+	id      abi.RegionID
+	mem     []byte
+	perm    abi.Perm
+	kind    regKind
+	pattern uint64 // regSrc: mem[i] == patByte(pattern, i); regDst: its initial content
+	sink    bool   // kind == regSink
+	deadAt  int64  // deregistered (or its portal closed) at; MaxInt64 while live
+	// regDst: the model of its memory (the initial pattern, then every
+	// commit the simulator saw, in order) and the commits themselves.
+	shadow  []byte
+	commits []commitRec
+	// keys: every K_r the region had, oldest first; the owner's core
+	// holds the last one.
+	keys []keyVersion
+}
+
+func (a *app) register(p *portal, mem []byte, perm abi.Perm, kind regKind) (*region, error) {
+	s := a.s
+	rg := &region{node: a.n.id, p: p, mem: mem, perm: perm, kind: kind, sink: kind == regSink, deadAt: math.MaxInt64}
+	switch kind {
+	case regSink, regWsrc:
+		fill(mem, poison)
+	default:
+		s.patternID++
+		rg.pattern = s.patternID<<8 | uint64(a.n.id)
+		fillPattern(mem, rg.pattern)
+		if s.cfg.App.RekeyFrac > 0 && s.patternID&1 == 0 {
+			// Every other remote-accessible region allows remote REKEYs
+			// (by pattern id: no draw from the app's stream; a new
+			// portal's pattern and remote-writable regions take
+			// consecutive ids, so one of them allows them).
+			perm |= abi.PermRemoteRekey
+			rg.perm = perm
+		}
+		if kind == regDst {
+			rg.shadow = append([]byte(nil), mem...)
+		}
+	}
+	kr := s.newKey()
+	id, err := a.n.core.RegisterRegion(p.id, mem, perm, kr)
+	if err != nil {
+		return nil, fmt.Errorf("RegisterRegion(%d bytes): %w", len(mem), err)
+	}
+	if id == 0 {
+		s.fail("node %d: RegisterRegion returned region id 0", a.n.id)
+	}
+	for _, old := range s.regions {
+		if old.node == a.n.id && old.id == id {
+			s.fail("node %d: RegisterRegion reused region id %#x (generation not bumped)", a.n.id, uint32(id))
+		}
+	}
+	rg.id = id
+	s.addKey(rg, kr, 0) // a new region's key is known everywhere at once (the directory)
+	s.regions = append(s.regions, rg)
+	return rg, nil
+}
+
+// kill marks a region dead and scribbles its memory as the allocator would
+// after free: a core that still reads it serves wrong bytes (caught by the
+// data check) and one that writes a sink is caught by the poison check.
+func (a *app) kill(rg *region) {
+	s := a.s
+	rg.deadAt = s.now
+	a.deadIDs = append(a.deadIDs, rg.id)
+	if rg.kind == regSink || rg.kind == regWsrc {
+		fill(rg.mem, poison)
+	} else {
+		s.patternID++
+		fillPattern(rg.mem, s.patternID<<8|0xff)
+	}
+}
+
+// churn: a portal deregisters its remote-readable region and registers a
+// new one (new id, maybe the same table entry with a new generation).
+func (a *app) churn() {
+	s := a.s
+	if len(a.portals) == 0 {
+		return
+	}
+	p := a.portals[s.faultRng.IntN(len(a.portals))]
+	switch s.faultRng.IntN(4) {
+	case 0:
+		a.churnSink(p)
+		return
+	case 1:
+		a.churnDst(p)
+		return
+	case 2:
+		a.churnWsrc(p)
+		return
+	}
+	old := p.src
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+		s.fail("node %d: DeregisterRegion(%#x): %v", a.n.id, uint32(old.id), err)
+		return
+	}
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err == nil {
+		s.fail("node %d: DeregisterRegion(%#x) twice succeeded", a.n.id, uint32(old.id))
+		return
+	}
+	a.kill(old)
+	cfg := &s.cfg.App
+	size := cfg.SrcMinBytes + s.appRng.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
+	rg, err := a.register(p, alignedBytes(size), abi.PermRemoteRead|abi.PermLocalRead, regSrc)
+	if err != nil {
+		s.fail("node %d: re-registering: %v", a.n.id, err)
+		return
+	}
+	p.src = rg
+	s.tracef("node %d portal %d: region %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
+	a.n.afterCall("RegisterRegion")
+}
+
+// churnSink replaces a portal's sink while reads into it are in flight:
+// once DeregisterRegion returns, the core must never write the old memory
+// (it is poisoned and checked at the end), and ops still in flight into it
+// cannot complete OK.
+func (a *app) churnSink(p *portal) {
+	s := a.s
+	old := p.sink
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+		s.fail("node %d: DeregisterRegion(sink %#x): %v", a.n.id, uint32(old.id), err)
+		return
+	}
+	a.kill(old)
+	a.deadSinks = append(a.deadSinks, old)
+	rg, err := a.register(p, alignedBytes(len(old.mem)), abi.PermLocalWrite, regSink)
+	if err != nil {
+		s.fail("node %d: re-registering a sink: %v", a.n.id, err)
+		return
+	}
+	p.sink = rg
+	s.tracef("node %d portal %d: sink %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
+	a.n.afterCall("RegisterRegion")
+}
+
+// churnDst deregisters a portal's remote-writable region while writes to
+// it (and reads of it) are in flight, and registers a new one: a write not
+// committed by then must fail (REMOTE_REGION when its data arrives, or
+// REMOTE_AUTHENTICATION_FAILURE when its request does) and change nothing
+// (the old memory is scribbled: a commit into it would show).
+func (a *app) churnDst(p *portal) {
+	s := a.s
+	old := p.wdst
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+		s.fail("node %d: DeregisterRegion(dst %#x): %v", a.n.id, uint32(old.id), err)
+		return
+	}
+	a.kill(old)
+	cfg := &s.cfg.App
+	size := cfg.DstMinBytes + s.appRng.IntN(cfg.DstMaxBytes-cfg.DstMinBytes+1)
+	rg, err := a.register(p, alignedBytes(size), abi.PermRemoteWrite|abi.PermRemoteRead, regDst)
+	if err != nil {
+		s.fail("node %d: re-registering a remote-writable region: %v", a.n.id, err)
+		return
+	}
+	p.wdst = rg
+	s.tracef("node %d portal %d: dst %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
+	a.n.afterCall("RegisterRegion")
+}
+
+// churnWsrc replaces a portal's write source while writes from it are in
+// flight: a write not pulled by then fails LOCAL_REGION (its data cannot
+// be sent: the server commits nothing); one whose data was all sent may
+// still commit. The old memory is poisoned: data sent from it afterwards
+// would fail the commit check.
+func (a *app) churnWsrc(p *portal) {
+	s := a.s
+	old := p.wsrc
+	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+		s.fail("node %d: DeregisterRegion(wsrc %#x): %v", a.n.id, uint32(old.id), err)
+		return
+	}
+	a.kill(old)
+	a.deadSinks = append(a.deadSinks, old)
+	rg, err := a.register(p, alignedBytes(len(old.mem)), abi.PermLocalRead, regWsrc)
+	if err != nil {
+		s.fail("node %d: re-registering a write source: %v", a.n.id, err)
+		return
+	}
+	p.wsrc = rg
+	s.tracef("node %d portal %d: wsrc %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
+	a.n.afterCall("RegisterRegion")
+}
