@@ -247,7 +247,7 @@
 // A remote REKEY (paper §5.2; engine/write.go) takes a WRITE's four hops
 // and is tracked like one (its request by tag, the pull its core
 // accepted, its commit at ④): ③ carries the new K_r sealed under
-// K_d(REKEY), and the commit installs it (Core.installKey) and sends ④ in
+// K_d(REKEY), and the commit installs it (the responder's installKey) and sends ④ in
 // the same call.
 //
 // Workload. Every other remote-readable or remote-writable region (by

@@ -8,7 +8,7 @@ import "github.com/onerma/onerma/abi"
 // one (op.write is set; op.rekey says which): its request (①) is recorded
 // by tag, its pull (②) accepted or not, and its commit seen in Tx.Send of
 // the serving core's ④, sent in the same call as the install
-// (engine.Core.installKey). There the simulator checks the install and
+// (the engine responder's installKey). There the simulator checks the install and
 // makes the new K_r the region's current key in the directory, from that
 // virtual time on: the owner knows it at once, every other node (the
 // poster too) within Faults.KeyDelayNs, as for Core.Rekey. Later ops with
