@@ -28,5 +28,15 @@
 // tag. The control plane (portals, slots, regions) is applied on the core's
 // own goroutine between polls; nothing on the data path locks.
 //
-// Imports: abi and wire only. It must never import dpdk.
+// Inside, a Core is a composition of parts that own their state: the
+// initiator (initiator.go, initiator_rx.go, lists.go), the responder
+// (responder.go, pull.go, replay.go), the portal table and its completions
+// (portals.go), the region table (regions.go), the neighbor table and ARP
+// (neighbor.go), the window and the class arbiter (arbiter.go), the sender
+// (sender.go) with its seal backend (sealer.go, seal_mb.go), and the
+// generic ring they queue in (ring.go). core.go is the control plane and
+// Poll; dispatch.go is the receive walk.
+//
+// Imports: abi, wire, aesni (aesni/mb in cgo builds on linux/amd64) and
+// engine/telemetry. It must never import dpdk.
 package engine

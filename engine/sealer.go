@@ -44,6 +44,13 @@ type TxMemory interface {
 // send (the self-loop and its overflow) runs the batch first.
 // register and unregister tell a batching backend about long-lived
 // memory (regions, the Tx's buffers) so it pins it once.
+//
+// Batching pays once a burst holds several seals: on the loopback engine
+// ipsec-mb gives more READs a second than crypto/cipher at 64 B and at
+// 4 KB, while at one op in flight a batch holds one seal, pays a cgo
+// crossing for it, and 64 B latency is a little higher
+// (bench/RESULTS.md, loopback rows; `rmabench -only loopback -crypto go`
+// against rmad's default).
 type sealer interface {
 	sealRequest(a *aesni.AEAD, tag, nonce, aad []byte)
 	sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV []byte)
