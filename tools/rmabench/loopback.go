@@ -1,0 +1,93 @@
+package main
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/internal/testbed"
+)
+
+// benchLoopback is the loopback engine of every loopback setup (and of
+// the PGO profile): net_ring, busy polling on CPU 1 (rmaperf runs on CPU
+// 0), frames to itself out of the port and back through the ring, so the
+// port's I/O is part of the per-op cost; MTU mtu, then extra rmad flags.
+func benchLoopback(rmad, dir, name, ip, mtu string, extra ...string) testbed.Options {
+	o := testbed.Loopback(rmad, dir, name, ip)
+	o.Busy, o.CPU = true, 1
+	o.Extra = append([]string{"-log-level", "warn", "-hairpin-self=true", "-mtu", mtu}, extra...)
+	return o
+}
+
+// cryptoArgs is rmad's -crypto flag for rmabench's -crypto (none: rmad's
+// default).
+func cryptoArgs(crypto string) []string {
+	if crypto == "" {
+		return nil
+	}
+	return []string{"-crypto", crypto}
+}
+
+// holBg is the transfer that runs behind the head-of-line measurement.
+const holBg = 4 << 20
+
+// execSpec is the 4 MB READ through portal.Executor (rmaperf moves sizes
+// above 4096 through it): two transfers in flight, so the pipeline does
+// not drain between consecutive transfers; the executor's own window
+// (package cc, up to its 64 slots) bounds the ops in flight.
+var execSpec = spec{"read_bw", 4 << 20, 2}
+
+// loopbackSpecs is specs with execSpec right after the raw 4 KB read_bw it
+// is compared with.
+func loopbackSpecs(specs []spec) []spec {
+	var out []spec
+	for _, s := range specs {
+		out = append(out, s)
+		if s.test == execSpec.test && s.size == abi.MaxOpBytes {
+			out = append(out, execSpec)
+		}
+	}
+	return out
+}
+
+// nPairs is how many interleaved rounds loopbackPairs runs.
+const nPairs = 7
+
+// loopbackPairs measures the executor's goodput against raw 4 KB READs in
+// nPairs interleaved rounds on the loopback engine at socket, each run
+// max(1 s, dur/nPairs) long: the VM's throughput drifts by 20-30 % over
+// minutes, which the single rows' ratio, measured minutes apart,
+// includes; a round's runs are seconds apart. A round is raw 4 KB READs
+// (setup "loopback-pairs"), then execSpec through the executor, then raw
+// 4 KB READs over the executor's memory footprint (setup
+// "loopback-pairs-footprint": the region it reads, one transfer's size,
+// and the one destination its transfers share, walked 4 KB at a time),
+// which separates what the executor costs from what touching 8 MB
+// instead of 1.25 MB costs. Every other round runs the two raw runs the
+// other way round, so the executor run is always next to both and a
+// steady drift does not favour one side. printTable prints the median of
+// each round's ratios.
+func loopbackPairs(rmaperf, socket string, dur time.Duration) ([]Row, error) {
+	d := max(time.Second, dur/nPairs)
+	raw := spec{execSpec.test, abi.MaxOpBytes, 64}
+	footprint := []string{"-region-bytes", strconv.Itoa(execSpec.size), "-local-bytes", strconv.Itoa(execSpec.size)}
+	var rows []Row
+	for k := range nPairs {
+		runs := []struct {
+			s     spec
+			setup string
+			args  []string
+		}{{raw, "loopback-pairs", nil}, {execSpec, "loopback-pairs", nil}, {raw, "loopback-pairs-footprint", footprint}}
+		if k%2 == 1 { // the executor stays between the two it is compared with
+			runs[0], runs[2] = runs[2], runs[0]
+		}
+		for _, m := range runs {
+			r, err := rmaperfRun(rmaperf, "0", m.s, d, m.setup, nil, append([]string{"-ctl", socket, "-self"}, m.args...)...)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
