@@ -86,7 +86,7 @@ type Executor struct {
 	evbuf        [8]byte
 }
 
-// peer is the state of one cc.Key: ops in flight and the pacer.
+// peerState is the state of one cc.Key: ops in flight and the pacer.
 type peerState struct {
 	key      cc.Key
 	inflight int

@@ -11,7 +11,7 @@ import (
 // ExecutorConfig tunes an Executor. Zero values take the defaults of
 // DefaultExecutorConfig.
 type ExecutorConfig struct {
-	// CC are the congestion control parameters (paper §6, SPEC §4). The
+	// CC are the congestion control parameters (paper §6). The
 	// zero value means cc.DefaultParams(); to change some, start from
 	// DefaultExecutorConfig() (or cc.DefaultParams()).
 	CC cc.Params

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// noTimer is e.timer when no pacing or backoff deadline is pending.
 const noTimer = math.MaxInt64
 
 // now is the executor's clock in ns.
@@ -68,8 +69,10 @@ func (e *Executor) drive(self *transfer) {
 			// The driver spins on the completion ring, and on a single
 			// CPU (GOMAXPROCS 1, or an application pinned to one CPU)
 			// the goroutine it woke would otherwise wait for the Go
-			// scheduler's 10 ms preemption (measured: a 64 B READ behind
-			// a 4 MB transfer took 20 ms at p50).
+			// scheduler's 10 ms preemption: a short READ behind a long
+			// transfer on the same executor would take milliseconds
+			// (rmabench's loopback-hol row measures it: rmaperf read_lat
+			// -exec -bg, pinned to one CPU).
 			e.yield = false
 			runtime.Gosched()
 		}

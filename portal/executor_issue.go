@@ -4,6 +4,12 @@ import (
 	"github.com/onerma/onerma/abi"
 )
 
+// Short-first precedence (ExecutorConfig.ShortFirst) is enforced here, in
+// issueOne; its bookkeeping is where transfers start and end and where ops
+// are posted and complete: absorbLocked counts short transfers in
+// (shortActive), maybeFinish counts them out and starts the hold
+// (shortUntil), and issueOne, complete and die move longInflight.
+
 // issue posts ops round-robin over the active transfers, one per
 // transfer per turn, while windows, pacers, slots and the ring allow. It
 // returns how many it posted and leaves in e.timer the earliest time a
@@ -28,6 +34,10 @@ func (e *Executor) issue(now int64) int {
 	return posted
 }
 
+// issueOne posts one op of t (a retry whose backoff is over, else its
+// next chunk) if the windows, the short-first cap (ExecutorConfig.
+// ShortFirst), t's pacer, a free slot and the ring allow; it reports
+// whether it did.
 func (e *Executor) issueOne(now int64, t *transfer) bool {
 	if t.stopped || (t.nretry == 0 && t.issued == t.length) {
 		return false

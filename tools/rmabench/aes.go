@@ -109,8 +109,7 @@ func gcmLimitMB(dur time.Duration) (Row, error) {
 
 // bestRate runs step (which does some ops and says how many) for dur in
 // five slices and returns the best slice's ops per second: a ceiling,
-// which one slice disturbed by the VM's neighbours would understate
-// (single 5 s runs read 1.3-2.4 GB/s on one day).
+// which one slice disturbed by the VM's neighbours would understate.
 func bestRate(dur time.Duration, step func() (int, error)) (float64, error) {
 	const slices = 5
 	best := 0.0

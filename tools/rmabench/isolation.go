@@ -15,9 +15,10 @@ import (
 // isoWindow is the isolation engine's solicitation window (-iso-window; 0:
 // rmad's default). The paper sizes the window to the bandwidth-delay
 // product: what it admits is what a newly granted op may have to queue
-// behind. One loopback core moves ~1 GB/s, so 32 KB is ~30 µs of it;
-// rmad's default of 256 KB (sized for networks with tens of µs of RTT)
-// puts ~250 µs of low-class data ahead of a high-class op.
+// behind. 32 KB is a few tens of µs of what one loopback core moves (the
+// loopback setup's 4 KB read_bw row); rmad's default of 256 KB (sized for
+// networks with tens of µs of RTT) puts eight times as much low-class data
+// ahead of a high-class op.
 var isoWindow int
 
 // The isolation setup (paper Fig. 12): the application names the two

@@ -56,7 +56,7 @@ func printTable(rows []Row) {
 		}
 	}
 	// One core's 4 KB goodput (both ends of every op) against its bare
-	// seal+open ceiling. Targets: READ 0.70 (issue 3), WRITE 0.60 (issue 4).
+	// seal+open ceiling. Targets: READ 0.70, WRITE 0.60.
 	for _, a := range rows {
 		if a.System != "aes-gcm-limit" || a.MBPerSec <= 0 || strings.HasPrefix(a.Setup, "write-pairs") {
 			continue

@@ -21,8 +21,8 @@ var telemetrySpec = spec{"read_bw", 64, 64}
 // loopback engine, nTelemetryPairs rounds of telemetrySpec without rmatop
 // (setup telemetry-off) and with rmatop attached (telemetry-on), seconds
 // apart, every other round in the other order. The engine hands rmatop's
-// uprobe a batch of 1024 samples, so at ~2 M ops/s it traps ~2k times a
-// second. The with-rmatop row's note says how many completions rmatop
+// uprobe a batch of 1024 samples, so it traps once per 1024 completions.
+// The with-rmatop row's note says how many completions rmatop
 // saw. (Without rmatop the hook is an empty call; what that costs against
 // no hook at all is the engine benchmarks' business: bench/RESULTS.md.)
 func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration) ([]Row, error) {
