@@ -63,31 +63,34 @@ const nPairs = 7
 // "loopback-pairs-footprint": the region it reads, one transfer's size,
 // and the one destination its transfers share, walked 4 KB at a time),
 // which separates what the executor costs from what touching 8 MB
-// instead of 1.25 MB costs. Every other round runs the two raw runs the
-// other way round, so the executor run is always next to both and a
-// steady drift does not favour one side. printTable prints the median of
-// each round's ratios.
+// instead of 1.25 MB costs. Every other round runs backwards
+// (interleaved), so the executor run is always next to both raw runs and
+// a steady drift does not favour one side. printTable prints the median
+// of each round's ratios.
 func loopbackPairs(rmaperf, socket string, dur time.Duration) ([]Row, error) {
 	d := max(time.Second, dur/nPairs)
 	raw := spec{execSpec.test, abi.MaxOpBytes, 64}
 	footprint := []string{"-region-bytes", strconv.Itoa(execSpec.size), "-local-bytes", strconv.Itoa(execSpec.size)}
-	var rows []Row
-	for k := range nPairs {
-		runs := []struct {
-			s     spec
-			setup string
-			args  []string
-		}{{raw, "loopback-pairs", nil}, {execSpec, "loopback-pairs", nil}, {raw, "loopback-pairs-footprint", footprint}}
-		if k%2 == 1 { // the executor stays between the two it is compared with
-			runs[0], runs[2] = runs[2], runs[0]
-		}
-		for _, m := range runs {
-			r, err := rmaperfRun(rmaperf, "0", m.s, d, m.setup, nil, append([]string{"-ctl", socket, "-self"}, m.args...)...)
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, r)
+	run := func(s spec, setup string, args ...string) func() (Row, error) {
+		return func() (Row, error) {
+			return rmaperfRun(rmaperf, "0", s, d, setup, nil, append([]string{"-ctl", socket, "-self"}, args...)...)
 		}
 	}
-	return rows, nil
+	return interleaved(nPairs, run(raw, "loopback-pairs"), run(execSpec, "loopback-pairs"), run(raw, "loopback-pairs-footprint", footprint...))
+}
+
+// loopbackOnce starts the loopback engine of rmad (benchLoopback: named
+// name, MTU mtu, rmabench's -crypto), runs one rmaperf measurement of s
+// for d on it, and stops it: for setups whose engine runs alternate with
+// runs that need the engine's CPU, or with another build of the engine.
+func loopbackOnce(rmad, rmaperf, dir, name, mtu, crypto string, s spec, d time.Duration, setup string) (Row, error) {
+	e, err := testbed.Start(benchLoopback(rmad, dir, name, "10.99.0.1", mtu, cryptoArgs(crypto)...))
+	if err != nil {
+		return Row{}, err
+	}
+	r, err := rmaperfRun(rmaperf, "0", s, d, setup, nil, "-ctl", e.Socket, "-self")
+	if serr := e.Stop(10 * time.Second); err == nil {
+		err = serr
+	}
+	return r, err
 }

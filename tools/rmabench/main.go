@@ -25,6 +25,9 @@
 //	    (platform.go says why);
 //	(g) what watching the loopback engine with rmatop costs (telemetry:
 //	    64 B read_bw with and without rmatop attached, interleaved);
+//	(h) only when asked (-only ab -ab-old DIR): an old build of the engine
+//	    against the new one, -bin's, in interleaved rounds on the loopback
+//	    engine (ab.go);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -37,6 +40,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,7 +68,9 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,tcp,aes,write-pairs,isolation,telemetry", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,tcp,aes,write-pairs,isolation,telemetry", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too; ab, never by default, compares -ab-old's engine with -bin's)")
+	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
+	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
 	pgoOut := flag.String("pgo", "", "instead of measuring, profile rmad (built -pgo=off) on the loopback engine under the bench's workloads, -D each, and write the merged CPU profile here (scripts/pgo.sh)")
@@ -95,6 +101,16 @@ func main() {
 		return
 	}
 	want := func(s string) bool { return strings.Contains(*only, s) }
+	// ab is matched as a whole name, not as a substring as the others are.
+	ab := slices.Contains(strings.Split(*only, ","), "ab")
+	if ab {
+		if _, _, err := abBins(*abOld); err != nil {
+			fail(err)
+		}
+		if *abRounds < 1 {
+			fail(fmt.Errorf("-ab-rounds %d: want at least 1", *abRounds))
+		}
+	}
 
 	if want("platform") {
 		r, err := platformRun(*dur)
@@ -203,6 +219,13 @@ func main() {
 	}
 	if want("telemetry") {
 		r, err := telemetryRun(rmad, rmaperf, filepath.Join(*bin, "rmatop"), dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if ab {
+		r, err := abRun(*abOld, rmad, rmaperf, dir, *crypto, *abRounds, *dur)
 		if err != nil {
 			fail(err)
 		}

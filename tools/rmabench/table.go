@@ -35,7 +35,7 @@ func printTable(rows []Row) {
 	// Ratios against the TCP peer for the same test, size and depth
 	// (ucp_get for the reads, ucp_put_bw / ucp_put_lat for the writes).
 	for _, r := range rows {
-		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || r.Setup == "ab" {
 			continue
 		}
 		for _, u := range rows {
@@ -116,23 +116,17 @@ func printTable(rows []Row) {
 		}
 		round = round[:0]
 	}
-	list := func(v []float64) string {
-		rs := make([]string, len(v))
-		for i, x := range v {
-			rs[i] = fmt.Sprintf("%.2f", x)
-		}
-		return strings.Join(rs, " ")
-	}
 	if len(ratios) > 0 {
 		fmt.Printf("loopback read_bw %d B executor/raw %d B, %d interleaved pairs: median %.2f (ratios %s) (target >= 0.90)\n",
-			execSpec.size, abi.MaxOpBytes, len(ratios), median(ratios), list(ratios))
+			execSpec.size, abi.MaxOpBytes, len(ratios), median(ratios), ratioList(ratios))
 	}
 	if len(fpRatios) > 0 {
 		fmt.Printf("loopback read_bw %d B executor/raw %d B over the executor's memory footprint, same rounds: median %.2f (ratios %s)\n",
-			execSpec.size, abi.MaxOpBytes, median(fpRatios), list(fpRatios))
+			execSpec.size, abi.MaxOpBytes, median(fpRatios), ratioList(fpRatios))
 	}
 	printWritePairs(rows)
 	printTelemetry(rows)
+	printAB(rows)
 	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
 	// transfer on the same executor, against one 4 KB READ's latency (a
 	// 4 KB service time) of the same run.

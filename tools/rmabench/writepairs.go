@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/internal/testbed"
 )
 
 // nWritePairs is how many interleaved rounds writePairs runs.
@@ -32,15 +31,7 @@ func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration) ([]Row, er
 	d := max(time.Second, dur/nWritePairs)
 	s := spec{"write_bw", abi.MaxOpBytes, 64}
 	engine := func(setup, mtu string) (Row, error) {
-		e, err := testbed.Start(benchLoopback(rmad, dir, "bench-wp", "10.99.0.1", mtu, cryptoArgs(crypto)...))
-		if err != nil {
-			return Row{}, err
-		}
-		r, err := rmaperfRun(rmaperf, "0", s, d, setup, nil, "-ctl", e.Socket, "-self")
-		if serr := e.Stop(10 * time.Second); err == nil {
-			err = serr
-		}
-		return r, err
+		return loopbackOnce(rmad, rmaperf, dir, "bench-wp", mtu, crypto, s, d, setup)
 	}
 	run := map[string]func() (Row, error){
 		"write-pairs":       func() (Row, error) { return engine("write-pairs", "1500") },
@@ -51,22 +42,18 @@ func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration) ([]Row, er
 			return gcmLimitMB(d)
 		},
 	}
-	var rows []Row
-	for k := range nWritePairs {
-		for i := range writePairsSetups {
-			setup := writePairsSetups[i]
-			if k%2 == 1 {
-				setup = writePairsSetups[len(writePairsSetups)-1-i]
-			}
+	runs := make([]func() (Row, error), len(writePairsSetups))
+	for i, setup := range writePairsSetups {
+		runs[i] = func() (Row, error) {
 			r, err := run[setup]()
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", setup, err)
+				return Row{}, fmt.Errorf("%s: %w", setup, err)
 			}
 			r.Setup = setup
-			rows = append(rows, r)
+			return r, nil
 		}
 	}
-	return rows, nil
+	return interleaved(nWritePairs, runs...)
 }
 
 // printWritePairs prints, from writePairs' rows, the median over rounds
@@ -95,12 +82,8 @@ func printWritePairs(rows []Row) {
 				v = append(v, n.MBPerSec/d.MBPerSec)
 			}
 		}
-		rs := make([]string, len(v))
-		for i, x := range v {
-			rs[i] = fmt.Sprintf("%.2f", x)
-		}
 		fmt.Printf("%-17s write_bw 4096 B O=64 / %-24s %d interleaved rounds: median %.2f%s (ratios %s) (target >= %.2f%s)\n",
-			num, den+",", len(v), median(v), unit, strings.Join(rs, " "), target, unit)
+			num, den+",", len(v), median(v), unit, ratioList(v), target, unit)
 	}
 	for _, w := range writePairsSetups[:2] {
 		ratio(w, "write-pairs-tcp", 5, "x")
