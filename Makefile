@@ -73,7 +73,10 @@ sim:
 
 # Every setup of bench/RESULTS.md (loopback, loopback-jumbo, memif, tcp,
 # aes, isolation; READ and WRITE). BENCH_ONLY=isolation (comma separated)
-# runs some, BENCH_D=1s shortens each measurement (default 5s).
+# runs some, BENCH_D=1s shortens each measurement (default 5s). The ab
+# setup, an old engine build against this one, runs only when asked:
+# $(BIN)/rmabench -bin $(BIN) -only ab -ab-old DIR (DIR holding the old
+# build's rmad and rmaperf).
 BENCH_ONLY ?=
 BENCH_D ?=
 bench: setup-bench build

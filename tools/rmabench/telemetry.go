@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/onerma/onerma/internal/testbed"
@@ -21,8 +20,8 @@ var telemetrySpec = spec{"read_bw", 64, 64}
 // loopback engine, nTelemetryPairs rounds of telemetrySpec without rmatop
 // (setup telemetry-off) and with rmatop attached (telemetry-on), seconds
 // apart, every other round in the other order. The engine hands rmatop's
-// uprobe a batch of 1024 samples, so at ~2 M ops/s it traps ~2k times a
-// second. The with-rmatop row's note says how many completions rmatop
+// uprobe a batch of 1024 samples, so it traps once per 1024 completions.
+// The with-rmatop row's note says how many completions rmatop
 // saw. (Without rmatop the hook is an empty call; what that costs against
 // no hook at all is the engine benchmarks' business: bench/RESULTS.md.)
 func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration) ([]Row, error) {
@@ -60,19 +59,9 @@ func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration) ([]Row, 
 		r.Note = addNote(r.Note, fmt.Sprintf("rmatop attached: saw %d completions", samples))
 		return r, err
 	}
-	var rows []Row
-	for k := range nTelemetryPairs {
-		runs := []func() (Row, error){off, on}
-		if k%2 == 1 {
-			runs[0], runs[1] = on, off
-		}
-		for _, run := range runs {
-			r, err := run()
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, r)
-		}
+	rows, err := interleaved(nTelemetryPairs, off, on)
+	if err != nil {
+		return nil, err
 	}
 	return rows, e.Stop(10 * time.Second)
 }
@@ -93,11 +82,9 @@ func printTelemetry(rows []Row) {
 		return
 	}
 	v := make([]float64, n)
-	rs := make([]string, n)
 	for i := range n {
 		v[i] = ons[i] / offs[i]
-		rs[i] = fmt.Sprintf("%.2f", v[i])
 	}
 	fmt.Printf("loopback %s %d B O=%d with rmatop attached / without, %d interleaved rounds: median %.2f (ratios %s)\n",
-		telemetrySpec.test, telemetrySpec.size, telemetrySpec.depth, n, median(v), strings.Join(rs, " "))
+		telemetrySpec.test, telemetrySpec.size, telemetrySpec.depth, n, median(v), ratioList(v))
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/internal/testbed"
 )
 
 // nWritePairs is how many interleaved rounds writePairs runs.
@@ -16,13 +15,14 @@ const nWritePairs = 5
 // of an even round (odd rounds run it backwards).
 var writePairsSetups = []string{"write-pairs", "write-pairs-jumbo", "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb"}
 
-// writePairs measures issue 4's two WRITE targets as interleaved rounds,
+// writePairs measures the two WRITE targets (4 KB WRITE goodput against
+// ucp_put_bw and against the AES-GCM ceiling) as interleaved rounds,
 // each run max(1 s, dur/nWritePairs) long: 4 KB write_bw (O=64) on the
 // loopback engine at MTU 1500 and at MTU 9000, ucx_perftest ucp_put_bw
 // over TCP at the same size and depth, and the two aes-gcm-limit rows
 // (crypto/cipher and ipsec-mb). The single rows of a make bench run are
-// minutes apart, and the VM's speed drifts by 20-40 % over minutes, in
-// either direction for any of them; a round's runs are seconds apart.
+// minutes apart, and the VM's speed drifts over minutes, in either
+// direction for any of them; a round's runs are seconds apart.
 // Every other round runs backwards, so no run is always first. The
 // engine is started for its runs and stopped before ucx_perftest and the
 // cipher loops run, so they have both CPUs as in their own rows.
@@ -31,15 +31,7 @@ func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration) ([]Row, er
 	d := max(time.Second, dur/nWritePairs)
 	s := spec{"write_bw", abi.MaxOpBytes, 64}
 	engine := func(setup, mtu string) (Row, error) {
-		e, err := testbed.Start(benchLoopback(rmad, dir, "bench-wp", "10.99.0.1", mtu, cryptoArgs(crypto)...))
-		if err != nil {
-			return Row{}, err
-		}
-		r, err := rmaperfRun(rmaperf, "0", s, d, setup, nil, "-ctl", e.Socket, "-self")
-		if serr := e.Stop(10 * time.Second); err == nil {
-			err = serr
-		}
-		return r, err
+		return loopbackOnce(rmad, rmaperf, dir, "bench-wp", mtu, crypto, s, d, setup)
 	}
 	run := map[string]func() (Row, error){
 		"write-pairs":       func() (Row, error) { return engine("write-pairs", "1500") },
@@ -50,27 +42,23 @@ func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration) ([]Row, er
 			return gcmLimitMB(d)
 		},
 	}
-	var rows []Row
-	for k := range nWritePairs {
-		for i := range writePairsSetups {
-			setup := writePairsSetups[i]
-			if k%2 == 1 {
-				setup = writePairsSetups[len(writePairsSetups)-1-i]
-			}
+	runs := make([]func() (Row, error), len(writePairsSetups))
+	for i, setup := range writePairsSetups {
+		runs[i] = func() (Row, error) {
 			r, err := run[setup]()
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", setup, err)
+				return Row{}, fmt.Errorf("%s: %w", setup, err)
 			}
 			r.Setup = setup
-			rows = append(rows, r)
+			return r, nil
 		}
 	}
-	return rows, nil
+	return interleaved(nWritePairs, runs...)
 }
 
 // printWritePairs prints, from writePairs' rows, the median over rounds
-// of 4 KB WRITE goodput against ucp_put_bw (issue 4: >= 5x) and against
-// each aes-gcm-limit row (issue 4: >= 0.60), at both MTUs.
+// of 4 KB WRITE goodput against ucp_put_bw (target >= 5x) and against
+// each aes-gcm-limit row (target >= 0.60), at both MTUs.
 func printWritePairs(rows []Row) {
 	var rounds []map[string]Row
 	cur := map[string]Row{}
@@ -94,12 +82,8 @@ func printWritePairs(rows []Row) {
 				v = append(v, n.MBPerSec/d.MBPerSec)
 			}
 		}
-		rs := make([]string, len(v))
-		for i, x := range v {
-			rs[i] = fmt.Sprintf("%.2f", x)
-		}
 		fmt.Printf("%-17s write_bw 4096 B O=64 / %-24s %d interleaved rounds: median %.2f%s (ratios %s) (target >= %.2f%s)\n",
-			num, den+",", len(v), median(v), unit, strings.Join(rs, " "), target, unit)
+			num, den+",", len(v), median(v), unit, ratioList(v), target, unit)
 	}
 	for _, w := range writePairsSetups[:2] {
 		ratio(w, "write-pairs-tcp", 5, "x")

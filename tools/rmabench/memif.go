@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onerma/onerma/internal/keyx"
+	"github.com/onerma/onerma/internal/testbed"
+)
+
+// memifNote says how two engines and an application share two cores: each
+// engine busy-polls its own CPU, and the application, on CPU 0, sleeps on
+// its portal's completion doorbell and is woken by the engine (three busy
+// pollers on two cores would time-slice in milliseconds).
+const memifNote = "engines busy on CPU 0 and 1; app on CPU 0 sleeps on the completion doorbell"
+
+// memifRun starts two engines on a memif wire, an rmaperf server on the
+// serving engine, and measures specs.
+func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row, error) {
+	oa, ob := testbed.MemifPair(rmad, dir, "bench-ma", "bench-mb", "10.99.1.1", "10.99.1.2")
+	oa.Busy, oa.CPU = true, 0
+	ob.Busy, ob.CPU = true, 1
+	// Neither CPU is an engine's alone: the app shares CPU 0 with engine
+	// A, and each engine's other threads (Go runtime, control plane) run
+	// on the other engine's CPU. At rmad's default nice for a pinned busy
+	// loop (-20) they would get ~1 % of it.
+	oa.Extra = []string{"-log-level", "warn", "-poll-nice", "0"}
+	ob.Extra = oa.Extra
+	a, err := testbed.Start(oa)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop(10 * time.Second)
+	b, err := testbed.Start(ob)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Stop(10 * time.Second)
+	// The rmaperf server owns the region on engine B and serves each
+	// client its K_d over TLS 1.3; both get their credentials from this
+	// process over an inherited pipe.
+	ca, err := keyx.NewCA("rmabench CA")
+	if err != nil {
+		return nil, err
+	}
+	srvCreds, err := ca.IssueServer("rmaperf-server")
+	if err != nil {
+		return nil, err
+	}
+	cliCreds, err := ca.IssueClient("rmaperf-client")
+	if err != nil {
+		return nil, err
+	}
+	srv := exec.Command(rmaperf, "server", "-ctl", b.Socket, "-listen", "127.0.0.1:0")
+	fd, closeAfter, err := keyx.Attach(srv, srvCreds)
+	if err != nil {
+		return nil, err
+	}
+	srv.Args = append(srv.Args, "-creds-fd", strconv.Itoa(fd))
+	srv.Stderr = os.Stderr
+	srvOut, err := srv.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	err = srv.Start()
+	closeAfter()
+	if err != nil {
+		return nil, err
+	}
+	copied := make(chan struct{})
+	first := make(chan string, 1)
+	go func() {
+		defer close(copied)
+		br := bufio.NewReader(srvOut)
+		l, _ := br.ReadString('\n')
+		fmt.Fprint(os.Stderr, l)
+		first <- l
+		io.Copy(os.Stderr, br)
+	}()
+	defer func() { srv.Process.Signal(os.Interrupt); <-copied; srv.Wait() }()
+	// "rmaperf server: region 0x10001 (N bytes) on IP, K_d served over TLS 1.3 on ADDR"
+	var region, kx string
+	select {
+	case l := <-first:
+		f := strings.Fields(l)
+		if len(f) < 4 || f[2] != "region" {
+			return nil, fmt.Errorf("rmaperf server said %q", l)
+		}
+		region, kx = f[3], f[len(f)-1]
+	case <-time.After(60 * time.Second):
+		return nil, errors.New("rmaperf server not ready after 60 s")
+	}
+	var rows []Row
+	for _, s := range specs {
+		r, err := rmaperfRun(rmaperf, "0", s, dur, "memif", cliCreds, "-ctl", a.Socket, "-server", kx, "-region", region, "-event", "-spins=-1")
+		if err != nil {
+			return nil, err
+		}
+		if r.Note != "" {
+			r.Note = memifNote + "; " + r.Note
+		} else {
+			r.Note = memifNote
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}

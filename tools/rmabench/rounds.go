@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// interleaved runs n rounds of runs, each run once per round: even rounds
+// in the order given, odd rounds backwards, so no run is always first and
+// a steady drift of the machine's speed favours none of them. Runs of one
+// round are seconds apart, where the single rows of a make bench run are
+// minutes apart. It returns the rows in the order they ran, or the first
+// error.
+func interleaved(n int, runs ...func() (Row, error)) ([]Row, error) {
+	var rows []Row
+	for k := range n {
+		for i := range runs {
+			run := runs[i]
+			if k%2 == 1 {
+				run = runs[len(runs)-1-i]
+			}
+			r, err := run()
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// median returns the median of v (v is left unchanged).
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// ratioList formats the ratios of the rounds, two decimals each, in
+// round order.
+func ratioList(v []float64) string {
+	rs := make([]string, len(v))
+	for i, x := range v {
+		rs[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(rs, " ")
+}

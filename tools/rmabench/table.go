@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/onerma/onerma/abi"
+)
+
+// p99 is a row's p99 latency (0 when it has none).
+func p99(r *Row) float64 {
+	if r.P99us == nil {
+		return 0
+	}
+	return *r.P99us
+}
+
+func printTable(rows []Row) {
+	sw := len("setup")
+	for _, r := range rows {
+		sw = max(sw, len(r.Setup))
+	}
+	fmt.Printf("\n%-13s %-*s %-9s %8s %4s %12s %10s %9s %9s %9s %10s %6s\n", "system", sw, "setup", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
+	opt := func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", *v)
+	}
+	for _, r := range rows {
+		fmt.Printf("%-13s %-*s %-9s %8d %4d %12.0f %10.1f %9.2f %9s %9s %10s %6d\n", r.System, sw, r.Setup, r.Test, r.Size, r.Outstanding,
+			r.OpsPerSec, r.MBPerSec, r.P50us, opt(r.P99us), opt(r.P999us), opt(r.EngP50us), r.Errors)
+	}
+	fmt.Println()
+	// Ratios against the TCP peer for the same test, size and depth
+	// (ucp_get for the reads, ucp_put_bw / ucp_put_lat for the writes).
+	for _, r := range rows {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || r.Setup == "ab" {
+			continue
+		}
+		for _, u := range rows {
+			if u.System == "ucx-tcp" && u.Setup == "tcp" && u.Test == r.Test && u.Size == r.Size && u.Outstanding == r.Outstanding && u.OpsPerSec > 0 {
+				fmt.Printf("%-*s %-9s %5d B O=%-3d onerma/ucx-tcp: %.1fx ops/s", sw, r.Setup, r.Test, r.Size, r.Outstanding, r.OpsPerSec/u.OpsPerSec)
+				if r.P50us > 0 && strings.HasSuffix(r.Test, "_lat") {
+					if u.P50us >= r.P50us {
+						fmt.Printf(", p50 %.1fx lower", u.P50us/r.P50us)
+					} else {
+						fmt.Printf(", p50 %.1fx higher", r.P50us/u.P50us)
+					}
+					if r.Test == "write_lat" {
+						fmt.Print(" (ucp_put_lat's p50 is half a ping-pong round trip)")
+					}
+				}
+				fmt.Println()
+			}
+		}
+	}
+	// One core's 4 KB goodput (both ends of every op) against its bare
+	// seal+open ceiling. Targets: READ 0.70, WRITE 0.60.
+	for _, a := range rows {
+		if a.System != "aes-gcm-limit" || a.MBPerSec <= 0 || strings.HasPrefix(a.Setup, "write-pairs") {
+			continue
+		}
+		for _, r := range rows {
+			if r.System == "onerma" && strings.HasPrefix(r.Setup, "loopback") && !strings.HasPrefix(r.Setup, "loopback-pairs") && r.Size == 4096 && strings.HasSuffix(r.Test, "_bw") {
+				target := 0.70
+				if r.Test == "write_bw" {
+					target = 0.60
+				}
+				fmt.Printf("%-*s %-9s %5d B O=%-3d goodput/aes-gcm-limit(%s): %.1f/%.1f MB/s = %.2f (target >= %.2f)\n",
+					sw, r.Setup, r.Test, r.Size, r.Outstanding, a.Setup, r.MBPerSec, a.MBPerSec, r.MBPerSec/a.MBPerSec, target)
+			}
+		}
+	}
+	// The executor's per-op overhead: its 4 MB READ goodput against raw
+	// 4 KB READs (O=64) on the same setup in the same run. Target 0.90.
+	for _, x := range rows {
+		if x.System != "onerma" || x.Test != "read_bw" || x.Size <= abi.MaxOpBytes || strings.HasPrefix(x.Setup, "loopback-pairs") {
+			continue
+		}
+		for _, r := range rows {
+			if r.System == "onerma" && r.Setup == x.Setup && r.Test == "read_bw" && r.Size == abi.MaxOpBytes && r.MBPerSec > 0 {
+				fmt.Printf("%-*s %-9s %d B O=%d executor goodput/raw %d B O=%d: %.1f/%.1f MB/s = %.2f (target >= 0.90)\n",
+					sw, x.Setup, x.Test, x.Size, x.Outstanding, r.Size, r.Outstanding, x.MBPerSec, r.MBPerSec, x.MBPerSec/r.MBPerSec)
+			}
+		}
+	}
+	// The same ratio from the interleaved pairs (loopbackPairs): each
+	// executor row against the raw row of its round, and against raw
+	// READs over the executor's memory footprint.
+	var ratios, fpRatios []float64
+	var round []Row // the rows of one round, in the order they ran
+	for _, r := range rows {
+		if r.Test != execSpec.test || !strings.HasPrefix(r.Setup, "loopback-pairs") {
+			continue
+		}
+		if round = append(round, r); len(round) < 3 {
+			continue
+		}
+		var raw, fp, x *Row
+		for i := range round {
+			switch m := &round[i]; {
+			case m.Setup == "loopback-pairs-footprint":
+				fp = m
+			case m.Size == abi.MaxOpBytes:
+				raw = m
+			case m.Size == execSpec.size:
+				x = m
+			}
+		}
+		if x != nil && raw != nil && raw.MBPerSec > 0 {
+			ratios = append(ratios, x.MBPerSec/raw.MBPerSec)
+		}
+		if x != nil && fp != nil && fp.MBPerSec > 0 {
+			fpRatios = append(fpRatios, x.MBPerSec/fp.MBPerSec)
+		}
+		round = round[:0]
+	}
+	if len(ratios) > 0 {
+		fmt.Printf("loopback read_bw %d B executor/raw %d B, %d interleaved pairs: median %.2f (ratios %s) (target >= 0.90)\n",
+			execSpec.size, abi.MaxOpBytes, len(ratios), median(ratios), ratioList(ratios))
+	}
+	if len(fpRatios) > 0 {
+		fmt.Printf("loopback read_bw %d B executor/raw %d B over the executor's memory footprint, same rounds: median %.2f (ratios %s)\n",
+			execSpec.size, abi.MaxOpBytes, median(fpRatios), ratioList(fpRatios))
+	}
+	printWritePairs(rows)
+	printTelemetry(rows)
+	printAB(rows)
+	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
+	// transfer on the same executor, against one 4 KB READ's latency (a
+	// 4 KB service time) of the same run.
+	var holIdle, hol, lat4k *Row
+	for i, r := range rows {
+		switch {
+		case r.Setup == "loopback-hol-idle":
+			holIdle = &rows[i]
+		case r.Setup == "loopback-hol":
+			hol = &rows[i]
+		case r.System == "onerma" && r.Setup == "loopback" && r.Test == "read_lat" && r.Size == abi.MaxOpBytes:
+			lat4k = &rows[i]
+		}
+	}
+	if holIdle != nil && hol != nil {
+		fmt.Printf("head-of-line: 64 B executor read_lat alone p50 %.2f us, p99 %.2f us; behind a %d B transfer on the same executor p50 %.2f us, p99 %.2f us",
+			holIdle.P50us, p99(holIdle), holBg, hol.P50us, p99(hol))
+		if lat4k != nil && lat4k.P50us > 0 {
+			fmt.Printf(" = %.1f / %.1f x one 4 KB READ (p50 %.2f us)", hol.P50us/lat4k.P50us, p99(hol)/lat4k.P50us, lat4k.P50us)
+		}
+		// What the transfer behind gave up (the executor's ShortFirst):
+		// rmaperf's note says what it moved meanwhile.
+		if i := strings.Index(hol.Note, "meanwhile "); i >= 0 {
+			fmt.Printf("; %s", hol.Note[i:])
+		}
+		fmt.Println()
+	}
+	// Isolation (paper Fig. 12): the high-class application's latency
+	// alone and under each low-class load.
+	var idle *Row
+	for i, r := range rows {
+		if r.Setup == "isolation-idle" && r.Test == "read_lat" {
+			idle = &rows[i]
+		}
+	}
+	if idle == nil {
+		return
+	}
+	eng := func(r *Row) float64 {
+		if r.EngP50us == nil {
+			return 0
+		}
+		return *r.EngP50us
+	}
+	fmt.Printf("isolation: high-class %d B read_lat in %-26s p50 %.2f us, p99 %.2f us, engine p50 %.2f us\n", idle.Size, idle.Setup+":", idle.P50us, p99(idle), eng(idle))
+	for i, r := range rows {
+		if !strings.HasPrefix(r.Setup, "isolation-loaded") || r.Test != "read_lat" {
+			continue
+		}
+		class := "high"
+		if r.Setup == "isolation-loaded-lowclass" {
+			class = "low"
+		}
+		fmt.Printf("isolation: %4s-class %d B read_lat in %-26s p50 %.2f us, p99 %.2f us, engine p50 %.2f us (p99 %.1fx idle)",
+			class, r.Size, r.Setup+":", r.P50us, p99(&rows[i]), eng(&rows[i]), p99(&rows[i])/max(p99(idle), 1e-9))
+		for _, l := range rows {
+			if l.Setup == r.Setup && l.Test != "read_lat" {
+				fmt.Printf("; low-class load %s %d B O=%d: %.1f MB/s, %d errors", l.Test, l.Size, l.Outstanding, l.MBPerSec, l.Errors)
+			}
+		}
+		fmt.Println()
+	}
+}
