@@ -406,21 +406,21 @@ func TestSimCatchesEarlyWriteTimeout(t *testing.T) {
 
 // TestCoreBugInServiceOrderLongerPull: the in-service list is kept ordered
 // by deadline so that expire and NextDeadline look at its head only.
-// arbitrate appends every op it issues at the tail (deadline now +
-// Timeout), which keeps the order only while no deadline on the list is
-// later than that; but a pulled WRITE's deadline becomes the SERVER's
-// timeout counted from the pull (receivePull, insertInService), which is
-// later when the server's Timeout is longer than the initiator's. Ops
-// issued behind such a WRITE then expire only when it does: here node 0
+// Appending every op issued at the tail (deadline now + Timeout) keeps
+// the order only while no deadline on the list is later than that; but a
+// pulled WRITE's deadline becomes the SERVER's timeout counted from the
+// pull (finishPull, insertInService), which is later when the server's
+// Timeout is longer than the initiator's. Ops issued behind such a WRITE
+// would then expire only when it does: here node 0
 // (Timeout 300 µs) writes to node 1 (Timeout 700 µs), whose data is
 // damaged so the write waits for its TIMEOUT (pull + 700 µs); a READ node
 // 0 posts 20 µs later to node 2 (stalled, so it must time out at issue +
-// 300 µs) completes TIMEOUT only at ~720 µs, 420 µs late. Its window stays
+// 300 µs) would complete TIMEOUT only at ~720 µs, 420 µs late, its window
 // debited all that time. (Safe for writes: they only time out later.)
 //
 // Random runs hit it as soon as nodes have different timeouts
-// (Config.VaryTimeouts), e.g. lossy seed 6. Fixed: arbitrate inserts in
-// deadline order.
+// (Config.VaryTimeouts), e.g. lossy seed 6. arbitrate therefore inserts
+// in deadline order.
 func TestCoreBugInServiceOrderLongerPull(t *testing.T) {
 	c := scripted(3, true)
 	c.Strict = false
@@ -445,16 +445,16 @@ func TestCoreBugInServiceOrderLongerPull(t *testing.T) {
 	}
 }
 
-// TestCoreBugShutdownWriteCommitsAfterTimeout: Core.Shutdown completes a
-// WRITE whose data has all been sent with TIMEOUT at once ("its serving
-// engine may still commit it"), but the serving engine may then commit it
-// until its pull deadline, up to its Timeout later: the region changes
-// after the completion was written, against portal.PostWrite ("nothing
-// changes after the completion is written: the initiator times out only
-// after the serving side has given up"). Here node 0 shuts down while its
-// write's last chunk is on the wire; node 1 (not shut down) commits it
-// right after node 0 reported TIMEOUT. Fixed: Shutdown keeps such writes
-// in service until their ack or their deadline.
+// TestCoreBugShutdownWriteCommitsAfterTimeout: a Core.Shutdown that
+// completed a WRITE whose data has all been sent with TIMEOUT at once ("its
+// serving engine may still commit it") would let the serving engine commit it
+// until its pull deadline, up to its Timeout later: the region would
+// change after the completion was written, against portal.PostWrite
+// ("nothing changes after the completion is written: the initiator times
+// out only after the serving side has given up"). Here node 0 shuts down
+// while its write's last chunk is on the wire, and node 1 (not shut down)
+// commits it. Shutdown therefore keeps such writes in service until their
+// ack or their deadline.
 func TestCoreBugShutdownWriteCommitsAfterTimeout(t *testing.T) {
 	c := scripted(2, true)
 	c.Strict = false
