@@ -7,7 +7,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 var ivSeeds = flag.Int("iv.seeds", 40, "seeds of the IV crash simulation (reproduce one with -iv.seed=N)")
@@ -72,8 +76,10 @@ func (f *crashFile) crash(rng *rand.Rand) {
 // TestIVNoRepeatAcrossCrashes runs processes one after another on one
 // state file; each draws counters through a few lanes (Next, NextN,
 // sometimes Refill), may suffer a failed write or fsync, and then exits
-// cleanly or crashes. No counter may ever repeat, and each process starts
-// above every counter used before it.
+// cleanly or crashes. The refiller is played by the test, so that a seed
+// repeats: when a lane has asked, a refill round runs at random steps, so
+// draws also find their lane dry (ErrIVPending). No counter may ever
+// repeat, and each process starts above every counter used before it.
 func TestIVNoRepeatAcrossCrashes(t *testing.T) {
 	seeds := make([]uint64, 0, *ivSeeds)
 	if *ivSeed != 0 {
@@ -98,7 +104,7 @@ func simulateIV(t *testing.T, seed uint64) bool {
 	maxUsed := uint64(0)
 	cfg := IVConfig{Path: "sim", Block: 1 + rng.Uint64N(200)}
 	cfg.Span = 1 + rng.Uint64N(cfg.Block)
-	var crashes, stateErrs int
+	var crashes, stateErrs, pending int
 	for proc := range 30 {
 		s, err := openSource(f, cfg)
 		if errors.Is(err, ErrIVState) {
@@ -127,6 +133,9 @@ func simulateIV(t *testing.T, seed uint64) bool {
 					f.failSync = true
 				}
 			}
+			if s.asked.Load() && rng.IntN(4) == 0 {
+				s.refillLanes()
+			}
 			l := lanes[rng.IntN(len(lanes))]
 			var c, n uint64
 			switch r := rng.IntN(10); {
@@ -142,6 +151,10 @@ func simulateIV(t *testing.T, seed uint64) bool {
 			default:
 				n = 1
 				c, err = l.Next()
+			}
+			if errors.Is(err, ErrIVPending) {
+				pending++
+				continue
 			}
 			if err != nil {
 				if !errors.Is(err, ErrIVState) {
@@ -178,11 +191,32 @@ func simulateIV(t *testing.T, seed uint64) bool {
 			crashes++
 		}
 	}
-	if crashes == 0 || len(used) == 0 {
-		t.Errorf("seed %d: simulation exercised nothing (crashes %d, counters %d)", seed, crashes, len(used))
+	if crashes == 0 || len(used) == 0 || pending == 0 {
+		t.Errorf("seed %d: simulation exercised nothing (crashes %d, counters %d, pending draws %d)", seed, crashes, len(used), pending)
 		return false
 	}
 	return true
+}
+
+// drawRefilled draws n counters (Next if n is 1) from a lane of a source
+// whose refiller the test plays: if the lane is dry, it runs the refill
+// round the lane asked for and draws again.
+func drawRefilled(s *IVSource, l *IVLane, n uint64) (uint64, error) {
+	draw := func() (uint64, error) {
+		if n == 1 {
+			return l.Next()
+		}
+		return l.NextN(n)
+	}
+	c, err := draw()
+	if errors.Is(err, ErrIVPending) {
+		if !s.asked.Load() {
+			return 0, errors.New("a dry lane did not ask for a refill")
+		}
+		s.refillLanes()
+		c, err = draw()
+	}
+	return c, err
 }
 
 // After a failed reservation the source is sticky-failed, but counters a
@@ -196,23 +230,28 @@ func TestIVStickyFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			l := s.NewLane()
-			if _, err := l.Next(); err != nil { // takes [1,5), reserves [1,9)
+			if err := l.Refill(); err != nil { // spare [1,5), reserves [1,9)
 				t.Fatal(err)
 			}
-			if err := l.Refill(); err != nil { // spare [5,9)
-				t.Fatal(err)
+			if c, err := l.Next(); c != 1 || err != nil { // current [1,5)
+				t.Fatalf("first draw: %d, %v", c, err)
 			}
+			s.refillLanes() // spare [5,9)
 			if fail == "write" {
 				f.failWrite = 3
 			} else {
 				f.failSync = true
 			}
 			l2 := s.NewLane()
+			if _, err := l2.Next(); !errors.Is(err, ErrIVPending) {
+				t.Fatalf("draw from a new lane: %v, want ErrIVPending", err)
+			}
+			s.refillLanes() // l2's spare: the reservation fails
 			if _, err := l2.Next(); !errors.Is(err, ErrIVState) {
 				t.Fatalf("draw after failed %s: %v, want ErrIVState", fail, err)
 			}
-			if _, err := l2.Next(); !errors.Is(err, ErrIVState) {
-				t.Fatalf("failure not sticky: %v", err)
+			if err := l2.Refill(); !errors.Is(err, ErrIVState) {
+				t.Fatalf("failure not sticky: Refill %v", err)
 			}
 			writes := f.writes
 			for want := uint64(2); want < 9; want++ { // the rest of l's ranges
@@ -221,14 +260,18 @@ func TestIVStickyFailure(t *testing.T) {
 					t.Fatalf("reserved counter: got %d, %v; want %d", c, err, want)
 				}
 			}
+			s.refillLanes()
 			if _, err := l.Next(); !errors.Is(err, ErrIVState) {
 				t.Fatalf("draw past the reserved ranges: %v", err)
 			}
 			if f.writes != writes {
 				t.Fatal("sticky-failed source wrote again")
 			}
-			if st := l.Stats(); st.Issued != 8 || st.Stalls != 2 {
+			if st := l.Stats(); st.Issued != 8 || st.Stalls != 1 || st.Wasted != 0 {
 				t.Fatalf("lane stats %+v", st)
+			}
+			if st := l2.Stats(); st.Issued != 0 || st.Stalls != 2 {
+				t.Fatalf("failed lane stats %+v", st)
 			}
 		})
 	}
@@ -246,7 +289,7 @@ func TestIVExhaustion(t *testing.T) {
 	l := s.NewLane()
 	var got []uint64
 	for {
-		c, err := l.Next()
+		c, err := drawRefilled(s, l, 1)
 		if errors.Is(err, ErrIVExhausted) {
 			break
 		}
@@ -267,7 +310,7 @@ func TestIVExhaustion(t *testing.T) {
 			t.Fatalf("counters near the end: %v", got)
 		}
 	}
-	if _, err := l.NextN(2); !errors.Is(err, ErrIVExhausted) {
+	if _, err := drawRefilled(s, l, 2); !errors.Is(err, ErrIVExhausted) {
 		t.Fatalf("NextN after exhaustion: %v", err)
 	}
 	if hw := s.Stats().HighWater; hw != math.MaxUint64 {
@@ -279,7 +322,7 @@ func TestIVExhaustion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.NewLane().Next(); !errors.Is(err, ErrIVExhausted) {
+	if _, err := drawRefilled(s, s.NewLane(), 1); !errors.Is(err, ErrIVExhausted) {
 		t.Fatalf("after restart: %v", err)
 	}
 }
@@ -291,12 +334,42 @@ func TestIVExhaustionNextN(t *testing.T) {
 	f.disk = f.cache
 	s, _ := openSource(f, IVConfig{Block: 64, Span: 64})
 	l := s.NewLane()
-	c, err := l.NextN(4)
+	c, err := drawRefilled(s, l, 4)
 	if err != nil || c != math.MaxUint64-5 {
 		t.Fatalf("NextN(4) = %d, %v", c, err)
 	}
-	if _, err := l.NextN(4); !errors.Is(err, ErrIVExhausted) { // only MaxUint64-1 is left
+	if _, err := drawRefilled(s, l, 4); !errors.Is(err, ErrIVExhausted) { // only MaxUint64-1 is left
 		t.Fatalf("NextN(4) over the end: %v", err)
+	}
+	if c, err := l.Next(); err != nil || c != math.MaxUint64-1 {
+		t.Fatalf("Next after NextN over the end: %d, %v; want the last counter", c, err)
+	}
+}
+
+// drawWait draws from a lane of a running refiller, waiting while the lane
+// is dry.
+func drawWait(t testing.TB, l *IVLane, n uint64) uint64 {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var c uint64
+		var err error
+		if n == 1 {
+			c, err = l.Next()
+		} else {
+			c, err = l.NextN(n)
+		}
+		if err == nil {
+			return c
+		}
+		if !errors.Is(err, ErrIVPending) {
+			t.Errorf("draw: %v", err)
+			return 0
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("lane still dry after 10 s (stats %+v)", l.Stats())
+			return 0
+		}
+		time.Sleep(20 * time.Microsecond)
 	}
 }
 
@@ -315,15 +388,17 @@ func TestIVStateFile(t *testing.T) {
 		}
 		lanes := []*IVLane{s.NewLane(), s.NewLane()}
 		for i := range 2500 {
-			c, err := lanes[i%2].Next()
-			if err != nil {
-				t.Fatal(err)
+			c := drawWait(t, lanes[i%2], 1)
+			if t.Failed() {
+				t.FailNow()
 			}
 			if used[c] || c <= last && i == 0 {
 				t.Fatalf("proc %d: counter %d repeated or below the previous run", proc, c)
 			}
 			used[c] = true
 		}
+		// Each lane used 13 ranges of 100 and holds at most a spare:
+		// 2800 counters, in 3 blocks.
 		if st := s.Stats(); st.Reservations != 3 {
 			t.Fatalf("proc %d: %d reservations for 2500 counters in blocks of 1000", proc, st.Reservations)
 		}
@@ -363,8 +438,8 @@ func TestIVStateFileCorrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := s.NewLane().Next(); c != 5000 {
-		t.Fatalf("started at %d, want 5000", c)
+	if c, err := drawRefilled(s, s.NewLane(), 1); c != 5000 {
+		t.Fatalf("started at %d (%v), want 5000", c, err)
 	}
 }
 
@@ -406,6 +481,363 @@ func TestIVLaneAllocs(t *testing.T) {
 		t.Errorf("NextN: %v allocs per run", a)
 	}
 	if st := l.Stats(); st.Stalls != 0 {
-		t.Errorf("%d stalls, want 0: Refill kept a spare range", st.Stalls)
+		t.Errorf("%d stalls, want 0: a volatile lane refills its spare inline", st.Stalls)
+	}
+}
+
+// refLane is the lane algorithm the volatile lane must reproduce counter
+// for counter: ranges are consecutive Span-sized ranges of the source,
+// taken when Refill finds no spare or when a draw finds both ranges dry
+// (synchronously), used in the order taken; NextN skips the rest of the
+// current range when n does not fit.
+type refLane struct {
+	span, srcNext       uint64 // a source of its own: lanes do not share one
+	next, end           uint64
+	spareNext, spareEnd uint64
+	issued, wasted      uint64
+}
+
+func (l *refLane) take() (uint64, uint64) {
+	start := l.srcNext
+	l.srcNext += l.span
+	return start, l.srcNext
+}
+
+func (l *refLane) nextN(n uint64) uint64 {
+	if l.end-l.next < n {
+		l.wasted += l.end - l.next
+		l.next, l.end = l.spareNext, l.spareEnd
+		l.spareNext, l.spareEnd = 0, 0
+		if l.end-l.next < n {
+			l.wasted += l.end - l.next
+			l.next, l.end = l.take()
+		}
+	}
+	c := l.next
+	l.next += n
+	l.issued += n
+	return c
+}
+
+func (l *refLane) refill() {
+	if l.spareNext >= l.spareEnd {
+		l.spareNext, l.spareEnd = l.take()
+	}
+}
+
+// A lane of a volatile source hands out exactly the counters of the
+// reference algorithm, for random sequences of Next, NextN and Refill
+// (with and without a Refill before every few draws, as an engine core
+// calls it at the start of each Poll, and without any), never stalls and
+// never allocates.
+func TestIVVolatileLaneMatchesReference(t *testing.T) {
+	for seed := uint64(1); seed <= 300; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 0x17e))
+		span := 1 + rng.Uint64N(8)
+		block := span + rng.Uint64N(20)
+		refillEvery := rng.IntN(6) // 0: never
+		ref := &refLane{span: span, srcNext: 1}
+		l := NewVolatileIVSource(IVConfig{Block: block, Span: span}).NewLane()
+		if rng.IntN(2) == 0 {
+			ref.refill()
+			if err := l.Refill(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for step := range 2000 {
+			if refillEvery != 0 && step%refillEvery == 0 {
+				ref.refill()
+				if err := l.Refill(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n := uint64(1)
+			if rng.IntN(3) == 0 {
+				n = 1 + rng.Uint64N(span)
+			}
+			want := ref.nextN(n)
+			var got uint64
+			var err error
+			if n == 1 && rng.IntN(2) == 0 {
+				got, err = l.Next()
+			} else {
+				got, err = l.NextN(n)
+			}
+			if err != nil || got != want {
+				t.Fatalf("seed %d (span %d, Refill every %d) step %d: NextN(%d) = %d, %v; reference %d",
+					seed, span, refillEvery, step, n, got, err, want)
+			}
+		}
+		if st := l.Stats(); st.Issued != ref.issued || st.Wasted != ref.wasted || st.Stalls != 0 {
+			t.Fatalf("seed %d: stats %+v, reference issued %d wasted %d", seed, st, ref.issued, ref.wasted)
+		}
+	}
+}
+
+// gateFile is a state file in memory whose Sync, once gated, announces
+// itself on entered and waits for release: a disk as slow as the test
+// wants.
+type gateFile struct {
+	mu      sync.Mutex
+	b       [stateLen]byte
+	gated   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	syncs   atomic.Int64
+}
+
+func newGateFile() *gateFile {
+	f := &gateFile{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	encodeRecord(f.b[0:], 0)
+	encodeRecord(f.b[slotStride:], 0)
+	return f
+}
+
+func (f *gateFile) ReadAt(p []byte, off int64) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return copy(p, f.b[off:]), nil
+}
+
+func (f *gateFile) WriteAt(p []byte, off int64) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return copy(f.b[off:], p), nil
+}
+
+func (f *gateFile) Sync() error {
+	if f.gated.Load() {
+		f.entered <- struct{}{}
+		<-f.release
+	}
+	f.syncs.Add(1)
+	return nil
+}
+
+func (f *gateFile) Close() error { return nil }
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// within runs f and fails the test if it does not return within 5 s: a
+// draw that blocked on the refiller would hang there.
+func within[T any](t *testing.T, what string, f func() T) T {
+	t.Helper()
+	ch := make(chan T, 1)
+	go func() { ch <- f() }()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s blocked", what)
+		panic("unreachable")
+	}
+}
+
+// While the refiller waits for a slow fsync, a lane that runs dry fails at
+// once with ErrIVPending (a stall) instead of waiting, and recovers as soon
+// as the refiller publishes its spare. Close waits for the refiller to
+// finish the take it is making, and stops it.
+func TestIVLaneSlowRefiller(t *testing.T) {
+	f := newGateFile()
+	s, err := openSource(f, IVConfig{Block: 8, Span: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.startRefiller()
+	l := s.NewLane()
+	if err := l.Refill(); err != nil { // spare [1,5), reserves [1,9)
+		t.Fatal(err)
+	}
+	if c, err := l.Next(); c != 1 || err != nil { // current [1,5): asks for a spare
+		t.Fatalf("first draw: %d, %v", c, err)
+	}
+	waitFor(t, "the spare [5,9)", func() bool { return l.spare.Load() == spareFull })
+
+	f.gated.Store(true)
+	for want := uint64(2); want <= 5; want++ { // 5: the spare comes in and the refiller reserves [9,17)
+		if c, err := l.Next(); c != want || err != nil {
+			t.Fatalf("draw: %d, %v; want %d", c, err, want)
+		}
+	}
+	<-f.entered // the refiller is in fsync, holding the source's mutex
+	for want := uint64(6); want <= 8; want++ {
+		if c, err := l.Next(); c != want || err != nil {
+			t.Fatalf("draw: %d, %v; want %d", c, err, want)
+		}
+	}
+	type result struct {
+		c   uint64
+		err error
+	}
+	for range 3 {
+		r := within(t, "Next on a dry lane", func() result { c, err := l.Next(); return result{c, err} })
+		if !errors.Is(r.err, ErrIVPending) {
+			t.Fatalf("dry lane: %d, %v; want ErrIVPending", r.c, r.err)
+		}
+		r = within(t, "NextN on a dry lane", func() result { c, err := l.NextN(2); return result{c, err} })
+		if !errors.Is(r.err, ErrIVPending) {
+			t.Fatalf("dry lane: %d, %v; want ErrIVPending", r.c, r.err)
+		}
+	}
+	if st := l.Stats(); st.Stalls != 6 || st.Issued != 8 {
+		t.Fatalf("stats while dry %+v", st)
+	}
+
+	f.release <- struct{}{}
+	if c := drawWait(t, l, 1); c != 9 {
+		t.Fatalf("after the refill: %d, want 9", c)
+	}
+	if st := l.Stats(); st.Issued != 9 || st.Wasted != 0 {
+		t.Fatalf("stats after recovery %+v", st)
+	}
+
+	// Close while the refiller is in fsync: Close waits for it.
+	waitFor(t, "the spare [13,17)", func() bool { return l.spare.Load() == spareFull })
+	for want := uint64(10); want <= 13; want++ { // 13: swaps [13,17) in; the spare [17,21) needs a block
+		if c, err := l.Next(); c != want || err != nil {
+			t.Fatalf("draw: %d, %v; want %d", c, err, want)
+		}
+	}
+	<-f.entered
+	closed := make(chan error)
+	go func() { closed <- s.Close() }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while the refiller was in fsync")
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.release <- struct{}{}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+	default:
+		t.Fatal("refiller still running after Close")
+	}
+	// The spare published before Close is still the lane's; then the lane
+	// is dry for good.
+	for want := uint64(14); want <= 20; want++ {
+		if c, err := l.Next(); c != want || err != nil {
+			t.Fatalf("draw after Close: %d, %v; want %d", c, err, want)
+		}
+	}
+	if _, err := l.Next(); !errors.Is(err, ErrIVClosed) {
+		t.Fatalf("dry lane of a closed source: %v", err)
+	}
+	if err := l.Refill(); !errors.Is(err, ErrIVClosed) {
+		t.Fatalf("Refill of a closed source: %v", err)
+	}
+}
+
+// Several lanes, each drawn by its own goroutine while the refiller fills
+// their spares and an observer reads the source's stats, hand out unique
+// counters, across Close and reopen too; run it with -race to check the
+// spare's hand-over. Every Close stops the refiller goroutine.
+func TestIVLanesConcurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "iv.state")
+	cfg := IVConfig{Path: path, Block: 1 << 14, Span: 256}
+	const lanes, draws = 4, 6000
+	before := runtime.NumGoroutine()
+	used := make(map[uint64]int)
+	var maxPrev uint64
+	for proc := range 3 {
+		s, err := OpenIVSource(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([][]uint64, lanes)
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		var observer sync.WaitGroup
+		observer.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					s.Stats()
+					runtime.Gosched()
+				}
+			}
+		})
+		for i := range lanes {
+			l := s.NewLane()
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(proc), uint64(i)))
+				for range draws {
+					if rng.IntN(500) == 0 {
+						if err := l.Refill(); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					n := uint64(1)
+					if rng.IntN(4) == 0 {
+						n = 1 + rng.Uint64N(16)
+					}
+					c := drawWait(t, l, n)
+					for k := range n {
+						got[i] = append(got[i], c+k)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(stop)
+		observer.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		minThis := uint64(math.MaxUint64)
+		for i := range got {
+			for _, c := range got[i] {
+				if p, dup := used[c]; dup {
+					t.Fatalf("proc %d: counter %d repeated (first in proc %d)", proc, c, p)
+				}
+				used[c] = proc
+				minThis = min(minThis, c)
+			}
+		}
+		if minThis <= maxPrev {
+			t.Fatalf("proc %d: started at %d, below %d used before", proc, minThis, maxPrev)
+		}
+		for c := range used {
+			maxPrev = max(maxPrev, c)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	}
+	waitFor(t, "the refiller goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// A draw from a dry lane (the ErrIVPending path, which asks the refiller)
+// does not allocate either.
+func TestIVLaneDryAllocs(t *testing.T) {
+	s, err := openSource(newCrashFile(), IVConfig{Block: 8, Span: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := s.NewLane()
+	if a := testing.AllocsPerRun(100, func() {
+		if _, err := l.Next(); !errors.Is(err, ErrIVPending) {
+			panic(err)
+		}
+		s.asked.Store(false) // as the refiller would, so that every run asks
+	}); a != 0 {
+		t.Errorf("dry Next: %v allocs per run", a)
 	}
 }
