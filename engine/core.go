@@ -340,9 +340,6 @@ const perPortalBurst = 64
 // done (0: idle).
 func (c *Core) Poll(now int64) int {
 	work := 0
-	if err := c.out.lane.Refill(); err != nil { // cheap unless the spare range ran out
-		c.stats.IVErrors++
-	}
 	pt := c.portals
 	if n := len(pt.live); n > 0 {
 		start := int(pt.rr % uint32(n))
