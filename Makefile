@@ -71,10 +71,11 @@ pgo: setup build
 sim:
 	$(GO) test ./engine/sim -count=1 -run TestSimSeeds -timeout 0 -sim.seeds=$(SIM_SEEDS)
 
-# Every setup of bench/RESULTS.md (loopback, loopback-jumbo, memif, tcp,
-# aes, isolation; READ and WRITE). BENCH_ONLY=isolation (comma separated)
-# runs some, BENCH_D=1s shortens each measurement (default 5s). The ab
-# setup, an old engine build against this one, runs only when asked:
+# Every setup of bench/RESULTS.md (platform, loopback, loopback-jumbo,
+# memif, tcp, aes, write-pairs, isolation, telemetry; READ and WRITE).
+# BENCH_ONLY=isolation (comma separated) runs some, BENCH_D=1s shortens
+# each measurement (default 5s). The ab setup, an old engine build
+# against this one, runs only when asked:
 # $(BIN)/rmabench -bin $(BIN) -only ab -ab-old DIR (DIR holding the old
 # build's rmad and rmaperf).
 BENCH_ONLY ?=

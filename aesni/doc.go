@@ -3,7 +3,7 @@
 // its request, the well-known reserved key, and a per-core cache of
 // prepared AEADs. It implements paper §4.2 ("1RMA Security"), the key
 // rotation side of §5.2 (Rekey: Cache.Invalidate) and Appendix A
-// ("Initialization Vectors for AES-GCM"), and SPEC §2 "Security".
+// ("Initialization Vectors for AES-GCM").
 //
 // # Place in the import graph
 //
@@ -110,43 +110,27 @@
 // zeroes it on failure (crypto/cipher's behaviour): use it only where the
 // destination is private until the op completes.
 //
-// # Why Go's crypto/cipher, and the measurements
+// # Why Go's crypto/cipher
 //
 // Go's AES-GCM on amd64 is AES-NI + PCLMULQDQ assembly (8 blocks
-// interleaved, no VAES). Measured on this machine with go test -bench
-// (medians of 5, Go 1.26.8, 2 vCPU; note: an Intel Xeon with AVX-512,
-// VAES and VPCLMULQDQ, not the AMD EPYC that HOST_NOTES describes):
+// interleaved, no VAES). On a CPU with VAES and VPCLMULQDQ, intel-ipsec-mb
+// takes a VAES/AVX-512 path and is about 2x faster at 64 B and 3x at 4 KB;
+// on a CPU without VAES the two are at parity beyond 1 KB. The numbers
+// (per message size, per backend, per host) are in bench/RESULTS.md, "Go
+// benchmarks of the pieces"; this package's are measured with
 //
-//	                          64 B        1 KB         4 KB
-//	SealResponse (AAD 76 B)   211 ns      428 ns       1361 ns  (3.0 GB/s)
-//	OpenResponseDirect        170 ns      430 ns       1392 ns  (2.9 GB/s)
-//	OpenResponse (+copy)      171 ns      471 ns       1525 ns  (incl. a restore copy)
-//	SealRequest / OpenRequest  95 ns / 95 ns (GMAC over 64 B)
-//	seal + open 4 KB, one core (aes-gcm-limit): 3.24 µs, ~309 k ops/s, 1.26 GB/s
-//	NewAEAD 0.9-1.0 µs (3 allocs); cache hit 48 ns (spread over 4000 entries),
-//	cache miss with derivation 1.4 µs; Deriver.Derive 36 ns (AES block 15 ns);
-//	IVLane.Next 6 ns
-//
-// HOST_NOTES (AMD EPYC, no VAES): Go Seal 121-128 ns at 64 B, 3.3 GB/s at
-// 1 KB, 3.1-4.0 GB/s at 4 KB; ipsec-mb 1.3 61-91 ns, 2.2-2.85 GB/s,
-// 2.7-3.8 GB/s. Re-measured here with dpdk-test-crypto-perf (throughput,
-// crypto_aesni_gcm, AAD 76 B, bursts of 32, medians of 3-5 runs), ipsec-mb
-// takes its VAES/AVX-512 path on this CPU: encrypt 93 ns at 64 B, 5.7 GB/s
-// at 1 KB, 9.0 GB/s at 4 KB; decrypt 86 ns, 5.5 GB/s, 8.6 GB/s. So on this
-// host ipsec-mb is about 2x faster at 64 B and 3x at 4 KB; on HOST_NOTES'
-// EPYC the two were at parity beyond 1 KB.
+//	go test -run '^$' -bench . ./aesni
 //
 // This package stays crypto/cipher, a pure-Go leaf: race detector,
 // fuzzing, the simulator and cross-builds work, no C memory rules; it is
 // constant-time and maintained. The engine's fast path is the batched
 // intel-ipsec-mb backend in aesni/mb (engine Config.Crypto "ipsec-mb",
 // rmad's default): byte-identical output, a burst's seals and a received
-// burst's opens each in one cgo call (one crossing costs 31-42 ns, a third
-// to a half of ipsec-mb's whole 64 B seal, so a call per message would eat
-// the gain). Its mb.Key rides on the cached AEAD (AEAD.Ext) and is released
-// through Cache.SetOnRemove. The gain is large only on VAES hosts (this
-// one: 2.2-3.1x, aesni/mb/doc.go); on HOST_NOTES' EPYC the two were at
-// parity beyond 1 KB. The simulator and most tests keep this package's
+// burst's opens each in one cgo call (one crossing costs a third to a half
+// of ipsec-mb's whole 64 B seal, so a call per message would eat the
+// gain). Its mb.Key rides on the cached AEAD (AEAD.Ext) and is released
+// through Cache.SetOnRemove. The gain is large only on VAES hosts
+// (aesni/mb/doc.go). The simulator and most tests keep this package's
 // AEADs (Crypto "go").
 //
 // # Ownership and concurrency

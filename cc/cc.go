@@ -1,5 +1,5 @@
 // Package cc is OneRMA's software congestion control: Algorithm 1 of the
-// 1RMA paper (§6) and SPEC §4, as pure code. It reads no clock and does no
+// 1RMA paper (§6), as pure code. It reads no clock and does no
 // I/O: time (int64 ns, any monotonic origin) and completions come in as
 // arguments, windows and pacing gaps go out, so the portal's Executor and
 // the simulator run exactly the same code.
@@ -18,7 +18,7 @@
 // cwnd/RTT per second (rate OpSize × CWND / RTT), so a window below one
 // op still makes progress, paced to fewer than one op per RTT.
 //
-// # The rules (Algorithm 1, SPEC §4)
+// # The rules (Algorithm 1)
 //
 // On an OK completion, for each window with its delay d and target T:
 //
@@ -98,7 +98,7 @@ type Key struct {
 	Dir  Dir
 }
 
-// Params are every knob of the controller (SPEC §4: all configurable).
+// Params are every knob of the controller (all configurable).
 type Params struct {
 	AI   float64 // additive increase per RTT's worth of OK completions (0.25)
 	Beta float64 // scale of a multiplicative decrease (0.8)
@@ -122,18 +122,21 @@ type Params struct {
 // for software engines on the CPUs this project is measured on;
 // deployments override the delays (engine/sim's PaperCC sets the paper's
 // fabric). The remote target sits above the host's scheduling jitter: a
-// busy-polling engine core loses ~35-40 µs to the hypervisor about 1,500
-// times a second (rmabench's "platform" row), and every op in flight
-// across such a stall reads as congestion. With a 25 µs target those
-// stalls alone held a 4 MB transfer's window at ~15 ops (0.83 of raw 4 KB
-// READ goodput on one loopback core); at 75 µs it settles near 30 (0.94),
-// the depth the engine needs to fill its bursts. Short ops do not pay for
+// busy-polling engine core loses tens of µs to the hypervisor over a
+// thousand times a second (rmabench's "platform" rows), and every op in
+// flight across such a stall reads as congestion. With a 25 µs target
+// those stalls alone hold a 4 MB transfer's window at half the depth the
+// engine needs to fill its bursts, and its goodput well below raw 4 KB
+// READs on one loopback core; at 75 µs the window settles at that depth.
+// bench/RESULTS.md ("executor and loopback-pairs") has the numbers,
+// measured with `rmaperf read_bw -self -s 4194304 -cc-remote-target T`
+// against `rmaperf read_bw -self -s 4096 -O 64`. Short ops do not pay for
 // the deeper queue: the executor gives them precedence (ShortFirst).
 //
 // Windows start at 16 ops: 64 KB of 4 KB ops, the BDP of the paper's fabric (100 Gbit/s,
 // 5 µs). Algorithm 1 grows a window by only AI = 0.25 op per RTT, so a
-// flow starting at one op would need ~50 RTTs to fill that link (measured:
-// 61, Fig. 15a in engine/sim) where the paper reaches it in ~8; starting
+// flow starting at one op would need ~50 RTTs to fill that link (more in
+// the simulator: figures/RESULTS.md, Fig. 15a) where the paper reaches it in ~8; starting
 // at a BDP costs nothing, because the engine's solicitation window bounds
 // what is in flight and sheds the excess locally (DISPATCH_TIMEOUT, which
 // cuts the local window).

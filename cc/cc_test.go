@@ -34,7 +34,7 @@ var kB = Key{Peer: 0x0a000002, Dir: Read}
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
 // One completion applied to fresh windows (local 4, remote 4): the table
-// of every rule of Algorithm 1 / SPEC §4.
+// of every rule of Algorithm 1.
 func TestRules(t *testing.T) {
 	for _, tc := range []struct {
 		name          string

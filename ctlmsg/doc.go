@@ -1,5 +1,5 @@
 // Package ctlmsg defines the messages of the engine's control socket (the
-// "1RMA driver" of SPEC §3): the requests an application's portal library
+// 1RMA driver of paper §4.1): the requests an application's portal library
 // sends to rmad and the responses it gets back.
 //
 // Transport: a unix-domain SOCK_SEQPACKET connection; one message is one

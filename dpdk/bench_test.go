@@ -30,9 +30,9 @@ func BenchmarkCgoNoop(b *testing.B) {
 	}
 }
 
-// BenchmarkRingLoopbackRaw is HOST_NOTES' loop with the plain primitives:
-// alloc 32 -> write a 64-byte header -> tx -> rx -> free; 4 crossings per
-// burst. One op is one packet.
+// BenchmarkRingLoopbackRaw is the loop with the plain primitives: alloc
+// 32 -> write a 64-byte header -> tx -> rx -> free; 4 crossings per burst.
+// One op is one packet.
 func BenchmarkRingLoopbackRaw(b *testing.B) {
 	port, pool := dpdktest.Port(b, ringBench)
 	lockAndRegister(b)

@@ -23,7 +23,8 @@
 // copy, no cgo call. PortIO fuses a poll step into one call: send the tx
 // burst (bounded retries, then drop and count), free the previous rx burst,
 // receive a new one, refill a stash of free tx mbufs. A cgo call costs
-// ~40 ns here (HOST_NOTES.md), a burst of 32 frames about a microsecond.
+// tens of nanoseconds (BenchmarkCgoNoop), a burst of 32 frames about a
+// microsecond.
 //
 // Threads: Init runs rte_eal_init on a dedicated goroutine locked to its OS
 // thread, which stays parked as the EAL's main lcore thread, so the EAL's

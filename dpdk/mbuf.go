@@ -16,8 +16,8 @@ import (
 // mbufs are supported by Data/Room/SetLen.
 type Mbuf C.struct_rte_mbuf
 
-// Field offsets inside struct rte_mbuf (HOST_NOTES: buf_addr 0, data_off
-// 16, pkt_len 36, data_len 40, sizeof 128 in Debian's 22.11 build).
+// Field offsets inside struct rte_mbuf (in Debian's 22.11 build: buf_addr
+// 0, data_off 16, pkt_len 36, data_len 40, sizeof 128).
 const (
 	offBufAddr = C.ONERMA_MBUF_OFF_BUF_ADDR
 	offDataOff = C.ONERMA_MBUF_OFF_DATA_OFF

@@ -1,5 +1,5 @@
 // Package portal is the library applications link to use a OneRMA engine
-// (rmad): the CommandPortal of the 1RMA paper (§4.3-§4.5, SPEC §3).
+// (rmad): the CommandPortal of the 1RMA paper (§4.3-§4.5).
 //
 // A Portal is one control connection to the engine plus one shared-memory
 // segment holding a command ring (application -> engine) and a completion
@@ -75,7 +75,7 @@
 // READ or WRITE) share that key's window: at most
 // cc.Controller.MaxInFlight = min(local, remote CWND) of them are in
 // flight, and issues are spaced by a cc.Pacer with the controller's Gap,
-// so ops leave at OpSize × CWND / RTT (paper §6, SPEC §4). Every
+// so ops leave at OpSize × CWND / RTT (paper §6). Every
 // completion is fed to the controller with the engine's issue_delay and
 // total_delay. Concurrent transfers share the slots and windows
 // round-robin, one op per transfer per turn: a 64 B read issued while a
@@ -85,10 +85,11 @@
 // the delay Algorithm 1 holds near its targets; so short transfers (one
 // chunk) take precedence: while one is in progress, and for
 // ExecutorConfig.ShortHold after, transfers of more than one chunk keep at
-// most ExecutorConfig.ShortFirst ops in flight (default 4). Measured on
-// one loopback engine core (rmabench loopback-hol): a 64 B read behind a
-// 4 MB transfer waited p50 ~25 µs without it, ~9 µs with it, while the 4
-// MB transfer kept ~80 % of its goodput.
+// most ExecutorConfig.ShortFirst ops in flight (default 4). On one
+// loopback engine core that cuts the wait of a 64 B read behind a 4 MB
+// transfer to about a third, while the transfer keeps most of its
+// goodput: rmabench's loopback-hol rows (`rmaperf read_lat -s 64 -exec
+// -bg 4194304`, -short-first N to compare), bench/RESULTS.md.
 //
 // Retry policy, per completion status of a chunk:
 //

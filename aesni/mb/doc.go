@@ -57,21 +57,22 @@
 // OpenResponse must never write dst with a forgery, but ipsec-mb verifies
 // only after it has written its output. Two ways out: decrypt in place,
 // in the packet, and copy to dst once the tag matched (aesni's way), or a
-// GHASH pass over the ciphertext first and decryption after. Measured in
-// C on this host (ipsec-mb 1.3 AVX-512, medians of 7): decrypting costs
-// 39, 106 and 313 ns at 64 B, 1 KB and 4 KB; a GHASH pass alone 17, 57
-// and 196 ns; a memcpy 2, 8 and 47 ns. So the copy: on success Run
-// memmoves the plaintext to dst; on failure it zeroes in's ciphertext,
-// like aesni, and dst is untouched. OpenResponseDirect decrypts into dst
+// GHASH pass over the ciphertext first and decryption after. A GHASH pass
+// alone costs about half a decryption at every size from 64 B to 4 KB, a
+// memcpy of the plaintext 5-15 % of one (measured in C against ipsec-mb;
+// bench/RESULTS.md, "Go benchmarks of the pieces"). So the copy: on
+// success Run memmoves the plaintext to dst; on failure it zeroes in's
+// ciphertext, like aesni, and dst is untouched. OpenResponseDirect decrypts into dst
 // and zeroes it on failure (crypto/cipher's behaviour).
 //
 // # Keys and their owners
 //
 // A Key is ipsec-mb's struct gcm_key_data (round keys and GHASH powers,
 // 1 KB, 64-byte aligned) in C memory, with no finalizer. NewKey allocates
-// (the C block and a small Go struct) and expands: 443 ns here, where
-// aesni.NewAEAD takes 446 ns and 3 allocations; Set re-expands in place
-// (187 ns, no allocation). A Key
+// (the C block and a small Go struct) and expands, about as fast as
+// aesni.NewAEAD, which makes 3 allocations; Set re-expands in place in
+// under half that time, allocating nothing (BenchmarkNewKey,
+// BenchmarkKeySet). A Key
 // counts the queued jobs that refer to it, which gives a cache entry a
 // safe way to own one: on eviction, invalidation (rekey) or purge the cache
 // calls Release, which frees the C memory at once if no job refers to the
@@ -95,11 +96,11 @@
 // by the batch (the same backing array, e.g. the same region) is not
 // pinned twice.
 //
-// What pinning costs: Pin + Unpin of a Go buffer 55 ns, Pin of mmap'd
-// memory (a no-op, still a call) 9 ns (BenchmarkPin). Per job (two
-// buffers) that is most of the gap between the "mb" and "mb-reg" columns
-// below: at 64 B, Go buffers make a batched seal slower than
-// crypto/cipher. Hence Register: memory registered with a batch (at most
+// What pinning costs: Pin + Unpin of a Go buffer tens of nanoseconds, Pin
+// of mmap'd memory (a no-op, still a call) about ten (BenchmarkPin). Per
+// job (two buffers) that is most of the gap between a batch of Go buffers
+// and one of registered memory: at 64 B, Go buffers make a batched seal
+// slower than crypto/cipher. Hence Register: memory registered with a batch (at most
 // MaxRegistered ranges: an engine's mbuf pool, its staging buffers, every
 // region) is pinned once if it is Go memory, only recorded otherwise, and
 // a job's buffer inside it costs two compares (the range of the last hit)
@@ -121,47 +122,16 @@
 // (here sse, avx, avx2 and avx512 all pass). Debian ships ipsec-mb for
 // x86-64 only: elsewhere this package does not build, aesni still does.
 //
-// # Measurements
+// # Performance
 //
-// Per message, in bursts of 32 (one Run per burst), AAD 64 B ‖ request IV
-// 12 B, medians of 5 runs, Go 1.26.8, -cpu 1, on this 2-vCPU VM ("Oxide
-// Virtual Turin-like Processor" to go test, AVX-512 + VAES + VPCLMULQDQ,
-// ipsec-mb's avx512 path); the machine is shared, so single numbers may
-// be off by 10-20 % (the 5 runs of most rows lie within 5-10 %).
-// Columns: aesni = aesni.AEAD per message (crypto/cipher); mb = a Batch
-// with Go buffers (pinned per job); mb mmap = buffers in mmap'd memory
-// (Pin called, does nothing); mb reg = the same memory Registered. MB/s
-// counts payload bytes.
-//
-//	ns/message (MB/s)          aesni         mb            mb mmap       mb reg       reg vs aesni
-//	SealResponse        64 B   150 (426)     203 (316)      76 (839)      54 (1176)   2.8x
-//	                     1 KB  277 (3697)    239 (4289)    139 (7369)    115 (8887)   2.4x
-//	                     4 KB  883 (4638)    391 (10480)   309 (13240)   284 (14430)  3.1x
-//	OpenResponseDirect  64 B   137 (467)     174 (368)      82 (777)      62 (1039)   2.2x
-//	                     1 KB  273 (3756)    221 (4627)    132 (7745)    117 (8740)   2.3x
-//	                     4 KB  802 (5108)    384 (10660)   283 (14490)   261 (15710)  3.1x
-//	OpenResponse        64 B   132 (484)     171 (373)      82 (776)      62 (1034)   2.1x
-//	  (+ restore copy)   1 KB  284 (3603)    262 (3916)    153 (6707)    133 (7723)   2.1x
-//	                     4 KB  901 (4549)    460 (8904)    467 (8775)    380 (10770)  2.4x
-//	SealRequest (GMAC over 64 B) 52          106            67            49          1.1x
-//	OpenRequest                  58           37            37            37          1.6x
-//	aes-gcm-limit (seal + open 4 KB)
-//	                           1644          820           641           588          2.8x
-//	                           608 k ops/s   1.22 M        1.56 M        1.70 M
-//
-// OpenResponse restores the packet before each open (opening consumes
-// it), as aesni's BenchmarkOpenResponse does; that copy is in both
-// columns. OpenRequest copies the tag and pins nothing, hence equal
-// columns. aes-gcm-limit is two Runs per burst (the opens need the seals).
-// In the same run aesni's own benchmarks (one message at a time) gave
-// SealResponse 149 / 265 / 821 ns, OpenResponseDirect 127 / 254 / 773 ns,
-// OpenResponse 127 / 272 / 841 ns, SealRequest 70 ns, OpenRequest 81 ns,
-// aes-gcm-limit 2.42 µs (414 k ops/s), NewAEAD 446 ns. So with registered
-// memory, the engine's case, a batch is 2.1-2.8x faster than crypto/cipher
-// at 64 B and 2.4-3.1x at 4 KB, as dpdk-test-crypto-perf had predicted
-// (2x and 3x); requests, which are only a GMAC over 64 B, gain little.
-//
-// Measured with
+// With registered memory, the engine's case, a burst of 32 in one Run is
+// two to three times faster per message than crypto/cipher (aesni.AEAD,
+// one message at a time) from 64 B to 4 KB, on a CPU where ipsec-mb takes
+// its VAES/AVX-512 path; requests, which are only a GMAC over 64 B, gain
+// little; Go buffers pinned per job lose most of the gain. The table
+// (per operation and size: aesni, mb with Go buffers, with mmap'd
+// buffers, with registered memory) is in bench/RESULTS.md, "Go benchmarks
+// of the pieces"; it is measured with
 //
 //	go test -run '^$' -bench '^Benchmark(SealResponse|OpenResponseDirect|OpenResponse|SealRequest|OpenRequest|GCMLimit|NewKey|KeySet|Pin|NewAEAD|Copy)$' -count 5 -cpu 1 ./aesni ./aesni/mb
 //

@@ -54,7 +54,7 @@ func (r *AppRule) String() string {
 }
 
 // AppPolicy is the software-defined resource allocation of paper §4.3
-// (SPEC §2 "business priority"): it maps each application, by the uid the
+// ("business priority"): it maps each application, by the uid the
 // kernel reports and the name it presents at open, to the classes of
 // service it may use and its cap on command slots. The first matching rule
 // wins, else DefaultClass and Default.

@@ -1,7 +1,7 @@
 // Package ctl is the engine's control socket: the software counterpart of
-// the 1RMA driver (paper §4.1, SPEC §3). Applications reach it through the
+// the 1RMA driver (paper §4.1). Applications reach it through the
 // portal library; it opens portals, hands out command slots under a
-// per-application cap ("business priority", SPEC §2), creates and registers
+// per-application cap ("business priority", paper §4.3), creates and registers
 // memory regions under the region key K_r the application gives, replaces
 // that key on request (local rekey, paper §5.2: core.Rekey on the core's
 // goroutine), reports the identity the engine stamps on requests, and

@@ -1,13 +1,14 @@
-// Package telemetry is the engine's delay telemetry hook (SPEC §5): each
+// Package telemetry is the engine's delay telemetry hook: each
 // engine core records one Sample per completion it writes (op, status,
 // issue_delay, total_delay) into a Batch, and hands full batches, or the
 // samples of the last millisecond, to Hook: a function that does nothing.
 // rmatop attaches a uprobe to Hook (engine/telemetry/probe), whose BPF
 // program reads the batch from the engine's memory and aggregates log2
-// histograms in a map. A uprobe hit traps into the kernel (12-30 µs on
-// this VM), so the hook is called at most once per BatchLen completions or
-// per FlushNs, never per op: at 2 M ops/s that is ~2k calls a second. With
-// no probe attached a call is a call to an empty function.
+// histograms in a map. A uprobe hit traps into the kernel (tens of µs:
+// bench/RESULTS.md, "telemetry"), so the hook is called at most once per
+// BatchLen completions or per FlushNs, never per op: at 2 M ops/s that is
+// ~2k calls a second. With no probe attached a call is a call to an empty
+// function.
 //
 // The package imports nothing of ours: the engine (whose core imports only
 // leaves) and the probe (which links cilium/ebpf) share the layout

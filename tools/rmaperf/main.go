@@ -40,8 +40,8 @@
 // goroutine, sharing one executor), ops_per_sec counts transfers,
 // mb_per_sec is their goodput and the latency percentiles are per
 // transfer; eng_p50_us is not reported. -exec-slots sets the executor's command slots, -chunk
-// its op size, the -cc-* flags its congestion control parameters (SPEC
-// §4) and -timeout-retries its TIMEOUT retries. The executor waits for
+// its op size, the -cc-* flags its congestion control parameters (paper
+// §6) and -timeout-retries its TIMEOUT retries. The executor waits for
 // completions as portal.Wait does: it spins (-spins polls) and then
 // sleeps on the engine's completion doorbell; -spin, -yield and -event
 // do not apply to it.
@@ -256,8 +256,9 @@ func client(test string, args []string) error {
 			// The smallest region the transfers fit in, as the raw tests
 			// read from 1 MB: transfers then read the same bytes again
 			// and again, as ucx_perftest and perftest reuse one buffer
-			// (a 4 MB transfer walking a 16 MB region measured DRAM
-			// more than the executor: 0.69-0.79 of raw vs 0.83-0.94).
+			// (a 4 MB transfer walking a 16 MB region measures DRAM
+			// more than the executor: bench/RESULTS.md, "executor and
+			// loopback-pairs").
 			// Verified writes need a part of their own per transfer.
 			need := uint64(*size)
 			if *verify && op == abi.OpWrite {
