@@ -63,7 +63,8 @@ func TestFig15aRamp(t *testing.T) {
 	// cc.DefaultParams start every window at 1 op. Algorithm 1 adds AI =
 	// 0.25 op per RTT, so reaching 90% of the link (~13.3 of the ~14.8
 	// ops of the BDP) takes at least (13.3-1)/0.25 ≈ 49 RTTs: the paper's
-	// ~8 RTTs is out of reach from that start. Measured: 61 RTTs.
+	// ~8 RTTs is out of reach from that start: about 61 RTTs
+	// (figures/RESULTS.md).
 	r := runFlows(t, Fig15Ramp(PaperCC(1), Fig15RampNs))
 	st := AnalyzeRamp(r)
 	t.Logf("CwndInit 1: within ±10%% of %.1f Gbit/s after %.1f RTTs (RTT %d ns), steady %.1f Gbit/s, max cwnd %.1f, non-OK %d",
@@ -104,7 +105,8 @@ func TestFig15bJoin(t *testing.T) {
 		minIssueX float64 // peak issue_delay after the join / mean before
 	}{
 		// Flow 2's remote window starts at 1 op and grows by AI per RTT:
-		// measured 74 RTTs to fair share (the claim's 10 is not met).
+		// about 77 RTTs to fair share (figures/RESULTS.md; the claim's 10 is
+		// not met).
 		{"CwndInit 1", PaperCC(1), 85, 85, 5},
 		// Flow 2 starts at the BDP (cc.DefaultParams); the shared local
 		// window is cut once (a window decreases only for ops posted after

@@ -1,7 +1,7 @@
 package main
 
 // The platform setup measures two facts of the host that bound OneRMA's
-// latencies, whatever the engines do. Issue 2's "unloaded 64 B READ over
+// latencies, whatever the engines do. The target "unloaded 64 B READ over
 // memif p50 <= 10 µs" needs an application, a client engine and a serving
 // engine: three busy threads in three processes on two CPUs, so at least
 // two cross-process switches per op, and xproc-wake's round trip is the
@@ -50,8 +50,8 @@ func platformRun(dur time.Duration) ([]Row, error) {
 
 // cpuStall spins on CPU 1 reading the monotonic clock for dur: every gap
 // between two consecutive reads above stallMin is time the thread did not
-// run (on an idle VM: the hypervisor's interrupts; on the 2-CPU dev VM
-// mostly one of ~35 µs every 1 ms, the guest's timer tick).
+// run (on an idle VM: the hypervisor's interrupts, the guest's timer tick
+// among them; bench/RESULTS.md, platform).
 func cpuStall(dur time.Duration) (Row, error) {
 	unpin, err := pin(1)
 	if err != nil {
