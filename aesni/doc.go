@@ -135,11 +135,11 @@
 //
 // # Ownership and concurrency
 //
-// IVSource is safe for concurrent use (a durable one takes ranges on its
-// own refiller goroutine, under a mutex; a volatile one by
-// compare-and-swap); everything else (AEAD, Cache, Deriver, IVLane)
-// belongs to one engine core and is not (an IVLane's spare range is handed
-// over from the refiller through atomics, never under a lock). Every method states which buffers it reads and
-// writes; lengths the caller controls are asserted (a bug panics), lengths
-// from the wire fail with ErrAuth.
+// IVSource is safe for concurrent use (lanes take ranges by
+// compare-and-swap, never under a lock; a durable source reserves blocks
+// ahead on its own goroutine, under a mutex); everything else (AEAD,
+// Cache, Deriver, IVLane) belongs to one engine core and is not. Every
+// method states which buffers it reads and writes; lengths the caller
+// controls are asserted (a bug panics), lengths from the wire fail with
+// ErrAuth.
 package aesni

@@ -18,22 +18,42 @@ import (
 // Defaults of IVConfig.
 const (
 	// DefaultIVBlock is how many counters one durable write (one fsync)
-	// reserves. A 4 KB READ served and initiated on one core uses 65
-	// counters, so at 500 k READs/s a core uses ~2^25 counters a second:
-	// with 2^32 per block the fsync (milliseconds on a VM disk, taken by
-	// the source's refiller goroutine, never by a core) comes every couple
-	// of minutes, and a crash forfeits at most 2^32 of the 2^64 counters.
+	// reserves. The source's reserver goroutine keeps at least half a
+	// block reserved ahead of the lanes (IVSource.low): 2^31 counters,
+	// which last over 2 s even at 1e9 counters a second (beyond any
+	// engine: a 4 KB READ served and initiated on one core uses 65
+	// counters, so 500 k READs/s on a core is ~2^25 counters a second),
+	// against a reserver that looks every reservePeriod (50 ms) and an
+	// fsync of milliseconds. At ~1e8 counters a second a block lasts
+	// ~40 s, so the fsync comes about once a minute, never on a core; a
+	// crash forfeits less than 1.5 blocks plus a Span per lane of the 2^64
+	// counters.
 	DefaultIVBlock = 1 << 32
 	// DefaultIVSpan is how many counters a lane takes from the source at
-	// once (one take by the refiller, every ~30 ms at that rate: ample
-	// time to publish the next spare before the current range runs out).
+	// once: one compare-and-swap on the source's next counter, without a
+	// lock or I/O (every ~30 ms at 2^25 counters a second, so the shared
+	// cache line is rarely touched), and small enough that what a NextN
+	// skips at a range end and what a lane holds at a crash do not matter.
 	DefaultIVSpan = 1 << 20
 )
 
-// refillPoll is how often the refiller of a durable source looks for lanes
-// that asked for a spare. A lane must not use up a Span in less than this
-// plus one take (with a block's fsync), or it runs dry (ErrIVPending).
-const refillPoll = time.Millisecond
+// reservePeriod is how often the reserver of a durable source wakes to
+// keep at least the low-water mark (IVSource.low) of counters reserved
+// ahead. It must be far shorter than the time the lanes take to use up
+// that margin: with the default Block (margin 2^31 counters) that is over
+// 2 s at 1e9 counters a second, 40 periods. And it must be rare: the
+// engine's threads other than the busy loops share a CPU with the
+// application, and a 1 ms poll cost the loopback engine 2.5-4 % of its
+// 64 B throughput, where a 100 ms one cost nothing measurable; at 50 ms the
+// reserver wakes 20 times a second, and does I/O once per Block.
+const reservePeriod = 50 * time.Millisecond
+
+// dryPoll is the reserver's period while it is behind: when a lane found
+// the source dry (IVSource.dry), or when at the rate counters were taken
+// since its previous wake the reserved margin would not last two periods
+// (a Block configured too small for the rate). Then it wakes this often
+// until it keeps up; with the default Block it never is behind.
+const dryPoll = time.Millisecond
 
 // IV errors. Draws (Next, NextN) return ErrIVPending or the error that
 // stopped the source (one of the others, or ErrIVState wrapping the I/O
@@ -42,19 +62,21 @@ var (
 	// ErrIVExhausted: the 64-bit counter space is used up. Counters never
 	// wrap: rotate every key (and remove the state file) to go on.
 	ErrIVExhausted = errors.New("aesni: IV counter exhausted")
-	// ErrIVPending: both of a lane's ranges are used up and the refiller
-	// has not yet published a new spare (a slow disk, or draws faster than
-	// one Span per refill). Transient: the draw is not retried, the next
-	// one may succeed.
+	// ErrIVPending: the lane's range is used up and the source has no
+	// reserved counters left for a new one: its reserver has not yet
+	// persisted the next mark (a slow disk, or draws faster than the
+	// reserver's margin allows). Transient: the draw is not retried, the
+	// next one may succeed.
 	ErrIVPending = errors.New("aesni: IV range pending")
 	// ErrIVState: a reservation could not be made durable (write or fsync
 	// failed). It is sticky: after a failed fsync the file's state is
 	// unknown, so the source reserves nothing more until a restart.
-	// Counters already reserved stay usable.
+	// Counters already reserved stay usable: lanes go on taking them.
 	ErrIVState = errors.New("aesni: IV state file not durable")
 	// ErrIVCorrupt: the state file exists but holds no valid record.
 	ErrIVCorrupt = errors.New("aesni: IV state file corrupt")
-	// ErrIVClosed: the source was closed.
+	// ErrIVClosed: the source was closed (a lane keeps the range it holds;
+	// no lane takes a new one).
 	ErrIVClosed = errors.New("aesni: IV source closed")
 )
 
@@ -65,13 +87,18 @@ type IVConfig struct {
 	// repeats IVs, so rotate every region key if it is ever lost.
 	Path string
 	// Block is how many counters one durable write reserves (0: default).
-	// A crash loses at most the unused part of the reserved counters: about
-	// one Block plus two Spans per lane.
+	// The source keeps at least half a Block (and at least a Span)
+	// reserved ahead, renewed by its reserver every reservePeriod (50 ms):
+	// lanes that together use more than that per period plus an fsync run
+	// dry (ErrIVPending), so keep Block well above twice the engine's
+	// counter rate times 50 ms. A crash loses at most the unused part of
+	// the reserved counters: less than 1.5 Blocks (2 if Span > Block/2)
+	// plus a Span per lane.
 	Block uint64
 	// Span is how many counters a lane takes from the source at once
-	// (0: default); at most Block. A lane that uses up a Span faster than
-	// the refiller can take one (a millisecond, plus an fsync when a new
-	// block is reserved) runs dry.
+	// (0: default); at most Block. Taking one is a compare-and-swap, so a
+	// small Span costs little; NextN skips the rest of a range it does not
+	// fit in.
 	Span uint64
 }
 
@@ -146,50 +173,74 @@ type stateFile interface {
 
 // IVSource hands out the engine's 64-bit message counters: the second half
 // of every IV (sender address ‖ counter, paper Appendix A). A counter is
-// never handed out twice, also across restarts and crashes: before any
-// counter of a new block is used, the end of that block (the high-water
-// mark) is written to the state file and fsynced; a new process starts at
-// the persisted mark. A crash thus skips unused counters, never repeats
-// one. The space is 2^64 and never wraps (ErrIVExhausted).
+// never handed out twice, also across restarts and crashes: no counter is
+// handed out before a high-water mark above it is written to the state
+// file and fsynced; a new process starts at the persisted mark. A crash
+// thus skips unused counters, never repeats one. The space is 2^64 and
+// never wraps (ErrIVExhausted).
 //
 // One source per engine (the file is locked against a second process);
-// each core draws through its own IVLane, which holds a current range and
-// a spare one of Span counters each. The drawing goroutine never takes a
-// range itself: a durable source (OpenIVSource) runs one refiller
-// goroutine that, when a lane has asked, takes a range for every lane
-// whose spare is empty, under the source's mutex and with the write and
-// fsync a new block needs, and hands it to the lane through atomics. A
-// volatile source (NewVolatileIVSource) has nothing to persist: a range is
-// one compare-and-swap on the next counter, and its lanes refill their
-// spare inline.
+// each core draws through its own IVLane, which takes ranges of Span
+// counters from the source. Taking a range never blocks: it is a
+// compare-and-swap on next, bounded by hw, the mark below which counters
+// may be handed out; it does no I/O, takes no lock and allocates nothing,
+// from any number of lanes at once. If the range would pass hw, the take
+// fails at once (ErrIVPending, or the source's failure).
+//
+// Only a durable source (OpenIVSource) has anything that blocks: moving
+// hw, one write and fsync of the next mark per Block. Its reserver
+// goroutine does it off the engine's loops: it wakes every reservePeriod
+// (50 ms), and when fewer than a low-water mark (half a Block) of counters
+// are reserved ahead of next, it persists the mark one Block further and
+// only then publishes it in hw. That is the double buffering: the block in
+// use and the next one, reserved ahead, off the loop. The lanes never wake
+// it: a lane that finds the source dry only sets a flag (dry) that the
+// reserver reads when it wakes. A volatile source (NewVolatileIVSource)
+// has nothing to persist: its hw is the end of the counter space.
+//
+// A crash forfeits the counters reserved but not yet used: less than
+// 1.5 Blocks (2 if Span > Block/2) plus the rest of each lane's range.
 type IVSource struct {
 	volatile bool
 	block    uint64
 	span     uint64
-	// next is the next counter not yet given to a lane. A durable source
-	// changes it under mu; a volatile one by compare-and-swap.
-	next atomic.Uint64
-	// failed is set once no range can be taken any more (sticky
-	// ErrIVState, ErrIVExhausted, ErrIVClosed); lanes read it when they
-	// run dry, without the mutex.
-	failed atomic.Pointer[ivFailure]
+	// low is the low-water mark: the reserver reserves when hw - next is
+	// below it. Half a Block, and at least a Span, so that a reserver that
+	// keeps up leaves room for the next take of every lane.
+	low uint64
 
-	// Refiller of a durable source: a lane sets asked (IVLane.ask); stop
-	// and done end the goroutine.
-	asked     atomic.Bool
+	// next is the next counter not yet handed out; lanes move it by
+	// compare-and-swap (take). next <= hw.
+	next atomic.Uint64
+	// hw: counters below it may be handed out. Durable: the persisted,
+	// fsynced high-water mark, stored only after the fsync, under mu.
+	// Volatile: MaxUint64, the end of the space (counter MaxUint64 itself
+	// is never handed out: a mark must exceed every counter used).
+	hw atomic.Uint64
+	// failed is set once no more counters can be reserved (sticky
+	// ErrIVState; ErrIVExhausted once the space is used up).
+	failed atomic.Pointer[ivFailure]
+	// closed: Close was called; takes fail with ErrIVClosed.
+	closed atomic.Bool
+	// dry: a take found too few counters reserved (ErrIVPending). Lanes
+	// only set it; the reserver reads and clears it when it wakes, and
+	// then wakes again after dryPoll rather than reservePeriod.
+	dry atomic.Bool
+	// reservations counts durable writes (fsyncs) of new marks; wakes
+	// counts the reserver's wake-ups (tests check that it stays rare).
+	reservations atomic.Uint64
+	wakes        atomic.Uint64
+
+	// Reserver goroutine of a durable source: stop and done end it.
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
 	closeErr  error
 
-	mu    sync.Mutex // durable sources: the fields below and every take
-	f     stateFile
-	hw    uint64    // persisted high-water: [next, hw) is reserved and free
-	slot  int64     // slot that holds hw
-	lanes []*IVLane // lanes the refiller serves
-	rec   [recordLen]byte
-	// counters, under mu
-	reservations uint64
+	mu   sync.Mutex // durable sources: the fields below and every reservation
+	f    stateFile
+	slot int64 // slot that holds hw
+	rec  [recordLen]byte
 }
 
 // ivFailure boxes the error that stopped a source, for an atomic pointer.
@@ -197,7 +248,8 @@ type ivFailure struct{ err error }
 
 // OpenIVSource opens (creating it if missing) and locks the state file and
 // returns a source that starts after every counter a previous process
-// could have used, with its refiller goroutine running (Close stops it).
+// could have used. Before it returns it reserves (write and fsync) one
+// Block, and it starts the source's reserver goroutine (Close stops it).
 // A created file is made durable (temporary file, fsync, rename, directory
 // fsync) before it is used.
 func OpenIVSource(cfg IVConfig) (*IVSource, error) {
@@ -217,11 +269,13 @@ func OpenIVSource(cfg IVConfig) (*IVSource, error) {
 		return nil, fmt.Errorf("aesni: IV state %s is in use by another engine: %w", c.Path, err)
 	}
 	s, err := openSource(f, c)
+	if err == nil {
+		err = s.start(reservePeriod)
+	}
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("aesni: IV state %s: %w", c.Path, err)
 	}
-	s.startRefiller()
 	return s, nil
 }
 
@@ -275,8 +329,8 @@ func syncDir(dir string) error {
 }
 
 // openSource reads the two records of f; the larger valid high-water is
-// where this process starts. The source's refiller is not running
-// (startRefiller): tests drive refillLanes themselves.
+// where this process starts. It reserves nothing, and the reserver is not
+// running (start): tests play the reserver with wake and reserveAhead.
 //
 // It first fsyncs what it read. A previous process may have died with a
 // record written but not synced (its fsync failed, or it crashed before
@@ -299,27 +353,35 @@ func openSource(f stateFile, cfg IVConfig) (*IVSource, error) {
 	}
 	hw0, ok0 := decodeRecord(b[0:])
 	hw1, ok1 := decodeRecord(b[slotStride:])
-	s := &IVSource{f: f, block: c.Block, span: c.Span}
+	s := newSource(c)
+	s.f = f
+	var hw uint64
 	switch {
 	case ok0 && (!ok1 || hw0 >= hw1):
-		s.hw, s.slot = hw0, 0
+		hw, s.slot = hw0, 0
 	case ok1:
-		s.hw, s.slot = hw1, 1
+		hw, s.slot = hw1, 1
 	default:
 		return nil, ErrIVCorrupt
 	}
 	// Counter 0 is never handed out, so an all-zero counter field marks an
 	// IV that was never set. hw is raised with next (in memory only) so
 	// that [next, hw) stays the reserved range: empty.
-	s.hw = max(s.hw, 1)
-	s.next.Store(s.hw)
+	hw = max(hw, 1)
+	s.hw.Store(hw)
+	s.next.Store(hw)
 	return s, nil
+}
+
+func newSource(c IVConfig) *IVSource {
+	return &IVSource{block: c.Block, span: c.Span, low: max(c.Block/2, c.Span)}
 }
 
 // NewVolatileIVSource returns a source without a state file, starting at
 // counter 1: for tests and the simulator only. Its counters repeat after a
 // restart, so it must never seal with a key that outlives the process. It
-// runs no goroutine: its lanes take ranges inline, without a lock.
+// runs no goroutine: every counter up to the end of the space is available
+// to its lanes' takes.
 func NewVolatileIVSource(cfg IVConfig) *IVSource {
 	if cfg.Path == "" {
 		cfg.Path = "(volatile)"
@@ -327,17 +389,18 @@ func NewVolatileIVSource(cfg IVConfig) *IVSource {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
-	c := cfg.withDefaults()
-	s := &IVSource{volatile: true, block: c.Block, span: c.Span}
+	s := newSource(cfg.withDefaults())
+	s.volatile = true
+	s.hw.Store(math.MaxUint64)
 	s.next.Store(1)
 	return s
 }
 
-// fail records err as the reason no range can be taken any more, unless
-// an earlier reason is recorded.
+// fail records err as the reason no more counters can be reserved, unless
+// an earlier reason is recorded, and returns the recorded reason.
 func (s *IVSource) fail(err error) error {
 	s.failed.CompareAndSwap(nil, &ivFailure{err})
-	return err
+	return s.failure()
 }
 
 // failure returns the recorded reason, or nil.
@@ -348,67 +411,25 @@ func (s *IVSource) failure() error {
 	return nil
 }
 
-// reserve makes [s.next, s.hw) cover at least want counters: it persists a
-// new high-water mark one Block further and fsyncs it before returning.
-// s.mu is held.
-func (s *IVSource) reserve(want uint64) error {
-	next := s.next.Load()
-	for s.hw-next < want {
-		if s.hw == math.MaxUint64 {
-			return ErrIVExhausted
-		}
-		hw := s.hw + s.block
-		if hw < s.hw { // the last, partial block
-			hw = math.MaxUint64
-		}
-		slot := 1 - s.slot
-		encodeRecord(s.rec[:], hw)
-		if _, err := s.f.WriteAt(s.rec[:], slot*slotStride); err != nil {
-			return fmt.Errorf("%w: write: %w", ErrIVState, err)
-		}
-		if err := s.f.Sync(); err != nil {
-			return fmt.Errorf("%w: fsync: %w", ErrIVState, err)
-		}
-		s.hw, s.slot = hw, slot
-		s.reservations++
+// take hands out the range [start, end) of n counters (fewer only at the
+// very end of the counter space) from what is reserved: a compare-and-swap
+// loop on next, bounded by hw. It never blocks, does no I/O and takes no
+// lock. If fewer than n counters are reserved it fails at once: with the
+// source's failure if it has one, else with ErrIVPending, and it sets dry
+// for the reserver.
+func (s *IVSource) take(n uint64) (start, end uint64, err error) {
+	if s.closed.Load() {
+		return 0, 0, ErrIVClosed
 	}
-	return nil
-}
-
-// takeLocked hands out the range [start, end) of up to n counters (fewer
-// only at the very end of the counter space) from a durable source; s.mu
-// is held. Every error is recorded (fail): after a failed write or fsync
-// the file's state is unknown, so the source reserves nothing more until a
-// restart.
-func (s *IVSource) takeLocked(n uint64) (start, end uint64, err error) {
-	if err := s.failure(); err != nil {
-		return 0, 0, err
-	}
-	start = s.next.Load()
-	// Counter MaxUint64 is never handed out: the mark must exceed every
-	// counter used. Near the end, the last range is shorter than n.
-	n = min(n, math.MaxUint64-start)
-	if n == 0 {
-		return 0, 0, s.fail(ErrIVExhausted)
-	}
-	if err := s.reserve(n); err != nil {
-		return 0, 0, s.fail(err)
-	}
-	s.next.Store(start + n)
-	return start, start + n, nil
-}
-
-// takeVolatile is takeLocked for a volatile source: one compare-and-swap,
-// no lock.
-func (s *IVSource) takeVolatile(n uint64) (start, end uint64, err error) {
 	for {
-		if err := s.failure(); err != nil {
-			return 0, 0, err
-		}
 		start = s.next.Load()
-		m := min(n, math.MaxUint64-start)
-		if m == 0 {
-			return 0, 0, s.fail(ErrIVExhausted)
+		hw := s.hw.Load() // loaded after next: hw only grows, so start <= hw
+		m := n
+		if hw-start < n {
+			if hw != math.MaxUint64 || hw == start {
+				return 0, 0, s.dryErr(hw)
+			}
+			m = hw - start // the last, short range of the space
 		}
 		if s.next.CompareAndSwap(start, start+m) {
 			return start, start + m, nil
@@ -416,158 +437,221 @@ func (s *IVSource) takeVolatile(n uint64) (start, end uint64, err error) {
 	}
 }
 
-// startRefiller starts the goroutine that fills the lanes' spares.
-func (s *IVSource) startRefiller() {
-	s.stop = make(chan struct{})
-	s.done = make(chan struct{})
-	go s.refiller()
+// dryErr is why a take found fewer counters than it needs below hw.
+func (s *IVSource) dryErr(hw uint64) error {
+	if err := s.failure(); err != nil {
+		return err
+	}
+	if hw == math.MaxUint64 {
+		return s.fail(ErrIVExhausted)
+	}
+	if !s.dry.Load() { // no write to the shared line while it is set
+		s.dry.Store(true)
+	}
+	return ErrIVPending
 }
 
-// refiller looks every refillPoll for a lane that asked (IVLane.ask) and
-// fills every empty spare, until Close. Requests made during a round (a
-// round may wait for an fsync) are served by another round at once.
-func (s *IVSource) refiller() {
+// start reserves synchronously so that a Block is available (the lanes'
+// first takes then never wait for the reserver) and starts the reserver,
+// waking every period.
+func (s *IVSource) start(period time.Duration) error {
+	if err := s.reserveAhead(s.block); err != nil {
+		return err
+	}
+	s.stop = make(chan struct{})
+	s.done = make(chan struct{})
+	go s.reserver(period)
+	return nil
+}
+
+// reserver runs wake every period, until Close; when it is behind it comes
+// back after dryPoll instead (reserverWait). The period is a Go timer, not
+// a signal from the lanes: a lane that woke a goroutine would make its
+// busy-polling thread do a futex syscall, and the woken goroutine would
+// land on the busy loop's P.
+func (s *IVSource) reserver(period time.Duration) {
 	defer close(s.done)
-	t := time.NewTicker(refillPoll)
+	t := time.NewTimer(period)
 	defer t.Stop()
+	last, lastAt := s.next.Load(), time.Now()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 		}
-		for s.asked.Load() {
-			s.refillLanes()
+		dry := s.wake()
+		next, now := s.next.Load(), time.Now()
+		wait := period
+		if s.failure() == nil && !s.closed.Load() {
+			wait = reserverWait(period, dry, next-last, now.Sub(lastAt), s.hw.Load()-next)
 		}
+		last, lastAt = next, now
+		t.Reset(wait)
 	}
 }
 
-// refillLanes takes a range for every lane whose spare is empty and
-// publishes it. It clears asked first: a lane that empties its spare after
-// that point sees asked false and sets it again, and one that emptied it
-// before is filled in this round.
-func (s *IVSource) refillLanes() {
-	s.asked.Store(false)
+// reserverWait is how long the reserver sleeps after a wake: period,
+// unless a lane found the source dry since the previous wake, or unless at
+// the rate counters were taken since then (used in elapsed) the margin
+// still reserved would not last two periods; then dryPoll. The margin of
+// a source reserved to the end of the space is huge: nothing to hurry.
+func reserverWait(period time.Duration, dry bool, used uint64, elapsed time.Duration, margin uint64) time.Duration {
+	if dry {
+		return dryPoll
+	}
+	if elapsed > 0 && float64(used)*float64(2*period)/float64(elapsed) > float64(margin) {
+		return dryPoll
+	}
+	return period
+}
+
+// wake is one round of the reserver: it clears dry and, if fewer than the
+// low-water mark of counters are reserved ahead of next, reserves. It
+// reports whether a lane had found the source dry. A failure is recorded
+// in the source (lanes see it when they run dry), so it is not returned.
+func (s *IVSource) wake() (dry bool) {
+	s.wakes.Add(1)
+	if dry = s.dry.Load(); dry {
+		s.dry.Store(false)
+	}
+	s.reserveAhead(s.low)
+	return dry
+}
+
+// reserveAhead makes sure that at least want counters are reserved ahead
+// of next (unless the space is reserved to its end), persisting marks one
+// Block further each. It takes s.mu, so it may wait for a reservation in
+// progress, and it does the write and fsync: never on the data path.
+// Durable sources only.
+func (s *IVSource) reserveAhead(want uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range s.lanes {
-		if l.spare.CompareAndSwap(spareEmpty, spareFilling) {
-			if l.fillLocked() != nil {
-				return // recorded in s.failed: every lane sees it
-			}
+	for {
+		if s.closed.Load() {
+			return ErrIVClosed
+		}
+		if err := s.failure(); err != nil {
+			return err
+		}
+		hw := s.hw.Load() // only changed under s.mu
+		if hw == math.MaxUint64 || hw-s.next.Load() >= want {
+			return nil
+		}
+		if err := s.reserveLocked(hw); err != nil {
+			return s.fail(err)
 		}
 	}
 }
 
-// Close stops the refiller (waiting for a take it is making) and releases
-// the state file (and its lock). It writes nothing: the persisted mark
-// already covers every counter a lane holds, so lanes may even go on using
-// the ranges they hold, and the next process starts after them. A lane
-// that runs dry afterwards gets ErrIVClosed.
+// reserveLocked persists the mark one Block above hw (the last, partial
+// block ends at MaxUint64) in the slot that does not hold hw, fsyncs it,
+// and only then publishes it in s.hw; s.mu is held. Any error must make
+// the source sticky-failed (the caller records it): after a failed write
+// or fsync the file's state is unknown.
+func (s *IVSource) reserveLocked(hw uint64) error {
+	mark := hw + s.block
+	if mark < hw {
+		mark = math.MaxUint64
+	}
+	slot := 1 - s.slot
+	encodeRecord(s.rec[:], mark)
+	if _, err := s.f.WriteAt(s.rec[:], slot*slotStride); err != nil {
+		return fmt.Errorf("%w: write: %w", ErrIVState, err)
+	}
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("%w: fsync: %w", ErrIVState, err)
+	}
+	s.slot = slot
+	s.reservations.Add(1)
+	s.hw.Store(mark)
+	return nil
+}
+
+// Close stops the reserver (waiting for a reservation it is making) and
+// releases the state file (and its lock). It writes nothing: the persisted
+// mark covers every counter handed out, and the next process starts at
+// it. From Close on every take fails with ErrIVClosed at once, even if
+// counters are still reserved (they are forfeited); a lane goes on using
+// the range it holds (a take racing with Close may still succeed: its
+// counters are covered by the mark too). Close is idempotent.
 func (s *IVSource) Close() error {
 	s.closeOnce.Do(func() {
+		s.closed.Store(true)
 		if s.stop != nil {
 			close(s.stop)
 			<-s.done
 		}
-		if s.volatile {
-			s.failed.Store(&ivFailure{ErrIVClosed})
-			return
+		if s.f != nil {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.closeErr = s.f.Close()
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.failed.Store(&ivFailure{ErrIVClosed})
-		s.closeErr = s.f.Close()
 	})
 	return s.closeErr
 }
 
 // IVSourceStats is a snapshot of a source.
 type IVSourceStats struct {
-	Next         uint64 // next counter a lane would get
-	HighWater    uint64 // persisted mark (a volatile source: Next)
-	Reservations uint64 // durable writes (fsyncs) by this process (a volatile source: 0)
+	Next uint64 // next counter a lane would get
+	// HighWater: counters below it may be handed out. Durable: the
+	// persisted mark (HighWater - Next are reserved ahead; a crash
+	// forfeits them). Volatile: MaxUint64.
+	HighWater    uint64
+	Reservations uint64 // durable writes (fsyncs) of a new mark by this process (volatile: 0)
 }
 
-// Stats returns a snapshot (control path: it waits for a take in
-// progress).
+// Stats returns a snapshot, without locking (it never waits for a
+// reservation in progress).
 func (s *IVSource) Stats() IVSourceStats {
-	if s.volatile {
-		n := s.next.Load()
-		return IVSourceStats{Next: n, HighWater: n}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return IVSourceStats{Next: s.next.Load(), HighWater: s.hw, Reservations: s.reservations}
+	return IVSourceStats{Next: s.next.Load(), HighWater: s.hw.Load(), Reservations: s.reservations.Load()}
 }
 
 // NewLane returns a lane for one engine core. It holds no counters until
-// its first Refill (or, from a volatile source, its first draw). A durable
-// source keeps every lane it made, to refill it, until Close: make one per
-// core, not one per use.
+// its first draw. The source keeps no reference to its lanes.
 func (s *IVSource) NewLane() *IVLane {
-	l := &IVLane{src: s, span: s.span, volatile: s.volatile}
-	if !s.volatile {
-		s.mu.Lock()
-		s.lanes = append(s.lanes, l)
-		s.mu.Unlock()
-	}
-	return l
+	return &IVLane{src: s, span: s.span}
 }
 
-// States of IVLane.spare.
-const (
-	spareEmpty   uint32 = iota // the owner used it; a filler may claim it
-	spareFilling               // a filler claimed it and is taking a range
-	spareFull                  // spareNext, spareEnd hold a range for the owner
-)
-
-// IVLane is one engine core's view of the IVSource: a current range, used
-// only by the goroutine that owns the lane, and a spare one handed over
-// through atomics, so that Next, NextN and NextNonce never lock, never do
-// I/O and never allocate. Not safe for concurrent use, except that the
-// source's refiller fills the spare alongside the owner.
+// IVLane is one engine core's view of the IVSource: its current range,
+// used only by the goroutine that owns the lane, so that Next, NextN and
+// NextNonce never lock, never do I/O and never allocate. Not safe for
+// concurrent use.
 //
-// The spare is a small state machine (spare): a filler (the refiller or
-// Refill) moves it empty → filling by compare-and-swap, writes spareNext
-// and spareEnd, and stores full; the owner, on finding its current range
-// too short, loads full, copies the range and stores empty. Each side only
-// leaves the states the other one enters, so the plain fields are written
-// by one side at a time and the atomic store that hands them over orders
-// them.
-//
-// When the owner swaps the spare in, a lane of a durable source asks the
-// refiller for a new spare (ask: an atomic flag the refiller polls); a
-// lane of a volatile source takes it inline, at once. If both ranges are
-// dry, a draw fails at once with ErrIVPending (the refiller has not caught
-// up) or the source's failure, and counts a stall: it never waits for a
-// range.
+// A draw that finds its range too short takes a new Span from the source
+// (IVSource.take: a compare-and-swap on the source's next counter, bounded
+// by what is reserved) and skips the rest of the old range (Wasted). The
+// lane's range comes from the block in use; the next block is reserved
+// ahead by the source's reserver, off the loop. If the source has too few
+// counters reserved, the draw fails at once with ErrIVPending (the
+// reserver has not caught up), or with the source's failure if none will
+// come, counts a stall and keeps the current range: it never waits.
 //
 // The ranges a lane uses are, in order, the ranges it took from its
-// source; a draw that does not fit the rest of the current range skips
-// that rest (Wasted). The counters of a lane alone on a volatile source
-// thus depend only on its sequence of draws (Refill changes nothing): its
-// ranges are the source's consecutive Span-sized ranges.
+// source. A lane alone on a volatile source thus hands out counters that
+// depend only on its sequence of draws (Refill changes nothing): its
+// ranges are the source's consecutive Span-sized ranges from counter 1.
 type IVLane struct {
-	src      *IVSource
-	span     uint64
-	volatile bool
-	// current range, owner only
+	src  *IVSource
+	span uint64
+	// current range
 	next, end uint64
-	// counters, owner only
+	// counters
 	issued, stalls, wasted uint64
-
-	// The filler's writes stay off the cache line of the fields above.
-	_                   [64]byte
-	spare               atomic.Uint32 // spareEmpty, spareFilling, spareFull
-	spareNext, spareEnd uint64        // valid while spare is spareFull
+	// The lane is 128 bytes: an allocation size class of its own, so its
+	// fields, written on every draw, own an aligned pair of cache lines.
+	// The cores' lanes are allocated one after the other, and a lane
+	// sharing a line (or the pair a prefetcher fetches together) with
+	// another core's would cost every draw (and in a one-core benchmark
+	// an unpadded 56-byte lane already drew 5-15 % slower).
+	_ [128 - 7*8]byte
 }
 
 // Next returns a counter never returned before by any lane of any process
-// on this state file. It fails with ErrIVPending if both of the lane's
-// ranges are used up and the refiller has not yet published a new spare,
-// or with the source's failure (errors.Is ErrIVState, ErrIVExhausted or
-// ErrIVClosed) if none will come.
+// on this state file. It fails with ErrIVPending if the lane's range is
+// used up and the source's reserver has not yet reserved the counters for
+// a new one, or with the source's failure (errors.Is ErrIVState,
+// ErrIVExhausted or ErrIVClosed) if none will come.
 func (l *IVLane) Next() (uint64, error) {
 	if l.next < l.end {
 		c := l.next
@@ -586,7 +670,7 @@ func (l *IVLane) NextN(n uint64) (uint64, error) {
 		panic("aesni: NextN count out of range")
 	}
 	if l.end-l.next < n {
-		if err := l.swap(n); err != nil {
+		if err := l.take(n); err != nil {
 			return 0, err
 		}
 	}
@@ -596,72 +680,21 @@ func (l *IVLane) NextN(n uint64) (uint64, error) {
 	return c, nil
 }
 
-// swap replaces the current range, shorter than n, with the spare and asks
-// for a new spare. With no spare it fails (a stall) and keeps the current
-// range.
-func (l *IVLane) swap(n uint64) error {
-	if l.spare.Load() != spareFull && !(l.volatile && l.fillVolatile() == nil) {
+// take replaces the current range, shorter than n, with a new Span from
+// the source. If the source has none it fails (a stall) and keeps the
+// current range.
+func (l *IVLane) take(n uint64) error {
+	start, end, err := l.src.take(l.span)
+	if err != nil {
 		l.stalls++
-		if err := l.src.failure(); err != nil {
-			return err
-		}
-		l.ask()
-		return ErrIVPending
+		return err
 	}
 	l.wasted += l.end - l.next
-	l.next, l.end = l.spareNext, l.spareEnd
-	l.spare.Store(spareEmpty)
-	if l.volatile {
-		l.fillVolatile() // a failure is recorded in the source and seen by the next swap
-	} else {
-		l.ask()
-	}
-	if l.end-l.next < n { // the last range of the counter space
+	l.next, l.end = start, end
+	if end-start < n { // the last range of the counter space
 		l.stalls++
 		return ErrIVExhausted
 	}
-	return nil
-}
-
-// ask tells the refiller of a durable source that the lane's spare is
-// empty: it sets asked, which the refiller polls. A lane that finds asked
-// already set leaves it (no write to the shared line): the refiller clears
-// it only at the start of a round, which then sees this lane's empty
-// spare. The lane wakes no goroutine: waking one would make the drawing
-// thread wake another OS thread (a futex syscall) that the kernel may run
-// in its place.
-func (l *IVLane) ask() {
-	if s := l.src; !s.asked.Load() {
-		s.asked.Store(true)
-	}
-}
-
-// fillVolatile takes a spare inline from a volatile source. Only the owner
-// fills a volatile lane, so the spare is empty or full here.
-func (l *IVLane) fillVolatile() error {
-	if !l.spare.CompareAndSwap(spareEmpty, spareFilling) {
-		return nil // full
-	}
-	start, end, err := l.src.takeVolatile(l.span)
-	return l.publish(start, end, err)
-}
-
-// fillLocked takes a spare from a durable source, which the caller moved
-// from empty to filling; s.mu is held.
-func (l *IVLane) fillLocked() error {
-	start, end, err := l.src.takeLocked(l.span)
-	return l.publish(start, end, err)
-}
-
-// publish hands the range [start, end) over to the owner (spare full), or
-// after a failed take releases the spare (empty).
-func (l *IVLane) publish(start, end uint64, err error) error {
-	if err != nil {
-		l.spare.Store(spareEmpty)
-		return err
-	}
-	l.spareNext, l.spareEnd = start, end
-	l.spare.Store(spareFull)
 	return nil
 }
 
@@ -675,40 +708,34 @@ func (l *IVLane) NextNonce(nonce []byte, addr [4]byte) error {
 	return nil
 }
 
-// Refill makes sure the lane has a spare range: it returns at once if it
-// has one; otherwise it takes one itself, under the source's mutex, with
-// the write and fsync a new block may need, after waiting for a take the
-// refiller is making. It is a control-path call, not for the data path
-// (which never needs it: the refiller or, on a volatile source, the lane
-// itself keeps the spare): call it once when a core is built, to learn
-// early that the source is broken. It is safe while the refiller runs: it
-// claims the spare by the same compare-and-swap, under the same mutex.
-// Like every lane method it belongs to the lane's owner.
+// Refill makes sure the source can give the lane a new range and reports
+// a source that cannot: for a durable source, if less than a Span is
+// reserved ahead, it reserves synchronously (it may wait for the source's
+// mutex and does the write and fsync). It returns the source's failure if
+// it has one (a sticky ErrIVState even though reserved counters may
+// remain), or ErrIVClosed. Control path only: call it once when a core is
+// built, to learn early that the source is broken; the data path never
+// needs it (the reserver keeps counters reserved ahead). It takes nothing
+// for the lane, so the lane's counters do not depend on it. For a volatile
+// source it only reports a failure.
 func (l *IVLane) Refill() error {
-	if l.spare.Load() == spareFull {
-		return nil
-	}
-	if l.volatile {
-		return l.fillVolatile()
-	}
 	s := l.src
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// The refiller claims and publishes a spare while holding s.mu, so
-	// here the spare is empty or full.
-	if !l.spare.CompareAndSwap(spareEmpty, spareFilling) {
-		return nil
+	if s.closed.Load() {
+		return ErrIVClosed
 	}
-	return l.fillLocked()
+	if s.volatile {
+		return s.failure()
+	}
+	return s.reserveAhead(l.span)
 }
 
 // IVLaneStats counts a lane's activity.
 type IVLaneStats struct {
 	Issued uint64 // counters handed out
-	// Stalls counts draws (Next, NextN) that failed because neither range
-	// held enough counters: ErrIVPending (on a durable source: the
-	// refiller had not yet published a spare, so the spare was asked for
-	// too late or the disk is slow), or the source's failure.
+	// Stalls counts draws (Next, NextN) that failed because the lane's
+	// range was too short and no new one could be taken: ErrIVPending (on
+	// a durable source: the reserver had not yet reserved more, so it
+	// woke too late or the disk is slow), or the source's failure.
 	Stalls uint64
 	Wasted uint64 // counters skipped at range ends by NextN
 }

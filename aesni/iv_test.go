@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 var ivSeeds = flag.Int("iv.seeds", 40, "seeds of the IV crash simulation (reproduce one with -iv.seed=N)")
@@ -76,10 +77,10 @@ func (f *crashFile) crash(rng *rand.Rand) {
 // TestIVNoRepeatAcrossCrashes runs processes one after another on one
 // state file; each draws counters through a few lanes (Next, NextN,
 // sometimes Refill), may suffer a failed write or fsync, and then exits
-// cleanly or crashes. The refiller is played by the test, so that a seed
-// repeats: when a lane has asked, a refill round runs at random steps, so
-// draws also find their lane dry (ErrIVPending). No counter may ever
-// repeat, and each process starts above every counter used before it.
+// cleanly or crashes. The reserver is played by the test, so that a seed
+// repeats: one of its rounds (wake) runs at random steps, so draws also
+// find the source dry (ErrIVPending). No counter may ever repeat, and each
+// process starts above every counter used before it.
 func TestIVNoRepeatAcrossCrashes(t *testing.T) {
 	seeds := make([]uint64, 0, *ivSeeds)
 	if *ivSeed != 0 {
@@ -133,8 +134,8 @@ func simulateIV(t *testing.T, seed uint64) bool {
 					f.failSync = true
 				}
 			}
-			if s.asked.Load() && rng.IntN(4) == 0 {
-				s.refillLanes()
+			if rng.IntN(4) == 0 {
+				s.wake()
 			}
 			l := lanes[rng.IntN(len(lanes))]
 			var c, n uint64
@@ -199,8 +200,8 @@ func simulateIV(t *testing.T, seed uint64) bool {
 }
 
 // drawRefilled draws n counters (Next if n is 1) from a lane of a source
-// whose refiller the test plays: if the lane is dry, it runs the refill
-// round the lane asked for and draws again.
+// whose reserver the test plays: if the source is dry, it runs the
+// reserver's round that the lane flagged (dry) and draws again.
 func drawRefilled(s *IVSource, l *IVLane, n uint64) (uint64, error) {
 	draw := func() (uint64, error) {
 		if n == 1 {
@@ -210,67 +211,83 @@ func drawRefilled(s *IVSource, l *IVLane, n uint64) (uint64, error) {
 	}
 	c, err := draw()
 	if errors.Is(err, ErrIVPending) {
-		if !s.asked.Load() {
-			return 0, errors.New("a dry lane did not ask for a refill")
+		if !s.dry.Load() {
+			return 0, errors.New("a dry take did not flag the source")
 		}
-		s.refillLanes()
+		if !s.wake() {
+			return 0, errors.New("the reserver's round did not see the flag")
+		}
 		c, err = draw()
 	}
 	return c, err
 }
 
-// After a failed reservation the source is sticky-failed, but counters a
-// lane already holds stay usable.
+// After a failed reservation the source is sticky-failed: it never writes
+// again and a take past the persisted mark fails with ErrIVState, but the
+// counters already reserved are still handed out, to new ranges too.
 func TestIVStickyFailure(t *testing.T) {
 	for _, fail := range []string{"write", "sync"} {
 		t.Run(fail, func(t *testing.T) {
 			f := newCrashFile()
-			s, err := openSource(f, IVConfig{Block: 8, Span: 4})
+			s, err := openSource(f, IVConfig{Block: 8, Span: 2}) // low-water 4
 			if err != nil {
 				t.Fatal(err)
 			}
 			l := s.NewLane()
-			if err := l.Refill(); err != nil { // spare [1,5), reserves [1,9)
+			if err := l.Refill(); err != nil { // reserves [1,9)
 				t.Fatal(err)
 			}
-			if c, err := l.Next(); c != 1 || err != nil { // current [1,5)
-				t.Fatalf("first draw: %d, %v", c, err)
+			var ls [5]*IVLane
+			for i, want := range []uint64{1, 3, 5} { // ranges [1,3) [3,5) [5,7)
+				ls[i] = s.NewLane()
+				if c, err := ls[i].Next(); c != want || err != nil {
+					t.Fatalf("lane %d: first draw %d, %v; want %d", i, c, err, want)
+				}
 			}
-			s.refillLanes() // spare [5,9)
 			if fail == "write" {
 				f.failWrite = 3
 			} else {
 				f.failSync = true
 			}
-			l2 := s.NewLane()
-			if _, err := l2.Next(); !errors.Is(err, ErrIVPending) {
-				t.Fatalf("draw from a new lane: %v, want ErrIVPending", err)
+			s.wake() // 2 reserved ahead, below the low-water mark: the reservation fails
+			if err := s.failure(); !errors.Is(err, ErrIVState) || !errors.Is(err, errInjected) {
+				t.Fatalf("after a failed %s: failure %v", fail, err)
 			}
-			s.refillLanes() // l2's spare: the reservation fails
-			if _, err := l2.Next(); !errors.Is(err, ErrIVState) {
-				t.Fatalf("draw after failed %s: %v, want ErrIVState", fail, err)
-			}
-			if err := l2.Refill(); !errors.Is(err, ErrIVState) {
-				t.Fatalf("failure not sticky: Refill %v", err)
+			if st := s.Stats(); st.HighWater != 9 || st.Reservations != 1 {
+				t.Fatalf("source stats after the failure %+v", st)
 			}
 			writes := f.writes
-			for want := uint64(2); want < 9; want++ { // the rest of l's ranges
-				c, err := l.Next()
-				if err != nil || c != want {
-					t.Fatalf("reserved counter: got %d, %v; want %d", c, err, want)
-				}
+			ls[3] = s.NewLane()
+			if c, err := ls[3].Next(); c != 7 || err != nil { // [7,9): still reserved
+				t.Fatalf("reserved counters after the failure: %d, %v; want 7", c, err)
 			}
-			s.refillLanes()
-			if _, err := l.Next(); !errors.Is(err, ErrIVState) {
-				t.Fatalf("draw past the reserved ranges: %v", err)
+			ls[4] = s.NewLane()
+			if _, err := ls[4].Next(); !errors.Is(err, ErrIVState) {
+				t.Fatalf("draw past the mark after a failed %s: %v, want ErrIVState", fail, err)
+			}
+			if err := ls[4].Refill(); !errors.Is(err, ErrIVState) {
+				t.Fatalf("failure not sticky: Refill %v", err)
+			}
+			if s.dry.Load() {
+				t.Fatal("a failed source was flagged dry")
+			}
+			if c, err := ls[0].Next(); c != 2 || err != nil { // the rest of [1,3)
+				t.Fatalf("held counter: %d, %v; want 2", c, err)
+			}
+			s.wake()
+			if _, err := ls[0].NextN(2); !errors.Is(err, ErrIVState) {
+				t.Fatalf("draw past the reserved counters: %v", err)
+			}
+			if c, err := ls[3].Next(); c != 8 || err != nil {
+				t.Fatalf("held counter: %d, %v; want 8", c, err)
 			}
 			if f.writes != writes {
 				t.Fatal("sticky-failed source wrote again")
 			}
-			if st := l.Stats(); st.Issued != 8 || st.Stalls != 1 || st.Wasted != 0 {
+			if st := ls[0].Stats(); st.Issued != 2 || st.Stalls != 1 || st.Wasted != 0 {
 				t.Fatalf("lane stats %+v", st)
 			}
-			if st := l2.Stats(); st.Issued != 0 || st.Stalls != 2 {
+			if st := ls[4].Stats(); st.Issued != 0 || st.Stalls != 1 {
 				t.Fatalf("failed lane stats %+v", st)
 			}
 		})
@@ -346,8 +363,8 @@ func TestIVExhaustionNextN(t *testing.T) {
 	}
 }
 
-// drawWait draws from a lane of a running refiller, waiting while the lane
-// is dry.
+// drawWait draws from a lane of a source whose reserver runs, waiting
+// while the source is dry.
 func drawWait(t testing.TB, l *IVLane, n uint64) uint64 {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -377,7 +394,7 @@ func TestIVStateFile(t *testing.T) {
 	dir := t.TempDir()
 	cfg := IVConfig{Path: filepath.Join(dir, "iv.state"), Block: 1000, Span: 100}
 	used := map[uint64]bool{}
-	last := uint64(0)
+	last, start := uint64(0), uint64(1)
 	for proc := range 4 {
 		s, err := OpenIVSource(cfg)
 		if err != nil {
@@ -392,16 +409,18 @@ func TestIVStateFile(t *testing.T) {
 			if t.Failed() {
 				t.FailNow()
 			}
-			if used[c] || c <= last && i == 0 {
+			if used[c] || c < start || c <= last && i == 0 {
 				t.Fatalf("proc %d: counter %d repeated or below the previous run", proc, c)
 			}
 			used[c] = true
 		}
-		// Each lane used 13 ranges of 100 and holds at most a spare:
-		// 2800 counters, in 3 blocks.
-		if st := s.Stats(); st.Reservations != 3 {
-			t.Fatalf("proc %d: %d reservations for 2500 counters in blocks of 1000", proc, st.Reservations)
+		// The lanes took 26 ranges of 100: 3 blocks, and the reserver
+		// may have reserved a fourth (fewer than 500 left ahead).
+		st := s.Stats()
+		if st.Reservations < 3 || st.Reservations > 4 || st.HighWater != start+1000*st.Reservations || st.Next != start+2600 {
+			t.Fatalf("proc %d: stats %+v for 2500 counters in blocks of 1000 from %d", proc, st, start)
 		}
+		start = st.HighWater
 		for c := range used {
 			last = max(last, c)
 		}
@@ -460,6 +479,9 @@ func TestIVConfigValidate(t *testing.T) {
 }
 
 func TestIVLaneAllocs(t *testing.T) {
+	if n := unsafe.Sizeof(IVLane{}); n != 128 {
+		t.Errorf("IVLane is %d bytes, want 128 (adjust its padding)", n)
+	}
 	s := NewVolatileIVSource(IVConfig{})
 	l := s.NewLane()
 	if err := l.Refill(); err != nil {
@@ -481,7 +503,7 @@ func TestIVLaneAllocs(t *testing.T) {
 		t.Errorf("NextN: %v allocs per run", a)
 	}
 	if st := l.Stats(); st.Stalls != 0 {
-		t.Errorf("%d stalls, want 0: a volatile lane refills its spare inline", st.Stalls)
+		t.Errorf("%d stalls, want 0: a volatile source is never dry", st.Stalls)
 	}
 }
 
@@ -628,7 +650,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // within runs f and fails the test if it does not return within 5 s: a
-// draw that blocked on the refiller would hang there.
+// draw that blocked on the reserver would hang there.
 func within[T any](t *testing.T, what string, f func() T) T {
 	t.Helper()
 	ch := make(chan T, 1)
@@ -642,69 +664,68 @@ func within[T any](t *testing.T, what string, f func() T) T {
 	}
 }
 
-// While the refiller waits for a slow fsync, a lane that runs dry fails at
-// once with ErrIVPending (a stall) instead of waiting, and recovers as soon
-// as the refiller publishes its spare. Close waits for the refiller to
-// finish the take it is making, and stops it.
-func TestIVLaneSlowRefiller(t *testing.T) {
+// While the reserver waits for a slow fsync (holding the source's mutex),
+// a lane keeps drawing from the reserved block without blocking, fails at
+// once with ErrIVPending (a stall) when it passes the persisted mark, and
+// recovers as soon as the fsync returns and the reserver publishes the
+// new mark. Stats never waits. Close waits for the reservation in
+// progress and stops the reserver; the lane keeps its range, and takes
+// fail with ErrIVClosed at once.
+func TestIVLaneSlowFsync(t *testing.T) {
 	f := newGateFile()
-	s, err := openSource(f, IVConfig{Block: 8, Span: 4})
+	s, err := openSource(f, IVConfig{Block: 8, Span: 4}) // low-water 4
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.startRefiller()
-	l := s.NewLane()
-	if err := l.Refill(); err != nil { // spare [1,5), reserves [1,9)
+	if err := s.start(time.Millisecond); err != nil { // reserves [1,9)
 		t.Fatal(err)
 	}
-	if c, err := l.Next(); c != 1 || err != nil { // current [1,5): asks for a spare
-		t.Fatalf("first draw: %d, %v", c, err)
-	}
-	waitFor(t, "the spare [5,9)", func() bool { return l.spare.Load() == spareFull })
-
 	f.gated.Store(true)
-	for want := uint64(2); want <= 5; want++ { // 5: the spare comes in and the refiller reserves [9,17)
-		if c, err := l.Next(); c != want || err != nil {
-			t.Fatalf("draw: %d, %v; want %d", c, err, want)
-		}
-	}
-	<-f.entered // the refiller is in fsync, holding the source's mutex
-	for want := uint64(6); want <= 8; want++ {
-		if c, err := l.Next(); c != want || err != nil {
-			t.Fatalf("draw: %d, %v; want %d", c, err, want)
-		}
-	}
+	l := s.NewLane()
 	type result struct {
 		c   uint64
 		err error
 	}
-	for range 3 {
-		r := within(t, "Next on a dry lane", func() result { c, err := l.Next(); return result{c, err} })
-		if !errors.Is(r.err, ErrIVPending) {
-			t.Fatalf("dry lane: %d, %v; want ErrIVPending", r.c, r.err)
+	next := func() result { c, err := l.Next(); return result{c, err} }
+	for want := uint64(1); want <= 8; want++ { // 5: takes [5,9), the reserver reserves [9,17)
+		if r := within(t, "Next", next); r.c != want || r.err != nil {
+			t.Fatalf("draw: %d, %v; want %d", r.c, r.err, want)
 		}
-		r = within(t, "NextN on a dry lane", func() result { c, err := l.NextN(2); return result{c, err} })
+		if want == 5 {
+			<-f.entered // the reserver is in fsync, holding the source's mutex
+		}
+	}
+	for range 3 {
+		if r := within(t, "Next past the mark", next); !errors.Is(r.err, ErrIVPending) {
+			t.Fatalf("past the mark: %d, %v; want ErrIVPending", r.c, r.err)
+		}
+		r := within(t, "NextN past the mark", func() result { c, err := l.NextN(2); return result{c, err} })
 		if !errors.Is(r.err, ErrIVPending) {
-			t.Fatalf("dry lane: %d, %v; want ErrIVPending", r.c, r.err)
+			t.Fatalf("past the mark: %d, %v; want ErrIVPending", r.c, r.err)
 		}
 	}
 	if st := l.Stats(); st.Stalls != 6 || st.Issued != 8 {
-		t.Fatalf("stats while dry %+v", st)
+		t.Fatalf("lane stats while the fsync waits %+v", st)
+	}
+	if st := within(t, "Stats", s.Stats); st.HighWater != 9 || st.Next != 9 || st.Reservations != 1 {
+		t.Fatalf("source stats while the fsync waits %+v", st)
+	}
+	if !s.dry.Load() {
+		t.Fatal("the dry take did not flag the source")
 	}
 
 	f.release <- struct{}{}
-	if c := drawWait(t, l, 1); c != 9 {
-		t.Fatalf("after the refill: %d, want 9", c)
+	if c := drawWait(t, l, 1); c != 9 { // takes [9,13)
+		t.Fatalf("after the fsync: %d, want 9", c)
 	}
-	if st := l.Stats(); st.Issued != 9 || st.Wasted != 0 {
-		t.Fatalf("stats after recovery %+v", st)
+	if st := l.Stats(); st.Issued != 9 || st.Wasted != 0 || st.Stalls < 6 { // drawWait may stall until the mark is published
+		t.Fatalf("lane stats after recovery %+v", st)
 	}
 
-	// Close while the refiller is in fsync: Close waits for it.
-	waitFor(t, "the spare [13,17)", func() bool { return l.spare.Load() == spareFull })
-	for want := uint64(10); want <= 13; want++ { // 13: swaps [13,17) in; the spare [17,21) needs a block
-		if c, err := l.Next(); c != want || err != nil {
-			t.Fatalf("draw: %d, %v; want %d", c, err, want)
+	// Close while the reserver is in fsync: Close waits for it.
+	for want := uint64(10); want <= 13; want++ { // 13: takes [13,17), the reserver reserves [17,25)
+		if r := within(t, "Next", next); r.c != want || r.err != nil {
+			t.Fatalf("draw: %d, %v; want %d", r.c, r.err, want)
 		}
 	}
 	<-f.entered
@@ -712,7 +733,7 @@ func TestIVLaneSlowRefiller(t *testing.T) {
 	go func() { closed <- s.Close() }()
 	select {
 	case <-closed:
-		t.Fatal("Close returned while the refiller was in fsync")
+		t.Fatal("Close returned while the reserver was in fsync")
 	case <-time.After(50 * time.Millisecond):
 	}
 	f.release <- struct{}{}
@@ -722,11 +743,14 @@ func TestIVLaneSlowRefiller(t *testing.T) {
 	select {
 	case <-s.done:
 	default:
-		t.Fatal("refiller still running after Close")
+		t.Fatal("reserver still running after Close")
 	}
-	// The spare published before Close is still the lane's; then the lane
-	// is dry for good.
-	for want := uint64(14); want <= 20; want++ {
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	// The lane's range is still its own; then it is dry for good, although
+	// [17,25) is reserved.
+	for want := uint64(14); want <= 16; want++ {
 		if c, err := l.Next(); c != want || err != nil {
 			t.Fatalf("draw after Close: %d, %v; want %d", c, err, want)
 		}
@@ -737,12 +761,103 @@ func TestIVLaneSlowRefiller(t *testing.T) {
 	if err := l.Refill(); !errors.Is(err, ErrIVClosed) {
 		t.Fatalf("Refill of a closed source: %v", err)
 	}
+	if st := s.Stats(); st.HighWater != 25 || st.Next != 17 || st.Reservations != 3 || f.syncs.Load() != 4 {
+		t.Fatalf("source stats after Close %+v (%d fsyncs)", st, f.syncs.Load())
+	}
 }
 
-// Several lanes, each drawn by its own goroutine while the refiller fills
-// their spares and an observer reads the source's stats, hand out unique
-// counters, across Close and reopen too; run it with -race to check the
-// spare's hand-over. Every Close stops the refiller goroutine.
+// The reserver keeps counters reserved ahead without any lane asking: a
+// lane drawing steadily through several blocks, at a rate far below a
+// Block per period, never finds the source dry. The margins are wide: the
+// lane uses 1/32 of the low-water mark per period (the reserver may lag
+// by 32 periods before the lane could stall). Once the lane stops, the
+// reserver writes nothing more.
+func TestIVReserverKeepsAhead(t *testing.T) {
+	const period = time.Millisecond
+	f := newGateFile()
+	s, err := openSource(f, IVConfig{Block: 1 << 16, Span: 256}) // low-water 1<<15
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.start(period); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := s.NewLane()
+	const perStep = 1024 // four ranges per period
+	steps := 0
+	for l.Stats().Issued < 4<<16 {
+		for range perStep / 64 {
+			if _, err := l.NextN(64); err != nil {
+				t.Fatalf("step %d: %v (lane %+v, source %+v)", steps, err, l.Stats(), s.Stats())
+			}
+		}
+		steps++
+		time.Sleep(period)
+	}
+	st := s.Stats()
+	if st.Reservations < 4 || l.Stats().Stalls != 0 || s.dry.Load() {
+		t.Fatalf("after %d steps: source %+v, lane %+v", steps, st, l.Stats())
+	}
+	if st.HighWater-st.Next < 1<<15 {
+		waitFor(t, "the reserver to catch up", func() bool { st = s.Stats(); return st.HighWater-st.Next >= 1<<15 })
+	}
+	time.Sleep(20 * period)
+	if got := s.Stats(); got.Reservations != st.Reservations || f.syncs.Load() != int64(st.Reservations)+1 {
+		t.Fatalf("idle source reserved again: %+v then %+v", st, got)
+	}
+}
+
+// The reserver of an idle source wakes once per reservePeriod, no more,
+// and reserves nothing.
+func TestIVReserverIdle(t *testing.T) {
+	s, err := OpenIVSource(IVConfig{Path: filepath.Join(t.TempDir(), "iv.state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	time.Sleep(4 * reservePeriod)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	maxWakes := uint64(time.Since(t0)/reservePeriod) + 1
+	if w := s.wakes.Load(); w > maxWakes {
+		t.Fatalf("%d wakes in %v (period %v)", w, time.Since(t0), reservePeriod)
+	}
+	if st := s.Stats(); st.Reservations != 1 || st.HighWater != 1+DefaultIVBlock {
+		t.Fatalf("idle source: %+v", st)
+	}
+}
+
+// The reserver sleeps a full period unless it is behind.
+func TestIVReserverWait(t *testing.T) {
+	const p = 50 * time.Millisecond
+	for _, c := range []struct {
+		dry     bool
+		used    uint64
+		elapsed time.Duration
+		margin  uint64
+		want    time.Duration
+	}{
+		{false, 0, p, 1 << 31, p},
+		{false, 1 << 24, p, 1 << 31, p},        // ~3e8 counters/s: the margin lasts 64 periods
+		{false, 1 << 30, p, 1 << 30, dryPoll},  // the margin lasts 1 period: hurry
+		{false, 1 << 28, 10 * p, 1 << 27, p},   // a burst spread over a longer sleep
+		{true, 0, p, 1 << 31, dryPoll},         // a lane found the source dry
+		{false, 1 << 40, p, math.MaxUint64, p}, // reserved to the end of the space
+		{false, 1 << 20, 0, 1, p},              // no time measured
+	} {
+		if got := reserverWait(p, c.dry, c.used, c.elapsed, c.margin); got != c.want {
+			t.Errorf("reserverWait(dry %v, %d used in %v, margin %d) = %v, want %v", c.dry, c.used, c.elapsed, c.margin, got, c.want)
+		}
+	}
+}
+
+// Several lanes, each drawn by its own goroutine while the reserver
+// reserves ahead and an observer reads the source's stats, hand out unique
+// counters, increasing within each lane, across Close and reopen too; run
+// it with -race to check the takes against the reservations. Every Close
+// stops the reserver goroutine.
 func TestIVLanesConcurrent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "iv.state")
 	cfg := IVConfig{Path: path, Block: 1 << 14, Span: 256}
@@ -786,6 +901,10 @@ func TestIVLanesConcurrent(t *testing.T) {
 						n = 1 + rng.Uint64N(16)
 					}
 					c := drawWait(t, l, n)
+					if k := len(got[i]); k > 0 && c <= got[i][k-1] {
+						t.Errorf("lane %d: counter %d after %d", i, c, got[i][k-1])
+						return
+					}
 					for k := range n {
 						got[i] = append(got[i], c+k)
 					}
@@ -821,11 +940,11 @@ func TestIVLanesConcurrent(t *testing.T) {
 			t.Fatalf("second Close: %v", err)
 		}
 	}
-	waitFor(t, "the refiller goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
+	waitFor(t, "the reserver goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
 }
 
-// A draw from a dry lane (the ErrIVPending path, which asks the refiller)
-// does not allocate either.
+// A draw from a dry source (the ErrIVPending path, which flags the source
+// for the reserver) does not allocate either, nor does a take.
 func TestIVLaneDryAllocs(t *testing.T) {
 	s, err := openSource(newCrashFile(), IVConfig{Block: 8, Span: 4})
 	if err != nil {
@@ -836,8 +955,23 @@ func TestIVLaneDryAllocs(t *testing.T) {
 		if _, err := l.Next(); !errors.Is(err, ErrIVPending) {
 			panic(err)
 		}
-		s.asked.Store(false) // as the refiller would, so that every run asks
+		s.dry.Store(false) // as the reserver would, so that every run flags it
 	}); a != 0 {
 		t.Errorf("dry Next: %v allocs per run", a)
+	}
+	s, err = openSource(newCrashFile(), IVConfig{Block: 1 << 20, Span: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l = s.NewLane()
+	if err := l.Refill(); err != nil {
+		t.Fatal(err)
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		if _, err := l.NextN(4); err != nil { // a take every time
+			panic(err)
+		}
+	}); a != 0 {
+		t.Errorf("NextN taking a range: %v allocs per run", a)
 	}
 }
