@@ -257,25 +257,13 @@ func (n *initiator) sendChunks(now int64, i int32) bool {
 		}
 		s.dataBase = base
 	}
-	for s.sent < s.length {
-		b := o.buffer()
-		if b == nil {
-			return false
-		}
-		k := min(int(s.length-s.sent), o.maxPayload)
-		f := &o.hdr
-		f.DstMAC, f.SrcMAC = s.mac, o.mac
-		f.SrcIP, f.DstIP = o.ip, s.remoteIP
-		f.SrcPort, f.DstPort = o.port, s.pullPort
-		f.Type, f.Status, f.Flags = wire.TypeWriteData, 0, 0
-		f.PID = n.portals.p[s.portal].pid
-		f.Tag = uint64(n.slotBase+abi.SlotID(i))<<32 | uint64(s.seq)
-		f.Region, f.Length, f.Offset = s.pullHandle, uint32(k), uint64(s.sent)
-		aesni.PutResponseNonce(f.IV[:], o.ipb, s.dataBase, uint64(s.sent))
-		fl := wire.Encode(b, f, k)
-		o.seal.sealResponse(s.aead, wire.Sealed(b, k), src[s.sent:s.sent+uint32(k)], wire.IV(b), wire.AAD(b), s.pullIV[:])
-		o.emit(b, fl)
-		s.sent += uint32(k)
-	}
-	return true
+	f := &o.hdr
+	f.DstMAC, f.SrcMAC = s.mac, o.mac
+	f.SrcIP, f.DstIP = o.ip, s.remoteIP
+	f.SrcPort, f.DstPort = o.port, s.pullPort
+	f.Type, f.Status, f.Flags = wire.TypeWriteData, 0, 0
+	f.PID = n.portals.p[s.portal].pid
+	f.Tag = uint64(n.slotBase+abi.SlotID(i))<<32 | uint64(s.seq)
+	f.Region = s.pullHandle
+	return o.stream(s.aead, src, &s.sent, s.dataBase, s.pullIV[:])
 }

@@ -311,27 +311,13 @@ func (r *responder) serve(now int64) int {
 // the rest is sent on a later Poll.
 func (r *responder) stream(e *inbound, rg *region) bool {
 	o := r.out
-	for e.sent < e.length {
-		b := o.buffer()
-		if b == nil {
-			return false
-		}
-		n := min(int(e.length-e.sent), o.maxPayload)
-		f := &o.hdr
-		f.DstMAC, f.SrcMAC = e.mac, o.mac
-		f.SrcIP, f.DstIP = o.ip, e.ip
-		f.SrcPort, f.DstPort = o.udp, e.port
-		f.Type, f.Status, f.Flags = wire.TypeReadResp, 0, 0
-		f.PID, f.Tag, f.Region = e.pid, e.tag, e.region
-		f.Length, f.Offset = uint32(n), uint64(e.sent)
-		aesni.PutResponseNonce(f.IV[:], o.ipb, e.base, uint64(e.sent))
-		fl := wire.Encode(b, f, n)
-		src := e.offset + uint64(e.sent)
-		o.seal.sealResponse(e.aead, wire.Sealed(b, n), rg.mem[src:src+uint64(n)], wire.IV(b), wire.AAD(b), e.iv[:])
-		o.emit(b, fl)
-		e.sent += uint32(n)
-	}
-	return true
+	f := &o.hdr
+	f.DstMAC, f.SrcMAC = e.mac, o.mac
+	f.SrcIP, f.DstIP = o.ip, e.ip
+	f.SrcPort, f.DstPort = o.udp, e.port
+	f.Type, f.Status, f.Flags = wire.TypeReadResp, 0, 0
+	f.PID, f.Tag, f.Region = e.pid, e.tag, e.region
+	return o.stream(e.aead, rg.mem[e.offset:e.offset+uint64(e.length)], &e.sent, e.base, e.iv[:])
 }
 
 // checkRequest decides whether a request may be served. A request whose

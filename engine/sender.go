@@ -118,6 +118,32 @@ func (o *sender) emit(b []byte, n int) {
 	o.st.TxFrames++
 }
 
+// stream sends data[*sent:] as frames of at most maxPayload bytes, each
+// sealed under a straight from data into the frame (one pass, fused with
+// the cipher), its IV the response nonce of base and the frame's offset,
+// curry (the request's or the pull's IV) curried in. The caller has set
+// hdr's addresses, ports, type, PID, tag and region; stream sets each
+// frame's length and offset, and advances *sent. It returns false when it
+// ran out of tx buffers: call it again later.
+func (o *sender) stream(a *aesni.AEAD, data []byte, sent *uint32, base uint64, curry []byte) bool {
+	f := &o.hdr
+	for *sent < uint32(len(data)) {
+		b := o.buffer()
+		if b == nil {
+			return false
+		}
+		off := *sent
+		n := min(len(data)-int(off), o.maxPayload)
+		f.Length, f.Offset = uint32(n), uint64(off)
+		aesni.PutResponseNonce(f.IV[:], o.ipb, base, uint64(off))
+		fl := wire.Encode(b, f, n)
+		o.seal.sealResponse(a, wire.Sealed(b, n), data[off:off+uint32(n)], wire.IV(b), wire.AAD(b), curry)
+		o.emit(b, fl)
+		*sent += uint32(n)
+	}
+	return true
+}
+
 // send transmits a frame that is never addressed to this engine and
 // never sealed (ARP).
 func (o *sender) send(n int) {
