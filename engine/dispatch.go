@@ -17,7 +17,7 @@ import (
 // staging buffer; finish hands the result back to the side, which applies
 // it. Sides never call back into the Core.
 //
-// Opens (the receive side of paper §4.2). Every received message is split
+// Opens (the receive side of paper §4.2): every received message is split
 // in three: prepare (decode, checks, the lookups of its op, slot or pull
 // and of its AEAD; nothing changes but drop counters), the open, and
 // finish (everything the authenticated message does: complete an op,
@@ -30,29 +30,30 @@ import (
 // aesni/mb Batch of its own, apart from the seals': a Batch's results are
 // readable only until its next Add, and finish queues seals; the seal
 // batch also runs at any Tx hook, while the opens must run exactly once
-// per burst). Then
-// one Run (one cgo call) opens them all, and finish runs per frame, in
-// order, with each job's result: the same counters, completions and frames
-// as frame-by-frame processing, in the same order (the IV lane, the tx
-// buffers and the NACK threshold are taken in finish).
+// per burst). Then one Run (one cgo call) opens them all, and finish runs
+// per frame, in order, with each job's result: the same counters,
+// completions and frames as frame-by-frame processing, in the same order
+// (the IV lane, the tx buffers and the NACK threshold are taken in
+// finish).
 //
 // The rules that keep that promise (endBurst runs what is queued, i.e.
 // "ends the batch", before the frame that would break them, which is then
 // prepared again against the new state):
 //   - Two frames for one destination: a READ's chunk or a WRITE's staging
 //     chunk whose units are pending (slot.pending, pullCtx.pending), or an
-//     answer or a pull for a slot with anything pending (pendingOf). Without it a
-//     forged copy next to the genuine chunk would zero (OpenResponseDirect
-//     on failure) what the genuine one wrote, or a duplicate be counted as
-//     data twice.
+//     answer or a pull for a slot with anything pending (pendingOf).
+//     Without it a forged copy next to the genuine chunk would zero
+//     (OpenResponseDirect on failure) what the genuine one wrote, or a
+//     duplicate be counted as data twice.
 //   - A frame whose finish changes what a later prepare looks up: a
 //     completion frees a slot (only after all of its units arrived, so no
 //     other chunk of it can be pending; an answer or pull makes the slot
 //     all-pending), a commit ends a pull (likewise), a remote REKEY's data
 //     installs a key that later requests are checked against: that one
 //     runs alone (endBurst before it, a synchronous open: rekeyData), as
-//     does a frame whose AEAD has left its cache (no mb.Key). finish re-validates the
-//     slot (state, seq) and the pull (used, gen) all the same.
+//     does a frame whose AEAD has left its cache (no mb.Key). finish
+//     re-validates the slot (state, seq) and the pull (used, gen) all the
+//     same.
 //   - ARP runs after endBurst (its answers and the frames it releases go
 //     out after those of the frames before it).
 //
