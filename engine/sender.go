@@ -26,10 +26,10 @@ type sender struct {
 
 	// Frames addressed to this engine itself loop back inside the core
 	// (unless HairpinSelf): switches do not return a frame to the port it
-	// came from. A fixed ring of frame copies, received by Core.runLoop.
-	loop     ring[loopFrame]
-	selfLoop bool
-	st       *Stats
+	// came from. A fixed ring of frame copies, received by Core.runLoop;
+	// it has no buffers with HairpinSelf.
+	loop ring[loopFrame]
+	st   *Stats
 }
 
 // loopFrame is one frame of the self-loop: its buffer (allocated in New)
@@ -54,10 +54,9 @@ func newSender(cfg *Config, tx Tx, st *Stats) *sender {
 		port:       cfg.UDPPort + cfg.CoreID,
 		udp:        cfg.UDPPort,
 		maxPayload: min(wire.MaxPayload(cfg.MTU), abi.MaxOpBytes),
-		selfLoop:   !cfg.HairpinSelf,
 		st:         st,
 	}
-	if o.selfLoop {
+	if !cfg.HairpinSelf {
 		o.loop = newRing[loopFrame](selfLoopFrames)
 		for i := range o.loop.buf {
 			o.loop.buf[i].b = make([]byte, wire.EthLen+cfg.MTU)
@@ -100,7 +99,7 @@ func (o *sender) counters(n uint64) (uint64, bool) {
 // this engine itself, into the self-loop ring. The tx buffer is not sent
 // in that case and Tx.Buffer hands it out again for the next frame.
 func (o *sender) emit(b []byte, n int) {
-	if o.selfLoop && wire.MAC(b[0:6]) == o.mac {
+	if o.loop.buf != nil && wire.MAC(b[0:6]) == o.mac {
 		// The frame is copied (or dropped) and its buffer handed out
 		// again: its seal must be done first.
 		o.seal.run()
