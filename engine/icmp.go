@@ -88,14 +88,12 @@ func (p *icmp) receive(now int64, frame []byte) {
 }
 
 // ours reports whether the datagram a fragmentation-needed message
-// quotes is one this core sent: UDP from the engine's address and from
-// one of the two ports the core sends from (UDPPort: answers to
-// requests; UDPPort+CoreID: requests, pulls and WRITE data). On a port
-// the kernel shares, the host's own UDP traffic from the same address
-// is not taken for the engine's.
+// quotes is one the engine sent: UDP from the engine's address. The
+// address is the engine's alone on its port (the kernel's side of the
+// link has none), so no other UDP comes from it; the quoted ports are
+// not checked, whichever of its cores and ports the engine sent from.
 func (p *icmp) ours(m *wire.ICMP) bool {
-	return m.InnerSrcIP == p.out.ip && m.InnerProtocol == wire.ProtoUDP &&
-		(m.InnerSrcPort == p.out.udp || m.InnerSrcPort == p.out.port)
+	return m.InnerSrcIP == p.out.ip && m.InnerProtocol == wire.ProtoUDP
 }
 
 // echo answers the echo request msg (whose headers are in p.h) when its

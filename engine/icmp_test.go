@@ -300,18 +300,18 @@ func TestFragNeeded(t *testing.T) {
 			return fragNeeded(wire.MAC{2, 0, 0, 0, 0, 1}, ipOf("10.0.0.1"), q, 576)
 		}
 		forged := [][]byte{
-			forge(func(ip []byte) { ip[12] = 192 }),                                // another source address
-			forge(func(ip []byte) { ip[9] = 6 }),                                   // TCP
-			forge(func(ip []byte) { binary.BigEndian.PutUint16(ip[20:], 53) }),     // another source port (the host's own traffic)
-			forge(func(ip []byte) { binary.BigEndian.PutUint16(ip[20:], 4792+1) }), // another core's port
+			forge(func(ip []byte) { ip[12] = 192 }),           // another source address
+			forge(func(ip []byte) { ip[15] = 2 }),             // the peer's address
+			forge(func(ip []byte) { ip[9] = 6 }),              // TCP
+			forge(func(ip []byte) { ip[9] = wire.ProtoICMP }), // ICMP (a ping of ours, were there any)
 		}
 		rx(p.a, p.now, forged...)
 		s = p.a.Stats()
 		if s.ICMPFragNeeded != 1 || s.FragNeededDst != ipOf("10.0.0.2") || s.FragNeededMTU != 1280 || s.RxICMPOther != uint64(len(forged)) {
 			t.Fatalf("after forgeries: %+v", s)
 		}
-		// A frame from UDPPort (b's answer to a request): counted, an RFC
-		// 792 router's MTU 0 recorded as is.
+		// A frame from the other side of an op (b's answer to a request):
+		// counted, an RFC 792 router's MTU 0 recorded as is.
 		resp := p.serve(req)
 		if len(resp) == 0 {
 			t.Fatal("no response")
