@@ -70,6 +70,14 @@ type Config struct {
 	ResolveTimeout  time.Duration // peer MAC unknown for this long: UNREACHABLE
 	ARPRetry        time.Duration // interval between ARP requests for one address
 
+	// ICMPRate is how many ICMP echo requests to the engine's address the
+	// core answers per second at most (a token bucket on the time the
+	// core is given), ICMPBurst how many at once after a quiet spell. 0
+	// turns echo replies off. Every echo request is counted, answered or
+	// not (Stats.ICMPEchoReplies, ICMPRateLimited).
+	ICMPRate  int
+	ICMPBurst int
+
 	// HairpinSelf sends frames addressed to this engine itself out of the
 	// port, for ports that reflect them (net_ring loopback: the benchmark
 	// that measures one core's full per-op cost including port I/O).
@@ -141,6 +149,8 @@ func DefaultConfig() Config {
 		Timeout:         10 * time.Millisecond,
 		ResolveTimeout:  50 * time.Millisecond,
 		ARPRetry:        5 * time.Millisecond,
+		ICMPRate:        1000,
+		ICMPBurst:       50,
 		NeighborTable:   256,
 		ReplayPeers:     256,
 		KeyCache:        4096,
@@ -193,6 +203,10 @@ func (c *Config) Validate() error {
 		return bad("ResolveTimeout", c.ResolveTimeout)
 	case c.ARPRetry <= 0:
 		return bad("ARPRetry", c.ARPRetry)
+	case c.ICMPRate < 0 || c.ICMPRate > maxICMPRate:
+		return bad("ICMPRate", c.ICMPRate)
+	case c.ICMPBurst < 0 || c.ICMPBurst > maxICMPBurst || (c.ICMPRate > 0 && c.ICMPBurst < 1):
+		return bad("ICMPBurst", c.ICMPBurst)
 	case c.IV == nil:
 		return bad("IV", "nil (no IV source)")
 	case c.KeyCache < 1 || c.KeyCache > 1<<20:

@@ -34,7 +34,7 @@ var (
 // initiator (the CST, its lists and arbiter, the ops' timers and answers),
 // the responder (inbound queues, serving, pulls, replay windows), the
 // portals and their completions, the region table, the neighbor table and
-// ARP, the window both sides debit, and the sender (Tx, IV lane, seal
+// ARP, ICMP, the window both sides debit, and the sender (Tx, IV lane, seal
 // backend, self-loop). The Core itself dispatches (Poll, the receive walk
 // of dispatch.go) and runs the control plane.
 type Core struct {
@@ -45,6 +45,7 @@ type Core struct {
 	portals  *portalTable
 	nbr      *nbrTable
 	arp      *arp
+	icmp     *icmp // IPv4 below OneRMA: echo replies, fragmentation needed, hygiene counters
 	ini      *initiator
 	srv      *responder
 	reserved *aesni.AEAD // the reserved key: REMOTE_AUTHENTICATION_FAILURE answers
@@ -82,6 +83,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 	c.portals = newPortalTable(cfg.Portals, cfg.CoreID, &c.stats)
 	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Neighbors)
 	c.arp = &arp{t: c.nbr, out: c.out, st: &c.stats}
+	c.icmp = newICMP(&c.cfg, c.out, &c.stats)
 	seed := cfg.CacheSeed
 	if seed == 0 {
 		var b [8]byte

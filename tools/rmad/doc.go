@@ -38,6 +38,14 @@
 //	rmad -vdev net_tap0,iface=onerma0 -port-name net_tap0 -ip 10.0.0.1 \
 //	     -socket /run/onerma/rmad.sock -poll-mode busy -cpu 1
 //
+// ICMP: the engine answers ping to its address, at most engine.icmp_rate
+// replies a second (-icmp-rate; 0: none) and engine.icmp_burst at once
+// (-icmp-burst). Every second rmad looks at the core's record of ICMP
+// "fragmentation needed" about the engine's frames and, when new ones
+// came, logs a warning with the latest destination, the next-hop MTU the
+// router reported and the engine's MTU: the engine does not lower its
+// MTU on such an unauthenticated message; a route's mtu does.
+//
 // Fault injection (tests): a "fault" section (or the -fault-* flags) with
 // any probability above zero wraps the DPDK port in an engine/faultport
 // (drop, duplicate, reorder, delay; rx, tx or both; seeded); its counters

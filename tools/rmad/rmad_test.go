@@ -198,6 +198,8 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-vdev", "net_ring0", "-port-name", "net_tap0"}, "does not create"},
 		{[]string{"-burst", "0"}, "port.burst"},
 		{[]string{"-hugetlb", "always"}, "Hugetlb"},
+		{[]string{"-icmp-rate", "-1"}, "ICMPRate"},
+		{[]string{"-icmp-burst", "0"}, "ICMPBurst"},
 	}
 	for _, tt := range invalid {
 		cfg, _, err := loadConfig(tt.args, &bytes.Buffer{})
