@@ -86,6 +86,7 @@ type Stats struct {
 	ReqQueueMax     uint64 // deepest inbound queue seen
 	ARPRequests     uint64
 	ARPReplies      uint64
+	NoRoute         uint64 // ops completed UNREACHABLE at once: no route to their destination
 	WindowInUse     uint64 // bytes debited now
 	SlotsInUse      uint64 // slots allocated to portals now
 	OpsInFlight     uint64 // ops posted and not completed now

@@ -29,6 +29,17 @@ type Config struct {
 	UDPPort  uint16 // base UDP port of the engine (default 4792)
 	MTU      int    // IPv4 MTU of the port (default 1500)
 
+	// Routing (route.go), as a host does it: Subnet is the on-link
+	// prefix LocalIP lies in (zero: every destination is on-link, ARP
+	// asks for the destination itself); Gateway, which must be on-link,
+	// is the next hop of every destination no longer prefix matches
+	// (zero: none, such ops are UNREACHABLE at once); Routes are static
+	// routes, at most MaxRoutes. The connected Subnet, the default route
+	// through Gateway and Routes take part in one longest-prefix match.
+	Subnet  netip.Prefix
+	Gateway netip.Addr
+	Routes  []Route
+
 	Slots    int        // command slots owned by this core (CST partition)
 	SlotBase abi.SlotID // global id of this core's first slot
 	Regions  int        // registered region table entries (RRT); at most 65535
@@ -211,5 +222,5 @@ func (c *Config) Validate() error {
 			return bad("Neighbors", n.IP)
 		}
 	}
-	return nil
+	return c.validateRoutes(bad)
 }

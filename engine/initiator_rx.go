@@ -265,5 +265,5 @@ func (n *initiator) sendChunks(now int64, i int32) bool {
 	f.PID = n.portals.p[s.portal].pid
 	f.Tag = uint64(n.slotBase+abi.SlotID(i))<<32 | uint64(s.seq)
 	f.Region = s.pullHandle
-	return o.stream(s.aead, src, &s.sent, s.dataBase, s.pullIV[:])
+	return o.stream(s.aead, src, int(s.chunk), &s.sent, s.dataBase, s.pullIV[:])
 }

@@ -12,6 +12,7 @@ import (
 // inbound is one queued request at the serving side.
 type inbound struct {
 	op      abi.Op // OpRead, OpWrite or OpRekey
+	chunk   uint16 // a READ's: the most data per response frame (its route's MTU)
 	ip      uint32
 	mac     wire.MAC
 	port    uint16
@@ -72,6 +73,7 @@ type responder struct {
 	out     *sender
 	win     *window
 	regions *regionTable
+	routes  *routeTable
 	st      *Stats
 }
 
@@ -92,6 +94,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 		out:           parts.out,
 		win:           parts.win,
 		regions:       parts.regions,
+		routes:        parts.routes,
 		st:            &parts.stats,
 	}
 	for k := range r.inq {
@@ -205,7 +208,12 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 	*e = inbound{
 		op: w.op, ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
-		aead: a, iv: f.IV,
+		aead: a, iv: f.IV, chunk: uint16(r.out.maxPayload),
+	}
+	if w.op == abi.OpRead { // its data goes back at most its route's MTU per frame
+		if rt := r.routes.lookup(f.SrcIP); rt != nil {
+			e.chunk = uint16(rt.maxPayload)
+		}
 	}
 }
 
@@ -307,8 +315,9 @@ func (r *responder) serve(now int64) int {
 
 // stream sends the rest of READ request e from region rg, each response
 // sealed straight from region memory into the frame (the data moves once,
-// fused with the cipher). It returns false when it ran out of tx buffers:
-// the rest is sent on a later Poll.
+// fused with the cipher), at most e.chunk bytes a frame, to the MAC the
+// request came from. It returns false when it ran out of tx buffers: the
+// rest is sent on a later Poll.
 func (r *responder) stream(e *inbound, rg *region) bool {
 	o := r.out
 	f := &o.hdr
@@ -317,7 +326,7 @@ func (r *responder) stream(e *inbound, rg *region) bool {
 	f.SrcPort, f.DstPort = o.udp, e.port
 	f.Type, f.Status, f.Flags = wire.TypeReadResp, 0, 0
 	f.PID, f.Tag, f.Region = e.pid, e.tag, e.region
-	return o.stream(e.aead, rg.mem[e.offset:e.offset+uint64(e.length)], &e.sent, e.base, e.iv[:])
+	return o.stream(e.aead, rg.mem[e.offset:e.offset+uint64(e.length)], int(e.chunk), &e.sent, e.base, e.iv[:])
 }
 
 // checkRequest decides whether a request may be served. A request whose

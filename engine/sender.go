@@ -19,8 +19,8 @@ type sender struct {
 	ipb  [4]byte // ip as the IV's address part
 	port uint16  // UDPPort+CoreID: answers to this core's ops and its pulls come here
 	udp  uint16  // UDPPort: requests come here
-	// maxPayload is the most data one frame carries (the MTU's, at most
-	// one op's).
+	// maxPayload is the most data one frame carries on the port (the
+	// MTU's, at most one op's); a route may set less (routeTable).
 	maxPayload int
 	hdr        wire.Fields // the header of the frame being encoded
 
@@ -117,14 +117,14 @@ func (o *sender) emit(b []byte, n int) {
 	o.st.TxFrames++
 }
 
-// stream sends data[*sent:] as frames of at most maxPayload bytes, each
+// stream sends data[*sent:] as frames of at most chunk bytes, each
 // sealed under a straight from data into the frame (one pass, fused with
 // the cipher), its IV the response nonce of base and the frame's offset,
 // curry (the request's or the pull's IV) curried in. The caller has set
 // hdr's addresses, ports, type, PID, tag and region; stream sets each
 // frame's length and offset, and advances *sent. It returns false when it
 // ran out of tx buffers: call it again later.
-func (o *sender) stream(a *aesni.AEAD, data []byte, sent *uint32, base uint64, curry []byte) bool {
+func (o *sender) stream(a *aesni.AEAD, data []byte, chunk int, sent *uint32, base uint64, curry []byte) bool {
 	f := &o.hdr
 	for *sent < uint32(len(data)) {
 		b := o.buffer()
@@ -132,7 +132,7 @@ func (o *sender) stream(a *aesni.AEAD, data []byte, sent *uint32, base uint64, c
 			return false
 		}
 		off := *sent
-		n := min(len(data)-int(off), o.maxPayload)
+		n := min(len(data)-int(off), chunk)
 		f.Length, f.Offset = uint32(n), uint64(off)
 		aesni.PutResponseNonce(f.IV[:], o.ipb, base, uint64(off))
 		fl := wire.Encode(b, f, n)
