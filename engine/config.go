@@ -80,6 +80,13 @@ type Config struct {
 	PullIdleTimeout time.Duration
 	ResolveTimeout  time.Duration // peer MAC unknown for this long: UNREACHABLE
 	ARPRetry        time.Duration // interval between ARP requests for one address
+	// NeighborReachable is how long a neighbor's MAC is good for after
+	// a reply to this core's own ARP request confirmed it (neighbor.go).
+	// An op that uses it past 3/4 of that time sends a new request
+	// (at most one per ARPRetry) while it and others keep using the MAC;
+	// when no reply came by the end, the entry expires and ops wait for
+	// resolution as for a new neighbor. Static entries never age.
+	NeighborReachable time.Duration
 
 	// HairpinSelf sends frames addressed to this engine itself out of the
 	// port, for ports that reflect them (net_ring loopback: the benchmark
@@ -135,27 +142,28 @@ const ArbitrationBytes = abi.MaxOpBytes
 // idle-backoff mode). Benchmarks and the simulator override the timeouts.
 func DefaultConfig() Config {
 	return Config{
-		LocalIP:         netip.MustParseAddr("10.0.0.1"),
-		LocalMAC:        wire.MAC{0x02, 0, 0, 0, 0, 1},
-		UDPPort:         4792,
-		MTU:             1500,
-		Slots:           1024,
-		Regions:         1024,
-		Portals:         64,
-		WindowBytes:     256 << 10,
-		HighBurst:       8,
-		InboundQueue:    1024,
-		NackThreshold:   768,
-		ServeBudget:     64,
-		PullContexts:    128,
-		DispatchTimeout: 2 * time.Millisecond,
-		Timeout:         10 * time.Millisecond,
-		ResolveTimeout:  50 * time.Millisecond,
-		ARPRetry:        5 * time.Millisecond,
-		NeighborTable:   256,
-		ReplayPeers:     256,
-		KeyCache:        4096,
-		Crypto:          CryptoGo,
+		LocalIP:           netip.MustParseAddr("10.0.0.1"),
+		LocalMAC:          wire.MAC{0x02, 0, 0, 0, 0, 1},
+		UDPPort:           4792,
+		MTU:               1500,
+		Slots:             1024,
+		Regions:           1024,
+		Portals:           64,
+		WindowBytes:       256 << 10,
+		HighBurst:         8,
+		InboundQueue:      1024,
+		NackThreshold:     768,
+		ServeBudget:       64,
+		PullContexts:      128,
+		DispatchTimeout:   2 * time.Millisecond,
+		Timeout:           10 * time.Millisecond,
+		ResolveTimeout:    50 * time.Millisecond,
+		ARPRetry:          5 * time.Millisecond,
+		NeighborReachable: 30 * time.Second,
+		NeighborTable:     256,
+		ReplayPeers:       256,
+		KeyCache:          4096,
+		Crypto:            CryptoGo,
 	}
 }
 
@@ -204,6 +212,8 @@ func (c *Config) Validate() error {
 		return bad("ResolveTimeout", c.ResolveTimeout)
 	case c.ARPRetry <= 0:
 		return bad("ARPRetry", c.ARPRetry)
+	case c.NeighborReachable <= 0:
+		return bad("NeighborReachable", c.NeighborReachable)
 	case c.IV == nil:
 		return bad("IV", "nil (no IV source)")
 	case c.KeyCache < 1 || c.KeyCache > 1<<20:

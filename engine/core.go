@@ -83,7 +83,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 	c.portals = newPortalTable(cfg.Portals, cfg.CoreID, &c.stats)
 	c.routes = newRouteTable(&c.cfg)
 	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Neighbors)
-	c.arp = &arp{t: c.nbr, out: c.out, st: &c.stats}
+	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats)
 	seed := cfg.CacheSeed
 	if seed == 0 {
 		var b [8]byte

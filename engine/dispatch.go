@@ -176,7 +176,7 @@ func (c *Core) receive(now int64, frame []byte) {
 func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
 	switch wire.EtherType(frame) {
 	case wire.EtherTypeARP:
-		if ip, mac, ok := c.arp.receive(frame); ok {
+		if ip, mac, ok := c.arp.receive(now, frame); ok {
 			c.ini.resolved(now, ip, mac)
 		}
 		return false

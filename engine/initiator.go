@@ -252,13 +252,13 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 		return
 	}
 	s.hop, s.chunk = rt.nextHop(cmd.RemoteAddr), uint16(rt.maxPayload)
-	if e := n.nbr.lookup(s.hop, true); e == nil {
+	e := n.nbr.lookup(s.hop, true)
+	if e == nil {
 		s.state = slotQueued
 		n.complete(now, int32(idx), abi.StatusUnreachable)
 		return
-	} else if e.state == nbrResolved || e.state == nbrStatic {
-		s.mac = e.mac
-	} else { // wait for the next hop's MAC
+	}
+	if !n.arp.usable(now, e) { // wait for the next hop's MAC
 		s.state = slotResolving
 		n.pushBack(listResolving, int32(idx))
 		if now-e.lastReq >= n.arpRetry {
@@ -269,6 +269,7 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 		}
 		return
 	}
+	s.mac = e.mac
 	n.enqueue(now, int32(idx))
 }
 

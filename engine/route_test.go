@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/wire"
@@ -237,6 +238,7 @@ func TestRouteConfigRejects(t *testing.T) {
 			c.Routes = []Route{{Dst: p("10.9.0.0/16"), Via: a("10.1.0.9")}, {Dst: p("10.9.1.0/16"), Via: a("10.1.0.8")}}
 		}, "Routes[1].Dst"},
 		{"too many routes", func(c *Config) { c.Routes = make([]Route, MaxRoutes+1) }, "Routes"},
+		{"reachable", func(c *Config) { c.NeighborReachable = 0 }, "NeighborReachable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := routedConfig("10.1.0.2", 1)
@@ -262,7 +264,8 @@ func TestRouteConfigRejects(t *testing.T) {
 	}
 }
 
-// The routed data path allocates nothing per op: the route lookup and a
+// The routed data path allocates nothing per op: the route lookup, the
+// neighbor's aging check (and its refresh, past 3/4 of its time), a
 // route's chunk size on both sides.
 func TestRoutedHotPathAllocs(t *testing.T) {
 	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
@@ -270,6 +273,8 @@ func TestRoutedHotPathAllocs(t *testing.T) {
 		c.Subnet = netip.MustParsePrefix(c.LocalIP.String() + "/24")
 		c.Gateway = netip.MustParseAddr("10.0.0.254")
 		c.Routes = []Route{{Dst: netip.MustParsePrefix("10.0.0.0/30"), MTU: 1000}}
+		c.NeighborReachable = 200 * time.Microsecond // refreshed every few ops
+		c.ARPRetry = 50 * time.Microsecond
 	}
 	p := newPair(t, ca, cb)
 	app := openApp(t, p.a, abi.ClassLow, 1)
@@ -302,7 +307,7 @@ func TestRoutedHotPathAllocs(t *testing.T) {
 	}
 	op() // resolves b
 	allocs := testing.AllocsPerRun(200, op)
-	if allocs != 0 || cpl.Status != abi.StatusOK {
-		t.Fatalf("%v allocs per op, status %v", allocs, cpl.Status)
+	if s := p.a.Stats(); allocs != 0 || cpl.Status != abi.StatusOK || s.NeighborRefreshes == 0 || s.NeighborExpiries != 0 {
+		t.Fatalf("%v allocs per op, status %v, refreshes %d, expiries %d", allocs, cpl.Status, s.NeighborRefreshes, s.NeighborExpiries)
 	}
 }

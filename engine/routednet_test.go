@@ -3,6 +3,7 @@ package engine
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/wire"
@@ -68,6 +69,7 @@ func routedConfig(ip string, mac byte) Config {
 			cfg.Gateway = s.Addr().Next()
 		}
 	}
+	cfg.NeighborReachable = 20 * time.Millisecond
 	return cfg
 }
 
