@@ -20,14 +20,18 @@ type Neighbor struct {
 // Config sizes and tunes one engine core. Every table is allocated once in
 // New from these numbers; nothing grows afterwards.
 type Config struct {
-	// CoreID is this core's index within its engine; responses for ops it
-	// initiated come back to UDP port UDPPort+CoreID, and its slots are
-	// SlotBase .. SlotBase+Slots-1.
+	// CoreID is this core's index within its engine (below
+	// wire.MaxCores): its ops leave from and are answered on its
+	// initiator ports (wire.InitiatorPort: the low six bits are CoreID),
+	// the WRITE data of the pulls it serves comes to UDP port
+	// UDPPort+CoreID, and its slots are SlotBase .. SlotBase+Slots-1.
 	CoreID   uint16
 	LocalIP  netip.Addr
 	LocalMAC wire.MAC
-	UDPPort  uint16 // base UDP port of the engine (default 4792)
-	MTU      int    // IPv4 MTU of the port (default 1500)
+	// UDPPort is the engine's base UDP port (default 4792): requests
+	// come to it; UDPPort+63 must lie below wire.InitiatorPortBase.
+	UDPPort uint16
+	MTU     int // IPv4 MTU of the port (default 1500)
 
 	// Routing (route.go), as a host does it: Subnet is the on-link
 	// prefix LocalIP lies in (zero: every destination is on-link, ARP
@@ -39,6 +43,11 @@ type Config struct {
 	Subnet  netip.Prefix
 	Gateway netip.Addr
 	Routes  []Route
+	// DSCP is the IPv4 DSCP (0..63) of every frame of an op, indexed by
+	// its class of service (abi.ClassLow, abi.ClassHigh): the request,
+	// and the answers, data and pulls of either engine, so a fabric can
+	// honour the two classes.
+	DSCP [abi.NumClass]uint8
 
 	Slots    int        // command slots owned by this core (CST partition)
 	SlotBase abi.SlotID // global id of this core's first slot
@@ -178,8 +187,10 @@ func (c *Config) Validate() error {
 		return bad("LocalIP", c.LocalIP)
 	case c.LocalMAC == (wire.MAC{}) || c.LocalMAC[0]&1 != 0:
 		return bad("LocalMAC (zero or multicast)", c.LocalMAC)
-	case c.UDPPort == 0:
-		return bad("UDPPort", c.UDPPort)
+	case c.CoreID >= wire.MaxCores:
+		return bad("CoreID (at most 63: the low six bits of an initiator port)", c.CoreID)
+	case c.UDPPort == 0 || int(c.UDPPort)+wire.MaxCores > wire.InitiatorPortBase:
+		return bad("UDPPort (1..49088: UDPPort+63 below the initiator ports)", c.UDPPort)
 	case c.MTU < 576 || c.MTU > 9000 || wire.MaxPayload(c.MTU) < wire.ChunkAlign:
 		return bad("MTU", c.MTU)
 	case c.Slots < 1 || c.Slots > 1<<20:
@@ -230,6 +241,11 @@ func (c *Config) Validate() error {
 	for _, n := range c.Neighbors {
 		if !n.IP.Is4() {
 			return bad("Neighbors", n.IP)
+		}
+	}
+	for k, d := range c.DSCP {
+		if d > 63 {
+			return bad(fmt.Sprintf("DSCP[%v] (0..63)", abi.Class(k)), d)
 		}
 	}
 	return c.validateRoutes(bad)

@@ -207,7 +207,7 @@ func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
 		}
 		return c.srv.prepWriteData(frame, payload, w)
 	case wire.TypeReadResp, wire.TypeNack, wire.TypeError, wire.TypeAck, wire.TypePullReq:
-		if f.DstPort != c.out.port {
+		if !c.out.ownsPort(f.DstPort) { // another core's initiator port, or none
 			c.stats.RxDropped++
 			return false
 		}

@@ -34,6 +34,7 @@ type slot struct {
 	remoteIP uint32
 	hop      uint32   // the next hop toward remoteIP (route.go): whose MAC ARP resolves
 	mac      wire.MAC // the next hop's
+	port     uint16   // the op's initiator port (sender.opPort): its frames leave from it, its answers come to it
 	chunk    uint16   // most data per frame toward remoteIP (its route's MTU): a WRITE's chunk size
 	remReg   uint32
 	length   uint32
@@ -389,10 +390,12 @@ func (n *initiator) sendRequest(b []byte, i int32) bool {
 	}
 	o := n.out
 	aesni.PutNonce(s.iv[:], o.ipb, ctr)
+	s.port = o.opPort(i, s.seq)
 	f := &o.hdr
 	f.DstMAC, f.SrcMAC = s.mac, o.mac
 	f.SrcIP, f.DstIP = o.ip, s.remoteIP
-	f.SrcPort, f.DstPort = o.port, o.udp
+	f.SrcPort, f.DstPort = s.port, o.udp
+	f.DSCP = o.dscp[s.class]
 	f.Type, f.Status, f.Flags = wire.TypeReadReq, 0, 0
 	if s.class == abi.ClassHigh { // the serving engine queues it ahead of low-class requests
 		f.Flags = wire.FlagHigh

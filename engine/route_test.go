@@ -238,7 +238,10 @@ func TestRouteConfigRejects(t *testing.T) {
 			c.Routes = []Route{{Dst: p("10.9.0.0/16"), Via: a("10.1.0.9")}, {Dst: p("10.9.1.0/16"), Via: a("10.1.0.8")}}
 		}, "Routes[1].Dst"},
 		{"too many routes", func(c *Config) { c.Routes = make([]Route, MaxRoutes+1) }, "Routes"},
+		{"dscp", func(c *Config) { c.DSCP[abi.ClassHigh] = 64 }, "DSCP[high]"},
 		{"reachable", func(c *Config) { c.NeighborReachable = 0 }, "NeighborReachable"},
+		{"core id", func(c *Config) { c.CoreID = 64 }, "CoreID"},
+		{"udp port range", func(c *Config) { c.UDPPort = 0xC000 - 63 }, "UDPPort"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := routedConfig("10.1.0.2", 1)
@@ -259,6 +262,8 @@ func TestRouteConfigRejects(t *testing.T) {
 	}
 	ok = testConfig("10.0.0.1", 1)
 	ok.Routes = []Route{{Dst: p("10.9.0.0/16"), Via: a("10.0.0.254")}} // no Subnet: every address on-link
+	ok.DSCP = [abi.NumClass]uint8{10, 63}
+	ok.CoreID, ok.UDPPort = 63, 0xC000-64
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +271,7 @@ func TestRouteConfigRejects(t *testing.T) {
 
 // The routed data path allocates nothing per op: the route lookup, the
 // neighbor's aging check (and its refresh, past 3/4 of its time), a
-// route's chunk size on both sides.
+// route's chunk size on both sides, the op's port.
 func TestRoutedHotPathAllocs(t *testing.T) {
 	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
 	for _, c := range []*Config{&ca, &cb} {
