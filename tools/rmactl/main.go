@@ -101,9 +101,9 @@ func stats(sock string, asJSON bool) error {
 		name := strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
 		switch f := v.Field(i); {
 		case f.Kind() == reflect.Uint64:
-			fmt.Printf("%-16s %d\n", name, f.Uint())
+			fmt.Printf("%-19s %d\n", name, f.Uint())
 		case f.Kind() == reflect.String && f.String() != "": // frag_needed_dst
-			fmt.Printf("%-16s %s\n", name, f.String())
+			fmt.Printf("%-19s %s\n", name, f.String())
 		}
 	}
 	for i := 0; i < t.NumField(); i++ {

@@ -24,7 +24,7 @@ const fragWatchPeriod = time.Second
 // the route's MTU.
 type fragWatch struct {
 	log       zerolog.Logger
-	cfg       *Config
+	routes    []engine.Route // the core's routing table, longest prefix first
 	engineMTU int
 	seen      uint64 // ICMPFragNeeded when last looked at
 }
@@ -42,16 +42,22 @@ func (w *fragWatch) check(st *engine.Stats) {
 	binary.BigEndian.PutUint32(a[:], st.FragNeededDst)
 	dst := netip.AddrFrom4(a)
 	w.log.Warn().Str("dst", dst.String()).Uint64("path_mtu", st.FragNeededMTU).Int("engine_mtu", w.engineMTU).
-		Str("route", w.cfg.routeOf(dst)).Uint64("messages", n).
+		Str("route", routeOf(w.routes, dst)).Uint64("messages", n).
 		Msgf("icmp fragmentation needed: dst %s path_mtu %d engine_mtu %d (set engine.routes mtu for this destination)",
 			dst, st.FragNeededMTU, w.engineMTU)
 }
 
-// routeOf names, for the log, the route the engine's frames to dst take.
-// The engine has no routes yet: every destination is on its link. Where
-// routes are configured (engine.routes), this is the place to name the
-// one whose prefix matches dst longest, with its MTU.
-func (c *Config) routeOf(dst netip.Addr) string { return "on-link" }
+// routeOf names, for the log, the route the engine's frames to dst take:
+// the first of table (longest prefix first) whose prefix holds dst, as
+// `ip route` shows it, or "none".
+func routeOf(table []engine.Route, dst netip.Addr) string {
+	for _, r := range table {
+		if r.Dst.Contains(dst) {
+			return r.String()
+		}
+	}
+	return "none"
+}
 
 // watchFragNeeded runs w every period on the core's counters, read on
 // the poll loop's own goroutine (runner.Exec: the loop copies them

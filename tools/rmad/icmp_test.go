@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -51,8 +52,12 @@ func TestICMPConfig(t *testing.T) {
 // many came; nothing when none came.
 func TestFragWatch(t *testing.T) {
 	var out bytes.Buffer
-	cfg := defaultConfig()
-	w := &fragWatch{log: zerolog.New(&out), cfg: &cfg, engineMTU: 1500}
+	ec := engine.Config{
+		Subnet:  netip.MustParsePrefix("10.1.0.0/24"),
+		Gateway: netip.MustParseAddr("10.1.0.1"),
+		Routes:  []engine.Route{{Dst: netip.MustParsePrefix("10.2.0.0/16"), Via: netip.MustParseAddr("10.1.0.254"), MTU: 1400}},
+	}
+	w := &fragWatch{log: zerolog.New(&out), routes: ec.RoutingTable(), engineMTU: 1500}
 	lines := func() []map[string]any {
 		var ls []map[string]any
 		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
@@ -76,7 +81,7 @@ func TestFragWatch(t *testing.T) {
 	ls := lines()
 	want := "icmp fragmentation needed: dst 10.2.0.2 path_mtu 1280 engine_mtu 1500 (set engine.routes mtu for this destination)"
 	if len(ls) != 1 || ls[0]["message"] != want || ls[0]["level"] != "warn" || ls[0]["dst"] != "10.2.0.2" ||
-		ls[0]["path_mtu"] != 1280.0 || ls[0]["engine_mtu"] != 1500.0 || ls[0]["messages"] != 2.0 || ls[0]["route"] != "on-link" {
+		ls[0]["path_mtu"] != 1280.0 || ls[0]["engine_mtu"] != 1500.0 || ls[0]["messages"] != 2.0 || ls[0]["route"] != "10.2.0.0/16 via 10.1.0.254 mtu 1400" {
 		t.Fatalf("got %v", ls)
 	}
 	w.check(&engine.Stats{ICMPFragNeeded: 2, FragNeededDst: 0x0a020002, FragNeededMTU: 1280})
@@ -84,7 +89,8 @@ func TestFragWatch(t *testing.T) {
 		t.Fatalf("logged again without a new report: %v", ls)
 	}
 	w.check(&engine.Stats{ICMPFragNeeded: 3, FragNeededDst: 0x0a030009, FragNeededMTU: 0})
-	if ls := lines(); len(ls) != 1 || ls[0]["dst"] != "10.3.0.9" || ls[0]["path_mtu"] != 0.0 || ls[0]["messages"] != 1.0 {
+	if ls := lines(); len(ls) != 1 || ls[0]["dst"] != "10.3.0.9" || ls[0]["path_mtu"] != 0.0 || ls[0]["messages"] != 1.0 ||
+		ls[0]["route"] != "0.0.0.0/0 via 10.1.0.1" {
 		t.Fatalf("got %v", ls)
 	}
 }
