@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <stdio.h>
 
@@ -13,6 +14,8 @@
 #include <rte_errno.h>
 #include <rte_lcore.h>
 #include <rte_malloc.h>
+#include <rte_mbuf.h>
+#include <rte_mbuf_pool_ops.h>
 
 /* rte_errno may be 0 after a failure in some paths; never report success. */
 static int errno_or(int fallback)
@@ -61,6 +64,90 @@ struct onerma_ptr_result onerma_pktmbuf_pool_create(const char *name, unsigned i
 	r.p = rte_pktmbuf_pool_create(name, n, cache_size, priv_size, data_room_size, socket_id);
 	r.err = r.p == NULL ? errno_or(ENOMEM) : 0;
 	return r;
+}
+
+/* rte_pktmbuf_pool_create_by_ops (lib/mbuf/rte_mbuf.c) with one flag more:
+ * RTE_MEMPOOL_F_NO_IOVA_CONTIG, so rte_mempool_populate_default packs the
+ * objects back to back in its memzone instead of keeping each within a page
+ * (which leaves a gap at the end of every page). */
+struct onerma_ptr_result onerma_pktmbuf_pool_create_packed(const char *name, unsigned int n,
+							   unsigned int cache_size, uint16_t priv_size,
+							   uint16_t data_room_size, int socket_id)
+{
+	struct onerma_ptr_result r = {NULL, 0};
+	struct rte_pktmbuf_pool_private priv;
+	struct rte_mempool *mp;
+	int ret;
+
+	if (RTE_ALIGN(priv_size, RTE_MBUF_PRIV_ALIGN) != priv_size) {
+		r.err = EINVAL;
+		return r;
+	}
+	memset(&priv, 0, sizeof(priv));
+	priv.mbuf_data_room_size = data_room_size;
+	priv.mbuf_priv_size = priv_size;
+	mp = rte_mempool_create_empty(name, n, sizeof(struct rte_mbuf) + priv_size + data_room_size,
+				      cache_size, sizeof(struct rte_pktmbuf_pool_private), socket_id,
+				      RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+	if (mp == NULL) {
+		r.err = errno_or(ENOMEM);
+		return r;
+	}
+	ret = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), NULL);
+	if (ret == 0) {
+		rte_pktmbuf_pool_init(mp, &priv);
+		ret = rte_mempool_populate_default(mp);
+	}
+	if (ret < 0) {
+		rte_mempool_free(mp);
+		r.err = -ret;
+		return r;
+	}
+	rte_mempool_obj_iter(mp, rte_pktmbuf_init, NULL);
+	r.p = mp;
+	return r;
+}
+
+struct array_check {
+	uintptr_t lo, hi;
+	size_t obj_size;
+	unsigned int outside;
+};
+
+static void array_check_cb(struct rte_mempool *mp, void *opaque, void *obj, unsigned int idx)
+{
+	struct array_check *c = opaque;
+	uintptr_t start = (uintptr_t)obj - mp->header_size;
+	(void)idx;
+	if (start < c->lo || start + c->obj_size > c->hi)
+		c->outside++;
+}
+
+/* The umem of drivers/net/af_xdp/rte_eth_af_xdp.c, v22.11 (xdp_umem_configure,
+ * get_base_addr): from the first memory chunk's address rounded down to a page,
+ * populated_size frames of rte_mempool_calc_obj_size bytes, plus that rounding. */
+unsigned int onerma_mempool_outside_array(struct rte_mempool *mp)
+{
+	struct rte_mempool_memhdr *first = STAILQ_FIRST(&mp->mem_list);
+	struct array_check c;
+	uintptr_t addr;
+
+	if (first == NULL)
+		return 0;
+	addr = (uintptr_t)first->addr;
+	c.obj_size = rte_mempool_calc_obj_size(mp->elt_size, mp->flags, NULL);
+	c.lo = addr & ~((uintptr_t)getpagesize() - 1);
+	c.hi = addr + (uintptr_t)mp->populated_size * c.obj_size;
+	c.outside = 0;
+	rte_mempool_obj_iter(mp, array_check_cb, &c);
+	return c.outside;
+}
+
+unsigned int onerma_mempool_nb_chunks(const struct rte_mempool *mp) { return mp->nb_mem_chunks; }
+
+unsigned int onerma_mempool_obj_size(const struct rte_mempool *mp)
+{
+	return mp->header_size + mp->elt_size + mp->trailer_size;
 }
 
 void onerma_mempool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
