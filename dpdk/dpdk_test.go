@@ -673,6 +673,9 @@ func TestPackedMempool(t *testing.T) {
 	if size < int(room)+128 || size > int(room)+128+3*64 {
 		t.Errorf("ObjectSize() = %d for a data room of %d", size, room)
 	}
+	if s := dpdk.PackedObjectSize(0, room); s != size {
+		t.Errorf("PackedObjectSize(0, %d) = %d, the pool's objects are %d bytes", room, s, size)
+	}
 	mem := packed.Memory()
 	if len(mem) != 1 || len(mem[0]) < n*size {
 		t.Fatalf("packed pool memory: %d ranges, the first %d bytes; want one of >= %d", len(mem), len(mem[0]), n*size)

@@ -69,6 +69,13 @@ func NewPackedPktmbufPool(name string, n, cacheSize uint32, privSize, dataRoom u
 	return m, nil
 }
 
+// PackedObjectSize is the ObjectSize of the mbufs of a pool
+// NewPackedPktmbufPool would make with privSize and dataRoom (the EAL's
+// memory channels are part of the layout: call it after Init).
+func PackedObjectSize(privSize, dataRoom uint16) int {
+	return int(C.onerma_packed_pktmbuf_obj_size(C.uint16_t(privSize), C.uint16_t(dataRoom)))
+}
+
 // ObjectSize is the bytes one object of the pool takes: its header, the
 // mbuf, private area and data room, and its trailer.
 func (m *Mempool) ObjectSize() int { return int(C.onerma_mempool_obj_size(m.p)) }

@@ -145,6 +145,12 @@ unsigned int onerma_mempool_outside_array(struct rte_mempool *mp)
 
 unsigned int onerma_mempool_nb_chunks(const struct rte_mempool *mp) { return mp->nb_mem_chunks; }
 
+unsigned int onerma_packed_pktmbuf_obj_size(uint16_t priv_size, uint16_t data_room_size)
+{
+	return rte_mempool_calc_obj_size(sizeof(struct rte_mbuf) + priv_size + data_room_size,
+					 RTE_MEMPOOL_F_NO_IOVA_CONTIG, NULL);
+}
+
 unsigned int onerma_mempool_obj_size(const struct rte_mempool *mp)
 {
 	return mp->header_size + mp->elt_size + mp->trailer_size;

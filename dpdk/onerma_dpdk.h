@@ -73,6 +73,7 @@ struct onerma_ptr_result onerma_pktmbuf_pool_create_packed(const char *name, uns
  * object size): what DPDK 22.11's net_af_xdp registers as the pool's umem. */
 unsigned int onerma_mempool_outside_array(struct rte_mempool *mp);
 unsigned int onerma_mempool_nb_chunks(const struct rte_mempool *mp);
+unsigned int onerma_packed_pktmbuf_obj_size(uint16_t priv_size, uint16_t data_room_size);
 unsigned int onerma_mempool_obj_size(const struct rte_mempool *mp);
 void onerma_mempool_free(struct rte_mempool *mp);
 unsigned int onerma_mempool_avail(const struct rte_mempool *mp);

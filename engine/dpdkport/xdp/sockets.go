@@ -36,27 +36,25 @@ func Sockets() ([]Socket, error) {
 		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || !strings.HasPrefix(l, "socket:") {
 			continue
 		}
-		opts, err := unix.GetsockoptInt(fd, unix.SOL_XDP, unix.XDP_OPTIONS)
-		if err != nil {
-			continue // not an AF_XDP socket (or closed meanwhile)
-		}
-		s := Socket{FD: fd, ZeroCopy: opts&unix.XDP_OPTIONS_ZEROCOPY != 0}
-		if s.Stats, err = socketStats(fd); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
+		if s, err := ReadSocket(fd); err == nil {
+			out = append(out, s)
+		} // else not an AF_XDP socket (or closed meanwhile)
 	}
 	return out, nil
 }
 
-// socketStats reads an AF_XDP socket's XDP_STATISTICS.
-func socketStats(fd int) (unix.XDPStatistics, error) {
-	var st unix.XDPStatistics
-	n := uint32(unsafe.Sizeof(st))
-	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_STATISTICS,
-		uintptr(unsafe.Pointer(&st)), uintptr(unsafe.Pointer(&n)), 0)
-	if e != 0 {
-		return st, fmt.Errorf("xdp: socket %d: %w", fd, os.NewSyscallError("getsockopt XDP_STATISTICS", e))
+// ReadSocket reads the mode and counters of the AF_XDP socket fd.
+func ReadSocket(fd int) (Socket, error) {
+	opts, err := unix.GetsockoptInt(fd, unix.SOL_XDP, unix.XDP_OPTIONS)
+	if err != nil {
+		return Socket{}, fmt.Errorf("xdp: socket %d: %w", fd, os.NewSyscallError("getsockopt XDP_OPTIONS", err))
 	}
-	return st, nil
+	s := Socket{FD: fd, ZeroCopy: opts&unix.XDP_OPTIONS_ZEROCOPY != 0}
+	n := uint32(unsafe.Sizeof(s.Stats))
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_STATISTICS,
+		uintptr(unsafe.Pointer(&s.Stats)), uintptr(unsafe.Pointer(&n)), 0)
+	if e != 0 {
+		return Socket{}, fmt.Errorf("xdp: socket %d: %w", fd, os.NewSyscallError("getsockopt XDP_STATISTICS", e))
+	}
+	return s, nil
 }

@@ -349,6 +349,9 @@ func TestSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(other)
+	if _, err := ReadSocket(other); err == nil {
+		t.Error("ReadSocket of a UDP socket succeeded")
+	}
 	got, err := Sockets()
 	unix.Close(fd)
 	if err != nil {
