@@ -66,45 +66,70 @@ struct onerma_ptr_result onerma_pktmbuf_pool_create(const char *name, unsigned i
 	return r;
 }
 
-/* rte_pktmbuf_pool_create_by_ops (lib/mbuf/rte_mbuf.c) with one flag more:
- * RTE_MEMPOOL_F_NO_IOVA_CONTIG, so rte_mempool_populate_default packs the
- * objects back to back in its memzone instead of keeping each within a page
- * (which leaves a gap at the end of every page). */
-struct onerma_ptr_result onerma_pktmbuf_pool_create_packed(const char *name, unsigned int n,
-							   unsigned int cache_size, uint16_t priv_size,
-							   uint16_t data_room_size, int socket_id)
+static void memzone_free_cb(struct rte_mempool_memhdr *memhdr, void *opaque)
+{
+	(void)memhdr;
+	rte_memzone_free(opaque);
+}
+
+/* rte_pktmbuf_pool_create_by_ops (lib/mbuf/rte_mbuf.c) with objects of exactly
+ * one page (RTE_MEMPOOL_F_NO_SPREAD: no padding beyond the cache line) in a
+ * page-aligned memzone, populated page by page (rte_mempool_populate_virt): the
+ * objects lie back to back, each within its page, and their IO addresses are
+ * right. */
+struct onerma_ptr_result onerma_pktmbuf_pool_create_paged(const char *name, unsigned int n,
+							  unsigned int cache_size, int socket_id)
 {
 	struct onerma_ptr_result r = {NULL, 0};
 	struct rte_pktmbuf_pool_private priv;
+	char mz_name[RTE_MEMZONE_NAMESIZE];
+	const struct rte_memzone *mz;
 	struct rte_mempool *mp;
+	size_t pg = (size_t)getpagesize();
+	unsigned int elt;
 	int ret;
 
-	if (RTE_ALIGN(priv_size, RTE_MBUF_PRIV_ALIGN) != priv_size) {
-		r.err = EINVAL;
+	elt = (unsigned int)pg - RTE_ALIGN_CEIL(sizeof(struct rte_mempool_objhdr), RTE_MEMPOOL_ALIGN);
+	if (pg > UINT16_MAX + sizeof(struct rte_mbuf) ||
+	    rte_mempool_calc_obj_size(elt, RTE_MEMPOOL_F_NO_SPREAD, NULL) != pg) {
+		r.err = EINVAL; /* a debug build's object trailer, or pages too large for a data room */
+		return r;
+	}
+	if (snprintf(mz_name, sizeof(mz_name), "%s_pages", name) >= (int)sizeof(mz_name)) {
+		r.err = ENAMETOOLONG;
 		return r;
 	}
 	memset(&priv, 0, sizeof(priv));
-	priv.mbuf_data_room_size = data_room_size;
-	priv.mbuf_priv_size = priv_size;
-	mp = rte_mempool_create_empty(name, n, sizeof(struct rte_mbuf) + priv_size + data_room_size,
-				      cache_size, sizeof(struct rte_pktmbuf_pool_private), socket_id,
-				      RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+	priv.mbuf_data_room_size = (uint16_t)(elt - sizeof(struct rte_mbuf));
+	mp = rte_mempool_create_empty(name, n, elt, cache_size, sizeof(struct rte_pktmbuf_pool_private),
+				      socket_id, RTE_MEMPOOL_F_NO_SPREAD);
 	if (mp == NULL) {
 		r.err = errno_or(ENOMEM);
 		return r;
 	}
 	ret = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), NULL);
-	if (ret == 0) {
-		rte_pktmbuf_pool_init(mp, &priv);
-		ret = rte_mempool_populate_default(mp);
+	if (ret != 0)
+		goto fail;
+	rte_pktmbuf_pool_init(mp, &priv);
+	mz = rte_memzone_reserve_aligned(mz_name, (size_t)n * pg, socket_id, 0, pg);
+	if (mz == NULL) {
+		ret = -errno_or(ENOMEM);
+		goto fail;
 	}
+	ret = rte_mempool_populate_virt(mp, mz->addr, (size_t)n * pg, pg, memzone_free_cb, (void *)(uintptr_t)mz);
+	if (ret >= 0 && mp->populated_size != n)
+		ret = -ENOBUFS;
 	if (ret < 0) {
-		rte_mempool_free(mp);
-		r.err = -ret;
-		return r;
+		if (mp->nb_mem_chunks == 0) /* else the first chunk's free_cb frees it */
+			rte_memzone_free(mz);
+		goto fail;
 	}
 	rte_mempool_obj_iter(mp, rte_pktmbuf_init, NULL);
 	r.p = mp;
+	return r;
+fail:
+	rte_mempool_free(mp);
+	r.err = -ret;
 	return r;
 }
 
@@ -143,13 +168,7 @@ unsigned int onerma_mempool_outside_array(struct rte_mempool *mp)
 	return c.outside;
 }
 
-unsigned int onerma_mempool_nb_chunks(const struct rte_mempool *mp) { return mp->nb_mem_chunks; }
-
-unsigned int onerma_packed_pktmbuf_obj_size(uint16_t priv_size, uint16_t data_room_size)
-{
-	return rte_mempool_calc_obj_size(sizeof(struct rte_mbuf) + priv_size + data_room_size,
-					 RTE_MEMPOOL_F_NO_IOVA_CONTIG, NULL);
-}
+unsigned int onerma_mempool_header_size(const struct rte_mempool *mp) { return mp->header_size; }
 
 unsigned int onerma_mempool_obj_size(const struct rte_mempool *mp)
 {

@@ -76,35 +76,38 @@ func parseAFXDPVdev(vdev string) (xdp.Vdev, error) {
 	return v, nil
 }
 
-// afxdpDataRoom is the mbuf data room of frames of frameBytes on an
-// AF_XDP port: the kernel writes a frame xdpHeadroom past the mbuf's
-// headroom.
-func afxdpDataRoom(frameBytes int) int { return dpdk.Headroom + xdpHeadroom + frameBytes }
+// afxdpDataRoom is the mbuf data room of an AF_XDP port's mbufs
+// (newPool): a page less the mempool's object header and the struct
+// rte_mbuf (64 and 128 bytes in DPDK 22.11).
+func afxdpDataRoom() int { return os.Getpagesize() - 64 - 128 }
 
-// newPool makes the port's mbuf pool. net_af_xdp (DPDK 22.11) registers
-// the pool's memory with the kernel as an AF_XDP umem in unaligned-chunk
-// mode, one chunk per mbuf, assuming the mbufs lie back to back from the
-// first one (rte_eth_af_xdp.c: xdp_umem_configure); a pool populated page
-// by page leaves a gap at each page's end, the kernel refuses the mbufs
-// beyond the umem's end, and they never come back (half of them in 4 KB
-// pages). A packed pool has no gaps. A chunk may not exceed a page.
-func (a *afxdp) newPool(name string, n, cache uint32, mtu int) (*dpdk.Mempool, error) {
-	room := func(mtu int) uint16 { return uint16(afxdpDataRoom(wire.EthLen + mtu)) }
-	if size, page := dpdk.PackedObjectSize(0, room(mtu)), os.Getpagesize(); size > page {
-		fits := mtu
-		for fits > 68 && dpdk.PackedObjectSize(0, room(fits)) > page {
-			fits--
-		}
-		return nil, fmt.Errorf("%w: engine.mtu %d: an AF_XDP frame buffer (%d bytes with the mbuf and both headrooms) must fit in a page of %d bytes: engine.mtu %d at most",
-			errConfig, mtu, size, page, fits)
-	}
-	pool, err := dpdk.NewPackedPktmbufPool(name, n, cache, 0, room(mtu), dpdk.SocketAny)
+// afxdpMaxMTU is the largest engine.mtu of an AF_XDP port: the kernel
+// writes a received frame xdpHeadroom past the mbuf's headroom.
+func afxdpMaxMTU() int { return afxdpDataRoom() - dpdk.Headroom - xdpHeadroom - wire.EthLen }
+
+// newPool makes the port's mbuf pool, of one page per mbuf. net_af_xdp
+// (DPDK 22.11) registers the pool's memory with the kernel as an AF_XDP
+// umem in unaligned-chunk mode, one chunk per mbuf, assuming the mbufs
+// lie back to back from the first one (rte_eth_af_xdp.c:
+// xdp_umem_configure). A pool whose mbufs each stay within a page without
+// filling it (rte_pktmbuf_pool_create's) leaves a gap at each page's end,
+// the kernel refuses the mbufs beyond the umem's end, and they never come
+// back: half of them in 4 KB pages. And a zero-copy driver refuses chunks
+// that cross a page its DMA mapping does not continue. Page-sized,
+// page-aligned mbufs have neither problem.
+func (a *afxdp) newPool(name string, n, cache uint32, frameBytes int) (*dpdk.Mempool, error) {
+	pool, err := dpdk.NewPagedPktmbufPool(name, n, cache, dpdk.SocketAny)
 	if err != nil {
 		return nil, err
 	}
 	if k := pool.OutsideArray(); k != 0 {
 		pool.Free()
 		return nil, fmt.Errorf("mempool %q: %d of %d mbufs outside the AF_XDP umem net_af_xdp would register", name, k, n)
+	}
+	if room := pool.DataRoom(); dpdk.Headroom+xdpHeadroom+frameBytes > room {
+		pool.Free()
+		return nil, fmt.Errorf("%w: frames of %d bytes do not fit an AF_XDP port's mbufs of one page (%d-byte data room, %d-byte headroom, %d bytes the kernel keeps before a frame): lower engine.mtu",
+			errConfig, frameBytes, room, dpdk.Headroom, xdpHeadroom)
 	}
 	return pool, nil
 }

@@ -572,6 +572,9 @@ func (c *Config) validate() error {
 		if _, err := parseAFXDPVdev(p.Vdev); err != nil {
 			return err
 		}
+		if m := afxdpMaxMTU(); c.Engine.MTU > m {
+			return fmt.Errorf("%w: engine.mtu %d: an AF_XDP port's frames fit one page each here: engine.mtu %d at most", errConfig, c.Engine.MTU, m)
+		}
 	}
 	if _, err := c.faultConfig(); err != nil {
 		return err

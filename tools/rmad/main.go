@@ -116,7 +116,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	// their frames by it.
 	dataRoom := dpdk.Headroom + max(frameBytes, 2048)
 	if xdp.IsAFXDP(cfg.Port.Vdev) {
-		dataRoom = afxdpDataRoom(frameBytes)
+		dataRoom = afxdpDataRoom()
 	}
 	logStartup(log, cfg, frameBytes, dataRoom, &ctlCfg)
 
@@ -162,7 +162,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 
 	var pool *dpdk.Mempool
 	if xp != nil {
-		pool, err = xp.newPool("onerma_mbufs", cfg.Port.Mbufs, cfg.Port.MbufCache, cfg.Engine.MTU)
+		pool, err = xp.newPool("onerma_mbufs", cfg.Port.Mbufs, cfg.Port.MbufCache, frameBytes)
 	} else {
 		pool, err = dpdk.NewPktmbufPool("onerma_mbufs", cfg.Port.Mbufs, cfg.Port.MbufCache, 0, uint16(dataRoom), dpdk.SocketAny)
 	}
