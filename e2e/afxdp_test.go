@@ -30,6 +30,12 @@ const (
 // and an engine started on the same interface removes it and serves again.
 func TestAFXDPVeth(t *testing.T) {
 	needEngines(t)
+	if _, err := exec.LookPath("ping"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip("ping (iputils-ping) not found:", err)
+	}
 	v, err := testbed.NewVethPair(fmt.Sprintf("orx%d", os.Getpid()%1000))
 	if err != nil {
 		if os.Getenv("CI") == "true" {
