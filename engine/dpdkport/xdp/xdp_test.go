@@ -238,7 +238,8 @@ func passProgram(t *testing.T) *ebpf.Program {
 	return p
 }
 
-// vethIn creates a veth pair in this network namespace for the test.
+// veth creates a veth pair in this network namespace for the test and
+// returns one end and its index.
 func veth(t *testing.T) (string, int) {
 	t.Helper()
 	a, b := fmt.Sprintf("oxdp%da", os.Getpid()%10000), fmt.Sprintf("oxdp%db", os.Getpid()%10000)
