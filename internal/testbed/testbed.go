@@ -1,7 +1,7 @@
 // Package testbed starts real OneRMA engines (rmad processes over DPDK
 // vdevs) for the demo, the integration tests and the benchmarks: memif
-// wires, net_ring loopback ports, and af_packet ports on veth pairs between
-// network namespaces; and rmatop processes watching them. It only
+// wires, net_ring loopback ports, and af_packet and AF_XDP ports on veth
+// pairs between network namespaces; and rmatop processes watching them. It only
 // orchestrates processes; it knows the engine through its command line and
 // control socket.
 package testbed
