@@ -36,6 +36,7 @@ type Opts struct {
 type Engine struct {
 	Socket string         // its control socket
 	Runner *runner.Runner // Exec reads the core's (or a wrapper's) state on the loop
+	Server *ctl.Server    // its control server (Stats: the stats reply)
 }
 
 // Start starts an engine (LocalIP IP; 64 slots, 32 regions, 4 portals; a
@@ -83,7 +84,7 @@ func Start(t testing.TB, o Opts) *Engine {
 		srv.Close()
 		r.Stop(context.Background())
 	})
-	return &Engine{Socket: cfg.SocketPath, Runner: r}
+	return &Engine{Socket: cfg.SocketPath, Runner: r, Server: srv}
 }
 
 // Eventually polls cond every millisecond for up to 5 s and fails the test
