@@ -111,3 +111,15 @@ func TestPortalRegionUse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkReadLoopback64MBDelays is BenchmarkReadLoopback64MB with the
+// core keeping delay histograms (Config.Delays, rmad -metrics): their
+// cost per op, one batch at a time. Compare the two in alternation:
+//
+//	go test -c ./engine && taskset -c 1 ./engine.test -test.run '^$' \
+//	  -test.bench 'ReadLoopback64MB(Delays)?$' -test.count 5
+func BenchmarkReadLoopback64MBDelays(b *testing.B) {
+	withCrypto(b, CryptoIPsecMB, func(b *testing.B) {
+		benchOp(b, abi.OpRead, 64, func(c *Config) { c.Delays = new(telemetry.Delays) })
+	})
+}

@@ -11,8 +11,10 @@ type Row struct {
 	// "cpu-ipsec-mb", "isolation-idle", "isolation-loaded",
 	// "isolation-loaded-lowclass", "isolation-loaded-write", "platform",
 	// "loopback-pairs-footprint", "write-pairs", "write-pairs-jumbo",
-	// "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb"
-	// (bench/RESULTS.md describes each).
+	// "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb",
+	// "metrics-eal-no-telemetry", "metrics-eal-telemetry",
+	// "metrics-unscraped", "metrics-scrape" (bench/RESULTS.md describes
+	// each).
 	Setup       string  `json:"setup"`
 	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake"
 	Size        int     `json:"size"`

@@ -32,6 +32,11 @@
 //	    af_packet ports and on AF_XDP ports (af_packet, af_xdp) in
 //	    interleaved rounds, so the ratio af_xdp / af_packet is measured
 //	    (veth.go);
+//	(j) what the EAL's telemetry socket and rmad -metrics cost, unscraped
+//	    and scraped every second (metrics: 64 B read_bw and read_lat on
+//	    the loopback engine started with --no-telemetry, with the socket,
+//	    with -metrics, and with -metrics and a scraper, in interleaved
+//	    rounds; metrics.go);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -72,7 +77,7 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
@@ -230,6 +235,13 @@ func main() {
 	}
 	if want("telemetry") {
 		r, err := telemetryRun(rmad, rmaperf, filepath.Join(*bin, "rmatop"), dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("metrics") {
+		r, err := metricsRun(rmad, rmaperf, dir, *dur)
 		if err != nil {
 			fail(err)
 		}
