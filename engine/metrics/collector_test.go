@@ -317,3 +317,58 @@ func checkHistogram(t *testing.T, pg page, name string, op int, want *telemetry.
 		}
 	}
 }
+
+// BenchmarkScrape is one scrape of an in-process engine with one open
+// portal, through Handler (collection, text encoding): its CPU time off
+// the poll loop. Snapshot, its part on the loop, is BenchmarkSnapshot.
+func BenchmarkScrape(b *testing.B) {
+	col, _ := benchEngine(b)
+	h, err := metrics.Handler(col)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Header.Set("Accept-Encoding", "gzip") // as Prometheus asks
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatalf("HTTP %d", rec.Code)
+		}
+	}
+}
+
+// BenchmarkSnapshot is a core's snapshot alone: the stats reply and the
+// histograms' copy, one runner.Exec; an upper bound of what a scrape
+// holds the poll loop (it includes handing the closure to the loop).
+func BenchmarkSnapshot(b *testing.B) {
+	_, core := benchEngine(b)
+	var s metrics.Snapshot
+	for b.Loop() {
+		if err := core.Snapshot(&s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchEngine is an in-process engine keeping delay histograms, one
+// portal open on it, and a collector of it.
+func benchEngine(b *testing.B) (*metrics.Collector, metrics.Core) {
+	d := new(telemetry.Delays)
+	e := enginetest.Start(b, enginetest.Opts{Engine: func(c *engine.Config) { c.Delays = d }})
+	p, err := portal.Dial(e.Socket, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	if _, err := p.AllocSlots(8); err != nil {
+		b.Fatal(err)
+	}
+	core := coreOf(e, d, metrics.Limits{WindowBytes: 256 << 10, Slots: 64, Portals: 4, Regions: 32})
+	col, err := metrics.NewCollector(metrics.Config{Cores: []metrics.Core{core}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return col, core
+}

@@ -80,6 +80,7 @@ func main() {
 	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
+	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
 	pgoOut := flag.String("pgo", "", "instead of measuring, profile rmad (built -pgo=off) on the loopback engine under the bench's workloads, -D each, and write the merged CPU profile here (scripts/pgo.sh)")
@@ -119,6 +120,9 @@ func main() {
 		if *abRounds < 1 {
 			fail(fmt.Errorf("-ab-rounds %d: want at least 1", *abRounds))
 		}
+	}
+	if metricsRounds < 1 {
+		fail(fmt.Errorf("-metrics-rounds %d: want at least 1", metricsRounds))
 	}
 
 	if want("platform") {

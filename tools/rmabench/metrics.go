@@ -9,8 +9,9 @@ import (
 	"github.com/onerma/onerma/internal/testbed"
 )
 
-// nMetricsRounds is how many interleaved rounds metricsRun runs.
-const nMetricsRounds = 7
+// metricsRounds is how many interleaved rounds metricsRun runs
+// (-metrics-rounds).
+var metricsRounds = 7
 
 // metricsSpecs are what a scrape and the EAL's telemetry socket could
 // cost: the most completions per second (64 B read_bw, so the most
@@ -32,7 +33,7 @@ const (
 const scrapeEvery = time.Second
 
 // metricsRun measures what the EAL's telemetry socket and a Prometheus
-// scrape every second cost: nMetricsRounds interleaved rounds (every
+// scrape every second cost: metricsRounds interleaved rounds (every
 // other round backwards) of the loopback engine started four ways
 // (setupNoTelemetry, setupTelemetry, setupUnscraped, setupScrape), each
 // running
@@ -44,7 +45,7 @@ func metricsRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	run := func(setup string) func() ([]Row, error) {
 		return func() ([]Row, error) { return metricsEngine(rmad, rmaperf, dir, setup, d) }
 	}
-	return interleavedRows(nMetricsRounds, run(setupNoTelemetry), run(setupTelemetry), run(setupUnscraped), run(setupScrape))
+	return interleavedRows(metricsRounds, run(setupNoTelemetry), run(setupTelemetry), run(setupUnscraped), run(setupScrape))
 }
 
 // metricsEngine starts the loopback engine of setup, runs metricsSpecs
