@@ -13,8 +13,8 @@ type Row struct {
 	// "loopback-pairs-footprint", "write-pairs", "write-pairs-jumbo",
 	// "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb",
 	// "metrics-eal-no-telemetry", "metrics-eal-telemetry",
-	// "metrics-unscraped", "metrics-scrape" (bench/RESULTS.md describes
-	// each).
+	// "metrics-histograms", "metrics-unscraped", "metrics-scrape"
+	// (bench/RESULTS.md describes each).
 	Setup       string  `json:"setup"`
 	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake"
 	Size        int     `json:"size"`

@@ -32,11 +32,11 @@
 //	    af_packet ports and on AF_XDP ports (af_packet, af_xdp) in
 //	    interleaved rounds, so the ratio af_xdp / af_packet is measured
 //	    (veth.go);
-//	(j) what the EAL's telemetry socket and rmad -metrics cost, unscraped
-//	    and scraped every second (metrics: 64 B read_bw and read_lat on
-//	    the loopback engine started with --no-telemetry, with the socket,
-//	    with -metrics, and with -metrics and a scraper, in interleaved
-//	    rounds; metrics.go);
+//	(j) what the EAL's telemetry socket and rmad -metrics cost (metrics:
+//	    64 B read_bw and read_lat on the loopback engine started with
+//	    --no-telemetry, with the socket, and with -metrics; then on one
+//	    engine with -metrics, unscraped and scraped every second; each in
+//	    interleaved rounds; metrics.go);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).

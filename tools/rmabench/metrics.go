@@ -9,70 +9,103 @@ import (
 	"github.com/onerma/onerma/internal/testbed"
 )
 
-// metricsRounds is how many interleaved rounds metricsRun runs
-// (-metrics-rounds).
+// metricsRounds is how many interleaved rounds each part of metricsRun
+// runs (-metrics-rounds).
 var metricsRounds = 7
 
 // metricsSpecs are what a scrape and the EAL's telemetry socket could
 // cost: the most completions per second (64 B read_bw, so the most
-// delay batches folded into the core's histograms) and the tail of one
-// op at a time (64 B read_lat p99.9: a scrape's pause of the poll loop,
-// or the garbage collection its allocations cause, lands on a few ops).
+// delay batches added to the core's histograms) and the tail of one op
+// at a time (64 B read_lat p99.9: a scrape's pause of the poll loop, or
+// the garbage collection its allocations cause, lands on a few ops).
 var metricsSpecs = []spec{{"read_bw", 64, 64}, {"read_lat", 64, 1}}
 
-// The setups of metricsRun, each a fresh loopback engine.
+// The setups of metricsRun. The first three start an engine each; the
+// last two are runs on one engine.
 const (
 	setupNoTelemetry = "metrics-eal-no-telemetry" // EAL started with --no-telemetry, no -metrics: the engine before either
 	setupTelemetry   = "metrics-eal-telemetry"    // the EAL's telemetry socket kept (rmad's default), no -metrics
-	setupUnscraped   = "metrics-unscraped"        // telemetry kept, -metrics (the core keeps its delay histograms), never scraped
-	setupScrape      = "metrics-scrape"           // telemetry kept, -metrics, scraped every second
+	setupHistograms  = "metrics-histograms"       // telemetry kept, -metrics (the core keeps delay histograms), not scraped
+	setupUnscraped   = "metrics-unscraped"        // one engine with -metrics: runs while nothing scrapes it
+	setupScrape      = "metrics-scrape"           // the same engine: runs while it is scraped every second
 )
 
-// scrapeEvery is how often the metrics-scrape setup scrapes, as a
+// scrapeEvery is how often the metrics-scrape runs scrape, as a
 // Prometheus would with scrape_interval: 1s.
 const scrapeEvery = time.Second
 
-// metricsRun measures what the EAL's telemetry socket and a Prometheus
-// scrape every second cost: metricsRounds interleaved rounds (every
-// other round backwards) of the loopback engine started four ways
-// (setupNoTelemetry, setupTelemetry, setupUnscraped, setupScrape), each
-// running
-// metricsSpecs for max(2 s, dur) each. Each engine runs on CPU 1, rmaperf
-// and the scraper on CPU 0. The scraped row's note says how many scrapes
-// its run saw.
+// metricsRun measures, on the loopback engine (busy on CPU 1, rmaperf
+// and the scraper on CPU 0), metricsSpecs for max(2 s, dur) each, in two
+// parts of metricsRounds interleaved rounds (every other round
+// backwards):
+//
+//   - what starting the engine differently costs: a fresh engine per run
+//     with --no-telemetry, with the EAL's telemetry socket, and with
+//     -metrics (setupNoTelemetry, setupTelemetry, setupHistograms);
+//   - what a scrape every second costs: one engine with -metrics, runs
+//     while nothing scrapes it and while a scraper does
+//     (setupUnscraped, setupScrape), seconds apart and without the
+//     differences between two starts of an engine (its memory).
+//
+// A scraped row's note says how many scrapes its run saw.
 func metricsRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	d := max(2*time.Second, dur)
-	run := func(setup string) func() ([]Row, error) {
-		return func() ([]Row, error) { return metricsEngine(rmad, rmaperf, dir, setup, d) }
+	start := func(setup string) func() ([]Row, error) {
+		return func() ([]Row, error) {
+			e, addr, err := metricsEngine(rmad, dir, setup)
+			if err != nil {
+				return nil, err
+			}
+			defer e.Stop(10 * time.Second)
+			rows, err := metricsSpecsOn(rmaperf, e.Socket, addr, setup, d)
+			if err != nil {
+				return nil, err
+			}
+			return rows, e.Stop(10 * time.Second)
+		}
 	}
-	return interleavedRows(metricsRounds, run(setupNoTelemetry), run(setupTelemetry), run(setupUnscraped), run(setupScrape))
+	rows, err := interleavedRows(metricsRounds, start(setupNoTelemetry), start(setupTelemetry), start(setupHistograms))
+	if err != nil {
+		return nil, err
+	}
+	e, addr, err := metricsEngine(rmad, dir, setupHistograms)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Stop(10 * time.Second)
+	on := func(setup, scrape string) func() ([]Row, error) {
+		return func() ([]Row, error) { return metricsSpecsOn(rmaperf, e.Socket, scrape, setup, d) }
+	}
+	same, err := interleavedRows(metricsRounds, on(setupUnscraped, ""), on(setupScrape, addr))
+	if err != nil {
+		return nil, err
+	}
+	return append(rows, same...), e.Stop(10 * time.Second)
 }
 
-// metricsEngine starts the loopback engine of setup, runs metricsSpecs
-// on it for d each (scraping it every scrapeEvery meanwhile in
-// setupScrape), and stops it.
-func metricsEngine(rmad, rmaperf, dir, setup string, d time.Duration) ([]Row, error) {
+// metricsEngine starts the loopback engine of setup and returns it and
+// its -metrics address ("": none).
+func metricsEngine(rmad, dir, setup string) (*testbed.Engine, string, error) {
 	const name = "bench-met"
 	var extra []string
 	addr := ""
 	switch setup {
 	case setupNoTelemetry:
 		extra = []string{"-eal", strings.Join(append(testbed.EALArgs(name), "--no-telemetry"), " ")}
-	case setupUnscraped, setupScrape:
+	case setupHistograms:
 		a, err := testbed.MetricsAddr()
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		extra = []string{"-metrics", a}
-		if setup == setupScrape {
-			addr = a
-		}
+		addr, extra = a, []string{"-metrics", a}
 	}
 	e, err := testbed.Start(benchLoopback(rmad, dir, name, "10.99.0.1", "1500", extra...))
-	if err != nil {
-		return nil, err
-	}
-	defer e.Stop(10 * time.Second)
+	return e, addr, err
+}
+
+// metricsSpecsOn runs metricsSpecs on the engine at socket for d each,
+// scraping scrape ("": nothing) every scrapeEvery meanwhile.
+func metricsSpecsOn(rmaperf, socket, scrape, setup string, d time.Duration) ([]Row, error) {
 	var rows []Row
 	for _, s := range metricsSpecs {
 		var (
@@ -81,9 +114,9 @@ func metricsEngine(rmad, rmaperf, dir, setup string, d time.Duration) ([]Row, er
 			scrapes int
 			errs    []error
 		)
-		if addr != "" {
+		if scrape != "" {
 			wg.Add(1)
-			go func() { // the scraper: CPU 0 with rmaperf, as rmabench runs there
+			go func() { // the scraper, on rmabench's CPU (not the engine's)
 				defer wg.Done()
 				t := time.NewTicker(scrapeEvery)
 				defer t.Stop()
@@ -93,28 +126,28 @@ func metricsEngine(rmad, rmaperf, dir, setup string, d time.Duration) ([]Row, er
 						return
 					case <-t.C:
 					}
-					if _, err := testbed.Scrape(addr); err != nil {
+					if _, err := testbed.Scrape(scrape); err != nil {
 						errs = append(errs, err)
 					}
 					scrapes++
 				}
 			}()
 		}
-		r, err := rmaperfRun(rmaperf, "0", s, d, setup, nil, "-ctl", e.Socket, "-self")
+		r, err := rmaperfRun(rmaperf, "0", s, d, setup, nil, "-ctl", socket, "-self")
 		close(stop)
 		wg.Wait()
 		if err != nil {
 			return nil, err
 		}
 		if len(errs) > 0 {
-			return nil, fmt.Errorf("%s: scraping %s: %v", setup, addr, errs[0])
+			return nil, fmt.Errorf("%s: scraping %s: %v", setup, scrape, errs[0])
 		}
-		if addr != "" {
+		if scrape != "" {
 			r.Note = addNote(r.Note, fmt.Sprintf("scraped %d times, every %v", scrapes, scrapeEvery))
 		}
 		rows = append(rows, r)
 	}
-	return rows, e.Stop(10 * time.Second)
+	return rows, nil
 }
 
 // printMetrics prints, per test, the median over rounds of each round's
@@ -135,9 +168,8 @@ func printMetrics(rows []Row) {
 		}
 		for _, c := range []struct{ num, den, label string }{
 			{setupTelemetry, setupNoTelemetry, "EAL telemetry socket kept / --no-telemetry"},
-			{setupUnscraped, setupTelemetry, "-metrics (delay histograms kept) / without"},
-			{setupScrape, setupUnscraped, "-metrics scraped every 1 s / not scraped"},
-			{setupScrape, setupTelemetry, "-metrics scraped every 1 s / without -metrics"},
+			{setupHistograms, setupTelemetry, "-metrics (delay histograms kept), not scraped / without -metrics"},
+			{setupScrape, setupUnscraped, "scraped every 1 s / not scraped, one engine"},
 		} {
 			num, den := by[c.num], by[c.den]
 			n := min(len(num), len(den))
