@@ -218,7 +218,7 @@ func (b *routedBed) burst(src, dst int, op abi.Op, size uint32, within time.Dura
 		} else {
 			src := a.local.Bytes()[off : off+uint64(size)]
 			for i := range src {
-				src[i] = byte(base) ^ byte(i) ^ 0x5a
+				src[i] = byte(base+uint64(k)) ^ byte(i) ^ 0x5a
 			}
 			err = a.p.PostWrite(s, peer, d.rw.ID(), off, writeKey(d.rw, a.p), a.local, off, size, base+uint64(k))
 		}
