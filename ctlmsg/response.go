@@ -86,41 +86,47 @@ type Stats struct {
 	Completed map[string]uint64 `json:"completed"`
 	// CompletedByOp counts completions by op name (READ, WRITE, REKEY;
 	// OTHER for commands naming no valid op) and status name.
-	CompletedByOp   map[string]map[string]uint64 `json:"completed_by_op,omitempty"`
-	Orphaned        uint64                       `json:"orphaned"`
-	EnteredSvc      uint64                       `json:"entered_service"`
-	RxFrames        uint64                       `json:"rx_frames"`
-	RxDropped       uint64                       `json:"rx_dropped"`
-	RxAuthFailed    uint64                       `json:"rx_auth_failed"` // answers to our ops that failed authentication (dropped)
-	RxStale         uint64                       `json:"rx_stale"`
-	RxDuplicate     uint64                       `json:"rx_duplicate"`
-	TxFrames        uint64                       `json:"tx_frames"`
-	TxNoBuffer      uint64                       `json:"tx_no_buffer"`
-	ReqServed       uint64                       `json:"req_served"`
-	ReqNacked       uint64                       `json:"req_nacked"`
-	ReqErrors       uint64                       `json:"req_errors"`
-	ReqAuthFailed   uint64                       `json:"req_auth_failed"` // requests answered REMOTE_AUTHENTICATION_FAILURE
-	ReqReplayed     uint64                       `json:"req_replayed"`    // authenticated requests dropped as replays
-	ReplayEvictions uint64                       `json:"replay_evictions"`
-	Rekeys          uint64                       `json:"rekeys"`        // region keys replaced (local and remote)
-	RemoteRekeys    uint64                       `json:"remote_rekeys"` // of which by REKEY ops from the network
-	IVErrors        uint64                       `json:"iv_errors"`     // messages not sent: no IV counter available
-	ReqExpired      uint64                       `json:"req_expired"`
-	PullsIssued     uint64                       `json:"pulls_issued"`     // WRITEs served: data pulled from their initiators
-	WritesCommitted uint64                       `json:"writes_committed"` // WRITEs whose data all authenticated and was committed
-	PullsExpired    uint64                       `json:"pulls_expired"`    // WRITEs abandoned uncommitted (data incomplete within TIMEOUT)
-	PullsInUse      uint64                       `json:"pulls_in_use"`     // WRITEs being served now
-	ReqQueueMax     uint64                       `json:"req_queue_max"`
-	ARPRequests     uint64                       `json:"arp_requests"`
-	ARPReplies      uint64                       `json:"arp_replies"`
-	WindowInUse     uint64                       `json:"window_in_use"`
-	SlotsInUse      uint64                       `json:"slots_in_use"`
-	OpsInFlight     uint64                       `json:"ops_in_flight"`
-	RingsCorrupt    uint64                       `json:"rings_corrupt"`
-	SelfLoop        uint64                       `json:"self_loop"`
-	Doorbells       uint64                       `json:"doorbells"`
-	DelayBatches    uint64                       `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
-	DelaySamples    uint64                       `json:"delay_samples"` // completions in them
+	CompletedByOp     map[string]map[string]uint64 `json:"completed_by_op,omitempty"`
+	Orphaned          uint64                       `json:"orphaned"`
+	EnteredSvc        uint64                       `json:"entered_service"`
+	RxFrames          uint64                       `json:"rx_frames"`
+	RxDropped         uint64                       `json:"rx_dropped"`
+	RxAuthFailed      uint64                       `json:"rx_auth_failed"` // answers to our ops that failed authentication (dropped)
+	RxStale           uint64                       `json:"rx_stale"`
+	RxDuplicate       uint64                       `json:"rx_duplicate"`
+	TxFrames          uint64                       `json:"tx_frames"`
+	TxNoBuffer        uint64                       `json:"tx_no_buffer"`
+	ReqServed         uint64                       `json:"req_served"`
+	ReqNacked         uint64                       `json:"req_nacked"`
+	ReqErrors         uint64                       `json:"req_errors"`
+	ReqAuthFailed     uint64                       `json:"req_auth_failed"` // requests answered REMOTE_AUTHENTICATION_FAILURE
+	ReqReplayed       uint64                       `json:"req_replayed"`    // authenticated requests dropped as replays
+	ReplayEvictions   uint64                       `json:"replay_evictions"`
+	Rekeys            uint64                       `json:"rekeys"`        // region keys replaced (local and remote)
+	RemoteRekeys      uint64                       `json:"remote_rekeys"` // of which by REKEY ops from the network
+	IVErrors          uint64                       `json:"iv_errors"`     // messages not sent: no IV counter available
+	ReqExpired        uint64                       `json:"req_expired"`
+	PullsIssued       uint64                       `json:"pulls_issued"`     // WRITEs served: data pulled from their initiators
+	WritesCommitted   uint64                       `json:"writes_committed"` // WRITEs whose data all authenticated and was committed
+	PullsExpired      uint64                       `json:"pulls_expired"`    // WRITEs abandoned uncommitted (data incomplete within TIMEOUT)
+	PullsInUse        uint64                       `json:"pulls_in_use"`     // WRITEs being served now
+	ReqQueueMax       uint64                       `json:"req_queue_max"`
+	ARPRequests       uint64                       `json:"arp_requests"`
+	ARPReplies        uint64                       `json:"arp_replies"`
+	ARPUnsolicited    uint64                       `json:"arp_unsolicited"`    // ARP replies ignored: no request of ours was waiting for them
+	ARPGratuitous     uint64                       `json:"arp_gratuitous"`     // gratuitous ARP seen: never learned, a resolved neighbor's is asked again
+	NeighborRefreshes uint64                       `json:"neighbor_refreshes"` // ARP requests re-asking a resolved neighbor (aged 3/4, or its gratuitous ARP)
+	NeighborExpiries  uint64                       `json:"neighbor_expiries"`  // neighbor entries expired unconfirmed
+	NeighborChanges   uint64                       `json:"neighbor_changes"`   // neighbor MACs changed by a reply to our request
+	NoRoute           uint64                       `json:"no_route"`           // ops completed UNREACHABLE at once: no route to their destination
+	WindowInUse       uint64                       `json:"window_in_use"`
+	SlotsInUse        uint64                       `json:"slots_in_use"`
+	OpsInFlight       uint64                       `json:"ops_in_flight"`
+	RingsCorrupt      uint64                       `json:"rings_corrupt"`
+	SelfLoop          uint64                       `json:"self_loop"`
+	Doorbells         uint64                       `json:"doorbells"`
+	DelayBatches      uint64                       `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
+	DelaySamples      uint64                       `json:"delay_samples"` // completions in them
 	// Fault are the counters of the fault-injecting port wrapper
 	// (engine/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).

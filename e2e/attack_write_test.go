@@ -243,13 +243,13 @@ func writeAttacks(t *testing.T, tb *attackBed, run func(string, func(*testing.T)
 		inject(t, tb.tapA, frameData(got)...)
 		data2 := chunksOf(t, tb.tapA, false, wire.TypeWriteData, r2.Tag, 4096)
 		handle := parse(t, data2[0].Data).Region
-		// The first write's data aimed at the second write's pull (handle
-		// and tag rewritten): curried with another pull's IV, it fails
-		// authentication. Then the second write's genuine data (B takes
+		// The first write's data aimed at the second write's pull (handle,
+		// tag and source port, the op's own, rewritten): curried with
+		// another pull's IV, it fails authentication. Then the second write's genuine data (B takes
 		// its link's frames in order, all within the pull's lifetime):
 		// committed once, acknowledged.
 		tb.tapB.Drain()
-		inject(t, tb.tapB, rewriteAll(t, frameData(data1), func(f *wire.Fields) { f.Region, f.Tag = handle, r2.Tag })...)
+		inject(t, tb.tapB, rewriteAll(t, frameData(data1), func(f *wire.Fields) { f.Region, f.Tag, f.SrcPort = handle, r2.Tag, r2.SrcPort })...)
 		inject(t, tb.tapB, frameData(data2)...)
 		ack2, err := tb.tapB.Expect(5*time.Second, fromEngine(func(f *wire.Fields) bool { return f.Type == wire.TypeAck && f.Tag == r2.Tag }))
 		if err != nil {
@@ -459,8 +459,8 @@ func writeAttacks(t *testing.T, tb *attackBed, run func(string, func(*testing.T)
 		nAuth, nStale, nDrop := count(authFail), count(stale), count(dropped)
 
 		// Forged answers to A for its pulled write: an ack under a random
-		// key, the first write's genuine ack re-tagged for this op (curried
-		// with another pull's IV), a NACK (dropped unopened: after the pull
+		// key, the first write's genuine ack re-tagged for this op and sent
+		// to its port (curried with another pull's IV), a NACK (dropped unopened: after the pull
 		// the server never NACKs), the pull again (an op is pulled once).
 		aSrc, aDst := tb.epB, tb.epA
 		aSrc.Port, aDst.Port = pf.SrcPort, rf.SrcPort
@@ -471,7 +471,7 @@ func writeAttacks(t *testing.T, tb *attackBed, run func(string, func(*testing.T)
 		}
 		nForgedAuth := uint64(len(forgedAnswers) - 1) // the NACK is dropped, not opened
 		if ack1.Data != nil {
-			forgedAnswers = append(forgedAnswers, rewriteAll(t, [][]byte{ack1.Data}, func(f *wire.Fields) { f.Tag = rf.Tag })...)
+			forgedAnswers = append(forgedAnswers, rewriteAll(t, [][]byte{ack1.Data}, func(f *wire.Fields) { f.Tag, f.DstPort = rf.Tag, rf.SrcPort })...)
 			nForgedAuth++
 		}
 		inject(t, tb.tapA, forgedAnswers...)

@@ -446,7 +446,7 @@ func TestRmactl(t *testing.T) {
 		t.Fatalf("rmactl stats: %v\n%s", err, out)
 	}
 	for _, want := range []string{"posted ", "slots_in_use ", "completed.OK ", "rx_auth_failed ", "req_auth_failed ", "rekeys ", "iv_errors ",
-		"completed_by_op.READ.OK ", "port.name                net_memif0", "port.driver.tx_frames ", "port.dev.rx_packets ", "loop.iterations ", "delay_samples ",
+		"completed_by_op.READ.OK ", "arp_unsolicited ", "neighbor_refreshes ", "no_route ", "port.name                net_memif0", "port.driver.tx_frames ", "port.dev.rx_packets ", "loop.iterations ", "delay_samples ",
 		"cmd_depth", "reader "} {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("rmactl stats lacks %q:\n%s", want, out)

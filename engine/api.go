@@ -86,12 +86,23 @@ type Stats struct {
 	ReqQueueMax     uint64 // deepest inbound queue seen
 	ARPRequests     uint64
 	ARPReplies      uint64
-	WindowInUse     uint64 // bytes debited now
-	SlotsInUse      uint64 // slots allocated to portals now
-	OpsInFlight     uint64 // ops posted and not completed now
-	RingsCorrupt    uint64 // portals closed because the app wrote impossible ring indices
-	SelfLoop        uint64 // frames the engine sent to itself inside the core (not counted in Tx/RxFrames)
-	Doorbells       uint64 // doorbells rung for applications waiting on completions
-	DelayBatches    uint64 // delay-sample batches handed to the telemetry hook (rmatop's uprobe)
-	DelaySamples    uint64 // completions in them
+	// ARPUnsolicited: ARP replies ignored, as no request of ours was
+	// waiting for them (unsolicited, late, duplicate, or not addressed
+	// to our MAC and address).
+	ARPUnsolicited uint64
+	// ARPGratuitous: gratuitous ARP seen (sender address = target
+	// address), never learned; a resolved neighbor's is asked again.
+	ARPGratuitous     uint64
+	NeighborRefreshes uint64 // ARP requests re-asking a resolved neighbor (aged 3/4, or its gratuitous ARP)
+	NeighborExpiries  uint64 // neighbor entries expired unconfirmed: their next ops waited for resolution
+	NeighborChanges   uint64 // neighbor MACs changed by a reply to our request
+	NoRoute           uint64 // ops completed UNREACHABLE at once: no route to their destination
+	WindowInUse       uint64 // bytes debited now
+	SlotsInUse        uint64 // slots allocated to portals now
+	OpsInFlight       uint64 // ops posted and not completed now
+	RingsCorrupt      uint64 // portals closed because the app wrote impossible ring indices
+	SelfLoop          uint64 // frames the engine sent to itself inside the core (not counted in Tx/RxFrames)
+	Doorbells         uint64 // doorbells rung for applications waiting on completions
+	DelayBatches      uint64 // delay-sample batches handed to the telemetry hook (rmatop's uprobe)
+	DelaySamples      uint64 // completions in them
 }

@@ -20,14 +20,34 @@ type Neighbor struct {
 // Config sizes and tunes one engine core. Every table is allocated once in
 // New from these numbers; nothing grows afterwards.
 type Config struct {
-	// CoreID is this core's index within its engine; responses for ops it
-	// initiated come back to UDP port UDPPort+CoreID, and its slots are
-	// SlotBase .. SlotBase+Slots-1.
+	// CoreID is this core's index within its engine (below
+	// wire.MaxCores): its ops leave from and are answered on its
+	// initiator ports (wire.InitiatorPort: the low six bits are CoreID),
+	// the WRITE data of the pulls it serves comes to UDP port
+	// UDPPort+CoreID, and its slots are SlotBase .. SlotBase+Slots-1.
 	CoreID   uint16
 	LocalIP  netip.Addr
 	LocalMAC wire.MAC
-	UDPPort  uint16 // base UDP port of the engine (default 4792)
-	MTU      int    // IPv4 MTU of the port (default 1500)
+	// UDPPort is the engine's base UDP port (default 4792): requests
+	// come to it; UDPPort+63 must lie below wire.InitiatorPortBase.
+	UDPPort uint16
+	MTU     int // IPv4 MTU of the port (default 1500)
+
+	// Routing (route.go), as a host does it: Subnet is the on-link
+	// prefix LocalIP lies in (zero: every destination is on-link, ARP
+	// asks for the destination itself); Gateway, which must be on-link,
+	// is the next hop of every destination no longer prefix matches
+	// (zero: none, such ops are UNREACHABLE at once); Routes are static
+	// routes, at most MaxRoutes. The connected Subnet, the default route
+	// through Gateway and Routes take part in one longest-prefix match.
+	Subnet  netip.Prefix
+	Gateway netip.Addr
+	Routes  []Route
+	// DSCP is the IPv4 DSCP (0..63) of every frame of an op, indexed by
+	// its class of service (abi.ClassLow, abi.ClassHigh): the request,
+	// and the answers, data and pulls of either engine, so a fabric can
+	// honour the two classes.
+	DSCP [abi.NumClass]uint8
 
 	Slots    int        // command slots owned by this core (CST partition)
 	SlotBase abi.SlotID // global id of this core's first slot
@@ -69,6 +89,13 @@ type Config struct {
 	PullIdleTimeout time.Duration
 	ResolveTimeout  time.Duration // peer MAC unknown for this long: UNREACHABLE
 	ARPRetry        time.Duration // interval between ARP requests for one address
+	// NeighborReachable is how long a neighbor's MAC is good for after
+	// a reply to this core's own ARP request confirmed it (neighbor.go).
+	// An op that uses it past 3/4 of that time sends a new request
+	// (at most one per ARPRetry) while it and others keep using the MAC;
+	// when no reply came by the end, the entry expires and ops wait for
+	// resolution as for a new neighbor. Static entries never age.
+	NeighborReachable time.Duration
 
 	// HairpinSelf sends frames addressed to this engine itself out of the
 	// port, for ports that reflect them (net_ring loopback: the benchmark
@@ -124,27 +151,28 @@ const ArbitrationBytes = abi.MaxOpBytes
 // idle-backoff mode). Benchmarks and the simulator override the timeouts.
 func DefaultConfig() Config {
 	return Config{
-		LocalIP:         netip.MustParseAddr("10.0.0.1"),
-		LocalMAC:        wire.MAC{0x02, 0, 0, 0, 0, 1},
-		UDPPort:         4792,
-		MTU:             1500,
-		Slots:           1024,
-		Regions:         1024,
-		Portals:         64,
-		WindowBytes:     256 << 10,
-		HighBurst:       8,
-		InboundQueue:    1024,
-		NackThreshold:   768,
-		ServeBudget:     64,
-		PullContexts:    128,
-		DispatchTimeout: 2 * time.Millisecond,
-		Timeout:         10 * time.Millisecond,
-		ResolveTimeout:  50 * time.Millisecond,
-		ARPRetry:        5 * time.Millisecond,
-		NeighborTable:   256,
-		ReplayPeers:     256,
-		KeyCache:        4096,
-		Crypto:          CryptoGo,
+		LocalIP:           netip.MustParseAddr("10.0.0.1"),
+		LocalMAC:          wire.MAC{0x02, 0, 0, 0, 0, 1},
+		UDPPort:           4792,
+		MTU:               1500,
+		Slots:             1024,
+		Regions:           1024,
+		Portals:           64,
+		WindowBytes:       256 << 10,
+		HighBurst:         8,
+		InboundQueue:      1024,
+		NackThreshold:     768,
+		ServeBudget:       64,
+		PullContexts:      128,
+		DispatchTimeout:   2 * time.Millisecond,
+		Timeout:           10 * time.Millisecond,
+		ResolveTimeout:    50 * time.Millisecond,
+		ARPRetry:          5 * time.Millisecond,
+		NeighborReachable: 30 * time.Second,
+		NeighborTable:     256,
+		ReplayPeers:       256,
+		KeyCache:          4096,
+		Crypto:            CryptoGo,
 	}
 }
 
@@ -159,8 +187,10 @@ func (c *Config) Validate() error {
 		return bad("LocalIP", c.LocalIP)
 	case c.LocalMAC == (wire.MAC{}) || c.LocalMAC[0]&1 != 0:
 		return bad("LocalMAC (zero or multicast)", c.LocalMAC)
-	case c.UDPPort == 0:
-		return bad("UDPPort", c.UDPPort)
+	case c.CoreID >= wire.MaxCores:
+		return bad("CoreID (at most 63: the low six bits of an initiator port)", c.CoreID)
+	case c.UDPPort == 0 || int(c.UDPPort)+wire.MaxCores > wire.InitiatorPortBase:
+		return bad("UDPPort (1..49088: UDPPort+63 below the initiator ports)", c.UDPPort)
 	case c.MTU < 576 || c.MTU > 9000 || wire.MaxPayload(c.MTU) < wire.ChunkAlign:
 		return bad("MTU", c.MTU)
 	case c.Slots < 1 || c.Slots > 1<<20:
@@ -193,6 +223,8 @@ func (c *Config) Validate() error {
 		return bad("ResolveTimeout", c.ResolveTimeout)
 	case c.ARPRetry <= 0:
 		return bad("ARPRetry", c.ARPRetry)
+	case c.NeighborReachable <= 0:
+		return bad("NeighborReachable", c.NeighborReachable)
 	case c.IV == nil:
 		return bad("IV", "nil (no IV source)")
 	case c.KeyCache < 1 || c.KeyCache > 1<<20:
@@ -211,5 +243,10 @@ func (c *Config) Validate() error {
 			return bad("Neighbors", n.IP)
 		}
 	}
-	return nil
+	for k, d := range c.DSCP {
+		if d > 63 {
+			return bad(fmt.Sprintf("DSCP[%v] (0..63)", abi.Class(k)), d)
+		}
+	}
+	return c.validateRoutes(bad)
 }

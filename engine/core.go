@@ -33,16 +33,17 @@ var (
 // A Core is a composition of parts that each own their state: the
 // initiator (the CST, its lists and arbiter, the ops' timers and answers),
 // the responder (inbound queues, serving, pulls, replay windows), the
-// portals and their completions, the region table, the neighbor table and
-// ARP, the window both sides debit, and the sender (Tx, IV lane, seal
-// backend, self-loop). The Core itself dispatches (Poll, the receive walk
-// of dispatch.go) and runs the control plane.
+// portals and their completions, the region table, the routing table,
+// the neighbor table and ARP, the window both sides debit, and the sender
+// (Tx, IV lane, seal backend, self-loop). The Core itself dispatches
+// (Poll, the receive walk of dispatch.go) and runs the control plane.
 type Core struct {
 	cfg      Config
 	out      *sender
 	win      *window
 	regions  *regionTable
 	portals  *portalTable
+	routes   *routeTable
 	nbr      *nbrTable
 	arp      *arp
 	ini      *initiator
@@ -80,8 +81,9 @@ func New(cfg Config, tx Tx) (*Core, error) {
 	c.win = &window{size: cfg.WindowBytes}
 	c.regions = newRegionTable(cfg.Regions)
 	c.portals = newPortalTable(cfg.Portals, cfg.CoreID, &c.stats)
+	c.routes = newRouteTable(&c.cfg)
 	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Neighbors)
-	c.arp = &arp{t: c.nbr, out: c.out, st: &c.stats}
+	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats)
 	seed := cfg.CacheSeed
 	if seed == 0 {
 		var b [8]byte

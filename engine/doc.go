@@ -22,17 +22,19 @@
 // deterministic simulator (engine/sim) and unit tests.
 //
 // A Core is one engine core: shared-nothing, single-goroutine. An engine
-// with N cores gives each a partition of the slots (SlotBase/Slots), a share
-// of the window and its own UDP port (UDPPort+CoreID), so a response names
-// its owning core both in its destination port and in the slot id of its
-// tag. The control plane (portals, slots, regions) is applied on the core's
+// with N cores (at most 64) gives each a partition of the slots
+// (SlotBase/Slots), a share of the window, its own UDP port for WRITE data
+// (UDPPort+CoreID) and its initiator ports (wire.InitiatorPort: 0xC000 |
+// entropy<<6 | CoreID, a port per op for ECMP), so a response names its
+// owning core both in its destination port and in the slot id of its tag.
+// The control plane (portals, slots, regions) is applied on the core's
 // own goroutine between polls; nothing on the data path locks.
 //
 // Inside, a Core is a composition of parts that own their state: the
 // initiator (initiator.go, initiator_rx.go, lists.go), the responder
 // (responder.go, pull.go, replay.go), the portal table and its completions
-// (portals.go), the region table (regions.go), the neighbor table and ARP
-// (neighbor.go), the window and the class arbiter (arbiter.go), the sender
+// (portals.go), the region table (regions.go), the routing table
+// (route.go), the neighbor table and ARP (neighbor.go), the window and the class arbiter (arbiter.go), the sender
 // (sender.go) with its seal backend (sealer.go, seal_mb.go), and the
 // generic ring they queue in (ring.go). core.go is the control plane and
 // Poll; dispatch.go is the receive walk.

@@ -16,7 +16,7 @@ const (
 	slotFree      slotState = iota // in the core's free pool
 	slotIdle                       // owned by a portal, no op
 	slotQueued                     // op waiting in an arbiter FIFO for window
-	slotResolving                  // op waiting for the peer's MAC (ARP)
+	slotResolving                  // op waiting for its next hop's MAC (ARP)
 	slotInService                  // op granted window, request sent
 )
 
@@ -32,7 +32,10 @@ type slot struct {
 	next     int32
 	seq      uint32 // bumped per op: stale responses never match
 	remoteIP uint32
-	mac      wire.MAC
+	hop      uint32   // the next hop toward remoteIP (route.go): whose MAC ARP resolves
+	mac      wire.MAC // the next hop's
+	port     uint16   // the op's initiator port (sender.opPort): its frames leave from it, its answers come to it
+	chunk    uint16   // most data per frame toward remoteIP (its route's MTU): a WRITE's chunk size
 	remReg   uint32
 	length   uint32
 	debit    uint32
@@ -96,6 +99,7 @@ type initiator struct {
 	win     *window
 	regions *regionTable
 	portals *portalTable
+	routes  *routeTable
 	nbr     *nbrTable
 	arp     *arp
 	st      *Stats
@@ -118,6 +122,7 @@ func newInitiator(cfg *Config, keys *aesni.Cache, parts *Core) *initiator {
 		win:             parts.win,
 		regions:         parts.regions,
 		portals:         parts.portals,
+		routes:          parts.routes,
 		nbr:             parts.nbr,
 		arp:             parts.arp,
 		st:              &parts.stats,
@@ -236,14 +241,25 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 	p.pending++
 	n.inflight++
 	if cmd.RemoteAddr == n.out.ip {
-		s.mac = n.out.mac
-	} else if e := n.nbr.lookup(cmd.RemoteAddr, true); e == nil {
+		s.hop, s.mac, s.chunk = n.out.ip, n.out.mac, uint16(n.out.maxPayload)
+		n.enqueue(now, int32(idx))
+		return
+	}
+	rt := n.routes.lookup(cmd.RemoteAddr)
+	if rt == nil { // nowhere to send it: no ARP, no wait
+		n.st.NoRoute++
 		s.state = slotQueued // complete() expects an op state
 		n.complete(now, int32(idx), abi.StatusUnreachable)
 		return
-	} else if e.state == nbrResolved || e.state == nbrStatic {
-		s.mac = e.mac
-	} else {
+	}
+	s.hop, s.chunk = rt.nextHop(cmd.RemoteAddr), uint16(rt.maxPayload)
+	e := n.nbr.lookup(s.hop, true)
+	if e == nil {
+		s.state = slotQueued
+		n.complete(now, int32(idx), abi.StatusUnreachable)
+		return
+	}
+	if !n.arp.usable(now, e) { // wait for the next hop's MAC
 		s.state = slotResolving
 		n.pushBack(listResolving, int32(idx))
 		if now-e.lastReq >= n.arpRetry {
@@ -254,6 +270,7 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 		}
 		return
 	}
+	s.mac = e.mac
 	n.enqueue(now, int32(idx))
 }
 
@@ -294,12 +311,12 @@ func (n *initiator) validate(id PortalID, cmd *abi.Command, malformed bool) abi.
 	return abi.StatusOK
 }
 
-// resolved moves every op waiting for ip into its arbiter FIFO.
+// resolved moves every op whose next hop is ip into its arbiter FIFO.
 func (n *initiator) resolved(now int64, ip uint32, mac wire.MAC) {
 	for i := n.lists[listResolving].head; i >= 0; {
 		s := &n.slots[i]
 		next := s.next
-		if s.remoteIP == ip {
+		if s.hop == ip {
 			n.unlink(i)
 			s.mac = mac
 			n.enqueue(now, i)
@@ -312,7 +329,7 @@ func (n *initiator) resolved(now int64, ip uint32, mac wire.MAC) {
 // for it.
 func (n *initiator) forgetIfUnwanted(ip uint32) {
 	for i := n.lists[listResolving].head; i >= 0; i = n.slots[i].next {
-		if n.slots[i].remoteIP == ip {
+		if n.slots[i].hop == ip {
 			return
 		}
 	}
@@ -373,10 +390,12 @@ func (n *initiator) sendRequest(b []byte, i int32) bool {
 	}
 	o := n.out
 	aesni.PutNonce(s.iv[:], o.ipb, ctr)
+	s.port = o.opPort(i, s.seq)
 	f := &o.hdr
 	f.DstMAC, f.SrcMAC = s.mac, o.mac
 	f.SrcIP, f.DstIP = o.ip, s.remoteIP
-	f.SrcPort, f.DstPort = o.port, o.udp
+	f.SrcPort, f.DstPort = s.port, o.udp
+	f.DSCP = o.dscp[s.class]
 	f.Type, f.Status, f.Flags = wire.TypeReadReq, 0, 0
 	if s.class == abi.ClassHigh { // the serving engine queues it ahead of low-class requests
 		f.Flags = wire.FlagHigh
@@ -446,7 +465,7 @@ func (n *initiator) expire(now int64) int {
 		}
 	}
 	for i := n.lists[listResolving].head; i >= 0 && now-n.slots[i].postNs >= n.resolveTimeout; i = n.lists[listResolving].head {
-		ip := n.slots[i].remoteIP
+		ip := n.slots[i].hop
 		n.complete(now, i, abi.StatusUnreachable)
 		n.forgetIfUnwanted(ip)
 		k++
@@ -454,7 +473,7 @@ func (n *initiator) expire(now int64) int {
 	if n.lists[listResolving].n > 0 && now >= n.nextARPScan {
 		n.nextARPScan = now + n.arpRetry
 		for i := n.lists[listResolving].head; i >= 0; i = n.slots[i].next {
-			e := n.nbr.lookup(n.slots[i].remoteIP, false)
+			e := n.nbr.lookup(n.slots[i].hop, false)
 			if e != nil && e.state == nbrIncomplete && now-e.lastReq >= n.arpRetry {
 				n.arp.request(now, e)
 				k++

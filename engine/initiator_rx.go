@@ -12,14 +12,15 @@ import (
 // rxWork (dispatch.go), changing nothing but drop counters; each finish
 // method applies the frame once it was opened.
 
-// respSlot finds the op a response answers, or -1 (stale or foreign).
+// respSlot finds the op a response answers, or -1 (stale or foreign): its
+// slot's op in service, from the op's peer, to the op's port.
 func (n *initiator) respSlot(f *wire.Fields) int32 {
 	idx := int64(f.Tag>>32) - int64(n.slotBase)
 	if idx < 0 || idx >= int64(len(n.slots)) {
 		return -1
 	}
 	s := &n.slots[idx]
-	if s.state != slotInService || s.seq != uint32(f.Tag) || s.remoteIP != f.SrcIP {
+	if s.state != slotInService || s.seq != uint32(f.Tag) || s.remoteIP != f.SrcIP || s.port != f.DstPort {
 		return -1
 	}
 	return int32(idx)
@@ -260,10 +261,11 @@ func (n *initiator) sendChunks(now int64, i int32) bool {
 	f := &o.hdr
 	f.DstMAC, f.SrcMAC = s.mac, o.mac
 	f.SrcIP, f.DstIP = o.ip, s.remoteIP
-	f.SrcPort, f.DstPort = o.port, s.pullPort
+	f.SrcPort, f.DstPort = s.port, s.pullPort // from the op's port: the server checks it against ①'s
+	f.DSCP = o.dscp[s.class]
 	f.Type, f.Status, f.Flags = wire.TypeWriteData, 0, 0
 	f.PID = n.portals.p[s.portal].pid
 	f.Tag = uint64(n.slotBase+abi.SlotID(i))<<32 | uint64(s.seq)
 	f.Region = s.pullHandle
-	return o.stream(s.aead, src, &s.sent, s.dataBase, s.pullIV[:])
+	return o.stream(s.aead, src, int(s.chunk), &s.sent, s.dataBase, s.pullIV[:])
 }

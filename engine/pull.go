@@ -51,11 +51,7 @@ type pullCtx struct {
 	gen        uint16
 	idle       bool  // on plist[pullsIdle]: no chunk has authenticated yet
 	prev, next int32 // in its deadline-ordered list (plist)
-	ip         uint32
-	mac        wire.MAC
-	port       uint16 // the initiator's core port: ② and ④ go there
-	pid        uint32
-	tag        uint64
+	peer             // the initiator: ② and ④ go to the op's port, ③ comes from it
 	region     abi.RegionID
 	offset     uint64
 	length     uint32
@@ -98,7 +94,7 @@ func (r *responder) pullBuffer(idx int32) []byte {
 // sends ②.
 func (r *responder) startPull(now int64, e *inbound) pullOutcome {
 	if st := r.checkRequest(e); st != abi.StatusOK {
-		if !r.reply(e.mac, e.ip, e.port, e.pid, e.tag, wire.TypeError, st, e.aead, &e.iv) {
+		if !r.reply(&e.peer, wire.TypeError, st, e.aead, &e.iv) {
 			return pullWait
 		}
 		r.st.ReqErrors++
@@ -121,8 +117,7 @@ func (r *responder) startPull(now int64, e *inbound) pullOutcome {
 	p := &r.pulls[idx]
 	p.gen++
 	*p = pullCtx{
-		used: true, op: e.op, gen: p.gen, idle: true, prev: -1, next: -1,
-		ip: e.ip, mac: e.mac, port: e.port, pid: e.pid, tag: e.tag,
+		used: true, op: e.op, gen: p.gen, idle: true, prev: -1, next: -1, peer: e.peer,
 		region: abi.RegionID(e.region), offset: e.offset, length: e.length,
 		want: unitMask(e.length), deadline: now + r.timeout, idleBy: now + r.pullIdle, aead: e.aead,
 	}
@@ -134,6 +129,7 @@ func (r *responder) startPull(now int64, e *inbound) pullOutcome {
 	f.DstMAC, f.SrcMAC = e.mac, o.mac
 	f.SrcIP, f.DstIP = o.ip, e.ip
 	f.SrcPort, f.DstPort = o.port, e.port // the data comes back to this core
+	f.DSCP = o.dscp[e.class]
 	f.Type, f.Status, f.Flags = wire.TypePullReq, 0, 0
 	f.PID, f.Tag, f.Region = e.pid, e.tag, r.pullHandle(idx)
 	f.Length, f.Offset = e.length, uint64(r.timeout)
@@ -231,7 +227,7 @@ func (r *responder) finishData(now int64, w *rxWork, ok bool) {
 		t = wire.TypeError
 		r.st.ReqErrors++
 	}
-	r.reply(p.mac, p.ip, p.port, p.pid, p.tag, t, st, p.aead, &p.pullIV)
+	r.reply(&p.peer, t, st, p.aead, &p.pullIV)
 	r.endPull(idx)
 }
 

@@ -9,14 +9,34 @@ import (
 	"github.com/onerma/onerma/wire"
 )
 
+// peer is whom the serving side answers for a request: the initiator's
+// address, the MAC the request came from (the initiator's, or the last
+// router's: answers are not routed, they retrace the request's last hop),
+// the op's initiator port, PID and tag, and the op's class (its
+// FlagHigh), whose DSCP every answer carries.
+type peer struct {
+	ip    uint32
+	mac   wire.MAC
+	port  uint16
+	class abi.Class
+	pid   uint32
+	tag   uint64
+}
+
+// peerOf is the peer of a received request.
+func peerOf(f *wire.Fields) peer {
+	cl := abi.ClassLow
+	if f.Flags&wire.FlagHigh != 0 {
+		cl = abi.ClassHigh
+	}
+	return peer{ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, class: cl, pid: f.PID, tag: f.Tag}
+}
+
 // inbound is one queued request at the serving side.
 type inbound struct {
+	peer
 	op      abi.Op // OpRead, OpWrite or OpRekey
-	ip      uint32
-	mac     wire.MAC
-	port    uint16
-	pid     uint32
-	tag     uint64
+	chunk   uint16 // a READ's: the most data per response frame (the route's MTU)
 	region  uint32
 	length  uint32
 	offset  uint64
@@ -72,6 +92,7 @@ type responder struct {
 	out     *sender
 	win     *window
 	regions *regionTable
+	routes  *routeTable
 	st      *Stats
 }
 
@@ -92,6 +113,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 		out:           parts.out,
 		win:           parts.win,
 		regions:       parts.regions,
+		routes:        parts.routes,
 		st:            &parts.stats,
 	}
 	for k := range r.inq {
@@ -175,9 +197,10 @@ func (r *responder) prepRequest(frame []byte, w *rxWork) {
 
 func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 	f := &w.f
+	from := peerOf(f)
 	if !ok {
 		r.st.ReqAuthFailed++
-		r.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
+		r.reply(&from, wire.TypeError, abi.StatusRemoteAuthFailure, nil, &f.IV)
 		return
 	}
 	if r.replay != nil {
@@ -188,13 +211,9 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		}
 	}
 	a := w.a
-	cl := abi.ClassLow
-	if f.Flags&wire.FlagHigh != 0 {
-		cl = abi.ClassHigh
-	}
-	q := &r.inq[cl]
+	q := &r.inq[from.class]
 	if q.len() >= r.nackThreshold {
-		r.reply(f.SrcMAC, f.SrcIP, f.SrcPort, f.PID, f.Tag, wire.TypeNack, 0, a, &f.IV)
+		r.reply(&from, wire.TypeNack, 0, a, &f.IV)
 		r.st.ReqNacked++
 		return
 	}
@@ -203,18 +222,24 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		r.st.ReqQueueMax = d
 	}
 	*e = inbound{
-		op: w.op, ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, pid: f.PID, tag: f.Tag,
+		peer: from, op: w.op, chunk: uint16(r.out.maxPayload),
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
 		aead: a, iv: f.IV,
 	}
+	if w.op == abi.OpRead { // its data goes back at most its route's MTU per frame
+		if rt := r.routes.lookup(f.SrcIP); rt != nil {
+			e.chunk = uint16(rt.maxPayload)
+		}
+	}
 }
 
-// reply sends a payload-free answer (NACK or error status) to a request,
-// sealed under the request's K_d a with its IV curried in, or, when a is
-// nil, as REMOTE_AUTHENTICATION_FAILURE under the reserved key. It returns
-// false when the answer could not be sent now (no tx buffer); an answer
-// that can never be sealed (no IV counter) is dropped and counted.
-func (r *responder) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag uint64, t wire.Type, st abi.Status, a *aesni.AEAD, reqIV *[aesni.NonceSize]byte) bool {
+// reply sends a payload-free answer (NACK, error status, acknowledgment)
+// to a request of peer to, sealed under the request's K_d a with reqIV
+// (the request's or the pull's IV) curried in, or, when a is nil, as
+// REMOTE_AUTHENTICATION_FAILURE under the reserved key. It returns false
+// when the answer could not be sent now (no tx buffer); an answer that
+// can never be sealed (no IV counter) is dropped and counted.
+func (r *responder) reply(to *peer, t wire.Type, st abi.Status, a *aesni.AEAD, reqIV *[aesni.NonceSize]byte) bool {
 	o := r.out
 	b := o.buffer()
 	if b == nil {
@@ -225,11 +250,12 @@ func (r *responder) reply(mac wire.MAC, ip uint32, port uint16, pid uint32, tag 
 		return true
 	}
 	f := &o.hdr
-	f.DstMAC, f.SrcMAC = mac, o.mac
-	f.SrcIP, f.DstIP = o.ip, ip
-	f.SrcPort, f.DstPort = o.udp, port
+	f.DstMAC, f.SrcMAC = to.mac, o.mac
+	f.SrcIP, f.DstIP = o.ip, to.ip
+	f.SrcPort, f.DstPort = o.udp, to.port
+	f.DSCP = o.dscp[to.class]
 	f.Type, f.Status, f.Flags = t, uint8(st), 0
-	f.PID, f.Tag, f.Region, f.Length, f.Offset = pid, tag, 0, 0, 0
+	f.PID, f.Tag, f.Region, f.Length, f.Offset = to.pid, to.tag, 0, 0, 0
 	aesni.PutNonce(f.IV[:], o.ipb, ctr)
 	n := wire.Encode(b, f, 0)
 	if a == nil {
@@ -272,7 +298,7 @@ func (r *responder) serve(now int64) int {
 		}
 		if e.sent == 0 {
 			if st := r.checkRequest(e); st != abi.StatusOK {
-				if !r.reply(e.mac, e.ip, e.port, e.pid, e.tag, wire.TypeError, st, e.aead, &e.iv) {
+				if !r.reply(&e.peer, wire.TypeError, st, e.aead, &e.iv) {
 					return served
 				}
 				r.st.ReqErrors++
@@ -307,17 +333,19 @@ func (r *responder) serve(now int64) int {
 
 // stream sends the rest of READ request e from region rg, each response
 // sealed straight from region memory into the frame (the data moves once,
-// fused with the cipher). It returns false when it ran out of tx buffers:
-// the rest is sent on a later Poll.
+// fused with the cipher), at most e.chunk bytes a frame, to the MAC the
+// request came from. It returns false when it ran out of tx buffers: the
+// rest is sent on a later Poll.
 func (r *responder) stream(e *inbound, rg *region) bool {
 	o := r.out
 	f := &o.hdr
 	f.DstMAC, f.SrcMAC = e.mac, o.mac
 	f.SrcIP, f.DstIP = o.ip, e.ip
 	f.SrcPort, f.DstPort = o.udp, e.port
+	f.DSCP = o.dscp[e.class]
 	f.Type, f.Status, f.Flags = wire.TypeReadResp, 0, 0
 	f.PID, f.Tag, f.Region = e.pid, e.tag, e.region
-	return o.stream(e.aead, rg.mem[e.offset:e.offset+uint64(e.length)], &e.sent, e.base, e.iv[:])
+	return o.stream(e.aead, rg.mem[e.offset:e.offset+uint64(e.length)], int(e.chunk), &e.sent, e.base, e.iv[:])
 }
 
 // checkRequest decides whether a request may be served. A request whose

@@ -194,7 +194,7 @@ func TestResponseBoundToRequest(t *testing.T) {
 	forged := append([]byte(nil), old[0]...)
 	var of wire.Fields
 	wire.Decode(forged, &of)
-	of.Tag = rf.Tag // re-tagged for the new op: the AAD changes, and so does the curried IV
+	of.Tag, of.DstPort = rf.Tag, rf.SrcPort // re-tagged for the new op, to its port: the AAD changes, and so does the curried IV
 	wire.Encode(forged, &of, 64)
 	copy(wire.Sealed(forged, 64), wire.Sealed(old[0], 64))
 	clear(p.dst[:64])

@@ -17,12 +17,15 @@ type sender struct {
 	mac  wire.MAC
 	ip   uint32
 	ipb  [4]byte // ip as the IV's address part
-	port uint16  // UDPPort+CoreID: answers to this core's ops and its pulls come here
+	core uint16  // CoreID: the low bits of this core's initiator ports (opPort)
+	port uint16  // UDPPort+CoreID: the WRITE data of this core's pulls comes here
 	udp  uint16  // UDPPort: requests come here
-	// maxPayload is the most data one frame carries (the MTU's, at most
-	// one op's).
+	// maxPayload is the most data one frame carries on the port (the
+	// MTU's, at most one op's); a route may set less (routeTable).
 	maxPayload int
-	hdr        wire.Fields // the header of the frame being encoded
+	// dscp is the DSCP of an op's frames, by its class.
+	dscp [abi.NumClass]uint8
+	hdr  wire.Fields // the header of the frame being encoded
 
 	// Frames addressed to this engine itself loop back inside the core
 	// (unless HairpinSelf): switches do not return a frame to the port it
@@ -51,9 +54,11 @@ func newSender(cfg *Config, tx Tx, st *Stats) *sender {
 		mac:        cfg.LocalMAC,
 		ip:         ip4(cfg.LocalIP.As4()),
 		ipb:        cfg.LocalIP.As4(),
+		core:       cfg.CoreID,
 		port:       cfg.UDPPort + cfg.CoreID,
 		udp:        cfg.UDPPort,
 		maxPayload: min(wire.MaxPayload(cfg.MTU), abi.MaxOpBytes),
+		dscp:       cfg.DSCP,
 		st:         st,
 	}
 	if !cfg.HairpinSelf {
@@ -117,14 +122,34 @@ func (o *sender) emit(b []byte, n int) {
 	o.st.TxFrames++
 }
 
-// stream sends data[*sent:] as frames of at most maxPayload bytes, each
+// opPort is the initiator port of the op in slot i with sequence seq:
+// this core's id in the low bits and 8 bits of entropy mixed from the
+// two (a fixed function: no random source, the same op always gets the
+// same port), so consecutive ops, of one slot or of many, spread over a
+// fabric's equal-cost paths (see wire.InitiatorPort).
+func (o *sender) opPort(i int32, seq uint32) uint16 {
+	h := uint32(i)*0x9e3779b1 ^ seq*0x85ebca77
+	h ^= h >> 15
+	h *= 0x2c1b3c6d
+	h ^= h >> 12
+	return wire.InitiatorPort(uint8(h>>24), o.core)
+}
+
+// ownsPort reports whether p is one of this core's initiator ports,
+// where the answers to its ops and its pulls arrive.
+func (o *sender) ownsPort(p uint16) bool {
+	core, ok := wire.PortCore(p)
+	return ok && core == o.core
+}
+
+// stream sends data[*sent:] as frames of at most chunk bytes, each
 // sealed under a straight from data into the frame (one pass, fused with
 // the cipher), its IV the response nonce of base and the frame's offset,
 // curry (the request's or the pull's IV) curried in. The caller has set
-// hdr's addresses, ports, type, PID, tag and region; stream sets each
+// hdr's addresses, ports, DSCP, type, PID, tag and region; stream sets each
 // frame's length and offset, and advances *sent. It returns false when it
 // ran out of tx buffers: call it again later.
-func (o *sender) stream(a *aesni.AEAD, data []byte, sent *uint32, base uint64, curry []byte) bool {
+func (o *sender) stream(a *aesni.AEAD, data []byte, chunk int, sent *uint32, base uint64, curry []byte) bool {
 	f := &o.hdr
 	for *sent < uint32(len(data)) {
 		b := o.buffer()
@@ -132,7 +157,7 @@ func (o *sender) stream(a *aesni.AEAD, data []byte, sent *uint32, base uint64, c
 			return false
 		}
 		off := *sent
-		n := min(len(data)-int(off), o.maxPayload)
+		n := min(len(data)-int(off), chunk)
 		f.Length, f.Offset = uint32(n), uint64(off)
 		aesni.PutResponseNonce(f.IV[:], o.ipb, base, uint64(off))
 		fl := wire.Encode(b, f, n)

@@ -552,7 +552,8 @@ func TestWriteForgedFailureAfterPullDropped(t *testing.T) {
 		st abi.Status
 	}{{wire.TypeError, abi.StatusRemoteAuthFailure}, {wire.TypeNack, 0}} {
 		// Anyone can seal these: the reserved key is public.
-		p.b.srv.reply(f.DstMAC, f.DstIP, f.DstPort, f.PID, f.Tag, forged.t, forged.st, nil, &iv)
+		to := peer{mac: f.DstMAC, ip: f.DstIP, port: f.DstPort, pid: f.PID, tag: f.Tag}
+		p.b.srv.reply(&to, forged.t, forged.st, nil, &iv)
 		p.tb.deliverTo(p.now, p.a)
 	}
 	p.a.Poll(p.now)

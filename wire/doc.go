@@ -33,5 +33,7 @@
 // header (AAD: frame[26:90], one contiguous run), a response's payload is
 // ciphertext, and the trailer is the 16-byte GCM tag. The IPv4 header
 // checksum is written but not needed on receive: the tag covers every IPv4
-// field the engine uses.
+// field the engine uses. The TOS byte carries the DSCP of the op's class of
+// service (Fields.DSCP; ECN 0); it is not authenticated, since a fabric may
+// remark it, and the receiver decides nothing by it.
 package wire

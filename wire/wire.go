@@ -76,15 +76,21 @@ type Fields struct {
 	DstMAC, SrcMAC   MAC
 	SrcIP, DstIP     uint32 // IPv4 as big-endian integers
 	SrcPort, DstPort uint16
-	Type             Type
-	Status           uint8
-	Flags            uint8
-	PID              uint32
-	Tag              uint64
-	Region           uint32
-	Length           uint32
-	Offset           uint64
-	IV               [12]byte
+	// DSCP is the IPv4 header's differentiated services code point (the
+	// upper six bits of its TOS byte; ECN, the lower two, is written 0).
+	// It is outside the AAD on purpose: a fabric may remark it, and the
+	// receiving engine decides nothing by it (a request's class is its
+	// authenticated FlagHigh).
+	DSCP   uint8
+	Type   Type
+	Status uint8
+	Flags  uint8
+	PID    uint32
+	Tag    uint64
+	Region uint32
+	Length uint32
+	Offset uint64
+	IV     [12]byte
 }
 
 // Decode errors (preallocated: the data path counts them, never formats).
@@ -170,6 +176,7 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	f.DstIP = binary.BigEndian.Uint32(ip[16:20])
 	f.SrcPort = binary.BigEndian.Uint16(udp[0:2])
 	f.DstPort = binary.BigEndian.Uint16(udp[2:4])
+	f.DSCP = ip[1] >> 2
 	f.Type = t
 	f.Status = h[2]
 	f.Flags = h[3]
@@ -197,7 +204,8 @@ func Encode(b []byte, f *Fields, plen int) int {
 	binary.BigEndian.PutUint16(b[12:14], EtherTypeIPv4)
 	ip := b[EthLen : EthLen+IPv4Len]
 	ip[0] = 0x45
-	ip[1] = 0
+	tos := f.DSCP << 2 // DSCP above 63 loses its high bits
+	ip[1] = tos
 	binary.BigEndian.PutUint16(ip[2:4], uint16(n-EthLen))
 	binary.BigEndian.PutUint16(ip[4:6], 0)
 	binary.BigEndian.PutUint16(ip[6:8], 0x4000) // DF
@@ -209,7 +217,7 @@ func Encode(b []byte, f *Fields, plen int) int {
 	// The header checksum from the values just written, without reading
 	// the header back: version/IHL/TOS, total length, ID 0, DF, TTL and
 	// protocol, the two addresses.
-	sum := uint32(0x4500) + uint32(n-EthLen) + 0x4000 + (64<<8 | protoUDP)
+	sum := uint32(0x4500|uint16(tos)) + uint32(n-EthLen) + 0x4000 + (64<<8 | protoUDP)
 	sum += f.SrcIP>>16 + f.SrcIP&0xffff + f.DstIP>>16 + f.DstIP&0xffff
 	sum = sum&0xffff + sum>>16
 	sum = sum&0xffff + sum>>16

@@ -9,7 +9,7 @@ import (
 func sampleFields() Fields {
 	return Fields{
 		DstMAC: MAC{2, 0, 0, 0, 0, 2}, SrcMAC: MAC{2, 0, 0, 0, 0, 1},
-		SrcIP: 0x0a000001, DstIP: 0x0a000002, SrcPort: 4793, DstPort: 4792,
+		SrcIP: 0x0a000001, DstIP: 0x0a000002, SrcPort: 4793, DstPort: 4792, DSCP: 46,
 		Type: TypeReadResp, PID: 1234, Tag: 0x0000000700000009, Region: 0x00010003,
 		Length: 100, Offset: 64,
 	}
@@ -55,10 +55,15 @@ func TestEncodeChecksum(t *testing.T) {
 	b := make([]byte, Overhead+MinFrame+1408)
 	for _, a := range []uint32{0, 1, 0xffff, 0x10000, 0xfffeffff, 0xffffffff, 0x0a000001, 0xc0a800c7} {
 		for _, plen := range []int{0, 1, 1408} {
-			f.SrcIP, f.DstIP = a, ^a
-			Encode(b, &f, plen)
-			if err := CheckIPv4Checksum(b); err != nil {
-				t.Fatalf("addr %#x plen %d: %v", a, plen, err)
+			for _, dscp := range []uint8{0, 1, 10, 46, 63} {
+				f.SrcIP, f.DstIP, f.DSCP = a, ^a, dscp
+				Encode(b, &f, plen)
+				if err := CheckIPv4Checksum(b); err != nil {
+					t.Fatalf("addr %#x plen %d dscp %d: %v", a, plen, dscp, err)
+				}
+				if b[EthLen+1] != dscp<<2 {
+					t.Fatalf("dscp %d: TOS byte %#x", dscp, b[EthLen+1])
+				}
 			}
 		}
 	}
@@ -67,7 +72,8 @@ func TestEncodeChecksum(t *testing.T) {
 // Every single-bit flip of a valid frame is either rejected by Decode or
 // caught by the integrity check — except the Ethernet MAC addresses, which
 // the engine checks itself, and the IPv4 fields the engine does not use
-// (TOS, ID, DF and reserved flags, TTL, header checksum), which only CheckIPv4Checksum sees.
+// (ID, DF and reserved flags, TTL, header checksum), which only CheckIPv4Checksum sees,
+// and the DSCP (decoded, but outside the AAD on purpose: fabrics remark it).
 // Every header field Decode returns, except the MACs (a link's FCS guards
 // them, and the engine checks the destination MAC itself), lies inside the
 // additional authenticated data, and so does the IV: a flipped bit that
@@ -93,7 +99,7 @@ func TestAADCoversDecodedFields(t *testing.T) {
 		if _, err := Decode(c, &f); err != nil {
 			continue
 		}
-		f.DstMAC, f.SrcMAC = orig.DstMAC, orig.SrcMAC
+		f.DstMAC, f.SrcMAC, f.DSCP = orig.DstMAC, orig.SrcMAC, orig.DSCP
 		if f != orig && (i/8 < AADOffset || i/8 >= PayloadOffset) {
 			t.Fatalf("bit %d (byte %d) changes a decoded field outside the AAD", i, i/8)
 		}

@@ -92,6 +92,7 @@ func TestCorruptionIsDetectable(t *testing.T) {
 		if _, err := wire.Decode(orig, &o); err != nil {
 			t.Fatal(err)
 		}
+		g.DSCP = o.DSCP // decoded, but outside the AAD: a fabric may remark it, the core ignores it
 		if g != o || !bytes.Equal(p, plain[:plen]) {
 			t.Fatalf("iteration %d: corrupted frame accepted with different content:\n got %+v\nwant %+v", i, g, o)
 		}

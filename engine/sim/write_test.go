@@ -340,7 +340,10 @@ func TestSimCatchesStrayWrite(t *testing.T) {
 		}))
 	}
 	_, err := Run(cfg)
-	if err == nil || !strings.Contains(err.Error(), "the model says") {
+	// Caught by the model of the region (a commit or the end finds a
+	// byte it does not expect), or by a READ of the range that returned
+	// the changed byte, which matches no version the model has.
+	if err == nil || !strings.Contains(err.Error(), "the model says") && !strings.Contains(err.Error(), "matches no version of the range") {
 		t.Fatalf("stray change: got %v, want a model failure", err)
 	}
 }

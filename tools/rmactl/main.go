@@ -97,7 +97,7 @@ func stats(sock string, asJSON bool) error {
 	for i := 0; i < t.NumField(); i++ {
 		name := strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
 		if f := v.Field(i); f.Kind() == reflect.Uint64 {
-			fmt.Printf("%-16s %d\n", name, f.Uint())
+			fmt.Printf("%-19s %d\n", name, f.Uint())
 		}
 	}
 	for i := 0; i < t.NumField(); i++ {

@@ -62,31 +62,50 @@ type NeighborConfig struct {
 
 // EngineConfig maps onto engine.Config.
 type EngineConfig struct {
-	IP              string           `json:"ip"`
-	MAC             string           `json:"mac"` // "": the port's MAC
-	UDPPort         uint16           `json:"udp_port"`
-	MTU             int              `json:"mtu"`
-	Slots           int              `json:"slots"`
-	Regions         int              `json:"regions"`
-	Portals         int              `json:"portals"`
-	WindowBytes     int              `json:"window_bytes"`
-	HighBurst       int              `json:"high_burst"`
-	InboundQueue    int              `json:"inbound_queue"`
-	NackThreshold   int              `json:"nack_threshold"`
-	ServeBudget     int              `json:"serve_budget"`
-	DispatchTimeout Duration         `json:"dispatch_timeout"`
-	Timeout         Duration         `json:"timeout"`
-	PullIdleTimeout Duration         `json:"pull_idle_timeout"`
-	ResolveTimeout  Duration         `json:"resolve_timeout"`
-	ARPRetry        Duration         `json:"arp_retry"`
-	NeighborTable   int              `json:"neighbor_table"`
-	ReplayPeers     int              `json:"replay_peers"` // senders' anti-replay windows kept (0: off)
-	HairpinSelf     bool             `json:"hairpin_self"`
-	Neighbors       []NeighborConfig `json:"neighbors"`
+	// IP is the engine's address, "A.B.C.D", or its address and on-link
+	// subnet, "A.B.C.D/N": engine.Config.LocalIP and Subnet. A bare
+	// address puts every destination on-link (ARP asks for each).
+	IP string `json:"ip"`
+	// Gateway is the next hop of destinations off the subnet and off
+	// every route ("": none, they are unreachable); it needs IP as a
+	// prefix, and must be on-link.
+	Gateway string `json:"gateway"`
+	// Routes are static routes; the subnet, the gateway's default route
+	// and these take part in one longest-prefix match:
+	//
+	//	"routes": [{"dst": "10.9.0.0/16", "via": "10.1.0.254", "mtu": 1400}]
+	Routes          []RouteConfig `json:"routes"`
+	MAC             string        `json:"mac"` // "": the port's MAC
+	UDPPort         uint16        `json:"udp_port"`
+	MTU             int           `json:"mtu"`
+	Slots           int           `json:"slots"`
+	Regions         int           `json:"regions"`
+	Portals         int           `json:"portals"`
+	WindowBytes     int           `json:"window_bytes"`
+	HighBurst       int           `json:"high_burst"`
+	InboundQueue    int           `json:"inbound_queue"`
+	NackThreshold   int           `json:"nack_threshold"`
+	ServeBudget     int           `json:"serve_budget"`
+	DispatchTimeout Duration      `json:"dispatch_timeout"`
+	Timeout         Duration      `json:"timeout"`
+	PullIdleTimeout Duration      `json:"pull_idle_timeout"`
+	ResolveTimeout  Duration      `json:"resolve_timeout"`
+	ARPRetry        Duration      `json:"arp_retry"`
+	// NeighborReachable is how long a neighbor's MAC is good for after
+	// it answered our ARP request; ops re-ask past 3/4 of it.
+	NeighborReachable Duration `json:"neighbor_reachable"`
+	NeighborTable     int      `json:"neighbor_table"`
+	// DSCP is the DSCP of each class's frames (engine.Config.DSCP), so
+	// that a fabric can honour the two classes: {"low": 0, "high": 46}.
+	DSCP        DSCPConfig       `json:"dscp"`
+	ReplayPeers int              `json:"replay_peers"` // senders' anti-replay windows kept (0: off)
+	HairpinSelf bool             `json:"hairpin_self"`
+	Neighbors   []NeighborConfig `json:"neighbors"`
 	// IVState is the IV counter state file (aesni.OpenIVSource): it must
 	// survive restarts and reboots, and belongs to one engine at a time
-	// (it is locked). "": DefaultIVDir/iv-<ip>.state, resolved when the
-	// config is loaded (so -print-config shows it).
+	// (it is locked). "": DefaultIVDir/iv-<ip>.state, <ip> the address
+	// of engine.ip (without a prefix length), resolved when the config
+	// is loaded (so -print-config shows it).
 	IVState  string `json:"iv_state"`
 	KeyCache int    `json:"key_cache"` // prepared AEADs cached per core and side
 	// Crypto is who computes the seals (engine.Config.Crypto): "ipsec-mb"
@@ -112,7 +131,11 @@ func defaultIVState(ip string) string {
 // ivStatePath is engine.iv_state, or its default when empty.
 func (c *Config) ivStatePath() string {
 	if c.Engine.IVState == "" {
-		return defaultIVState(c.Engine.IP)
+		ip := c.Engine.IP
+		if a, _, err := engineAddr(ip); err == nil {
+			ip = a.String() // the address, without the subnet's length
+		}
+		return defaultIVState(ip)
 	}
 	return c.Engine.IVState
 }
@@ -334,7 +357,12 @@ var flagSpecs = []struct {
 	{"mbufs", "mbuf pool size", setUint(32, func(c *Config) *uint32 { return &c.Port.Mbufs })},
 	{"mbuf-cache", "per-lcore mbuf cache", setUint(32, func(c *Config) *uint32 { return &c.Port.MbufCache })},
 	{"burst", "rx/tx burst size", setInt(func(c *Config) *int { return &c.Port.Burst })},
-	{"ip", "engine IPv4 address", setStr(func(c *Config) *string { return &c.Engine.IP })},
+	{"ip", "engine IPv4 address A.B.C.D, or A.B.C.D/N with its on-link subnet (a bare address: every destination on-link)", setStr(func(c *Config) *string { return &c.Engine.IP })},
+	{"gateway", "next hop of destinations off the subnet (needs -ip A.B.C.D/N; \"\": none)", setStr(func(c *Config) *string { return &c.Engine.Gateway })},
+	{"route", "a static route DST[,via=ADDR][,mtu=N], e.g. 10.9.0.0/16,via=10.1.0.254,mtu=1400; repeatable, each one appended to engine.routes", addRoute},
+	{"dscp-low", "DSCP (0..63) of the low class's frames", setInt(func(c *Config) *int { return &c.Engine.DSCP.Low })},
+	{"dscp-high", "DSCP (0..63) of the high class's frames", setInt(func(c *Config) *int { return &c.Engine.DSCP.High })},
+	{"neighbor-reachable", "how long a neighbor's MAC is good for after it answered our ARP request (re-asked past 3/4)", setDur(func(c *Config) *Duration { return &c.Engine.NeighborReachable })},
 	{"mac", "engine MAC address (\"\": the port's)", setStr(func(c *Config) *string { return &c.Engine.MAC })},
 	{"udp-port", "engine UDP port", setUint(16, func(c *Config) *uint16 { return &c.Engine.UDPPort })},
 	{"mtu", "IPv4 MTU", setInt(func(c *Config) *int { return &c.Engine.MTU })},
@@ -458,9 +486,9 @@ var errConfig = errors.New("invalid config")
 func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Config, error) {
 	e := &c.Engine
 	ec := engine.DefaultConfig()
-	ip, err := netip.ParseAddr(e.IP)
+	ip, subnet, err := engineAddr(e.IP)
 	if err != nil || !ip.Is4() {
-		return ec, fmt.Errorf("%w: engine.ip %q is not an IPv4 address", errConfig, e.IP)
+		return ec, fmt.Errorf("%w: engine.ip %q is neither an IPv4 address nor an address/prefix length", errConfig, e.IP)
 	}
 	mac := portMAC
 	if e.MAC != "" {
@@ -474,7 +502,10 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 		a := ip.As4()
 		mac = wire.MAC{0x02, 0x00, a[0], a[1], a[2], a[3]}
 	}
-	ec.LocalIP, ec.LocalMAC = ip, mac
+	ec.LocalIP, ec.LocalMAC, ec.Subnet = ip, mac, subnet
+	if err := e.routing(&ec); err != nil {
+		return ec, err
+	}
 	ec.UDPPort, ec.MTU = e.UDPPort, e.MTU
 	ec.Slots, ec.Regions, ec.Portals = e.Slots, e.Regions, e.Portals
 	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
@@ -482,6 +513,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
 	ec.PullIdleTimeout = time.Duration(e.PullIdleTimeout)
 	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
+	ec.NeighborReachable = time.Duration(e.NeighborReachable)
 	ec.NeighborTable, ec.ReplayPeers = e.NeighborTable, e.ReplayPeers
 	ec.HairpinSelf = e.HairpinSelf
 	ec.IV, ec.KeyCache = iv, e.KeyCache

@@ -20,7 +20,8 @@
 //
 // Start-up: validate everything, log every config field and derived size,
 // open and lock the IV counter state file (engine.iv_state, -iv-state;
-// default /var/lib/onerma/iv-<ip>.state: nonces are address ‖ counter, so
+// default /var/lib/onerma/iv-<ip>.state, <ip> engine.ip's address without
+// a prefix length: nonces are address ‖ counter, so
 // the counters belong to the address; it must persist across restarts and
 // reboots, or IVs repeat; rmad refuses to start when another engine holds
 // it), initialise the EAL (eal_args plus --vdev=port.vdev), create the mbuf pool,
@@ -37,6 +38,21 @@
 //
 //	rmad -vdev net_tap0,iface=onerma0 -port-name net_tap0 -ip 10.0.0.1 \
 //	     -socket /run/onerma/rmad.sock -poll-mode busy -cpu 1
+//
+// Routing, as a host: -ip A.B.C.D/N (engine.ip) gives the engine its
+// address and on-link subnet, -gateway G (engine.gateway) the next hop of
+// every destination off it, -route DST[,via=ADDR][,mtu=N] (engine.routes,
+// repeatable) static routes; longest prefix wins, ARP resolves the next
+// hop, a route's mtu sets the chunk size toward it, and an op with no
+// route is UNREACHABLE at once. A bare -ip A.B.C.D puts every destination
+// on-link, as before. engine.dscp ({"low": N, "high": N}, -dscp-low,
+// -dscp-high) marks each class's frames for the fabric;
+// engine.neighbor_reachable (-neighbor-reachable) is how long a
+// neighbor's MAC is trusted after it answered. The table is logged at
+// start ("routing table").
+//
+//	rmad -vdev net_af_packet0,iface=eth1 -port-name net_af_packet0 \
+//	     -ip 10.1.0.2/24 -gateway 10.1.0.1 -route 10.9.0.0/16,via=10.1.0.254,mtu=1400
 //
 // Fault injection (tests): a "fault" section (or the -fault-* flags) with
 // any probability above zero wraps the DPDK port in an engine/faultport

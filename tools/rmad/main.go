@@ -203,6 +203,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	}
 	log.Info().Str("port", cfg.Port.Name).Uint16("port_id", uint16(id)).Str("port_mac", fmtMAC(portMAC)).
 		Str("engine_mac", fmtMAC(engCfg.LocalMAC)).Str("ip", engCfg.LocalIP.String()).Msg("port started")
+	logRoutes(log, &engCfg)
 
 	// Core and its poll loop.
 	core, err := engine.New(engCfg, port)
@@ -417,6 +418,25 @@ func faultStatsMsg(s faultport.Stats) *ctlmsg.FaultStats {
 
 func fmtMAC(m [6]byte) string {
 	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+// logRoutes logs the engine's routing table, in the order it is looked
+// up (longest prefix first).
+func logRoutes(log zerolog.Logger, ec *engine.Config) {
+	var table []string
+	for _, r := range ec.RoutingTable() {
+		table = append(table, r.String())
+	}
+	ev := log.Info().Str("ip", ec.LocalIP.String())
+	if ec.Subnet.IsValid() {
+		ev = ev.Str("subnet", ec.Subnet.Masked().String())
+	} else {
+		ev = ev.Str("subnet", "none: every destination on-link")
+	}
+	if ec.Gateway.IsValid() {
+		ev = ev.Str("gateway", ec.Gateway.String())
+	}
+	ev.Strs("routes", table).Uints8("dscp", ec.DSCP[:]).Str("neighbor_reachable", ec.NeighborReachable.String()).Msg("routing table")
 }
 
 // logStartup logs every config field and every size derived from them.
