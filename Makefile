@@ -6,8 +6,9 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 BIN     := bin
 TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop
-# rmatop's BPF program: compiled here, committed, embedded by its Go package.
-BPF_DIR := engine/telemetry/probe/bpf
+# BPF programs, compiled here, committed, embedded by their Go packages:
+# rmatop's probe and the XDP program of rmad's AF_XDP ports.
+BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
 # Keep the whole test run well under CI's budget (2 cores).
 TEST_TIMEOUT ?= 20m
 # Fuzz budgets are execution counts (about 8-10 s each here): a duration
@@ -27,12 +28,16 @@ setup:
 setup-bench:
 	@bash scripts/setup.sh --bench
 
-# The object is committed (go build and go test need no clang); `make vet`
-# fails when it differs from what its source compiles to. No path of this
-# checkout may enter it (-fdebug-compilation-dir): clones elsewhere must
-# build the same bytes.
+# The objects are committed (go build and go test need no clang); `make
+# vet` fails when one differs from what its source compiles to. No path of
+# this checkout may enter them (-fdebug-compilation-dir): clones elsewhere
+# must build the same bytes.
 bpf:
-	@cd $(BPF_DIR) && clang -O2 -g -target bpf -fdebug-compilation-dir=. -I/usr/include/$$(uname -m)-linux-gnu -c delay.bpf.c -o delay.bpf.o && llvm-strip -g delay.bpf.o
+	@set -e; for o in $(BPF_OBJS); do \
+		cd $(CURDIR)/$$(dirname $$o); f=$$(basename $$o .o); \
+		clang -O2 -g -target bpf -fdebug-compilation-dir=. -I/usr/include/$$(uname -m)-linux-gnu -c $$f.c -o $$f.o; \
+		llvm-strip -g $$f.o; \
+	done
 
 build: bpf
 	@mkdir -p $(BIN)
@@ -43,7 +48,7 @@ demo: setup build
 
 vet: bpf
 	$(GO) vet ./...
-	@! git rev-parse --is-inside-work-tree >/dev/null 2>&1 || git diff --quiet -- $(BPF_DIR)/delay.bpf.o || { echo "$(BPF_DIR)/delay.bpf.o differs from what delay.bpf.c compiles to: commit it"; exit 1; }
+	@! git rev-parse --is-inside-work-tree >/dev/null 2>&1 || git diff --quiet -- $(BPF_OBJS) || { echo "$$(git diff --name-only -- $(BPF_OBJS)) differs from what its source compiles to: commit it"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 # Every test (unit, simulator seeds, real DPDK engines in separate processes,

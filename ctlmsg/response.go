@@ -148,6 +148,42 @@ type PortStats struct {
 	Driver PortDriverStats `json:"driver"`
 	Dev    PortDevStats    `json:"dev"`
 	DevErr string          `json:"dev_error,omitempty"` // the device's counters could not be read
+	// XDP: an AF_XDP port's XDP program and sockets; absent for other
+	// ports.
+	XDP *PortXDPStats `json:"xdp,omitempty"`
+}
+
+// PortXDPStats describe an AF_XDP port (DPDK's net_af_xdp): the XDP
+// program that steers the engine's frames to its sockets and passes the
+// rest to the kernel, and the sockets.
+type PortXDPStats struct {
+	Iface    string         `json:"iface"`
+	ProgID   uint32         `json:"prog_id"`   // rmad's steering program (0: the operator's own, whose counters rmad does not know)
+	Mode     string         `json:"mode"`      // how it runs: native (in the driver) or generic
+	Sockets  int            `json:"sockets"`   // AF_XDP sockets of the port
+	ZeroCopy bool           `json:"zero_copy"` // the sockets run in zero-copy mode (else copy mode)
+	Steer    XDPSteerStats  `json:"steer"`
+	Socket   XDPSocketStats `json:"socket"`          // summed over the sockets
+	Err      string         `json:"error,omitempty"` // some counters could not be read
+}
+
+// XDPSteerStats are the steering program's counters (engine/dpdkport/xdp.Stats,
+// field for field).
+type XDPSteerStats struct {
+	ToEngine uint64 `json:"to_engine"` // frames for the engine, to its sockets
+	NoSocket uint64 `json:"no_socket"` // frames for the engine on an rx queue without a socket (to the kernel, which drops them)
+	ToKernel uint64 `json:"to_kernel"` // every other frame, left to the kernel
+}
+
+// XDPSocketStats are the kernel's counters of AF_XDP sockets
+// (XDP_STATISTICS, struct xdp_statistics, field for field).
+type XDPSocketStats struct {
+	RxDropped            uint64 `json:"rx_dropped"`
+	RxInvalidDescs       uint64 `json:"rx_invalid_descs"`
+	TxInvalidDescs       uint64 `json:"tx_invalid_descs"`
+	RxRingFull           uint64 `json:"rx_ring_full"`
+	RxFillRingEmptyDescs uint64 `json:"rx_fill_ring_empty_descs"`
+	TxRingEmptyDescs     uint64 `json:"tx_ring_empty_descs"`
 }
 
 // PortDriverStats are the engine's port driver's counters

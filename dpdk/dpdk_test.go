@@ -652,3 +652,62 @@ func newThreads(n int) {
 	}
 	wg.Wait()
 }
+
+// TestPagedMempool: a paged pool's objects are one page each, page-aligned,
+// and form one array from its first chunk on, the AF_XDP umem DPDK 22.11's
+// net_af_xdp registers for it; a pool populated page by page whose objects
+// do not fill their pages (rte_pktmbuf_pool_create) leaves a gap at each
+// page's end, and its last objects lie beyond that array.
+func TestPagedMempool(t *testing.T) {
+	dpdktest.Require(t)
+	const n = 4095 // 16 MB: several pages of any size
+	page := os.Getpagesize()
+	paged, err := dpdk.NewPagedPktmbufPool("pagedtest", n, 0, dpdk.SocketAny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer paged.Free()
+	if k := paged.OutsideArray(); k != 0 {
+		t.Errorf("paged pool: %d objects outside the array", k)
+	}
+	if size, room := paged.ObjectSize(), paged.DataRoom(); size != page || room != page-paged.HeaderSize()-128 {
+		t.Errorf("ObjectSize() = %d, DataRoom() = %d, HeaderSize() = %d; want a page of %d: header, 128-byte mbuf, data room", size, room, paged.HeaderSize(), page)
+	}
+	mem := paged.Memory()
+	if len(mem) != 1 || len(mem[0]) != n*page {
+		t.Fatalf("paged pool memory: %d ranges, the first %d bytes; want one of %d", len(mem), len(mem[0]), n*page)
+	}
+	b, err := dpdk.NewBurst(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if !dpdk.AllocBurst(paged, b, 0, n) {
+		t.Fatal("AllocBurst of the whole pool failed")
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(mem[0])))
+	seen := make(map[uintptr]bool, n)
+	for i, m := range b.Mbufs {
+		d := uintptr(unsafe.Pointer(m)) - base - uintptr(paged.HeaderSize())
+		if d%uintptr(page) != 0 || d/uintptr(page) >= n || seen[d] {
+			t.Fatalf("mbuf %d: its object at offset %d of the pool's memory: not its own page among %d", i, d, n)
+		}
+		seen[d] = true
+		if room := m.Room(); len(room) != paged.DataRoom()-dpdk.Headroom {
+			t.Fatalf("mbuf %d: %d bytes after the headroom, want %d", i, len(room), paged.DataRoom()-dpdk.Headroom)
+		}
+	}
+	dpdk.FreeBurst(b, 0, n)
+
+	room := uint16(dpdk.Headroom + 2048)
+	gappy, err := dpdk.NewPktmbufPool("gappytest", n, 0, 0, room, dpdk.SocketAny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gappy.Free()
+	k := gappy.OutsideArray()
+	t.Logf("rte_pktmbuf_pool_create: %d of %d objects of %d bytes outside the array", k, n, gappy.ObjectSize())
+	if k == 0 {
+		t.Error("no object of a pool populated page by page lies outside the array: the paged pool would not be needed")
+	}
+}

@@ -47,6 +47,44 @@ func NewPktmbufPool(name string, n, cacheSize uint32, privSize, dataRoom uint16,
 	return &Mempool{p: (*C.struct_rte_mempool)(r.p), name: name}, nil
 }
 
+// NewPagedPktmbufPool makes a pool of n packet mbufs of one memory page
+// each: every object (its header, the struct rte_mbuf and the data room,
+// DataRoom bytes, no private area) is exactly a page, page-aligned, and
+// the objects lie back to back in one memory zone. For a consumer that
+// takes the pool for one array of buffers that never cross a page, such
+// as DPDK 22.11's net_af_xdp: it registers the array as an AF_XDP umem,
+// one chunk per mbuf (see OutsideArray), and a zero-copy driver refuses
+// chunks that cross a page boundary its DMA mapping does not continue.
+func NewPagedPktmbufPool(name string, n, cacheSize uint32, socket int) (*Mempool, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	r := C.onerma_pktmbuf_pool_create_paged(cname, C.uint(n), C.uint(cacheSize), C.int(socket))
+	if r.p == nil {
+		return nil, fmt.Errorf("mempool %q (%d mbufs of a page): %w", name, n, newError("rte_mempool_populate_virt", int(r.err)))
+	}
+	return &Mempool{p: (*C.struct_rte_mempool)(r.p), name: name}, nil
+}
+
+// ObjectSize is the bytes one object of the pool takes: its header
+// (HeaderSize), the mbuf, private area and data room, and its trailer.
+func (m *Mempool) ObjectSize() int { return int(C.onerma_mempool_obj_size(m.p)) }
+
+// HeaderSize is the bytes of an object before its mbuf (the mempool's
+// object header).
+func (m *Mempool) HeaderSize() int { return int(C.onerma_mempool_header_size(m.p)) }
+
+// OutsideArray counts the pool's objects that lie, wholly or in part,
+// outside the array of its objects (as many as it holds, ObjectSize bytes
+// each) that starts at its first memory chunk (from that chunk's page).
+// DPDK 22.11's net_af_xdp registers exactly that array as the AF_XDP umem
+// of a pool it fills its rx rings from (xdp_umem_configure): the kernel
+// refuses the buffers of objects outside it, and those mbufs never come
+// back. A pool whose objects each stay within a page, but do not fill it,
+// leaves a gap at every page's end and has some (rte_pktmbuf_pool_create's:
+// half of them in 4 KB pages, a few in 2 MB pages); a NewPagedPktmbufPool
+// none.
+func (m *Mempool) OutsideArray() int { return int(C.onerma_mempool_outside_array(m.p)) }
+
 // Name is the pool's name.
 func (m *Mempool) Name() string { return m.name }
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <stdio.h>
 
@@ -13,6 +14,8 @@
 #include <rte_errno.h>
 #include <rte_lcore.h>
 #include <rte_malloc.h>
+#include <rte_mbuf.h>
+#include <rte_mbuf_pool_ops.h>
 
 /* rte_errno may be 0 after a failure in some paths; never report success. */
 static int errno_or(int fallback)
@@ -61,6 +64,115 @@ struct onerma_ptr_result onerma_pktmbuf_pool_create(const char *name, unsigned i
 	r.p = rte_pktmbuf_pool_create(name, n, cache_size, priv_size, data_room_size, socket_id);
 	r.err = r.p == NULL ? errno_or(ENOMEM) : 0;
 	return r;
+}
+
+static void memzone_free_cb(struct rte_mempool_memhdr *memhdr, void *opaque)
+{
+	(void)memhdr;
+	rte_memzone_free(opaque);
+}
+
+/* rte_pktmbuf_pool_create_by_ops (lib/mbuf/rte_mbuf.c) with objects of exactly
+ * one page (RTE_MEMPOOL_F_NO_SPREAD: no padding beyond the cache line) in a
+ * page-aligned memzone, populated page by page (rte_mempool_populate_virt): the
+ * objects lie back to back, each within its page, and their IO addresses are
+ * right. */
+struct onerma_ptr_result onerma_pktmbuf_pool_create_paged(const char *name, unsigned int n,
+							  unsigned int cache_size, int socket_id)
+{
+	struct onerma_ptr_result r = {NULL, 0};
+	struct rte_pktmbuf_pool_private priv;
+	char mz_name[RTE_MEMZONE_NAMESIZE];
+	const struct rte_memzone *mz;
+	struct rte_mempool *mp;
+	size_t pg = (size_t)getpagesize();
+	unsigned int elt;
+	int ret;
+
+	elt = (unsigned int)pg - RTE_ALIGN_CEIL(sizeof(struct rte_mempool_objhdr), RTE_MEMPOOL_ALIGN);
+	if (pg > UINT16_MAX + sizeof(struct rte_mbuf) ||
+	    rte_mempool_calc_obj_size(elt, RTE_MEMPOOL_F_NO_SPREAD, NULL) != pg) {
+		r.err = EINVAL; /* a debug build's object trailer, or pages too large for a data room */
+		return r;
+	}
+	if (snprintf(mz_name, sizeof(mz_name), "%s_pages", name) >= (int)sizeof(mz_name)) {
+		r.err = ENAMETOOLONG;
+		return r;
+	}
+	memset(&priv, 0, sizeof(priv));
+	priv.mbuf_data_room_size = (uint16_t)(elt - sizeof(struct rte_mbuf));
+	mp = rte_mempool_create_empty(name, n, elt, cache_size, sizeof(struct rte_pktmbuf_pool_private),
+				      socket_id, RTE_MEMPOOL_F_NO_SPREAD);
+	if (mp == NULL) {
+		r.err = errno_or(ENOMEM);
+		return r;
+	}
+	ret = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), NULL);
+	if (ret != 0)
+		goto fail;
+	rte_pktmbuf_pool_init(mp, &priv);
+	mz = rte_memzone_reserve_aligned(mz_name, (size_t)n * pg, socket_id, 0, pg);
+	if (mz == NULL) {
+		ret = -errno_or(ENOMEM);
+		goto fail;
+	}
+	ret = rte_mempool_populate_virt(mp, mz->addr, (size_t)n * pg, pg, memzone_free_cb, (void *)(uintptr_t)mz);
+	if (ret >= 0 && mp->populated_size != n)
+		ret = -ENOBUFS;
+	if (ret < 0) {
+		if (mp->nb_mem_chunks == 0) /* else the first chunk's free_cb frees it */
+			rte_memzone_free(mz);
+		goto fail;
+	}
+	rte_mempool_obj_iter(mp, rte_pktmbuf_init, NULL);
+	r.p = mp;
+	return r;
+fail:
+	rte_mempool_free(mp);
+	r.err = -ret;
+	return r;
+}
+
+struct array_check {
+	uintptr_t lo, hi;
+	size_t obj_size;
+	unsigned int outside;
+};
+
+static void array_check_cb(struct rte_mempool *mp, void *opaque, void *obj, unsigned int idx)
+{
+	struct array_check *c = opaque;
+	uintptr_t start = (uintptr_t)obj - mp->header_size;
+	(void)idx;
+	if (start < c->lo || start + c->obj_size > c->hi)
+		c->outside++;
+}
+
+/* The umem of drivers/net/af_xdp/rte_eth_af_xdp.c, v22.11 (xdp_umem_configure,
+ * get_base_addr): from the first memory chunk's address rounded down to a page,
+ * populated_size frames of rte_mempool_calc_obj_size bytes, plus that rounding. */
+unsigned int onerma_mempool_outside_array(struct rte_mempool *mp)
+{
+	struct rte_mempool_memhdr *first = STAILQ_FIRST(&mp->mem_list);
+	struct array_check c;
+	uintptr_t addr;
+
+	if (first == NULL)
+		return 0;
+	addr = (uintptr_t)first->addr;
+	c.obj_size = rte_mempool_calc_obj_size(mp->elt_size, mp->flags, NULL);
+	c.lo = addr & ~((uintptr_t)getpagesize() - 1);
+	c.hi = addr + (uintptr_t)mp->populated_size * c.obj_size;
+	c.outside = 0;
+	rte_mempool_obj_iter(mp, array_check_cb, &c);
+	return c.outside;
+}
+
+unsigned int onerma_mempool_header_size(const struct rte_mempool *mp) { return mp->header_size; }
+
+unsigned int onerma_mempool_obj_size(const struct rte_mempool *mp)
+{
+	return mp->header_size + mp->elt_size + mp->trailer_size;
 }
 
 void onerma_mempool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }

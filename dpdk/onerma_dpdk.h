@@ -64,6 +64,15 @@ int onerma_lcore_socket(unsigned int lcore);
 struct onerma_ptr_result onerma_pktmbuf_pool_create(const char *name, unsigned int n,
 						    unsigned int cache_size, uint16_t priv_size,
 						    uint16_t data_room_size, int socket_id);
+/* A pool of mbufs of one page each (object header, mbuf, data room), page-aligned
+ * and back to back. */
+struct onerma_ptr_result onerma_pktmbuf_pool_create_paged(const char *name, unsigned int n,
+							  unsigned int cache_size, int socket_id);
+/* Objects outside [page floor of the first chunk, first chunk + populated x
+ * object size): what DPDK 22.11's net_af_xdp registers as the pool's umem. */
+unsigned int onerma_mempool_outside_array(struct rte_mempool *mp);
+unsigned int onerma_mempool_obj_size(const struct rte_mempool *mp);
+unsigned int onerma_mempool_header_size(const struct rte_mempool *mp);
 void onerma_mempool_free(struct rte_mempool *mp);
 unsigned int onerma_mempool_avail(const struct rte_mempool *mp);
 unsigned int onerma_mempool_in_use(const struct rte_mempool *mp);

@@ -14,6 +14,8 @@ log() { printf 'setup: %s\n' "$*"; }
 # iputils-ping: the routed testbed (e2e TestRouted) pings engines from its router.
 pkgs=(libdpdk-dev dpdk dpdk-dev libipsec-mb-dev pkg-config gcc make iproute2 procps iputils-ping clang llvm libbpf-dev linux-libc-dev)
 [ $want_bench = 1 ] && pkgs+=(ucx-utils)
+# ping: the AF_XDP test checks the kernel still answers on the engine's interface.
+command -v ping >/dev/null || pkgs+=(iputils-ping)
 
 missing=()
 for p in "${pkgs[@]}"; do

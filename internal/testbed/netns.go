@@ -7,7 +7,7 @@ import (
 )
 
 // VethPair is two network namespaces joined by a veth pair, for engines on
-// af_packet ports: frames cross the kernel's veth driver between two
+// af_packet and AF_XDP ports: frames cross the kernel's veth driver between two
 // separate network stacks, as between two hosts.
 type VethPair struct {
 	NSA, NSB string // namespace names
@@ -63,6 +63,27 @@ func (v *VethPair) Close() {
 func AFPacket(rmad, dir, name, ip, ns, iface string) Options {
 	return Options{Rmad: rmad, Dir: dir, Name: name, IP: ip, NetNS: ns, CPU: -1,
 		PortName: "net_af_packet0", Vdev: "net_af_packet0,iface=" + iface + ",qpairs=1"}
+}
+
+// AFXDP returns engine options for an AF_XDP port (DPDK's net_af_xdp) on
+// iface inside ns: rmad gives the port its own XDP program, which steers
+// the frames for the engine's address to it and leaves every other frame
+// to the kernel, so the interface may carry a kernel address of its own
+// (AddAddr). In a namespace the veth runs XDP in its driver, and its
+// AF_XDP socket in copy mode (veth has no zero-copy).
+func AFXDP(rmad, dir, name, ip, ns, iface string) Options {
+	return Options{Rmad: rmad, Dir: dir, Name: name, IP: ip, NetNS: ns, CPU: -1,
+		PortName: "net_af_xdp0", Vdev: "net_af_xdp0,iface=" + iface}
+}
+
+// AddAddr gives the kernel the address prefix (CIDR, "10.1.0.9/24") on
+// iface in namespace ns ("": the current one).
+func AddAddr(ns, iface, prefix string) error {
+	args := []string{"addr", "add", prefix, "dev", iface}
+	if ns != "" {
+		args = append([]string{"-n", ns}, args...)
+	}
+	return ip(args...)
 }
 
 // Tap returns engine options for a net_tap port named iface. The engine

@@ -28,6 +28,10 @@
 //	(h) only when asked (-only ab -ab-old DIR): an old build of the engine
 //	    against the new one, -bin's, in interleaved rounds on the loopback
 //	    engine (ab.go);
+//	(i) two engines on a veth pair between two network namespaces, on
+//	    af_packet ports and on AF_XDP ports (af_packet, af_xdp) in
+//	    interleaved rounds, so the ratio af_xdp / af_packet is measured
+//	    (veth.go);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -68,7 +72,7 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,tcp,aes,write-pairs,isolation,telemetry", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too; ab, never by default, compares -ab-old's engine with -bin's)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
@@ -173,6 +177,13 @@ func main() {
 	}
 	if want("memif") {
 		r, err := memifRun(rmad, rmaperf, dir, specs, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("af_packet") || want("af_xdp") {
+		r, err := vethRun(rmad, rmaperf, dir, *dur)
 		if err != nil {
 			fail(err)
 		}

@@ -43,9 +43,39 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 		return nil, err
 	}
 	defer b.Stop(10 * time.Second)
-	// The rmaperf server owns the region on engine B and serves each
-	// client its K_d over TLS 1.3; both get their credentials from this
-	// process over an inherited pipe.
+	srv, err := startPerfServer(rmaperf, b.Socket)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	var rows []Row
+	for _, s := range specs {
+		r, err := rmaperfRun(rmaperf, "0", s, dur, "memif", srv.cliCreds, "-ctl", a.Socket, "-server", srv.kx, "-region", srv.region, "-event", "-spins=-1")
+		if err != nil {
+			return nil, err
+		}
+		if r.Note != "" {
+			r.Note = memifNote + "; " + r.Note
+		} else {
+			r.Note = memifNote
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// perfServer is an rmaperf server on an engine: it owns a region there
+// and serves each client its K_d over TLS 1.3; both get their credentials
+// from this process over an inherited pipe.
+type perfServer struct {
+	region, kx string            // the region's id and the key server's address, for the clients' -region and -server
+	cliCreds   *keyx.Credentials // a client's credentials
+	stop       func()
+}
+
+// startPerfServer starts an rmaperf server on the engine at socket and
+// waits until it serves.
+func startPerfServer(rmaperf, socket string) (*perfServer, error) {
 	ca, err := keyx.NewCA("rmabench CA")
 	if err != nil {
 		return nil, err
@@ -58,7 +88,7 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 	if err != nil {
 		return nil, err
 	}
-	srv := exec.Command(rmaperf, "server", "-ctl", b.Socket, "-listen", "127.0.0.1:0")
+	srv := exec.Command(rmaperf, "server", "-ctl", socket, "-listen", "127.0.0.1:0")
 	fd, closeAfter, err := keyx.Attach(srv, srvCreds)
 	if err != nil {
 		return nil, err
@@ -84,31 +114,20 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 		first <- l
 		io.Copy(os.Stderr, br)
 	}()
-	defer func() { srv.Process.Signal(os.Interrupt); <-copied; srv.Wait() }()
+	stop := func() { srv.Process.Signal(os.Interrupt); <-copied; srv.Wait() }
 	// "rmaperf server: region 0x10001 (N bytes) on IP, K_d served over TLS 1.3 on ADDR"
 	var region, kx string
 	select {
 	case l := <-first:
 		f := strings.Fields(l)
 		if len(f) < 4 || f[2] != "region" {
+			stop()
 			return nil, fmt.Errorf("rmaperf server said %q", l)
 		}
 		region, kx = f[3], f[len(f)-1]
 	case <-time.After(60 * time.Second):
+		stop()
 		return nil, errors.New("rmaperf server not ready after 60 s")
 	}
-	var rows []Row
-	for _, s := range specs {
-		r, err := rmaperfRun(rmaperf, "0", s, dur, "memif", cliCreds, "-ctl", a.Socket, "-server", kx, "-region", region, "-event", "-spins=-1")
-		if err != nil {
-			return nil, err
-		}
-		if r.Note != "" {
-			r.Note = memifNote + "; " + r.Note
-		} else {
-			r.Note = memifNote
-		}
-		rows = append(rows, r)
-	}
-	return rows, nil
+	return &perfServer{region: region, kx: kx, cliCreds: cliCreds, stop: stop}, nil
 }

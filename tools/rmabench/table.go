@@ -35,7 +35,7 @@ func printTable(rows []Row) {
 	// Ratios against the TCP peer for the same test, size and depth
 	// (ucp_get for the reads, ucp_put_bw / ucp_put_lat for the writes).
 	for _, r := range rows {
-		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || r.Setup == "ab" {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || r.Setup == "ab" || strings.HasPrefix(r.Setup, "af_") {
 			continue
 		}
 		for _, u := range rows {
@@ -126,6 +126,7 @@ func printTable(rows []Row) {
 	}
 	printWritePairs(rows)
 	printTelemetry(rows)
+	printVeth(rows)
 	printAB(rows)
 	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
 	// transfer on the same executor, against one 4 KB READ's latency (a

@@ -135,6 +135,15 @@ func stats(sock string, asJSON bool) error {
 		if p.DevErr != "" {
 			fmt.Printf("%-24s %s\n", "port.dev_error", p.DevErr)
 		}
+		if x := p.XDP; x != nil {
+			fmt.Printf("%-24s %s\n%-24s %d\n%-24s %s\n%-24s %d\n%-24s %v\n", "port.xdp.iface", x.Iface, "port.xdp.prog_id", x.ProgID,
+				"port.xdp.mode", x.Mode, "port.xdp.sockets", x.Sockets, "port.xdp.zero_copy", x.ZeroCopy)
+			counters("port.xdp.steer.", reflect.ValueOf(x.Steer))
+			counters("port.xdp.socket.", reflect.ValueOf(x.Socket))
+			if x.Err != "" {
+				fmt.Printf("%-24s %s\n", "port.xdp.error", x.Err)
+			}
+		}
 	}
 	if l := resp.Stats.Loop; l != nil {
 		counters("loop.", reflect.ValueOf(*l))

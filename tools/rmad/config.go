@@ -22,6 +22,7 @@ import (
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/wire"
 )
@@ -599,6 +600,14 @@ func (c *Config) validate() error {
 	case c.Poll.Nice < -20 || c.Poll.Nice > 19:
 		return fmt.Errorf("%w: poll.nice %d, want -20..19", errConfig, c.Poll.Nice)
 	}
+	if xdp.IsAFXDP(p.Vdev) {
+		if _, err := parseAFXDPVdev(p.Vdev); err != nil {
+			return err
+		}
+		if m := afxdpMaxMTU(); c.Engine.MTU > m {
+			return fmt.Errorf("%w: engine.mtu %d: an AF_XDP port's frames fit one page each here: engine.mtu %d at most", errConfig, c.Engine.MTU, m)
+		}
+	}
 	if _, err := c.faultConfig(); err != nil {
 		return err
 	}
@@ -608,11 +617,12 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// ealArgs is the EAL command line: eal_args plus the port's --vdev.
-func (c *Config) ealArgs() []string {
+// ealArgs is the EAL command line: eal_args plus --vdev=vdev (none if
+// ""): port.vdev, or what rmad made of it (an AF_XDP port's program).
+func (c *Config) ealArgs(vdev string) []string {
 	args := append([]string(nil), c.EALArgs...)
-	if c.Port.Vdev != "" {
-		args = append(args, "--vdev="+c.Port.Vdev)
+	if vdev != "" {
+		args = append(args, "--vdev="+vdev)
 	}
 	return args
 }

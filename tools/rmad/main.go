@@ -24,6 +24,7 @@ import (
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/engine/dpdkport"
+	"github.com/onerma/onerma/engine/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/wire"
@@ -114,6 +115,9 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	// At least the DPDK default data room (2048): some PMDs (af_packet) size
 	// their frames by it.
 	dataRoom := dpdk.Headroom + max(frameBytes, 2048)
+	if xdp.IsAFXDP(cfg.Port.Vdev) {
+		dataRoom = afxdpDataRoom()
+	}
 	logStartup(log, cfg, frameBytes, dataRoom, &ctlCfg)
 
 	down := &cleanup{log: log}
@@ -130,8 +134,18 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	log.Info().Str("iv_state", cfg.ivStatePath()).Uint64("iv_next", ivs.Next).Uint64("iv_high_water", ivs.HighWater).
 		Msg("IV counter state opened")
 
+	// An AF_XDP port's XDP program, handed to DPDK in its --vdev.
+	vdev := cfg.Port.Vdev
+	var xp *afxdp
+	if xdp.IsAFXDP(vdev) {
+		if xp, vdev, err = newAFXDP(vdev, log); err != nil {
+			return err
+		}
+		down.add("AF_XDP program file removal", func() error { xp.removeObject(); return nil })
+	}
+
 	// EAL, mempool, port.
-	ealArgs := cfg.ealArgs()
+	ealArgs := cfg.ealArgs(vdev)
 	log.Info().Strs("eal_args", ealArgs).Msg("initialising the DPDK EAL")
 	if err := dpdk.Init(ealArgs); err != nil {
 		return fmt.Errorf("EAL init: %w", err)
@@ -146,7 +160,12 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		return err
 	})
 
-	pool, err := dpdk.NewPktmbufPool("onerma_mbufs", cfg.Port.Mbufs, cfg.Port.MbufCache, 0, uint16(dataRoom), dpdk.SocketAny)
+	var pool *dpdk.Mempool
+	if xp != nil {
+		pool, err = xp.newPool("onerma_mbufs", cfg.Port.Mbufs, cfg.Port.MbufCache, frameBytes)
+	} else {
+		pool, err = dpdk.NewPktmbufPool("onerma_mbufs", cfg.Port.Mbufs, cfg.Port.MbufCache, 0, uint16(dataRoom), dpdk.SocketAny)
+	}
 	if err != nil {
 		return err
 	}
@@ -175,6 +194,12 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		return fmt.Errorf("port %q setup: %w", cfg.Port.Name, err)
 	}
 	down.add("port stop+close", func() error { return errors.Join(id.Stop(), id.Close()) })
+	if xp != nil {
+		if err := xp.started(engCfg.LocalIP, log); err != nil {
+			return fmt.Errorf("port %q: %w", cfg.Port.Name, err)
+		}
+		down.add("AF_XDP close", func() error { return xp.close(log) })
+	}
 
 	portCfg := dpdkport.DefaultConfig()
 	portCfg.Burst, portCfg.Stash, portCfg.FrameBytes = cfg.Port.Burst, 2*cfg.Port.Burst, frameBytes
@@ -191,7 +216,11 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	}
 	ctlCfg.PortStats = func() *ctlmsg.PortStats {
 		dev, err := id.Stats()
-		return portStatsMsg(cfg.Port.Name, dport.Stats(), dev, err)
+		m := portStatsMsg(cfg.Port.Name, dport.Stats(), dev, err)
+		if xp != nil {
+			m.XDP = xp.stats()
+		}
+		return m
 	}
 	if fault != nil {
 		ctlCfg.FaultStats = func() *ctlmsg.FaultStats { return faultStatsMsg(fault.Stats()) }

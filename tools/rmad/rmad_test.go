@@ -24,6 +24,7 @@ import (
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/dpdk/dpdktest"
 	"github.com/onerma/onerma/engine/dpdkport"
+	"github.com/onerma/onerma/engine/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
@@ -198,6 +199,9 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-vdev", "net_ring0", "-port-name", "net_tap0"}, "does not create"},
 		{[]string{"-burst", "0"}, "port.burst"},
 		{[]string{"-hugetlb", "always"}, "Hugetlb"},
+		{[]string{"-vdev", "net_af_xdp0", "-port-name", "net_af_xdp0"}, "no iface="},
+		{[]string{"-vdev", "net_af_xdp0,iface=eth0,queue_count=2", "-port-name", "net_af_xdp0"}, "polls one queue"},
+		{[]string{"-vdev", "net_af_xdp0,iface=eth0", "-port-name", "net_af_xdp0", "-mtu", fmt.Sprint(afxdpMaxMTU() + 1)}, "fit one page"},
 	}
 	for _, tt := range invalid {
 		cfg, _, err := loadConfig(tt.args, &bytes.Buffer{})
@@ -616,6 +620,41 @@ func TestPortStatsMsgCoversEveryField(t *testing.T) {
 	sameCounters(t, "Dev.", reflect.ValueOf(&dev).Elem(), reflect.ValueOf(&m.Dev).Elem())
 	if m := portStatsMsg("p0", s, dev, errors.New("no stats")); m.DevErr != "no stats" {
 		t.Errorf("DevErr %q", m.DevErr)
+	}
+}
+
+// TestXDPStatsMsgCoversEveryField fails when xdp.Stats or the kernel's
+// XDP_STATISTICS (unix.XDPStatistics) gains a counter that xdpStatsMsg
+// does not carry; the sockets' counters are summed.
+func TestXDPStatsMsgCoversEveryField(t *testing.T) {
+	var steer xdp.Stats
+	socks := make([]xdp.Socket, 2)
+	n := uint64(1)
+	for _, v := range []reflect.Value{reflect.ValueOf(&steer).Elem(), reflect.ValueOf(&socks[0].Stats).Elem(), reflect.ValueOf(&socks[1].Stats).Elem()} {
+		for i := range v.NumField() {
+			v.Field(i).SetUint(n)
+			n++
+		}
+	}
+	m := &ctlmsg.PortXDPStats{ZeroCopy: true}
+	socks[1].ZeroCopy = true
+	xdpStatsMsg(m, steer, socks)
+	sameCounters(t, "Steer.", reflect.ValueOf(&steer).Elem(), reflect.ValueOf(&m.Steer).Elem())
+	// The kernel's names: Rx_dropped for RxDropped.
+	sum := reflect.ValueOf(&socks[0].Stats).Elem()
+	got := reflect.ValueOf(&m.Socket).Elem()
+	if sum.NumField() != got.NumField() {
+		t.Errorf("XDP_STATISTICS has %d counters, ctlmsg.XDPSocketStats %d", sum.NumField(), got.NumField())
+	}
+	for i := range sum.NumField() {
+		name := strings.ReplaceAll(sum.Type().Field(i).Name, "_", "")
+		f := got.FieldByNameFunc(func(s string) bool { return strings.EqualFold(s, name) })
+		if want := sum.Field(i).Uint() + reflect.ValueOf(&socks[1].Stats).Elem().Field(i).Uint(); !f.IsValid() || f.Uint() != want {
+			t.Errorf("Socket.%s: %v, want %d", name, f, want)
+		}
+	}
+	if m.ZeroCopy {
+		t.Error("ZeroCopy with a copy-mode socket")
 	}
 }
 
