@@ -76,8 +76,8 @@ func (b *routedBed) testRouteToNowhere(t *testing.T) {
 		t.Fatalf("READ from %s by an engine on 10.3.0.0/24 without a gateway: %v after %v, want UNREACHABLE at once (before resolve_timeout %v)",
 			b.addr(e3), c.Status, d, routedResolve)
 	}
-	if st := stats(t, p); st.ARPRequests != 0 {
-		t.Fatalf("%d ARP requests for a destination without a route", st.ARPRequests)
+	if st := stats(t, p); st.ARPRequests != 0 || st.NoRoute != 1 {
+		t.Fatalf("%d ARP requests for a destination without a route, no_route %d (want 0 and 1)", st.ARPRequests, st.NoRoute)
 	}
 	t.Logf("no route: UNREACHABLE after %v", d)
 }
@@ -155,6 +155,10 @@ func (b *routedBed) testGatewayMAC(t *testing.T) {
 	for _, f := range flows {
 		b.allOK(t, f[0], f[1], abi.OpRead, 4096)
 	}
+	before := make([]uint64, len(flows))
+	for i, f := range flows {
+		before[i] = stats(t, b.app[f[0]].p).NeighborChanges
+	}
 	changed := time.Now()
 	if err := b.SetGatewayMAC(subnet1, testbed.GatewayMAC(subnet1, 2)); err != nil {
 		t.Fatal(err)
@@ -180,6 +184,10 @@ func (b *routedBed) testGatewayMAC(t *testing.T) {
 		if r.recovery > bound {
 			t.Errorf("%s recovered %v after its gateway's MAC changed, want within its reachable time %v (+1 s)",
 				b.Hosts[f[0]].Name, r.recovery, routedReachable)
+		}
+		// The engine took the new MAC from a reply to its own request.
+		if n := stats(t, b.app[f[0]].p).NeighborChanges; n <= before[i] {
+			t.Errorf("%s: neighbor_changes stayed %d", b.Hosts[f[0]].Name, n)
 		}
 	}
 }

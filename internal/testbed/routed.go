@@ -232,20 +232,13 @@ func (r *Routed) Options(i int, rmad, dir string) Options {
 	case PortAFPacket:
 		o = AFPacket(rmad, dir, h.Name, addr, h.NS, h.Iface)
 	case PortAFXDP:
-		o = afxdpOptions(rmad, dir, h.Name, addr, h.NS, h.Iface)
+		o = AFXDP(rmad, dir, h.Name, addr, h.NS, h.Iface)
 	case PortTap:
 		o = Tap(rmad, dir, h.Name, addr, h.Iface, h.MAC)
 		o.NetNS = h.NS
 	}
 	o.Extra = append(o.Extra, "-gateway", s.Gateway.String())
 	return o
-}
-
-// afxdpOptions returns engine options for an AF_XDP port on queue 0 of
-// iface inside ns.
-func afxdpOptions(rmad, dir, name, ip, ns, iface string) Options {
-	return Options{Rmad: rmad, Dir: dir, Name: name, IP: ip, NetNS: ns, CPU: -1,
-		PortName: "net_af_xdp0", Vdev: "net_af_xdp0,iface=" + iface + ",start_queue=0,queue_count=1"}
 }
 
 // Attach completes host i once its engine runs: a net_tap engine's tap
