@@ -293,7 +293,7 @@ func statuses(cs []abi.Completion) map[abi.Status]int {
 
 // recovered reads 4 KB from engine dst's ro region into src's, one op at
 // a time, until one completes OK with the right bytes, and returns how
-// long that took; after within it gives up.
+// long that took (to the op's completion); after within it gives up.
 func (b *routedBed) recovered(src, dst int, within time.Duration) (time.Duration, error) {
 	a, d := b.app[src], b.app[dst]
 	t0 := time.Now()
@@ -301,6 +301,7 @@ func (b *routedBed) recovered(src, dst int, within time.Duration) (time.Duration
 	for time.Since(t0) < within {
 		cookie := a.cookie
 		a.cookie++
+		posted := time.Since(t0)
 		if err := a.p.SubmitRead(a.slots[0], b.addr(dst), d.ro.ID(), 4096, kdFor(d.ro, a.p), a.local, 0, 4096, cookie); err != nil {
 			return 0, err
 		}
@@ -314,7 +315,7 @@ func (b *routedBed) recovered(src, dst int, within time.Duration) (time.Duration
 					return 0, fmt.Errorf("READ from %s: byte %d is %#x, want %#x", b.addr(dst), i, v, pattern(4096+uint64(i)))
 				}
 			}
-			return time.Since(t0), nil
+			return posted + time.Duration(last.TotalDelayNs), nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
