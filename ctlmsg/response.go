@@ -94,6 +94,17 @@ type Stats struct {
 	RxAuthFailed      uint64                       `json:"rx_auth_failed"` // answers to our ops that failed authentication (dropped)
 	RxStale           uint64                       `json:"rx_stale"`
 	RxDuplicate       uint64                       `json:"rx_duplicate"`
+	RxIPOptions       uint64                       `json:"rx_ip_options"`             // IPv4 with options to the engine: dropped
+	RxFragments       uint64                       `json:"rx_fragments"`              // IPv4 fragments to the engine: dropped
+	RxTTLZero         uint64                       `json:"rx_ttl_zero"`               // IPv4 with TTL 0 to the engine: dropped
+	RxICMPMalformed   uint64                       `json:"rx_icmp_malformed"`         // ICMP dropped: truncated, bad checksum, an echo from a source no reply may go to
+	RxICMPOther       uint64                       `json:"rx_icmp_other"`             // ICMP of other kinds (fragmentation needed about datagrams not the engine's among them)
+	ICMPEchoReplies   uint64                       `json:"icmp_echo_replies"`         // echo requests (ping) answered
+	ICMPRateLimited   uint64                       `json:"icmp_rate_limited"`         // echo requests over engine.icmp_rate / icmp_burst: not answered
+	ICMPEchoTooBig    uint64                       `json:"icmp_echo_too_big"`         // echo requests whose reply would exceed the MTU: not answered
+	ICMPFragNeeded    uint64                       `json:"icmp_frag_needed"`          // fragmentation needed about the engine's datagrams (the path MTU toward a destination is smaller)
+	FragNeededDst     string                       `json:"frag_needed_dst,omitempty"` // the latest one's destination ("": none yet)
+	FragNeededMTU     uint64                       `json:"frag_needed_mtu"`           // the next-hop MTU it reported (0: not given)
 	TxFrames          uint64                       `json:"tx_frames"`
 	TxNoBuffer        uint64                       `json:"tx_no_buffer"`
 	ReqServed         uint64                       `json:"req_served"`

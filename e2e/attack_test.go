@@ -23,8 +23,8 @@ package e2e
 //	                                                served, nothing reaches the initiator
 //	tampered response (payload, tag, IV, PID,       dropped; the op completes OK with the genuine        rx_auth_failed (initiator)
 //	  region, offset, status, flags, src port)      chunks, right bytes
-//	tampered IPv4 TTL / ID / checksum of a genuine  accepted: outside the AAD, meaningless to the        -
-//	  response or request                           engine (IPv4 addresses are authenticated)
+//	tampered IPv4 TTL (not 0) / ID / checksum of a  accepted: outside the AAD, meaningless to the        -
+//	  genuine response or request                   engine (IPv4 addresses are authenticated)
 //	forged answer to an outstanding op (data, NACK, dropped; the op completes OK when the frozen          rx_auth_failed (initiator)
 //	  error status, under a random key, without     server thaws; no forged byte reaches the sink
 //	  the request IV, NACK/error under the
@@ -81,15 +81,18 @@ package e2e
 //	truncated frames, IPv4/UDP/OneRMA lengths       dropped silently, no answer                          rx_dropped
 //	  lying, bad version / type / reserved word,
 //	  payload on a request, bad IPv4 version/IHL/
-//	  protocol, fragments, non-IPv4 EtherType,
-//	  VLAN tag, short ARP
+//	  protocol, non-IPv4 EtherType, VLAN tag,
+//	  short ARP
+//	IPv4 options, fragments, TTL 0                  dropped silently, no answer                          rx_ip_options, rx_fragments,
+//	                                                                                                     rx_ttl_zero
 //	frame longer than the port's MTU (jumbo on the  never reaches the engine (the kernel or the tap PMD  - (rx_frames unchanged)
 //	  tap)                                          drops it), no answer
 //	bad IPv4 header checksum only                   not checked (the tag covers the addresses): handled  req_auth_failed for a forged
 //	                                                like the same frame with a good checksum             request
 //	flood: 100k garbage, mutated and forged frames  every frame accounted for (sum of the counters =     rx_dropped + req_auth_failed +
 //	  and answers with random headers               frames sent); ≥ 1000 concurrent legit reads all OK   rx_stale + rx_auth_failed +
-//	                                                with the right bytes, each served once               rx_duplicate (server)
+//	                                                with the right bytes, each served once               rx_duplicate + the IPv4 and
+//	                                                                                                     ICMP counters (server)
 
 import (
 	"bytes"
@@ -400,10 +403,23 @@ var (
 	cReqServed     = counter{"req_served", func(s *ctlmsg.Stats) uint64 { return s.ReqServed }}
 	cReqReplayed   = counter{"req_replayed", func(s *ctlmsg.Stats) uint64 { return s.ReqReplayed }}
 	cReqErrors     = counter{"req_errors", func(s *ctlmsg.Stats) uint64 { return s.ReqErrors }}
+	cRxIPOptions   = counter{"rx_ip_options", func(s *ctlmsg.Stats) uint64 { return s.RxIPOptions }}
+	cRxFragments   = counter{"rx_fragments", func(s *ctlmsg.Stats) uint64 { return s.RxFragments }}
+	cRxTTLZero     = counter{"rx_ttl_zero", func(s *ctlmsg.Stats) uint64 { return s.RxTTLZero }}
 	cAuthFailCpl   = counter{"completed.REMOTE_AUTHENTICATION_FAILURE", func(s *ctlmsg.Stats) uint64 {
 		return s.Completed[abi.StatusRemoteAuthFailure.String()]
 	}}
 )
+
+// cNotOneRMA: every frame addressed to the engine that is not OneRMA's
+// ends in one of these, or in rx_dropped.
+var cNotOneRMA = []counter{cRxIPOptions, cRxFragments, cRxTTLZero,
+	{"rx_icmp_malformed", func(s *ctlmsg.Stats) uint64 { return s.RxICMPMalformed }},
+	{"rx_icmp_other", func(s *ctlmsg.Stats) uint64 { return s.RxICMPOther }},
+	{"icmp_echo_replies", func(s *ctlmsg.Stats) uint64 { return s.ICMPEchoReplies }},
+	{"icmp_rate_limited", func(s *ctlmsg.Stats) uint64 { return s.ICMPRateLimited }},
+	{"icmp_echo_too_big", func(s *ctlmsg.Stats) uint64 { return s.ICMPEchoTooBig }},
+	{"icmp_frag_needed", func(s *ctlmsg.Stats) uint64 { return s.ICMPFragNeeded }}}
 
 type delta struct {
 	c counter
@@ -1053,16 +1069,7 @@ func TestAttack(t *testing.T) {
 			{"response whose length field lies", withPayload(wire.TypeReadResp, 64, 100)},
 			{"REKEY carrying 64 B instead of a key", withPayload(wire.TypeRekeyReq, 64, 64)},
 			{"IPv6 in the IPv4 version nibble", edit(setByte(ip, 0x65))},
-			{"IPv4 options (IHL 6)", edit(func(b []byte) []byte {
-				o := append(append(append([]byte(nil), b[:ip+20]...), 1, 1, 1, 0), b[ip+20:]...)
-				o[ip] = 0x46
-				binary.BigEndian.PutUint16(o[ip+2:], uint16(len(o)-ip))
-				rawnet.FixIPv4Checksum(o)
-				return o
-			})},
 			{"TCP", edit(setByte(ip+9, 6))},
-			{"fragment: more fragments", edit(setU16(ip+6, 0x2000))},
-			{"fragment: offset 8", edit(setU16(ip+6, 0x0001))},
 			{"IPv6 EtherType", edit(setU16(12, 0x86dd))},
 			{"802.1Q tagged", edit(func(b []byte) []byte {
 				return append(append(append([]byte(nil), b[:12]...), 0x81, 0x00, 0x00, 0x05), b[12:]...)
@@ -1070,17 +1077,41 @@ func TestAttack(t *testing.T) {
 			{"unknown EtherType", edit(setU16(12, 0x88b5))},
 			{"short ARP", edit(func(b []byte) []byte { binary.BigEndian.PutUint16(b[12:], 0x0806); return b[:30] })},
 		}
+		// IPv4 the engine does not take, each counted on its own.
+		hygiene := []struct {
+			name  string
+			frame []byte
+			c     counter
+		}{
+			{"IPv4 options (IHL 6)", edit(func(b []byte) []byte {
+				o := append(append(append([]byte(nil), b[:ip+20]...), 1, 1, 1, 0), b[ip+20:]...)
+				o[ip] = 0x46
+				binary.BigEndian.PutUint16(o[ip+2:], uint16(len(o)-ip))
+				rawnet.FixIPv4Checksum(o)
+				return o
+			}), cRxIPOptions},
+			{"fragment: more fragments", edit(setU16(ip+6, 0x2000)), cRxFragments},
+			{"fragment: offset 8", edit(setU16(ip+6, 0x0001)), cRxFragments},
+			{"TTL 0", edit(setByte(ip+8, 0)), cRxTTLZero},
+		}
 		tb.tapB.Drain()
 		baseB := stats(t, tb.pb)
 		for _, m := range malformed {
 			inject(t, tb.tapB, m.frame)
+		}
+		perCounter := map[string]uint64{}
+		for _, h := range hygiene {
+			inject(t, tb.tapB, h.frame)
+			perCounter[h.c.name]++
 		}
 		// A wrong IPv4 header checksum alone is not checked (the tag covers
 		// the addresses): the forged request is answered as usual.
 		badSum := edit(func(b []byte) []byte { b[ip+10] ^= 0xff; return b })
 		inject(t, tb.tapB, badSum)
 		expect(t, "B", tb.pb, baseB, delta{cRxDropped, uint64(len(malformed))}, delta{cReqAuthFailed, 1},
-			delta{cRxFrames, uint64(len(malformed) + 1)}, delta{cReqServed, 0}, delta{cReqErrors, 0})
+			delta{cRxFrames, uint64(len(malformed) + len(hygiene) + 1)}, delta{cReqServed, 0}, delta{cReqErrors, 0},
+			delta{cRxIPOptions, perCounter[cRxIPOptions.name]}, delta{cRxFragments, perCounter[cRxFragments.name]},
+			delta{cRxTTLZero, perCounter[cRxTTLZero.name]})
 		answers, err := tb.tapB.Capture(200*time.Millisecond, 0, fromEngine(nil))
 		if err != nil {
 			t.Fatal(err)
@@ -1139,7 +1170,7 @@ func TestAttack(t *testing.T) {
 		}()
 		accounted := func(s *ctlmsg.Stats) uint64 {
 			sum := uint64(0)
-			for _, c := range []counter{cRxDropped, cReqAuthFailed, cRxStale, cRxAuthFailed, cRxDuplicate} {
+			for _, c := range append([]counter{cRxDropped, cReqAuthFailed, cRxStale, cRxAuthFailed, cRxDuplicate}, cNotOneRMA...) {
 				sum += c.get(s) - c.get(baseB)
 			}
 			return sum
@@ -1255,9 +1286,13 @@ func TestAttack(t *testing.T) {
 			t.Fatalf("reader: rx_auth_failed +%d, OK +%d, want 0 and %d", sa.RxAuthFailed-baseA.RxAuthFailed,
 				sa.Completed[abi.StatusOK.String()]-baseA.Completed[abi.StatusOK.String()], r.n)
 		}
-		t.Logf("flood: %d frames %v in %v (%.0f frames/s), tap queue drops %d; B: rx_dropped +%d, req_auth_failed +%d, rx_stale +%d, rx_auth_failed +%d; %d legitimate reads OK",
+		notOneRMA := uint64(0)
+		for _, c := range cNotOneRMA {
+			notOneRMA += c.get(s) - c.get(baseB)
+		}
+		t.Logf("flood: %d frames %v in %v (%.0f frames/s), tap queue drops %d; B: rx_dropped +%d, req_auth_failed +%d, rx_stale +%d, rx_auth_failed +%d, IPv4 and ICMP counters +%d; %d legitimate reads OK",
 			sent, kinds, flood.Round(time.Millisecond), float64(sent)/flood.Seconds(), lost,
-			s.RxDropped-baseB.RxDropped, s.ReqAuthFailed-baseB.ReqAuthFailed, s.RxStale-baseB.RxStale, s.RxAuthFailed-baseB.RxAuthFailed, r.n)
+			s.RxDropped-baseB.RxDropped, s.ReqAuthFailed-baseB.ReqAuthFailed, s.RxStale-baseB.RxStale, s.RxAuthFailed-baseB.RxAuthFailed, notOneRMA, r.n)
 		tb.atk.Drain()
 		tb.tapA.Drain()
 		tb.tapB.Drain()

@@ -67,6 +67,17 @@ type Stats struct {
 	RxAuthFailed    uint64 // answers to our ops that failed authentication: dropped
 	RxStale         uint64 // responses for a slot no longer waiting for them
 	RxDuplicate     uint64 // response chunks already placed
+	RxIPOptions     uint64 // IPv4 with options: dropped (from here to FragNeededMTU: frames to the engine's MAC and address only; icmp.go)
+	RxFragments     uint64 // IPv4 fragments: dropped
+	RxTTLZero       uint64 // IPv4 with TTL 0: dropped
+	RxICMPMalformed uint64 // ICMP dropped: truncated, bad checksum, or an echo from a source no reply may go to (multicast, broadcast, unspecified, the engine's own)
+	RxICMPOther     uint64 // ICMP of other kinds dropped, fragmentation needed about a datagram the engine did not send among them
+	ICMPEchoReplies uint64 // echo requests answered
+	ICMPRateLimited uint64 // echo requests not answered: over Config.ICMPRate and ICMPBurst (every one when ICMPRate is 0)
+	ICMPEchoTooBig  uint64 // echo requests not answered: the reply would exceed the MTU
+	ICMPFragNeeded  uint64 // fragmentation needed about a datagram the engine sent; its MTU is not changed (SECURITY.md)
+	FragNeededDst   uint32 // the latest one's destination (IPv4 as a big-endian integer; 0: none yet)
+	FragNeededMTU   uint64 // the next-hop MTU the latest one reported (0: not given, as by RFC 792 routers)
 	TxFrames        uint64
 	TxNoBuffer      uint64 // a frame could not be sent: no tx buffer
 	ReqServed       uint64

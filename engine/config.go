@@ -97,6 +97,14 @@ type Config struct {
 	// resolution as for a new neighbor. Static entries never age.
 	NeighborReachable time.Duration
 
+	// ICMPRate is how many ICMP echo requests to the engine's address the
+	// core answers per second at most (a token bucket on the time the
+	// core is given), ICMPBurst how many at once after a quiet spell. 0
+	// turns echo replies off. Every echo request is counted, answered or
+	// not (Stats.ICMPEchoReplies, ICMPRateLimited).
+	ICMPRate  int
+	ICMPBurst int
+
 	// HairpinSelf sends frames addressed to this engine itself out of the
 	// port, for ports that reflect them (net_ring loopback: the benchmark
 	// that measures one core's full per-op cost including port I/O).
@@ -168,6 +176,8 @@ func DefaultConfig() Config {
 		Timeout:           10 * time.Millisecond,
 		ResolveTimeout:    50 * time.Millisecond,
 		ARPRetry:          5 * time.Millisecond,
+		ICMPRate:          1000,
+		ICMPBurst:         50,
 		NeighborReachable: 30 * time.Second,
 		NeighborTable:     256,
 		ReplayPeers:       256,
@@ -223,6 +233,10 @@ func (c *Config) Validate() error {
 		return bad("ResolveTimeout", c.ResolveTimeout)
 	case c.ARPRetry <= 0:
 		return bad("ARPRetry", c.ARPRetry)
+	case c.ICMPRate < 0 || c.ICMPRate > maxICMPRate:
+		return bad("ICMPRate", c.ICMPRate)
+	case c.ICMPBurst < 0 || c.ICMPBurst > maxICMPBurst || (c.ICMPRate > 0 && c.ICMPBurst < 1):
+		return bad("ICMPBurst", c.ICMPBurst)
 	case c.NeighborReachable <= 0:
 		return bad("NeighborReachable", c.NeighborReachable)
 	case c.IV == nil:

@@ -34,8 +34,8 @@ var (
 // initiator (the CST, its lists and arbiter, the ops' timers and answers),
 // the responder (inbound queues, serving, pulls, replay windows), the
 // portals and their completions, the region table, the routing table,
-// the neighbor table and ARP, the window both sides debit, and the sender
-// (Tx, IV lane, seal backend, self-loop). The Core itself dispatches
+// the neighbor table and ARP, ICMP, the window both sides debit, and the
+// sender (Tx, IV lane, seal backend, self-loop). The Core itself dispatches
 // (Poll, the receive walk of dispatch.go) and runs the control plane.
 type Core struct {
 	cfg      Config
@@ -46,6 +46,7 @@ type Core struct {
 	routes   *routeTable
 	nbr      *nbrTable
 	arp      *arp
+	icmp     *icmp // IPv4 below OneRMA: echo replies, fragmentation needed, hygiene counters
 	ini      *initiator
 	srv      *responder
 	reserved *aesni.AEAD // the reserved key: REMOTE_AUTHENTICATION_FAILURE answers
@@ -84,6 +85,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 	c.routes = newRouteTable(&c.cfg)
 	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Neighbors)
 	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats)
+	c.icmp = newICMP(&c.cfg, c.out, &c.stats)
 	seed := cfg.CacheSeed
 	if seed == 0 {
 		var b [8]byte

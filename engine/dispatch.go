@@ -11,7 +11,8 @@ import (
 // The receive walk: a frame from the port (Receive, ReceiveBurst) or the
 // self-loop (runLoop) is dispatched by its type to one side of the core
 // (prepare): ARP to arp, requests and WRITE data to the responder, answers,
-// READ chunks and pulls to the initiator. The side looks up what the
+// READ chunks and pulls to the initiator, and every other IPv4 frame (ICMP,
+// options, fragments, TTL 0, malformed) to icmp. The side looks up what the
 // frame names and fills an rxWork; the open (aesni, or the open batch)
 // authenticates it, writing a chunk's data straight into its region or
 // staging buffer; finish hands the result back to the side, which applies
@@ -54,8 +55,8 @@ import (
 //     does a frame whose AEAD has left its cache (no mb.Key). finish
 //     re-validates the slot (state, seq) and the pull (used, gen) all the
 //     same.
-//   - ARP runs after endBurst (its answers and the frames it releases go
-//     out after those of the frames before it).
+//   - ARP and ICMP run after endBurst (their answers, and the frames ARP
+//     releases, go out after those of the frames before them).
 //
 // A forged response is opened only into its own op's destination range
 // (the chunk's units, which nothing else queued may touch), and
@@ -148,7 +149,7 @@ func (c *Core) receiveEach(now int64, frames [][]byte) {
 func (c *Core) receiveBatched(now int64, frames [][]byte) {
 	c.stats.RxFrames += uint64(len(frames))
 	for _, f := range frames {
-		if wire.EtherType(f) == wire.EtherTypeARP {
+		if wire.EtherType(f) == wire.EtherTypeARP || wire.IPv4Protocol(f) == wire.ProtoICMP {
 			c.endBurst(now)
 			c.receive(now, f)
 			continue
@@ -170,9 +171,11 @@ func (c *Core) receive(now int64, frame []byte) {
 // prepare does everything a received frame needs before its open: decode,
 // checks, and the lookups of its side (its op, slot or pull, and its
 // AEAD); it fills w and returns true when the frame is to be opened (then
-// finish), false when it was handled already (ARP) or dropped (counted).
-// Apart from those counters it changes nothing, so that a frame can be
-// prepared again (see ReceiveBurst).
+// finish), false when it was handled already (ARP, ICMP) or dropped
+// (counted). For a frame it returns true for, it changes nothing but
+// counters, so that the frame can be prepared again (see ReceiveBurst);
+// ARP and ICMP, which answer at once, reach it in a burst only after
+// endBurst.
 func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
 	switch wire.EtherType(frame) {
 	case wire.EtherTypeARP:
@@ -187,7 +190,11 @@ func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
 	}
 	f := &w.f
 	payload, err := wire.Decode(frame, f)
-	if err != nil || f.DstMAC != c.out.mac || f.DstIP != c.out.ip {
+	if err != nil { // ICMP, or IPv4 the engine does not take: counted there
+		c.icmp.receive(now, frame)
+		return false
+	}
+	if f.DstMAC != c.out.mac || f.DstIP != c.out.ip {
 		c.stats.RxDropped++
 		return false
 	}

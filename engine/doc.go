@@ -3,8 +3,9 @@
 // (CST), the registered region table (RRT) with generations, the
 // solicitation window with two FIFO arbiters, the bounded inbound request
 // queue with its NACK threshold, DISPATCH_TIMEOUT and TIMEOUT, READ with
-// out-of-order chunk placement tracked by a bitmap, ARP, and completions
-// carrying issue_delay and total_delay.
+// out-of-order chunk placement tracked by a bitmap, ARP, ICMP echo and
+// fragmentation needed, and completions carrying issue_delay and
+// total_delay.
 //
 // The seam: a Core never does I/O, never reads a clock and never starts a
 // goroutine. Its driver hands it
@@ -34,7 +35,9 @@
 // initiator (initiator.go, initiator_rx.go, lists.go), the responder
 // (responder.go, pull.go, replay.go), the portal table and its completions
 // (portals.go), the region table (regions.go), the routing table
-// (route.go), the neighbor table and ARP (neighbor.go), the window and the class arbiter (arbiter.go), the sender
+// (route.go), the neighbor table and ARP (neighbor.go), ICMP and the IPv4
+// the engine does not take (icmp.go), the window and the class arbiter
+// (arbiter.go), the sender
 // (sender.go) with its seal backend (sealer.go, seal_mb.go), and the
 // generic ring they queue in (ring.go). core.go is the control plane and
 // Poll; dispatch.go is the receive walk.

@@ -1,6 +1,8 @@
 // Package wire holds OneRMA's on-the-wire formats: Ethernet II, IPv4 (no
 // options, never fragmented), UDP, the 48-byte OneRMA header, the 16-byte
-// trailer, and ARP for IPv4 over Ethernet. Like RoCEv2, OneRMA rides on UDP
+// trailer, ARP for IPv4 over Ethernet, and the two ICMP messages an engine
+// handles (icmp.go: echo, answered so that ping works, and "fragmentation
+// needed", RFC 1191, reported about the engine's own frames). Like RoCEv2, OneRMA rides on UDP
 // so it crosses L3 networks and works on any DPDK port or kernel interface.
 //
 // It is a leaf package shared by the engine core, the simulator and tests.
@@ -36,4 +38,11 @@
 // field the engine uses. The TOS byte carries the DSCP of the op's class of
 // service (Fields.DSCP; ECN 0); it is not authenticated, since a fabric may
 // remark it, and the receiver decides nothing by it.
+//
+// IPv4 below OneRMA (DecodeIPv4, for any protocol): no options
+// (ErrIPOptions), no fragments (ErrFragment), TTL above 0 (ErrTTLZero);
+// frames the engine sends carry TTL 64, DF and ID 0. ICMP (DecodeICMP)
+// is checked whole: its checksum covers the message, and a
+// fragmentation-needed message must quote the IPv4 header and the first
+// 8 bytes (the UDP ports) of the datagram it concerns.
 package wire

@@ -97,7 +97,7 @@ type Fields struct {
 var (
 	ErrShort       = errors.New("wire: frame too short")
 	ErrNotIPv4     = errors.New("wire: not IPv4")
-	ErrIPHeader    = errors.New("wire: bad IPv4 header (version, options, length)")
+	ErrIPHeader    = errors.New("wire: bad IPv4 header (version, header or total length)")
 	ErrIPChecksum  = errors.New("wire: bad IPv4 header checksum")
 	ErrFragment    = errors.New("wire: IPv4 fragment")
 	ErrNotUDP      = errors.New("wire: not UDP")
@@ -119,7 +119,11 @@ func EtherType(frame []byte) uint16 {
 // Decode parses a OneRMA frame. On success f holds every header field and
 // payload is the payload slice of frame (no copy). The trailer is not
 // checked here: it is the AES-GCM tag, which the engine verifies (see
-// AAD, IV, Trailer). Decode never panics and never allocates.
+// AAD, IV, Trailer). IPv4 datagrams with options (ErrIPOptions),
+// fragments (ErrFragment) and a TTL of 0 (ErrTTLZero) are refused, each
+// with its own error; anything not UDP is ErrNotUDP, or ErrShort when it is
+// shorter than the smallest OneRMA frame (DecodeIPv4 parses any IPv4
+// frame). Decode never panics and never allocates.
 func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	if len(frame) < EthLen+IPv4Len+UDPLen+HeaderLen+TrailerLen {
 		return nil, ErrShort
@@ -129,7 +133,7 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	}
 	ip := frame[EthLen : EthLen+IPv4Len]
 	if ip[0] != 0x45 {
-		return nil, ErrIPHeader
+		return nil, ipv4First(ip[0]) // ErrIPOptions or ErrIPHeader
 	}
 	totLen := int(binary.BigEndian.Uint16(ip[2:4]))
 	if totLen < IPv4Len+UDPLen+HeaderLen+TrailerLen || EthLen+totLen > len(frame) {
@@ -138,12 +142,15 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	if fo := binary.BigEndian.Uint16(ip[6:8]); fo&0x3fff != 0 { // MF set or offset != 0
 		return nil, ErrFragment
 	}
+	if ip[8] == 0 {
+		return nil, ErrTTLZero
+	}
 	if ip[9] != protoUDP {
 		return nil, ErrNotUDP
 	}
 	// The IPv4 header checksum is not verified: the trailer covers every
 	// IPv4 field the engine uses (addresses; lengths and protocol are
-	// checked above), and TOS/ID/TTL mean nothing to it. Use
+	// checked above), and TOS/ID and a TTL above 0 mean nothing to it. Use
 	// CheckIPv4Checksum where a bad header checksum must be reported.
 	udp := frame[EthLen+IPv4Len : EthLen+IPv4Len+UDPLen]
 	if int(binary.BigEndian.Uint16(udp[4:6])) != totLen-IPv4Len {

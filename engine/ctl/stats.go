@@ -1,6 +1,8 @@
 package ctl
 
 import (
+	"encoding/binary"
+	"net/netip"
 	"slices"
 
 	"github.com/onerma/onerma/abi"
@@ -21,6 +23,16 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		RxAuthFailed:      s.RxAuthFailed,
 		RxStale:           s.RxStale,
 		RxDuplicate:       s.RxDuplicate,
+		RxIPOptions:       s.RxIPOptions,
+		RxFragments:       s.RxFragments,
+		RxTTLZero:         s.RxTTLZero,
+		RxICMPMalformed:   s.RxICMPMalformed,
+		RxICMPOther:       s.RxICMPOther,
+		ICMPEchoReplies:   s.ICMPEchoReplies,
+		ICMPRateLimited:   s.ICMPRateLimited,
+		ICMPEchoTooBig:    s.ICMPEchoTooBig,
+		ICMPFragNeeded:    s.ICMPFragNeeded,
+		FragNeededMTU:     s.FragNeededMTU,
 		TxFrames:          s.TxFrames,
 		TxNoBuffer:        s.TxNoBuffer,
 		ReqServed:         s.ReqServed,
@@ -54,6 +66,11 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		Doorbells:         s.Doorbells,
 		DelayBatches:      s.DelayBatches,
 		DelaySamples:      s.DelaySamples,
+	}
+	if s.FragNeededDst != 0 {
+		var a [4]byte
+		binary.BigEndian.PutUint32(a[:], s.FragNeededDst)
+		m.FragNeededDst = netip.AddrFrom4(a).String()
 	}
 	for st, n := range s.Completed {
 		if n != 0 {

@@ -37,6 +37,13 @@ func TestStatsMsgCoversEveryField(t *testing.T) {
 			t.Errorf("%s = %d, want %d", name, mf.Uint(), sv.Field(i).Uint())
 		}
 	}
+	if m.FragNeededDst != "" {
+		t.Errorf("FragNeededDst = %q without one", m.FragNeededDst)
+	}
+	s.FragNeededDst = 0x0a020002
+	if got := StatsMsg(&s).FragNeededDst; got != "10.2.0.2" {
+		t.Errorf("FragNeededDst = %q, want 10.2.0.2", got)
+	}
 	if len(m.Completed) != 2 || m.Completed["OK"] != 7 || m.Completed["NACK"] != 3 {
 		t.Errorf("Completed = %v", m.Completed)
 	}

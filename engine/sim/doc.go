@@ -67,7 +67,7 @@
 // REMOTE_AUTHENTICATION_FAILURE, Stats.ReqAuthFailed, sent to the source
 // the request claims, which may be an address nobody has). Every byte a
 // core uses is covered by the tag or checked by wire.Decode; the rest
-// (TOS, ID, TTL, checksums) it ignores. (Ethernet headers and ARP are left
+// (TOS, ID, checksums, a TTL other than 0) it ignores. (Ethernet headers and ARP are left
 // alone: a real link's FCS protects them; TestCorruptionIsDetectable
 // checks the claim with real seals.) Links go down and up; cores
 // stall (not polled: a descheduled thread), and at its next step a

@@ -1,7 +1,10 @@
 // Command rmactl is the engine's admin tool: it asks a running rmad,
 // through its control socket, for its counters (every field of
 // ctlmsg.Stats, among them the security counters rx_auth_failed,
-// req_auth_failed, rekeys and iv_errors, the poll loop's loop.*, and
+// req_auth_failed, rekeys and iv_errors, IPv4 and ICMP's rx_ip_options,
+// rx_fragments, rx_ttl_zero, icmp_echo_replies, icmp_rate_limited,
+// icmp_frag_needed and the latest one's frag_needed_dst and
+// frag_needed_mtu, the poll loop's loop.*, and
 // fault.* when rmad's port is wrapped in a fault injector) or for the
 // identity the engine would stamp on this process's requests.
 //
@@ -96,8 +99,11 @@ func stats(sock string, asJSON bool) error {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		name := strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
-		if f := v.Field(i); f.Kind() == reflect.Uint64 {
+		switch f := v.Field(i); {
+		case f.Kind() == reflect.Uint64:
 			fmt.Printf("%-19s %d\n", name, f.Uint())
+		case f.Kind() == reflect.String && f.String() != "": // frag_needed_dst
+			fmt.Printf("%-19s %s\n", name, f.String())
 		}
 	}
 	for i := 0; i < t.NumField(); i++ {

@@ -92,6 +92,8 @@ type EngineConfig struct {
 	PullIdleTimeout Duration      `json:"pull_idle_timeout"`
 	ResolveTimeout  Duration      `json:"resolve_timeout"`
 	ARPRetry        Duration      `json:"arp_retry"`
+	ICMPRate        int           `json:"icmp_rate"`  // ICMP echo requests answered per second at most (0: none)
+	ICMPBurst       int           `json:"icmp_burst"` // of which at once after a quiet spell
 	// NeighborReachable is how long a neighbor's MAC is good for after
 	// it answered our ARP request; ops re-ask past 3/4 of it.
 	NeighborReachable Duration `json:"neighbor_reachable"`
@@ -380,6 +382,8 @@ var flagSpecs = []struct {
 	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull may be abandoned when a request needs its context or window (bounds what a replayed write request holds; 0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
+	{"icmp-rate", "ICMP echo requests (ping) answered per second at most (0: none)", setInt(func(c *Config) *int { return &c.Engine.ICMPRate })},
+	{"icmp-burst", "ICMP echo requests answered at once after a quiet spell", setInt(func(c *Config) *int { return &c.Engine.ICMPBurst })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
 	{"replay-peers", "senders whose anti-replay windows are kept (8 KB each, at most 8192; 0 turns replay detection off)", setInt(func(c *Config) *int { return &c.Engine.ReplayPeers })},
 	{"iv-state", "IV counter state file (\"\": " + DefaultIVDir + "/iv-<ip>.state); must persist across restarts, one per engine", setStr(func(c *Config) *string { return &c.Engine.IVState })},
@@ -514,6 +518,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
 	ec.PullIdleTimeout = time.Duration(e.PullIdleTimeout)
 	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
+	ec.ICMPRate, ec.ICMPBurst = e.ICMPRate, e.ICMPBurst
 	ec.NeighborReachable = time.Duration(e.NeighborReachable)
 	ec.NeighborTable, ec.ReplayPeers = e.NeighborTable, e.ReplayPeers
 	ec.HairpinSelf = e.HairpinSelf

@@ -54,6 +54,14 @@
 //	rmad -vdev net_af_packet0,iface=eth1 -port-name net_af_packet0 \
 //	     -ip 10.1.0.2/24 -gateway 10.1.0.1 -route 10.9.0.0/16,via=10.1.0.254,mtu=1400
 //
+// ICMP: the engine answers ping to its address, at most engine.icmp_rate
+// replies a second (-icmp-rate; 0: none) and engine.icmp_burst at once
+// (-icmp-burst). Every second rmad looks at the core's record of ICMP
+// "fragmentation needed" about the engine's frames and, when new ones
+// came, logs a warning with the latest destination, the next-hop MTU the
+// router reported and the engine's MTU: the engine does not lower its
+// MTU on such an unauthenticated message; a route's mtu does.
+//
 // Fault injection (tests): a "fault" section (or the -fault-* flags) with
 // any probability above zero wraps the DPDK port in an engine/faultport
 // (drop, duplicate, reorder, delay; rx, tx or both; seeded); its counters

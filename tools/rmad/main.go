@@ -297,6 +297,8 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 			Uint64("rx_dropped", st.RxDropped).Uint64("req_served", st.ReqServed).Uint64("slots_in_use", st.SlotsInUse).
 			Uint64("rx_auth_failed", st.RxAuthFailed).Uint64("req_auth_failed", st.ReqAuthFailed).
 			Uint64("rekeys", st.Rekeys).Uint64("iv_errors", st.IVErrors).
+			Uint64("icmp_echo_replies", st.ICMPEchoReplies).Uint64("icmp_rate_limited", st.ICMPRateLimited).
+			Uint64("icmp_frag_needed", st.ICMPFragNeeded).
 			Msg("final core counters")
 		rs := r.Stats()
 		log.Info().Uint64("iterations", rs.Iterations).Uint64("rx_frames", rs.RxFrames).Uint64("idle_sleeps", rs.IdleSleeps).
@@ -315,6 +317,12 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		return err
 	})
 	log.Info().Str("mode", rCfg.Mode.String()).Ints("cpus", cpus).Msg("poll loop running")
+	stopWatch, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		watchFragNeeded(r, &fragWatch{log: log, cfg: cfg, engineMTU: engCfg.MTU}, fragWatchPeriod, stopWatch)
+		close(watched)
+	}()
+	down.add("fragmentation-needed watch stop", func() error { close(stopWatch); <-watched; return nil })
 
 	// Control socket.
 	dir := filepath.Dir(ctlCfg.SocketPath)

@@ -202,6 +202,8 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-vdev", "net_af_xdp0", "-port-name", "net_af_xdp0"}, "no iface="},
 		{[]string{"-vdev", "net_af_xdp0,iface=eth0,queue_count=2", "-port-name", "net_af_xdp0"}, "polls one queue"},
 		{[]string{"-vdev", "net_af_xdp0,iface=eth0", "-port-name", "net_af_xdp0", "-mtu", fmt.Sprint(afxdpMaxMTU() + 1)}, "fit one page"},
+		{[]string{"-icmp-rate", "-1"}, "ICMPRate"},
+		{[]string{"-icmp-burst", "0"}, "ICMPBurst"},
 	}
 	for _, tt := range invalid {
 		cfg, _, err := loadConfig(tt.args, &bytes.Buffer{})
