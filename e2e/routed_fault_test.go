@@ -306,11 +306,7 @@ func (b *routedBed) testPathMTU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.SetMTU(subnet2, 1500)
-	const counter = "icmp_frag_needed"
-	before, err := engineCounter(b.eng[e1], counter)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := stats(t, b.app[e1].p).ICMPFragNeeded
 	// WRITEs from e1: its data frames cross toward subnet 2. READs by e3
 	// of e1's region: e1's responses do.
 	for _, f := range [][2]int{{e1, e3}, {e3, e1}} {
@@ -327,14 +323,16 @@ func (b *routedBed) testPathMTU(t *testing.T) {
 			t.Fatalf("4 KB %ss from %s to %s across MTU 1280: %v, want all TIMEOUT", op, b.Hosts[f[0]].Name, b.addr(f[1]), st)
 		}
 	}
-	after, err := engineCounter(b.eng[e1], counter)
-	if err != nil {
-		t.Fatal(err)
+	st := stats(t, b.app[e1].p)
+	if st.ICMPFragNeeded <= before {
+		t.Fatalf("%s's icmp_frag_needed stayed %d after frames too large for the path", b.Hosts[e1].Name, st.ICMPFragNeeded)
 	}
-	if after <= before {
-		t.Fatalf("%s's %s stayed %d after frames too large for the path", b.Hosts[e1].Name, counter, after)
+	// The latest concerns a frame to e3 (e1's WRITE data or READ
+	// responses), and names the router's MTU toward it.
+	if st.FragNeededDst != b.addr(e3).String() || st.FragNeededMTU != 1280 {
+		t.Fatalf("%s: the latest fragmentation needed is about %q, MTU %d; want %s, 1280", b.Hosts[e1].Name, st.FragNeededDst, st.FragNeededMTU, b.addr(e3))
 	}
-	t.Logf("%s: %s %d -> %d", b.Hosts[e1].Name, counter, before, after)
+	t.Logf("%s: icmp_frag_needed %d -> %d, the latest about %s (MTU %d)", b.Hosts[e1].Name, before, st.ICMPFragNeeded, st.FragNeededDst, st.FragNeededMTU)
 
 	// A route to subnet 2 with the path's MTU.
 	mtuRoute := route{Dst: b.Subnets[subnet2].Prefix.String(), Via: b.Subnets[subnet1].Gateway.String(), MTU: 1280}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -334,24 +333,6 @@ func (b *routedBed) allOK(t *testing.T, src, dst int, op abi.Op, size uint32) {
 	}
 }
 
-// engineCounter is one of engine e's counters, by its JSON name in
-// `rmactl stats -json`.
-func engineCounter(e *testbed.Engine, name string) (uint64, error) {
-	out, err := exec.Command(rmactlBin, "-socket", e.Socket, "stats", "-json").Output()
-	if err != nil {
-		return 0, fmt.Errorf("rmactl stats: %v", err)
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(out, &m); err != nil {
-		return 0, err
-	}
-	v, ok := m[name]
-	if !ok {
-		return 0, fmt.Errorf("%s's stats have no counter %q", e.Opt.Name, name)
-	}
-	return strconv.ParseUint(string(v), 10, 64)
-}
-
 // A routed multi-host testbed (internal/testbed.Routed): engines on
 // af_packet, AF_XDP and net_tap ports on two subnets joined by a Linux
 // router, each engine with its subnet's prefix and gateway. The subtests
@@ -410,8 +391,8 @@ func (b *routedBed) testPing(t *testing.T) {
 			t.Errorf("%s (%s): %v\n%s", h.Name, h.Kind, errs[i], outs[i])
 			continue
 		}
-		if n, err := engineCounter(b.eng[i], "icmp_echo_replies"); err != nil || n < 3 {
-			t.Errorf("%s (%s): icmp_echo_replies %d (%v) after 3 echo requests answered", h.Name, h.Kind, n, err)
+		if n := stats(t, b.app[i].p).ICMPEchoReplies; n < 3 {
+			t.Errorf("%s (%s): icmp_echo_replies %d after 3 echo requests answered", h.Name, h.Kind, n)
 		}
 	}
 }
