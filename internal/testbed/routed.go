@@ -10,11 +10,11 @@ import (
 // Routed is a routed topology of network namespaces: two subnets joined by
 // a Linux router, with four engines on three kinds of port.
 //
-//	subnet 1: 10.1.0.0/24                           subnet 2: 10.2.0.0/24
-//	<p>h1  eth0 (af_packet, .2) ─veth─ h1 ┐       ┌ h3 ─veth─ eth0 (af_packet, .2)  <p>h3
-//	                                     br1     br2
-//	<p>h2  eth0 (af_xdp, .3) ───veth─ h2 ┘ .1 │ .1 └ tap4 (net_tap, .3; its rmad
-//	                                    <p>r: IPv4 forwarding        runs in <p>r)
+//	   subnet 1: 10.1.0.0/24          router <p>r           subnet 2: 10.2.0.0/24
+//	<p>h1: eth0 ─veth─ h1 ─┐                          ┌─ h3 ─veth─ eth0 :<p>h3
+//	  e1 af_packet .2      ├─ br1 .1 ══ ip ══ br2 .1 ─┤    e3 af_packet .2
+//	<p>h2: eth0 ─veth─ h2 ─┘     forwarding           └─ tap4: e4 net_tap .3
+//	  e2 af_xdp .3                                       (its rmad runs in <p>r)
 //
 // The router namespace <p>r holds a bridge per subnet carrying the
 // subnet's gateway address (.1) and a fixed MAC, and forwards between
@@ -48,7 +48,7 @@ type RoutedSubnet struct {
 	Prefix  netip.Prefix
 	Gateway netip.Addr // the router's address on the subnet (.1)
 	Bridge  string     // the bridge (the router's interface toward the subnet)
-	MAC     string     // the bridge's MAC as created (the gateway's MAC)
+	MAC     string     // the bridge's MAC, the gateway's (GatewayMAC(s, 1) until SetGatewayMAC)
 }
 
 // PortKind is the kind of DPDK port an engine of the topology runs on.
@@ -272,7 +272,11 @@ func (r *Routed) SetLink(s int, up bool) error {
 // still addressed to the old MAC are flooded by the bridge to its ports and
 // never reach the router's IP layer.
 func (r *Routed) SetGatewayMAC(s int, mac string) error {
-	return ip("-n", r.Router, "link", "set", r.Subnets[s].Bridge, "address", mac)
+	if err := ip("-n", r.Router, "link", "set", r.Subnets[s].Bridge, "address", mac); err != nil {
+		return err
+	}
+	r.Subnets[s].MAC = mac
+	return nil
 }
 
 // SetMTU sets the MTU of the router's interface toward subnet s: a frame
