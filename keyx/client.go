@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"time"
 )
 
-// Conn is a reader's TLS connection to an owner's Server.
+// Conn is a reader's TLS connection to an owner's Server. It carries one
+// request at a time: use it from one goroutine (or Dial one per
+// goroutine).
 type Conn struct {
 	c    *tls.Conn
 	in   [2 + maxFrameLen]byte
@@ -18,31 +22,75 @@ type Conn struct {
 	dead bool
 }
 
-// Dial connects to the Server at addr (host:port) with creds (from
-// CA.IssueClient) and completes the TLS 1.3 handshake, verifying that the
-// server's certificate is from creds' CA, is a server certificate and
-// names ServerName. With TLS 1.3 the server checks the client's
-// certificate after the client's handshake is done: a refusal shows on
-// the first Fetch.
+// Dial connects to the Server at addr (host:port) with creds (client
+// credentials: CA.IssueClient, LoadClient or Inherited) and completes the
+// TLS 1.3 handshake, verifying that the server's certificate is from
+// creds' CA, has the server-auth usage and names host (a DNS name or an
+// IP address, as CA.IssueServer's hosts). With TLS 1.3 the server checks
+// the client's certificate after the client's handshake is done: a refusal
+// of this certificate shows on the first Fetch.
 func Dial(ctx context.Context, addr string, creds *Credentials) (*Conn, error) {
 	if creds == nil {
 		return nil, errors.New("keyx: dial: no credentials")
 	}
-	if !hasUsage(creds.cert.Leaf, x509.ExtKeyUsageClientAuth) {
-		return nil, fmt.Errorf("keyx: dial: certificate %q is not a client certificate (use CA.IssueClient)", creds.Name())
+	if err := creds.checkRole(false); err != nil {
+		return nil, fmt.Errorf("keyx: dial: %w", err)
+	}
+	if err := creds.checkValid(time.Now()); err != nil {
+		return nil, fmt.Errorf("keyx: dial: %w", err)
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("keyx: dial %q: want HOST:PORT: %w", addr, err)
 	}
 	d := tls.Dialer{Config: &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		MaxVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{creds.cert},
 		RootCAs:      creds.pool(),
-		ServerName:   ServerName,
+		ServerName:   host,
 	}}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("keyx: dial %s: %w", addr, err)
+		return nil, fmt.Errorf("keyx: dial %s: %w", addr, explainServerCert(err, host, creds))
 	}
 	return &Conn{c: c.(*tls.Conn)}, nil
+}
+
+// explainServerCert says in words why the server's certificate failed
+// verification, wrapping err (the x509 error stays reachable with
+// errors.As).
+func explainServerCert(err error, host string, creds *Credentials) error {
+	var (
+		ua x509.UnknownAuthorityError
+		he x509.HostnameError
+		ci x509.CertificateInvalidError
+	)
+	switch {
+	case errors.As(err, &ua):
+		return fmt.Errorf("the server's certificate is not from the CA of these credentials (%q): the owner's and the readers' credentials must come from one CA: %w", creds.ca.Subject.CommonName, err)
+	case errors.As(err, &he):
+		names := slices.Clone(he.Certificate.DNSNames)
+		for _, ip := range he.Certificate.IPAddresses {
+			names = append(names, ip.String())
+		}
+		return fmt.Errorf("the server's certificate does not name %s (it names %s): dial a name it holds, or issue the server's credentials for %s: %w", host, strings.Join(names, ", "), host, err)
+	case errors.As(err, &ci) && ci.Reason == x509.Expired:
+		return fmt.Errorf("the server's certificate has expired or is not yet valid (check both clocks): %w", err)
+	case errors.As(err, &ci) && ci.Reason == x509.IncompatibleUsage:
+		return fmt.Errorf("the server's certificate is not a server certificate: %w", err)
+	}
+	return err
+}
+
+// explainPeerRefusal says in words that the server refused this client's
+// certificate when err is a TLS alert from the server.
+func explainPeerRefusal(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "remote error" {
+		return fmt.Errorf("the owner refused this client's certificate (it must be a client certificate from the owner's CA, not expired): %w", err)
+	}
+	return err
 }
 
 // Peer is the server's certificate.
@@ -86,7 +134,7 @@ func (c *Conn) exchange(ctx context.Context, body []byte) (Grant, error) {
 	defer stop()
 	defer clear(c.in[:])
 	if err := writeFrame(c.c, c.out[:], body); err != nil {
-		return Grant{}, fmt.Errorf("keyx: send request: %w", err)
+		return Grant{}, fmt.Errorf("keyx: send request: %w", explainPeerRefusal(err))
 	}
 	reply, err := readFrame(c.c, c.in[:], maxFrameLen)
 	if err == errFrameEOF {
@@ -96,7 +144,7 @@ func (c *Conn) exchange(ctx context.Context, body []byte) (Grant, error) {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return Grant{}, fmt.Errorf("keyx: read reply: %w", err)
+		return Grant{}, fmt.Errorf("keyx: read reply: %w", explainPeerRefusal(err))
 	}
 	return parseReply(reply)
 }

@@ -72,7 +72,7 @@ func (l *logSink) waitLog(t *testing.T, want string) {
 
 func mustCA(t *testing.T) *CA {
 	t.Helper()
-	ca, err := NewCA("test CA")
+	ca, err := NewCA("test CA", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +81,10 @@ func mustCA(t *testing.T) *CA {
 
 func mustIssue(t *testing.T, ca *CA, name string, server bool) *Credentials {
 	t.Helper()
-	f := ca.IssueClient
+	c, err := ca.IssueClient(name)
 	if server {
-		f = ca.IssueServer
+		c, err = ca.IssueServer(name)
 	}
-	c, err := f(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +244,7 @@ func TestClientFromOtherCARefused(t *testing.T) {
 	// client-auth usage.
 	sc := mustIssue(t, ca, "owner-as-client", true)
 	raw, err := tls.Dial("tcp", addr, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{sc.cert},
-		RootCAs: sc.pool(), ServerName: ServerName})
+		RootCAs: sc.pool(), ServerName: "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,12 +435,12 @@ func TestCredentialsBundle(t *testing.T) {
 		b    []byte
 		want string
 	}{
-		{join(d[0], d[1]), "keyx: credentials: 2 PEM blocks, want 3 (CA certificate, certificate, private key)"},
-		{join(d[0], d[2], d[1]), `keyx: credentials: PEM block 2 is "PRIVATE KEY", want "CERTIFICATE"`},
-		{join(d[1], d[1], d[2]), "keyx: credentials: first certificate is not a CA"},
-		{join(d[0], f[1], f[2]), "keyx: credentials: certificate not signed by the CA"},
-		{join(d[0], d[1], o[2]), "keyx: credentials: private key does not match the certificate"},
-		{[]byte("junk"), "keyx: credentials: block 1 is not PEM"},
+		{join(d[0], d[1]), "2 PEM blocks, want 3 (CA certificate, certificate, private key)"},
+		{join(d[0], d[2], d[1]), `PEM block 2 is "PRIVATE KEY", want "CERTIFICATE"`},
+		{join(d[1], d[1], d[2]), "first certificate is not a CA"},
+		{join(d[0], f[1], f[2]), "certificate not signed by the CA"},
+		{join(d[0], d[1], o[2]), "private key does not match the certificate"},
+		{[]byte("junk"), "block 1 is not PEM"},
 	} {
 		if _, err := parseCredentials(tc.b); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("got %v, want %q", err, tc.want)

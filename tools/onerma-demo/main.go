@@ -43,8 +43,8 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -136,7 +136,7 @@ func orchestrate(rmad string) (err error) {
 
 	// Credentials: a CA that lives only in this process's memory, one
 	// certificate for the owner (server) and one for the reader (client).
-	ca, err := keyx.NewCA("onerma-demo CA")
+	ca, err := keyx.NewCA("onerma-demo CA", 0)
 	if err != nil {
 		return err
 	}
