@@ -84,11 +84,13 @@ func explainServerCert(err error, host string, creds *Credentials) error {
 }
 
 // explainPeerRefusal says in words that the server refused this client's
-// certificate when err is a TLS alert from the server.
+// certificate when err holds a TLS alert from the server (with TLS 1.3 the
+// server's verdict on the client's certificate arrives as an alert on the
+// first read), keeping the alert and nothing of the framing around it.
 func explainPeerRefusal(err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "remote error" {
-		return fmt.Errorf("the owner refused this client's certificate (it must be a client certificate from the owner's CA, not expired): %w", err)
+		return fmt.Errorf("the owner refused this client's certificate (it must be a client certificate from the owner's CA, not expired): %w", oe)
 	}
 	return err
 }

@@ -36,7 +36,8 @@ const (
 // each mode 0600. dir is created mode 0700 if missing; an existing dir
 // must be a directory of this user's that group and others cannot enter
 // (mode 0700 or stricter). Unless replace is set, WriteDir refuses, before
-// writing anything, when any of the three files exists. Each file appears
+// writing anything, when any of the three files exists, with an error
+// that errors.Is matches to fs.ErrExist. Each file appears
 // whole or not at all (written aside, then linked or renamed into place).
 func WriteDir(dir string, server, client *Credentials, replace bool) error {
 	if err := server.checkRole(true); err != nil {
@@ -62,7 +63,7 @@ func WriteDir(dir string, server, client *Credentials, replace bool) error {
 			}
 		}
 		if len(exist) > 0 {
-			return fmt.Errorf("keyx: write %s: it already holds %s: refusing to replace credentials", dir, strings.Join(exist, ", "))
+			return fmt.Errorf("keyx: write %s: %s: %w; refusing to replace credentials", dir, strings.Join(exist, ", "), fs.ErrExist)
 		}
 	}
 	srvPEM, err := server.marshalPEM()
@@ -154,7 +155,7 @@ func writeFile(dir, name string, data []byte, replace bool) (err error) {
 	}
 	if err := os.Link(tmp, path); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("keyx: write %s: it appeared meanwhile: refusing to replace credentials", path)
+			return fmt.Errorf("keyx: write %s: %w (it appeared meanwhile); refusing to replace credentials", path, fs.ErrExist)
 		}
 		return fmt.Errorf("keyx: write %s: %w", path, err)
 	}
