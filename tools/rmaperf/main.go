@@ -109,7 +109,7 @@ func usage() {
 func server(args []string) error {
 	fs := flag.NewFlagSet("server", flag.ExitOnError)
 	ctl := fs.String("ctl", "/run/onerma/rmad.sock", "engine control socket")
-	listen := fs.String("listen", "127.0.0.1:18515", "loopback TCP address of the TLS key service")
+	listen := fs.String("listen", "127.0.0.1:18515", "TCP address of the TLS key service (0.0.0.0:18515 or the host's address: clients on other hosts)")
 	credsDir := fs.String("creds", "", "directory of the server's TLS credentials (DIR/server.pem, from rmactl creds DIR)")
 	credsFD := fs.Int("creds-fd", -1, "inherited descriptor carrying the server's TLS credentials (from a launcher)")
 	size := fs.Uint64("region-bytes", 1<<20, "size of the served region")
