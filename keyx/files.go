@@ -33,13 +33,17 @@ const (
 
 // WriteDir writes server's and client's credentials (from one CA) into
 // dir as ServerFile and ClientFile, and their CA's certificate as CAFile,
-// each mode 0600. dir is created mode 0700 if missing; an existing dir
+// each mode 0600. dir is created mode 0700 if missing (with any missing
+// parents, mode 0700 less the umask); an existing dir
 // must be a directory of this user's that group and others cannot enter
 // (mode 0700 or stricter). Unless replace is set, WriteDir refuses, before
 // writing anything, when any of the three files exists, with an error
 // that errors.Is matches to fs.ErrExist. Each file appears
 // whole or not at all (written aside, then linked or renamed into place).
 func WriteDir(dir string, server, client *Credentials, replace bool) error {
+	if server == nil || client == nil {
+		return fmt.Errorf("keyx: write %s: want server and client credentials", dir)
+	}
 	if err := server.checkRole(true); err != nil {
 		return fmt.Errorf("keyx: write %s: server credentials: %w", dir, err)
 	}

@@ -44,7 +44,8 @@ func Attach(cmd *exec.Cmd, c *Credentials) (fd int, closeAfterStart func(), err 
 
 // Inherited reads the credentials a launcher passed with Attach on
 // descriptor fd, then closes it. fd must be a pipe or a socket, never a
-// regular file.
+// regular file (files go through LoadFile, which checks their modes), and
+// the credentials must be valid now.
 func Inherited(fd int) (*Credentials, error) {
 	if fd < 3 {
 		return nil, fmt.Errorf("keyx: credentials fd %d: want an inherited descriptor (3 or more)", fd)
