@@ -20,6 +20,9 @@ type Conn struct {
 	in   [2 + maxFrameLen]byte
 	out  [2 + maxFrameLen]byte
 	dead bool
+	// answered: a reply arrived, so the server accepted this client's
+	// certificate; later TLS alerts are about something else.
+	answered bool
 }
 
 // Dial connects to the Server at addr (host:port) with creds (client
@@ -83,13 +86,14 @@ func explainServerCert(err error, host string, creds *Credentials) error {
 	return err
 }
 
-// explainPeerRefusal says in words that the server refused this client's
-// certificate when err holds a TLS alert from the server (with TLS 1.3 the
-// server's verdict on the client's certificate arrives as an alert on the
-// first read), keeping the alert and nothing of the framing around it.
-func explainPeerRefusal(err error) error {
+// explainAlert says in words that the server refused this client's
+// certificate when err holds a TLS alert from the server before its first
+// reply (with TLS 1.3 the server's verdict on the client's certificate
+// arrives as an alert on the first read), keeping the alert and nothing of
+// the framing around it.
+func (c *Conn) explainAlert(err error) error {
 	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "remote error" {
+	if !c.answered && errors.As(err, &oe) && oe.Op == "remote error" {
 		return fmt.Errorf("the owner refused this client's certificate (it must be a client certificate from the owner's CA, not expired): %w", oe)
 	}
 	return err
@@ -136,7 +140,7 @@ func (c *Conn) exchange(ctx context.Context, body []byte) (Grant, error) {
 	defer stop()
 	defer clear(c.in[:])
 	if err := writeFrame(c.c, c.out[:], body); err != nil {
-		return Grant{}, fmt.Errorf("keyx: send request: %w", explainPeerRefusal(err))
+		return Grant{}, fmt.Errorf("keyx: send request: %w", c.explainAlert(err))
 	}
 	reply, err := readFrame(c.c, c.in[:], maxFrameLen)
 	if err == errFrameEOF {
@@ -146,8 +150,9 @@ func (c *Conn) exchange(ctx context.Context, body []byte) (Grant, error) {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return Grant{}, fmt.Errorf("keyx: read reply: %w", explainPeerRefusal(err))
+		return Grant{}, fmt.Errorf("keyx: read reply: %w", c.explainAlert(err))
 	}
+	c.answered = true
 	return parseReply(reply)
 }
 
