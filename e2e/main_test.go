@@ -16,7 +16,7 @@ import (
 	"github.com/onerma/onerma/portal"
 )
 
-var rmadBin, rmactlBin, rmatopBin string
+var rmadBin, rmactlBin, rmatopBin, rmaperfBin string
 
 func TestMain(m *testing.M) {
 	if os.Getenv("ONERMA_E2E_CHILD") != "" {
@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		if dir := os.Getenv("ONERMA_BIN"); dir != "" {
 			rmadBin, rmactlBin, rmatopBin = filepath.Join(dir, "rmad"), filepath.Join(dir, "rmactl"), filepath.Join(dir, "rmatop")
+			rmaperfBin = filepath.Join(dir, "rmaperf")
 		} else if os.Geteuid() == 0 {
 			tmp, err := os.MkdirTemp("", "onerma-e2e-bin-")
 			if err != nil {
@@ -33,9 +34,11 @@ func TestMain(m *testing.M) {
 			}
 			defer os.RemoveAll(tmp)
 			rmadBin, rmactlBin, rmatopBin = filepath.Join(tmp, "rmad"), filepath.Join(tmp, "rmactl"), filepath.Join(tmp, "rmatop")
-			out, err := exec.Command("go", "build", "-o", tmp+"/", "github.com/onerma/onerma/tools/rmad", "github.com/onerma/onerma/tools/rmactl", "github.com/onerma/onerma/tools/rmatop").CombinedOutput()
+			rmaperfBin = filepath.Join(tmp, "rmaperf")
+			out, err := exec.Command("go", "build", "-o", tmp+"/", "github.com/onerma/onerma/tools/rmad", "github.com/onerma/onerma/tools/rmactl",
+				"github.com/onerma/onerma/tools/rmatop", "github.com/onerma/onerma/tools/rmaperf").CombinedOutput()
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "building rmad, rmactl and rmatop: %v\n%s", err, out)
+				fmt.Fprintf(os.Stderr, "building rmad, rmactl, rmatop and rmaperf: %v\n%s", err, out)
 				return 1
 			}
 		}

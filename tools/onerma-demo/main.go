@@ -4,7 +4,7 @@
 // owner application on engine B that registers a region with a random
 // region key K_r and fills it, and a reader application on engine A that
 // fetches its derived key K_d from the owner over mutually authenticated
-// TLS 1.3 (internal/keyx; paper §4.2, Fig. 5), reads the region at several
+// TLS 1.3 (package keyx; paper §4.2, Fig. 5), reads the region at several
 // sizes and offsets, checks every byte and prints every completion. It
 // then shows the keys at work: a read with a wrong K_d fails with
 // REMOTE_AUTHENTICATION_FAILURE; the owner rekeys the region locally; the
@@ -43,8 +43,8 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -136,7 +136,7 @@ func orchestrate(rmad string) (err error) {
 
 	// Credentials: a CA that lives only in this process's memory, one
 	// certificate for the owner (server) and one for the reader (client).
-	ca, err := keyx.NewCA("onerma-demo CA")
+	ca, err := keyx.NewCA("onerma-demo CA", 0)
 	if err != nil {
 		return err
 	}

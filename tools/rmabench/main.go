@@ -8,7 +8,7 @@
 //	    portal.Executor (chunked into 4 KB ops, paced by package cc), whose
 //	    goodput is compared with the raw 4 KB read_bw of the same run;
 //	(b) onerma, two engines over memif, the client's K_d (for READ or
-//	    WRITE) fetched from the rmaperf server over TLS 1.3 (internal/keyx;
+//	    WRITE) fetched from the rmaperf server over TLS 1.3 (package keyx;
 //	    credentials from this process over inherited pipes);
 //	(c) ucx_perftest over TCP on loopback (UCX_TLS=tcp), the peer a user
 //	    would otherwise pick, with the same sizes and outstanding depth

@@ -6,10 +6,27 @@
 // icmp_frag_needed and the latest one's frag_needed_dst and
 // frag_needed_mtu, the poll loop's loop.*, and
 // fault.* when rmad's port is wrapped in a fault injector) or for the
-// identity the engine would stamp on this process's requests.
+// identity the engine would stamp on this process's requests. It also
+// writes the TLS credentials of the key exchange (package keyx) for
+// running rmaperf's server and clients on different hosts.
 //
 //	rmactl [-socket PATH] stats [-json]
 //	rmactl [-socket PATH] identity
+//	rmactl creds [-host NAME|IP]... [-valid DURATION] [-force] DIR
+//
+// creds makes a throwaway CA (ECDSA P-256; its private key is never
+// stored, so nobody can issue more certificates from it) and writes into
+// DIR (created mode 0700; an existing DIR must already be 0700 and this
+// user's) three files, each mode 0600: ca.pem (the CA's certificate),
+// server.pem (the CA's certificate, the server certificate and its
+// private key: for `rmaperf server -creds DIR`) and client.pem (the same
+// for clients: copy it to the client hosts' DIR). The server certificate
+// has the server-auth usage and names localhost, 127.0.0.1, ::1 and every
+// -host (DNS names or IP addresses: clients verify that it names the host
+// of their -server HOST:PORT); the client certificate has the client-auth
+// usage only. It refuses to replace files DIR already holds unless -force
+// is given. No key is printed or logged; nothing secret is on a command
+// line.
 package main
 
 import (
@@ -30,7 +47,7 @@ import (
 func main() {
 	sock := flag.String("socket", "/run/onerma/rmad.sock", "engine control socket")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: rmactl [-socket PATH] stats [-json] | identity")
+		fmt.Fprintln(os.Stderr, "usage: rmactl [-socket PATH] stats [-json] | identity\n       "+credsUsage)
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -47,6 +64,10 @@ func main() {
 		err = stats(*sock, *asJSON)
 	case "identity":
 		err = identity(*sock)
+	case "creds":
+		if err = creds(flag.Args()[1:], os.Stdout, os.Stderr); errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
 	default:
 		flag.Usage()
 		os.Exit(2)
