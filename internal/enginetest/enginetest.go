@@ -69,7 +69,7 @@ func Start(t testing.TB, o Opts) *Engine {
 		t.Fatal(err)
 	}
 	cfg := ctl.DefaultConfig()
-	cfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
+	cfg.Sockets[0].Path = filepath.Join(t.TempDir(), "rmad.sock")
 	if o.Ctl != nil {
 		o.Ctl(&cfg)
 	}
@@ -83,7 +83,7 @@ func Start(t testing.TB, o Opts) *Engine {
 		srv.Close()
 		r.Stop(context.Background())
 	})
-	return &Engine{Socket: cfg.SocketPath, Runner: r}
+	return &Engine{Socket: cfg.Sockets[0].Path, Runner: r}
 }
 
 // Eventually polls cond every millisecond for up to 5 s and fails the test
