@@ -33,13 +33,13 @@ var (
 // Control-path errors, matched with errors.Is against an *Error from the
 // engine.
 var (
-	ErrSlotCap     = errors.New("portal: over the application's slot cap")
-	ErrClass       = errors.New("portal: class of service not granted to this application")
-	ErrNoSlots     = errors.New("portal: the engine has no free slots")
-	ErrLimit       = errors.New("portal: over an engine limit")
+	ErrSlotCap = errors.New("portal: over the application's slot cap")
+	ErrClass   = errors.New("portal: class of service not granted to this application")
+	ErrNoSlots = errors.New("portal: the engine has no free slots")
+	ErrLimit   = errors.New("portal: over an engine limit")
 	// ErrQuota: over one of the tenant's quotas; Error.Quota names it
 	// (ctlmsg.QuotaMemoryBytes, QuotaPortals, QuotaSlots, ...).
-	ErrQuota = errors.New("portal: over a quota of this tenant")
+	ErrQuota       = errors.New("portal: over a quota of this tenant")
 	ErrNoRegion    = errors.New("portal: region not registered by this portal")
 	ErrResource    = errors.New("portal: the engine is out of resources")
 	ErrUnavailable = errors.New("portal: the engine is shutting down")
