@@ -31,6 +31,10 @@ type Options struct {
 	PortName string // DPDK ethdev name, e.g. net_memif0
 	Vdev     string // --vdev argument creating it
 	NetNS    string // run inside this network namespace ("": the current one)
+	// PIDNS runs the engine in a PID namespace of its own (as in a
+	// container): it sees no process outside it, so SO_PEERCRED gives it
+	// PID 0 for every application.
+	PIDNS bool
 	Busy     bool   // pinned busy polling (benchmarks); default idle backoff
 	CPU      int    // CPU for the polling thread when Busy (-1: none)
 	// IVState is the engine's IV counter state file ("": <Dir>/<Name>.iv,
@@ -121,6 +125,9 @@ func Start(o Options) (*Engine, error) {
 	e.cmd = exec.Command(name, args...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if o.PIDNS {
+		e.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	if err := e.cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err
