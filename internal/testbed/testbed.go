@@ -35,8 +35,8 @@ type Options struct {
 	// container): it sees no process outside it, so SO_PEERCRED gives it
 	// PID 0 for every application.
 	PIDNS bool
-	Busy     bool   // pinned busy polling (benchmarks); default idle backoff
-	CPU      int    // CPU for the polling thread when Busy (-1: none)
+	Busy  bool // pinned busy polling (benchmarks); default idle backoff
+	CPU   int  // CPU for the polling thread when Busy (-1: none)
 	// IVState is the engine's IV counter state file ("": <Dir>/<Name>.iv,
 	// so every engine of a test has its own, and a restarted engine of the
 	// same Name and Dir resumes its counters).
