@@ -31,17 +31,18 @@ type Options struct {
 	PortName string // DPDK ethdev name, e.g. net_memif0
 	Vdev     string // --vdev argument creating it
 	NetNS    string // run inside this network namespace ("": the current one)
-	// PIDNS runs the engine in a PID namespace of its own (as in a
-	// container): it sees no process outside it, so SO_PEERCRED gives it
-	// PID 0 for every application.
-	PIDNS bool
-	Busy  bool // pinned busy polling (benchmarks); default idle backoff
-	CPU   int  // CPU for the polling thread when Busy (-1: none)
+	Busy     bool   // pinned busy polling (benchmarks); default idle backoff
+	CPU      int    // CPU for the polling thread when Busy (-1: none)
 	// IVState is the engine's IV counter state file ("": <Dir>/<Name>.iv,
 	// so every engine of a test has its own, and a restarted engine of the
 	// same Name and Dir resumes its counters).
 	IVState string
 	Extra   []string
+
+	// PIDNS runs the engine in a PID namespace of its own (as in a
+	// container): it sees no process outside it, so SO_PEERCRED gives it
+	// PID 0 for every application.
+	PIDNS bool
 }
 
 // IVStatePath is the IV state file an engine started with o uses.
