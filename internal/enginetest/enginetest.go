@@ -70,6 +70,9 @@ func Start(t testing.TB, o Opts) *Engine {
 	}
 	cfg := ctl.DefaultConfig()
 	cfg.Sockets[0].Path = filepath.Join(t.TempDir(), "rmad.sock")
+	// A test's applications are one uid, one tenant: it may use every
+	// portal and slot of the engine.
+	cfg.Quota.Portals, cfg.Quota.Slots = ctl.Pct(100), ctl.Pct(100)
 	if o.Ctl != nil {
 		o.Ctl(&cfg)
 	}
