@@ -182,7 +182,8 @@ type Stats struct {
 	// Portals are the open portals, in id order, with their ring depths.
 	Portals []PortalStats `json:"portals"`
 	// Tenants are the tenants holding a connection or resources, by
-	// name, with their usage against their quotas.
+	// name, with their usage against their quotas (at most the 64 that
+	// hold the most memory).
 	Tenants []TenantStats `json:"tenants,omitempty"`
 }
 

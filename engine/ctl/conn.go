@@ -254,7 +254,7 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		}
 		resp.Stats = StatsMsg(&st)
 		resp.Stats.Fault, resp.Stats.Port, resp.Stats.Portals = fault, port, portals
-		resp.Stats.Tenants = c.s.Tenants()
+		resp.Stats.Tenants = largest(c.s.Tenants(), maxStatsTenants)
 		if c.s.cfg.LoopStats != nil {
 			resp.Stats.Loop = c.s.cfg.LoopStats()
 		}

@@ -154,3 +154,18 @@ func (s *Server) Tenants() []ctlmsg.TenantStats {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+// maxStatsTenants bounds the tenants a stats reply lists, to keep it
+// within ctlmsg.MaxResponseBytes (Server.Tenants has them all).
+const maxStatsTenants = 64
+
+// largest keeps the n tenants holding the most memory, in name order.
+func largest(ts []ctlmsg.TenantStats, n int) []ctlmsg.TenantStats {
+	if len(ts) <= n {
+		return ts
+	}
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].MemoryBytes > ts[j].MemoryBytes })
+	ts = ts[:n]
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	return ts
+}

@@ -329,3 +329,27 @@ func TestPunchHoleRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// By default no tenant gets more than a quarter of the host's memory
+// (less the engine's own) or half of the huge pages the engine found
+// free once it had its own.
+func TestQuotaDefaultsFromHost(t *testing.T) {
+	e := setup(t, nil)
+	res, q := e.srv.Resources(), e.srv.Quota(0)
+	var memTotalKB uint64
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+			fmt.Sscan(v, &memTotalKB)
+		}
+	}
+	if res.MemoryBytes >= memTotalKB<<10 || res.MemoryBytes < memTotalKB<<10/2 {
+		t.Fatalf("memory left to tenants %d of %d", res.MemoryBytes, memTotalKB<<10)
+	}
+	if q.MemoryBytes != ctl.Pct(25).Of(res.MemoryBytes) || q.HugepageBytes != ctl.Pct(50).Of(res.HugepageBytes) {
+		t.Fatalf("default quota %+v of %+v", q, res)
+	}
+	if res.HugepageBytes > uint64(hugePagesFree(t)+16)<<21 {
+		t.Fatalf("%d bytes of huge pages for tenants, %d free now", res.HugepageBytes, hugePagesFree(t))
+	}
+}
