@@ -106,10 +106,12 @@ func (c *conn) attach(resp *ctlmsg.Response) *reqError {
 	if c.attached {
 		return fail(ctlmsg.CodeState, "attach: %s is attached already", c.who())
 	}
-	if err := c.seg.attach(false); err != nil {
-		return fail(ctlmsg.CodeResource, "attach: the segment of %s: %v", c.who(), err)
+	if !c.seg.attached { // else an earlier attach failed in the core: try it again
+		if err := c.seg.attach(false); err != nil {
+			return fail(ctlmsg.CodeResource, "attach: the segment of %s: %v", c.who(), err)
+		}
+		c.noteLocked(c.seg)
 	}
-	c.noteLocked(c.seg)
 	seg := c.seg.mem
 	spec := engine.PortalSpec{
 		CmdRing: c.layout.CmdRing(seg), CmdCap: c.layout.CmdCap,
