@@ -309,10 +309,10 @@ func (c *conn) identify(op ctlmsg.Op) *reqError {
 	id, err := ids.acquire(c.peer.ino)
 	switch {
 	case errors.Is(err, ErrIdentitiesExhausted):
-		c.s.log.Error().Err(err).Msg("no identity left for a new process")
+		c.s.sampled.Error().Err(err).Msg("no identity left for a new process")
 		return fail(ctlmsg.CodeResource, "%s: %v", op, err)
 	case err != nil:
-		c.s.log.Error().Err(err).Msg("identity not allocated")
+		c.s.sampled.Error().Err(err).Msg("identity not allocated")
 		return fail(ctlmsg.CodeInternal, "%s: %v", op, err)
 	}
 	c.ident = id

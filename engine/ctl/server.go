@@ -47,7 +47,7 @@ type Server struct {
 	nextID    uint64
 
 	refusing atomic.Int32 // connections being refused now
-	dropLog  zerolog.Logger // connections dropped unidentified: sampled
+	sampled  zerolog.Logger // anomalies a client can repeat at will: sampled
 	// unlocked is set once locking region memory failed (logged once).
 	unlocked atomic.Bool
 }
@@ -84,7 +84,7 @@ func Listen(cfg Config, exec Executor, log zerolog.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, exec: exec, log: log, conns: make(map[*conn]struct{}), perUID: make(map[uint32]int),
 		tenants: make(map[tenantKey]*tenant), owner: make(map[engine.PortalID]*conn), ownerName: make(map[engine.PortalID]string),
-		dropLog: log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})}
+		sampled: log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})}
 	if err := exec.Exec(func(c *engine.Core) {
 		ec := c.Config()
 		s.addr = ec.LocalIP
@@ -248,7 +248,7 @@ func (s *Server) accept(l *listener) error {
 		if err != nil {
 			// A peer gone before it was accepted, most likely; sampled,
 			// as a client can make as many as it likes.
-			s.dropLog.Warn().Err(err).Str("socket", l.cfg.label()).Msg("dropping connection: its peer cannot be identified")
+			s.sampled.Warn().Err(err).Str("socket", l.cfg.label()).Msg("dropping connection: its peer cannot be identified")
 			uc.Close()
 			continue
 		}
