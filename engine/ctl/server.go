@@ -46,7 +46,7 @@ type Server struct {
 	wg        sync.WaitGroup
 	nextID    uint64
 
-	refusing atomic.Int32 // connections being refused now
+	refusing atomic.Int32   // connections being refused now
 	sampled  zerolog.Logger // anomalies a client can repeat at will: sampled
 	// unlocked is set once locking region memory failed (logged once).
 	unlocked atomic.Bool
