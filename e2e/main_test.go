@@ -22,6 +22,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv("ONERMA_E2E_CHILD") != "" {
 		os.Exit(childApp())
 	}
+	if os.Getenv("ONERMA_E2E_IDENT") != "" {
+		os.Exit(identityChild())
+	}
+	if os.Getenv("ONERMA_E2E_TENANT") != "" {
+		os.Exit(tenantChild())
+	}
 	code := func() int {
 		if dir := os.Getenv("ONERMA_BIN"); dir != "" {
 			rmadBin, rmactlBin, rmatopBin = filepath.Join(dir, "rmad"), filepath.Join(dir, "rmactl"), filepath.Join(dir, "rmatop")

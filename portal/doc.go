@@ -19,8 +19,12 @@
 // Rekey, DeregisterRegion, Stats, Close) are messages on the engine's unix control socket (package
 // ctlmsg). The engine creates every byte of shared memory as a
 // sealed memfd (huge pages when it has them) and passes it here with
-// SCM_RIGHTS; the portal validates the segment header with
-// abi.DecodeLayout before it touches the rings.
+// SCM_RIGHTS; the portal maps it and faults it in (this process pays for
+// it), then tells the engine, which seals it against hole punching and
+// only then uses it (attach for the segment, register_region for a
+// region). The portal validates the segment header with abi.DecodeLayout
+// before it touches the rings. Over one of its tenant's quotas the engine
+// refuses with ErrQuota (Error.Quota names it).
 //
 // Data path (Post*, Flush, Poll, Wait, Slot, Release): no system calls, no
 // locks and no allocations. A command is one 64-byte cache line written
@@ -35,11 +39,14 @@
 // or remote access error, ...). The application owns its slots: Slot takes
 // a free one, Release returns it once its completion has been read.
 //
-// Identity: the engine, not the application, decides the PID stamped on
-// this portal's requests (SO_PEERCRED on the control connection, in the
-// engine's PID namespace). Identity reports it with the engine's address,
-// so the application can ask a server for the derived key K_d that names
-// exactly that (address, PID) (paper §4.2).
+// Identity: the engine, not the application, decides the identity (the
+// PID field) stamped on this portal's requests: a number it allocated to
+// this process, found by its pidfd (SO_PEERPIDFD on the control
+// connection), the same for every portal of the process and never given
+// to another process, whatever PID namespace either runs in. Identity
+// reports it with the engine's address, so the application can ask a
+// server for the derived key K_d that names exactly that (address,
+// identity) (paper §4.2).
 //
 // Keys (paper §4.2, Fig. 5): every region has a region key K_r, chosen by
 // its owner (RegisterRegionKey) or drawn at random (RegisterRegion), kept

@@ -19,10 +19,15 @@ import (
 // Identity is what the engine stamps on this portal's requests.
 type Identity struct {
 	Addr netip.Addr // the engine's IPv4 address
-	PID  uint32     // this process as the engine sees it (SO_PEERCRED)
-	UID  uint32
-	GID  uint32
-	Name string // the portal's name
+	// PID is the identity the engine gave this process: a number it
+	// allocated, not the process's PID, the same for every portal of the
+	// process and never another process's, whatever PID namespace either
+	// runs in. It is what K_d is derived for (Region.DeriveKey).
+	PID    uint32
+	UID    uint32
+	GID    uint32
+	Name   string // the portal's name: a label for logs
+	Tenant string // the tenant the engine charges this portal to
 }
 
 // Options tune Dial. Zero values take the engine's defaults.
@@ -119,6 +124,9 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 		return nil, err
 	}
 	if err := p.attach(resp.Open, fd); err != nil {
+		if p.seg != nil {
+			unix.Munmap(p.seg)
+		}
 		uc.Close()
 		return nil, err
 	}
@@ -132,8 +140,10 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	return p, nil
 }
 
-// attach maps the portal segment, validates its header against the
-// engine's reply and attaches to the rings.
+// attach maps the portal segment the engine created (faulting it in), asks
+// the engine to attach it (the engine seals it, starts serving it and
+// writes its header), then validates the header against the engine's
+// replies and attaches to the rings.
 func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 	if o == nil || fd < 0 {
 		if fd >= 0 {
@@ -141,13 +151,31 @@ func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 		}
 		return errors.New("portal: open: the engine's reply has no segment")
 	}
-	seg, err := mapFD(fd, o.MapSize)
-	if err != nil {
+	addr, err := netip.ParseAddr(o.Addr)
+	if err != nil || !addr.Is4() {
+		unix.Close(fd)
+		return fmt.Errorf("portal: open: engine address %q is not IPv4", o.Addr)
+	}
+	class, ok := abi.ParseClass(o.Class)
+	if !ok || o.Class == "" {
+		unix.Close(fd)
+		return fmt.Errorf("portal: open: the engine's reply grants class %q, want %q or %q", o.Class, abi.ClassLow, abi.ClassHigh)
+	}
+	if p.seg, err = mapFD(fd, o.MapSize); err != nil {
 		return fmt.Errorf("portal: open: %w", err)
 	}
+	resp, _, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpAttach})
+	if err != nil {
+		return err
+	}
+	a := resp.Attach
+	if a == nil {
+		return errors.New("portal: attach: the engine's reply has no portal")
+	}
+	seg := p.seg
 	l, err := abi.DecodeLayout(seg)
-	if err == nil && (l.Portal != o.Portal || l.CmdCap != o.CmdCap || l.CplCap != o.CplCap || l.Size != o.Size) {
-		err = fmt.Errorf("segment header %+v disagrees with the engine's reply %+v", l, *o)
+	if err == nil && (l.Portal != a.Portal || l.CmdCap != o.CmdCap || l.CplCap != o.CplCap || l.Size != o.Size) {
+		err = fmt.Errorf("segment header %+v disagrees with the engine's replies %+v, %+v", l, *o, *a)
 	}
 	var (
 		cmd *abi.Producer
@@ -160,26 +188,17 @@ func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 		cpl, err = abi.NewConsumer(l.CplRing(seg), l.CplCap, abi.CompletionSize)
 	}
 	if err != nil {
-		unix.Munmap(seg)
-		return fmt.Errorf("portal: open: %w", err)
+		return fmt.Errorf("portal: attach: %w", err)
 	}
-	addr, err := netip.ParseAddr(o.Addr)
-	if err != nil || !addr.Is4() {
-		unix.Munmap(seg)
-		return fmt.Errorf("portal: open: engine address %q is not IPv4", o.Addr)
-	}
-	class, ok := abi.ParseClass(o.Class)
-	if !ok || o.Class == "" {
-		unix.Munmap(seg)
-		return fmt.Errorf("portal: open: the engine's reply grants class %q, want %q or %q", o.Class, abi.ClassLow, abi.ClassHigh)
-	}
-	p.seg, p.layout, p.cmd, p.cpl, p.class = seg, l, cmd, cpl, class
-	p.portal, p.maxSlots, p.hugetlb = o.Portal, o.MaxSlots, o.Hugetlb
-	p.id = Identity{Addr: addr, PID: o.PID, UID: o.UID, GID: o.GID, Name: o.Name}
+	p.layout, p.cmd, p.cpl, p.class = l, cmd, cpl, class
+	p.portal, p.maxSlots, p.hugetlb = a.Portal, o.MaxSlots, o.Hugetlb
+	p.id = Identity{Addr: addr, PID: o.PID, UID: o.UID, GID: o.GID, Name: o.Name, Tenant: o.Tenant}
 	return nil
 }
 
-// mapFD maps size bytes of a memfd from the engine and closes the fd. It
+// mapFD maps size bytes of a memfd from the engine, faulting every page
+// in (so this process, not the engine, is charged for the memory, and the
+// engine finds it all in memory when it checks), and closes the fd. It
 // checks the file really is that large first: touching a mapping beyond
 // the end of its file would be SIGBUS.
 func mapFD(fd int, size uint64) ([]byte, error) {
@@ -191,7 +210,7 @@ func mapFD(fd int, size uint64) ([]byte, error) {
 	if size == 0 || size > 1<<40 || uint64(st.Size) < size {
 		return nil, fmt.Errorf("engine's memfd holds %d bytes, reply says map %d", st.Size, size)
 	}
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("mmap of %d bytes: %w", size, err)
 	}
@@ -253,7 +272,7 @@ func (p *Portal) roundTrip(req *ctlmsg.Request) (ctlmsg.Response, int, error) {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		return resp, -1, &Error{Op: req.Op, Code: resp.Code, Msg: resp.Error}
+		return resp, -1, &Error{Op: req.Op, Code: resp.Code, Msg: resp.Error, Quota: resp.Quota}
 	}
 	return resp, fd, nil
 }
@@ -275,8 +294,9 @@ func receivedFDs(oob []byte) []int {
 	return all
 }
 
-// Identity returns the address and PID the engine stamps on this portal's
-// requests.
+// Identity returns the address and the process identity (PID) the engine
+// stamps on this portal's requests. Every portal of a process has the
+// same.
 func (p *Portal) Identity() Identity { return p.id }
 
 // abi.Class is the portal's class of service, as the engine granted it at

@@ -113,7 +113,7 @@ func (s *Server) portalStats(core *engine.Core) []ctlmsg.PortalStats {
 			continue // closed by the core itself and not reused
 		}
 		out = append(out, ctlmsg.PortalStats{
-			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, Class: p.Class.String(),
+			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, Tenant: s.owner[id].tenant.name, Class: p.Class.String(),
 			Slots: p.Slots, MaxSlots: p.MaxSlots, InFlight: p.Pending,
 			CmdDepth: p.CmdDepth, CmdCap: p.CmdCap, CplDepth: p.CplDepth, CplCap: p.CplCap, Closed: p.Dead,
 		})

@@ -69,7 +69,10 @@ func Start(t testing.TB, o Opts) *Engine {
 		t.Fatal(err)
 	}
 	cfg := ctl.DefaultConfig()
-	cfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
+	cfg.Sockets[0].Path = filepath.Join(t.TempDir(), "rmad.sock")
+	// A test's applications are one uid, one tenant: it may use every
+	// portal and slot of the engine.
+	cfg.Quota.Portals, cfg.Quota.Slots = ctl.Pct(100), ctl.Pct(100)
 	if o.Ctl != nil {
 		o.Ctl(&cfg)
 	}
@@ -83,7 +86,7 @@ func Start(t testing.TB, o Opts) *Engine {
 		srv.Close()
 		r.Stop(context.Background())
 	})
-	return &Engine{Socket: cfg.SocketPath, Runner: r}
+	return &Engine{Socket: cfg.Sockets[0].Path, Runner: r}
 }
 
 // Eventually polls cond every millisecond for up to 5 s and fails the test

@@ -40,6 +40,11 @@ type Options struct {
 	// same Name and Dir resumes its counters).
 	IVState string
 	Extra   []string
+
+	// PIDNS runs the engine in a PID namespace of its own (as in a
+	// container): it sees no process outside it, so SO_PEERCRED gives it
+	// PID 0 for every application.
+	PIDNS bool
 }
 
 // IVStatePath is the IV state file an engine started with o uses.
@@ -123,6 +128,9 @@ func Start(o Options) (*Engine, error) {
 	e.cmd = exec.Command(name, args...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if o.PIDNS {
+		e.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	if err := e.cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err

@@ -5,10 +5,13 @@
 // rx_fragments, rx_ttl_zero, icmp_echo_replies, icmp_rate_limited,
 // icmp_frag_needed and the latest one's frag_needed_dst and
 // frag_needed_mtu, the poll loop's loop.*, and
-// fault.* when rmad's port is wrapped in a fault injector) or for the
-// identity the engine would stamp on this process's requests. It also
-// writes the TLS credentials of the key exchange (package keyx) for
-// running rmaperf's server and clients on different hosts.
+// fault.* when rmad's port is wrapped in a fault injector; then the open
+// portals and the tenants' usage against their quotas) or for the
+// identity the engine stamps on this process's requests: its line "pid N"
+// gives N, the identity the engine allocated to this process (never its
+// PID), which a region's owner derives K_d for. It also writes the TLS
+// credentials of the key exchange (package keyx) for running rmaperf's
+// server and clients on different hosts.
 //
 //	rmactl [-socket PATH] stats [-json]
 //	rmactl [-socket PATH] identity
@@ -184,14 +187,22 @@ func stats(sock string, asJSON bool) error {
 			counters("fault."+d.name+".", reflect.ValueOf(*d.st))
 		}
 	}
-	fmt.Printf("\n%-4s %-16s %8s %-5s %9s %9s %13s %13s\n", "id", "portal", "pid", "class", "slots", "in_flight", "cmd_depth", "cpl_depth")
+	fmt.Printf("\n%-4s %-16s %10s %-5s %9s %9s %13s %13s  %s\n", "id", "portal", "pid", "class", "slots", "in_flight", "cmd_depth", "cpl_depth", "tenant")
 	for _, p := range resp.Stats.Portals {
 		name := p.Name
 		if p.Closed {
 			name += " (closed: corrupt rings)"
 		}
-		fmt.Printf("%-4d %-16s %8d %-5s %4d/%-4d %9d %6d/%-6d %6d/%-6d\n", p.ID, name, p.PID, p.Class,
-			p.Slots, p.MaxSlots, p.InFlight, p.CmdDepth, p.CmdCap, p.CplDepth, p.CplCap)
+		fmt.Printf("%-4d %-16s %10d %-5s %4d/%-4d %9d %6d/%-6d %6d/%-6d  %s\n", p.ID, name, p.PID, p.Class,
+			p.Slots, p.MaxSlots, p.InFlight, p.CmdDepth, p.CmdCap, p.CplDepth, p.CplCap, p.Tenant)
+	}
+	if len(resp.Stats.Tenants) > 0 {
+		// Usage against quota, memory in MiB.
+		fmt.Printf("\n%-24s %5s %9s %9s %19s %19s  %s\n", "tenant", "conns", "portals", "slots", "memory_mib", "hugepage_mib", "socket")
+		for _, t := range resp.Stats.Tenants {
+			fmt.Printf("%-24s %5d %4d/%-4d %4d/%-4d %9d/%-9d %9d/%-9d  %s\n", t.Name, t.Conns, t.Portals, t.Quota.Portals,
+				t.Slots, t.Quota.Slots, t.MemoryBytes>>20, t.Quota.MemoryBytes>>20, t.HugepageBytes>>20, t.Quota.HugepageBytes>>20, t.Socket)
+		}
 	}
 	return nil
 }
@@ -214,7 +225,9 @@ func identity(sock string) error {
 	if resp.Identity == nil {
 		return errors.New("engine sent no identity")
 	}
+	// pid is the identity the engine stamps on this process's requests
+	// (an engine-allocated number, not the process's PID).
 	id := resp.Identity
-	fmt.Printf("address %s\npid %d (as the engine sees this process)\nuid %d gid %d\n", id.Addr, id.PID, id.UID, id.GID)
+	fmt.Printf("address %s\npid %d\nuid %d gid %d\ntenant %s\n", id.Addr, id.PID, id.UID, id.GID, id.Tenant)
 	return nil
 }

@@ -123,8 +123,18 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	down := &cleanup{log: log}
 	defer down.run()
 
+	// The kernel's OOM killer is to pick a tenant before the engine that
+	// serves them all (a performance and safety setting: without the
+	// privilege rmad runs, and says so).
+	if err := setOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
+		log.Warn().Err(err).Int("oom_score_adj", cfg.OOMScoreAdj).Msg("oom_score_adj not set (lowering it needs CAP_SYS_RESOURCE)")
+	} else {
+		log.Info().Int("oom_score_adj", cfg.OOMScoreAdj).Msg("oom_score_adj set")
+	}
+
 	// IV counters first: a state file another engine holds, or one that
 	// cannot be made durable, stops rmad before it touches DPDK.
+	warnIdentityStateLost(log, cfg)
 	iv, err := openIVSource(cfg.ivStatePath())
 	if err != nil {
 		return err
@@ -324,13 +334,16 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	}()
 	down.add("fragmentation-needed watch stop", func() error { close(stopWatch); <-watched; return nil })
 
-	// Control socket.
-	dir := filepath.Dir(ctlCfg.SocketPath)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
+	// Control sockets. The engine's own memory is all taken by now, so
+	// Listen measures what is left to share between tenants.
+	for _, sc := range ctlCfg.Sockets {
+		dir := filepath.Dir(sc.Path)
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			down.add("remove socket directory "+dir, func() error { return os.Remove(dir) })
 		}
-		down.add("remove socket directory", func() error { return os.Remove(dir) })
 	}
 	srv, err := ctl.Listen(ctlCfg, r, log.With().Str("component", "ctl").Logger())
 	if err != nil {
@@ -345,9 +358,9 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		}
 		return err
 	})
-	log.Info().Str("socket", ctlCfg.SocketPath).Msg("rmad ready")
+	log.Info().Str("socket", ctlCfg.Sockets[0].Path).Int("sockets", len(ctlCfg.Sockets)).Msg("rmad ready")
 	if ready != nil {
-		ready(ctlCfg.SocketPath)
+		ready(ctlCfg.Sockets[0].Path)
 	}
 
 	select {
@@ -491,8 +504,7 @@ func logStartup(log zerolog.Logger, cfg *Config, frameBytes, dataRoom int, c *ct
 			Int("cpl_ring_bytes", abi.RingBytes(c.CplCap, abi.CompletionSize))
 	}
 	ev.Uint64("shared_region_bytes_max", uint64(c.MaxConns)*c.MaxPortalBytes).
-		Int("slots_per_portal_default", c.Slots.Default).
-		Int("slot_rules", len(c.Slots.Rules)).
+		Int("control_sockets", len(c.Sockets)).
 		Msg("derived sizes")
 }
 
