@@ -189,8 +189,11 @@ func (s *Server) Serve() error {
 	}
 }
 
-// Close stops accepting, closes every connection, waits until each has
-// reclaimed its portal and regions, and removes the socket file.
+// Close stops accepting, ends every connection, waits until each has
+// reclaimed its portal and regions, and removes the socket file. Each
+// connection is closed only after its portal was reclaimed, so an
+// application that sees its connection close knows that the core writes
+// nothing more into its rings and regions.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closing {
@@ -200,7 +203,9 @@ func (s *Server) Close() error {
 	s.closing = true
 	err := s.ln.Close() // unlinks the socket file
 	for c := range s.conns {
-		c.uc.Close() // the connection's goroutine sees EOF and reclaims
+		// The connection's goroutine returns from its read (or from the
+		// next one, after the request in hand), reclaims, then closes.
+		c.uc.SetReadDeadline(time.Unix(1, 0))
 	}
 	s.mu.Unlock()
 	s.wg.Wait()

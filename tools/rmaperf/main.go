@@ -426,14 +426,17 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 	inflight := outstanding
 	spins := 0
 	for inflight > 0 {
-		var n int
+		var (
+			n   int
+			err error
+		)
 		if event {
-			var err error
-			if n, err = p.Wait(ctx, cpl); err != nil {
-				return benchrow.Row{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
-			}
+			n, err = p.Wait(ctx, cpl)
 		} else {
-			n = p.Poll(cpl)
+			n, err = p.Poll(cpl)
+		}
+		if err != nil {
+			return benchrow.Row{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
 		}
 		if n == 0 {
 			// Spin (lowest latency); check the deadline now and then.
