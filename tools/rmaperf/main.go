@@ -505,6 +505,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
 		P50us: us(h.quantile(0.5)), P99us: benchrow.F(us(h.quantile(0.99))), P999us: benchrow.F(us(h.quantile(0.999))),
 		EngP50us: benchrow.F(us(eng.quantile(0.5))), EngP99us: benchrow.F(us(eng.quantile(0.99))),
+		EngP999us: benchrow.F(us(eng.quantile(0.999))), EngMaxUs: benchrow.F(us(eng.max)),
 		Ops: ops, Errors: errs, Seconds: secs,
 	}
 	if errs > 0 {
