@@ -12,10 +12,12 @@ import (
 
 // rttSpecs are what the rtt setup measures on each port: a READ alone
 // (the port's round trip: the engine's total_delay of an unloaded op is
-// its time in service), and 4 KB READs keeping the whole solicitation
-// window in flight (rmad's 256 KB: 64 ops), the longest an op stays in
-// service when its initiator alone loads the serving engine.
-var rttSpecs = []spec{{"read_lat", 64, 1}, {"read_lat", 4096, 1}, {"read_bw", 4096, 64}}
+// its time in service), 4 KB READs keeping the whole solicitation window
+// in flight (rmad's 256 KB: 64 ops), the longest an op stays in service
+// when its initiator alone loads the serving engine, and the same with
+// WRITEs (four hops: two round trips, the serving engine pulling the
+// data under its own window).
+var rttSpecs = []spec{{"read_lat", 64, 1}, {"read_lat", 4096, 1}, {"read_bw", 4096, 64}, {"write_bw", 4096, 64}}
 
 // rttBench is one pass of the rtt setup: its setups' prefix, the
 // engines' timeout flags, and the ports it runs (nil: all).
