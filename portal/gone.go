@@ -168,7 +168,7 @@ func hungUp(fd int) error {
 func (p *Portal) Redial(ctx context.Context) (*Portal, error) {
 	wait := time.Millisecond
 	for {
-		np, err := DialOptions(p.path, p.id.Name, p.opt)
+		np, err := DialOptions(p.path, p.name, p.opt)
 		if err == nil {
 			return np, nil
 		}

@@ -79,8 +79,9 @@ type Portal struct {
 	// Control path.
 	mu       sync.Mutex
 	conn     *net.UnixConn
-	path     string  // the control socket, and
-	opt      Options // the options of the dial, for Redial
+	path     string // the control socket, name and options as given
+	name     string // to Dial, for Redial
+	opt      Options
 	timeout  time.Duration
 	nextID   uint64
 	id       Identity
@@ -108,6 +109,7 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	if opt.Class > abi.ClassHigh {
 		return nil, fmt.Errorf("portal: Options.Class = %d, want abi.ClassLow or abi.ClassHigh", opt.Class)
 	}
+	asked := opt // for Redial: the options as given, before the defaults
 	if opt.Timeout <= 0 {
 		opt.Timeout = 60 * time.Second
 	}
@@ -125,7 +127,8 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 		spins:   opt.WaitSpins,
 		conn:    uc,
 		path:    socketPath,
-		opt:     opt,
+		name:    name,
+		opt:     asked,
 		timeout: opt.Timeout,
 		owned:   make(map[abi.SlotID]int32),
 		regions: make(map[abi.RegionID]*Region),

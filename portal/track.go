@@ -84,7 +84,8 @@ func (p *Portal) synthesize(out []abi.Completion) int {
 }
 
 // Posted reports ops posted through Post (or the Submit*, Post*
-// helpers) whose completion Poll or Wait has not yet returned.
+// helpers) whose completion Poll or Wait has not yet returned. It scans
+// the owned slots: for diagnostics and tests, not for the data path.
 func (p *Portal) Posted() int {
 	n := len(p.stray)
 	for i := range p.pending {
