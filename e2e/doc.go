@@ -17,4 +17,9 @@
 // range holds all old or all new bytes; ONERMA_KILL_TRIALS repeats it).
 // attack_test.go and attack_write_test.go attack real engines from the
 // network (raw frames on a Linux bridge; see the table in attack_test.go).
+// failure_test.go covers failure in bounded time: an engine SIGKILLed
+// with reads in flight (its application gets ENGINE_GONE for each, then
+// ErrEngineGone, within microseconds of the connection closing, and
+// Redial reconnects once the engine is back), and a region's owner
+// process SIGKILLed (remote READs fail within a round trip).
 package e2e
