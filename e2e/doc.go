@@ -22,4 +22,10 @@
 // (internal/testbed.Routed): verified READs and WRITEs across it, ping from
 // the router, the router's link down and up, a silently changed gateway
 // MAC, routes to nowhere, and a path MTU below the engines'.
+//
+// failure_test.go covers failure in bounded time: an engine SIGKILLed
+// with reads in flight (its application gets ENGINE_GONE for each, then
+// ErrEngineGone, within microseconds of the connection closing, and
+// Redial reconnects once the engine is back), and a region's owner
+// process SIGKILLed (remote READs fail within a round trip).
 package e2e

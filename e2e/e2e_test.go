@@ -383,7 +383,11 @@ func childApp() int {
 	fmt.Printf("ready %d %x\n", uint32(r.ID()), kr[:])
 	cpl := make([]abi.Completion, 16)
 	for {
-		n := p.Poll(cpl)
+		n, err := p.Poll(cpl)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		for _, c := range cpl[:n] {
 			k := int(c.Cookie)
 			p.PostRead(slots[k], peer, abi.RegionID(v), uint64(k)*4096, kd, r, uint64(k)*4096, 4096, uint64(k))

@@ -133,7 +133,15 @@ func identityChild() int {
 			continue
 		}
 		cpl := make([]abi.Completion, 1)
-		for p1.Poll(cpl) == 0 {
+		for {
+			n, err := p1.Poll(cpl)
+			if err != nil {
+				fmt.Println("poll", err)
+				return 1
+			}
+			if n > 0 {
+				break
+			}
 		}
 		fmt.Printf("status %s %d\n", cpl[0].Status, sink.Bytes()[0])
 	}

@@ -19,7 +19,11 @@ import (
 var rmadBin, rmactlBin, rmatopBin, rmaperfBin string
 
 func TestMain(m *testing.M) {
-	if os.Getenv("ONERMA_E2E_CHILD") != "" {
+	switch os.Getenv("ONERMA_E2E_CHILD") {
+	case "":
+	case "owner":
+		os.Exit(childOwner())
+	default:
 		os.Exit(childApp())
 	}
 	if os.Getenv("ONERMA_E2E_IDENT") != "" {

@@ -251,7 +251,11 @@ func (b *routedBed) stream(src, dst int, changed time.Time, within time.Duration
 			}
 			posted[cookie], slotOf[cookie], last = now, k, now
 		}
-		n := a.p.Poll(buf)
+		n, err := a.p.Poll(buf)
+		if err != nil {
+			r.err = err
+			return r
+		}
 		for _, c := range buf[:n] {
 			at, ok := posted[c.Cookie]
 			if !ok || c.Cookie < base {

@@ -275,7 +275,9 @@ func collect(p *portal.Portal, base uint64, n int, within time.Duration) ([]abi.
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
-	if k := p.Poll(buf); k > 0 {
+	if k, err := p.Poll(buf); err != nil {
+		return nil, err
+	} else if k > 0 {
 		return nil, fmt.Errorf("%d completions more than ops posted, the first %+v", k, buf[0])
 	}
 	return got, nil

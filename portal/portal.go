@@ -54,6 +54,17 @@ type Portal struct {
 	free   []abi.SlotID         // stack of free owned slots
 	owned  map[abi.SlotID]int32 // slot -> index in isFree
 	isFree []bool
+	// Ops posted and not seen completed (track.go): by owned slot
+	// (index as in isFree), and those naming other slots.
+	pending []pendingOp
+	stray   []pendingOp
+	// Once the engine is gone (gone.go): dead is what Poll saw, and
+	// drained tells that the completion ring has been emptied since, so
+	// Poll reports the recorded ops (from pending[synthAt] on, then
+	// stray) and never reads the ring again.
+	dead    *EngineGoneError
+	drained bool
+	synthAt int
 
 	// Completion doorbell (see Wait): the arm word in the segment and
 	// the eventfd the engine writes when it finds it armed.
@@ -63,9 +74,19 @@ type Portal struct {
 	pfd    [1]unix.PollFd
 	evbuf  [8]byte
 
+	// The engine's departure, seen by the watcher or a control request
+	// (any goroutine), and the watcher's own descriptor of the control
+	// connection.
+	gone      atomic.Pointer[EngineGoneError]
+	watchConn net.Conn
+	watchDone chan struct{}
+
 	// Control path.
 	mu       sync.Mutex
 	conn     *net.UnixConn
+	path     string // the control socket, name and options as given
+	name     string // to Dial, for Redial
+	opt      Options
 	timeout  time.Duration
 	nextID   uint64
 	id       Identity
@@ -93,6 +114,7 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	if opt.Class > abi.ClassHigh {
 		return nil, fmt.Errorf("portal: Options.Class = %d, want abi.ClassLow or abi.ClassHigh", opt.Class)
 	}
+	asked := opt // for Redial: the options as given, before the defaults
 	if opt.Timeout <= 0 {
 		opt.Timeout = 60 * time.Second
 	}
@@ -109,6 +131,9 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	p := &Portal{
 		spins:   opt.WaitSpins,
 		conn:    uc,
+		path:    socketPath,
+		name:    name,
+		opt:     asked,
 		timeout: opt.Timeout,
 		owned:   make(map[abi.SlotID]int32),
 		regions: make(map[abi.RegionID]*Region),
@@ -136,6 +161,10 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 		p.bellFD = bfd
 		p.arm = (*atomic.Uint32)(unsafe.Pointer(&p.seg[abi.SegmentArmOff]))
 		p.pfd[0] = unix.PollFd{Fd: int32(bfd), Events: unix.POLLIN}
+	}
+	if err := p.startWatch(); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("portal: %w", err)
 	}
 	return p, nil
 }
@@ -191,6 +220,7 @@ func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 		return fmt.Errorf("portal: attach: %w", err)
 	}
 	p.layout, p.cmd, p.cpl, p.class = l, cmd, cpl, class
+	p.stray = make([]pendingOp, 0, int(l.CmdCap)+int(l.CplCap))
 	p.portal, p.maxSlots, p.hugetlb = a.Portal, o.MaxSlots, o.Hugetlb
 	p.id = Identity{Addr: addr, PID: o.PID, UID: o.UID, GID: o.GID, Name: o.Name, Tenant: o.Tenant}
 	return nil
@@ -219,12 +249,17 @@ func mapFD(fd int, size uint64) ([]byte, error) {
 
 // roundTrip sends one request and reads its response and the file
 // descriptor that comes with it (-1 if none). Engine failures come back as
-// *Error.
+// *Error; a connection the engine closed, or that failed, as an
+// *EngineGoneError (wrapped with the request's op), which the portal
+// keeps (Gone).
 func (p *Portal) roundTrip(req *ctlmsg.Request) (ctlmsg.Response, int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil {
 		return ctlmsg.Response{}, -1, ErrClosed
+	}
+	if g := p.gone.Load(); g != nil {
+		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, g)
 	}
 	p.nextID++
 	req.V, req.ID = ctlmsg.Version, p.nextID
@@ -232,11 +267,17 @@ func (p *Portal) roundTrip(req *ctlmsg.Request) (ctlmsg.Response, int, error) {
 		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, err)
 	}
 	if _, err := p.conn.Write(ctlmsg.EncodeRequest(req)); err != nil {
+		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
+			return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, p.markGone(fmt.Errorf("%w: %w", errHangUp, err)))
+		}
 		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: sending to the engine: %w", req.Op, err)
 	}
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, flags, _, err := p.conn.ReadMsgUnix(p.rbuf, oob)
 	if err != nil {
+		if errors.Is(err, unix.ECONNRESET) {
+			return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, p.markGone(fmt.Errorf("%w: %w", errHangUp, err)))
+		}
 		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: reading the engine's reply: %w", req.Op, err)
 	}
 	fds := receivedFDs(oob[:oobn])
@@ -255,7 +296,7 @@ func (p *Portal) roundTrip(req *ctlmsg.Request) (ctlmsg.Response, int, error) {
 	}
 	switch {
 	case n == 0 && oobn == 0:
-		return failf("the engine closed the connection")
+		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, p.markGone(errHangUp))
 	case flags&unix.MSG_TRUNC != 0 || n > ctlmsg.MaxResponseBytes:
 		return failf("reply longer than %d bytes", ctlmsg.MaxResponseBytes)
 	case flags&unix.MSG_CTRUNC != 0:
@@ -335,6 +376,7 @@ func (p *Portal) AllocSlots(n int) ([]abi.SlotID, error) {
 		}
 		p.owned[id] = int32(len(p.isFree))
 		p.isFree = append(p.isFree, true)
+		p.pending = append(p.pending, pendingOp{})
 		p.free = append(p.free, id)
 	}
 	return out, nil
@@ -393,7 +435,16 @@ func (p *Portal) Close() error {
 	if p.conn == nil {
 		return nil
 	}
-	err := p.conn.Close()
+	var err error
+	if p.watchConn != nil {
+		// The engine sees the connection close only once both
+		// descriptors are closed; and the watcher may write the
+		// doorbell (markGone) until it has returned.
+		err = p.watchConn.Close()
+		<-p.watchDone
+		p.watchConn = nil
+	}
+	err = errors.Join(err, p.conn.Close())
 	p.conn = nil
 	p.closed = true
 	for id, r := range p.regions {

@@ -302,9 +302,11 @@ func (s *Server) accept(l *listener) error {
 	}
 }
 
-// Close stops accepting, closes every connection, waits until each has
+// Close stops accepting, ends every connection, waits until each has
 // reclaimed its portal and regions, removes the socket files and releases
-// the identity state.
+// the identity state. Each connection is closed only after its portal was
+// reclaimed, so an application that sees its connection close knows that
+// the core writes nothing more into its rings and regions.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closing {
@@ -314,7 +316,9 @@ func (s *Server) Close() error {
 	s.closing = true
 	err := s.closeListeners()
 	for c := range s.conns {
-		c.uc.Close() // the connection's goroutine sees EOF and reclaims
+		// The connection's goroutine returns from its read (or from the
+		// next one, after the request in hand), reclaims, then closes.
+		c.uc.SetReadDeadline(time.Unix(1, 0))
 	}
 	s.mu.Unlock()
 	s.wg.Wait()

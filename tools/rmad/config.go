@@ -90,7 +90,7 @@ type EngineConfig struct {
 	NackThreshold   int           `json:"nack_threshold"`
 	ServeBudget     int           `json:"serve_budget"`
 	DispatchTimeout Duration      `json:"dispatch_timeout"`
-	Timeout         Duration      `json:"timeout"`
+	Timeout         Duration      `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
 	PullIdleTimeout Duration      `json:"pull_idle_timeout"`
 	ResolveTimeout  Duration      `json:"resolve_timeout"`
 	ARPRetry        Duration      `json:"arp_retry"`
@@ -352,7 +352,7 @@ var flagSpecs = []struct {
 	{"nack-threshold", "inbound queue depth that NACKs", setInt(func(c *Config) *int { return &c.Engine.NackThreshold })},
 	{"serve-budget", "requests served per poll", setInt(func(c *Config) *int { return &c.Engine.ServeBudget })},
 	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
-	{"timeout", "TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
+	{"timeout", "TIMEOUT (0: the port type's default, 2-8 ms)", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
 	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull may be abandoned when a request needs its context or window (bounds what a replayed write request holds; 0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
@@ -457,6 +457,9 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 	}
 	cfg.Engine.IVState = cfg.ivStatePath()
 	cfg.Ctl.IDState = cfg.idStatePath()
+	if cfg.Engine.Timeout == 0 {
+		cfg.Engine.Timeout = Duration(defaultTimeout(&cfg.Port, cfg.Poll.Mode)) // timeout.go
+	}
 	return cfg, opt, nil
 }
 
@@ -493,6 +496,9 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
 	ec.InboundQueue, ec.NackThreshold, ec.ServeBudget = e.InboundQueue, e.NackThreshold, e.ServeBudget
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
+	if ec.Timeout == 0 { // loadConfig sets it; a Config built otherwise may not
+		ec.Timeout = defaultTimeout(&c.Port, c.Poll.Mode)
+	}
 	ec.PullIdleTimeout = time.Duration(e.PullIdleTimeout)
 	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
 	ec.ICMPRate, ec.ICMPBurst = e.ICMPRate, e.ICMPBurst

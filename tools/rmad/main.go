@@ -497,7 +497,9 @@ func logStartup(log zerolog.Logger, cfg *Config, frameBytes, dataRoom int, c *ct
 		Int("mbuf_data_room", dataRoom).
 		Uint64("mbuf_pool_bytes_approx", uint64(cfg.Port.Mbufs)*uint64(dataRoom+mbufOverhead)).
 		Int("max_payload_bytes", wire.MaxPayload(cfg.Engine.MTU)).
-		Int("window_ops_at_arbitration", cfg.Engine.WindowBytes/engine.ArbitrationBytes)
+		Int("window_ops_at_arbitration", cfg.Engine.WindowBytes/engine.ArbitrationBytes).
+		Str("port_kind", portKind(&cfg.Port)).
+		Str("timeout_port_default", defaultTimeout(&cfg.Port, cfg.Poll.Mode).String())
 	if l, err := abi.NewLayout(0, c.CmdCap, c.CplCap); err == nil {
 		ev = ev.Uint64("portal_segment_bytes", l.Size).
 			Int("cmd_ring_bytes", abi.RingBytes(c.CmdCap, abi.CommandSize)).

@@ -450,14 +450,17 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 	inflight := outstanding
 	spins := 0
 	for inflight > 0 {
-		var n int
+		var (
+			n   int
+			err error
+		)
 		if event {
-			var err error
-			if n, err = p.Wait(ctx, cpl); err != nil {
-				return benchrow.Row{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
-			}
+			n, err = p.Wait(ctx, cpl)
 		} else {
-			n = p.Poll(cpl)
+			n, err = p.Poll(cpl)
+		}
+		if err != nil {
+			return benchrow.Row{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
 		}
 		if n == 0 {
 			// Spin (lowest latency); check the deadline now and then.
@@ -526,6 +529,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
 		P50us: us(h.quantile(0.5)), P99us: benchrow.F(us(h.quantile(0.99))), P999us: benchrow.F(us(h.quantile(0.999))),
 		EngP50us: benchrow.F(us(eng.quantile(0.5))), EngP99us: benchrow.F(us(eng.quantile(0.99))),
+		EngP999us: benchrow.F(us(eng.quantile(0.999))), EngMaxUs: benchrow.F(us(eng.max)),
 		Ops: ops, Errors: errs, Seconds: secs,
 	}
 	if errs > 0 {
