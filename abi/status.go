@@ -41,6 +41,15 @@ const (
 	StatusUnreachable Status = 22
 	// StatusAborted: the engine is shutting down; the op did not run.
 	StatusAborted Status = 23
+	// StatusEngineGone: the local engine went away (it exited, was
+	// killed or restarted) before the op completed. No engine writes
+	// it: the portal library reports it, once, for each op it posted
+	// that got no completion from the engine. A READ's sink holds
+	// undefined bytes, as after any failure. A WRITE or REKEY may have
+	// been committed, as after TIMEOUT, and unlike after TIMEOUT it may
+	// still be: data the dead engine had sent can reach the serving
+	// engine, which commits until its own TIMEOUT after the pull.
+	StatusEngineGone Status = 24
 
 	// StatusRemoteRegion: the serving engine has no such region (unknown id
 	// or stale generation).
@@ -65,6 +74,7 @@ var statusNames = [...]string{
 	StatusLocalPermission:   "LOCAL_PERMISSION",
 	StatusUnreachable:       "UNREACHABLE",
 	StatusAborted:           "ABORTED",
+	StatusEngineGone:        "ENGINE_GONE",
 	StatusRemoteRegion:      "REMOTE_REGION",
 	StatusRemoteBounds:      "REMOTE_BOUNDS",
 	StatusRemotePermission:  "REMOTE_PERMISSION",

@@ -10,7 +10,9 @@ func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"v":1,"op":"open","name":"app","cmd_cap":256,"cpl_cap":512,"class":"low"}`,
 		`{"v":1,"id":1,"op":"alloc_slots","n":8}`,
-		`{"v":1,"op":"register_region","size":65536,"perm":7,"key":"00112233445566778899aabbccddeeff"}`,
+		`{"v":1,"op":"create_region","size":65536}`,
+		`{"v":1,"op":"register_region","memory":1,"perm":7,"key":"00112233445566778899aabbccddeeff"}`,
+		`{"v":1,"op":"attach"}`,
 		`{"v":1,"op":"deregister_region","region":65537}`,
 		`{"v":1,"id":5,"op":"rekey","region":65537,"key":"0123456789abcdef0123456789abcdef"}`,
 		`{"v":1,"op":"rekey","region":65537,"key":"0123456789ABCDEF0123456789abcdef"}`,

@@ -42,13 +42,28 @@ type Op string
 
 const (
 	// OpOpen opens this connection's portal (at most one per connection):
-	// the engine records the peer's credentials, creates the portal
-	// segment and returns it as a file descriptor.
+	// the engine applies its policy to the peer's credentials, creates the
+	// portal segment and returns it as a file descriptor. The portal is
+	// usable once the application has mapped the segment and sent
+	// OpAttach.
 	OpOpen Op = "open"
+	// OpAttach tells the engine the application has mapped the portal
+	// segment: the engine seals it against hole punching, maps it, starts
+	// serving its rings and writes the segment header.
+	OpAttach Op = "attach"
 	// OpAllocSlots gives the portal N more command slots.
 	OpAllocSlots Op = "alloc_slots"
-	// OpRegisterRegion creates and registers a region of Size bytes and
-	// returns its memory as a file descriptor.
+	// OpCreateRegion creates Size bytes of shared memory for a region,
+	// charged to the tenant's quota, and returns them as a file
+	// descriptor. The application maps them and faults every page in (it
+	// is charged for them), then registers them with OpRegisterRegion. A
+	// connection holds at most one such memory at a time: a second
+	// create_region discards the first.
+	OpCreateRegion Op = "create_region"
+	// OpRegisterRegion registers the memory of the last create_region
+	// (named by its Memory handle) as a region: the engine seals it
+	// against hole punching, checks every page is in memory, maps and
+	// locks it, and enters it in its region table.
 	OpRegisterRegion Op = "register_region"
 	// OpDeregisterRegion invalidates a region; the engine never touches
 	// its memory again.
@@ -73,8 +88,10 @@ const (
 // depends on Op:
 //
 //	open               name (required), cmd_cap, cpl_cap, class (optional)
+//	attach             nothing else
 //	alloc_slots        n (required)
-//	register_region    size, perm, key (required)
+//	create_region      size (required)
+//	register_region    memory, perm, key (required)
 //	deregister_region  region (required)
 //	rekey              region, key (required)
 //	identity, stats    nothing else
@@ -97,8 +114,9 @@ type Request struct {
 
 	N uint32 // alloc_slots: 1..MaxAllocSlots
 
-	Size uint64   // register_region: 1..MaxRegionBytes
-	Perm abi.Perm // register_region: non-zero subset of abi.PermAll
+	Size   uint64   // create_region: 1..MaxRegionBytes
+	Memory uint32   // register_region: the handle create_region returned, non-zero
+	Perm   abi.Perm // register_region: non-zero subset of abi.PermAll
 
 	Region uint32 // deregister_region, rekey: non-zero region id
 
@@ -154,19 +172,22 @@ const (
 	kPerm
 	kRegion
 	kKey
+	kMemory
 )
 
 var keyBits = map[string]uint16{
 	"v": kV, "id": kID, "op": kOp, "name": kName, "cmd_cap": kCmdCap, "cpl_cap": kCplCap,
 	"class": kClass, "n": kN, "size": kSize, "perm": kPerm, "region": kRegion,
-	"key": kKey,
+	"key": kKey, "memory": kMemory,
 }
 
 // opKeys: keys allowed (beyond v, id, op) and required per op.
 var opKeys = map[Op]struct{ allowed, required uint16 }{
 	OpOpen:             {kName | kCmdCap | kCplCap | kClass, kName},
+	OpAttach:           {0, 0},
 	OpAllocSlots:       {kN, kN},
-	OpRegisterRegion:   {kSize | kPerm | kKey, kSize | kPerm | kKey},
+	OpCreateRegion:     {kSize, kSize},
+	OpRegisterRegion:   {kMemory | kPerm | kKey, kMemory | kPerm | kKey},
 	OpDeregisterRegion: {kRegion, kRegion},
 	OpRekey:            {kRegion | kKey, kRegion | kKey},
 	OpIdentity:         {0, 0},
@@ -341,11 +362,15 @@ func (r *Request) set(bit uint16, val json.Token) error {
 			return err
 		}
 		r.Perm = abi.Perm(v)
-	case kRegion:
+	case kRegion, kMemory:
 		if err := inRange(1, 1<<32-1); err != nil {
 			return err
 		}
-		r.Region = uint32(v)
+		if bit == kRegion {
+			r.Region = uint32(v)
+		} else {
+			r.Memory = uint32(v)
+		}
 	}
 	return nil
 }
@@ -445,8 +470,10 @@ func EncodeRequest(r *Request) []byte {
 		}
 	case OpAllocSlots:
 		num("n", uint64(r.N))
-	case OpRegisterRegion:
+	case OpCreateRegion:
 		num("size", r.Size)
+	case OpRegisterRegion:
+		num("memory", uint64(r.Memory))
 		num("perm", uint64(r.Perm))
 		key()
 	case OpDeregisterRegion:

@@ -25,10 +25,13 @@ func TestDecodeRequestValid(t *testing.T) {
 		{`{"v":1,"id":7,"op":"open","name":"a","cmd_cap":256,"cpl_cap":1024,"class":"high"}`,
 			Request{V: 1, ID: 7, Op: OpOpen, Name: "a", CmdCap: 256, CplCap: 1024, Class: "high"}},
 		{` { "op" : "alloc_slots" , "n" : 16 , "v" : 1 } `, Request{V: 1, Op: OpAllocSlots, N: 16}},
-		{`{"v":1,"op":"register_region","size":4096,"perm":31,"key":"` + testKeyHex + `"}`,
-			Request{V: 1, Op: OpRegisterRegion, Size: 4096, Perm: abi.PermAll, Key: testKey}},
-		{`{"key":"00000000000000000000000000000001","v":1,"op":"register_region","size":1099511627776,"perm":2}`,
-			Request{V: 1, Op: OpRegisterRegion, Size: 1 << 40, Perm: 2, Key: Key{15: 1}}},
+		{`{"v":1,"op":"attach"}`, Request{V: 1, Op: OpAttach}},
+		{`{"v":1,"op":"create_region","size":4096}`, Request{V: 1, Op: OpCreateRegion, Size: 4096}},
+		{`{"v":1,"op":"create_region","size":1099511627776}`, Request{V: 1, Op: OpCreateRegion, Size: 1 << 40}},
+		{`{"v":1,"op":"register_region","memory":1,"perm":31,"key":"` + testKeyHex + `"}`,
+			Request{V: 1, Op: OpRegisterRegion, Memory: 1, Perm: abi.PermAll, Key: testKey}},
+		{`{"key":"00000000000000000000000000000001","v":1,"op":"register_region","memory":4294967295,"perm":2}`,
+			Request{V: 1, Op: OpRegisterRegion, Memory: 1<<32 - 1, Perm: 2, Key: Key{15: 1}}},
 		{`{"v":1,"op":"deregister_region","region":65537}`, Request{V: 1, Op: OpDeregisterRegion, Region: 65537}},
 		{`{"v":1,"id":3,"op":"rekey","region":65537,"key":"` + testKeyHex + `"}`,
 			Request{V: 1, ID: 3, Op: OpRekey, Region: 65537, Key: testKey}},
@@ -93,12 +96,21 @@ func TestDecodeRequestInvalid(t *testing.T) {
 		{`{"v":1,"op":"alloc_slots","n":null}`, "unsigned decimal integer"},
 		{`{"v":1,"op":"alloc_slots","n":65537}`, "out of range"},
 		{`{"v":1,"op":"alloc_slots","n":99999999999999999999999}`, "unsigned decimal integer"},
-		{`{"v":1,"op":"register_region","size":4096,"key":"` + testKeyHex + `"}`, `needs key "perm"`},
-		{`{"v":1,"op":"register_region","size":4096,"perm":1}`, `needs key "key"`},
-		{`{"v":1,"op":"register_region","size":0,"perm":1,"key":"` + testKeyHex + `"}`, "out of range"},
-		{`{"v":1,"op":"register_region","size":1099511627777,"perm":1,"key":"` + testKeyHex + `"}`, "out of range"},
-		{`{"v":1,"op":"register_region","size":1,"perm":32,"key":"` + testKeyHex + `"}`, "out of range"},
-		{`{"v":1,"op":"register_region","size":1,"perm":0,"key":"` + testKeyHex + `"}`, "out of range"},
+		{`{"v":1,"op":"attach","name":"a"}`, `key "name" is not allowed in op "attach"`},
+		{`{"v":1,"op":"create_region"}`, `needs key "size"`},
+		{`{"v":1,"op":"create_region","size":0}`, "out of range"},
+		{`{"v":1,"op":"create_region","size":1099511627777}`, "out of range"},
+		{`{"v":1,"op":"create_region","size":4096,"perm":1}`, `key "perm" is not allowed in op "create_region"`},
+		{`{"v":1,"op":"create_region","size":4096,"key":"` + testKeyHex + `"}`, `key "key" is not allowed in op "create_region"`},
+		{`{"v":1,"op":"register_region","memory":1,"key":"` + testKeyHex + `"}`, `needs key "perm"`},
+		{`{"v":1,"op":"register_region","memory":1,"perm":1}`, `needs key "key"`},
+		{`{"v":1,"op":"register_region","perm":1,"key":"` + testKeyHex + `"}`, `needs key "memory"`},
+		{`{"v":1,"op":"register_region","memory":0,"perm":1,"key":"` + testKeyHex + `"}`, "out of range"},
+		{`{"v":1,"op":"register_region","memory":4294967296,"perm":1,"key":"` + testKeyHex + `"}`, "out of range"},
+		// The register_region of before create_region existed.
+		{`{"v":1,"op":"register_region","size":4096,"perm":1,"key":"` + testKeyHex + `"}`, `key "size" is not allowed in op "register_region"`},
+		{`{"v":1,"op":"register_region","memory":1,"perm":32,"key":"` + testKeyHex + `"}`, "out of range"},
+		{`{"v":1,"op":"register_region","memory":1,"perm":0,"key":"` + testKeyHex + `"}`, "out of range"},
 		{`{"v":1,"op":"rekey","region":1}`, `needs key "key"`},
 		{`{"v":1,"op":"rekey","key":"` + testKeyHex + `"}`, `needs key "region"`},
 		{`{"v":1,"op":"rekey","region":0,"key":"` + testKeyHex + `"}`, "out of range"},
@@ -143,7 +155,7 @@ func TestDecodeRequestInvalid(t *testing.T) {
 // result may be accepted with a different meaning unless it re-encodes to
 // itself (the decoder never half-accepts).
 func TestDecodeRequestFlipOne(t *testing.T) {
-	valid := `{"v":1,"id":9,"op":"register_region","size":4096,"perm":3,"key":"` + testKeyHex + `"}`
+	valid := `{"v":1,"id":9,"op":"register_region","memory":4096,"perm":3,"key":"` + testKeyHex + `"}`
 	for i := range len(valid) {
 		b := []byte(valid)
 		b[i] ^= 0x01
@@ -194,7 +206,7 @@ func TestKeyNeverShown(t *testing.T) {
 	} {
 		for _, req := range []string{
 			`{"v":1,"op":"rekey","region":7,"key":"` + bad + `"}`,
-			`{"v":1,"op":"register_region","size":64,"perm":1,"key":"` + bad + `"}`,
+			`{"v":1,"op":"register_region","memory":64,"perm":1,"key":"` + bad + `"}`,
 		} {
 			_, err := DecodeRequest([]byte(req))
 			if err == nil {
@@ -213,8 +225,8 @@ func TestKeyNeverShown(t *testing.T) {
 }
 
 func TestEncodeRequestKey(t *testing.T) {
-	r := Request{V: 1, ID: 2, Op: OpRegisterRegion, Size: 64, Perm: 4, Key: testKey}
-	want := `{"v":1,"id":2,"op":"register_region","size":64,"perm":4,"key":"` + testKeyHex + `"}`
+	r := Request{V: 1, ID: 2, Op: OpRegisterRegion, Memory: 64, Perm: 4, Key: testKey}
+	want := `{"v":1,"id":2,"op":"register_region","memory":64,"perm":4,"key":"` + testKeyHex + `"}`
 	if got := string(EncodeRequest(&r)); got != want {
 		t.Fatalf("EncodeRequest = %s, want %s", got, want)
 	}
@@ -228,9 +240,12 @@ func TestEncodeRequestKey(t *testing.T) {
 func TestResponseRoundTrip(t *testing.T) {
 	for _, in := range []Response{
 		{V: Version, ID: 3, Op: OpOpen, Open: &OpenReply{
-			Portal: 2, Size: 8192, MapSize: 8192, CmdCap: 64, CplCap: 128, Class: abi.ClassHigh.String(), MaxSlots: 32,
-			Identity: Identity{Addr: "10.0.0.1", PID: 42, UID: 1000, GID: 1000, Name: "x"},
+			Size: 8192, MapSize: 8192, CmdCap: 64, CplCap: 128, Class: abi.ClassHigh.String(), MaxSlots: 32,
+			Identity: Identity{Addr: "10.0.0.1", PID: 4194304, UID: 1000, GID: 1000, Name: "x", Tenant: "main uid 1000"},
 		}},
+		{V: Version, ID: 7, Op: OpAttach, Attach: &AttachReply{Portal: 2}},
+		{V: Version, ID: 8, Op: OpCreateRegion, Memory: &MemoryReply{Memory: 3, Size: 5000, MapSize: 8192}},
+		{V: Version, ID: 9, Op: OpCreateRegion, Code: CodeQuota, Quota: QuotaMemoryBytes, Error: `create_region: tenant "main uid 1000" holds ...`},
 		{V: Version, ID: 4, Op: OpOpen, Code: CodeClass, Error: `open: portal "x" asks for class high`},
 		{V: Version, ID: 5, Op: OpStats, Stats: &Stats{Posted: 9, Completed: map[string]uint64{"OK": 9}, Fault: &FaultStats{
 			Rx:   FaultDirStats{Frames: 100, Passed: 90, Dropped: 5, Duplicated: 2, Delayed: 3, Reordered: 2, Released: 7, PoolEmpty: 1},
@@ -238,6 +253,12 @@ func TestResponseRoundTrip(t *testing.T) {
 			Held: 4,
 		}}},
 		{V: Version, ID: 6, Op: OpStats, Stats: &Stats{Posted: 1, Completed: map[string]uint64{}}},
+		{V: Version, ID: 10, Op: OpStats, Stats: &Stats{Completed: map[string]uint64{}, Tenants: []TenantStats{
+			{Name: "main uid 0", Socket: "/run/onerma/rmad.sock", UID: new(int64), Conns: 2,
+				TenantUsage: TenantUsage{MemoryBytes: 4 << 20, HugepageBytes: 2 << 20, Portals: 1, Slots: 16},
+				Quota:       TenantUsage{MemoryBytes: 1 << 30, HugepageBytes: 256 << 20, Portals: 32, Slots: 512}},
+			{Name: "web", Socket: "/run/onerma/web.sock"},
+		}}},
 	} {
 		b, err := EncodeResponse(&in)
 		if err != nil {

@@ -19,7 +19,8 @@ const (
 	CodeSlotCap    Code = "slot_cap"     // over the application's slot cap
 	CodeClass      Code = "class"        // the application's policy does not grant the class it asked for
 	CodeNoSlots    Code = "no_slots"     // the engine has no free slots
-	CodeLimit      Code = "limit"        // another policy limit (regions, bytes, portals)
+	CodeLimit      Code = "limit"        // another policy limit (regions, bytes, connections)
+	CodeQuota      Code = "quota"        // over one of the tenant's quotas; Response.Quota names it
 	CodeNoRegion   Code = "no_region"    // unknown region, or another portal's (deregister_region, rekey)
 	CodeResource   Code = "resource"     // memory, fds, engine tables exhausted
 	CodeUnavail    Code = "unavailable"  // the engine is shutting down
@@ -29,25 +30,39 @@ const (
 )
 
 // Response answers one request. Exactly one of Error or the op's result is
-// set. A response to open or register_region carries one file descriptor
-// as SCM_RIGHTS when (and only when) it succeeds.
+// set. A response to open, create_region or doorbell carries one file
+// descriptor as SCM_RIGHTS when (and only when) it succeeds.
 type Response struct {
 	V     uint32 `json:"v"`
 	ID    uint64 `json:"id,omitempty"`
 	Op    Op     `json:"op,omitempty"`
 	Code  Code   `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Quota names the quota a CodeQuota refusal is about (one of the
+	// Quota* names).
+	Quota string `json:"quota,omitempty"`
 
 	Open     *OpenReply   `json:"open,omitempty"`
+	Attach   *AttachReply `json:"attach,omitempty"`
 	Slots    []uint32     `json:"slots,omitempty"`
+	Memory   *MemoryReply `json:"memory,omitempty"`
 	Region   *RegionReply `json:"region,omitempty"`
 	Identity *Identity    `json:"identity,omitempty"`
 	Stats    *Stats       `json:"stats,omitempty"`
 }
 
+// Names of the quotas a tenant is held to (Response.Quota, and the keys
+// of rmad's ctl.quota).
+const (
+	QuotaMemoryBytes   = "memory_bytes"   // shared memory: regions and portal segments, as mapped
+	QuotaHugepageBytes = "hugepage_bytes" // of which on huge pages
+	QuotaPortals       = "portals"        // portals open at once
+	QuotaSlots         = "slots"          // command slots held at once
+)
+
 // OpenReply describes the portal segment whose fd comes with the response.
+// The segment header (and so the portal id) is written at attach.
 type OpenReply struct {
-	Portal   uint32 `json:"portal"`    // engine portal id (also in the segment header)
 	Size     uint64 `json:"size"`      // segment bytes in use (abi.Layout.Size)
 	MapSize  uint64 `json:"map_size"`  // bytes to map (Size rounded to the page size)
 	CmdCap   uint32 `json:"cmd_cap"`   // command ring capacity
@@ -58,8 +73,22 @@ type OpenReply struct {
 	Identity
 }
 
-// RegionReply describes a registered region whose fd comes with the
-// response.
+// AttachReply answers attach: the portal is open on the engine's core.
+type AttachReply struct {
+	Portal uint32 `json:"portal"` // engine portal id (also in the segment header)
+}
+
+// MemoryReply describes the memory create_region made, whose fd comes with
+// the response.
+type MemoryReply struct {
+	Memory  uint32 `json:"memory"`   // handle to name in register_region
+	Size    uint64 `json:"size"`     // bytes asked for
+	MapSize uint64 `json:"map_size"` // bytes to map (Size rounded up to the page size)
+	Hugetlb bool   `json:"hugetlb"`  // backed by huge pages
+}
+
+// RegionReply describes a registered region (its memory is the one
+// create_region handed out).
 type RegionReply struct {
 	Region  uint32   `json:"region"`   // abi.RegionID
 	Size    uint64   `json:"size"`     // registered bytes (as requested)
@@ -69,14 +98,16 @@ type RegionReply struct {
 }
 
 // Identity is what the engine stamps on this connection's requests. PID is
-// the peer's PID as the engine sees it (SO_PEERCRED, in the engine's PID
-// namespace), so it may differ from the application's getpid().
+// not the process's PID in any namespace: it is the identity the engine
+// allocated to the peer process (found by its pidfd, SO_PEERPIDFD), the
+// same for every connection of that process and never given to another.
 type Identity struct {
-	Addr string `json:"addr"` // engine IPv4 address
-	PID  uint32 `json:"pid"`
-	UID  uint32 `json:"uid"`
-	GID  uint32 `json:"gid"`
-	Name string `json:"name,omitempty"` // portal name (after open)
+	Addr   string `json:"addr"` // engine IPv4 address
+	PID    uint32 `json:"pid"`
+	UID    uint32 `json:"uid"`
+	GID    uint32 `json:"gid"`
+	Name   string `json:"name,omitempty"`   // portal name (after open): a label, never a credential
+	Tenant string `json:"tenant,omitempty"` // the tenant the connection is charged to (socket and uid)
 }
 
 // Stats are the engine's counters (engine.Stats, field for field).
@@ -150,6 +181,31 @@ type Stats struct {
 	Port *PortStats `json:"port,omitempty"`
 	// Portals are the open portals, in id order, with their ring depths.
 	Portals []PortalStats `json:"portals"`
+	// Tenants are the tenants holding a connection or resources, by
+	// name, with their usage against their quotas (at most the 64 that
+	// hold the most memory).
+	Tenants []TenantStats `json:"tenants,omitempty"`
+}
+
+// TenantStats are one tenant's usage and the quotas it is held to. A
+// tenant is a control socket, or a uid on a socket that splits its
+// tenants by uid.
+type TenantStats struct {
+	Name   string `json:"name"`          // socket name, and "uid N" where the socket splits tenants by uid
+	Socket string `json:"socket"`        // the control socket's path
+	UID    *int64 `json:"uid,omitempty"` // absent: the socket is one tenant
+	Conns  int    `json:"conns"`         // control connections open
+	TenantUsage
+	// Quota are the tenant's limits (its socket's quotas).
+	Quota TenantUsage `json:"quota"`
+}
+
+// TenantUsage counts what a tenant holds, in the units of its quotas.
+type TenantUsage struct {
+	MemoryBytes   uint64 `json:"memory_bytes"`
+	HugepageBytes uint64 `json:"hugepage_bytes"`
+	Portals       int    `json:"portals"`
+	Slots         int    `json:"slots"`
 }
 
 // PortStats are a DPDK port's counters: the engine's driver's and the
@@ -227,7 +283,8 @@ type PortDevStats struct {
 type PortalStats struct {
 	ID       uint32 `json:"id"`
 	Name     string `json:"name"`
-	PID      uint32 `json:"pid"`
+	PID      uint32 `json:"pid"`    // the identity stamped on its requests
+	Tenant   string `json:"tenant"` // the tenant it is charged to
 	Class    string `json:"class"`
 	Slots    int    `json:"slots"`
 	MaxSlots int    `json:"max_slots"`

@@ -468,8 +468,8 @@ func expect(t *testing.T, who string, p *portal.Portal, base *ctlmsg.Stats, ds .
 func (tb *attackBed) noCompletion(t *testing.T, why string) {
 	t.Helper()
 	cpl := make([]abi.Completion, 4)
-	if n := tb.pa.Poll(cpl); n != 0 {
-		t.Fatalf("%s: unexpected completion %+v", why, cpl[0])
+	if n, err := tb.pa.Poll(cpl); n != 0 || err != nil {
+		t.Fatalf("%s: unexpected completion %+v (%v)", why, cpl[0], err)
 	}
 }
 

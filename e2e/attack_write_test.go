@@ -623,7 +623,7 @@ func (tb *attackBed) forgedAuthFailureAfterPull(t *testing.T, req []byte, cookie
 	var early []abi.Completion
 	cpl := make([]abi.Completion, 4)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		if n := tb.pa.Poll(cpl); n > 0 {
+		if n, _ := tb.pa.Poll(cpl); n > 0 {
 			early = append(early, cpl[:n]...)
 			break
 		}

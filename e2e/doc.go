@@ -17,4 +17,15 @@
 // range holds all old or all new bytes; ONERMA_KILL_TRIALS repeats it).
 // attack_test.go and attack_write_test.go attack real engines from the
 // network (raw frames on a Linux bridge; see the table in attack_test.go).
+// routed_test.go and routed_fault_test.go run four engines (af_packet,
+// AF_XDP, net_tap) on two subnets joined by a Linux router
+// (internal/testbed.Routed): verified READs and WRITEs across it, ping from
+// the router, the router's link down and up, a silently changed gateway
+// MAC, routes to nowhere, and a path MTU below the engines'.
+//
+// failure_test.go covers failure in bounded time: an engine SIGKILLed
+// with reads in flight (its application gets ENGINE_GONE for each, then
+// ErrEngineGone, within microseconds of the connection closing, and
+// Redial reconnects once the engine is back), and a region's owner
+// process SIGKILLed (remote READs fail within a round trip).
 package e2e

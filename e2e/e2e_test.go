@@ -254,10 +254,10 @@ func TestCrashedAppReclaimed(t *testing.T) {
 		cAddr string
 		cPID  uint32
 	)
-	if _, serr := fmt.Sscanf(line, "identity %s %d", &cAddr, &cPID); err != nil || serr != nil || cPID != uint32(child.Process.Pid) {
+	if _, serr := fmt.Sscanf(line, "identity %s %d", &cAddr, &cPID); err != nil || serr != nil || cPID == 0 || cPID == watcher.Identity().PID {
 		child.Process.Kill()
 		child.Wait()
-		t.Fatalf("child identity: %q %v (pid %d)", line, err, child.Process.Pid)
+		t.Fatalf("child identity: %q %v (this process's: %d)", line, err, watcher.Identity().PID)
 	}
 	ckd := rb.DeriveKey(netip.MustParseAddr(cAddr), cPID, abi.OpRead)
 	fmt.Fprintf(in, "%x\n", ckd[:])
@@ -383,7 +383,11 @@ func childApp() int {
 	fmt.Printf("ready %d %x\n", uint32(r.ID()), kr[:])
 	cpl := make([]abi.Completion, 16)
 	for {
-		n := p.Poll(cpl)
+		n, err := p.Poll(cpl)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		for _, c := range cpl[:n] {
 			k := int(c.Cookie)
 			p.PostRead(slots[k], peer, abi.RegionID(v), uint64(k)*4096, kd, r, uint64(k)*4096, 4096, uint64(k))
@@ -455,6 +459,17 @@ func TestRmactl(t *testing.T) {
 	out, err = exec.Command(rmactlBin, "-socket", a.Socket, "identity").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "address "+ipA.String()) {
 		t.Fatalf("rmactl identity: %v\n%s", err, out)
+	}
+	// rmactl is a process of its own: an identity of its own, never this
+	// process's, in the line "pid N".
+	var n uint32
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, "pid "); ok {
+			fmt.Sscan(v, &n)
+		}
+	}
+	if n == 0 || n == pa.Identity().PID {
+		t.Fatalf("rmactl identity: pid %d (this process: %d)\n%s", n, pa.Identity().PID, out)
 	}
 }
 

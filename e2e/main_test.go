@@ -16,15 +16,26 @@ import (
 	"github.com/onerma/onerma/portal"
 )
 
-var rmadBin, rmactlBin, rmatopBin string
+var rmadBin, rmactlBin, rmatopBin, rmaperfBin string
 
 func TestMain(m *testing.M) {
-	if os.Getenv("ONERMA_E2E_CHILD") != "" {
+	switch os.Getenv("ONERMA_E2E_CHILD") {
+	case "":
+	case "owner":
+		os.Exit(childOwner())
+	default:
 		os.Exit(childApp())
+	}
+	if os.Getenv("ONERMA_E2E_IDENT") != "" {
+		os.Exit(identityChild())
+	}
+	if os.Getenv("ONERMA_E2E_TENANT") != "" {
+		os.Exit(tenantChild())
 	}
 	code := func() int {
 		if dir := os.Getenv("ONERMA_BIN"); dir != "" {
 			rmadBin, rmactlBin, rmatopBin = filepath.Join(dir, "rmad"), filepath.Join(dir, "rmactl"), filepath.Join(dir, "rmatop")
+			rmaperfBin = filepath.Join(dir, "rmaperf")
 		} else if os.Geteuid() == 0 {
 			tmp, err := os.MkdirTemp("", "onerma-e2e-bin-")
 			if err != nil {
@@ -33,9 +44,11 @@ func TestMain(m *testing.M) {
 			}
 			defer os.RemoveAll(tmp)
 			rmadBin, rmactlBin, rmatopBin = filepath.Join(tmp, "rmad"), filepath.Join(tmp, "rmactl"), filepath.Join(tmp, "rmatop")
-			out, err := exec.Command("go", "build", "-o", tmp+"/", "github.com/onerma/onerma/tools/rmad", "github.com/onerma/onerma/tools/rmactl", "github.com/onerma/onerma/tools/rmatop").CombinedOutput()
+			rmaperfBin = filepath.Join(tmp, "rmaperf")
+			out, err := exec.Command("go", "build", "-o", tmp+"/", "github.com/onerma/onerma/tools/rmad", "github.com/onerma/onerma/tools/rmactl",
+				"github.com/onerma/onerma/tools/rmatop", "github.com/onerma/onerma/tools/rmaperf").CombinedOutput()
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "building rmad, rmactl and rmatop: %v\n%s", err, out)
+				fmt.Fprintf(os.Stderr, "building rmad, rmactl, rmatop and rmaperf: %v\n%s", err, out)
 				return 1
 			}
 		}

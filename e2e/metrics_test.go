@@ -237,6 +237,8 @@ func TestMetricsScrape(t *testing.T) {
 		{"reader", pg, "onerma_portal_regions", map[string]string{"name": "reader"}, 1},
 		{"reader", pg, "onerma_auth_failures_total", map[string]string{"message": "response"}, 0},
 		{"reader", pg, "onerma_port_dropped_total", map[string]string{"port": "net_memif0", "reason": "tx_refused"}, 0},
+		{"reader", pg, "onerma_tenant_usage", map[string]string{"resource": "portals"}, 1},
+		{"reader", pg, "onerma_tenant_usage", map[string]string{"resource": "slots"}, 16},
 	} {
 		if got := c.pg.value(c.name, c.labels); got != c.want {
 			t.Errorf("%s: %s%v = %v, want %v", c.what, c.name, c.labels, got, c.want)
@@ -261,6 +263,9 @@ func TestMetricsScrape(t *testing.T) {
 		if got := pgB.value(c.name, c.labels); got != c.want {
 			t.Errorf("owner: %s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+	if q := pg.value("onerma_tenant_quota", map[string]string{"resource": "memory_bytes"}); !(q > 0) {
+		t.Errorf("reader: the tenant's memory quota on the page: %v", q)
 	}
 	if pgB.fams["onerma_completions_total"] != nil {
 		t.Errorf("the owner's engine completed ops it was never given: %v", pgB.fams["onerma_completions_total"])

@@ -470,8 +470,8 @@ func writeServerKilled(t *testing.T) killOutcome {
 	o.posted = next
 	// Nothing more completes.
 	time.Sleep(100 * time.Millisecond)
-	if n := pa.Poll(cpl); n != 0 {
-		t.Fatalf("a completion after every write completed: %+v", cpl[0])
+	if n, err := pa.Poll(cpl); n != 0 || err != nil {
+		t.Fatalf("a completion after every write completed: %+v (%v)", cpl[0], err)
 	}
 	st, err := pa.Stats()
 	if err != nil {

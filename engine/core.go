@@ -34,8 +34,8 @@ var (
 // initiator (the CST, its lists and arbiter, the ops' timers and answers),
 // the responder (inbound queues, serving, pulls, replay windows), the
 // portals and their completions, the region table, the routing table,
-// the neighbor table and ARP, ICMP, the window both sides debit, and the sender
-// (Tx, IV lane, seal backend, self-loop). The Core itself dispatches
+// the neighbor table and ARP, ICMP, the window both sides debit, and the
+// sender (Tx, IV lane, seal backend, self-loop). The Core itself dispatches
 // (Poll, the receive walk of dispatch.go) and runs the control plane.
 type Core struct {
 	cfg      Config

@@ -14,16 +14,23 @@ import (
 // Post stages cmd in the command ring without publishing it (see Flush).
 // It does not validate cmd: the engine does, and answers a bad command with
 // a completion carrying a precise status. It returns ErrRingFull at once
-// when the ring has no free entry.
+// when the ring has no free entry, and the portal's *EngineGoneError once
+// the engine is known gone (nothing is posted then).
 func (p *Portal) Post(cmd *abi.Command) error {
 	if p.closed {
 		return ErrClosed
+	}
+	if g := p.gone.Load(); g != nil {
+		return g
 	}
 	b := p.cmd.Reserve()
 	if b == nil {
 		if p.cmd.Corrupt() {
 			return ErrRingCorrupt
 		}
+		return ErrRingFull
+	}
+	if !p.record(cmd) {
 		return ErrRingFull
 	}
 	cmd.Encode(b)
@@ -171,25 +178,63 @@ func (p *Portal) postOp(op abi.Op, slot abi.SlotID, remoteAddr netip.Addr, remot
 }
 
 // Poll copies up to len(out) completions into out and returns how many. It
-// never blocks and never allocates.
-func (p *Portal) Poll(out []abi.Completion) int {
+// never blocks, never allocates and makes no system call.
+//
+// It returns an error only with n == 0: ErrClosed after Close,
+// ErrRingCorrupt, or the portal's *EngineGoneError (errors.Is
+// ErrEngineGone) once the engine is gone and every completion due has
+// been returned. When the engine goes away (the portal notices within
+// microseconds of its control connection closing, see Gone), Poll first
+// returns the completions the engine wrote before, then one completion
+// with abi.StatusEngineGone for every other op posted (Post, Post*,
+// Submit*) and not yet completed, so that each op posted gets exactly one
+// completion, and then the error, on every call.
+func (p *Portal) Poll(out []abi.Completion) (int, error) { return p.poll(out, true) }
+
+// poll is Poll; track says whether completions settle Post's records
+// (an Executor keeps its own).
+func (p *Portal) poll(out []abi.Completion, track bool) (int, error) {
 	if p.closed {
-		return 0
+		return 0, ErrClosed
+	}
+	if p.dead == nil {
+		// One atomic load per call, not per op. The engine wrote its
+		// last completion before its control connection closed (a
+		// shutting-down engine reclaims the portal first; a dead one
+		// writes nothing), so from here the ring is drained once and
+		// then left alone.
+		p.dead = p.gone.Load()
 	}
 	n := 0
-	for n < len(out) {
-		b := p.cpl.Peek()
-		if b == nil {
-			break
+	if !p.drained {
+		for n < len(out) {
+			b := p.cpl.Peek()
+			if b == nil {
+				break
+			}
+			out[n].Decode(b)
+			p.cpl.Advance()
+			if track {
+				p.settle(&out[n])
+			}
+			n++
 		}
-		out[n].Decode(b)
-		p.cpl.Advance()
-		n++
+		if n > 0 {
+			p.cpl.Release() // one store frees the batch for the engine
+		}
+		if p.dead == nil || n == len(out) {
+			if n == 0 && p.cpl.Corrupt() {
+				return 0, ErrRingCorrupt
+			}
+			return n, nil
+		}
+		p.drained = true
 	}
+	n += p.synthesize(out[n:])
 	if n > 0 {
-		p.cpl.Release() // one store frees the batch for the engine
+		return n, nil
 	}
-	return n
+	return 0, p.dead
 }
 
 // Corrupt reports whether the engine wrote an impossible ring index (the
@@ -198,29 +243,25 @@ func (p *Portal) Corrupt() bool {
 	return !p.closed && (p.cmd.Corrupt() || p.cpl.Corrupt())
 }
 
-// Wait returns at least one completion, or ctx's error. It spins first
-// (lowest latency); then, with the engine's completion doorbell, it arms
-// the doorbell, checks the ring once more (a completion published while
-// arming is never missed) and sleeps in poll(2) until the engine rings;
-// without one it sleeps with exponential backoff from waitSleepMin to
-// waitSleepMax between polls. It never allocates.
+// Wait returns at least one completion, or an error: ctx's, or Poll's
+// (ErrClosed, ErrRingCorrupt, the *EngineGoneError once every completion
+// due has been returned). It spins first (lowest latency); then, with the
+// engine's completion doorbell, it arms the doorbell, checks the ring once
+// more (a completion published while arming is never missed) and sleeps
+// in poll(2) until the engine rings, or the portal does on noticing that
+// the engine is gone; without one it sleeps with exponential backoff from
+// waitSleepMin to waitSleepMax between polls. It never allocates.
 func (p *Portal) Wait(ctx context.Context, out []abi.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
 	for range p.spins {
-		if n := p.Poll(out); n > 0 {
-			return n, nil
+		if n, err := p.Poll(out); n > 0 || err != nil {
+			return n, err
 		}
 	}
 	sleep := waitSleepMin
 	for {
-		if p.closed {
-			return 0, ErrClosed
-		}
-		if p.cpl.Corrupt() {
-			return 0, ErrRingCorrupt
-		}
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
@@ -229,11 +270,11 @@ func (p *Portal) Wait(ctx context.Context, out []abi.Completion) (int, error) {
 			sleep = min(2*sleep, waitSleepMax)
 		} else {
 			p.arm.Store(1) // pairs with the engine's CompareAndSwap after it publishes
-			if n := p.Poll(out); n > 0 {
+			if n, err := p.Poll(out); n > 0 || err != nil {
 				p.arm.Store(0)
-				return n, nil
+				return n, err
 			}
-			ms := waitBellMaxMs // wake now and then to see ctx and a dead engine
+			ms := waitBellMaxMs // wake now and then to see ctx
 			if dl, ok := ctx.Deadline(); ok {
 				ms = max(0, min(ms, int(time.Until(dl)/time.Millisecond)+1))
 			}
@@ -242,8 +283,8 @@ func (p *Portal) Wait(ctx context.Context, out []abi.Completion) (int, error) {
 				unix.Read(p.bellFD, p.evbuf[:]) // reset the eventfd counter
 			}
 		}
-		if n := p.Poll(out); n > 0 {
-			return n, nil
+		if n, err := p.Poll(out); n > 0 || err != nil {
+			return n, err
 		}
 	}
 }

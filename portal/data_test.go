@@ -59,7 +59,9 @@ func newTestPortal(t testing.TB, cmdCap, cplCap uint32) (*Portal, *fakeEngine, *
 		p.owned[id] = int32(i)
 		p.isFree = append(p.isFree, true)
 		p.free = append(p.free, id)
+		p.pending = append(p.pending, pendingOp{})
 	}
+	p.stray = make([]pendingOp, 0, cmdCap+cplCap)
 	t.Cleanup(func() { unix.Munmap(seg) })
 	return p, e, r
 }
@@ -228,8 +230,8 @@ func TestRingFullReturnsAtOnce(t *testing.T) {
 func TestPollAndWait(t *testing.T) {
 	p, e, _ := newTestPortal(t, 4, 4)
 	out := make([]abi.Completion, 3)
-	if n := p.Poll(out); n != 0 {
-		t.Fatalf("Poll on empty ring = %d", n)
+	if n, err := p.Poll(out); n != 0 || err != nil {
+		t.Fatalf("Poll on empty ring = %d, %v", n, err)
 	}
 	want := []abi.Completion{
 		{Cookie: 1, Slot: 100, Status: abi.StatusOK, Op: abi.OpRead, IssueDelayNs: 10, TotalDelayNs: 20, Length: 4096},
@@ -245,9 +247,9 @@ func TestPollAndWait(t *testing.T) {
 	if e.complete(want[0]) {
 		t.Fatal("completion ring over capacity")
 	}
-	n := p.Poll(out)
-	n += p.Poll(out[n:])
-	if n != 3 {
+	n, err1 := p.Poll(out)
+	m, err2 := p.Poll(out[n:])
+	if n += m; n != 3 || err1 != nil || err2 != nil {
 		t.Fatalf("Poll = %d, want 3", n)
 	}
 	for i := range n {
@@ -318,9 +320,10 @@ func TestDataPathAllocsNothing(t *testing.T) {
 		}
 		p.Flush()
 		e.take0()
+		c.Slot = s
 		e.complete(c)
-		if p.Poll(out) != 1 {
-			t.Fatal("no completion")
+		if n, err := p.Poll(out); n != 1 || err != nil {
+			t.Fatal("no completion", err)
 		}
 		p.Release(s)
 	})

@@ -12,18 +12,22 @@
 //	kd := ...                                         // K_d from the region's owner, for p.Identity()
 //	err = p.PostRead(s, server, remoteRegion, 0, kd, sink, 0, 4096, cookie)
 //	p.Flush()                                         // one store publishes the batch
-//	n := p.Poll(completions)                          // or p.Wait(ctx, completions)
+//	n, err := p.Poll(completions)                     // or p.Wait(ctx, completions)
 //	p.Release(completions[0].Slot)
 //
 // Control operations (Dial, AllocSlots, RegisterRegion, RegisterRegionKey,
 // Rekey, DeregisterRegion, Stats, Close) are messages on the engine's unix control socket (package
 // ctlmsg). The engine creates every byte of shared memory as a
 // sealed memfd (huge pages when it has them) and passes it here with
-// SCM_RIGHTS; the portal validates the segment header with
-// abi.DecodeLayout before it touches the rings.
+// SCM_RIGHTS; the portal maps it and faults it in (this process pays for
+// it), then tells the engine, which seals it against hole punching and
+// only then uses it (attach for the segment, register_region for a
+// region). The portal validates the segment header with abi.DecodeLayout
+// before it touches the rings. Over one of its tenant's quotas the engine
+// refuses with ErrQuota (Error.Quota names it).
 //
-// Data path (Post*, Flush, Poll, Wait, Slot, Release): no system calls, no
-// locks and no allocations. A command is one 64-byte cache line written
+// Data path (Post*, Flush, Poll, Slot, Release): no system calls, no
+// locks and no allocations (Wait sleeps in poll(2) once it has spun). A command is one 64-byte cache line written
 // into the command ring (abi.Producer); Post* stage commands and Flush
 // publishes all staged commands with one store of the producer index
 // (doorbell batching, Kalia et al.). The Submit* variants post and flush in
@@ -35,11 +39,14 @@
 // or remote access error, ...). The application owns its slots: Slot takes
 // a free one, Release returns it once its completion has been read.
 //
-// Identity: the engine, not the application, decides the PID stamped on
-// this portal's requests (SO_PEERCRED on the control connection, in the
-// engine's PID namespace). Identity reports it with the engine's address,
-// so the application can ask a server for the derived key K_d that names
-// exactly that (address, PID) (paper §4.2).
+// Identity: the engine, not the application, decides the identity (the
+// PID field) stamped on this portal's requests: a number it allocated to
+// this process, found by its pidfd (SO_PEERPIDFD on the control
+// connection), the same for every portal of the process and never given
+// to another process, whatever PID namespace either runs in. Identity
+// reports it with the engine's address, so the application can ask a
+// server for the derived key K_d that names exactly that (address,
+// identity) (paper §4.2).
 //
 // Keys (paper §4.2, Fig. 5): every region has a region key K_r, chosen by
 // its owner (RegisterRegionKey) or drawn at random (RegisterRegion), kept
@@ -56,6 +63,35 @@
 // Crash safety: if the application exits or crashes, the engine sees the
 // control connection close and reclaims the portal, its slots and its
 // regions.
+//
+// # When the engine goes away
+//
+// An engine that exits, is killed or restarts closes every control
+// connection (the kernel does it for a dead process; an engine shutting
+// down reclaims each portal first, so nothing is written into its rings
+// or regions after its connection closes). Each Portal has a goroutine
+// asleep in the runtime's network poller on a second descriptor of its
+// connection; it notices the hang-up within microseconds, records an
+// *EngineGoneError (Gone) and rings the completion doorbell, so a Wait or
+// an Executor asleep on it wakes at once. The data path pays one atomic
+// load per Post and per Poll, and no system call.
+//
+// From then on Poll and Wait return the completions the engine wrote
+// before it went, then one completion with abi.StatusEngineGone for every
+// other op posted through this portal (flushed or only staged), so every
+// op posted still gets exactly one completion, and then an error matching
+// ErrEngineGone (errors.As gives the *EngineGoneError: when, and what the
+// connection showed). Post and control requests return it at once, and an
+// Executor fails its transfers with it. A READ that ends ENGINE_GONE
+// leaves its sink undefined; a WRITE or REKEY may have been committed,
+// or be committed by the serving engine within its TIMEOUT.
+//
+// The application reconnects with Redial: a new portal on the same
+// socket, with the same name and options, retried while the engine
+// restarts. The new portal holds nothing: allocate slots and register
+// regions again (their ids change: tell the peers; the old portal's
+// regions stay mapped until its Close, so their contents can be copied
+// over), and fetch new K_d if Identity changed. See ExamplePortal_Redial.
 //
 // # Executor: transfers of any size
 //
@@ -109,8 +145,11 @@
 // length), its status and its attempts; errors.Is matches it against one
 // sentinel per class of status (ErrRemoteAuth, ErrTimeout, ErrCongestion,
 // ErrRemoteAccess, ErrLocalAccess, ErrUnreachable, ErrAborted,
-// ErrBadCommand). When ctx ends, the transfer stops issuing and returns
-// ctx's error (wrapped; errors.Is works). A failed or cancelled transfer
+// ErrBadCommand, ErrEngineGone). When ctx ends, the transfer stops
+// issuing and returns ctx's error (wrapped; errors.Is works). When the
+// engine goes away, every transfer fails at once, since none of its ops
+// will complete, with an error naming the transfer and matching
+// ErrEngineGone; so do later transfers and NewExecutor. A failed or cancelled transfer
 // stops issuing at once but returns only when none of its ops is in
 // flight: the local range belongs to an op until its completion, and
 // every posted op completes (TIMEOUT bounds it).

@@ -43,7 +43,7 @@ type engineOpts struct {
 func startEngineWith(t testing.TB, o engineOpts) string {
 	t.Helper()
 	return enginetest.Start(t, enginetest.Opts{Engine: o.engine, Port: o.port, Ctl: func(c *ctl.Config) {
-		c.Slots.Default = 16
+		c.Sockets[0].Policy.Default = 16
 		c.CmdCap, c.CplCap = 64, 64
 		if o.ctl != nil {
 			o.ctl(c)
@@ -217,7 +217,7 @@ func TestEngineStallDoesNotTimeOut(t *testing.T) {
 	e := enginetest.Start(t, enginetest.Opts{
 		Engine: func(c *engine.Config) { c.HairpinSelf, c.Timeout = true, timeout }, // frames to itself cross the port
 		Port:   func(p *memport.Port) runner.Port { hp = &holdPort{Port: p}; return hp },
-		Ctl:    func(c *ctl.Config) { c.Slots.Default = 16 },
+		Ctl:    func(c *ctl.Config) { c.Sockets[0].Policy.Default = 16 },
 	})
 	owner, reader := dial(t, e.Socket, "owner"), dial(t, e.Socket, "reader")
 	src, err := owner.RegisterRegion(4096, abi.PermRemoteRead)

@@ -33,10 +33,13 @@ var (
 // Control-path errors, matched with errors.Is against an *Error from the
 // engine.
 var (
-	ErrSlotCap     = errors.New("portal: over the application's slot cap")
-	ErrClass       = errors.New("portal: class of service not granted to this application")
-	ErrNoSlots     = errors.New("portal: the engine has no free slots")
-	ErrLimit       = errors.New("portal: over an engine limit")
+	ErrSlotCap = errors.New("portal: over the application's slot cap")
+	ErrClass   = errors.New("portal: class of service not granted to this application")
+	ErrNoSlots = errors.New("portal: the engine has no free slots")
+	ErrLimit   = errors.New("portal: over an engine limit")
+	// ErrQuota: over one of the tenant's quotas; Error.Quota names it
+	// (ctlmsg.QuotaMemoryBytes, QuotaPortals, QuotaSlots, ...).
+	ErrQuota       = errors.New("portal: over a quota of this tenant")
 	ErrNoRegion    = errors.New("portal: region not registered by this portal")
 	ErrResource    = errors.New("portal: the engine is out of resources")
 	ErrUnavailable = errors.New("portal: the engine is shutting down")
@@ -46,9 +49,10 @@ var (
 // Error is a failure reported by the engine. Msg is the engine's precise
 // description; errors.Is matches it against the sentinels above.
 type Error struct {
-	Op   ctlmsg.Op
-	Code ctlmsg.Code
-	Msg  string
+	Op    ctlmsg.Op
+	Code  ctlmsg.Code
+	Msg   string
+	Quota string // ErrQuota: the quota's name (ctlmsg.Quota*)
 }
 
 func (e *Error) Error() string { return "portal: engine: " + e.Msg }
@@ -64,6 +68,8 @@ func (e *Error) Is(target error) bool {
 		return target == ErrNoSlots
 	case ctlmsg.CodeLimit:
 		return target == ErrLimit
+	case ctlmsg.CodeQuota:
+		return target == ErrQuota
 	case ctlmsg.CodeNoRegion:
 		return target == ErrNoRegion
 	case ctlmsg.CodeResource:

@@ -163,6 +163,9 @@ func NewExecutor(p *Portal, cfg ExecutorConfig) (*Executor, error) {
 	if p == nil || p.closed {
 		return nil, ErrClosed
 	}
+	if g := p.gone.Load(); g != nil {
+		return nil, fmt.Errorf("portal: executor: %w", g)
+	}
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package portal
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 	"time"
@@ -34,12 +35,19 @@ func (e *Executor) drive(self *transfer) {
 		busy := false
 		now := int64(-1)
 		if e.fatal == nil {
-			if n := e.p.Poll(e.cpl[:]); n > 0 {
+			if n, err := e.p.poll(e.cpl[:], false); n > 0 {
 				now = e.now()
 				for i := range n {
 					e.complete(now, &e.cpl[i])
 				}
 				busy, dirty = true, true
+			} else if err != nil {
+				// The engine is gone (or the portal closed or
+				// corrupt), and its last completions are in: none
+				// will come for the ops still in flight.
+				e.die(err)
+				dirty = true
+				continue
 			}
 		}
 		if e.timer != noTimer && !dirty {
@@ -142,7 +150,7 @@ func (e *Executor) absorbLocked() {
 		e.active = append(e.active, t)
 		switch {
 		case e.fatal != nil:
-			e.stop(t, e.fatal)
+			e.stop(t, t.fatalErr(e.fatal))
 		case e.closing.Load():
 			e.stop(t, ErrExecutorClosed)
 		case t.cancelled.Load(): // its context ended before the driver saw it
@@ -188,8 +196,9 @@ func (e *Executor) stop(t *transfer, err error) {
 	e.maybeFinish(t)
 }
 
-// die: the portal is closed or corrupt. No completion will come, so every
-// transfer fails at once.
+// die: the engine is gone, or the portal is closed or corrupt. No
+// completion will come, so every transfer fails at once, with err named
+// in its error (errors.Is works: ErrEngineGone, ErrClosed, ...).
 func (e *Executor) die(err error) {
 	e.fatal = err
 	for i := range e.ops {
@@ -205,9 +214,17 @@ func (e *Executor) die(err error) {
 	e.inflight = 0
 	for i := len(e.active) - 1; i >= 0; i-- {
 		if i < len(e.active) {
-			e.stop(e.active[i], err)
+			t := e.active[i]
+			e.stop(t, t.fatalErr(err))
 		}
 	}
+}
+
+// fatalErr is the error of a transfer the executor's death (die) ended:
+// how far it got, and why.
+func (t *transfer) fatalErr(err error) error {
+	return fmt.Errorf("portal: executor: %v of %d bytes at remote offset %d stopped with %d bytes done: %w",
+		t.op, t.length, t.remoteOff, t.okBytes, err)
 }
 
 func (e *Executor) maybeFinish(t *transfer) {

@@ -55,6 +55,8 @@ func statusClass(st abi.Status) error {
 		return ErrUnreachable
 	case abi.StatusAborted:
 		return ErrAborted
+	case abi.StatusEngineGone:
+		return ErrEngineGone
 	}
 	return ErrBadCommand
 }

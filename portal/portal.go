@@ -19,10 +19,15 @@ import (
 // Identity is what the engine stamps on this portal's requests.
 type Identity struct {
 	Addr netip.Addr // the engine's IPv4 address
-	PID  uint32     // this process as the engine sees it (SO_PEERCRED)
-	UID  uint32
-	GID  uint32
-	Name string // the portal's name
+	// PID is the identity the engine gave this process: a number it
+	// allocated, not the process's PID, the same for every portal of the
+	// process and never another process's, whatever PID namespace either
+	// runs in. It is what K_d is derived for (Region.DeriveKey).
+	PID    uint32
+	UID    uint32
+	GID    uint32
+	Name   string // the portal's name: a label for logs
+	Tenant string // the tenant the engine charges this portal to
 }
 
 // Options tune Dial. Zero values take the engine's defaults.
@@ -49,6 +54,17 @@ type Portal struct {
 	free   []abi.SlotID         // stack of free owned slots
 	owned  map[abi.SlotID]int32 // slot -> index in isFree
 	isFree []bool
+	// Ops posted and not seen completed (track.go): by owned slot
+	// (index as in isFree), and those naming other slots.
+	pending []pendingOp
+	stray   []pendingOp
+	// Once the engine is gone (gone.go): dead is what Poll saw, and
+	// drained tells that the completion ring has been emptied since, so
+	// Poll reports the recorded ops (from pending[synthAt] on, then
+	// stray) and never reads the ring again.
+	dead    *EngineGoneError
+	drained bool
+	synthAt int
 
 	// Completion doorbell (see Wait): the arm word in the segment and
 	// the eventfd the engine writes when it finds it armed.
@@ -58,9 +74,19 @@ type Portal struct {
 	pfd    [1]unix.PollFd
 	evbuf  [8]byte
 
+	// The engine's departure, seen by the watcher or a control request
+	// (any goroutine), and the watcher's own descriptor of the control
+	// connection.
+	gone      atomic.Pointer[EngineGoneError]
+	watchConn net.Conn
+	watchDone chan struct{}
+
 	// Control path.
 	mu       sync.Mutex
 	conn     *net.UnixConn
+	path     string // the control socket, name and options as given
+	name     string // to Dial, for Redial
+	opt      Options
 	timeout  time.Duration
 	nextID   uint64
 	id       Identity
@@ -88,6 +114,7 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	if opt.Class > abi.ClassHigh {
 		return nil, fmt.Errorf("portal: Options.Class = %d, want abi.ClassLow or abi.ClassHigh", opt.Class)
 	}
+	asked := opt // for Redial: the options as given, before the defaults
 	if opt.Timeout <= 0 {
 		opt.Timeout = 60 * time.Second
 	}
@@ -104,6 +131,9 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	p := &Portal{
 		spins:   opt.WaitSpins,
 		conn:    uc,
+		path:    socketPath,
+		name:    name,
+		opt:     asked,
 		timeout: opt.Timeout,
 		owned:   make(map[abi.SlotID]int32),
 		regions: make(map[abi.RegionID]*Region),
@@ -119,6 +149,9 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 		return nil, err
 	}
 	if err := p.attach(resp.Open, fd); err != nil {
+		if p.seg != nil {
+			unix.Munmap(p.seg)
+		}
 		uc.Close()
 		return nil, err
 	}
@@ -129,11 +162,17 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 		p.arm = (*atomic.Uint32)(unsafe.Pointer(&p.seg[abi.SegmentArmOff]))
 		p.pfd[0] = unix.PollFd{Fd: int32(bfd), Events: unix.POLLIN}
 	}
+	if err := p.startWatch(); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("portal: %w", err)
+	}
 	return p, nil
 }
 
-// attach maps the portal segment, validates its header against the
-// engine's reply and attaches to the rings.
+// attach maps the portal segment the engine created (faulting it in), asks
+// the engine to attach it (the engine seals it, starts serving it and
+// writes its header), then validates the header against the engine's
+// replies and attaches to the rings.
 func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 	if o == nil || fd < 0 {
 		if fd >= 0 {
@@ -141,13 +180,31 @@ func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 		}
 		return errors.New("portal: open: the engine's reply has no segment")
 	}
-	seg, err := mapFD(fd, o.MapSize)
-	if err != nil {
+	addr, err := netip.ParseAddr(o.Addr)
+	if err != nil || !addr.Is4() {
+		unix.Close(fd)
+		return fmt.Errorf("portal: open: engine address %q is not IPv4", o.Addr)
+	}
+	class, ok := abi.ParseClass(o.Class)
+	if !ok || o.Class == "" {
+		unix.Close(fd)
+		return fmt.Errorf("portal: open: the engine's reply grants class %q, want %q or %q", o.Class, abi.ClassLow, abi.ClassHigh)
+	}
+	if p.seg, err = mapFD(fd, o.MapSize); err != nil {
 		return fmt.Errorf("portal: open: %w", err)
 	}
+	resp, _, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpAttach})
+	if err != nil {
+		return err
+	}
+	a := resp.Attach
+	if a == nil {
+		return errors.New("portal: attach: the engine's reply has no portal")
+	}
+	seg := p.seg
 	l, err := abi.DecodeLayout(seg)
-	if err == nil && (l.Portal != o.Portal || l.CmdCap != o.CmdCap || l.CplCap != o.CplCap || l.Size != o.Size) {
-		err = fmt.Errorf("segment header %+v disagrees with the engine's reply %+v", l, *o)
+	if err == nil && (l.Portal != a.Portal || l.CmdCap != o.CmdCap || l.CplCap != o.CplCap || l.Size != o.Size) {
+		err = fmt.Errorf("segment header %+v disagrees with the engine's replies %+v, %+v", l, *o, *a)
 	}
 	var (
 		cmd *abi.Producer
@@ -160,26 +217,18 @@ func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 		cpl, err = abi.NewConsumer(l.CplRing(seg), l.CplCap, abi.CompletionSize)
 	}
 	if err != nil {
-		unix.Munmap(seg)
-		return fmt.Errorf("portal: open: %w", err)
+		return fmt.Errorf("portal: attach: %w", err)
 	}
-	addr, err := netip.ParseAddr(o.Addr)
-	if err != nil || !addr.Is4() {
-		unix.Munmap(seg)
-		return fmt.Errorf("portal: open: engine address %q is not IPv4", o.Addr)
-	}
-	class, ok := abi.ParseClass(o.Class)
-	if !ok || o.Class == "" {
-		unix.Munmap(seg)
-		return fmt.Errorf("portal: open: the engine's reply grants class %q, want %q or %q", o.Class, abi.ClassLow, abi.ClassHigh)
-	}
-	p.seg, p.layout, p.cmd, p.cpl, p.class = seg, l, cmd, cpl, class
-	p.portal, p.maxSlots, p.hugetlb = o.Portal, o.MaxSlots, o.Hugetlb
-	p.id = Identity{Addr: addr, PID: o.PID, UID: o.UID, GID: o.GID, Name: o.Name}
+	p.layout, p.cmd, p.cpl, p.class = l, cmd, cpl, class
+	p.stray = make([]pendingOp, 0, int(l.CmdCap)+int(l.CplCap))
+	p.portal, p.maxSlots, p.hugetlb = a.Portal, o.MaxSlots, o.Hugetlb
+	p.id = Identity{Addr: addr, PID: o.PID, UID: o.UID, GID: o.GID, Name: o.Name, Tenant: o.Tenant}
 	return nil
 }
 
-// mapFD maps size bytes of a memfd from the engine and closes the fd. It
+// mapFD maps size bytes of a memfd from the engine, faulting every page
+// in (so this process, not the engine, is charged for the memory, and the
+// engine finds it all in memory when it checks), and closes the fd. It
 // checks the file really is that large first: touching a mapping beyond
 // the end of its file would be SIGBUS.
 func mapFD(fd int, size uint64) ([]byte, error) {
@@ -191,7 +240,7 @@ func mapFD(fd int, size uint64) ([]byte, error) {
 	if size == 0 || size > 1<<40 || uint64(st.Size) < size {
 		return nil, fmt.Errorf("engine's memfd holds %d bytes, reply says map %d", st.Size, size)
 	}
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("mmap of %d bytes: %w", size, err)
 	}
@@ -200,12 +249,17 @@ func mapFD(fd int, size uint64) ([]byte, error) {
 
 // roundTrip sends one request and reads its response and the file
 // descriptor that comes with it (-1 if none). Engine failures come back as
-// *Error.
+// *Error; a connection the engine closed, or that failed, as an
+// *EngineGoneError (wrapped with the request's op), which the portal
+// keeps (Gone).
 func (p *Portal) roundTrip(req *ctlmsg.Request) (ctlmsg.Response, int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil {
 		return ctlmsg.Response{}, -1, ErrClosed
+	}
+	if g := p.gone.Load(); g != nil {
+		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, g)
 	}
 	p.nextID++
 	req.V, req.ID = ctlmsg.Version, p.nextID
@@ -213,11 +267,17 @@ func (p *Portal) roundTrip(req *ctlmsg.Request) (ctlmsg.Response, int, error) {
 		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, err)
 	}
 	if _, err := p.conn.Write(ctlmsg.EncodeRequest(req)); err != nil {
+		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
+			return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, p.markGone(fmt.Errorf("%w: %w", errHangUp, err)))
+		}
 		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: sending to the engine: %w", req.Op, err)
 	}
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, flags, _, err := p.conn.ReadMsgUnix(p.rbuf, oob)
 	if err != nil {
+		if errors.Is(err, unix.ECONNRESET) {
+			return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, p.markGone(fmt.Errorf("%w: %w", errHangUp, err)))
+		}
 		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: reading the engine's reply: %w", req.Op, err)
 	}
 	fds := receivedFDs(oob[:oobn])
@@ -236,7 +296,7 @@ func (p *Portal) roundTrip(req *ctlmsg.Request) (ctlmsg.Response, int, error) {
 	}
 	switch {
 	case n == 0 && oobn == 0:
-		return failf("the engine closed the connection")
+		return ctlmsg.Response{}, -1, fmt.Errorf("portal: %s: %w", req.Op, p.markGone(errHangUp))
 	case flags&unix.MSG_TRUNC != 0 || n > ctlmsg.MaxResponseBytes:
 		return failf("reply longer than %d bytes", ctlmsg.MaxResponseBytes)
 	case flags&unix.MSG_CTRUNC != 0:
@@ -253,7 +313,7 @@ func (p *Portal) roundTrip(req *ctlmsg.Request) (ctlmsg.Response, int, error) {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		return resp, -1, &Error{Op: req.Op, Code: resp.Code, Msg: resp.Error}
+		return resp, -1, &Error{Op: req.Op, Code: resp.Code, Msg: resp.Error, Quota: resp.Quota}
 	}
 	return resp, fd, nil
 }
@@ -275,8 +335,9 @@ func receivedFDs(oob []byte) []int {
 	return all
 }
 
-// Identity returns the address and PID the engine stamps on this portal's
-// requests.
+// Identity returns the address and the process identity (PID) the engine
+// stamps on this portal's requests. Every portal of a process has the
+// same.
 func (p *Portal) Identity() Identity { return p.id }
 
 // abi.Class is the portal's class of service, as the engine granted it at
@@ -315,6 +376,7 @@ func (p *Portal) AllocSlots(n int) ([]abi.SlotID, error) {
 		}
 		p.owned[id] = int32(len(p.isFree))
 		p.isFree = append(p.isFree, true)
+		p.pending = append(p.pending, pendingOp{})
 		p.free = append(p.free, id)
 	}
 	return out, nil
@@ -373,7 +435,16 @@ func (p *Portal) Close() error {
 	if p.conn == nil {
 		return nil
 	}
-	err := p.conn.Close()
+	var err error
+	if p.watchConn != nil {
+		// The engine sees the connection close only once both
+		// descriptors are closed; and the watcher may write the
+		// doorbell (markGone) until it has returned.
+		err = p.watchConn.Close()
+		<-p.watchDone
+		p.watchConn = nil
+	}
+	err = errors.Join(err, p.conn.Close())
 	p.conn = nil
 	p.closed = true
 	for id, r := range p.regions {

@@ -86,7 +86,11 @@ func (r *Region) unmap() error {
 
 // RegisterRegion asks the engine for size bytes of shared memory with the
 // given permissions, under a fresh random region key K_r (crypto/rand; see
-// Region.Key), and maps it. The memory starts zeroed.
+// Region.Key), and maps it. The memory starts zeroed. It is faulted in by
+// this process, which the kernel charges for it (its memory cgroup and
+// RSS), and counts against the tenant's quotas in the engine
+// (errors.Is(err, ErrQuota)). The engine seals it: no hole can be punched
+// in it (fallocate, MADV_REMOVE) while it exists.
 func (p *Portal) RegisterRegion(size uint64, perm abi.Perm) (*Region, error) {
 	var kr aesni.Key
 	for kr == (aesni.Key{}) {
@@ -110,22 +114,36 @@ func (p *Portal) RegisterRegionKey(size uint64, perm abi.Perm, kr aesni.Key) (*R
 	if perm == 0 || perm&^abi.PermAll != 0 {
 		return nil, fmt.Errorf("portal: register_region: perm %#x, want a non-zero subset of %#x", perm, abi.PermAll)
 	}
-	resp, fd, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpRegisterRegion, Size: size, Perm: perm, Key: ctlmsg.Key(kr)})
+	resp, fd, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpCreateRegion, Size: size})
 	if err != nil {
 		return nil, err
 	}
-	rr := resp.Region
-	if rr == nil || fd < 0 || rr.Size != size || rr.MapSize < size || rr.Region == 0 {
+	mr := resp.Memory
+	if mr == nil || fd < 0 || mr.Size != size || mr.MapSize < size || mr.Memory == 0 {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		return nil, fmt.Errorf("portal: register_region: malformed reply %+v", rr)
+		return nil, fmt.Errorf("portal: create_region: malformed reply %+v", mr)
 	}
-	mapping, err := mapFD(fd, rr.MapSize)
+	// Mapped and faulted in here first: the engine seals the memory when
+	// it registers it, after which no new writable mapping is possible.
+	mapping, err := mapFD(fd, mr.MapSize)
 	if err != nil {
-		// The engine registered it; give it back rather than leak it.
-		p.deregister(abi.RegionID(rr.Region))
-		return nil, fmt.Errorf("portal: register_region: %w", err)
+		return nil, fmt.Errorf("portal: create_region: %w", err)
+	}
+	resp, _, err = p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpRegisterRegion, Memory: mr.Memory, Perm: perm, Key: ctlmsg.Key(kr)})
+	if err != nil {
+		unix.Munmap(mapping)
+		return nil, err
+	}
+	rr := resp.Region
+	if rr == nil || rr.Size != size || rr.MapSize != mr.MapSize || rr.Region == 0 {
+		// The engine may have registered it; give it back rather than leak it.
+		if rr != nil && rr.Region != 0 {
+			p.deregister(abi.RegionID(rr.Region))
+		}
+		unix.Munmap(mapping)
+		return nil, fmt.Errorf("portal: register_region: malformed reply %+v", rr)
 	}
 	r := &Region{p: p, id: abi.RegionID(rr.Region), mapping: mapping, mem: mapping[:size:size],
 		size: size, perm: perm, hugetlb: rr.Hugetlb, kr: kr}

@@ -13,7 +13,8 @@ log() { printf 'setup: %s\n' "$*"; }
 # clang, llvm (llvm-strip), libbpf-dev and linux-libc-dev build rmatop's BPF program.
 pkgs=(libdpdk-dev dpdk dpdk-dev libipsec-mb-dev pkg-config gcc make iproute2 procps clang llvm libbpf-dev linux-libc-dev)
 [ $want_bench = 1 ] && pkgs+=(ucx-utils)
-# ping: the AF_XDP test checks the kernel still answers on the engine's interface.
+# ping: the AF_XDP test checks the kernel still answers on the engine's
+# interface; the routed testbed (e2e TestRouted) pings engines from its router.
 command -v ping >/dev/null || pkgs+=(iputils-ping)
 
 missing=()

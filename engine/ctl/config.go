@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/ctlmsg"
@@ -22,128 +23,85 @@ const (
 	HugetlbOff  = "off"  // plain memfd only
 )
 
-// AppRule grants the applications it matches a class of service and a cap
-// on their command slots. A rule matches when every field it sets matches:
-// UID (from SO_PEERCRED, so it cannot be forged) and Name (chosen by the
-// application; bind it to a UID to keep other users from claiming it).
-type AppRule struct {
-	UID  *uint32 `json:"uid,omitempty"`
-	Name string  `json:"name,omitempty"`
-	// Class is the highest class of service the application may ask for:
-	// "high" allows high and low, "low" (or "") only
-	// low.
-	Class    string `json:"class,omitempty"`
-	MaxSlots int    `json:"max_slots"`
+// Tenant modes of a socket (SocketConfig.Tenant).
+const (
+	TenantByUID    = "uid"    // each uid connecting through the socket is a tenant
+	TenantBySocket = "socket" // the socket is one tenant, whatever uids connect through it
+)
+
+// SocketConfig is one control socket. Whoever can connect to it (its mode,
+// owner and directory decide) is a tenant of it, or one per uid: a tenant
+// is known by what it cannot forge, the socket it came through and the uid
+// the kernel reports.
+type SocketConfig struct {
+	Path string      // path of the unix socket
+	Mode os.FileMode // permissions of the socket file
+	// UID and GID, if set, own the socket file (chown), so a mode like
+	// 0600 or 0660 gives it to one user or group.
+	UID, GID *uint32
+	// Name labels the socket's tenants in logs, errors and stats
+	// ("": the socket file's name).
+	Name string
+	// Tenant is TenantByUID or TenantBySocket. A socket shared by the
+	// users of a host splits them by uid; a socket given to one pod or
+	// container makes it one tenant, whatever uids it runs (a user
+	// namespace maps many).
+	Tenant string
+	// Policy gives this socket's applications their class of service and
+	// slot caps.
+	Policy AppPolicy
+	// Quota, field by field, replaces Config.Quota for this socket's
+	// tenants.
+	Quota Quota
 }
 
-func (r *AppRule) String() string {
-	s := ""
-	if r.UID != nil {
-		s = fmt.Sprintf("uid=%d", *r.UID)
+// label is the socket's name for messages.
+func (sc *SocketConfig) label() string {
+	if sc.Name != "" {
+		return sc.Name
 	}
-	if r.Name != "" {
-		if s != "" {
-			s += " "
-		}
-		s += fmt.Sprintf("name=%q", r.Name)
-	}
-	if s == "" {
-		s = "any"
-	}
-	return s
-}
-
-// AppPolicy is the software-defined resource allocation of paper §4.3
-// ("business priority"): it maps each application, by the uid the
-// kernel reports and the name it presents at open, to the classes of
-// service it may use and its cap on command slots. The first matching rule
-// wins, else DefaultClass and Default.
-//
-// An application gets the class it asks for at open ("" is low) if the
-// policy allows it, and an error (ctlmsg.CodeClass) if it does not: a rule
-// granting high lets an application use high without forcing it to, so an
-// application that does not ask for high gets low.
-type AppPolicy struct {
-	Default      int       `json:"default"`       // slot cap when no rule matches
-	DefaultClass string    `json:"default_class"` // highest class when no rule matches; "" is low
-	Rules        []AppRule `json:"rules,omitempty"`
-}
-
-// Grant is what the policy gives one application.
-type Grant struct {
-	Class    abi.Class // the highest class it may ask for
-	MaxSlots int
-	From     string // the rule (or default) it came from, for logs and errors
-}
-
-// String says what the grant allows, for messages.
-func (g Grant) String() string {
-	return fmt.Sprintf("class %s and %d slots", g.Class.String(), g.MaxSlots)
-}
-
-// Match returns what the policy grants the application with this uid and
-// portal name.
-func (p *AppPolicy) Match(uid uint32, name string) Grant {
-	for i := range p.Rules {
-		r := &p.Rules[i]
-		if (r.UID == nil || *r.UID == uid) && (r.Name == "" || r.Name == name) {
-			cl, _ := abi.ParseClass(r.Class) // Validate has checked it
-			return Grant{Class: cl, MaxSlots: r.MaxSlots, From: fmt.Sprintf("slot policy rule %d (%s)", i, r.String())}
-		}
-	}
-	cl, _ := abi.ParseClass(p.DefaultClass)
-	return Grant{Class: cl, MaxSlots: p.Default, From: "the slot policy default"}
-}
-
-// Validate checks the policy. Its errors name the policy's JSON keys, the
-// form operators write it in (rmad's ctl.slot_policy).
-func (p *AppPolicy) Validate() error {
-	bad := func(f string, args ...any) error {
-		return fmt.Errorf("%w: slot policy: "+f, append([]any{ErrConfig}, args...)...)
-	}
-	badClass := func(key, s string) error {
-		return bad("%s = %q, want %q or %q", key, s, abi.ClassLow.String(), abi.ClassHigh.String())
-	}
-	if p.Default < 0 || p.Default > ctlmsg.MaxAllocSlots {
-		return bad("default = %d, want 0..%d", p.Default, ctlmsg.MaxAllocSlots)
-	}
-	if _, ok := abi.ParseClass(p.DefaultClass); !ok {
-		return badClass("default_class", p.DefaultClass)
-	}
-	for i, r := range p.Rules {
-		if r.MaxSlots < 0 || r.MaxSlots > ctlmsg.MaxAllocSlots {
-			return bad("rules[%d].max_slots = %d, want 0..%d", i, r.MaxSlots, ctlmsg.MaxAllocSlots)
-		}
-		if _, ok := abi.ParseClass(r.Class); !ok {
-			return badClass(fmt.Sprintf("rules[%d].class", i), r.Class)
-		}
-		if r.Name != "" {
-			if err := ctlmsg.ValidName(r.Name); err != nil {
-				return bad("rules[%d].name: %v", i, err)
-			}
-		}
-	}
-	return nil
+	return filepath.Base(sc.Path)
 }
 
 // Config of the control socket server.
 type Config struct {
-	SocketPath string      // path of the unix socket
-	SocketMode os.FileMode // permissions of the socket file (who may open portals)
+	// Sockets are the control sockets the engine listens on, at least one.
+	Sockets []SocketConfig
 
 	CmdCap uint32 // default command ring capacity (power of two)
 	CplCap uint32 // default completion ring capacity (power of two)
 
-	// Slots is the per-application policy: class of service and slot cap.
-	Slots AppPolicy
+	// Quota is every tenant's quota unless its socket sets its own.
+	// Every field must be set (DefaultQuota sets them all).
+	Quota Quota
+	// Resources, if set, are the totals quota percentages are of; nil:
+	// measured at Listen (tests set them).
+	Resources *Resources
 
 	MaxConns            int    // control connections at once (each may hold one portal)
-	MaxConnsPerUID      int    // control connections at once of one peer uid
+	MaxConnsPerUID      int    // control connections at once of one peer uid, over all sockets
 	MaxRegionsPerPortal int    // regions one portal may hold
 	MaxRegionBytes      uint64 // bytes of one region
 	MaxPortalBytes      uint64 // bytes of all regions of one portal
 
 	Hugetlb string // HugetlbAuto or HugetlbOff
+
+	// IdentityPath is the identity state file (identity.go): every
+	// identity handed out is recorded there before it is used. It must
+	// live as long as the engine's IV state and region keys, on
+	// persistent storage. "": a volatile table (tests only: identities
+	// restart at every Listen).
+	IdentityPath string
+	// MaxIdentities bounds the identity table: processes with no
+	// connection are forgotten oldest first beyond it. At least MaxConns.
+	MaxIdentities int
+	// IdentityRate and IdentityBurst bound how fast one tenant makes the
+	// engine hand out identities (a token bucket: IdentityRate a second,
+	// IdentityBurst at once): a tenant spawning processes in a loop
+	// cannot use up the 32-bit identity space, which would stop every
+	// tenant's new processes.
+	IdentityRate  float64
+	IdentityBurst int
 
 	// FaultStats, if set, returns the counters of a fault-injecting
 	// wrapper around the core's port (engine/faultport), for the stats
@@ -160,20 +118,26 @@ type Config struct {
 	LoopStats func() *ctlmsg.LoopStats
 }
 
-// DefaultConfig returns defaults matching engine.DefaultConfig.
+// DefaultConfig returns defaults matching engine.DefaultConfig: one socket,
+// a tenant per uid.
 func DefaultConfig() Config {
 	return Config{
-		SocketPath:          "/run/onerma/rmad.sock",
-		SocketMode:          0o666,
+		Sockets: []SocketConfig{{
+			Path: "/run/onerma/rmad.sock", Mode: 0o666, Name: "main", Tenant: TenantByUID,
+			Policy: AppPolicy{Default: 256, DefaultClass: abi.ClassLow.String()},
+		}},
 		CmdCap:              256,
 		CplCap:              1024,
-		Slots:               AppPolicy{Default: 256, DefaultClass: abi.ClassLow.String()},
+		Quota:               DefaultQuota(),
 		MaxConns:            256,
 		MaxConnsPerUID:      64,
 		MaxRegionsPerPortal: 256,
 		MaxRegionBytes:      1 << 30,
 		MaxPortalBytes:      4 << 30,
 		Hugetlb:             HugetlbAuto,
+		MaxIdentities:       4096,
+		IdentityRate:        100,
+		IdentityBurst:       1000,
 	}
 }
 
@@ -184,15 +148,16 @@ var ErrConfig = errors.New("ctl: invalid config")
 func (c *Config) Validate() error {
 	bad := func(f string, v any) error { return fmt.Errorf("%w: %s = %v", ErrConfig, f, v) }
 	pow2 := func(v uint32) bool { return v >= 2 && v <= ctlmsg.MaxRingCap && v&(v-1) == 0 }
+	q := c.Quota
 	switch {
-	case c.SocketPath == "" || len(c.SocketPath) > 107:
-		return bad("SocketPath", fmt.Sprintf("%q (1..107 bytes)", c.SocketPath))
-	case c.SocketMode&^0o777 != 0:
-		return bad("SocketMode", c.SocketMode)
+	case len(c.Sockets) == 0:
+		return bad("Sockets", "none")
 	case !pow2(c.CmdCap):
 		return bad("CmdCap", c.CmdCap)
 	case !pow2(c.CplCap):
 		return bad("CplCap", c.CplCap)
+	case q.MemoryBytes == nil || q.HugepageBytes == nil || q.Portals == nil || q.Slots == nil:
+		return bad("Quota", "with a field unset (start from DefaultQuota)")
 	case c.MaxConns < 1:
 		return bad("MaxConns", c.MaxConns)
 	case c.MaxConnsPerUID < 1 || c.MaxConnsPerUID > c.MaxConns:
@@ -205,6 +170,42 @@ func (c *Config) Validate() error {
 		return bad("MaxPortalBytes", c.MaxPortalBytes)
 	case c.Hugetlb != HugetlbAuto && c.Hugetlb != HugetlbOff:
 		return bad("Hugetlb", c.Hugetlb)
+	case c.MaxIdentities < c.MaxConns:
+		return bad("MaxIdentities", fmt.Sprintf("%d (at least MaxConns, %d)", c.MaxIdentities, c.MaxConns))
+	case !(c.IdentityRate > 0) || c.IdentityBurst < 1:
+		return bad("IdentityRate/IdentityBurst", fmt.Sprintf("%v/%d (both positive)", c.IdentityRate, c.IdentityBurst))
 	}
-	return c.Slots.Validate()
+	if err := q.Validate(); err != nil {
+		return fmt.Errorf("%w: Quota: %v", ErrConfig, err)
+	}
+	paths, names := map[string]bool{}, map[string]bool{}
+	for i := range c.Sockets {
+		sc := &c.Sockets[i]
+		f := func(name string) string { return fmt.Sprintf("Sockets[%d].%s", i, name) }
+		switch {
+		case sc.Path == "" || len(sc.Path) > 107:
+			return bad(f("Path"), fmt.Sprintf("%q (1..107 bytes)", sc.Path))
+		case paths[filepath.Clean(sc.Path)]:
+			return bad(f("Path"), fmt.Sprintf("%q (twice)", sc.Path))
+		case names[sc.label()]:
+			return bad(f("Name"), fmt.Sprintf("%q (twice: names tell tenants apart in logs and stats)", sc.label()))
+		case sc.Mode&^0o777 != 0:
+			return bad(f("Mode"), sc.Mode)
+		case sc.Tenant != TenantByUID && sc.Tenant != TenantBySocket:
+			return bad(f("Tenant"), fmt.Sprintf("%q, want %q or %q", sc.Tenant, TenantByUID, TenantBySocket))
+		}
+		if sc.Name != "" {
+			if err := ctlmsg.ValidName(sc.Name); err != nil {
+				return bad(f("Name"), err)
+			}
+		}
+		paths[filepath.Clean(sc.Path)], names[sc.label()] = true, true
+		if err := sc.Quota.Validate(); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrConfig, f("Quota"), err)
+		}
+		if err := sc.Policy.Validate(); err != nil {
+			return fmt.Errorf("%w (%s, socket %s)", err, f("Policy"), sc.label())
+		}
+	}
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
 )
@@ -19,20 +18,29 @@ import (
 // conn is one control connection and the portal it may hold. Only its own
 // goroutine touches it (Server.Close only closes uc).
 type conn struct {
-	s    *Server
-	uc   *net.UnixConn
-	id   uint64
-	cred unix.Ucred
+	s      *Server
+	l      *listener // the socket it came through
+	uc     *net.UnixConn
+	id     uint64
+	peer   peer
+	tenant *tenant // set at accept, charged for everything the connection holds
 
-	open     bool
+	ident uint32 // the peer process's identity (0: not asked for yet)
+
+	open     bool // open succeeded: the segment exists, and the tenant is charged a portal
+	attached bool // attach succeeded: the core serves the portal
 	name     string
 	portal   engine.PortalID
 	layout   abi.Layout
+	class    abi.Class
 	seg      *shm
+	segUse   ctlmsg.TenantUsage // what the portal and its segment cost the tenant
 	maxSlots int
 	capFrom  string // where maxSlots came from, for error messages
 	slots    int    // slots allocated to the portal
 
+	pending     *pendingMem // memory created and not yet registered
+	nextMem     uint32      // handle of the last memory created
 	regions     map[abi.RegionID]*region
 	regionBytes uint64
 	bell        *eventBell // completion doorbell, once asked for
@@ -48,16 +56,11 @@ type eventBell struct {
 
 func (b *eventBell) Ring() { unix.Write(b.fd, b.one[:]) }
 
-type region struct {
-	mem  *shm
-	size uint64
-	perm abi.Perm
-}
-
 // reqError is a failure reported to the client.
 type reqError struct {
-	code ctlmsg.Code
-	msg  string
+	code  ctlmsg.Code
+	msg   string
+	quota string // CodeQuota: the quota's name
 }
 
 func (e *reqError) Error() string { return string(e.code) + ": " + e.msg }
@@ -96,7 +99,7 @@ const refuseWait = time.Second
 
 func (c *conn) serve() {
 	defer c.uc.Close()
-	log := c.s.log.With().Uint64("conn", c.id).Int32("pid", c.cred.Pid).Uint32("uid", c.cred.Uid).Logger()
+	log := c.s.log.With().Uint64("conn", c.id).Str("tenant", c.tenant.name).Int32("pid", c.peer.pid).Uint32("uid", c.peer.uid).Logger()
 	log.Debug().Msg("control connection")
 	// Refused requests are the client's problem, not the operator's: log
 	// them, but sampled, so a misbehaving client cannot flood the log.
@@ -137,7 +140,7 @@ func (c *conn) serve() {
 			fd, rerr = c.handle(&req, &resp)
 			req.Key = ctlmsg.Key{} // the core holds its own copy now
 			if rerr != nil {
-				resp.Code, resp.Error = rerr.code, rerr.msg
+				resp.Code, resp.Error, resp.Quota = rerr.code, rerr.msg, rerr.quota
 				rlog.Info().Str("op", string(req.Op)).Str("code", string(rerr.code)).Msg(rerr.msg)
 			}
 		}
@@ -150,29 +153,6 @@ func (c *conn) serve() {
 			return
 		}
 	}
-}
-
-// peerCred reads the peer's credentials as of connect(2): SO_PEERCRED,
-// with the PID in the engine's PID namespace.
-func peerCred(uc *net.UnixConn) (unix.Ucred, error) {
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		return unix.Ucred{}, err
-	}
-	var (
-		cred *unix.Ucred
-		cerr error
-	)
-	err = rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	if err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return unix.Ucred{}, fmt.Errorf("SO_PEERCRED: %w", err)
-	}
-	return *cred, nil
 }
 
 // closeRights closes every file descriptor in a received control message
@@ -219,16 +199,25 @@ func (c *conn) reply(resp *ctlmsg.Response, fd int) error {
 
 // handle runs one validated request. It returns the fd to pass (or -1).
 func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqError) {
-	if req.Op != ctlmsg.OpOpen && req.Op != ctlmsg.OpIdentity && req.Op != ctlmsg.OpStats && !c.open {
+	switch {
+	case req.Op == ctlmsg.OpOpen || req.Op == ctlmsg.OpIdentity || req.Op == ctlmsg.OpStats:
+	case !c.open:
 		return -1, fail(ctlmsg.CodeState, "%s: no portal open on this connection (send open first)", req.Op)
+	case req.Op == ctlmsg.OpAttach:
+	case !c.attached:
+		return -1, fail(ctlmsg.CodeState, "%s: %s is not attached (map its segment, then send attach)", req.Op, c.who())
 	}
 	switch req.Op {
 	case ctlmsg.OpOpen:
 		return c.openPortal(req, resp)
+	case ctlmsg.OpAttach:
+		return -1, c.attach(resp)
 	case ctlmsg.OpAllocSlots:
 		return -1, c.allocSlots(req, resp)
+	case ctlmsg.OpCreateRegion:
+		return c.createRegion(req, resp)
 	case ctlmsg.OpRegisterRegion:
-		return c.registerRegion(req, resp)
+		return -1, c.registerRegion(req, resp)
 	case ctlmsg.OpDeregisterRegion:
 		return -1, c.deregisterRegion(req)
 	case ctlmsg.OpRekey:
@@ -236,6 +225,9 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 	case ctlmsg.OpDoorbell:
 		return c.doorbell()
 	case ctlmsg.OpIdentity:
+		if rerr := c.identify(req.Op); rerr != nil {
+			return -1, rerr
+		}
 		id := c.identity()
 		resp.Identity = &id
 		return -1, nil
@@ -279,94 +271,45 @@ func execFail(op ctlmsg.Op, err error) *reqError {
 	return fail(ctlmsg.CodeUnavail, "%s: the engine core is not running: %v", op, err)
 }
 
+// identify gives the connection its peer process's identity, allocating
+// one (durably, within the tenant's rate) for a process the engine does not
+// know yet.
+func (c *conn) identify(op ctlmsg.Op) *reqError {
+	if c.ident != 0 {
+		return nil
+	}
+	ids := c.s.ids
+	if id, ok := ids.pin(c.peer.ino); ok {
+		c.ident = id
+		return nil
+	}
+	if rerr := c.s.takeIdentityToken(op, c.tenant); rerr != nil {
+		return rerr
+	}
+	id, err := ids.acquire(c.peer.ino)
+	switch {
+	case errors.Is(err, ErrIdentitiesExhausted):
+		c.s.sampled.Error().Err(err).Msg("no identity left for a new process")
+		return fail(ctlmsg.CodeResource, "%s: %v", op, err)
+	case err != nil:
+		c.s.sampled.Error().Err(err).Msg("identity not allocated")
+		return fail(ctlmsg.CodeInternal, "%s: %v", op, err)
+	}
+	c.ident = id
+	if left := ids.remaining(); left < identLimit/16 && left%1024 == 0 {
+		c.s.log.Warn().Uint64("identities_left", left).Msg("the identity space is running out: plan to rotate every region key and reset the identity state")
+	}
+	c.s.log.Debug().Uint64("conn", c.id).Str("tenant", c.tenant.name).Int32("os_pid", c.peer.pid).
+		Uint64("pidfs_ino", c.peer.ino).Uint32("identity", id).Msg("process identity")
+	return nil
+}
+
 func (c *conn) identity() ctlmsg.Identity {
-	return ctlmsg.Identity{Addr: c.s.addr.String(), PID: uint32(c.cred.Pid), UID: c.cred.Uid, GID: c.cred.Gid, Name: c.name}
+	return ctlmsg.Identity{Addr: c.s.addr.String(), PID: c.ident, UID: c.peer.uid, GID: c.peer.gid, Name: c.name, Tenant: c.tenant.name}
 }
 
 func (c *conn) who() string {
-	return fmt.Sprintf("portal %q (pid %d, uid %d)", c.name, c.cred.Pid, c.cred.Uid)
-}
-
-func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqError) {
-	if c.open {
-		return -1, fail(ctlmsg.CodeState, "open: this connection already holds %s; one portal per connection", c.who())
-	}
-	g := c.s.cfg.Slots.Match(c.cred.Uid, req.Name)
-	if g.MaxSlots == 0 {
-		return -1, fail(ctlmsg.CodeSlotCap, "open: %s gives name %q uid %d a cap of 0 slots", g.From, req.Name, c.cred.Uid)
-	}
-	// The application gets the class it asks for, if the policy allows
-	// it: a rule granting high permits high, it does not impose it.
-	// (abi.ClassHigh > abi.ClassLow.)
-	class, _ := abi.ParseClass(req.Class) // DecodeRequest has checked it
-	if class > g.Class {
-		return -1, fail(ctlmsg.CodeClass, "open: portal %q (pid %d, uid %d) asks for class %s, but %s grants it %s",
-			req.Name, c.cred.Pid, c.cred.Uid, class.String(), g.From, g)
-	}
-	cmdCap, cplCap := req.CmdCap, req.CplCap
-	if cmdCap == 0 {
-		cmdCap = c.s.cfg.CmdCap
-	}
-	if cplCap == 0 {
-		cplCap = c.s.cfg.CplCap
-	}
-	layout, err := abi.NewLayout(0, cmdCap, cplCap)
-	if err != nil {
-		return -1, fail(ctlmsg.CodeBadRequest, "open: ring capacities %d/%d: %v", cmdCap, cplCap, err)
-	}
-	seg, err := newShm("onerma-portal-"+req.Name, layout.Size, c.s.hugePage)
-	if err != nil {
-		return -1, fail(ctlmsg.CodeResource, "open: creating the %d-byte portal segment: %v", layout.Size, err)
-	}
-	spec := engine.PortalSpec{
-		CmdRing: layout.CmdRing(seg.mem), CmdCap: cmdCap,
-		CplRing: layout.CplRing(seg.mem), CplCap: cplCap,
-		Class: class, MaxSlots: g.MaxSlots, PID: uint32(c.cred.Pid),
-	}
-	var (
-		id   engine.PortalID
-		oerr error
-	)
-	if err := c.s.exec.Exec(func(core *engine.Core) {
-		id, oerr = core.OpenPortal(spec)
-		if oerr == nil {
-			// If another connection still thinks it holds id, the core
-			// closed that portal on its own (corrupt rings) and reused
-			// the entry: from now on that connection's execPortal sees
-			// it is gone.
-			c.s.owner[id] = c
-			c.s.ownerName[id] = req.Name
-		}
-	}); err != nil {
-		seg.release() // the core never saw it
-		return -1, execFail(req.Op, err)
-	}
-	if oerr != nil {
-		seg.release() // OpenPortal failed: the core keeps no reference
-		code := ctlmsg.CodeInternal
-		if errors.Is(oerr, engine.ErrPortalsFull) {
-			code = ctlmsg.CodeResource
-		}
-		return -1, fail(code, "open: %v", oerr)
-	}
-	layout.Portal = uint32(id)
-	layout.Encode(seg.mem)
-
-	c.open, c.name, c.portal, c.layout, c.seg = true, req.Name, id, layout, seg
-	c.maxSlots, c.capFrom = g.MaxSlots, g.From
-	c.regions = make(map[abi.RegionID]*region)
-	resp.Open = &ctlmsg.OpenReply{
-		Portal: uint32(id), Size: layout.Size, MapSize: uint64(len(seg.mem)),
-		CmdCap: cmdCap, CplCap: cplCap, Class: class.String(), MaxSlots: g.MaxSlots, Hugetlb: seg.hugetlb,
-		Identity: c.identity(),
-	}
-	c.s.log.Info().Uint64("conn", c.id).Str("name", c.name).Int32("pid", c.cred.Pid).Uint32("uid", c.cred.Uid).
-		Uint32("gid", c.cred.Gid).Uint16("portal", uint16(id)).Uint32("cmd_cap", cmdCap).Uint32("cpl_cap", cplCap).
-		Str("class", class.String()).Str("max_class", g.Class.String()).Int("max_slots", g.MaxSlots).Str("granted_by", g.From).
-		Bool("hugetlb", seg.hugetlb).Msg("portal opened")
-	fd := seg.fd
-	seg.fd = -1 // closed by reply once sent
-	return fd, nil
+	return fmt.Sprintf("portal %q (identity %d, uid %d, tenant %q)", c.name, c.ident, c.peer.uid, c.tenant.name)
 }
 
 func (c *conn) allocSlots(req *ctlmsg.Request, resp *ctlmsg.Response) *reqError {
@@ -375,6 +318,11 @@ func (c *conn) allocSlots(req *ctlmsg.Request, resp *ctlmsg.Response) *reqError 
 		return fail(ctlmsg.CodeSlotCap, "alloc_slots: %s holds %d slots and asks for %d more; its cap is %d (%s)",
 			c.who(), c.slots, n, c.maxSlots, c.capFrom)
 	}
+	if rerr := c.s.charge(req.Op, c.tenant, ctlmsg.TenantUsage{Slots: n}); rerr != nil {
+		return rerr
+	}
+	got := 0 // slots the core gave: the tenant keeps paying for those only
+	defer func() { c.s.refund(c.tenant, ctlmsg.TenantUsage{Slots: n - got}) }()
 	var slots []uint32
 	aerr, err := c.execPortal(func(core *engine.Core) error {
 		ids, err := core.AllocSlots(c.portal, n)
@@ -398,6 +346,7 @@ func (c *conn) allocSlots(req *ctlmsg.Request, resp *ctlmsg.Response) *reqError 
 	default:
 		return fail(ctlmsg.CodeInternal, "alloc_slots: %v", aerr)
 	}
+	got = len(slots)
 	if len(slots) != n {
 		// The core's contract is all or nothing; keep what it gave so
 		// the count stays true, and say what happened.
@@ -443,122 +392,20 @@ func (c *conn) doorbell() (int, *reqError) {
 	return dup, nil
 }
 
-func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqError) {
-	cfg := &c.s.cfg
-	switch {
-	case req.Size > cfg.MaxRegionBytes:
-		return -1, fail(ctlmsg.CodeLimit, "register_region: %d bytes exceeds the engine's region limit of %d bytes", req.Size, cfg.MaxRegionBytes)
-	case len(c.regions) >= cfg.MaxRegionsPerPortal:
-		return -1, fail(ctlmsg.CodeLimit, "register_region: %s already holds %d regions, the limit per portal", c.who(), len(c.regions))
-	case c.regionBytes+req.Size > cfg.MaxPortalBytes:
-		return -1, fail(ctlmsg.CodeLimit, "register_region: %s holds %d region bytes; %d more would exceed the limit of %d per portal",
-			c.who(), c.regionBytes, req.Size, cfg.MaxPortalBytes)
-	}
-	// Huge pages only when the size is a whole number of them: no waste,
-	// and the region's bounds are the mapping's.
-	huge := uint64(0)
-	if c.s.hugePage > 0 && req.Size%c.s.hugePage == 0 {
-		huge = c.s.hugePage
-	}
-	m, err := newShm(fmt.Sprintf("onerma-region-%s", c.name), req.Size, huge)
-	if err != nil {
-		return -1, fail(ctlmsg.CodeResource, "register_region: %v", err)
-	}
-	var id abi.RegionID
-	mem := m.mem[:req.Size:req.Size]
-	rerr, err := c.execPortal(func(core *engine.Core) (err error) {
-		id, err = core.RegisterRegion(c.portal, mem, req.Perm, aesni.Key(req.Key))
-		return err
-	})
-	if err != nil {
-		m.release()
-		return -1, execFail(req.Op, err)
-	}
-	if rerr != nil {
-		m.release() // not registered: the core keeps no reference
-		code := ctlmsg.CodeInternal
-		switch {
-		case errors.Is(rerr, errPortalGone):
-			code = ctlmsg.CodeState
-		case errors.Is(rerr, engine.ErrRegionsFull):
-			code = ctlmsg.CodeResource
-		case errors.Is(rerr, engine.ErrRegionSize):
-			code = ctlmsg.CodeBadRequest
-		}
-		return -1, fail(code, "register_region: %v", rerr)
-	}
-	c.regions[id] = &region{mem: m, size: req.Size, perm: req.Perm}
-	c.regionBytes += req.Size
-	resp.Region = &ctlmsg.RegionReply{Region: uint32(id), Size: req.Size, MapSize: uint64(len(m.mem)), Perm: req.Perm, Hugetlb: m.hugetlb}
-	fd := m.fd
-	m.fd = -1 // closed by reply once sent
-	return fd, nil
-}
-
-func (c *conn) deregisterRegion(req *ctlmsg.Request) *reqError {
-	id := abi.RegionID(req.Region)
-	r, ok := c.regions[id]
-	if !ok {
-		// Whether it exists for another portal is none of this one's business.
-		return fail(ctlmsg.CodeNoRegion, "deregister_region: region %#x is not registered by %s", req.Region, c.who())
-	}
-	derr, err := c.execPortal(func(core *engine.Core) error { return core.DeregisterRegion(c.portal, id) })
-	if err != nil {
-		return execFail(req.Op, err)
-	}
-	if derr != nil && !errors.Is(derr, engine.ErrNoRegion) && !errors.Is(derr, errPortalGone) {
-		// The core may still reference the memory: keep it mapped.
-		return fail(ctlmsg.CodeInternal, "deregister_region %#x: %v", req.Region, derr)
-	}
-	delete(c.regions, id)
-	c.regionBytes -= r.size
-	if err := r.mem.release(); err != nil {
-		return fail(ctlmsg.CodeInternal, "deregister_region %#x: munmap: %v", req.Region, err)
-	}
-	switch {
-	case errors.Is(derr, errPortalGone):
-		return fail(ctlmsg.CodeState, "deregister_region %#x: %v", req.Region, derr)
-	case derr != nil:
-		return fail(ctlmsg.CodeInternal, "deregister_region %#x: the core had already dropped it: %v", req.Region, derr)
-	}
-	return nil
-}
-
-// rekey installs a new K_r for one of this portal's regions, on the
-// core's goroutine. Neither the key nor anything derived from it is
-// logged or put in an error.
-func (c *conn) rekey(req *ctlmsg.Request) *reqError {
-	id := abi.RegionID(req.Region)
-	if _, ok := c.regions[id]; !ok {
-		// Whether it exists for another portal is none of this one's business.
-		return fail(ctlmsg.CodeNoRegion, "rekey: region %#x is not registered by %s", req.Region, c.who())
-	}
-	kr := aesni.Key(req.Key)
-	rerr, err := c.execPortal(func(core *engine.Core) error { return core.Rekey(c.portal, id, kr) })
-	kr = aesni.Key{}
-	if err != nil {
-		return execFail(req.Op, err)
-	}
-	switch {
-	case rerr == nil:
-		c.s.log.Debug().Uint64("conn", c.id).Str("name", c.name).Uint32("region", req.Region).Msg("region rekeyed")
-		return nil
-	case errors.Is(rerr, errPortalGone):
-		return fail(ctlmsg.CodeState, "rekey %#x: %v", req.Region, rerr)
-	case errors.Is(rerr, engine.ErrNoRegion), errors.Is(rerr, engine.ErrNotOwner):
-		return fail(ctlmsg.CodeNoRegion, "rekey %#x: the core no longer holds it for %s", req.Region, c.who())
-	}
-	return fail(ctlmsg.CodeInternal, "rekey %#x: %v", req.Region, rerr)
-}
-
-// reclaim returns everything the portal held: regions are deregistered and
-// the portal closed on the core first, then the memory is unmapped.
+// reclaim returns everything the connection held: regions are
+// deregistered and the portal closed on the core first, then the memory is
+// unmapped and the tenant refunded; and the connection's hold on its
+// process's identity ends.
 func (c *conn) reclaim() {
+	if c.ident != 0 {
+		c.s.ids.release(c.peer.ino)
+	}
 	if !c.open {
 		return
 	}
 	c.open = false
-	log := c.s.log.With().Uint64("conn", c.id).Str("name", c.name).Int32("pid", c.cred.Pid).Logger()
+	log := c.s.log.With().Uint64("conn", c.id).Str("name", c.name).Str("tenant", c.tenant.name).Uint32("identity", c.ident).Logger()
+	c.dropPending()
 	ids := make([]abi.RegionID, 0, len(c.regions))
 	for id := range c.regions {
 		ids = append(ids, id)
@@ -569,37 +416,48 @@ func (c *conn) reclaim() {
 		cerr  error
 		gone  bool
 	)
-	err := c.s.exec.Exec(func(core *engine.Core) {
-		if c.s.owner[c.portal] != c {
-			gone = true // closed by the core itself, and the id reused
+	if c.attached {
+		err := c.s.exec.Exec(func(core *engine.Core) {
+			if c.s.owner[c.portal] != c {
+				gone = true // closed by the core itself, and the id reused
+				return
+			}
+			delete(c.s.owner, c.portal)
+			delete(c.s.ownerName, c.portal)
+			for _, id := range ids {
+				err := core.DeregisterRegion(c.portal, id)
+				if err != nil && !errors.Is(err, engine.ErrNoRegion) && !errors.Is(err, engine.ErrNoPortal) {
+					derrs = append(derrs, fmt.Errorf("region %#x: %w", uint32(id), err))
+				}
+			}
+			cerr = core.ClosePortal(c.portal)
+			if errors.Is(cerr, engine.ErrNoPortal) {
+				gone, cerr = true, nil // closed by the core itself
+			}
+		})
+		if err != nil || cerr != nil || len(derrs) > 0 {
+			// The core did not confirm it let go of the memory: leaking
+			// the mappings is safe, unmapping them might not be. The
+			// tenant stays charged for what is still mapped.
+			log.Error().Err(err).AnErr("close_portal", cerr).Errs("deregister", derrs).
+				Int("regions", len(ids)).Uint64("region_bytes", c.regionBytes).
+				Msg("portal reclaim not confirmed by the core; its memory stays mapped")
 			return
 		}
-		delete(c.s.owner, c.portal)
-		delete(c.s.ownerName, c.portal)
-		for _, id := range ids {
-			err := core.DeregisterRegion(c.portal, id)
-			if err != nil && !errors.Is(err, engine.ErrNoRegion) && !errors.Is(err, engine.ErrNoPortal) {
-				derrs = append(derrs, fmt.Errorf("region %#x: %w", uint32(id), err))
-			}
-		}
-		cerr = core.ClosePortal(c.portal)
-		if errors.Is(cerr, engine.ErrNoPortal) {
-			gone, cerr = true, nil // closed by the core itself
-		}
-	})
-	if err != nil || cerr != nil || len(derrs) > 0 {
-		// The core did not confirm it let go of the memory: leaking the
-		// mappings is safe, unmapping them might not be.
-		log.Error().Err(err).AnErr("close_portal", cerr).Errs("deregister", derrs).
-			Int("regions", len(ids)).Uint64("region_bytes", c.regionBytes).
-			Msg("portal reclaim not confirmed by the core; its memory stays mapped")
-		return
 	}
-	var uerr error
+	var (
+		uerr   error
+		refund = c.segUse
+	)
+	refund.Slots += c.slots
 	for _, id := range ids {
-		uerr = errors.Join(uerr, c.regions[id].mem.release())
+		r := c.regions[id]
+		uerr = errors.Join(uerr, r.mem.release())
+		refund.MemoryBytes += r.use.MemoryBytes
+		refund.HugepageBytes += r.use.HugepageBytes
 	}
 	uerr = errors.Join(uerr, c.seg.release())
+	c.s.refund(c.tenant, refund)
 	if c.bell != nil { // the core forgot it with the portal
 		uerr = errors.Join(uerr, unix.Close(c.bell.fd))
 		c.bell = nil
@@ -607,7 +465,7 @@ func (c *conn) reclaim() {
 	if uerr != nil {
 		log.Error().Err(uerr).Msg("munmap failed during reclaim")
 	}
-	log.Info().Uint16("portal", uint16(c.portal)).Bool("closed_by_core", gone).Int("slots", c.slots).Int("regions", len(ids)).
+	log.Info().Uint16("portal", uint16(c.portal)).Bool("attached", c.attached).Bool("closed_by_core", gone).Int("slots", c.slots).Int("regions", len(ids)).
 		Uint64("region_bytes", c.regionBytes).Msg("portal closed and reclaimed")
-	c.regions, c.regionBytes, c.slots, c.seg = nil, 0, 0, nil
+	c.regions, c.regionBytes, c.slots, c.seg, c.segUse = nil, 0, 0, nil, ctlmsg.TenantUsage{}
 }

@@ -1,11 +1,12 @@
-// Package ctl is the engine's control socket: the software counterpart of
+// Package ctl is the engine's control sockets: the software counterpart of
 // the 1RMA driver (paper §4.1). Applications reach it through the
 // portal library; it opens portals, hands out command slots under a
 // per-application cap ("business priority", paper §4.3), creates and registers
 // memory regions under the region key K_r the application gives, replaces
 // that key on request (local rekey, paper §5.2: core.Rekey on the core's
-// goroutine), reports the identity the engine stamps on requests, and
-// serves the engine's counters.
+// goroutine), allocates and reports the identity the engine stamps on a
+// process's requests, holds every tenant to its quotas, and serves the
+// engine's counters.
 //
 // Keys. A region key arrives in a register_region or rekey request and
 // goes straight to the core; the server keeps no copy (it clears the
@@ -17,26 +18,43 @@
 // SOCK_SEQPACKET socket, one JSON message per datagram, file descriptors as
 // SCM_RIGHTS beside successful open and register_region responses.
 //
-// Shared memory. Every byte the application and the engine share is created
-// by the engine: a memfd (MFD_HUGETLB when huge pages are available, else a
-// plain memfd), sized, sealed with F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL so
-// the application can never shrink it under the engine (which would turn an
-// engine access into SIGBUS), mapped by the engine, and only then passed to
-// the application. The portal segment's header is written by the engine
-// (abi.Layout) and never read back: the engine keeps its own Layout.
+// Shared memory (shm.go). Every byte the application and the engine share
+// is created by the engine: a memfd (MFD_HUGETLB when huge pages are
+// available and the tenant's quota allows, else a plain memfd), sized,
+// sealed with F_SEAL_SHRINK|F_SEAL_GROW so the application can never
+// shrink it under the engine (which would turn an engine access into
+// SIGBUS), and passed to the application, which maps it and faults it in
+// (open, create_region). Then (attach, register_region) the engine adds
+// F_SEAL_FUTURE_WRITE|F_SEAL_SEAL, which forbids punching holes in it,
+// checks a region is all in memory (the application pays for it), maps it
+// populated and locked, and only then gives it to the core. The portal
+// segment's header is written by the engine (abi.Layout) at attach and
+// never read back: the engine keeps its own Layout.
 //
-// Identity. The PID the engine stamps on a portal's requests (and that the
-// portal reports to its application) is the peer's PID from SO_PEERCRED,
-// i.e. as seen in the engine's PID namespace; the application never
-// supplies it.
+// Identity (identity.go, peer.go). The identity the engine stamps on a
+// portal's requests (the header's PID, and that the portal reports to its
+// application) is a number this server allocates per process, never a
+// PID: the process is known by the pidfs inode of its pidfd
+// (SO_PEERPIDFD), unique within a boot whatever PID namespace it runs in;
+// every connection of a process gets the same identity, no other process
+// ever gets it (the identity state file records the next one durably
+// before it is used), and the application never supplies it.
+//
+// Tenants (tenant.go, policy.go, quota.go). A connection's tenant is its
+// socket (Config.Sockets) and, on a socket that splits tenants by uid,
+// its peer's uid. The socket's AppPolicy grants class and slot caps by uid
+// and groups; the tenant's Quota bounds its memory, huge pages, portals
+// and slots over all its connections, and a refusal names the quota
+// (ctlmsg.CodeQuota).
 //
 // Concurrency. One goroutine per connection. Everything that touches the
 // engine core runs through Executor.Exec on the core's own goroutine
 // (engine/runner), so the core stays single-threaded. A failing, slow or
-// malicious client only ever affects its own connection: requests are
-// size-limited and strictly validated, file descriptors sent to the engine
-// are closed and refused, the number of connections, slots, regions and
-// region bytes per portal are bounded by Config.
+// malicious client only ever affects its own connection and its tenant:
+// requests are size-limited and strictly validated, file descriptors sent
+// to the engine are closed and refused, the number of connections, slots,
+// regions and region bytes per portal are bounded by Config, and a
+// tenant's totals by its quota.
 //
 // Reclaim. When a connection closes for any reason (Close, exit, crash,
 // kill -9) the server deregisters the portal's regions and closes the

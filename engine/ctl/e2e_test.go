@@ -34,7 +34,8 @@ var engineIP = netip.MustParseAddr("10.9.0.1")
 type env struct {
 	srv  *ctl.Server
 	drv  *loopDriver
-	sock string
+	sock string // the first socket's path
+	cfg  ctl.Config
 }
 
 // engineConfig is the loopback core's config, with a volatile IV source.
@@ -72,9 +73,12 @@ func setupLog(t *testing.T, mutate func(*ctl.Config), log zerolog.Logger) *env {
 		t.Fatal(err)
 	}
 	cfg := ctl.DefaultConfig()
-	cfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
-	cfg.Slots.Default = 16
+	cfg.Sockets[0].Path = filepath.Join(t.TempDir(), "rmad.sock")
+	cfg.Sockets[0].Policy.Default = 16
 	cfg.CmdCap, cfg.CplCap = 64, 128
+	// Every test runs as one uid, one tenant: the portal and slot quotas
+	// bound only the tests of quotas.
+	cfg.Quota.Portals, cfg.Quota.Slots = ctl.Pct(100), ctl.Pct(100)
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -85,7 +89,7 @@ func setupLog(t *testing.T, mutate func(*ctl.Config), log zerolog.Logger) *env {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
-	e := &env{srv: srv, drv: drv, sock: cfg.SocketPath}
+	e := &env{srv: srv, drv: drv, sock: cfg.Sockets[0].Path, cfg: cfg}
 	t.Cleanup(func() {
 		if err := srv.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -93,8 +97,10 @@ func setupLog(t *testing.T, mutate func(*ctl.Config), log zerolog.Logger) *env {
 		if err := <-served; !errors.Is(err, ctl.ErrClosed) {
 			t.Errorf("Serve returned %v", err)
 		}
-		if _, err := os.Lstat(cfg.SocketPath); !os.IsNotExist(err) {
-			t.Errorf("socket file left behind: %v", err)
+		for _, sc := range cfg.Sockets {
+			if _, err := os.Lstat(sc.Path); !os.IsNotExist(err) {
+				t.Errorf("socket file left behind: %v", err)
+			}
 		}
 		e.audit(t)
 		drv.Stop()
@@ -145,7 +151,10 @@ func TestOpenAndIdentity(t *testing.T) {
 	e := setup(t, nil)
 	p := dial(t, e, "ident")
 	id := p.Identity()
-	want := portal.Identity{Addr: engineIP, PID: uint32(os.Getpid()), UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Name: "ident"}
+	// The first process this engine sees gets the first identity: not
+	// its PID.
+	want := portal.Identity{Addr: engineIP, PID: ctl.FirstIdentity, UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Name: "ident",
+		Tenant: fmt.Sprintf("main uid %d", os.Getuid())}
 	if id != want {
 		t.Fatalf("Identity (-want +got)\n-%+v\n+%+v", want, id)
 	}
@@ -178,11 +187,12 @@ func TestSlotCap(t *testing.T) {
 	uid := uint32(os.Getuid())
 	other := uid + 1
 	e := setup(t, func(c *ctl.Config) {
-		c.Slots.Rules = []ctl.AppRule{
-			{UID: &other, Name: "big", MaxSlots: 100}, // not us: must not apply
-			{UID: &uid, Name: "big", MaxSlots: 24},
-			{Name: "none", MaxSlots: 0},
-		}
+		c.Sockets = append(c.Sockets,
+			ctl.SocketConfig{Path: c.Sockets[0].Path + ".big", Mode: 0o600, Name: "big", Tenant: ctl.TenantByUID, Policy: ctl.AppPolicy{Rules: []ctl.AppRule{
+				{UID: &other, MaxSlots: 100}, // not us: must not apply
+				{UID: &uid, MaxSlots: 24},
+			}}},
+			ctl.SocketConfig{Path: c.Sockets[0].Path + ".none", Mode: 0o600, Name: "none", Tenant: ctl.TenantBySocket, Policy: ctl.AppPolicy{Default: 0}})
 	})
 	p := dial(t, e, "small")
 	if _, err := p.AllocSlots(10); err != nil {
@@ -192,7 +202,7 @@ func TestSlotCap(t *testing.T) {
 	if !errors.Is(err, portal.ErrSlotCap) {
 		t.Fatalf("over the cap: %v, want ErrSlotCap", err)
 	}
-	wantMsg := fmt.Sprintf(`portal "small" (pid %d, uid %d) holds 10 slots and asks for 7 more; its cap is 16 (the slot policy default)`, os.Getpid(), uid)
+	wantMsg := fmt.Sprintf(`portal "small" (identity %d, uid %d, tenant "main uid %d") holds 10 slots and asks for 7 more; its cap is 16 (the slot policy default)`, p.Identity().PID, uid, uid)
 	if !strings.Contains(err.Error(), wantMsg) {
 		t.Errorf("error %q\nwant it to contain %q", err, wantMsg)
 	}
@@ -203,14 +213,19 @@ func TestSlotCap(t *testing.T) {
 		t.Errorf("Slots %d FreeSlots %d", p.Slots(), p.FreeSlots())
 	}
 
-	big := dial(t, e, "big")
+	// The same name on another socket: that socket's policy.
+	big, err := portal.Dial(e.cfg.Sockets[1].Path, "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
 	if big.MaxSlots() != 24 {
 		t.Fatalf("rule for our uid: MaxSlots %d, want 24", big.MaxSlots())
 	}
-	if _, err := big.AllocSlots(25); !errors.Is(err, portal.ErrSlotCap) || !strings.Contains(err.Error(), `slot policy rule 1 (uid=`+fmt.Sprint(uid)+` name="big")`) {
+	if _, err := big.AllocSlots(25); !errors.Is(err, portal.ErrSlotCap) || !strings.Contains(err.Error(), `slot policy rule 1 (uid=`+fmt.Sprint(uid)+`)`) {
 		t.Fatalf("error %v does not name the rule", err)
 	}
-	if _, err := portal.Dial(e.sock, "none"); !errors.Is(err, portal.ErrSlotCap) || !strings.Contains(err.Error(), "cap of 0 slots") {
+	if _, err := portal.Dial(e.cfg.Sockets[2].Path, "small"); !errors.Is(err, portal.ErrSlotCap) || !strings.Contains(err.Error(), "the slot policy default of socket none gives uid") {
 		t.Fatalf("open with a zero cap: %v", err)
 	}
 	if got := e.stats(t).SlotsInUse; got != 16 {
@@ -219,19 +234,22 @@ func TestSlotCap(t *testing.T) {
 }
 
 // TestClassPolicy: the engine's policy, not the application, decides
-// which class of service an application may use (paper §4.3), by its uid
-// and the name it presents, beside its slot cap.
+// which class of service an application may use (paper §4.3), beside its
+// slot cap: by the socket it came through and its uid, never by the name
+// it gives itself.
 func TestClassPolicy(t *testing.T) {
 	uid := uint32(os.Getuid())
 	other := uid + 1
 	var logBuf syncBuffer
 	e := setupLog(t, func(c *ctl.Config) {
-		c.Slots.Rules = []ctl.AppRule{
-			{UID: &other, Name: "bulk", Class: "high", MaxSlots: 100}, // not us: must not apply
-			{UID: &uid, Name: "lat", Class: "high", MaxSlots: 4},
-			{Name: "bulk", Class: "low", MaxSlots: 12},
+		c.Sockets[0].Policy.Rules = []ctl.AppRule{
+			{UID: &other, Class: "high", MaxSlots: 100}, // not us: must not apply
+			{UID: &uid, Class: "high", MaxSlots: 4},
 		}
+		c.Sockets = append(c.Sockets, ctl.SocketConfig{Path: c.Sockets[0].Path + ".pod", Mode: 0o600, Name: "pod",
+			Tenant: ctl.TenantBySocket, Policy: ctl.AppPolicy{Default: 12, DefaultClass: "low"}})
 	}, zerolog.New(&logBuf).Level(zerolog.InfoLevel))
+	pod := e.cfg.Sockets[1].Path
 	high := portal.Options{Class: abi.ClassHigh}
 
 	lat, err := portal.DialOptions(e.sock, "lat", high)
@@ -242,9 +260,10 @@ func TestClassPolicy(t *testing.T) {
 	if lat.Class() != abi.ClassHigh || lat.MaxSlots() != 4 {
 		t.Fatalf("lat: class %d, %d slots; want high, 4", lat.Class(), lat.MaxSlots())
 	}
+	me := lat.Identity().PID
 	_, err = lat.AllocSlots(5)
-	wantMsg := fmt.Sprintf(`portal: engine: alloc_slots: portal "lat" (pid %d, uid %d) holds 0 slots and asks for 5 more; its cap is 4 (slot policy rule 1 (uid=%d name="lat"))`,
-		os.Getpid(), uid, uid)
+	wantMsg := fmt.Sprintf(`portal: engine: alloc_slots: portal "lat" (identity %d, uid %d, tenant "main uid %d") holds 0 slots and asks for 5 more; its cap is 4 (slot policy rule 1 (uid=%d))`,
+		me, uid, uid, uid)
 	if !errors.Is(err, portal.ErrSlotCap) || err.Error() != wantMsg {
 		t.Fatalf("lat over its cap: %v\nwant ErrSlotCap: %s", err, wantMsg)
 	}
@@ -253,42 +272,41 @@ func TestClassPolicy(t *testing.T) {
 	}
 
 	// A rule granting high permits it, it does not impose it.
-	lazy := dial(t, e, "lat")
+	lazy := dial(t, e, "bulk")
 	if lazy.Class() != abi.ClassLow || lazy.MaxSlots() != 4 {
-		t.Fatalf("lat asking nothing: class %d, %d slots; want low, 4", lazy.Class(), lazy.MaxSlots())
+		t.Fatalf("bulk asking nothing: class %d, %d slots; want low, 4", lazy.Class(), lazy.MaxSlots())
 	}
 
-	_, err = portal.DialOptions(e.sock, "bulk", high)
-	wantMsg = fmt.Sprintf(`portal: engine: open: portal "bulk" (pid %d, uid %d) asks for class high, but slot policy rule 2 (name="bulk") grants it class low and 12 slots`,
-		os.Getpid(), uid)
+	// The same name through the pod's socket gets the pod's policy.
+	_, err = portal.DialOptions(pod, "lat", high)
+	wantMsg = fmt.Sprintf(`portal: engine: open: portal "lat" (identity %d, uid %d) asks for class high, but the slot policy default of socket pod grants it class low and 12 slots`,
+		me, uid)
 	if !errors.Is(err, portal.ErrClass) || errors.Is(err, portal.ErrSlotCap) || err.Error() != wantMsg {
-		t.Fatalf("bulk asking high under a low rule: %v\nwant ErrClass: %s", err, wantMsg)
+		t.Fatalf("lat asking high through the pod's socket: %v\nwant ErrClass: %s", err, wantMsg)
 	}
-	bulk := dial(t, e, "bulk")
-	if bulk.Class() != abi.ClassLow || bulk.MaxSlots() != 12 {
-		t.Fatalf("bulk: class %d, %d slots; want low, 12", bulk.Class(), bulk.MaxSlots())
-	}
-	if _, err := bulk.AllocSlots(8); err != nil {
+	podLat, err := portal.Dial(pod, "lat")
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = bulk.AllocSlots(5)
-	wantMsg = fmt.Sprintf(`portal: engine: alloc_slots: portal "bulk" (pid %d, uid %d) holds 8 slots and asks for 5 more; its cap is 12 (slot policy rule 2 (name="bulk"))`,
-		os.Getpid(), uid)
-	if !errors.Is(err, portal.ErrSlotCap) || err.Error() != wantMsg {
-		t.Fatalf("bulk over its cap: %v\nwant ErrSlotCap: %s", err, wantMsg)
+	defer podLat.Close()
+	if podLat.Class() != abi.ClassLow || podLat.MaxSlots() != 12 || podLat.Identity().Tenant != "pod" || podLat.Identity().PID != me {
+		t.Fatalf("lat through the pod's socket: class %d, %d slots, %+v; want low, 12, tenant pod, identity %d", podLat.Class(), podLat.MaxSlots(), podLat.Identity(), me)
 	}
-
-	// No rule matches: the defaults (16 slots, class low).
-	_, err = portal.DialOptions(e.sock, "misc", high)
-	if !errors.Is(err, portal.ErrClass) || !strings.HasSuffix(err.Error(), "but the slot policy default grants it class low and 16 slots") {
-		t.Fatalf("misc asking high under the default: %v", err)
+	if _, err := podLat.AllocSlots(8); err != nil {
+		t.Fatal(err)
+	}
+	_, err = podLat.AllocSlots(5)
+	wantMsg = fmt.Sprintf(`portal: engine: alloc_slots: portal "lat" (identity %d, uid %d, tenant "pod") holds 8 slots and asks for 5 more; its cap is 12 (the slot policy default)`,
+		me, uid)
+	if !errors.Is(err, portal.ErrSlotCap) || err.Error() != wantMsg {
+		t.Fatalf("pod's lat over its cap: %v\nwant ErrSlotCap: %s", err, wantMsg)
 	}
 	if got := e.stats(t).SlotsInUse; got != 12 {
 		t.Fatalf("SlotsInUse = %d, want 12", got)
 	}
 	// The operator sees what each portal was granted, and by which rule.
-	wantLog := fmt.Sprintf(`"name":"lat","pid":%d,"uid":%d,`, os.Getpid(), uid)
-	wantGrant := fmt.Sprintf(`"class":"high","max_class":"high","max_slots":4,"granted_by":"slot policy rule 1 (uid=%d name=\"lat\")"`, uid)
+	wantLog := fmt.Sprintf(`"name":"lat","tenant":"main uid %d","identity":%d,"os_pid":%d,"uid":%d,`, uid, me, os.Getpid(), uid)
+	wantGrant := fmt.Sprintf(`"class":"high","max_class":"high","max_slots":4,"granted_by":"slot policy rule 1 (uid=%d)"`, uid)
 	found := false
 	for _, line := range strings.Split(logBuf.String(), "\n") {
 		if strings.Contains(line, `"message":"portal opened"`) && strings.Contains(line, wantLog) && strings.Contains(line, wantGrant) {
@@ -643,8 +661,8 @@ func TestKilledChildReclaims(t *testing.T) {
 			t.Fatal(sc.Text())
 		}
 	}
-	if pid != uint32(cmd.Process.Pid) {
-		t.Fatalf("child reported engine-stamped PID %d, its PID is %d", pid, cmd.Process.Pid)
+	if pid < ctl.FirstIdentity {
+		t.Fatalf("child reported engine-stamped identity %d, below the first identity %d", pid, ctl.FirstIdentity)
 	}
 	if got := e.stats(t).SlotsInUse; got != 10 {
 		t.Fatalf("SlotsInUse = %d, want 10", got)
@@ -738,13 +756,20 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 		{"fd passing", `{"v":1,"op":"stats"}`, unix.UnixRights(int(f.Fd())), ctlmsg.CodeFDs, "1 file descriptors, now closed"},
 		{"alloc before open", `{"v":1,"op":"alloc_slots","n":1}`, nil, ctlmsg.CodeState, "no portal open"},
 		{"open", `{"v":1,"op":"open","name":"bad"}`, nil, "", ""},
+		{"alloc before attach", `{"v":1,"op":"alloc_slots","n":1}`, nil, ctlmsg.CodeState, `portal "bad" (identity`},
+		{"attach", `{"v":1,"op":"attach"}`, nil, "", ""},
+		{"attach again", `{"v":1,"op":"attach"}`, nil, ctlmsg.CodeState, "is attached already"},
 		{"second open", `{"v":1,"op":"open","name":"bad2"}`, nil, ctlmsg.CodeState, "already holds portal \"bad\""},
 		{"foreign region", fmt.Sprintf(`{"v":1,"op":"deregister_region","region":%d}`, gr.ID()), nil, ctlmsg.CodeNoRegion, "is not registered by portal \"bad\""},
-		{"region too big", `{"v":1,"op":"register_region","size":1048577,"perm":1,"key":"` + keyHex + `"}`, nil, ctlmsg.CodeLimit, "exceeds the engine's region limit of 1048576 bytes"},
-		{"region without key", `{"v":1,"op":"register_region","size":4096,"perm":1}`, nil, ctlmsg.CodeBadRequest, `needs key "key"`},
-		{"region 1", `{"v":1,"op":"register_region","size":1048576,"perm":1,"key":"` + keyHex + `"}`, nil, "", ""},
-		{"region 2", `{"v":1,"op":"register_region","size":1048576,"perm":1,"key":"` + keyHex + `"}`, nil, "", ""},
-		{"portal bytes", `{"v":1,"op":"register_region","size":1,"perm":1,"key":"` + keyHex + `"}`, nil, ctlmsg.CodeLimit, "holds 2097152 region bytes; 1 more would exceed the limit of 2097152 per portal"},
+		{"region too big", `{"v":1,"op":"create_region","size":1048577}`, nil, ctlmsg.CodeLimit, "exceeds the engine's region limit of 1048576 bytes"},
+		{"region without key", `{"v":1,"op":"register_region","memory":1,"perm":1}`, nil, ctlmsg.CodeBadRequest, `needs key "key"`},
+		{"register before create", `{"v":1,"op":"register_region","memory":1,"perm":1,"key":"` + keyHex + `"}`, nil, ctlmsg.CodeState, "send create_region first"},
+		{"create", `{"v":1,"op":"create_region","size":8192}`, nil, "", ""},
+		{"register another", `{"v":1,"op":"register_region","memory":2,"perm":1,"key":"` + keyHex + `"}`, nil, ctlmsg.CodeState, "memory 2 is not the memory"},
+		// The engine is charged for nothing the application did not fault in.
+		{"register unfaulted", `{"v":1,"op":"register_region","memory":1,"perm":1,"key":"` + keyHex + `"}`, nil, ctlmsg.CodeBadRequest,
+			"not resident: page at offset 0: map the memory and fault every page in before registering it"},
+		{"register again", `{"v":1,"op":"register_region","memory":1,"perm":1,"key":"` + keyHex + `"}`, nil, ctlmsg.CodeState, "send create_region first"},
 		{"foreign rekey", fmt.Sprintf(`{"v":1,"op":"rekey","region":%d,"key":"%s"}`, gr.ID(), keyHex), nil, ctlmsg.CodeNoRegion, "is not registered by portal \"bad\""},
 		{"alloc over cap", `{"v":1,"op":"alloc_slots","n":17}`, nil, ctlmsg.CodeSlotCap, "holds 0 slots and asks for 17 more; its cap is 16"},
 		{"identity", `{"v":1,"op":"identity"}`, nil, "", ""},
@@ -764,6 +789,12 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 	f.Close()
 	if got := openFDs(t); got != fds {
 		t.Errorf("the engine kept a passed fd: %d open, had %d", got, fds)
+	}
+	// Two regions of 1 MB fill the portal's 2 MB.
+	rawRegion(t, c, 1<<20, abi.PermAll)
+	rawRegion(t, c, 1<<20, abi.PermAll)
+	if _, _, err := rawCreate(t, c, 1); err == nil || !strings.Contains(err.Error(), "holds 2097152 region bytes; 1 more would exceed the limit of 2097152 per portal") {
+		t.Errorf("beyond the portal's bytes: %v", err)
 	}
 	// The bystander never noticed.
 	good.SubmitRead(gs[0], engineIP, gr.ID(), 0, kd(gr, good), gr, 64, 64, 7)
@@ -842,7 +873,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 	}
 	defer drv.Stop()
 	cfg := ctl.DefaultConfig()
-	cfg.SocketPath = path
+	cfg.Sockets[0].Path = path
 	s, err := ctl.Listen(cfg, drv, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
@@ -899,36 +930,9 @@ func TestCorruptRingsIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte(`{"v":1,"op":"open","name":"corrupt"}`)); err != nil {
-		t.Fatal(err)
-	}
-	buf, oob := make([]byte, ctlmsg.MaxResponseBytes), make([]byte, 64)
-	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := ctlmsg.DecodeResponse(buf[:n])
-	if err != nil || resp.Open == nil {
-		t.Fatalf("open: %+v %v", resp, err)
-	}
-	msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-	fds, _ := unix.ParseUnixRights(&msgs[0])
-	seg, err := unix.Mmap(fds[0], 0, int(resp.Open.MapSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	unix.Close(fds[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(seg)
-	l, err := abi.DecodeLayout(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	seg, l, _ := rawOpen(t, c, "corrupt")
 	// A region registered before the corruption, to rekey after it.
-	reg, err := rawSend(t, c, []byte(`{"v":1,"op":"register_region","size":4096,"perm":31,"key":"`+keyHex+`"}`), nil)
-	if err != nil || reg.Region == nil {
-		t.Fatalf("register_region: %+v %v", reg, err)
-	}
+	reg, _ := rawRegion(t, c, 4096, abi.PermAll)
 	// The command ring's producer index jumps far past its capacity.
 	binary.LittleEndian.PutUint32(seg[l.CmdOff:], l.CmdCap*3+5)
 	enginetest.Eventually(t, "the core to close the corrupt portal", func() bool { return e.stats(t).RingsCorrupt == 1 })
@@ -941,13 +945,17 @@ func TestCorruptRingsIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := victim.Layout().Portal; got != resp.Open.Portal {
-		t.Logf("the core did not reuse portal id %d (got %d): isolation still checked", resp.Open.Portal, got)
+	if got := victim.Layout().Portal; got != l.Portal {
+		t.Logf("the core did not reuse portal id %d (got %d): isolation still checked", l.Portal, got)
+	}
+	mem, _, err := rawCreate(t, c, 4096) // the memory is the connection's, the portal's is gone
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, req := range []string{
 		`{"v":1,"op":"alloc_slots","n":1}`,
-		`{"v":1,"op":"register_region","size":4096,"perm":31,"key":"` + keyHex + `"}`,
-		fmt.Sprintf(`{"v":1,"op":"rekey","region":%d,"key":"%s"}`, reg.Region.Region, keyHex),
+		fmt.Sprintf(`{"v":1,"op":"register_region","memory":%d,"perm":31,"key":"%s"}`, mem, keyHex),
+		fmt.Sprintf(`{"v":1,"op":"rekey","region":%d,"key":"%s"}`, reg.Region, keyHex),
 	} {
 		r, err := rawSend(t, c, []byte(req), nil)
 		if err == nil || r.Code != ctlmsg.CodeState || !strings.Contains(r.Error, "impossible ring indices") {

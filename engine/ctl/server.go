@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
 )
 
@@ -24,12 +25,15 @@ type Server struct {
 	log      zerolog.Logger
 	addr     netip.Addr // the engine's address, stamped on requests
 	hugePage uint64     // 0: huge pages not tried
+	res      Resources  // what quota percentages are of
+	ids      *identities
 
-	ln *net.UnixListener
+	lns []*listener
 
-	mu     sync.Mutex
-	conns  map[*conn]struct{}
-	perUID map[uint32]int // open connections per peer uid
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	perUID  map[uint32]int // open connections per peer uid
+	tenants map[tenantKey]*tenant
 
 	// owner maps each core portal id to the connection that opened it.
 	// Touched only inside Exec closures (the core's goroutine), which
@@ -42,7 +46,18 @@ type Server struct {
 	wg        sync.WaitGroup
 	nextID    uint64
 
-	refusing atomic.Int32 // connections being refused now
+	refusing atomic.Int32   // connections being refused now
+	sampled  zerolog.Logger // anomalies a client can repeat at will: sampled
+	// unlocked is set once locking region memory failed (logged once).
+	unlocked atomic.Bool
+}
+
+// listener is one control socket.
+type listener struct {
+	idx    int
+	cfg    SocketConfig
+	ln     *net.UnixListener
+	limits ctlmsg.TenantUsage // each tenant's quota on this socket
 }
 
 // maxRefusing bounds goroutines answering connections beyond MaxConns.
@@ -51,38 +66,116 @@ const maxRefusing = 64
 // ErrClosed is returned by Serve after Close.
 var ErrClosed = errors.New("ctl: server closed")
 
-// Listen validates cfg, reads the engine's address from the core, and binds
-// the socket. A stale socket file left by a crashed engine is removed; a
-// live one (another engine answers) is an error.
+// Listen validates cfg, checks the kernel can name peer processes, opens
+// the identity state, reads the engine's address and tables from the core,
+// measures what quotas are shares of, and binds every socket. A stale
+// socket file left by a crashed engine is removed; a live one (another
+// engine answers) is an error.
 func Listen(cfg Config, exec Executor, log zerolog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkPidfs(); err != nil {
+		return nil, err
+	}
+	boot, err := bootID()
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{cfg: cfg, exec: exec, log: log, conns: make(map[*conn]struct{}), perUID: make(map[uint32]int),
-		owner: make(map[engine.PortalID]*conn), ownerName: make(map[engine.PortalID]string)}
-	if err := exec.Exec(func(c *engine.Core) { s.addr = c.Config().LocalIP }); err != nil {
+		tenants: make(map[tenantKey]*tenant), owner: make(map[engine.PortalID]*conn), ownerName: make(map[engine.PortalID]string),
+		sampled: log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})}
+	if err := exec.Exec(func(c *engine.Core) {
+		ec := c.Config()
+		s.addr = ec.LocalIP
+		s.res.Portals, s.res.Slots = ec.Portals, ec.Slots
+	}); err != nil {
 		return nil, fmt.Errorf("ctl: reading the core's config: %w", err)
 	}
 	if cfg.Hugetlb == HugetlbAuto {
 		s.hugePage = hugePageSize()
 	}
-	if err := removeStaleSocket(cfg.SocketPath); err != nil {
+	if cfg.Resources != nil {
+		s.res = *cfg.Resources
+	} else {
+		r, err := measureResources(s.hugePage)
+		if err != nil {
+			return nil, err
+		}
+		s.res.MemoryBytes, s.res.HugepageBytes = r.MemoryBytes, r.HugepageBytes
+	}
+	if s.ids, err = openIdentities(cfg.IdentityPath, boot, cfg.MaxIdentities); err != nil {
 		return nil, err
 	}
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: cfg.SocketPath, Net: "unixpacket"})
-	if err != nil {
-		return nil, fmt.Errorf("ctl: listen on %s: %w", cfg.SocketPath, err)
+	handedOut, entries := s.ids.usage()
+	log.Info().Str("identity_state", cfg.IdentityPath).Str("boot", boot).Uint64("identities_handed_out", handedOut).
+		Int("identity_table", entries).Uint64("identities_left", s.ids.remaining()).Msg("process identities")
+	for i := range cfg.Sockets {
+		l, err := s.listen(i)
+		if err != nil {
+			s.closeListeners()
+			s.ids.close()
+			return nil, err
+		}
+		s.lns = append(s.lns, l)
 	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(cfg.SocketPath, cfg.SocketMode); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("ctl: chmod %s: %w", cfg.SocketPath, err)
-	}
-	s.ln = ln
-	log.Info().Str("socket", cfg.SocketPath).Str("mode", fmt.Sprintf("%#o", cfg.SocketMode)).
-		Str("addr", s.addr.String()).Uint64("hugepage_bytes", s.hugePage).Msg("control socket listening")
 	return s, nil
 }
+
+// listen binds socket i and resolves its tenants' quota.
+func (s *Server) listen(i int) (*listener, error) {
+	sc := s.cfg.Sockets[i]
+	q := sc.Quota.Over(s.cfg.Quota)
+	l := &listener{idx: i, cfg: sc, limits: q.Resolve(s.res)}
+	if err := removeStaleSocket(sc.Path); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sc.Path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("ctl: listen on %s: %w", sc.Path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	l.ln = ln
+	if err := os.Chmod(sc.Path, sc.Mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("ctl: chmod %s: %w", sc.Path, err)
+	}
+	if sc.UID != nil || sc.GID != nil {
+		uid, gid := -1, -1
+		if sc.UID != nil {
+			uid = int(*sc.UID)
+		}
+		if sc.GID != nil {
+			gid = int(*sc.GID)
+		}
+		if err := os.Chown(sc.Path, uid, gid); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("ctl: chown %s: %w", sc.Path, err)
+		}
+	}
+	s.log.Info().Str("socket", sc.Path).Str("name", sc.label()).Str("mode", fmt.Sprintf("%#o", sc.Mode)).
+		Str("tenant", sc.Tenant).Int("slot_rules", len(sc.Policy.Rules)).
+		Str("quota_memory", fmt.Sprintf("%s = %s", q.MemoryBytes, fmtBytes(l.limits.MemoryBytes))).
+		Str("quota_hugepages", fmt.Sprintf("%s = %s", q.HugepageBytes, fmtBytes(l.limits.HugepageBytes))).
+		Str("quota_portals", fmt.Sprintf("%s = %d", q.Portals, l.limits.Portals)).
+		Str("quota_slots", fmt.Sprintf("%s = %d", q.Slots, l.limits.Slots)).
+		Str("addr", s.addr.String()).Uint64("hugepage_bytes", s.hugePage).Msg("control socket listening")
+	return l, nil
+}
+
+func (s *Server) closeListeners() error {
+	var err error
+	for _, l := range s.lns {
+		err = errors.Join(err, l.ln.Close()) // unlinks the socket file
+	}
+	return err
+}
+
+// Quota returns the limits of each tenant of socket i (Config.Sockets[i]).
+func (s *Server) Quota(i int) ctlmsg.TenantUsage { return s.lns[i].limits }
+
+// Resources returns the totals the quotas' percentages were taken of.
+func (s *Server) Resources() Resources { return s.res }
 
 // removeStaleSocket removes path if it is a socket nobody listens on.
 func removeStaleSocket(path string) error {
@@ -113,11 +206,25 @@ func removeStaleSocket(path string) error {
 // Addr returns the engine address the server reports as identity.
 func (s *Server) Addr() netip.Addr { return s.addr }
 
-// Serve accepts connections until Close. It returns ErrClosed after Close,
-// or the accept error that stopped it.
+// Serve accepts connections on every socket until Close. It returns
+// ErrClosed after Close, or the first accept error that stopped a socket.
 func (s *Server) Serve() error {
+	errs := make(chan error, len(s.lns))
+	for _, l := range s.lns {
+		go func() { errs <- s.accept(l) }()
+	}
+	for range s.lns {
+		if err := <-errs; !errors.Is(err, ErrClosed) {
+			return err
+		}
+	}
+	return ErrClosed
+}
+
+// accept serves one socket.
+func (s *Server) accept(l *listener) error {
 	for {
-		uc, err := s.ln.AcceptUnix()
+		uc, err := l.ln.AcceptUnix()
 		if err != nil {
 			s.mu.Lock()
 			closing := s.closing
@@ -135,11 +242,13 @@ func (s *Server) Serve() error {
 				time.Sleep(10 * time.Millisecond) // do not spin while they are gone
 				continue
 			}
-			return fmt.Errorf("ctl: accept: %w", err)
+			return fmt.Errorf("ctl: accept on %s: %w", l.cfg.Path, err)
 		}
-		cred, err := peerCred(uc)
+		p, err := readPeer(uc)
 		if err != nil {
-			s.log.Error().Err(err).Msg("dropping connection")
+			// A peer gone before it was accepted, most likely; sampled,
+			// as a client can make as many as it likes.
+			s.sampled.Warn().Err(err).Str("socket", l.cfg.label()).Msg("dropping connection: its peer cannot be identified")
 			uc.Close()
 			continue
 		}
@@ -150,17 +259,19 @@ func (s *Server) Serve() error {
 			return ErrClosed
 		}
 		s.nextID++
-		c := &conn{s: s, uc: uc, id: s.nextID, cred: cred}
+		c := &conn{s: s, l: l, uc: uc, id: s.nextID, peer: p}
 		why := ""
 		switch {
 		case len(s.conns) >= s.cfg.MaxConns:
 			why = fmt.Sprintf("engine: too many control connections (limit %d)", s.cfg.MaxConns)
-		case s.perUID[cred.Uid] >= s.cfg.MaxConnsPerUID:
+		case s.perUID[p.uid] >= s.cfg.MaxConnsPerUID:
 			why = fmt.Sprintf("engine: uid %d already holds %d control connections (limit %d per uid)",
-				cred.Uid, s.perUID[cred.Uid], s.cfg.MaxConnsPerUID)
+				p.uid, s.perUID[p.uid], s.cfg.MaxConnsPerUID)
 		default:
 			s.conns[c] = struct{}{}
-			s.perUID[cred.Uid]++
+			s.perUID[p.uid]++
+			c.tenant = s.tenantFor(l, &p)
+			c.tenant.conns++
 			s.wg.Add(1)
 		}
 		s.mu.Unlock()
@@ -181,16 +292,21 @@ func (s *Server) Serve() error {
 			c.serve()
 			s.mu.Lock()
 			delete(s.conns, c)
-			if s.perUID[c.cred.Uid]--; s.perUID[c.cred.Uid] == 0 {
-				delete(s.perUID, c.cred.Uid)
+			if s.perUID[c.peer.uid]--; s.perUID[c.peer.uid] == 0 {
+				delete(s.perUID, c.peer.uid)
 			}
+			c.tenant.conns--
+			s.dropIfIdle(c.tenant)
 			s.mu.Unlock()
 		}()
 	}
 }
 
-// Close stops accepting, closes every connection, waits until each has
-// reclaimed its portal and regions, and removes the socket file.
+// Close stops accepting, ends every connection, waits until each has
+// reclaimed its portal and regions, removes the socket files and releases
+// the identity state. Each connection is closed only after its portal was
+// reclaimed, so an application that sees its connection close knows that
+// the core writes nothing more into its rings and regions.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closing {
@@ -198,13 +314,16 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closing = true
-	err := s.ln.Close() // unlinks the socket file
+	err := s.closeListeners()
 	for c := range s.conns {
-		c.uc.Close() // the connection's goroutine sees EOF and reclaims
+		// The connection's goroutine returns from its read (or from the
+		// next one, after the request in hand), reclaims, then closes.
+		c.uc.SetReadDeadline(time.Unix(1, 0))
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	s.log.Info().Str("socket", s.cfg.SocketPath).Msg("control socket closed")
+	err = errors.Join(err, s.ids.close())
+	s.log.Info().Int("sockets", len(s.lns)).Msg("control sockets closed")
 	return err
 }
 

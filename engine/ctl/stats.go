@@ -129,6 +129,7 @@ func (s *Server) Stats(also func(c *engine.Core)) (*ctlmsg.Stats, error) {
 	}
 	m := StatsMsg(&st)
 	m.Fault, m.Port, m.Portals = fault, port, portals
+	m.Tenants = largest(s.Tenants(), maxStatsTenants)
 	if s.cfg.LoopStats != nil {
 		m.Loop = s.cfg.LoopStats()
 	}
@@ -150,8 +151,8 @@ func (s *Server) portalStats(core *engine.Core) []ctlmsg.PortalStats {
 			continue // closed by the core itself and not reused
 		}
 		out = append(out, ctlmsg.PortalStats{
-			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, UID: s.owner[id].cred.Uid, Class: p.Class.String(),
-			Regions: p.Regions, RegionBytes: p.RegionBytes,
+			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, UID: s.owner[id].peer.uid, Tenant: s.owner[id].tenant.name,
+			Class: p.Class.String(), Regions: p.Regions, RegionBytes: p.RegionBytes,
 			Slots: p.Slots, MaxSlots: p.MaxSlots, InFlight: p.Pending,
 			CmdDepth: p.CmdDepth, CmdCap: p.CmdCap, CplDepth: p.CplDepth, CplCap: p.CplCap, Closed: p.Dead,
 		})

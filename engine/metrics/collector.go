@@ -45,18 +45,34 @@ type TenantUsage struct {
 	// Tenant identifies the tenant by what its applications cannot
 	// choose (the control socket they connect through, their uid).
 	Tenant   string
-	Resource string  // e.g. "region_bytes", "hugepage_bytes", "portals", "slots"
+	Resource string  // "memory_bytes", "hugepage_bytes", "portals", "slots"
 	Used     float64 // in the resource's unit
 	Quota    float64 // 0: none
+}
+
+// TenantsOf is the usage against quota of each tenant the control server
+// reports (engine/ctl.Server.Tenants), a series per resource its quotas
+// bound.
+func TenantsOf(ts []ctlmsg.TenantStats) []TenantUsage {
+	out := make([]TenantUsage, 0, 4*len(ts))
+	for _, t := range ts {
+		out = append(out,
+			TenantUsage{t.Name, "memory_bytes", float64(t.MemoryBytes), float64(t.Quota.MemoryBytes)},
+			TenantUsage{t.Name, "hugepage_bytes", float64(t.HugepageBytes), float64(t.Quota.HugepageBytes)},
+			TenantUsage{t.Name, "portals", float64(t.Portals), float64(t.Quota.Portals)},
+			TenantUsage{t.Name, "slots", float64(t.Slots), float64(t.Quota.Slots)})
+	}
+	return out
 }
 
 // Config of a Collector.
 type Config struct {
 	Cores []Core
 	// Tenants, if set, reports each tenant's usage against its quotas
-	// at every scrape (onerma_tenant_usage, onerma_tenant_quota): the
-	// hook for a control server that keeps quotas per tenant. Without it
-	// the collector exports usage per portal and per uid only.
+	// at every scrape (onerma_tenant_usage, onerma_tenant_quota): rmad's
+	// is TenantsOf its control server's Tenants, which reads the server's
+	// books, not the cores. Without it the collector exports usage per
+	// portal and per uid only.
 	Tenants func() []TenantUsage
 }
 
@@ -169,7 +185,7 @@ func (c *Collector) collectCore(ch chan<- prometheus.Metric, core string, l *Lim
 			closed = 1
 		}
 		lv := []string{core, strconv.FormatUint(uint64(p.ID), 10), p.Name, strconv.FormatUint(uint64(p.UID), 10),
-			strconv.FormatUint(uint64(p.PID), 10), p.Class}
+			strconv.FormatUint(uint64(p.PID), 10), p.Class, p.Tenant}
 		for _, g := range []struct {
 			d *prometheus.Desc
 			v float64

@@ -134,7 +134,10 @@ func TestScrapeCountsCompletions(t *testing.T) {
 	// iteration, so ops take measurable time.
 	e := enginetest.Start(t, enginetest.Opts{Engine: func(c *engine.Config) { c.Delays, c.HairpinSelf = d, true }})
 	limits := metrics.Limits{WindowBytes: 256 << 10, Slots: 64, Portals: 4, Regions: 32, MaxRegionsPerPortal: 256, MaxPortalBytes: 4 << 30}
-	col, err := metrics.NewCollector(metrics.Config{Cores: []metrics.Core{coreOf(e, d, limits)}})
+	col, err := metrics.NewCollector(metrics.Config{
+		Cores:   []metrics.Core{coreOf(e, d, limits)},
+		Tenants: func() []metrics.TenantUsage { return metrics.TenantsOf(e.Server.Tenants()) },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +284,19 @@ func TestScrapeCountsCompletions(t *testing.T) {
 		if got := pg.value(c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+	tenants := e.Server.Tenants()
+	if len(tenants) != 1 || tenants[0].Portals != 1 || tenants[0].Slots != 8 || tenants[0].MemoryBytes < 128<<10 {
+		t.Fatalf("the server's tenants: %+v", tenants)
+	}
+	for _, u := range metrics.TenantsOf(tenants) {
+		l := map[string]string{"tenant": tenants[0].Name, "resource": u.Resource}
+		if got, q := pg.value("onerma_tenant_usage", l), pg.value("onerma_tenant_quota", l); got != u.Used || q != u.Quota || q == 0 {
+			t.Errorf("tenant %s %s: %v of %v on the page, the server says %v of %v", tenants[0].Name, u.Resource, got, q, u.Used, u.Quota)
+		}
+	}
+	if got := pg.value("onerma_portal_slots", map[string]string{"name": "metrics", "tenant": tenants[0].Name}); got != 8 {
+		t.Errorf("the portal's slots, labelled with its tenant: %v", got)
 	}
 	if pg.fams["process_resident_memory_bytes"] == nil || pg.fams["go_goroutines"] == nil {
 		t.Errorf("no process or Go runtime metrics")

@@ -162,7 +162,7 @@ type descs struct {
 }
 
 // portalLabels label a portal's gauges after core.
-var portalLabels = []string{"core", "portal", "name", "uid", "pid", "class"}
+var portalLabels = []string{"core", "portal", "name", "uid", "pid", "class", "tenant"}
 
 func newDescs() descs {
 	core := []string{"core"}
@@ -206,7 +206,7 @@ func newDescs() descs {
 		uidSlots:               d("uid_slots", "Command slots held by a uid's portals.", []string{"uid"}),
 		uidRegions:             d("uid_regions", "Regions registered by a uid's portals.", []string{"uid"}),
 		uidRegionBytes:         d("uid_region_bytes", "Bytes of the regions registered by a uid's portals.", []string{"uid"}),
-		tenantUsage:            d("tenant_usage", "A tenant's use of a resource (unit of the resource).", []string{"tenant", "resource"}),
+		tenantUsage:            d("tenant_usage", "What a tenant holds of a resource (bytes of memory or huge pages, portals, slots).", []string{"tenant", "resource"}),
 		tenantQuota:            d("tenant_quota", "A tenant's quota of a resource (0: none).", []string{"tenant", "resource"}),
 	}
 }

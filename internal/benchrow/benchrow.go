@@ -12,6 +12,8 @@ type Row struct {
 	// "isolation-loaded-lowclass", "isolation-loaded-write", "platform",
 	// "loopback-pairs-footprint", "write-pairs", "write-pairs-jumbo",
 	// "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb",
+	// "rtt-PORT", "rtt-default-PORT" and "rtt-timeout-DUR-PORT" (PORT:
+	// memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap),
 	// "metrics-eal-no-telemetry", "metrics-eal-telemetry",
 	// "metrics-histograms", "metrics-unscraped", "metrics-scrape"
 	// (bench/RESULTS.md describes each).
@@ -25,17 +27,19 @@ type Row struct {
 	// P99us and P999us: application-measured, like P50us.
 	P99us  *float64 `json:"p99_us"`
 	P999us *float64 `json:"p999_us"`
-	// EngP50us and EngP99us: the engine's own total_delay (command seen
-	// by the engine -> completion written), without the application's
-	// polling and scheduling delays.
-	EngP50us *float64 `json:"eng_p50_us,omitempty"`
-	EngP99us *float64 `json:"eng_p99_us,omitempty"`
-	Ops      uint64   `json:"ops,omitempty"`
-	Errors   uint64   `json:"errors"`
-	Seconds  float64  `json:"seconds,omitempty"`
-	Run      string   `json:"run,omitempty"`     // make bench run id
-	Command  string   `json:"command,omitempty"` // what produced the row
-	Note     string   `json:"note,omitempty"`
+	// EngP50us, EngP99us, EngP999us and EngMaxUs: the engine's own
+	// total_delay (command seen by the engine -> completion written),
+	// without the application's polling and scheduling delays.
+	EngP50us  *float64 `json:"eng_p50_us,omitempty"`
+	EngP99us  *float64 `json:"eng_p99_us,omitempty"`
+	EngP999us *float64 `json:"eng_p999_us,omitempty"`
+	EngMaxUs  *float64 `json:"eng_max_us,omitempty"`
+	Ops       uint64   `json:"ops,omitempty"`
+	Errors    uint64   `json:"errors"`
+	Seconds   float64  `json:"seconds,omitempty"`
+	Run       string   `json:"run,omitempty"`     // make bench run id
+	Command   string   `json:"command,omitempty"` // what produced the row
+	Note      string   `json:"note,omitempty"`
 }
 
 // F returns a pointer to v, for the optional fields.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"net/netip"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,12 +38,25 @@ type Engine struct {
 	Socket string         // its control socket
 	Runner *runner.Runner // Exec reads the core's (or a wrapper's) state on the loop
 	Server *ctl.Server    // its control server (Stats: the stats reply)
+	once   sync.Once
 }
 
 // Start starts an engine (LocalIP IP; 64 slots, 32 regions, 4 portals; a
 // volatile IV source) and stops it when the test ends.
 func Start(t testing.TB, o Opts) *Engine {
 	t.Helper()
+	e, err := New(o, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// New starts an engine as Start does, its control socket in dir (unless
+// Opts.Ctl sets another path), for callers that have no testing.TB (a
+// runnable example). Close stops it.
+func New(o Opts, dir string) (*Engine, error) {
 	ecfg := engine.DefaultConfig()
 	ecfg.LocalIP = IP
 	ecfg.Slots, ecfg.Regions, ecfg.Portals = 64, 32, 4
@@ -52,7 +66,7 @@ func Start(t testing.TB, o Opts) *Engine {
 	}
 	mp, err := memport.Loopback(memport.DefaultConfig())
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var port runner.Port = mp
 	if o.Port != nil {
@@ -60,31 +74,40 @@ func Start(t testing.TB, o Opts) *Engine {
 	}
 	core, err := engine.New(ecfg, port)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	r, err := runner.New(core, port, runner.DefaultConfig())
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := r.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cfg := ctl.DefaultConfig()
-	cfg.SocketPath = filepath.Join(t.TempDir(), "rmad.sock")
+	cfg.Sockets[0].Path = filepath.Join(dir, "rmad.sock")
+	// A test's applications are one uid, one tenant: it may use every
+	// portal and slot of the engine.
+	cfg.Quota.Portals, cfg.Quota.Slots = ctl.Pct(100), ctl.Pct(100)
 	if o.Ctl != nil {
 		o.Ctl(&cfg)
 	}
 	srv, err := ctl.Listen(cfg, r, zerolog.Nop())
 	if err != nil {
 		r.Stop(context.Background())
-		t.Fatal(err)
+		return nil, err
 	}
 	go srv.Serve()
-	t.Cleanup(func() {
-		srv.Close()
-		r.Stop(context.Background())
+	return &Engine{Socket: cfg.Sockets[0].Path, Runner: r, Server: srv}, nil
+}
+
+// Close stops the engine as rmad shuts down: the control server reclaims
+// every portal and then closes its connection, and the poll loop stops.
+// Applications see their engine gone. Close is idempotent.
+func (e *Engine) Close() {
+	e.once.Do(func() {
+		e.Server.Close()
+		e.Runner.Stop(context.Background())
 	})
-	return &Engine{Socket: cfg.SocketPath, Runner: r, Server: srv}
 }
 
 // Eventually polls cond every millisecond for up to 5 s and fails the test

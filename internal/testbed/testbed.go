@@ -1,9 +1,11 @@
 // Package testbed starts real OneRMA engines (rmad processes over DPDK
 // vdevs) for the demo, the integration tests and the benchmarks: memif
 // wires, net_ring loopback ports, and af_packet and AF_XDP ports on veth
-// pairs between network namespaces; and rmatop processes watching them. It only
-// orchestrates processes; it knows the engine through its command line and
-// control socket.
+// pairs between network namespaces; a routed topology of namespaces
+// (Routed: two subnets joined by a Linux router, engines on af_packet,
+// AF_XDP and net_tap ports); and rmatop processes watching them. It only
+// orchestrates processes and the kernel's network configuration; it knows
+// the engine through its command line and control socket.
 package testbed
 
 import (
@@ -38,6 +40,11 @@ type Options struct {
 	// same Name and Dir resumes its counters).
 	IVState string
 	Extra   []string
+
+	// PIDNS runs the engine in a PID namespace of its own (as in a
+	// container): it sees no process outside it, so SO_PEERCRED gives it
+	// PID 0 for every application.
+	PIDNS bool
 }
 
 // IVStatePath is the IV state file an engine started with o uses.
@@ -121,6 +128,9 @@ func Start(o Options) (*Engine, error) {
 	e.cmd = exec.Command(name, args...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if o.PIDNS {
+		e.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	if err := e.cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err

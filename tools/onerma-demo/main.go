@@ -4,7 +4,7 @@
 // owner application on engine B that registers a region with a random
 // region key K_r and fills it, and a reader application on engine A that
 // fetches its derived key K_d from the owner over mutually authenticated
-// TLS 1.3 (internal/keyx; paper §4.2, Fig. 5), reads the region at several
+// TLS 1.3 (package keyx; paper §4.2, Fig. 5), reads the region at several
 // sizes and offsets, checks every byte and prints every completion. It
 // then shows the keys at work: a read with a wrong K_d fails with
 // REMOTE_AUTHENTICATION_FAILURE; the owner rekeys the region locally; the
@@ -43,8 +43,8 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -136,7 +136,7 @@ func orchestrate(rmad string) (err error) {
 
 	// Credentials: a CA that lives only in this process's memory, one
 	// certificate for the owner (server) and one for the reader (client).
-	ca, err := keyx.NewCA("onerma-demo CA")
+	ca, err := keyx.NewCA("onerma-demo CA", 0)
 	if err != nil {
 		return err
 	}
@@ -314,7 +314,7 @@ func owner(ctl string, credsFD int) error {
 		return err
 	}
 	defer srv.Close()
-	fmt.Printf("region %#x of %d bytes registered on %s by pid %d (hugetlb %v, random K_r); K_d served over TLS 1.3 on %s\n",
+	fmt.Printf("region %#x of %d bytes registered on %s by identity %d (hugetlb %v, random K_r); K_d served over TLS 1.3 on %s\n",
 		uint32(r.ID()), len(b), id.Addr, id.PID, r.Hugetlb(), ap)
 	// Serve until the orchestrator closes stdin; rekey when told.
 	sc := bufio.NewScanner(os.Stdin)
@@ -384,7 +384,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 		if g.Owner != netip.MustParseAddr(ipB) || g.Bytes != regionBytes {
 			return g, fmt.Errorf("grant %v: want region of %d bytes on %s", g, regionBytes, ipB)
 		}
-		fmt.Printf("demo: reader: %sK_d for %s pid %d fetched over TLS 1.3 from %s (server certificate %q from the demo CA): %v\n",
+		fmt.Printf("demo: reader: %sK_d for %s identity %d fetched over TLS 1.3 from %s (server certificate %q from the demo CA): %v\n",
 			what, id.Addr, id.PID, kxAddr, c.Peer().Subject.CommonName, g)
 		return g, nil
 	}
@@ -449,7 +449,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 		{1, 0, 0}, {64, 64, 0}, {100, 4097, 3}, {1408, 12345, 77}, {1409, 999, 1000},
 		{2048, 32768, 2048}, {3000, 7, 11}, {4095, 60001, 5}, {4096, regionBytes - 4096, 4096},
 	}
-	fmt.Printf("demo: reader pid %d on %s reads region %#x on %s\n", os.Getpid(), id.Addr, uint32(remote), peer)
+	fmt.Printf("demo: reader pid %d (engine identity %d) on %s reads region %#x on %s\n", os.Getpid(), id.PID, id.Addr, uint32(remote), peer)
 	fmt.Printf("%-6s %8s %8s %8s  %-29s %14s %14s\n", "op", "size", "r_off", "l_off", "status", "issue_delay", "total_delay")
 	for _, c := range cases {
 		if err := read(c, g.Key, abi.StatusOK, ""); err != nil {

@@ -8,7 +8,7 @@
 //	    portal.Executor (chunked into 4 KB ops, paced by package cc), whose
 //	    goodput is compared with the raw 4 KB read_bw of the same run;
 //	(b) onerma, two engines over memif, the client's K_d (for READ or
-//	    WRITE) fetched from the rmaperf server over TLS 1.3 (internal/keyx;
+//	    WRITE) fetched from the rmaperf server over TLS 1.3 (package keyx;
 //	    credentials from this process over inherited pipes);
 //	(c) ucx_perftest over TCP on loopback (UCX_TLS=tcp), the peer a user
 //	    would otherwise pick, with the same sizes and outstanding depth
@@ -37,6 +37,9 @@
 //	    --no-telemetry, with the socket, and with -metrics; then on one
 //	    engine with -metrics, unscraped and scraped every second; each in
 //	    interleaved rounds; metrics.go);
+//	(k) only when asked (-only rtt): the engines' round trip on each port
+//	    rmad runs on (memif, af_packet, af_xdp, net_tap), which rmad's
+//	    default TIMEOUT per port type follows (rtt.go);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -77,11 +80,13 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
+	rttTimeout := flag.String("rtt-timeout", "1s", "rtt setup: the engines' TIMEOUT: 1s measures round trips (setups rtt-PORT); default keeps rmad's per port type, counting the ops it fails (rtt-default-PORT); or a duration (rtt-timeout-DUR-PORT)")
+	rttPorts := flag.String("rtt-ports", "", "rtt setup: ports to run, comma separated among memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap (\"\": all)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
 	pgoOut := flag.String("pgo", "", "instead of measuring, profile rmad (built -pgo=off) on the loopback engine under the bench's workloads, -D each, and write the merged CPU profile here (scripts/pgo.sh)")
 	flag.Parse()
@@ -193,6 +198,17 @@ func main() {
 	}
 	if want("af_packet") || want("af_xdp") {
 		r, err := vethRun(rmad, rmaperf, dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("rtt") {
+		b, err := newRTTBench(*rttTimeout, *rttPorts)
+		if err != nil {
+			fail(err)
+		}
+		r, err := rttRun(rmad, rmaperf, dir, b, *dur)
 		if err != nil {
 			fail(err)
 		}

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onerma/onerma/internal/keyx"
 	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/keyx"
 )
 
 // memifNote says how two engines and an application share two cores: each
@@ -76,7 +76,7 @@ type perfServer struct {
 // startPerfServer starts an rmaperf server on the engine at socket and
 // waits until it serves.
 func startPerfServer(rmaperf, socket string) (*perfServer, error) {
-	ca, err := keyx.NewCA("rmabench CA")
+	ca, err := keyx.NewCA("rmabench CA", 0)
 	if err != nil {
 		return nil, err
 	}

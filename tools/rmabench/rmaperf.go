@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onerma/onerma/internal/keyx"
+	"github.com/onerma/onerma/keyx"
 )
 
 // rmaperfRun runs one rmaperf measurement, pinned to cpu when cpu != "".

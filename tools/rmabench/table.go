@@ -128,6 +128,7 @@ func printTable(rows []Row) {
 	printTelemetry(rows)
 	printMetrics(rows)
 	printVeth(rows)
+	printRTT(rows)
 	printAB(rows)
 	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
 	// transfer on the same executor, against one 4 KB READ's latency (a

@@ -5,11 +5,31 @@
 // rx_fragments, rx_ttl_zero, icmp_echo_replies, icmp_rate_limited,
 // icmp_frag_needed and the latest one's frag_needed_dst and
 // frag_needed_mtu, the poll loop's loop.*, and
-// fault.* when rmad's port is wrapped in a fault injector) or for the
-// identity the engine would stamp on this process's requests.
+// fault.* when rmad's port is wrapped in a fault injector; then the open
+// portals and the tenants' usage against their quotas) or for the
+// identity the engine stamps on this process's requests: its line "pid N"
+// gives N, the identity the engine allocated to this process (never its
+// PID), which a region's owner derives K_d for. It also writes the TLS
+// credentials of the key exchange (package keyx) for running rmaperf's
+// server and clients on different hosts.
 //
 //	rmactl [-socket PATH] stats [-json]
 //	rmactl [-socket PATH] identity
+//	rmactl creds [-host NAME|IP]... [-valid DURATION] [-force] DIR
+//
+// creds makes a throwaway CA (ECDSA P-256; its private key is never
+// stored, so nobody can issue more certificates from it) and writes into
+// DIR (created mode 0700; an existing DIR must already be 0700 and this
+// user's) three files, each mode 0600: ca.pem (the CA's certificate),
+// server.pem (the CA's certificate, the server certificate and its
+// private key: for `rmaperf server -creds DIR`) and client.pem (the same
+// for clients: copy it to the client hosts' DIR). The server certificate
+// has the server-auth usage and names localhost, 127.0.0.1, ::1 and every
+// -host (DNS names or IP addresses: clients verify that it names the host
+// of their -server HOST:PORT); the client certificate has the client-auth
+// usage only. It refuses to replace files DIR already holds unless -force
+// is given. No key is printed or logged; nothing secret is on a command
+// line.
 package main
 
 import (
@@ -30,7 +50,7 @@ import (
 func main() {
 	sock := flag.String("socket", "/run/onerma/rmad.sock", "engine control socket")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: rmactl [-socket PATH] stats [-json] | identity")
+		fmt.Fprintln(os.Stderr, "usage: rmactl [-socket PATH] stats [-json] | identity\n       "+credsUsage)
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -47,6 +67,10 @@ func main() {
 		err = stats(*sock, *asJSON)
 	case "identity":
 		err = identity(*sock)
+	case "creds":
+		if err = creds(flag.Args()[1:], os.Stdout, os.Stderr); errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
 	default:
 		flag.Usage()
 		os.Exit(2)
@@ -163,14 +187,22 @@ func stats(sock string, asJSON bool) error {
 			counters("fault."+d.name+".", reflect.ValueOf(*d.st))
 		}
 	}
-	fmt.Printf("\n%-4s %-16s %8s %6s %-5s %9s %9s %13s %13s %7s %14s\n", "id", "portal", "pid", "uid", "class", "slots", "in_flight", "cmd_depth", "cpl_depth", "regions", "region_bytes")
+	fmt.Printf("\n%-4s %-16s %10s %6s %-5s %9s %9s %13s %13s %7s %12s  %s\n", "id", "portal", "pid", "uid", "class", "slots", "in_flight", "cmd_depth", "cpl_depth", "regions", "region_bytes", "tenant")
 	for _, p := range resp.Stats.Portals {
 		name := p.Name
 		if p.Closed {
 			name += " (closed: corrupt rings)"
 		}
-		fmt.Printf("%-4d %-16s %8d %6d %-5s %4d/%-4d %9d %6d/%-6d %6d/%-6d %7d %14d\n", p.ID, name, p.PID, p.UID, p.Class,
-			p.Slots, p.MaxSlots, p.InFlight, p.CmdDepth, p.CmdCap, p.CplDepth, p.CplCap, p.Regions, p.RegionBytes)
+		fmt.Printf("%-4d %-16s %10d %6d %-5s %4d/%-4d %9d %6d/%-6d %6d/%-6d %7d %12d  %s\n", p.ID, name, p.PID, p.UID, p.Class,
+			p.Slots, p.MaxSlots, p.InFlight, p.CmdDepth, p.CmdCap, p.CplDepth, p.CplCap, p.Regions, p.RegionBytes, p.Tenant)
+	}
+	if len(resp.Stats.Tenants) > 0 {
+		// Usage against quota, memory in MiB.
+		fmt.Printf("\n%-24s %5s %9s %9s %19s %19s  %s\n", "tenant", "conns", "portals", "slots", "memory_mib", "hugepage_mib", "socket")
+		for _, t := range resp.Stats.Tenants {
+			fmt.Printf("%-24s %5d %4d/%-4d %4d/%-4d %9d/%-9d %9d/%-9d  %s\n", t.Name, t.Conns, t.Portals, t.Quota.Portals,
+				t.Slots, t.Quota.Slots, t.MemoryBytes>>20, t.Quota.MemoryBytes>>20, t.HugepageBytes>>20, t.Quota.HugepageBytes>>20, t.Socket)
+		}
 	}
 	return nil
 }
@@ -193,7 +225,9 @@ func identity(sock string) error {
 	if resp.Identity == nil {
 		return errors.New("engine sent no identity")
 	}
+	// pid is the identity the engine stamps on this process's requests
+	// (an engine-allocated number, not the process's PID).
 	id := resp.Identity
-	fmt.Printf("address %s\npid %d (as the engine sees this process)\nuid %d gid %d\n", id.Addr, id.PID, id.UID, id.GID)
+	fmt.Printf("address %s\npid %d\nuid %d gid %d\ntenant %s\n", id.Addr, id.PID, id.UID, id.GID, id.Tenant)
 	return nil
 }

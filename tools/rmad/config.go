@@ -21,7 +21,6 @@ import (
 
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/engine/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/wire"
@@ -43,6 +42,9 @@ type Config struct {
 	Fault    FaultConfig   `json:"fault"`
 	Metrics  MetricsConfig `json:"metrics"`
 	LogLevel string        `json:"log_level"`
+	// OOMScoreAdj is written to /proc/self/oom_score_adj at start (see
+	// setOOMScoreAdj).
+	OOMScoreAdj int `json:"oom_score_adj"`
 }
 
 // PortConfig is the DPDK port.
@@ -89,7 +91,7 @@ type EngineConfig struct {
 	NackThreshold   int           `json:"nack_threshold"`
 	ServeBudget     int           `json:"serve_budget"`
 	DispatchTimeout Duration      `json:"dispatch_timeout"`
-	Timeout         Duration      `json:"timeout"`
+	Timeout         Duration      `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
 	PullIdleTimeout Duration      `json:"pull_idle_timeout"`
 	ResolveTimeout  Duration      `json:"resolve_timeout"`
 	ARPRetry        Duration      `json:"arp_retry"`
@@ -142,34 +144,6 @@ func (c *Config) ivStatePath() string {
 		return defaultIVState(ip)
 	}
 	return c.Engine.IVState
-}
-
-// CtlConfig maps onto ctl.Config.
-type CtlConfig struct {
-	Socket     string `json:"socket"`
-	SocketMode string `json:"socket_mode"` // octal
-	CmdCap     uint32 `json:"cmd_cap"`
-	CplCap     uint32 `json:"cpl_cap"`
-	// SlotPolicy is the per-application policy (ctl.AppPolicy): the
-	// highest class of service and the slot cap of each application, by
-	// the uid it runs as and the name it gives its portal:
-	//
-	//	"slot_policy": {"default": 256, "default_class": "low", "rules": [
-	//	  {"uid": 1000, "name": "lat", "class": "high", "max_slots": 64},
-	//	  {"name": "bulk", "max_slots": 16}]}
-	//
-	// The first rule whose uid and name (each optional) match wins, else
-	// default and default_class. class is "high" or "low" (absent: low);
-	// an application asking for a class its rule does not grant cannot
-	// open a portal, one not asking for high gets low. The key keeps its
-	// name from when the policy only capped slots.
-	SlotPolicy          ctl.AppPolicy `json:"slot_policy"`
-	MaxConns            int           `json:"max_conns"`
-	MaxConnsPerUID      int           `json:"max_conns_per_uid"`
-	MaxRegionsPerPortal int           `json:"max_regions_per_portal"`
-	MaxRegionBytes      uint64        `json:"max_region_bytes"`
-	MaxPortalBytes      uint64        `json:"max_portal_bytes"`
-	Hugetlb             string        `json:"hugetlb"`
 }
 
 // PollConfig is the polling core.
@@ -379,7 +353,7 @@ var flagSpecs = []struct {
 	{"nack-threshold", "inbound queue depth that NACKs", setInt(func(c *Config) *int { return &c.Engine.NackThreshold })},
 	{"serve-budget", "requests served per poll", setInt(func(c *Config) *int { return &c.Engine.ServeBudget })},
 	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
-	{"timeout", "TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
+	{"timeout", "TIMEOUT (0: the port type's default, 2-8 ms)", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
 	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull may be abandoned when a request needs its context or window (bounds what a replayed write request holds; 0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
@@ -403,6 +377,8 @@ var flagSpecs = []struct {
 	{"max-region-bytes", "bytes per region", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxRegionBytes })},
 	{"max-portal-bytes", "region bytes per portal", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxPortalBytes })},
 	{"hugetlb", "shared memory: auto or off", setStr(func(c *Config) *string { return &c.Ctl.Hugetlb })},
+	{"id-state", "process identity state file (\"\": engine.iv_state + \".ids\"); must persist as long as the IV state", setStr(func(c *Config) *string { return &c.Ctl.IDState })},
+	{"oom-score-adj", "rmad's oom_score_adj (-1000..1000): low, so the kernel's OOM killer picks a tenant first", setInt(func(c *Config) *int { return &c.OOMScoreAdj })},
 	{"poll-mode", "busy, backoff or yield (spin, giving the CPU to a co-located app when idle)", setStr(func(c *Config) *string { return &c.Poll.Mode })},
 	{"cpu", "CPU for the polling thread (-1: none)", setInt(func(c *Config) *int { return &c.Poll.CPU })},
 	{"max-sleep", "backoff mode: longest idle sleep", setDur(func(c *Config) *Duration { return &c.Poll.MaxSleep })},
@@ -482,6 +458,10 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 		}
 	}
 	cfg.Engine.IVState = cfg.ivStatePath()
+	cfg.Ctl.IDState = cfg.idStatePath()
+	if cfg.Engine.Timeout == 0 {
+		cfg.Engine.Timeout = Duration(defaultTimeout(&cfg.Port, cfg.Poll.Mode)) // timeout.go
+	}
 	return cfg, opt, nil
 }
 
@@ -518,6 +498,9 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
 	ec.InboundQueue, ec.NackThreshold, ec.ServeBudget = e.InboundQueue, e.NackThreshold, e.ServeBudget
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
+	if ec.Timeout == 0 { // loadConfig sets it; a Config built otherwise may not
+		ec.Timeout = defaultTimeout(&c.Port, c.Poll.Mode)
+	}
 	ec.PullIdleTimeout = time.Duration(e.PullIdleTimeout)
 	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
 	ec.ICMPRate, ec.ICMPBurst = e.ICMPRate, e.ICMPBurst
@@ -556,26 +539,6 @@ func parseMAC(s string) (wire.MAC, error) {
 	return wire.MAC(hw), nil
 }
 
-// ctlConfig converts and validates the control socket part.
-func (c *Config) ctlConfig() (ctl.Config, error) {
-	k := &c.Ctl
-	mode, err := strconv.ParseUint(k.SocketMode, 8, 32)
-	if err != nil || mode > 0o777 {
-		return ctl.Config{}, fmt.Errorf("%w: ctl.socket_mode %q is not an octal permission", errConfig, k.SocketMode)
-	}
-	cc := ctl.Config{
-		SocketPath: k.Socket, SocketMode: os.FileMode(mode),
-		CmdCap: k.CmdCap, CplCap: k.CplCap, Slots: k.SlotPolicy,
-		MaxConns: k.MaxConns, MaxConnsPerUID: k.MaxConnsPerUID, MaxRegionsPerPortal: k.MaxRegionsPerPortal,
-		MaxRegionBytes: k.MaxRegionBytes, MaxPortalBytes: k.MaxPortalBytes,
-		Hugetlb: k.Hugetlb,
-	}
-	if err := cc.Validate(); err != nil {
-		return cc, fmt.Errorf("%w: %v", errConfig, err)
-	}
-	return cc, nil
-}
-
 // validate checks everything that can be checked before DPDK starts.
 func (c *Config) validate() error {
 	// The real IV source is opened (and locked) only by serve; a volatile
@@ -606,6 +569,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: poll.cpu %d", errConfig, c.Poll.CPU)
 	case c.Poll.Nice < -20 || c.Poll.Nice > 19:
 		return fmt.Errorf("%w: poll.nice %d, want -20..19", errConfig, c.Poll.Nice)
+	case c.OOMScoreAdj < -1000 || c.OOMScoreAdj > 1000:
+		return fmt.Errorf("%w: oom_score_adj %d, want -1000..1000", errConfig, c.OOMScoreAdj)
 	}
 	if xdp.IsAFXDP(p.Vdev) {
 		if _, err := parseAFXDPVdev(p.Vdev); err != nil {

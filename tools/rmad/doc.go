@@ -9,14 +9,31 @@
 // -print-config prints the effective configuration as JSON, a valid config
 // file, and exits.
 //
+// TIMEOUT: engine.timeout (-timeout), by default 4 × the port's measured
+// round trip at a full window, at least 2 ms: 2 ms on net_memif, net_ring
+// and a NIC of DPDK's own, 6 ms on net_af_xdp, 7 ms on net_tap, 8 ms on
+// net_af_packet, 10 ms on other vdevs (timeout.go says how it was
+// measured). An explicit value wins.
+//
 // Applications: ctl.slot_policy maps each application, by the uid it runs
-// as and the name it gives its portal, to the highest class of service it
-// may use and its cap on command slots (paper §4.3; the first matching rule
-// wins, else default_class and default; -default-class and -slot-cap set
-// those two). An application asking for a class its rule does not grant
-// cannot open a portal; one asking for more slots than its cap is refused
-// at alloc_slots. Every portal opened is logged with its class and cap and
-// the rule that granted them.
+// as or a group it is in, to the highest class of service it may use and
+// its cap on command slots (paper §4.3; the first matching rule wins, else
+// default_class and default; -default-class and -slot-cap set those two).
+// A rule cannot match on the name an application gives its portal: such a
+// config is refused. An application asking for a class its rule does not
+// grant cannot open a portal; one asking for more slots than its cap is
+// refused at alloc_slots. Every portal opened is logged with its class and
+// cap, the rule that granted them, its tenant and its identity.
+//
+// Tenants: rmad listens on ctl.socket (-socket; a tenant per uid) and on
+// each of ctl.sockets (path, mode, uid/gid owning it, name, tenant
+// "socket" or "uid", its own slot_policy and quota). ctl.quota (counts, or
+// percentages of what is left once the engine has its own) bounds each
+// tenant's memory_bytes, hugepage_bytes, portals and slots. Process
+// identities are recorded in ctl.id_state (-id-state; default
+// engine.iv_state + ".ids"), which must live as long as the IV state.
+// rmad writes oom_score_adj (-oom-score-adj, default -999) so the kernel's
+// OOM killer picks a tenant before it.
 //
 // Start-up: validate everything, log every config field and derived size,
 // open and lock the IV counter state file (engine.iv_state, -iv-state;
@@ -27,14 +44,15 @@
 // it), initialise the EAL (eal_args plus --vdev=port.vdev), create the mbuf pool,
 // set up and start the port, build the engine core (engine.New) over a
 // dpdkport.Port, start its poll loop (engine/runner: busy, backoff or yield, pinned
-// to poll.cpu), then listen on the control socket.
+// to poll.cpu), then open the identity state and listen on the control
+// sockets (quotas' percentages are taken of what is left then).
 //
 // Shutdown on SIGINT/SIGTERM, in reverse: close the control socket (every
 // portal is reclaimed while the core still runs), remove the socket
 // directory if rmad created it, stop the poll loop (remaining ops complete
 // with ABORTED), release the port's mbufs, stop and close the port, free the
 // pool, clean up the EAL, close the IV state. Nothing is left on disk but
-// the IV state file, which must stay.
+// the IV state and identity state files, which must stay.
 //
 //	rmad -vdev net_tap0,iface=onerma0 -port-name net_tap0 -ip 10.0.0.1 \
 //	     -socket /run/onerma/rmad.sock -poll-mode busy -cpu 1

@@ -125,8 +125,18 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	down := &cleanup{log: log}
 	defer down.run()
 
+	// The kernel's OOM killer is to pick a tenant before the engine that
+	// serves them all (a performance and safety setting: without the
+	// privilege rmad runs, and says so).
+	if err := setOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
+		log.Warn().Err(err).Int("oom_score_adj", cfg.OOMScoreAdj).Msg("oom_score_adj not set (lowering it needs CAP_SYS_RESOURCE)")
+	} else {
+		log.Info().Int("oom_score_adj", cfg.OOMScoreAdj).Msg("oom_score_adj set")
+	}
+
 	// IV counters first: a state file another engine holds, or one that
 	// cannot be made durable, stops rmad before it touches DPDK.
+	warnIdentityStateLost(log, cfg)
 	iv, err := openIVSource(cfg.ivStatePath())
 	if err != nil {
 		return err
@@ -333,13 +343,16 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	}()
 	down.add("fragmentation-needed watch stop", func() error { close(stopWatch); <-watched; return nil })
 
-	// Control socket.
-	dir := filepath.Dir(ctlCfg.SocketPath)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
+	// Control sockets. The engine's own memory is all taken by now, so
+	// Listen measures what is left to share between tenants.
+	for _, sc := range ctlCfg.Sockets {
+		dir := filepath.Dir(sc.Path)
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			down.add("remove socket directory "+dir, func() error { return os.Remove(dir) })
 		}
-		down.add("remove socket directory", func() error { return os.Remove(dir) })
 	}
 	srv, err := ctl.Listen(ctlCfg, r, log.With().Str("component", "ctl").Logger())
 	if err != nil {
@@ -364,9 +377,9 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		}
 		down.add("metrics server close", ms.close)
 	}
-	log.Info().Str("socket", ctlCfg.SocketPath).Msg("rmad ready")
+	log.Info().Str("socket", ctlCfg.Sockets[0].Path).Int("sockets", len(ctlCfg.Sockets)).Msg("rmad ready")
 	if ready != nil {
-		ready(ctlCfg.SocketPath)
+		ready(ctlCfg.Sockets[0].Path)
 	}
 
 	select {
@@ -503,15 +516,16 @@ func logStartup(log zerolog.Logger, cfg *Config, frameBytes, dataRoom int, c *ct
 		Int("mbuf_data_room", dataRoom).
 		Uint64("mbuf_pool_bytes_approx", uint64(cfg.Port.Mbufs)*uint64(dataRoom+mbufOverhead)).
 		Int("max_payload_bytes", wire.MaxPayload(cfg.Engine.MTU)).
-		Int("window_ops_at_arbitration", cfg.Engine.WindowBytes/engine.ArbitrationBytes)
+		Int("window_ops_at_arbitration", cfg.Engine.WindowBytes/engine.ArbitrationBytes).
+		Str("port_kind", portKind(&cfg.Port)).
+		Str("timeout_port_default", defaultTimeout(&cfg.Port, cfg.Poll.Mode).String())
 	if l, err := abi.NewLayout(0, c.CmdCap, c.CplCap); err == nil {
 		ev = ev.Uint64("portal_segment_bytes", l.Size).
 			Int("cmd_ring_bytes", abi.RingBytes(c.CmdCap, abi.CommandSize)).
 			Int("cpl_ring_bytes", abi.RingBytes(c.CplCap, abi.CompletionSize))
 	}
 	ev.Uint64("shared_region_bytes_max", uint64(c.MaxConns)*c.MaxPortalBytes).
-		Int("slots_per_portal_default", c.Slots.Default).
-		Int("slot_rules", len(c.Slots.Rules)).
+		Int("control_sockets", len(c.Sockets)).
 		Msg("derived sizes")
 }
 

@@ -21,7 +21,8 @@ import (
 type MetricsConfig struct {
 	// Listen is HOST:PORT of the HTTP server that serves the metrics at
 	// /metrics ("": none, the default). The page names portals, their
-	// uids and pids: listen on loopback or a management network.
+	// uids, identities and tenants: listen on loopback or a management
+	// network.
 	Listen string `json:"listen"`
 }
 
@@ -51,15 +52,19 @@ type metricsServer struct {
 // http://listen/metrics. A scrape reads the core with srv.Stats, one
 // runner.Exec on the poll loop, in which it also copies the histograms:
 // the loop takes no lock and does no work for the scrape but that copy
-// and the stats reply's.
+// and the stats reply's. The tenants' usage against their quotas comes
+// from the server's books (srv.Tenants), off the loop.
 func startMetrics(listen string, srv *ctl.Server, delays *telemetry.Delays, limits metrics.Limits, log zerolog.Logger) (*metricsServer, error) {
-	col, err := metrics.NewCollector(metrics.Config{Cores: []metrics.Core{{
-		ID: 0, Limits: limits,
-		Snapshot: func(s *metrics.Snapshot) (err error) {
-			s.Stats, err = srv.Stats(func(*engine.Core) { s.Delays = *delays })
-			return err
-		},
-	}}})
+	col, err := metrics.NewCollector(metrics.Config{
+		Cores: []metrics.Core{{
+			ID: 0, Limits: limits,
+			Snapshot: func(s *metrics.Snapshot) (err error) {
+				s.Stats, err = srv.Stats(func(*engine.Core) { s.Delays = *delays })
+				return err
+			},
+		}},
+		Tenants: func() []metrics.TenantUsage { return metrics.TenantsOf(srv.Tenants()) },
+	})
 	if err != nil {
 		return nil, err
 	}

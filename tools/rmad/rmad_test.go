@@ -23,6 +23,7 @@ import (
 	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/dpdk/dpdktest"
+	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/engine/dpdkport"
 	"github.com/onerma/onerma/engine/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/faultport"
@@ -52,7 +53,7 @@ func writeFile(t *testing.T, body string) string {
 
 func TestFileThenFlagsOverride(t *testing.T) {
 	file := writeFile(t, `{"engine": {"ip": "10.1.1.1", "slots": 64, "timeout": "20ms"},
-		"ctl": {"slot_policy": {"default": 8, "rules": [{"uid": 1000, "name": "kv", "max_slots": 32}]}},
+		"ctl": {"slot_policy": {"default": 8, "rules": [{"uid": 1000, "max_slots": 32}]}},
 		"log_level": "debug"}`)
 	var stderr bytes.Buffer
 	cfg, opt, err := loadConfig([]string{"-slots", "128", "-config", file, "-poll-mode", "backoff", "-timeout", "30ms"}, &stderr)
@@ -83,11 +84,11 @@ func TestFileThenFlagsOverride(t *testing.T) {
 
 // TestSlotPolicyConfig: the slot policy's classes come from the file and
 // -default-class, reach ctl.Config, and bad class names are refused with
-// the key that holds them.
+// the key that holds them; a rule on a portal's name is refused.
 func TestSlotPolicyConfig(t *testing.T) {
 	file := writeFile(t, `{"ctl": {"slot_policy": {"default": 8, "default_class": "low", "rules": [
-		{"uid": 1000, "name": "lat", "class": "high", "max_slots": 64},
-		{"name": "bulk", "class": "low", "max_slots": 16},
+		{"uid": 1000, "class": "high", "max_slots": 64},
+		{"gid": 500, "class": "low", "max_slots": 16},
 		{"uid": 2000, "max_slots": 4}]}}}`)
 	cfg, _, err := loadConfig([]string{"-config", file}, &bytes.Buffer{})
 	if err != nil {
@@ -97,22 +98,22 @@ func TestSlotPolicyConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	main := &cc.Sockets[0].Policy
 	for _, tt := range []struct {
-		uid  uint32
-		name string
-		want string
+		uid, gid uint32
+		want     string
 	}{
-		{1000, "lat", "class high and 64 slots"},
-		{1001, "lat", "class low and 8 slots"},
-		{1000, "bulk", "class low and 16 slots"},
-		{2000, "lat", "class low and 4 slots"}, // class absent: low
+		{1000, 1000, "class high and 64 slots"},
+		{1001, 1001, "class low and 8 slots"},
+		{1001, 500, "class low and 16 slots"},
+		{2000, 2000, "class low and 4 slots"}, // class absent: low
 	} {
-		if g := cc.Slots.Match(tt.uid, tt.name); g.String() != tt.want {
-			t.Errorf("uid %d name %q: %s (%s), want %s", tt.uid, tt.name, g, g.From, tt.want)
+		if g := main.Match(tt.uid, tt.gid); g.String() != tt.want {
+			t.Errorf("uid %d gid %d: %s (%s), want %s", tt.uid, tt.gid, g, g.From, tt.want)
 		}
 	}
 	// The flag overrides the file; an old file without classes still loads.
-	old := writeFile(t, `{"ctl": {"slot_policy": {"default": 8, "rules": [{"uid": 1000, "name": "kv", "max_slots": 32}]}}}`)
+	old := writeFile(t, `{"ctl": {"slot_policy": {"default": 8, "rules": [{"uid": 1000, "max_slots": 32}]}}}`)
 	cfg, _, err = loadConfig([]string{"-config", old, "-default-class", "high"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -120,10 +121,10 @@ func TestSlotPolicyConfig(t *testing.T) {
 	if cc, err = cfg.ctlConfig(); err != nil {
 		t.Fatal(err)
 	}
-	if g := cc.Slots.Match(3000, "x"); g.String() != "class high and 8 slots" {
+	if g := cc.Sockets[0].Policy.Match(3000, 3000); g.String() != "class high and 8 slots" {
 		t.Errorf("-default-class high: %s", g)
 	}
-	if g := cc.Slots.Match(1000, "kv"); g.String() != "class low and 32 slots" {
+	if g := cc.Sockets[0].Policy.Match(1000, 1000); g.String() != "class low and 32 slots" {
 		t.Errorf("rule without a class: %s", g)
 	}
 
@@ -132,12 +133,23 @@ func TestSlotPolicyConfig(t *testing.T) {
 		args []string
 		want string
 	}{
-		{`{"ctl": {"slot_policy": {"rules": [{"name": "a", "max_slots": 1}, {"name": "b", "class": "medium", "max_slots": 1}]}}}`, nil,
-			`invalid config: ctl: invalid config: slot policy: rules[1].class = "medium", want "low" or "high"`},
+		{`{"ctl": {"slot_policy": {"rules": [{"uid": 1, "max_slots": 1}, {"uid": 2, "class": "medium", "max_slots": 1}]}}}`, nil,
+			`invalid config: ctl: invalid config: slot policy: rules[1].class = "medium", want "low" or "high" (Sockets[0].Policy, socket main)`},
 		{`{"ctl": {"slot_policy": {"default_class": "gold"}}}`, nil,
-			`invalid config: ctl: invalid config: slot policy: default_class = "gold", want "low" or "high"`},
+			`invalid config: ctl: invalid config: slot policy: default_class = "gold", want "low" or "high" (Sockets[0].Policy, socket main)`},
 		{"", []string{"-default-class", "High"},
-			`invalid config: ctl: invalid config: slot policy: default_class = "High", want "low" or "high"`},
+			`invalid config: ctl: invalid config: slot policy: default_class = "High", want "low" or "high" (Sockets[0].Policy, socket main)`},
+		// A config from before tenants: a rule on the name the
+		// application chooses is refused, with what to do instead.
+		{`{"ctl": {"slot_policy": {"rules": [{"uid": 1000, "name": "lat", "class": "high", "max_slots": 64}]}}}`, nil,
+			`invalid config: ctl: invalid config: slot policy: rules[0].name = "lat": a rule cannot match on a portal's name, which every application chooses itself; match on uid or gid, or give the application a control socket of its own (ctl.sockets) (Sockets[0].Policy, socket main)`},
+		{`{"ctl": {"sockets": [{"path": "/run/onerma/web.sock", "name": "web", "slot_policy": {"rules": [{"class": "high", "max_slots": 1}]}}]}}`, nil,
+			`invalid config: ctl: invalid config: slot policy: rules[0] sets neither uid nor gid: it would match every application, as the default does (Sockets[1].Policy, socket web)`},
+		{`{"ctl": {"sockets": [{"path": "/run/onerma/web.sock", "name": "web", "tenant": "pod"}]}}`, nil,
+			`invalid config: ctl: invalid config: Sockets[1].Tenant = "pod", want "uid" or "socket"`},
+		{`{"ctl": {"sockets": [{"path": "/run/onerma/web.sock", "mode": "0888"}]}}`, nil,
+			`invalid config: ctl.sockets[0].mode "0888" is not an octal permission`},
+		{`{"ctl": {"socket": "", "sockets": []}}`, nil, `invalid config: ctl: invalid config: Sockets = none`},
 	} {
 		args := tt.args
 		if tt.file != "" {
@@ -155,6 +167,59 @@ func TestSlotPolicyConfig(t *testing.T) {
 	_, _, err = loadConfig([]string{"-config", writeFile(t, `{"ctl": {"slot_policy": {"rules": [{"class": 1}]}}}`)}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "ctl.slot_policy.rules.class") {
 		t.Errorf("numeric class: %v", err)
+	}
+}
+
+// TestTenantConfig: more sockets, each with its tenants, policy and
+// quota; quotas as counts or percentages over the defaults; the identity
+// state beside the IV state.
+func TestTenantConfig(t *testing.T) {
+	file := writeFile(t, `{"engine": {"iv_state": "/var/lib/x/iv.state"},
+		"ctl": {"quota": {"memory_bytes": "10%"},
+		"sockets": [{"path": "/run/onerma/pods/web/rmad.sock", "mode": "0600", "uid": 1000, "name": "web",
+		  "slot_policy": {"default": 64, "default_class": "high"},
+		  "quota": {"memory_bytes": 1073741824, "slots": 100}},
+		 {"path": "/run/onerma/users.sock", "name": "users", "tenant": "uid"}]}}`)
+	cfg, _, err := loadConfig([]string{"-config", file}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cfg.ctlConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cc.Sockets) != 3 || cc.IdentityPath != "/var/lib/x/iv.state.ids" || cfg.Ctl.IDState != cc.IdentityPath {
+		t.Fatalf("sockets %+v, identity state %q", cc.Sockets, cc.IdentityPath)
+	}
+	main, web, users := cc.Sockets[0], cc.Sockets[1], cc.Sockets[2]
+	if main.Name != "main" || main.Tenant != ctl.TenantByUID || main.Mode != 0o666 {
+		t.Errorf("main socket %+v", main)
+	}
+	if web.Tenant != ctl.TenantBySocket || web.Mode != 0o600 || *web.UID != 1000 || web.GID != nil || web.Policy.Match(5, 5).String() != "class high and 64 slots" {
+		t.Errorf("web socket %+v", web)
+	}
+	if users.Tenant != ctl.TenantByUID || users.Mode != 0o660 {
+		t.Errorf("users socket %+v", users)
+	}
+	r := ctl.Resources{MemoryBytes: 1000 << 20, HugepageBytes: 400 << 20, Portals: 64, Slots: 1024}
+	if got, want := cc.Quota.Resolve(r), (ctlmsg.TenantUsage{MemoryBytes: 100 << 20, HugepageBytes: 200 << 20, Portals: 32, Slots: 512}); got != want {
+		t.Errorf("default quota %+v, want %+v", got, want)
+	}
+	if got, want := web.Quota.Over(cc.Quota).Resolve(r), (ctlmsg.TenantUsage{MemoryBytes: 1 << 30, HugepageBytes: 200 << 20, Portals: 32, Slots: 100}); got != want {
+		t.Errorf("web's quota %+v, want %+v", got, want)
+	}
+	// -print-config shows the quota as written.
+	b, _ := json.Marshal(&cfg.Ctl)
+	if !strings.Contains(string(b), `"quota":{"memory_bytes":"10%","hugepage_bytes":"50%","portals":"50%","slots":"50%"}`) {
+		t.Errorf("ctl renders as %s", b)
+	}
+	for _, bad := range []string{`{"ctl": {"quota": {"slots": "150%"}}}`, `{"ctl": {"quota": {"slots": -1}}}`, `{"ctl": {"quota": {"portals": "x"}}}`} {
+		if _, _, err := loadConfig([]string{"-config", writeFile(t, bad)}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "quota") {
+			t.Errorf("%s: %v", bad, err)
+		}
 	}
 }
 
@@ -356,8 +421,13 @@ func TestRmadNetRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := cli.Identity(); id.Addr.String() != "10.3.0.1" || id.PID != uint32(os.Getpid()) {
-		t.Fatalf("identity %+v", id)
+	// Both portals of this process carry its one identity, allocated by
+	// the engine (not its PID) and recorded beside the IV state.
+	if id := cli.Identity(); id.Addr.String() != "10.3.0.1" || id.PID != srv.Identity().PID || id.PID < ctl.FirstIdentity || id.Tenant != fmt.Sprintf("main uid %d", os.Getuid()) {
+		t.Fatalf("identity %+v, the server portal's %+v", id, srv.Identity())
+	}
+	if b, err := os.ReadFile(ivState + ".ids"); err != nil || !strings.Contains(string(b), fmt.Sprintf(" %d\n", cli.Identity().PID)) {
+		t.Fatalf("identity state: %q %v", b, err)
 	}
 	if _, err := cli.AllocSlots(4); err != nil {
 		t.Fatal(err)
@@ -403,7 +473,7 @@ func TestRmadNetRing(t *testing.T) {
 		t.Errorf("completions by op %v", st.CompletedByOp)
 	}
 	if ps := st.Portals; len(ps) != 2 || ps[0].Name != "server" || ps[1].Name != "client" ||
-		ps[1].PID != uint32(os.Getpid()) || ps[1].Slots != 4 || ps[1].InFlight != 0 || ps[1].CmdDepth != 0 || ps[1].CplDepth != 0 ||
+		ps[1].PID != cli.Identity().PID || ps[1].Tenant != cli.Identity().Tenant || ps[1].Slots != 4 || ps[1].InFlight != 0 || ps[1].CmdDepth != 0 || ps[1].CplDepth != 0 ||
 		ps[1].CmdCap == 0 || ps[1].CplCap == 0 || ps[1].Class != "low" {
 		t.Errorf("portals %+v", ps)
 	}

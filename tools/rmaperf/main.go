@@ -1,10 +1,10 @@
 // Command rmaperf measures OneRMA ops the way perftest and ucx_perftest do.
 //
-//	rmaperf server    -ctl SOCK -creds-fd FD [-listen 127.0.0.1:18515] [-region-bytes N] [-name NAME]
-//	rmaperf read_bw   -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
-//	rmaperf read_lat  -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -D DURATION [-json]
-//	rmaperf write_bw  -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
-//	rmaperf write_lat -ctl SOCK (-server HOST:PORT -region ID -creds-fd FD | -self) -s SIZE -D DURATION [-json]
+//	rmaperf server    -ctl SOCK (-creds DIR | -creds-fd FD) [-listen 127.0.0.1:18515] [-region-bytes N] [-name NAME]
+//	rmaperf read_bw   -ctl SOCK (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
+//	rmaperf read_lat  -ctl SOCK (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -D DURATION [-json]
+//	rmaperf write_bw  -ctl SOCK (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
+//	rmaperf write_lat -ctl SOCK (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -D DURATION [-json]
 //
 // SIZE is 1..4096 for single ops; larger sizes (or -exec) go through the
 // executor (below).
@@ -14,13 +14,19 @@
 //
 // The server registers a region (with a random region key K_r, open to
 // remote READ and WRITE) on its engine, prints its id and the key
-// service's address, and serves, over mutually authenticated TLS 1.3 on
-// loopback (internal/keyx), each client's derived key K_d for the op it
-// asks for (READ or WRITE) together with the region's id, size and engine
-// address: perftest's out-of-band exchange, plus the key of paper §4.2.
-// Both ends get their TLS credentials from their launcher (rmabench) on an
-// inherited descriptor (-creds-fd; keyx.Attach), never from a file, the
-// command line or the environment.
+// service's address, and serves, over mutually authenticated TLS 1.3
+// (package keyx), each client's derived key K_d for the op it asks for
+// (READ or WRITE) together with the region's id, size and engine address:
+// perftest's out-of-band exchange, plus the key of paper §4.2. -listen is
+// loopback by default; 0.0.0.0:18515 (or the host's address) serves
+// clients on other hosts.
+//
+// Both ends take their TLS credentials from a directory `rmactl creds DIR`
+// wrote (-creds DIR: the server reads DIR/server.pem, a client
+// DIR/client.pem; keyx.LoadServer, keyx.LoadClient), or from a launcher
+// (rmabench) on an inherited descriptor (-creds-fd; keyx.Attach), never
+// from the command line or the environment. A client verifies that the
+// server's certificate names the host of -server (rmactl creds -host).
 //
 // A client opens a portal on its own engine and keeps OUTSTANDING ops in
 // flight (the _lat tests: one): read_* READ SIZE bytes of the remote
@@ -62,7 +68,9 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,7 +78,7 @@ import (
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/cc"
 	"github.com/onerma/onerma/internal/benchrow"
-	"github.com/onerma/onerma/internal/keyx"
+	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -101,13 +109,14 @@ func usage() {
 func server(args []string) error {
 	fs := flag.NewFlagSet("server", flag.ExitOnError)
 	ctl := fs.String("ctl", "/run/onerma/rmad.sock", "engine control socket")
-	listen := fs.String("listen", "127.0.0.1:18515", "loopback TCP address of the TLS key service")
-	credsFD := fs.Int("creds-fd", -1, "inherited descriptor carrying the server's TLS credentials (from the launcher)")
+	listen := fs.String("listen", "127.0.0.1:18515", "TCP address of the TLS key service (0.0.0.0:18515 or the host's address: clients on other hosts)")
+	credsDir := fs.String("creds", "", "directory of the server's TLS credentials (DIR/server.pem, from rmactl creds DIR)")
+	credsFD := fs.Int("creds-fd", -1, "inherited descriptor carrying the server's TLS credentials (from a launcher)")
 	size := fs.Uint64("region-bytes", 1<<20, "size of the served region")
 	verbose := fs.Bool("v", false, "log every K_d granted (never the key)")
 	name := fs.String("name", "rmaperf-server", "application name presented to the engine")
 	fs.Parse(args)
-	creds, err := keyx.Inherited(*credsFD)
+	creds, err := loadCreds(*credsDir, *credsFD, true)
 	if err != nil {
 		return err
 	}
@@ -143,6 +152,13 @@ func server(args []string) error {
 	}
 	defer srv.Close()
 	fmt.Printf("rmaperf server: region %#x (%d bytes) on %s, K_d served over TLS 1.3 on %s\n", uint32(r.ID()), *size, p.Identity().Addr, ap)
+	// Clients verify that the certificate names the host they dial.
+	cert := creds.Certificate()
+	hosts := slices.Clone(cert.DNSNames)
+	for _, ip := range cert.IPAddresses {
+		hosts = append(hosts, ip.String())
+	}
+	fmt.Printf("rmaperf server: clients: -server HOST:%d -region %#x, HOST one of the certificate's names: %s\n", ap.Port(), uint32(r.ID()), strings.Join(hosts, ", "))
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
@@ -163,7 +179,8 @@ func client(test string, args []string) error {
 	fs := flag.NewFlagSet(test, flag.ExitOnError)
 	ctl := fs.String("ctl", "/run/onerma/rmad.sock", "engine control socket")
 	srv := fs.String("server", "", "rmaperf server's key service HOST:PORT")
-	credsFD := fs.Int("creds-fd", -1, "with -server: inherited descriptor carrying the client's TLS credentials (from the launcher)")
+	credsDir := fs.String("creds", "", "with -server: directory of the client's TLS credentials (DIR/client.pem, from rmactl creds)")
+	credsFD := fs.Int("creds-fd", -1, "with -server: inherited descriptor carrying the client's TLS credentials (from a launcher)")
 	regionFlag := fs.String("region", "", "with -server: the region id the server printed")
 	self := fs.Bool("self", false, "target a region of this client's own engine (loopback)")
 	size := fs.Int("s", 64, "op size in bytes (1..4096), or transfer size through the executor (above 4096, or with -exec)")
@@ -241,6 +258,24 @@ func client(test string, args []string) error {
 	if *verify && op == abi.OpWrite && !*self {
 		return errors.New("-verify of a write test needs -self (the written region must be this process's)")
 	}
+	// The key exchange's inputs are checked before the engine is asked
+	// for anything.
+	var (
+		creds *keyx.Credentials
+		rid   uint64
+	)
+	if !*self {
+		if *srv == "" {
+			return errors.New("need -server or -self")
+		}
+		var err error
+		if rid, err = strconv.ParseUint(*regionFlag, 0, 32); err != nil {
+			return fmt.Errorf("-server needs -region (the id the server printed): %q: %v", *regionFlag, err)
+		}
+		if creds, err = loadCreds(*credsDir, *credsFD, false); err != nil {
+			return err
+		}
+	}
 	p, err := portal.DialOptions(*ctl, *name, portal.Options{WaitSpins: *spins, Class: class})
 	if errors.Is(err, portal.ErrClass) {
 		return fmt.Errorf("the engine's policy does not grant class %s to an application named %q: %w", *classFlag, *name, err)
@@ -284,17 +319,6 @@ func client(test string, args []string) error {
 		id := p.Identity()
 		tg = target{peer: id.Addr, region: r.ID(), bytes: r.Size(), key: r.DeriveKey(id.Addr, id.PID, op), mem: b}
 	} else {
-		if *srv == "" {
-			return errors.New("need -server or -self")
-		}
-		rid, err := strconv.ParseUint(*regionFlag, 0, 32)
-		if err != nil {
-			return fmt.Errorf("-server needs -region (the id the server printed): %q: %v", *regionFlag, err)
-		}
-		creds, err := keyx.Inherited(*credsFD)
-		if err != nil {
-			return fmt.Errorf("-server needs TLS credentials from the launcher: %w", err)
-		}
 		// The server may still be starting: Fetch retries a refused
 		// connection for 10 s.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -426,14 +450,17 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 	inflight := outstanding
 	spins := 0
 	for inflight > 0 {
-		var n int
+		var (
+			n   int
+			err error
+		)
 		if event {
-			var err error
-			if n, err = p.Wait(ctx, cpl); err != nil {
-				return benchrow.Row{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
-			}
+			n, err = p.Wait(ctx, cpl)
 		} else {
-			n = p.Poll(cpl)
+			n, err = p.Poll(cpl)
+		}
+		if err != nil {
+			return benchrow.Row{}, fmt.Errorf("waiting for completions (%d in flight): %w", inflight, err)
 		}
 		if n == 0 {
 			// Spin (lowest latency); check the deadline now and then.
@@ -502,6 +529,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
 		P50us: us(h.quantile(0.5)), P99us: benchrow.F(us(h.quantile(0.99))), P999us: benchrow.F(us(h.quantile(0.999))),
 		EngP50us: benchrow.F(us(eng.quantile(0.5))), EngP99us: benchrow.F(us(eng.quantile(0.99))),
+		EngP999us: benchrow.F(us(eng.quantile(0.999))), EngMaxUs: benchrow.F(us(eng.max)),
 		Ops: ops, Errors: errs, Seconds: secs,
 	}
 	if errs > 0 {

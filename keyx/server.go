@@ -15,7 +15,10 @@ import (
 	"github.com/onerma/onerma/aesni"
 )
 
-// Region is a region an owner serves. *portal.Region is one.
+// Region is a region an owner serves: *portal.Region is one. DeriveKey
+// must return the K_d of the region's current K_r (paper §4.2) for the
+// initiating process (its engine's address and the PID its engine
+// stamps) and op.
 type Region interface {
 	ID() abi.RegionID
 	Size() uint64
@@ -25,8 +28,13 @@ type Region interface {
 
 // Config configures a Server.
 type Config struct {
-	Credentials *Credentials // from CA.IssueServer (via Inherited)
-	Owner       netip.Addr   // the owner engine's IPv4 address (portal.Identity().Addr)
+	// Credentials are the owner's server credentials (CA.IssueServer,
+	// LoadServer or Inherited); readers need client credentials from the
+	// same CA.
+	Credentials *Credentials
+	// Owner is the owner engine's IPv4 address (portal.Identity().Addr):
+	// every Grant names it as where to send ops.
+	Owner netip.Addr
 	// Authorize, if set, decides whether the holder of peer may have the
 	// K_d of req (the region exists and allows the op). Its error is sent
 	// back with CodeRefused.
@@ -39,7 +47,8 @@ type Config struct {
 	Timeout time.Duration
 }
 
-// Server serves K_d to readers over TLS 1.3 with client certificates.
+// Server serves K_d to readers over TLS 1.3 with client certificates. Its
+// methods are safe for concurrent use.
 type Server struct {
 	cfg  Config
 	tls  *tls.Config
@@ -58,8 +67,11 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Credentials == nil {
 		return nil, errors.New("keyx: server: no credentials")
 	}
-	if !hasUsage(cfg.Credentials.cert.Leaf, x509.ExtKeyUsageServerAuth) {
-		return nil, fmt.Errorf("keyx: server: certificate %q is not a server certificate (use CA.IssueServer)", cfg.Credentials.Name())
+	if err := cfg.Credentials.checkRole(true); err != nil {
+		return nil, fmt.Errorf("keyx: server: %w", err)
+	}
+	if err := cfg.Credentials.checkValid(time.Now()); err != nil {
+		return nil, fmt.Errorf("keyx: server: %w", err)
 	}
 	if !unicast4(cfg.Owner) {
 		return nil, fmt.Errorf("keyx: server: owner address %v is not a unicast IPv4 address", cfg.Owner)
@@ -76,15 +88,6 @@ func NewServer(cfg Config) (*Server, error) {
 		ClientCAs:    cfg.Credentials.pool(),
 	}
 	return s, nil
-}
-
-func hasUsage(c *x509.Certificate, u x509.ExtKeyUsage) bool {
-	for _, v := range c.ExtKeyUsage {
-		if v == u {
-			return true
-		}
-	}
-	return false
 }
 
 // Add serves r (replacing a region of the same id).
@@ -111,19 +114,18 @@ func (s *Server) Update(fn func() error) error {
 	return fn()
 }
 
-// Start listens on addr, which must be a loopback address ("" means
-// 127.0.0.1:0, any free port), and serves in the background until Close.
-// It returns the address to give readers.
+// Start listens on addr (TCP host:port; "" means 127.0.0.1:0, a free
+// port on loopback) and serves in the background until Close. It returns
+// the address it listens on. Any address will do, 0.0.0.0 included, for
+// readers on other hosts: only holders of client credentials from the CA
+// complete a handshake, and they reach the owner by a name or address its
+// certificate holds (CA.IssueServer's hosts).
 func (s *Server) Start(addr string) (netip.AddrPort, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("keyx: listen %q: %w", addr, err)
-	}
-	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
-		return netip.AddrPort{}, fmt.Errorf("keyx: listen %q: want a loopback address", addr)
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("keyx: listen %q: want HOST:PORT: %w", addr, err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -138,8 +140,9 @@ func (s *Server) Start(addr string) (netip.AddrPort, error) {
 	return ap, nil
 }
 
-// Serve accepts connections on ln until Close (then it returns nil) or an
-// accept error.
+// Serve accepts connections on ln (any listener; Start makes a TCP one)
+// until Close (then it returns nil) or an accept error, and serves each on
+// its own goroutine.
 func (s *Server) Serve(ln net.Listener) error {
 	s.lmu.Lock()
 	if s.closed {

@@ -13,7 +13,8 @@ import (
 	"github.com/onerma/onerma/portal"
 )
 
-// Version is the protocol version of every message.
+// Version is the protocol version every message carries in its first
+// byte; a message of another version is refused (CodeBadRequest).
 const Version = 1
 
 // Message sizes (bodies, without the 2-byte frame length).
@@ -25,12 +26,12 @@ const (
 )
 
 // Request asks for the K_d of one initiating process for one op type on
-// one region.
+// one region. Build it with RequestFor from the reader's portal.
 type Request struct {
-	Initiator netip.Addr // the reader's engine IPv4 address
-	PID       uint32     // the reader's PID as its engine stamps it
-	Region    abi.RegionID
-	Op        abi.Op
+	Initiator netip.Addr   // the reader's engine IPv4 address
+	PID       uint32       // the reader's PID as its engine stamps it (portal.Identity)
+	Region    abi.RegionID // the owner's region
+	Op        abi.Op       // abi.OpRead, abi.OpWrite or abi.OpRekey
 }
 
 // RequestFor is the request of the process behind id (its portal's
@@ -40,7 +41,8 @@ func RequestFor(id portal.Identity, region abi.RegionID, op abi.Op) Request {
 }
 
 // Grant is the owner's answer: the K_d of the request, and where and how
-// large the region is.
+// large the region is. Pass Key with each op (portal.PostRead and
+// friends) and zero it (clear(g.Key[:])) once done with the region.
 type Grant struct {
 	Region abi.RegionID
 	Op     abi.Op
@@ -57,18 +59,29 @@ func (g Grant) String() string {
 // GoString is String, so that %#v does not print the key either.
 func (g Grant) GoString() string { return "keyx.Grant{" + g.String() + "}" }
 
-// Code says why an owner refused a request.
+// Code is a reply's second byte: OK, or why an owner refused a request.
 type Code uint8
 
+// Reply codes.
 const (
-	CodeOK            Code = 0
-	CodeBadRequest    Code = 1 // malformed: the connection is closed
-	CodeUnknownRegion Code = 2 // the owner serves no such region
-	CodePermission    Code = 3 // the region does not allow that op remotely
-	CodeRefused       Code = 4 // Config.Authorize said no
-	CodeInternal      Code = 5
+	// CodeOK: the reply is a Grant.
+	CodeOK Code = 0
+	// CodeBadRequest: the request was malformed (its message says how);
+	// the owner closes the connection.
+	CodeBadRequest Code = 1
+	// CodeUnknownRegion: the owner serves no region of that id.
+	CodeUnknownRegion Code = 2
+	// CodePermission: the region does not allow that op remotely
+	// (abi.PermRemoteRead, PermRemoteWrite, PermRemoteRekey).
+	CodePermission Code = 3
+	// CodeRefused: Config.Authorize refused (its error is the message).
+	CodeRefused Code = 4
+	// CodeInternal: the owner could not answer; this package's Server
+	// never sends it, other implementations of the protocol may.
+	CodeInternal Code = 5
 )
 
+// String is the code's name, e.g. "unknown region".
 func (c Code) String() string {
 	switch c {
 	case CodeOK:
@@ -94,6 +107,7 @@ type RefusedError struct {
 	Msg  string // the owner's reason, e.g. "region 0x10002 is not served here"
 }
 
+// Error is "keyx: owner refused: CODE: MESSAGE".
 func (e *RefusedError) Error() string {
 	if e.Msg == "" {
 		return "keyx: owner refused: " + e.Code.String()
@@ -107,7 +121,8 @@ func (e *RefusedError) Is(target error) bool {
 	return ok && t.Code == e.Code && t.Msg == ""
 }
 
-// Sentinels for errors.Is.
+// Sentinels for errors.Is: errors.Is(err, ErrUnknownRegion) is true for
+// an owner's refusal with that code, whatever its message.
 var (
 	ErrBadRequest    error = &RefusedError{Code: CodeBadRequest}
 	ErrUnknownRegion error = &RefusedError{Code: CodeUnknownRegion}

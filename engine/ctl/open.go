@@ -1,0 +1,158 @@
+package ctl
+
+import (
+	"errors"
+	"os"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/ctlmsg"
+	"github.com/onerma/onerma/engine"
+)
+
+// Opening a portal takes two requests: open creates its segment, which
+// the application maps; attach seals it and gives it to the core.
+
+// openPortal applies the socket's policy, charges the tenant a portal and
+// its segment, and creates the segment. The core does not see it until
+// attach.
+func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqError) {
+	if c.open {
+		return -1, fail(ctlmsg.CodeState, "open: this connection already holds %s; one portal per connection", c.who())
+	}
+	if rerr := c.identify(req.Op); rerr != nil {
+		return -1, rerr
+	}
+	g := c.l.cfg.Policy.match(&c.peer)
+	if g.MaxSlots == 0 {
+		return -1, fail(ctlmsg.CodeSlotCap, "open: %s of socket %s gives uid %d a cap of 0 slots", g.From, c.l.cfg.label(), c.peer.uid)
+	}
+	// The application gets the class it asks for, if the policy allows
+	// it: a rule granting high permits high, it does not impose it.
+	// (abi.ClassHigh > abi.ClassLow.)
+	class, _ := abi.ParseClass(req.Class) // DecodeRequest has checked it
+	if class > g.Class {
+		return -1, fail(ctlmsg.CodeClass, "open: portal %q (identity %d, uid %d) asks for class %s, but %s of socket %s grants it %s",
+			req.Name, c.ident, c.peer.uid, class.String(), g.From, c.l.cfg.label(), g)
+	}
+	cmdCap, cplCap := req.CmdCap, req.CplCap
+	if cmdCap == 0 {
+		cmdCap = c.s.cfg.CmdCap
+	}
+	if cplCap == 0 {
+		cplCap = c.s.cfg.CplCap
+	}
+	layout, err := abi.NewLayout(0, cmdCap, cplCap)
+	if err != nil {
+		return -1, fail(ctlmsg.CodeBadRequest, "open: ring capacities %d/%d: %v", cmdCap, cplCap, err)
+	}
+	seg, use, rerr := c.newMem(req.Op, "onerma-portal-"+req.Name, layout.Size, true, ctlmsg.TenantUsage{Portals: 1})
+	if rerr != nil {
+		return -1, rerr
+	}
+	fd, err := seg.dupFD()
+	if err != nil {
+		seg.release()
+		c.s.refund(c.tenant, use)
+		return -1, fail(ctlmsg.CodeResource, "open: dup of the segment's memfd: %v", err)
+	}
+	c.open, c.name, c.layout, c.class, c.seg, c.segUse = true, req.Name, layout, class, seg, use
+	c.maxSlots, c.capFrom = g.MaxSlots, g.From
+	c.regions = make(map[abi.RegionID]*region)
+	resp.Open = &ctlmsg.OpenReply{
+		Size: layout.Size, MapSize: uint64(len(seg.mem)),
+		CmdCap: cmdCap, CplCap: cplCap, Class: class.String(), MaxSlots: g.MaxSlots, Hugetlb: seg.hugetlb,
+		Identity: c.identity(),
+	}
+	c.s.log.Info().Uint64("conn", c.id).Str("name", c.name).Str("tenant", c.tenant.name).Uint32("identity", c.ident).
+		Int32("os_pid", c.peer.pid).Uint32("uid", c.peer.uid).Uint32("gid", c.peer.gid).Uint32("cmd_cap", cmdCap).Uint32("cpl_cap", cplCap).
+		Str("class", class.String()).Str("max_class", g.Class.String()).Int("max_slots", g.MaxSlots).Str("granted_by", g.From).
+		Bool("hugetlb", seg.hugetlb).Msg("portal opened")
+	return fd, nil
+}
+
+// newMem charges the tenant for size bytes of shared memory (plus extra)
+// and creates them: on huge pages when the engine has them, size fits
+// them (or anyHuge) and the tenant's hugepage_bytes quota allows, else on
+// ordinary pages. It returns the memory and what it cost.
+func (c *conn) newMem(op ctlmsg.Op, name string, size uint64, anyHuge bool, extra ctlmsg.TenantUsage) (*shm, ctlmsg.TenantUsage, *reqError) {
+	huge := c.s.hugePage
+	if huge > 0 && (anyHuge || size%huge == 0) {
+		use := extra
+		use.MemoryBytes += roundUp(size, huge)
+		use.HugepageBytes += roundUp(size, huge)
+		if c.s.charge(op, c.tenant, use) == nil {
+			if m, err := newShm(name, size, huge); err == nil {
+				return m, use, nil
+			}
+			c.s.refund(c.tenant, use) // no huge pages left: ordinary pages below
+		}
+	}
+	use := extra
+	use.MemoryBytes += roundUp(size, uint64(os.Getpagesize()))
+	if rerr := c.s.charge(op, c.tenant, use); rerr != nil {
+		return nil, use, rerr
+	}
+	m, err := newShm(name, size, 0)
+	if err != nil {
+		c.s.refund(c.tenant, use)
+		return nil, use, fail(ctlmsg.CodeResource, "%s: %v", op, err)
+	}
+	return m, use, nil
+}
+
+// attach seals and maps the segment the application has mapped, opens the
+// portal on the core and writes the segment header.
+func (c *conn) attach(resp *ctlmsg.Response) *reqError {
+	if c.attached {
+		return fail(ctlmsg.CodeState, "attach: %s is attached already", c.who())
+	}
+	if !c.seg.attached { // else an earlier attach failed in the core: try it again
+		if err := c.seg.attach(false); err != nil {
+			return fail(ctlmsg.CodeResource, "attach: the segment of %s: %v", c.who(), err)
+		}
+		c.noteLocked(c.seg)
+	}
+	seg := c.seg.mem
+	spec := engine.PortalSpec{
+		CmdRing: c.layout.CmdRing(seg), CmdCap: c.layout.CmdCap,
+		CplRing: c.layout.CplRing(seg), CplCap: c.layout.CplCap,
+		Class: c.class, MaxSlots: c.maxSlots, PID: c.ident,
+	}
+	var (
+		id   engine.PortalID
+		oerr error
+	)
+	if err := c.s.exec.Exec(func(core *engine.Core) {
+		id, oerr = core.OpenPortal(spec)
+		if oerr == nil {
+			// If another connection still thinks it holds id, the core
+			// closed that portal on its own (corrupt rings) and reused
+			// the entry: from now on that connection's execPortal sees
+			// it is gone.
+			c.s.owner[id] = c
+			c.s.ownerName[id] = c.name
+		}
+	}); err != nil {
+		return execFail(ctlmsg.OpAttach, err)
+	}
+	if oerr != nil {
+		code := ctlmsg.CodeInternal
+		if errors.Is(oerr, engine.ErrPortalsFull) {
+			code = ctlmsg.CodeResource
+		}
+		return fail(code, "attach: %v", oerr)
+	}
+	c.layout.Portal = uint32(id)
+	c.layout.Encode(seg)
+	c.portal, c.attached = id, true
+	resp.Attach = &ctlmsg.AttachReply{Portal: uint32(id)}
+	c.s.log.Debug().Uint64("conn", c.id).Str("name", c.name).Uint16("portal", uint16(id)).Bool("locked", c.seg.locked).Msg("portal attached")
+	return nil
+}
+
+// noteLocked warns, once per server, that region memory is not locked.
+func (c *conn) noteLocked(m *shm) {
+	if !m.locked && !m.hugetlb && c.s.unlocked.CompareAndSwap(false, true) {
+		c.s.log.Warn().Msg("shared memory could not be locked (mlock: RLIMIT_MEMLOCK or CAP_IPC_LOCK): under memory pressure with swap, the poll loop may fault on a swapped-out page")
+	}
+}

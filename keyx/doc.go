@@ -1,0 +1,132 @@
+// Package keyx is the key exchange every OneRMA application needs: a
+// reader process asks the application that owns a region for the derived
+// key K_d of its own identity (paper §4.2, Fig. 5) over a mutually
+// authenticated TLS 1.3 connection, and the owner derives it from the
+// region key K_r it holds (portal.Region.DeriveKey) and returns it. K_r
+// never leaves the owner; K_d travels only inside TLS. A reader passes K_d
+// with every op on the region (portal.PostRead, PostWrite, PostRekey).
+//
+// keyx imports portal (Identity, and *portal.Region is a Region), abi and
+// aesni; it knows nothing of the engine.
+//
+// # Use
+//
+// The owner:
+//
+//	creds, err := keyx.LoadServer("/etc/onerma/creds") // or Inherited(fd)
+//	r, err := p.RegisterRegion(size, abi.PermRemoteRead|abi.PermLocalWrite)
+//	srv, err := keyx.NewServer(keyx.Config{Credentials: creds, Owner: p.Identity().Addr})
+//	srv.Add(r)
+//	addr, err := srv.Start("0.0.0.0:18515")
+//
+// A reader:
+//
+//	creds, err := keyx.LoadClient("/etc/onerma/creds")
+//	g, err := keyx.Fetch(ctx, "hostA:18515", creds, keyx.RequestFor(p.Identity(), region, abi.OpRead))
+//	err = p.SubmitRead(slot, g.Owner, g.Region, 0, g.Key, sink, 0, 4096, cookie)
+//
+// # Credentials
+//
+// Both ends hold credentials from one certificate authority: its
+// certificate, their own certificate and its ECDSA P-256 private key. A
+// CA (NewCA) lives in its creator's memory and its private key is never
+// serialized, so nobody can issue more certificates once it is dropped.
+// It issues server credentials to owners (CA.IssueServer: server-auth
+// usage; the DNS names and IP addresses readers reach the owner by, plus
+// localhost, 127.0.0.1 and ::1) and client credentials to readers
+// (CA.IssueClient: client-auth usage only, so they cannot serve).
+// Credentials reach a process in one of two ways:
+//
+//   - From a launcher, over an inherited pipe (Attach before exec.Cmd.Start,
+//     Inherited in the child): nothing reaches a file, a command line (only
+//     the descriptor number) or the environment. OneRMA's demo and its
+//     benchmark driver start their processes this way.
+//   - From a directory (WriteDir; `rmactl creds DIR` calls it): ServerFile
+//     for the owner's host, ClientFile copied to each reader's host,
+//     CAFile for inspection; files mode 0600 in a directory of mode 0700.
+//     LoadServer and LoadClient refuse a file group or others may read or
+//     write, one of another user, expired certificates, and credentials
+//     of the wrong role, each with an error naming the reason.
+//
+// # What is authenticated
+//
+// TLS 1.3 only, both ways:
+//
+//   - The owner's Server requires a client certificate signed by its CA
+//     with the client-auth usage; anything else fails the handshake.
+//   - A reader (Dial, Fetch) requires the server's certificate to be signed
+//     by its CA, to have the server-auth usage and to name the host it
+//     dialed (the host part of HOST:PORT, a DNS name or an IP address).
+//
+// Any holder of client credentials from the CA may ask for the K_d of any
+// (address, PID, op) for any region the owner serves that allows the op
+// remotely; Config.Authorize narrows that, by certificate and request. A
+// K_d is useful only to the process its engine stamps with that address
+// and PID, so a reader that asks for another process's K_d gets nothing it
+// can send with through its own engine. Which engine a region lives on is
+// what the owner says (Grant.Owner).
+//
+// # Protocol (inside TLS)
+//
+// Every message is a frame: a big-endian u16 body length, then the body.
+// A connection carries any number of request/reply pairs, one at a time.
+//
+//	request (16 B):
+//	 0  version u8 (1)
+//	 1  op u8         abi.Op: 1 READ, 2 WRITE, 3 REKEY
+//	 2  reserved u16  zero
+//	 4  initiator     the reader's engine IPv4 address, network byte order
+//	 8  PID u32       the reader's identity as its engine stamps it
+//	12  region u32    the region id
+//
+//	reply:
+//	 0  version u8 (1)
+//	 1  code u8       0 OK, else a Code
+//	 2  reserved u16  zero
+//	OK (40 B):
+//	 4  region u32
+//	 8  op u8, zero u8 x3
+//	12  owner         the owner engine's IPv4 address
+//	16  length u64    the region's size in bytes
+//	24  K_d           16 B
+//	refusal (5..260 B):
+//	 4  message       UTF-8, why (e.g. "op 9 unknown, want 1 (READ), 2 (WRITE) or 3 (REKEY)")
+//
+// A malformed request (CodeBadRequest) is answered and the connection
+// closed; a well-formed request the owner will not grant
+// (CodeUnknownRegion, CodePermission, CodeRefused) is answered and the
+// connection stays open. A reader sees a refusal as a *RefusedError
+// (errors.Is with ErrUnknownRegion and friends); a failed handshake as an
+// error that says which certificate failed and why, wrapping the x509 or
+// TLS error.
+//
+// # K_d after a Rekey
+//
+// A K_d is derived from the region's K_r at the time of the Fetch. When
+// the owner installs a new K_r (portal.Portal.Rekey), every K_d of the old
+// one stops working at once: the owner's engine answers ops made with it
+// REMOTE_AUTHENTICATION_FAILURE, which a reader takes as the signal to
+// fetch again (Conn.Fetch on the connection it kept, or Fetch) and retry
+// with the new K_d. The owner rekeys inside Server.Update
+// (srv.Update(func() error { return p.Rekey(r, kr) })) so that no reader is
+// handed a K_d of the old K_r once Rekey has returned; a K_d fetched just
+// before can still fail once. A reader should bound its refetches: a
+// REMOTE_AUTHENTICATION_FAILURE right after a fresh Fetch means something
+// other than a stale K_d (a remote REKEY, below, or an identity that is
+// not the one the engine stamps).
+//
+// A remote REKEY (portal.PostRekey with the REKEY K_d) installs a K_r the
+// owner's process does not know: its Server keeps deriving from the old
+// one, and readers must get K_d from whoever chose the new key. An owner
+// that serves K_d should not grant REKEY K_d (leave abi.PermRemoteRekey
+// off, or refuse abi.OpRekey in Config.Authorize) unless that is the
+// design.
+//
+// # Keys stay out of logs
+//
+// Nothing here formats a key: Grant's and Credentials' String and
+// GoString omit it, and Server logs say who got which K_d (region, op,
+// initiator, certificate name), never the key. Buffers that held a key or
+// a PEM private key are zeroed after use (best effort: Go's TLS stack and
+// ecdsa keep their own copies).
+package keyx

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/rs/zerolog"
+
+	"github.com/onerma/onerma/engine/ctl"
+)
+
+// CtlConfig maps onto ctl.Config: the control sockets, their tenants'
+// policies and quotas, and the process identities.
+type CtlConfig struct {
+	// Socket is the host's control socket ("" : none, then sockets must
+	// name one). Each uid connecting through it is a tenant, named
+	// "main uid N".
+	Socket     string `json:"socket"`
+	SocketMode string `json:"socket_mode"` // octal
+	CmdCap     uint32 `json:"cmd_cap"`
+	CplCap     uint32 `json:"cpl_cap"`
+	// SlotPolicy is socket's policy (ctl.AppPolicy): the highest class of
+	// service and the slot cap per portal of each application, by the
+	// uid it runs as or a group it is in, each as the kernel reports it:
+	//
+	//	"slot_policy": {"default": 256, "default_class": "low", "rules": [
+	//	  {"uid": 1000, "class": "high", "max_slots": 64},
+	//	  {"gid": 2000, "max_slots": 16}]}
+	//
+	// The first rule whose uid and gid (at least one of them set) match
+	// wins, else default and default_class. class is "high" or "low"
+	// (absent: low); an application asking for a class its rule does not
+	// grant cannot open a portal, one not asking for high gets low. A
+	// rule cannot match on the portal's name (the application chooses it;
+	// such a config is refused): give such an application a socket of its
+	// own (sockets). The key keeps its name from when the policy only
+	// capped slots.
+	SlotPolicy ctl.AppPolicy `json:"slot_policy"`
+	// Sockets are more control sockets, each with its own tenants,
+	// policy and quota: one per pod or container, say, in a directory
+	// only it mounts.
+	//
+	//	"sockets": [{"path": "/run/onerma/pods/web/rmad.sock", "mode": "0666",
+	//	  "name": "web", "tenant": "socket",
+	//	  "slot_policy": {"default": 64, "default_class": "high"},
+	//	  "quota": {"memory_bytes": 1073741824, "hugepage_bytes": "10%"}}]
+	//
+	// tenant is "socket" (the default here: everything that connects
+	// through it is one tenant, whatever its uids) or "uid". uid and gid,
+	// if set, own the socket file.
+	Sockets []SocketEntry `json:"sockets"`
+	// Quota is each tenant's quota unless its socket sets one (field by
+	// field): a count, or a percentage of what the engine found at start
+	// after taking what it needs itself (memory_bytes: the host's memory
+	// less rmad's; hugepage_bytes: the free huge pages; portals and
+	// slots: the engine's tables). Root is a tenant like any other.
+	Quota               ctl.Quota `json:"quota"`
+	MaxConns            int       `json:"max_conns"`
+	MaxConnsPerUID      int       `json:"max_conns_per_uid"`
+	MaxRegionsPerPortal int       `json:"max_regions_per_portal"`
+	MaxRegionBytes      uint64    `json:"max_region_bytes"`
+	MaxPortalBytes      uint64    `json:"max_portal_bytes"`
+	Hugetlb             string    `json:"hugetlb"`
+	// IDState is the process identity state file ("": engine.iv_state
+	// followed by ".ids", resolved when the config is loaded). It must
+	// live exactly as long as the IV state: see SECURITY.md.
+	IDState string `json:"id_state"`
+	// MaxIdentities bounds the table of processes and their identities;
+	// IdentityRate and IdentityBurst bound how fast one tenant's new
+	// processes take new identities (a second, at once).
+	MaxIdentities int     `json:"max_identities"`
+	IdentityRate  float64 `json:"identity_rate"`
+	IdentityBurst int     `json:"identity_burst"`
+}
+
+// SocketEntry is one more control socket (ctl.SocketConfig).
+type SocketEntry struct {
+	Path       string        `json:"path"`
+	Mode       string        `json:"mode"` // octal ("": 0660)
+	UID        *uint32       `json:"uid,omitempty"`
+	GID        *uint32       `json:"gid,omitempty"`
+	Name       string        `json:"name"`
+	Tenant     string        `json:"tenant"` // "socket" (""), or "uid"
+	SlotPolicy ctl.AppPolicy `json:"slot_policy"`
+	Quota      ctl.Quota     `json:"quota"`
+}
+
+// idStatePath is ctl.id_state, or its default beside the IV state.
+func (c *Config) idStatePath() string {
+	if c.Ctl.IDState == "" {
+		return c.ivStatePath() + ".ids"
+	}
+	return c.Ctl.IDState
+}
+
+func parseMode(key, s string) (os.FileMode, error) {
+	mode, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || mode > 0o777 {
+		return 0, fmt.Errorf("%w: %s %q is not an octal permission", errConfig, key, s)
+	}
+	return os.FileMode(mode), nil
+}
+
+// ctlConfig converts and validates the control socket part.
+func (c *Config) ctlConfig() (ctl.Config, error) {
+	k := &c.Ctl
+	cc := ctl.DefaultConfig()
+	cc.Sockets = nil
+	if k.Socket != "" {
+		mode, err := parseMode("ctl.socket_mode", k.SocketMode)
+		if err != nil {
+			return cc, err
+		}
+		cc.Sockets = append(cc.Sockets, ctl.SocketConfig{Path: k.Socket, Mode: mode, Name: "main",
+			Tenant: ctl.TenantByUID, Policy: k.SlotPolicy})
+	}
+	for i, e := range k.Sockets {
+		m := e.Mode
+		if m == "" {
+			m = "0660"
+		}
+		mode, err := parseMode(fmt.Sprintf("ctl.sockets[%d].mode", i), m)
+		if err != nil {
+			return cc, err
+		}
+		tenant := e.Tenant
+		if tenant == "" {
+			tenant = ctl.TenantBySocket
+		}
+		cc.Sockets = append(cc.Sockets, ctl.SocketConfig{Path: e.Path, Mode: mode, UID: e.UID, GID: e.GID, Name: e.Name,
+			Tenant: tenant, Policy: e.SlotPolicy, Quota: e.Quota})
+	}
+	cc.CmdCap, cc.CplCap = k.CmdCap, k.CplCap
+	cc.Quota = k.Quota.Over(ctl.DefaultQuota())
+	cc.MaxConns, cc.MaxConnsPerUID, cc.MaxRegionsPerPortal = k.MaxConns, k.MaxConnsPerUID, k.MaxRegionsPerPortal
+	cc.MaxRegionBytes, cc.MaxPortalBytes, cc.Hugetlb = k.MaxRegionBytes, k.MaxPortalBytes, k.Hugetlb
+	cc.IdentityPath = c.idStatePath()
+	cc.MaxIdentities, cc.IdentityRate, cc.IdentityBurst = k.MaxIdentities, k.IdentityRate, k.IdentityBurst
+	if err := cc.Validate(); err != nil {
+		return cc, fmt.Errorf("%w: %v", errConfig, err)
+	}
+	return cc, nil
+}
+
+// setOOMScoreAdj lowers rmad's badness for the kernel's OOM killer. The
+// kernel kills the task with the most points: its resident memory (for
+// rmad, every region it maps, all tenants' together) plus
+// oom_score_adj/1000 of the host's memory. At -999 rmad is chosen only
+// once no other task holds more than about 0.1 % of the memory; at -900 a
+// host whose tenants each hold less than a tenth of the memory would see
+// rmad, which maps all of it, killed first, and every tenant with it.
+// -1000 (never) is not the default: a leak in rmad itself would then have
+// the kernel kill everything else. Killing a tenant closes its control
+// connections, and rmad unmaps its regions, which frees their memory.
+func setOOMScoreAdj(v int) error {
+	return os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(v)), 0)
+}
+
+// warnIdentityStateLost says so when the identity state file is missing
+// beside an IV state that exists: either this is the first start of an
+// engine that stamped PIDs before identities existed (harmless: identities
+// start above every PID), or the file was lost, and identities handed out
+// before may be handed out again to other processes, which could then use
+// the K_d issued for the earlier ones.
+func warnIdentityStateLost(log zerolog.Logger, cfg *Config) {
+	if _, err := os.Stat(cfg.ivStatePath()); err != nil {
+		return
+	}
+	if _, err := os.Stat(cfg.idStatePath()); !errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	log.Warn().Str("id_state", cfg.idStatePath()).Str("iv_state", cfg.ivStatePath()).
+		Msg("no identity state beside an existing IV state: a new one is made. If this engine handed out process identities before (a lost file), rotate every region key: the same identities will be handed out again")
+}
