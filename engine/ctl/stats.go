@@ -100,7 +100,8 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 
 // Stats is the stats reply (rmactl stats): the core's counters, its
 // port's, its fault injector's and its portals', all read in one
-// Executor.Exec on the core's goroutine, and the poll loop's. also, if not
+// Executor.Exec on the core's goroutine; then the poll loop's and the
+// tenants' (the maxStatsTenants holding the most memory). also, if not
 // nil, runs in the same Exec, so what it reads of the core is of the same
 // moment (rmad's metrics copy the core's delay histograms there). The
 // error is Exec's: the core is not running.
