@@ -77,7 +77,8 @@ sim:
 	$(GO) test ./engine/sim -count=1 -run TestSimSeeds -timeout 0 -sim.seeds=$(SIM_SEEDS)
 
 # Every setup of bench/RESULTS.md (platform, loopback, loopback-jumbo,
-# memif, tcp, aes, write-pairs, isolation, telemetry; READ and WRITE).
+# memif, tcp, aes, write-pairs, isolation, telemetry, metrics; READ and
+# WRITE).
 # BENCH_ONLY=isolation (comma separated) runs some, BENCH_D=1s shortens
 # each measurement (default 5s). The ab setup, an old engine build
 # against this one, runs only when asked:

@@ -294,6 +294,11 @@ type PortalStats struct {
 	CplDepth uint32 `json:"cpl_depth"` // completions written, not yet consumed by the application
 	CplCap   uint32 `json:"cpl_cap"`
 	Closed   bool   `json:"closed,omitempty"` // closed by the engine: its rings were corrupt
+	// UID is the uid of the process that opened it (SO_PEERCRED).
+	UID uint32 `json:"uid"`
+	// Regions and RegionBytes are the regions it has registered.
+	Regions     int    `json:"regions"`
+	RegionBytes uint64 `json:"region_bytes"`
 }
 
 // LoopStats are the poll loop's counters (runner.Stats, field for field).

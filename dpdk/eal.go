@@ -47,7 +47,7 @@ const (
 // Init initialises the EAL (rte_eal_init) with args, the command line
 // without the program name (which Init supplies), e.g.
 //
-//	dpdk.Init([]string{"--no-pci", "--no-telemetry", "--in-memory",
+//	dpdk.Init([]string{"--no-pci", "--in-memory",
 //		"--lcores=0@(0-1)", "--vdev=net_ring0"})
 //
 // rte_eal_init pins the thread that calls it and keeps per-thread state for

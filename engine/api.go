@@ -51,6 +51,9 @@ type PortalStats struct {
 	CplDepth uint32 // completions in its ring the application has not consumed
 	CplCap   uint32
 	Dead     bool // closed by the core: its application corrupted its rings
+
+	Regions     int    // regions it has registered
+	RegionBytes uint64 // their bytes
 }
 
 // Stats are a core's counters. Read them with Core.Stats (control plane).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -142,6 +143,15 @@ type Config struct {
 	// CryptoIPsecMB needs a Tx that implements TxHook and a build with
 	// cgo on linux/amd64.
 	Crypto string
+
+	// Delays, if set, receives the delays of every completion the core
+	// writes, as log2 histograms by op (telemetry.Delays), a batch at a
+	// time: the core adds its telemetry batch to it when it hands the
+	// batch to the hook (full, or its oldest sample 1 ms old), so no
+	// completion costs more than one pass over its 16-byte sample. It
+	// belongs to the core's goroutine: the driver reads it there
+	// (runner.Exec) and copies it out (rmad -metrics). One per core.
+	Delays *telemetry.Delays
 }
 
 // The backends of Config.Crypto.

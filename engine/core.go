@@ -80,8 +80,8 @@ func New(cfg Config, tx Tx) (*Core, error) {
 		return nil, fmt.Errorf("%w: IV source: %v", ErrConfig, err)
 	}
 	c.win = &window{size: cfg.WindowBytes}
-	c.regions = newRegionTable(cfg.Regions)
-	c.portals = newPortalTable(cfg.Portals, cfg.CoreID, &c.stats)
+	c.regions = newRegionTable(cfg.Regions, cfg.Portals)
+	c.portals = newPortalTable(cfg.Portals, cfg.CoreID, cfg.Delays, &c.stats)
 	c.routes = newRouteTable(&c.cfg)
 	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Neighbors)
 	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats)
@@ -252,8 +252,10 @@ func (c *Core) PortalStats(id PortalID) (PortalStats, bool) {
 	if err != nil {
 		return PortalStats{}, false
 	}
+	u := c.regions.use[id]
 	return PortalStats{
 		PID: p.pid, Class: p.class, Slots: p.slots, MaxSlots: p.maxSlots, Pending: p.pending,
+		Regions: u.n, RegionBytes: u.bytes,
 		CmdDepth: p.cmd.Available(), CmdCap: p.cmd.Capacity(),
 		CplDepth: p.cpl.Capacity() - p.cpl.Free(), CplCap: p.cpl.Capacity(),
 		Dead: p.dead,
@@ -267,7 +269,8 @@ func (c *Core) InFlight() int { return c.ini.inflight }
 // the window debited equals the sum over ops in service and pulls; every
 // slot is in exactly one state consistent with its list; slot counts per
 // portal and pending completions add up; the pull lists are whole and in
-// deadline order; the window never exceeds its size.
+// deadline order; the window never exceeds its size; the regions counted
+// per portal are the table's.
 func (c *Core) Audit() error {
 	if c.win.used < 0 || c.win.used > c.win.size {
 		return fmt.Errorf("audit: window used %d of %d", c.win.used, c.win.size)
@@ -283,7 +286,7 @@ func (c *Core) Audit() error {
 	if debit+pd != c.win.used {
 		return fmt.Errorf("audit: window used %d, ops in service hold %d", c.win.used, debit+pd)
 	}
-	return nil
+	return c.regions.audit()
 }
 
 // Shutdown stops the core: from now on every command completes at once

@@ -620,11 +620,15 @@ func BenchmarkReadLoopback4096(b *testing.B) { benchOp(b, abi.OpRead, 4096) }
 // benchOp measures one core's full per-op cost (initiator and server in
 // the same core, frames handed back without copies): post, arbitrate,
 // request, serve, place, complete — 32 ops per round, like a burst.
-func benchOp(b *testing.B, op abi.Op, size uint32) {
+// tune, if given, adjusts the core's config.
+func benchOp(b *testing.B, op abi.Op, size uint32, tune ...func(*Config)) {
 	tx := newTestTx(256)
 	cfg := testConfig("10.0.0.1", 1)
 	cfg.WindowBytes = 1 << 20
 	cfg.HairpinSelf = true // frames go through tx and come back through Receive, as over a reflecting port
+	for _, f := range tune {
+		f(&cfg)
+	}
 	c := newCore(b, cfg, tx)
 	app := openApp(b, c, abi.ClassLow, 32)
 	m := make([]byte, 1<<20)

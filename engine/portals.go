@@ -44,7 +44,7 @@ type portalTable struct {
 	st     *Stats
 }
 
-func newPortalTable(n int, core uint16, st *Stats) *portalTable {
+func newPortalTable(n int, core uint16, delays *telemetry.Delays, st *Stats) *portalTable {
 	t := &portalTable{
 		p:     make([]portal, n),
 		live:  make([]PortalID, 0, n),
@@ -55,6 +55,7 @@ func newPortalTable(n int, core uint16, st *Stats) *portalTable {
 		st:     st,
 	}
 	t.delays.SetCore(core)
+	t.delays.SetDelays(delays)
 	return t
 }
 

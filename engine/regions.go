@@ -24,10 +24,19 @@ type region struct {
 type regionTable struct {
 	r    []region
 	free []uint16
+	// use is what each portal holds (by PortalID), for PortalStats:
+	// kept by add and remove, so reading it costs no walk of the table.
+	use []regionUse
 }
 
-func newRegionTable(n int) *regionTable {
-	t := &regionTable{r: make([]region, n+1), free: make([]uint16, 0, n)}
+// regionUse is the regions one portal holds.
+type regionUse struct {
+	n     int
+	bytes uint64
+}
+
+func newRegionTable(n, portals int) *regionTable {
+	t := &regionTable{r: make([]region, n+1), free: make([]uint16, 0, n), use: make([]regionUse, portals)}
 	for i := n; i >= 1; i-- {
 		t.free = append(t.free, uint16(i))
 	}
@@ -73,12 +82,35 @@ func (t *regionTable) add(id PortalID, mem []byte, perm abi.Perm, kr aesni.Key) 
 	}
 	r.mem, r.perm, r.owner, r.valid = mem, perm, id, true
 	r.kr = aesni.NewDeriver(kr)
+	u := &t.use[id]
+	u.n++
+	u.bytes += uint64(len(mem))
 	return abi.MakeRegionID(idx, r.gen), nil
 }
 
 // remove invalidates the region at idx and frees the index.
 func (t *regionTable) remove(idx uint16) {
 	r := &t.r[idx]
+	u := &t.use[r.owner]
+	u.n--
+	u.bytes -= uint64(len(r.mem))
 	r.valid, r.mem, r.kr = false, nil, nil
 	t.free = append(t.free, idx)
+}
+
+// audit checks that use is what the table holds, portal by portal.
+func (t *regionTable) audit() error {
+	want := make([]regionUse, len(t.use))
+	for i := 1; i < len(t.r); i++ {
+		if r := &t.r[i]; r.valid {
+			want[r.owner].n++
+			want[r.owner].bytes += uint64(len(r.mem))
+		}
+	}
+	for id := range want {
+		if want[id] != t.use[id] {
+			return fmt.Errorf("audit: portal %d holds %d regions of %d bytes, counted %d of %d", id, want[id].n, want[id].bytes, t.use[id].n, t.use[id].bytes)
+		}
+	}
+	return nil
 }

@@ -34,6 +34,25 @@ if [ ${#missing[@]} -gt 0 ]; then
 	fi
 fi
 
+# promtool (Debian's prometheus package) checks the page of rmad -metrics
+# in the tests. Without recommends (the node exporter), and where systemd
+# started the Prometheus server on installing it, stopped and disabled:
+# the tests need the tool, not the server.
+if ! command -v promtool >/dev/null 2>&1; then
+	if [ "$(id -u)" != 0 ]; then
+		log "missing promtool (package prometheus) and not root: install it first"; exit 1
+	fi
+	log "installing prometheus (for promtool)"
+	export DEBIAN_FRONTEND=noninteractive
+	if ! apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; then
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+	fi
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now prometheus >/dev/null 2>&1 || true
+	fi
+fi
+
 # Go: the module needs Go >= 1.26; the machine image ships it in /usr/local/go.
 if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
 	log "no Go toolchain found (need Go >= 1.26 in PATH or /usr/local/go)"; exit 1

@@ -232,31 +232,11 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		resp.Identity = &id
 		return -1, nil
 	case ctlmsg.OpStats:
-		var (
-			st      engine.Stats
-			fault   *ctlmsg.FaultStats
-			port    *ctlmsg.PortStats
-			portals []ctlmsg.PortalStats
-		)
-		faultStats, portStats := c.s.cfg.FaultStats, c.s.cfg.PortStats
-		if err := c.s.exec.Exec(func(core *engine.Core) {
-			st = core.Stats()
-			if faultStats != nil {
-				fault = faultStats()
-			}
-			if portStats != nil {
-				port = portStats()
-			}
-			portals = c.s.portalStats(core)
-		}); err != nil {
+		st, err := c.s.Stats(nil)
+		if err != nil {
 			return -1, execFail(req.Op, err)
 		}
-		resp.Stats = StatsMsg(&st)
-		resp.Stats.Fault, resp.Stats.Port, resp.Stats.Portals = fault, port, portals
-		resp.Stats.Tenants = largest(c.s.Tenants(), maxStatsTenants)
-		if c.s.cfg.LoopStats != nil {
-			resp.Stats.Loop = c.s.cfg.LoopStats()
-		}
+		resp.Stats = st
 		return -1, nil
 	}
 	return -1, fail(ctlmsg.CodeInternal, "op %q decoded but not handled", req.Op)

@@ -98,6 +98,45 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 	return m
 }
 
+// Stats is the stats reply (rmactl stats): the core's counters, its
+// port's, its fault injector's and its portals', all read in one
+// Executor.Exec on the core's goroutine; then the poll loop's and the
+// tenants' (the maxStatsTenants holding the most memory). also, if not
+// nil, runs in the same Exec, so what it reads of the core is of the same
+// moment (rmad's metrics copy the core's delay histograms there). The
+// error is Exec's: the core is not running.
+func (s *Server) Stats(also func(c *engine.Core)) (*ctlmsg.Stats, error) {
+	var (
+		st      engine.Stats
+		fault   *ctlmsg.FaultStats
+		port    *ctlmsg.PortStats
+		portals []ctlmsg.PortalStats
+	)
+	faultStats, portStats := s.cfg.FaultStats, s.cfg.PortStats
+	if err := s.exec.Exec(func(core *engine.Core) {
+		st = core.Stats()
+		if faultStats != nil {
+			fault = faultStats()
+		}
+		if portStats != nil {
+			port = portStats()
+		}
+		portals = s.portalStats(core)
+		if also != nil {
+			also(core)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	m := StatsMsg(&st)
+	m.Fault, m.Port, m.Portals = fault, port, portals
+	m.Tenants = largest(s.Tenants(), maxStatsTenants)
+	if s.cfg.LoopStats != nil {
+		m.Loop = s.cfg.LoopStats()
+	}
+	return m, nil
+}
+
 // portalStats describes every portal the server opened, in id order (on
 // the core's goroutine: owner and ownerName are touched only there).
 func (s *Server) portalStats(core *engine.Core) []ctlmsg.PortalStats {
@@ -113,7 +152,8 @@ func (s *Server) portalStats(core *engine.Core) []ctlmsg.PortalStats {
 			continue // closed by the core itself and not reused
 		}
 		out = append(out, ctlmsg.PortalStats{
-			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, Tenant: s.owner[id].tenant.name, Class: p.Class.String(),
+			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, UID: s.owner[id].peer.uid, Tenant: s.owner[id].tenant.name,
+			Class: p.Class.String(), Regions: p.Regions, RegionBytes: p.RegionBytes,
 			Slots: p.Slots, MaxSlots: p.MaxSlots, InFlight: p.Pending,
 			CmdDepth: p.CmdDepth, CmdCap: p.CmdCap, CplDepth: p.CplDepth, CplCap: p.CplCap, Closed: p.Dead,
 		})

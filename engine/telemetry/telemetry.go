@@ -10,6 +10,11 @@
 // ~2k calls a second. With no probe attached a call is a call to an empty
 // function.
 //
+// A Batch may also add each batch it flushes to Delays, log2 histograms
+// of the delays by op that the driver reads on the core's goroutine and
+// exports (rmad -metrics: engine/metrics): the engine never records a
+// delay anywhere but in its batch.
+//
 // The package imports nothing of ours: the engine (whose core imports only
 // leaves) and the probe (which links cilium/ebpf) share the layout
 // through it.
@@ -49,6 +54,8 @@ type Batch struct {
 	n     int
 	since int64 // the clock when the oldest unflushed sample was added
 	core  uint16
+	// delays, if set, gets every batch before Hook does (SetDelays).
+	delays *Delays
 
 	// Flushes counts Hook calls, Samples the samples handed over.
 	Flushes, Samples uint64
@@ -56,6 +63,11 @@ type Batch struct {
 
 // SetCore names the core whose samples these are (Hook's third argument).
 func (b *Batch) SetCore(core uint16) { b.core = core }
+
+// SetDelays makes every Flush add its samples to d first (nil: none).
+// Histograms kept this way cost the core one pass over each batch, not
+// work per completion, and nothing more per sample than Delays.Add.
+func (b *Batch) SetDelays(d *Delays) { b.delays = d }
 
 // Add records one completion at time now (ns, the core's clock); a full
 // batch is handed to Hook at once.
@@ -83,10 +95,14 @@ func (b *Batch) Pending() []Sample { return b.s[:b.n] }
 // Oldest is the clock when the oldest pending sample was added.
 func (b *Batch) Oldest() int64 { return b.since }
 
-// Flush hands the samples recorded so far to Hook and empties the batch.
+// Flush adds the samples recorded so far to the Delays given to
+// SetDelays, hands them to Hook and empties the batch.
 func (b *Batch) Flush() {
 	if b.n == 0 {
 		return
+	}
+	if b.delays != nil {
+		b.delays.Add(b.s[:b.n])
 	}
 	Hook(&b.s, b.n, int(b.core))
 	b.Flushes++

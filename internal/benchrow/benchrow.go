@@ -13,7 +13,9 @@ type Row struct {
 	// "loopback-pairs-footprint", "write-pairs", "write-pairs-jumbo",
 	// "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb",
 	// "rtt-PORT", "rtt-default-PORT" and "rtt-timeout-DUR-PORT" (PORT:
-	// memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap)
+	// memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap),
+	// "metrics-eal-no-telemetry", "metrics-eal-telemetry",
+	// "metrics-histograms", "metrics-unscraped", "metrics-scrape"
 	// (bench/RESULTS.md describes each).
 	Setup       string  `json:"setup"`
 	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake"

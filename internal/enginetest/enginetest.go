@@ -37,7 +37,7 @@ type Opts struct {
 type Engine struct {
 	Socket string         // its control socket
 	Runner *runner.Runner // Exec reads the core's (or a wrapper's) state on the loop
-	srv    *ctl.Server
+	Server *ctl.Server    // its control server (Stats: the stats reply)
 	once   sync.Once
 }
 
@@ -97,7 +97,7 @@ func New(o Opts, dir string) (*Engine, error) {
 		return nil, err
 	}
 	go srv.Serve()
-	return &Engine{Socket: cfg.Sockets[0].Path, Runner: r, srv: srv}, nil
+	return &Engine{Socket: cfg.Sockets[0].Path, Runner: r, Server: srv}, nil
 }
 
 // Close stops the engine as rmad shuts down: the control server reclaims
@@ -105,7 +105,7 @@ func New(o Opts, dir string) (*Engine, error) {
 // Applications see their engine gone. Close is idempotent.
 func (e *Engine) Close() {
 	e.once.Do(func() {
-		e.srv.Close()
+		e.Server.Close()
 		e.Runner.Stop(context.Background())
 	})
 }

@@ -88,7 +88,7 @@ func HugepagesFree() (int, bool) {
 // there are enough (64 MB), else --no-huge. A file prefix (not
 // --in-memory) because memif needs the multi-process channel.
 func EALArgs(name string) []string {
-	args := []string{"--no-pci", "--no-telemetry", "--file-prefix=onerma-" + name, "--lcores=0@(0-1)"}
+	args := []string{"--no-pci", "--file-prefix=onerma-" + name, "--lcores=0@(0-1)"}
 	if free, mounted := HugepagesFree(); mounted && free >= 48 {
 		return append(args, "-m", "64", "--huge-unlink")
 	}

@@ -32,7 +32,12 @@
 //	    af_packet ports and on AF_XDP ports (af_packet, af_xdp) in
 //	    interleaved rounds, so the ratio af_xdp / af_packet is measured
 //	    (veth.go);
-//	(j) only when asked (-only rtt): the engines' round trip on each port
+//	(j) what the EAL's telemetry socket and rmad -metrics cost (metrics:
+//	    64 B read_bw and read_lat on the loopback engine started with
+//	    --no-telemetry, with the socket, and with -metrics; then on one
+//	    engine with -metrics, unscraped and scraped every second; each in
+//	    interleaved rounds; metrics.go);
+//	(k) only when asked (-only rtt): the engines' round trip on each port
 //	    rmad runs on (memif, af_packet, af_xdp, net_tap), which rmad's
 //	    default TIMEOUT per port type follows (rtt.go);
 //
@@ -75,9 +80,10 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
+	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	rttTimeout := flag.String("rtt-timeout", "1s", "rtt setup: the engines' TIMEOUT: 1s measures round trips (setups rtt-PORT); default keeps rmad's per port type, counting the ops it fails (rtt-default-PORT); or a duration (rtt-timeout-DUR-PORT)")
 	rttPorts := flag.String("rtt-ports", "", "rtt setup: ports to run, comma separated among memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap (\"\": all)")
@@ -119,6 +125,9 @@ func main() {
 		if *abRounds < 1 {
 			fail(fmt.Errorf("-ab-rounds %d: want at least 1", *abRounds))
 		}
+	}
+	if metricsRounds < 1 {
+		fail(fmt.Errorf("-metrics-rounds %d: want at least 1", metricsRounds))
 	}
 
 	if want("platform") {
@@ -246,6 +255,13 @@ func main() {
 	}
 	if want("telemetry") {
 		r, err := telemetryRun(rmad, rmaperf, filepath.Join(*bin, "rmatop"), dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("metrics") {
+		r, err := metricsRun(rmad, rmaperf, dir, *dur)
 		if err != nil {
 			fail(err)
 		}

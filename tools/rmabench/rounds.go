@@ -30,6 +30,26 @@ func interleaved(n int, runs ...func() (Row, error)) ([]Row, error) {
 	return rows, nil
 }
 
+// interleavedRows is interleaved for runs that each measure several rows
+// (one engine started, several tests on it).
+func interleavedRows(n int, runs ...func() ([]Row, error)) ([]Row, error) {
+	var rows []Row
+	for k := range n {
+		for i := range runs {
+			run := runs[i]
+			if k%2 == 1 {
+				run = runs[len(runs)-1-i]
+			}
+			r, err := run()
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
+		}
+	}
+	return rows, nil
+}
+
 // median returns the median of v (v is left unchanged).
 func median(v []float64) float64 {
 	s := slices.Clone(v)

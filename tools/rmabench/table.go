@@ -35,7 +35,7 @@ func printTable(rows []Row) {
 	// Ratios against the TCP peer for the same test, size and depth
 	// (ucp_get for the reads, ucp_put_bw / ucp_put_lat for the writes).
 	for _, r := range rows {
-		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || r.Setup == "ab" || strings.HasPrefix(r.Setup, "af_") {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || strings.HasPrefix(r.Setup, "metrics") || r.Setup == "ab" || strings.HasPrefix(r.Setup, "af_") {
 			continue
 		}
 		for _, u := range rows {
@@ -126,6 +126,7 @@ func printTable(rows []Row) {
 	}
 	printWritePairs(rows)
 	printTelemetry(rows)
+	printMetrics(rows)
 	printVeth(rows)
 	printRTT(rows)
 	printAB(rows)

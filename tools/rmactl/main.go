@@ -187,14 +187,14 @@ func stats(sock string, asJSON bool) error {
 			counters("fault."+d.name+".", reflect.ValueOf(*d.st))
 		}
 	}
-	fmt.Printf("\n%-4s %-16s %10s %-5s %9s %9s %13s %13s  %s\n", "id", "portal", "pid", "class", "slots", "in_flight", "cmd_depth", "cpl_depth", "tenant")
+	fmt.Printf("\n%-4s %-16s %10s %6s %-5s %9s %9s %13s %13s %7s %12s  %s\n", "id", "portal", "pid", "uid", "class", "slots", "in_flight", "cmd_depth", "cpl_depth", "regions", "region_bytes", "tenant")
 	for _, p := range resp.Stats.Portals {
 		name := p.Name
 		if p.Closed {
 			name += " (closed: corrupt rings)"
 		}
-		fmt.Printf("%-4d %-16s %10d %-5s %4d/%-4d %9d %6d/%-6d %6d/%-6d  %s\n", p.ID, name, p.PID, p.Class,
-			p.Slots, p.MaxSlots, p.InFlight, p.CmdDepth, p.CmdCap, p.CplDepth, p.CplCap, p.Tenant)
+		fmt.Printf("%-4d %-16s %10d %6d %-5s %4d/%-4d %9d %6d/%-6d %6d/%-6d %7d %12d  %s\n", p.ID, name, p.PID, p.UID, p.Class,
+			p.Slots, p.MaxSlots, p.InFlight, p.CmdDepth, p.CmdCap, p.CplDepth, p.CplCap, p.Regions, p.RegionBytes, p.Tenant)
 	}
 	if len(resp.Stats.Tenants) > 0 {
 		// Usage against quota, memory in MiB.

@@ -34,13 +34,14 @@ var defaultJSON []byte
 
 // Config is rmad's configuration file (JSON, unknown keys rejected).
 type Config struct {
-	EALArgs  []string     `json:"eal_args"`
-	Port     PortConfig   `json:"port"`
-	Engine   EngineConfig `json:"engine"`
-	Ctl      CtlConfig    `json:"ctl"`
-	Poll     PollConfig   `json:"poll"`
-	Fault    FaultConfig  `json:"fault"`
-	LogLevel string       `json:"log_level"`
+	EALArgs  []string      `json:"eal_args"`
+	Port     PortConfig    `json:"port"`
+	Engine   EngineConfig  `json:"engine"`
+	Ctl      CtlConfig     `json:"ctl"`
+	Poll     PollConfig    `json:"poll"`
+	Fault    FaultConfig   `json:"fault"`
+	Metrics  MetricsConfig `json:"metrics"`
+	LogLevel string        `json:"log_level"`
 	// OOMScoreAdj is written to /proc/self/oom_score_adj at start (see
 	// setOOMScoreAdj).
 	OOMScoreAdj int `json:"oom_score_adj"`
@@ -392,6 +393,7 @@ var flagSpecs = []struct {
 	{"fault-jitter", "fault injection: uniform jitter added to a delay", setDur(func(c *Config) *Duration { return &c.Fault.Jitter })},
 	{"fault-pool", "fault injection: frame buffers for held frames", setInt(func(c *Config) *int { return &c.Fault.Pool })},
 	{"fault-seed", "fault injection: random seed", setUint(64, func(c *Config) *uint64 { return &c.Fault.Seed })},
+	{"metrics", "serve Prometheus metrics at http://HOST:PORT/metrics (\"\": off)", setStr(func(c *Config) *string { return &c.Metrics.Listen })},
 	{"log-level", "trace, debug, info, warn, error", setStr(func(c *Config) *string { return &c.LogLevel })},
 }
 
@@ -579,6 +581,9 @@ func (c *Config) validate() error {
 		}
 	}
 	if _, err := c.faultConfig(); err != nil {
+		return err
+	}
+	if err := c.Metrics.validate(); err != nil {
 		return err
 	}
 	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {

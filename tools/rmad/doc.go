@@ -84,6 +84,15 @@
 // (drop, duplicate, reorder, delay; rx, tx or both; seeded); its counters
 // appear under "fault" in the stats reply. Absent or all zero: no wrapper.
 //
-// Imports: aesni, dpdk, engine, engine/ctl, ctlmsg,
-// engine/dpdkport, engine/faultport, engine/runner, wire.
+// Metrics: -metrics HOST:PORT (metrics.listen; "" by default: off)
+// serves Prometheus metrics at http://HOST:PORT/metrics (engine/metrics):
+// the stats reply's counters, the portals' usage and the core's delay
+// histograms, which the core keeps only then (engine.Config.Delays). A
+// scrape reads the core with one runner.Exec. The EAL keeps its telemetry
+// socket (dpdk-telemetry.py, /ethdev/stats,0) unless eal_args say
+// --no-telemetry.
+//
+// Imports: aesni, dpdk, engine, engine/ctl, engine/metrics,
+// engine/telemetry, ctlmsg, engine/dpdkport, engine/faultport,
+// engine/runner, wire.
 package main

@@ -26,7 +26,9 @@ import (
 	"github.com/onerma/onerma/engine/dpdkport"
 	"github.com/onerma/onerma/engine/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/faultport"
+	"github.com/onerma/onerma/engine/metrics"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -193,6 +195,13 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err != nil {
 		return err
 	}
+	// The core's delay histograms, for the metrics only: without them the
+	// core keeps none.
+	var delays *telemetry.Delays
+	if cfg.Metrics.Listen != "" {
+		delays = new(telemetry.Delays)
+		engCfg.Delays = delays
+	}
 	mtu := uint32(0) // the driver's default, unless the engine needs more
 	if cfg.Engine.MTU != 1500 {
 		mtu = uint32(cfg.Engine.MTU)
@@ -358,6 +367,16 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		}
 		return err
 	})
+	if delays != nil {
+		ms, err := startMetrics(cfg.Metrics.Listen, srv, delays, metrics.Limits{
+			WindowBytes: uint64(engCfg.WindowBytes), Slots: engCfg.Slots, Portals: engCfg.Portals, Regions: engCfg.Regions,
+			MaxRegionsPerPortal: ctlCfg.MaxRegionsPerPortal, MaxPortalBytes: ctlCfg.MaxPortalBytes,
+		}, log)
+		if err != nil {
+			return err
+		}
+		down.add("metrics server close", ms.close)
+	}
 	log.Info().Str("socket", ctlCfg.Sockets[0].Path).Int("sockets", len(ctlCfg.Sockets)).Msg("rmad ready")
 	if ready != nil {
 		ready(ctlCfg.Sockets[0].Path)

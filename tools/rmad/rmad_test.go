@@ -30,6 +30,7 @@ import (
 	"github.com/onerma/onerma/engine/memport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/internal/readall"
+	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 	"golang.org/x/sys/unix"
 )
@@ -266,6 +267,8 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-hugetlb", "always"}, "Hugetlb"},
 		{[]string{"-icmp-rate", "-1"}, "ICMPRate"},
 		{[]string{"-icmp-burst", "0"}, "ICMPBurst"},
+		{[]string{"-metrics", "9100"}, "metrics.listen"},
+		{[]string{"-metrics", "localhost:prom"}, "metrics.listen"},
 		{[]string{"-vdev", "net_af_xdp0", "-port-name", "net_af_xdp0"}, "no iface="},
 		{[]string{"-vdev", "net_af_xdp0,iface=eth0,queue_count=2", "-port-name", "net_af_xdp0"}, "polls one queue"},
 		{[]string{"-vdev", "net_af_xdp0,iface=eth0", "-port-name", "net_af_xdp0", "-mtu", fmt.Sprint(afxdpMaxMTU() + 1)}, "fit one page"},
@@ -377,12 +380,17 @@ func TestRmadNetRing(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	sock := filepath.Join(dir, "rmad.sock")
 	ivState := filepath.Join(t.TempDir(), "lib", "iv.state") // its directory is created by rmad
+	metricsAddr, err := testbed.MetricsAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	args := []string{
 		"-iv-state", ivState,
 		"-eal", strings.Join(dpdktest.Args(), " "),
 		"-vdev", "net_ring0", "-port-name", "net_ring0",
 		"-ip", "10.3.0.1", "-socket", sock, "-poll-mode", "backoff",
 		"-mbufs", "2047", "-rx-desc", "512", "-tx-desc", "512", "-log-level", "warn",
+		"-metrics", metricsAddr,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -471,6 +479,29 @@ func TestRmadNetRing(t *testing.T) {
 	}
 	if st.Fault != nil { // the "fault" section sets no probability: no wrapper
 		t.Errorf("fault counters without fault injection: %+v", st.Fault)
+	}
+	// -metrics: the same counters, with the core's sizes and its portals;
+	// the delay histograms within the core's 1 ms batch.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		page, err := testbed.Scrape(metricsAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lacks := ""
+		for _, want := range []string{`onerma_completions_total{core="0",op="READ",status="OK"} 4`, `onerma_slots_in_use{core="0"} 4`,
+			`onerma_slots{core="0"} 1024`, `onerma_window_size_bytes{core="0"} 262144`, `onerma_portals{core="0"} 2`,
+			`onerma_port_driver_frames_total{core="0",dir="rx",port="net_ring0"}`, `onerma_portal_regions{class="low",core="0",name="server"`,
+			`onerma_op_total_delay_seconds_count{core="0",op="READ"} 4`, "process_resident_memory_bytes"} {
+			if !strings.Contains(page, want) {
+				lacks = want
+			}
+		}
+		if lacks == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics page lacks %s:\n%s", lacks, page)
+		}
 	}
 	// The loop publishes its counters every 256 iterations; an idle
 	// backoff loop iterates thousands of times a second.

@@ -1,0 +1,39 @@
+package ctl_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine"
+)
+
+// TestServerStats: Server.Stats (the stats reply rmactl prints and rmad's
+// metrics read) names each portal's uid and the regions it holds, and
+// runs its also closure in the same Exec as the counters it returns.
+func TestServerStats(t *testing.T) {
+	e := setup(t, nil)
+	p := dial(t, e, "stats")
+	for _, size := range []uint64{4096, 8192} {
+		if _, err := p.RegisterRegion(size, abi.PermAll); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		posted uint64
+		ran    bool
+	)
+	st, err := e.srv.Stats(func(c *engine.Core) { posted, ran = c.Stats().Posted, true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ran || posted != st.Posted {
+		t.Fatalf("also ran %v, saw %d posted; the reply says %d", ran, posted, st.Posted)
+	}
+	if len(st.Portals) != 1 {
+		t.Fatalf("portals %+v", st.Portals)
+	}
+	if ps := st.Portals[0]; ps.Name != "stats" || ps.UID != uint32(os.Getuid()) || ps.Regions != 2 || ps.RegionBytes != 12288 {
+		t.Fatalf("portal %+v: want name stats, uid %d, 2 regions of 12288 bytes", ps, os.Getuid())
+	}
+}

@@ -1,0 +1,319 @@
+package metrics
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/ctlmsg"
+	"github.com/onerma/onerma/engine/telemetry"
+)
+
+// Core is one engine core as the collector reads it.
+type Core struct {
+	ID     int    // the core label's value
+	Limits Limits // its sizes: usage gauges are reported against them
+	// Snapshot reads the core: its control server's stats reply and its
+	// delay histograms, of one moment, read on the core's goroutine
+	// (runner.Exec). It is called once per scrape, from the scraping
+	// goroutine. An error (the core is not running) sets onerma_core_up
+	// to 0 and leaves the core's other series out of that scrape.
+	Snapshot func(s *Snapshot) error
+}
+
+// Snapshot is one core at one moment.
+type Snapshot struct {
+	Stats  *ctlmsg.Stats // the stats reply (engine/ctl.Server.Stats)
+	Delays telemetry.Delays
+}
+
+// Limits are what a core and its control server were sized with.
+type Limits struct {
+	WindowBytes         uint64 // solicitation window
+	Slots               int    // command slots (CST)
+	Portals             int    // portal table
+	Regions             int    // region table (RRT)
+	MaxRegionsPerPortal int    // regions one portal may hold
+	MaxPortalBytes      uint64 // region bytes one portal may hold
+}
+
+// TenantUsage is one tenant's use of one resource against its quota.
+type TenantUsage struct {
+	// Tenant identifies the tenant by what its applications cannot
+	// choose (the control socket they connect through, their uid).
+	Tenant   string
+	Resource string  // "memory_bytes", "hugepage_bytes", "portals", "slots"
+	Used     float64 // in the resource's unit
+	Quota    float64 // 0: none
+}
+
+// TenantsOf is the usage against quota of each tenant the control server
+// reports (engine/ctl.Server.Tenants), a series per resource its quotas
+// bound.
+func TenantsOf(ts []ctlmsg.TenantStats) []TenantUsage {
+	out := make([]TenantUsage, 0, 4*len(ts))
+	for _, t := range ts {
+		out = append(out,
+			TenantUsage{t.Name, "memory_bytes", float64(t.MemoryBytes), float64(t.Quota.MemoryBytes)},
+			TenantUsage{t.Name, "hugepage_bytes", float64(t.HugepageBytes), float64(t.Quota.HugepageBytes)},
+			TenantUsage{t.Name, "portals", float64(t.Portals), float64(t.Quota.Portals)},
+			TenantUsage{t.Name, "slots", float64(t.Slots), float64(t.Quota.Slots)})
+	}
+	return out
+}
+
+// Config of a Collector.
+type Config struct {
+	Cores []Core
+	// Tenants, if set, reports each tenant's usage against its quotas
+	// at every scrape (onerma_tenant_usage, onerma_tenant_quota): rmad's
+	// is TenantsOf its control server's Tenants, which reads the server's
+	// books, not the cores. Without it the collector exports usage per
+	// portal and per uid only.
+	Tenants func() []TenantUsage
+}
+
+// Collector is a prometheus.Collector of an engine's cores. Register it
+// once; every scrape reads every core (Core.Snapshot).
+type Collector struct {
+	cfg Config
+	d   descs
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a collector of cfg's cores.
+func NewCollector(cfg Config) (*Collector, error) {
+	seen := map[int]bool{}
+	for _, c := range cfg.Cores {
+		if c.Snapshot == nil {
+			return nil, fmt.Errorf("metrics: core %d: no Snapshot", c.ID)
+		}
+		if seen[c.ID] {
+			return nil, fmt.Errorf("metrics: core %d listed twice", c.ID)
+		}
+		seen[c.ID] = true
+	}
+	return &Collector{cfg: cfg, d: newDescs()}, nil
+}
+
+// Describe sends every metric's description.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.d.all() {
+		ch <- d
+	}
+}
+
+// Collect reads every core and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	users := map[uint32]*uidUse{}
+	for _, core := range c.cfg.Cores {
+		id := strconv.Itoa(core.ID)
+		var s Snapshot
+		if err := core.Snapshot(&s); err != nil || s.Stats == nil {
+			ch <- gauge(c.d.up, 0, id)
+			continue
+		}
+		ch <- gauge(c.d.up, 1, id)
+		c.collectCore(ch, id, &core.Limits, &s)
+		for i := range s.Stats.Portals {
+			p := &s.Stats.Portals[i]
+			u := users[p.UID]
+			if u == nil {
+				u = new(uidUse)
+				users[p.UID] = u
+			}
+			u.portals++
+			u.slots += p.Slots
+			u.regions += p.Regions
+			u.regionBytes += p.RegionBytes
+		}
+	}
+	uids := make([]uint32, 0, len(users))
+	for uid := range users {
+		uids = append(uids, uid)
+	}
+	slices.Sort(uids)
+	for _, uid := range uids {
+		u, l := users[uid], strconv.FormatUint(uint64(uid), 10)
+		ch <- gauge(c.d.uidPortals, float64(u.portals), l)
+		ch <- gauge(c.d.uidSlots, float64(u.slots), l)
+		ch <- gauge(c.d.uidRegions, float64(u.regions), l)
+		ch <- gauge(c.d.uidRegionBytes, float64(u.regionBytes), l)
+	}
+	if c.cfg.Tenants != nil {
+		for _, t := range c.cfg.Tenants() {
+			ch <- gauge(c.d.tenantUsage, t.Used, t.Tenant, t.Resource)
+			ch <- gauge(c.d.tenantQuota, t.Quota, t.Tenant, t.Resource)
+		}
+	}
+}
+
+// uidUse sums the portals of one uid over every core.
+type uidUse struct {
+	portals, slots, regions int
+	regionBytes             uint64
+}
+
+func (c *Collector) collectCore(ch chan<- prometheus.Metric, core string, l *Limits, s *Snapshot) {
+	st := s.Stats
+	emit(ch, c.d.stats, statsFamilies, st, core)
+	for _, op := range sortedKeys(st.CompletedByOp) {
+		byStatus := st.CompletedByOp[op]
+		for _, status := range sortedKeys(byStatus) {
+			ch <- counter(c.d.completions, float64(byStatus[status]), core, op, status)
+		}
+	}
+	if st.Loop != nil {
+		emit(ch, c.d.loop, loopFamilies, st.Loop, core)
+	}
+	if p := st.Port; p != nil {
+		emit(ch, c.d.port, portFamilies, p, core, p.Name)
+		if x := p.XDP; x != nil {
+			emit(ch, c.d.xdp, xdpFamilies, x, core, p.Name)
+		}
+	}
+	regions := 0
+	for i := range st.Portals {
+		p := &st.Portals[i]
+		regions += p.Regions
+		closed := 0.0
+		if p.Closed {
+			closed = 1
+		}
+		lv := []string{core, strconv.FormatUint(uint64(p.ID), 10), p.Name, strconv.FormatUint(uint64(p.UID), 10),
+			strconv.FormatUint(uint64(p.PID), 10), p.Class, p.Tenant}
+		for _, g := range []struct {
+			d *prometheus.Desc
+			v float64
+		}{
+			{c.d.portalSlots, float64(p.Slots)}, {c.d.portalSlotsLimit, float64(p.MaxSlots)},
+			{c.d.portalInFlight, float64(p.InFlight)},
+			{c.d.portalCmdDepth, float64(p.CmdDepth)}, {c.d.portalCmdCap, float64(p.CmdCap)},
+			{c.d.portalCplDepth, float64(p.CplDepth)}, {c.d.portalCplCap, float64(p.CplCap)},
+			{c.d.portalRegions, float64(p.Regions)}, {c.d.portalRegionsLimit, float64(l.MaxRegionsPerPortal)},
+			{c.d.portalRegionBytes, float64(p.RegionBytes)}, {c.d.portalRegionBytesLimit, float64(l.MaxPortalBytes)},
+			{c.d.portalClosed, closed},
+		} {
+			ch <- gauge(g.d, g.v, lv...)
+		}
+	}
+	for _, g := range []struct {
+		d *prometheus.Desc
+		v float64
+	}{
+		{c.d.windowSize, float64(l.WindowBytes)}, {c.d.slots, float64(l.Slots)},
+		{c.d.portals, float64(len(st.Portals))}, {c.d.portalsMax, float64(l.Portals)},
+		{c.d.regions, float64(regions)}, {c.d.regionsMax, float64(l.Regions)},
+	} {
+		ch <- gauge(g.d, g.v, core)
+	}
+	for op := range telemetry.DelayOps {
+		if s.Delays.Count(op) == 0 {
+			continue
+		}
+		for k, d := range []*prometheus.Desc{c.d.issueDelay, c.d.totalDelay, c.d.remoteDelay} {
+			ch <- delayHistogram(d, &s.Delays, op, telemetry.DelayKind(k), core)
+		}
+	}
+}
+
+// OpName is an op's value of the op label: abi's name, OTHER for
+// commands that named no valid op (as the stats reply names them).
+func OpName(op int) string {
+	if op == 0 {
+		return "OTHER"
+	}
+	return abi.Op(op).String()
+}
+
+// FirstBucket is the first of the core's log2 delay buckets exported as
+// a bucket of its own (le = 2^8 ns = 256 ns): the loop reads its clock
+// once per iteration, so shorter delays are not resolved; the first
+// exported bucket holds every delay up to it.
+const FirstBucket = 8
+
+// delayHistogram is op's histogram of kind k, in seconds.
+func delayHistogram(d *prometheus.Desc, h *telemetry.Delays, op int, k telemetry.DelayKind, core string) prometheus.Metric {
+	b := &h.Buckets[op][k]
+	buckets := make(map[float64]uint64, telemetry.DelayBuckets-FirstBucket)
+	var n uint64
+	for i, c := range b {
+		n += c
+		if i >= FirstBucket {
+			buckets[float64(telemetry.DelayBucketLeNs(i))/1e9] = n
+		}
+	}
+	return prometheus.MustNewConstHistogram(d, n, float64(h.SumNs[op][k])/1e9, buckets, core, OpName(op))
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
+
+// family is one metric whose series read fields of a T.
+type family[T any] struct {
+	name, help string
+	typ        prometheus.ValueType
+	labels     []string // after core and the caller's prefix labels
+	series     []series[T]
+}
+
+type series[T any] struct {
+	values []string // of the family's labels
+	get    func(*T) float64
+}
+
+// one is a family of one series.
+func one[T any](name, help string, typ prometheus.ValueType, get func(*T) float64) family[T] {
+	return family[T]{name: name, help: help, typ: typ, series: []series[T]{{get: get}}}
+}
+
+// by is a family with one label, a series per value.
+func by[T any](name, help string, typ prometheus.ValueType, label string, s ...series[T]) family[T] {
+	return family[T]{name: name, help: help, typ: typ, labels: []string{label}, series: s}
+}
+
+// sv is the series of a family's label value.
+func sv[T any](value string, get func(*T) float64) series[T] {
+	return series[T]{values: []string{value}, get: get}
+}
+
+// describe makes the families' descriptions; prefix are the labels
+// between core and each family's own.
+func describe[T any](fams []family[T], prefix ...string) []*prometheus.Desc {
+	out := make([]*prometheus.Desc, len(fams))
+	for i, f := range fams {
+		labels := append(append([]string{"core"}, prefix...), f.labels...)
+		out[i] = prometheus.NewDesc("onerma_"+f.name, f.help, labels, nil)
+	}
+	return out
+}
+
+// emit sends every series of fams read from v; prefix are the values of
+// core and the prefix labels.
+func emit[T any](ch chan<- prometheus.Metric, descs []*prometheus.Desc, fams []family[T], v *T, prefix ...string) {
+	for i, f := range fams {
+		for _, x := range f.series {
+			labels := append(slices.Clip(prefix), x.values...)
+			ch <- prometheus.MustNewConstMetric(descs[i], f.typ, x.get(v), labels...)
+		}
+	}
+}
+
+// sortedKeys is m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	k := make([]string, 0, len(m))
+	for x := range m {
+		k = append(k, x)
+	}
+	slices.Sort(k)
+	return k
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/metrics"
+	"github.com/onerma/onerma/engine/telemetry"
+)
+
+// MetricsConfig is the Prometheus endpoint (engine/metrics).
+type MetricsConfig struct {
+	// Listen is HOST:PORT of the HTTP server that serves the metrics at
+	// /metrics ("": none, the default). The page names portals, their
+	// uids, identities and tenants: listen on loopback or a management
+	// network.
+	Listen string `json:"listen"`
+}
+
+// validate checks the listen address's form (binding it is serve's).
+func (m *MetricsConfig) validate() error {
+	if m.Listen == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(m.Listen)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: metrics.listen %q: want HOST:PORT (\"\": off): %v", errConfig, m.Listen, err)
+	}
+	return nil
+}
+
+// metricsServer is rmad's HTTP server of /metrics.
+type metricsServer struct {
+	http   *http.Server
+	served chan error
+}
+
+// startMetrics serves the metrics of core (the one engine core, whose
+// control server is srv and whose delay histograms are delays) at
+// http://listen/metrics. A scrape reads the core with srv.Stats, one
+// runner.Exec on the poll loop, in which it also copies the histograms:
+// the loop takes no lock and does no work for the scrape but that copy
+// and the stats reply's. The tenants' usage against their quotas comes
+// from the server's books (srv.Tenants), off the loop.
+func startMetrics(listen string, srv *ctl.Server, delays *telemetry.Delays, limits metrics.Limits, log zerolog.Logger) (*metricsServer, error) {
+	col, err := metrics.NewCollector(metrics.Config{
+		Cores: []metrics.Core{{
+			ID: 0, Limits: limits,
+			Snapshot: func(s *metrics.Snapshot) (err error) {
+				s.Stats, err = srv.Stats(func(*engine.Core) { s.Delays = *delays })
+				return err
+			},
+		}},
+		Tenants: func() []metrics.TenantUsage { return metrics.TenantsOf(srv.Tenants()) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	h, err := metrics.Handler(col)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("metrics.listen: %w", err)
+	}
+	m := &metricsServer{
+		http: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 5 * time.Second,
+		},
+		served: make(chan error, 1),
+	}
+	go func() { m.served <- m.http.Serve(ln) }()
+	log.Info().Str("metrics", "http://"+ln.Addr().String()+"/metrics").Msg("serving Prometheus metrics")
+	return m, nil
+}
+
+// close stops the server, waiting a little for scrapes in progress.
+func (m *metricsServer) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := m.http.Shutdown(ctx)
+	if serr := <-m.served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
