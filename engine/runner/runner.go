@@ -440,8 +440,10 @@ func (r *Runner) runExecs() int {
 }
 
 // sleep blocks for d, or less when the core has a timer due earlier, or
-// until Exec or Stop wakes it. It returns the sleep it asked for in ns (0:
-// it did not sleep), which the next iteration's stall check allows for.
+// until Exec or Stop wakes it. It returns the sleep the next iteration's
+// stall check allows for, in ns (0: it did not sleep): what it slept, at
+// most what it asked. An Exec's wake-up ends the sleep early, and the
+// closure's time after it is a stall; so is a wake-up later than asked.
 func (r *Runner) sleep(now int64, d time.Duration) int64 {
 	if dl := r.core.NextDeadline(); dl != math.MaxInt64 {
 		until := time.Duration(dl - now)
@@ -459,12 +461,14 @@ func (r *Runner) sleep(now int64, d time.Duration) int64 {
 		return 0
 	}
 	ts := unix.NsecToTimespec(int64(d))
+	t0 := r.now()
 	n, _ := unix.Ppoll(r.pfd[:], &ts, nil) // EINTR: just an early wake-up
+	slept := r.now() - t0
 	r.sleeping.Store(false)
 	if n > 0 {
 		_, _ = unix.Read(r.efd, r.buf[:]) // reset the eventfd counter
 	}
-	return int64(d)
+	return min(slept, int64(d))
 }
 
 // closeEventfd closes the eventfd under efdMu, so a concurrent wake never
