@@ -366,8 +366,27 @@ func TestApplicationDeployment(t *testing.T) {
 		namespaces[ns.Name] = ns
 	}
 	vap := find[admissionv1.ValidatingAdmissionPolicy](t, objs)[0]
-	if e := vap.Spec.Validations[0].Expression; !strings.Contains(e, "v.hostPath.path == '/run/onerma/' + request.namespace") {
-		t.Errorf("the admission policy does not hold host paths to the namespace's socket directory: %s", e)
+	var exprs []string
+	for _, v := range vap.Spec.Validations {
+		exprs = append(exprs, v.Expression)
+	}
+	all := strings.Join(exprs, "\n")
+	for _, want := range []string{
+		"v.hostPath.path == '/run/onerma/' + request.namespace",
+		"object.spec.hostNetwork", "object.spec.hostPID", "object.spec.hostIPC",
+		"c.securityContext.privileged", "c.securityContext.capabilities.add",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the tenant admission policy does not check %s", want)
+		}
+	}
+	if len(vap.Spec.Variables) != 1 || !strings.Contains(vap.Spec.Variables[0].Expression, "object.spec.initContainers") {
+		t.Errorf("the tenant admission policy's containers leave out init containers: %+v", vap.Spec.Variables)
+	}
+	binding := find[admissionv1.ValidatingAdmissionPolicyBinding](t, objs)[0]
+	if binding.Spec.PolicyName != vap.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) ||
+		binding.Spec.MatchResources.NamespaceSelector.MatchLabels["onerma.io/tenant"] != "true" {
+		t.Errorf("the policy binding %+v does not deny in tenant namespaces", binding.Spec)
 	}
 	rmaperf, err := os.ReadFile("../../tools/rmaperf/main.go")
 	if err != nil {
