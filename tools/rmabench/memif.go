@@ -25,6 +25,13 @@ const memifNote = "engines busy on CPU 0 and 1; app on CPU 0 sleeps on the compl
 // serving engine, and measures specs.
 func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row, error) {
 	oa, ob := testbed.MemifPair(rmad, dir, "bench-ma", "bench-mb", "10.99.1.1", "10.99.1.2")
+	return pinnedPair(rmaperf, oa, ob, "memif", specs, dur, memifNote)
+}
+
+// pinnedPair starts engines oa and ob busy on CPU 0 and CPU 1, an
+// rmaperf server on ob, and measures specs from oa for dur each, setup
+// and note naming the rows.
+func pinnedPair(rmaperf string, oa, ob testbed.Options, setup string, specs []spec, dur time.Duration, note string) ([]Row, error) {
 	oa.Busy, oa.CPU = true, 0
 	ob.Busy, ob.CPU = true, 1
 	// Neither CPU is an engine's alone: the app shares CPU 0 with engine
@@ -50,15 +57,11 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 	defer srv.stop()
 	var rows []Row
 	for _, s := range specs {
-		r, err := rmaperfRun(rmaperf, "0", s, dur, "memif", srv.cliCreds, "-ctl", a.Socket, "-server", srv.kx, "-region", srv.region, "-event", "-spins=-1")
+		r, err := rmaperfRun(rmaperf, "0", s, dur, setup, srv.cliCreds, "-ctl", a.Socket, "-server", srv.kx, "-region", srv.region, "-event", "-spins=-1")
 		if err != nil {
 			return nil, err
 		}
-		if r.Note != "" {
-			r.Note = memifNote + "; " + r.Note
-		} else {
-			r.Note = memifNote
-		}
+		r.Note = addNote(r.Note, note)
 		rows = append(rows, r)
 	}
 	return rows, nil

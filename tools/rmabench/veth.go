@@ -55,46 +55,12 @@ func vethRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 			// address keeps its IV counters from run to run.
 			oa := s.port(rmad, dir, "bench-va", "10.99.2.1", v.NSA, v.IfA)
 			ob := s.port(rmad, dir, "bench-vb", "10.99.2.2", v.NSB, v.IfB)
-			r, err := vethPair(rmaperf, oa, ob, s.setup, d)
+			r, err := pinnedPair(rmaperf, oa, ob, s.setup, vethSpecs, d, vethNote)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.setup, err)
 			}
 			rows = append(rows, r...)
 		}
-	}
-	return rows, nil
-}
-
-// vethPair starts engines oa and ob pinned and busy as memif's, an
-// rmaperf server on ob, and measures vethSpecs from oa for d each.
-func vethPair(rmaperf string, oa, ob testbed.Options, setup string, d time.Duration) ([]Row, error) {
-	oa.Busy, oa.CPU = true, 0
-	ob.Busy, ob.CPU = true, 1
-	oa.Extra = []string{"-log-level", "warn", "-poll-nice", "0"}
-	ob.Extra = oa.Extra
-	a, err := testbed.Start(oa)
-	if err != nil {
-		return nil, err
-	}
-	defer a.Stop(10 * time.Second)
-	b, err := testbed.Start(ob)
-	if err != nil {
-		return nil, err
-	}
-	defer b.Stop(10 * time.Second)
-	srv, err := startPerfServer(rmaperf, b.Socket)
-	if err != nil {
-		return nil, err
-	}
-	defer srv.stop()
-	var rows []Row
-	for _, s := range vethSpecs {
-		r, err := rmaperfRun(rmaperf, "0", s, d, setup, srv.cliCreds, "-ctl", a.Socket, "-server", srv.kx, "-region", srv.region, "-event", "-spins=-1")
-		if err != nil {
-			return nil, err
-		}
-		r.Note = addNote(r.Note, vethNote)
-		rows = append(rows, r)
 	}
 	return rows, nil
 }
