@@ -117,25 +117,50 @@ func (a *app) churn() {
 		a.churnWsrc(p)
 		return
 	}
-	old := p.src
+	cfg := &s.cfg.App
+	a.replace(p, &p.src, regionChurn{
+		name: "region", label: "", desc: "", twice: true,
+		perm: abi.PermRemoteRead | abi.PermLocalRead, kind: regSrc,
+		size: func(*region) int { return cfg.SrcMinBytes + s.appRng.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1) },
+	})
+}
+
+// regionChurn describes how replace swaps one of a portal's regions.
+type regionChurn struct {
+	name, label, desc string // the trace's name, the label in a failed deregistration, the failed re-registration's
+	twice             bool   // check that a second DeregisterRegion fails
+	dead              bool   // keep the old memory to check nothing writes it after (sinks, write sources)
+	perm              abi.Perm
+	kind              regKind
+	size              func(old *region) int // the new region's size, drawn after the old one is killed
+}
+
+// replace deregisters *slot while ops use it and registers a new region
+// in its place, as c says.
+func (a *app) replace(p *portal, slot **region, c regionChurn) {
+	s := a.s
+	old := *slot
 	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
-		s.fail("node %d: DeregisterRegion(%#x): %v", a.n.id, uint32(old.id), err)
+		s.fail("node %d: DeregisterRegion(%s%#x): %v", a.n.id, c.label, uint32(old.id), err)
 		return
 	}
-	if err := a.n.core.DeregisterRegion(p.id, old.id); err == nil {
-		s.fail("node %d: DeregisterRegion(%#x) twice succeeded", a.n.id, uint32(old.id))
-		return
+	if c.twice {
+		if err := a.n.core.DeregisterRegion(p.id, old.id); err == nil {
+			s.fail("node %d: DeregisterRegion(%#x) twice succeeded", a.n.id, uint32(old.id))
+			return
+		}
 	}
 	a.kill(old)
-	cfg := &s.cfg.App
-	size := cfg.SrcMinBytes + s.appRng.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
-	rg, err := a.register(p, alignedBytes(size), abi.PermRemoteRead|abi.PermLocalRead, regSrc)
+	if c.dead {
+		a.deadSinks = append(a.deadSinks, old)
+	}
+	rg, err := a.register(p, alignedBytes(c.size(old)), c.perm, c.kind)
 	if err != nil {
-		s.fail("node %d: re-registering: %v", a.n.id, err)
+		s.fail("node %d: re-registering%s: %v", a.n.id, c.desc, err)
 		return
 	}
-	p.src = rg
-	s.tracef("node %d portal %d: region %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
+	*slot = rg
+	s.tracef("node %d portal %d: %s %#x replaced by %#x", a.n.id, p.id, c.name, uint32(old.id), uint32(rg.id))
 	a.n.afterCall("RegisterRegion")
 }
 
@@ -144,22 +169,11 @@ func (a *app) churn() {
 // (it is poisoned and checked at the end), and ops still in flight into it
 // cannot complete OK.
 func (a *app) churnSink(p *portal) {
-	s := a.s
-	old := p.sink
-	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
-		s.fail("node %d: DeregisterRegion(sink %#x): %v", a.n.id, uint32(old.id), err)
-		return
-	}
-	a.kill(old)
-	a.deadSinks = append(a.deadSinks, old)
-	rg, err := a.register(p, alignedBytes(len(old.mem)), abi.PermLocalWrite, regSink)
-	if err != nil {
-		s.fail("node %d: re-registering a sink: %v", a.n.id, err)
-		return
-	}
-	p.sink = rg
-	s.tracef("node %d portal %d: sink %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
-	a.n.afterCall("RegisterRegion")
+	a.replace(p, &p.sink, regionChurn{
+		name: "sink", label: "sink ", desc: " a sink", dead: true,
+		perm: abi.PermLocalWrite, kind: regSink,
+		size: func(old *region) int { return len(old.mem) },
+	})
 }
 
 // churnDst deregisters a portal's remote-writable region while writes to
@@ -169,22 +183,12 @@ func (a *app) churnSink(p *portal) {
 // (the old memory is scribbled: a commit into it would show).
 func (a *app) churnDst(p *portal) {
 	s := a.s
-	old := p.wdst
-	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
-		s.fail("node %d: DeregisterRegion(dst %#x): %v", a.n.id, uint32(old.id), err)
-		return
-	}
-	a.kill(old)
 	cfg := &s.cfg.App
-	size := cfg.DstMinBytes + s.appRng.IntN(cfg.DstMaxBytes-cfg.DstMinBytes+1)
-	rg, err := a.register(p, alignedBytes(size), abi.PermRemoteWrite|abi.PermRemoteRead, regDst)
-	if err != nil {
-		s.fail("node %d: re-registering a remote-writable region: %v", a.n.id, err)
-		return
-	}
-	p.wdst = rg
-	s.tracef("node %d portal %d: dst %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
-	a.n.afterCall("RegisterRegion")
+	a.replace(p, &p.wdst, regionChurn{
+		name: "dst", label: "dst ", desc: " a remote-writable region",
+		perm: abi.PermRemoteWrite | abi.PermRemoteRead, kind: regDst,
+		size: func(*region) int { return cfg.DstMinBytes + s.appRng.IntN(cfg.DstMaxBytes-cfg.DstMinBytes+1) },
+	})
 }
 
 // churnWsrc replaces a portal's write source while writes from it are in
@@ -193,20 +197,9 @@ func (a *app) churnDst(p *portal) {
 // still commit. The old memory is poisoned: data sent from it afterwards
 // would fail the commit check.
 func (a *app) churnWsrc(p *portal) {
-	s := a.s
-	old := p.wsrc
-	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
-		s.fail("node %d: DeregisterRegion(wsrc %#x): %v", a.n.id, uint32(old.id), err)
-		return
-	}
-	a.kill(old)
-	a.deadSinks = append(a.deadSinks, old)
-	rg, err := a.register(p, alignedBytes(len(old.mem)), abi.PermLocalRead, regWsrc)
-	if err != nil {
-		s.fail("node %d: re-registering a write source: %v", a.n.id, err)
-		return
-	}
-	p.wsrc = rg
-	s.tracef("node %d portal %d: wsrc %#x replaced by %#x", a.n.id, p.id, uint32(old.id), uint32(rg.id))
-	a.n.afterCall("RegisterRegion")
+	a.replace(p, &p.wsrc, regionChurn{
+		name: "wsrc", label: "wsrc ", desc: " a write source", dead: true,
+		perm: abi.PermLocalRead, kind: regWsrc,
+		size: func(old *region) int { return len(old.mem) },
+	})
 }
