@@ -98,8 +98,9 @@ func (a *app) kill(rg *region) {
 	}
 }
 
-// churn: a portal deregisters its remote-readable region and registers a
-// new one (new id, maybe the same table entry with a new generation).
+// churn: a portal replaces one of its regions (remote-readable, sink,
+// remote-writable or write source) while ops use it: the new region has a
+// new id, maybe the same table entry with a new generation.
 func (a *app) churn() {
 	s := a.s
 	if len(a.portals) == 0 {
