@@ -3,7 +3,6 @@ package soak
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -98,13 +97,6 @@ func (b *bed) kill(i int) time.Time {
 	return time.Now()
 }
 
-// engine returns engine i's current process.
-func (b *bed) engine(i int) *testbed.Engine {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.eng[i]
-}
-
 // socket is engine i's control socket (the same for every incarnation).
 func (b *bed) socket(i int) string {
 	return filepath.Join(b.opts[i].Dir, b.opts[i].Name+".sock")
@@ -166,11 +158,4 @@ func (b *bed) stop() error {
 		return fmt.Errorf("stopping the engines: %v", errs)
 	}
 	return nil
-}
-
-// forgetIV removes engine i's IV state file: its next incarnation starts
-// its counters afresh and repeats nonces. Only the test that shows the
-// nonce check catches that calls it.
-func (b *bed) forgetIV(i int) error {
-	return os.Remove(b.opts[i].IVStatePath())
 }

@@ -118,19 +118,6 @@ func (f *faults) explain(op opSpan, st abi.Status) *window {
 	return nil
 }
 
-// count returns how many windows of kind k there were.
-func (f *faults) count(k windowKind) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, w := range f.ws {
-		if w.kind == k {
-			n++
-		}
-	}
-	return n
-}
-
 // errorLog keeps the run's errors: every one counted, the first few kept
 // in full. Safe for concurrent use.
 type errorLog struct {

@@ -40,6 +40,12 @@ func needBin(t *testing.T) string {
 	return bin
 }
 
+// forgetIV removes engine i's IV state file: its next incarnation starts
+// its counters afresh and repeats nonces.
+func (b *bed) forgetIV(i int) error {
+	return os.Remove(b.opts[i].IVStatePath())
+}
+
 // The capture on the router sees the frames of two engines of the routed
 // testbed; engine 2 is SIGKILLed twice. Restarted on its IV state file,
 // it resumes above every counter it used; restarted without it (the file

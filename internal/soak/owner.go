@@ -68,12 +68,6 @@ func (s *served) DeriveKey(initiator netip.Addr, pid uint32, op abi.Op) aesni.Ke
 	return aesni.DeriveKey(kr, a.As4(), pid, uint8(op))
 }
 
-func (s *served) key() aesni.Key {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.kr
-}
-
 func (s *served) setKey(kr aesni.Key) {
 	s.mu.Lock()
 	s.kr = kr

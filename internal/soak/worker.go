@@ -349,6 +349,3 @@ func (w *worker) reconnect(ctx context.Context) error {
 	w.s.reconnected(w.i)
 	return nil
 }
-
-// holdings is what the worker's portal holds on its engine.
-func (w *worker) holdings() (slots, regions int) { return w.p.Slots(), 1 }
