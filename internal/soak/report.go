@@ -29,7 +29,8 @@ type Report struct {
 	Flaps        int
 	LocalRekeys  int
 	RemoteRekeys int
-	Reconnects   int // applications redialled after their engine's restart
+	Reconnects   int // raw and executor applications redialled after their engine's restart
+	OwnerRedials int // owners redialled (one per kill)
 	KeyFetches   uint64
 
 	Frames      uint64 // captured by the filter
@@ -100,6 +101,9 @@ func (s *soak) collect(r *Report) {
 		}
 	}
 	r.Kills, r.Flaps = int(s.kills.Load()), int(s.flaps.Load())
+	for _, o := range s.owners {
+		r.OwnerRedials += o.gen - 1
+	}
 	s.stallMu.Lock()
 	stalls := append([]stallRecord(nil), s.stalls...)
 	s.stallMu.Unlock()
@@ -344,7 +348,7 @@ func (r *Report) Print(w io.Writer) {
 	p("faults: kills %d (floor %d), flaps %d (floor %d); rekeys: local %d (floor %d), remote %d (floor %d; REKEY ops %d: %s)",
 		r.Kills, r.Floors.Kills, r.Flaps, r.Floors.Flaps, r.LocalRekeys, r.Floors.LocalRekeys, r.RemoteRekeys, r.Floors.RemoteRekeys,
 		r.RekeyPosted, sortedCounts(r.RekeyDone))
-	p("reconnects: %d applications redialled; %d K_d fetched over keyx", r.Reconnects, r.KeyFetches)
+	p("reconnects: raw and executor applications redialled %d times on ENGINE_GONE, owners %d; %d K_d fetched over keyx", r.Reconnects, r.OwnerRedials, r.KeyFetches)
 	p("engine stalls (a loop that did not run for %v or more, the host's doing): %d windows, %v stalled in them", stallFloor, len(r.Stalls), r.Stalled.Round(time.Millisecond))
 	for i, s := range r.Stalls {
 		if i == 10 {
