@@ -378,6 +378,34 @@ func TestContainers(t *testing.T) {
 	}
 }
 
+// TestImage: the runtime image holds what rmad and the tools load and no
+// build tool: every shared library of the binaries and of DPDK's drivers
+// resolves, no -dev package, no compiler; its entrypoint is rmad and the
+// control sockets and the IV state are volumes.
+func TestImage(t *testing.T) {
+	image, _ := needImages(t)
+	out, err := testbed.Podman("image", "inspect", "--format", "{{json .Config.Entrypoint}} {{json .Config.Volumes}}", image).CombinedOutput()
+	if want := `["/usr/local/bin/rmad"] {"/run/onerma":{},"/var/lib/onerma":{}}`; err != nil || strings.TrimSpace(string(out)) != want {
+		t.Fatalf("entrypoint and volumes: %q %v, want %q", out, err, want)
+	}
+	// One line per file and library that does not resolve, per -dev
+	// package, per compiler; then the count of files checked.
+	const script = `n=0
+for f in /usr/local/bin/rmad /usr/local/bin/rmactl /usr/local/bin/rmaperf /usr/local/bin/rmatop /usr/lib/*/dpdk/pmds-*/*.so.*; do
+	ldd "$f" 2>/dev/null | sed -n "s|^|$f: |; /not found/p"; n=$((n+1))
+done
+dpkg-query -W -f '${Package}\n' | grep -- '-dev$'
+for c in gcc cc go clang; do command -v $c; done
+echo "checked $n"`
+	out, err = testbed.Podman("run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", script).CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var n int
+	if _, serr := fmt.Sscanf(lines[len(lines)-1], "checked %d", &n); err != nil || serr != nil || len(lines) != 1 || n < 12 {
+		t.Fatalf("the runtime image: %v\n%s", err, out)
+	}
+	t.Logf("%d binaries and DPDK drivers, every library resolved; no -dev package, no compiler", n)
+}
+
 // TestContainerPrivileges: rmad in a container runs on each port type
 // with exactly the privileges README lists for it (privileges), and fails
 // to start without any one of them. With them: two engines over memif
