@@ -10,7 +10,7 @@ import (
 )
 
 // Container is how a process runs in a podman container (runc): PID,
-// mount, IPC, UTS and cgroup namespaces of its own, a network namespace of
+// mount, IPC and UTS namespaces of its own, a network namespace of
 // its own (none, or a testbed namespace), every capability dropped but
 // those named, and nothing of the host but the bind mounts named. podman
 // takes its configuration and storage from the environment
@@ -34,8 +34,8 @@ type Container struct {
 	Interactive bool
 }
 
-// Podman returns a podman command: the environment's configuration and
-// storage, whatever the caller's working directory.
+// Podman returns a podman command, which takes its configuration and
+// storage from the environment (Container).
 func Podman(args ...string) *exec.Cmd { return exec.Command("podman", args...) }
 
 // ImageExists reports whether podman's storage holds image.
