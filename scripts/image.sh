@@ -51,16 +51,20 @@ writeif() {
 }
 
 # Podman's configuration for OneRMA, apart from the host's. Overlay when
-# this kernel and file system mount it, else vfs (slower, whole copies).
+# this kernel and file system mount it, else vfs (slower, whole copies);
+# chosen once, as the storage holds images of that driver.
 mkdir -p "$ctr/storage" "$run"
-driver=vfs
-probe=$(mktemp -d "$ctr/probe.XXXXXX")
-mkdir -p "$probe"/{l,u,w,m}
-if mount -t overlay overlay -o "lowerdir=$probe/l,upperdir=$probe/u,workdir=$probe/w" "$probe/m" 2>/dev/null; then
-	umount "$probe/m"
-	driver=overlay
+driver=$(sed -n 's/^driver = "\(.*\)"$/\1/p' "$storage_conf" 2>/dev/null || true)
+if [ -z "$driver" ]; then
+	driver=vfs
+	probe=$(mktemp -d "$ctr/probe.XXXXXX")
+	mkdir -p "$probe"/{l,u,w,m}
+	if mount -t overlay overlay -o "lowerdir=$probe/l,upperdir=$probe/u,workdir=$probe/w" "$probe/m" 2>/dev/null; then
+		umount "$probe/m"
+		driver=overlay
+	fi
+	rm -rf "$probe"
 fi
-rm -rf "$probe"
 writeif "$storage_conf" <<EOF
 # Written by OneRMA's scripts/image.sh.
 [storage]
