@@ -18,7 +18,7 @@ TEST_TIMEOUT ?= 20m
 FUZZTIME ?=
 SIM_SEEDS ?= 1000
 
-.PHONY: all setup setup-bench bpf build demo test fuzz sim bench figures vet clean pgo
+.PHONY: all setup setup-bench bpf build image demo test fuzz sim bench figures vet clean pgo
 
 all: build
 
@@ -43,6 +43,14 @@ build: bpf
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
 
+# The container images (scripts/image.sh, podman; nothing pulled): a
+# Debian 12 base made by debootstrap, the Dockerfile's runtime image
+# localhost/onerma:dev and its e2e target localhost/onerma-e2e:dev. Cached:
+# a second run rebuilds only what changed.
+image:
+	@bash scripts/setup.sh --containers
+	@bash scripts/image.sh
+
 demo: setup build
 	@$(BIN)/onerma-demo -rmad $(BIN)/rmad
 
@@ -52,9 +60,10 @@ vet: bpf
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 # Every test (unit, simulator seeds, real DPDK engines in separate processes,
-# netns/veth af_packet), then a short run of each fuzz target.
-test: setup build vet
-	ONERMA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+# netns/veth af_packet, engines and applications in containers), then a
+# short run of each fuzz target.
+test: setup build vet image
+	env $$(bash scripts/image.sh --env) ONERMA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@$(MAKE) --no-print-directory fuzz
 
 fuzz:

@@ -2,11 +2,19 @@
 # Host set-up for OneRMA: idempotent, safe to run again and again.
 #   scripts/setup.sh          packages, hugepages, mounts (demo and tests)
 #   scripts/setup.sh --bench  the same plus the benchmark peers (ucx-utils)
+#   scripts/setup.sh --containers  the same plus what builds and runs the
+#                             container images (make image, the container test)
 # Needs root for apt, hugepages and mounts. Without root it only checks.
 set -euo pipefail
 
-want_bench=0
-[ "${1:-}" = "--bench" ] && want_bench=1
+want_bench=0 want_containers=0
+for a in "$@"; do
+	case $a in
+	--bench) want_bench=1 ;;
+	--containers) want_containers=1 ;;
+	*) echo "setup: unknown argument $a" >&2; exit 2 ;;
+	esac
+done
 
 log() { printf 'setup: %s\n' "$*"; }
 
@@ -31,6 +39,31 @@ if [ ${#missing[@]} -gt 0 ]; then
 	if ! apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; then
 		apt-get update -qq
 		apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
+fi
+
+# Containers (scripts/image.sh, e2e TestContainers): debootstrap builds the
+# base image from Debian's packages (no registry image is pulled), podman
+# builds and runs the images with runc (crun refuses hybrid cgroups), conmon
+# watches them. Without recommends (buildah, fuse-overlayfs, slirp4netns:
+# podman builds itself, storage is the kernel's overlay, networks are
+# namespaces the tests make). Only for make image and make test: make demo
+# stays light.
+if [ $want_containers = 1 ]; then
+	cmissing=()
+	for p in debootstrap podman runc conmon; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || cmissing+=("$p")
+	done
+	if [ ${#cmissing[@]} -gt 0 ]; then
+		if [ "$(id -u)" != 0 ]; then
+			log "missing packages ${cmissing[*]} and not root: install them first"; exit 1
+		fi
+		log "installing ${cmissing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		if ! apt-get install -y -qq --no-install-recommends "${cmissing[@]}" >/dev/null 2>&1; then
+			apt-get update -qq
+			apt-get install -y -qq --no-install-recommends "${cmissing[@]}" >/dev/null
+		fi
 	fi
 fi
 
