@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 BIN     := bin
-TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop
+TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop rmasoak
 # BPF programs, compiled here, committed, embedded by their Go packages:
 # rmatop's probe and the XDP program of rmad's AF_XDP ports.
 BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
@@ -17,8 +17,10 @@ TEST_TIMEOUT ?= 20m
 # overrides every target's budget.
 FUZZTIME ?=
 SIM_SEEDS ?= 1000
+# make soak's duration; make test runs a 1-minute soak.
+SOAK ?= 30m
 
-.PHONY: all setup setup-bench bpf build image demo test fuzz sim bench figures vet clean pgo
+.PHONY: all setup setup-bench bpf build image demo test fuzz sim bench figures vet clean pgo soak
 
 all: build
 
@@ -60,11 +62,19 @@ vet: bpf
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 # Every test (unit, simulator seeds, real DPDK engines in separate processes,
-# netns/veth af_packet, engines and applications in containers), then a
-# short run of each fuzz target.
+# netns/veth af_packet, engines and applications in containers), a
+# 1-minute soak, then a short run of each fuzz target.
 test: setup build vet image
 	env $$(bash scripts/image.sh --env) ONERMA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(BIN)/rmasoak -bin $(BIN) -d 1m
 	@$(MAKE) --no-print-directory fuzz
+
+# The soak (tools/rmasoak, internal/soak): four engines on the routed
+# testbed under verified mixed load for $(SOAK), engines SIGKILLed and
+# restarted, router links flapped, keys replaced; the floors scale with
+# the duration. Its last line is `soak: ok` only when every check held.
+soak: setup build
+	$(BIN)/rmasoak -bin $(BIN) -d $(SOAK)
 
 fuzz:
 	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x; do \
