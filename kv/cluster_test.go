@@ -13,7 +13,7 @@ import (
 // cluster is n cache servers and their clients on one in-process engine
 // (every READ goes through the engine's own loop: frames to itself).
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	eng     *enginetest.Engine
 	servers []*kv.Server
 	addrs   []kv.ServerAddr
@@ -21,7 +21,7 @@ type cluster struct {
 	served  chan error
 }
 
-func newCluster(t *testing.T, n int, scfg kv.ServerConfig) *cluster {
+func newCluster(t testing.TB, n int, scfg kv.ServerConfig) *cluster {
 	t.Helper()
 	eng := enginetest.Start(t, enginetest.Opts{Engine: func(c *engine.Config) {
 		c.Slots, c.Regions, c.Portals = 1024, 64, 16
