@@ -423,13 +423,17 @@ func (c *Client) ServerStats(i int) (StoreStats, error) {
 	return parseStats(b)
 }
 
-// Close stops the replicas' goroutines, closes the RPC connections and the
-// portal (outstanding GETs are abandoned). Close is idempotent.
+// Close sends the hints gathered, stops the replicas' goroutines, closes
+// the RPC connections and the portal (outstanding GETs are abandoned).
+// Close is idempotent.
 func (c *Client) Close() error {
 	if c.closed {
 		return nil
 	}
 	c.closed = true
+	for _, r := range c.reps {
+		r.flushHints()
+	}
 	close(c.stop)
 	c.wg.Wait()
 	for _, r := range c.reps {

@@ -187,7 +187,15 @@ func (r *replica) run(done <-chan struct{}) {
 	for {
 		select {
 		case <-done:
-			return
+			// The batches the client handed over on its way out.
+			for {
+				select {
+				case b := <-r.hintFull:
+					r.sendHints(b)
+				default:
+					return
+				}
+			}
 		case <-r.kick:
 			wanted = true
 			backoff = r.c.cfg.AvoidFor

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/kv"
+)
+
+// benchCmd is a closed loop of GETs from one client: -inflight GETs
+// outstanding, keys uniform or Zipfian over -keys, each GET's latency from
+// its start to its report. -load first SETs every key.
+func benchCmd(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	var f clientFlags
+	f.register(fs)
+	keys := fs.Int("keys", 100_000, "keys (key-0000000 ...: 16 bytes)")
+	size := fs.Int("value", 32, "value bytes (with -load)")
+	load := fs.Bool("load", false, "SET every key first")
+	d := fs.Duration("d", 5*time.Second, "how long to run the GETs")
+	theta := fs.Float64("zipf", 0, "Zipfian exponent of the keys (0: uniform)")
+	fs.Parse(args)
+	cfg, err := f.config("rmakv-bench")
+	if err != nil {
+		return err
+	}
+	c, err := kv.Dial(cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	key := func(i int) []byte { return fmt.Appendf(nil, "key-%011d", i) }
+	if *load {
+		t0 := time.Now()
+		val := make([]byte, *size)
+		for i := range *keys {
+			for j := range val {
+				val[j] = byte(i + j)
+			}
+			if err := c.Set(key(i), val); err != nil {
+				return fmt.Errorf("set %s: %w", key(i), err)
+			}
+		}
+		logf("loaded %d keys of %d B in %v", *keys, *size, time.Since(t0).Round(time.Millisecond))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func() int { return rng.IntN(*keys) }
+	if *theta > 0 {
+		cdf := zipfCDF(*keys, *theta)
+		pick = func() int {
+			i, _ := slices.BinarySearch(cdf, rng.Float64())
+			return min(i, *keys-1)
+		}
+	}
+	allKeys := make([][]byte, *keys)
+	for i := range allKeys {
+		allKeys[i] = key(i)
+	}
+	bufs := make([][]byte, f.inflight)
+	starts := make([]time.Time, f.inflight)
+	free := make([]int, 0, f.inflight)
+	for i := range bufs {
+		bufs[i] = make([]byte, 0, max(*size, 64))
+		free = append(free, i)
+	}
+	lat := make([]time.Duration, 0, 1<<20)
+	var hits, misses, errs int
+	fn := func(tag uint64, _ []byte, err error) {
+		lat = append(lat, time.Since(starts[tag]))
+		free = append(free, int(tag))
+		switch {
+		case err == nil:
+			hits++
+		case err == kv.ErrNotFound:
+			misses++
+		default:
+			errs++
+		}
+	}
+	t0 := time.Now()
+	for time.Since(t0) < *d {
+		for len(free) > 0 {
+			b := free[len(free)-1]
+			starts[b] = time.Now()
+			if err := c.StartGet(allKeys[pick()], bufs[b], uint64(b)); err != nil {
+				return err
+			}
+			free = free[:len(free)-1]
+		}
+		if _, err := c.WaitGets(fn); err != nil {
+			return err
+		}
+	}
+	for c.Outstanding() > 0 {
+		c.WaitGets(fn)
+	}
+	el := time.Since(t0)
+	slices.Sort(lat)
+	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	st := c.Stats()
+	fmt.Printf("%d GETs in %v: %.0f GETs/s, p50 %v p99 %v p99.9 %v; hits %d misses %d errors %d; retries %d failovers %d hedges %d (won %d)\n",
+		len(lat), el.Round(time.Millisecond), float64(len(lat))/el.Seconds(), q(0.5), q(0.99), q(0.999),
+		hits, misses, errs, st.Retries, st.FailoversTotal(), st.Hedges, st.HedgeWins)
+	for s, n := range st.Failovers {
+		if n > 0 {
+			fmt.Printf("  failovers on %v: %d\n", abi.Status(s), n)
+		}
+	}
+	return nil
+}
+
+// zipfCDF is the cumulative distribution of ranks 0..n-1 with P(k) ∝
+// 1/(k+1)^theta: inverse-transform sampling by binary search.
+func zipfCDF(n int, theta float64) []float64 {
+	cdf := make([]float64, n)
+	sum := 0.0
+	for k := range n {
+		sum += 1 / math.Pow(float64(k+1), theta)
+		cdf[k] = sum
+	}
+	for k := range cdf {
+		cdf[k] /= sum
+	}
+	return cdf
+}
