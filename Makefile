@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 BIN     := bin
-TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop
+TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop rmakv
 # BPF programs, compiled here, committed, embedded by their Go packages:
 # rmatop's probe and the XDP program of rmad's AF_XDP ports.
 BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o

@@ -143,8 +143,10 @@ type Client struct {
 	cpl     [64]abi.Completion
 	scratch [latWindow]uint32
 	hedgeAt int64 // earliest pending hedge (0: none)
-	lastTic int64
 	st      ClientStats
+	// failovers counts the attempts a GET left for another replica
+	// (FailoversTotal plus Corrupt), for Failovers.
+	failovers uint64
 
 	refreshed atomic.Bool // a replica published a new view
 	stop      chan struct{}
@@ -400,6 +402,11 @@ func (c *Client) Stats() ClientStats {
 	}
 	return s
 }
+
+// Failovers is how many times a GET left a replica for the next one
+// (ClientStats' Failovers and Corrupt summed); cheap enough to read after
+// every GET.
+func (c *Client) Failovers() uint64 { return c.failovers }
 
 // ReplicaError is the last failure of replica i's background refresh (nil
 // when its last one succeeded).

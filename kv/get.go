@@ -206,7 +206,7 @@ func (c *Client) choose(g *getOp) int {
 func (c *Client) launch(gi int32, now int64, hedge bool) bool {
 	g := &c.gets[gi]
 	k := c.choose(g)
-	if k < 0 || len(c.freeA) == 0 {
+	if k < 0 || len(c.freeA) == 0 || hedge && !c.spare() {
 		return false
 	}
 	ai := c.allocAttempt(c.reps[g.reps[k]])
@@ -228,6 +228,12 @@ func (c *Client) launch(gi int32, now int64, hedge bool) bool {
 	c.postPending(ai)
 	return true
 }
+
+// spare reports whether an attempt may go to a hedge or a probe: the
+// pool keeps one free for each GET that may still be started (a hedge's
+// loser holds its attempt until its READ completes, up to TIMEOUT), so
+// StartGet fails with ErrBusy only at MaxInFlight.
+func (c *Client) spare() bool { return len(c.freeA) > c.cfg.MaxInFlight-c.active }
 
 func (c *Client) allocAttempt(r *replica) int32 {
 	ai := c.freeA[len(c.freeA)-1]

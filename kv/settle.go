@@ -141,6 +141,7 @@ func (c *Client) failover(gi, ai int32, status abi.Status, now int64) {
 	if status != abi.StatusOK {
 		c.st.Failovers[status]++
 	}
+	c.failovers++
 	if g.live > 0 {
 		return
 	}
@@ -213,7 +214,7 @@ func (c *Client) tick(now int64) {
 		c.takeViews(now)
 	}
 	for _, r := range c.reps {
-		if !r.up && !r.probing && r.cur != nil && now >= r.downUntil && len(c.freeA) > 0 {
+		if !r.up && !r.probing && r.cur != nil && now >= r.downUntil && c.spare() {
 			ai := c.allocAttempt(r)
 			c.atts[ai].probe = true
 			r.probing = true
