@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -13,8 +12,9 @@ import (
 )
 
 // benchCmd is a closed loop of GETs from one client: -inflight GETs
-// outstanding, keys uniform or Zipfian over -keys, each GET's latency from
-// its start to its report. -load first SETs every key.
+// outstanding, keys uniformly random over -keys, each GET's latency from
+// its start to its report. -load first SETs every key. (make bench's
+// YCSB workloads, Zipfian keys and open loop are rmabench's kv setups.)
 func benchCmd(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	var f clientFlags
@@ -23,7 +23,6 @@ func benchCmd(args []string) error {
 	size := fs.Int("value", 32, "value bytes (with -load)")
 	load := fs.Bool("load", false, "SET every key first")
 	d := fs.Duration("d", 5*time.Second, "how long to run the GETs")
-	theta := fs.Float64("zipf", 0, "Zipfian exponent of the keys (0: uniform)")
 	fs.Parse(args)
 	cfg, err := f.config("rmakv-bench")
 	if err != nil {
@@ -49,14 +48,6 @@ func benchCmd(args []string) error {
 		logf("loaded %d keys of %d B in %v", *keys, *size, time.Since(t0).Round(time.Millisecond))
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	pick := func() int { return rng.IntN(*keys) }
-	if *theta > 0 {
-		cdf := zipfCDF(*keys, *theta)
-		pick = func() int {
-			i, _ := slices.BinarySearch(cdf, rng.Float64())
-			return min(i, *keys-1)
-		}
-	}
 	allKeys := make([][]byte, *keys)
 	for i := range allKeys {
 		allKeys[i] = key(i)
@@ -87,7 +78,7 @@ func benchCmd(args []string) error {
 		for len(free) > 0 {
 			b := free[len(free)-1]
 			starts[b] = time.Now()
-			if err := c.StartGet(allKeys[pick()], bufs[b], uint64(b)); err != nil {
+			if err := c.StartGet(allKeys[rng.IntN(*keys)], bufs[b], uint64(b)); err != nil {
 				return err
 			}
 			free = free[:len(free)-1]
@@ -112,19 +103,4 @@ func benchCmd(args []string) error {
 		}
 	}
 	return nil
-}
-
-// zipfCDF is the cumulative distribution of ranks 0..n-1 with P(k) ∝
-// 1/(k+1)^theta: inverse-transform sampling by binary search.
-func zipfCDF(n int, theta float64) []float64 {
-	cdf := make([]float64, n)
-	sum := 0.0
-	for k := range n {
-		sum += 1 / math.Pow(float64(k+1), theta)
-		cdf[k] = sum
-	}
-	for k := range cdf {
-		cdf[k] /= sum
-	}
-	return cdf
 }

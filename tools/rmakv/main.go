@@ -9,7 +9,7 @@
 //	rmakv del    -socket PATH -creds DIR -servers HOST:PORT,... KEY
 //	rmakv stats  -socket PATH -creds DIR -servers HOST:PORT,...
 //	rmakv bench  -socket PATH -creds DIR -servers HOST:PORT,... [-keys N] [-value BYTES]
-//	             [-load] [-d DURATION] [-inflight N] [-zipf THETA] [-hedge]
+//	             [-load] [-d DURATION] [-inflight N] [-hedge]
 //	rmakv fig9   -rmad PATH [-out DIR] [-d DURATION] [-cases a,b,c]
 //
 // DIR holds keyx credentials (`rmactl creds DIR`): the server reads
