@@ -18,7 +18,7 @@ TEST_TIMEOUT ?= 20m
 FUZZTIME ?=
 SIM_SEEDS ?= 1000
 
-.PHONY: all setup setup-bench bpf build demo test fuzz sim bench figures vet clean pgo
+.PHONY: all setup setup-bench bpf build demo test fuzz sim bench figures fig9 vet clean pgo
 
 all: build
 
@@ -96,6 +96,15 @@ figures:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./tools/rmafigures
 	$(BIN)/rmafigures -out figures
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory fig9; else echo "fig9 (the cache's failover, on real engines) needs root: sudo make fig9"; fi
+
+# The cache's failover on real engines (the paper's Fig. 9): four rmad on
+# a Linux bridge, three rmakv servers, a replica's process or engine
+# killed or its regions rekeyed under GET load: figures/fig9*.png and
+# figures/fig9.md. Root. FIG9_RUNS=N runs each case N times (default 3).
+FIG9_RUNS ?= 3
+fig9: setup build
+	$(BIN)/rmakv fig9 -rmad $(BIN)/rmad -rmakv $(BIN)/rmakv -out figures -runs $(FIG9_RUNS)
 
 clean:
 	rm -rf $(BIN)
