@@ -23,7 +23,7 @@ type ClientConfig struct {
 	Socket  string         // the engine's control socket (required)
 	Name    string         // the portal's name (default "kv-client")
 	Portal  portal.Options // ring sizes, WaitSpins
-	Servers []ServerAddr   // every server, in the same order... any order: the ring places by name
+	Servers []ServerAddr   // every server (any order: the ring places keys by the servers' RPC addresses)
 	// Replicas is R, the servers holding each key (default min(3,
 	// servers)).
 	Replicas int
@@ -291,18 +291,22 @@ func (c *Client) allocate() error {
 func (c *Client) now() int64 { return int64(time.Since(c.t0)) }
 
 // takeViews installs the views the replicas' goroutines published: a
-// replica with a new view is up again at once (its keys are fresh).
+// replica with new keys or layout is up again at once; one whose view
+// came back unchanged stays as it was (its probes decide).
 func (c *Client) takeViews(now int64) {
 	for _, r := range c.reps {
 		v := r.fresh.Load()
 		if v == nil || v == r.cur {
 			continue
 		}
-		if r.cur != nil {
+		same := r.cur != nil && v.Layout == r.cur.Layout && v.idxKey == r.cur.idxKey && v.slabKey == r.cur.slabKey
+		if r.cur != nil && !same {
 			r.st.Refreshes++
 		}
 		r.cur = v
-		r.up, r.downUntil, r.backoff = true, 0, 0
+		if !same { // new keys or a new server: try it at once; else the probes decide
+			r.up, r.downUntil, r.backoff = true, 0, 0
+		}
 	}
 }
 
@@ -375,9 +379,14 @@ func (c *Client) update(key, hdr, value []byte) error {
 		errs[k] = err
 	}
 	for k, ri := range reps[:n] {
-		if errs[k] != nil {
-			r := c.reps[ri]
-			r.st.SetErrors++
+		var re *RefusedError
+		if errs[k] == nil {
+			continue
+		}
+		r := c.reps[ri]
+		r.st.SetErrors++
+		if !errors.As(errs[k], &re) {
+			// Unreachable: it may keep an older value; read elsewhere.
 			c.avoid(r, c.now())
 		}
 	}

@@ -65,6 +65,12 @@
 // malicious server can make a GET fail over (ClientStats.Corrupt), never
 // crash the client or make it read outside its buffers.
 //
+// A record larger than 4 KB is read with one READ per 4 KB, all posted
+// at once into the attempt's slice of the sink; the client posts them
+// itself rather than through a portal.Executor, which retries NACK and
+// TIMEOUT where a GET must see the failure to go to another replica at
+// once, and which would own the portal's data path.
+//
 // # Failover
 //
 // A READ that ends REMOTE_REGION, REMOTE_AUTHENTICATION_FAILURE, NACK,
