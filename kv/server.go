@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
@@ -111,11 +112,13 @@ type Server struct {
 	mu sync.Mutex // the store
 	st *store
 
+	// ctx ends at Close, closing every connection; cmu orders Serve's
+	// start against Close's wait.
+	ctx    context.Context
+	cancel context.CancelFunc
 	cmu    sync.Mutex
-	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
-	done   chan struct{}
 }
 
 // NewServer opens a portal on the engine, registers the index and slab
@@ -129,10 +132,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
-	s := &Server{cfg: cfg, tls: tc, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	s := &Server{cfg: cfg, tls: tc}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	ok := false
 	defer func() {
 		if !ok {
+			s.cancel()
 			s.shutdown()
 		}
 	}()
@@ -180,60 +185,64 @@ func (s *Server) Regions() (idx, slab uint32) { return uint32(s.idx.ID()), uint3
 // Serve accepts RPC connections until Close (it returns nil) or until the
 // engine goes away (it returns the portal's *EngineGoneError: the regions
 // are gone with the engine, and clients fail over to other replicas).
+// Each connection is served on its own goroutine until it ends or Close.
 func (s *Server) Serve() error {
+	s.cmu.Lock()
+	if s.closed {
+		s.cmu.Unlock()
+		return nil
+	}
+	s.wg.Add(2) // this call and the engine's watch
+	s.cmu.Unlock()
+	defer s.wg.Done()
 	gone := make(chan error, 1)
 	go func() {
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.done:
-				return
-			case <-t.C:
-				if err := s.p.Gone(); err != nil {
-					gone <- err
-					s.ln.Close()
-					return
-				}
-			}
-		}
+		defer s.wg.Done()
+		s.watchEngine(gone)
 	}()
 	for {
 		c, err := s.ln.Accept()
-		if err != nil {
-			select {
-			case err := <-gone:
-				return err
-			default:
-			}
-			s.cmu.Lock()
-			closed := s.closed
-			s.cmu.Unlock()
-			if closed {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("kv: server: accept: %w", err)
+		if err == nil {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				stop := context.AfterFunc(s.ctx, func() { c.Close() })
+				defer stop()
+				s.handle(c)
+			}()
+			continue
 		}
-		s.cmu.Lock()
-		if s.closed {
-			s.cmu.Unlock()
-			c.Close()
+		select {
+		case err := <-gone:
+			return err
+		default:
+		}
+		if s.ctx.Err() != nil {
 			return nil
 		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.cmu.Unlock()
-		go func() {
-			defer s.wg.Done()
-			s.handle(c)
-			s.cmu.Lock()
-			delete(s.conns, c)
-			s.cmu.Unlock()
-		}()
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			return fmt.Errorf("kv: server: accept: %w", err)
+		}
+	}
+}
+
+// watchEngine polls the portal for its engine's departure until Close;
+// when the engine is gone it reports why and stops the listener.
+func (s *Server) watchEngine(gone chan<- error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			if err := s.p.Gone(); err != nil {
+				gone <- err
+				s.ln.Close()
+				return
+			}
+		}
 	}
 }
 
@@ -384,11 +393,8 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.done)
-	for c := range s.conns {
-		c.Close()
-	}
 	s.cmu.Unlock()
+	s.cancel()
 	err := s.shutdown()
 	s.wg.Wait()
 	return err

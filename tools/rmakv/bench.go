@@ -24,11 +24,7 @@ func benchCmd(args []string) error {
 	load := fs.Bool("load", false, "SET every key first")
 	d := fs.Duration("d", 5*time.Second, "how long to run the GETs")
 	fs.Parse(args)
-	cfg, err := f.config("rmakv-bench")
-	if err != nil {
-		return err
-	}
-	c, err := kv.Dial(cfg)
+	c, _, err := f.dial("rmakv-bench")
 	if err != nil {
 		return err
 	}

@@ -3,16 +3,15 @@ package main
 import (
 	"fmt"
 	"image/color"
-	"os"
 	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/onerma/onerma/internal/kvfail"
+	"github.com/onerma/onerma/internal/plotpng"
 )
 
 var (
@@ -90,7 +89,7 @@ func plotFig9(path string, fc fig9Case, r *kvfail.Result) error {
 	if err := vline(whole, "failure", 0, 1, 1e5); err != nil {
 		return err
 	}
-	return savePNG(path, 26*vg.Centimeter, 10*vg.Centimeter, zoom, whole)
+	return plotpng.Save(path, 26*vg.Centimeter, 10*vg.Centimeter, zoom, whole)
 }
 
 func newFig9Plot(title, x string) *plot.Plot {
@@ -136,53 +135,24 @@ func line(p *plot.Plot, name string, pts plotter.XYs, c color.Color) error {
 	return nil
 }
 
+// vline and hline are dashed reference lines.
 func vline(p *plot.Plot, name string, x, y0, y1 float64) error {
-	l, err := plotter.NewLine(plotter.XYs{{X: x, Y: max(y0, 1)}, {X: x, Y: max(y1, 2)}})
-	if err != nil {
-		return err
-	}
-	l.Color = black
-	l.Width = vg.Points(1)
-	l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-	p.Add(l)
-	p.Legend.Add(name, l)
-	return nil
+	return dashed(p, name, plotter.XYs{{X: x, Y: max(y0, 1)}, {X: x, Y: max(y1, 2)}}, black, 1, 4, 3)
 }
 
 func hline(p *plot.Plot, name string, y, x0, x1 float64) error {
-	l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}})
+	return dashed(p, name, plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}}, red, 0.8, 2, 2)
+}
+
+func dashed(p *plot.Plot, name string, pts plotter.XYs, c color.Color, width, on, off float64) error {
+	l, err := plotter.NewLine(pts)
 	if err != nil {
 		return err
 	}
-	l.Color = red
-	l.Width = vg.Points(0.8)
-	l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+	l.Color = c
+	l.Width = vg.Points(width)
+	l.Dashes = []vg.Length{vg.Points(on), vg.Points(off)}
 	p.Add(l)
 	p.Legend.Add(name, l)
 	return nil
-}
-
-// savePNG writes plots stacked in one column.
-func savePNG(path string, w, hEach vg.Length, plots ...*plot.Plot) error {
-	img := vgimg.New(w, hEach*vg.Length(len(plots)))
-	dc := draw.New(img)
-	rows := make([][]*plot.Plot, len(plots))
-	for i, p := range plots {
-		rows[i] = []*plot.Plot{p}
-	}
-	t := draw.Tiles{Rows: len(plots), Cols: 1, PadX: vg.Millimeter, PadY: 3 * vg.Millimeter,
-		PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: 2 * vg.Millimeter}
-	cs := plot.Align(rows, t, dc)
-	for i, p := range plots {
-		p.Draw(cs[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -101,6 +101,16 @@ func (f *clientFlags) config(name string) (kv.ClientConfig, error) {
 	return cfg, nil
 }
 
+// dial opens a client with the flags' configuration.
+func (f *clientFlags) dial(name string) (*kv.Client, kv.ClientConfig, error) {
+	cfg, err := f.config(name)
+	if err != nil {
+		return nil, cfg, err
+	}
+	c, err := kv.Dial(cfg)
+	return c, cfg, err
+}
+
 func clientCmd(cmd string, args []string) error {
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	var f clientFlags
@@ -110,11 +120,7 @@ func clientCmd(cmd string, args []string) error {
 	if fs.NArg() != want {
 		return fmt.Errorf("%s takes %d arguments, got %d", cmd, want, fs.NArg())
 	}
-	cfg, err := f.config("rmakv-" + cmd)
-	if err != nil {
-		return err
-	}
-	c, err := kv.Dial(cfg)
+	c, cfg, err := f.dial("rmakv-" + cmd)
 	if err != nil {
 		return err
 	}
