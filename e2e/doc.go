@@ -27,5 +27,8 @@
 // with reads in flight (its application gets ENGINE_GONE for each, then
 // ErrEngineGone, within microseconds of the connection closing, and
 // Redial reconnects once the engine is back), and a region's owner
-// process SIGKILLed (remote READs fail within a round trip).
+// process SIGKILLed (remote READs fail within a round trip). kv_test.go
+// runs the key/value cache's failover across four engines on a bridge
+// (internal/kvfail): a replica rekeyed, its server process killed, its
+// engine killed, and no GET failing.
 package e2e
