@@ -2,7 +2,6 @@ package kv
 
 import (
 	"context"
-	"errors"
 	"runtime"
 
 	"github.com/onerma/onerma/abi"
@@ -356,7 +355,7 @@ func (c *Client) process(n int, err error) {
 	for i := range n {
 		c.complete(&c.cpl[i], now)
 	}
-	if err != nil && !errors.Is(err, portal.ErrRingCorrupt) {
+	if err != nil { // the engine gone, the portal closed or its rings corrupt: nothing more will complete
 		c.abandon(err, now)
 	}
 	c.resume()
