@@ -161,6 +161,9 @@ type ClientStats struct {
 	// was being changed (a race with a SET: odd sequence, a sum that
 	// failed, a replaced record).
 	Retries uint64
+	// RetriesExhausted: GETs that raced SETs of their key maxRetries
+	// times on one replica and went to the next.
+	RetriesExhausted uint64
 	// Failovers by the status of the READ that failed (indexed by
 	// abi.Status); Corrupt: replicas left because what they returned
 	// could not be decoded.

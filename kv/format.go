@@ -86,9 +86,10 @@ func DecodeSlot(s []byte, slabBytes uint64, maxRecord uint32) (Slot, error) {
 	s = s[:SlotBytes]
 	seq := binary.LittleEndian.Uint32(s[0:])
 	if seq == 0 {
-		// Never written: all zero. The server never publishes sequence 0.
+		// Never written: all zero. The server never publishes sequence 0;
+		// content under it is its first write, read while under way.
 		if !allZero(s) {
-			return Slot{}, ErrCorrupt
+			return Slot{}, ErrUnstable
 		}
 		return Slot{}, nil
 	}

@@ -29,10 +29,10 @@ const (
 	phaseRecord
 )
 
-// maxRetries bounds the READs one GET does again after reading a slot or
-// record in the middle of a change; past it the replica is treated as
-// returning garbage and the GET moves on.
-const maxRetries = 16
+// maxRetries bounds the READs one GET does again on one replica after
+// reading a slot or record in the middle of a change; then it moves on to
+// the next replica.
+const maxRetries = 32
 
 type getOp struct {
 	state   uint8
@@ -41,7 +41,7 @@ type getOp struct {
 	nreps   uint8
 	tried   uint8 // bit k: reps[k] was tried
 	live    uint8 // attempts working for it
-	retries uint8
+	retries uint16
 	klen    uint8
 	reps    [MaxReplicas]uint8
 	atts    [2]int32

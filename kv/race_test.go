@@ -154,8 +154,8 @@ func TestConcurrentSetGetNoTornValues(t *testing.T) {
 	wg.Wait()
 	for range 2 {
 		res := <-results
-		t.Logf("reader: %d GETs, %d hits, %d retries (reads that raced a SET), %d failovers; %d SETs in all",
-			res.gets, res.hits, res.st.Retries, res.st.FailoversTotal(), sets.Load())
+		t.Logf("reader: %d GETs, %d hits, %d retries (reads that raced a SET), %d GETs that raced %d times and moved on, %d failovers; %d SETs in all",
+			res.gets, res.hits, res.st.Retries, res.st.RetriesExhausted, 32, res.st.FailoversTotal(), sets.Load())
 		if res.hits == 0 || res.hits != res.gets {
 			t.Errorf("%d of %d GETs returned a value", res.hits, res.gets)
 		}

@@ -78,12 +78,15 @@ func (c *Client) settle(ai int32, now int64) {
 }
 
 // retry reads the bucket again on the same replica (a race with a SET).
+// A GET that raced maxRetries times tries the next replica (the key is
+// being rewritten faster than it can be read; the replica is not broken).
 func (c *Client) retry(gi, ai int32, now int64) {
 	g := &c.gets[gi]
 	c.st.Retries++
 	g.retries++
-	if g.retries > maxRetries {
-		c.corrupt(gi, ai, now)
+	if g.retries%maxRetries == 0 {
+		c.st.RetriesExhausted++
+		c.failover(gi, ai, abi.StatusOK, now)
 		return
 	}
 	a := &c.atts[ai]
@@ -92,7 +95,7 @@ func (c *Client) retry(gi, ai int32, now int64) {
 }
 
 // corrupt leaves a replica that returned what cannot be a slot or record
-// of its server (or kept changing past maxRetries).
+// of its server.
 func (c *Client) corrupt(gi, ai int32, now int64) {
 	c.st.Corrupt++
 	c.markDown(c.atts[ai].rep, now)
@@ -132,8 +135,8 @@ func (c *Client) markDown(r *replica, now int64) {
 func (c *Client) avoid(r *replica, now int64) { c.markDown(r, now) }
 
 // failover ends attempt ai of GET gi, which failed with status (OK: what
-// it read was corrupt), and moves the GET to the next replica at once,
-// unless another attempt (a hedge) still works for it.
+// it read was corrupt, or kept changing), and moves the GET to the next
+// replica at once, unless another attempt (a hedge) still works for it.
 func (c *Client) failover(gi, ai int32, status abi.Status, now int64) {
 	g := &c.gets[gi]
 	g.detach(ai)

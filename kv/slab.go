@@ -27,7 +27,13 @@ type slabClass struct {
 	perPage uint32   // extents per page
 	pages   []uint32 // the class's pages, in the order given
 	owners  []int32  // per extent: its slot's index + 1; 0 when free
-	free    []uint32 // free extents
+	// free extents, oldest first from head: an extent freed goes to the
+	// back, so it is reused as late as possible, which gives a client
+	// still reading the record it held time to finish before another
+	// record is written over it (the read would see another stamp and
+	// read again, but later is cheaper).
+	free []uint32
+	head int
 	hand    uint32   // CLOCK's position among the class's extents
 }
 
@@ -88,12 +94,10 @@ func (a *slabAlloc) alloc(n uint32) (extent, bool) {
 		return noExtent, false
 	}
 	c := &a.classes[ci]
-	if len(c.free) == 0 && a.used < a.pages {
+	if c.nfree() == 0 && a.used < a.pages {
 		a.grow(ci)
 	}
-	if k := len(c.free); k > 0 {
-		e := c.free[k-1]
-		c.free = c.free[:k-1]
+	if e, ok := c.popFree(); ok {
 		return extent{class: int32(ci), n: e}, true
 	}
 	if len(c.owners) == 0 {
@@ -102,9 +106,7 @@ func (a *slabAlloc) alloc(n uint32) (extent, bool) {
 		if !a.steal(ci) {
 			return noExtent, false
 		}
-		k := len(c.free)
-		e := c.free[k-1]
-		c.free = c.free[:k-1]
+		e, _ := c.popFree()
 		return extent{class: int32(ci), n: e}, true
 	}
 	return extent{class: int32(ci), n: a.clock(ci)}, true
@@ -130,7 +132,8 @@ func (a *slabAlloc) steal(ci int) bool {
 			a.evict(o - 1)
 		}
 	}
-	v.free = slices.DeleteFunc(v.free, func(e uint32) bool { return e >= first })
+	v.free = slices.DeleteFunc(v.free[v.head:], func(e uint32) bool { return e >= first })
+	v.head = 0
 	v.owners = v.owners[:first]
 	v.pages = v.pages[:len(v.pages)-1]
 	if len(v.owners) == 0 {
@@ -155,7 +158,7 @@ func (a *slabAlloc) give(ci int, page uint32) {
 	c.pages = append(c.pages, page)
 	for i := range c.perPage {
 		c.owners = append(c.owners, 0)
-		c.free = append(c.free, base+c.perPage-1-i) // lowest first off the stack
+		c.free = append(c.free, base+i)
 	}
 }
 
@@ -187,6 +190,24 @@ func (a *slabAlloc) release(e extent) {
 	c := &a.classes[e.class]
 	c.owners[e.n] = 0
 	c.free = append(c.free, e.n)
+}
+
+func (c *slabClass) nfree() int { return len(c.free) - c.head }
+
+// popFree takes the extent freed longest ago.
+func (c *slabClass) popFree() (uint32, bool) {
+	if c.head == len(c.free) {
+		return 0, false
+	}
+	e := c.free[c.head]
+	c.head++
+	if c.head == len(c.free) || c.head >= 1024 && 2*c.head >= len(c.free) {
+		// Move what is left to the front (amortised: at most as many
+		// moves as pops).
+		n := copy(c.free, c.free[c.head:])
+		c.free, c.head = c.free[:n], 0
+	}
+	return e, true
 }
 
 // extentBytes is the size of e's class.
