@@ -45,10 +45,10 @@ func TestKVFailover(t *testing.T) {
 		for _, st := range statuses {
 			n += r.Stats.Failovers[st]
 		}
-		t.Logf("%s: %d GETs before, %d after; failed %d; p50 %v p99 %v before; first failover %v after the failure, last %v; slowest after %v; settled %v (windows of 1 ms within 2 × %v)",
+		t.Logf("%s: %d GETs before, %d after; failed %d; p50 %v p99 %v before; first failover %v after the failure, last %v; slowest after %v; settled %v (1 ms windows' p99 within 2 × %v), then p50 %v p99 %v",
 			r.Case, s.GetsBefore, s.GetsAfter, s.Failed, time.Duration(s.BaseP50), time.Duration(s.BaseP99),
 			time.Duration(s.FirstFailoverNs), time.Duration(s.LastFailoverNs), time.Duration(s.MaxAfterNs),
-			time.Duration(s.SettleNs), time.Duration(s.WindowP99))
+			time.Duration(s.SettleNs), time.Duration(s.WindowP99), time.Duration(s.AfterP50), time.Duration(s.AfterP99))
 		for st, k := range r.Stats.Failovers {
 			if k > 0 {
 				t.Logf("  failovers on %v: %d", abi.Status(st), k)

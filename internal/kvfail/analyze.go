@@ -64,32 +64,32 @@ func floorDiv(a, b int64) int64 {
 type Summary struct {
 	GetsBefore, GetsAfter int
 	Failed                int   // GETs that failed (target 0)
-	BaseP50, BaseP99      int64 // latency before the failure, ns
-	// FirstFailoverNs: from the failure to the first GET that moved to
-	// another replica (-1: none did).
-	FirstFailoverNs int64
-	// LastFailoverNs: to the last such GET in the measurement.
-	LastFailoverNs int64
-	// SettleNs: from the failure to the start of the first SettleRun of
-	// windows whose p99 stays within SettleFactor × the windows' p99
-	// before the failure (their median).
-	SettleNs     int64
-	WindowP99    int64 // that median
-	MaxAfterNs   int64 // the slowest GET after the failure
-	SlowAfter    int   // GETs after the failure slower than SettleFactor × BaseP99
-	SlowBefore   int   // the same before it (the host's noise)
-	WindowWidth  time.Duration
-	SettleWindow int // SettleRun
+	BaseP50, BaseP99      int64 // latency of the GETs before the failure, ns
+	// FirstFailoverNs and LastFailoverNs: from the failure to the first
+	// and the last GET that moved to another replica (-1: none did).
+	FirstFailoverNs, LastFailoverNs int64
+	// SettleNs: from the failure to the end of the last window whose p99
+	// is above SettleFactor × WindowP99 (the median p99 of the windows
+	// before the failure), looking up to SettleHorizon past the last
+	// failover; 0 when no window was. After it, AfterP50 and AfterP99
+	// are those of every later GET.
+	SettleNs           int64
+	WindowP99          int64
+	AfterP50, AfterP99 int64
+	MaxAfterNs         int64 // the slowest GET after the failure
+	// SlowAfter, SlowBefore: GETs slower than SettleFactor × BaseP99
+	// after the failure, and before it (the host's own noise).
+	SlowAfter, SlowBefore int
 }
 
 const (
-	SettleFactor = 2
-	SettleRun    = 10
+	SettleFactor  = 2
+	SettleHorizon = 20 * time.Millisecond
 )
 
 // Analyze summarises r with windows of width.
 func (r *Result) Analyze(width time.Duration) Summary {
-	s := Summary{FirstFailoverNs: -1, LastFailoverNs: -1, WindowWidth: width, SettleWindow: SettleRun}
+	s := Summary{FirstFailoverNs: -1, LastFailoverNs: -1}
 	var before []int64
 	var base uint64
 	for _, x := range r.Samples {
@@ -116,10 +116,7 @@ func (r *Result) Analyze(width time.Duration) Summary {
 			base = x.Failovers
 		}
 	}
-	if len(before) > 0 {
-		slices.Sort(before)
-		s.BaseP50, s.BaseP99 = before[len(before)/2], before[len(before)*99/100]
-	}
+	s.BaseP50, s.BaseP99 = quantiles(before)
 	for _, x := range r.Samples {
 		if x.LatNs > SettleFactor*s.BaseP99 {
 			if x.DoneNs < 0 {
@@ -136,27 +133,31 @@ func (r *Result) Analyze(width time.Duration) Summary {
 			p99s = append(p99s, w.P99)
 		}
 	}
-	if len(p99s) == 0 {
-		return s
+	if len(p99s) > 0 {
+		slices.Sort(p99s)
+		s.WindowP99 = p99s[len(p99s)/2]
 	}
-	slices.Sort(p99s)
-	s.WindowP99 = p99s[len(p99s)/2]
-	limit := SettleFactor * s.WindowP99
-	run := 0
-	s.SettleNs = -1
+	horizon := max(s.LastFailoverNs, 0) + int64(SettleHorizon)
 	for _, w := range ws {
-		if w.StartNs < 0 {
-			continue
-		}
-		if w.N > 0 && w.P99 <= limit {
-			run++
-		} else {
-			run = 0
-		}
-		if run == SettleRun {
-			s.SettleNs = w.StartNs - int64(SettleRun-1)*int64(width)
-			break
+		if w.StartNs >= 0 && w.StartNs < horizon && w.N > 0 && w.P99 > SettleFactor*s.WindowP99 {
+			s.SettleNs = w.StartNs + int64(width)
 		}
 	}
+	var after []int64
+	for _, x := range r.Samples {
+		if x.DoneNs >= s.SettleNs {
+			after = append(after, x.LatNs)
+		}
+	}
+	s.AfterP50, s.AfterP99 = quantiles(after)
 	return s
+}
+
+// quantiles are the p50 and p99 of lat (sorted in place).
+func quantiles(lat []int64) (p50, p99 int64) {
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100]
 }
