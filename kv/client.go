@@ -140,9 +140,11 @@ type Client struct {
 	freeA   []int32
 	waiting []int32 // attempts with chunks to post when a slot frees
 	active  int     // GETs started and not reported
+	running int     // of them, not finished
 	cpl     [64]abi.Completion
 	scratch [latWindow]uint32
 	hedgeAt int64 // earliest pending hedge (0: none)
+	due     dueCtx
 	st      ClientStats
 	// failovers counts the attempts a GET left for another replica
 	// (FailoversTotal plus Corrupt), for Failovers.
@@ -172,7 +174,12 @@ type ClientStats struct {
 	// Hedges sent, and GETs the hedge answered first.
 	Hedges, HedgeWins uint64
 	Sets, Deletes     uint64
-	Replicas          []ReplicaStats
+	// The pools: attempts (a READ sequence on one replica, with its slice
+	// of the sink) and the portal's slots, free and in all. With no GET
+	// outstanding and every READ completed, all are free.
+	FreeAttempts, Attempts int
+	FreeSlots, Slots       int
+	Replicas               []ReplicaStats
 }
 
 // FailoversTotal sums Failovers.
@@ -405,6 +412,8 @@ func (c *Client) update(key, hdr, value []byte) error {
 // Stats returns the client's counters.
 func (c *Client) Stats() ClientStats {
 	s := c.st
+	s.FreeAttempts, s.Attempts = len(c.freeA), len(c.atts)
+	s.FreeSlots, s.Slots = c.p.FreeSlots(), c.p.Slots()
 	s.Replicas = make([]ReplicaStats, len(c.reps))
 	for i, r := range c.reps {
 		rs := r.st

@@ -10,11 +10,12 @@ import (
 	"github.com/onerma/onerma/kv"
 )
 
-// load keeps GETs of keys outstanding and checks every answer until
-// stop returns true; it returns how many GETs ended in an error.
+// load keeps 8 GETs of keys outstanding (the clients' MaxInFlight is at
+// least that) and checks every answer until stop returns true; it returns
+// how many GETs ended in an error.
 func load(t *testing.T, c *kv.Client, keys [][]byte, vals [][]byte, stop func(n int) bool) (gets, errs int) {
 	t.Helper()
-	bufs := make([][]byte, 16)
+	bufs := make([][]byte, 8)
 	free := []int{}
 	for i := range bufs {
 		bufs[i] = make([]byte, 0, 256)
@@ -38,7 +39,8 @@ func load(t *testing.T, c *kv.Client, keys [][]byte, vals [][]byte, stop func(n 
 			k := next % len(keys)
 			next++
 			if err := c.StartGet(keys[k], bufs[b], uint64(k)<<8|uint64(b)); err != nil {
-				t.Fatal(err)
+				st := c.Stats()
+				t.Fatalf("%v with %d GETs outstanding (%d of %d attempts free)", err, c.Outstanding(), st.FreeAttempts, st.Attempts)
 			}
 			free = free[:len(free)-1]
 		}
@@ -153,6 +155,34 @@ func TestGetAllocs(t *testing.T) {
 		t.Logf("%s: %v allocations per GET (%v)", key, allocs, got)
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per GET", key, allocs)
+		}
+	}
+}
+
+// Hedging every GET at once (HedgeMin 1 ns, no p99 yet): each GET goes to
+// two replicas and the slower READ completes as an orphan. StartGet is
+// refused only at MaxInFlight, and once every GET is reported every
+// attempt and slot is back (resource audit).
+func TestHedgeEveryGet(t *testing.T) {
+	cl := newCluster(t, 3, kv.ServerConfig{})
+	c := cl.dial(kv.ClientConfig{MaxInFlight: 8, Hedge: true, HedgeMin: time.Nanosecond})
+	keys, vals := fill(t, c, 100)
+	gets, errs := load(t, c, keys, vals, func(n int) bool { return n >= 5000 })
+	st := c.Stats()
+	t.Logf("%d GETs, %d hedges, %d won by the hedge", gets, st.Hedges, st.HedgeWins)
+	if errs != 0 || st.Hedges == 0 {
+		t.Fatalf("%d errors, %d hedges", errs, st.Hedges)
+	}
+	// Orphans finish within a round trip.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.PollGets(func(uint64, []byte, error) {})
+		st := c.Stats()
+		if st.FreeAttempts == st.Attempts && st.FreeSlots == st.Slots {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("attempts %d of %d free, slots %d of %d", st.FreeAttempts, st.Attempts, st.FreeSlots, st.Slots)
 		}
 	}
 }

@@ -2,7 +2,7 @@ package kv
 
 import (
 	"context"
-	"runtime"
+	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
@@ -33,6 +33,13 @@ const (
 // reading a slot or record in the middle of a change; then it moves on to
 // the next replica.
 const maxRetries = 32
+
+// stuckDown is how many GETs a hedge must answer while their READ to a
+// replica still waits, with no OK READ from that replica in between,
+// before the replica is avoided as a failed one is: a dead engine is
+// avoided after a few hedges rather than after TIMEOUT, and a replica
+// that is merely slow now and then keeps answering in between.
+const stuckDown = 3
 
 type getOp struct {
 	state   uint8
@@ -160,6 +167,7 @@ func (c *Client) start(key, dst []byte, tag uint64, sync bool) (int32, error) {
 	copy(g.key[:], key)
 	g.nreps = uint8(c.ring.replicas(h, c.cfg.Replicas, &g.reps))
 	c.active++
+	c.running++
 	c.st.Gets++
 	now := c.now()
 	if c.refreshed.Load() {
@@ -229,10 +237,12 @@ func (c *Client) launch(gi int32, now int64, hedge bool) bool {
 }
 
 // spare reports whether an attempt may go to a hedge or a probe: the
-// pool keeps one free for each GET that may still be started (a hedge's
-// loser holds its attempt until its READ completes, up to TIMEOUT), so
-// StartGet fails with ErrBusy only at MaxInFlight.
-func (c *Client) spare() bool { return len(c.freeA) > c.cfg.MaxInFlight-c.active }
+// pool keeps one free for each GET not running now (finished GETs not
+// yet reported included: once reported, their place may start a GET),
+// since a hedge's loser holds its attempt until its READ completes (up to
+// TIMEOUT); so StartGet fails with ErrBusy only at MaxInFlight. A GET
+// that finishes frees at least one attempt as it stops running.
+func (c *Client) spare() bool { return len(c.freeA) > c.cfg.MaxInFlight-c.running }
 
 func (c *Client) allocAttempt(r *replica) int32 {
 	ai := c.freeA[len(c.freeA)-1]
@@ -373,20 +383,43 @@ func (c *Client) abandon(err error, now int64) {
 	}
 }
 
-// wait makes progress once: a poll, and when it found nothing, a spin
-// (a hedge may come due) or a sleep until the engine completes an op.
+// wait makes progress once: a poll, and when it found nothing, a sleep
+// until the engine completes an op (portal.Wait: a spin, then the
+// completion doorbell) or, when a hedge is pending, until it is due.
+// The sleep's resolution is the doorbell's, a millisecond: a hedge due
+// while the client sleeps is sent up to that late (one due while
+// completions arrive is sent on time).
 func (c *Client) wait() error {
 	n, err := c.pollOnce()
 	if n > 0 || err != nil || len(c.done) > 0 {
 		return err
 	}
+	var ctx context.Context = context.Background()
 	if c.hedgeAt != 0 {
-		runtime.Gosched()
-		return nil
+		c.due.at = c.t0.Add(time.Duration(c.hedgeAt))
+		ctx = &c.due
 	}
-	n, err = c.p.Wait(context.Background(), c.cpl[:])
+	n, err = c.p.Wait(ctx, c.cpl[:])
+	if err == context.DeadlineExceeded {
+		err = nil
+	}
 	c.process(n, err)
 	return err
+}
+
+// dueCtx is a context that ends at a time and can be set again: Wait's
+// deadline without allocating a context per wait. It has no Done channel
+// (portal.Wait reads only Err and Deadline).
+type dueCtx struct{ at time.Time }
+
+func (d *dueCtx) Deadline() (time.Time, bool) { return d.at, true }
+func (d *dueCtx) Done() <-chan struct{}       { return nil }
+func (d *dueCtx) Value(any) any               { return nil }
+func (d *dueCtx) Err() error {
+	if time.Now().Before(d.at) {
+		return nil
+	}
+	return context.DeadlineExceeded
 }
 
 // complete takes one completion.
@@ -401,6 +434,7 @@ func (c *Client) complete(cp *abi.Completion, now int64) {
 	r := a.rep
 	r.st.Reads++
 	if cp.Status == abi.StatusOK {
+		r.stuck = 0
 		if a.phase == phaseBucket {
 			r.noteLatency(cp.TotalDelayNs, &c.scratch)
 		}

@@ -43,6 +43,7 @@ type replica struct {
 	probing   bool
 	downUntil int64 // client clock, ns
 	backoff   int64
+	stuck     int // hedges that answered past this replica since its last OK READ
 	// OK READ delays (the engine's total_delay) for the hedge: the last
 	// latWindow, and their p99 recomputed every latWindow samples.
 	lat  [latWindow]uint32

@@ -198,12 +198,21 @@ func (c *Client) finish(gi int32, val []byte, err error, winner *attempt, now in
 		a := &c.atts[ai]
 		if a == winner || a.ops == 0 {
 			c.freeAttempt(ai)
-		} else {
-			a.get, a.pending = -1, false
+			continue
+		}
+		a.get, a.pending = -1, false
+		// A hedge answered while this READ still waits: its replica
+		// is slow, or dead and failing only at TIMEOUT. stuckDown
+		// such answers with no OK READ from it in between avoid it.
+		if winner != nil && winner.hedge && a.v == a.rep.cur {
+			if a.rep.stuck++; a.rep.stuck >= stuckDown {
+				c.markDown(a.rep, now)
+			}
 		}
 	}
 	g.atts, g.live = [2]int32{-1, -1}, 0
 	g.state = gDone
+	c.running--
 	if !g.sync {
 		c.done = append(c.done, gi)
 	}

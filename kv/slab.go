@@ -34,7 +34,7 @@ type slabClass struct {
 	// read again, but later is cheaper).
 	free []uint32
 	head int
-	hand    uint32   // CLOCK's position among the class's extents
+	hand uint32 // CLOCK's position among the class's extents
 }
 
 // extent names one extent: its class and its number in the class.
