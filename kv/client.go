@@ -145,7 +145,10 @@ type Client struct {
 	scratch [latWindow]uint32
 	hedgeAt int64 // earliest pending hedge (0: none)
 	due     dueCtx
-	st      ClientStats
+	// reported: the server and failovers of the GET being reported
+	// (Reported).
+	reported [2]int
+	st       ClientStats
 	// failovers counts the attempts a GET left for another replica
 	// (FailoversTotal plus Corrupt), for Failovers.
 	failovers uint64

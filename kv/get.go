@@ -49,6 +49,8 @@ type getOp struct {
 	tried   uint8 // bit k: reps[k] was tried
 	live    uint8 // attempts working for it
 	retries uint16
+	moves   uint8 // replicas it left after a failure
+	served  int16 // the server that answered (-1: none)
 	klen    uint8
 	reps    [MaxReplicas]uint8
 	atts    [2]int32
@@ -101,9 +103,16 @@ func (c *Client) Get(key, dst []byte) ([]byte, error) {
 		c.wait()
 	}
 	val, err := g.val, g.err
+	c.reported = [2]int{int(g.served), int(g.moves)}
 	c.freeGet(gi)
 	return val, err
 }
+
+// Reported tells, inside PollGets' or WaitGets' fn (or after Get), which
+// server answered the GET being reported (an index into
+// ClientConfig.Servers; -1 when none did) and how many replicas the GET
+// left after a failed READ before that one.
+func (c *Client) Reported() (server, failovers int) { return c.reported[0], c.reported[1] }
 
 // PollGets completes what the engine has finished, without blocking,
 // and reports every finished GET to fn (which may start new ones). It
@@ -140,6 +149,7 @@ func (c *Client) deliver(fn func(tag uint64, val []byte, err error)) int {
 		c.done = c.done[:len(c.done)-1]
 		g := &c.gets[gi]
 		tag, val, err := g.tag, g.val, g.err
+		c.reported = [2]int{int(g.served), int(g.moves)}
 		c.freeGet(gi)
 		fn(tag, val, err)
 		n++
@@ -163,7 +173,7 @@ func (c *Client) start(key, dst []byte, tag uint64, sync bool) (int32, error) {
 	c.freeG = c.freeG[:len(c.freeG)-1]
 	g := &c.gets[gi]
 	h := KeyHash(key)
-	*g = getOp{state: gActive, sync: sync, klen: uint8(len(key)), h: h, tag: tag, dst: dst, atts: [2]int32{-1, -1}}
+	*g = getOp{state: gActive, sync: sync, klen: uint8(len(key)), h: h, tag: tag, dst: dst, atts: [2]int32{-1, -1}, served: -1}
 	copy(g.key[:], key)
 	g.nreps = uint8(c.ring.replicas(h, c.cfg.Replicas, &g.reps))
 	c.active++

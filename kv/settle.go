@@ -145,6 +145,9 @@ func (c *Client) failover(gi, ai int32, status abi.Status, now int64) {
 		c.st.Failovers[status]++
 	}
 	c.failovers++
+	if g.moves < 255 {
+		g.moves++
+	}
 	if g.live > 0 {
 		return
 	}
@@ -181,6 +184,7 @@ func (c *Client) finish(gi int32, val []byte, err error, winner *attempt, now in
 	}
 	g.err = err
 	if winner != nil {
+		g.served = int16(winner.rep.i)
 		winner.rep.st.Served++
 		if winner.hedge {
 			c.st.HedgeWins++

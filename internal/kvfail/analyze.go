@@ -25,16 +25,14 @@ func (r *Result) Windows(width time.Duration) []Window {
 	last := floorDiv(r.Samples[len(r.Samples)-1].DoneNs, w)
 	out := make([]Window, last-first+1)
 	lats := make([][]int64, len(out))
-	prev := r.Samples[0].Failovers
 	for _, s := range r.Samples {
 		i := floorDiv(s.DoneNs, w) - first
 		lats[i] = append(lats[i], s.LatNs)
 		if s.Err {
 			out[i].Failed++
 		}
-		if s.Failovers > prev {
+		if s.Moved > 0 {
 			out[i].FailedOverGets++
-			prev = s.Failovers
 		}
 	}
 	for i := range out {
@@ -65,8 +63,9 @@ type Summary struct {
 	GetsBefore, GetsAfter int
 	Failed                int   // GETs that failed (target 0)
 	BaseP50, BaseP99      int64 // latency of the GETs before the failure, ns
-	// FirstFailoverNs and LastFailoverNs: from the failure to the first
-	// and the last GET that moved to another replica (-1: none did).
+	// FirstFailoverNs and LastFailoverNs: from the failure to the report
+	// of the first and the last GET that moved to another replica after a
+	// failed READ (-1: none did).
 	FirstFailoverNs, LastFailoverNs int64
 	// SettleNs: from the failure to the end of the last window whose p99
 	// is above SettleFactor × WindowP99 (the median p99 of the windows
@@ -91,11 +90,9 @@ const (
 func (r *Result) Analyze(width time.Duration) Summary {
 	s := Summary{FirstFailoverNs: -1, LastFailoverNs: -1}
 	var before []int64
-	var base uint64
 	for _, x := range r.Samples {
 		if x.DoneNs < 0 {
 			before = append(before, x.LatNs)
-			base = x.Failovers
 		}
 	}
 	for _, x := range r.Samples {
@@ -108,12 +105,11 @@ func (r *Result) Analyze(width time.Duration) Summary {
 		}
 		s.GetsAfter++
 		s.MaxAfterNs = max(s.MaxAfterNs, x.LatNs)
-		if x.Failovers > base {
+		if x.Moved > 0 {
 			if s.FirstFailoverNs < 0 {
 				s.FirstFailoverNs = x.DoneNs
 			}
 			s.LastFailoverNs = x.DoneNs
-			base = x.Failovers
 		}
 	}
 	s.BaseP50, s.BaseP99 = quantiles(before)

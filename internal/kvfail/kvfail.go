@@ -202,10 +202,11 @@ func (b *Bed) startServer(i int, credsDir string) (string, error) {
 
 // Sample is one GET.
 type Sample struct {
-	DoneNs    int64  // when it was reported, ns from the failure (negative before)
-	LatNs     int64  // from its start to its report
-	Err       bool   // it failed (no replica answered)
-	Failovers uint64 // the client's Failovers after it
+	DoneNs int64 // when it was reported, ns from the failure (negative before)
+	LatNs  int64 // from its start to its report
+	Err    bool  // it failed (no replica answered)
+	Server int8  // the server that answered (-1: none)
+	Moved  uint8 // replicas it left after a failed READ (kv.Client.Reported)
 }
 
 // Result is one measurement.
@@ -235,8 +236,9 @@ func (b *Bed) Measure(c Case, victim int, before, after time.Duration) (*Result,
 	start := time.Now()
 	fn := func(tag uint64, _ []byte, err error) {
 		now := time.Now()
+		server, moved := cl.Reported()
 		res.Samples = append(res.Samples, Sample{DoneNs: int64(now.Sub(start)), LatNs: int64(now.Sub(starts[tag])),
-			Err: err != nil, Failovers: cl.Failovers()})
+			Err: err != nil, Server: int8(server), Moved: uint8(moved)})
 		free = append(free, int(tag))
 	}
 	prev := cl.Stats()

@@ -15,55 +15,58 @@ import (
 )
 
 var (
-	grey   = color.RGBA{0x80, 0x80, 0x80, 0xff}
 	red    = color.RGBA{0xd6, 0x27, 0x28, 0xff}
 	blue   = color.RGBA{0x1f, 0x77, 0xb4, 0xff}
 	orange = color.RGBA{0xff, 0x7f, 0x0e, 0xff}
 	black  = color.RGBA{0, 0, 0, 0xff}
 )
 
-// plotFig9 draws one case: every GET's latency around the failure, then
-// p50 and p99 per 1 ms window over the whole run.
+// serverColors: replicas R1, R2 (the one that fails) and R3.
+var serverColors = []color.Color{blue, red, color.RGBA{0x2c, 0xa0, 0x2c, 0xff}}
+
+// plotFig9 draws one case: every GET's latency around the failure,
+// coloured by the replica that answered it (GETs that failed over
+// ringed), then p50 and p99 per 1 ms window over the whole run.
 func plotFig9(path string, fc fig9Case, r *kvfail.Result) error {
 	s := r.Analyze(time.Millisecond)
 	zoomTo := 15.0
 	if fc.c == kvfail.CaseEngine {
 		zoomTo = float64(fig9Timeout/time.Millisecond) + 10
 	}
-	var normal, over plotter.XYs
-	prev := uint64(0)
-	if len(r.Samples) > 0 {
-		prev = r.Samples[0].Failovers
-	}
+	by := make([]plotter.XYs, kvfail.Servers)
+	var moved plotter.XYs
 	lo, hi := 1e9, 0.0
 	for _, x := range r.Samples {
 		t, lat := float64(x.DoneNs)/1e6, max(float64(x.LatNs)/1e3, 1)
-		moved := x.Failovers > prev
-		prev = x.Failovers
-		if t < -3 || t > zoomTo {
+		if t < -3 || t > zoomTo || x.Server < 0 || int(x.Server) >= len(by) {
 			continue
 		}
 		lo, hi = min(lo, lat), max(hi, lat)
-		if moved {
-			over = append(over, plotter.XY{X: t, Y: lat})
-		} else {
-			normal = append(normal, plotter.XY{X: t, Y: lat})
+		by[x.Server] = append(by[x.Server], plotter.XY{X: t, Y: lat})
+		if x.Moved > 0 {
+			moved = append(moved, plotter.XY{X: t, Y: lat})
 		}
 	}
-	zoom := newFig9Plot(fmt.Sprintf("Fig. 9%s — failed GETs: %d; first failover %s after the failure; settled %s",
-		fc.file[4:], s.Failed, durText(s.FirstFailoverNs), durText(s.SettleNs)), "time from the failure (ms)")
-	if err := scatter(zoom, "GET", normal, grey, 1.2); err != nil {
+	zoom := newFig9Plot(fmt.Sprintf("Fig. 9%s %s\nfailed GETs: %d; first failover %s after the failure; settled %s",
+		fc.file[4:], fc.what, s.Failed, durText(s.FirstFailoverNs), durText(s.SettleNs)), "time from the failure (ms)")
+	for i, pts := range by {
+		name := fmt.Sprintf("GET answered by R%d", i+1)
+		if i == r.Victim {
+			name += " (fails at 0)"
+		}
+		if err := scatter(zoom, name, pts, serverColors[i], 1.3, draw.CircleGlyph{}); err != nil {
+			return err
+		}
+	}
+	if err := scatter(zoom, "GET that failed over to it", moved, black, 3, draw.RingGlyph{}); err != nil {
 		return err
 	}
-	if err := scatter(zoom, "GET that failed over", over, red, 2.5); err != nil {
+	if err := vline(zoom, "failure", 0, lo, hi); err != nil {
 		return err
 	}
-	if err := vline(zoom, fc.what, 0, lo, hi); err != nil {
-		return err
-	}
-	if fc.c == kvfail.CaseEngine {
+	if fc.c == kvfail.CaseEngine && !fc.hedge {
 		t := float64(fig9Timeout) / 1e3
-		if err := hline(zoom, fmt.Sprintf("TIMEOUT (%v): GETs in flight to the dead engine end here", fig9Timeout), t, -3, zoomTo); err != nil {
+		if err := hline(zoom, fmt.Sprintf("TIMEOUT (%v): READs to the dead engine fail here", fig9Timeout), t, -3, zoomTo); err != nil {
 			return err
 		}
 	}
@@ -78,8 +81,8 @@ func plotFig9(path string, fc fig9Case, r *kvfail.Result) error {
 		p50 = append(p50, plotter.XY{X: t, Y: max(float64(w.P50)/1e3, 1)})
 		p99 = append(p99, plotter.XY{X: t, Y: max(float64(w.P99)/1e3, 1)})
 	}
-	whole := newFig9Plot(fmt.Sprintf("GET latency per 1 ms window (%d GETs outstanding, R = 3; baseline p50 %s, p99 %s)",
-		8, durText(s.BaseP50), durText(s.BaseP99)), "time from the failure (ms)")
+	whole := newFig9Plot(fmt.Sprintf("GET latency per 1 ms window (R = 3; before the failure p50 %s, p99 %s; after settling p50 %s, p99 %s)",
+		durText(s.BaseP50), durText(s.BaseP99), durText(s.AfterP50), durText(s.AfterP99)), "time from the failure (ms)")
 	if err := line(whole, "p50", p50, blue); err != nil {
 		return err
 	}
@@ -89,7 +92,7 @@ func plotFig9(path string, fc fig9Case, r *kvfail.Result) error {
 	if err := vline(whole, "failure", 0, 1, 1e5); err != nil {
 		return err
 	}
-	return plotpng.Save(path, 26*vg.Centimeter, 10*vg.Centimeter, zoom, whole)
+	return plotpng.Save(path, 26*vg.Centimeter, 11*vg.Centimeter, zoom, whole)
 }
 
 func newFig9Plot(title, x string) *plot.Plot {
@@ -101,10 +104,12 @@ func newFig9Plot(title, x string) *plot.Plot {
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.Padding = vg.Millimeter
 	return p
 }
 
-func scatter(p *plot.Plot, name string, pts plotter.XYs, c color.Color, r float64) error {
+func scatter(p *plot.Plot, name string, pts plotter.XYs, c color.Color, r float64, shape draw.GlyphDrawer) error {
 	if len(pts) == 0 {
 		return nil
 	}
@@ -114,7 +119,7 @@ func scatter(p *plot.Plot, name string, pts plotter.XYs, c color.Color, r float6
 	}
 	s.GlyphStyle.Color = c
 	s.GlyphStyle.Radius = vg.Points(r)
-	s.GlyphStyle.Shape = draw.CircleGlyph{}
+	s.GlyphStyle.Shape = shape
 	p.Add(s)
 	p.Legend.Add(name, s)
 	return nil
