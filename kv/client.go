@@ -111,7 +111,7 @@ var (
 	// ErrBusy: MaxInFlight GETs are outstanding (StartGet), or Get was
 	// called while asynchronous GETs are.
 	ErrBusy = errors.New("kv: too many GETs outstanding")
-	// ErrUnavailable: every replica of the key failed.
+	// ErrUnavailable: every replica of the key failed, twice.
 	ErrUnavailable = errors.New("kv: no replica of the key answered")
 	// ErrValueTooLarge: the value is larger than ClientConfig.MaxValue.
 	ErrValueTooLarge = errors.New("kv: value larger than the client's MaxValue")

@@ -75,7 +75,8 @@
 //
 // A READ that ends REMOTE_REGION, REMOTE_AUTHENTICATION_FAILURE, NACK,
 // UNREACHABLE or TIMEOUT (or any other remote error) moves its GET to
-// the key's next replica at once (ClientStats.Failovers by status). The
+// the key's next replica at once (ClientStats.Failovers by status); a
+// GET fails (ErrUnavailable) only when every replica failed it twice. The
 // failed replica is avoided for AvoidFor, then probed (a READ of its first
 // slot) until a probe succeeds, the wait doubling up to AvoidMax. A READ
 // refused for its key or region also asks the replica's goroutine for a

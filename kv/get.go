@@ -34,6 +34,10 @@ const (
 // the next replica.
 const maxRetries = 32
 
+// maxRounds is how many times a GET tries each replica before it fails
+// with ErrUnavailable.
+const maxRounds = 2
+
 // stuckDown is how many GETs a hedge must answer while their READ to a
 // replica still waits, with no OK READ from that replica in between,
 // before the replica is avoided as a failed one is: a dead engine is
@@ -46,7 +50,8 @@ type getOp struct {
 	sync    bool // Get: not reported through PollGets
 	hedged  bool
 	nreps   uint8
-	tried   uint8 // bit k: reps[k] was tried
+	tried   uint8 // bit k: reps[k] was tried in this round
+	rounds  uint8 // rounds over the replicas done
 	live    uint8 // attempts working for it
 	retries uint16
 	moves   uint8 // replicas it left after a failure
@@ -223,6 +228,13 @@ func (c *Client) choose(g *getOp) int {
 func (c *Client) launch(gi int32, now int64, hedge bool) bool {
 	g := &c.gets[gi]
 	k := c.choose(g)
+	if k < 0 && !hedge && g.rounds+1 < maxRounds {
+		// Every replica failed once: go round again (a TIMEOUT on an
+		// overloaded host, a K_d fetched since), then give up.
+		g.rounds++
+		g.tried = 0
+		k = c.choose(g)
+	}
 	if k < 0 || len(c.freeA) == 0 || hedge && !c.spare() {
 		return false
 	}
