@@ -232,7 +232,8 @@ func (r *replica) closeConns() {
 	}
 }
 
-// tlsFor is the client TLS configuration for the RPC's host.
+// tlsConfig is the client TLS configuration for the RPC's host, and
+// that host.
 func (r *replica) tlsConfig() (*tls.Config, string, error) {
 	host, _, err := net.SplitHostPort(r.addr.RPC)
 	if err != nil {
