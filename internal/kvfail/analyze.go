@@ -65,8 +65,11 @@ type Summary struct {
 	BaseP50, BaseP99      int64 // latency of the GETs before the failure, ns
 	// FirstFailoverNs and LastFailoverNs: from the failure to the report
 	// of the first and the last GET that moved to another replica after a
-	// failed READ (-1: none did).
+	// failed READ within burst of it (Analyze; -1: none did).
+	// LateFailovers counts those later: READs that failed for other
+	// reasons (a TIMEOUT of an overloaded host).
 	FirstFailoverNs, LastFailoverNs int64
+	LateFailovers                   int
 	// SettleNs: from the failure to the end of the last window whose p99
 	// is above SettleFactor × WindowP99 (the median p99 of the windows
 	// before the failure), looking up to SettleHorizon past the last
@@ -86,8 +89,11 @@ const (
 	SettleHorizon = 20 * time.Millisecond
 )
 
-// Analyze summarises r with windows of width.
-func (r *Result) Analyze(width time.Duration) Summary {
+// Analyze summarises r with windows of width, taking the GETs that
+// failed over within burst of the failure as the ones it caused (its
+// READs fail within a round trip, or at TIMEOUT moved by the host's
+// stalls).
+func (r *Result) Analyze(width, burst time.Duration) Summary {
 	s := Summary{FirstFailoverNs: -1, LastFailoverNs: -1}
 	var before []int64
 	for _, x := range r.Samples {
@@ -105,7 +111,11 @@ func (r *Result) Analyze(width time.Duration) Summary {
 		}
 		s.GetsAfter++
 		s.MaxAfterNs = max(s.MaxAfterNs, x.LatNs)
-		if x.Moved > 0 {
+		switch {
+		case x.Moved == 0:
+		case x.DoneNs > int64(burst):
+			s.LateFailovers++
+		default:
 			if s.FirstFailoverNs < 0 {
 				s.FirstFailoverNs = x.DoneNs
 			}

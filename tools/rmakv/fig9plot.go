@@ -28,7 +28,7 @@ var serverColors = []color.Color{blue, red, color.RGBA{0x2c, 0xa0, 0x2c, 0xff}}
 // coloured by the replica that answered it (GETs that failed over
 // ringed), then p50 and p99 per 1 ms window over the whole run.
 func plotFig9(path string, fc fig9Case, r *kvfail.Result) error {
-	s := r.Analyze(time.Millisecond)
+	s := r.Analyze(time.Millisecond, fig9Burst)
 	zoomTo := 15.0
 	if fc.c == kvfail.CaseEngine {
 		zoomTo = float64(fig9Timeout/time.Millisecond) + 10
