@@ -58,7 +58,7 @@ test: setup build vet
 	@$(MAKE) --no-print-directory fuzz
 
 fuzz:
-	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x kv:FuzzDecode:300000x; do \
+	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x kv:FuzzDecode:200000x; do \
 		IFS=: read -r pkg fn budget <<< "$$t"; \
 		[ -z "$(FUZZTIME)" ] || budget=$(FUZZTIME); \
 		if grep -rqs "func $$fn(" ./$$pkg; then \
