@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 BIN     := bin
-TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop rmasoak
+TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop rmasoak rmakv
 # BPF programs, compiled here, committed, embedded by their Go packages:
 # rmatop's probe and the XDP program of rmad's AF_XDP ports.
 BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
@@ -20,7 +20,7 @@ SIM_SEEDS ?= 1000
 # make soak's duration; make test runs a 1-minute soak.
 SOAK ?= 30m
 
-.PHONY: all setup setup-bench bpf build image demo test fuzz sim bench figures vet clean pgo soak
+.PHONY: all setup setup-bench bpf build image demo test fuzz sim bench figures fig9 vet clean pgo soak
 
 all: build
 
@@ -77,7 +77,7 @@ soak: setup build
 	$(BIN)/rmasoak -bin $(BIN) -d $(SOAK)
 
 fuzz:
-	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x; do \
+	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x kv:FuzzDecode:200000x; do \
 		IFS=: read -r pkg fn budget <<< "$$t"; \
 		[ -z "$(FUZZTIME)" ] || budget=$(FUZZTIME); \
 		if grep -rqs "func $$fn(" ./$$pkg; then \
@@ -115,6 +115,15 @@ figures:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./tools/rmafigures
 	$(BIN)/rmafigures -out figures
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory fig9; else echo "fig9 (the cache's failover, on real engines) needs root: sudo make fig9"; fi
+
+# The cache's failover on real engines (the paper's Fig. 9): four rmad on
+# a Linux bridge, three rmakv servers, a replica's process or engine
+# killed or its regions rekeyed under GET load: figures/fig9*.png and
+# figures/fig9.md. Root. FIG9_RUNS=N runs each case N times (default 3).
+FIG9_RUNS ?= 3
+fig9: setup build
+	$(BIN)/rmakv fig9 -rmad $(BIN)/rmad -rmakv $(BIN)/rmakv -out figures -runs $(FIG9_RUNS)
 
 clean:
 	rm -rf $(BIN)

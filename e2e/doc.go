@@ -36,4 +36,8 @@
 // socket directory; data verified across them, identities across PID
 // namespaces and tenant quotas; and each port type's privileges, none of
 // which can be left out.
+//
+// kv_test.go runs the key/value cache's failover across four engines on
+// a bridge (internal/kvfail): a replica rekeyed, its server process
+// killed, its engine killed, and no GET failing.
 package e2e

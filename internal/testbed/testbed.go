@@ -3,7 +3,8 @@
 // wires, net_ring loopback ports, and af_packet and AF_XDP ports on veth
 // pairs between network namespaces; a routed topology of namespaces
 // (Routed: two subnets joined by a Linux router, engines on af_packet,
-// AF_XDP and net_tap ports); and rmatop processes watching them. It only
+// AF_XDP and net_tap ports); engines on net_tap ports joined by one
+// bridge (TapLAN); and rmatop processes watching them. It only
 // orchestrates processes and the kernel's network configuration; it knows
 // the engine through its command line and control socket.
 package testbed
