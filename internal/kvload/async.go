@@ -121,7 +121,6 @@ func (c *client) closedAsync(depth int) {
 // are in flight, polls while any are, and sleeps until the next arrival
 // when none is.
 func (c *client) openAsync(arr *arrivals, depth int) {
-	lockPacing()
 	g := newAsyncGets(c, depth)
 	var (
 		at      time.Duration
@@ -167,6 +166,11 @@ func (c *client) openAsync(arr *arrivals, depth int) {
 			g.a.PollGets(g.done)
 			continue
 		}
-		c.pace.until(c.clk.t0, at)
+		if err := c.pace.until(c.clk.t0, at); err != nil {
+			// The timer failed: count the arrival failed and go on
+			// (the next wait spins if the timer fails again).
+			c.account(Op{}, err, at, c.clk.now())
+			pending = false
+		}
 	}
 }

@@ -1,7 +1,7 @@
 package kvload
 
 import (
-	"runtime"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -11,25 +11,20 @@ import (
 // within microseconds: its latency counts from then, so a late wake-up
 // is charged to the system measured. time.Sleep cannot: the runtime
 // sleeps in epoll_pwait, whose timeout is in milliseconds, and a 20 µs
-// sleep lasts about 1 ms on an idle machine. A nanosleep on a thread
-// whose timer slack is 1 ns (the kernel's default slack is 50 µs) wakes
-// 15-40 µs late on a virtual machine; the pacer asks to wake a margin
-// early, learns the margin from its own wake-ups, and spins on the
-// clock for the rest, so it neither burns a CPU while waiting nor wakes
-// late (Result.Lag shows what remains).
-
-// lockPacing pins the calling goroutine to its thread and sets the
-// thread's timer slack to 1 ns, for pacer.until. The thread ends with
-// the goroutine (it is never unlocked).
-func lockPacing() {
-	runtime.LockOSThread()
-	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0) // best effort: a larger slack only wakes later
-}
+// sleep lasts about 1 ms on an idle machine. A nanosleep would hold the
+// goroutine's P through the syscall, and with one client per connection
+// sleeping they would starve the clients that have work. The pacer arms
+// a timerfd (an hrtimer, no slack) and reads it through the runtime's
+// network poller, so the goroutine parks and its P runs others; the
+// poller wakes it 15-40 µs late on a virtual machine. So it asks to
+// wake a margin early, learns the margin from its own wake-ups, and
+// spins on the clock for the rest (Result.Lag shows what remains).
 
 // Bounds of the pacer's early-wake margin.
 const (
-	minMarginNs = 2_000
-	maxMarginNs = 200_000
+	initMarginNs = 25_000
+	minMarginNs  = 2_000
+	maxMarginNs  = 200_000
 	// spareNs is how much earlier than the expected oversleep the
 	// pacer asks to wake: the spin that follows is its price.
 	spareNs = 3_000
@@ -37,30 +32,44 @@ const (
 
 // pacer waits until an offset of a run's clock.
 type pacer struct {
-	marginNs int64 // wake this much early (0: not learnt yet)
+	fd       int
+	f        *os.File // fd, read through the network poller
+	marginNs int64    // wake this much early
 }
+
+// newPacer returns a pacer with a timer of its own; Close releases it.
+func newPacer() (*pacer, error) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("timerfd_create", err)
+	}
+	return &pacer{fd: fd, f: os.NewFile(uintptr(fd), "pacer-timerfd"), marginNs: initMarginNs}, nil
+}
+
+func (p *pacer) Close() error { return p.f.Close() }
 
 // until returns once t0+at is past, sleeping when it is more than the
 // margin away.
-func (p *pacer) until(t0 time.Time, at time.Duration) {
-	if p.marginNs == 0 {
-		p.marginNs = 25_000
-	}
+func (p *pacer) until(t0 time.Time, at time.Duration) error {
+	var buf [8]byte // the timer's expiration count
 	for {
 		rem := int64(at - time.Since(t0))
 		if rem <= 0 {
-			return
+			return nil
 		}
 		if rem <= p.marginNs {
 			for time.Since(t0) < at {
 			}
-			return
+			return nil
 		}
 		want := rem - p.marginNs
-		ts := unix.NsecToTimespec(want)
+		its := unix.ItimerSpec{Value: unix.NsecToTimespec(want)}
 		start := time.Since(t0)
-		if unix.Nanosleep(&ts, nil) != nil {
-			continue // a signal woke it: no oversleep to learn from
+		if err := unix.TimerfdSettime(p.fd, 0, &its, nil); err != nil {
+			return os.NewSyscallError("timerfd_settime", err)
+		}
+		if _, err := p.f.Read(buf[:]); err != nil {
+			return err
 		}
 		over := int64(time.Since(t0)-start) - want
 		// A moving average of the oversleep (1/8 of each new one).

@@ -185,7 +185,7 @@ type client struct {
 	key  [KeyBytes]byte
 	val  []byte // the value a SET writes
 	dst  []byte // where a GET's value lands
-	pace pacer
+	pace *pacer // open loop only
 }
 
 // do runs op synchronously.
@@ -254,7 +254,6 @@ func (c *client) closedSync() {
 // when it is free, waits for its time if that is still to come, and
 // counts its latency from that time.
 func (c *client) openSync(arr *arrivals) {
-	lockPacing()
 	for {
 		at, ok := arr.claim()
 		if !ok {
@@ -266,12 +265,14 @@ func (c *client) openSync(arr *arrivals) {
 			}
 			continue
 		}
-		c.pace.until(c.clk.t0, at)
+		err := c.pace.until(c.clk.t0, at)
 		if at >= c.clk.warm {
 			record(c.res.Lag, c.clk.now()-at)
 		}
 		op := c.src.next()
-		err := c.do(op)
+		if err == nil {
+			err = c.do(op)
+		}
 		c.account(op, err, at, c.clk.now())
 	}
 }
@@ -289,6 +290,9 @@ func Run(dial Dialer, cfg Config) (*Result, error) {
 		for _, c := range cs {
 			if c != nil {
 				c.st.Close()
+				if c.pace != nil {
+					c.pace.Close()
+				}
 			}
 		}
 	}
@@ -300,6 +304,12 @@ func Run(dial Dialer, cfg Config) (*Result, error) {
 		}
 		cs[i] = &client{cfg: &cfg, st: st, src: cfg.Workload.source(uint64(i)), res: newResult(),
 			val: make([]byte, cfg.Workload.ValueBytes), dst: make([]byte, 0, cfg.Workload.ValueBytes)}
+		if cfg.Rate > 0 {
+			if cs[i].pace, err = newPacer(); err != nil {
+				closeAll()
+				return nil, fmt.Errorf("kvload: client %d: %w", i, err)
+			}
+		}
 		if _, ok := st.(AsyncStore); depth > 1 && !ok {
 			closeAll()
 			return nil, fmt.Errorf("kvload: Depth %d needs an AsyncStore, and %T is not", depth, st)
