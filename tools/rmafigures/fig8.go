@@ -104,8 +104,8 @@ func writeFig8(dir, path string) error {
 		return nil
 	}
 	curves := fig8Curves(rows)
-	p50 := newPlot("Fig. 8: GET latency against offered load, one server (32 B values, YCSB-C, open loop)", "offered load (thousand GETs/s)", "p50 latency (µs, log scale)")
-	p99 := newPlot("", "offered load (thousand GETs/s)", "p99 latency (µs, log scale)")
+	p50 := newPlot("Fig. 8: GET latency against offered load, one server (32 B values, YCSB-C, open loop)", "offered load (thousand GETs/s; a curve ends at its first saturated load)", "p50 latency (µs, log scale)")
+	p99 := newPlot("", "offered load (thousand GETs/s; a curve ends at its first saturated load)", "p99 latency (µs, log scale)")
 	for i, c := range curves {
 		var a, b plotter.XYs
 		for _, r := range c.rows {
