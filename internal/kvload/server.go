@@ -123,8 +123,17 @@ func start(name, bin string, port int, args []string) (*Server, error) {
 // Pid is the server's process id.
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
 
-// Command is the server's command line.
-func (s *Server) Command() string { return strings.Join(s.Args, " ") }
+// Command is the server's command line, an empty argument as "".
+func (s *Server) Command() string {
+	a := make([]string, len(s.Args))
+	for i, v := range s.Args {
+		if v == "" {
+			v = `""`
+		}
+		a[i] = v
+	}
+	return strings.Join(a, " ")
+}
 
 // Stop ends the server (SIGTERM, SIGKILL after 5 s) and waits for it.
 func (s *Server) Stop() error {
