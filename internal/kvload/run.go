@@ -296,6 +296,7 @@ func Run(dial Dialer, cfg Config) (*Result, error) {
 			}
 		}
 	}
+	spin := new(spinBudget) // the open-loop clients' pacers share it
 	for i := range cs {
 		st, err := dial()
 		if err != nil {
@@ -305,7 +306,7 @@ func Run(dial Dialer, cfg Config) (*Result, error) {
 		cs[i] = &client{cfg: &cfg, st: st, src: cfg.Workload.source(uint64(i)), res: newResult(),
 			val: make([]byte, cfg.Workload.ValueBytes), dst: make([]byte, 0, cfg.Workload.ValueBytes)}
 		if cfg.Rate > 0 {
-			if cs[i].pace, err = newPacer(); err != nil {
+			if cs[i].pace, err = newPacer(spin); err != nil {
 				closeAll()
 				return nil, fmt.Errorf("kvload: client %d: %w", i, err)
 			}
