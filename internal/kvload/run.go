@@ -121,10 +121,12 @@ func (r *Result) SetsPerSec() float64 { return float64(r.SetsDone) / r.Seconds }
 func (r *Result) Failed() uint64 { return r.Misses + r.Bad + r.Errors }
 
 // Saturated says whether an open-loop run offered more than its system
-// served: arrivals left unserved, or a throughput below 95 % of the
-// offered load.
+// served: arrivals left unserved, a throughput below 95 % of the offered
+// load, or half the operations waiting over a millisecond for a free
+// client (a backlog that grew through the measurement).
 func (r *Result) Saturated() bool {
-	return r.Offered > 0 && (r.Unserved > 0 || float64(r.GetsDone+r.SetsDone) < 0.95*r.Offered*r.Seconds)
+	return r.Offered > 0 && (r.Unserved > 0 || float64(r.GetsDone+r.SetsDone) < 0.95*r.Offered*r.Seconds ||
+		r.Lag.ValueAtQuantile(50) > int64(time.Millisecond))
 }
 
 func (r *Result) merge(o *Result) {
