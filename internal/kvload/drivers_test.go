@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // needBin skips without bin outside CI (scripts/setup.sh installs it;
@@ -95,21 +97,34 @@ func TestPeerDrivers(t *testing.T) {
 	}
 }
 
+// TestProcessCPU compares ProcessCPU of this process with getrusage(2)'s
+// account of the same spin (both every thread's user and system time):
+// within two of /proc's 10 ms ticks.
 func TestProcessCPU(t *testing.T) {
-	before, err := ProcessCPU(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
+	rusage := func() time.Duration {
+		var ru unix.Rusage
+		if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+	before, ruBefore := mustCPU(t), rusage()
+	for start := rusage(); rusage()-start < 100*time.Millisecond; {
 	}
-	after, err := ProcessCPU(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := after - before; d < 50*time.Millisecond {
-		t.Errorf("100 ms of spinning counted as %v of CPU", d)
+	got, want := mustCPU(t)-before, rusage()-ruBefore
+	if d := got - want; d < -20*time.Millisecond || d > 20*time.Millisecond {
+		t.Errorf("ProcessCPU counted %v of CPU where getrusage counted %v", got, want)
 	}
 	if _, err := ProcessCPU(1 << 30); err == nil {
 		t.Error("no error for a process that does not exist")
 	}
+}
+
+func mustCPU(t *testing.T) time.Duration {
+	t.Helper()
+	d, err := ProcessCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -1,8 +1,10 @@
 package kvload
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,6 +180,8 @@ func stallRun(t *testing.T, w Workload, rate float64, depth int) *Result {
 // arrivals/s delays the ~400 requests that arrive during it; measured
 // from their arrival, about 200 of them waited over 100 ms. A closed loop
 // (and any generator that times from the send) sees one slow request.
+// The counts are lower bounds: on a loaded machine the client's own
+// stalls are charged too, as they should be.
 func TestOpenLoopChargesStalls(t *testing.T) {
 	w := Workload{Mix: YCSBC, Keys: 1000, ValueBytes: 32, Seed: 1}
 	for _, c := range []struct {
@@ -186,7 +190,9 @@ func TestOpenLoopChargesStalls(t *testing.T) {
 	}{{"sync", 1}, {"async", 4}} {
 		t.Run(c.name, func(t *testing.T) {
 			r := stallRun(t, w, 2000, c.depth)
-			if n := countAbove(r.GetLat, 100*time.Millisecond); n < 150 || n > 320 {
+			// At least those arriving in the stall's first 100 ms
+			// (about 200; a loaded machine's own stalls add more).
+			if n := countAbove(r.GetLat, 100*time.Millisecond); n < 150 {
 				t.Errorf("open loop: %d GETs took over 100 ms, want about 200 (those arriving in the stall's first 100 ms)", n)
 			}
 			if m := time.Duration(r.GetLat.Max()); m < 190*time.Millisecond {
@@ -197,15 +203,19 @@ func TestOpenLoopChargesStalls(t *testing.T) {
 			}
 		})
 	}
+	// The closed loop sees the stalled GET, and few others (a loaded
+	// machine may add a slow one or two of its own).
 	r := stallRun(t, w, 0, 1)
-	if n := countAbove(r.GetLat, 100*time.Millisecond); n != 1 {
-		t.Errorf("closed loop: %d GETs took over 100 ms, want the one that stalled", n)
+	if n := countAbove(r.GetLat, 100*time.Millisecond); n < 1 || n > 20 || time.Duration(r.GetLat.Max()) < 190*time.Millisecond {
+		t.Errorf("closed loop: %d GETs took over 100 ms, the slowest %v; want the one that stalled (200 ms)", n, time.Duration(r.GetLat.Max()))
 	}
 }
 
 // TestOpenLoopPacing: an idle store at 4000 arrivals/s is offered and
-// served 4000/s, each request sent within a fraction of a millisecond
-// of its arrival time (time.Sleep alone would be about 1 ms late).
+// served 4000/s, the median request sent within 300 µs of its arrival
+// time (time.Sleep alone wakes 1 ms late at the least). A machine busy
+// with other work can starve any one run of its CPU for milliseconds, so
+// each depth has three tries and must pass one.
 func TestOpenLoopPacing(t *testing.T) {
 	w := Workload{Mix: YCSBC, Keys: 1000, ValueBytes: 32, Seed: 2}
 	for _, depth := range []int{1, 4} {
@@ -214,18 +224,24 @@ func TestOpenLoopPacing(t *testing.T) {
 		if depth > 1 {
 			dial = func() (Store, error) { return &asyncMem{memClient: memClient{s}, limit: depth}, nil }
 		}
-		r, err := Run(dial, Config{Workload: w, Clients: 2, Depth: depth, Rate: 4000, Warmup: 100 * time.Millisecond, Duration: time.Second})
-		if err != nil {
-			t.Fatal(err)
+		var tries []string
+		ok := false
+		for range 3 {
+			r, err := Run(dial, Config{Workload: w, Clients: 2, Depth: depth, Rate: 4000, Warmup: 100 * time.Millisecond, Duration: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, lag := r.GetsPerSec(), time.Duration(r.Lag.ValueAtQuantile(50))
+			tries = append(tries, fmt.Sprintf("%.0f GETs/s, send lag p50 %v p99 %v", got, lag, time.Duration(r.Lag.ValueAtQuantile(99))))
+			if ok = math.Abs(got/4000-1) <= 0.1 && !r.Saturated() && lag <= 300*time.Microsecond; ok {
+				break
+			}
 		}
-		if got := r.GetsPerSec(); math.Abs(got/4000-1) > 0.1 || r.Saturated() {
-			t.Errorf("depth %d: %.0f GETs/s served of 4000 offered (saturated %v)", depth, got, r.Saturated())
+		if !ok {
+			t.Errorf("depth %d: no try served 4000 GETs/s ±10 %% with a median send lag within 300 µs: %s", depth, strings.Join(tries, "; "))
+		} else {
+			t.Logf("depth %d: %s", depth, strings.Join(tries, "; "))
 		}
-		if lag := time.Duration(r.Lag.ValueAtQuantile(50)); lag > 500*time.Microsecond {
-			t.Errorf("depth %d: median send lag %v, want well under 1 ms", depth, lag)
-		}
-		t.Logf("depth %d: send lag p50 %v p99 %v; GET p50 %v", depth, time.Duration(r.Lag.ValueAtQuantile(50)),
-			time.Duration(r.Lag.ValueAtQuantile(99)), time.Duration(r.GetLat.ValueAtQuantile(50)))
 	}
 }
 
