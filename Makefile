@@ -97,7 +97,8 @@ sim:
 
 # Every setup of bench/RESULTS.md (platform, loopback, loopback-jumbo,
 # memif, tcp, aes, write-pairs, isolation, telemetry, metrics; READ and
-# WRITE).
+# WRITE; kv, the key/value caches against memcached and Redis, whose
+# Figure 8 rmafigures -kv then draws into figures/fig8.png).
 # BENCH_ONLY=isolation (comma separated) runs some, BENCH_D=1s shortens
 # each measurement (default 5s). The ab setup, an old engine build
 # against this one, runs only when asked:
@@ -105,16 +106,21 @@ sim:
 # build's rmad and rmaperf).
 BENCH_ONLY ?=
 BENCH_D ?=
+BENCH_OUT ?= bench/out.jsonl
 bench: setup-bench build
-	$(BIN)/rmabench -bin $(BIN) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D))
+	$(GO) build -o $(BIN)/ ./tools/rmafigures
+	$(BIN)/rmabench -bin $(BIN) -out $(BENCH_OUT) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D))
+	@if [ -z "$(BENCH_ONLY)" ] || [[ "$(BENCH_ONLY)" == *kv* ]]; then $(BIN)/rmafigures -out figures -kv $(BENCH_OUT); fi
 
 # The paper's congestion experiments (Fig. 15, Fig. 16) in the simulator:
-# PNG plots and RESULTS.md (measured next to the paper) in figures/.
+# PNG plots and RESULTS.md (measured next to the paper) in figures/; and
+# Figure 8 redrawn from make bench's newest kv rows in bench/out.jsonl.
 # make test asserts the same claims (engine/sim/figures_test.go).
 figures:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./tools/rmafigures
 	$(BIN)/rmafigures -out figures
+	@[ ! -f bench/out.jsonl ] || $(BIN)/rmafigures -out figures -kv bench/out.jsonl
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory fig9; else echo "fig9 (the cache's failover, on real engines) needs root: sudo make fig9"; fi
 
 # The cache's failover on real engines (the paper's Fig. 9): four rmad on

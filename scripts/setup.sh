@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Host set-up for OneRMA: idempotent, safe to run again and again.
 #   scripts/setup.sh          packages, hugepages, mounts (demo and tests)
-#   scripts/setup.sh --bench  the same plus the benchmark peers (ucx-utils)
+#   scripts/setup.sh --bench  the same plus the benchmark peers' tools (ucx-utils,
+#                             memcslap of libmemcached-tools)
 #   scripts/setup.sh --containers  the same plus what builds and runs the
 #                             container images (make image, the container test)
 # Needs root for apt, hugepages and mounts. Without root it only checks.
@@ -20,7 +21,10 @@ log() { printf 'setup: %s\n' "$*"; }
 
 # clang, llvm (llvm-strip), libbpf-dev and linux-libc-dev build rmatop's BPF program.
 pkgs=(libdpdk-dev dpdk dpdk-dev libipsec-mb-dev pkg-config gcc make iproute2 procps clang llvm libbpf-dev linux-libc-dev)
-[ $want_bench = 1 ] && pkgs+=(ucx-utils)
+# memcached and redis-server (which brings redis-tools' redis-benchmark):
+# the key/value peers, whose drivers internal/kvload's tests run against.
+pkgs+=(memcached redis-server)
+[ $want_bench = 1 ] && pkgs+=(ucx-utils libmemcached-tools)
 # ping: the AF_XDP test checks the kernel still answers on the engine's
 # interface; the routed testbed (e2e TestRouted) pings engines from its router.
 command -v ping >/dev/null || pkgs+=(iputils-ping)
@@ -65,6 +69,17 @@ if [ $want_containers = 1 ]; then
 			apt-get install -y -qq --no-install-recommends "${cmissing[@]}" >/dev/null
 		fi
 	fi
+fi
+
+# Installing memcached and redis-server starts their system services
+# where systemd runs: the tests and benchmarks start their own servers
+# on free ports, so stop and disable those.
+if [ -d /run/systemd/system ] && [ "$(id -u)" = 0 ]; then
+	for svc in memcached redis-server; do
+		if systemctl is-enabled --quiet "$svc" 2>/dev/null || systemctl is-active --quiet "$svc" 2>/dev/null; then
+			systemctl disable --now "$svc" >/dev/null 2>&1 || true
+		fi
+	done
 fi
 
 # promtool (Debian's prometheus package) checks the page of rmad -metrics
