@@ -85,7 +85,10 @@
 // restarted server (another Layout.Instance) is taken the same way. With
 // Hedge, a bucket READ that has waited past its replica's p99 (of the
 // engine's total_delay) is sent to the next replica too, and the first
-// answer wins.
+// answer wins; a replica past which hedges answered three GETs, with no
+// OK READ from it in between, is avoided as a failed one (a dead engine
+// is then left after a few hedges, not after TIMEOUT). Reported tells
+// the caller which replica answered each GET and how often it moved.
 //
 // # Eviction
 //
@@ -115,7 +118,8 @@
 // A Client is not safe for concurrent use: one per goroutine, as a
 // portal. StartGet, PollGets and WaitGets allocate nothing (a GET's value
 // is appended to the caller's dst); WaitGets sleeps on the engine's
-// completion doorbell when no hedge can come due. A Server's methods are
+// completion doorbell (until a pending hedge is due, to the doorbell's
+// millisecond). A Server's methods are
 // safe for concurrent use; one mutex orders its updates.
 //
 // Imports: portal, keyx, abi, aesni; never the engine.
