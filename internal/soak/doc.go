@@ -51,7 +51,14 @@
 // ENGINE_GONE by its own engine's kill; TIMEOUT and UNREACHABLE by a kill
 // of either engine or a flap of either's subnet; REMOTE_AUTHENTICATION_
 // FAILURE by a rekey of the region, or a restart of its engine, after
-// its K_d was fetched. Anything else is an error.
+// its K_d was fetched. Anything else is an error. One fault the soak
+// does not inject but a shared host does: an engine starved of CPU for
+// a second or more (a WRITE it initiated then times out: the serving
+// engine's pull expires). The engine measures its loop's stalls; the
+// soak reads them every second and opens a stall window, which explains
+// TIMEOUT and UNREACHABLE, for a loop that stalled for at least half a
+// second and half the time since the previous reading (stalls.go). The
+// report lists every stall window; a quiet host has none.
 //
 // # The checks
 //
@@ -68,8 +75,10 @@
 //     applications hold, every op posted completed (or orphaned); once
 //     the applications closed, no portal, slot, region or tenant memory
 //     beyond what the engine held before any application.
-//   - RSS: after its warm-up each engine incarnation's VmRSS grows at
-//     most 1 MB per 10 minutes (rss.go).
+//   - RSS: after its warm-up (an eighth of the run, 15 s to 4 minutes)
+//     each engine incarnation's VmRSS grows at most 1 MB per 10 minutes
+//     (rss.go): for any two samples, by at most 1 MB × max(1, their
+//     distance / 10 minutes).
 //   - Nonces (nonces.go, capture.go): an AF_PACKET socket in the router's
 //     namespace sees every frame every engine sends, for the whole run;
 //     no (sender address, counter) nonce repeats, a nonce names its

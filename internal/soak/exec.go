@@ -32,7 +32,7 @@ type execCounts struct {
 	Verified  [2]uint64
 	Bytes     [2]uint64 // verified
 	Failed    map[string]uint64
-	Explained [3]uint64
+	Explained [nWindowKinds]uint64
 	Ops       uint64 // ops the executors posted (portal.ExecutorStats.Ops), retries included
 	Retries   uint64
 	Chunks    uint64 // ops of verified transfers (one per ChunkBytes)

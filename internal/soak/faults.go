@@ -20,10 +20,12 @@ const (
 	winKill  windowKind = iota // an engine's SIGKILL, restart and its applications' reconnection
 	winFlap                    // a router link down and up
 	winRekey                   // a region's key replaced (locally or by a remote REKEY)
+	winStall                   // an engine's loop did not run for long (stalls.go)
+	nWindowKinds
 )
 
 func (k windowKind) String() string {
-	return [...]string{"kill", "flap", "rekey"}[k]
+	return [...]string{"kill", "flap", "rekey", "stall"}[k]
 }
 
 // window is one fault's span.
@@ -66,6 +68,13 @@ func (f *faults) open(w window) int {
 	return len(f.ws) - 1
 }
 
+// add records a window whose span is known.
+func (f *faults) add(w window) {
+	f.mu.Lock()
+	f.ws = append(f.ws, w)
+	f.mu.Unlock()
+}
+
 // close ends window i grace from now.
 func (f *faults) close(i int, grace time.Duration) {
 	f.mu.Lock()
@@ -90,7 +99,8 @@ type opSpan struct {
 
 // explain returns the window that accounts for status st of op, or nil:
 // ENGINE_GONE only by a kill of the initiator's engine; TIMEOUT and
-// UNREACHABLE by a kill of either engine or a flap of either's subnet;
+// UNREACHABLE by a kill of either engine, a flap of either's subnet or a
+// long stall of either's loop;
 // REMOTE_AUTHENTICATION_FAILURE by a rekey of the region or a restart of
 // its engine (its regions are registered anew, under new ids and keys)
 // since the K_d used was fetched. Nothing explains any other status.
@@ -105,7 +115,7 @@ func (f *faults) explain(op opSpan, st abi.Status) *window {
 		case abi.StatusEngineGone:
 			ok = w.kind == winKill && w.engines&ini != 0 && w.overlaps(op.posted, op.done)
 		case abi.StatusTimeout, abi.StatusUnreachable:
-			ok = (w.kind == winKill || w.kind == winFlap) && w.engines&(ini|tgt) != 0 && w.overlaps(op.posted, op.done)
+			ok = (w.kind == winKill || w.kind == winFlap || w.kind == winStall) && w.engines&(ini|tgt) != 0 && w.overlaps(op.posted, op.done)
 		case abi.StatusRemoteAuthFailure:
 			ok = (w.kind == winKill && w.engines&tgt != 0 || w.kind == winRekey && w.region == regionKey{op.target, op.region}) &&
 				w.overlaps(op.keyAt, op.done)

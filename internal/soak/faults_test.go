@@ -15,6 +15,7 @@ func TestExplain(t *testing.T) {
 		{kind: winFlap, engines: 1<<2 | 1<<3, start: at(30), end: at(35)},              // subnet 2
 		{kind: winRekey, region: regionKey{0, roleData}, start: at(40), end: at(40.1)}, // engine 1's data region
 		{kind: winKill, engines: 1 << 0, start: at(50)},                                // engine 1, still open
+		{kind: winStall, engines: 1 << 3, start: at(70), end: at(72)},                  // engine 4's loop
 	}}
 	op := func(ini, tgt int, r role, from, to float64) opSpan {
 		return opSpan{initiator: ini, target: tgt, region: r, posted: at(from), done: at(to), keyAt: at(from)}
@@ -37,6 +38,9 @@ func TestExplain(t *testing.T) {
 		{"auth failure on the other region", opSpan{initiator: 2, target: 0, region: roleExec, posted: at(41), done: at(41), keyAt: at(39)}, abi.StatusRemoteAuthFailure, -1},
 		{"auth failure after the target's restart", opSpan{initiator: 0, target: 1, region: roleExec, posted: at(21), done: at(21), keyAt: at(5)}, abi.StatusRemoteAuthFailure, winKill},
 		{"a window still open", op(0, 2, roleData, 60, 61), abi.StatusEngineGone, winKill},
+		{"TIMEOUT of a WRITE from a stalled engine", op(3, 1, roleData, 69, 71), abi.StatusTimeout, winStall},
+		{"TIMEOUT between two engines that did not stall", op(1, 2, roleData, 69, 71), abi.StatusTimeout, -1},
+		{"auth failure during a stall", op(3, 1, roleData, 69, 71), abi.StatusRemoteAuthFailure, -1},
 		{"NACK, even in a window", op(1, 0, roleData, 9, 11), abi.StatusNack, -1},
 		{"DISPATCH_TIMEOUT", op(1, 0, roleData, 9, 11), abi.StatusDispatchTimeout, -1},
 	}

@@ -46,6 +46,10 @@ type Report struct {
 	// Leaks are the engines' counters that differ from what they must
 	// be once the load has stopped.
 	Leaks []string
+	// Engines are some counters of each engine's last incarnation.
+	Engines []string
+	// Stalls are the stall windows (stalls.go).
+	Stalls []string
 
 	Errors   int
 	ErrFirst []string
@@ -94,6 +98,11 @@ func (s *soak) collect(r *Report) {
 		}
 	}
 	r.Kills, r.Flaps = int(s.kills.Load()), int(s.flaps.Load())
+	s.stallMu.Lock()
+	for _, st := range s.stalls {
+		r.Stalls = append(r.Stalls, st.String())
+	}
+	s.stallMu.Unlock()
 	r.LocalRekeys, r.RemoteRekeys = int(s.rekeys.local.Load()), int(s.rekeys.remote.Load())
 	// Engine counters before the applications close the portals: the
 	// per-worker holdings add up.
@@ -104,12 +113,13 @@ func (s *soak) collect(r *Report) {
 	s.bed.mu.Unlock()
 }
 
-// rssWarm is an incarnation's warm-up in a run of d: a tenth of the run,
-// at least 15 s and at most 3 minutes. rmad's first garbage collection
-// (the runtime forces one 2 minutes in) allocates the collector's own
-// structures, half a megabyte: in a 30-minute run that belongs to the
-// warm-up.
-func rssWarm(d time.Duration) time.Duration { return min(max(15*time.Second, d/10), 3*time.Minute) }
+// rssWarm is an incarnation's warm-up in a run of d: an eighth of the
+// run, at least 15 s and at most 4 minutes. rmad's heap first grows to
+// its collector's goal (twice the live heap): the stats requests of the
+// stall watch leave about 12 KB of garbage each, a second, and the heap
+// gets there in about 3.5 minutes; its first collection (the runtime
+// forces one 2 minutes in) allocates the collector's own structures.
+func rssWarm(d time.Duration) time.Duration { return min(max(15*time.Second, d/8), 4*time.Minute) }
 
 func (t *rssTrack) describe(warm time.Duration) string {
 	v := t.judge(warm)
@@ -134,7 +144,7 @@ func mb(b uint64) float64 { return float64(b) / (1 << 20) }
 // regions the applications hold (apps) or, once they have closed,
 // exactly what the engine held when it started (its baseline, before
 // any application): no portal, slot, region or tenant memory.
-func (s *soak) checkHoldings(apps bool) []string {
+func (s *soak) checkHoldings(apps bool, r *Report) []string {
 	var out []string
 	for i := range engines {
 		name := s.bed.Hosts[i].Name
@@ -142,6 +152,9 @@ func (s *soak) checkHoldings(apps bool) []string {
 		if err != nil {
 			out = append(out, fmt.Sprintf("%s: %v", name, err))
 			continue
+		}
+		if apps {
+			r.Engines = append(r.Engines, describeEngine(name, s.bed.inc[i], st))
 		}
 		base := s.bed.baseline[i]
 		wantSlots, wantRegions, wantPortals := uint64(base.SlotsInUse), regions(base), len(base.Portals)
@@ -183,6 +196,21 @@ func (s *soak) checkHoldings(apps bool) []string {
 		}
 	}
 	return out
+}
+
+// describeEngine sums up an engine incarnation's counters: what it did,
+// and how often its loop could not run (a starved engine times ops out).
+func describeEngine(name string, inc int, st *ctlmsg.Stats) string {
+	var done uint64
+	for _, n := range st.Completed {
+		done += n
+	}
+	d := fmt.Sprintf("%s #%d: %d ops posted, %d completed; %d requests served, %d pulls expired, %d requests expired, %d answered REMOTE_AUTHENTICATION_FAILURE; %d rekeys (%d remote)",
+		name, inc, st.Posted, done, st.ReqServed, st.PullsExpired, st.ReqExpired, st.ReqAuthFailed, st.Rekeys, st.RemoteRekeys)
+	if l := st.Loop; l != nil {
+		d += fmt.Sprintf("; loop stalls %d (%.1f s in all)", l.Stalls, float64(l.StalledNs)/1e9)
+	}
+	return d
 }
 
 func regions(st *ctlmsg.Stats) uint64 {
@@ -300,18 +328,22 @@ func (r *Report) Print(w io.Writer) {
 			p("  %-10s %5d %10d %10d %10d  %s", kindNames[k], size, r.Raw.Posted[k][s], done, r.Raw.Verified[k][s], strings.Join(fails, ", "))
 		}
 	}
-	p("  failures explained: by kills %d, by flaps %d, by rekeys %d", r.Raw.Explained[winKill], r.Raw.Explained[winFlap], r.Raw.Explained[winRekey])
+	p("  failures explained: by kills %d, flaps %d, rekeys %d, engine stalls %d", r.Raw.Explained[winKill], r.Raw.Explained[winFlap], r.Raw.Explained[winRekey], r.Raw.Explained[winStall])
 	e := &r.Exec
 	p("executor transfers (1-16 MB, portal.Executor, %d slots):", execSlots)
 	p("  WRITE %d, verified %d (%.1f GB); READ back %d, verified %d (%.1f GB); ops posted %d (%d retries), verified chunks %d",
 		e.Transfers[1], e.Verified[1], float64(e.Bytes[1])/1e9, e.Transfers[0], e.Verified[0], float64(e.Bytes[0])/1e9, e.Ops, e.Retries, e.Chunks)
-	p("  failed: %s; explained by kills %d, flaps %d, rekeys %d", sortedCounts(e.Failed), e.Explained[winKill], e.Explained[winFlap], e.Explained[winRekey])
+	p("  failed: %s; explained by kills %d, flaps %d, rekeys %d, engine stalls %d", sortedCounts(e.Failed), e.Explained[winKill], e.Explained[winFlap], e.Explained[winRekey], e.Explained[winStall])
 	raw, chunks := r.VerifiedOps()
 	p("verified ops: %d (raw %d + executor chunks %d); floor %d", raw+chunks, raw, chunks, r.Floors.VerifiedOps)
 	p("faults: kills %d (floor %d), flaps %d (floor %d); rekeys: local %d (floor %d), remote %d (floor %d; REKEY ops %d: %s)",
 		r.Kills, r.Floors.Kills, r.Flaps, r.Floors.Flaps, r.LocalRekeys, r.Floors.LocalRekeys, r.RemoteRekeys, r.Floors.RemoteRekeys,
 		r.RekeyPosted, sortedCounts(r.RekeyDone))
 	p("reconnects: %d applications redialled; %d K_d fetched over keyx", r.Reconnects, r.KeyFetches)
+	p("engine stalls (a loop that did not run for %v or more, the host's doing): %d", stallFloor, len(r.Stalls))
+	for _, s := range r.Stalls {
+		p("  %s", s)
+	}
 	var types []string
 	for t, n := range r.FramesRMA {
 		if n > 0 {
@@ -325,6 +357,10 @@ func (r *Report) Print(w io.Writer) {
 	}
 	p("rss (floor: +%d MB per %v after a %v warm-up per incarnation):", rssGrowth>>20, rssPeriod, rssWarm(r.Planned))
 	for _, s := range r.RSS {
+		p("  %s", s)
+	}
+	p("engines (their last incarnations):")
+	for _, s := range r.Engines {
 		p("  %s", s)
 	}
 	if len(r.Leaks) == 0 {

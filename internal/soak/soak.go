@@ -63,6 +63,7 @@ type soak struct {
 	recon []int // applications reconnected, per engine
 	rcond *sync.Cond
 
+	stallLog
 	rekeys rekeyCounts
 	kills  atomic.Int32
 	flaps  atomic.Int32
@@ -176,6 +177,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	samplerDone := make(chan struct{})
 	go s.sample(t0, samplerDone)
+	stallsDone := make(chan struct{})
+	stallsEnded := make(chan struct{})
+	go func() { s.watchStalls(stallsDone); close(stallsEnded) }()
 	schedErr := s.schedule(hard, t0, plan(cfg.Duration, floors))
 	if d := time.Until(t0.Add(cfg.Duration)); d > 0 {
 		select {
@@ -187,6 +191,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	s.stopping.Store(true)
 	wg.Wait()
 	close(samplerDone)
+	close(stallsDone)
+	<-stallsEnded
 	s.logf("load stopped after %v; quiescing", elapsed.Round(time.Second))
 
 	rep := &Report{Planned: cfg.Duration, Duration: elapsed, Floors: floors, LoadStart: load0, Hosts: b.describe()}
@@ -196,11 +202,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	// Quiet for longer than any op can take: then nothing is in flight.
 	time.Sleep(2 * engineTimeout)
-	rep.Leaks = s.checkHoldings(true)
+	rep.Leaks = s.checkHoldings(true, rep)
 	s.collect(rep)
 	rep.addErr(s.closeApps())
 	time.Sleep(200 * time.Millisecond)
-	rep.Leaks = append(rep.Leaks, s.checkHoldings(false)...)
+	rep.Leaks = append(rep.Leaks, s.checkHoldings(false, rep)...)
 	rep.LoadEnd = loadAvg()
 	if keep {
 		b.mu.Lock()

@@ -30,7 +30,7 @@ type opCounts struct {
 	Posted    [nKinds][len(sizes)]uint64
 	Done      [nKinds][len(sizes)][64]uint64
 	Verified  [nKinds][len(sizes)]uint64
-	Explained [3]uint64 // failures explained, by window kind
+	Explained [nWindowKinds]uint64 // failures explained, by window kind
 }
 
 func (c *opCounts) add(o *opCounts) {
