@@ -42,6 +42,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -81,7 +82,10 @@ func run(sock, name string) error {
 	if err != nil {
 		return err
 	}
-	ex, err := portal.NewExecutor(p, portal.ExecutorConfig{Slots: 8})
+	// Its engines idle in backoff mode on shared cores: the congestion
+	// control targets of such engines (the paper's µs targets would keep
+	// every window at its floor).
+	ex, err := portal.NewExecutor(p, portal.ExecutorConfig{Slots: 8, CC: testbed.BackoffCC()})
 	if err != nil {
 		return err
 	}
