@@ -80,7 +80,9 @@ func TestPeerDrivers(t *testing.T) {
 			if r.Failed() != 0 || r.GetsDone == 0 || r.SetsDone == 0 {
 				t.Fatalf("closed loop: %d failed (%v), %d GETs, %d SETs", r.Failed(), r.FirstError, r.GetsDone, r.SetsDone)
 			}
-			if r.ServerCPU <= 0 {
+			// The kernel counts CPU time in clock ticks (10 ms): a run
+			// that a busy host slowed to a few thousand GETs may show none.
+			if r.ServerCPU <= 0 && r.GetsDone >= 20000 {
 				t.Errorf("server used %v of CPU for %d GETs", r.ServerCPU, r.GetsDone)
 			}
 			t.Logf("closed loop, 4 clients: %.0f GETs/s, p50 %v, server CPU %.1f s per M GETs", r.GetsPerSec(),
