@@ -287,7 +287,7 @@ func TestClosedLoopAsyncDepth(t *testing.T) {
 		stores = append(stores, a)
 		return a, nil
 	}
-	r, err := Run(dial, Config{Workload: w, Clients: 1, Depth: 8, Duration: 100 * time.Millisecond})
+	r, err := Run(dial, Config{Workload: w, Clients: 1, Depth: 8, Duration: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
