@@ -87,7 +87,7 @@ type owner struct {
 
 	mu   sync.RWMutex // the fields below; held for reading while a worker checks region bytes
 	p    *portal.Portal
-	gen  int // registrations so far
+	gen  int // registrations so far (the first, then one per reconnection)
 	data *served
 	exec *served
 }

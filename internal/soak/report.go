@@ -29,7 +29,8 @@ type Report struct {
 	Flaps        int
 	LocalRekeys  int
 	RemoteRekeys int
-	Reconnects   int // applications redialled after their engine's restart
+	Reconnects   int // raw and executor applications redialled after their engine's restart
+	OwnerRedials int // owners redialled (one per kill)
 	KeyFetches   uint64
 
 	Frames      uint64 // captured by the filter
@@ -48,8 +49,10 @@ type Report struct {
 	Leaks []string
 	// Engines are some counters of each engine's last incarnation.
 	Engines []string
-	// Stalls are the stall windows (stalls.go).
-	Stalls []string
+	// Stalls are the stall windows (stalls.go), longest first, and the
+	// loop time stalled in them in all.
+	Stalls  []string
+	Stalled time.Duration
 
 	Errors   int
 	ErrFirst []string
@@ -98,11 +101,17 @@ func (s *soak) collect(r *Report) {
 		}
 	}
 	r.Kills, r.Flaps = int(s.kills.Load()), int(s.flaps.Load())
-	s.stallMu.Lock()
-	for _, st := range s.stalls {
-		r.Stalls = append(r.Stalls, st.String())
+	for _, o := range s.owners {
+		r.OwnerRedials += o.gen - 1
 	}
+	s.stallMu.Lock()
+	stalls := append([]stallRecord(nil), s.stalls...)
 	s.stallMu.Unlock()
+	sort.Slice(stalls, func(a, b int) bool { return stalls[a].stall > stalls[b].stall })
+	for _, st := range stalls {
+		r.Stalls = append(r.Stalls, st.String())
+		r.Stalled += st.stall
+	}
 	r.LocalRekeys, r.RemoteRekeys = int(s.rekeys.local.Load()), int(s.rekeys.remote.Load())
 	// Engine counters before the applications close the portals: the
 	// per-worker holdings add up.
@@ -339,9 +348,13 @@ func (r *Report) Print(w io.Writer) {
 	p("faults: kills %d (floor %d), flaps %d (floor %d); rekeys: local %d (floor %d), remote %d (floor %d; REKEY ops %d: %s)",
 		r.Kills, r.Floors.Kills, r.Flaps, r.Floors.Flaps, r.LocalRekeys, r.Floors.LocalRekeys, r.RemoteRekeys, r.Floors.RemoteRekeys,
 		r.RekeyPosted, sortedCounts(r.RekeyDone))
-	p("reconnects: %d applications redialled; %d K_d fetched over keyx", r.Reconnects, r.KeyFetches)
-	p("engine stalls (a loop that did not run for %v or more, the host's doing): %d", stallFloor, len(r.Stalls))
-	for _, s := range r.Stalls {
+	p("reconnects: raw and executor applications redialled %d times on ENGINE_GONE, owners %d; %d K_d fetched over keyx", r.Reconnects, r.OwnerRedials, r.KeyFetches)
+	p("engine stalls (a loop that did not run for %v or more, the host's doing): %d windows, %v stalled in them", stallFloor, len(r.Stalls), r.Stalled.Round(time.Millisecond))
+	for i, s := range r.Stalls {
+		if i == 10 {
+			p("  (the longest 10 of them)")
+			break
+		}
 		p("  %s", s)
 	}
 	var types []string
