@@ -45,7 +45,10 @@ type region struct {
 	// K_r (registration, rekey), so a core's cached K_d of an older key
 	// never match.
 	epoch uint64
-	kr    *aesni.Deriver // K_r, expanded: derives each initiator's K_d
+	// kr is K_r. Each core expands it into a Deriver of its own when it
+	// first needs a K_d under this epoch (responder.serverKey): a Deriver
+	// holds scratch and serves one goroutine.
+	kr aesni.Key
 }
 
 // regionOwner is the portal that registered a region: its core and its
@@ -117,7 +120,7 @@ func (t *regionTable) add(owner regionOwner, mem []byte, perm abi.Perm, kr aesni
 		t.gen[idx] = 1
 	}
 	t.held[idx], t.owner[idx] = true, owner
-	r := &region{mem: mem, perm: perm, owner: owner, gen: t.gen[idx], epoch: t.epochs.Add(1), kr: aesni.NewDeriver(kr)}
+	r := &region{mem: mem, perm: perm, owner: owner, gen: t.gen[idx], epoch: t.epochs.Add(1), kr: kr}
 	t.r[idx].Store(r)
 	t.version.Add(1)
 	return abi.MakeRegionID(idx, r.gen), r, nil
@@ -172,14 +175,13 @@ func (t *regionTable) release(owner regionOwner, out func(idx uint16, r *region)
 // local or remote rekey). It returns the new descriptor, or nil when rid
 // is no longer live.
 func (t *regionTable) setKey(rid abi.RegionID, kr aesni.Key) *region {
-	d := aesni.NewDeriver(kr)
 	for {
 		old := t.lookup(rid)
 		if old == nil {
 			return nil
 		}
 		r := *old
-		r.kr, r.epoch = d, t.epochs.Add(1)
+		r.kr, r.epoch = kr, t.epochs.Add(1)
 		if t.r[rid.Index()].CompareAndSwap(old, &r) {
 			return &r
 		}

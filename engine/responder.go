@@ -138,10 +138,12 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 
 // ---- keys ----------------------------------------------------------------
 
-// seenKey is the region id and key epoch of a region index's cached K_d.
+// seenKey is the region id and key epoch of a region index's cached K_d,
+// and this core's Deriver of that key.
 type seenKey struct {
 	rid   uint32
 	epoch uint64
+	kr    *aesni.Deriver
 }
 
 // serverKey finds the region the received request names and the AEAD of
@@ -154,11 +156,12 @@ func (r *responder) serverKey(op abi.Op, f *wire.Fields) (*region, *aesni.AEAD) 
 	if rg == nil {
 		return nil, nil
 	}
-	if s := &r.seen[rid.Index()]; s.epoch != rg.epoch { // a new key (or region) since this core last looked
+	s := &r.seen[rid.Index()]
+	if s.epoch != rg.epoch { // a new key (or region) since this core last looked
 		if s.epoch != 0 {
 			r.forgetKeys(abi.RegionID(s.rid))
 		}
-		s.rid, s.epoch = f.Region, rg.epoch
+		s.rid, s.epoch, s.kr = f.Region, rg.epoch, nil
 		r.lastAEAD = nil
 	}
 	ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(op)}
@@ -166,7 +169,10 @@ func (r *responder) serverKey(op abi.Op, f *wire.Fields) (*region, *aesni.AEAD) 
 	if r.lastAEAD != nil && r.lastKey == ck {
 		return rg, r.lastAEAD
 	}
-	a, err := r.keys.GetOrDerive(ck, rg.kr)
+	if s.kr == nil { // the first derivation under this key on this core (allocates, as a miss does)
+		s.kr = aesni.NewDeriver(rg.kr)
+	}
+	a, err := r.keys.GetOrDerive(ck, s.kr)
 	if err != nil {
 		return rg, nil
 	}
@@ -184,7 +190,7 @@ func (r *responder) installKey(rid abi.RegionID, kr aesni.Key) bool {
 		return false
 	}
 	r.forgetKeys(rid)
-	r.seen[rid.Index()] = seenKey{uint32(rid), rg.epoch}
+	r.seen[rid.Index()] = seenKey{rid: uint32(rid), epoch: rg.epoch}
 	r.st.Rekeys++
 	return true
 }

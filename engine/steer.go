@@ -76,9 +76,12 @@ func steerRequest(frame []byte, cores int) int {
 	iv := frame[wire.IVOffset : wire.IVOffset+12]
 	addr := binary.BigEndian.Uint32(iv[0:4])
 	tag := uint32(iv[4] >> (ivTagShift - 56))
-	h := (addr ^ tag*0x85ebca6b) * 0x9e3779b1
+	h := addr*0x9e3779b1 + tag*0x7feb352d // MurmurHash3's finalizer over both
 	h ^= h >> 16
-	h *= 0x7feb352d
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
 	return int(uint64(h) * uint64(cores) >> 32)
 }
 
