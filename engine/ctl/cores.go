@@ -1,0 +1,127 @@
+package ctl
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/onerma/onerma/engine"
+)
+
+// The engine's cores as the control server sees them: each core's
+// executor (its poll loop's Exec), the portals the server opened on it,
+// how loaded it is (where the next portal goes), and the wait for every
+// core's quiescent point after a region left the engine's table.
+
+// coreBook is what the server knows of one core's portals: the
+// connection that opened each and the name it was opened with (the stats
+// reply's portals). Touched only inside the core's Exec closures, which
+// serialises it with every use of the core's portal ids.
+type coreBook struct {
+	owner     map[engine.PortalID]*conn
+	ownerName map[engine.PortalID]string
+}
+
+// coreLoad is a core's share of the portals (under Server.mu): portals
+// attached to it and the slots they hold.
+type coreLoad struct {
+	portals int
+	slots   int
+}
+
+// pickCore reserves a portal on a core: the one asked for (ask >= 0) or
+// the least loaded (fewest portals, then fewest slots, then the lowest
+// index). unpickCore undoes it when the core refuses the portal.
+func (s *Server) pickCore(ask int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := ask
+	if k < 0 {
+		k = 0
+		for i, l := range s.load {
+			if b := s.load[k]; l.portals < b.portals || (l.portals == b.portals && l.slots < b.slots) {
+				k = i
+			}
+		}
+	}
+	s.load[k].portals++
+	return k
+}
+
+func (s *Server) unpickCore(k int) {
+	s.mu.Lock()
+	s.load[k].portals--
+	s.mu.Unlock()
+}
+
+// addSlots counts n slots more (or fewer) on core k.
+func (s *Server) addSlots(k, n int) {
+	s.mu.Lock()
+	s.load[k].slots += n
+	s.mu.Unlock()
+}
+
+// Cores reports how many portals and slots each core holds (the load the
+// server balances portals by).
+func (s *Server) Cores() (portals, slots []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.load {
+		portals, slots = append(portals, l.portals), append(slots, l.slots)
+	}
+	return portals, slots
+}
+
+// quiesceSpins is how long quiesce spins before it wakes loops that may be
+// asleep: a busy loop polls within microseconds, and each iteration is a
+// quiescent point.
+const quiesceSpins = 256
+
+// quiesceWait bounds the wait for every core after the wake: a loop that
+// ran an Exec polls right after it, unless it is stopping.
+const quiesceWait = 2 * time.Second
+
+// quiesce waits until every core has passed a quiescent point since the
+// engine's region table reached version v (engine.Group.Quiesced): from
+// then on no core touches the memory of a region removed before v. A core
+// whose loop sleeps (runner Backoff) polls only when woken, so after a
+// short spin every core not yet there runs an empty closure (Exec wakes
+// it; it polls right after). An error (a loop that is not running) means
+// the cores did not confirm: the caller must keep the memory mapped.
+func (s *Server) quiesce(v uint64) error {
+	g := s.g
+	for range quiesceSpins {
+		if g.Quiesced(v) {
+			return nil
+		}
+		runtime.Gosched()
+	}
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, g.Len())
+	)
+	for i, x := range s.execs {
+		if !g.CoreQuiesced(i, v) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = x.Exec(func(*engine.Core) {})
+			}()
+		}
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("core %d: %w", i, err)
+		}
+	}
+	deadline := time.Now().Add(quiesceWait)
+	for !g.Quiesced(v) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the engine's cores did not all poll within %v", quiesceWait)
+		}
+		runtime.Gosched()
+	}
+	return nil
+}
