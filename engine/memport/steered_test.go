@@ -36,7 +36,7 @@ func TestSteered(t *testing.T) {
 		oneRMA(wire.TypeWriteData, base+1),                  // to core 1
 		arp,                                                 // to all
 		[]byte("junk that names no core, 60 bytes long.............."), // to the sender
-		oneRMA(wire.TypeAck, wire.InitiatorPort(6, 2)), // to core 2
+		oneRMA(wire.TypeAck, wire.InitiatorPort(6, 2)),                 // to core 2
 	}
 	for _, f := range frames {
 		copy(ps[0].Buffer(), f)
