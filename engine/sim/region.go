@@ -65,7 +65,7 @@ func (a *app) register(p *portal, mem []byte, perm abi.Perm, kind regKind) (*reg
 		}
 	}
 	kr := s.newKey()
-	id, err := a.n.core.RegisterRegion(p.id, mem, perm, kr)
+	id, err := p.c.core.RegisterRegion(p.id, mem, perm, kr)
 	if err != nil {
 		return nil, fmt.Errorf("RegisterRegion(%d bytes): %w", len(mem), err)
 	}
@@ -78,6 +78,9 @@ func (a *app) register(p *portal, mem []byte, perm abi.Perm, kind regKind) (*reg
 		}
 	}
 	rg.id = id
+	if len(a.n.cores) > 1 {
+		a.n.owner[id] = p.c
+	}
 	s.addKey(rg, kr, 0) // a new region's key is known everywhere at once (the directory)
 	s.regions = append(s.regions, rg)
 	return rg, nil
@@ -141,12 +144,12 @@ type regionChurn struct {
 func (a *app) replace(p *portal, slot **region, c regionChurn) {
 	s := a.s
 	old := *slot
-	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+	if err := p.c.core.DeregisterRegion(p.id, old.id); err != nil {
 		s.fail("node %d: DeregisterRegion(%s%#x): %v", a.n.id, c.label, uint32(old.id), err)
 		return
 	}
 	if c.twice {
-		if err := a.n.core.DeregisterRegion(p.id, old.id); err == nil {
+		if err := p.c.core.DeregisterRegion(p.id, old.id); err == nil {
 			s.fail("node %d: DeregisterRegion(%#x) twice succeeded", a.n.id, uint32(old.id))
 			return
 		}
