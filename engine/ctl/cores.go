@@ -117,11 +117,15 @@ func (s *Server) quiesce(v uint64) error {
 		}
 	}
 	deadline := time.Now().Add(quiesceWait)
-	for !g.Quiesced(v) {
+	for i := 0; !g.Quiesced(v); i++ {
+		if i < quiesceSpins {
+			runtime.Gosched()
+			continue
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the engine's cores did not all poll within %v", quiesceWait)
 		}
-		runtime.Gosched()
+		time.Sleep(20 * time.Microsecond) // a loop held up: give it the CPU
 	}
 	return nil
 }

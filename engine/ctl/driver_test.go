@@ -23,7 +23,7 @@ type loopDriver struct {
 
 func newLoopDriver(cfg engine.Config) (*loopDriver, error) { return newLoopDrivers(cfg, 1) }
 
-func newLoopDrivers(cfg engine.Config, cores int) (*loopDriver, error) {
+func newLoopDrivers(cfg engine.Config, cores int, mode ...runner.Mode) (*loopDriver, error) {
 	var ports []runner.Port
 	if cores == 1 {
 		p, err := memport.Loopback(memport.DefaultConfig())
@@ -49,8 +49,12 @@ func newLoopDrivers(cfg engine.Config, cores int) (*loopDriver, error) {
 		return nil, err
 	}
 	d := &loopDriver{g: g}
+	rc := runner.DefaultConfig()
+	if len(mode) > 0 {
+		rc.Mode = mode[0]
+	}
 	for i, p := range ports {
-		r, err := runner.New(g.Core(i), p, runner.DefaultConfig())
+		r, err := runner.New(g.Core(i), p, rc)
 		if err == nil {
 			err = r.Start()
 		}

@@ -65,7 +65,7 @@ func setupLog(t *testing.T, mutate func(*ctl.Config), log zerolog.Logger) *env {
 
 // setupCores starts an engine of cores cores (edit, if set, changes its
 // config) and its control server.
-func setupCores(t *testing.T, cores int, edit func(*engine.Config), mutate func(*ctl.Config), log zerolog.Logger) *env {
+func setupCores(t testing.TB, cores int, edit func(*engine.Config), mutate func(*ctl.Config), log zerolog.Logger) *env {
 	t.Helper()
 	ecfg := engineConfig()
 	ecfg.LocalIP = engineIP
@@ -127,7 +127,7 @@ func (e *env) stats(t *testing.T) engine.Stats {
 	return st
 }
 
-func (e *env) audit(t *testing.T) {
+func (e *env) audit(t testing.TB) {
 	t.Helper()
 	for i, r := range e.drv.runners {
 		var err error
@@ -141,7 +141,7 @@ func (e *env) audit(t *testing.T) {
 	}
 }
 
-func dial(t *testing.T, e *env, name string) *portal.Portal {
+func dial(t testing.TB, e *env, name string) *portal.Portal {
 	t.Helper()
 	p, err := portal.Dial(e.sock, name)
 	if err != nil {

@@ -39,9 +39,9 @@ type slotRef struct {
 
 type portal struct {
 	a      *app
-	c      *simCore // the core that serves it
+	c      *simCore        // the core that serves it
 	id     engine.PortalID // its id on that core
-	pid    uint32 // the PID the portal was opened with (part of its K_d)
+	pid    uint32          // the PID the portal was opened with (part of its K_d)
 	serial int
 	seg    []byte
 	lay    abi.Layout

@@ -63,7 +63,7 @@ type Result struct {
 	// table the cores share).
 	CrossCore uint64
 	Net       NetStats
-	Cores          []engine.Stats
+	Cores     []engine.Stats // every core's counters, node by node
 	// Digest folds every event, frame and completion of the run: two runs
 	// of one seed must produce the same digest (determinism check).
 	Digest uint64

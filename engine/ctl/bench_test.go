@@ -1,0 +1,112 @@
+package ctl_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+
+	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/runner"
+)
+
+// BenchmarkRegionControl times the control calls that change the
+// engine's region table through the control socket, the driver path of
+// the paper's Fig. 14, on engines of one and two cores (each its own
+// runner, Backoff): a rekey (in force on every core when it returns: key
+// epochs), and a deregistration, which returns only once every core has
+// passed a quiescent point since (ctl's quiesce) and the memory is
+// unmapped; its region is registered again between two timed calls.
+//
+//	go test ./engine/ctl -run '^$' -bench RegionControl -benchtime 2000x
+func BenchmarkRegionControl(b *testing.B) {
+	for _, cores := range []int{1, 2} {
+		e := setupCores(b, cores, nil, nil, zerolog.Nop())
+		own := dial(b, e, "owner")
+		b.Run(fmt.Sprintf("cores=%d/rekey", cores), func(b *testing.B) {
+			r, err := own.RegisterRegion(4096, abi.PermRemoteRead)
+			if err != nil {
+				b.Fatal(err)
+			}
+			k := aesni.Key{1}
+			for i := 0; b.Loop(); i++ {
+				k[1] = byte(i)
+				if err := own.Rekey(r, k); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("cores=%d/deregister", cores), func(b *testing.B) {
+			b.StopTimer()
+			for range b.N {
+				r, err := own.RegisterRegion(4096, abi.PermRemoteRead)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := own.DeregisterRegion(r); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkQuiesce times the engine's part of a deregistration on an
+// engine of two cores, without the socket: the closure on the owner's
+// core (its runner's Exec) and the wait until the other core has passed
+// a quiescent point (what ctl's quiesce does: it wakes a sleeping loop
+// with an Exec), with the cores' loops in Backoff and in Busy mode.
+//
+//	go test ./engine/ctl -run '^$' -bench Quiesce -benchtime 2000x
+func BenchmarkQuiesce(b *testing.B) {
+	for _, m := range []runner.Mode{runner.Backoff, runner.Busy} {
+		b.Run(m.String(), func(b *testing.B) {
+			drv, err := newLoopDrivers(engineConfig(), 2, m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer drv.Stop()
+			var id engine.PortalID
+			drv.runners[0].Exec(func(c *engine.Core) {
+				id, err = c.OpenPortal(engine.PortalSpec{CmdRing: ring(abi.CommandSize), CmdCap: 16, CplRing: ring(abi.CompletionSize), CplCap: 16})
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			mem := make([]byte, 4096)
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				var rid abi.RegionID
+				drv.runners[0].Exec(func(c *engine.Core) { rid, err = c.RegisterRegion(id, mem, abi.PermRemoteRead, aesni.Key{1}) })
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				drv.runners[0].Exec(func(c *engine.Core) { err = c.DeregisterRegion(id, rid) })
+				if err != nil {
+					b.Fatal(err)
+				}
+				v := drv.g.Version()
+				for spins := 0; !drv.g.Quiesced(v); spins++ {
+					if spins == 256 { // asleep: an Exec wakes the loop, which polls right after
+						drv.runners[1].Exec(func(*engine.Core) {})
+					}
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+}
+
+func ring(entry uint32) []byte {
+	b := make([]byte, abi.RingBytes(16, entry)+64)
+	off := (64 - int(uintptr(unsafe.Pointer(&b[0]))%64)) % 64
+	return b[off : off+abi.RingBytes(16, entry)]
+}
