@@ -61,9 +61,9 @@ func (s *Server) addSlots(k, n int) {
 	s.mu.Unlock()
 }
 
-// Cores reports how many portals and slots each core holds (the load the
+// CoreLoad reports how many portals and slots each core holds (the load the
 // server balances portals by).
-func (s *Server) Cores() (portals, slots []int) {
+func (s *Server) CoreLoad() (portals, slots []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, l := range s.load {
