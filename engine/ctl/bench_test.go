@@ -2,7 +2,6 @@ package ctl_test
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -70,16 +69,21 @@ func BenchmarkRegionControl(b *testing.B) {
 // BenchmarkQuiesce times the engine's part of a deregistration on an
 // engine of two cores, without the socket: the closure on the owner's
 // core (its runner's Exec) and the wait until the other core has passed
-// a quiescent point (what ctl's quiesce does: after a short spin it runs
-// the point on the loop, engine.Group.Quiesce in an Exec, which also
-// wakes a sleeping loop), with the cores' loops in Backoff and in Busy
-// mode.
+// a quiescent point (what ctl's quiesce does: it runs the point on the
+// loop, engine.Group.Quiesce in an Exec, which also wakes a sleeping
+// loop), with both loops in Backoff, the owner's in
+// Backoff and the other's in Busy mode, and both in Busy mode (on a
+// machine with a CPU for each loop and one for the control plane).
 //
 //	go test ./engine/ctl -run '^$' -bench Quiesce -benchtime 2000x
 func BenchmarkQuiesce(b *testing.B) {
-	for _, m := range []runner.Mode{runner.Backoff, runner.Busy} {
-		b.Run(m.String(), func(b *testing.B) {
-			drv, err := newLoopDrivers(engineConfig(), 2, m)
+	for _, modes := range [][]runner.Mode{{runner.Backoff}, {runner.Backoff, runner.Busy}, {runner.Busy}} {
+		name := modes[0].String()
+		if len(modes) > 1 {
+			name += "+" + modes[1].String()
+		}
+		b.Run(name, func(b *testing.B) {
+			drv, err := newLoopDrivers(engineConfig(), 2, modes...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -107,12 +111,8 @@ func BenchmarkQuiesce(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				v := drv.g.Version()
-				for spins := 0; !drv.g.Quiesced(v); spins++ {
-					if spins == 64 { // not there yet (asleep?): its quiescent point on its loop
-						drv.runners[1].Exec(func(*engine.Core) { drv.g.Quiesce(1) })
-					}
-					runtime.Gosched()
+				if v := drv.g.Version(); !drv.g.CoreQuiesced(1, v) { // ctl's quiesce
+					drv.runners[1].Exec(func(*engine.Core) { drv.g.Quiesce(1) })
 				}
 				ts.add(t0)
 			}

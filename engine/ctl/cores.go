@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 
 	"github.com/onerma/onerma/engine"
@@ -72,27 +71,17 @@ func (s *Server) CoreLoad() (portals, slots []int) {
 	return portals, slots
 }
 
-// quiesceSpins is how long quiesce spins before it runs the quiescent
-// point on the cores not there yet: a busy loop polls within
-// microseconds, and each Poll is one.
-const quiesceSpins = 64
-
 // quiesce waits until every core has passed a quiescent point since the
 // engine's region table reached version v (engine.Group.Quiesced): from
-// then on no core touches the memory of a region removed before v. A busy
-// loop gets there at its next Poll; after a short spin, every core not
-// there yet runs its quiescent point in a closure on its loop
-// (engine.Group.Quiesce: Exec wakes a loop asleep in Backoff). An error
-// (a loop that is not running) means the cores did not confirm: the
-// caller must keep the memory mapped.
+// then on no core touches the memory of a region removed before v. Every
+// core not there yet runs its quiescent point in a closure on its loop
+// (engine.Group.Quiesce), all at once: the Exec takes a busy loop one
+// iteration and wakes a loop asleep in Backoff, and the caller sleeps
+// meanwhile rather than spin on a CPU the loops may need. An error (a
+// loop that is not running) means the cores did not confirm: the caller
+// must keep the memory mapped.
 func (s *Server) quiesce(v uint64) error {
 	g := s.g
-	for range quiesceSpins {
-		if g.Quiesced(v) {
-			return nil
-		}
-		runtime.Gosched()
-	}
 	var (
 		wg   sync.WaitGroup
 		errs = make([]error, g.Len())
@@ -117,3 +106,4 @@ func (s *Server) quiesce(v uint64) error {
 	}
 	return nil
 }
+

@@ -49,11 +49,11 @@ func newLoopDrivers(cfg engine.Config, cores int, mode ...runner.Mode) (*loopDri
 		return nil, err
 	}
 	d := &loopDriver{g: g}
-	rc := runner.DefaultConfig()
-	if len(mode) > 0 {
-		rc.Mode = mode[0]
-	}
 	for i, p := range ports {
+		rc := runner.DefaultConfig()
+		if len(mode) > 0 { // one mode for every core, or one per core
+			rc.Mode = mode[min(i, len(mode)-1)]
+		}
 		r, err := runner.New(g.Core(i), p, rc)
 		if err == nil {
 			err = r.Start()
