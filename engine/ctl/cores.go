@@ -106,4 +106,3 @@ func (s *Server) quiesce(v uint64) error {
 	}
 	return nil
 }
-
