@@ -345,9 +345,9 @@
 //
 //	sim.go       Run, Result, the Sim, its event queue and driver loop, the end of a run
 //	config.go    Config and the scenarios
-//	net.go       nodes and the fabric: Tx, the switch, per-copy faults, and the
-//	             checks after every call into a core
+//	net.go       nodes and the fabric: Tx, the switch, per-copy faults
 //	core.go      a node's cores: rx queues, steering and hand-over, a core's step
+//	check.go     the checks after every call into a core
 //	app.go       the applications and their portals: open, tick, crash, close
 //	op.go        op kinds, the op record, the deadline heap
 //	post.go      the random workload: posting READs, WRITEs and REKEYs
