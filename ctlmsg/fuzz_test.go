@@ -9,6 +9,7 @@ import "testing"
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"v":1,"op":"open","name":"app","cmd_cap":256,"cpl_cap":512,"class":"low"}`,
+		`{"v":1,"op":"open","name":"app","core":3}`,
 		`{"v":1,"id":1,"op":"alloc_slots","n":8}`,
 		`{"v":1,"op":"create_region","size":65536}`,
 		`{"v":1,"op":"register_region","memory":1,"perm":7,"key":"00112233445566778899aabbccddeeff"}`,

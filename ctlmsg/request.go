@@ -35,6 +35,9 @@ const (
 	MaxRingCap = 1 << 16
 	// MaxRegionBytes bounds one region (the engine's RRT limit is 2^40).
 	MaxRegionBytes = 1 << 40
+	// MaxCores bounds an engine's cores (wire.MaxCores): open's core is
+	// below it.
+	MaxCores = 64
 )
 
 // Op names a control operation.
@@ -87,7 +90,7 @@ const (
 // Request is one control request. Which fields are allowed, and required,
 // depends on Op:
 //
-//	open               name (required), cmd_cap, cpl_cap, class (optional)
+//	open               name (required), cmd_cap, cpl_cap, class, core (optional)
 //	attach             nothing else
 //	alloc_slots        n (required)
 //	create_region      size (required)
@@ -111,6 +114,12 @@ type Request struct {
 	CmdCap uint32 // open: command ring capacity, power of two 2..MaxRingCap; 0: engine default
 	CplCap uint32 // open: completion ring capacity, like CmdCap
 	Class  string // open: "low" or "high"; "": low. The engine's policy must grant it (else CodeClass)
+	// open: PinCore asks for the engine core Core (0 .. MaxCores-1; the
+	// engine refuses one it does not have) to serve the portal, key
+	// "core"; without it the engine picks its least loaded core. An
+	// application that wants several cores opens several portals.
+	PinCore bool
+	Core    uint32
 
 	N uint32 // alloc_slots: 1..MaxAllocSlots
 
@@ -173,17 +182,18 @@ const (
 	kRegion
 	kKey
 	kMemory
+	kCore
 )
 
 var keyBits = map[string]uint16{
 	"v": kV, "id": kID, "op": kOp, "name": kName, "cmd_cap": kCmdCap, "cpl_cap": kCplCap,
 	"class": kClass, "n": kN, "size": kSize, "perm": kPerm, "region": kRegion,
-	"key": kKey, "memory": kMemory,
+	"key": kKey, "memory": kMemory, "core": kCore,
 }
 
 // opKeys: keys allowed (beyond v, id, op) and required per op.
 var opKeys = map[Op]struct{ allowed, required uint16 }{
-	OpOpen:             {kName | kCmdCap | kCplCap | kClass, kName},
+	OpOpen:             {kName | kCmdCap | kCplCap | kClass | kCore, kName},
 	OpAttach:           {0, 0},
 	OpAllocSlots:       {kN, kN},
 	OpCreateRegion:     {kSize, kSize},
@@ -352,6 +362,11 @@ func (r *Request) set(bit uint16, val json.Token) error {
 			return err
 		}
 		r.N = uint32(v)
+	case kCore:
+		if err := inRange(0, MaxCores-1); err != nil {
+			return err
+		}
+		r.PinCore, r.Core = true, uint32(v)
 	case kSize:
 		if err := inRange(1, MaxRegionBytes); err != nil {
 			return err
@@ -467,6 +482,9 @@ func EncodeRequest(r *Request) []byte {
 		if r.Class != "" {
 			b = append(b, `,"class":`...)
 			b = strconv.AppendQuote(b, r.Class)
+		}
+		if r.PinCore {
+			num("core", uint64(r.Core))
 		}
 	case OpAllocSlots:
 		num("n", uint64(r.N))

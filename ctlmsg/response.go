@@ -73,9 +73,11 @@ type OpenReply struct {
 	Identity
 }
 
-// AttachReply answers attach: the portal is open on the engine's core.
+// AttachReply answers attach: the portal is open on one of the engine's
+// cores, which serves all of its ops.
 type AttachReply struct {
-	Portal uint32 `json:"portal"` // engine portal id (also in the segment header)
+	Portal uint32 `json:"portal"` // its id on that core (also in the segment header)
+	Core   uint32 `json:"core"`   // the core (0 on an engine of one core)
 }
 
 // MemoryReply describes the memory create_region made, whose fd comes with
@@ -179,12 +181,28 @@ type Stats struct {
 	// Port are the counters of the core's port; absent when the server
 	// was given none (engines in tests).
 	Port *PortStats `json:"port,omitempty"`
-	// Portals are the open portals, in id order, with their ring depths.
-	Portals []PortalStats `json:"portals"`
+	// Portals are the open portals, by core and in id order, with their
+	// ring depths.
+	Portals []PortalStats `json:"portals,omitempty"`
+	// Cores are each core's counters, loop, port and fault injector, on
+	// an engine of more than one core (absent on one core); the counters
+	// above are then their sums (the gauges too: window, slots and ops in
+	// flight over every core; req_queue_max is the deepest core's,
+	// frag_needed_* those of the core that counted the most), Loop
+	// and Fault sum the cores' too, and Port is core 0's device with
+	// every core's driver counters summed.
+	Cores []CoreStats `json:"cores,omitempty"`
 	// Tenants are the tenants holding a connection or resources, by
 	// name, with their usage against their quotas (at most the 64 that
 	// hold the most memory).
 	Tenants []TenantStats `json:"tenants,omitempty"`
+}
+
+// CoreStats are one core's counters (its Portals, Tenants and Cores are
+// left out: the engine-wide lists hold them).
+type CoreStats struct {
+	Core int `json:"core"`
+	Stats
 }
 
 // TenantStats are one tenant's usage and the quotas it is held to. A
@@ -281,7 +299,8 @@ type PortDevStats struct {
 // PortalStats describe one open portal: who holds it and how full its
 // rings are.
 type PortalStats struct {
-	ID       uint32 `json:"id"`
+	ID       uint32 `json:"id"`   // its id on its core
+	Core     uint32 `json:"core"` // the core that serves it
 	Name     string `json:"name"`
 	PID      uint32 `json:"pid"`    // the identity stamped on its requests
 	Tenant   string `json:"tenant"` // the tenant it is charged to

@@ -33,7 +33,8 @@ var (
 // A Core is a composition of parts that each own their state: the
 // initiator (the CST, its lists and arbiter, the ops' timers and answers),
 // the responder (inbound queues, serving, pulls, replay windows), the
-// portals and their completions, the region table, the routing table,
+// portals and their completions, its view of the engine's region table
+// (shared by the cores of a Group), the routing table,
 // the neighbor table and ARP, ICMP, the window both sides debit, and the
 // sender (Tx, IV lane, seal backend, self-loop). The Core itself dispatches
 // (Poll, the receive walk of dispatch.go) and runs the control plane.
@@ -41,7 +42,7 @@ type Core struct {
 	cfg      Config
 	out      *sender
 	win      *window
-	regions  *regionTable
+	regions  *regionView // this core's view of its engine's shared RRT
 	portals  *portalTable
 	routes   *routeTable
 	nbr      *nbrTable
@@ -65,26 +66,31 @@ type Core struct {
 	stats Stats
 }
 
-// New allocates every table of a core from cfg. Nothing is allocated on
-// the data path afterwards.
+// New allocates every table of a core from cfg: an engine of one core
+// (NewGroup builds several), whose id is cfg.CoreID. Nothing is allocated
+// on the data path afterwards.
 func New(cfg Config, tx Tx) (*Core, error) {
-	if err := cfg.Validate(); err != nil {
+	g, err := newGroup(cfg, []Tx{tx}, cfg.CoreID)
+	if err != nil {
 		return nil, err
 	}
-	if tx == nil {
-		return nil, fmt.Errorf("%w: nil Tx", ErrConfig)
-	}
+	return g.cores[0], nil
+}
+
+// buildCore builds core idx of group g from its own config (CoreID,
+// SlotBase and CacheSeed already set).
+func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
 	c := &Core{cfg: cfg}
 	c.out = newSender(&c.cfg, tx, &c.stats)
 	if err := c.out.lane.Refill(); err != nil {
 		return nil, fmt.Errorf("%w: IV source: %v", ErrConfig, err)
 	}
 	c.win = &window{size: cfg.WindowBytes}
-	c.regions = newRegionTable(cfg.Regions, cfg.Portals)
+	c.regions = newRegionView(g.regions, cfg.CoreID, cfg.Portals, &g.quiet[idx].v, c.out)
 	c.portals = newPortalTable(cfg.Portals, cfg.CoreID, cfg.Delays, &c.stats)
 	c.routes = newRouteTable(&c.cfg)
 	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Neighbors)
-	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats)
+	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats, idx == 0)
 	c.icmp = newICMP(&c.cfg, c.out, &c.stats)
 	seed := cfg.CacheSeed
 	if seed == 0 {
@@ -137,27 +143,43 @@ func (c *Core) ClosePortal(id PortalID) error {
 	if err != nil {
 		return err
 	}
-	c.reclaim(id)
+	c.reclaim(id, true)
+	c.regions.sync() // a quiescent point of this core: its part of the change is done
 	*p = portal{}
 	c.portals.dropLive(id)
 	return nil
 }
 
 // reclaim takes back everything portal id holds (see ClosePortal) without
-// freeing its table entry.
-func (c *Core) reclaim(id PortalID) {
+// freeing its table entry. From the control plane (closed) it frees the
+// portal's region indices; from Poll (its rings are corrupt) it only
+// takes its regions out of the engine's table, lock-free, and the indices
+// stay held until the control plane closes the portal.
+func (c *Core) reclaim(id PortalID, closed bool) {
 	c.ini.reclaim(id)
-	for i := 1; i < len(c.regions.r); i++ {
-		if r := &c.regions.r[i]; r.valid && r.owner == id {
-			c.dropRegion(uint16(i))
+	gone := func(idx uint16, r *region) {
+		c.regions.gone(idx, r)
+		c.srv.forgetKeys(abi.MakeRegionID(idx, r.gen))
+	}
+	if closed {
+		c.regions.t.release(ownerOf(c.cfg.CoreID, id), gone)
+	} else {
+		t := c.regions.t
+		for i := 1; i < len(t.r); i++ {
+			if r := t.r[i].Load(); r != nil && c.regions.mine(r, id) && t.takeAway(uint16(i), r) {
+				gone(uint16(i), r)
+			}
 		}
 	}
 	c.portals.detach(id)
 }
 
-// RegisterRegion enters mem into the RRT for portal p, protected by region
-// key kr (K_r, chosen by the application: paper §4.2). The memory must stay
-// mapped until DeregisterRegion (or ClosePortal) returns.
+// RegisterRegion enters mem into the engine's RRT for portal p of this
+// core, protected by region key kr (K_r, chosen by the application: paper
+// §4.2); every core of the engine serves it from then on. The memory must
+// stay mapped until DeregisterRegion (or ClosePortal) has returned and,
+// on an engine of several cores, until every core has passed a quiescent
+// point since (Group.Quiesced).
 func (c *Core) RegisterRegion(id PortalID, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, error) {
 	if _, err := c.portals.getLive(id); err != nil {
 		return 0, err
@@ -165,34 +187,32 @@ func (c *Core) RegisterRegion(id PortalID, mem []byte, perm abi.Perm, kr aesni.K
 	if len(mem) == 0 || uint64(len(mem)) > 1<<40 {
 		return 0, fmt.Errorf("%w: %d", ErrRegionSize, len(mem))
 	}
-	rid, err := c.regions.add(id, mem, perm, kr)
-	if err != nil {
-		return 0, err
-	}
-	c.out.seal.register(mem)
-	return rid, nil
+	return c.regions.add(id, mem, perm, kr)
 }
 
 // Rekey installs a new region key for a region portal p owns (the local
-// path of paper §5.2, through the driver). Requests that arrive afterwards
-// authenticate only with K_d derived from the new key; requests already
-// authenticated and queued are still answered. Other regions are not
-// touched.
+// path of paper §5.2, through the driver). Requests that arrive afterwards,
+// at any core of the engine, authenticate only with K_d derived from the
+// new key; requests already authenticated and queued are still answered.
+// Other regions are not touched.
 func (c *Core) Rekey(id PortalID, rid abi.RegionID, kr aesni.Key) error {
 	if _, err := c.portals.getLive(id); err != nil {
 		return err
 	}
-	r, err := c.regions.owned(id, rid)
-	if err != nil {
+	if _, err := c.regions.owned(id, rid); err != nil {
 		return err
 	}
-	c.srv.installKey(rid, r, kr)
+	if !c.srv.installKey(rid, kr) {
+		return fmt.Errorf("%w: %#x", ErrNoRegion, uint32(rid))
+	}
 	return nil
 }
 
-// DeregisterRegion invalidates a region; once it returns the core never
-// touches the region's memory again. Ops in flight that land in it lose
-// their remaining responses and time out.
+// DeregisterRegion invalidates a region on every core of the engine; once
+// it returns this core never touches the region's memory again, and the
+// other cores of the engine once each has passed a quiescent point since
+// (Group.Quiesced). Ops in flight that land in it lose their remaining
+// responses and time out.
 func (c *Core) DeregisterRegion(id PortalID, rid abi.RegionID) error {
 	if _, err := c.portals.get(id); err != nil {
 		return err
@@ -200,16 +220,12 @@ func (c *Core) DeregisterRegion(id PortalID, rid abi.RegionID) error {
 	if _, err := c.regions.owned(id, rid); err != nil {
 		return err
 	}
-	c.dropRegion(rid.Index())
+	if r := c.regions.t.remove(rid.Index()); r != nil {
+		c.regions.gone(rid.Index(), r)
+		c.srv.forgetKeys(rid)
+	}
+	c.regions.sync()
 	return nil
-}
-
-func (c *Core) dropRegion(idx uint16) {
-	c.out.seal.run() // queued seals may read the region's memory
-	r := &c.regions.r[idx]
-	c.out.seal.unregister(r.mem)
-	c.srv.forgetKeys(abi.MakeRegionID(idx, r.gen))
-	c.regions.remove(idx)
 }
 
 // Doorbell wakes an application sleeping on its completions. The driver
@@ -346,6 +362,7 @@ const perPortalBurst = 64
 // expires timers and publishes completions. It returns the amount of work
 // done (0: idle).
 func (c *Core) Poll(now int64) int {
+	c.regions.sync() // the quiescent point of the engine's shared region table
 	work := 0
 	pt := c.portals
 	if n := len(pt.live); n > 0 {
@@ -416,7 +433,7 @@ func (c *Core) drainPortal(now int64, id PortalID) int {
 		// Reclaim at once, but keep the entry (and its id) until the
 		// control plane closes it, so the id cannot name a newer portal.
 		c.stats.RingsCorrupt++
-		c.reclaim(id)
+		c.reclaim(id, false)
 		p.dead = true
 	}
 	return n

@@ -22,14 +22,16 @@
 // code: the DPDK poll loop (engine/runner + engine/dpdkport), the
 // deterministic simulator (engine/sim) and unit tests.
 //
-// A Core is one engine core: shared-nothing, single-goroutine. An engine
-// with N cores (at most 64) gives each a partition of the slots
-// (SlotBase/Slots), a share of the window, its own UDP port for WRITE data
-// (UDPPort+CoreID) and its initiator ports (wire.InitiatorPort: 0xC000 |
-// entropy<<6 | CoreID, a port per op for ECMP), so a response names its
-// owning core both in its destination port and in the slot id of its tag.
-// The control plane (portals, slots, regions) is applied on the core's
-// own goroutine between polls; nothing on the data path locks.
+// A Core is one engine core: single-goroutine. An engine of N cores (at
+// most 64) is a Group (group.go): each core has its own partition of the
+// slots (SlotBase + i*Slots), a full window, its own IV lane (its CoreID
+// in the counters' top bits), UDP port for WRITE data (UDPPort+CoreID)
+// and initiator ports (wire.InitiatorPort: 0xC000 | entropy<<6 | CoreID,
+// a port per op for ECMP), so every frame names the core that must
+// process it (Steer, steer.go). The cores share only the region table
+// (regions.go: atomic descriptors, a quiescent point per Poll). The
+// control plane (portals, slots, regions) is applied on a core's own
+// goroutine between polls; nothing on the data path locks.
 //
 // Inside, a Core is a composition of parts that own their state: the
 // initiator (initiator.go, initiator_rx.go, lists.go), the responder

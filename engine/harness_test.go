@@ -253,3 +253,16 @@ func (p *pair) run() {
 		}
 	}
 }
+
+// editRegion publishes region rid of c's engine again, changed by edit (a
+// test's shortcut: the control plane has no call that changes a region's
+// permissions).
+func editRegion(c *Core, rid abi.RegionID, edit func(r *region)) {
+	t := c.regions.t
+	old := t.lookup(rid)
+	r := *old
+	edit(&r)
+	if !t.r[rid.Index()].CompareAndSwap(old, &r) {
+		panic("editRegion: the region changed meanwhile")
+	}
+}

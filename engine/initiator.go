@@ -97,7 +97,7 @@ type initiator struct {
 
 	out     *sender
 	win     *window
-	regions *regionTable
+	regions *regionView
 	portals *portalTable
 	routes  *routeTable
 	nbr     *nbrTable
@@ -294,7 +294,7 @@ func (n *initiator) validate(id PortalID, cmd *abi.Command, malformed bool) abi.
 		return abi.StatusTooLarge
 	}
 	r := n.regions.lookup(cmd.LocalRegion)
-	if r == nil || r.owner != id {
+	if r == nil || !n.regions.mine(r, id) {
 		return abi.StatusLocalRegion
 	}
 	if cmd.LocalOffset > uint64(len(r.mem)) || uint64(len(r.mem))-cmd.LocalOffset < uint64(cmd.Length) {

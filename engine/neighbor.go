@@ -128,20 +128,24 @@ func (t *nbrTable) forget(ip uint32) {
 
 // arp speaks ARP for a core: it asks for the MACs of next hops, answers
 // for its own address, and fills the neighbor table from the replies to
-// its own requests.
+// its own requests. Every core of an engine keeps its own neighbor table
+// and sees every ARP frame (Steer: SteerAll): each takes the replies to
+// its own requests only, and one core (the engine's first) answers the
+// requests for the engine's address.
 type arp struct {
 	t          *nbrTable
 	out        *sender
 	st         *Stats
+	answers    bool  // this core answers requests for the engine's address
 	retry      int64 // ARPRetry: at most one request per entry this often
 	resolve    int64 // ResolveTimeout: a request is outstanding this long
 	reachable  int64 // NeighborReachable
 	refreshAge int64 // 3/4 of it: an entry this old is refreshed when used
 }
 
-func newARP(cfg *Config, t *nbrTable, out *sender, st *Stats) *arp {
+func newARP(cfg *Config, t *nbrTable, out *sender, st *Stats, answers bool) *arp {
 	return &arp{
-		t: t, out: out, st: st,
+		t: t, out: out, st: st, answers: answers,
 		retry:      int64(cfg.ARPRetry),
 		resolve:    int64(cfg.ResolveTimeout),
 		reachable:  int64(cfg.NeighborReachable),
@@ -211,7 +215,7 @@ func (a *arp) receive(now int64, frame []byte) (ip uint32, mac wire.MAC, resolve
 		return 0, mac, false
 	}
 	if m.Op == wire.ARPRequest {
-		if m.TargetIP == a.out.ip {
+		if m.TargetIP == a.out.ip && a.answers {
 			a.answer(&m)
 		}
 		return 0, mac, false

@@ -236,7 +236,7 @@ func frameTypes(frames [][]byte) []wire.Type {
 // that the new key is installed afterwards and returns the outcome.
 func rekeyBurst(t *testing.T, crypto string, rekeyFirst bool) burstOutcome {
 	p := newSecPairCrypto(t, crypto)
-	p.b.regions.r[p.rs.Index()].perm |= abi.PermRemoteRekey
+	editRegion(p.b, p.rs, func(r *region) { r.perm |= abi.PermRemoteRekey })
 	newKr := aesni.Key{0xab, 0xcd, 0xef, 1}
 	copy(p.dst[4096:], newKr[:])
 

@@ -213,9 +213,12 @@ func (r *responder) finishData(now int64, w *rxWork, ok bool) {
 	case rg == nil: // deregistered while the data was in flight
 		st = abi.StatusRemoteRegion
 	case p.op == abi.OpRekey:
-		r.installKey(p.region, rg, aesni.Key(buf[:aesni.KeySize]))
+		if r.installKey(p.region, aesni.Key(buf[:aesni.KeySize])) {
+			r.st.RemoteRekeys++
+		} else { // deregistered by its owner's core meanwhile
+			st = abi.StatusRemoteRegion
+		}
 		clear(buf[:aesni.KeySize])
-		r.st.RemoteRekeys++
 	case p.offset > uint64(len(rg.mem)) || uint64(len(rg.mem))-p.offset < uint64(p.length):
 		st = abi.StatusRemoteBounds // cannot happen: regions never shrink; kept for safety
 	default:

@@ -112,8 +112,8 @@ func TestReplayTableModel(t *testing.T) {
 	}
 	// The index still finds every peer it holds, and only those.
 	for i := range tb.n {
-		if k := tb.find(tb.peers[i].addr); tb.index[k] != int32(i) {
-			t.Fatalf("peer %d (%#x) lost from the index", i, tb.peers[i].addr)
+		if k := tb.find(tb.peers[i].key); tb.index[k] != int32(i) {
+			t.Fatalf("peer %d (%#x) lost from the index", i, tb.peers[i].key)
 		}
 	}
 	used := 0

@@ -88,10 +88,15 @@ type responder struct {
 	keys     *aesni.Cache
 	lastKey  aesni.CacheKey
 	lastAEAD *aesni.AEAD
+	// seen is, by region index, the region id and key epoch the cached
+	// K_d of that index were derived under: a region rekeyed (by any
+	// core, or remotely) or replaced since carries another epoch, and
+	// the first lookup that sees it forgets the old ones.
+	seen []seenKey
 
 	out     *sender
 	win     *window
-	regions *regionTable
+	regions *regionView
 	routes  *routeTable
 	st      *Stats
 }
@@ -110,6 +115,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 		pullBuf:       make([]byte, cfg.PullContexts*abi.MaxOpBytes),
 		replay:        newReplayTable(cfg.ReplayPeers),
 		keys:          keys,
+		seen:          make([]seenKey, cfg.Regions+1),
 		out:           parts.out,
 		win:           parts.win,
 		regions:       parts.regions,
@@ -132,21 +138,41 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 
 // ---- keys ----------------------------------------------------------------
 
+// seenKey is the region id and key epoch of a region index's cached K_d,
+// and this core's Deriver of that key.
+type seenKey struct {
+	rid   uint32
+	epoch uint64
+	kr    *aesni.Deriver
+}
+
 // serverKey finds the region the received request names and the AEAD of
 // the K_d its initiator must have used for op: derived from the region's
 // K_r and the request's source address and PID (paper §4.2). Both are nil
 // when the region does not exist.
 func (r *responder) serverKey(op abi.Op, f *wire.Fields) (*region, *aesni.AEAD) {
-	rg := r.regions.lookup(abi.RegionID(f.Region))
+	rid := abi.RegionID(f.Region)
+	rg := r.regions.lookup(rid)
 	if rg == nil {
 		return nil, nil
+	}
+	s := &r.seen[rid.Index()]
+	if s.epoch != rg.epoch { // a new key (or region) since this core last looked
+		if s.epoch != 0 {
+			r.forgetKeys(abi.RegionID(s.rid))
+		}
+		s.rid, s.epoch, s.kr = f.Region, rg.epoch, nil
+		r.lastAEAD = nil
 	}
 	ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(op)}
 	binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
 	if r.lastAEAD != nil && r.lastKey == ck {
 		return rg, r.lastAEAD
 	}
-	a, err := r.keys.GetOrDerive(ck, rg.kr)
+	if s.kr == nil { // the first derivation under this key on this core (allocates, as a miss does)
+		s.kr = aesni.NewDeriver(rg.kr)
+	}
+	a, err := r.keys.GetOrDerive(ck, s.kr)
 	if err != nil {
 		return rg, nil
 	}
@@ -154,13 +180,19 @@ func (r *responder) serverKey(op abi.Op, f *wire.Fields) (*region, *aesni.AEAD) 
 	return rg, a
 }
 
-// installKey replaces region rid's K_r (a local or a remote rekey):
-// requests that arrive afterwards authenticate only with K_d derived from
-// it.
-func (r *responder) installKey(rid abi.RegionID, rg *region, kr aesni.Key) {
-	rg.kr = aesni.NewDeriver(kr)
+// installKey replaces region rid's K_r in the engine's table (a local or
+// a remote rekey): requests that arrive afterwards, at any core,
+// authenticate only with K_d derived from it. False: rid is no longer
+// live.
+func (r *responder) installKey(rid abi.RegionID, kr aesni.Key) bool {
+	rg := r.regions.t.setKey(rid, kr)
+	if rg == nil {
+		return false
+	}
 	r.forgetKeys(rid)
+	r.seen[rid.Index()] = seenKey{rid: uint32(rid), epoch: rg.epoch}
 	r.st.Rekeys++
+	return true
 }
 
 // forgetKeys drops the K_d derived for region rid.

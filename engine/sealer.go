@@ -38,7 +38,8 @@ type TxMemory interface {
 //
 // run runs what is queued. It must run before a frame is copied or
 // transmitted (the self-loop, the Tx's hook), before region memory can go
-// (Core.dropRegion, Shutdown), and at the end of every Poll. Between a
+// (regionView: a core's part of a deregistration, its quiescent point;
+// Shutdown), and at the end of every Poll. Between a
 // seal and the run, the frame's buffer and the plaintext stay put: the
 // core never rewrites a buffer it handed to Send, and a frame it did not
 // send (the self-loop and its overflow) runs the batch first.
@@ -116,6 +117,7 @@ func setupCrypto(c *Core, tx Tx) error {
 		return fmt.Errorf("%w: Crypto %q: %v", ErrConfig, c.cfg.Crypto, err)
 	}
 	c.out.seal, c.opens, c.burst = m, m, c.receiveBatched
+	c.regions.track = true // its batches pin registered memory: keep them in step with the table
 	h.SetBeforeTx(m.run)
 	if tm, ok := tx.(TxMemory); ok {
 		for _, r := range tm.TxMemory() {

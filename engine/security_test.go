@@ -355,7 +355,7 @@ func (p *secPair) rekeyCmd(k int, off uint64, key aesni.Key) *abi.Command {
 // the new K_d works, a replay of the REKEY request changes nothing.
 func TestRemoteRekey(t *testing.T) {
 	p := newSecPair(t)
-	p.b.regions.r[p.rs.Index()].perm |= abi.PermRemoteRekey
+	editRegion(p.b, p.rs, func(r *region) { r.perm |= abi.PermRemoteRekey })
 	newKr := aesni.Key{0xab, 0xcd, 0xef, 1}
 	copy(p.dst[4096:], newKr[:])
 	rekeyKd := aesni.DeriveKey(testKr, p.app.ip, testPID, uint8(abi.OpRekey))
@@ -411,7 +411,7 @@ func TestRemoteRekey(t *testing.T) {
 	}
 
 	// Without abi.PermRemoteRekey: REMOTE_PERMISSION, the key stays.
-	p.b.regions.r[p.rs.Index()].perm &^= abi.PermRemoteRekey
+	editRegion(p.b, p.rs, func(r *region) { r.perm &^= abi.PermRemoteRekey })
 	p.app.post(t, p.rekeyCmd(3, 4096, aesni.DeriveKey(newKr, p.app.ip, testPID, uint8(abi.OpRekey))))
 	p.run()
 	if got := p.app.completions(); len(got) != 1 || got[0].Status != abi.StatusRemotePermission {
@@ -439,7 +439,7 @@ func TestRemoteRekey(t *testing.T) {
 // key keeps working, and a late copy of the key changes nothing.
 func TestRemoteRekeyLostKeyNeverInstalls(t *testing.T) {
 	p := newSecPair(t)
-	p.b.regions.r[p.rs.Index()].perm |= abi.PermRemoteRekey
+	editRegion(p.b, p.rs, func(r *region) { r.perm |= abi.PermRemoteRekey })
 	newKr := aesni.Key{0x11, 0x22, 0x33, 4}
 	copy(p.dst[4096:], newKr[:])
 	p.app.post(t, p.rekeyCmd(3, 4096, aesni.DeriveKey(testKr, p.app.ip, testPID, uint8(abi.OpRekey))))

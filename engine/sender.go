@@ -14,6 +14,9 @@ type sender struct {
 	tx   Tx
 	seal sealer
 	lane *aesni.IVLane
+	// tag is this core's lane tag, CoreID<<ivTagShift: the top bits of
+	// every IV counter it seals with (see ivTagShift).
+	tag  uint64
 	mac  wire.MAC
 	ip   uint32
 	ipb  [4]byte // ip as the IV's address part
@@ -51,6 +54,7 @@ func newSender(cfg *Config, tx Tx, st *Stats) *sender {
 	o := &sender{
 		tx:         tx,
 		lane:       cfg.IV.NewLane(),
+		tag:        uint64(cfg.CoreID) << ivTagShift,
 		mac:        cfg.LocalMAC,
 		ip:         ip4(cfg.LocalIP.As4()),
 		ipb:        cfg.LocalIP.As4(),
@@ -79,25 +83,43 @@ func (o *sender) buffer() []byte {
 	return b
 }
 
+// IV lane tags. The counters of an IV (sender address ‖ counter, paper
+// Appendix A) come from the engine's one durable aesni.IVSource, through
+// one lane per core; each core puts its CoreID in the top bits of every
+// counter it uses, so that a receiver can tell an engine's lanes apart:
+// the counters of one lane grow (a lane takes its ranges in order), while
+// the lanes of an engine interleave. The serving side keeps an anti-replay
+// window per sender address and lane tag (replay.go), and steers every
+// request of one lane to one core (Steer). Counters stay unique across
+// restarts and whatever the number of cores: the source never hands out a
+// counter twice, and a tag only sets bits the source's counters do not
+// reach before 2^58 (a counter at or past it is refused, IVErrors, like
+// an exhausted source). A one-core engine (CoreID 0) sends the source's
+// counters unchanged.
+const (
+	ivTagShift     = 58 // 64 - log2(wire.MaxCores)
+	ivCounterLimit = 1 << ivTagShift
+)
+
 // counter is a fresh IV counter; false (counted) when the lane has none.
 func (o *sender) counter() (uint64, bool) {
 	ctr, err := o.lane.Next()
-	if err != nil {
+	if err != nil || ctr >= ivCounterLimit {
 		o.st.IVErrors++
 		return 0, false
 	}
-	return ctr, true
+	return ctr | o.tag, true
 }
 
 // counters is the first of n fresh IV counters (a response's span); false
-// (counted) when the lane has none.
+// (counted) when the lane has none. The n counters share the lane's tag.
 func (o *sender) counters(n uint64) (uint64, bool) {
 	base, err := o.lane.NextN(n)
-	if err != nil {
+	if err != nil || base+n > ivCounterLimit {
 		o.st.IVErrors++
 		return 0, false
 	}
-	return base, true
+	return base | o.tag, true
 }
 
 // emit sends a finished frame: to the port, or, when it is addressed to

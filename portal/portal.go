@@ -42,6 +42,12 @@ type Options struct {
 	// default; negative: none, for an application that shares its CPU
 	// with an engine, where spinning only delays the engine).
 	WaitSpins int
+	// PinCore asks for engine core Core to serve the portal (every op of
+	// a portal runs on one polling core of the engine); without it the
+	// engine picks its least loaded core. An application that wants
+	// several cores opens a portal per thread, each on its own core.
+	PinCore bool
+	Core    int
 }
 
 // Portal is an open CommandPortal. See the package doc for the life cycle
@@ -91,6 +97,7 @@ type Portal struct {
 	nextID   uint64
 	id       Identity
 	portal   uint32
+	core     int
 	class    abi.Class
 	maxSlots int
 	hugetlb  bool
@@ -113,6 +120,9 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 	}
 	if opt.Class > abi.ClassHigh {
 		return nil, fmt.Errorf("portal: Options.Class = %d, want abi.ClassLow or abi.ClassHigh", opt.Class)
+	}
+	if opt.PinCore && (opt.Core < 0 || opt.Core >= ctlmsg.MaxCores) {
+		return nil, fmt.Errorf("portal: Options.Core = %d, want 0..%d", opt.Core, ctlmsg.MaxCores-1)
 	}
 	asked := opt // for Redial: the options as given, before the defaults
 	if opt.Timeout <= 0 {
@@ -139,7 +149,7 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 		regions: make(map[abi.RegionID]*Region),
 		rbuf:    make([]byte, ctlmsg.MaxResponseBytes+1),
 	}
-	req := ctlmsg.Request{Op: ctlmsg.OpOpen, Name: name, CmdCap: opt.CmdCap, CplCap: opt.CplCap}
+	req := ctlmsg.Request{Op: ctlmsg.OpOpen, Name: name, CmdCap: opt.CmdCap, CplCap: opt.CplCap, PinCore: opt.PinCore, Core: uint32(opt.Core)}
 	if opt.Class == abi.ClassHigh {
 		req.Class = abi.ClassHigh.String()
 	}
@@ -221,7 +231,7 @@ func (p *Portal) attach(o *ctlmsg.OpenReply, fd int) error {
 	}
 	p.layout, p.cmd, p.cpl, p.class = l, cmd, cpl, class
 	p.stray = make([]pendingOp, 0, int(l.CmdCap)+int(l.CplCap))
-	p.portal, p.maxSlots, p.hugetlb = a.Portal, o.MaxSlots, o.Hugetlb
+	p.portal, p.core, p.maxSlots, p.hugetlb = a.Portal, int(a.Core), o.MaxSlots, o.Hugetlb
 	p.id = Identity{Addr: addr, PID: o.PID, UID: o.UID, GID: o.GID, Name: o.Name, Tenant: o.Tenant}
 	return nil
 }
@@ -343,6 +353,10 @@ func (p *Portal) Identity() Identity { return p.id }
 // abi.Class is the portal's class of service, as the engine granted it at
 // open (the one Options.Class asked for).
 func (p *Portal) Class() abi.Class { return p.class }
+
+// Core is the engine core that serves the portal (0 on an engine of one
+// core).
+func (p *Portal) Core() int { return p.core }
 
 // MaxSlots is this application's slot cap (engine policy).
 func (p *Portal) MaxSlots() int { return p.maxSlots }

@@ -45,7 +45,7 @@ func TestServerCloseReclaimsBeforeHangUp(t *testing.T) {
 	slow := &slowExec{inner: drv}
 	cfg := ctl.DefaultConfig()
 	cfg.Sockets[0].Path = filepath.Join(t.TempDir(), "rmad.sock")
-	srv, err := ctl.Listen(cfg, slow, zerolog.Nop())
+	srv, err := ctl.Listen(cfg, drv.g, []ctl.Executor{slow}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // Executor runs control-plane closures on the goroutine that owns a Core
-// and waits for them. *runner.Runner satisfies it.
+// and waits for them: between two iterations of its poll loop, a
+// quiescent point of the core. *runner.Runner satisfies it.
 type Executor interface {
 	Exec(fn func(c *engine.Core)) error
 }
@@ -104,18 +105,18 @@ type Config struct {
 	IdentityBurst int
 
 	// FaultStats, if set, returns the counters of a fault-injecting
-	// wrapper around the core's port (engine/faultport), for the stats
-	// reply's "fault" key. It runs on the core's goroutine, inside the
+	// wrapper around core's port (engine/faultport), for the stats
+	// reply's "fault" key. It runs on that core's goroutine, inside the
 	// same Executor.Exec as Core.Stats, where the port may be read.
-	FaultStats func() *ctlmsg.FaultStats
-	// PortStats, if set, returns the counters of the core's port (the
+	FaultStats func(core int) *ctlmsg.FaultStats
+	// PortStats, if set, returns the counters of core's port (the
 	// driver's and the device's) for the stats reply's "port" key. It
 	// runs inside the same Executor.Exec as Core.Stats.
-	PortStats func() *ctlmsg.PortStats
-	// LoopStats, if set, returns the poll loop's counters for the stats
-	// reply's "loop" key. They are atomics: it runs on the connection's
-	// goroutine, not inside Exec.
-	LoopStats func() *ctlmsg.LoopStats
+	PortStats func(core int) *ctlmsg.PortStats
+	// LoopStats, if set, returns core's poll loop's counters for the
+	// stats reply's "loop" key. They are atomics: it runs on the
+	// connection's goroutine, not inside Exec.
+	LoopStats func(core int) *ctlmsg.LoopStats
 }
 
 // DefaultConfig returns defaults matching engine.DefaultConfig: one socket,

@@ -30,7 +30,9 @@ type conn struct {
 	open     bool // open succeeded: the segment exists, and the tenant is charged a portal
 	attached bool // attach succeeded: the core serves the portal
 	name     string
-	portal   engine.PortalID
+	askCore  int             // the core open asked for (-1: the engine picks at attach)
+	core     int             // the core that serves the portal (once attached)
+	portal   engine.PortalID // its id on that core
 	layout   abi.Layout
 	class    abi.Class
 	seg      *shm
@@ -255,8 +257,8 @@ var errPortalGone = errors.New("the engine closed this portal because its applic
 // is Exec's.
 func (c *conn) execPortal(fn func(core *engine.Core) error) (error, error) {
 	var ferr error
-	err := c.s.exec.Exec(func(core *engine.Core) {
-		if c.s.owner[c.portal] != c {
+	err := c.s.execs[c.core].Exec(func(core *engine.Core) {
+		if c.s.cores[c.core].owner[c.portal] != c {
 			ferr = errPortalGone
 			return
 		}
@@ -347,6 +349,7 @@ func (c *conn) allocSlots(req *ctlmsg.Request, resp *ctlmsg.Response) *reqError 
 		return fail(ctlmsg.CodeInternal, "alloc_slots: %v", aerr)
 	}
 	got = len(slots)
+	c.s.addSlots(c.core, got)
 	if len(slots) != n {
 		// The core's contract is all or nothing; keep what it gave so
 		// the count stays true, and say what happened.
@@ -417,13 +420,14 @@ func (c *conn) reclaim() {
 		gone  bool
 	)
 	if c.attached {
-		err := c.s.exec.Exec(func(core *engine.Core) {
-			if c.s.owner[c.portal] != c {
+		book := c.s.cores[c.core]
+		err := c.s.execs[c.core].Exec(func(core *engine.Core) {
+			if book.owner[c.portal] != c {
 				gone = true // closed by the core itself, and the id reused
 				return
 			}
-			delete(c.s.owner, c.portal)
-			delete(c.s.ownerName, c.portal)
+			delete(book.owner, c.portal)
+			delete(book.ownerName, c.portal)
 			for _, id := range ids {
 				err := core.DeregisterRegion(c.portal, id)
 				if err != nil && !errors.Is(err, engine.ErrNoRegion) && !errors.Is(err, engine.ErrNoPortal) {
@@ -435,13 +439,23 @@ func (c *conn) reclaim() {
 				gone, cerr = true, nil // closed by the core itself
 			}
 		})
+		if err == nil && cerr == nil && len(derrs) == 0 {
+			c.s.mu.Lock()
+			c.s.load[c.core].portals--
+			c.s.load[c.core].slots -= c.slots
+			c.s.mu.Unlock()
+			// Every core of the engine served the regions: each must have
+			// let go of them (or, the portal closed by its core, of the
+			// regions its core took away) before they are unmapped.
+			err = c.s.quiesce(c.s.g.Version())
+		}
 		if err != nil || cerr != nil || len(derrs) > 0 {
-			// The core did not confirm it let go of the memory: leaking
+			// The cores did not confirm they let go of the memory: leaking
 			// the mappings is safe, unmapping them might not be. The
 			// tenant stays charged for what is still mapped.
 			log.Error().Err(err).AnErr("close_portal", cerr).Errs("deregister", derrs).
 				Int("regions", len(ids)).Uint64("region_bytes", c.regionBytes).
-				Msg("portal reclaim not confirmed by the core; its memory stays mapped")
+				Msg("portal reclaim not confirmed by the cores; its memory stays mapped")
 			return
 		}
 	}
@@ -465,7 +479,7 @@ func (c *conn) reclaim() {
 	if uerr != nil {
 		log.Error().Err(uerr).Msg("munmap failed during reclaim")
 	}
-	log.Info().Uint16("portal", uint16(c.portal)).Bool("attached", c.attached).Bool("closed_by_core", gone).Int("slots", c.slots).Int("regions", len(ids)).
+	log.Info().Uint16("portal", uint16(c.portal)).Int("core", c.core).Bool("attached", c.attached).Bool("closed_by_core", gone).Int("slots", c.slots).Int("regions", len(ids)).
 		Uint64("region_bytes", c.regionBytes).Msg("portal closed and reclaimed")
 	c.regions, c.regionBytes, c.slots, c.seg, c.segUse = nil, 0, 0, nil, ctlmsg.TenantUsage{}
 }

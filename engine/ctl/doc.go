@@ -47,9 +47,15 @@
 // and slots over all its connections, and a refusal names the quota
 // (ctlmsg.CodeQuota).
 //
-// Concurrency. One goroutine per connection. Everything that touches the
+// Concurrency. One goroutine per connection. Everything that touches an
 // engine core runs through Executor.Exec on the core's own goroutine
-// (engine/runner), so the core stays single-threaded. A failing, slow or
+// (engine/runner), so the core stays single-threaded. An engine of
+// several cores (engine.Group) has one Executor per core (Listen); a
+// portal is bound to one core (cores.go: the least loaded, or the one
+// open asks for) and its calls run there. The region table is the
+// engine's: a deregistration, and a portal's reclaim, wait until every
+// core has passed a quiescent point (engine.Group.Quiesced) before the
+// memory is unmapped. A failing, slow or
 // malicious client only ever affects its own connection and its tenant:
 // requests are size-limited and strictly validated, file descriptors sent
 // to the engine are closed and refused, the number of connections, slots,

@@ -60,6 +60,13 @@ func setup(t *testing.T, mutate func(*ctl.Config)) *env {
 
 func setupLog(t *testing.T, mutate func(*ctl.Config), log zerolog.Logger) *env {
 	t.Helper()
+	return setupCores(t, 1, nil, mutate, log)
+}
+
+// setupCores starts an engine of cores cores (edit, if set, changes its
+// config) and its control server.
+func setupCores(t testing.TB, cores int, edit func(*engine.Config), mutate func(*ctl.Config), log zerolog.Logger) *env {
+	t.Helper()
 	ecfg := engineConfig()
 	ecfg.LocalIP = engineIP
 	ecfg.Slots = 128
@@ -68,7 +75,10 @@ func setupLog(t *testing.T, mutate func(*ctl.Config), log zerolog.Logger) *env {
 	ecfg.Timeout = 200 * time.Millisecond
 	ecfg.DispatchTimeout = 50 * time.Millisecond
 	ecfg.ResolveTimeout = 50 * time.Millisecond
-	drv, err := newLoopDriver(ecfg)
+	if edit != nil {
+		edit(&ecfg)
+	}
+	drv, err := newLoopDrivers(ecfg, cores)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +92,7 @@ func setupLog(t *testing.T, mutate func(*ctl.Config), log zerolog.Logger) *env {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	srv, err := ctl.Listen(cfg, drv, log)
+	srv, err := ctl.Listen(cfg, drv.g, drv.execs(), log)
 	if err != nil {
 		drv.Stop()
 		t.Fatal(err)
@@ -117,16 +127,21 @@ func (e *env) stats(t *testing.T) engine.Stats {
 	return st
 }
 
-func (e *env) audit(t *testing.T) {
+func (e *env) audit(t testing.TB) {
 	t.Helper()
-	var err error
-	e.drv.Exec(func(c *engine.Core) { err = c.Audit() })
-	if err != nil {
+	for i, r := range e.drv.runners {
+		var err error
+		r.Exec(func(c *engine.Core) { err = c.Audit() })
+		if err != nil {
+			t.Errorf("engine audit, core %d: %v", i, err)
+		}
+	}
+	if err := e.drv.g.Audit(); err != nil {
 		t.Errorf("engine audit: %v", err)
 	}
 }
 
-func dial(t *testing.T, e *env, name string) *portal.Portal {
+func dial(t testing.TB, e *env, name string) *portal.Portal {
 	t.Helper()
 	p, err := portal.Dial(e.sock, name)
 	if err != nil {
@@ -874,16 +889,16 @@ func TestStaleSocketReplaced(t *testing.T) {
 	defer drv.Stop()
 	cfg := ctl.DefaultConfig()
 	cfg.Sockets[0].Path = path
-	s, err := ctl.Listen(cfg, drv, zerolog.Nop())
+	s, err := ctl.Listen(cfg, drv.g, drv.execs(), zerolog.Nop())
 	if err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
-	if _, err := ctl.Listen(cfg, drv, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "another engine is listening") {
+	if _, err := ctl.Listen(cfg, drv.g, drv.execs(), zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "another engine is listening") {
 		t.Fatalf("second engine on a live socket: %v", err)
 	}
 	s.Close()
 	os.WriteFile(path, nil, 0o600)
-	if _, err := ctl.Listen(cfg, drv, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := ctl.Listen(cfg, drv.g, drv.execs(), zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Fatalf("regular file at the socket path: %v", err)
 	}
 }

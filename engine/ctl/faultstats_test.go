@@ -14,7 +14,7 @@ import (
 func TestFaultStats(t *testing.T) {
 	calls := uint64(0)
 	e := setup(t, func(c *ctl.Config) {
-		c.FaultStats = func() *ctlmsg.FaultStats {
+		c.FaultStats = func(int) *ctlmsg.FaultStats {
 			calls++ // on the core's goroutine: Exec serialises the calls
 			return &ctlmsg.FaultStats{Rx: ctlmsg.FaultDirStats{Frames: 100 * calls, Dropped: calls}, Held: 3}
 		}

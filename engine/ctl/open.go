@@ -30,6 +30,13 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 	// it: a rule granting high permits high, it does not impose it.
 	// (abi.ClassHigh > abi.ClassLow.)
 	class, _ := abi.ParseClass(req.Class) // DecodeRequest has checked it
+	c.askCore = -1
+	if req.PinCore {
+		if int(req.Core) >= len(c.s.execs) {
+			return -1, fail(ctlmsg.CodeBadRequest, "open: portal %q asks for core %d; the engine has %d cores", req.Name, req.Core, len(c.s.execs))
+		}
+		c.askCore = int(req.Core)
+	}
 	if class > g.Class {
 		return -1, fail(ctlmsg.CodeClass, "open: portal %q (identity %d, uid %d) asks for class %s, but %s of socket %s grants it %s",
 			req.Name, c.ident, c.peer.uid, class.String(), g.From, c.l.cfg.label(), g)
@@ -122,20 +129,26 @@ func (c *conn) attach(resp *ctlmsg.Response) *reqError {
 		id   engine.PortalID
 		oerr error
 	)
-	if err := c.s.exec.Exec(func(core *engine.Core) {
+	// The core that serves the portal: the one open asked for, or the
+	// least loaded.
+	k := c.s.pickCore(c.askCore)
+	book := c.s.cores[k]
+	if err := c.s.execs[k].Exec(func(core *engine.Core) {
 		id, oerr = core.OpenPortal(spec)
 		if oerr == nil {
 			// If another connection still thinks it holds id, the core
 			// closed that portal on its own (corrupt rings) and reused
 			// the entry: from now on that connection's execPortal sees
 			// it is gone.
-			c.s.owner[id] = c
-			c.s.ownerName[id] = c.name
+			book.owner[id] = c
+			book.ownerName[id] = c.name
 		}
 	}); err != nil {
+		c.s.unpickCore(k)
 		return execFail(ctlmsg.OpAttach, err)
 	}
 	if oerr != nil {
+		c.s.unpickCore(k)
 		code := ctlmsg.CodeInternal
 		if errors.Is(oerr, engine.ErrPortalsFull) {
 			code = ctlmsg.CodeResource
@@ -144,9 +157,10 @@ func (c *conn) attach(resp *ctlmsg.Response) *reqError {
 	}
 	c.layout.Portal = uint32(id)
 	c.layout.Encode(seg)
-	c.portal, c.attached = id, true
-	resp.Attach = &ctlmsg.AttachReply{Portal: uint32(id)}
-	c.s.log.Debug().Uint64("conn", c.id).Str("name", c.name).Uint16("portal", uint16(id)).Bool("locked", c.seg.locked).Msg("portal attached")
+	c.portal, c.core, c.attached = id, k, true
+	resp.Attach = &ctlmsg.AttachReply{Portal: uint32(id), Core: uint32(k)}
+	c.s.log.Debug().Uint64("conn", c.id).Str("name", c.name).Uint16("portal", uint16(id)).Int("core", k).Bool("asked", c.askCore >= 0).
+		Bool("locked", c.seg.locked).Msg("portal attached")
 	return nil
 }
 

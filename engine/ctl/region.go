@@ -141,6 +141,11 @@ func (c *conn) deregisterRegion(req *ctlmsg.Request) *reqError {
 		// The core may still reference the memory: keep it mapped.
 		return fail(ctlmsg.CodeInternal, "deregister_region %#x: %v", req.Region, derr)
 	}
+	// Every core served the region: each must pass a quiescent point
+	// before its memory goes.
+	if err := c.s.quiesce(c.s.g.Version()); err != nil {
+		return fail(ctlmsg.CodeUnavail, "deregister_region %#x: the engine's cores did not confirm they let go of its memory, which stays mapped: %v", req.Region, err)
+	}
 	delete(c.regions, id)
 	c.regionBytes -= r.size
 	uerr := r.mem.release()

@@ -21,7 +21,8 @@ import (
 // stop it with Close.
 type Server struct {
 	cfg      Config
-	exec     Executor
+	g        *engine.Group
+	execs    []Executor // by core: runs closures on the core's goroutine
 	log      zerolog.Logger
 	addr     netip.Addr // the engine's address, stamped on requests
 	hugePage uint64     // 0: huge pages not tried
@@ -34,17 +35,14 @@ type Server struct {
 	conns   map[*conn]struct{}
 	perUID  map[uint32]int // open connections per peer uid
 	tenants map[tenantKey]*tenant
+	load    []coreLoad // by core: the portals and slots it serves (cores.go)
 
-	// owner maps each core portal id to the connection that opened it.
-	// Touched only inside Exec closures (the core's goroutine), which
-	// serialises it with every use of the ids.
-	owner map[engine.PortalID]*conn
-	// ownerName is the name each of those portals was opened with (the
-	// stats reply's portals), kept with owner.
-	ownerName map[engine.PortalID]string
-	closing   bool
-	wg        sync.WaitGroup
-	nextID    uint64
+	// cores holds, by core, the portals the server opened there (each
+	// touched only inside its core's Exec closures).
+	cores   []*coreBook
+	closing bool
+	wg      sync.WaitGroup
+	nextID  uint64
 
 	refusing atomic.Int32   // connections being refused now
 	sampled  zerolog.Logger // anomalies a client can repeat at will: sampled
@@ -67,13 +65,21 @@ const maxRefusing = 64
 var ErrClosed = errors.New("ctl: server closed")
 
 // Listen validates cfg, checks the kernel can name peer processes, opens
-// the identity state, reads the engine's address and tables from the core,
-// measures what quotas are shares of, and binds every socket. A stale
-// socket file left by a crashed engine is removed; a live one (another
-// engine answers) is an error.
-func Listen(cfg Config, exec Executor, log zerolog.Logger) (*Server, error) {
+// the identity state, reads the engine's address and tables from its
+// first core, measures what quotas are shares of, and binds every socket.
+// g is the engine; execs[i] runs closures on core i's goroutine (one
+// runner.Runner per core, as many as g has cores). A stale socket file
+// left by a crashed engine is removed; a live one (another engine
+// answers) is an error.
+func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if g == nil {
+		return nil, errors.New("ctl: no engine")
+	}
+	if len(execs) != g.Len() {
+		return nil, fmt.Errorf("ctl: %d executors for an engine of %d cores", len(execs), g.Len())
 	}
 	if err := checkPidfs(); err != nil {
 		return nil, err
@@ -82,13 +88,18 @@ func Listen(cfg Config, exec Executor, log zerolog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, exec: exec, log: log, conns: make(map[*conn]struct{}), perUID: make(map[uint32]int),
-		tenants: make(map[tenantKey]*tenant), owner: make(map[engine.PortalID]*conn), ownerName: make(map[engine.PortalID]string),
+	s := &Server{cfg: cfg, g: g, execs: execs, log: log, conns: make(map[*conn]struct{}), perUID: make(map[uint32]int),
+		tenants: make(map[tenantKey]*tenant), load: make([]coreLoad, g.Len()),
 		sampled: log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})}
-	if err := exec.Exec(func(c *engine.Core) {
+	for range g.Len() {
+		s.cores = append(s.cores, &coreBook{owner: make(map[engine.PortalID]*conn), ownerName: make(map[engine.PortalID]string)})
+	}
+	if err := execs[0].Exec(func(c *engine.Core) {
 		ec := c.Config()
 		s.addr = ec.LocalIP
-		s.res.Portals, s.res.Slots = ec.Portals, ec.Slots
+		// Each core has a portal table and a slot partition of these
+		// sizes: quotas are shares of the engine's.
+		s.res.Portals, s.res.Slots = ec.Portals*g.Len(), ec.Slots*g.Len()
 	}); err != nil {
 		return nil, fmt.Errorf("ctl: reading the core's config: %w", err)
 	}
@@ -159,7 +170,7 @@ func (s *Server) listen(i int) (*listener, error) {
 		Str("quota_hugepages", fmt.Sprintf("%s = %s", q.HugepageBytes, fmtBytes(l.limits.HugepageBytes))).
 		Str("quota_portals", fmt.Sprintf("%s = %d", q.Portals, l.limits.Portals)).
 		Str("quota_slots", fmt.Sprintf("%s = %d", q.Slots, l.limits.Slots)).
-		Str("addr", s.addr.String()).Uint64("hugepage_bytes", s.hugePage).Msg("control socket listening")
+		Str("addr", s.addr.String()).Int("cores", len(s.execs)).Uint64("hugepage_bytes", s.hugePage).Msg("control socket listening")
 	return l, nil
 }
 

@@ -98,61 +98,78 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 	return m
 }
 
-// Stats is the stats reply (rmactl stats): the core's counters, its
-// port's, its fault injector's and its portals', all read in one
-// Executor.Exec on the core's goroutine; then the poll loop's and the
+// Stats is the stats reply (rmactl stats): each core's counters, its
+// port's, its fault injector's and its portals', read in one
+// Executor.Exec on that core's goroutine, their sums (Stats.Cores when
+// the engine has more than one core); then the poll loops' and the
 // tenants' (the maxStatsTenants holding the most memory). also, if not
-// nil, runs in the same Exec, so what it reads of the core is of the same
-// moment (rmad's metrics copy the core's delay histograms there). The
-// error is Exec's: the core is not running.
-func (s *Server) Stats(also func(c *engine.Core)) (*ctlmsg.Stats, error) {
-	var (
-		st      engine.Stats
-		fault   *ctlmsg.FaultStats
-		port    *ctlmsg.PortStats
-		portals []ctlmsg.PortalStats
-	)
-	faultStats, portStats := s.cfg.FaultStats, s.cfg.PortStats
-	if err := s.exec.Exec(func(core *engine.Core) {
-		st = core.Stats()
-		if faultStats != nil {
-			fault = faultStats()
+// nil, runs in each core's Exec, so what it reads of the core is of the
+// same moment (rmad's metrics copy the core's delay histograms there).
+// The error is Exec's: a core is not running.
+func (s *Server) Stats(also func(core int, c *engine.Core)) (*ctlmsg.Stats, error) {
+	n := len(s.execs)
+	cores := make([]ctlmsg.CoreStats, n)
+	sts := make([]engine.Stats, n)
+	var portals []ctlmsg.PortalStats
+	faultStats, portStats, loopStats := s.cfg.FaultStats, s.cfg.PortStats, s.cfg.LoopStats
+	for i, x := range s.execs {
+		m := &cores[i].Stats
+		if err := x.Exec(func(core *engine.Core) {
+			sts[i] = core.Stats()
+			if faultStats != nil {
+				m.Fault = faultStats(i)
+			}
+			if portStats != nil {
+				m.Port = portStats(i)
+			}
+			portals = s.portalStats(i, core, portals)
+			if also != nil {
+				also(i, core)
+			}
+		}); err != nil {
+			return nil, err
 		}
-		if portStats != nil {
-			port = portStats()
+		if loopStats != nil {
+			m.Loop = loopStats(i)
 		}
-		portals = s.portalStats(core)
-		if also != nil {
-			also(core)
-		}
-	}); err != nil {
-		return nil, err
 	}
-	m := StatsMsg(&st)
-	m.Fault, m.Port, m.Portals = fault, port, portals
+	var sum engine.Stats
+	for i := range sts {
+		addStats(&sum, &sts[i])
+	}
+	m := StatsMsg(&sum)
+	m.Fault, m.Port, m.Loop = cores[0].Fault, cores[0].Port, cores[0].Loop
+	if n > 1 {
+		for i := range cores {
+			c := &cores[i]
+			fault, port, loop := c.Fault, c.Port, c.Loop
+			c.Core, c.Stats = i, *StatsMsg(&sts[i])
+			c.Fault, c.Port, c.Loop = fault, port, loop
+		}
+		m.Fault, m.Port, m.Loop = sumCores(cores)
+		m.Cores = cores
+	}
+	m.Portals = portals
 	m.Tenants = largest(s.Tenants(), maxStatsTenants)
-	if s.cfg.LoopStats != nil {
-		m.Loop = s.cfg.LoopStats()
-	}
 	return m, nil
 }
 
-// portalStats describes every portal the server opened, in id order (on
-// the core's goroutine: owner and ownerName are touched only there).
-func (s *Server) portalStats(core *engine.Core) []ctlmsg.PortalStats {
-	ids := make([]engine.PortalID, 0, len(s.owner))
-	for id := range s.owner {
+// portalStats appends every portal the server opened on core k, in id
+// order (on the core's goroutine: its book is touched only there).
+func (s *Server) portalStats(k int, core *engine.Core, out []ctlmsg.PortalStats) []ctlmsg.PortalStats {
+	b := s.cores[k]
+	ids := make([]engine.PortalID, 0, len(b.owner))
+	for id := range b.owner {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	out := make([]ctlmsg.PortalStats, 0, len(ids))
 	for _, id := range ids {
 		p, ok := core.PortalStats(id)
 		if !ok {
 			continue // closed by the core itself and not reused
 		}
 		out = append(out, ctlmsg.PortalStats{
-			ID: uint32(id), Name: s.ownerName[id], PID: p.PID, UID: s.owner[id].peer.uid, Tenant: s.owner[id].tenant.name,
+			ID: uint32(id), Core: uint32(k), Name: b.ownerName[id], PID: p.PID, UID: b.owner[id].peer.uid, Tenant: b.owner[id].tenant.name,
 			Class: p.Class.String(), Regions: p.Regions, RegionBytes: p.RegionBytes,
 			Slots: p.Slots, MaxSlots: p.MaxSlots, InFlight: p.Pending,
 			CmdDepth: p.CmdDepth, CmdCap: p.CmdCap, CplDepth: p.CplDepth, CplCap: p.CplCap, Closed: p.Dead,

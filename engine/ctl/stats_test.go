@@ -23,7 +23,7 @@ func TestServerStats(t *testing.T) {
 		posted uint64
 		ran    bool
 	)
-	st, err := e.srv.Stats(func(c *engine.Core) { posted, ran = c.Stats().Posted, true })
+	st, err := e.srv.Stats(func(_ int, c *engine.Core) { posted, ran = c.Stats().Posted, true })
 	if err != nil {
 		t.Fatal(err)
 	}

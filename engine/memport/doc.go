@@ -1,7 +1,9 @@
 // Package memport is an in-memory runner.Port for tests and tools that run
 // engine cores without DPDK (the role of gVisor's link/channel endpoints):
 // Pair connects two ports back to back, Loopback connects a port to
-// itself.
+// itself, and Steered gives each core of an engine of several cores a
+// port, looped back through a NIC that delivers every frame to the core
+// engine.Steer names (it copies each frame once, at Flush).
 //
 // Each direction of a link owns a fixed set of frame buffers allocated in
 // New: a sender writes a frame straight into a free buffer (Buffer/Send),

@@ -115,7 +115,7 @@ func promtoolCheck(t *testing.T, text string) {
 // the core's delay histograms.
 func coreOf(e *enginetest.Engine, d *telemetry.Delays, l metrics.Limits) metrics.Core {
 	return metrics.Core{ID: 0, Limits: l, Snapshot: func(s *metrics.Snapshot) (err error) {
-		s.Stats, err = e.Server.Stats(func(*engine.Core) { s.Delays = *d })
+		s.Stats, err = e.Server.Stats(func(_ int, _ *engine.Core) { s.Delays = *d })
 		return err
 	}}
 }

@@ -39,8 +39,9 @@ type slotRef struct {
 
 type portal struct {
 	a      *app
-	id     engine.PortalID
-	pid    uint32 // the PID the portal was opened with (part of its K_d)
+	c      *simCore        // the core that serves it
+	id     engine.PortalID // its id on that core
+	pid    uint32          // the PID the portal was opened with (part of its K_d)
 	serial int
 	seg    []byte
 	lay    abi.Layout
@@ -103,10 +104,13 @@ func (a *app) openPortal() (*portal, error) {
 		MaxSlots: slots,
 		PID:      1000 + uint32(n.id)*100 + uint32(p.serial),
 	}
-	id, err := n.core.OpenPortal(spec)
+	p.c = n.pickCore()
+	core := p.c.core
+	id, err := core.OpenPortal(spec)
 	if err != nil {
-		return nil, fmt.Errorf("OpenPortal: %w", err)
+		return nil, fmt.Errorf("OpenPortal on core %d: %w", p.c.idx, err)
 	}
+	p.c.portals++
 	p.id = id
 	p.pid = spec.PID
 	lay.Portal = uint32(id)
@@ -125,7 +129,7 @@ func (a *app) openPortal() (*portal, error) {
 		if k == 0 {
 			continue
 		}
-		ids, err := n.core.AllocSlots(id, k)
+		ids, err := core.AllocSlots(id, k)
 		if err != nil {
 			return nil, fmt.Errorf("AllocSlots(%d): %w", k, err)
 		}
@@ -134,14 +138,14 @@ func (a *app) openPortal() (*portal, error) {
 		}
 		p.slots = append(p.slots, ids...)
 	}
-	if _, err := n.core.AllocSlots(id, 1); err == nil {
+	if _, err := core.AllocSlots(id, 1); err == nil {
 		s.fail("node %d: AllocSlots beyond the portal's cap of %d succeeded", n.id, slots)
 	}
 	seen := make(map[abi.SlotID]bool, len(p.slots))
-	lo, hi := n.ecfg.SlotBase, n.ecfg.SlotBase+abi.SlotID(n.ecfg.Slots)
+	lo, hi := p.c.cfg.SlotBase, p.c.cfg.SlotBase+abi.SlotID(p.c.cfg.Slots)
 	for _, sl := range p.slots {
 		if sl < lo || sl >= hi || seen[sl] {
-			s.fail("node %d: AllocSlots gave slot %d (partition [%d,%d), duplicate=%v)", n.id, sl, lo, hi, seen[sl])
+			s.fail("node %d core %d: AllocSlots gave slot %d (partition [%d,%d), duplicate=%v)", n.id, p.c.idx, sl, lo, hi, seen[sl])
 		}
 		seen[sl] = true
 	}
@@ -180,7 +184,7 @@ func (a *app) openPortal() (*portal, error) {
 	}
 	a.portals = append(a.portals, p)
 	n.afterCall("OpenPortal")
-	s.tracef("node %d opens portal %d (%d slots, class %d, src %#x %dB, sink %#x, dst %#x %dB, wsrc %#x)", n.id, id, len(p.slots),
+	s.tracef("node %d core %d opens portal %d (%d slots, class %d, src %#x %dB, sink %#x, dst %#x %dB, wsrc %#x)", n.id, p.c.idx, id, len(p.slots),
 		p.class, uint32(src.id), size, uint32(sink.id), uint32(p.wdst.id), dsize, uint32(p.wsrc.id))
 	return p, nil
 }
@@ -208,8 +212,7 @@ func (a *app) tick() {
 			s.fail("node %d portal %d: the core wrote an impossible command-ring consumer index", a.n.id, p.id)
 		}
 	}
-	a.n.kick = true
-	a.n.reschedule()
+	a.n.kickAll()
 	next := s.now + 1 + s.appRng.Int64N(2*cfg.TickNs)
 	if next < s.postEnd {
 		s.schedule(next, evAppTick, a.n.id, 0, nil)
@@ -226,10 +229,11 @@ func (a *app) crash() {
 	i := s.faultRng.IntN(len(a.portals))
 	p := a.portals[i]
 	s.tracef("node %d: application of portal %d crashes", a.n.id, p.id)
-	if err := a.n.core.ClosePortal(p.id); err != nil {
+	if err := p.c.core.ClosePortal(p.id); err != nil {
 		s.fail("node %d: ClosePortal(%d): %v", a.n.id, p.id, err)
 		return
 	}
+	p.c.portals--
 	for k, o := range p.busy {
 		if o != nil {
 			delete(s.ops, o.cookie)
@@ -261,10 +265,9 @@ func (a *app) crash() {
 		p.cmd.Commit()
 		p.cmd.Publish()
 	}
-	a.n.kick = true
-	a.n.reschedule()
+	a.n.kickAll()
 	a.n.afterCall("ClosePortal")
-	if _, err := a.n.core.AllocSlots(p.id, 1); err == nil {
+	if _, err := p.c.core.AllocSlots(p.id, 1); err == nil {
 		// The id may have been reused already only if we reopened; we
 		// have not, so the closed portal must be gone.
 		s.fail("node %d: AllocSlots on closed portal %d succeeded", a.n.id, p.id)
@@ -287,11 +290,12 @@ func (a *app) slotsHeld() uint64 {
 func (a *app) closeAll() {
 	s := a.s
 	for _, p := range a.portals {
-		if err := a.n.core.ClosePortal(p.id); err != nil {
+		if err := p.c.core.ClosePortal(p.id); err != nil {
 			s.fail("node %d: ClosePortal(%d) at the end: %v", a.n.id, p.id, err)
 			return
 		}
-		if err := a.n.core.ClosePortal(p.id); err == nil {
+		p.c.portals--
+		if err := p.c.core.ClosePortal(p.id); err == nil {
 			s.fail("node %d: ClosePortal(%d) twice succeeded", a.n.id, p.id)
 			return
 		}

@@ -15,7 +15,6 @@ import (
 func (p *portal) mutate(o *op, c *abi.Command) {
 	a := p.a
 	s := a.s
-	n := a.n
 	r := s.appRng
 	tgt := o.target
 	if o.rekey {
@@ -84,7 +83,7 @@ func (p *portal) mutate(o *op, c *abi.Command) {
 	case kSlotNotOurs:
 		c.Slot = p.slotNotOurs()
 	case kSlotRange:
-		lo, cnt := n.ecfg.SlotBase, abi.SlotID(n.ecfg.Slots)
+		lo, cnt := p.c.cfg.SlotBase, abi.SlotID(p.c.cfg.Slots)
 		switch {
 		case lo > 0 && r.IntN(2) == 0:
 			c.Slot = abi.SlotID(r.IntN(int(lo)))
@@ -199,7 +198,7 @@ func (a *app) staleRemote(tgt *region) abi.RegionID {
 func (p *portal) slotNotOurs() abi.SlotID {
 	a := p.a
 	r := a.s.appRng
-	e := &a.n.ecfg
+	e := &p.c.cfg
 	for range 64 {
 		sl := e.SlotBase + abi.SlotID(r.IntN(e.Slots))
 		ours := false

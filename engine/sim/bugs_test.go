@@ -111,8 +111,8 @@ func TestCoreBugOrphanCountedAsCompleted(t *testing.T) {
 	c.scripts = []scriptStep{
 		at(10, func(s *Sim) {
 			n := s.nodes[1]
-			n.busyUntil = s.now + 1_000_000
-			n.reschedule()
+			n.cores[0].busyUntil = s.now + 1_000_000 // one core
+			n.cores[0].reschedule()
 		}),
 		at(10, post(0, kValid, 1, nil)),
 		at(20, func(s *Sim) { s.nodes[0].app.crash() }),
@@ -168,8 +168,8 @@ func TestSinkDeregisteredInFlight(t *testing.T) {
 	c.scripts = []scriptStep{
 		at(10, func(s *Sim) {
 			n := s.nodes[1]
-			n.busyUntil = s.now + 100_000 // serves 100 µs later, before TIMEOUT
-			n.reschedule()
+			n.cores[0].busyUntil = s.now + 100_000 // serves 100 µs later, before TIMEOUT (the one core)
+			n.cores[0].reschedule()
 		}),
 		at(10, post(0, kValid, 1, nil)),
 		at(20, func(s *Sim) {
@@ -290,8 +290,8 @@ func TestRekeyInFlight(t *testing.T) {
 	c.scripts = []scriptStep{
 		at(10, func(s *Sim) {
 			n := s.nodes[1]
-			n.busyUntil = s.now + 100_000
-			n.reschedule()
+			n.cores[0].busyUntil = s.now + 100_000 // one core
+			n.cores[0].reschedule()
 		}),
 	}
 	for range 6 {

@@ -201,7 +201,7 @@ func (p *portal) checkArea(o *op, st abi.Status) {
 		if st != abi.StatusOK && firstNotPoison(got) < 0 {
 			// Nothing landed (the common failure): no need for the data.
 		} else if o.target.kind == regDst {
-			zeroOK := !s.cfg.StrictFailedSink && p.a.n.core.Stats().RxAuthFailed > o.rxAuth0
+			zeroOK := !s.cfg.StrictFailedSink && p.c.core.Stats().RxAuthFailed > o.rxAuth0
 			p.checkReadOfWritten(o, st, got, zeroOK)
 			if s.err != nil {
 				return
@@ -221,7 +221,7 @@ func (p *portal) checkArea(o *op, st abi.Status) {
 			// zeroes it when the tag does not match (OpenResponseDirect):
 			// after an answer failed authentication on this node, a failed
 			// op may also hold zeros where no genuine chunk came.
-			zeroOK := !s.cfg.StrictFailedSink && p.a.n.core.Stats().RxAuthFailed > o.rxAuth0
+			zeroOK := !s.cfg.StrictFailedSink && p.c.core.Stats().RxAuthFailed > o.rxAuth0
 			zeroed := false
 			for i, b := range got {
 				if b == want[i] || b == poison {

@@ -16,12 +16,18 @@ import (
 type Config struct {
 	Name  string // scenario name (for messages)
 	Seed  uint64
-	Nodes int // engines (one Core each), >= 2
+	Nodes int // engines, >= 2
+	// Cores is how many polling cores each node's engine has (0 or 1:
+	// one; at most 4: engine.NewGroup, core.go); with CoresVary each node
+	// draws its own count from 1 to Cores.
+	Cores     int
+	CoresVary bool
 
 	// Engine is the template of every node's engine.Config. The simulator
-	// fills in the identity fields (CoreID, LocalIP, LocalMAC, MTU,
-	// SlotBase, Neighbors, NeighborTable, IV, CacheSeed) and, when zero,
-	// Slots, Regions and Portals (sized from App and Faults).
+	// fills in the identity fields (LocalIP, LocalMAC, MTU, SlotBase,
+	// Neighbors, NeighborTable, IV, CacheSeed; each core's CoreID and
+	// SlotBase are engine.NewGroup's) and, when zero, Slots, Regions and
+	// Portals (sized from App and Faults).
 	Engine engine.Config
 	// IVBlock and IVSpan configure each node's (volatile) IV source
 	// (aesni.IVConfig; 0: its defaults). Small values make the cores
@@ -93,6 +99,9 @@ type Config struct {
 	// missing one: Cost). The congestion experiments (flow.go) give a
 	// server its own serving cost.
 	costs []CostConfig
+	// noHandOver (self-test of the simulator): a core processes every
+	// frame it takes from its rx queue, steered elsewhere or not.
+	noHandOver bool
 	// flows: the congestion experiments' flow applications (flow.go),
 	// run next to (instead of, when App.Clients is empty) the random
 	// workload.
@@ -114,7 +123,11 @@ type NetConfig struct {
 	BitsPerSec     int64 // link speed; 0: infinitely fast (no queueing)
 	UpQueueBytes   int   // sender egress queue; a frame beyond it is dropped
 	DownQueueBytes int   // switch egress queue towards one node (incast drops)
-	RxQueueFrames  int   // receiver's rx ring; overflow drops
+	RxQueueFrames  int   // receiver's rx ring (each core's), and each core's hand-over ring; overflow drops
+	// RxRandom: on a node of several cores, the probability a frame lands
+	// on a random core's rx queue rather than the one its addresses and
+	// ports hash to (a kernel moving flows between queues).
+	RxRandom float64
 
 	Drop       float64 // probability a delivered copy is lost
 	Dup        float64 // probability a copy is delivered twice
@@ -218,6 +231,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Nodes < 2 || c.Nodes > 1000:
 		return bad("Nodes", c.Nodes)
+	case c.Cores < 0 || c.Cores > 4:
+		return bad("Cores", c.Cores)
+	case c.Net.RxRandom < 0 || c.Net.RxRandom > 1:
+		return bad("Net.RxRandom", c.Net.RxRandom)
 	case c.MTU < 576 || c.MTU > 9000:
 		return bad("MTU", c.MTU)
 	case c.App.PortalsPerNode < 1:
@@ -276,6 +293,8 @@ var Scenarios = []Scenario{
 	{"flap", LinkFlap},
 	{"incast", Incast},
 	{"mixed", Mixed},
+	{"multicore", MultiCore},
+	{"multicore-clean", MultiCoreClean},
 }
 
 // ScenarioByName returns the scenario called name.
@@ -492,5 +511,41 @@ func Mixed(seed uint64) Config {
 	c.Faults.RegionChurn = r.IntN(3)
 	c.PostNs = 2_000_000
 	c.Covers = []abi.Status{abi.StatusOK}
+	return c
+}
+
+// multiCore makes c an engine of 2 to 4 cores per node (every node alike,
+// or each its own count from 1 up), frames landing on rx queues by their
+// hash or, now and then, on any: the steering, the hand-over between cores
+// and the region table shared by the cores are exercised, rekeys and
+// region churn included. Its draws come from a stream of their own.
+func multiCore(c *Config, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 0x6d756c7469))
+	c.Cores = 2 + r.IntN(3)
+	c.CoresVary = r.IntN(3) == 0
+	c.Net.RxRandom = []float64{0, 0.01, 0.2}[r.IntN(3)]
+	c.App.PortalsPerNode = 1 + r.IntN(4) // portals spread over the cores
+	c.Faults.Rekeys = 2 + r.IntN(4)
+	c.Faults.RegionChurn = 1 + r.IntN(3)
+}
+
+// MultiCore: Mixed on engines of several cores.
+func MultiCore(seed uint64) Config {
+	c := Mixed(seed)
+	c.Name = "multicore"
+	multiCore(&c, seed)
+	return c
+}
+
+// MultiCoreClean: Clean on engines of several cores: every valid op must
+// be OK whichever core serves it.
+func MultiCoreClean(seed uint64) Config {
+	c := Clean(seed)
+	c.Name = "multicore-clean"
+	multiCore(&c, seed)
+	perNode := c.App.PortalsPerNode * c.App.SlotsPerPortal
+	all := 2 * c.Nodes * perNode
+	c.Engine.WindowBytes = (perNode + all) * abi.MaxOpBytes
+	c.Engine.PullContexts = all
 	return c
 }

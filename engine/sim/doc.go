@@ -9,7 +9,8 @@
 //	app ──cmd ring──▶ Core ──Tx──▶ uplink ─▶ switch ─▶ downlink ──▶ rx ring ──Receive──▶ Core
 //	app ◀──cpl ring── Core                 (faults per copy)
 //
-// Each node is one engine with one Core, an IPv4 address 10.0.x.y and a
+// Each node is one engine, of one Core (or of several: below, Engines of
+// several cores), with an IPv4 address 10.0.x.y and a
 // MAC 02:00:00:00:x:y, its own volatile IV source
 // (aesni.NewVolatileIVSource; small Block/Span in some seeds, so lanes
 // refill often) and a key-cache hash seed fixed from the run's seed (and
@@ -94,7 +95,9 @@
 // After every call into a core: Audit() is nil; window in use within
 // WindowBytes; slots in use within the partition; Stats.OpsInFlight equals
 // InFlight(); TxFrames and RxFrames equal what the simulator saw; the
-// completion counters add up to the completions the applications read.
+// completion counters add up to the completions the applications read
+// (summed over a node's cores, as are commits and REKEY installs; the
+// shared region table's books audit clean).
 // For every op posted: exactly one completion, on the portal that posted
 // it, naming its slot and cookie, within its bound (the next poll for local
 // errors; DISPATCH_TIMEOUT + TIMEOUT, plus the resolve timeout when ARP is
@@ -286,6 +289,32 @@
 // then old- and new-key reads, a stale-key REKEY, REMOTE_PERMISSION; a
 // lost ④: TIMEOUT but installed; a lost ③: TIMEOUT, nothing installed).
 //
+// # Engines of several cores
+//
+// Config.Cores gives every node (CoresVary: each its own count, from 1) an
+// engine of up to 4 polling cores (engine.NewGroup, core.go), each a
+// virtual CPU of its own with its rx queue and Tx. A frame reaching the
+// node lands on one core's rx queue, by a hash of its addresses and UDP
+// ports (RSS) or, with probability Net.RxRandom, at random (the kernel
+// moved the flow); that core steers it (engine.Steer) and hands it to
+// its core's bounded hand-over ring (NetStats.HandedOver,
+// HandoverDrops), ARP to every core. Portals are bound to the core with
+// the fewest, or to any (as an application may ask). Every invariant
+// holds per core (audit, window, slots, frames, pulls: a WRITE's data
+// comes back to the core that pulled it) and per node (commits, installs,
+// completions, the shared region table's books); each core's IV counters
+// carry its id in their top bits and no counter repeats on a node. A
+// rekey must be refused through a core other than the region's portal's.
+// Result.CrossCore counts READ data served from a region a portal of
+// another core registered. On every node, of one core or several, no READ
+// request is served twice (its answer's counters come from one range): a
+// duplicate, landing on any rx queue, must be caught by the one replay
+// window of its sender lane. TestSimCatchesUnsteeredFrames checks that
+// cores which skip the hand-over fail the run. The scenarios multicore (Mixed's faults) and
+// multicore-clean (Clean's strictness) always run engines of 2-4 cores;
+// their draws come from streams of their own (Sim.mcRng), so one-core
+// runs draw exactly what they drew before.
+//
 // # Scripted repros
 //
 // Tests in this package can replace the random applications by scripts
@@ -316,8 +345,9 @@
 //
 //	sim.go       Run, Result, the Sim, its event queue and driver loop, the end of a run
 //	config.go    Config and the scenarios
-//	net.go       nodes and the fabric: Tx, the switch, per-copy faults, a core's step
-//	             and the checks after every call into it
+//	net.go       nodes and the fabric: Tx, the switch, per-copy faults
+//	core.go      a node's cores: rx queues, steering and hand-over, a core's step
+//	check.go     the checks after every call into a core
 //	app.go       the applications and their portals: open, tick, crash, close
 //	op.go        op kinds, the op record, the deadline heap
 //	post.go      the random workload: posting READs, WRITEs and REKEYs

@@ -49,9 +49,7 @@ func (f *flowState) pump() {
 	defer func() {
 		if posted {
 			f.fp.cmd.Publish()
-			n := f.fp.n
-			n.kick = true
-			n.reschedule()
+			f.fp.n.kickAll()
 		}
 	}()
 	for {
@@ -292,7 +290,7 @@ func (fp *flowPortal) close() {
 		s.fail("flow %d: %d ops outstanding at the end", fp.f.idx, fp.f.out)
 		return
 	}
-	if err := fp.n.core.ClosePortal(fp.id); err != nil {
+	if err := fp.n.cores[0].core.ClosePortal(fp.id); err != nil {
 		s.fail("node %d: ClosePortal(flow portal %d): %v", fp.n.id, fp.id, err)
 		return
 	}

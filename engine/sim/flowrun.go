@@ -246,7 +246,7 @@ func (fr *flowRun) newServer(n *node, size int) (*flowServer, error) {
 	pat := uint64(0xf10<<8 | n.id)
 	fillPattern(obj, pat)
 	kr := fr.s.newKey()
-	id, err := n.core.RegisterRegion(fp.id, obj, abi.PermRemoteRead, kr)
+	id, err := n.cores[0].core.RegisterRegion(fp.id, obj, abi.PermRemoteRead, kr)
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: registering a %d-byte object: %w", n.id, size, err)
 	}
@@ -263,7 +263,7 @@ func (fr *flowRun) openPortal(n *node, f *flowState, slots int, pid uint32) (*fl
 		return nil, err
 	}
 	fp := &flowPortal{fr: fr, n: n, f: f, pid: pid, seg: alignedBytes(int(lay.Size)), slotIx: make(map[abi.SlotID]int)}
-	id, err := n.core.OpenPortal(engine.PortalSpec{
+	id, err := n.cores[0].core.OpenPortal(engine.PortalSpec{
 		CmdRing: lay.CmdRing(fp.seg), CmdCap: lay.CmdCap,
 		CplRing: lay.CplRing(fp.seg), CplCap: lay.CplCap,
 		MaxSlots: slots, PID: pid,
@@ -281,7 +281,7 @@ func (fr *flowRun) openPortal(n *node, f *flowState, slots int, pid uint32) (*fl
 		return nil, err
 	}
 	if slots > 0 {
-		if fp.slots, err = n.core.AllocSlots(id, slots); err != nil {
+		if fp.slots, err = n.cores[0].core.AllocSlots(id, slots); err != nil {
 			return nil, fmt.Errorf("sim: node %d: AllocSlots(%d): %w", n.id, slots, err)
 		}
 		for k, sl := range fp.slots {
@@ -293,7 +293,7 @@ func (fr *flowRun) openPortal(n *node, f *flowState, slots int, pid uint32) (*fl
 		}
 		fp.sink = alignedBytes(slots * f.spec.OpBytes)
 		fill(fp.sink, poison)
-		if fp.sinkID, err = n.core.RegisterRegion(id, fp.sink, abi.PermLocalWrite, fr.s.newKey()); err != nil {
+		if fp.sinkID, err = n.cores[0].core.RegisterRegion(id, fp.sink, abi.PermLocalWrite, fr.s.newKey()); err != nil {
 			return nil, fmt.Errorf("sim: node %d: registering a sink: %w", n.id, err)
 		}
 	}

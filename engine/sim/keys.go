@@ -136,13 +136,19 @@ func (a *app) rekey() {
 	default:
 		rg = p.src
 	}
-	c := a.n.core
 	for _, q := range a.portals {
-		if q != p && c.Rekey(q.id, rg.id, s.newKey()) == nil {
+		if q != p && q.c.core.Rekey(q.id, rg.id, s.newKey()) == nil {
 			s.fail("node %d: Rekey of region %#x by portal %d, which does not own it, succeeded", a.n.id, uint32(rg.id), q.id)
 			return
 		}
 	}
+	if n := a.n; len(n.cores) > 1 { // the owner's portal id, on another core: another portal
+		if o := n.cores[s.mcRng.IntN(len(n.cores))]; o != p.c && o.core.Rekey(p.id, rg.id, s.newKey()) == nil {
+			s.fail("node %d: Rekey of region %#x through core %d, not its portal's core %d, succeeded", n.id, uint32(rg.id), o.idx, p.c.idx)
+			return
+		}
+	}
+	c := p.c.core
 	if len(a.deadIDs) > 0 {
 		id := a.deadIDs[r.IntN(len(a.deadIDs))]
 		if c.Rekey(p.id, id, s.newKey()) == nil {
@@ -158,7 +164,7 @@ func (a *app) rekey() {
 func (a *app) rekeyRegion(p *portal, rg *region) {
 	s := a.s
 	kr := s.newKey()
-	if err := a.n.core.Rekey(p.id, rg.id, kr); err != nil {
+	if err := p.c.core.Rekey(p.id, rg.id, kr); err != nil {
 		s.fail("node %d: Rekey(%#x): %v", a.n.id, uint32(rg.id), err)
 		return
 	}

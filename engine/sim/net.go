@@ -64,35 +64,24 @@ func (p *framePool) clone(f *frame) *frame {
 	return g
 }
 
-// node is one engine (one Core), its NIC model and its application.
+// node is one engine (its cores: core.go), its NIC model and its
+// application.
 type node struct {
-	s    *Sim
-	id   int
-	ip   netip.Addr
-	ip4  uint32
-	mac  wire.MAC
-	core *engine.Core
-	ecfg engine.Config
-	tx   nodeTx
-	app  *app
+	s     *Sim
+	id    int
+	ip    netip.Addr
+	ip4   uint32
+	mac   wire.MAC
+	g     *engine.Group
+	cores []*simCore
+	ecfg  engine.Config // the engine's config (core 0's): timeouts, table sizes
+	app   *app
 
-	rx     []*frame // rx ring (fixed capacity)
-	rxHead int
-	rxLen  int
+	shut     bool  // Core.Shutdown was called
+	linkDown int   // > 0: link down (nested flaps)
+	upFree   int64 // uplink busy until
+	downFree int64 // switch egress towards this node busy until
 
-	shut      bool  // Core.Shutdown was called
-	busyUntil int64 // virtual CPU: the core is busy until then
-	stalled   int64 // stall time the core has not been told of (Core.Stalled at its next step)
-	next      int64 // when the driver runs this core next (MaxInt64: idle)
-	kick      bool  // run as soon as the core is free (rx, new commands, work left)
-	idleRuns  int   // consecutive runs that did nothing
-	linkDown  int   // > 0: link down (nested flaps)
-	upFree    int64 // uplink busy until
-	downFree  int64 // switch egress towards this node busy until
-
-	txSent  uint64 // frames the core sent
-	txBytes uint64 // bytes of those frames (Cost.TxBytePs)
-	rxFed   uint64 // frames handed to Receive
 	commits uint64 // WRITE commits seen (④ sent): Stats.WritesCommitted
 	// remoteRekeys: REKEY installs seen (④ sent): Stats.RemoteRekeys
 	// (Stats.Rekeys counts them too, with the application's Core.Rekey).
@@ -101,20 +90,48 @@ type node struct {
 	// core after it accepted the op's pull (a duplicated request answered
 	// NACK or an error): curried with ①'s IV, they no longer authenticate.
 	obsolete uint64
-	last     engine.Stats
-	// ivs: every IV counter the core sent a frame with (Appendix A: a
-	// counter is never used twice, whatever the key).
+	// ivs: every IV counter the node's cores sent a frame with (Appendix
+	// A: a counter is never used twice, whatever the key or core).
 	ivs map[uint64]struct{}
+	// audited: the region table version whose books were last audited.
+	audited uint64
+	// owner: the core of the portal that registered each region (nodes
+	// of several cores).
+	owner map[abi.RegionID]*simCore
 }
 
 func newNode(s *Sim, i int) *node {
-	n := &node{s: s, id: i, ivs: make(map[uint64]struct{})}
+	n := &node{s: s, id: i, ivs: make(map[uint64]struct{}), owner: make(map[abi.RegionID]*simCore)}
 	n.ip = netip.AddrFrom4([4]byte{10, 0, byte((i + 1) >> 8), byte(i + 1)})
 	n.ip4 = ip4(n.ip)
 	n.mac = wire.MAC{0x02, 0, 0, 0, byte((i + 1) >> 8), byte(i + 1)}
-	n.rx = make([]*frame, s.cfg.Net.RxQueueFrames)
-	n.tx = nodeTx{s: s, n: n, buf: make([]byte, engine.MaxFrameBytes)}
 	return n
+}
+
+// newCores builds the node's engine of k cores from ec and its simCores.
+func (n *node) newCores(ec engine.Config, k int) error {
+	s := n.s
+	n.cores = make([]*simCore, k)
+	txs := make([]engine.Tx, k)
+	for i := range n.cores {
+		c := &simCore{n: n, idx: i, rx: newFrameRing(s.cfg.Net.RxQueueFrames), next: math.MaxInt64}
+		if k > 1 {
+			c.hand = newFrameRing(s.cfg.Net.RxQueueFrames)
+		}
+		c.tx = nodeTx{s: s, c: c, buf: make([]byte, engine.MaxFrameBytes)}
+		n.cores[i], txs[i] = c, &c.tx
+	}
+	g, err := engine.NewGroup(ec, txs)
+	if err != nil {
+		return err
+	}
+	n.g = g
+	for i, c := range n.cores {
+		c.core = g.Core(i)
+		c.cfg = c.core.Config()
+	}
+	n.ecfg = n.cores[0].cfg
+	return nil
 }
 
 // nodeOfMAC maps the simulator's MAC scheme back to a node index (-1: none).
@@ -140,12 +157,12 @@ func (s *Sim) nodeOfIP(ip uint32) int {
 	return i
 }
 
-// nodeTx is the engine.Tx of one node: one scratch buffer lent to the
+// nodeTx is the engine.Tx of one core: one scratch buffer lent to the
 // core; Send copies the frame into a sim-owned buffer and hands it to the
 // fabric.
 type nodeTx struct {
 	s    *Sim
-	n    *node
+	c    *simCore
 	buf  []byte
 	lent bool
 }
@@ -165,15 +182,15 @@ func (t *nodeTx) Buffer() []byte {
 
 func (t *nodeTx) Send(n int) {
 	if !t.lent {
-		t.s.fail("node %d: Tx.Send(%d) without a buffer from Tx.Buffer", t.n.id, n)
+		t.s.fail("node %d core %d: Tx.Send(%d) without a buffer from Tx.Buffer", t.c.n.id, t.c.idx, n)
 		return
 	}
 	t.lent = false
 	if n < 0 || n > len(t.buf) {
-		t.s.fail("node %d: Tx.Send(%d) outside the buffer", t.n.id, n)
+		t.s.fail("node %d core %d: Tx.Send(%d) outside the buffer", t.c.n.id, t.c.idx, n)
 		return
 	}
-	t.s.send(t.n, t.buf[:n])
+	t.s.send(t.c, t.buf[:n])
 	// The core must not touch the buffer after Send; scribble it so any
 	// reuse without Buffer shows up as garbage on the wire.
 	b := t.buf[:n]
@@ -184,12 +201,14 @@ func (t *nodeTx) Send(n int) {
 
 // checkTx: every frame a core emits is well formed, from its own
 // addresses, within the MTU, addressed to the right MAC, and (OneRMA)
-// carries a nonce of its own address and a counter it never used before.
+// carries a nonce of its own address and a counter its node never used
+// before, tagged with the core's id (its IV lane).
 // The fabric checks structure only: it holds no keys, so whether a frame
 // is authentic is the receiving core's business (AES-GCM), and a damaged
 // byte that got through shows in the applications' data checks. It
 // decodes OneRMA frames into f.
-func (s *Sim) checkTx(n *node, b []byte, f *wire.Fields) bool {
+func (s *Sim) checkTx(c *simCore, b []byte, f *wire.Fields) bool {
+	n := c.n
 	if len(b) < wire.MinFrame {
 		s.fail("node %d sent a %d-byte frame (minimum %d)", n.id, len(b), wire.MinFrame)
 		return false
@@ -233,6 +252,10 @@ func (s *Sim) checkTx(n *node, b []byte, f *wire.Fields) bool {
 		}
 		if _, dup := n.ivs[ctr]; dup {
 			s.fail("node %d sent a %v frame with IV counter %d, which it used before (nonce reuse)", n.id, f.Type, ctr)
+			return false
+		}
+		if tag := ctr >> 58; tag != uint64(c.cfg.CoreID) {
+			s.fail("node %d core %d sent a %v frame with IV counter %#x: its lane tag is %d", n.id, c.idx, f.Type, ctr, tag)
 			return false
 		}
 		n.ivs[ctr] = struct{}{}
@@ -282,19 +305,23 @@ func (s *Sim) queueNs(nbytes int) int64 {
 }
 
 // send: a core emitted a frame at s.now.
-func (s *Sim) send(n *node, b []byte) {
+func (s *Sim) send(c *simCore, b []byte) {
+	n := c.n
 	var h wire.Fields
-	if !s.checkTx(n, b, &h) {
+	if !s.checkTx(c, b, &h) {
 		return
 	}
-	n.txSent++
-	n.txBytes += uint64(len(b))
+	c.txSent++
+	c.txBytes += uint64(len(b))
 	s.res.Net.Sent++
 	s.digest(0x5e4d, uint64(n.id), uint64(len(b)), binary.LittleEndian.Uint64(b[len(b)-8:]))
 	if s.traceOn {
 		s.tracef("node %d tx %s", n.id, describe(b))
 	}
 	if wire.EtherType(b) == wire.EtherTypeIPv4 {
+		if h.Type == wire.TypeReadResp {
+			s.sawReadData(c, &h)
+		}
 		switch h.Type {
 		case wire.TypeWriteReq, wire.TypeRekeyReq:
 			s.sawWriteRequest(n, &h)
@@ -333,6 +360,43 @@ func (s *Sim) send(n *node, b []byte) {
 		}
 	}
 	s.schedule(n.upFree+s.cfg.Net.LatencyNs, evSwitch, n.id, 0, f)
+}
+
+// sawReadData: core c sent a chunk of READ data. Every chunk of one
+// request's answer has a counter of one range (base + offset/64), so two
+// bases for one op (initiator and tag) mean its request was served twice:
+// a duplicate got past the serving core's replay window, on whichever
+// core it landed (unless the server forgot the sender lane's window to
+// make room, or keeps none).
+func (s *Sim) sawReadData(c *simCore, h *wire.Fields) {
+	n := c.n
+	if o, ok := n.owner[abi.RegionID(h.Region)]; ok && o != c {
+		s.res.CrossCore++
+	}
+	_, ctr := aesni.NonceCounter(h.IV[:])
+	base := ctr - h.Offset/wire.ChunkAlign
+	key := reqRef{s.nodeOfIP(h.DstIP), h.Tag}
+	first, seen := s.served[key]
+	if !seen {
+		s.served[key] = servedBy{n.id, base}
+		return
+	}
+	if first == (servedBy{n.id, base}) || n.ecfg.ReplayPeers == 0 {
+		return
+	}
+	for _, k := range n.cores {
+		if k.last.ReplayEvictions > 0 {
+			return
+		}
+	}
+	s.fail("node %d core %d served the READ request of node %d tag %#x a second time (counters from %#x, first from %#x by node %d): a replayed request got through",
+		n.id, c.idx, key.node, h.Tag, base, first.base, first.node)
+}
+
+// servedBy is the node that answered a READ and its answer's counter base.
+type servedBy struct {
+	node int
+	base uint64
 }
 
 // atSwitch forwards a frame: broadcast to every other node, unicast by
@@ -495,7 +559,7 @@ func (s *Sim) forge(f *frame) {
 	}
 }
 
-// deliver: a frame reaches n's NIC.
+// deliver: a frame reaches n's NIC, which puts it on a core's rx queue.
 func (n *node) deliver(f *frame) {
 	s := n.s
 	if n.linkDown > 0 {
@@ -503,73 +567,18 @@ func (n *node) deliver(f *frame) {
 		s.pool.put(f)
 		return
 	}
-	if n.rxLen == len(n.rx) {
+	c := n.rxCore(f)
+	if !c.rx.push(f) {
 		s.res.Net.RxOverflow++
 		s.pool.put(f)
 		return
 	}
-	n.rx[(n.rxHead+n.rxLen)%len(n.rx)] = f
-	n.rxLen++
 	s.res.Net.Delivered++
-	n.reschedule()
+	c.reschedule()
 }
 
 // rxBurst is how many frames the core takes per step (l2fwd MAX_PKT_BURST).
 const rxBurst = 32
-
-// step is one iteration of the core's poll loop at s.now: a burst of
-// received frames, one Poll, completions harvested by the applications,
-// and every invariant checked. The step costs virtual CPU time.
-func (n *node) step() {
-	s := n.s
-	now := s.now
-	n.kick = false
-	txBefore, txBytesBefore := n.txSent, n.txBytes
-	if n.stalled > 0 { // as engine/runner does on its first iteration after a gap
-		n.core.Stalled(n.stalled)
-		n.afterCall("Stalled")
-		n.stalled = 0
-	}
-	rxCount := 0
-	for n.rxLen > 0 && rxCount < rxBurst {
-		f := n.rx[n.rxHead]
-		n.rx[n.rxHead] = nil
-		n.rxHead = (n.rxHead + 1) % len(n.rx)
-		n.rxLen--
-		if s.traceOn {
-			s.tracef("node %d rx %s", n.id, describe(f.buf[:f.n]))
-		}
-		if t := oneRMAType(f.buf[:f.n]); t == wire.TypePullReq {
-			s.receivePull(n, f.buf[:f.n])
-		} else if t == wire.TypeError || t == wire.TypeNack {
-			s.receiveAnswer(n, f.buf[:f.n])
-		} else {
-			n.core.Receive(now, f.buf[:f.n])
-		}
-		n.rxFed++
-		s.pool.put(f)
-		rxCount++
-	}
-	work := n.core.Poll(now)
-	n.app.harvestAll()
-	n.afterCall("Poll")
-	txCount := int64(n.txSent - txBefore)
-	c := s.costOf(n)
-	n.busyUntil = now + c.PollNs + int64(rxCount)*c.RxFrameNs + txCount*c.TxFrameNs +
-		(int64(n.txBytes-txBytesBefore)*c.TxBytePs+999)/1000
-	if work > 0 || rxCount > 0 || txCount > 0 {
-		n.kick = true
-		n.idleRuns = 0
-	} else {
-		n.idleRuns++
-		if n.idleRuns > 100_000 {
-			s.fail("node %d: Poll keeps returning 0 while NextDeadline()=%d <= now (timer never cleared)",
-				n.id, n.core.NextDeadline()-s.t0)
-		}
-	}
-	s.digest(0x57e9, uint64(n.id), uint64(work), uint64(rxCount), uint64(txCount))
-	n.reschedule()
-}
 
 // costOf is node n's CPU cost model: Config.Cost unless overridden.
 func (s *Sim) costOf(n *node) *CostConfig {
@@ -577,102 +586,6 @@ func (s *Sim) costOf(n *node) *CostConfig {
 		return &s.cfg.costs[n.id]
 	}
 	return &s.cfg.Cost
-}
-
-// reschedule computes when the driver runs this core next.
-func (n *node) reschedule() {
-	s := n.s
-	if n.rxLen > 0 || n.kick {
-		n.next = max(s.now, n.busyUntil)
-		return
-	}
-	d := n.core.NextDeadline()
-	if d == math.MaxInt64 {
-		n.next = math.MaxInt64
-		return
-	}
-	n.next = max(d, n.busyUntil, s.now)
-}
-
-// afterCall checks the core after any call into it.
-func (n *node) afterCall(what string) {
-	s := n.s
-	if s.err != nil {
-		return
-	}
-	if err := n.core.Audit(); err != nil {
-		s.fail("node %d: Audit after %s: %v", n.id, what, err)
-		return
-	}
-	st := n.core.Stats()
-	switch {
-	case st.WindowInUse > uint64(n.ecfg.WindowBytes):
-		s.fail("node %d: WindowInUse %d > WindowBytes %d", n.id, st.WindowInUse, n.ecfg.WindowBytes)
-	case st.SlotsInUse > uint64(n.ecfg.Slots):
-		s.fail("node %d: SlotsInUse %d > Slots %d", n.id, st.SlotsInUse, n.ecfg.Slots)
-	case st.OpsInFlight != uint64(n.core.InFlight()):
-		s.fail("node %d: Stats.OpsInFlight %d != InFlight() %d", n.id, st.OpsInFlight, n.core.InFlight())
-	case st.TxFrames != n.txSent:
-		s.fail("node %d: Stats.TxFrames %d, but the core sent %d frames", n.id, st.TxFrames, n.txSent)
-	case st.RxFrames != n.rxFed:
-		s.fail("node %d: Stats.RxFrames %d, but Receive was called %d times", n.id, st.RxFrames, n.rxFed)
-	case st.Posted < n.last.Posted || st.EnteredSvc < n.last.EnteredSvc || st.ReqServed < n.last.ReqServed ||
-		st.RxAuthFailed < n.last.RxAuthFailed || st.ReqAuthFailed < n.last.ReqAuthFailed ||
-		st.PullsIssued < n.last.PullsIssued || st.PullsExpired < n.last.PullsExpired || st.WritesCommitted < n.last.WritesCommitted ||
-		st.RemoteRekeys < n.last.RemoteRekeys:
-		s.fail("node %d: a counter went backwards: %+v -> %+v", n.id, n.last, st)
-	case st.RemoteRekeys != n.remoteRekeys:
-		// Every install is followed, in the same call, by its ④.
-		s.fail("node %d: Stats.RemoteRekeys %d, but the simulator saw %d acknowledged REKEY installs (an install without ④?)",
-			n.id, st.RemoteRekeys, n.remoteRekeys)
-	case st.Rekeys != n.app.rekeys+n.remoteRekeys:
-		s.fail("node %d: Stats.Rekeys %d, the application rekeyed %d times and %d remote REKEYs were installed",
-			n.id, st.Rekeys, n.app.rekeys, n.remoteRekeys)
-	case st.WritesCommitted != n.commits:
-		// Every commit is followed, in the same call, by its ④ (the core
-		// commits only with a tx buffer for it): the simulator saw each.
-		s.fail("node %d: Stats.WritesCommitted %d, but the simulator saw %d acknowledged commits (a commit without ④?)",
-			n.id, st.WritesCommitted, n.commits)
-	case st.PullsInUse > uint64(n.ecfg.PullContexts) || st.PullsInUse+st.PullsExpired+st.WritesCommitted+st.RemoteRekeys > st.PullsIssued:
-		s.fail("node %d: PullsInUse %d (of %d contexts), PullsIssued %d, PullsExpired %d, WritesCommitted %d, RemoteRekeys %d: pulls not conserved",
-			n.id, st.PullsInUse, n.ecfg.PullContexts, st.PullsIssued, st.PullsExpired, st.WritesCommitted, st.RemoteRekeys)
-	case st.IVErrors != 0:
-		s.fail("node %d: Stats.IVErrors %d: a volatile IV source never runs dry", n.id, st.IVErrors)
-	case st.RxAuthFailed > n.obsolete && s.res.Net.Corrupted == 0 && s.res.Net.Forged == 0:
-		// Nothing on the wire was damaged or forged: every answer the
-		// core matched to one of its ops is genuine and must open, but
-		// for answers to a WRITE request that come after its pull.
-		s.fail("node %d: Stats.RxAuthFailed %d (answers to requests of pulled writes %d) on a fabric that damages nothing: a genuine answer failed authentication",
-			n.id, st.RxAuthFailed, n.obsolete)
-	}
-	var done uint64
-	for _, v := range st.Completed {
-		done += v
-	}
-	// Completed counts exactly the completions written (orphans apart).
-	if done != n.app.completions {
-		s.fail("node %d: Stats.Completed sums to %d, the applications read %d completions (Orphaned %d)",
-			n.id, done, n.app.completions, st.Orphaned)
-	}
-	n.last = st
-}
-
-// checkQuiet: after the drain, nothing is held.
-func (n *node) checkQuiet(when string) {
-	s := n.s
-	st := n.core.Stats()
-	if st.WindowInUse != 0 || st.OpsInFlight != 0 || n.core.InFlight() != 0 || st.PullsInUse != 0 {
-		s.fail("node %d %s: WindowInUse=%d OpsInFlight=%d InFlight()=%d PullsInUse=%d, want 0 (leak)",
-			n.id, when, st.WindowInUse, st.OpsInFlight, n.core.InFlight(), st.PullsInUse)
-		return
-	}
-	if want := n.app.slotsHeld(); st.SlotsInUse != want {
-		s.fail("node %d %s: SlotsInUse=%d, the live portals hold %d (leak)", n.id, when, st.SlotsInUse, want)
-		return
-	}
-	if err := n.core.Audit(); err != nil {
-		s.fail("node %d %s: Audit: %v", n.id, when, err)
-	}
 }
 
 // describe renders a frame for traces (slow; only with tracing on).

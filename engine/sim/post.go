@@ -155,7 +155,7 @@ func (p *portal) postOpType(opc abi.Op, kind opKind, tgt *region, length uint32,
 	if write {
 		local = p.wsrc
 	}
-	o := &op{kind: kind, p: p, slotIdx: -1, postedAt: s.now, target: tgt, sink: p.sink, local: local, rxAuth0: n.last.RxAuthFailed, write: write, rekey: rekey}
+	o := &op{kind: kind, p: p, slotIdx: -1, postedAt: s.now, target: tgt, sink: p.sink, local: local, rxAuth0: p.c.last.RxAuthFailed, write: write, rekey: rekey}
 	s.cookieCtr++
 	o.cookie = mix64(s.cookieCtr ^ s.cfg.Seed<<20)
 	c := &o.cmd
@@ -224,7 +224,7 @@ func (p *portal) postOpType(opc abi.Op, kind opKind, tgt *region, length uint32,
 	// Bound: local errors at the next Poll; the rest within
 	// DISPATCH_TIMEOUT + TIMEOUT (+ resolution when ARP is involved).
 	e := &n.ecfg
-	wait := max(s.now, n.busyUntil) - s.now
+	wait := max(s.now, p.c.busyUntil) - s.now
 	bound := wait + s.slack()
 	switch {
 	case o.kind.local():

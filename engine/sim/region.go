@@ -65,7 +65,7 @@ func (a *app) register(p *portal, mem []byte, perm abi.Perm, kind regKind) (*reg
 		}
 	}
 	kr := s.newKey()
-	id, err := a.n.core.RegisterRegion(p.id, mem, perm, kr)
+	id, err := p.c.core.RegisterRegion(p.id, mem, perm, kr)
 	if err != nil {
 		return nil, fmt.Errorf("RegisterRegion(%d bytes): %w", len(mem), err)
 	}
@@ -78,6 +78,9 @@ func (a *app) register(p *portal, mem []byte, perm abi.Perm, kind regKind) (*reg
 		}
 	}
 	rg.id = id
+	if len(a.n.cores) > 1 {
+		a.n.owner[id] = p.c
+	}
 	s.addKey(rg, kr, 0) // a new region's key is known everywhere at once (the directory)
 	s.regions = append(s.regions, rg)
 	return rg, nil
@@ -106,6 +109,10 @@ func (a *app) churn() {
 	if len(a.portals) == 0 {
 		return
 	}
+	if at, wait := a.churnWait(); wait {
+		s.schedule(at, evChurn, a.n.id, 0, nil)
+		return
+	}
 	p := a.portals[s.faultRng.IntN(len(a.portals))]
 	switch s.faultRng.IntN(4) {
 	case 0:
@@ -126,6 +133,29 @@ func (a *app) churn() {
 	})
 }
 
+// churnWait reports whether the churn must wait until the node's cores
+// have taken the commands published so far, and until when: a slot-busy
+// command names a slot whose op was posted in the same tick, and a
+// region replaced before the core takes that op would fail it locally,
+// freeing the slot, so that the slot-busy command would run for real.
+func (a *app) churnWait() (int64, bool) {
+	for _, p := range a.portals {
+		if p.cmd.Free() == p.cmd.Capacity() {
+			continue
+		}
+		for _, o := range p.extra {
+			if o.kind == kSlotBusy {
+				at := a.s.now + 1
+				for _, c := range a.n.cores {
+					at = max(at, c.busyUntil+1)
+				}
+				return at, true
+			}
+		}
+	}
+	return 0, false
+}
+
 // regionChurn describes how replace swaps one of a portal's regions.
 type regionChurn struct {
 	name, label, desc string // the trace's name, the label in a failed deregistration, the failed re-registration's
@@ -141,12 +171,12 @@ type regionChurn struct {
 func (a *app) replace(p *portal, slot **region, c regionChurn) {
 	s := a.s
 	old := *slot
-	if err := a.n.core.DeregisterRegion(p.id, old.id); err != nil {
+	if err := p.c.core.DeregisterRegion(p.id, old.id); err != nil {
 		s.fail("node %d: DeregisterRegion(%s%#x): %v", a.n.id, c.label, uint32(old.id), err)
 		return
 	}
 	if c.twice {
-		if err := a.n.core.DeregisterRegion(p.id, old.id); err == nil {
+		if err := p.c.core.DeregisterRegion(p.id, old.id); err == nil {
 			s.fail("node %d: DeregisterRegion(%#x) twice succeeded", a.n.id, uint32(old.id))
 			return
 		}

@@ -58,8 +58,12 @@ type Result struct {
 	RemoteRekeys   uint64
 	OrphanRekeys   uint64
 	TimeoutRekeyed uint64
-	Net            NetStats
-	Cores          []engine.Stats
+	// CrossCore: READ data a core of an engine of several sent from a
+	// region a portal of another of its cores registered (the region
+	// table the cores share).
+	CrossCore uint64
+	Net       NetStats
+	Cores     []engine.Stats // every core's counters, node by node
 	// Digest folds every event, frame and completion of the run: two runs
 	// of one seed must produce the same digest (determinism check).
 	Digest uint64
@@ -76,6 +80,10 @@ type NetStats struct {
 	// Misaddressed: REMOTE_AUTHENTICATION_FAILURE answers to requests whose
 	// source IP the fabric had damaged (sent to the claimed source).
 	Misaddressed uint64
+	// HandedOver: frames a core of a node took from its rx queue and
+	// handed to the core they are steered to (ARP: a copy to every other
+	// core); HandoverDrops: lost, that core's hand-over ring was full.
+	HandedOver, HandoverDrops uint64
 }
 
 // Failure is an invariant violation. Its message names the seed to
@@ -143,10 +151,15 @@ type Sim struct {
 	faultRng *rand.Rand // fault schedule
 	appRng   *rand.Rand // applications
 	keyRng   *rand.Rand // region keys
+	// mcRng draws what only engines of several cores need (core counts,
+	// rx queues, the cores portals ask for, the core a stall hits), so
+	// one-core runs draw exactly what they drew before nodes had cores.
+	mcRng *rand.Rand
 
 	events eventHeap
 	seq    uint64
 	nodes  []*node
+	cores  []*simCore // every node's cores, node by node: what the driver steps
 	pool   framePool
 
 	postEnd   int64 // apps stop posting
@@ -173,6 +186,8 @@ type Sim struct {
 	// reqIVs: the IV of every request sent, by sender and tag (kept only
 	// to forge responses: Net.Forge).
 	reqIVs map[reqRef][12]byte
+	// served: who answered each READ, by initiator and tag (sawReadData).
+	served map[reqRef]servedBy
 
 	res   Result
 	err   error
@@ -318,11 +333,13 @@ func (s *Sim) setup() error {
 	s.faultRng = rand.New(rand.NewPCG(seed, 0xfa017))
 	s.appRng = rand.New(rand.NewPCG(seed, 0xa99))
 	s.keyRng = rand.New(rand.NewPCG(seed, 0x6b6579))
+	s.mcRng = rand.New(rand.NewPCG(seed, 0x6d63))
 	s.t0 = 1_000_000_000 + s.faultRng.Int64N(1_000_000_000)
 	s.now = s.t0
 	s.postEnd = s.t0 + cfg.PostNs
 	s.ops = make(map[uint64]*op)
 	s.writes = make(map[reqRef]*op)
+	s.served = make(map[reqRef]servedBy)
 	if cfg.Net.Forge > 0 {
 		s.reqIVs = make(map[reqRef][12]byte)
 	}
@@ -337,13 +354,14 @@ func (s *Sim) setup() error {
 	}
 	for _, n := range s.nodes {
 		ec := s.engineConfig(n)
-		c, err := engine.New(ec, &n.tx)
-		if err != nil {
+		k := max(cfg.Cores, 1)
+		if cfg.CoresVary && k > 1 {
+			k = 1 + s.mcRng.IntN(k)
+		}
+		if err := n.newCores(ec, k); err != nil {
 			return fmt.Errorf("sim: node %d: %w", n.id, err)
 		}
-		n.core = c
-		n.ecfg = ec
-		n.next = math.MaxInt64
+		s.cores = append(s.cores, n.cores...)
 		s.maxTimeout = max(s.maxTimeout, int64(ec.Timeout))
 	}
 	for _, n := range s.nodes {
@@ -397,7 +415,8 @@ func (s *Sim) engineConfig(n *node) engine.Config {
 		ec.Slots = 2*perNode + 8
 	}
 	// Slot ids are global to an engine: vary the base so a core that
-	// forgets to subtract it fails.
+	// forgets to subtract it fails. (Core i of a node of several gets
+	// SlotBase + i*Slots: engine.NewGroup.)
 	ec.SlotBase = abi.SlotID(s.faultRng.IntN(4) * 1000)
 	if ec.Regions == 0 {
 		// Small on purpose: re-registration reuses entries with a new
@@ -490,10 +509,10 @@ func (s *Sim) run() {
 		if len(s.events) > 0 {
 			tEv = s.events[0].t
 		}
-		tN, ni := int64(math.MaxInt64), -1
-		for i, n := range s.nodes {
-			if n.next < tN {
-				tN, ni = n.next, i
+		tN, ci := int64(math.MaxInt64), -1
+		for i, c := range s.cores {
+			if c.next < tN {
+				tN, ci = c.next, i
 			}
 		}
 		t := min(tEv, tN)
@@ -532,7 +551,7 @@ func (s *Sim) run() {
 			}
 			s.handle(e)
 		} else {
-			s.nodes[ni].step()
+			s.cores[ci].step()
 		}
 		s.checkDeadlines()
 		if s.draining && s.err == nil {
@@ -560,12 +579,16 @@ func (s *Sim) handle(e event) {
 		n.linkDown--
 		s.pendingEv--
 	case evStall:
-		s.tracef("node %d stalls for %dns", n.id, e.arg)
-		if end := s.now + e.arg; end > n.busyUntil {
-			n.stalled += end - max(n.busyUntil, s.now)
-			n.busyUntil = end
+		c := n.cores[0]
+		if len(n.cores) > 1 {
+			c = n.cores[s.mcRng.IntN(len(n.cores))]
 		}
-		n.reschedule()
+		s.tracef("node %d core %d stalls for %dns", n.id, c.idx, e.arg)
+		if end := s.now + e.arg; end > c.busyUntil {
+			c.stalled += end - max(c.busyUntil, s.now)
+			c.busyUntil = end
+		}
+		c.reschedule()
 	case evCrash:
 		n.app.crash()
 		s.schedule(s.now+s.faultRng.Int64N(200_000), evReopen, n.id, 0, nil)
@@ -583,8 +606,7 @@ func (s *Sim) handle(e event) {
 	case evScript:
 		s.cfg.scripts[e.arg].do(s)
 		for _, m := range s.nodes {
-			m.kick = true
-			m.reschedule()
+			m.kickAll()
 		}
 	case evPostEnd:
 		s.tracef("posting ends")
@@ -620,7 +642,7 @@ func (s *Sim) maybeQuiesced() {
 		return
 	}
 	for _, n := range s.nodes {
-		if n.rxLen > 0 {
+		if n.rxPending() {
 			return
 		}
 	}
@@ -655,14 +677,20 @@ func (s *Sim) shutdownAll() {
 // published; Shutdown then aborts everything queued or in flight but
 // WRITEs whose data was all sent, which the node keeps serving.
 func (n *node) shutdown() {
-	n.core.Poll(n.s.now)
-	n.app.harvestAll()
-	n.afterCall("Poll")
+	for _, c := range n.cores {
+		c.core.Poll(n.s.now)
+		n.app.harvestAll()
+		n.afterCall("Poll")
+	}
 	n.shut = true
-	n.core.Shutdown(n.s.now)
-	n.app.harvestAll()
-	n.afterCall("Shutdown")
-	n.reschedule()
+	for _, c := range n.cores {
+		c.core.Shutdown(n.s.now)
+		n.app.harvestAll()
+		n.afterCall("Shutdown")
+	}
+	for _, c := range n.cores {
+		c.reschedule()
+	}
 }
 
 // finalChecks: every resource back where it belongs.
@@ -690,10 +718,16 @@ func (s *Sim) finalChecks() {
 	for _, n := range s.nodes {
 		n.app.closeAll()
 		n.afterCall("ClosePortal")
-		st := n.core.Stats()
-		if st.SlotsInUse != 0 || st.WindowInUse != 0 || st.OpsInFlight != 0 || st.PullsInUse != 0 {
-			s.fail("node %d after closing every portal: SlotsInUse=%d WindowInUse=%d OpsInFlight=%d PullsInUse=%d, want 0",
-				n.id, st.SlotsInUse, st.WindowInUse, st.OpsInFlight, st.PullsInUse)
+		for _, c := range n.cores {
+			st := c.core.Stats()
+			if st.SlotsInUse != 0 || st.WindowInUse != 0 || st.OpsInFlight != 0 || st.PullsInUse != 0 {
+				s.fail("node %d core %d after closing every portal: SlotsInUse=%d WindowInUse=%d OpsInFlight=%d PullsInUse=%d, want 0",
+					n.id, c.idx, st.SlotsInUse, st.WindowInUse, st.OpsInFlight, st.PullsInUse)
+				return
+			}
+		}
+		if err := n.g.Audit(); err != nil {
+			s.fail("node %d after closing every portal: %v", n.id, err)
 			return
 		}
 	}
@@ -702,10 +736,8 @@ func (s *Sim) finalChecks() {
 func (s *Sim) finishResult() {
 	s.res.EndNs = s.now - s.t0
 	s.res.Cores = s.res.Cores[:0]
-	for _, n := range s.nodes {
-		if n != nil && n.core != nil {
-			s.res.Cores = append(s.res.Cores, n.core.Stats())
-		}
+	for _, c := range s.cores {
+		s.res.Cores = append(s.res.Cores, c.core.Stats())
 	}
 }
 

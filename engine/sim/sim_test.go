@@ -128,7 +128,7 @@ func TestSimSeeds(t *testing.T) {
 			var rkinds [24]uint64
 			var kinds, wkinds [24]uint64
 			var writes, commits, orphanCommits, toCommitted, readsW, readsMixed uint64
-			var posted, steps, rekeys, zeroed, authDamaged uint64
+			var posted, steps, rekeys, zeroed, authDamaged, crossCore uint64
 			var covered [abi.NumStatus]int // seeds in which each status occurred
 			var net NetStats
 			var cs engineTotals
@@ -179,10 +179,20 @@ func TestSimSeeds(t *testing.T) {
 				net.LinkDrops += r.Net.LinkDrops
 				net.Straggled += r.Net.Straggled
 				net.Misaddressed += r.Net.Misaddressed
+				net.HandedOver += r.Net.HandedOver
+				net.HandoverDrops += r.Net.HandoverDrops
+				crossCore += r.CrossCore
 			}
 			t.Logf("%d seeds: %d ops, %d steps; completions: %s; frames sent %d, dropped %d, corrupted %d, dup %d, reordered %d, straggled %d, queue drops %d, link drops %d; cores: %s",
 				len(seeds), posted, steps, statusSummary(&by), net.Sent, net.Dropped, net.Corrupted, net.Duplicated,
 				net.Reordered, net.Straggled, net.DownQueueDrops, net.LinkDrops, cs)
+			if net.HandedOver > 0 || crossCore > 0 {
+				t.Logf("cores: frames handed over %d (dropped %d), READ data served from another core's region %d", net.HandedOver, net.HandoverDrops, crossCore)
+			}
+			if strings.HasPrefix(sc.Name, "multicore") && len(seeds) >= defaultSeeds && (net.HandedOver == 0 || crossCore == 0 || rekeys == 0) {
+				t.Errorf("handed over %d frames, served %d READ chunks from another core's regions, %d rekeys: the scenario did not exercise engines of several cores",
+					net.HandedOver, crossCore, rekeys)
+			}
 			t.Logf("keys: %d rekeys; wrong-key ops %d (random %d, other initiator %d, other op %d), stale-key ops %d, remote-region ops %d; damaged requests answered auth failure %d (to damaged sources %d); failed reads with zeroed chunks %d",
 				rekeys, kinds[kKeyRandom]+kinds[kKeyInitiator]+kinds[kKeyOp], kinds[kKeyRandom], kinds[kKeyInitiator], kinds[kKeyOp],
 				kinds[kStaleKey], kinds[kRemoteRegion], authDamaged, net.Misaddressed, zeroed)
@@ -327,4 +337,19 @@ func ExampleRun() {
 		return
 	}
 	_ = res.ByStatus[abi.StatusOK]
+}
+
+// TestSimCatchesUnsteeredFrames checks the checker: on engines of several
+// cores whose cores process whatever lands on their rx queue (no
+// hand-over), answers reach cores that drop them and valid ops fail.
+func TestSimCatchesUnsteeredFrames(t *testing.T) {
+	cfg := MultiCoreClean(3)
+	cfg.noHandOver = true
+	if _, err := Run(cfg); err == nil {
+		t.Fatal("a multi-core run without hand-over passed")
+	}
+	cfg.noHandOver = false
+	if _, err := Run(cfg); err != nil {
+		t.Fatal(err)
+	}
 }

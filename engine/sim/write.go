@@ -104,19 +104,20 @@ func oneRMAType(b []byte) wire.Type {
 // curried with ①'s IV while the op now expects the pull's: genuine, it
 // fails authentication all the same (Stats.RxAuthFailed), and is counted
 // apart.
-func (s *Sim) receiveAnswer(n *node, b []byte) {
+func (s *Sim) receiveAnswer(c *simCore, b []byte) {
+	n := c.n
 	var h wire.Fields
 	var o *op
 	if _, err := wire.Decode(b, &h); err == nil {
 		o = s.writes[reqRef{n.id, h.Tag}]
 	}
 	if o == nil || o.pullFirst == 0 || o.done || o.orphan {
-		n.core.Receive(s.now, b)
+		c.core.Receive(s.now, b)
 		return
 	}
-	before := n.core.Stats().RxAuthFailed
-	n.core.Receive(s.now, b)
-	n.obsolete += n.core.Stats().RxAuthFailed - before
+	before := c.core.Stats().RxAuthFailed
+	c.core.Receive(s.now, b)
+	n.obsolete += c.core.Stats().RxAuthFailed - before
 }
 
 // receivePull hands a pull (②) to its initiator n's core and records
@@ -126,19 +127,20 @@ func (s *Sim) receiveAnswer(n *node, b []byte) {
 // damaged copy may still be accepted when only bytes the core ignores
 // changed (TTL, checksums). On acceptance the op's deadline becomes the
 // pull's timeout (the server's) counted from now.
-func (s *Sim) receivePull(n *node, b []byte) {
+func (s *Sim) receivePull(c *simCore, b []byte) {
+	n := c.n
 	var h wire.Fields
 	var o *op
 	if _, err := wire.Decode(b, &h); err == nil {
 		o = s.writes[reqRef{n.id, h.Tag}]
 	}
 	if o == nil || o.done || o.orphan {
-		n.core.Receive(s.now, b)
+		c.core.Receive(s.now, b)
 		return
 	}
-	before := n.core.Stats()
-	n.core.Receive(s.now, b)
-	after := n.core.Stats()
+	before := c.core.Stats()
+	c.core.Receive(s.now, b)
+	after := c.core.Stats()
 	if after.RxDropped != before.RxDropped || after.RxStale != before.RxStale || after.RxAuthFailed != before.RxAuthFailed {
 		return
 	}

@@ -376,8 +376,8 @@ func forgedPullTimeout(d, stall time.Duration) func(*Sim, *node, *frame) {
 		a.SealResponse(wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), o.reqIV[:])
 		s.res.Net.Forged++
 		srv := s.nodes[1]
-		srv.busyUntil = s.now + int64(stall)
-		srv.reschedule()
+		srv.cores[0].busyUntil = s.now + int64(stall) // one core
+		srv.cores[0].reschedule()
 	}
 }
 
@@ -438,8 +438,8 @@ func TestCoreBugInServiceOrderLongerPull(t *testing.T) {
 		at(10, postWrite(0, kValid, 1, 4096, 0, nil)),
 		at(20, func(s *Sim) {
 			n := s.nodes[2]
-			n.busyUntil = s.now + 2_000_000
-			n.reschedule()
+			n.cores[0].busyUntil = s.now + 2_000_000 // one core
+			n.cores[0].reschedule()
 		}),
 		at(30, postReadOf(0, 2, regSrc, 512, 0)),
 	}

@@ -1,6 +1,7 @@
 // Package enginetest starts a real engine in the test's own process: one
 // engine core (engine/runner) over an engine/memport loopback port, which
-// a test may wrap (to drop or reorder frames), served by engine/ctl on a
+// a test may wrap (to drop or reorder frames), or several cores
+// (Opts.Cores) over memport's steered loopback, served by engine/ctl on a
 // unix socket, so that a portal talks to it exactly as to rmad. Tests of
 // packages that must not link the engine themselves (portal) and tests of
 // port wrappers (engine/faultport) share it.
@@ -8,6 +9,7 @@ package enginetest
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"path/filepath"
 	"sync"
@@ -30,15 +32,20 @@ var IP = netip.MustParseAddr("10.7.0.1")
 type Opts struct {
 	Engine func(*engine.Config)            // core config, after Start's defaults
 	Ctl    func(*ctl.Config)               // control server config
-	Port   func(*memport.Port) runner.Port // wraps the loopback port
+	Port   func(*memport.Port) runner.Port // wraps the loopback port (one core only)
+	// Cores is the number of polling cores (0: one), each on its own
+	// runner over its queue of memport.Steered.
+	Cores int
 }
 
 // Engine is a running in-process engine.
 type Engine struct {
-	Socket string         // its control socket
-	Runner *runner.Runner // Exec reads the core's (or a wrapper's) state on the loop
-	Server *ctl.Server    // its control server (Stats: the stats reply)
-	once   sync.Once
+	Socket  string           // its control socket
+	Runner  *runner.Runner   // core 0's: Exec reads the core's (or a wrapper's) state on the loop
+	Runners []*runner.Runner // every core's, by core
+	Group   *engine.Group    // the engine's cores
+	Server  *ctl.Server      // its control server (Stats: the stats reply)
+	once    sync.Once
 }
 
 // Start starts an engine (LocalIP IP; 64 slots, 32 regions, 4 portals; a
@@ -64,25 +71,51 @@ func New(o Opts, dir string) (*Engine, error) {
 	if o.Engine != nil {
 		o.Engine(&ecfg)
 	}
-	mp, err := memport.Loopback(memport.DefaultConfig())
+	var ports []runner.Port
+	if o.Cores > 1 {
+		if o.Port != nil {
+			return nil, errors.New("enginetest: Opts.Port wraps the one core's port")
+		}
+		sp, err := memport.Steered(memport.Config{Frames: 128, FrameBytes: engine.MaxFrameBytes, Burst: 32}, o.Cores, ecfg.UDPPort)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range sp {
+			ports = append(ports, p)
+		}
+	} else {
+		mp, err := memport.Loopback(memport.DefaultConfig())
+		if err != nil {
+			return nil, err
+		}
+		var port runner.Port = mp
+		if o.Port != nil {
+			port = o.Port(mp)
+		}
+		ports = append(ports, port)
+	}
+	txs := make([]engine.Tx, len(ports))
+	for i, p := range ports {
+		txs[i] = p
+	}
+	g, err := engine.NewGroup(ecfg, txs)
 	if err != nil {
 		return nil, err
 	}
-	var port runner.Port = mp
-	if o.Port != nil {
-		port = o.Port(mp)
+	e := &Engine{Group: g}
+	execs := make([]ctl.Executor, len(ports))
+	for i, p := range ports {
+		r, err := runner.New(g.Core(i), p, runner.DefaultConfig())
+		if err == nil {
+			err = r.Start()
+		}
+		if err != nil {
+			e.stopRunners()
+			return nil, err
+		}
+		e.Runners, execs[i] = append(e.Runners, r), r
 	}
-	core, err := engine.New(ecfg, port)
-	if err != nil {
-		return nil, err
-	}
-	r, err := runner.New(core, port, runner.DefaultConfig())
-	if err != nil {
-		return nil, err
-	}
-	if err := r.Start(); err != nil {
-		return nil, err
-	}
+	e.Runner = e.Runners[0]
 	cfg := ctl.DefaultConfig()
 	cfg.Sockets[0].Path = filepath.Join(dir, "rmad.sock")
 	// A test's applications are one uid, one tenant: it may use every
@@ -91,13 +124,20 @@ func New(o Opts, dir string) (*Engine, error) {
 	if o.Ctl != nil {
 		o.Ctl(&cfg)
 	}
-	srv, err := ctl.Listen(cfg, r, zerolog.Nop())
+	srv, err := ctl.Listen(cfg, g, execs, zerolog.Nop())
 	if err != nil {
-		r.Stop(context.Background())
+		e.stopRunners()
 		return nil, err
 	}
 	go srv.Serve()
-	return &Engine{Socket: cfg.Sockets[0].Path, Runner: r, Server: srv}, nil
+	e.Socket, e.Server = cfg.Sockets[0].Path, srv
+	return e, nil
+}
+
+func (e *Engine) stopRunners() {
+	for _, r := range e.Runners {
+		r.Stop(context.Background())
+	}
 }
 
 // Close stops the engine as rmad shuts down: the control server reclaims
@@ -106,7 +146,7 @@ func New(o Opts, dir string) (*Engine, error) {
 func (e *Engine) Close() {
 	e.once.Do(func() {
 		e.Server.Close()
-		e.Runner.Stop(context.Background())
+		e.stopRunners()
 	})
 }
 

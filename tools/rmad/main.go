@@ -233,7 +233,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err != nil {
 		return err
 	}
-	ctlCfg.PortStats = func() *ctlmsg.PortStats {
+	ctlCfg.PortStats = func(int) *ctlmsg.PortStats {
 		dev, err := id.Stats()
 		m := portStatsMsg(cfg.Port.Name, dport.Stats(), dev, err)
 		if xp != nil {
@@ -242,7 +242,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		return m
 	}
 	if fault != nil {
-		ctlCfg.FaultStats = func() *ctlmsg.FaultStats { return faultStatsMsg(fault.Stats()) }
+		ctlCfg.FaultStats = func(int) *ctlmsg.FaultStats { return faultStatsMsg(fault.Stats()) }
 	} else {
 		log.Debug().Msg("fault injection off")
 	}
@@ -254,12 +254,13 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	logRoutes(log, &engCfg)
 
 	// Core and its poll loop.
-	core, err := engine.New(engCfg, port)
+	group, err := engine.NewGroup(engCfg, []engine.Tx{port})
 	if err != nil {
 		return err
 	}
+	core := group.Core(0)
 	if engCfg.Crypto == engine.CryptoIPsecMB {
-		arch, _ := engine.MBArch() // engine.New checked it works
+		arch, _ := engine.MBArch() // engine.NewGroup checked it works
 		log.Info().Str("crypto", engCfg.Crypto).Str("ipsec_mb_arch", arch).Msg("seals batched on intel-ipsec-mb, opens on crypto/cipher")
 	} else {
 		log.Info().Str("crypto", cmp.Or(engCfg.Crypto, engine.CryptoGo)).Msg("seals and opens on crypto/cipher")
@@ -300,7 +301,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err != nil {
 		return err
 	}
-	ctlCfg.LoopStats = func() *ctlmsg.LoopStats { return loopStatsMsg(r.Stats()) }
+	ctlCfg.LoopStats = func(int) *ctlmsg.LoopStats { return loopStatsMsg(r.Stats()) }
 	if fault != nil {
 		logFault(log, &faultCfg, &rCfg)
 	}
@@ -354,7 +355,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 			down.add("remove socket directory "+dir, func() error { return os.Remove(dir) })
 		}
 	}
-	srv, err := ctl.Listen(ctlCfg, r, log.With().Str("component", "ctl").Logger())
+	srv, err := ctl.Listen(ctlCfg, group, []ctl.Executor{r}, log.With().Str("component", "ctl").Logger())
 	if err != nil {
 		return err
 	}

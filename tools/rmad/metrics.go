@@ -59,7 +59,7 @@ func startMetrics(listen string, srv *ctl.Server, delays *telemetry.Delays, limi
 		Cores: []metrics.Core{{
 			ID: 0, Limits: limits,
 			Snapshot: func(s *metrics.Snapshot) (err error) {
-				s.Stats, err = srv.Stats(func(*engine.Core) { s.Delays = *delays })
+				s.Stats, err = srv.Stats(func(_ int, _ *engine.Core) { s.Delays = *delays })
 				return err
 			},
 		}},
