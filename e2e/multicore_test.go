@@ -1,18 +1,24 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/ctlmsg"
+	"github.com/onerma/onerma/internal/rawnet"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
+	"github.com/onerma/onerma/wire"
 )
 
 // Engines of two polling cores each (rmad -cores 2: a queue pair each)
@@ -173,4 +179,86 @@ func rmactlStats(t *testing.T, e *testbed.Engine) *ctlmsg.Stats {
 		t.Fatalf("%s: stats without the port's counters", e.Opt.Name)
 	}
 	return &st
+}
+
+// An engine's IVs stay unique when it restarts with another list of CPUs:
+// engine A (af_packet) runs on CPUs 0 and 1, then, with the same IV state
+// file, on CPU 1 alone. Every frame it sends is captured on the other end
+// of its veth, and no IV (its address and counter, tagged with the
+// sending core's lane) is seen twice; the first run used two lanes.
+func TestMulticoreIVsAcrossRestart(t *testing.T) {
+	needEngines(t)
+	v, err := testbed.NewVethPair(fmt.Sprintf("ormi%d", os.Getpid()%1000))
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip("network namespaces unavailable:", err)
+	}
+	t.Cleanup(v.Close)
+	cap, err := rawnet.OpenNS(v.NSB, v.IfB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cap.Close() })
+	dir := t.TempDir()
+	ob := testbed.AFPacket(rmadBin, dir, "e2e-ivb", ipB.String(), v.NSB, v.IfB)
+	ob.Extra = relaxed
+	b := start(t, ob)
+	pb := dial(t, b, "b")
+	rb := ownerRegion(t, pb, 64<<10, abi.PermRemoteRead)
+
+	seen := map[[12]byte]int{}
+	for run, cpus := range []string{"0,1", "1"} {
+		cores := strings.Count(cpus, ",") + 1
+		oa := testbed.AFPacketQueues(rmadBin, dir, "e2e-iva", ipA.String(), v.NSA, v.IfA, cores)
+		oa.Extra = append([]string{"-cpu", cpus}, relaxed...) // same Name and Dir: the same IV state
+		cap.Drain()
+		done := make(chan []rawnet.Frame)
+		stop := make(chan struct{})
+		go func() { // A's frames as they arrive, while A runs
+			var all []rawnet.Frame
+			for {
+				fs, _ := cap.Capture(50*time.Millisecond, 0, func(f *rawnet.Frame) bool {
+					return !f.Out && len(f.Data) >= wire.IVOffset+12 && wire.EtherType(f.Data) == wire.EtherTypeIPv4 &&
+						bytes.Equal(f.Data[wire.EthLen+12:wire.EthLen+16], ipA.AsSlice()) && f.Data[wire.EthLen+9] == 17
+				})
+				all = append(all, fs...)
+				select {
+				case <-stop:
+					done <- all
+					return
+				default:
+				}
+			}
+		}()
+		a := start(t, oa)
+		pa := dial(t, a, fmt.Sprintf("a%d", run))
+		ra := ownerRegion(t, pa, 64<<10, abi.PermRemoteRead)
+		verifiedReads(t, pa, ipB, rb) // A's requests
+		verifiedReads(t, pb, ipA, ra) // A's data
+		pa.Close()
+		if err := a.Stop(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		frames := <-done
+		if _, drops, err := cap.Stats(); err != nil || drops != 0 {
+			t.Fatalf("capture: %d frames dropped (%v): the check would miss IVs", drops, err)
+		}
+		lanes := map[uint64]int{}
+		for _, f := range frames {
+			var iv [12]byte
+			copy(iv[:], f.Data[wire.IVOffset:])
+			if r, ok := seen[iv]; ok {
+				t.Fatalf("run %d (cpus %s) sent IV % x, sent already in run %d", run, cpus, iv, r)
+			}
+			seen[iv] = run
+			lanes[binary.BigEndian.Uint64(iv[4:])>>58]++
+		}
+		t.Logf("run %d, cpus %s: %d frames, IVs by lane tag %v", run, cpus, len(frames), lanes)
+		if len(frames) < 50 || len(lanes) != cores {
+			t.Fatalf("run %d: %d frames captured over %d lanes, want dozens over %d", run, len(frames), len(lanes), cores)
+		}
+	}
 }
