@@ -189,9 +189,8 @@ func anyDone(rs []*runner.Runner) <-chan struct{} {
 // on an engine of several: their sum over the cores is the device's,
 // and core 0 carries the counters the device keeps for no queue).
 func devStats(id dpdk.PortID, q, cores int) (dpdk.EthStats, error) {
-	dev, err := id.Stats()
-	if cores == 1 || err != nil {
-		return dev, err
+	if cores == 1 {
+		return id.Stats()
 	}
 	qs, err := id.QueueStats(uint16(q))
 	if err != nil {
@@ -199,6 +198,10 @@ func devStats(id dpdk.PortID, q, cores int) (dpdk.EthStats, error) {
 	}
 	s := dpdk.EthStats{RxPackets: qs.RxPackets, TxPackets: qs.TxPackets, RxBytes: qs.RxBytes, TxBytes: qs.TxBytes, RxErrors: qs.RxErrors}
 	if q == 0 {
+		dev, err := id.Stats()
+		if err != nil {
+			return dpdk.EthStats{}, err
+		}
 		s.RxMissed, s.RxNoMbuf, s.TxErrors = dev.RxMissed, dev.RxNoMbuf, dev.TxErrors
 	}
 	return s, nil
