@@ -187,7 +187,8 @@ type Stats struct {
 	// Cores are each core's counters, loop, port and fault injector, on
 	// an engine of more than one core (absent on one core); the counters
 	// above are then their sums (the gauges too: window, slots and ops in
-	// flight over every core; frag_needed_* are the latest core's), Loop
+	// flight over every core; req_queue_max is the deepest core's,
+	// frag_needed_* those of the core that counted the most), Loop
 	// and Fault sum the cores' too, and Port is core 0's with every
 	// core's driver and device counters summed (each core's device
 	// counters are its queue pair's: PortDevStats).

@@ -133,6 +133,12 @@ func (g *Group) Quiesced(v uint64) bool {
 // CoreQuiesced is Quiesced for core i alone.
 func (g *Group) CoreQuiesced(i int, v uint64) bool { return g.quiet[i].v.Load() >= v }
 
+// Quiesce runs core i's quiescent point now, as its next Poll would. Call
+// it on core i's goroutine, between two calls into the core (a
+// runner.Exec closure): the control plane need not wait for the core's
+// next Poll.
+func (g *Group) Quiesce(i int) { g.cores[i].regions.sync() }
+
 // Audit checks the shared region table's books: free and held indices,
 // generations and owners of the live regions (any goroutine; each core's
 // own invariants are its Core.Audit).

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -473,6 +474,42 @@ func TestNewGroupConfig(t *testing.T) {
 		}
 		if g.Core(i).out.tag != uint64(i)<<ivTagShift {
 			t.Fatalf("core %d: lane tag %#x", i, g.Core(i).out.tag)
+		}
+	}
+}
+
+// IV counters stay unique when an engine restarts with another number of
+// cores: they all come from the one persisted source, and the lane tags
+// only set bits the source's counters never reach.
+func TestIVLanesAcrossRestarts(t *testing.T) {
+	path := t.TempDir() + "/iv.state"
+	seen := map[uint64]bool{}
+	for run, cores := range []int{2, 1, 3, 2} {
+		src, err := aesni.OpenIVSource(aesni.IVConfig{Path: path, Block: 1 << 20, Span: 1 << 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig("10.0.0.1", 1)
+		cfg.IV = src
+		e := newMCEngine(t, cfg, cores)
+		for i := range cores {
+			o := e.g.Core(i).out
+			for k := range 300 {
+				var ctr uint64
+				var ok bool
+				if k%3 == 0 {
+					ctr, ok = o.counters(65)
+				} else {
+					ctr, ok = o.counter()
+				}
+				if !ok || seen[ctr] || ctr>>ivTagShift != uint64(i) {
+					t.Fatalf("run %d core %d: counter %#x (ok %v, seen %v)", run, i, ctr, ok, seen[ctr])
+				}
+				seen[ctr] = true
+			}
+		}
+		if err := src.Close(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

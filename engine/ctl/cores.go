@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/onerma/onerma/engine"
 )
@@ -62,9 +61,9 @@ func (s *Server) addSlots(k, n int) {
 	s.mu.Unlock()
 }
 
-// Cores reports how many portals and slots each core holds (the load the
+// CoreLoad reports how many portals and slots each core holds (the load the
 // server balances portals by).
-func (s *Server) Cores() (portals, slots []int) {
+func (s *Server) CoreLoad() (portals, slots []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, l := range s.load {
@@ -73,22 +72,19 @@ func (s *Server) Cores() (portals, slots []int) {
 	return portals, slots
 }
 
-// quiesceSpins is how long quiesce spins before it wakes loops that may be
-// asleep: a busy loop polls within microseconds, and each iteration is a
-// quiescent point.
-const quiesceSpins = 256
-
-// quiesceWait bounds the wait for every core after the wake: a loop that
-// ran an Exec polls right after it, unless it is stopping.
-const quiesceWait = 2 * time.Second
+// quiesceSpins is how long quiesce spins before it runs the quiescent
+// point on the cores not there yet: a busy loop polls within
+// microseconds, and each Poll is one.
+const quiesceSpins = 64
 
 // quiesce waits until every core has passed a quiescent point since the
 // engine's region table reached version v (engine.Group.Quiesced): from
-// then on no core touches the memory of a region removed before v. A core
-// whose loop sleeps (runner Backoff) polls only when woken, so after a
-// short spin every core not yet there runs an empty closure (Exec wakes
-// it; it polls right after). An error (a loop that is not running) means
-// the cores did not confirm: the caller must keep the memory mapped.
+// then on no core touches the memory of a region removed before v. A busy
+// loop gets there at its next Poll; after a short spin, every core not
+// there yet runs its quiescent point in a closure on its loop
+// (engine.Group.Quiesce: Exec wakes a loop asleep in Backoff). An error
+// (a loop that is not running) means the cores did not confirm: the
+// caller must keep the memory mapped.
 func (s *Server) quiesce(v uint64) error {
 	g := s.g
 	for range quiesceSpins {
@@ -106,7 +102,7 @@ func (s *Server) quiesce(v uint64) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = x.Exec(func(*engine.Core) {})
+				errs[i] = x.Exec(func(*engine.Core) { g.Quiesce(i) })
 			}()
 		}
 	}
@@ -116,16 +112,8 @@ func (s *Server) quiesce(v uint64) error {
 			return fmt.Errorf("core %d: %w", i, err)
 		}
 	}
-	deadline := time.Now().Add(quiesceWait)
-	for i := 0; !g.Quiesced(v); i++ {
-		if i < quiesceSpins {
-			runtime.Gosched()
-			continue
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the engine's cores did not all poll within %v", quiesceWait)
-		}
-		time.Sleep(20 * time.Microsecond) // a loop held up: give it the CPU
+	if !g.Quiesced(v) { // cannot happen: each ran its quiescent point after v
+		return fmt.Errorf("the engine's cores did not reach version %d", v)
 	}
 	return nil
 }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
-	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/internal/enginetest"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -57,13 +57,13 @@ func TestPortalBinding(t *testing.T) {
 		!strings.Contains(err.Error(), "asks for core 2; the engine has 2 cores") {
 		t.Fatalf("core 2 of 2: %v", err)
 	}
-	if ps, slots := e.srv.Cores(); ps[0] != 1 || ps[1] != 3 || slots[0] != 4 || slots[1] != 0 {
+	if ps, slots := e.srv.CoreLoad(); ps[0] != 1 || ps[1] != 3 || slots[0] != 4 || slots[1] != 0 {
 		t.Fatalf("load: portals %v slots %v", ps, slots)
 	}
 	b.Close()
 	c.Close()
 	pinned.Close()
-	enginetestEventually(t, "the closed portals' reclaim", func() bool { ps, _ := e.srv.Cores(); return ps[1] == 0 })
+	enginetest.Eventually(t, "the closed portals' reclaim", func() bool { ps, _ := e.srv.CoreLoad(); return ps[1] == 0 })
 	if d := dial(t, e, "d"); d.Core() != 1 {
 		t.Fatalf("after closing core 1's portals, a new one went to core %d", d.Core())
 	}
@@ -77,17 +77,6 @@ func TestPortalBinding(t *testing.T) {
 	}
 	if len(cores) != 2 || cores["a"] != 0 || cores["d"] != 1 || len(st.Cores) != 2 {
 		t.Fatalf("stats: portals %+v, %d cores", st.Portals, len(st.Cores))
-	}
-}
-
-func enginetestEventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -288,5 +277,4 @@ func TestListenExecutorsPerCore(t *testing.T) {
 	if r := s.Resources(); r.Portals != 2*engineConfig().Portals || r.Slots != 2*engineConfig().Slots {
 		t.Fatalf("resources %+v: want both cores' portals and slots", r)
 	}
-	var _ = ctlmsg.CoreStats{}
 }

@@ -10,13 +10,14 @@ import (
 // Sums over the cores of an engine, for the stats reply's engine-wide
 // fields (control path: reflection keeps them in step with the structs).
 
-// addStats adds src's counters and gauges to dst. The latest
-// fragmentation-needed report is the one of the core that counted the
-// most (cores report on their own; none knows the others' order).
+// addStats adds src's counters and gauges to dst. The deepest inbound
+// queue is the deepest of any core's; the latest fragmentation-needed
+// report is the one of the core that counted the most (cores report on
+// their own; none knows the others' order).
 func addStats(dst, src *engine.Stats) {
-	dstDst, dstMTU, dstN := dst.FragNeededDst, dst.FragNeededMTU, dst.ICMPFragNeeded
+	dstDst, dstMTU, dstN, qmax := dst.FragNeededDst, dst.FragNeededMTU, dst.ICMPFragNeeded, dst.ReqQueueMax
 	addUints(reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem())
-	dst.FragNeededDst, dst.FragNeededMTU = dstDst, dstMTU
+	dst.FragNeededDst, dst.FragNeededMTU, dst.ReqQueueMax = dstDst, dstMTU, max(qmax, src.ReqQueueMax)
 	if src.ICMPFragNeeded > dstN {
 		dst.FragNeededDst, dst.FragNeededMTU = src.FragNeededDst, src.FragNeededMTU
 	}

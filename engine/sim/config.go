@@ -92,6 +92,9 @@ type Config struct {
 	// missing one: Cost). The congestion experiments (flow.go) give a
 	// server its own serving cost.
 	costs []CostConfig
+	// noHandOver (self-test of the simulator): a core processes every
+	// frame it takes from its rx queue, steered elsewhere or not.
+	noHandOver bool
 	// flows: the congestion experiments' flow applications (flow.go),
 	// run next to (instead of, when App.Clients is empty) the random
 	// workload.

@@ -120,7 +120,7 @@ func (c *simCore) step() {
 		if s.traceOn {
 			s.tracef("node %d core %d rx %s", n.id, c.idx, describe(f.buf[:f.n]))
 		}
-		if !own && len(n.cores) > 1 && c.handOver(f) {
+		if !own && len(n.cores) > 1 && !s.cfg.noHandOver && c.handOver(f) {
 			continue
 		}
 		c.receive(f.buf[:f.n])

@@ -306,7 +306,11 @@
 // carry its id in their top bits and no counter repeats on a node. A
 // rekey must be refused through a core other than the region's portal's.
 // Result.CrossCore counts READ data served from a region a portal of
-// another core registered. The scenarios multicore (Mixed's faults) and
+// another core registered. On every node, of one core or several, no READ
+// request is served twice (its answer's counters come from one range): a
+// duplicate, landing on any rx queue, must be caught by the one replay
+// window of its sender lane. TestSimCatchesUnsteeredFrames checks that
+// cores which skip the hand-over fail the run. The scenarios multicore (Mixed's faults) and
 // multicore-clean (Clean's strictness) always run engines of 2-4 cores;
 // their draws come from streams of their own (Sim.mcRng), so one-core
 // runs draw exactly what they drew before.

@@ -319,10 +319,8 @@ func (s *Sim) send(c *simCore, b []byte) {
 		s.tracef("node %d tx %s", n.id, describe(b))
 	}
 	if wire.EtherType(b) == wire.EtherTypeIPv4 {
-		if h.Type == wire.TypeReadResp && len(n.cores) > 1 {
-			if o, ok := n.owner[abi.RegionID(h.Region)]; ok && o != c {
-				s.res.CrossCore++
-			}
+		if h.Type == wire.TypeReadResp {
+			s.sawReadData(c, &h)
 		}
 		switch h.Type {
 		case wire.TypeWriteReq, wire.TypeRekeyReq:
@@ -362,6 +360,43 @@ func (s *Sim) send(c *simCore, b []byte) {
 		}
 	}
 	s.schedule(n.upFree+s.cfg.Net.LatencyNs, evSwitch, n.id, 0, f)
+}
+
+// sawReadData: core c sent a chunk of READ data. Every chunk of one
+// request's answer has a counter of one range (base + offset/64), so two
+// bases for one op (initiator and tag) mean its request was served twice:
+// a duplicate got past the serving core's replay window, on whichever
+// core it landed (unless the server forgot the sender lane's window to
+// make room, or keeps none).
+func (s *Sim) sawReadData(c *simCore, h *wire.Fields) {
+	n := c.n
+	if o, ok := n.owner[abi.RegionID(h.Region)]; ok && o != c {
+		s.res.CrossCore++
+	}
+	_, ctr := aesni.NonceCounter(h.IV[:])
+	base := ctr - h.Offset/wire.ChunkAlign
+	key := reqRef{s.nodeOfIP(h.DstIP), h.Tag}
+	first, seen := s.served[key]
+	if !seen {
+		s.served[key] = servedBy{n.id, base}
+		return
+	}
+	if first == (servedBy{n.id, base}) || n.ecfg.ReplayPeers == 0 {
+		return
+	}
+	for _, k := range n.cores {
+		if k.last.ReplayEvictions > 0 {
+			return
+		}
+	}
+	s.fail("node %d core %d served the READ request of node %d tag %#x a second time (counters from %#x, first from %#x by node %d): a replayed request got through",
+		n.id, c.idx, key.node, h.Tag, base, first.base, first.node)
+}
+
+// servedBy is the node that answered a READ and its answer's counter base.
+type servedBy struct {
+	node int
+	base uint64
 }
 
 // atSwitch forwards a frame: broadcast to every other node, unicast by

@@ -109,6 +109,10 @@ func (a *app) churn() {
 	if len(a.portals) == 0 {
 		return
 	}
+	if at, wait := a.churnWait(); wait {
+		s.schedule(at, evChurn, a.n.id, 0, nil)
+		return
+	}
 	p := a.portals[s.faultRng.IntN(len(a.portals))]
 	switch s.faultRng.IntN(4) {
 	case 0:
@@ -127,6 +131,29 @@ func (a *app) churn() {
 		perm: abi.PermRemoteRead | abi.PermLocalRead, kind: regSrc,
 		size: func(*region) int { return cfg.SrcMinBytes + s.appRng.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1) },
 	})
+}
+
+// churnWait reports whether the churn must wait until the node's cores
+// have taken the commands published so far, and until when: a slot-busy
+// command names a slot whose op was posted in the same tick, and a
+// region replaced before the core takes that op would fail it locally,
+// freeing the slot, so that the slot-busy command would run for real.
+func (a *app) churnWait() (int64, bool) {
+	for _, p := range a.portals {
+		if p.cmd.Free() == p.cmd.Capacity() {
+			continue
+		}
+		for _, o := range p.extra {
+			if o.kind == kSlotBusy {
+				at := a.s.now + 1
+				for _, c := range a.n.cores {
+					at = max(at, c.busyUntil+1)
+				}
+				return at, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // regionChurn describes how replace swaps one of a portal's regions.

@@ -186,6 +186,8 @@ type Sim struct {
 	// reqIVs: the IV of every request sent, by sender and tag (kept only
 	// to forge responses: Net.Forge).
 	reqIVs map[reqRef][12]byte
+	// served: who answered each READ, by initiator and tag (sawReadData).
+	served map[reqRef]servedBy
 
 	res   Result
 	err   error
@@ -337,6 +339,7 @@ func (s *Sim) setup() error {
 	s.postEnd = s.t0 + cfg.PostNs
 	s.ops = make(map[uint64]*op)
 	s.writes = make(map[reqRef]*op)
+	s.served = make(map[reqRef]servedBy)
 	if cfg.Net.Forge > 0 {
 		s.reqIVs = make(map[reqRef][12]byte)
 	}

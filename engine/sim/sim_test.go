@@ -313,3 +313,18 @@ func ExampleRun() {
 	}
 	_ = res.ByStatus[abi.StatusOK]
 }
+
+// TestSimCatchesUnsteeredFrames checks the checker: on engines of several
+// cores whose cores process whatever lands on their rx queue (no
+// hand-over), answers reach cores that drop them and valid ops fail.
+func TestSimCatchesUnsteeredFrames(t *testing.T) {
+	cfg := MultiCoreClean(3)
+	cfg.noHandOver = true
+	if _, err := Run(cfg); err == nil {
+		t.Fatal("a multi-core run without hand-over passed")
+	}
+	cfg.noHandOver = false
+	if _, err := Run(cfg); err != nil {
+		t.Fatal(err)
+	}
+}
