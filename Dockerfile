@@ -1,21 +1,70 @@
-# OneRMA engine and tools on Debian 12 with DPDK 22.11 from Debian.
-# Run with hugepages mounted and the privileges DPDK needs, and keep the
-# engine's IV state (AES-GCM counters that must never repeat) on a volume:
-#   docker run --privileged -v /dev/hugepages:/dev/hugepages \
-#       -v onerma-state:/var/lib/onerma onerma [rmad flags]
-FROM golang:1.26-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends \
-        libdpdk-dev libipsec-mb-dev pkg-config gcc make \
-        clang llvm libbpf-dev linux-libc-dev && rm -rf /var/lib/apt/lists/*
+# OneRMA: the engine (rmad) and its tools on Debian 12 with Debian's DPDK
+# 22.11. Two stages: build (Go, cgo against the -dev packages) and runtime
+# (the shared libraries rmad loads and nothing else). README "Containers"
+# has the run lines and the privileges each port type needs.
+#
+#   docker build -t onerma .                   (pulls debian:bookworm-slim and golang:1.26-bookworm)
+#   scripts/image.sh                           (podman, nothing pulled: a debootstrap base and
+#                                               the host's Go, passed as BASE and GO_IMAGE)
+#
+# BASE is the Debian 12 image both stages start from; GO_IMAGE any image
+# with a Go >= 1.26 toolchain in /usr/local/go (only that is taken from it).
+ARG BASE=docker.io/library/debian:bookworm-slim
+ARG GO_IMAGE=docker.io/library/golang:1.26-bookworm
+
+FROM ${GO_IMAGE} AS go
+
+FROM ${BASE} AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libdpdk-dev libipsec-mb-dev ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+# Go is mounted from GO_IMAGE into the steps that run it, never copied
+# into a layer (a cached build then hashes none of it); naming GO_IMAGE
+# here makes a new toolchain a new cache key.
+ARG GO_IMAGE
+ENV PATH=/usr/local/go/bin:$PATH GOPATH=/go GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+# The module proxy: Go's default unless given (scripts/image.sh serves the
+# host's module cache as file:///goproxy).
+ARG GOPROXY
 WORKDIR /src
 COPY go.mod go.sum ./
-RUN go mod download
+RUN --mount=type=bind,from=go,source=/usr/local/go,target=/usr/local/go --mount=type=cache,target=/go/pkg/mod \
+    go mod download
 COPY . .
-RUN make build
+# The caches outlive the build: a changed source recompiles only what it
+# touches. rmad is built with its profile (tools/rmad/default.pgo).
+# e2e/ctrapp, the application of the container test, goes to /out/e2e
+# (the e2e stage) and never into the runtime image.
+RUN --mount=type=bind,from=go,source=/usr/local/go,target=/usr/local/go \
+    --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    go build -trimpath -o /out/ ./tools/rmad ./tools/rmactl ./tools/rmaperf ./tools/rmatop \
+ && go build -trimpath -o /out/e2e/ ./e2e/ctrapp
 
-FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends \
-        dpdk libdpdk-dev libipsec-mb-dev iproute2 procps ca-certificates make && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/bin/ /usr/local/bin/
-VOLUME /var/lib/onerma
+FROM ${BASE} AS runtime
+# What rmad loads: DPDK's libraries, the mempool driver, the poll mode
+# drivers of the vdevs (memif, af_packet, AF_XDP with libxdp and libbpf,
+# tap) and of common NICs and VFs (PMDS; add librte-net-mlx5-23 for
+# Mellanox), and intel-ipsec-mb. No -dev package, no compiler.
+ARG PMDS="librte-net-iavf23 librte-net-i40e23 librte-net-ice23 librte-net-ixgbe23 librte-net-e1000-23 librte-net-virtio23 librte-net-vmxnet3-23 librte-net-ena23 librte-net-gve23"
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libipsec-mb1 \
+        librte-eal23 librte-ethdev23 librte-mbuf23 librte-mempool23 librte-mempool-ring23 librte-ring23 \
+        librte-net23 librte-kvargs23 librte-telemetry23 librte-pci23 librte-bus-pci23 librte-bus-vdev23 \
+        librte-net-ring23 librte-net-memif23 librte-net-af-packet23 librte-net-af-xdp23 librte-net-tap23 \
+        ${PMDS} \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/rmad /out/rmactl /out/rmaperf /out/rmatop /usr/local/bin/
+# The control sockets (one directory per tenant: mount each into its
+# tenant's containers only) and the IV and identity state, which must
+# outlive the container: a new engine on a fresh state would repeat
+# AES-GCM nonces.
+VOLUME ["/run/onerma", "/var/lib/onerma"]
 ENTRYPOINT ["/usr/local/bin/rmad"]
+
+# The container test's image (e2e TestContainers): the runtime and its
+# application. Build it with --target e2e.
+FROM runtime AS e2e
+COPY --from=build /out/e2e/ctrapp /usr/local/bin/
+
+# The default target: the runtime image.
+FROM runtime

@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 BIN     := bin
-TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop
+TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop rmasoak rmakv
 # BPF programs, compiled here, committed, embedded by their Go packages:
 # rmatop's probe and the XDP program of rmad's AF_XDP ports.
 BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
@@ -17,8 +17,10 @@ TEST_TIMEOUT ?= 20m
 # overrides every target's budget.
 FUZZTIME ?=
 SIM_SEEDS ?= 1000
+# make soak's duration; make test runs a 1-minute soak.
+SOAK ?= 30m
 
-.PHONY: all setup setup-bench bpf build demo test fuzz sim bench figures vet clean pgo
+.PHONY: all setup setup-bench bpf build image demo test fuzz sim bench figures fig9 vet clean pgo soak
 
 all: build
 
@@ -43,6 +45,14 @@ build: bpf
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
 
+# The container images (scripts/image.sh, podman; nothing pulled): a
+# Debian 12 base made by debootstrap, the Dockerfile's runtime image
+# localhost/onerma:dev and its e2e target localhost/onerma-e2e:dev. Cached:
+# a second run rebuilds only what changed.
+image:
+	@bash scripts/setup.sh --containers
+	@bash scripts/image.sh
+
 demo: setup build
 	@$(BIN)/onerma-demo -rmad $(BIN)/rmad
 
@@ -52,13 +62,22 @@ vet: bpf
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 # Every test (unit, simulator seeds, real DPDK engines in separate processes,
-# netns/veth af_packet), then a short run of each fuzz target.
-test: setup build vet
-	ONERMA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+# netns/veth af_packet, engines and applications in containers), a
+# 1-minute soak, then a short run of each fuzz target.
+test: setup build vet image
+	env $$(bash scripts/image.sh --env) ONERMA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(BIN)/rmasoak -bin $(BIN) -d 1m
 	@$(MAKE) --no-print-directory fuzz
 
+# The soak (tools/rmasoak, internal/soak): four engines on the routed
+# testbed under verified mixed load for $(SOAK), engines SIGKILLed and
+# restarted, router links flapped, keys replaced; the floors scale with
+# the duration. Its last line is `soak: ok` only when every check held.
+soak: setup build
+	$(BIN)/rmasoak -bin $(BIN) -d $(SOAK)
+
 fuzz:
-	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x; do \
+	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x kv:FuzzDecode:200000x; do \
 		IFS=: read -r pkg fn budget <<< "$$t"; \
 		[ -z "$(FUZZTIME)" ] || budget=$(FUZZTIME); \
 		if grep -rqs "func $$fn(" ./$$pkg; then \
@@ -78,7 +97,8 @@ sim:
 
 # Every setup of bench/RESULTS.md (platform, loopback, loopback-jumbo,
 # memif, tcp, aes, write-pairs, isolation, telemetry, metrics; READ and
-# WRITE).
+# WRITE; kv, the key/value caches against memcached and Redis, whose
+# Figure 8 rmafigures -kv then draws into figures/fig8.png).
 # BENCH_ONLY=isolation (comma separated) runs some, BENCH_D=1s shortens
 # each measurement (default 5s). The ab setup, an old engine build
 # against this one, runs only when asked:
@@ -86,16 +106,30 @@ sim:
 # build's rmad and rmaperf).
 BENCH_ONLY ?=
 BENCH_D ?=
+BENCH_OUT ?= bench/out.jsonl
 bench: setup-bench build
-	$(BIN)/rmabench -bin $(BIN) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D))
+	$(GO) build -o $(BIN)/ ./tools/rmafigures
+	$(BIN)/rmabench -bin $(BIN) -out $(BENCH_OUT) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D))
+	@if [ -z "$(BENCH_ONLY)" ] || [[ "$(BENCH_ONLY)" == *kv* ]]; then $(BIN)/rmafigures -out figures -kv $(BENCH_OUT); fi
 
 # The paper's congestion experiments (Fig. 15, Fig. 16) in the simulator:
-# PNG plots and RESULTS.md (measured next to the paper) in figures/.
+# PNG plots and RESULTS.md (measured next to the paper) in figures/; and
+# Figure 8 redrawn from make bench's newest kv rows in bench/out.jsonl.
 # make test asserts the same claims (engine/sim/figures_test.go).
 figures:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./tools/rmafigures
 	$(BIN)/rmafigures -out figures
+	@[ ! -f bench/out.jsonl ] || $(BIN)/rmafigures -out figures -kv bench/out.jsonl
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory fig9; else echo "fig9 (the cache's failover, on real engines) needs root: sudo make fig9"; fi
+
+# The cache's failover on real engines (the paper's Fig. 9): four rmad on
+# a Linux bridge, three rmakv servers, a replica's process or engine
+# killed or its regions rekeyed under GET load: figures/fig9*.png and
+# figures/fig9.md. Root. FIG9_RUNS=N runs each case N times (default 3).
+FIG9_RUNS ?= 3
+fig9: setup build
+	$(BIN)/rmakv fig9 -rmad $(BIN)/rmad -rmakv $(BIN)/rmakv -out figures -runs $(FIG9_RUNS)
 
 clean:
 	rm -rf $(BIN)

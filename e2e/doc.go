@@ -28,4 +28,16 @@
 // ErrEngineGone, within microseconds of the connection closing, and
 // Redial reconnects once the engine is back), and a region's owner
 // process SIGKILLed (remote READs fail within a round trip).
+//
+// container_test.go runs engines and applications in podman containers of
+// the images make image builds (scripts/image.sh): engines on af_packet
+// and AF_XDP with their least privileges, two applications (e2e/ctrapp)
+// in containers of their own, each mounting only its tenant's control
+// socket directory; data verified across them, identities across PID
+// namespaces and tenant quotas; and each port type's privileges, none of
+// which can be left out.
+//
+// kv_test.go runs the key/value cache's failover across four engines on
+// a bridge (internal/kvfail): a replica rekeyed, its server process
+// killed, its engine killed, and no GET failing.
 package e2e

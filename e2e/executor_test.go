@@ -10,6 +10,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/cc"
+	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -19,17 +20,8 @@ import (
 const transferBytes = 4 << 20
 
 // e2eCC are congestion-control targets for engines that idle in backoff
-// mode on CI's two shared cores, where an op's delays are tens of µs to a
-// few ms (the paper's µs targets would keep every window at its floor).
-func e2eCC() cc.Params {
-	p := cc.DefaultParams()
-	p.LocalTarget = 2 * int64(time.Millisecond)
-	p.RemoteTarget = 4 * int64(time.Millisecond)
-	p.RTT = int64(time.Millisecond)
-	p.CwndInit = 4
-	p.CwndMax = 64
-	return p
-}
+// mode on CI's two shared cores.
+func e2eCC() cc.Params { return testbed.BackoffCC() }
 
 func newExecutor(t *testing.T, p *portal.Portal, slots int, tune ...func(*cc.Params)) *portal.Executor {
 	t.Helper()

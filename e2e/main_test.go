@@ -16,7 +16,7 @@ import (
 	"github.com/onerma/onerma/portal"
 )
 
-var rmadBin, rmactlBin, rmatopBin, rmaperfBin string
+var rmadBin, rmactlBin, rmatopBin, rmaperfBin, rmakvBin string
 
 func TestMain(m *testing.M) {
 	switch os.Getenv("ONERMA_E2E_CHILD") {
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		if dir := os.Getenv("ONERMA_BIN"); dir != "" {
 			rmadBin, rmactlBin, rmatopBin = filepath.Join(dir, "rmad"), filepath.Join(dir, "rmactl"), filepath.Join(dir, "rmatop")
-			rmaperfBin = filepath.Join(dir, "rmaperf")
+			rmaperfBin, rmakvBin = filepath.Join(dir, "rmaperf"), filepath.Join(dir, "rmakv")
 		} else if os.Geteuid() == 0 {
 			tmp, err := os.MkdirTemp("", "onerma-e2e-bin-")
 			if err != nil {
@@ -44,11 +44,11 @@ func TestMain(m *testing.M) {
 			}
 			defer os.RemoveAll(tmp)
 			rmadBin, rmactlBin, rmatopBin = filepath.Join(tmp, "rmad"), filepath.Join(tmp, "rmactl"), filepath.Join(tmp, "rmatop")
-			rmaperfBin = filepath.Join(tmp, "rmaperf")
+			rmaperfBin, rmakvBin = filepath.Join(tmp, "rmaperf"), filepath.Join(tmp, "rmakv")
 			out, err := exec.Command("go", "build", "-o", tmp+"/", "github.com/onerma/onerma/tools/rmad", "github.com/onerma/onerma/tools/rmactl",
-				"github.com/onerma/onerma/tools/rmatop", "github.com/onerma/onerma/tools/rmaperf").CombinedOutput()
+				"github.com/onerma/onerma/tools/rmatop", "github.com/onerma/onerma/tools/rmaperf", "github.com/onerma/onerma/tools/rmakv").CombinedOutput()
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "building rmad, rmactl, rmatop and rmaperf: %v\n%s", err, out)
+				fmt.Fprintf(os.Stderr, "building rmad, rmactl, rmatop, rmaperf and rmakv: %v\n%s", err, out)
 				return 1
 			}
 		}

@@ -36,23 +36,15 @@ func Dial(ctx context.Context, addr string, creds *Credentials) (*Conn, error) {
 	if creds == nil {
 		return nil, errors.New("keyx: dial: no credentials")
 	}
-	if err := creds.checkRole(false); err != nil {
-		return nil, fmt.Errorf("keyx: dial: %w", err)
-	}
-	if err := creds.checkValid(time.Now()); err != nil {
-		return nil, fmt.Errorf("keyx: dial: %w", err)
-	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("keyx: dial %q: want HOST:PORT: %w", addr, err)
 	}
-	d := tls.Dialer{Config: &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		MaxVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{creds.cert},
-		RootCAs:      creds.pool(),
-		ServerName:   host,
-	}}
+	cfg, err := creds.ClientTLS(host)
+	if err != nil {
+		return nil, fmt.Errorf("keyx: dial: %w", err)
+	}
+	d := tls.Dialer{Config: cfg}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("keyx: dial %s: %w", addr, explainServerCert(err, host, creds))

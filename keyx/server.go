@@ -67,10 +67,8 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Credentials == nil {
 		return nil, errors.New("keyx: server: no credentials")
 	}
-	if err := cfg.Credentials.checkRole(true); err != nil {
-		return nil, fmt.Errorf("keyx: server: %w", err)
-	}
-	if err := cfg.Credentials.checkValid(time.Now()); err != nil {
+	tc, err := cfg.Credentials.ServerTLS()
+	if err != nil {
 		return nil, fmt.Errorf("keyx: server: %w", err)
 	}
 	if !unicast4(cfg.Owner) {
@@ -79,15 +77,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	s := &Server{cfg: cfg, regs: map[abi.RegionID]Region{}, conns: map[net.Conn]struct{}{}}
-	s.tls = &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		MaxVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{cfg.Credentials.cert},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    cfg.Credentials.pool(),
-	}
-	return s, nil
+	return &Server{cfg: cfg, tls: tc, regs: map[abi.RegionID]Region{}, conns: map[net.Conn]struct{}{}}, nil
 }
 
 // Add serves r (replacing a region of the same id).

@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
 # Host set-up for OneRMA: idempotent, safe to run again and again.
 #   scripts/setup.sh          packages, hugepages, mounts (demo and tests)
-#   scripts/setup.sh --bench  the same plus the benchmark peers (ucx-utils)
+#   scripts/setup.sh --bench  the same plus the benchmark peers' tools (ucx-utils,
+#                             memcslap of libmemcached-tools)
+#   scripts/setup.sh --containers  the same plus what builds and runs the
+#                             container images (make image, the container test)
 # Needs root for apt, hugepages and mounts. Without root it only checks.
 set -euo pipefail
 
-want_bench=0
-[ "${1:-}" = "--bench" ] && want_bench=1
+want_bench=0 want_containers=0
+for a in "$@"; do
+	case $a in
+	--bench) want_bench=1 ;;
+	--containers) want_containers=1 ;;
+	*) echo "setup: unknown argument $a" >&2; exit 2 ;;
+	esac
+done
 
 log() { printf 'setup: %s\n' "$*"; }
 
 # clang, llvm (llvm-strip), libbpf-dev and linux-libc-dev build rmatop's BPF program.
 pkgs=(libdpdk-dev dpdk dpdk-dev libipsec-mb-dev pkg-config gcc make iproute2 procps clang llvm libbpf-dev linux-libc-dev)
-[ $want_bench = 1 ] && pkgs+=(ucx-utils)
+# memcached and redis-server (which brings redis-tools' redis-benchmark):
+# the key/value peers, whose drivers internal/kvload's tests run against.
+pkgs+=(memcached redis-server)
+[ $want_bench = 1 ] && pkgs+=(ucx-utils libmemcached-tools)
 # ping: the AF_XDP test checks the kernel still answers on the engine's
 # interface; the routed testbed (e2e TestRouted) pings engines from its router.
 command -v ping >/dev/null || pkgs+=(iputils-ping)
@@ -32,6 +44,42 @@ if [ ${#missing[@]} -gt 0 ]; then
 		apt-get update -qq
 		apt-get install -y -qq "${missing[@]}" >/dev/null
 	fi
+fi
+
+# Containers (scripts/image.sh, e2e TestContainers): debootstrap builds the
+# base image from Debian's packages (no registry image is pulled), podman
+# builds and runs the images with runc (crun refuses hybrid cgroups), conmon
+# watches them. Without recommends (buildah, fuse-overlayfs, slirp4netns:
+# podman builds itself, storage is the kernel's overlay, networks are
+# namespaces the tests make). Only for make image and make test: make demo
+# stays light.
+if [ $want_containers = 1 ]; then
+	cmissing=()
+	for p in debootstrap podman runc conmon; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || cmissing+=("$p")
+	done
+	if [ ${#cmissing[@]} -gt 0 ]; then
+		if [ "$(id -u)" != 0 ]; then
+			log "missing packages ${cmissing[*]} and not root: install them first"; exit 1
+		fi
+		log "installing ${cmissing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		if ! apt-get install -y -qq --no-install-recommends "${cmissing[@]}" >/dev/null 2>&1; then
+			apt-get update -qq
+			apt-get install -y -qq --no-install-recommends "${cmissing[@]}" >/dev/null
+		fi
+	fi
+fi
+
+# Installing memcached and redis-server starts their system services
+# where systemd runs: the tests and benchmarks start their own servers
+# on free ports, so stop and disable those.
+if [ -d /run/systemd/system ] && [ "$(id -u)" = 0 ]; then
+	for svc in memcached redis-server; do
+		if systemctl is-enabled --quiet "$svc" 2>/dev/null || systemctl is-active --quiet "$svc" 2>/dev/null; then
+			systemctl disable --now "$svc" >/dev/null 2>&1 || true
+		fi
+	done
 fi
 
 # promtool (Debian's prometheus package) checks the page of rmad -metrics

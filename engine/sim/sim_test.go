@@ -129,6 +129,7 @@ func TestSimSeeds(t *testing.T) {
 			var kinds, wkinds [24]uint64
 			var writes, commits, orphanCommits, toCommitted, readsW, readsMixed uint64
 			var posted, steps, rekeys, zeroed, authDamaged, crossCore uint64
+			var covered [abi.NumStatus]int // seeds in which each status occurred
 			var net NetStats
 			var cs engineTotals
 			for _, r := range res {
@@ -140,6 +141,9 @@ func TestSimSeeds(t *testing.T) {
 				authDamaged += r.AuthFailDamaged
 				for i, v := range r.ByStatus {
 					by[i] += v
+					if v > 0 {
+						covered[i]++
+					}
 				}
 				for i, v := range r.ByKind {
 					kinds[i] += v
@@ -198,6 +202,7 @@ func TestSimSeeds(t *testing.T) {
 			t.Logf("remote REKEYs: %d posted (%d valid, %d remote-perm, %d wrong-key, %d stale-key); completions: %s; installs seen %d (engines: %d; of orphans %d, then TIMEOUT %d)",
 				rekeyOps, rkinds[kValid], rkinds[kRemotePerm], rkinds[kKeyRandom]+rkinds[kKeyInitiator]+rkinds[kKeyOp], rkinds[kStaleKey],
 				statusSummary(&kby), remoteRekeys, cs.remoteRekeys, orphanRekeys, toRekeyed)
+			checkCoverage(t, sc.Make(seeds[0]).Covers, &covered, len(seeds))
 			if len(seeds) >= defaultSeeds && (remoteRekeys == 0 || kby[abi.StatusOK] == 0 || cs.remoteRekeys != remoteRekeys) {
 				t.Errorf("%d remote REKEYs installed (engines: %d), %d OK: the scenario did not exercise remote REKEYs", remoteRekeys, cs.remoteRekeys, kby[abi.StatusOK])
 			}
@@ -225,6 +230,26 @@ func TestSimSeeds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkCoverage reports in how many of the seeds each status a scenario
+// covers occurred, and fails when one occurred in none of them (with at
+// least defaultSeeds seeds: a single replayed seed may miss one by chance).
+func checkCoverage(t *testing.T, covers []abi.Status, covered *[abi.NumStatus]int, seeds int) {
+	t.Helper()
+	var b strings.Builder
+	for _, st := range covers {
+		fmt.Fprintf(&b, " %v %d/%d", st, covered[st], seeds)
+	}
+	t.Logf("coverage (seeds in which each status the scenario covers occurred):%s", b.String())
+	if seeds < defaultSeeds {
+		return
+	}
+	for _, st := range covers {
+		if covered[st] == 0 {
+			t.Errorf("no op completed with %v in %d seeds: the scenario did not exercise that mechanism", st, seeds)
+		}
 	}
 }
 

@@ -5,7 +5,7 @@ package benchrow
 
 // Row is one measurement. Latency fields a tool does not report are null.
 type Row struct {
-	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit", "host"
+	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit", "host", "onerma-kv", "memcached", "redis"
 	// Setup: "loopback", "loopback-jumbo", "loopback-hol-idle",
 	// "loopback-hol", "loopback-pairs", "memif", "tcp", "cpu",
 	// "cpu-ipsec-mb", "isolation-idle", "isolation-loaded",
@@ -15,10 +15,14 @@ type Row struct {
 	// "rtt-PORT", "rtt-default-PORT" and "rtt-timeout-DUR-PORT" (PORT:
 	// memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap),
 	// "metrics-eal-no-telemetry", "metrics-eal-telemetry",
-	// "metrics-histograms", "metrics-unscraped", "metrics-scrape"
+	// "metrics-histograms", "metrics-unscraped", "metrics-scrape",
+	// the key/value caches' "kv-ycsb-c" and "kv-ycsb-b" (closed loop;
+	// "-memif" appended for OneRMA's cache over two engines), "kv-fig8"
+	// (open loop, one row per offered load), and the peers' own tools
+	// "kv-memcslap" and "kv-redis-benchmark-P16"
 	// (bench/RESULTS.md describes each).
 	Setup       string  `json:"setup"`
-	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake"
+	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake", "get", "set", "mget"
 	Size        int     `json:"size"`
 	Outstanding int     `json:"outstanding"`
 	OpsPerSec   float64 `json:"ops_per_sec"`
@@ -40,6 +44,16 @@ type Row struct {
 	Run       string   `json:"run,omitempty"`     // make bench run id
 	Command   string   `json:"command,omitempty"` // what produced the row
 	Note      string   `json:"note,omitempty"`
+
+	// OfferedOpsPerSec (open-loop rows, kv-fig8): the load offered,
+	// Poisson arrivals; OpsPerSec is what was served of it.
+	OfferedOpsPerSec float64 `json:"offered_ops_per_sec,omitempty"`
+	// CPUSecPerMOps (kv-* rows): the serving side's CPU seconds per
+	// million operations of the run (its GETs, and its SETs in
+	// kv-ycsb-b, whose get and set rows share the value): memcached's or
+	// redis-server's process, or for onerma-kv the cache server's
+	// process and its engine's (rmad, its polling core included).
+	CPUSecPerMOps *float64 `json:"cpu_s_per_mops,omitempty"`
 }
 
 // F returns a pointer to v, for the optional fields.

@@ -3,7 +3,8 @@
 // wires, net_ring loopback ports, and af_packet and AF_XDP ports on veth
 // pairs between network namespaces; a routed topology of namespaces
 // (Routed: two subnets joined by a Linux router, engines on af_packet,
-// AF_XDP and net_tap ports); and rmatop processes watching them. It only
+// AF_XDP and net_tap ports); engines on net_tap ports joined by one
+// bridge (TapLAN); and rmatop processes watching them. It only
 // orchestrates processes and the kernel's network configuration; it knows
 // the engine through its command line and control socket.
 package testbed
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +47,11 @@ type Options struct {
 	// container): it sees no process outside it, so SO_PEERCRED gives it
 	// PID 0 for every application.
 	PIDNS bool
+
+	// Container runs the engine in a container of this image instead (its
+	// rmad; Rmad is not used), in NetNS if set, with Dir mounted at the
+	// same path and hugetlbfs when the EAL uses huge pages.
+	Container *Container
 }
 
 // IVStatePath is the IV state file an engine started with o uses.
@@ -61,6 +68,8 @@ type Engine struct {
 	Socket  string
 	LogPath string
 	cmd     *exec.Cmd
+	pid     int        // rmad's host PID
+	ctr     *Container // nil: rmad runs as a process of the host
 	done    chan struct{}
 	waitErr error
 	killed  bool // ended by Kill: its exit status is expected
@@ -97,7 +106,7 @@ func EALArgs(name string) []string {
 
 // Start launches rmad and waits until its control socket accepts.
 func Start(o Options) (*Engine, error) {
-	if o.Rmad == "" {
+	if o.Rmad == "" && o.Container == nil {
 		return nil, errors.New("testbed: no rmad binary")
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
@@ -108,24 +117,28 @@ func Start(o Options) (*Engine, error) {
 	if o.Busy {
 		mode = "busy"
 	}
+	eal := EALArgs(o.Name)
 	args := []string{
-		"-eal", strings.Join(EALArgs(o.Name), " "),
+		"-eal", strings.Join(eal, " "),
 		"-port-name", o.PortName, "-vdev", o.Vdev,
 		"-ip", o.IP, "-socket", e.Socket, "-poll-mode", mode,
 		"-cpu", strconv.Itoa(o.CPU),
 		"-iv-state", o.IVStatePath(),
 	}
 	args = append(args, o.Extra...)
-	name := o.Rmad
-	if o.NetNS != "" {
-		args = append([]string{"netns", "exec", o.NetNS, o.Rmad}, args...)
-		name = "ip"
+	switch {
+	case o.Container != nil:
+		e.ctr = o.Container.forEngine(o, !slices.Contains(eal, "--no-huge"))
+		e.cmd = e.ctr.Command(args...)
+	case o.NetNS != "":
+		e.cmd = exec.Command("ip", append([]string{"netns", "exec", o.NetNS, o.Rmad}, args...)...)
+	default:
+		e.cmd = exec.Command(o.Rmad, args...)
 	}
 	logf, err := os.Create(e.LogPath)
 	if err != nil {
 		return nil, err
 	}
-	e.cmd = exec.Command(name, args...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if o.PIDNS {
@@ -152,6 +165,12 @@ func Start(o Options) (*Engine, error) {
 		}
 		if c, err := net.Dial("unixpacket", e.Socket); err == nil {
 			c.Close()
+			if e.ctr == nil {
+				e.pid = e.cmd.Process.Pid
+			} else if e.pid, err = e.ctr.Pid(5 * time.Second); err != nil {
+				e.Kill()
+				return nil, err
+			}
 			return e, nil
 		}
 		if time.Now().After(deadline) {
@@ -169,11 +188,25 @@ func (e *Engine) exitErr() error {
 }
 
 // Pid is the rmad process id (or the `ip netns exec` wrapper's, which execs
-// rmad in place, so it is the same process).
-func (e *Engine) Pid() int { return e.cmd.Process.Pid }
+// rmad in place, so it is the same process; in a container, rmad's PID on
+// the host).
+func (e *Engine) Pid() int { return e.pid }
 
 // Signal sends sig to the engine.
-func (e *Engine) Signal(sig os.Signal) error { return e.cmd.Process.Signal(sig) }
+func (e *Engine) Signal(sig os.Signal) error {
+	if e.ctr == nil {
+		return e.cmd.Process.Signal(sig)
+	}
+	// rmad in a container: podman run relays only some signals, so they
+	// go to rmad itself, by name until its PID is known.
+	if e.Exited() {
+		return os.ErrProcessDone
+	}
+	if e.pid == 0 {
+		return Podman("kill", "--signal", strconv.Itoa(int(sig.(syscall.Signal))), e.ctr.Name).Run()
+	}
+	return syscall.Kill(e.pid, sig.(syscall.Signal))
+}
 
 // Exited reports whether the process has ended.
 func (e *Engine) Exited() bool {

@@ -40,6 +40,11 @@
 //	(k) only when asked (-only rtt): the engines' round trip on each port
 //	    rmad runs on (memif, af_packet, af_xdp, net_tap), which rmad's
 //	    default TIMEOUT per port type follows (rtt.go);
+//	(l) key/value caches (kv): OneRMA's cache against memcached and
+//	    Redis under the same YCSB workloads from one load generator
+//	    (internal/kvload), closed loop in interleaved rounds, Figure 8's
+//	    open-loop sweep of latency against offered load, and the peers'
+//	    own tools, memcslap and pipelined redis-benchmark (kv.go);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -80,10 +85,15 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics,kv", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
+	flag.IntVar(&kvRounds, "kv-rounds", kvRounds, "kv setup: interleaved rounds of each closed-loop workload")
+	flag.IntVar(&kvClients, "kv-clients", kvClients, "kv setup: clients (connections) of memcached and Redis")
+	flag.Uint64Var(&kvKeys32, "kv-keys-32", kvKeys32, "kv setup: keys loaded at 32 B values")
+	flag.Uint64Var(&kvKeys1K, "kv-keys-1k", kvKeys1K, "kv setup: keys loaded at 1 KB values")
+	flag.DurationVar(&fig8D, "fig8-D", fig8D, "kv setup: measurement of each offered load of Figure 8's sweep")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	rttTimeout := flag.String("rtt-timeout", "1s", "rtt setup: the engines' TIMEOUT: 1s measures round trips (setups rtt-PORT); default keeps rmad's per port type, counting the ops it fails (rtt-default-PORT); or a duration (rtt-timeout-DUR-PORT)")
 	rttPorts := flag.String("rtt-ports", "", "rtt setup: ports to run, comma separated among memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap (\"\": all)")
@@ -128,6 +138,9 @@ func main() {
 	}
 	if metricsRounds < 1 {
 		fail(fmt.Errorf("-metrics-rounds %d: want at least 1", metricsRounds))
+	}
+	if kvRounds < 1 || kvClients < 1 || kvKeys32 == 0 || kvKeys1K == 0 || fig8D <= 0 {
+		fail(fmt.Errorf("-kv-rounds %d, -kv-clients %d, -kv-keys-32 %d, -kv-keys-1k %d, -fig8-D %v: want each above 0", kvRounds, kvClients, kvKeys32, kvKeys1K, fig8D))
 	}
 
 	if want("platform") {
@@ -262,6 +275,13 @@ func main() {
 	}
 	if want("metrics") {
 		r, err := metricsRun(rmad, rmaperf, dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("kv") {
+		r, err := kvRun(*bin, dir, *dur)
 		if err != nil {
 			fail(err)
 		}

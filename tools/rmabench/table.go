@@ -130,6 +130,7 @@ func printTable(rows []Row) {
 	printVeth(rows)
 	printRTT(rows)
 	printAB(rows)
+	printKV(rows)
 	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
 	// transfer on the same executor, against one 4 KB READ's latency (a
 	// 4 KB service time) of the same run.

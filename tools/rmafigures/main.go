@@ -1,9 +1,12 @@
 // Command rmafigures runs the 1RMA paper's congestion experiments (§7.4
 // Fig. 15, §7.5 Fig. 16) in the simulator (engine/sim: real engine cores
 // on a virtual clock and fabric) and writes PNG plots and RESULTS.md, the
-// measured numbers next to the paper's, into a directory.
+// measured numbers next to the paper's, into a directory. With -kv it
+// draws instead Figure 8 (§7.1), measured on this machine by make
+// bench's kv setup, from that benchmark's JSON lines (fig8.go).
 //
 //	rmafigures [-out figures] [-jobs N]
+//	rmafigures [-out figures] -kv bench/out.jsonl
 package main
 
 import (
@@ -53,11 +56,18 @@ type results struct {
 func main() {
 	out := flag.String("out", "figures", "directory for the PNGs and RESULTS.md")
 	jobs := flag.Int("jobs", runtime.GOMAXPROCS(0), "experiments run at once (each is one goroutine)")
+	kv := flag.String("kv", "", "instead of the simulator's figures, draw Figure 8 (fig8.png, fig8.md) from the newest run of kv-fig8 rows in this make bench output")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("rmafigures: ")
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		log.Fatal(err)
+	}
+	if *kv != "" {
+		if err := writeFig8(*out, *kv); err != nil {
+			log.Fatal(err)
+		}
+		return
 	}
 	start := time.Now()
 	r, err := runAll(*jobs)

@@ -3,17 +3,16 @@ package main
 import (
 	"fmt"
 	"image/color"
-	"os"
 	"path/filepath"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/engine/sim"
+	"github.com/onerma/onerma/internal/plotpng"
 )
 
 var palette = []color.Color{
@@ -82,27 +81,7 @@ func hline(p *plot.Plot, name string, y, x0, x1 float64) error {
 
 // save writes plots stacked in one column into a PNG.
 func save(path string, w, hEach vg.Length, plots ...*plot.Plot) error {
-	img := vgimg.New(w, hEach*vg.Length(len(plots)))
-	dc := draw.New(img)
-	rows := make([][]*plot.Plot, len(plots))
-	for i, p := range plots {
-		rows[i] = []*plot.Plot{p}
-	}
-	t := draw.Tiles{Rows: len(plots), Cols: 1, PadX: vg.Millimeter, PadY: 3 * vg.Millimeter,
-		PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: 2 * vg.Millimeter}
-	cs := plot.Align(rows, t, dc)
-	for i, p := range plots {
-		p.Draw(cs[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return plotpng.Save(path, w, hEach, plots...)
 }
 
 func writeFigures(dir string, r *results) error {

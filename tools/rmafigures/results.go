@@ -152,6 +152,9 @@ func writeResults(path string, r *results) error {
 	p("\nThe paper also notes a higher median latency at lower thresholds (more ops retried). Here the NACK rate is\n")
 	p("about the same at every threshold that keeps goodput (the same excess must be shed), and latency grows with\n")
 	p("the threshold (a deeper queue to wait in). Plot: `fig16d.png`.\n")
+	p("\n## Fig. 8 (§7.1): measured on this machine\n\n")
+	p("Not simulated: `make bench`'s kv setup measures the key/value caches' GET latency against offered load, and\n")
+	p("`rmafigures -kv bench/out.jsonl` draws `fig8.png` and writes `fig8.md`, its numbers next to the paper's claims.\n")
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 

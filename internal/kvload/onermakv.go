@@ -1,0 +1,69 @@
+package kvload
+
+import (
+	"errors"
+
+	"github.com/onerma/onerma/kv"
+)
+
+// OneRMAKV is an AsyncStore of OneRMA's cache: GETs are one-sided READs
+// through the client's portal (StartGet, PollGets), SETs its update RPC.
+type OneRMAKV struct {
+	c    *kv.Client
+	fn   func(tag uint64, val []byte, err error) // the caller's, for report
+	wrap func(tag uint64, val []byte, err error) // o.report, made once
+}
+
+var _ AsyncStore = (*OneRMAKV)(nil)
+
+// DialOneRMAKV returns a Dialer of OneRMA's cache: each client its own
+// kv.Client (its own portal) with cfg.
+func DialOneRMAKV(cfg kv.ClientConfig) Dialer {
+	return func() (Store, error) {
+		c, err := kv.Dial(cfg)
+		if err != nil {
+			return nil, err
+		}
+		o := &OneRMAKV{c: c}
+		o.wrap = o.report
+		return o, nil
+	}
+}
+
+// kvErr maps the cache's errors onto the ones the runner handles.
+func kvErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kv.ErrNotFound):
+		return ErrNotFound
+	case errors.Is(err, kv.ErrBusy):
+		return ErrBusy
+	}
+	return err
+}
+
+// Get implements Store.
+func (o *OneRMAKV) Get(key, dst []byte) ([]byte, error) {
+	v, err := o.c.Get(key, dst)
+	return v, kvErr(err)
+}
+
+// Set implements Store.
+func (o *OneRMAKV) Set(key, value []byte) error { return o.c.Set(key, value) }
+
+// StartGet implements AsyncStore.
+func (o *OneRMAKV) StartGet(key, dst []byte, tag uint64) error {
+	return kvErr(o.c.StartGet(key, dst, tag))
+}
+
+// PollGets implements AsyncStore.
+func (o *OneRMAKV) PollGets(fn func(tag uint64, val []byte, err error)) int {
+	o.fn = fn
+	return o.c.PollGets(o.wrap)
+}
+
+func (o *OneRMAKV) report(tag uint64, val []byte, err error) { o.fn(tag, val, kvErr(err)) }
+
+// Close implements Store.
+func (o *OneRMAKV) Close() error { return o.c.Close() }
