@@ -228,9 +228,18 @@ func checkQueues(id dpdk.PortID, cores int) error {
 // logQueues says how an engine of several cores gets its frames: by the
 // device's RSS, or not, and in either case handed over between the
 // cores' queues by engine.Steer's rule.
-func logQueues(log zerolog.Logger, id dpdk.PortID, cores, ring int) {
+func logQueues(log zerolog.Logger, id dpdk.PortID, cores int, p *PortConfig) {
+	ring := p.HandOverRing
+	// Frames a core has handed over and its destination not yet taken
+	// stay out of the pool: with every ring full and every rx queue's
+	// descriptors filled, the pool may run dry (rx_nombuf, tx_no_buffer).
+	held := cores*(cores-1)*ring + cores*int(p.RxDesc)
+	if held > int(p.Mbufs) {
+		log.Warn().Int("mbufs", int(p.Mbufs)).Int("held_at_most", held).
+			Msg("port.mbufs is less than the rx descriptors and full hand-over rings may hold: raise port.mbufs or lower port.handover_ring")
+	}
 	hf, err := id.RSSHashes()
-	ev := log.Info().Int("queues", cores).Int("handover_ring", ring).Int("handover_rings", cores*(cores-1))
+	ev := log.Info().Int("queues", cores).Int("handover_ring", ring).Int("handover_rings", cores*(cores-1)).Int("mbufs_held_at_most", held)
 	if err != nil {
 		ev = ev.AnErr("rss_error", err)
 	}

@@ -220,7 +220,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	}
 	down.add("port stop+close", func() error { return errors.Join(id.Stop(), id.Close()) })
 	if cores > 1 {
-		logQueues(log, id, cores, cfg.Port.HandOverRing)
+		logQueues(log, id, cores, &cfg.Port)
 	}
 	if xp != nil {
 		if err := xp.started(engCfg.LocalIP, log); err != nil {
