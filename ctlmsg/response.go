@@ -189,8 +189,9 @@ type Stats struct {
 	// above are then their sums (the gauges too: window, slots and ops in
 	// flight over every core; req_queue_max is the deepest core's,
 	// frag_needed_* those of the core that counted the most), Loop
-	// and Fault sum the cores' too, and Port is core 0's device with
-	// every core's driver counters summed.
+	// and Fault sum the cores' too, and Port is core 0's with every
+	// core's driver and device counters summed (each core's device
+	// counters are its queue pair's: PortDevStats).
 	Cores []CoreStats `json:"cores,omitempty"`
 	// Tenants are the tenants holding a connection or resources, by
 	// name, with their usage against their quotas (at most the 64 that
@@ -281,10 +282,20 @@ type PortDriverStats struct {
 	RxMultiSeg uint64 `json:"rx_multi_seg"` // multi-segment frames dropped
 	AllocFails uint64 `json:"alloc_fails"`  // mbuf stash refills that fell short
 	IOCalls    uint64 `json:"io_calls"`     // cgo crossings
+	// Frames handed between the cores of an engine of several: those this
+	// core's queue received for another core and put in its ring, those
+	// it took from the other cores' rings (part of rx_frames), and those
+	// lost to a full ring (an ARP frame counts once per core).
+	HandedOut    uint64 `json:"handed_out"`
+	HandedIn     uint64 `json:"handed_in"`
+	HandOverFull uint64 `json:"handover_full"`
 }
 
 // PortDevStats are the device's counters (dpdk.EthStats: rte_eth_stats,
-// field for field). Some drivers count wrongly (memif in DPDK 22.11).
+// field for field); on an engine of several cores, each core's are its
+// queue pair's (rx and tx packets, bytes and rx errors), and core 0's
+// also the device's missed, no-mbuf and tx error counts, so that their
+// sum is the device's. Some drivers count wrongly (memif in DPDK 22.11).
 type PortDevStats struct {
 	RxPackets uint64 `json:"rx_packets"`
 	TxPackets uint64 `json:"tx_packets"`

@@ -1,7 +1,8 @@
 // Package dpdk is OneRMA's own thin cgo binding to DPDK 22.11 (Debian's
 // libdpdk-dev, linked through pkg-config). It knows nothing of 1RMA: it
-// exposes the EAL, packet mbuf pools, ethdev ports and queues, rx/tx
-// bursts and lcore registration, and nothing else.
+// exposes the EAL, packet mbuf pools, ethdev ports and queues (RSS where
+// the driver hashes), rx/tx bursts, rte_rings of mbuf pointers and lcore
+// registration, and nothing else.
 //
 // Shape (after cilium/ebpf's internal/sys):
 //
@@ -25,6 +26,14 @@
 // receive a new one, refill a stash of free tx mbufs. A cgo call costs
 // tens of nanoseconds (BenchmarkCgoNoop), a burst of 32 frames about a
 // microsecond.
+//
+// Hand-over between polling threads: a Ring is an rte_ring of mbuf
+// pointers, lock-free on both ends when single-producer and
+// single-consumer. PortIO.SetInbound makes the fused poll step also take
+// up to a burst from such rings after its rx burst (no extra crossing);
+// a Fanout gathers the mbufs a thread gives to others in C arrays and
+// enqueues them on every destination's ring in one crossing, adding a
+// reference per ring to an mbuf every destination must see.
 //
 // Threads: Init runs rte_eal_init on a dedicated goroutine locked to its OS
 // thread, which stays parked as the EAL's main lcore thread, so the EAL's

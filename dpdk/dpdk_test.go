@@ -23,10 +23,11 @@ const (
 	ringBench = "net_ring3" // benchmarks
 	null0     = "net_null0" // TestNullPort
 	ringInfo  = "net_ring4" // TestPortInfo
+	ringQs    = "net_ring5" // TestPortIOInbound (two queues)
 )
 
 func TestMain(m *testing.M) {
-	dpdktest.Main(m, ringRaw, ringIO, ringDrop, ringBench, null0, ringInfo)
+	dpdktest.Main(m, ringRaw, ringIO, ringDrop, ringBench, null0, ringInfo, ringQs)
 }
 
 func TestEAL(t *testing.T) {

@@ -7,8 +7,11 @@ package dpdk
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // PortID is an ethdev port id.
@@ -36,12 +39,19 @@ func PortByName(name string) (PortID, error) {
 // nameA). For tests and single-process
 // topologies; the ports live until the process ends.
 func NewRingPair(nameA, nameB string, size uint32, socket int) (a, b PortID, err error) {
+	return NewRingPairQueues(nameA, nameB, size, 1, socket)
+}
+
+// NewRingPairQueues is NewRingPair with queues queue pairs (1..16) on each
+// port: what a sends on its queue q, b receives on its queue q, and the
+// other way round, as over memif. Set both up with Queues: queues.
+func NewRingPairQueues(nameA, nameB string, size uint32, queues uint16, socket int) (a, b PortID, err error) {
 	ca, cb := C.CString(nameA), C.CString(nameB)
 	defer C.free(unsafe.Pointer(ca))
 	defer C.free(unsafe.Pointer(cb))
 	var pa, pb C.uint16_t
-	if err := check("rte_eth_from_rings", C.onerma_ring_pair(ca, cb, C.uint(size), C.int(socket), &pa, &pb)); err != nil {
-		return 0, 0, fmt.Errorf("ring pair %q-%q (%d entries): %w", nameA, nameB, size, err)
+	if err := check("rte_eth_from_rings", C.onerma_ring_pair(ca, cb, C.uint(size), C.uint16_t(queues), C.int(socket), &pa, &pb)); err != nil {
+		return 0, 0, fmt.Errorf("ring pair %q-%q (%d queues of %d entries): %w", nameA, nameB, queues, size, err)
 	}
 	return PortID(pa), PortID(pb), nil
 }
@@ -70,10 +80,23 @@ func (p PortID) Socket() int { return int(C.onerma_eth_socket(C.uint16_t(p))) }
 // maximum rx frame size as an MTU (0: the driver's default)
 // (rte_eth_dev_configure; all offloads off).
 func (p PortID) Configure(rxQueues, txQueues uint16, mtu uint32) error {
-	if err := check("rte_eth_dev_configure", C.onerma_eth_configure(C.uint16_t(p), C.uint16_t(rxQueues), C.uint16_t(txQueues), C.uint32_t(mtu))); err != nil {
-		return fmt.Errorf("port %d: configure %d rx, %d tx queues, mtu %d: %w", p, rxQueues, txQueues, mtu, err)
+	_, err := p.configure(rxQueues, txQueues, mtu, false)
+	return err
+}
+
+// configure is Configure, with RSS when rss is set, more than one rx
+// queue is asked for and the driver hashes IP or UDP (then the hash
+// functions in force are returned).
+func (p PortID) configure(rxQueues, txQueues uint16, mtu uint32, rss bool) (uint64, error) {
+	var on C.int
+	if rss {
+		on = 1
 	}
-	return nil
+	var hf C.uint64_t
+	if err := check("rte_eth_dev_configure", C.onerma_eth_configure(C.uint16_t(p), C.uint16_t(rxQueues), C.uint16_t(txQueues), C.uint32_t(mtu), on, &hf)); err != nil {
+		return 0, fmt.Errorf("port %d: configure %d rx, %d tx queues, mtu %d, rss %v: %w", p, rxQueues, txQueues, mtu, rss, err)
+	}
+	return uint64(hf), nil
 }
 
 // RxQueueSetup sets up rx queue q with desc descriptors, filled from pool
@@ -207,12 +230,37 @@ func (p PortID) Stats() (EthStats, error) {
 	}, nil
 }
 
+// QueueStats are one queue's counters (the q_* arrays of struct
+// rte_eth_stats), as far as the driver fills them.
+type QueueStats struct {
+	RxPackets, TxPackets uint64
+	RxBytes, TxBytes     uint64
+	RxErrors             uint64
+}
+
+// QueueStats reads queue q's counters (rte_eth_stats_get); queues past
+// RTE_ETHDEV_QUEUE_STAT_CNTRS (16) have none (EINVAL).
+func (p PortID) QueueStats(q uint16) (QueueStats, error) {
+	var s C.struct_onerma_eth_stats
+	if err := check("rte_eth_stats_get", C.onerma_eth_queue_stats(C.uint16_t(p), C.uint16_t(q), &s)); err != nil {
+		return QueueStats{}, fmt.Errorf("port %d: queue %d stats: %w", p, q, err)
+	}
+	return QueueStats{
+		RxPackets: uint64(s.ipackets), TxPackets: uint64(s.opackets),
+		RxBytes: uint64(s.ibytes), TxBytes: uint64(s.obytes), RxErrors: uint64(s.ierrors),
+	}, nil
+}
+
 // DevInfo is the part of struct rte_eth_dev_info the engine uses.
 type DevInfo struct {
 	Driver                   string
 	MinMTU, MaxMTU           uint32
 	MaxRxPktLen              uint32
 	MaxRxQueues, MaxTxQueues uint16
+	// RSSOffloads are the hash functions the device can spread flows
+	// over its rx queues by (flow_type_rss_offloads, RTE_ETH_RSS_*); 0:
+	// no RSS (virtual devices but net_tap).
+	RSSOffloads uint64
 }
 
 // Info reads the device's capabilities (rte_eth_dev_info_get).
@@ -226,13 +274,21 @@ func (p PortID) Info() (DevInfo, error) {
 		MinMTU: uint32(di.min_mtu), MaxMTU: uint32(di.max_mtu),
 		MaxRxPktLen: uint32(di.max_rx_pktlen),
 		MaxRxQueues: uint16(di.max_rx_queues), MaxTxQueues: uint16(di.max_tx_queues),
+		RSSOffloads: uint64(di.rss_offloads),
 	}, nil
 }
 
 // PortConfig is the usual set-up of a port: Queues rx/tx queue pairs (one
 // per polling core), each rx queue filled from Pool.
 type PortConfig struct {
-	Queues uint16   // rx and tx queues (>= 1)
+	Queues uint16 // rx and tx queues (>= 1)
+	// RSS spreads received flows over the rx queues by a hash of their
+	// IP addresses and UDP ports, where the driver can (DevInfo.
+	// RSSOffloads; RSSHashes reports those in force). No virtual
+	// device here hashes in DPDK (memif queue i receives what the peer
+	// sent on its queue i; net_tap, af_packet and AF_XDP queues get what
+	// the kernel hashed to them).
+	RSS    bool
 	RxDesc uint16   // rx descriptors per queue (0: 1024)
 	TxDesc uint16   // tx descriptors per queue (0: 1024)
 	MTU    uint32   // 0: the driver's default
@@ -255,7 +311,7 @@ func (p PortID) Setup(cfg PortConfig) error {
 	if txd == 0 {
 		txd = 1024
 	}
-	if err := p.Configure(cfg.Queues, cfg.Queues, cfg.MTU); err != nil {
+	if _, err := p.configure(cfg.Queues, cfg.Queues, cfg.MTU, cfg.RSS); err != nil {
 		return err
 	}
 	sock := p.Socket()
@@ -275,4 +331,18 @@ func (p PortID) Setup(cfg PortConfig) error {
 		_ = p.SetPromiscuous(true)
 	}
 	return nil
+}
+
+// RSSHashes are the hash functions the port spreads received flows over
+// its rx queues by (RTE_ETH_RSS_*, rte_eth_dev_rss_hash_conf_get): 0 when
+// it does not, or cannot (ENOTSUP).
+func (p PortID) RSSHashes() (uint64, error) {
+	var hf C.uint64_t
+	if err := check("rte_eth_dev_rss_hash_conf_get", C.onerma_eth_rss_hashes(C.uint16_t(p), &hf)); err != nil {
+		if errors.Is(err, unix.ENOTSUP) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("port %d: rss hash functions: %w", p, err)
+	}
+	return uint64(hf), nil
 }

@@ -22,6 +22,7 @@ const (
 	offBufAddr = C.ONERMA_MBUF_OFF_BUF_ADDR
 	offDataOff = C.ONERMA_MBUF_OFF_DATA_OFF
 	offNbSegs  = C.ONERMA_MBUF_OFF_NB_SEGS
+	offRefcnt  = C.ONERMA_MBUF_OFF_REFCNT
 	offPort    = C.ONERMA_MBUF_OFF_PORT
 	offPktLen  = C.ONERMA_MBUF_OFF_PKT_LEN
 	offDataLen = C.ONERMA_MBUF_OFF_DATA_LEN
@@ -54,6 +55,10 @@ func (m *Mbuf) BufLen() int { return int(*(*uint16)(m.field(offBufLen))) }
 
 // Segs is the number of segments of the packet (nb_segs).
 func (m *Mbuf) Segs() int { return int(*(*uint16)(m.field(offNbSegs))) }
+
+// Refs is the mbuf's reference count (refcnt): a snapshot, which other
+// threads holding references may change at any time.
+func (m *Mbuf) Refs() int { return int(*(*uint16)(m.field(offRefcnt))) }
 
 // Port is the input port of a received mbuf.
 func (m *Mbuf) Port() PortID { return PortID(*(*uint16)(m.field(offPort))) }

@@ -226,12 +226,38 @@ int onerma_eth_socket(uint16_t port)
 	return s;
 }
 
-int onerma_eth_configure(uint16_t port, uint16_t nb_rx, uint16_t nb_tx, uint32_t mtu)
+int onerma_eth_configure(uint16_t port, uint16_t nb_rx, uint16_t nb_tx, uint32_t mtu, int rss, uint64_t *rss_hf)
 {
 	struct rte_eth_conf conf;
+	struct rte_eth_dev_info di;
+	uint64_t hf = 0;
+	int r;
+
 	memset(&conf, 0, sizeof(conf));
 	conf.rxmode.mtu = mtu;
-	return rte_eth_dev_configure(port, nb_rx, nb_tx, &conf);
+	if (rss && nb_rx > 1) {
+		r = rte_eth_dev_info_get(port, &di);
+		if (r < 0)
+			return r;
+		hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP) & di.flow_type_rss_offloads;
+		if (hf != 0) {
+			conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+			conf.rx_adv_conf.rss_conf.rss_hf = hf;
+		}
+	}
+	r = rte_eth_dev_configure(port, nb_rx, nb_tx, &conf);
+	*rss_hf = r == 0 ? hf : 0;
+	return r;
+}
+
+int onerma_eth_rss_hashes(uint16_t port, uint64_t *rss_hf)
+{
+	struct rte_eth_rss_conf c;
+	int r;
+	memset(&c, 0, sizeof(c)); /* rss_key NULL: the key is not wanted */
+	r = rte_eth_dev_rss_hash_conf_get(port, &c);
+	*rss_hf = r == 0 ? c.rss_hf : 0;
+	return r;
 }
 
 int onerma_eth_rxq_setup(uint16_t port, uint16_t q, uint16_t nb_desc, int socket,
@@ -298,6 +324,24 @@ int onerma_eth_stats(uint16_t port, struct onerma_eth_stats *s)
 	return 0;
 }
 
+int onerma_eth_queue_stats(uint16_t port, uint16_t q, struct onerma_eth_stats *s)
+{
+	struct rte_eth_stats st;
+	int r;
+	if (q >= RTE_ETHDEV_QUEUE_STAT_CNTRS)
+		return -EINVAL;
+	r = rte_eth_stats_get(port, &st);
+	if (r < 0)
+		return r;
+	memset(s, 0, sizeof(*s));
+	s->ipackets = st.q_ipackets[q];
+	s->opackets = st.q_opackets[q];
+	s->ibytes = st.q_ibytes[q];
+	s->obytes = st.q_obytes[q];
+	s->ierrors = st.q_errors[q];
+	return 0;
+}
+
 int onerma_eth_info(uint16_t port, struct onerma_dev_info *info)
 {
 	struct rte_eth_dev_info di;
@@ -312,41 +356,59 @@ int onerma_eth_info(uint16_t port, struct onerma_dev_info *info)
 	info->max_rx_pktlen = di.max_rx_pktlen;
 	info->max_rx_queues = di.max_rx_queues;
 	info->max_tx_queues = di.max_tx_queues;
+	info->rss_offloads = di.flow_type_rss_offloads;
 	return 0;
 }
 
-int onerma_ring_pair(const char *name_a, const char *name_b, unsigned int size, int socket,
+int onerma_ring_pair(const char *name_a, const char *name_b, unsigned int size, uint16_t queues, int socket,
 		     uint16_t *a, uint16_t *b)
 {
 	char rn[RTE_RING_NAMESIZE];
-	struct rte_ring *ab, *ba;
-	int pa, pb;
+	struct rte_ring *ab[RTE_PMD_RING_MAX_RX_RINGS], *ba[RTE_PMD_RING_MAX_RX_RINGS];
+	unsigned int node = socket < 0 ? 0 : (unsigned int)socket;
+	int pa, pb, err = 0;
+	uint16_t q, made = 0;
 
-	/* Ring names are global: derive them from the (unique) port names. */
-	if (snprintf(rn, sizeof(rn), "%s>", name_a) >= (int)sizeof(rn))
-		return -ENAMETOOLONG;
-	ab = rte_ring_create(rn, size, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
-	if (ab == NULL)
-		return -errno_or(ENOMEM);
-	if (snprintf(rn, sizeof(rn), "%s<", name_a) >= (int)sizeof(rn)) {
-		rte_ring_free(ab);
-		return -ENAMETOOLONG;
+	if (queues == 0 || queues > RTE_PMD_RING_MAX_RX_RINGS)
+		return -EINVAL;
+	/* Ring names are global: derive them from the (unique) port names.
+	 * Queue q of a sends on ab[q], which is queue q of b's rx, and the
+	 * other way round. */
+	for (q = 0; q < queues; q++, made++) {
+		if (snprintf(rn, sizeof(rn), "%s>%u", name_a, q) >= (int)sizeof(rn)) {
+			err = ENAMETOOLONG;
+			break;
+		}
+		ab[q] = rte_ring_create(rn, size, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+		if (ab[q] == NULL) {
+			err = errno_or(ENOMEM);
+			break;
+		}
+		if (snprintf(rn, sizeof(rn), "%s<%u", name_a, q) >= (int)sizeof(rn)) {
+			rte_ring_free(ab[q]);
+			err = ENAMETOOLONG;
+			break;
+		}
+		ba[q] = rte_ring_create(rn, size, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+		if (ba[q] == NULL) {
+			err = errno_or(ENOMEM);
+			rte_ring_free(ab[q]);
+			break;
+		}
 	}
-	ba = rte_ring_create(rn, size, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
-	if (ba == NULL) {
-		int err = errno_or(ENOMEM);
-		rte_ring_free(ab);
+	if (err == 0) {
+		pa = rte_eth_from_rings(name_a, ba, queues, ab, queues, node);
+		if (pa < 0)
+			err = errno_or(EINVAL);
+	}
+	if (err != 0) {
+		for (q = 0; q < made; q++) {
+			rte_ring_free(ab[q]);
+			rte_ring_free(ba[q]);
+		}
 		return -err;
 	}
-	/* a receives from ba and sends to ab; b the other way round. */
-	pa = rte_eth_from_rings(name_a, &ba, 1, &ab, 1, socket < 0 ? 0 : (unsigned int)socket);
-	if (pa < 0) {
-		int err = errno_or(EINVAL);
-		rte_ring_free(ab);
-		rte_ring_free(ba);
-		return -err;
-	}
-	pb = rte_eth_from_rings(name_b, &ab, 1, &ba, 1, socket < 0 ? 0 : (unsigned int)socket);
+	pb = rte_eth_from_rings(name_b, ab, queues, ba, queues, node);
 	if (pb < 0) {
 		/* Port a stays (closing a vdev made this way is not supported
 		 * by net_ring); its rings with it. */
@@ -389,7 +451,7 @@ struct onerma_io *onerma_io_new(uint16_t port, uint16_t queue, struct rte_mempoo
 	if (io == NULL)
 		return NULL;
 	io->tx = calloc(burst, sizeof(*io->tx));
-	io->rx = calloc(burst, sizeof(*io->rx));
+	io->rx = calloc(2 * (size_t)burst, sizeof(*io->rx));
 	io->stash = calloc(stash_cap, sizeof(*io->stash));
 	if (io->tx == NULL || io->rx == NULL || io->stash == NULL) {
 		free(io->tx);
@@ -417,6 +479,7 @@ void onerma_io_free(struct onerma_io *io)
 	free(io->tx);
 	free(io->rx);
 	free(io->stash);
+	free(io->in);
 	free(io);
 }
 
@@ -468,9 +531,23 @@ uint16_t onerma_port_io(struct onerma_io *io, int flags)
 	if (io->n_stash < io->stash_low)
 		io_refill(io);
 	if (flags & ONERMA_IO_RX) {
-		io->n_rx = rte_eth_rx_burst(io->port, io->queue, io->rx, io->burst);
-		io->rx_pkts += io->n_rx;
-		return io->n_rx;
+		uint16_t n = rte_eth_rx_burst(io->port, io->queue, io->rx, io->burst);
+		io->rx_pkts += n;
+		io->n_rx_port = n;
+		if (io->n_in > 0) {
+			/* Frames other queues' pollers handed to this one. A
+			 * different first ring each time: none starves. */
+			unsigned int got = 0, k;
+			for (k = 0; k < io->n_in && got < io->in_max; k++) {
+				struct rte_ring *r = io->in[(io->in_next + k) % io->n_in];
+				got += rte_ring_dequeue_burst(r, (void **)(io->rx + n + got), io->in_max - got, NULL);
+			}
+			io->in_next = (uint16_t)((io->in_next + 1) % io->n_in);
+			io->in_pkts += got;
+			n += (uint16_t)got;
+		}
+		io->n_rx = n;
+		return n;
 	}
 	return 0;
 }

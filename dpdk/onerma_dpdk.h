@@ -28,6 +28,7 @@ enum {
 	ONERMA_MBUF_OFF_BUF_ADDR = offsetof(struct rte_mbuf, buf_addr),
 	ONERMA_MBUF_OFF_DATA_OFF = offsetof(struct rte_mbuf, data_off),
 	ONERMA_MBUF_OFF_NB_SEGS = offsetof(struct rte_mbuf, nb_segs),
+	ONERMA_MBUF_OFF_REFCNT = offsetof(struct rte_mbuf, refcnt),
 	ONERMA_MBUF_OFF_PORT = offsetof(struct rte_mbuf, port),
 	ONERMA_MBUF_OFF_PKT_LEN = offsetof(struct rte_mbuf, pkt_len),
 	ONERMA_MBUF_OFF_DATA_LEN = offsetof(struct rte_mbuf, data_len),
@@ -91,7 +92,10 @@ int onerma_eth_port_name(uint16_t port, char *name); /* name: RTE_ETH_NAME_MAX_L
 unsigned int onerma_eth_count_avail(void);
 int onerma_eth_valid(uint16_t port);
 int onerma_eth_socket(uint16_t port);
-int onerma_eth_configure(uint16_t port, uint16_t nb_rx, uint16_t nb_tx, uint32_t mtu);
+/* rss: spread flows over the rx queues by the hash functions of IPv4/IPv6
+ * and UDP the driver offers (none: no RSS); *rss_hf gets those in force. */
+int onerma_eth_configure(uint16_t port, uint16_t nb_rx, uint16_t nb_tx, uint32_t mtu, int rss, uint64_t *rss_hf);
+int onerma_eth_rss_hashes(uint16_t port, uint64_t *rss_hf);
 int onerma_eth_rxq_setup(uint16_t port, uint16_t q, uint16_t nb_desc, int socket,
 			 struct rte_mempool *mp);
 int onerma_eth_txq_setup(uint16_t port, uint16_t q, uint16_t nb_desc, int socket);
@@ -113,19 +117,25 @@ struct onerma_eth_stats {
 	uint64_t ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf;
 };
 int onerma_eth_stats(uint16_t port, struct onerma_eth_stats *s);
+/* Queue q's counters (the q_* arrays of struct rte_eth_stats; -EINVAL past
+ * RTE_ETHDEV_QUEUE_STAT_CNTRS): ipackets, opackets, ibytes, obytes and
+ * ierrors (q_errors) are filled. */
+int onerma_eth_queue_stats(uint16_t port, uint16_t q, struct onerma_eth_stats *s);
 
 struct onerma_dev_info {
 	char driver[64];
 	uint32_t min_mtu, max_mtu, max_rx_pktlen;
 	uint16_t max_rx_queues, max_tx_queues;
+	uint64_t rss_offloads; /* flow_type_rss_offloads */
 };
 int onerma_eth_info(uint16_t port, struct onerma_dev_info *info);
 
 /*
- * Two ethdevs joined back to back by two rte_rings (rte_eth_from_rings):
- * what one sends the other receives. One queue pair each. Ports in *a, *b.
+ * Two ethdevs joined back to back by rte_rings (rte_eth_from_rings): what
+ * one sends on its queue q the other receives on its queue q. queues queue
+ * pairs each (at most RTE_PMD_RING_MAX_RX_RINGS). Ports in *a, *b.
  */
-int onerma_ring_pair(const char *name_a, const char *name_b, unsigned int size, int socket,
+int onerma_ring_pair(const char *name_a, const char *name_b, unsigned int size, uint16_t queues, int socket,
 		     uint16_t *a, uint16_t *b);
 
 /* Burst primitives: one call per burst. */
@@ -143,7 +153,8 @@ void onerma_pktmbuf_free(struct rte_mbuf *m);
 struct onerma_io {
 	struct rte_mempool *pool;
 	struct rte_mbuf **tx;    /* tx[0..n_tx): frames queued for transmission */
-	struct rte_mbuf **rx;    /* rx[0..n_rx): last burst received (held by Go) */
+	struct rte_mbuf **rx;    /* rx[0..n_rx): last burst received (held by Go); room for
+	                          * burst from the port and burst from the inbound rings */
 	struct rte_mbuf **stash; /* stash[0..n_stash): free mbufs for future tx */
 	uint16_t port, queue;
 	uint16_t burst;       /* capacity of tx and rx */
@@ -153,6 +164,11 @@ struct onerma_io {
 	uint16_t n_tx;        /* in: queued; out: 0 */
 	uint16_t n_rx;        /* out */
 	uint16_t n_stash;     /* in/out */
+	uint16_t n_rx_port;   /* out: rx[0..n_rx_port) came from the port, the rest from in */
+	struct rte_ring **in; /* inbound rings (onerma_io_set_inbound), NULL: none */
+	uint16_t n_in;        /* how many */
+	uint16_t in_max;      /* mbufs taken from them per receive (<= burst) */
+	uint16_t in_next;     /* the ring the next receive starts from */
 	uint16_t pad;
 	/* Cumulative counters, written by onerma_port_io only. */
 	uint64_t calls;
@@ -160,6 +176,7 @@ struct onerma_io {
 	uint64_t tx_dropped;  /* refused by the queue after all retries, freed */
 	uint64_t rx_pkts;
 	uint64_t alloc_fails; /* refills that could not fill the stash */
+	uint64_t in_pkts;     /* mbufs taken from the inbound rings */
 };
 
 enum {

@@ -18,7 +18,8 @@ import (
 //
 //  1. transmit the queued tx burst (retrying frames the queue refused up to
 //     TxRetries times, then freeing them and counting them as dropped),
-//  2. with rx: free the previous rx burst and receive a new one,
+//  2. with rx: free the previous rx burst and receive a new one, then
+//     (SetInbound) take what other threads handed over in rings,
 //  3. refill the stash when it is below half full (bulk alloc; near pool
 //     exhaustion, whatever is left).
 //
@@ -54,7 +55,7 @@ func NewPortIO(port PortID, q uint16, pool *Mempool, burst, stash, txRetries int
 	return &PortIO{
 		c:     c,
 		tx:    unsafe.Slice((**Mbuf)(unsafe.Pointer(c.tx)), burst),
-		rx:    unsafe.Slice((**Mbuf)(unsafe.Pointer(c.rx)), burst),
+		rx:    unsafe.Slice((**Mbuf)(unsafe.Pointer(c.rx)), 2*burst),
 		stash: unsafe.Slice((**Mbuf)(unsafe.Pointer(c.stash)), stash),
 	}, nil
 }
@@ -83,8 +84,24 @@ func (io *PortIO) Do(rx bool) int {
 }
 
 // Rx is the burst received by the last Do(true), owned by the PortIO until
-// the next Do(true).
+// the next Do(true): first the port's frames (RxPort of them), then those
+// taken from the inbound rings (SetInbound). The caller may reorder its
+// entries and give some away (TrimRx).
 func (io *PortIO) Rx() []*Mbuf { return io.rx[:io.c.n_rx] }
+
+// RxPort is how many of Rx came from the port itself.
+func (io *PortIO) RxPort() int { return int(io.c.n_rx_port) }
+
+// TrimRx keeps Rx()[:n] for the PortIO to free at the next Do(true): the
+// caller has given the others away (to a Fanout, say), having moved
+// every mbuf it keeps into the first n entries. n must not exceed
+// len(Rx()).
+func (io *PortIO) TrimRx(n int) {
+	if n < 0 || n > int(io.c.n_rx) {
+		panic("dpdk: PortIO.TrimRx beyond the burst")
+	}
+	io.c.n_rx = C.uint16_t(n)
+}
 
 // TxLen is the number of frames queued for the next Do.
 func (io *PortIO) TxLen() int { return int(io.c.n_tx) }
@@ -136,7 +153,8 @@ type IOCounters struct {
 	Calls      uint64 // crossings into C (Do)
 	TxPackets  uint64 // frames the queue accepted
 	TxDropped  uint64 // frames refused after all retries (freed)
-	RxPackets  uint64
+	RxPackets  uint64 // from the port
+	RxRing     uint64 // from the inbound rings (SetInbound)
 	AllocFails uint64 // stash refills that could not fill the stash
 }
 
@@ -147,6 +165,7 @@ func (io *PortIO) Counters() IOCounters {
 		TxPackets:  uint64(io.c.tx_pkts),
 		TxDropped:  uint64(io.c.tx_dropped),
 		RxPackets:  uint64(io.c.rx_pkts),
+		RxRing:     uint64(io.c.in_pkts),
 		AllocFails: uint64(io.c.alloc_fails),
 	}
 }

@@ -149,9 +149,10 @@ const (
 )
 
 type port struct {
-	id   dpdk.PortID
-	pool *dpdk.Mempool
-	err  error
+	id     dpdk.PortID
+	pool   *dpdk.Mempool
+	queues uint16
+	err    error
 }
 
 var (
@@ -170,18 +171,27 @@ func Port(tb testing.TB, name string) (dpdk.PortID, *dpdk.Mempool) {
 // PortWith is Port with a chosen pool size and data room (effective on the
 // first call for a name).
 func PortWith(tb testing.TB, name string, mbufs uint32, dataRoom uint16) (dpdk.PortID, *dpdk.Mempool) {
+	return PortQueues(tb, name, 1, mbufs, dataRoom)
+}
+
+// PortQueues is PortWith with queues rx/tx queue pairs (effective on the
+// first call for a name; a later call asking for another number fails).
+func PortQueues(tb testing.TB, name string, queues uint16, mbufs uint32, dataRoom uint16) (dpdk.PortID, *dpdk.Mempool) {
 	tb.Helper()
 	Require(tb)
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	p, ok := ports[name]
 	if !ok {
-		p = &port{}
-		p.id, p.pool, p.err = setup(name, mbufs, dataRoom)
+		p = &port{queues: queues}
+		p.id, p.pool, p.err = setup(name, queues, mbufs, dataRoom)
 		ports[name] = p
 	}
 	if p.err != nil {
 		tb.Fatalf("port %s: %v", name, p.err)
+	}
+	if p.queues != queues {
+		tb.Fatalf("port %s: set up with %d queues, asked for %d", name, p.queues, queues)
 	}
 	return p.id, p.pool
 }
@@ -196,24 +206,30 @@ var (
 // "net_ring_"+b), sets both up like Port and returns them. The first call per pair creates it; later calls get the
 // same ports.
 func RingPair(tb testing.TB, a, b string) (pa, pb dpdk.PortID, poolA, poolB *dpdk.Mempool) {
+	return RingPairQueues(tb, a, b, 1)
+}
+
+// RingPairQueues is RingPair with queues queue pairs on each port
+// (dpdk.NewRingPairQueues: a's queue q sends to b's queue q).
+func RingPairQueues(tb testing.TB, a, b string, queues uint16) (pa, pb dpdk.PortID, poolA, poolB *dpdk.Mempool) {
 	tb.Helper()
 	Require(tb)
 	pairsMu.Lock()
 	err, ok := pairs[[2]string{a, b}]
 	if !ok {
-		_, _, err = dpdk.NewRingPair(a, b, 4096, dpdk.SocketAny)
+		_, _, err = dpdk.NewRingPairQueues(a, b, 4096, queues, dpdk.SocketAny)
 		pairs[[2]string{a, b}] = err
 	}
 	pairsMu.Unlock()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	pa, poolA = Port(tb, "net_ring_"+a)
-	pb, poolB = Port(tb, "net_ring_"+b)
+	pa, poolA = PortQueues(tb, "net_ring_"+a, queues, Mbufs, DataRoom)
+	pb, poolB = PortQueues(tb, "net_ring_"+b, queues, Mbufs, DataRoom)
 	return pa, pb, poolA, poolB
 }
 
-func setup(name string, mbufs uint32, dataRoom uint16) (dpdk.PortID, *dpdk.Mempool, error) {
+func setup(name string, queues uint16, mbufs uint32, dataRoom uint16) (dpdk.PortID, *dpdk.Mempool, error) {
 	id, err := dpdk.PortByName(name)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%w (EAL args %q)", err, args)
@@ -222,7 +238,7 @@ func setup(name string, mbufs uint32, dataRoom uint16) (dpdk.PortID, *dpdk.Mempo
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := id.Setup(dpdk.PortConfig{Queues: 1, Pool: pool, Promiscuous: true}); err != nil {
+	if err := id.Setup(dpdk.PortConfig{Queues: queues, Pool: pool, Promiscuous: true}); err != nil {
 		pool.Free()
 		return 0, nil, err
 	}

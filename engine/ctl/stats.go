@@ -111,26 +111,10 @@ func (s *Server) Stats(also func(core int, c *engine.Core)) (*ctlmsg.Stats, erro
 	cores := make([]ctlmsg.CoreStats, n)
 	sts := make([]engine.Stats, n)
 	var portals []ctlmsg.PortalStats
-	faultStats, portStats, loopStats := s.cfg.FaultStats, s.cfg.PortStats, s.cfg.LoopStats
-	for i, x := range s.execs {
-		m := &cores[i].Stats
-		if err := x.Exec(func(core *engine.Core) {
-			sts[i] = core.Stats()
-			if faultStats != nil {
-				m.Fault = faultStats(i)
-			}
-			if portStats != nil {
-				m.Port = portStats(i)
-			}
-			portals = s.portalStats(i, core, portals)
-			if also != nil {
-				also(i, core)
-			}
-		}); err != nil {
+	for i := range s.execs {
+		var err error
+		if portals, err = s.readCore(i, &sts[i], &cores[i].Stats, portals, also); err != nil {
 			return nil, err
-		}
-		if loopStats != nil {
-			m.Loop = loopStats(i)
 		}
 	}
 	var sum engine.Stats
@@ -152,6 +136,54 @@ func (s *Server) Stats(also func(core int, c *engine.Core)) (*ctlmsg.Stats, erro
 	m.Portals = portals
 	m.Tenants = largest(s.Tenants(), maxStatsTenants)
 	return m, nil
+}
+
+// CoreStats is core i's part of the stats reply: its counters, its
+// port's, fault injector's and loop's, and its portals, read as Stats
+// reads each core (one Executor.Exec on its goroutine, also run in it);
+// no tenants. rmad's metrics read each core so, once per scrape.
+func (s *Server) CoreStats(i int, also func(c *engine.Core)) (*ctlmsg.Stats, error) {
+	var (
+		st engine.Stats
+		m  ctlmsg.Stats
+	)
+	var a func(int, *engine.Core)
+	if also != nil {
+		a = func(_ int, c *engine.Core) { also(c) }
+	}
+	portals, err := s.readCore(i, &st, &m, nil, a)
+	if err != nil {
+		return nil, err
+	}
+	out := StatsMsg(&st)
+	out.Fault, out.Port, out.Loop, out.Portals = m.Fault, m.Port, m.Loop, portals
+	return out, nil
+}
+
+// readCore reads core i's counters into st, its fault injector's, port's
+// and loop's into m, and appends its portals to portals, in one Exec on
+// its goroutine (also runs there too).
+func (s *Server) readCore(i int, st *engine.Stats, m *ctlmsg.Stats, portals []ctlmsg.PortalStats, also func(int, *engine.Core)) ([]ctlmsg.PortalStats, error) {
+	faultStats, portStats, loopStats := s.cfg.FaultStats, s.cfg.PortStats, s.cfg.LoopStats
+	if err := s.execs[i].Exec(func(core *engine.Core) {
+		*st = core.Stats()
+		if faultStats != nil {
+			m.Fault = faultStats(i)
+		}
+		if portStats != nil {
+			m.Port = portStats(i)
+		}
+		portals = s.portalStats(i, core, portals)
+		if also != nil {
+			also(i, core)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if loopStats != nil {
+		m.Loop = loopStats(i)
+	}
+	return portals, nil
 }
 
 // portalStats appends every portal the server opened on core k, in id

@@ -41,8 +41,9 @@ func addUints(dst, src reflect.Value) {
 }
 
 // sumCores sums the cores' fault injectors and loops, and their ports'
-// driver counters (core 0's device counters, name and AF_XDP state are
-// the device's); nil where no core has one.
+// driver and device counters (each core's device counters are its queue
+// pair's, core 0's also the device's own; core 0's name and AF_XDP state
+// are the device's); nil where no core has one.
 func sumCores(cores []ctlmsg.CoreStats) (*ctlmsg.FaultStats, *ctlmsg.PortStats, *ctlmsg.LoopStats) {
 	var (
 		fault *ctlmsg.FaultStats
@@ -66,10 +67,11 @@ func sumCores(cores []ctlmsg.CoreStats) (*ctlmsg.FaultStats, *ctlmsg.PortStats, 
 		if c.Port != nil {
 			if port == nil {
 				p := *c.Port
-				p.Driver = ctlmsg.PortDriverStats{}
+				p.Driver, p.Dev = ctlmsg.PortDriverStats{}, ctlmsg.PortDevStats{}
 				port = &p
 			}
 			addUints(reflect.ValueOf(&port.Driver).Elem(), reflect.ValueOf(&c.Port.Driver).Elem())
+			addUints(reflect.ValueOf(&port.Dev).Elem(), reflect.ValueOf(&c.Port.Dev).Elem())
 		}
 	}
 	return fault, port, loop

@@ -23,9 +23,10 @@ func TestAddStats(t *testing.T) {
 	}
 	f, p, l := sumCores([]ctlmsg.CoreStats{
 		{Core: 0, Stats: ctlmsg.Stats{Loop: &ctlmsg.LoopStats{Iterations: 5}, Port: &ctlmsg.PortStats{Name: "p", Driver: ctlmsg.PortDriverStats{RxFrames: 1}, Dev: ctlmsg.PortDevStats{RxPackets: 9}}}},
-		{Core: 1, Stats: ctlmsg.Stats{Loop: &ctlmsg.LoopStats{Iterations: 7}, Port: &ctlmsg.PortStats{Name: "p", Driver: ctlmsg.PortDriverStats{RxFrames: 2}, Dev: ctlmsg.PortDevStats{RxPackets: 9}}}},
+		{Core: 1, Stats: ctlmsg.Stats{Loop: &ctlmsg.LoopStats{Iterations: 7}, Port: &ctlmsg.PortStats{Name: "p", Driver: ctlmsg.PortDriverStats{RxFrames: 2}, Dev: ctlmsg.PortDevStats{RxPackets: 4}}}},
 	})
-	if f != nil || l.Iterations != 12 || p.Driver.RxFrames != 3 || p.Dev.RxPackets != 9 || p.Name != "p" {
+	// Each core's device counters are its queue pair's: they add up.
+	if f != nil || l.Iterations != 12 || p.Driver.RxFrames != 3 || p.Dev.RxPackets != 13 || p.Name != "p" {
 		t.Fatalf("fault %v, loop %+v, port %+v", f, l, p)
 	}
 }

@@ -15,6 +15,14 @@
 // which fuses tx, free, rx and stash refill: an iteration of the poll loop
 // costs one crossing when nothing is sent and two when something is.
 //
+// An engine of several cores (engine.NewGroup) runs on Queues: a Port per
+// queue pair of one device, core i on queue i. The devices here cannot put
+// a frame on the queue of the core it names (engine.Steer), so each core's
+// Recv hands the frames of other cores over to them through lock-free
+// rte_rings, one per ordered pair of cores (handover.go), ARP to every
+// core, and returns its own with those handed to it: one crossing more per
+// receive, and only when something is handed out.
+//
 // A Port is owned by one goroutine, the runner's loop, which should be
 // pinned and registered with the EAL (ThreadHooks) so the mempool's
 // per-lcore cache serves the refills.

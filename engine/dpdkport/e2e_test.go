@@ -35,7 +35,9 @@ type app struct {
 	cpl   *abi.Consumer
 	slots []abi.SlotID
 	src   abi.RegionID // remote-readable source
-	dst   abi.RegionID // local sink of READs
+	dst   abi.RegionID // local sink of READs (and source of WRITEs)
+
+	dstMem []byte // dst's memory
 }
 
 // testKr is the region key of every region these tests register; testPID
@@ -108,13 +110,20 @@ func (n *engineNode) stop(t testing.TB) {
 }
 
 // openApp opens a portal on n with slots slots and registers src (remote
-// readable) and dst (local sink) for it, all through runner.Exec.
+// readable and writable) and dst (local sink and WRITE source) for it,
+// all through runner.Exec.
 func openApp(t testing.TB, n *engineNode, slots int, src, dst []byte) *app {
+	t.Helper()
+	return openAppOn(t, n.r, n.core.Config().LocalIP.As4(), slots, src, dst)
+}
+
+// openAppOn is openApp on the core r drives (of an engine at address ip).
+func openAppOn(t testing.TB, r *runner.Runner, ip [4]byte, slots int, src, dst []byte) *app {
 	t.Helper()
 	const cmdCap, cplCap = 256, 256
 	cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))
 	cplMem := aligned(abi.RingBytes(cplCap, abi.CompletionSize))
-	a := &app{ip: n.core.Config().LocalIP.As4()}
+	a := &app{ip: ip, dstMem: dst}
 	var err error
 	if a.cmd, err = abi.NewProducer(cmdMem, cmdCap, abi.CommandSize); err != nil {
 		t.Fatal(err)
@@ -122,7 +131,7 @@ func openApp(t testing.TB, n *engineNode, slots int, src, dst []byte) *app {
 	if a.cpl, err = abi.NewConsumer(cplMem, cplCap, abi.CompletionSize); err != nil {
 		t.Fatal(err)
 	}
-	exErr := n.r.Exec(func(c *engine.Core) {
+	exErr := r.Exec(func(c *engine.Core) {
 		if a.id, err = c.OpenPortal(engine.PortalSpec{
 			CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap,
 			Class: abi.ClassLow, MaxSlots: slots, PID: testPID,
@@ -133,11 +142,11 @@ func openApp(t testing.TB, n *engineNode, slots int, src, dst []byte) *app {
 			return
 		}
 		if src != nil {
-			if a.src, err = c.RegisterRegion(a.id, src, abi.PermRemoteRead|abi.PermLocalRead, testKr); err != nil {
+			if a.src, err = c.RegisterRegion(a.id, src, abi.PermRemoteRead|abi.PermRemoteWrite|abi.PermLocalRead, testKr); err != nil {
 				return
 			}
 		}
-		a.dst, err = c.RegisterRegion(a.id, dst, abi.PermLocalWrite, testKr)
+		a.dst, err = c.RegisterRegion(a.id, dst, abi.PermLocalWrite|abi.PermLocalRead, testKr)
 	})
 	if exErr != nil {
 		t.Fatal(exErr)

@@ -31,12 +31,17 @@ type Config struct {
 	// engine.MaxFrameBytes; a core with a smaller MTU writes at most
 	// 14+MTU bytes, and a port sized for that may use smaller mbufs.
 	FrameBytes int
+	// HandOverRing is the number of frames each ring from one core to
+	// another holds (Queues; N(N-1) rings for N cores): rx mbufs a core
+	// has handed over and its destination has not yet received.
+	HandOverRing int
 }
 
 // DefaultConfig: bursts of 32, a stash of 64, 4 retries, frames up to
-// engine.MaxFrameBytes (jumbo mbufs).
+// engine.MaxFrameBytes (jumbo mbufs), hand-over rings of 512 frames (16
+// bursts).
 func DefaultConfig() Config {
-	return Config{Burst: 32, Stash: 64, TxRetries: 4, FrameBytes: engine.MaxFrameBytes}
+	return Config{Burst: 32, Stash: 64, TxRetries: 4, FrameBytes: engine.MaxFrameBytes, HandOverRing: 512}
 }
 
 // ErrConfig wraps every validation failure.
@@ -53,6 +58,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: TxRetries = %d", ErrConfig, c.TxRetries)
 	case c.FrameBytes < 60 || c.FrameBytes > 1<<16-1-dpdk.Headroom:
 		return fmt.Errorf("%w: FrameBytes = %d", ErrConfig, c.FrameBytes)
+	case c.HandOverRing < c.Burst || c.HandOverRing > 1<<16:
+		return fmt.Errorf("%w: HandOverRing = %d (a burst, %d, to 65536)", ErrConfig, c.HandOverRing, c.Burst)
 	}
 	return nil
 }
@@ -65,7 +72,14 @@ type Stats struct {
 	RxFrames   uint64 // returned by Recv
 	RxMultiSeg uint64 // multi-segment frames dropped (scatter is never enabled)
 	AllocFails uint64 // stash refills that could not fill the stash
-	IOCalls    uint64 // cgo crossings (dpdk.PortIO.Do)
+	IOCalls    uint64 // cgo crossings (dpdk.PortIO.Do, and Fanout.Send when handing over)
+
+	// Hand-over between the cores of an engine (Queues): frames this
+	// core's queue received for another core, and frames other cores
+	// handed to this one. An ARP frame counts once per core it went to.
+	HandedOut    uint64 // put in another core's ring
+	HandedIn     uint64 // taken from the other cores' rings (part of RxFrames)
+	HandOverFull uint64 // lost: the destination's ring was full (freed)
 }
 
 // Port is one rx/tx queue pair of a started DPDK port. It implements
@@ -84,6 +98,8 @@ type Port struct {
 	noBuffer, multiSeg, rxFrames uint64
 
 	beforeTx func() // engine.TxHook: runs before every crossing that transmits
+
+	ho *handover // its part in a Queues (nil: a port of its own)
 }
 
 // SetBeforeTx implements engine.TxHook: f runs right before queued frames
@@ -123,7 +139,8 @@ func New(name string, pool *dpdk.Mempool, q uint16, cfg Config) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Port{id: id, queue: q, io: io, mac: mac, pool: pool, views: make([][]byte, 0, cfg.Burst)}, nil
+	// Room for a burst from the port and one handed in (Queues).
+	return &Port{id: id, queue: q, io: io, mac: mac, pool: pool, views: make([][]byte, 0, 2*cfg.Burst)}, nil
 }
 
 // TxMemory implements engine.TxMemory: the tx pool's memory ranges
@@ -195,13 +212,20 @@ func (p *Port) Flush() {
 
 // Recv frees the previous rx burst and returns views of the next one,
 // valid until the next Recv. Queued tx frames are sent in the same
-// crossing.
+// crossing. A Port of Queues returns its queue's frames for its own core
+// and those other cores handed to it (at most a burst of each), and hands
+// the others over (Queues).
 func (p *Port) Recv() [][]byte {
 	if p.io.TxLen() > 0 {
 		p.hook()
 	}
 	n := p.io.Do(true)
-	views := p.views[:n] // n <= Burst = cap(p.views)
+	if p.ho != nil {
+		p.views = p.steer(p.io.Rx())
+		p.rxFrames += uint64(len(p.views))
+		return p.views
+	}
+	views := p.views[:n] // n <= Burst <= cap(p.views)
 	k := 0
 	for _, m := range p.io.Rx() {
 		if m.Segs() != 1 {
@@ -220,7 +244,7 @@ func (p *Port) Recv() [][]byte {
 // runner.Exec).
 func (p *Port) Stats() Stats {
 	c := p.io.Counters()
-	return Stats{
+	s := Stats{
 		TxFrames:   c.TxPackets,
 		TxDropped:  c.TxDropped,
 		TxNoBuffer: p.noBuffer,
@@ -228,7 +252,14 @@ func (p *Port) Stats() Stats {
 		RxMultiSeg: p.multiSeg,
 		AllocFails: c.AllocFails,
 		IOCalls:    c.Calls,
+		HandedIn:   c.RxRing,
 	}
+	if p.ho != nil {
+		f := p.ho.fan.Counters()
+		s.IOCalls += f.Calls
+		s.HandedOut, s.HandOverFull = f.Sent, f.Dropped
+	}
+	return s
 }
 
 // Close returns every mbuf the Port holds to the pool: the current buffer,
@@ -247,6 +278,9 @@ func (p *Port) Close() {
 	p.io.Close()
 	p.io = nil
 	p.views = p.views[:0]
+	if p.ho != nil {
+		p.ho.fan.Close()
+	}
 }
 
 // ThreadHooks returns runner.Config ThreadStart/ThreadExit hooks for a loop

@@ -101,7 +101,10 @@ var loopFamilies = []family[ctlmsg.LoopStats]{
 type ps = ctlmsg.PortStats
 
 // portFamilies are the port's counters, the driver's and the device's
-// (ctlmsg.PortStats), labelled port (its ethdev name) after core.
+// (ctlmsg.PortStats), labelled port (its ethdev name) after core. On an
+// engine of several cores each core's device counters are its queue
+// pair's (its port_packets_total and port_bytes_total add up to the
+// device's).
 var portFamilies = []family[ps]{
 	by("port_packets_total", "Packets the device received and sent (rte_eth_stats).", ctr, "dir",
 		sv("rx", func(p *ps) float64 { return u(p.Dev.RxPackets) }),
@@ -123,6 +126,10 @@ var portFamilies = []family[ps]{
 		sv("tx", func(p *ps) float64 { return u(p.Driver.TxFrames) })),
 	one("port_alloc_failures_total", "mbuf stash refills that fell short.", ctr, func(p *ps) float64 { return u(p.Driver.AllocFails) }),
 	one("port_io_calls_total", "cgo crossings of the port driver.", ctr, func(p *ps) float64 { return u(p.Driver.IOCalls) }),
+	by("port_handover_frames_total", "Frames handed between the engine's cores (a port's queues cannot put a frame on its core's): out, received on this core's queue for another; in, taken from the others; full, lost to a full ring. An ARP frame counts once per core.", ctr, "dir",
+		sv("out", func(p *ps) float64 { return u(p.Driver.HandedOut) }),
+		sv("in", func(p *ps) float64 { return u(p.Driver.HandedIn) }),
+		sv("full", func(p *ps) float64 { return u(p.Driver.HandOverFull) })),
 }
 
 type xs = ctlmsg.PortXDPStats

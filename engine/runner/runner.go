@@ -20,8 +20,10 @@ import (
 type Port interface {
 	engine.Tx
 	// Recv releases the previous burst and returns the next one: at most
-	// a burst (32) of received frames, possibly none. The frames are
-	// valid until the next Recv.
+	// a burst (32) of received frames, possibly none, and, on an engine of
+	// several cores whose port hands frames between them, at most a burst
+	// more that other cores handed to this one. The frames are valid
+	// until the next Recv.
 	Recv() [][]byte
 	// Flush transmits every frame queued with Send.
 	Flush()

@@ -61,8 +61,15 @@ func (v *VethPair) Close() {
 
 // AFPacket returns engine options for an af_packet port on iface inside ns.
 func AFPacket(rmad, dir, name, ip, ns, iface string) Options {
+	return AFPacketQueues(rmad, dir, name, ip, ns, iface, 1)
+}
+
+// AFPacketQueues is AFPacket with qpairs queue pairs (sockets among which
+// the kernel spreads the interface's frames by flow) for an engine of as
+// many polling cores.
+func AFPacketQueues(rmad, dir, name, ip, ns, iface string, qpairs int) Options {
 	return Options{Rmad: rmad, Dir: dir, Name: name, IP: ip, NetNS: ns, CPU: -1,
-		PortName: "net_af_packet0", Vdev: "net_af_packet0,iface=" + iface + ",qpairs=1"}
+		PortName: "net_af_packet0", Vdev: fmt.Sprintf("net_af_packet0,iface=%s,qpairs=%d", iface, qpairs)}
 }
 
 // AFXDP returns engine options for an AF_XDP port (DPDK's net_af_xdp) on

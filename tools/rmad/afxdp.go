@@ -36,8 +36,8 @@ type afxdp struct {
 // operator named a program. A steering program a killed engine left on
 // the interface is removed (DPDK attaches its own only to an interface
 // without one).
-func newAFXDP(vdev string, log zerolog.Logger) (*afxdp, string, error) {
-	v, err := parseAFXDPVdev(vdev)
+func newAFXDP(vdev string, cores int, log zerolog.Logger) (*afxdp, string, error) {
+	v, err := parseAFXDPVdev(vdev, cores)
 	if err != nil {
 		return nil, "", err
 	}
@@ -64,14 +64,15 @@ func newAFXDP(vdev string, log zerolog.Logger) (*afxdp, string, error) {
 	return a, arg, nil
 }
 
-// parseAFXDPVdev parses and checks an AF_XDP port's port.vdev.
-func parseAFXDPVdev(vdev string) (xdp.Vdev, error) {
+// parseAFXDPVdev parses and checks an AF_XDP port's port.vdev for an
+// engine of cores polling cores: a socket per core (queue_count).
+func parseAFXDPVdev(vdev string, cores int) (xdp.Vdev, error) {
 	v, err := xdp.ParseVdev(vdev)
 	if err != nil {
 		return v, fmt.Errorf("%w: port.vdev: %v", errConfig, err)
 	}
-	if v.QueueCount != 1 {
-		return v, fmt.Errorf("%w: port.vdev %q: queue_count %d, but the engine polls one queue (give the interface one queue, or steer the engine's traffic to one and name it: start_queue=N)", errConfig, vdev, v.QueueCount)
+	if v.QueueCount != cores {
+		return v, fmt.Errorf("%w: port.vdev %q: queue_count %d, but the engine has %d polling cores, a queue each (give the interface that many queues from start_queue, and queue_count=%d)", errConfig, vdev, v.QueueCount, cores, cores)
 	}
 	return v, nil
 }
@@ -131,7 +132,7 @@ func (a *afxdp) started(ip netip.Addr, log zerolog.Logger) error {
 		a.fds = append(a.fds, s.FD)
 		zc = zc && s.ZeroCopy
 	}
-	ev := log.Info().Str("iface", a.vdev.Iface).Int("queue", a.vdev.StartQueue).Bool("zero_copy", zc)
+	ev := log.Info().Str("iface", a.vdev.Iface).Int("start_queue", a.vdev.StartQueue).Int("queues", a.vdev.QueueCount).Bool("zero_copy", zc)
 	if !zc {
 		ev = ev.Str("copy_mode", "the kernel copies each frame between the driver and the socket (drivers without AF_XDP zero-copy, veth among them)")
 	}

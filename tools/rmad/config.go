@@ -56,6 +56,9 @@ type PortConfig struct {
 	Mbufs     uint32 `json:"mbufs"`      // mbuf pool size (2^n-1 is optimal)
 	MbufCache uint32 `json:"mbuf_cache"` // per-lcore mempool cache
 	Burst     int    `json:"burst"`      // rx/tx burst size
+	// HandOverRing is the size of each ring that hands frames from one
+	// polling core to another (dpdkport.Queues: cores × (cores-1) rings).
+	HandOverRing int `json:"handover_ring"`
 }
 
 // NeighborConfig is a static IPv4 -> MAC entry.
@@ -146,10 +149,19 @@ func (c *Config) ivStatePath() string {
 	return c.Engine.IVState
 }
 
-// PollConfig is the polling core.
+// PollConfig is the polling cores: one, or one per CPU of CPUs (cores.go).
 type PollConfig struct {
-	Mode     string   `json:"mode"`      // "busy": spin; "backoff": sleep when idle; "yield": spin, sched_yield when idle
-	CPU      int      `json:"cpu"`       // CPU to pin the polling thread to; -1: no pinning
+	Mode string `json:"mode"` // "busy": spin; "backoff": sleep when idle; "yield": spin, sched_yield when idle
+	// CPUs pins one polling core to each CPU listed, each with its own
+	// queue pair of the port ("cpus": [1, 2]; -cpu 1,2). CPU, the single
+	// CPU of an engine of one core (-1: no pinning), is the same as a
+	// list of one; set one of the two.
+	CPUs []int `json:"cpus"`
+	CPU  int   `json:"cpu"`
+	// Cores is the number of polling cores, each with its own queue
+	// pair; 0: one per listed CPU, or one without a list. Without a
+	// list, cores > 1 run unpinned (tests, shared hosts).
+	Cores    int      `json:"cores"`
 	MaxSleep Duration `json:"max_sleep"` // backoff: longest idle sleep (wake-up latency bound)
 
 	// Nice is the polling thread's nice value in busy mode with a CPU
@@ -380,7 +392,9 @@ var flagSpecs = []struct {
 	{"id-state", "process identity state file (\"\": engine.iv_state + \".ids\"); must persist as long as the IV state", setStr(func(c *Config) *string { return &c.Ctl.IDState })},
 	{"oom-score-adj", "rmad's oom_score_adj (-1000..1000): low, so the kernel's OOM killer picks a tenant first", setInt(func(c *Config) *int { return &c.OOMScoreAdj })},
 	{"poll-mode", "busy, backoff or yield (spin, giving the CPU to a co-located app when idle)", setStr(func(c *Config) *string { return &c.Poll.Mode })},
-	{"cpu", "CPU for the polling thread (-1: none)", setInt(func(c *Config) *int { return &c.Poll.CPU })},
+	{"cpu", "CPUs of the polling cores, one core each: N, or a list 1,2 (-1: one core, unpinned)", setCPUs},
+	{"cores", "polling cores (0: one per -cpu CPU, or one); without a CPU list they run unpinned", setInt(func(c *Config) *int { return &c.Poll.Cores })},
+	{"handover-ring", "frames each ring between two polling cores holds", setInt(func(c *Config) *int { return &c.Port.HandOverRing })},
 	{"max-sleep", "backoff mode: longest idle sleep", setDur(func(c *Config) *Duration { return &c.Poll.MaxSleep })},
 	{"poll-nice", "busy mode with a CPU: the polling thread's nice value (-20..19; 0 if an app shares the CPU)", setInt(func(c *Config) *int { return &c.Poll.Nice })},
 	{"fault-direction", "fault injection: frames faulted, rx, tx or both", setStr(func(c *Config) *string { return &c.Fault.Direction })},
@@ -559,21 +573,24 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: port.rx_desc/tx_desc must be > 0", errConfig)
 	case p.Mbufs < 2*uint32(p.RxDesc):
 		return fmt.Errorf("%w: port.mbufs %d < 2 x rx_desc (%d)", errConfig, p.Mbufs, p.RxDesc)
+	case p.HandOverRing < p.Burst || p.HandOverRing > 1<<16:
+		return fmt.Errorf("%w: port.handover_ring %d (port.burst %d to 65536)", errConfig, p.HandOverRing, p.Burst)
 	case p.MbufCache > 512 || uint64(p.MbufCache)*3 > uint64(p.Mbufs)*2:
 		return fmt.Errorf("%w: port.mbuf_cache %d (max 512 and mbufs/1.5)", errConfig, p.MbufCache)
 	case p.Burst < 1 || p.Burst > 256:
 		return fmt.Errorf("%w: port.burst %d (1..256)", errConfig, p.Burst)
 	case c.Poll.Mode != "busy" && c.Poll.Mode != "backoff" && c.Poll.Mode != "yield":
 		return fmt.Errorf("%w: poll.mode %q, want busy, backoff or yield", errConfig, c.Poll.Mode)
-	case c.Poll.CPU < -1:
-		return fmt.Errorf("%w: poll.cpu %d", errConfig, c.Poll.CPU)
 	case c.Poll.Nice < -20 || c.Poll.Nice > 19:
 		return fmt.Errorf("%w: poll.nice %d, want -20..19", errConfig, c.Poll.Nice)
 	case c.OOMScoreAdj < -1000 || c.OOMScoreAdj > 1000:
 		return fmt.Errorf("%w: oom_score_adj %d, want -1000..1000", errConfig, c.OOMScoreAdj)
 	}
+	if err := c.Poll.validate(p); err != nil {
+		return err
+	}
 	if xdp.IsAFXDP(p.Vdev) {
-		if _, err := parseAFXDPVdev(p.Vdev); err != nil {
+		if _, err := parseAFXDPVdev(p.Vdev, c.Poll.cores()); err != nil {
 			return err
 		}
 		if m := afxdpMaxMTU(); c.Engine.MTU > m {

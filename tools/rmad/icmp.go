@@ -59,11 +59,19 @@ func routeOf(table []engine.Route, dst netip.Addr) string {
 	return "none"
 }
 
-// watchFragNeeded runs w every period on the core's counters, read on
-// the poll loop's own goroutine (runner.Exec: the loop copies them
-// between two iterations, so the data path takes no lock), until stop is
-// closed or the loop has stopped.
-func watchFragNeeded(r *runner.Runner, w *fragWatch, period time.Duration, stop <-chan struct{}) {
+// watchFragNeeded runs a copy of w for each core every period on the
+// core's counters, read on its poll loop's own goroutine (runner.Exec:
+// the loop copies them between two iterations, so the data path takes no
+// lock), until stop is closed or a loop has stopped. Each core records
+// the messages it received itself.
+func watchFragNeeded(rs []*runner.Runner, w *fragWatch, period time.Duration, stop <-chan struct{}) {
+	ws := make([]fragWatch, len(rs))
+	for i := range ws {
+		ws[i] = *w
+		if len(rs) > 1 {
+			ws[i].log = w.log.With().Int("core", i).Logger()
+		}
+	}
 	t := time.NewTicker(period)
 	defer t.Stop()
 	// One Stats and one closure for the life of the watch: a fresh
@@ -78,9 +86,11 @@ func watchFragNeeded(r *runner.Runner, w *fragWatch, period time.Duration, stop 
 			return
 		case <-t.C:
 		}
-		if err := r.Exec(read); err != nil {
-			return // the loop stopped
+		for i, r := range rs {
+			if err := r.Exec(read); err != nil {
+				return // the loop stopped
+			}
+			ws[i].check(&st)
 		}
-		w.check(&st)
 	}
 }

@@ -147,10 +147,11 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		Msg("IV counter state opened")
 
 	// An AF_XDP port's XDP program, handed to DPDK in its --vdev.
+	cores, cpus := cfg.Poll.cores(), cfg.Poll.cpuList()
 	vdev := cfg.Port.Vdev
 	var xp *afxdp
 	if xdp.IsAFXDP(vdev) {
-		if xp, vdev, err = newAFXDP(vdev, log); err != nil {
+		if xp, vdev, err = newAFXDP(vdev, cores, log); err != nil {
 			return err
 		}
 		down.add("AF_XDP program file removal", func() error { xp.removeObject(); return nil })
@@ -195,24 +196,32 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	if err != nil {
 		return err
 	}
-	// The core's delay histograms, for the metrics only: without them the
-	// core keeps none.
-	var delays *telemetry.Delays
+	// The cores' delay histograms, for the metrics only: without them the
+	// cores keep none.
+	var delays []*telemetry.Delays
 	if cfg.Metrics.Listen != "" {
-		delays = new(telemetry.Delays)
-		engCfg.Delays = delays
+		for range cores {
+			delays = append(delays, new(telemetry.Delays))
+		}
+		engCfg.Delays = delays[0]
 	}
 	mtu := uint32(0) // the driver's default, unless the engine needs more
 	if cfg.Engine.MTU != 1500 {
 		mtu = uint32(cfg.Engine.MTU)
 	}
+	if err := checkQueues(id, cores); err != nil {
+		return fmt.Errorf("port %q: %w", cfg.Port.Name, err)
+	}
 	if err := id.Setup(dpdk.PortConfig{
-		Queues: 1, RxDesc: cfg.Port.RxDesc, TxDesc: cfg.Port.TxDesc, MTU: mtu, Pool: pool,
+		Queues: uint16(cores), RSS: cores > 1, RxDesc: cfg.Port.RxDesc, TxDesc: cfg.Port.TxDesc, MTU: mtu, Pool: pool,
 		Promiscuous: engCfg.LocalMAC != wire.MAC(portMAC), // frames to a MAC that is not the port's
 	}); err != nil {
 		return fmt.Errorf("port %q setup: %w", cfg.Port.Name, err)
 	}
 	down.add("port stop+close", func() error { return errors.Join(id.Stop(), id.Close()) })
+	if cores > 1 {
+		logQueues(log, id, cores, &cfg.Port)
+	}
 	if xp != nil {
 		if err := xp.started(engCfg.LocalIP, log); err != nil {
 			return fmt.Errorf("port %q: %w", cfg.Port.Name, err)
@@ -222,27 +231,36 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 
 	portCfg := dpdkport.DefaultConfig()
 	portCfg.Burst, portCfg.Stash, portCfg.FrameBytes = cfg.Port.Burst, 2*cfg.Port.Burst, frameBytes
-	dport, err := dpdkport.New(cfg.Port.Name, pool, 0, portCfg)
+	portCfg.HandOverRing = cfg.Port.HandOverRing
+	queues, err := dpdkport.NewQueues(cfg.Port.Name, pool, cores, engCfg.UDPPort, portCfg)
 	if err != nil {
 		return fmt.Errorf("port %q io: %w", cfg.Port.Name, err)
 	}
-	down.add("port io close", func() error { dport.Close(); return nil })
-	// The core and its loop use port: the DPDK port, or the fault
+	down.add("port io close", func() error { queues.Close(); return nil })
+	// Each core and its loop use its port: its queue pair, or the fault
 	// injector in front of it (which holds copies, never mbufs).
-	port, fault, err := wrapPort(dport, faultCfg)
-	if err != nil {
-		return err
+	ports := make([]runner.Port, cores)
+	txs := make([]engine.Tx, cores)
+	faults := make([]*faultport.Port, cores)
+	for i, dport := range queues.Ports {
+		fc := faultCfg
+		fc.Seed += uint64(i) // the cores' faults independent of each other
+		if ports[i], faults[i], err = wrapPort(dport, fc); err != nil {
+			return err
+		}
+		txs[i] = ports[i]
 	}
-	ctlCfg.PortStats = func(int) *ctlmsg.PortStats {
-		dev, err := id.Stats()
-		m := portStatsMsg(cfg.Port.Name, dport.Stats(), dev, err)
-		if xp != nil {
+	ctlCfg.PortStats = func(i int) *ctlmsg.PortStats {
+		dev, err := devStats(id, i, cores)
+		m := portStatsMsg(cfg.Port.Name, queues.Ports[i].Stats(), dev, err)
+		if xp != nil && i == 0 { // the device's: core 0 carries it
 			m.XDP = xp.stats()
 		}
 		return m
 	}
+	fault := faults[0]
 	if fault != nil {
-		ctlCfg.FaultStats = func(int) *ctlmsg.FaultStats { return faultStatsMsg(fault.Stats()) }
+		ctlCfg.FaultStats = func(i int) *ctlmsg.FaultStats { return faultStatsMsg(faults[i].Stats()) }
 	} else {
 		log.Debug().Msg("fault injection off")
 	}
@@ -253,12 +271,14 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		Str("engine_mac", fmtMAC(engCfg.LocalMAC)).Str("ip", engCfg.LocalIP.String()).Msg("port started")
 	logRoutes(log, &engCfg)
 
-	// Core and its poll loop.
-	group, err := engine.NewGroup(engCfg, []engine.Tx{port})
+	// The cores and their poll loops.
+	group, err := engine.NewGroup(engCfg, txs)
 	if err != nil {
 		return err
 	}
-	core := group.Core(0)
+	for i := 1; i < len(delays); i++ {
+		group.SetDelays(i, delays[i])
+	}
 	if engCfg.Crypto == engine.CryptoIPsecMB {
 		arch, _ := engine.MBArch() // engine.NewGroup checked it works
 		log.Info().Str("crypto", engCfg.Crypto).Str("ipsec_mb_arch", arch).Msg("seals batched on intel-ipsec-mb, opens on crypto/cipher")
@@ -276,70 +296,27 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 		rCfg.MaxSleep = time.Duration(cfg.Poll.MaxSleep)
 		rCfg.MinSleep = min(rCfg.MinSleep, rCfg.MaxSleep)
 	}
-	var cpus []int
-	if cfg.Poll.CPU >= 0 {
-		cpus = []int{cfg.Poll.CPU}
-	}
-	rCfg.ThreadStart, rCfg.ThreadExit = dpdkport.ThreadHooks(cpus...)
-	if rCfg.Mode == runner.Busy && len(cpus) > 0 && cfg.Poll.Nice != 0 { // the CPU is the engine's
-		start, nice := rCfg.ThreadStart, cfg.Poll.Nice
-		rCfg.ThreadStart = func() error {
-			if err := start(); err != nil {
-				return err
-			}
-			// A performance setting, as huge pages are: without the
-			// privilege the engine runs, and says so.
-			if err := dpdk.SetNice(nice); err != nil {
-				log.Warn().Err(err).Int("nice", nice).Msg("the polling thread keeps the process's nice value (lowering it needs CAP_SYS_NICE)")
-			} else {
-				log.Info().Int("nice", nice).Msg("polling thread's nice value set")
-			}
-			return nil
-		}
-	}
-	r, err := runner.New(core, port, rCfg)
-	if err != nil {
-		return err
-	}
-	ctlCfg.LoopStats = func(int) *ctlmsg.LoopStats { return loopStatsMsg(r.Stats()) }
 	if fault != nil {
 		logFault(log, &faultCfg, &rCfg)
 	}
-	if err := r.Start(); err != nil {
+	procs := setGOMAXPROCS(cores)
+	rs, err := startLoops(group, ports, rCfg, cpus, cfg.Poll.Nice, log)
+	if err != nil {
 		return err
 	}
+	ctlCfg.LoopStats = func(i int) *ctlmsg.LoopStats { return loopStatsMsg(rs[i].Stats()) }
 	down.add("runner stop", func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := r.Stop(sctx)
-		st := core.Stats() // the loop has exited: safe to read here
-		log.Info().Uint64("posted", st.Posted).Uint64("rx_frames", st.RxFrames).Uint64("tx_frames", st.TxFrames).
-			Uint64("rx_dropped", st.RxDropped).Uint64("req_served", st.ReqServed).Uint64("slots_in_use", st.SlotsInUse).
-			Uint64("rx_auth_failed", st.RxAuthFailed).Uint64("req_auth_failed", st.ReqAuthFailed).
-			Uint64("rekeys", st.Rekeys).Uint64("iv_errors", st.IVErrors).
-			Uint64("icmp_echo_replies", st.ICMPEchoReplies).Uint64("icmp_rate_limited", st.ICMPRateLimited).
-			Uint64("icmp_frag_needed", st.ICMPFragNeeded).
-			Msg("final core counters")
-		rs := r.Stats()
-		log.Info().Uint64("iterations", rs.Iterations).Uint64("rx_frames", rs.RxFrames).Uint64("idle_sleeps", rs.IdleSleeps).
-			Uint64("yields", rs.Yields).Uint64("slept_ns", rs.SleptNs).Uint64("execs", rs.Execs).
-			Uint64("stalls", rs.Stalls).Uint64("stalled_ns", rs.StalledNs).
-			Msg("final runner counters")
-		ps := dport.Stats() // the Port's goroutine has exited with the loop
-		log.Info().Uint64("tx_frames", ps.TxFrames).Uint64("tx_dropped", ps.TxDropped).Uint64("tx_no_buffer", ps.TxNoBuffer).
-			Uint64("rx_frames", ps.RxFrames).Uint64("rx_multi_seg", ps.RxMultiSeg).Uint64("alloc_fails", ps.AllocFails).
-			Uint64("io_calls", ps.IOCalls).Msg("final port counters")
-		if fault != nil {
-			fs := faultStatsMsg(fault.Stats())
-			log.Info().Interface("rx", fs.Rx).Interface("tx", fs.Tx).Uint64("held", fs.Held).
-				Msg("final fault injection counters")
+		err := stopLoops(rs, 5*time.Second)
+		// The loops have exited: their cores and ports are safe to read.
+		for i, r := range rs {
+			logFinal(log.With().Int("core", i).Logger(), group.Core(i).Stats(), r.Stats(), queues.Ports[i].Stats(), faults[i])
 		}
 		return err
 	})
-	log.Info().Str("mode", rCfg.Mode.String()).Ints("cpus", cpus).Msg("poll loop running")
+	log.Info().Str("mode", rCfg.Mode.String()).Int("cores", cores).Ints("cpus", cpus).Int("gomaxprocs", procs).Msg("poll loops running")
 	stopWatch, watched := make(chan struct{}), make(chan struct{})
 	go func() {
-		watchFragNeeded(r, &fragWatch{log: log, routes: engCfg.RoutingTable(), engineMTU: engCfg.MTU}, fragWatchPeriod, stopWatch)
+		watchFragNeeded(rs, &fragWatch{log: log, routes: engCfg.RoutingTable(), engineMTU: engCfg.MTU}, fragWatchPeriod, stopWatch)
 		close(watched)
 	}()
 	down.add("fragmentation-needed watch stop", func() error { close(stopWatch); <-watched; return nil })
@@ -355,7 +332,11 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 			down.add("remove socket directory "+dir, func() error { return os.Remove(dir) })
 		}
 	}
-	srv, err := ctl.Listen(ctlCfg, group, []ctl.Executor{r}, log.With().Str("component", "ctl").Logger())
+	execs := make([]ctl.Executor, len(rs))
+	for i, r := range rs {
+		execs[i] = r
+	}
+	srv, err := ctl.Listen(ctlCfg, group, execs, log.With().Str("component", "ctl").Logger())
 	if err != nil {
 		return err
 	}
@@ -390,7 +371,7 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	case err := <-served:
 		served <- err // for the cleanup step
 		return fmt.Errorf("control socket: %w", err)
-	case <-r.Done():
+	case <-anyDone(rs):
 		return errors.New("poll loop exited unexpectedly")
 	}
 }
@@ -460,6 +441,7 @@ func portStatsMsg(name string, s dpdkport.Stats, dev dpdk.EthStats, devErr error
 		Driver: ctlmsg.PortDriverStats{
 			TxFrames: s.TxFrames, TxDropped: s.TxDropped, TxNoBuffer: s.TxNoBuffer, RxFrames: s.RxFrames,
 			RxMultiSeg: s.RxMultiSeg, AllocFails: s.AllocFails, IOCalls: s.IOCalls,
+			HandedOut: s.HandedOut, HandedIn: s.HandedIn, HandOverFull: s.HandOverFull,
 		},
 		Dev: ctlmsg.PortDevStats{
 			RxPackets: dev.RxPackets, TxPackets: dev.TxPackets, RxBytes: dev.RxBytes, TxBytes: dev.TxBytes,

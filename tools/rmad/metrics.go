@@ -47,22 +47,28 @@ type metricsServer struct {
 	served chan error
 }
 
-// startMetrics serves the metrics of core (the one engine core, whose
-// control server is srv and whose delay histograms are delays) at
-// http://listen/metrics. A scrape reads the core with srv.Stats, one
-// runner.Exec on the poll loop, in which it also copies the histograms:
-// the loop takes no lock and does no work for the scrape but that copy
-// and the stats reply's. The tenants' usage against their quotas comes
-// from the server's books (srv.Tenants), off the loop.
-func startMetrics(listen string, srv *ctl.Server, delays *telemetry.Delays, limits metrics.Limits, log zerolog.Logger) (*metricsServer, error) {
-	col, err := metrics.NewCollector(metrics.Config{
-		Cores: []metrics.Core{{
-			ID: 0, Limits: limits,
+// startMetrics serves the metrics of the engine's cores (their control
+// server is srv; core i's delay histograms are delays[i]) at
+// http://listen/metrics, each core's series labelled with its core. A
+// scrape reads each core with srv.CoreStats, one runner.Exec on its poll
+// loop, in which it also copies the histograms: the loop takes no lock
+// and does no work for the scrape but that copy and the stats reply's.
+// The tenants' usage against their quotas comes from the server's books
+// (srv.Tenants), off the loops. An engine-wide figure is the sum over
+// the core label (sum without (core) (...)).
+func startMetrics(listen string, srv *ctl.Server, delays []*telemetry.Delays, limits metrics.Limits, log zerolog.Logger) (*metricsServer, error) {
+	cores := make([]metrics.Core, len(delays))
+	for i, d := range delays {
+		cores[i] = metrics.Core{
+			ID: i, Limits: limits,
 			Snapshot: func(s *metrics.Snapshot) (err error) {
-				s.Stats, err = srv.Stats(func(_ int, _ *engine.Core) { s.Delays = *delays })
+				s.Stats, err = srv.CoreStats(i, func(*engine.Core) { s.Delays = *d })
 				return err
 			},
-		}},
+		}
+	}
+	col, err := metrics.NewCollector(metrics.Config{
+		Cores:   cores,
 		Tenants: func() []metrics.TenantUsage { return metrics.TenantsOf(srv.Tenants()) },
 	})
 	if err != nil {

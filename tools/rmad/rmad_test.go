@@ -270,7 +270,14 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-metrics", "9100"}, "metrics.listen"},
 		{[]string{"-metrics", "localhost:prom"}, "metrics.listen"},
 		{[]string{"-vdev", "net_af_xdp0", "-port-name", "net_af_xdp0"}, "no iface="},
-		{[]string{"-vdev", "net_af_xdp0,iface=eth0,queue_count=2", "-port-name", "net_af_xdp0"}, "polls one queue"},
+		{[]string{"-vdev", "net_af_xdp0,iface=eth0,queue_count=2", "-port-name", "net_af_xdp0"}, "queue_count 2, but the engine has 1 polling cores"},
+		{[]string{"-vdev", "net_af_xdp0,iface=eth0", "-port-name", "net_af_xdp0", "-cpu", "0,1"}, "queue_count 1, but the engine has 2 polling cores"},
+		{[]string{"-cpu", "1,1"}, "CPU 1 listed twice"},
+		{[]string{"-cpu", "2048"}, "poll.cpus: CPU 2048"},
+		{[]string{"-cores", "2", "-cpu", "1,2,3"}, "poll.cores 2 but poll.cpus lists 3 CPUs"},
+		{[]string{"-cores", "65"}, "poll.cores 65"},
+		{[]string{"-cores", "4", "-mbufs", "4095"}, "x 4 cores"},
+		{[]string{"-handover-ring", "16"}, "port.handover_ring 16"},
 		{[]string{"-vdev", "net_af_xdp0,iface=eth0", "-port-name", "net_af_xdp0", "-mtu", fmt.Sprint(afxdpMaxMTU() + 1)}, "fit one page"},
 	}
 	for _, tt := range invalid {

@@ -1,6 +1,7 @@
 // Command rmatop shows a running engine's delays live: log2 histograms of
 // total, remote and issue delay per op type and completion status, like the
-// BCC tools biolatency and runqlat. It loads a BPF program into the kernel
+// BCC tools biolatency and runqlat, over the whole engine, and each polling
+// core's completions, throughput and total delay beside them. It loads a BPF program into the kernel
 // and attaches it as a uprobe to the engine's telemetry hook
 // (engine/telemetry.Hook), which rmad calls once per batch of 256
 // completions or per millisecond, never per op: the engine runs at full
@@ -198,6 +199,20 @@ type Report struct {
 	// Bytes moved by OK completions, by op name.
 	Bytes map[string]uint64 `json:"bytes"`
 	Hist  []Hist            `json:"hist"`
+	// Cores are each engine core's share, by core (the hook names the
+	// core of every batch).
+	Cores []CoreReport `json:"cores"`
+}
+
+// CoreReport is one core's share of an interval: its batches and
+// completions, its OK bytes by op, and its total delay by op (every
+// status).
+type CoreReport struct {
+	Core    int               `json:"core"`
+	Batches uint64            `json:"batches"`
+	Samples uint64            `json:"samples"`
+	Bytes   map[string]uint64 `json:"bytes"`
+	Total   []Hist            `json:"total"` // Status "ALL"
 }
 
 // Hist is one histogram: its op, status and delay, its count, upper bounds
@@ -243,14 +258,33 @@ func report(now time.Time, d time.Duration, pid int, s *probe.Snapshot, kinds []
 		if !slices.Contains(kinds, k.Kind) {
 			continue
 		}
-		h := s.Hist[k]
-		r.Hist = append(r.Hist, Hist{
-			Op: abi.Op(k.Op).String(), Status: abi.Status(k.Status).String(), Delay: k.Kind.String(),
-			Count: h.Count(), P50Ns: h.Quantile(0.5), P99Ns: h.Quantile(0.99), P999Ns: h.Quantile(0.999),
-			Buckets: h[:],
-		})
+		r.Hist = append(r.Hist, hist(abi.Op(k.Op).String(), abi.Status(k.Status).String(), k.Kind.String(), s.Hist[k]))
+	}
+	cores := make([]int, 0, len(s.Cores))
+	for k := range s.Cores {
+		cores = append(cores, k)
+	}
+	sort.Ints(cores)
+	for _, k := range cores {
+		c := s.Cores[k]
+		cr := CoreReport{Core: k, Batches: c.Calls, Samples: c.Samples, Bytes: map[string]uint64{}}
+		for op := range probe.NumOps {
+			if c.Bytes[op] != 0 {
+				cr.Bytes[abi.Op(op).String()] = c.Bytes[op]
+			}
+			if h := &c.Total[op]; h.Count() > 0 {
+				cr.Total = append(cr.Total, hist(abi.Op(op).String(), "ALL", probe.Total.String(), h))
+			}
+		}
+		r.Cores = append(r.Cores, cr)
 	}
 	return r
+}
+
+// hist is h as reported.
+func hist(op, status, delay string, h *probe.Histogram) Hist {
+	return Hist{Op: op, Status: status, Delay: delay,
+		Count: h.Count(), P50Ns: h.Quantile(0.5), P99Ns: h.Quantile(0.99), P999Ns: h.Quantile(0.999), Buckets: h[:]}
 }
 
 // print writes r as text: a summary line, then each histogram with a bar
@@ -269,6 +303,15 @@ func (r *Report) print(w io.Writer) {
 	sort.Strings(ops)
 	for _, op := range ops {
 		fmt.Fprintf(w, "  %s OK: %.1f MB/s\n", op, float64(r.Bytes[op])/r.IntervalS/1e6)
+	}
+	if len(r.Cores) > 1 || len(r.Cores) == 1 && r.Cores[0].Core != 0 {
+		for _, c := range r.Cores {
+			fmt.Fprintf(w, "  core %d: %d completions in %d batches", c.Core, c.Samples, c.Batches)
+			for _, h := range c.Total {
+				fmt.Fprintf(w, "; %s %.1f MB/s, total delay p50 < %s, p99 < %s", h.Op, float64(c.Bytes[h.Op])/r.IntervalS/1e6, ns(h.P50Ns), ns(h.P99Ns))
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	for _, h := range r.Hist {
 		fmt.Fprintf(w, "\nop = %s, status = %s: %s delay, %d ops, p50 < %s, p99 < %s\n",

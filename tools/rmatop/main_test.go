@@ -39,6 +39,10 @@ func TestReport(t *testing.T) {
 	add(abi.OpRead, abi.StatusOK, probe.Total, map[int]uint64{11: 8, 14: 2})
 	add(abi.OpRead, abi.StatusOK, probe.Issue, map[int]uint64{3: 10})
 	s.Bytes[abi.OpRead] = 2_000_000
+	s.Cores = map[int]*probe.Core{1: {Calls: 1, Samples: 10}, 0: {Calls: 2, Samples: 20}}
+	s.Cores[0].Bytes[abi.OpRead] = 2_000_000
+	s.Cores[0].Total[abi.OpRead][11] = 20
+	s.Cores[1].Total[abi.OpWrite][12] = 10
 
 	r := report(time.Unix(0, 0), 2*time.Second, 42, s, []probe.Kind{probe.Total})
 	var got []string
@@ -54,6 +58,10 @@ func TestReport(t *testing.T) {
 	if r.Bytes["READ"] != 2_000_000 || len(r.Bytes) != 1 || r.Samples != 30 || r.Batches != 3 {
 		t.Fatalf("%+v", r)
 	}
+	if len(r.Cores) != 2 || r.Cores[0].Core != 0 || r.Cores[1].Core != 1 || r.Cores[0].Samples != 20 ||
+		len(r.Cores[0].Total) != 1 || r.Cores[0].Total[0].Op != "READ" || r.Cores[0].Total[0].P99Ns != 2048 {
+		t.Fatalf("cores %+v", r.Cores)
+	}
 
 	var b strings.Builder
 	r.print(&b)
@@ -66,6 +74,8 @@ func TestReport(t *testing.T) {
 		"      2048 -> 4095       : 0         |                                        |",
 		"      8192 -> 16383      : 2         |**********                              |",
 		"op = READ, status = TIMEOUT: total delay, 2 ops",
+		"core 0: 20 completions in 2 batches; READ 1.0 MB/s, total delay p50 < 2.05µs, p99 < 2.05µs\n",
+		"core 1: 10 completions in 1 batches; WRITE 0.0 MB/s, total delay p50 < 4.1µs, p99 < 4.1µs\n",
 	} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)

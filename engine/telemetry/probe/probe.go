@@ -104,12 +104,21 @@ func (h *Histogram) Quantile(q float64) uint64 {
 }
 
 // The histograms' range (delay.bpf.c): ops and statuses beyond it are
-// counted in Snapshot.OutOfRange, not in a histogram.
+// counted in Snapshot.OutOfRange, not in a histogram; batches of cores
+// beyond it in Snapshot.BadCore, not per core.
 const (
 	NumOps    = 4  // abi.Op values 0-3
 	NumStatus = 64 // abi.Status values 0-63
+	NumCores  = 64 // wire.MaxCores
 	numKinds  = 3
 )
+
+// Core is one engine core's share of a Snapshot.
+type Core struct {
+	Calls, Samples uint64            // hook hits and completions of this core
+	Bytes          [NumOps]uint64    // moved by OK ops, by op
+	Total          [NumOps]Histogram // total delay by op, every status
+}
 
 // Snapshot is the probe's state at one moment.
 type Snapshot struct {
@@ -119,8 +128,11 @@ type Snapshot struct {
 	// Calls: hook hits; Samples: completions read; ReadErrors: batches
 	// the program could not read; Clamped: hook calls with n over
 	// BatchLen; OutOfRange: samples with an op or status beyond the
-	// histograms' range (none from a well-formed engine).
-	Calls, Samples, ReadErrors, Clamped, OutOfRange uint64
+	// histograms' range (none from a well-formed engine); BadCore: hook
+	// calls naming a core beyond NumCores.
+	Calls, Samples, ReadErrors, Clamped, OutOfRange, BadCore uint64
+	// Cores are the cores that reported, by core index.
+	Cores map[int]*Core
 }
 
 // Sub returns s minus an earlier snapshot of the same probe.
@@ -132,9 +144,27 @@ func (s *Snapshot) Sub(prev *Snapshot) *Snapshot {
 		ReadErrors: s.ReadErrors - prev.ReadErrors,
 		Clamped:    s.Clamped - prev.Clamped,
 		OutOfRange: s.OutOfRange - prev.OutOfRange,
+		BadCore:    s.BadCore - prev.BadCore,
+		Cores:      make(map[int]*Core, len(s.Cores)),
 	}
 	for i := range s.Bytes {
 		d.Bytes[i] = s.Bytes[i] - prev.Bytes[i]
+	}
+	for k, c := range s.Cores {
+		p := prev.Cores[k]
+		if p == nil {
+			p = new(Core)
+		}
+		dc := &Core{Calls: c.Calls - p.Calls, Samples: c.Samples - p.Samples}
+		for op := range NumOps {
+			dc.Bytes[op] = c.Bytes[op] - p.Bytes[op]
+			for b := range NumBuckets {
+				dc.Total[op][b] = c.Total[op][b] - p.Total[op][b]
+			}
+		}
+		if dc.Calls > 0 {
+			d.Cores[k] = dc
+		}
 	}
 	for k, h := range s.Hist {
 		var dh Histogram
@@ -163,15 +193,30 @@ const (
 	cReadErrors
 	cClamped
 	cOutOfRange
+	cBadCore
 	numCounters
 )
 
+// Per-core counters: core_counts[core*ccN + i] (delay.bpf.c).
+const (
+	ccCalls = iota
+	ccSamples
+	ccBytes // NumOps of them, by op
+	ccN     = ccBytes + NumOps
+)
+
+// coreIndex is core's first total-delay counter of op in core_total.
+func coreIndex(core, op int) int { return (core*NumOps + op) * NumBuckets }
+
 // Probe is the BPF program attached to one engine process.
 type Probe struct {
-	coll *ebpf.Collection
-	up   link.Link
-	hist *ebpf.Memory // the hist array, mapped
-	buf  []byte
+	coll       *ebpf.Collection
+	up         link.Link
+	hist       *ebpf.Memory // the hist array, mapped
+	coreTotal  *ebpf.Memory // core_total, mapped
+	coreCounts *ebpf.Memory // core_counts, mapped
+	buf        []byte
+	coreBuf    []byte
 }
 
 // Attach loads the program and attaches it to the telemetry hook in the
@@ -217,18 +262,28 @@ func attach(exe string, pid int, off uint64) (*Probe, error) {
 		coll.Close()
 		return nil, fmt.Errorf("probe: uprobe on %s in %s: %w", telemetry.HookSymbol, exe, err)
 	}
-	hist, err := coll.Maps["hist"].Memory()
-	if err != nil {
-		up.Close()
-		coll.Close()
-		return nil, fmt.Errorf("probe: map the histograms: %w", err)
+	p := &Probe{coll: coll, up: up}
+	for _, m := range []struct {
+		name string
+		mem  **ebpf.Memory
+		want int
+	}{
+		{"hist", &p.hist, NumOps * NumStatus * numKinds * NumBuckets * 8},
+		{"core_total", &p.coreTotal, NumCores * NumOps * NumBuckets * 8},
+		{"core_counts", &p.coreCounts, NumCores * ccN * 8},
+	} {
+		if *m.mem, err = coll.Maps[m.name].Memory(); err == nil && int((*m.mem).Size()) < m.want {
+			err = fmt.Errorf("%d bytes, want %d", (*m.mem).Size(), m.want)
+		}
+		if err != nil {
+			up.Close()
+			coll.Close()
+			return nil, fmt.Errorf("probe: map %s: %w", m.name, err)
+		}
 	}
-	if want := NumOps * NumStatus * numKinds * NumBuckets * 8; int(hist.Size()) < want {
-		up.Close()
-		coll.Close()
-		return nil, fmt.Errorf("probe: histograms are %d bytes, want %d", hist.Size(), want)
-	}
-	return &Probe{coll: coll, up: up, hist: hist, buf: make([]byte, hist.Size())}, nil
+	p.buf = make([]byte, p.hist.Size())
+	p.coreBuf = make([]byte, max(p.coreTotal.Size(), p.coreCounts.Size()))
+	return p, nil
 }
 
 // Close detaches the probe and frees its maps.
@@ -243,14 +298,17 @@ func (p *Probe) Close() error {
 // counters are read first: every sample they count is in the histograms
 // read after them.
 func (p *Probe) Snapshot() (*Snapshot, error) {
-	s := &Snapshot{Hist: make(map[Key]*Histogram)}
+	s := &Snapshot{Hist: make(map[Key]*Histogram), Cores: make(map[int]*Core)}
 	var c [numCounters]uint64
 	for i := range c {
 		if err := p.coll.Maps["counters"].Lookup(uint32(i), &c[i]); err != nil {
 			return nil, fmt.Errorf("probe: read counters: %w", err)
 		}
 	}
-	s.Calls, s.Samples, s.ReadErrors, s.Clamped, s.OutOfRange = c[cCalls], c[cSamples], c[cReadErrors], c[cClamped], c[cOutOfRange]
+	s.Calls, s.Samples, s.ReadErrors, s.Clamped, s.OutOfRange, s.BadCore = c[cCalls], c[cSamples], c[cReadErrors], c[cClamped], c[cOutOfRange], c[cBadCore]
+	if err := p.readCores(s); err != nil {
+		return nil, err
+	}
 	for i := range s.Bytes {
 		if err := p.coll.Maps["bytes"].Lookup(uint32(i), &s.Bytes[i]); err != nil {
 			return nil, fmt.Errorf("probe: read bytes: %w", err)
@@ -274,4 +332,33 @@ func (p *Probe) Snapshot() (*Snapshot, error) {
 		}
 	}
 	return s, nil
+}
+
+// readCores reads the per-core counters into s.Cores (the cores that have
+// called the hook), counts before histograms as Snapshot does.
+func (p *Probe) readCores(s *Snapshot) error {
+	u := func(i int) uint64 { return binary.NativeEndian.Uint64(p.coreBuf[8*i:]) }
+	if _, err := p.coreCounts.ReadAt(p.coreBuf[:p.coreCounts.Size()], 0); err != nil {
+		return fmt.Errorf("probe: read per-core counters: %w", err)
+	}
+	for k := range NumCores {
+		if calls := u(k*ccN + ccCalls); calls > 0 {
+			c := &Core{Calls: calls, Samples: u(k*ccN + ccSamples)}
+			for op := range NumOps {
+				c.Bytes[op] = u(k*ccN + ccBytes + op)
+			}
+			s.Cores[k] = c
+		}
+	}
+	if _, err := p.coreTotal.ReadAt(p.coreBuf[:p.coreTotal.Size()], 0); err != nil {
+		return fmt.Errorf("probe: read per-core histograms: %w", err)
+	}
+	for k, c := range s.Cores {
+		for op := range NumOps {
+			for b, i := 0, coreIndex(k, op); b < NumBuckets; b, i = b+1, i+1 {
+				c.Total[op][b] = u(i)
+			}
+		}
+	}
+	return nil
 }

@@ -152,11 +152,34 @@ func TestHistograms(t *testing.T) {
 	if w := want[probe.Key{Op: uint8(abi.OpRead), Status: uint8(abi.StatusOK), Kind: probe.Total}]; w[0] == 0 || w[probe.NumBuckets-1] == 0 {
 		t.Errorf("the samples miss an edge bucket: %v", w)
 	}
+	// Core 3's share is all of it: its total delay by op, every status.
+	var wantCore probe.Core
+	wantCore.Calls, wantCore.Samples, wantCore.Bytes = 4, n, wantBytes
+	for k, w := range want {
+		if k.Kind == probe.Total {
+			for b, c := range w {
+				wantCore.Total[k.Op][b] += c
+			}
+		}
+	}
+	if c := got.Cores[3]; len(got.Cores) != 1 || c == nil || *c != wantCore {
+		t.Errorf("cores %v: core 3 %+v, want %+v", got.Cores, c, wantCore)
+	}
+	// A second core's batch is its own.
+	var b2 telemetry.Batch
+	b2.SetCore(1)
+	b2.Add(0, telemetry.Sample{TotalNs: 1000, Op: uint8(abi.OpWrite), Length: 4096})
+	b2.Flush()
+	got = snapshot(t, p).Sub(before)
+	if c := got.Cores[1]; c == nil || c.Calls != 1 || c.Samples != 1 || c.Bytes[abi.OpWrite] != 4096 || c.Total[abi.OpWrite][10] != 1 || got.Cores[3].Samples != n {
+		t.Errorf("after core 1's batch: core 1 %+v, core 3's samples %d", c, got.Cores[3].Samples)
+	}
 }
 
 // TestBadCalls: a count over BatchLen is clamped, a count of 0 or below
-// reads nothing, a pointer the process does not map is a read error, and
-// samples beyond the histograms' range are counted apart.
+// reads nothing, a pointer the process does not map is a read error,
+// samples beyond the histograms' range are counted apart, and so is a
+// batch of a core beyond the per-core arrays (in the histograms only).
 func TestBadCalls(t *testing.T) {
 	p := attachSelf(t, os.Getpid())
 	before := snapshot(t, p)
@@ -169,13 +192,17 @@ func TestBadCalls(t *testing.T) {
 	telemetry.Hook(&s, 0, 0)
 	telemetry.Hook(&s, -5, 0)
 	telemetry.Hook(nil, 10, 0)
+	telemetry.Hook(&s, 1, probe.NumCores) // a core beyond the per-core arrays
 	got := snapshot(t, p).Sub(before)
-	if got.Calls != 4 || got.Samples != telemetry.BatchLen || got.Clamped != 1 || got.ReadErrors != 1 || got.OutOfRange != 2 {
+	if got.Calls != 5 || got.Samples != telemetry.BatchLen+1 || got.Clamped != 1 || got.ReadErrors != 1 || got.OutOfRange != 2 || got.BadCore != 1 {
 		t.Fatalf("counters: %+v", got)
 	}
 	h := got.Hist[probe.Key{Op: uint8(abi.OpRead), Status: uint8(abi.StatusOK), Kind: probe.Total}]
-	if len(got.Hist) != 3 || h == nil || h.Count() != telemetry.BatchLen-2 || h[2] != telemetry.BatchLen-2 {
+	if len(got.Hist) != 3 || h == nil || h.Count() != telemetry.BatchLen-1 || h[2] != telemetry.BatchLen-1 {
 		t.Fatalf("histograms: %v", got.Hist)
+	}
+	if c := got.Cores[0]; len(got.Cores) != 1 || c == nil || c.Calls != 4 || c.Samples != telemetry.BatchLen || c.Total[abi.OpRead][2] != telemetry.BatchLen-2 {
+		t.Fatalf("cores: %v (core 0: %+v)", got.Cores, c)
 	}
 }
 

@@ -1,12 +1,17 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 // rmatop's BPF program: an entry uprobe on the engine's telemetry hook
-// (engine/telemetry.Hook(samples *[256]Sample, n, core int), Go's register
+// (engine/telemetry.Hook(samples *[1024]Sample, n, core int), Go's register
 // ABI: AX, BX, CX). It copies the batch out of the engine's memory in one
 // read and adds each sample's issue, total and remote delay to log2
 // histograms by op, status and kind: one array of counters, which rmatop
 // reads through a memory mapping. One hit per batch, never per op: a
 // uprobe trap costs 12-16 µs on this VM; array lookups are inlined by the
 // verifier, so the 768 updates of a full batch cost a few µs more.
+//
+// Each engine core's completions are also counted apart (core_total,
+// core_counts: CX, the hook's core argument): their total delay by op,
+// every status together, and how many and how many bytes, so rmatop shows
+// each core beside the sum.
 //
 // Built by `make bpf` (clang -target bpf); the object is committed next to
 // this file (delay.bpf.o) and embedded by ../probe.go.
@@ -20,6 +25,7 @@
 #define NOPS 4        // abi.Op values 0-3
 #define NSTATUS 64    // abi.Status values 0-63
 #define NKINDS 3
+#define NCORES 64     // wire.MaxCores
 
 enum kind { KIND_ISSUE = 0, KIND_TOTAL = 1, KIND_REMOTE = 2 };
 
@@ -37,8 +43,12 @@ struct batch {
 	struct sample s[BATCH_LEN];
 };
 
-// Counters (probe.go: counter indices).
-enum { C_CALLS = 0, C_SAMPLES = 1, C_READ_ERRORS = 2, C_CLAMPED = 3, C_OUT_OF_RANGE = 4, NCOUNTERS = 5 };
+// Counters (probe.go: counter indices). C_BAD_CORE: batches of a core
+// beyond NCORES (in the histograms, not in the per-core counts).
+enum { C_CALLS = 0, C_SAMPLES = 1, C_READ_ERRORS = 2, C_CLAMPED = 3, C_OUT_OF_RANGE = 4, C_BAD_CORE = 5, NCOUNTERS = 6 };
+
+// Per core (probe.go: coreCounts): core_counts[core * CC_N + i].
+enum { CC_CALLS = 0, CC_SAMPLES = 1, CC_BYTES = 2, CC_N = CC_BYTES + NOPS };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -72,9 +82,35 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+// core_total[(core * NOPS + op) * NBUCKETS + bucket]: each core's total
+// delay by op (probe.go: coreIndex), mapped by rmatop.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NCORES * NOPS * NBUCKETS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} core_total SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NCORES * CC_N);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} core_counts SEC(".maps");
+
 static __always_inline void count(__u32 i, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &i);
+	if (v)
+		__sync_fetch_and_add(v, n);
+}
+
+static __always_inline void count_core(__u32 core, __u32 i, __u64 n)
+{
+	__u32 k = core * CC_N + i;
+	__u64 *v = bpf_map_lookup_elem(&core_counts, &k);
 	if (v)
 		__sync_fetch_and_add(v, n);
 }
@@ -103,9 +139,11 @@ static __always_inline void add(__u32 base, __u32 kind, __u32 ns)
 }
 
 // one aggregates sample i of the batch in scratch (a bpf_loop callback:
-// verified once, not once per iteration).
-static long one(__u32 i, void *unused)
+// verified once, not once per iteration); *corep is the batch's core, or
+// NCORES or more for none.
+static long one(__u32 i, void *corep)
 {
+	__u32 core = *(__u32 *)corep;
 	__u32 zero = 0;
 	struct batch *b = bpf_map_lookup_elem(&scratch, &zero);
 
@@ -128,6 +166,14 @@ static long one(__u32 i, void *unused)
 		if (v)
 			__sync_fetch_and_add(v, s->length);
 	}
+	if (core < NCORES) {
+		__u32 k = (core * NOPS + s->op) * NBUCKETS + bucket(s->total_ns);
+		__u64 *v = bpf_map_lookup_elem(&core_total, &k);
+		if (v)
+			__sync_fetch_and_add(v, 1);
+		if (s->status == 0 && s->length)
+			count_core(core, CC_BYTES + s->op, s->length);
+	}
 	return 0;
 }
 
@@ -136,10 +182,16 @@ int delay_batch(struct pt_regs *ctx)
 {
 	const void *src = (const void *)ctx->rax;
 	__s64 n = (__s64)ctx->rbx;
+	__u64 c = ctx->rcx;
+	__u32 core = c < NCORES ? (__u32)c : NCORES;
 	__u32 zero = 0;
 	struct batch *b = bpf_map_lookup_elem(&scratch, &zero);
 
 	count(C_CALLS, 1);
+	if (core < NCORES)
+		count_core(core, CC_CALLS, 1);
+	else
+		count(C_BAD_CORE, 1);
 	if (!b || n <= 0)
 		return 0;
 	if (n > BATCH_LEN) {
@@ -155,8 +207,10 @@ int delay_batch(struct pt_regs *ctx)
 		count(C_READ_ERRORS, 1);
 		return 0;
 	}
-	bpf_loop(n, one, NULL, 0);
+	bpf_loop(n, one, &core, 0);
 	count(C_SAMPLES, n);
+	if (core < NCORES)
+		count_core(core, CC_SAMPLES, n);
 	return 0;
 }
 
