@@ -16,8 +16,8 @@ import (
 // The kernel's own addresses on the two ends of the veth pair of
 // TestAFXDPVeth, next to the engines' (ipA, ipB) in the same subnet.
 const (
-	kernelA = "10.88.0.101"
-	kernelB = "10.88.0.102"
+	kernelA = "10.98.0.101"
+	kernelB = "10.98.0.102"
 )
 
 // An engine on an AF_XDP port shares its interface with the kernel. Engine

@@ -4,7 +4,7 @@ package e2e
 // joined by a Linux bridge): engine A runs the reader application, B the
 // owner of the region read, C a bystander owning a region with the same id.
 // The attacker has a port of its own on the bridge (a veth, MAC
-// 02:89:00:00:00:66, IPv4 10.88.0.66) and, where the threat needs an
+// 02:89:00:00:00:66, IPv4 10.98.0.66) and, where the threat needs an
 // on-path position, raw access to each engine's link (AF_PACKET sockets on
 // the tap interfaces: it sees every frame and injects frames the engine
 // receives as if from the wire, with any source). Counters are the
@@ -120,8 +120,8 @@ import (
 )
 
 var (
-	atkIPC  = netip.MustParseAddr("10.88.0.3")
-	atkIPX  = netip.MustParseAddr("10.88.0.66") // the attacker
+	atkIPC  = netip.MustParseAddr("10.98.0.3")
+	atkIPX  = netip.MustParseAddr("10.98.0.66") // the attacker
 	atkMACA = wire.MAC{0x02, 0x89, 0, 0, 0, 0x01}
 	atkMACB = wire.MAC{0x02, 0x89, 0, 0, 0, 0x02}
 	atkMACC = wire.MAC{0x02, 0x89, 0, 0, 0, 0x03}

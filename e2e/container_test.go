@@ -451,7 +451,7 @@ func TestContainerPrivileges(t *testing.T) {
 				pb := dial(t, b, "owner")
 				verifiedReads(t, dial(t, e, "reader"), ipB, ownerRegion(t, pb, 64<<10, abi.PermRemoteRead))
 			case "net_tap":
-				if err := testbed.AddAddr(v.NSA, "ocptap", "10.88.0.9/24"); err != nil {
+				if err := testbed.AddAddr(v.NSA, "ocptap", "10.98.0.9/24"); err != nil {
 					t.Fatal(err)
 				}
 				if err := exec.Command("ip", "-n", v.NSA, "link", "set", "ocptap", "up").Run(); err != nil {

@@ -56,7 +56,7 @@ func TestRmaperfCredsDir(t *testing.T) {
 			t.Errorf("rmaperf server: %v\n%s", err, srvErr.String())
 		}
 	})
-	// "rmaperf server: region 0x10001 (1048576 bytes) on 10.88.0.1, K_d served over TLS 1.3 on 127.0.0.2:PORT"
+	// "rmaperf server: region 0x10001 (1048576 bytes) on 10.98.0.1, K_d served over TLS 1.3 on 127.0.0.2:PORT"
 	lines := make(chan string, 2)
 	go func() {
 		sc := bufio.NewScanner(stdout)

@@ -20,8 +20,8 @@ import (
 )
 
 var (
-	ipA = netip.MustParseAddr("10.88.0.1")
-	ipB = netip.MustParseAddr("10.88.0.2")
+	ipA = netip.MustParseAddr("10.98.0.1")
+	ipB = netip.MustParseAddr("10.98.0.2")
 )
 
 // Verified reads of 1 B to 4 KB at odd offsets, both directions, between

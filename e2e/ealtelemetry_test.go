@@ -129,7 +129,7 @@ func TestEALTelemetry(t *testing.T) {
 		}
 		// rmad's default EAL arguments; frames to itself leave by the
 		// net_ring port and come back, so the port counts them.
-		o := testbed.Loopback(rmadBin, t.TempDir(), "e2e-telmem", "10.88.5.1")
+		o := testbed.Loopback(rmadBin, t.TempDir(), "e2e-telmem", "10.98.5.1")
 		o.Extra = append(append([]string{}, relaxed...), "-eal", strings.Join(def.EALArgs, " "), "-hairpin-self=true")
 		e := start(t, o)
 		p := dial(t, e, "app")

@@ -45,7 +45,7 @@ func TestEngineKilledAppNotified(t *testing.T) {
 	}
 	// Reads of an address nobody answers wait for ARP (10 s): they are
 	// in flight when the engine dies.
-	nobody := netip.MustParseAddr("10.88.0.99")
+	nobody := netip.MustParseAddr("10.98.0.99")
 	for k, s := range slots {
 		if err := pb.PostRead(s, nobody, ra.ID(), uint64(k)*4096, kd, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
 			t.Fatal(err)

@@ -60,7 +60,7 @@ func TestPingAFPacket(t *testing.T) {
 		t.Skip("network namespaces unavailable:", err)
 	}
 	t.Cleanup(v.Close)
-	ipIn(t, "-n", v.NSB, "addr", "add", "10.88.0.9/24", "dev", v.IfB)
+	ipIn(t, "-n", v.NSB, "addr", "add", "10.98.0.9/24", "dev", v.IfB)
 	o := testbed.AFPacket(rmadBin, t.TempDir(), "e2e-ping", ipA.String(), v.NSA, v.IfA)
 	o.Extra = relaxed
 	a := start(t, o)
@@ -118,8 +118,8 @@ func TestFragNeededFromRouter(t *testing.T) {
 	}
 	ipIn(t, "-n", nsR, "link", "set", "lo", "up")
 	ipIn(t, "-n", nsR, "link", "set", r1, "mtu", "1280")
-	ipIn(t, "-n", nsR, "addr", "add", "10.88.0.254/32", "dev", r0)
-	ipIn(t, "-n", nsR, "addr", "add", "10.88.0.253/32", "dev", r1)
+	ipIn(t, "-n", nsR, "addr", "add", "10.98.0.254/32", "dev", r0)
+	ipIn(t, "-n", nsR, "addr", "add", "10.98.0.253/32", "dev", r1)
 	ipIn(t, "-n", nsR, "route", "add", ipA.String()+"/32", "dev", r0)
 	ipIn(t, "-n", nsR, "route", "add", ipB.String()+"/32", "dev", r1)
 	sysctlIn(t, nsR, "net.ipv4.ip_forward=1")

@@ -108,7 +108,7 @@ var relaxed = []string{"-dispatch-timeout", "500ms", "-timeout", "1s"}
 func memifPair(t *testing.T, extraA, extraB []string) (a, b *testbed.Engine) {
 	needEngines(t)
 	dir := t.TempDir()
-	oa, ob := testbed.MemifPair(rmadBin, dir, "e2e-a", "e2e-b", "10.88.0.1", "10.88.0.2")
+	oa, ob := testbed.MemifPair(rmadBin, dir, "e2e-a", "e2e-b", "10.98.0.1", "10.98.0.2")
 	oa.Extra = append(append([]string(nil), relaxed...), extraA...)
 	ob.Extra = append(append([]string(nil), relaxed...), extraB...)
 	a = start(t, oa)

@@ -66,7 +66,7 @@ func TestMulticoreTap(t *testing.T) {
 	t.Cleanup(br.Close)
 	// The host answers no ARP arriving through the bridge (a host may own
 	// the engines' addresses on another interface: podman's bridge
-	// does 10.88.0.1).
+	// does 10.98.0.1).
 	exec.Command("sysctl", "-qw", "net.ipv4.conf."+br.Name+".arp_ignore=8").Run()
 	exerciseCores(t, a, b)
 }

@@ -206,7 +206,7 @@ func TestTenantQuotaUnprivileged(t *testing.T) {
 	}
 	cfg := filepath.Join(dir, "rmad.json")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`{"ctl": {"quota": {"memory_bytes": %d}}}`, tenantQuota)), 0o644)
-	o := testbed.Loopback(rmadBin, dir, "e2e-tq", "10.88.5.1")
+	o := testbed.Loopback(rmadBin, dir, "e2e-tq", "10.98.5.1")
 	o.Extra = append(append([]string(nil), relaxed...), "-config", cfg)
 	e := start(t, o)
 
