@@ -512,3 +512,44 @@ func TestChild(t *testing.T) {
 	}
 	fmt.Println("child: grant", g)
 }
+
+// A connection idle past the server's timeout is closed with a
+// close_notify: the client's next Fetch fails with the end of the
+// connection, not a TLS record error, the server logs it as idle rather
+// than a bad request, and a new connection works.
+func TestIdleConnection(t *testing.T) {
+	ca := mustCA(t)
+	reg := &fakeRegion{id: 0x10003, size: 4096, perm: abi.PermRemoteRead, kr: aesni.Key{7}}
+	log := &logSink{}
+	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Logf: log.logf, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Add(reg)
+	ap, err := s.Start("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cl := mustIssue(t, ca, "reader", false)
+	req := Request{Initiator: reader, PID: 4242, Region: reg.id, Op: abi.OpRead}
+	c, err := Dial(ctx(t), ap.String(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Fetch(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	log.waitLog(t, "idle for 200ms, closed")
+	_, err = c.Fetch(ctx(t), req)
+	if err == nil || err.Error() != "keyx: server closed the connection without a reply" {
+		t.Fatalf("fetch on the idle-closed connection: %v", err)
+	}
+	if strings.Contains(log.String(), "bad request") {
+		t.Fatalf("idle connection logged as a bad request:\n%s", log.String())
+	}
+	if _, err := Fetch(ctx(t), ap.String(), cl, req); err != nil {
+		t.Fatalf("new connection: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"unicode/utf8"
 
 	"github.com/onerma/onerma/abi"
@@ -276,6 +277,9 @@ func writeFrame(w io.Writer, buf []byte, body []byte) error {
 // errFrameEOF is a clean end of the stream between frames.
 var errFrameEOF = errors.New("end of stream")
 
+// errFrameIdle: the read deadline passed before a frame began.
+var errFrameIdle = errors.New("idle")
+
 // readFrame reads one frame into buf (maxFrameLen+2 bytes) and returns its
 // body. A frame longer than max is not read: the error says so.
 func readFrame(r io.Reader, buf []byte, max int) ([]byte, error) {
@@ -283,6 +287,8 @@ func readFrame(r io.Reader, buf []byte, max int) ([]byte, error) {
 	switch {
 	case n == 0 && err == io.EOF:
 		return nil, errFrameEOF
+	case n == 0 && errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, errFrameIdle
 	case err != nil:
 		return nil, fmt.Errorf("truncated frame length (%d of 2 bytes): %w", n, err)
 	}

@@ -226,6 +226,15 @@ func (s *Server) handle(raw net.Conn) {
 		if err == errFrameEOF {
 			return
 		}
+		if err == errFrameIdle {
+			// No request began within the timeout: close with a
+			// close_notify the client reads as the end of the
+			// connection (its next Fetch fails at once and it dials
+			// again), not as a refusal.
+			s.logf("keyx: %s: idle for %v, closed", who, s.cfg.Timeout)
+			c.Close()
+			return
+		}
 		var req Request
 		if err == nil {
 			req, err = parseRequest(body)
@@ -234,6 +243,10 @@ func (s *Server) handle(raw net.Conn) {
 		}
 		if err != nil {
 			s.logf("keyx: %s: bad request: %v", who, err)
+			// The read may have timed out mid-frame: a refusal written
+			// past the deadline would leave the TLS record sequence
+			// advanced and the client unable to read what follows.
+			c.SetDeadline(time.Now().Add(s.cfg.Timeout))
 			refuse(CodeBadRequest, err.Error())
 			c.Close() // sends close_notify after the refusal
 			return
