@@ -270,6 +270,9 @@ func (t *SelfTest) Done() bool {
 // registered).
 func (t *SelfTest) Region() abi.RegionID { return t.region }
 
+// RegionBytes is the target region's size.
+func (t *SelfTest) RegionBytes() uint64 { return t.cfg.Target.Bytes }
+
 // Initiators is the number of cores that post ops.
 func (t *SelfTest) Initiators() int {
 	n := 0

@@ -145,16 +145,15 @@ func newSelfTest(ctx context.Context, o *selfTestOptions, g *engine.Group, ec *e
 		mem := make([]byte, n)
 		pattern.Fill(mem, 0)
 		cfg.Target.Mem = mem
-		how := "inside each core"
+		r.target = "this engine's own, inside each core"
 		if ec.HairpinSelf {
-			how = "out of the port and back"
+			r.target = "this engine's own, out of the port and back"
 		}
-		r.target = fmt.Sprintf("a region of this engine (%d bytes), %s", n, how)
 	} else {
 		if err := r.fetchKeys(ctx, &cfg, ec.LocalIP); err != nil {
 			return nil, err
 		}
-		r.target = fmt.Sprintf("region %s (%d bytes) of the engine at %v, K_d from %s", o.region, cfg.Target.Bytes, cfg.Target.Addr, o.peer)
+		r.target = fmt.Sprintf("the engine at %v's (K_d from %s)", cfg.Target.Addr, o.peer)
 	}
 	st, err := engine.NewSelfTest(g, cfg)
 	if err != nil {
@@ -307,7 +306,7 @@ func (r *selfTestRun) report(w io.Writer, res *engine.SelfTestResult, ports []dp
 	}
 	fmt.Fprintf(w, "rmad selftest %s: %d B ops, %d in flight per core, %d of %d cores posting; %v measured after %v of warm-up\n",
 		o.test, o.size, o.depth, r.st.Initiators(), r.cores, o.dur, o.warm)
-	fmt.Fprintf(w, "target: %s, region %#x\n", r.target, uint32(r.st.Region()))
+	fmt.Fprintf(w, "target: region %#x of %d bytes, %s\n", uint32(r.st.Region()), r.st.RegionBytes(), r.target)
 	fmt.Fprintf(w, "%-5s %-9s %6s %4s %12s %12s %10s %9s %9s %9s %8s %11s %10s\n",
 		"core", "test", "size", "O", "ops", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "errors", "handed_out", "handed_in")
 	line := func(name string, c *engine.SelfTestCore, depth int, p dpdkport.Stats) {
