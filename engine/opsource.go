@@ -122,7 +122,7 @@ func (s *opSource) poll(now int64) int {
 	if s.inflight > 0 {
 		return 0
 	}
-	if s.state == srcDraining && s.t.readBack && s.fail.kind == failNone {
+	if s.state == srcDraining && s.t.readBack && s.res.Mismatches == 0 {
 		s.state = srcReadBack
 		s.cmd.Op, s.cmd.Key = abi.OpRead, s.t.readKey
 		for k := range s.slots {
@@ -192,13 +192,10 @@ func (s *opSource) completed(now int64, cpl *abi.Completion) {
 			s.res.FirstStatus = cpl.Status
 		}
 		s.lastOK[k] = false
-		s.failed(failure{kind: failStatus, op: cpl.Op, status: cpl.Status, slot: k, off: s.remOff[k]})
+		s.record(failure{kind: failStatus, op: cpl.Op, status: cpl.Status, slot: k, off: s.remOff[k]})
+	} else if !s.check(k) {
 		return
-	}
-	if !s.check(k) {
-		return
-	}
-	if now >= s.start && now < s.end {
+	} else if now >= s.start && now < s.end {
 		s.res.Ops++
 		s.res.Latency.Add(uint64(cpl.TotalDelayNs))
 	}
@@ -243,7 +240,7 @@ func (s *opSource) readBackDone(k int, st abi.Status) {
 		if s.res.FirstStatus == abi.StatusOK {
 			s.res.FirstStatus = st
 		}
-		s.failed(failure{kind: failStatus, op: abi.OpRead, status: st, slot: k, off: s.area[k]})
+		s.record(failure{kind: failStatus, op: abi.OpRead, status: st, slot: k, off: s.area[k]})
 		return
 	}
 	size := s.t.cfg.Size
@@ -270,12 +267,20 @@ func mismatch(kind failKind, op abi.Op, slot int, off uint64, got, want []byte) 
 	return f
 }
 
-// failed records the first failure and stops posting: the run has failed,
-// and the ops in flight are waited for.
-func (s *opSource) failed(f failure) {
+// record keeps the first failure of the run. An op that failed with a
+// status is counted and its slot goes on (a TIMEOUT under a stalled host,
+// say, is an error of the run, which keeps measuring, as perftest does).
+func (s *opSource) record(f failure) {
 	if s.fail.kind == failNone {
 		s.fail = f
 	}
+}
+
+// failed records a failure of the data and stops posting: the engine
+// delivered wrong bytes, there is nothing more to measure; the ops in
+// flight are waited for.
+func (s *opSource) failed(f failure) {
+	s.record(f)
 	if s.state == srcRunning {
 		s.state = srcDraining
 	}
