@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,7 +95,9 @@ func selftestMemifRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, erro
 	ob.Busy, ob.CPU = true, 1
 	ob.Extra = []string{"-log-level", "warn", "-poll-nice", "0", "-timeout", selftestTimeout}
 	oa.Busy, oa.CPU = true, 0
-	oa.Extra = ob.Extra
+	// The first ops wait for the peer's ARP reply; the serving engine,
+	// busy on a shared CPU, may answer later than the default 50 ms.
+	oa.Extra = append(slices.Clone(ob.Extra), "-resolve-timeout", "1s")
 	b, err := testbed.Start(ob)
 	if err != nil {
 		return nil, err

@@ -218,7 +218,7 @@ func TestSelfTestMemif(t *testing.T) {
 		return []string{
 			"-iv-state", filepath.Join(dir, "a.iv"), "-eal", memifEAL("a"),
 			"-vdev", "net_memif0,role=client,id=0,socket=" + sock + ",socket-abstract=no", "-port-name", "net_memif0",
-			"-ip", "10.3.2.1", "-socket", filepath.Join(dir, "a.sock"), "-poll-mode", "backoff", "-log-level", "warn", "-timeout", "1s",
+			"-ip", "10.3.2.1", "-socket", filepath.Join(dir, "a.sock"), "-poll-mode", "backoff", "-log-level", "warn", "-timeout", "1s", "-resolve-timeout", "1s",
 			"-selftest", test, "-s", "256", "-O", "16", "-D", "1s", "-selftest-warmup", "300ms",
 			"-selftest-peer", addr.String(), "-selftest-region", fmt.Sprintf("%#x", uint32(r.ID())), "-selftest-creds", creds,
 		}
