@@ -129,10 +129,7 @@ func (s *opSource) poll(now int64) int {
 			if s.lastOK[k] {
 				s.cmd.Slot, s.cmd.Cookie = s.slots[k], uint64(k)
 				s.cmd.RemoteOffset, s.cmd.LocalOffset = s.area[k], s.readBackOff(k)
-				s.res.Posted++
-				s.ini.st.Posted++
-				s.inflight++
-				s.ini.post(now, s.id, s.p, &s.cmd, false)
+				s.submit(now)
 				n++
 			}
 		}
@@ -155,10 +152,16 @@ func (s *opSource) post(now int64, k int32) {
 		s.stampSource(int(k))
 	}
 	c.RemoteOffset, c.LocalOffset = s.remOff[k], uint64(k)*abi.MaxOpBytes
+	s.submit(now)
+}
+
+// submit hands the command built in s.cmd to the initiator, as
+// drainPortal hands an application's (which may complete it at once).
+func (s *opSource) submit(now int64) {
 	s.res.Posted++
 	s.ini.st.Posted++
 	s.inflight++
-	s.ini.post(now, s.id, s.p, c, false)
+	s.ini.post(now, s.id, s.p, &s.cmd, false)
 }
 
 // stampSource writes a new stamp into every 64-byte unit of slot k's
