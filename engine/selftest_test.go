@@ -345,3 +345,32 @@ func TestSelfTestAllocs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSelfTestLoopback: one core's cost per op of its own 64 B
+// READs, posted, served through the self-loop, checked (ns/op is per op).
+func BenchmarkSelfTestLoopback(b *testing.B) {
+	cfg := testConfig("10.0.0.1", 1)
+	g, err := NewGroup(cfg, []Tx{newTestTx(8)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := g.Core(0)
+	sc := selfTestConfig(abi.OpRead, 64, 32, selfTestRegion(1<<20)) // below the test config's NACK threshold
+	sc.Duration = time.Hour
+	st, err := NewSelfTest(g, sc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st.Start()
+	src := st.src[0]
+	now := int64(1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for start := src.res.Verified; src.res.Verified-start < uint64(b.N); now += 1000 {
+		c.Poll(now)
+	}
+	b.StopTimer()
+	if src.res.Errors+src.res.Mismatches > 0 {
+		b.Fatalf("%d errors (%v), %d mismatches", src.res.Errors, src.res.FirstStatus, src.res.Mismatches)
+	}
+}
