@@ -97,7 +97,8 @@ sim:
 
 # Every setup of bench/RESULTS.md (platform, loopback, loopback-jumbo,
 # memif, tcp, aes, write-pairs, isolation, telemetry, metrics; READ and
-# WRITE; kv, the key/value caches against memcached and Redis, whose
+# WRITE; selftest and selftest-memif, the engine's own op generator;
+# kv, the key/value caches against memcached and Redis, whose
 # Figure 8 rmafigures -kv then draws into figures/fig8.png).
 # BENCH_ONLY=isolation (comma separated) runs some, BENCH_D=1s shortens
 # each measurement (default 5s). The ab setup, an old engine build

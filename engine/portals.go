@@ -24,6 +24,10 @@ type portal struct {
 	dirty    bool           // completions committed, not yet published
 	arm      *atomic.Uint32 // doorbell arm word in shared memory (nil: no doorbell)
 	bell     Doorbell
+	// src is the engine's own op source this entry stands for
+	// (opsource.go; nil: an application's portal): it has no rings,
+	// posts its ops itself and takes its completions.
+	src *opSource
 }
 
 // portalTable holds the open portals and writes their completions: every
@@ -83,9 +87,25 @@ func (t *portalTable) open(spec PortalSpec) (PortalID, error) {
 	return 0, ErrPortalsFull
 }
 
-// get is the open portal id.
+// attachSource enters the op source src in the table, under the first
+// free id: an entry with no rings, not live (Poll does not drain it; the
+// source posts its ops itself), whose ops stamp pid and whose completions
+// go to src. The control plane sees no portal there (get).
+func (t *portalTable) attachSource(src *opSource, maxSlots int, pid uint32) (PortalID, error) {
+	for i := range t.p {
+		p := &t.p[i]
+		if !p.used {
+			*p = portal{used: true, class: abi.ClassLow, maxSlots: maxSlots, pid: pid, src: src}
+			return PortalID(i), nil
+		}
+	}
+	return 0, ErrPortalsFull
+}
+
+// get is the open portal id. The entry of an op source is no portal of
+// the control plane's: it has no rings to describe, close or ring.
 func (t *portalTable) get(id PortalID) (*portal, error) {
-	if int(id) >= len(t.p) || !t.p[id].used {
+	if int(id) >= len(t.p) || !t.p[id].used || t.p[id].src != nil {
 		return nil, fmt.Errorf("%w: %d", ErrNoPortal, id)
 	}
 	return &t.p[id], nil
@@ -146,23 +166,28 @@ func (t *portalTable) fail(now int64, id PortalID, p *portal, cmd *abi.Command, 
 // complete commits a completion and records its delays for the telemetry
 // hook; room was reserved when the command was taken from the ring (see
 // Core.drainPortal), so Reserve cannot fail unless the application
-// corrupted the ring indices.
+// corrupted the ring indices. An op source's completion goes to the
+// source, which checks the op's data at once.
 func (t *portalTable) complete(now int64, id PortalID, p *portal, cpl *abi.Completion) {
-	b := p.cpl.Reserve()
-	if b == nil {
-		t.st.RingsCorrupt++
-		return
+	if p.src != nil {
+		p.src.completed(now, cpl)
+	} else {
+		b := p.cpl.Reserve()
+		if b == nil {
+			t.st.RingsCorrupt++
+			return
+		}
+		cpl.Encode(b)
+		p.cpl.Commit()
+		if !p.dirty {
+			p.dirty = true
+			t.dirty = append(t.dirty, id)
+		}
 	}
-	cpl.Encode(b)
-	p.cpl.Commit()
 	t.delays.Add(now, telemetry.Sample{
 		IssueNs: cpl.IssueDelayNs, TotalNs: cpl.TotalDelayNs,
 		Op: uint8(cpl.Op), Status: uint8(cpl.Status), Length: cpl.Length,
 	})
-	if !p.dirty {
-		p.dirty = true
-		t.dirty = append(t.dirty, id)
-	}
 }
 
 // publish makes the committed completions visible to their applications.

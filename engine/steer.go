@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"net/netip"
 
 	"github.com/onerma/onerma/wire"
 )
@@ -74,8 +75,21 @@ func Steer(frame []byte, basePort uint16, cores int) int {
 // bits.
 func steerRequest(frame []byte, cores int) int {
 	iv := frame[wire.IVOffset : wire.IVOffset+12]
-	addr := binary.BigEndian.Uint32(iv[0:4])
-	tag := uint32(iv[4] >> (ivTagShift - 56))
+	return laneCore(binary.BigEndian.Uint32(iv[0:4]), uint32(iv[4]>>(ivTagShift-56)), cores)
+}
+
+// RequestCore is the core of an engine of cores cores that serves the
+// requests core lane of the engine at sender sends it (Steer's choice for
+// them): on ports whose queue i hands its frames to core i (memif, the
+// net_ring loopback), the answers leave the serving engine from that
+// core's queue, so they reach the sender on that core's queue too.
+func RequestCore(sender netip.Addr, lane, cores int) int {
+	return laneCore(ip4(sender.As4()), uint32(lane), cores)
+}
+
+// laneCore hashes a sender lane (its engine's address and lane tag) to a
+// core of cores.
+func laneCore(addr, tag uint32, cores int) int {
 	h := addr*0x9e3779b1 + tag*0x7feb352d // MurmurHash3's finalizer over both
 	h ^= h >> 16
 	h *= 0x85ebca6b

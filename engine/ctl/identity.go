@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/onerma/onerma/engine"
 )
 
 // The identity an engine stamps on a process's requests (the "PID" of the
@@ -47,8 +49,9 @@ const (
 	// engine of an earlier version stamped under the same address and
 	// region keys.
 	FirstIdentity = 1 << 22
-	// identLimit is one past the last identity (the wire field is 32 bits).
-	identLimit = 1 << 32
+	// identLimit is one past the last identity (the wire field is 32
+	// bits, and its last value is the engine's own op source's).
+	identLimit = engine.SelfTestPID
 )
 
 // ErrIdentities: the identity state file cannot be used (corrupt, locked,

@@ -45,6 +45,10 @@ type Row struct {
 	Command   string   `json:"command,omitempty"` // what produced the row
 	Note      string   `json:"note,omitempty"`
 
+	// Cores is the number of polling cores of the measured engine (of
+	// each engine, for two): rmad -cores, or its -cpu list.
+	Cores int `json:"cores"`
+
 	// OfferedOpsPerSec (open-loop rows, kv-fig8): the load offered,
 	// Poisson arrivals; OpsPerSec is what was served of it.
 	OfferedOpsPerSec float64 `json:"offered_ops_per_sec,omitempty"`

@@ -104,6 +104,27 @@ func EALArgs(name string) []string {
 	return append(args, "--no-huge", "-m", "128")
 }
 
+// SocketPath is the control socket of an engine started with o.
+func (o *Options) SocketPath() string { return filepath.Join(o.Dir, o.Name+".sock") }
+
+// Args are rmad's arguments for an engine started with o (Start runs it
+// with them; a caller that runs rmad itself, as for rmad -selftest, adds
+// its own after them: later flags override earlier ones).
+func (o *Options) Args() []string {
+	mode := "backoff"
+	if o.Busy {
+		mode = "busy"
+	}
+	args := []string{
+		"-eal", strings.Join(EALArgs(o.Name), " "),
+		"-port-name", o.PortName, "-vdev", o.Vdev,
+		"-ip", o.IP, "-socket", o.SocketPath(), "-poll-mode", mode,
+		"-cpu", strconv.Itoa(o.CPU),
+		"-iv-state", o.IVStatePath(),
+	}
+	return append(args, o.Extra...)
+}
+
 // Start launches rmad and waits until its control socket accepts.
 func Start(o Options) (*Engine, error) {
 	if o.Rmad == "" && o.Container == nil {
@@ -112,20 +133,9 @@ func Start(o Options) (*Engine, error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	e := &Engine{Opt: o, Socket: filepath.Join(o.Dir, o.Name+".sock"), LogPath: filepath.Join(o.Dir, o.Name+".log"), done: make(chan struct{})}
-	mode := "backoff"
-	if o.Busy {
-		mode = "busy"
-	}
+	e := &Engine{Opt: o, Socket: o.SocketPath(), LogPath: filepath.Join(o.Dir, o.Name+".log"), done: make(chan struct{})}
 	eal := EALArgs(o.Name)
-	args := []string{
-		"-eal", strings.Join(eal, " "),
-		"-port-name", o.PortName, "-vdev", o.Vdev,
-		"-ip", o.IP, "-socket", e.Socket, "-poll-mode", mode,
-		"-cpu", strconv.Itoa(o.CPU),
-		"-iv-state", o.IVStatePath(),
-	}
-	args = append(args, o.Extra...)
+	args := o.Args()
 	switch {
 	case o.Container != nil:
 		e.ctr = o.Container.forEngine(o, !slices.Contains(eal, "--no-huge"))

@@ -45,6 +45,10 @@
 //	    (internal/kvload), closed loop in interleaved rounds, Figure 8's
 //	    open-loop sweep of latency against offered load, and the peers'
 //	    own tools, memcslap and pipelined redis-benchmark (kv.go);
+//	(m) the engine's own op generator, rmad -selftest, with no
+//	    application: on the loopback engine at one and two polling
+//	    cores (selftest), and from one engine to another over memif
+//	    (selftest-memif) (selftest.go);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -85,7 +89,7 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics,kv", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics,kv,selftest,selftest-memif", "setups to run (comma separated; a name also selects the setups it begins with: loopback-jumbo runs loopback too, selftest-memif selftest; af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
@@ -125,7 +129,14 @@ func main() {
 		}
 		return
 	}
-	want := func(s string) bool { return strings.Contains(*only, s) }
+	want := func(s string) bool { // s, or a setup whose name begins with it
+		for _, o := range strings.Split(*only, ",") {
+			if strings.HasPrefix(o, s) {
+				return true
+			}
+		}
+		return false
+	}
 	// ab is matched as a whole name, not as a substring as the others are.
 	ab := slices.Contains(strings.Split(*only, ","), "ab")
 	if ab {
@@ -204,6 +215,20 @@ func main() {
 	}
 	if want("memif") {
 		r, err := memifRun(rmad, rmaperf, dir, specs, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("selftest") {
+		r, err := selftestRun(rmad, dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("selftest-memif") {
+		r, err := selftestMemifRun(rmad, rmaperf, dir, *dur)
 		if err != nil {
 			fail(err)
 		}
@@ -299,6 +324,7 @@ func main() {
 		rows[i].Run = runID
 	}
 	printTable(rows)
+	printSelfTestRatios(rows)
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		fail(err)
 	}

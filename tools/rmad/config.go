@@ -416,6 +416,7 @@ type options struct {
 	configPath  string
 	printConfig bool
 	cpuProfile  string
+	selftest    selfTestOptions // selftest.go
 }
 
 // loadConfig builds the effective configuration: embedded default, then
@@ -427,6 +428,7 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 	fs.StringVar(&opt.configPath, "config", "", "JSON config file (overrides the embedded default)")
 	fs.BoolVar(&opt.printConfig, "print-config", false, "print the effective config as JSON and exit")
 	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run to this file")
+	opt.selftest.flags(fs)
 	type given struct {
 		set   setter
 		name  string
@@ -453,6 +455,9 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 	}
 	if fs.NArg() > 0 {
 		return Config{}, opt, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := opt.selftest.check(fs); err != nil {
+		return Config{}, opt, err
 	}
 	cfg := defaultConfig()
 	if opt.configPath != "" {

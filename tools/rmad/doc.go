@@ -92,7 +92,23 @@
 // socket (dpdk-telemetry.py, /ethdev/stats,0) unless eal_args say
 // --no-telemetry.
 //
+// Self-test (selftest.go): -selftest read_bw|write_bw|read_lat -s SIZE
+// -O N -D DURATION makes every polling core post ops itself
+// (engine.SelfTest: no application, no portal ring), check each op's
+// data, and rmad prints a perftest-style table (a row per core and their
+// sum; -selftest-json: one benchmark row) and exits, 0 only when every op
+// completed OK and checked. The target is a region of this engine (with
+// -hairpin-self=true through the port) or, with -selftest-peer
+// HOST:PORT -selftest-region ID -selftest-creds DIR (or -creds-fd), a
+// peer engine's region whose owner grants this engine's K_d (identity
+// engine.SelfTestPID) over keyx; -selftest-handover makes every answer
+// cross a hand-over ring.
+//
+//	rmad -vdev net_ring0 -port-name net_ring0 -ip 10.99.2.1 -hairpin-self=true \
+//	     -poll-mode busy -cpu 1 -selftest read_bw -s 64 -O 64 -D 5s
+//
 // Imports: aesni, dpdk, engine, engine/ctl, engine/metrics,
 // engine/telemetry, ctlmsg, engine/dpdkport, engine/faultport,
-// engine/runner, wire.
+// engine/runner, wire; keyx, internal/pattern and internal/benchrow for
+// the self-test.
 package main

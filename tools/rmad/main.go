@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	if err := serve(ctx, &cfg, log, ready); err != nil {
+	if err := serve(ctx, &cfg, &opt.selftest, stdout, log, ready); err != nil {
 		log.Error().Err(err).Msg("rmad failed")
 		return 1
 	}
@@ -103,8 +103,10 @@ func (c *cleanup) run() {
 }
 
 // serve starts the engine, serves until ctx is done (SIGINT/SIGTERM) or a
-// component fails, and shuts everything down in reverse order.
-func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(string)) error {
+// component fails, and shuts everything down in reverse order. With
+// -selftest (sto.test) the engine's cores generate ops themselves, the
+// result goes to stdout, and serve returns when the run has ended.
+func serve(ctx context.Context, cfg *Config, sto *selfTestOptions, stdout io.Writer, log zerolog.Logger, ready func(string)) error {
 	ctlCfg, err := cfg.ctlConfig()
 	if err != nil {
 		return err
@@ -279,6 +281,12 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	for i := 1; i < len(delays); i++ {
 		group.SetDelays(i, delays[i])
 	}
+	var selftest *selfTestRun
+	if sto.test != "" { // attached before the cores run
+		if selftest, err = newSelfTest(ctx, sto, group, &engCfg, log); err != nil {
+			return fmt.Errorf("-selftest: %w", err)
+		}
+	}
 	if engCfg.Crypto == engine.CryptoIPsecMB {
 		arch, _ := engine.MBArch() // engine.NewGroup checked it works
 		log.Info().Str("crypto", engCfg.Crypto).Str("ipsec_mb_arch", arch).Msg("seals batched on intel-ipsec-mb, opens on crypto/cipher")
@@ -362,6 +370,9 @@ func serve(ctx context.Context, cfg *Config, log zerolog.Logger, ready func(stri
 	log.Info().Str("socket", ctlCfg.Sockets[0].Path).Int("sockets", len(ctlCfg.Sockets)).Msg("rmad ready")
 	if ready != nil {
 		ready(ctlCfg.Sockets[0].Path)
+	}
+	if selftest != nil {
+		return selftest.run(ctx, id, rs, queues, stdout, log)
 	}
 
 	select {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/internal/benchrow"
+	"github.com/onerma/onerma/internal/pattern"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -54,7 +56,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 		return benchrow.Row{}, err
 	}
 	type result struct {
-		h     hist
+		h     telemetry.Hist
 		ops   uint64
 		errs  uint64
 		first error
@@ -141,7 +143,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 						got = tg.mem[off : off+uint64(size)]
 					}
 					for i, v := range got {
-						want := byte(int(off+uint64(i))*31 + 7)
+						want := pattern.At(off + uint64(i))
 						if write {
 							want = buf[i]
 						}
@@ -153,13 +155,13 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 				}
 				if in {
 					r.ops++
-					r.h.add(uint64(t1 - t0))
+					r.h.Add(uint64(t1 - t0))
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	var h hist
+	var h telemetry.Hist
 	var ops, errs uint64
 	var first error
 	for i := range results {
@@ -167,7 +169,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 		if r.fatal != nil {
 			return benchrow.Row{}, fmt.Errorf("transfer %d: %w", i, r.fatal)
 		}
-		h.merge(&r.h)
+		h.Merge(&r.h)
 		ops += r.ops
 		errs += r.errs
 		if first == nil {
@@ -179,7 +181,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 	row := benchrow.Row{
 		System: "onerma", Test: test, Size: size, Outstanding: outstanding,
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
-		P50us: us(h.quantile(0.5)), P99us: benchrow.F(us(h.quantile(0.99))), P999us: benchrow.F(us(h.quantile(0.999))),
+		P50us: us(h.Quantile(0.5)), P99us: benchrow.F(us(h.Quantile(0.99))), P999us: benchrow.F(us(h.Quantile(0.999))),
 		Ops: ops, Errors: errs, Seconds: secs,
 		Note: fmt.Sprintf("through portal.Executor: %d transfers in flight, %d slots, chunks of %d B; ops/s counts transfers; %d ops posted, %d retried (NACK %d, DISPATCH_TIMEOUT %d, TIMEOUT %d)",
 			outstanding, e.Slots(), cfg.ChunkBytes, st.Ops, st.Retries, st.Nacks, st.DispatchTimeouts, st.Timeouts),

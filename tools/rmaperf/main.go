@@ -77,7 +77,9 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/cc"
+	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/internal/benchrow"
+	"github.com/onerma/onerma/internal/pattern"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
 )
@@ -131,10 +133,7 @@ func server(args []string) error {
 	if err != nil {
 		return err
 	}
-	b := r.Bytes()
-	for i := range b {
-		b[i] = byte(i*31 + 7)
-	}
+	pattern.Fill(r.Bytes(), 0)
 	cfg := keyx.Config{Credentials: creds, Owner: p.Identity().Addr,
 		Logf: func(format string, args ...any) {
 			if *verbose {
@@ -312,9 +311,7 @@ func client(test string, args []string) error {
 			return err
 		}
 		b := r.Bytes()
-		for i := range b {
-			b[i] = byte(i*31 + 7)
-		}
+		pattern.Fill(b, 0)
 		// The owner is this process: derive K_d in process.
 		id := p.Identity()
 		tg = target{peer: id.Addr, region: r.ID(), bytes: r.Size(), key: r.DeriveKey(id.Addr, id.PID, op), mem: b}
@@ -438,7 +435,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 		}
 	}
 	p.Flush()
-	var h, eng hist
+	var h, eng telemetry.Hist
 	var ops, errs uint64
 	var firstErr abi.Status
 	cpl := make([]abi.Completion, 64)
@@ -481,7 +478,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 		}
 		now := nowNs()
 		if !measuring && now >= start {
-			measuring, h, eng, ops, errs = true, hist{}, hist{}, 0, 0
+			measuring, h, eng, ops, errs = true, telemetry.Hist{}, telemetry.Hist{}, 0, 0
 			start = now
 			end = now + int64(dur)
 		}
@@ -504,15 +501,15 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 			} else if verify {
 				got := local.Bytes()[k*abi.MaxOpBytes : k*abi.MaxOpBytes+size]
 				for i, v := range got {
-					if v != byte(int(remOff[k]+uint64(i))*31+7) {
+					if v != pattern.At(remOff[k]+uint64(i)) {
 						return benchrow.Row{}, fmt.Errorf("data mismatch at remote offset %d", remOff[k]+uint64(i))
 					}
 				}
 			}
 			if measuring && c.Status == abi.StatusOK {
 				ops++
-				h.add(uint64(now - postAt[k]))
-				eng.add(uint64(c.TotalDelayNs))
+				h.Add(uint64(now - postAt[k]))
+				eng.Add(uint64(c.TotalDelayNs))
 			}
 			if now < end {
 				if err := post(k); err != nil {
@@ -527,9 +524,9 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 	r := benchrow.Row{
 		System: "onerma", Test: test, Size: size, Outstanding: outstanding,
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
-		P50us: us(h.quantile(0.5)), P99us: benchrow.F(us(h.quantile(0.99))), P999us: benchrow.F(us(h.quantile(0.999))),
-		EngP50us: benchrow.F(us(eng.quantile(0.5))), EngP99us: benchrow.F(us(eng.quantile(0.99))),
-		EngP999us: benchrow.F(us(eng.quantile(0.999))), EngMaxUs: benchrow.F(us(eng.max)),
+		P50us: us(h.Quantile(0.5)), P99us: benchrow.F(us(h.Quantile(0.99))), P999us: benchrow.F(us(h.Quantile(0.999))),
+		EngP50us: benchrow.F(us(eng.Quantile(0.5))), EngP99us: benchrow.F(us(eng.Quantile(0.99))),
+		EngP999us: benchrow.F(us(eng.Quantile(0.999))), EngMaxUs: benchrow.F(us(eng.Max())),
 		Ops: ops, Errors: errs, Seconds: secs,
 	}
 	if errs > 0 {

@@ -1,14 +1,16 @@
-package main
+package telemetry
 
 import (
 	"math"
 	"math/bits"
 )
 
-// hist is a log-linear latency histogram (HDR-style): 64 linear sub-buckets
-// per power of two, so any percentile is within 1/64 (1.6 %) of the true
-// value. Fixed size, no allocation per sample.
-type hist struct {
+// Hist is a log-linear latency histogram (HDR-style): 64 linear
+// sub-buckets per power of two, so any quantile is within 1/64 (1.6 %) of
+// the true value. Fixed size (32 KB), no allocation per sample: the
+// engine's op source (engine.SelfTest) keeps one per core, rmaperf one
+// per measurement.
+type Hist struct {
 	counts [64 * 64]uint64
 	n      uint64
 	max    uint64
@@ -33,7 +35,8 @@ func lowOf(b int) uint64 {
 	return (1<<subBits | m) << (e - 1)
 }
 
-func (h *hist) add(v uint64) {
+// Add counts one sample.
+func (h *Hist) Add(v uint64) {
 	b := bucketOf(v)
 	if b >= len(h.counts) {
 		b = len(h.counts) - 1
@@ -43,9 +46,15 @@ func (h *hist) add(v uint64) {
 	h.max = max(h.max, v)
 }
 
-// quantile returns the value below which a fraction q of samples lie
-// (bucket midpoint).
-func (h *hist) quantile(q float64) uint64 {
+// N is the number of samples.
+func (h *Hist) N() uint64 { return h.n }
+
+// Max is the largest sample (0: none).
+func (h *Hist) Max() uint64 { return h.max }
+
+// Quantile returns the value below which a fraction q of samples lie
+// (bucket midpoint, at most Max; 0 without samples).
+func (h *Hist) Quantile(q float64) uint64 {
 	if h.n == 0 {
 		return 0
 	}
@@ -64,8 +73,8 @@ func (h *hist) quantile(q float64) uint64 {
 	return h.max
 }
 
-// merge adds o's samples to h.
-func (h *hist) merge(o *hist) {
+// Merge adds o's samples to h.
+func (h *Hist) Merge(o *Hist) {
 	for i, c := range o.counts {
 		h.counts[i] += c
 	}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/keyx"
+)
+
+// The selftest setups measure the engine with its own op generator
+// (rmad -selftest): no application, no portal ring, every op checked.
+//
+//	selftest        one engine on the net_ring loopback, frames to itself
+//	                out of the port and back, so every polling core is
+//	                initiator and target of its own ops; one core (CPU 1)
+//	                and two (CPUs 0 and 1)
+//	selftest-memif  two engines over memif, one core each: the initiator
+//	                runs -selftest, the other serves a region an rmaperf
+//	                server owns (K_d over keyx): the rate of each role
+//
+// Each row is one rmad run; its cores field is the number of polling
+// cores of the measuring engine.
+
+// selftestSpecs are the rows of selftest-memif and of the loopback at
+// one core (reads, then writes), selftestSpecs2 the loopback's
+// bandwidth rows again at two cores.
+var (
+	selftestSpecs = []spec{{"read_bw", 64, 64}, {"read_bw", 4096, 64}, {"read_lat", 64, 1}, {"read_lat", 4096, 1},
+		{"write_bw", 64, 64}, {"write_bw", 4096, 64}}
+	selftestSpecs2 = []spec{{"read_bw", 64, 64}, {"read_bw", 4096, 64}, {"write_bw", 64, 64}, {"write_bw", 4096, 64}}
+)
+
+// selftestNote says how the cores share the host.
+const (
+	selftestNote1 = "busy on CPU 1 (nice -20)"
+	selftestNote2 = "busy on CPUs 0 and 1 (nice 0: the host's other threads need them)"
+	selftestNoteM = "initiator busy on CPU 0, serving engine busy on CPU 1 (nice 0)"
+)
+
+// selftestTimeout is the engines' TIMEOUT in the selftest setups. A
+// polling thread that loses its CPU for a few ms (other load on a shared
+// host: the runner counts these stalls) lets the serving side's timers
+// run on while its ops wait unread, and at the default of a busy engine
+// (2 ms) a stall fails every WRITE in flight: the rows are to measure the
+// rate, and every op is checked whatever the TIMEOUT.
+const selftestTimeout = "50ms"
+
+// selftestRun measures the loopback rows.
+func selftestRun(rmad, dir string, dur time.Duration) ([]Row, error) {
+	var rows []Row
+	for _, c := range []struct {
+		cpus  string
+		specs []spec
+		note  string
+	}{{"1", selftestSpecs, selftestNote1}, {"0,1", selftestSpecs2, selftestNote2}} {
+		cores := strings.Count(c.cpus, ",") + 1
+		// An address at which the engine serves each core's requests on
+		// that core: both roles of every op on one core, nothing handed
+		// over.
+		ip := ownLanes(netip.MustParseAddr("10.99.2.1"), cores)
+		o := testbed.Loopback(rmad, dir, "bench-st", ip.String())
+		o.Busy, o.CPU = true, 1
+		o.Extra = []string{"-log-level", "warn", "-hairpin-self=true", "-cpu", c.cpus, "-timeout", selftestTimeout}
+		if cores > 1 {
+			o.Extra = append(o.Extra, "-poll-nice", "0")
+		}
+		for _, s := range c.specs {
+			r, err := selftestOnce(o, s, dur, "selftest", nil)
+			if err != nil {
+				return rows, err
+			}
+			r.Note = addNote(r.Note, c.note)
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// selftestMemifRun measures the two-engine rows: an rmaperf server owns
+// the serving engine's region; the initiator's rmad fetches its K_d and
+// runs -selftest against it.
+func selftestMemifRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
+	ob, oa := testbed.MemifPair(rmad, dir, "bench-smb", "bench-sma", "10.99.4.2", "10.99.4.1") // the server side starts first
+	ob.Busy, ob.CPU = true, 1
+	ob.Extra = []string{"-log-level", "warn", "-poll-nice", "0", "-timeout", selftestTimeout}
+	oa.Busy, oa.CPU = true, 0
+	// The first ops wait for the peer's ARP reply; the serving engine,
+	// busy on a shared CPU, may answer later than the default 50 ms.
+	oa.Extra = append(slices.Clone(ob.Extra), "-resolve-timeout", "1s")
+	b, err := testbed.Start(ob)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Stop(10 * time.Second)
+	srv, err := startPerfServer(rmaperf, b.Socket)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	var rows []Row
+	for _, s := range selftestSpecs { // WRITEs write the region's second half only: READs still find the pattern
+		r, err := selftestOnce(oa, s, dur, "selftest-memif", srv,
+			"-selftest-peer", srv.kx, "-selftest-region", srv.region)
+		if err != nil {
+			return rows, err
+		}
+		r.Note = addNote(r.Note, selftestNoteM)
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// selftestOnce runs rmad -selftest (o's engine, then args) for s and dur
+// and returns its row; srv, if set, hands it the client's credentials
+// over an inherited pipe.
+func selftestOnce(o testbed.Options, s spec, dur time.Duration, setup string, srv *perfServer, args ...string) (Row, error) {
+	a := append(o.Args(), "-selftest", s.test, "-s", strconv.Itoa(s.size), "-O", strconv.Itoa(s.depth),
+		"-D", dur.String(), "-selftest-json")
+	a = append(a, args...)
+	cmd := exec.Command(o.Rmad, a...)
+	logPath := filepath.Join(o.Dir, o.Name+"-"+s.test+"-"+strconv.Itoa(s.size)+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return Row{}, err
+	}
+	defer logf.Close()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, logf
+	if srv != nil {
+		fd, closeAfter, err := keyx.Attach(cmd, srv.cliCreds)
+		if err != nil {
+			return Row{}, err
+		}
+		defer closeAfter()
+		cmd.Args = append(cmd.Args, "-selftest-creds-fd", strconv.Itoa(fd))
+	}
+	err = cmd.Run()
+	var r Row
+	if jerr := json.Unmarshal(out.Bytes(), &r); jerr != nil {
+		tail, _ := os.ReadFile(logPath)
+		return Row{}, fmt.Errorf("%s: %v (%v): output %q\n%s", strings.Join(cmd.Args, " "), err, jerr, out.Bytes(), lastLines(string(tail), 20))
+	}
+	r.Setup, r.Command = setup, strings.Join(cmd.Args, " ")
+	if err != nil { // a row whose ops failed: kept, its note says which
+		r.Note = addNote(r.Note, "rmad -selftest: "+err.Error())
+	}
+	return r, nil
+}
+
+// ownLanes is the first address from a on at which an engine of cores
+// cores serves each core's requests on that core (engine.RequestCore).
+func ownLanes(a netip.Addr, cores int) netip.Addr {
+	for ; ; a = a.Next() {
+		own := true
+		for i := range cores {
+			own = own && engine.RequestCore(a, i, cores) == i
+		}
+		if own {
+			return a
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// printSelfTestRatios prints the two-core loopback rows against the
+// one-core rows of the same test and size.
+func printSelfTestRatios(rows []Row) {
+	for _, r2 := range rows {
+		if r2.Setup != "selftest" || r2.Cores != 2 {
+			continue
+		}
+		for _, r1 := range rows {
+			if r1.Setup == "selftest" && r1.Cores == 1 && r1.Test == r2.Test && r1.Size == r2.Size && r1.OpsPerSec > 0 {
+				fmt.Printf("selftest %-9s %5d B: 2 cores / 1 core = %.0f / %.0f ops/s = %.2f\n", r2.Test, r2.Size, r2.OpsPerSec, r1.OpsPerSec, r2.OpsPerSec/r1.OpsPerSec)
+			}
+		}
+	}
+}
