@@ -56,25 +56,72 @@ const (
 // rate, and every op is checked whatever the TIMEOUT.
 const selftestTimeout = "50ms"
 
+// selftestRounds is how many interleaved rounds compare one core with
+// two in 64 B read_bw.
+const selftestRounds = 3
+
+// selftestEngine is the loopback engine of cpus (a -cpu list), at an
+// address where each core serves its own requests unless handOver, where
+// one core's requests are served by another; nice is the polling
+// threads' nice value.
+func selftestEngine(rmad, dir, cpus string, handOver bool, nice string) testbed.Options {
+	cores := strings.Count(cpus, ",") + 1
+	ip := ownLanes(netip.MustParseAddr("10.99.2.1"), cores)
+	if handOver {
+		ip = otherLanes(netip.MustParseAddr("10.99.2.1"), cores)
+	}
+	o := testbed.Loopback(rmad, dir, "bench-st", ip.String())
+	o.Busy, o.CPU = true, 1
+	o.Extra = []string{"-log-level", "warn", "-hairpin-self=true", "-cpu", cpus, "-timeout", selftestTimeout, "-poll-nice", nice}
+	return o
+}
+
+// selftestScaling measures 64 B read_bw in selftestRounds interleaved
+// rounds of three runs, every polling thread at nice 0: one core (CPU
+// 1); two cores (CPUs 0 and 1), each serving its own requests; and two
+// cores in the hand-over mode (setup "selftest-handover"): only the core
+// whose requests the other serves posts, so one stream of ops crosses the
+// hand-over ring both ways, the worst case of one portal on a two-core
+// engine. A round's runs are seconds apart; printSelfTestRatios prints
+// the median of the rounds' ratios.
+func selftestScaling(rmad, dir string, dur time.Duration) ([]Row, error) {
+	s := spec{"read_bw", 64, 64}
+	run := func(setup, cpus string, handOver bool, note string) func() (Row, error) {
+		return func() (Row, error) {
+			var args []string
+			if handOver {
+				args = []string{"-selftest-handover"}
+			}
+			r, err := selftestOnce(selftestEngine(rmad, dir, cpus, handOver, "0"), s, dur, setup, nil, args...)
+			r.Note = addNote(r.Note, note)
+			return r, err
+		}
+	}
+	return interleaved(selftestRounds,
+		run("selftest-rounds", "1", false, "round; busy on CPU 1 (nice 0)"),
+		run("selftest-rounds", "0,1", false, "round; "+selftestNote2),
+		run("selftest-handover", "0,1", true, "round; 1 of 2 cores posting, every answer handed over; busy on CPUs 0 and 1 (nice 0)"))
+}
+
 // selftestRun measures the loopback rows.
 func selftestRun(rmad, dir string, dur time.Duration) ([]Row, error) {
-	var rows []Row
+	rows, err := selftestScaling(rmad, dir, dur)
+	if err != nil {
+		return rows, err
+	}
 	for _, c := range []struct {
 		cpus  string
 		specs []spec
 		note  string
 	}{{"1", selftestSpecs, selftestNote1}, {"0,1", selftestSpecs2, selftestNote2}} {
-		cores := strings.Count(c.cpus, ",") + 1
-		// An address at which the engine serves each core's requests on
+		// At an address where the engine serves each core's requests on
 		// that core: both roles of every op on one core, nothing handed
 		// over.
-		ip := ownLanes(netip.MustParseAddr("10.99.2.1"), cores)
-		o := testbed.Loopback(rmad, dir, "bench-st", ip.String())
-		o.Busy, o.CPU = true, 1
-		o.Extra = []string{"-log-level", "warn", "-hairpin-self=true", "-cpu", c.cpus, "-timeout", selftestTimeout}
-		if cores > 1 {
-			o.Extra = append(o.Extra, "-poll-nice", "0")
+		nice := "-20"
+		if strings.Contains(c.cpus, ",") {
+			nice = "0"
 		}
+		o := selftestEngine(rmad, dir, c.cpus, false, nice)
 		for _, s := range c.specs {
 			r, err := selftestOnce(o, s, dur, "selftest", nil)
 			if err != nil {
@@ -172,14 +219,49 @@ func ownLanes(a netip.Addr, cores int) netip.Addr {
 	}
 }
 
+// otherLanes is the first address from a on at which an engine of cores
+// cores serves core 0's requests on another core.
+func otherLanes(a netip.Addr, cores int) netip.Addr {
+	for ; engine.RequestCore(a, 0, cores) == 0; a = a.Next() {
+	}
+	return a
+}
+
 func lastLines(s string, n int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(l[max(0, len(l)-n):], "\n")
 }
 
 // printSelfTestRatios prints the two-core loopback rows against the
-// one-core rows of the same test and size.
+// one-core rows of the same test and size, and the rounds' ratios.
 func printSelfTestRatios(rows []Row) {
+	var round []Row // the rows of selftestScaling, three per round
+	for _, r := range rows {
+		if r.Setup == "selftest-rounds" || r.Setup == "selftest-handover" {
+			round = append(round, r)
+		}
+	}
+	var two, handed []float64
+	for k := 0; k+3 <= len(round); k += 3 {
+		var one, two1, h float64
+		for _, r := range round[k : k+3] {
+			switch {
+			case r.Setup == "selftest-handover":
+				h = r.OpsPerSec
+			case r.Cores == 1:
+				one = r.OpsPerSec
+			default:
+				two1 = r.OpsPerSec
+			}
+		}
+		if one > 0 {
+			two, handed = append(two, two1/one), append(handed, h/one)
+		}
+	}
+	if len(two) > 0 && len(handed) > 0 {
+		fmt.Printf("selftest read_bw 64 B, %d rounds: 2 cores / 1 core = %.2f (%s); one stream handed over on 2 cores / 1 core = %.2f (%s)\n",
+			len(two), median(two), ratioList(two), median(handed), ratioList(handed))
+	}
 	for _, r2 := range rows {
 		if r2.Setup != "selftest" || r2.Cores != 2 {
 			continue
