@@ -7,11 +7,14 @@ import (
 )
 
 // OneRMAKV is an AsyncStore of OneRMA's cache: GETs are one-sided READs
-// through the client's portal (StartGet, PollGets), SETs its update RPC.
+// through the client's portal (StartGet, PollGets), SETs its update RPC,
+// pipelined on each replica's connection (StartSet, PollUpdates), so a
+// SET holds up none of the GETs in flight.
 type OneRMAKV struct {
-	c    *kv.Client
-	fn   func(tag uint64, val []byte, err error) // the caller's, for report
-	wrap func(tag uint64, val []byte, err error) // o.report, made once
+	c       *kv.Client
+	fn      func(tag uint64, val []byte, err error) // the caller's, for report
+	wrap    func(tag uint64, val []byte, err error) // o.report, made once
+	wrapSet func(tag uint64, err error)             // o.reportSet, made once
 }
 
 var _ AsyncStore = (*OneRMAKV)(nil)
@@ -25,7 +28,7 @@ func DialOneRMAKV(cfg kv.ClientConfig) Dialer {
 			return nil, err
 		}
 		o := &OneRMAKV{c: c}
-		o.wrap = o.report
+		o.wrap, o.wrapSet = o.report, o.reportSet
 		return o, nil
 	}
 }
@@ -57,13 +60,20 @@ func (o *OneRMAKV) StartGet(key, dst []byte, tag uint64) error {
 	return kvErr(o.c.StartGet(key, dst, tag))
 }
 
-// PollGets implements AsyncStore.
-func (o *OneRMAKV) PollGets(fn func(tag uint64, val []byte, err error)) int {
+// StartSet implements AsyncStore.
+func (o *OneRMAKV) StartSet(key, value []byte, tag uint64) error {
+	return kvErr(o.c.StartSet(key, value, tag))
+}
+
+// Poll implements AsyncStore.
+func (o *OneRMAKV) Poll(fn func(tag uint64, val []byte, err error)) int {
 	o.fn = fn
-	return o.c.PollGets(o.wrap)
+	return o.c.PollGets(o.wrap) + o.c.PollUpdates(o.wrapSet)
 }
 
 func (o *OneRMAKV) report(tag uint64, val []byte, err error) { o.fn(tag, val, kvErr(err)) }
+
+func (o *OneRMAKV) reportSet(tag uint64, err error) { o.fn(tag, nil, kvErr(err)) }
 
 // Close implements Store.
 func (o *OneRMAKV) Close() error { return o.c.Close() }
