@@ -134,10 +134,10 @@ func (e *RefusedError) Is(target error) bool {
 // rpcConn is one side of an RPC connection: frames in and out through
 // buffers it keeps.
 type rpcConn struct {
-	c   net.Conn
-	r   *bufio.Reader
-	w   *bufio.Writer
-	in  []byte // the last frame read (grown to the largest seen)
+	c  net.Conn
+	r  *bufio.Reader
+	w  *bufio.Writer
+	in []byte // the last frame read (grown to the largest seen)
 	// The length prefixes being read and written: apart, since a pipe
 	// reads on one goroutine while its client writes on another.
 	rhdr, whdr [4]byte
