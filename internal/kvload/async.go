@@ -3,6 +3,8 @@ package kvload
 import (
 	"errors"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // errLost is an operation still in flight when its client gave up
@@ -18,6 +20,7 @@ type asyncOps struct {
 	a     AsyncStore
 	slots []asyncSlot
 	free  []uint64
+	w     Waiter                                  // a.(Waiter), or nil
 	done  func(tag uint64, val []byte, err error) // Poll's callback, made once
 	// held is the operation the store last refused as busy, started
 	// before any new draw so the mix stays the workload's.
@@ -39,8 +42,30 @@ func newAsyncOps(c *client, depth int) *asyncOps {
 		g.slots[i].dst = make([]byte, 0, c.cfg.Workload.ValueBytes)
 		g.free = append(g.free, uint64(depth-1-i))
 	}
+	g.w, _ = c.st.(Waiter)
 	g.done = g.ended
 	return g
+}
+
+// spin reports what ended, without blocking; when nothing had, it gives
+// the CPU to any other thread ready to run on it (sched_yield): an
+// engine polling the same CPU, in yield mode, does the same when idle, so
+// the two take turns where a spinning client would hold the CPU until
+// the scheduler takes it away (milliseconds).
+func (g *asyncOps) spin() {
+	if g.a.Poll(g.done) == 0 {
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
+
+// wait reports what ended: with a Waiter, after waiting for at least one
+// operation when none has ended yet; else at once (Poll).
+func (g *asyncOps) wait() {
+	if g.w != nil {
+		g.w.Wait(g.done)
+		return
+	}
+	g.a.Poll(g.done)
 }
 
 func (g *asyncOps) inFlight() int { return len(g.slots) - len(g.free) }
@@ -119,15 +144,26 @@ func (c *client) closedAsync(depth int) {
 			g.abandon()
 			return
 		}
+		sent := 0
 		for now < c.clk.end && len(g.free) > 0 {
 			if !g.start(now) {
 				break
 			}
+			sent++
 			now = c.clk.now()
 		}
-		g.a.Poll(g.done)
+		if sent > 0 {
+			g.a.Poll(g.done)
+		} else {
+			g.wait()
+		}
 	}
 }
+
+// waitAhead is how far off the next arrival must be for an open-loop
+// client with operations in flight to wait for one of them to end rather
+// than spin (about a GET's latency on a loopback engine).
+const waitAhead = 50 * time.Microsecond
 
 // openAsync is an open-loop client of an AsyncStore: it sends each
 // arrival it takes as soon as its time has come and fewer than depth
@@ -168,7 +204,14 @@ func (c *client) openAsync(arr *arrivals, depth int) {
 			}
 		}
 		if g.inFlight() > 0 {
-			g.a.Poll(g.done)
+			// Wait for a completion (a Waiter sleeps on it) only when the
+			// next arrival is not due soon; one that falls due meanwhile
+			// is sent late, and charged for it (latency from arrival).
+			if !pending || at-now > waitAhead {
+				g.wait()
+			} else {
+				g.spin()
+			}
 			continue
 		}
 		if err := c.pace.until(c.clk.t0, at); err != nil {

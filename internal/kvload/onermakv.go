@@ -17,7 +17,10 @@ type OneRMAKV struct {
 	wrapSet func(tag uint64, err error)             // o.reportSet, made once
 }
 
-var _ AsyncStore = (*OneRMAKV)(nil)
+var (
+	_ AsyncStore = (*OneRMAKV)(nil)
+	_ Waiter     = (*OneRMAKV)(nil)
+)
 
 // DialOneRMAKV returns a Dialer of OneRMA's cache: each client its own
 // kv.Client (its own portal) with cfg.
@@ -69,6 +72,17 @@ func (o *OneRMAKV) StartSet(key, value []byte, tag uint64) error {
 func (o *OneRMAKV) Poll(fn func(tag uint64, val []byte, err error)) int {
 	o.fn = fn
 	return o.c.PollGets(o.wrap) + o.c.PollUpdates(o.wrapSet)
+}
+
+// Wait implements Waiter: it sleeps on the engine's completion doorbell
+// (kv.Client.WaitGets) while GETs are in flight; the replies of SETs are
+// taken when it wakes.
+func (o *OneRMAKV) Wait(fn func(tag uint64, val []byte, err error)) int {
+	o.fn = fn
+	// An error (the engine gone) has ended every GET in flight, each
+	// reported to fn with it.
+	n, _ := o.c.WaitGets(o.wrap)
+	return n + o.c.PollUpdates(o.wrapSet)
 }
 
 func (o *OneRMAKV) report(tag uint64, val []byte, err error) { o.fn(tag, val, kvErr(err)) }

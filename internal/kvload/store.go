@@ -43,6 +43,15 @@ type AsyncStore interface {
 	Poll(fn func(tag uint64, val []byte, err error)) int
 }
 
+// Waiter is an AsyncStore that can also wait for an operation to end
+// (Wait: Poll that blocks while some are in flight and none has ended):
+// a closed-loop client with nothing to send waits with it rather than
+// spinning on Poll, so a store whose engine polls on a CPU the client
+// shares gets that CPU.
+type Waiter interface {
+	Wait(fn func(tag uint64, val []byte, err error)) int
+}
+
 // Loader is a Store that can write many keys in one go faster than one
 // Set after another (pipelined): Load uses it for the load phase.
 type Loader interface {
