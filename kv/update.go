@@ -162,6 +162,16 @@ func (c *Client) PollUpdates(fn func(tag uint64, err error)) int {
 	return n
 }
 
+// WaitUpdates is PollUpdates that, when updates are outstanding and none
+// has ended, first waits until one has (each request is answered or
+// failed by its deadline, RPCTimeout after it was sent).
+func (c *Client) WaitUpdates(fn func(tag uint64, err error)) int {
+	for len(c.doneU) == 0 && c.UpdatesOutstanding() > 0 {
+		c.replied(<-c.replies)
+	}
+	return c.PollUpdates(fn)
+}
+
 // UpdatesOutstanding is the number of updates started and not yet
 // reported.
 func (c *Client) UpdatesOutstanding() int { return len(c.upds) - len(c.freeU) }

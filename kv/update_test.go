@@ -142,4 +142,21 @@ func TestStartSet(t *testing.T) {
 	if err := got[3000]; err != nil {
 		t.Fatal(err)
 	}
+	// WaitUpdates blocks until one has ended, and returns at once with
+	// none outstanding.
+	for i := range 3 {
+		if err := c.StartSet(key(i), value(9, 16), uint64(4000+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 0; n < 3; {
+		k := c.WaitUpdates(func(tag uint64, err error) { got[tag] = err })
+		if k == 0 {
+			t.Fatalf("WaitUpdates returned nothing with %d updates outstanding", c.UpdatesOutstanding())
+		}
+		n += k
+	}
+	if n := c.WaitUpdates(func(uint64, error) {}); n != 0 || got[4000] != nil || got[4001] != nil || got[4002] != nil {
+		t.Fatalf("WaitUpdates with none outstanding: %d; results %v %v %v", n, got[4000], got[4001], got[4002])
+	}
 }

@@ -20,6 +20,7 @@ type OneRMAKV struct {
 var (
 	_ AsyncStore = (*OneRMAKV)(nil)
 	_ Waiter     = (*OneRMAKV)(nil)
+	_ Loader     = (*OneRMAKV)(nil)
 )
 
 // DialOneRMAKV returns a Dialer of OneRMA's cache: each client its own
@@ -61,6 +62,33 @@ func (o *OneRMAKV) Set(key, value []byte) error { return o.c.Set(key, value) }
 // StartGet implements AsyncStore.
 func (o *OneRMAKV) StartGet(key, dst []byte, tag uint64) error {
 	return kvErr(o.c.StartGet(key, dst, tag))
+}
+
+// SetMany implements Loader: the SETs pipelined, as many outstanding as
+// the client allows (kv.ClientConfig.MaxUpdates). It returns the first
+// failure, after every SET has ended.
+func (o *OneRMAKV) SetMany(keys, values [][]byte) error {
+	var first error
+	note := func(_ uint64, err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for i := 0; i < len(keys); {
+		switch err := o.c.StartSet(keys[i], values[i], uint64(i)); {
+		case err == nil:
+			i++
+		case errors.Is(err, kv.ErrBusy):
+			o.c.WaitUpdates(note)
+		default:
+			note(0, err)
+			i = len(keys)
+		}
+	}
+	for o.c.UpdatesOutstanding() > 0 {
+		o.c.WaitUpdates(note)
+	}
+	return first
 }
 
 // StartSet implements AsyncStore.
