@@ -200,16 +200,26 @@ count of GETs lost. A killed server process and a rekey fail fast, as the paper'
 replica fail with REMOTE_REGION as soon as its engine has reclaimed the dead process's regions (the
 kernel closes its control connection when it dies; the engine keeps the regions' tombstones, so a
 reader holding their K_d is told, under it, that they are gone), or with REMOTE_AUTHENTICATION_FAILURE
-once it has installed the new key (a control request through the engine), not at a timeout; the GETs in flight then take one more READ, on another
-replica, and later GETs avoid the failed one (or, after a rekey, use it again with the new K_d). A killed
+once it has installed the new key (a control request through the engine), not at a timeout; the GETs
+in flight then take one more READ, on another replica, and later GETs avoid the failed one (or, after a rekey, use it again with the new K_d). A killed
 engine answers nothing: the READs in flight to it end at TIMEOUT (moved later by the client engine's own
 stalls on a busy host), and with a closed loop of GETs every slot soon waits on it, so few GETs complete
 until then (the gap in fig9b.png); the paper's hardware case has no engine to lose. Hedging past the
 replica's p99 closes that gap: the hedges answer, and after three of them with no answer from the dead
-replica the client avoids it. The paper's latency settles within 100 µs on hardware 1RMA; here one GET
-takes hundreds of microseconds (software engines that sleep when idle, on two shared CPUs), and the
-disturbance is counted in 1 ms windows: settling takes milliseconds, and a window the host's own noise
-disturbs within the look-ahead counts too (*slow before* shows that noise).
+replica the client avoids it.
+
+Settling. The paper's latency settles within 100 µs on hardware 1RMA. Here the failure must first be
+detected, which the *first failover* column times: a killed process by its engine, once the kernel has
+torn the process down and closed its control connection and the engine has reclaimed its regions
+(milliseconds on this loaded host; a READ of a dead owner's region fails within a millisecond of the
+SIGKILL with one engine per side, bench/RESULTS.md, rtt); a killed engine at TIMEOUT. Counted from the
+first failover, in 100 µs windows, latency settles within tens of microseconds in some runs and
+milliseconds in others. What bounds it is one GET's own latency here, hundreds of microseconds (four
+software engines that sleep when idle, on net_tap ports of one bridge, on two CPUs shared with other
+work): a GET that failed over takes its failed READ and then a whole GET on another replica, and the
+GETs behind it in the engines wait for them. A 100 µs window holds a few GETs, so its p99 is nearly its
+slowest, and any slow GET within its look-ahead (2 ms; 20 ms for 1 ms windows) counts, the host's own
+noise too (*slow before* shows that noise).
 `)
 	b.WriteString(`
 Plots (the first run of each case): the latency of every GET around the failure, coloured by the
