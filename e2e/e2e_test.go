@@ -312,9 +312,9 @@ func TestCrashedAppReclaimed(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The child's region is gone for remote readers too: the engine holds
-	// no K_r for it any more, so even a key derived from the child's own
-	// K_r cannot be authenticated.
+	// The child's region is gone for remote readers too: the engine keeps
+	// only its tombstone, so a key derived from the child's own K_r is
+	// told REMOTE_REGION, and any other key cannot be authenticated.
 	slots, _ := pb.AllocSlots(1)
 	sink, _ := pb.RegisterRegion(4096, abi.PermLocalWrite)
 	id := pb.Identity()
@@ -322,8 +322,15 @@ func TestCrashedAppReclaimed(t *testing.T) {
 	if err := pb.SubmitRead(slots[0], ipA, abi.RegionID(childRegion), 0, kd, sink, 0, 64, 1); err != nil {
 		t.Fatal(err)
 	}
+	if c := waitOne(t, pb, 5*time.Second); c.Status != abi.StatusRemoteRegion {
+		t.Fatalf("read of a dead app's region with its key: %+v", c)
+	}
+	other := aesni.DeriveKey(aesni.Key{7}, id.Addr.As4(), id.PID, uint8(abi.OpRead))
+	if err := pb.SubmitRead(slots[0], ipA, abi.RegionID(childRegion), 0, other, sink, 0, 64, 2); err != nil {
+		t.Fatal(err)
+	}
 	if c := waitOne(t, pb, 5*time.Second); c.Status != abi.StatusRemoteAuthFailure {
-		t.Fatalf("read of a dead app's region: %+v", c)
+		t.Fatalf("read of a dead app's region with another key: %+v", c)
 	}
 	if sink.Bytes()[0] != 0 {
 		t.Fatal("the refused read wrote the sink")

@@ -133,10 +133,11 @@ func TestEngineKilledAppNotified(t *testing.T) {
 }
 
 // A region whose owner process dies (SIGKILL) is deregistered by the
-// owner's engine at once, and remote READs of it fail within a round trip
-// with REMOTE_AUTHENTICATION_FAILURE (or REMOTE_REGION for one the engine
-// had already queued), never by TIMEOUT: the fast failure a client of
-// replicated data relies on to go to another replica (paper §7.1).
+// owner's engine at once, and remote READs of it with its K_d fail within
+// a round trip with REMOTE_REGION (the engine keeps the region's
+// tombstone, so the key's holder is told, under its K_d, that it is
+// gone), never by TIMEOUT: the fast failure a client of replicated data
+// relies on to go to another replica (paper §7.1).
 func TestDeadOwnerRegionFailsFast(t *testing.T) {
 	a, b := memifPair(t, nil, nil) // TIMEOUT 1 s
 	reader := dial(t, a, "reader")
@@ -203,9 +204,9 @@ func TestDeadOwnerRegionFailsFast(t *testing.T) {
 				t.Fatal("the dead owner's region is still served")
 			}
 			continue
-		case abi.StatusRemoteAuthFailure, abi.StatusRemoteRegion:
+		case abi.StatusRemoteRegion:
 		default:
-			t.Fatalf("read %d of the dead owner's region: %+v", k, c)
+			t.Fatalf("read %d of the dead owner's region: %+v, want REMOTE_REGION", k, c)
 		}
 		if fails == 0 {
 			first, firstAt = c, time.Now()

@@ -516,12 +516,13 @@ func TestClosePortalReclaims(t *testing.T) {
 	if err := p.a.Audit(); err != nil {
 		t.Fatal(err)
 	}
-	// The region is gone for remote readers too.
+	// The region is gone for remote readers too: one holding a K_d of
+	// it (the tests' regions share a K_r) hears REMOTE_REGION.
 	other := openApp(t, p.b, abi.ClassLow, 2)
 	od, _ := p.b.RegisterRegion(other.id, make([]byte, 64), abi.PermAll, testKr)
 	other.post(t, readCmd(other.slots[0], ipOf("10.0.0.1"), rd, 0, od, 0, 8, 5))
 	p.run()
-	if got := other.completions(); len(got) != 1 || got[0].Status != abi.StatusRemoteAuthFailure {
+	if got := other.completions(); len(got) != 1 || got[0].Status != abi.StatusRemoteRegion {
 		t.Fatalf("%+v", got)
 	}
 }

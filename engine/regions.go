@@ -34,6 +34,17 @@ import (
 // core's derived keys are cached per region and key epoch (responder
 // serverKey), so a new key is in force on every core from its
 // publication on.
+//
+// Tombstones: a region that leaves the table leaves its key behind, at
+// its index, until the next region at that index leaves in turn (dead,
+// below): its generation, K_r and key epoch, no memory. A request naming
+// it that authenticates with a K_d of that key (an initiator that could
+// read or write the region) is answered REMOTE_REGION, sealed under its
+// K_d: the region is gone, which it may know and can trust, within a
+// round trip. Any other request for a region that is not live (a wrong
+// key, an older generation, an index never used) still fails
+// authentication: the engine says nothing of regions to those who hold
+// no key of theirs.
 
 // region is one RRT entry: an immutable descriptor, replaced as a whole.
 type region struct {
@@ -49,6 +60,17 @@ type region struct {
 	// first needs a K_d under this epoch (responder.serverKey): a Deriver
 	// holds scratch and serves one goroutine.
 	kr aesni.Key
+	// tomb is what the table keeps of this descriptor once it leaves
+	// (the same generation, key and epoch, no memory): made with the
+	// descriptor, so taking a region away inside Poll allocates nothing.
+	// A tombstone's own tomb is nil.
+	tomb *region
+}
+
+// withTomb sets r's tombstone and returns r.
+func (r *region) withTomb() *region {
+	r.tomb = &region{perm: r.perm, owner: r.owner, gen: r.gen, epoch: r.epoch, kr: r.kr}
+	return r
 }
 
 // regionOwner is the portal that registered a region: its core and its
@@ -63,6 +85,9 @@ func ownerOf(core uint16, id PortalID) regionOwner { return regionOwner(core)<<1
 // Index 0 is never valid.
 type regionTable struct {
 	r []atomic.Pointer[region] // by index: the live descriptor, or nil
+	// dead is, by index, the tombstone of the last region that left
+	// there (nil: none yet).
+	dead []atomic.Pointer[region]
 	// version counts changes of which memory the table holds (a region
 	// added or removed); cores sync to it (regionView.sync).
 	version atomic.Uint64
@@ -81,6 +106,7 @@ type regionTable struct {
 func newRegionTable(n int) *regionTable {
 	t := &regionTable{
 		r:     make([]atomic.Pointer[region], n+1),
+		dead:  make([]atomic.Pointer[region], n+1),
 		free:  make([]uint16, 0, n),
 		gen:   make([]uint16, n+1),
 		held:  make([]bool, n+1),
@@ -106,6 +132,24 @@ func (t *regionTable) lookup(rid abi.RegionID) *region {
 	return r
 }
 
+// lookupDead is the tombstone of the region rid named, when it was the
+// last to leave its index, or nil (data path: two atomic loads). A
+// region live under rid has none.
+func (t *regionTable) lookupDead(rid abi.RegionID) *region {
+	idx := int(rid.Index())
+	if idx == 0 || idx >= len(t.dead) {
+		return nil
+	}
+	d := t.dead[idx].Load()
+	if d == nil || d.gen != rid.Gen() {
+		return nil
+	}
+	if r := t.r[idx].Load(); r != nil && r.gen == d.gen {
+		return nil // 65,536 registrations at the index since: the generation came round
+	}
+	return d
+}
+
 // add enters mem for owner under a fresh generation of a free index.
 func (t *regionTable) add(owner regionOwner, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, *region, error) {
 	t.mu.Lock()
@@ -120,7 +164,7 @@ func (t *regionTable) add(owner regionOwner, mem []byte, perm abi.Perm, kr aesni
 		t.gen[idx] = 1
 	}
 	t.held[idx], t.owner[idx] = true, owner
-	r := &region{mem: mem, perm: perm, owner: owner, gen: t.gen[idx], epoch: t.epochs.Add(1), kr: kr}
+	r := (&region{mem: mem, perm: perm, owner: owner, gen: t.gen[idx], epoch: t.epochs.Add(1), kr: kr}).withTomb()
 	t.r[idx].Store(r)
 	t.version.Add(1)
 	return abi.MakeRegionID(idx, r.gen), r, nil
@@ -133,6 +177,9 @@ func (t *regionTable) remove(idx uint16) *region {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.r[idx].Swap(nil)
+	if r != nil {
+		t.dead[idx].Store(r.tomb)
+	}
 	if t.held[idx] {
 		t.held[idx] = false
 		t.free = append(t.free, idx)
@@ -148,6 +195,7 @@ func (t *regionTable) takeAway(idx uint16, r *region) bool {
 	if !t.r[idx].CompareAndSwap(r, nil) {
 		return false
 	}
+	t.dead[idx].Store(r.tomb)
 	t.version.Add(1)
 	return true
 }
@@ -182,6 +230,7 @@ func (t *regionTable) setKey(rid abi.RegionID, kr aesni.Key) *region {
 		}
 		r := *old
 		r.kr, r.epoch = kr, t.epochs.Add(1)
+		r.withTomb()
 		if t.r[rid.Index()].CompareAndSwap(old, &r) {
 			return &r
 		}
@@ -206,9 +255,15 @@ func (t *regionTable) audit() error {
 		if t.held[i] {
 			held++
 		}
+		if d := t.dead[i].Load(); d != nil && (d.mem != nil || d.tomb != nil || d.gen == 0) {
+			return fmt.Errorf("audit: region index %d: a tombstone of generation %d with memory or a tombstone of its own", i, d.gen)
+		}
 		r := t.r[i].Load()
 		if r == nil {
 			continue
+		}
+		if r.tomb == nil || r.tomb.gen != r.gen || r.tomb.epoch != r.epoch || r.tomb.kr != r.kr {
+			return fmt.Errorf("audit: region index %d: its tombstone is not of its generation and key", i)
 		}
 		if !t.held[i] || r.gen != t.gen[i] || r.owner != t.owner[i] {
 			return fmt.Errorf("audit: region index %d: live generation %d of owner %#x, books say held=%v generation %d owner %#x",

@@ -93,6 +93,10 @@ type responder struct {
 	// core, or remotely) or replaced since carries another epoch, and
 	// the first lookup that sees it forgets the old ones.
 	seen []seenKey
+	// seenDead is the same for the tombstone at each index (regions.go):
+	// a region's key is kept apart from its successor's at the index, so
+	// requests for both do not forget each other's K_d.
+	seenDead []seenKey
 
 	out     *sender
 	win     *window
@@ -116,6 +120,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 		replay:        newReplayTable(cfg.ReplayPeers),
 		keys:          keys,
 		seen:          make([]seenKey, cfg.Regions+1),
+		seenDead:      make([]seenKey, cfg.Regions+1),
 		out:           parts.out,
 		win:           parts.win,
 		regions:       parts.regions,
@@ -146,20 +151,33 @@ type seenKey struct {
 	kr    *aesni.Deriver
 }
 
-// serverKey finds the region the received request names and the AEAD of
-// the K_d its initiator must have used for op: derived from the region's
-// K_r and the request's source address and PID (paper §4.2). Both are nil
-// when the region does not exist.
-func (r *responder) serverKey(op abi.Op, f *wire.Fields) (*region, *aesni.AEAD) {
+// serverKey returns the AEAD of the K_d the received request's initiator
+// must have used for op on the region it names: derived from the region's
+// K_r and the request's source address and PID (paper §4.2). gone: the
+// region has left the table and the key is its tombstone's (the request,
+// once it authenticates, is answered REMOTE_REGION). nil when the region
+// is neither live nor the last to have left its index.
+func (r *responder) serverKey(op abi.Op, f *wire.Fields) (a *aesni.AEAD, gone bool) {
 	rid := abi.RegionID(f.Region)
-	rg := r.regions.lookup(rid)
+	rg, seen := r.regions.lookup(rid), r.seen
 	if rg == nil {
-		return nil, nil
+		if rg = r.regions.t.lookupDead(rid); rg == nil {
+			return nil, false
+		}
+		seen, gone = r.seenDead, true
 	}
-	s := &r.seen[rid.Index()]
+	s := &seen[rid.Index()]
 	if s.epoch != rg.epoch { // a new key (or region) since this core last looked
 		if s.epoch != 0 {
 			r.forgetKeys(abi.RegionID(s.rid))
+		}
+		if gone && s.rid != f.Region {
+			// The K_d cached for rid were derived while it was live, under
+			// the key the live side last saw: keep them only if that is
+			// the tombstone's.
+			if l := &r.seen[rid.Index()]; l.rid != f.Region || l.epoch != rg.epoch {
+				r.forgetKeys(rid)
+			}
 		}
 		s.rid, s.epoch, s.kr = f.Region, rg.epoch, nil
 		r.lastAEAD = nil
@@ -167,17 +185,17 @@ func (r *responder) serverKey(op abi.Op, f *wire.Fields) (*region, *aesni.AEAD) 
 	ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(op)}
 	binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
 	if r.lastAEAD != nil && r.lastKey == ck {
-		return rg, r.lastAEAD
+		return r.lastAEAD, gone
 	}
 	if s.kr == nil { // the first derivation under this key on this core (allocates, as a miss does)
 		s.kr = aesni.NewDeriver(rg.kr)
 	}
 	a, err := r.keys.GetOrDerive(ck, s.kr)
 	if err != nil {
-		return rg, nil
+		return nil, false
 	}
 	r.lastKey, r.lastAEAD = ck, a
-	return rg, a
+	return a, gone
 }
 
 // installKey replaces region rid's K_r in the engine's table (a local or
@@ -208,9 +226,11 @@ func (r *responder) forgetKeys(rid abi.RegionID) {
 // from the region's K_r and the request's own address, PID and op type
 // (paper §4.2); a request it cannot authenticate (wrong key, unknown or
 // stale region, tampered header) is answered at once with
-// REMOTE_AUTHENTICATION_FAILURE sealed with the reserved key. The answer
-// goes to the request's source MAC; the neighbor table learns nothing from
-// requests, so forged sources cannot fill it.
+// REMOTE_AUTHENTICATION_FAILURE sealed with the reserved key. A request
+// for a region that has left the table, authenticated with the key of
+// its tombstone, is answered at once with REMOTE_REGION under its K_d
+// (w.st). The answer goes to the request's source MAC; the neighbor
+// table learns nothing from requests, so forged sources cannot fill it.
 func (r *responder) prepRequest(frame []byte, w *rxWork) {
 	f := &w.f
 	w.op = abi.OpRead
@@ -220,10 +240,13 @@ func (r *responder) prepRequest(frame []byte, w *rxWork) {
 	case wire.TypeRekeyReq:
 		w.op = abi.OpRekey
 	}
-	_, w.a = r.serverKey(w.op, f)
-	w.open, w.then, w.in = openRequest, thenRequest, wire.Trailer(frame, 0)
+	var gone bool
+	w.a, gone = r.serverKey(w.op, f)
+	w.open, w.then, w.in, w.st = openRequest, thenRequest, wire.Trailer(frame, 0), abi.StatusOK
 	if w.a == nil {
 		w.open = openFail
+	} else if gone {
+		w.st = abi.StatusRemoteRegion
 	}
 }
 
@@ -243,6 +266,11 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		}
 	}
 	a := w.a
+	if w.st == abi.StatusRemoteRegion { // its region is gone; its initiator holds a key of it
+		r.reply(&from, wire.TypeError, abi.StatusRemoteRegion, a, &f.IV)
+		r.st.ReqErrors++
+		return
+	}
 	q := &r.inq[from.class]
 	if q.len() >= r.nackThreshold {
 		r.reply(&from, wire.TypeNack, 0, a, &f.IV)

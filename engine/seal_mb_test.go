@@ -39,6 +39,7 @@ func TestIPsecMBCoreTests(t *testing.T) {
 		{"RemoteErrors", TestRemoteErrors},
 		{"NackAboveThreshold", TestNackAboveThreshold},
 		{"ClosePortalReclaims", TestClosePortalReclaims},
+		{"GoneRegionAnswersRemoteRegion", TestGoneRegionAnswersRemoteRegion},
 		{"WrongKeyFailsFast", TestWrongKeyFailsFast},
 		{"TamperedRequestRefused", TestTamperedRequestRefused},
 		{"ReplayedRequestFreshCiphertext", TestReplayedRequestFreshCiphertext},

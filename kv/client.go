@@ -33,6 +33,9 @@ type ClientConfig struct {
 	CredsDir    string
 	// MaxInFlight bounds the GETs outstanding at once (default 64).
 	MaxInFlight int
+	// MaxUpdates bounds the SETs and DELETEs outstanding at once
+	// (StartSet, StartDelete; default 16).
+	MaxUpdates int
 	// MaxValue is the largest value a GET reads (default 64 KB); a
 	// larger one fails with ErrValueTooLarge. It sizes the client's sink
 	// region: about (2 × MaxInFlight + servers) × (MaxValue + 4 KB).
@@ -79,6 +82,7 @@ func (cfg *ClientConfig) setDefaults() error {
 	}
 	def(&cfg.Replicas, min(3, len(cfg.Servers)))
 	def(&cfg.MaxInFlight, 64)
+	def(&cfg.MaxUpdates, 16)
 	def(&cfg.MaxValue, DefaultMaxValue)
 	def(&cfg.HintBatch, 256)
 	def(&cfg.VNodes, 160)
@@ -92,6 +96,8 @@ func (cfg *ClientConfig) setDefaults() error {
 		return fmt.Errorf("kv: client: Replicas = %d, want 1..%d", cfg.Replicas, min(len(cfg.Servers), MaxReplicas))
 	case cfg.MaxInFlight < 1 || cfg.MaxInFlight > 4096:
 		return fmt.Errorf("kv: client: MaxInFlight = %d, want 1..4096", cfg.MaxInFlight)
+	case cfg.MaxUpdates < 1 || cfg.MaxUpdates > 4096:
+		return fmt.Errorf("kv: client: MaxUpdates = %d, want 1..4096", cfg.MaxUpdates)
 	case cfg.MaxValue < 0 || cfg.MaxValue > MaxValueBytes:
 		return fmt.Errorf("kv: client: MaxValue = %d, want 0..%d", cfg.MaxValue, MaxValueBytes)
 	case cfg.HintBatch < 1 || cfg.HintBatch > MaxHints:
@@ -108,9 +114,9 @@ func (cfg *ClientConfig) setDefaults() error {
 var (
 	// ErrNotFound: no replica asked holds the key.
 	ErrNotFound = errors.New("kv: not found")
-	// ErrBusy: MaxInFlight GETs are outstanding (StartGet), or Get was
-	// called while asynchronous GETs are.
-	ErrBusy = errors.New("kv: too many GETs outstanding")
+	// ErrBusy: MaxInFlight GETs are outstanding (StartGet, Get), or
+	// MaxUpdates SETs and DELETEs (StartSet, StartDelete, Set, Delete).
+	ErrBusy = errors.New("kv: too many GETs or updates outstanding")
 	// ErrUnavailable: every replica of the key failed, twice.
 	ErrUnavailable = errors.New("kv: no replica of the key answered")
 	// ErrValueTooLarge: the value is larger than ClientConfig.MaxValue.
@@ -152,6 +158,13 @@ type Client struct {
 	// failovers counts the attempts a GET left for another replica
 	// (FailoversTotal plus Corrupt), for Failovers.
 	failovers uint64
+	// Updates (update.go): the pool, those ended and not yet reported,
+	// the replies the pipes' goroutines hand back, and those goroutines.
+	upds    []updateOp
+	freeU   []int32
+	doneU   []int32
+	replies chan updateReply
+	pipes   sync.WaitGroup
 
 	refreshed atomic.Bool // a replica published a new view
 	stop      chan struct{}
@@ -297,6 +310,7 @@ func (c *Client) allocate() error {
 		c.freeA = append(c.freeA, int32(i))
 	}
 	c.waiting = make([]int32, 0, nAtt)
+	c.allocateUpdates()
 	return nil
 }
 
@@ -321,95 +335,6 @@ func (c *Client) takeViews(now int64) {
 			r.up, r.downUntil, r.backoff = true, 0, 0
 		}
 	}
-}
-
-// Set stores value under key on every replica of the key, over the RPC
-// (the requests pipelined, then the replies read). It succeeds when at
-// least one replica applied it; a replica that did not is counted
-// (ReplicaStats.SetErrors) and avoided for reads, since it may hold an
-// older value.
-func (c *Client) Set(key, value []byte) error {
-	if len(value) > MaxValueBytes {
-		return ErrTooLarge
-	}
-	var hdr [6]byte
-	c.st.Sets++
-	return c.update(key, setHeader(&hdr, key, value), value)
-}
-
-// Delete removes key from every replica of the key. A key no replica held
-// is ErrNotFound.
-func (c *Client) Delete(key []byte) error {
-	hdr := [2]byte{opDelete, byte(len(key))}
-	c.st.Deletes++
-	return c.update(key, hdr[:], nil)
-}
-
-func (c *Client) update(key, hdr, value []byte) error {
-	if c.closed {
-		return portal.ErrClosed
-	}
-	if len(key) == 0 || len(key) > MaxKeyBytes {
-		return ErrKey
-	}
-	var reps [MaxReplicas]uint8
-	n := c.ring.replicas(KeyHash(key), c.cfg.Replicas, &reps)
-	var sent [MaxReplicas]bool
-	var errs [MaxReplicas]error
-	deadline := time.Now().Add(c.cfg.RPCTimeout)
-	for k, ri := range reps[:n] {
-		r := c.reps[ri]
-		rc, err := r.rpcConn()
-		if err == nil {
-			rc.c.SetDeadline(deadline)
-			if err = rc.writeFrame(hdr, key, value); err == nil {
-				err = rc.flush()
-			}
-			if err != nil {
-				r.dropRPC()
-			}
-		}
-		sent[k], errs[k] = err == nil, err
-	}
-	applied, notFound := 0, 0
-	for k, ri := range reps[:n] {
-		if !sent[k] {
-			continue
-		}
-		r := c.reps[ri]
-		_, err := r.rpc.reply()
-		var re *RefusedError
-		switch {
-		case err == nil:
-			applied++
-			continue
-		case errors.As(err, &re) && re.Code == codeNotFound:
-			notFound++
-			continue
-		case !errors.As(err, &re):
-			r.dropRPC()
-		}
-		errs[k] = err
-	}
-	for k, ri := range reps[:n] {
-		var re *RefusedError
-		if errs[k] == nil {
-			continue
-		}
-		r := c.reps[ri]
-		r.st.SetErrors++
-		if !errors.As(errs[k], &re) {
-			// Unreachable: it may keep an older value; read elsewhere.
-			c.avoid(r, c.now())
-		}
-	}
-	switch {
-	case applied > 0:
-		return nil
-	case notFound > 0:
-		return ErrNotFound
-	}
-	return fmt.Errorf("kv: no replica applied the update: %w", errors.Join(errs[:n]...))
 }
 
 // Stats returns the client's counters.
@@ -439,16 +364,16 @@ func (c *Client) ReplicaError(i int) error { return c.reps[i].lastErr() }
 // Identity is the identity the client's engine stamps on its READs.
 func (c *Client) Identity() portal.Identity { return c.id }
 
-// ServerStats asks server i for its counters over the RPC.
+// ServerStats asks server i for its counters over the RPC, on a
+// connection of its own (the update connection is pipelined).
 func (c *Client) ServerStats(i int) (StoreStats, error) {
-	r := c.reps[i]
-	rc, err := r.rpcConn()
+	rc, err := c.reps[i].dial()
 	if err != nil {
 		return StoreStats{}, err
 	}
+	defer rc.close()
 	b, err := rc.call(c.cfg.RPCTimeout, []byte{opStats})
 	if err != nil {
-		r.dropRPC()
 		return StoreStats{}, err
 	}
 	return parseStats(b)
@@ -468,9 +393,10 @@ func (c *Client) Close() error {
 	close(c.stop)
 	c.wg.Wait()
 	for _, r := range c.reps {
-		r.dropRPC()
+		r.dropPipe()
 		r.closeConns()
 	}
+	c.pipes.Wait()
 	if c.p != nil {
 		return c.p.Close()
 	}

@@ -117,7 +117,13 @@
 //
 // A Client is not safe for concurrent use: one per goroutine, as a
 // portal. StartGet, PollGets and WaitGets allocate nothing (a GET's value
-// is appended to the caller's dst); WaitGets sleeps on the engine's
+// is appended to the caller's dst). SETs and DELETEs are pipelined on
+// one connection per replica (update.go): StartSet and StartDelete write
+// the request and return, a goroutine per connection reads the replies
+// in order and hands them back over a channel, and PollUpdates reports
+// each update once every replica answered or failed it, so a client
+// keeping GETs in flight is not held up by an update's round trip; Set
+// and Delete wait for their own. WaitGets sleeps on the engine's
 // completion doorbell (until a pending hedge is due, to the doorbell's
 // millisecond). A Server's methods are
 // safe for concurrent use; one mutex orders its updates.

@@ -52,8 +52,9 @@ type replica struct {
 	// The batch of hints being filled, and when its first was added.
 	hints     *hintBatch
 	hintsFrom int64
-	// rpc is the user goroutine's connection for SET and DELETE.
-	rpc      *rpcConn
+	// upd is the user goroutine's pipelined connection for SET and
+	// DELETE (update.go); no redial before rpcRetry.
+	upd      *pipe
 	rpcRetry time.Time
 	st       ReplicaStats
 
@@ -362,35 +363,4 @@ func (r *replica) lastErr() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.err
-}
-
-// rpcConn is the user goroutine's connection for SET and DELETE, dialed
-// when needed; after a failed dial, not again for rpcRedial.
-func (r *replica) rpcConn() (*rpcConn, error) {
-	if r.rpc != nil {
-		return r.rpc, nil
-	}
-	if time.Now().Before(r.rpcRetry) {
-		return nil, fmt.Errorf("kv: server %s: unreachable, not redialed yet", r.addr.RPC)
-	}
-	tc, host, err := r.tlsConfig()
-	if err == nil {
-		if r.rpc, err = dialRPC(r.addr.RPC, tc, r.c.cfg.RPCTimeout); err != nil {
-			err = fmt.Errorf("kv: server %s: %w", r.addr.RPC, r.c.creds.ExplainServerCert(err, host))
-		}
-	}
-	if err != nil {
-		r.rpcRetry = time.Now().Add(rpcRedial)
-		return nil, err
-	}
-	return r.rpc, nil
-}
-
-const rpcRedial = 100 * time.Millisecond
-
-func (r *replica) dropRPC() {
-	if r.rpc != nil {
-		r.rpc.close()
-		r.rpc = nil
-	}
 }

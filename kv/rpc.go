@@ -134,11 +134,13 @@ func (e *RefusedError) Is(target error) bool {
 // rpcConn is one side of an RPC connection: frames in and out through
 // buffers it keeps.
 type rpcConn struct {
-	c   net.Conn
-	r   *bufio.Reader
-	w   *bufio.Writer
-	in  []byte // the last frame read (grown to the largest seen)
-	hdr [4]byte
+	c  net.Conn
+	r  *bufio.Reader
+	w  *bufio.Writer
+	in []byte // the last frame read (grown to the largest seen)
+	// The length prefixes being read and written: apart, since a pipe
+	// reads on one goroutine while its client writes on another.
+	rhdr, whdr [4]byte
 }
 
 func newRPCConn(c net.Conn) *rpcConn {
@@ -154,8 +156,8 @@ func (rc *rpcConn) writeFrame(parts ...[]byte) error {
 	if n > maxFrame {
 		return fmt.Errorf("kv: frame of %d bytes, at most %d", n, maxFrame)
 	}
-	binary.BigEndian.PutUint32(rc.hdr[:], uint32(n))
-	if _, err := rc.w.Write(rc.hdr[:]); err != nil {
+	binary.BigEndian.PutUint32(rc.whdr[:], uint32(n))
+	if _, err := rc.w.Write(rc.whdr[:]); err != nil {
 		return err
 	}
 	for _, p := range parts {
@@ -170,10 +172,10 @@ func (rc *rpcConn) flush() error { return rc.w.Flush() }
 
 // readFrame reads one frame; its body is valid until the next read.
 func (rc *rpcConn) readFrame() ([]byte, error) {
-	if _, err := io.ReadFull(rc.r, rc.hdr[:]); err != nil {
+	if _, err := io.ReadFull(rc.r, rc.rhdr[:]); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(rc.hdr[:])
+	n := binary.BigEndian.Uint32(rc.rhdr[:])
 	if n == 0 || n > maxFrame {
 		return nil, fmt.Errorf("kv: frame of %d bytes, want 1..%d", n, maxFrame)
 	}

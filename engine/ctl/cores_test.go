@@ -120,12 +120,18 @@ func TestRegionsAcrossCores(t *testing.T) {
 			t.Fatalf("reader on core %d, new key: %+v", r.Core(), c)
 		}
 	}
-	k := kd(src, readers[1])
 	if err := own.DeregisterRegion(src); err != nil {
 		t.Fatal(err)
 	}
-	if c := readWith(t, readers[1], src, k, sinks[1], 0); c.Status != abi.StatusRemoteAuthFailure {
-		t.Fatalf("after deregistration: %+v", c)
+	// The region's tombstone, on every core: its last key's holders hear
+	// REMOTE_REGION, the key before the rekey still fails authentication.
+	for i, r := range readers {
+		if c := readWith(t, r, src, kd(src, r), sinks[i], 0); c.Status != abi.StatusRemoteRegion {
+			t.Fatalf("reader on core %d after deregistration: %+v, want REMOTE_REGION", r.Core(), c)
+		}
+	}
+	if c := readWith(t, readers[1], src, old[1], sinks[1], 0); c.Status != abi.StatusRemoteAuthFailure {
+		t.Fatalf("after deregistration, the key before the rekey: %+v", c)
 	}
 	st, err := e.srv.Stats(nil)
 	if err != nil {

@@ -614,12 +614,18 @@ func TestCloseWithoutCleanupReclaims(t *testing.T) {
 	q := dial(t, e, "next")
 	qs, _ := q.AllocSlots(1)
 	qr, _ := q.RegisterRegion(4096, abi.PermAll)
-	// A key derived from the reclaimed region's old K_r: the server holds
-	// no K_r for the id any more, so it cannot authenticate the request.
+	// A key derived from the reclaimed region's K_r: the engine keeps
+	// the region's tombstone, so the request authenticates and is told
+	// the region is gone; with any other key it cannot authenticate.
 	stale := aesni.DeriveKey(rs1Key, q.Identity().Addr.As4(), q.Identity().PID, uint8(abi.OpRead))
 	q.SubmitRead(qs[0], engineIP, rs[1].ID(), 0, stale, qr, 0, 64, 1)
+	if c := waitOne(t, q); c.Status != abi.StatusRemoteRegion {
+		t.Fatalf("READ of a reclaimed region with its key: %+v", c)
+	}
+	other := aesni.DeriveKey(aesni.Key{1}, q.Identity().Addr.As4(), q.Identity().PID, uint8(abi.OpRead))
+	q.SubmitRead(qs[0], engineIP, rs[1].ID(), 0, other, qr, 0, 64, 2)
 	if c := waitOne(t, q); c.Status != abi.StatusRemoteAuthFailure {
-		t.Fatalf("READ of a reclaimed region: %+v", c)
+		t.Fatalf("READ of a reclaimed region with another key: %+v", c)
 	}
 }
 

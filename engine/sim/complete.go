@@ -55,8 +55,10 @@ func (s *Sim) allowed(o *op, st abi.Status) bool {
 		(st == abi.StatusUnreachable && !s.cfg.StaticNeighbors))
 	// The region was deregistered after posting: the server had
 	// authenticated the request and queued it (REMOTE_REGION when it came
-	// to serve it), or it no longer had the region's key when the request
-	// arrived (REMOTE_AUTHENTICATION_FAILURE).
+	// to serve it), or authenticated it with the key of the region's
+	// tombstone (REMOTE_REGION at once), or no longer had the region's
+	// key when the request arrived, another region at its index having
+	// gone since (REMOTE_AUTHENTICATION_FAILURE).
 	dead := o.target != nil && o.target.deadAt <= s.now && st == abi.StatusRemoteRegion
 	// REMOTE_AUTHENTICATION_FAILURE: the server could not authenticate
 	// the request. Only for a key that cannot open: the kind's own defect,

@@ -26,7 +26,7 @@ const (
 	kSlotRange           // a slot outside the core's partition -> BAD_SLOT
 	kSlotBusy            // one of our slots, busy with another op -> BAD_SLOT
 	kUnreachable         // remote address nobody has -> UNREACHABLE
-	kRemoteRegion        // stale or unknown remote region (the server has no K_r) -> REMOTE_AUTHENTICATION_FAILURE
+	kRemoteRegion        // stale or unknown remote region, with the K_d of another (the server has no K_r of it) -> REMOTE_AUTHENTICATION_FAILURE
 	kRemoteBounds        // remote offset+length outside the region -> REMOTE_BOUNDS
 	kRemotePerm          // remote region without remote-read permission -> REMOTE_PERMISSION
 	kKeyRandom           // a random K_d -> REMOTE_AUTHENTICATION_FAILURE

@@ -72,10 +72,15 @@ type Summary struct {
 	LateFailovers                   int
 	// SettleNs: from the failure to the end of the last window whose p99
 	// is above SettleFactor × WindowP99 (the median p99 of the windows
-	// before the failure), looking up to SettleHorizon past the last
-	// failover; 0 when no window was. After it, AfterP50 and AfterP99
-	// are those of every later GET.
+	// before the failure), looking up to SettleWindows windows past the
+	// last failover; 0 when no window was. After it, AfterP50 and
+	// AfterP99 are those of every later GET. SettleFromFirstNs is the
+	// same from the first failover (when the client first saw the
+	// failure; 0 when latency had settled by then, -1 without a
+	// failover): the time the failure is detected (its engine noticing a
+	// dead process, a TIMEOUT) is not the client's settling.
 	SettleNs           int64
+	SettleFromFirstNs  int64
 	WindowP99          int64
 	AfterP50, AfterP99 int64
 	MaxAfterNs         int64 // the slowest GET after the failure
@@ -86,7 +91,7 @@ type Summary struct {
 
 const (
 	SettleFactor  = 2
-	SettleHorizon = 20 * time.Millisecond
+	SettleWindows = 20
 )
 
 // Analyze summarises r with windows of width, taking the GETs that
@@ -143,11 +148,15 @@ func (r *Result) Analyze(width, burst time.Duration) Summary {
 		slices.Sort(p99s)
 		s.WindowP99 = p99s[len(p99s)/2]
 	}
-	horizon := max(s.LastFailoverNs, 0) + int64(SettleHorizon)
+	horizon := max(s.LastFailoverNs, 0) + SettleWindows*int64(width)
 	for _, w := range ws {
 		if w.StartNs >= 0 && w.StartNs < horizon && w.N > 0 && w.P99 > SettleFactor*s.WindowP99 {
 			s.SettleNs = w.StartNs + int64(width)
 		}
+	}
+	s.SettleFromFirstNs = -1
+	if s.FirstFailoverNs >= 0 {
+		s.SettleFromFirstNs = max(s.SettleNs-s.FirstFailoverNs, 0)
 	}
 	var after []int64
 	for _, x := range r.Samples {

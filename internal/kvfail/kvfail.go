@@ -5,8 +5,9 @@
 // load, while one replica fails:
 //
 //   - CaseProcess: the replica's server process is SIGKILLed; its engine
-//     reclaims its regions, and READs of them fail at once
-//     (REMOTE_AUTHENTICATION_FAILURE or REMOTE_REGION).
+//     reclaims its regions, and READs of them fail at once with
+//     REMOTE_REGION (the engine keeps the regions' tombstones, so it can
+//     tell the holders of their keys).
 //   - CaseEngine: the replica's engine is SIGKILLed; READs to it end at
 //     the client engine's TIMEOUT.
 //   - CaseRekey: the replica rekeys its regions (SIGUSR1); READs with the

@@ -65,8 +65,8 @@ func (c memClient) Set(key, value []byte) error {
 
 func (c memClient) Close() error { return nil }
 
-// asyncMem is an AsyncStore over a memStore: a GET completes at the first
-// PollGets after it was started (after the store's stall, if it falls in
+// asyncMem is an AsyncStore over a memStore: an operation completes at the
+// first Poll after it was started (after the store's stall, if it falls in
 // it), and no more than limit are in flight.
 type asyncMem struct {
 	memClient
@@ -91,7 +91,17 @@ func (a *asyncMem) StartGet(key, dst []byte, tag uint64) error {
 	return nil
 }
 
-func (a *asyncMem) PollGets(fn func(tag uint64, val []byte, err error)) int {
+func (a *asyncMem) StartSet(key, value []byte, tag uint64) error {
+	if len(a.pending) == a.limit {
+		return ErrBusy
+	}
+	err := a.memClient.Set(key, value)
+	a.pending = append(a.pending, asyncPending{tag, nil, err})
+	a.maxSeen = max(a.maxSeen, len(a.pending))
+	return nil
+}
+
+func (a *asyncMem) Poll(fn func(tag uint64, val []byte, err error)) int {
 	n := len(a.pending)
 	for _, p := range a.pending {
 		fn(p.tag, p.val, p.err)

@@ -7,9 +7,9 @@ import "errors"
 var (
 	// ErrNotFound is a GET of a key the store does not hold (a miss).
 	ErrNotFound = errors.New("kvload: key not found")
-	// ErrBusy is an AsyncStore refusing a GET because it has as many in
-	// flight as it can keep: poll, then start it again.
-	ErrBusy = errors.New("kvload: too many GETs in flight")
+	// ErrBusy is an AsyncStore refusing an operation because it has as
+	// many in flight as it can keep: poll, then start it again.
+	ErrBusy = errors.New("kvload: too many operations in flight")
 )
 
 // Store is a client of one key/value system, used by one goroutine at a
@@ -23,21 +23,33 @@ type Store interface {
 	Close() error
 }
 
-// AsyncStore is a Store that keeps several GETs in flight from one
-// goroutine: StartGet posts one, PollGets reports those that ended.
-// Between StartGet and the report of its tag, dst belongs to the store;
-// the key is not kept after StartGet returns. Set may be called while
-// GETs are in flight.
+// AsyncStore is a Store that keeps several operations in flight from one
+// goroutine: StartGet and StartSet post one, Poll reports those that
+// ended. Between StartGet and the report of its tag, dst belongs to the
+// store; keys and SET values are not kept after StartGet and StartSet
+// return.
 type AsyncStore interface {
 	Store
 	// StartGet posts a GET of key whose value will land in dst[:0],
 	// reported with tag; ErrBusy when the store has as many in flight as
 	// it can keep.
 	StartGet(key, dst []byte, tag uint64) error
-	// PollGets calls fn for each GET that ended since the last call (val
-	// is the value in the dst StartGet was given, or nil with err) and
-	// returns how many; it does not block.
-	PollGets(fn func(tag uint64, val []byte, err error)) int
+	// StartSet posts a SET of value under key, reported with tag (and a
+	// nil val); ErrBusy as StartGet.
+	StartSet(key, value []byte, tag uint64) error
+	// Poll calls fn for each operation that ended since the last call
+	// (val is a GET's value in the dst StartGet was given, or nil with
+	// err) and returns how many; it does not block.
+	Poll(fn func(tag uint64, val []byte, err error)) int
+}
+
+// Waiter is an AsyncStore that can also wait for an operation to end
+// (Wait: Poll that blocks while some are in flight and none has ended):
+// a closed-loop client with nothing to send waits with it rather than
+// spinning on Poll, so a store whose engine polls on a CPU the client
+// shares gets that CPU.
+type Waiter interface {
+	Wait(fn func(tag uint64, val []byte, err error)) int
 }
 
 // Loader is a Store that can write many keys in one go faster than one

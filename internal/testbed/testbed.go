@@ -36,7 +36,11 @@ type Options struct {
 	Vdev     string // --vdev argument creating it
 	NetNS    string // run inside this network namespace ("": the current one)
 	Busy     bool   // pinned busy polling (benchmarks); default idle backoff
-	CPU      int    // CPU for the polling thread when Busy (-1: none)
+	// Mode, when set, is the poll mode in place of Busy's: "busy",
+	// "backoff" or "yield" (spin, sched_yield when idle: CPUs shared with
+	// other busy threads).
+	Mode string
+	CPU  int // CPU for the polling thread (-1: none)
 	// IVState is the engine's IV counter state file ("": <Dir>/<Name>.iv,
 	// so every engine of a test has its own, and a restarted engine of the
 	// same Name and Dir resumes its counters).
@@ -114,6 +118,9 @@ func (o *Options) Args() []string {
 	mode := "backoff"
 	if o.Busy {
 		mode = "busy"
+	}
+	if o.Mode != "" {
+		mode = o.Mode
 	}
 	args := []string{
 		"-eal", strings.Join(EALArgs(o.Name), " "),

@@ -54,6 +54,23 @@ type kvTarget struct {
 	pids           []int  // the serving side's processes, whose CPU is counted
 	server         string // how the server was started, for the rows
 	stop           func() error
+	// pause and resume, when set, stop the target between its runs and
+	// start it again for each (OneRMA's engines poll busy: frozen, they
+	// take no CPU from the other systems while those are measured). A
+	// target runs from its start until loaded, then stays paused but for
+	// its runs.
+	pause, resume func() error
+}
+
+// run runs cfg against t, resumed for it when it pauses between runs.
+func (t *kvTarget) run(cfg kvload.Config) (*kvload.Result, error) {
+	if t.resume != nil {
+		if err := t.resume(); err != nil {
+			return nil, fmt.Errorf("resuming %s%s: %w", t.system, t.suffix, err)
+		}
+		defer t.pause()
+	}
+	return kvload.Run(t.dial, cfg)
 }
 
 // concurrency is how many clients a run of t uses and how many GETs each
@@ -118,12 +135,22 @@ func startKVTargets(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 		}
 		fmt.Printf("kv: loaded %d keys of %d B into %s%s in %v\n", w.Keys, w.ValueBytes, t.system, t.suffix, time.Since(start).Round(time.Millisecond))
 	}
+	for _, t := range ts {
+		if t.pause != nil {
+			if err := t.pause(); err != nil {
+				return fail(fmt.Errorf("pausing %s%s: %w", t.system, t.suffix, err))
+			}
+		}
+	}
 	return ts, nil
 }
 
 func stopKVTargets(ts []*kvTarget) error {
 	var errs []error
 	for _, t := range ts {
+		if t.resume != nil { // a paused process would not see the stop's SIGTERM
+			t.resume()
+		}
 		if err := t.stop(); err != nil {
 			errs = append(errs, fmt.Errorf("%s%s: %w", t.system, t.suffix, err))
 		}
@@ -179,7 +206,7 @@ func kvMeasure(ts []*kvTarget, w kvload.Workload, dur time.Duration) ([]Row, err
 				clients, depth := t.concurrency()
 				cfg := kvload.Config{Workload: w, Clients: clients, Depth: depth, Warmup: kvWarmup(dur), Duration: dur,
 					CPU: kvload.NewCPUMeter(t.pids...)}
-				res, err := kvload.Run(t.dial, cfg)
+				res, err := t.run(cfg)
 				if err != nil {
 					return nil, fmt.Errorf("%s%s %s %d B: %w", t.system, t.suffix, mix.Name, w.ValueBytes, err)
 				}

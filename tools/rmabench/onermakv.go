@@ -17,10 +17,12 @@ import (
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/kv"
+	"github.com/onerma/onerma/portal"
 )
 
-// onermaKVDepth is the GETs one client goroutine keeps in flight: the
-// peers' concurrency (kvClients connections, one GET each).
+// onermaKVDepth is the operations (GETs, and SETs pipelined on the
+// update connection) one client goroutine keeps in flight: the peers'
+// concurrency (kvClients connections, one operation each).
 const onermaKVDepth = 16
 
 func init() { onermaKVTargets = startOnermaKV }
@@ -28,11 +30,26 @@ func init() { onermaKVTargets = startOnermaKV }
 // startOnermaKV starts OneRMA's cache twice for w: an rmakv server and its
 // clients on one loopback engine, and an rmakv server on engine B of a
 // memif pair with its clients on engine A. The serving side of each is
-// the rmakv server's process and its engine's. The engines poll with
-// backoff, not busy: every system of the kv setup runs through all its
-// rounds, and three busy pollers would take the two CPUs from memcached
-// and Redis while they are measured (they spin while they serve, and
-// their CPU time counts).
+// the rmakv server's process and its engine's, polling core included.
+//
+// The engines spin and give their CPU to any other runnable thread when
+// idle (poll mode yield), pinned: the loopback engine to CPU 1 (the
+// client on CPU 0), A to CPU 0 and B to CPU 1 (the client shares CPU 0
+// with A). On this shared 2-CPU host that beat both other modes at 16
+// GETs in flight (32 B, one round of 3 s each at load average 7-10:
+// loopback yield 550-680 k GETs/s, p99 77-80 µs; busy at nice -20 20-32
+// k, p99 10-16 ms, its client starved on the other CPU; backoff 290-360
+// k, p99 130-150 µs, each sleep a timer on a VM. memif yield 250-400 k,
+// p99 100-130 µs; busy at nice 0 50-260 k, p99 0.8-2 ms, with
+// TIMEOUTs; backoff 65-85 k, p50 160-220 µs). Between their runs the
+// engines are frozen (SIGSTOP), so memcached and Redis are measured
+// with both CPUs free of them. The clients sleep on their portal's
+// completion doorbell when they have nothing to send (kvload.Waiter),
+// the memif one without spinning first: it shares engine A's CPU. The
+// memif engines' TIMEOUT is 20 ms (their default on memif: 2 ms): on two
+// CPUs shared with whatever else the host runs, a loop is descheduled
+// for milliseconds now and then, and the bench's single server has no
+// replica to fail over to.
 func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 	rmad, rmakv := filepath.Join(bin, "rmad"), filepath.Join(bin, "rmakv")
 	creds, err := os.MkdirTemp(dir, "kv-creds-")
@@ -60,19 +77,23 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 		return nil, err
 	}
 	lopts := benchLoopback(rmad, dir, "bench-kv", "10.99.0.1", "1500")
-	lopts.Busy, lopts.CPU = false, -1
+	lopts.Mode = "yield"
 	lo, err := testbed.Start(lopts)
 	if err != nil {
 		return fail(err)
 	}
-	t, err := onermaKVOn(rmakv, creds, w, lo, lo, "", "one loopback engine, backoff polling")
+	t, err := onermaKVOn(rmakv, creds, w, lo, lo, "", portal.Options{},
+		"one loopback engine, poll mode yield on CPU 1, frozen between runs")
 	if err != nil {
 		lo.Stop(10 * time.Second)
 		return fail(err)
 	}
+	t.pause, t.resume = lo.Freeze, lo.Thaw
 	ts = append(ts, t)
 	oa, ob := testbed.MemifPair(rmad, dir, "bench-kva", "bench-kvb", "10.99.1.1", "10.99.1.2")
-	oa.Extra = []string{"-log-level", "warn"}
+	oa.Mode, oa.CPU = "yield", 0
+	ob.Mode, ob.CPU = "yield", 1
+	oa.Extra = []string{"-log-level", "warn", "-timeout", "20ms"}
 	ob.Extra = oa.Extra
 	a, err := testbed.Start(oa)
 	if err != nil {
@@ -83,7 +104,8 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 		a.Stop(10 * time.Second)
 		return fail(err)
 	}
-	t, err = onermaKVOn(rmakv, creds, w, a, b, "-memif", "clients on engine A, server on engine B, memif, backoff polling")
+	t, err = onermaKVOn(rmakv, creds, w, a, b, "-memif", portal.Options{WaitSpins: -1},
+		"clients on engine A, server on engine B, memif, poll mode yield on CPU 0 and 1, TIMEOUT 20 ms, frozen between runs")
 	if err != nil {
 		a.Stop(10 * time.Second)
 		b.Stop(10 * time.Second)
@@ -91,16 +113,22 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 	}
 	stopB := t.stop
 	t.stop = func() error { return errors.Join(stopB(), a.Stop(10*time.Second)) }
+	t.pause = func() error { return errors.Join(a.Freeze(), b.Freeze()) }
+	t.resume = func() error { return errors.Join(a.Thaw(), b.Thaw()) }
 	return append(ts, t), nil
 }
 
 // onermaKVOn starts an rmakv server on engine srvEng sized for w and
 // returns its target, its clients on engine cliEng; the target's stop
 // ends the server and srvEng.
-func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.Engine, suffix, where string) (*kvTarget, error) {
-	// Two slots per key (8 to a bucket); the slab holds the values that
-	// do not fit a slot, with room to spare.
-	buckets := uint64(1) << bits.Len64(max(w.Keys/4, 1)-1)
+func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.Engine, suffix string, po portal.Options, where string) (*kvTarget, error) {
+	// Four slots per key or more (8 to a bucket): with keys placed at
+	// random, about 1 in 10^4 of 1 M keys then finds its bucket full and
+	// evicts another (the Poisson tail; at two slots per key 0.66 %
+	// would, and GETs of them would miss where memcached, sized not to
+	// evict, misses none). The slab holds the values that do not fit a
+	// slot, with room to spare.
+	buckets := uint64(1) << bits.Len64(max(w.Keys/2, 1)-1)
 	slab := max(uint64(16<<20), w.Keys*uint64(w.ValueBytes+64)*3/2)
 	args := []string{"server", "-socket", srvEng.Socket, "-creds", creds, "-listen", "127.0.0.1:0", "-quiet",
 		"-buckets", fmt.Sprint(buckets), "-slab", fmt.Sprint(slab), "-max-value", fmt.Sprint(w.ValueBytes)}
@@ -139,8 +167,8 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 		stop()
 		return nil, errors.New("rmakv server not serving after 60 s")
 	}
-	cfg := kv.ClientConfig{Socket: cliEng.Socket, Servers: []kv.ServerAddr{{RPC: rpc}}, CredsDir: creds,
-		MaxInFlight: onermaKVDepth, MaxValue: w.ValueBytes}
+	cfg := kv.ClientConfig{Socket: cliEng.Socket, Portal: po, Servers: []kv.ServerAddr{{RPC: rpc}}, CredsDir: creds,
+		MaxInFlight: onermaKVDepth, MaxUpdates: onermaKVDepth, MaxValue: w.ValueBytes}
 	return &kvTarget{system: "onerma-kv", suffix: suffix, dial: kvload.DialOneRMAKV(cfg), depth: onermaKVDepth, clients: 1,
 		pids: []int{cmd.Process.Pid, srvEng.Pid()}, server: rmakv + " " + strings.Join(args, " ") + " (" + where + ")", stop: stop}, nil
 }

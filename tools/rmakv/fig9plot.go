@@ -28,7 +28,7 @@ var serverColors = []color.Color{blue, red, color.RGBA{0x2c, 0xa0, 0x2c, 0xff}}
 // coloured by the replica that answered it (GETs that failed over
 // ringed), then p50 and p99 per 1 ms window over the whole run.
 func plotFig9(path string, fc fig9Case, r *kvfail.Result) error {
-	s := r.Analyze(time.Millisecond, fig9Burst)
+	s, f := r.Analyze(time.Millisecond, fig9Burst), r.Analyze(fig9Fine, fig9Burst)
 	zoomTo := 15.0
 	if fc.c == kvfail.CaseEngine {
 		zoomTo = float64(fig9Timeout/time.Millisecond) + 10
@@ -47,8 +47,8 @@ func plotFig9(path string, fc fig9Case, r *kvfail.Result) error {
 			moved = append(moved, plotter.XY{X: t, Y: lat})
 		}
 	}
-	zoom := newFig9Plot(fmt.Sprintf("Fig. 9%s %s\nfailed GETs: %d; first failover %s after the failure; settled %s",
-		fc.file[4:], fc.what, s.Failed, durText(s.FirstFailoverNs), durText(s.SettleNs)), "time from the failure (ms)")
+	zoom := newFig9Plot(fmt.Sprintf("Fig. 9%s %s\nfailed GETs: %d; first failover %s after the failure; settled %s after it (1 ms windows), %s after the first failover (100 µs windows)",
+		fc.file[4:], fc.what, s.Failed, durText(s.FirstFailoverNs), durText(s.SettleNs), durText(f.SettleFromFirstNs)), "time from the failure (ms)")
 	for i, pts := range by {
 		name := fmt.Sprintf("GET answered by R%d", i+1)
 		if i == r.Victim {
