@@ -21,13 +21,17 @@ type Row struct {
 	// (open loop, one row per offered load), and the peers' own tools
 	// "kv-memcslap" and "kv-redis-benchmark-P16"
 	// (bench/RESULTS.md describes each).
-	Setup       string  `json:"setup"`
-	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake", "get", "set", "mget"
-	Size        int     `json:"size"`
-	Outstanding int     `json:"outstanding"`
-	OpsPerSec   float64 `json:"ops_per_sec"`
-	MBPerSec    float64 `json:"mb_per_sec"`
-	P50us       float64 `json:"p50_us"`
+	Setup       string `json:"setup"`
+	Test        string `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake", "get", "set", "mget"
+	Size        int    `json:"size"`
+	Outstanding int    `json:"outstanding"`
+	// Cores is how many CPUs did the measured work: an engine's polling
+	// cores serving the row's ops (a portal is served by one), or the
+	// threads a host row ran, one per vCPU.
+	Cores     int     `json:"cores"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	MBPerSec  float64 `json:"mb_per_sec"`
+	P50us     float64 `json:"p50_us"`
 	// P99us and P999us: application-measured, like P50us.
 	P99us  *float64 `json:"p99_us"`
 	P999us *float64 `json:"p999_us"`

@@ -44,7 +44,7 @@ func gcmLimit(dur time.Duration) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
-	return Row{System: "aes-gcm-limit", Setup: "cpu", Test: "seal_open", Size: n, Outstanding: 1,
+	return Row{System: "aes-gcm-limit", Setup: "cpu", Test: "seal_open", Size: n, Outstanding: 1, Cores: 1,
 		OpsPerSec: best, MBPerSec: best * n / 1e6,
 		Command: "rmabench (aesni.SealResponse + aesni.OpenResponseDirect as the engine seals and opens a 4 KB response, one thread pinned to CPU 1, best of 5 slices)"}, nil
 }
@@ -102,7 +102,7 @@ func gcmLimitMB(dur time.Duration) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
-	return Row{System: "aes-gcm-limit", Setup: "cpu-ipsec-mb", Test: "seal_open", Size: n, Outstanding: 1,
+	return Row{System: "aes-gcm-limit", Setup: "cpu-ipsec-mb", Test: "seal_open", Size: n, Outstanding: 1, Cores: 1,
 		OpsPerSec: best, MBPerSec: best * n / 1e6,
 		Command: "rmabench (aesni/mb: 32 SealResponse in one Batch.Run, then their 32 OpenResponseDirect in one Run, registered memory, as the engine's ipsec-mb backend does; one thread pinned to CPU 1, best of 5 slices)"}, nil
 }

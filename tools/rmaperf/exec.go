@@ -177,7 +177,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 	secs := dur.Seconds()
 	st := e.Stats()
 	row := benchrow.Row{
-		System: "onerma", Test: test, Size: size, Outstanding: outstanding,
+		System: "onerma", Test: test, Size: size, Outstanding: outstanding, Cores: 1, // one portal: one engine core
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
 		P50us: us(h.quantile(0.5)), P99us: benchrow.F(us(h.quantile(0.99))), P999us: benchrow.F(us(h.quantile(0.999))),
 		Ops: ops, Errors: errs, Seconds: secs,

@@ -525,7 +525,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 	}
 	secs := float64(end-start) / 1e9
 	r := benchrow.Row{
-		System: "onerma", Test: test, Size: size, Outstanding: outstanding,
+		System: "onerma", Test: test, Size: size, Outstanding: outstanding, Cores: 1, // a portal is served by one engine core
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
 		P50us: us(h.quantile(0.5)), P99us: benchrow.F(us(h.quantile(0.99))), P999us: benchrow.F(us(h.quantile(0.999))),
 		EngP50us: benchrow.F(us(eng.quantile(0.5))), EngP99us: benchrow.F(us(eng.quantile(0.99))),
