@@ -150,6 +150,13 @@ func main() {
 		}
 		rows = append(rows, r...)
 	}
+	if want("platform") || want("crypto-scaling") {
+		r, err := cryptoScaling(*dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
 
 	// The loopback engine at the Ethernet MTU (a 4 KB READ answered in
 	// three 1408-byte chunks, each sealed and opened on its own), and
