@@ -45,6 +45,11 @@
 //	    (internal/kvload), closed loop in interleaved rounds, Figure 8's
 //	    open-loop sweep of latency against offered load, and the peers'
 //	    own tools, memcslap and pipelined redis-benchmark (kv.go);
+//	(m) the platform's 4 KB seal+open ceiling on one CPU and on two
+//	    (crypto-scaling, part of platform; scaling.go);
+//	(n) dpdk-testpmd forwarding 64-byte frames on net_ring and memif
+//	    against the engine's frame rate on the same port type (testpmd,
+//	    interleaved rounds; testpmd.go);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -85,7 +90,7 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics,kv", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,telemetry,metrics,kv", "setups to run (comma separated; a name also selects the setups it is part of: loopback-jumbo runs loopback too, af_packet and af_xdp run together, platform runs crypto-scaling; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
@@ -218,6 +223,13 @@ func main() {
 	}
 	if want("af_packet") || want("af_xdp") {
 		r, err := vethRun(rmad, rmaperf, dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("testpmd") {
+		r, err := testpmdRun(rmad, rmaperf, dir, *dur)
 		if err != nil {
 			fail(err)
 		}

@@ -125,6 +125,7 @@ func printTable(rows []Row) {
 			execSpec.size, abi.MaxOpBytes, median(fpRatios), ratioList(fpRatios))
 	}
 	printScaling(rows)
+	printTestpmd(rows)
 	printWritePairs(rows)
 	printTelemetry(rows)
 	printMetrics(rows)
