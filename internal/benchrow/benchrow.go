@@ -49,7 +49,12 @@ type Row struct {
 	Command   string   `json:"command,omitempty"` // what produced the row
 	Note      string   `json:"note,omitempty"`
 
-	// OfferedOpsPerSec (open-loop rows, kv-fig8): the load offered,
+	// BackgroundBytes (loopback-hol-bg rows): the size of the one
+	// background transfer kept going on the same executor while the row's
+	// ops ran (0: none).
+	BackgroundBytes int `json:"background_bytes,omitempty"`
+
+	// OfferedOpsPerSec (open-loop rows, kv-fig8, loopback-hol-bg): the load offered,
 	// Poisson arrivals; OpsPerSec is what was served of it.
 	OfferedOpsPerSec float64 `json:"offered_ops_per_sec,omitempty"`
 	// CPUSecPerMOps (kv-* rows): the serving side's CPU seconds per

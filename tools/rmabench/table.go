@@ -160,6 +160,7 @@ func printTable(rows []Row) {
 		}
 		fmt.Println()
 	}
+	printHolBg(rows)
 	// Isolation (paper Fig. 12): the high-class application's latency
 	// alone and under each low-class load.
 	var idle *Row

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -29,8 +31,16 @@ import (
 // portal, slots and windows) for the whole run, from the last bg bytes of
 // the remote region; the measured transfers walk the rest. Its goodput
 // goes in the note.
+//
+// rate > 0 makes the measured transfers open loop (paper Fig. 12): they
+// arrive at rate per second, Poisson (exponential gaps from a fixed
+// seed); one more goroutine waits for each arrival and hands it to the
+// next free one of the outstanding goroutines, so up to outstanding are
+// in flight at once. A transfer's latency runs from its arrival, not
+// from its post (an arrival that finds every goroutine busy waits, and
+// that wait counts), and it counts if it arrived within the measurement.
 func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding int,
-	warm, dur time.Duration, verify bool, cfg portal.ExecutorConfig, bg int) (benchrow.Row, error) {
+	warm, dur time.Duration, verify bool, cfg portal.ExecutorConfig, bg int, rate float64) (benchrow.Row, error) {
 	write := op == abi.OpWrite
 	if uint64(size)+uint64(bg) > tg.bytes {
 		return benchrow.Row{}, fmt.Errorf("-s %d -bg %d: the remote region holds %d bytes", size, bg, tg.bytes)
@@ -55,6 +65,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 	}
 	type result struct {
 		h     hist
+		late  hist // rate > 0: post time minus arrival time
 		ops   uint64
 		errs  uint64
 		first error
@@ -66,7 +77,17 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 	start, end := int64(warm), int64(warm+dur)
 	ctx, cancel := context.WithTimeout(context.Background(), warm+dur+60*time.Second)
 	defer cancel()
+	var arrived chan int64 // rate > 0: arrival times, in order
 	var wg sync.WaitGroup
+	if rate > 0 {
+		arrived = make(chan int64, 1<<16)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(arrived)
+			poisson(rate, end, nowNs, arrived)
+		}()
+	}
 	var bgBytes uint64
 	var bgErr error
 	if bg > 0 {
@@ -107,6 +128,14 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 				if t0 >= end {
 					return
 				}
+				at := int64(-1) // arrival (rate > 0)
+				if arrived != nil {
+					var ok bool
+					if at, ok = <-arrived; !ok {
+						return
+					}
+					t0 = nowNs()
+				}
 				off := base + next%(span+1)
 				next += uint64(size) + 4096 + 64
 				if write && verify {
@@ -122,6 +151,9 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 				}
 				t1 := nowNs()
 				in := t1 >= start && t1 < end
+				if at >= 0 {
+					in = at >= start && at < end
+				}
 				if err != nil {
 					if ctx.Err() != nil || errors.Is(err, portal.ErrExecutorClosed) {
 						r.fatal = err
@@ -151,7 +183,11 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 						}
 					}
 				}
-				if in {
+				if in && at >= 0 {
+					r.ops++
+					r.h.add(uint64(t1 - at))
+					r.late.add(uint64(t0 - at))
+				} else if in {
 					r.ops++
 					r.h.add(uint64(t1 - t0))
 				}
@@ -159,7 +195,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 		}()
 	}
 	wg.Wait()
-	var h hist
+	var h, late hist
 	var ops, errs uint64
 	var first error
 	for i := range results {
@@ -168,6 +204,7 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 			return benchrow.Row{}, fmt.Errorf("transfer %d: %w", i, r.fatal)
 		}
 		h.merge(&r.h)
+		late.merge(&r.late)
 		ops += r.ops
 		errs += r.errs
 		if first == nil {
@@ -184,6 +221,10 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 		Note: fmt.Sprintf("through portal.Executor: %d transfers in flight, %d slots, chunks of %d B; ops/s counts transfers; %d ops posted, %d retried (NACK %d, DISPATCH_TIMEOUT %d, TIMEOUT %d)",
 			outstanding, e.Slots(), cfg.ChunkBytes, st.Ops, st.Retries, st.Nacks, st.DispatchTimeouts, st.Timeouts),
 	}
+	if rate > 0 {
+		row.Note += fmt.Sprintf("; open loop: Poisson arrivals at %.0f/s, up to %d served at once, latency from arrival; posts %.2f us (p50) / %.2f us (p99) after their arrival",
+			rate, outstanding, us(late.quantile(0.5)), us(late.quantile(0.99)))
+	}
 	if bg > 0 {
 		if bgErr != nil {
 			return benchrow.Row{}, fmt.Errorf("background %d-byte reads: %w", bg, bgErr)
@@ -194,4 +235,27 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 		row.Note += fmt.Sprintf("; first error: %v", first)
 	}
 	return row, nil
+}
+
+// poisson sends arrival times (the run's clock, ns) to out at rate per
+// second, Poisson (exponential gaps from a fixed seed: every run offers
+// the same arrivals), each when its time has come, until end. It waits
+// spinning and yielding to the other goroutines (the executor's driver
+// among them) on every turn: the Go runtime wakes a sleeping goroutine up
+// to a millisecond late when no other runs, ten times the mean gap at
+// 10 k/s. A full out (the serving goroutines that far behind) blocks it.
+func poisson(rate float64, end int64, now func() int64, out chan<- int64) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	meanNs := 1e9 / rate
+	at := now()
+	for {
+		at += int64(rng.ExpFloat64() * meanNs)
+		if at >= end {
+			return
+		}
+		for now() < at {
+			runtime.Gosched()
+		}
+		out <- at
+	}
 }

@@ -186,6 +186,7 @@ func client(test string, args []string) error {
 	size := fs.Int("s", 64, "op size in bytes (1..4096), or transfer size through the executor (above 4096, or with -exec)")
 	useExec := fs.Bool("exec", false, "move each SIZE through portal.Executor even when it fits in one op")
 	bg := fs.Int("bg", 0, "executor: meanwhile keep READs of this many bytes going through the same executor (head-of-line pressure, e.g. 4194304)")
+	rate := fs.Float64("rate", 0, "executor: open loop, transfers arriving Poisson at this many per second (latency from arrival; -O: how many are served at once, default 8)")
 	execSlots := fs.Int("exec-slots", portal.DefaultExecutorSlots, "executor: command slots")
 	chunk := fs.Int("chunk", abi.MaxOpBytes, "executor: op size transfers are split into")
 	timeoutRetries := fs.Int("timeout-retries", portal.DefaultTimeoutRetries, "executor: TIMEOUT retries per chunk (negative: none)")
@@ -218,13 +219,19 @@ func client(test string, args []string) error {
 	if test == "write_bw" || test == "write_lat" {
 		op = abi.OpWrite
 	}
-	if test == "read_lat" || test == "write_lat" {
+	setO := false
+	fs.Visit(func(f *flag.Flag) { setO = setO || f.Name == "O" })
+	if *rate < 0 {
+		return fmt.Errorf("bad -rate %v", *rate)
+	}
+	if (test == "read_lat" || test == "write_lat") && *rate == 0 {
 		*outstanding = 1
 	}
-	execMode := *useExec || *size > abi.MaxOpBytes || *bg > 0
-	if execMode && test != "read_lat" && test != "write_lat" {
-		setO := false
-		fs.Visit(func(f *flag.Flag) { setO = setO || f.Name == "O" })
+	if *rate > 0 && !setO {
+		*outstanding = 8
+	}
+	execMode := *useExec || *size > abi.MaxOpBytes || *bg > 0 || *rate > 0
+	if execMode && test != "read_lat" && test != "write_lat" && *rate == 0 {
 		if !setO {
 			*outstanding = 2 // transfers, each pipelining many ops
 		}
@@ -331,7 +338,7 @@ func client(test string, args []string) error {
 	}
 	var res benchrow.Row
 	if execMode {
-		res, err = runExec(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, ecfg, *bg)
+		res, err = runExec(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, ecfg, *bg, *rate)
 	} else {
 		if *localFlag > 0 && (*verify || *localFlag < uint64(*outstanding)*abi.MaxOpBytes || *localFlag%abi.MaxOpBytes != 0) {
 			return fmt.Errorf("-local-bytes %d: want a multiple of %d, at least -O × %d, and no -verify (walking ranges may be reused while an op is in flight)", *localFlag, abi.MaxOpBytes, abi.MaxOpBytes)
