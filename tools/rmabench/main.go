@@ -104,7 +104,7 @@ func main() {
 	flag.Uint64Var(&kvKeys1K, "kv-keys-1k", kvKeys1K, "kv setup: keys loaded at 1 KB values")
 	flag.DurationVar(&fig8D, "fig8-D", fig8D, "kv setup: measurement of each offered load of Figure 8's sweep")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
-	isoArgs := flag.String("iso-engine-args", "", "isolation setup: more rmad flags for its engine, space separated (e.g. \"-low-after-high -1\", to measure the engine without a bound)")
+	isoArgs := flag.String("iso-engine-args", "", "isolation setup: more rmad flags for its engine, space separated (e.g. \"-low-after-high 0\", to measure the engine without a bound)")
 	rttTimeout := flag.String("rtt-timeout", "1s", "rtt setup: the engines' TIMEOUT: 1s measures round trips (setups rtt-PORT); default keeps rmad's per port type, counting the ops it fails (rtt-default-PORT); or a duration (rtt-timeout-DUR-PORT)")
 	rttPorts := flag.String("rtt-ports", "", "rtt setup: ports to run, comma separated among memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap (\"\": all)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
