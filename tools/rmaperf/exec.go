@@ -125,16 +125,20 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 			next := uint64(k) * 4160
 			for gen := 0; ; gen++ {
 				t0 := nowNs()
-				if t0 >= end {
-					return
-				}
 				at := int64(-1) // arrival (rate > 0)
 				if arrived != nil {
+					// Served until the schedule ends; arrivals still
+					// queued at the end are taken and dropped, so the
+					// schedule never blocks on a full queue.
 					var ok bool
 					if at, ok = <-arrived; !ok {
 						return
 					}
-					t0 = nowNs()
+					if t0 = nowNs(); t0 >= end {
+						continue
+					}
+				} else if t0 >= end {
+					return
 				}
 				off := base + next%(span+1)
 				next += uint64(size) + 4096 + 64
