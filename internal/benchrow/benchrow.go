@@ -5,9 +5,10 @@ package benchrow
 
 // Row is one measurement. Latency fields a tool does not report are null.
 type Row struct {
-	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit", "host", "onerma-kv", "memcached", "redis"
+	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit", "host", "onerma-kv", "memcached", "redis", "dpdk-testpmd"
 	// Setup: "loopback", "loopback-jumbo", "loopback-hol-idle",
-	// "loopback-hol", "loopback-pairs", "memif", "tcp", "cpu",
+	// "loopback-hol", "loopback-hol-bg", "loopback-pairs", "memif",
+	// "port-net_ring", "port-memif", "tcp", "cpu",
 	// "cpu-ipsec-mb", "isolation-idle", "isolation-loaded",
 	// "isolation-loaded-lowclass", "isolation-loaded-write", "platform",
 	// "loopback-pairs-footprint", "write-pairs", "write-pairs-jumbo",
@@ -21,8 +22,12 @@ type Row struct {
 	// (open loop, one row per offered load), and the peers' own tools
 	// "kv-memcslap" and "kv-redis-benchmark-P16"
 	// (bench/RESULTS.md describes each).
-	Setup       string `json:"setup"`
-	Test        string `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake", "get", "set", "mget"
+	Setup string `json:"setup"`
+	// Test: "read_bw", "read_lat", "write_bw", "write_lat", "seal_open",
+	// "cpu-stall", "xproc-wake", "crypto-scaling", "get", "set", "mget",
+	// and on the port-* setups dpdk-testpmd's "io-fwd" and
+	// "macswap-fwd" and the engine's "rx-frames".
+	Test        string `json:"test"`
 	Size        int    `json:"size"`
 	Outstanding int    `json:"outstanding"`
 	// Cores is how many CPUs did the measured work: an engine's polling

@@ -50,7 +50,11 @@
 // §6) and -timeout-retries its TIMEOUT retries. The executor waits for
 // completions as portal.Wait does: it spins (-spins polls) and then
 // sleeps on the engine's completion doorbell; -spin, -yield and -event
-// do not apply to it.
+// do not apply to it. -rate R makes it open loop (paper Fig. 12):
+// transfers arrive Poisson at R per second, up to -O (default 8) are
+// served at once, and a transfer's latency runs from its arrival; -bg
+// SIZE keeps one transfer of SIZE bytes going through the same executor
+// meanwhile (head-of-line pressure).
 //
 // -name is the application name the client presents to its engine when
 // it opens its portal (default "rmaperf"; the engine's slot and class
