@@ -196,6 +196,7 @@ func client(test string, args []string) error {
 	timeoutRetries := fs.Int("timeout-retries", portal.DefaultTimeoutRetries, "executor: TIMEOUT retries per chunk (negative: none)")
 	shortFirst := fs.Int("short-first", portal.DefaultShortFirst, "executor: ops long transfers keep in flight while a short one runs (negative: no precedence)")
 	shortHold := fs.Duration("short-hold", portal.DefaultShortHold, "executor: how long long transfers stay capped after a short one")
+	shortHoldMax := fs.Duration("short-hold-max", portal.DefaultShortHoldMax, "executor: the longest hold, which follows the gaps between short transfers (at most -short-hold: a fixed hold)")
 	ccp := cc.DefaultParams()
 	ccInit := fs.Float64("cc-init", ccp.CwndInit, "executor: initial congestion window (ops)")
 	ccMin := fs.Float64("cc-min", ccp.CwndMin, "executor: smallest congestion window (ops)")
@@ -245,7 +246,7 @@ func client(test string, args []string) error {
 	}
 	ecfg := portal.DefaultExecutorConfig()
 	ecfg.Slots, ecfg.ChunkBytes, ecfg.TimeoutRetries = *execSlots, *chunk, *timeoutRetries
-	ecfg.ShortFirst, ecfg.ShortHold = *shortFirst, *shortHold
+	ecfg.ShortFirst, ecfg.ShortHold, ecfg.ShortHoldMax = *shortFirst, *shortHold, *shortHoldMax
 	if ecfg.TimeoutRetries == 0 {
 		ecfg.TimeoutRetries = -1 // 0 retries asked for; the config's 0 is the default
 	}
