@@ -23,11 +23,18 @@ import (
 var holBgSizes = []int{0, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
 
 // holRate is the small READs' arrival rate (Poisson, per second), and
-// holServers how many of them the application serves at once.
-const holRate, holServers = 10000, 8
+// holServers how many of them the application serves at once: one, so
+// each is measured alone beside the background transfer (at 10 k/s and a
+// few µs each they seldom overlap; arrivals that find it busy wait, and
+// rmaperf's note says how late they were posted).
+const holRate, holServers = 10000, 1
 
 // holRounds is how many interleaved rounds the hol setup runs.
 const holRounds = 3
+
+// holRmaperfArgs are more rmaperf flags for the hol setup's executor runs
+// (-hol-rmaperf-args).
+var holRmaperfArgs []string
 
 // holBgRun starts a loopback engine (benchLoopback) and runs holRounds
 // interleaved rounds, each max(1 s, dur/holRounds) long, of: 64 B READs
@@ -51,6 +58,7 @@ func holBgRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 			if bg > 0 {
 				args = append(args, "-bg", strconv.Itoa(bg))
 			}
+			args = append(args, holRmaperfArgs...)
 			r, err := rmaperfRun(rmaperf, "0", spec{"read_lat", 64, holServers}, d, setup, nil, args...)
 			r.BackgroundBytes, r.OfferedOpsPerSec = bg, holRate
 			return r, err

@@ -104,6 +104,7 @@ func main() {
 	flag.Uint64Var(&kvKeys1K, "kv-keys-1k", kvKeys1K, "kv setup: keys loaded at 1 KB values")
 	flag.DurationVar(&fig8D, "fig8-D", fig8D, "kv setup: measurement of each offered load of Figure 8's sweep")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
+	holArgs := flag.String("hol-rmaperf-args", "", "hol setup: more rmaperf flags for its 64 B READs through the executor, space separated (e.g. \"-short-hold-max 50us\", the hold fixed at ShortHold)")
 	isoArgs := flag.String("iso-engine-args", "", "isolation setup: more rmad flags for its engine, space separated (e.g. \"-low-after-high 0\", to measure the engine without a bound)")
 	rttTimeout := flag.String("rtt-timeout", "1s", "rtt setup: the engines' TIMEOUT: 1s measures round trips (setups rtt-PORT); default keeps rmad's per port type, counting the ops it fails (rtt-default-PORT); or a duration (rtt-timeout-DUR-PORT)")
 	rttPorts := flag.String("rtt-ports", "", "rtt setup: ports to run, comma separated among memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap (\"\": all)")
@@ -111,6 +112,7 @@ func main() {
 	pgoOut := flag.String("pgo", "", "instead of measuring, profile rmad (built -pgo=off) on the loopback engine under the bench's workloads, -D each, and write the merged CPU profile here (scripts/pgo.sh)")
 	flag.Parse()
 	isoEngineArgs = strings.Fields(*isoArgs)
+	holRmaperfArgs = strings.Fields(*holArgs)
 	if *bin == "" {
 		self, _ := os.Executable()
 		*bin = filepath.Dir(self)

@@ -52,7 +52,8 @@
 // sleeps on the engine's completion doorbell; -spin, -yield and -event
 // do not apply to it. -rate R makes it open loop (paper Fig. 12):
 // transfers arrive Poisson at R per second, up to -O (default 8) are
-// served at once, and a transfer's latency runs from its arrival; -bg
+// served at once (latency from post; the note says how late arrivals were
+// posted); -bg
 // SIZE keeps one transfer of SIZE bytes going through the same executor
 // meanwhile (head-of-line pressure).
 //
@@ -190,7 +191,7 @@ func client(test string, args []string) error {
 	size := fs.Int("s", 64, "op size in bytes (1..4096), or transfer size through the executor (above 4096, or with -exec)")
 	useExec := fs.Bool("exec", false, "move each SIZE through portal.Executor even when it fits in one op")
 	bg := fs.Int("bg", 0, "executor: meanwhile keep READs of this many bytes going through the same executor (head-of-line pressure, e.g. 4194304)")
-	rate := fs.Float64("rate", 0, "executor: open loop, transfers arriving Poisson at this many per second (latency from arrival; -O: how many are served at once, default 8)")
+	rate := fs.Float64("rate", 0, "executor: open loop, transfers arriving Poisson at this many per second (latency from post, the posts' lateness in the note; -O: how many are served at once, default 8)")
 	execSlots := fs.Int("exec-slots", portal.DefaultExecutorSlots, "executor: command slots")
 	chunk := fs.Int("chunk", abi.MaxOpBytes, "executor: op size transfers are split into")
 	timeoutRetries := fs.Int("timeout-retries", portal.DefaultTimeoutRetries, "executor: TIMEOUT retries per chunk (negative: none)")
