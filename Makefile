@@ -95,8 +95,9 @@ pgo: setup build
 sim:
 	$(GO) test ./engine/sim -count=1 -run TestSimSeeds -timeout 0 -sim.seeds=$(SIM_SEEDS)
 
-# Every setup of bench/RESULTS.md (platform, loopback, loopback-jumbo,
-# memif, tcp, aes, write-pairs, isolation, telemetry, metrics; READ and
+# Every setup of bench/RESULTS.md (platform with crypto-scaling, loopback,
+# loopback-jumbo, hol, memif, testpmd, tcp, aes, write-pairs, isolation,
+# telemetry, metrics; READ and
 # WRITE; selftest and selftest-memif, the engine's own op generator;
 # kv, the key/value caches against memcached and Redis, whose
 # Figure 8 rmafigures -kv then draws into figures/fig8.png).

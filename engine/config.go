@@ -70,6 +70,13 @@ type Config struct {
 	// ServeBudget bounds requests served per Poll, so a flood of requests
 	// cannot starve the initiator side of the same core.
 	ServeBudget int
+	// LowAfterHigh bounds the low-class requests the serving side serves
+	// in a Poll once a high-class frame (request or response) has left in
+	// it: the frames of one Poll are sealed, sent and received together,
+	// so a high-class op would otherwise wait for a whole ServeBudget of
+	// low-class responses at each of its hops. 0: no bound (the default
+	// here; rmad's configuration sets 1).
+	LowAfterHigh int
 	// PullContexts is the number of WRITEs this core serves at once: each
 	// holds one MaxOpBytes staging buffer, where the pulled data lands
 	// until all of it has authenticated and is committed to the region
@@ -231,6 +238,8 @@ func (c *Config) Validate() error {
 		return bad("NackThreshold", c.NackThreshold)
 	case c.ServeBudget < 1:
 		return bad("ServeBudget", c.ServeBudget)
+	case c.LowAfterHigh < 0:
+		return bad("LowAfterHigh", c.LowAfterHigh)
 	case c.PullContexts < 1 || c.PullContexts > 65535:
 		return bad("PullContexts", c.PullContexts)
 	case c.DispatchTimeout <= 0:

@@ -368,6 +368,7 @@ const perPortalBurst = 64
 // done (0: idle).
 func (c *Core) Poll(now int64) int {
 	c.regions.sync() // the quiescent point of the engine's shared region table
+	c.out.highOut = false
 	work := 0
 	pt := c.portals
 	if n := len(pt.live); n > 0 {

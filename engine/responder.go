@@ -55,6 +55,7 @@ type inbound struct {
 type responder struct {
 	nackThreshold int
 	serveBudget   int
+	lowAfterHigh  int // Config.LowAfterHigh
 	timeout       int64
 
 	// The inbound request queues, one per class (the request's
@@ -109,6 +110,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 	r := &responder{
 		nackThreshold: cfg.NackThreshold,
 		serveBudget:   cfg.ServeBudget,
+		lowAfterHigh:  cfg.LowAfterHigh,
 		timeout:       int64(cfg.Timeout),
 		serveArb:      classArbiter{burst: cfg.HighBurst},
 		pullArb:       classArbiter{burst: cfg.HighBurst},
@@ -331,14 +333,26 @@ func (r *responder) reply(to *peer, t wire.Type, st abi.Status, a *aesni.AEAD, r
 
 // serve answers queued requests, each class in FIFO order, at most
 // ServeBudget per Poll, streaming each READ as MTU-sized responses straight
-// from region memory.
+// from region memory. Once a high-class frame has left in this Poll (a
+// request of the initiator, or a response served here), at most
+// LowAfterHigh low-class requests follow it, unless the low class's turn
+// comes by the HighBurst rule or its oldest request has waited
+// lowHoldMax: the rest wait for the next Poll, which follows at once.
 func (r *responder) serve(now int64) int {
-	served := 0
+	served, lowLeft := 0, r.lowAfterHigh
 	for served < r.serveBudget {
-		cl, ok := r.serveArb.next(r.inq[abi.ClassHigh].len() > 0, r.inq[abi.ClassLow].len() > 0)
+		hi, lo := r.inq[abi.ClassHigh].len() > 0, r.inq[abi.ClassLow].len() > 0
+		cl, ok := r.serveArb.pick(hi, lo)
 		if !ok {
 			break
 		}
+		if cl == abi.ClassLow && !hi && r.out.highOut && r.lowAfterHigh > 0 && now-r.inq[cl].front().arrival < r.timeout/lowHoldDiv {
+			if lowLeft == 0 {
+				break
+			}
+			lowLeft--
+		}
+		r.serveArb.granted(cl, lo)
 		q := &r.inq[cl]
 		e := q.front()
 		if now-e.arrival > r.timeout { // its initiator has given up
@@ -384,6 +398,9 @@ func (r *responder) serve(now int64) int {
 		if !r.stream(e, rg) {
 			return served // resume this request on the next Poll
 		}
+		if e.class == abi.ClassHigh {
+			r.out.highOut = true
+		}
 		r.st.ReqServed++
 		q.pop()
 		served++
@@ -407,6 +424,12 @@ func (r *responder) stream(e *inbound, rg *region) bool {
 	f.PID, f.Tag, f.Region = e.pid, e.tag, e.region
 	return o.stream(e.aead, rg.mem[e.offset:e.offset+uint64(e.length)], int(e.chunk), &e.sent, e.base, e.iv[:])
 }
+
+// lowHoldDiv: a low-class request that has waited TIMEOUT/lowHoldDiv is
+// served whatever high-class frames left before it (serve), so the
+// LowAfterHigh bound cannot hold the low class back until its initiator
+// gives up.
+const lowHoldDiv = 8
 
 // checkRequest decides whether a request may be served. A request whose
 // region vanished while it was partly sent is cut short by the same check.

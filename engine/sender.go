@@ -29,6 +29,10 @@ type sender struct {
 	// dscp is the DSCP of an op's frames, by its class.
 	dscp [abi.NumClass]uint8
 	hdr  wire.Fields // the header of the frame being encoded
+	// highOut: a high-class frame has left in this Poll (Core.Poll clears
+	// it); the serving side then bounds the low-class work that follows
+	// it into the same burst (Config.LowAfterHigh).
+	highOut bool
 
 	// Frames addressed to this engine itself loop back inside the core
 	// (unless HairpinSelf): switches do not return a frame to the port it

@@ -119,9 +119,11 @@
 // transfer (head-of-line isolation, paper §7.2). Once posted, though, an
 // op queues in the engines behind whatever the window keeps in flight,
 // the delay Algorithm 1 holds near its targets; so short transfers (one
-// chunk) take precedence: while one is in progress, and for
-// ExecutorConfig.ShortHold after, transfers of more than one chunk keep at
-// most ExecutorConfig.ShortFirst ops in flight (default 4). On one
+// chunk) take precedence: while one is in progress, and for a hold after
+// it (ExecutorConfig.ShortHold, or four mean gaps between short
+// transfers' starts, up to ExecutorConfig.ShortHoldMax, so short transfers
+// arriving at random still find it on), transfers of more than one chunk
+// keep at most ExecutorConfig.ShortFirst ops in flight (default 4). On one
 // loopback engine core that cuts the wait of a 64 B read behind a 4 MB
 // transfer to about a third, while the transfer keeps most of its
 // goodput: rmabench's loopback-hol rows (`rmaperf read_lat -s 64 -exec

@@ -74,6 +74,8 @@ type Executor struct {
 	longInflight int   // ops of long transfers posted and not completed
 	shortActive  int   // short transfers in progress
 	shortUntil   int64 // long transfers stay capped until then
+	shortLast    int64 // when the last short transfer started (0: none yet)
+	shortGap     int64 // mean gap between short transfers' starts, ns (EWMA; 0: unknown)
 	seen         uint32
 	fatal        error // the portal is unusable: no completion will come
 	timer        int64 // earliest pacing or backoff deadline seen by the last issue pass

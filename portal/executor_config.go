@@ -55,6 +55,13 @@ type ExecutorConfig struct {
 	// back to back does not find a full window in front of each (default
 	// 50 µs).
 	ShortHold time.Duration
+	// ShortHoldMax: the hold follows how often short transfers start, at
+	// least ShortHold and at most ShortHoldMax: shortHoldGaps times the
+	// mean gap between their starts (an exponentially weighted average),
+	// so short transfers arriving at random (Poisson) find the long ones
+	// capped rather than a full window in front of them, which they would
+	// wait for (default 1 ms; at most ShortHold: the hold is ShortHold).
+	ShortHoldMax time.Duration
 }
 
 // Executor defaults.
@@ -67,6 +74,7 @@ const (
 	DefaultSpinWait       = 50 * time.Microsecond
 	DefaultShortFirst     = 4
 	DefaultShortHold      = 50 * time.Microsecond
+	DefaultShortHoldMax   = time.Millisecond
 )
 
 // DefaultExecutorConfig returns the defaults, every field filled in.
@@ -81,6 +89,7 @@ func DefaultExecutorConfig() ExecutorConfig {
 		SpinWait:       DefaultSpinWait,
 		ShortFirst:     DefaultShortFirst,
 		ShortHold:      DefaultShortHold,
+		ShortHoldMax:   DefaultShortHoldMax,
 	}
 }
 
@@ -117,6 +126,9 @@ func (c ExecutorConfig) withDefaults() ExecutorConfig {
 	if c.ShortHold == 0 {
 		c.ShortHold = d.ShortHold
 	}
+	if c.ShortHoldMax == 0 {
+		c.ShortHoldMax = d.ShortHoldMax
+	}
 	return c
 }
 
@@ -148,6 +160,8 @@ func (c *ExecutorConfig) Validate() error {
 		return bad("ShortFirst", c.ShortFirst, "want <= 2^20")
 	case c.ShortHold < 0 || c.ShortHold > time.Second:
 		return bad("ShortHold", c.ShortHold, "want 0..1s")
+	case c.ShortHoldMax < 0 || c.ShortHoldMax > time.Second:
+		return bad("ShortHoldMax", c.ShortHoldMax, "want 0..1s")
 	}
 	return nil
 }

@@ -146,6 +146,7 @@ func (e *Executor) absorbLocked() {
 		t.peer = p
 		if t.short = t.length <= e.chunk; t.short {
 			e.shortActive++
+			e.shortStarted(e.now())
 		}
 		e.active = append(e.active, t)
 		switch {
@@ -245,7 +246,7 @@ func (e *Executor) maybeFinish(t *transfer) {
 	if t.short {
 		e.shortActive--
 		if e.shortActive == 0 {
-			e.shortUntil = e.now() + int64(e.cfg.ShortHold)
+			e.shortUntil = e.now() + e.shortHold()
 		}
 	}
 	e.st.transfers.Add(1)

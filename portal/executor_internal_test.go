@@ -314,13 +314,14 @@ func TestExecutorConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mut := range map[string]func(*ExecutorConfig){
-		"ChunkBytes":  func(c *ExecutorConfig) { c.ChunkBytes = abi.MaxOpBytes + 1 },
-		"BackoffMax":  func(c *ExecutorConfig) { c.BackoffMax = c.BackoffBase - 1 },
-		"BackoffBase": func(c *ExecutorConfig) { c.BackoffBase = -1 },
-		"Slots":       func(c *ExecutorConfig) { c.Slots = -1 },
-		"SpinWait":    func(c *ExecutorConfig) { c.SpinWait = -1 },
-		"ShortHold":   func(c *ExecutorConfig) { c.ShortHold = -1 },
-		"AI":          func(c *ExecutorConfig) { c.CC.AI = 0 },
+		"ChunkBytes":   func(c *ExecutorConfig) { c.ChunkBytes = abi.MaxOpBytes + 1 },
+		"BackoffMax":   func(c *ExecutorConfig) { c.BackoffMax = c.BackoffBase - 1 },
+		"BackoffBase":  func(c *ExecutorConfig) { c.BackoffBase = -1 },
+		"Slots":        func(c *ExecutorConfig) { c.Slots = -1 },
+		"SpinWait":     func(c *ExecutorConfig) { c.SpinWait = -1 },
+		"ShortHold":    func(c *ExecutorConfig) { c.ShortHold = -1 },
+		"ShortHoldMax": func(c *ExecutorConfig) { c.ShortHoldMax = 2 * time.Second },
+		"AI":           func(c *ExecutorConfig) { c.CC.AI = 0 },
 	} {
 		c := DefaultExecutorConfig()
 		mut(&c)
@@ -446,5 +447,38 @@ func TestExecutorShortFirstFake(t *testing.T) {
 	}
 	if c := s.commands(); len(c) != 32+1 {
 		t.Fatalf("%d posts, want 33", len(c))
+	}
+}
+
+// The hold after a short transfer follows how often short transfers
+// start: shortHoldGaps mean gaps, within ShortHold..ShortHoldMax.
+func TestExecutorShortHoldFollowsGaps(t *testing.T) {
+	const us = int64(time.Microsecond)
+	for _, tc := range []struct {
+		name     string
+		hold     time.Duration
+		holdMax  time.Duration
+		gapUs    []int64 // gaps between short starts
+		wantHold int64
+	}{
+		{"one short: ShortHold", 50 * time.Microsecond, time.Millisecond, nil, 50 * us},
+		{"every 100 us", 50 * time.Microsecond, time.Millisecond, []int64{100, 100, 100}, 400 * us},
+		{"capped by ShortHoldMax", 50 * time.Microsecond, 300 * time.Microsecond, []int64{100, 100}, 300 * us},
+		{"no less than ShortHold", 50 * time.Microsecond, time.Millisecond, []int64{5, 5}, 50 * us},
+		{"ShortHoldMax below ShortHold", 50 * time.Microsecond, 10 * time.Microsecond, []int64{100}, 50 * us},
+		{"the mean moves an eighth", 0, time.Second, []int64{100, 900}, 4 * (100 + 800/8) * us},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Executor{cfg: ExecutorConfig{ShortHold: tc.hold, ShortHoldMax: tc.holdMax}}
+			now := 1000 * us
+			e.shortStarted(now)
+			for _, g := range tc.gapUs {
+				now += g * us
+				e.shortStarted(now)
+			}
+			if got := e.shortHold(); got != tc.wantHold {
+				t.Fatalf("hold %v, want %v", time.Duration(got), time.Duration(tc.wantHold))
+			}
+		})
 	}
 }

@@ -7,8 +7,36 @@ import (
 // Short-first precedence (ExecutorConfig.ShortFirst) is enforced here, in
 // issueOne; its bookkeeping is where transfers start and end and where ops
 // are posted and complete: absorbLocked counts short transfers in
-// (shortActive), maybeFinish counts them out and starts the hold
-// (shortUntil), and issueOne, complete and die move longInflight.
+// (shortActive) and times their starts (shortStarted), maybeFinish counts
+// them out and starts the hold (shortUntil, shortHold), and issueOne,
+// complete and die move longInflight.
+
+// shortHoldGaps: the hold after a short transfer lasts this many mean
+// gaps between short transfers' starts (within ShortHold..ShortHoldMax);
+// at four, a Poisson stream of short transfers finds the hold still on
+// for 98 % of them (1 - e^-4).
+const shortHoldGaps = 4
+
+// shortStarted records that a short transfer started at now: the mean gap
+// between starts moves an eighth of the way to this one.
+func (e *Executor) shortStarted(now int64) {
+	if e.shortLast > 0 {
+		g := now - e.shortLast
+		if e.shortGap == 0 {
+			e.shortGap = g
+		} else {
+			e.shortGap += (g - e.shortGap) / 8
+		}
+	}
+	e.shortLast = now
+}
+
+// shortHold is how long the long transfers stay capped once no short one
+// is in progress (ExecutorConfig.ShortHoldMax).
+func (e *Executor) shortHold() int64 {
+	lo, hi := int64(e.cfg.ShortHold), int64(e.cfg.ShortHoldMax)
+	return max(lo, min(shortHoldGaps*e.shortGap, hi))
+}
 
 // issue posts ops round-robin over the active transfers, one per
 // transfer per turn, while windows, pacers, slots and the ring allow. It

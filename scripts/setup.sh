@@ -19,7 +19,8 @@ done
 
 log() { printf 'setup: %s\n' "$*"; }
 
-# clang, llvm (llvm-strip), libbpf-dev and linux-libc-dev build rmatop's BPF program.
+# clang, llvm (llvm-strip), libbpf-dev and linux-libc-dev build rmatop's BPF program;
+# dpdk-dev also brings dpdk-testpmd (make bench's testpmd setup).
 pkgs=(libdpdk-dev dpdk dpdk-dev libipsec-mb-dev pkg-config gcc make iproute2 procps clang llvm libbpf-dev linux-libc-dev)
 # memcached and redis-server (which brings redis-tools' redis-benchmark):
 # the key/value peers, whose drivers internal/kvload's tests run against.

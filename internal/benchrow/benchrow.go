@@ -5,9 +5,10 @@ package benchrow
 
 // Row is one measurement. Latency fields a tool does not report are null.
 type Row struct {
-	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit", "host", "onerma-kv", "memcached", "redis"
+	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit", "host", "onerma-kv", "memcached", "redis", "dpdk-testpmd"
 	// Setup: "loopback", "loopback-jumbo", "loopback-hol-idle",
-	// "loopback-hol", "loopback-pairs", "memif", "tcp", "cpu",
+	// "loopback-hol", "loopback-hol-bg", "loopback-pairs", "memif",
+	// "port-net_ring", "port-memif", "tcp", "cpu",
 	// "cpu-ipsec-mb", "isolation-idle", "isolation-loaded",
 	// "isolation-loaded-lowclass", "isolation-loaded-write", "platform",
 	// "loopback-pairs-footprint", "write-pairs", "write-pairs-jumbo",
@@ -21,13 +22,21 @@ type Row struct {
 	// (open loop, one row per offered load), and the peers' own tools
 	// "kv-memcslap" and "kv-redis-benchmark-P16"
 	// (bench/RESULTS.md describes each).
-	Setup       string  `json:"setup"`
-	Test        string  `json:"test"` // "read_bw", "read_lat", "write_bw", "write_lat", "seal_open", "cpu-stall", "xproc-wake", "get", "set", "mget"
-	Size        int     `json:"size"`
-	Outstanding int     `json:"outstanding"`
-	OpsPerSec   float64 `json:"ops_per_sec"`
-	MBPerSec    float64 `json:"mb_per_sec"`
-	P50us       float64 `json:"p50_us"`
+	Setup string `json:"setup"`
+	// Test: "read_bw", "read_lat", "write_bw", "write_lat", "seal_open",
+	// "cpu-stall", "xproc-wake", "crypto-scaling", "get", "set", "mget",
+	// and on the port-* setups dpdk-testpmd's "io-fwd" and
+	// "macswap-fwd" and the engine's "rx-frames".
+	Test        string `json:"test"`
+	Size        int    `json:"size"`
+	Outstanding int    `json:"outstanding"`
+	// Cores is how many CPUs did the measured work: an engine's polling
+	// cores serving the row's ops (a portal is served by one), or the
+	// threads a host row ran, one per vCPU.
+	Cores     int     `json:"cores"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	MBPerSec  float64 `json:"mb_per_sec"`
+	P50us     float64 `json:"p50_us"`
 	// P99us and P999us: application-measured, like P50us.
 	P99us  *float64 `json:"p99_us"`
 	P999us *float64 `json:"p999_us"`
@@ -45,11 +54,12 @@ type Row struct {
 	Command   string   `json:"command,omitempty"` // what produced the row
 	Note      string   `json:"note,omitempty"`
 
-	// Cores is the number of polling cores of the measured engine (of
-	// each engine, for two): rmad -cores, or its -cpu list.
-	Cores int `json:"cores"`
+	// BackgroundBytes (loopback-hol-bg rows): the size of the one
+	// background transfer kept going on the same executor while the row's
+	// ops ran (0: none).
+	BackgroundBytes int `json:"background_bytes,omitempty"`
 
-	// OfferedOpsPerSec (open-loop rows, kv-fig8): the load offered,
+	// OfferedOpsPerSec (open-loop rows, kv-fig8, loopback-hol-bg): the load offered,
 	// Poisson arrivals; OpsPerSec is what was served of it.
 	OfferedOpsPerSec float64 `json:"offered_ops_per_sec,omitempty"`
 	// CPUSecPerMOps (kv-* rows): the serving side's CPU seconds per

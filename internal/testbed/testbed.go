@@ -157,7 +157,13 @@ func Start(o Options) (*Engine, error) {
 		return nil, err
 	}
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A session of its own: with the kernel's autogroup scheduling
+	// (sched_autogroup_enabled), a session's processes share one group
+	// whose weight is spread over the CPUs by their load, and a busy
+	// engine's polling thread at nice -20 then leaves the session's other
+	// processes (the applications, the test) a few percent of any CPU
+	// that another session also wants.
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
 	if o.PIDNS {
 		e.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
 	}

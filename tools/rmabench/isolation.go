@@ -21,15 +21,23 @@ import (
 // ahead of a high-class op.
 var isoWindow int
 
+// isoEngineArgs are more rmad flags for the isolation engine
+// (-iso-engine-args).
+var isoEngineArgs []string
+
 // The isolation setup (paper Fig. 12): the application names the two
 // rmaperf processes present to the engine, and the engine's slot policy
-// (an rmad config overlaid on its embedded default) that gives isoLatName
-// the high class and everyone else the low one.
+// (an rmad config overlaid on its embedded default): the main control
+// socket grants the low class only, and a control socket of its own, the
+// latency application's (a tenant that cannot be forged: policies never
+// match on the name an application picks), the high class.
 const (
 	isoLatName  = "rmaperf-lat"
 	isoLoadName = "rmaperf-load"
-	isoPolicy   = `{"ctl": {"slot_policy": {"default": 256, "default_class": "low",
-  "rules": [{"name": "` + isoLatName + `", "class": "high", "max_slots": 64}]}}}
+	isoLatSock  = "iso-lat.sock" // in the bench's directory
+	isoPolicy   = `{"ctl": {"slot_policy": {"default": 256, "default_class": "low", "rules": []},
+  "sockets": [{"path": "%s", "mode": "0600", "name": "lat",
+    "slot_policy": {"default": 64, "default_class": "high", "rules": []}}]}}
 `
 )
 
@@ -49,17 +57,22 @@ const (
 // loaded run's load row is returned too, with the setup of its run.
 func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	cfgPath := filepath.Join(dir, "isolation.json")
-	if err := os.WriteFile(cfgPath, []byte(isoPolicy), 0o644); err != nil {
+	latSock := filepath.Join(dir, isoLatSock)
+	if err := os.WriteFile(cfgPath, fmt.Appendf(nil, isoPolicy, latSock), 0o644); err != nil {
 		return nil, err
 	}
 	var extra []string
 	if isoWindow > 0 {
 		extra = append(extra, "-window-bytes", strconv.Itoa(isoWindow))
 	}
+	extra = append(extra, isoEngineArgs...)
 	o := benchLoopback(rmad, dir, "bench-iso", "10.99.2.1", "1500", append(extra, "-config", cfgPath)...)
-	policy := "high class from the engine's slot_policy rule for " + isoLatName
+	policy := "high class from the slot_policy of the engine's control socket " + isoLatSock
 	if isoWindow > 0 {
 		policy += fmt.Sprintf("; engine window %d B", isoWindow)
+	}
+	if len(isoEngineArgs) > 0 {
+		policy += "; rmad " + strings.Join(isoEngineArgs, " ")
 	}
 	e, err := testbed.Start(o)
 	if err != nil {
@@ -77,13 +90,13 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	closeAfter()
 	if perr == nil {
 		e.Stop(10 * time.Second)
-		return nil, fmt.Errorf("isolation: the engine granted the high class to %s, which its policy does not name", isoLoadName)
+		return nil, fmt.Errorf("isolation: the engine granted the high class to %s, through a socket whose policy grants only the low class", isoLoadName)
 	}
 	fmt.Printf("isolation: class policy in force: %s asking for high was refused: %s\n", isoLoadName, strings.TrimSpace(string(out)))
 	defer e.Stop(10 * time.Second)
 
 	latSpec := spec{"read_lat", 64, 1}
-	latArgs := []string{"-ctl", e.Socket, "-self", "-name", isoLatName, "-class", "high", "-yield"}
+	latArgs := []string{"-ctl", latSock, "-self", "-name", isoLatName, "-class", "high", "-yield"}
 	loadArgs := []string{"-ctl", e.Socket, "-self", "-name", isoLoadName, "-class", "low", "-event", "-spins=-1"}
 	var rows []Row
 	r, err := rmaperfRun(rmaperf, "0", latSpec, dur, "isolation-idle", nil, latArgs...)
@@ -114,6 +127,9 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 			}
 		}
 		la := append(append([]string{}, latArgs...), "-class", l.class) // the last -class wins
+		if l.class == "low" {
+			la[1] = e.Socket // the low class through the main socket, as the load
+		}
 		lr, r, err := isolationLoaded(rmaperf, dur, l.setup, l.load, loadArgs, latSpec, la)
 		if err != nil {
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -52,6 +53,7 @@ type kvTarget struct {
 	// clients.
 	depth, clients int
 	pids           []int  // the serving side's processes, whose CPU is counted
+	cores          int    // the serving side's worker threads (an engine: its polling cores)
 	server         string // how the server was started, for the rows
 	stop           func() error
 	// pause and resume, when set, stop the target between its runs and
@@ -111,7 +113,7 @@ func startKVTargets(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 	if err != nil {
 		return fail(err)
 	}
-	ts = append(ts, &kvTarget{system: "memcached", dial: kvload.DialMemcached(mc.Addr), pids: []int{mc.Pid()}, server: mc.Command(), stop: mc.Stop})
+	ts = append(ts, &kvTarget{system: "memcached", cores: runtime.NumCPU(), dial: kvload.DialMemcached(mc.Addr), pids: []int{mc.Pid()}, server: mc.Command(), stop: mc.Stop})
 	rdir, err := os.MkdirTemp(dir, "redis-")
 	if err != nil {
 		return fail(err)
@@ -120,7 +122,7 @@ func startKVTargets(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 	if err != nil {
 		return fail(err)
 	}
-	ts = append(ts, &kvTarget{system: "redis", dial: kvload.DialRedis(rd.Addr), pids: []int{rd.Pid()}, server: rd.Command(), stop: rd.Stop})
+	ts = append(ts, &kvTarget{system: "redis", cores: 1, dial: kvload.DialRedis(rd.Addr), pids: []int{rd.Pid()}, server: rd.Command(), stop: rd.Stop})
 	if onermaKVTargets != nil {
 		o, err := onermaKVTargets(bin, dir, w)
 		if err != nil {
@@ -243,7 +245,7 @@ func kvRows(t *kvTarget, cfg kvload.Config, res *kvload.Result) []Row {
 	// cpu_s_per_mops: the run's serving CPU per million of all its
 	// operations (GETs only in YCSB-C).
 	row := func(test string, done uint64, lat kvHist, perSec float64) Row {
-		r := Row{System: t.system, Setup: setup, Test: test, Size: cfg.Workload.ValueBytes, Outstanding: clients * depth,
+		r := Row{System: t.system, Setup: setup, Test: test, Size: cfg.Workload.ValueBytes, Outstanding: clients * depth, Cores: t.cores,
 			OpsPerSec: perSec, MBPerSec: perSec * float64(cfg.Workload.ValueBytes) / 1e6,
 			P50us: lat.us(50), P99us: benchrow.F(lat.us(99)), P999us: benchrow.F(lat.us(99.9)),
 			Ops: done, Errors: res.Failed(), Seconds: res.Seconds, OfferedOpsPerSec: cfg.Rate, Command: cmd}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -100,7 +101,7 @@ func memcslapOnce(test string, n int) (Row, error) {
 	if secs <= 0 {
 		return Row{}, fmt.Errorf("memcslap: %s keys in %s s", m[2], m[4])
 	}
-	return Row{System: "memcached", Setup: "kv-memcslap", Test: test, Size: 4096, Outstanding: kvToolConns,
+	return Row{System: "memcached", Setup: "kv-memcslap", Test: test, Size: 4096, Outstanding: kvToolConns, Cores: runtime.NumCPU(),
 		OpsPerSec: keys / secs, Ops: uint64(keys), Seconds: secs,
 		CPUSecPerMOps: benchrow.F(used.Seconds() / (keys / 1e6)),
 		Command:       "memcslap " + strings.Join(args, " ") + "; server: " + mc.Command(),
@@ -176,7 +177,7 @@ func parseRedisBenchmark(out []byte) (Row, error) {
 			}
 			v[i] = x
 		}
-		return Row{System: "redis", Setup: "kv-redis-benchmark-P16", Test: "get", Outstanding: kvToolConns * kvToolPipeline,
+		return Row{System: "redis", Setup: "kv-redis-benchmark-P16", Test: "get", Outstanding: kvToolConns * kvToolPipeline, Cores: 1,
 			OpsPerSec: v[1], P50us: v[4] * 1e3, P99us: benchrow.F(v[6] * 1e3),
 			Note: fmt.Sprintf("redis-benchmark: %d connections pipelining %d GETs, uniform random keys over %d; its latency is a request's in its pipelined batch; reports no p99.9",
 				kvToolConns, kvToolPipeline, redisToolKeys)}, nil

@@ -49,6 +49,15 @@
 //	    application: on the loopback engine at one and two polling
 //	    cores (selftest), and from one engine to another over memif
 //	    (selftest-memif) (selftest.go);
+//	(n) head-of-line as paper Fig. 12 measures it: 64 B READs arriving
+//	    Poisson at 10 k/s through the executor beside one background
+//	    transfer of 4 KB to 64 MB on the same executor (hol: rows
+//	    loopback-hol-bg, interleaved rounds; hol.go);
+//	(o) the platform's 4 KB seal+open ceiling on one CPU and on two
+//	    (crypto-scaling, part of platform; scaling.go);
+//	(p) dpdk-testpmd forwarding 64-byte frames on net_ring and memif
+//	    against the engine's frame rate on the same port type (testpmd,
+//	    interleaved rounds; testpmd.go);
 //
 // prints a side-by-side table and summary ratios and appends one JSON
 // object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
@@ -89,7 +98,7 @@ func main() {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,memif,af_packet,af_xdp,tcp,aes,write-pairs,isolation,telemetry,metrics,kv,selftest,selftest-memif", "setups to run (comma separated; a name also selects the setups it begins with: loopback-jumbo runs loopback too, selftest-memif selftest; af_packet and af_xdp run together; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
+	only := flag.String("only", "platform,loopback,loopback-jumbo,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,telemetry,metrics,kv,selftest,selftest-memif", "setups to run (comma separated; a name also selects the setups it begins with or is part of: loopback-jumbo runs loopback too, selftest-memif selftest, af_packet and af_xdp run together, platform runs crypto-scaling; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
@@ -99,11 +108,15 @@ func main() {
 	flag.Uint64Var(&kvKeys1K, "kv-keys-1k", kvKeys1K, "kv setup: keys loaded at 1 KB values")
 	flag.DurationVar(&fig8D, "fig8-D", fig8D, "kv setup: measurement of each offered load of Figure 8's sweep")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
+	holArgs := flag.String("hol-rmaperf-args", "", "hol setup: more rmaperf flags for its 64 B READs through the executor, space separated (e.g. \"-short-hold-max 50us\", the hold fixed at ShortHold)")
+	isoArgs := flag.String("iso-engine-args", "", "isolation setup: more rmad flags for its engine, space separated (e.g. \"-low-after-high 0\", to measure the engine without a bound)")
 	rttTimeout := flag.String("rtt-timeout", "1s", "rtt setup: the engines' TIMEOUT: 1s measures round trips (setups rtt-PORT); default keeps rmad's per port type, counting the ops it fails (rtt-default-PORT); or a duration (rtt-timeout-DUR-PORT)")
 	rttPorts := flag.String("rtt-ports", "", "rtt setup: ports to run, comma separated among memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap (\"\": all)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
 	pgoOut := flag.String("pgo", "", "instead of measuring, profile rmad (built -pgo=off) on the loopback engine under the bench's workloads, -D each, and write the merged CPU profile here (scripts/pgo.sh)")
 	flag.Parse()
+	isoEngineArgs = strings.Fields(*isoArgs)
+	holRmaperfArgs = strings.Fields(*holArgs)
 	if *bin == "" {
 		self, _ := os.Executable()
 		*bin = filepath.Dir(self)
@@ -161,6 +174,13 @@ func main() {
 		}
 		rows = append(rows, r...)
 	}
+	if want("platform") || want("crypto-scaling") {
+		r, err := cryptoScaling(*dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
 
 	// The loopback engine at the Ethernet MTU (a 4 KB READ answered in
 	// three 1408-byte chunks, each sealed and opened on its own), and
@@ -213,6 +233,13 @@ func main() {
 			fail(err)
 		}
 	}
+	if want("hol") {
+		r, err := holBgRun(rmad, rmaperf, dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
 	if want("memif") {
 		r, err := memifRun(rmad, rmaperf, dir, specs, *dur)
 		if err != nil {
@@ -236,6 +263,13 @@ func main() {
 	}
 	if want("af_packet") || want("af_xdp") {
 		r, err := vethRun(rmad, rmaperf, dir, *dur)
+		if err != nil {
+			fail(err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("testpmd") {
+		r, err := testpmdRun(rmad, rmaperf, dir, *dur)
 		if err != nil {
 			fail(err)
 		}

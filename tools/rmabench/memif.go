@@ -32,6 +32,33 @@ func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row
 // rmaperf server on ob, and measures specs from oa for dur each, setup
 // and note naming the rows.
 func pinnedPair(rmaperf string, oa, ob testbed.Options, setup string, specs []spec, dur time.Duration, note string) ([]Row, error) {
+	p, err := startPinnedPair(rmaperf, oa, ob)
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	var rows []Row
+	for _, s := range specs {
+		r, err := p.run(rmaperf, s, dur, setup)
+		if err != nil {
+			return nil, err
+		}
+		r.Note = addNote(r.Note, note)
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// enginePair is two engines busy on CPU 0 (a, the client's) and CPU 1
+// (b), and an rmaperf server owning a region on b.
+type enginePair struct {
+	a, b *testbed.Engine
+	srv  *perfServer
+}
+
+// startPinnedPair starts engines oa and ob busy on CPU 0 and CPU 1 and an
+// rmaperf server on ob.
+func startPinnedPair(rmaperf string, oa, ob testbed.Options) (*enginePair, error) {
 	oa.Busy, oa.CPU = true, 0
 	ob.Busy, ob.CPU = true, 1
 	// Neither CPU is an engine's alone: the app shares CPU 0 with engine
@@ -44,27 +71,30 @@ func pinnedPair(rmaperf string, oa, ob testbed.Options, setup string, specs []sp
 	if err != nil {
 		return nil, err
 	}
-	defer a.Stop(10 * time.Second)
 	b, err := testbed.Start(ob)
 	if err != nil {
+		a.Stop(10 * time.Second)
 		return nil, err
 	}
-	defer b.Stop(10 * time.Second)
 	srv, err := startPerfServer(rmaperf, b.Socket)
 	if err != nil {
+		b.Stop(10 * time.Second)
+		a.Stop(10 * time.Second)
 		return nil, err
 	}
-	defer srv.stop()
-	var rows []Row
-	for _, s := range specs {
-		r, err := rmaperfRun(rmaperf, "0", s, dur, setup, srv.cliCreds, "-ctl", a.Socket, "-server", srv.kx, "-region", srv.region, "-event", "-spins=-1")
-		if err != nil {
-			return nil, err
-		}
-		r.Note = addNote(r.Note, note)
-		rows = append(rows, r)
-	}
-	return rows, nil
+	return &enginePair{a: a, b: b, srv: srv}, nil
+}
+
+// run measures s from engine a against the server's region on b for dur.
+func (p *enginePair) run(rmaperf string, s spec, dur time.Duration, setup string) (Row, error) {
+	return rmaperfRun(rmaperf, "0", s, dur, setup, p.srv.cliCreds, "-ctl", p.a.Socket, "-server", p.srv.kx, "-region", p.srv.region, "-event", "-spins=-1")
+}
+
+// stop stops the server and both engines.
+func (p *enginePair) stop() {
+	p.srv.stop()
+	p.b.Stop(10 * time.Second)
+	p.a.Stop(10 * time.Second)
 }
 
 // perfServer is an rmaperf server on an engine: it owns a region there

@@ -169,6 +169,6 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 	}
 	cfg := kv.ClientConfig{Socket: cliEng.Socket, Portal: po, Servers: []kv.ServerAddr{{RPC: rpc}}, CredsDir: creds,
 		MaxInFlight: onermaKVDepth, MaxUpdates: onermaKVDepth, MaxValue: w.ValueBytes}
-	return &kvTarget{system: "onerma-kv", suffix: suffix, dial: kvload.DialOneRMAKV(cfg), depth: onermaKVDepth, clients: 1,
+	return &kvTarget{system: "onerma-kv", cores: 1, suffix: suffix, dial: kvload.DialOneRMAKV(cfg), depth: onermaKVDepth, clients: 1,
 		pids: []int{cmd.Process.Pid, srvEng.Pid()}, server: rmakv + " " + strings.Join(args, " ") + " (" + where + ")", stop: stop}, nil
 }

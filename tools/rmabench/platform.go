@@ -71,7 +71,7 @@ func cpuStall(dur time.Duration) (Row, error) {
 		prev = now
 	}
 	secs := prev.Seconds()
-	r := Row{System: "host", Setup: "platform", Test: "cpu-stall", Outstanding: 1,
+	r := Row{System: "host", Setup: "platform", Test: "cpu-stall", Outstanding: 1, Cores: 1,
 		OpsPerSec: float64(len(gaps)) / secs, Ops: uint64(len(gaps)), Seconds: secs,
 		Command: fmt.Sprintf("rmabench (one thread pinned to CPU 1 reads the monotonic clock for %v; a gap > %v between reads is a stall)", dur, stallMin)}
 	r.P50us, r.P99us, r.P999us = pcts(gaps)
@@ -184,7 +184,7 @@ func xprocWake(dur time.Duration) (Row, error) {
 		}
 	}
 	secs := time.Since(start).Seconds()
-	r := Row{System: "host", Setup: "platform", Test: "xproc-wake", Size: 8, Outstanding: 1,
+	r := Row{System: "host", Setup: "platform", Test: "xproc-wake", Size: 8, Outstanding: 1, Cores: 1,
 		OpsPerSec: float64(len(lat)) / secs, Ops: uint64(len(lat)), Seconds: secs,
 		Command: "rmabench (parent: store a request in a shared memfd page, sleep on an eventfd; child process: busy-poll the page, answer, write the eventfd if armed; both pinned to CPU 0)",
 		Note:    "round trip between a process sleeping on an eventfd doorbell and a busy-polling process on the same CPU (two cross-process switches, no work): the floor of an op whose application and engine share a CPU"}

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -63,10 +63,13 @@ func median(v []float64) float64 {
 
 // ratioList formats the ratios of the rounds, two decimals each, in
 // round order.
-func ratioList(v []float64) string {
+func ratioList(v []float64) string { return ratioListPrec(v, 2) }
+
+// ratioListPrec is ratioList with prec decimals.
+func ratioListPrec(v []float64, prec int) string {
 	rs := make([]string, len(v))
 	for i, x := range v {
-		rs[i] = fmt.Sprintf("%.2f", x)
+		rs[i] = strconv.FormatFloat(x, 'f', prec, 64)
 	}
 	return strings.Join(rs, " ")
 }

@@ -20,7 +20,7 @@ func printTable(rows []Row) {
 	for _, r := range rows {
 		sw = max(sw, len(r.Setup))
 	}
-	fmt.Printf("\n%-13s %-*s %-9s %8s %4s %12s %10s %9s %9s %9s %10s %6s\n", "system", sw, "setup", "test", "size", "O", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
+	fmt.Printf("\n%-13s %-*s %-9s %8s %4s %2s %12s %10s %9s %9s %9s %10s %6s\n", "system", sw, "setup", "test", "size", "O", "C", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "eng_p50_us", "errors")
 	opt := func(v *float64) string {
 		if v == nil {
 			return "-"
@@ -28,7 +28,7 @@ func printTable(rows []Row) {
 		return fmt.Sprintf("%.2f", *v)
 	}
 	for _, r := range rows {
-		fmt.Printf("%-13s %-*s %-9s %8d %4d %12.0f %10.1f %9.2f %9s %9s %10s %6d\n", r.System, sw, r.Setup, r.Test, r.Size, r.Outstanding,
+		fmt.Printf("%-13s %-*s %-9s %8d %4d %2d %12.0f %10.1f %9.2f %9s %9s %10s %6d\n", r.System, sw, r.Setup, r.Test, r.Size, r.Outstanding, r.Cores,
 			r.OpsPerSec, r.MBPerSec, r.P50us, opt(r.P99us), opt(r.P999us), opt(r.EngP50us), r.Errors)
 	}
 	fmt.Println()
@@ -124,6 +124,8 @@ func printTable(rows []Row) {
 		fmt.Printf("loopback read_bw %d B executor/raw %d B over the executor's memory footprint, same rounds: median %.2f (ratios %s)\n",
 			execSpec.size, abi.MaxOpBytes, median(fpRatios), ratioList(fpRatios))
 	}
+	printScaling(rows)
+	printTestpmd(rows)
 	printWritePairs(rows)
 	printTelemetry(rows)
 	printMetrics(rows)
@@ -158,6 +160,7 @@ func printTable(rows []Row) {
 		}
 		fmt.Println()
 	}
+	printHolBg(rows)
 	// Isolation (paper Fig. 12): the high-class application's latency
 	// alone and under each low-class load.
 	var idle *Row

@@ -87,7 +87,7 @@ func ucxOnce(s spec, iters int) (Row, error) {
 		f := strings.Fields(sc.Text())
 		if len(f) == 9 && f[0] == "Final:" {
 			p := func(i int) float64 { v, _ := strconv.ParseFloat(f[i], 64); return v }
-			return Row{System: "ucx-tcp", Setup: "tcp", Test: s.test, Size: s.size, Outstanding: s.depth,
+			return Row{System: "ucx-tcp", Setup: "tcp", Test: s.test, Size: s.size, Outstanding: s.depth, Cores: 1,
 				OpsPerSec: p(8), MBPerSec: p(6) * 1.048576, P50us: p(2),
 				Command: "UCX_TLS=tcp UCX_NET_DEVICES=lo ucx_perftest 127.0.0.1 " + strings.Join(args, " "),
 				Note:    note}, nil

@@ -93,6 +93,7 @@ type EngineConfig struct {
 	InboundQueue    int           `json:"inbound_queue"`
 	NackThreshold   int           `json:"nack_threshold"`
 	ServeBudget     int           `json:"serve_budget"`
+	LowAfterHigh    int           `json:"low_after_high"`
 	DispatchTimeout Duration      `json:"dispatch_timeout"`
 	Timeout         Duration      `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
 	PullIdleTimeout Duration      `json:"pull_idle_timeout"`
@@ -364,6 +365,7 @@ var flagSpecs = []struct {
 	{"inbound-queue", "inbound request queue size", setInt(func(c *Config) *int { return &c.Engine.InboundQueue })},
 	{"nack-threshold", "inbound queue depth that NACKs", setInt(func(c *Config) *int { return &c.Engine.NackThreshold })},
 	{"serve-budget", "requests served per poll", setInt(func(c *Config) *int { return &c.Engine.ServeBudget })},
+	{"low-after-high", "low-class requests served in a poll after a high-class frame left in it (0: no bound)", setInt(func(c *Config) *int { return &c.Engine.LowAfterHigh })},
 	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
 	{"timeout", "TIMEOUT (0: the port type's default, 2-8 ms)", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
 	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull may be abandoned when a request needs its context or window (bounds what a replayed write request holds; 0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
@@ -516,6 +518,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.Slots, ec.Regions, ec.Portals = e.Slots, e.Regions, e.Portals
 	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
 	ec.InboundQueue, ec.NackThreshold, ec.ServeBudget = e.InboundQueue, e.NackThreshold, e.ServeBudget
+	ec.LowAfterHigh = e.LowAfterHigh
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
 	if ec.Timeout == 0 { // loadConfig sets it; a Config built otherwise may not
 		ec.Timeout = defaultTimeout(&c.Port, c.Poll.Mode)

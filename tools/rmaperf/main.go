@@ -50,7 +50,12 @@
 // §6) and -timeout-retries its TIMEOUT retries. The executor waits for
 // completions as portal.Wait does: it spins (-spins polls) and then
 // sleeps on the engine's completion doorbell; -spin, -yield and -event
-// do not apply to it.
+// do not apply to it. -rate R makes it open loop (paper Fig. 12):
+// transfers arrive Poisson at R per second, up to -O (default 8) are
+// served at once (latency from post; the note says how late arrivals were
+// posted); -bg
+// SIZE keeps one transfer of SIZE bytes going through the same executor
+// meanwhile (head-of-line pressure).
 //
 // -name is the application name the client presents to its engine when
 // it opens its portal (default "rmaperf"; the engine's slot and class
@@ -185,11 +190,13 @@ func client(test string, args []string) error {
 	size := fs.Int("s", 64, "op size in bytes (1..4096), or transfer size through the executor (above 4096, or with -exec)")
 	useExec := fs.Bool("exec", false, "move each SIZE through portal.Executor even when it fits in one op")
 	bg := fs.Int("bg", 0, "executor: meanwhile keep READs of this many bytes going through the same executor (head-of-line pressure, e.g. 4194304)")
+	rate := fs.Float64("rate", 0, "executor: open loop, transfers arriving Poisson at this many per second (latency from post, the posts' lateness in the note; -O: how many are served at once, default 8)")
 	execSlots := fs.Int("exec-slots", portal.DefaultExecutorSlots, "executor: command slots")
 	chunk := fs.Int("chunk", abi.MaxOpBytes, "executor: op size transfers are split into")
 	timeoutRetries := fs.Int("timeout-retries", portal.DefaultTimeoutRetries, "executor: TIMEOUT retries per chunk (negative: none)")
 	shortFirst := fs.Int("short-first", portal.DefaultShortFirst, "executor: ops long transfers keep in flight while a short one runs (negative: no precedence)")
 	shortHold := fs.Duration("short-hold", portal.DefaultShortHold, "executor: how long long transfers stay capped after a short one")
+	shortHoldMax := fs.Duration("short-hold-max", portal.DefaultShortHoldMax, "executor: the longest hold, which follows the gaps between short transfers (at most -short-hold: a fixed hold)")
 	ccp := cc.DefaultParams()
 	ccInit := fs.Float64("cc-init", ccp.CwndInit, "executor: initial congestion window (ops)")
 	ccMin := fs.Float64("cc-min", ccp.CwndMin, "executor: smallest congestion window (ops)")
@@ -217,13 +224,19 @@ func client(test string, args []string) error {
 	if test == "write_bw" || test == "write_lat" {
 		op = abi.OpWrite
 	}
-	if test == "read_lat" || test == "write_lat" {
+	setO := false
+	fs.Visit(func(f *flag.Flag) { setO = setO || f.Name == "O" })
+	if *rate < 0 {
+		return fmt.Errorf("bad -rate %v", *rate)
+	}
+	if (test == "read_lat" || test == "write_lat") && *rate == 0 {
 		*outstanding = 1
 	}
-	execMode := *useExec || *size > abi.MaxOpBytes || *bg > 0
-	if execMode && test != "read_lat" && test != "write_lat" {
-		setO := false
-		fs.Visit(func(f *flag.Flag) { setO = setO || f.Name == "O" })
+	if *rate > 0 && !setO {
+		*outstanding = 8
+	}
+	execMode := *useExec || *size > abi.MaxOpBytes || *bg > 0 || *rate > 0
+	if execMode && test != "read_lat" && test != "write_lat" && *rate == 0 {
 		if !setO {
 			*outstanding = 2 // transfers, each pipelining many ops
 		}
@@ -233,7 +246,7 @@ func client(test string, args []string) error {
 	}
 	ecfg := portal.DefaultExecutorConfig()
 	ecfg.Slots, ecfg.ChunkBytes, ecfg.TimeoutRetries = *execSlots, *chunk, *timeoutRetries
-	ecfg.ShortFirst, ecfg.ShortHold = *shortFirst, *shortHold
+	ecfg.ShortFirst, ecfg.ShortHold, ecfg.ShortHoldMax = *shortFirst, *shortHold, *shortHoldMax
 	if ecfg.TimeoutRetries == 0 {
 		ecfg.TimeoutRetries = -1 // 0 retries asked for; the config's 0 is the default
 	}
@@ -328,7 +341,7 @@ func client(test string, args []string) error {
 	}
 	var res benchrow.Row
 	if execMode {
-		res, err = runExec(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, ecfg, *bg)
+		res, err = runExec(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, ecfg, *bg, *rate)
 	} else {
 		if *localFlag > 0 && (*verify || *localFlag < uint64(*outstanding)*abi.MaxOpBytes || *localFlag%abi.MaxOpBytes != 0) {
 			return fmt.Errorf("-local-bytes %d: want a multiple of %d, at least -O × %d, and no -verify (walking ranges may be reused while an op is in flight)", *localFlag, abi.MaxOpBytes, abi.MaxOpBytes)
@@ -522,7 +535,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 	}
 	secs := float64(end-start) / 1e9
 	r := benchrow.Row{
-		System: "onerma", Test: test, Size: size, Outstanding: outstanding,
+		System: "onerma", Test: test, Size: size, Outstanding: outstanding, Cores: 1, // a portal is served by one engine core
 		OpsPerSec: float64(ops) / secs, MBPerSec: float64(ops) * float64(size) / secs / 1e6,
 		P50us: us(h.Quantile(0.5)), P99us: benchrow.F(us(h.Quantile(0.99))), P999us: benchrow.F(us(h.Quantile(0.999))),
 		EngP50us: benchrow.F(us(eng.Quantile(0.5))), EngP99us: benchrow.F(us(eng.Quantile(0.99))),
