@@ -230,12 +230,10 @@ func (x *execWorker) transfer(ctx context.Context, op abi.Op, t int, ks *keys, o
 	}
 	x.St.Failed[st.String()]++
 	span := opSpan{initiator: x.i, target: t, region: roleExec, posted: t0, done: now, keyAt: ks.at}
-	if win := x.s.faults.explain(span, st); win != nil {
-		x.St.Explained[win.kind]++
-	} else {
-		x.s.errs.add("engine %d executor: %v of %d B with engine %d from %v to %v failed outside every fault window that could explain it: %v",
+	x.s.faults.judgeLater(span, st, &x.St.Explained, func() string {
+		return fmt.Sprintf("engine %d executor: %v of %d B with engine %d from %v to %v failed outside every fault window that could explain it: %v",
 			x.i+1, op, size, t+1, x.s.since(t0), x.s.since(now), err)
-	}
+	}, &x.s.errs)
 	if st == abi.StatusRemoteAuthFailure {
 		x.ring.stale(t, ks.at)
 	}

@@ -55,8 +55,55 @@ func (r role) String() string { return [...]string{"data", "exec"}[r] }
 
 // faults is the set of windows of a run. Safe for concurrent use.
 type faults struct {
-	mu sync.Mutex
-	ws []window
+	mu      sync.Mutex
+	ws      []window
+	pending []pendingFailure
+}
+
+// pendingFailure is a TIMEOUT or UNREACHABLE no window explained when it
+// completed. A stall window opens only when the engines' counters are
+// next read (stallEvery later, once the loop has run again), after the
+// ops the stall made fail have completed: such failures are judged again
+// by settle once the load has stopped and the last reading is in.
+type pendingFailure struct {
+	span      opSpan
+	st        abi.Status
+	explained *[nWindowKinds]uint64 // the worker's counters, by window kind
+	msg       string                // the error if nothing explains it
+}
+
+// judgeLater explains op's failure st now or, for a status a stall window
+// opened later may explain, once settle runs; explained counts it by
+// window kind, msg is the error otherwise.
+func (f *faults) judgeLater(op opSpan, st abi.Status, explained *[nWindowKinds]uint64, msg func() string, errs *errorLog) {
+	if win := f.explain(op, st); win != nil {
+		explained[win.kind]++
+		return
+	}
+	if st != abi.StatusTimeout && st != abi.StatusUnreachable {
+		errs.add("%s", msg())
+		return
+	}
+	f.mu.Lock()
+	f.pending = append(f.pending, pendingFailure{span: op, st: st, explained: explained, msg: msg()})
+	f.mu.Unlock()
+}
+
+// settle judges the pending failures against every window: call it once
+// the workers have stopped and the stall watcher has taken its last
+// reading.
+func (f *faults) settle(errs *errorLog) {
+	f.mu.Lock()
+	pending := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	for _, p := range pending {
+		if win := f.explain(p.span, p.st); win != nil {
+			p.explained[win.kind]++
+		} else {
+			errs.add("%s", p.msg)
+		}
+	}
 }
 
 // open starts a window now and returns its index for close.

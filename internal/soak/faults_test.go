@@ -56,3 +56,31 @@ func TestExplain(t *testing.T) {
 		}
 	}
 }
+
+// A TIMEOUT that completes before the stall window explaining it is
+// opened (the stall watcher sees a stall only once the loop runs again)
+// is judged again by settle; an unexplained one, and any other status,
+// is an error.
+func TestJudgeLater(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var f faults
+	var errs errorLog
+	var explained [nWindowKinds]uint64
+	op := func(ini, tgt int, from, to float64) opSpan {
+		return opSpan{initiator: ini, target: tgt, region: roleData, posted: at(from), done: at(to), keyAt: at(from)}
+	}
+	f.judgeLater(op(2, 1, 27.2, 28.2), abi.StatusTimeout, &explained, func() string { return "timeout to the stalled engine" }, &errs)
+	f.judgeLater(op(2, 3, 27.2, 28.2), abi.StatusTimeout, &explained, func() string { return "timeout between two others" }, &errs)
+	f.judgeLater(op(2, 1, 27.2, 28.2), abi.StatusRemoteBounds, &explained, func() string { return "remote bounds" }, &errs)
+	if n, _ := errs.snapshot(); n != 1 {
+		t.Fatalf("before settle: %d errors, want 1 (the status no window explains)", n)
+	}
+	// Engine 2's loop stalled from 27.1 s; the watcher reads it at 28.4 s.
+	f.add(window{kind: winStall, engines: 1 << 1, start: at(27.0), end: at(28.6)})
+	f.settle(&errs)
+	n, msgs := errs.snapshot()
+	if n != 2 || msgs[1] != "timeout between two others" || explained[winStall] != 1 {
+		t.Fatalf("after settle: %d errors %q, %d explained by a stall", n, msgs, explained[winStall])
+	}
+}

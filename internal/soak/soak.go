@@ -193,6 +193,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	close(samplerDone)
 	close(stallsDone)
 	<-stallsEnded
+	s.faults.settle(&s.errs)
 	s.logf("load stopped after %v; quiescing", elapsed.Round(time.Second))
 
 	rep := &Report{Planned: cfg.Duration, Duration: elapsed, Floors: floors, LoadStart: load0, Hosts: b.describe()}

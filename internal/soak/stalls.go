@@ -42,6 +42,7 @@ func (s *soak) watchStalls(done chan struct{}) {
 		ok  bool
 	}
 	prev := make([]reading, engines)
+	last := false
 	tick := time.NewTicker(stallEvery)
 	defer tick.Stop()
 	for {
@@ -61,17 +62,27 @@ func (s *soak) watchStalls(done chan struct{}) {
 			if d < stallFloor || d < over/2 {
 				continue
 			}
-			// The stall ended by now and began after the previous
-			// reading (the loop publishes its counters within
-			// microseconds); ops it made fail end a grace later.
-			s.faults.add(window{kind: winStall, engines: 1 << i, start: p.at.Add(-100 * time.Millisecond), end: now.Add(grace)})
+			// The stall ended by now: the loop adds a gap to its
+			// counters when it runs again, so a stall that straddled
+			// the previous reading began d before now, not after it;
+			// ops it made fail end a grace later.
+			start := p.at
+			if began := now.Add(-d); began.Before(start) {
+				start = began
+			}
+			s.faults.add(window{kind: winStall, engines: 1 << i, start: start.Add(-100 * time.Millisecond), end: now.Add(grace)})
 			s.stallMu.Lock()
 			s.stalls = append(s.stalls, stallRecord{engine: s.bed.Hosts[i].Name, at: s.since(p.at), stall: d, over: over})
 			s.stallMu.Unlock()
 		}
+		if last {
+			return
+		}
 		select {
 		case <-done:
-			return
+			// One more reading: a stall that ended since the last one
+			// may explain failures of the last second of load.
+			last = true
 		case <-tick.C:
 		}
 	}

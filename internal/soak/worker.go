@@ -256,12 +256,10 @@ func (w *worker) complete(c *abi.Completion) error {
 	}
 	if c.Status != abi.StatusOK {
 		span := opSpan{initiator: w.i, target: sl.t, region: roleData, posted: sl.posted, done: now, keyAt: sl.keyAt}
-		if win := w.s.faults.explain(span, c.Status); win != nil {
-			w.St.Explained[win.kind]++
-		} else {
-			w.s.errs.add("%s posted at %v: %v after %v, outside every fault window that could explain it",
+		w.s.faults.judgeLater(span, c.Status, &w.St.Explained, func() string {
+			return fmt.Sprintf("%s posted at %v: %v after %v, outside every fault window that could explain it",
 				desc(), w.s.since(sl.posted), c.Status, now.Sub(sl.posted).Round(time.Millisecond))
-		}
+		}, &w.s.errs)
 		switch c.Status {
 		case abi.StatusRemoteAuthFailure:
 			w.ring.stale(sl.t, sl.keyAt)
