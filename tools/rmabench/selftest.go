@@ -232,16 +232,16 @@ func lastLines(s string, n int) string {
 	return strings.Join(l[max(0, len(l)-n):], "\n")
 }
 
-// printSelfTestRatios prints the two-core loopback rows against the
-// one-core rows of the same test and size, and the rounds' ratios.
-func printSelfTestRatios(rows []Row) {
+// selftestRoundRatios returns, per round of selftestScaling, the
+// two-core 64 B read_bw over the one-core, and the hand-over mode's over
+// the one-core.
+func selftestRoundRatios(rows []Row) (two, handed []float64) {
 	var round []Row // the rows of selftestScaling, three per round
 	for _, r := range rows {
 		if r.Setup == "selftest-rounds" || r.Setup == "selftest-handover" {
 			round = append(round, r)
 		}
 	}
-	var two, handed []float64
 	for k := 0; k+3 <= len(round); k += 3 {
 		var one, two1, h float64
 		for _, r := range round[k : k+3] {
@@ -258,6 +258,13 @@ func printSelfTestRatios(rows []Row) {
 			two, handed = append(two, two1/one), append(handed, h/one)
 		}
 	}
+	return two, handed
+}
+
+// printSelfTestRatios prints the two-core loopback rows against the
+// one-core rows of the same test and size, and the rounds' ratios.
+func printSelfTestRatios(rows []Row) {
+	two, handed := selftestRoundRatios(rows)
 	if len(two) > 0 && len(handed) > 0 {
 		fmt.Printf("selftest read_bw 64 B, %d rounds: 2 cores / 1 core = %.2f (%s); one stream handed over on 2 cores / 1 core = %.2f (%s)\n",
 			len(two), median(two), ratioList(two), median(handed), ratioList(handed))
