@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -297,6 +298,7 @@ func TestTenantQuotaUnprivileged(t *testing.T) {
 		reads, eperm, other [2]int
 		stalls              [2]uint64
 		stalled             [2]time.Duration
+		perRound            [2][]time.Duration
 	)
 	for round := range 8 {
 		k, what := round%2, [2]string{"control", "punch"}[round%2]
@@ -312,6 +314,7 @@ func TestTenantQuotaUnprivileged(t *testing.T) {
 		other[k] += ot
 		stalls[k] += after.Stalls - before.Stalls
 		stalled[k] += time.Duration(after.StalledNs - before.StalledNs)
+		perRound[k] = append(perRound[k], time.Duration(after.StalledNs-before.StalledNs))
 	}
 	t.Logf("4 × %v of verified 4 KB reads beside a syscall loop: %d beside getppid (loop stalls %d, %v), %d beside %d hole punches refused (loop stalls %d, %v)",
 		tenantPhase, reads[0], stalls[0], stalled[0], reads[1], eperm[1], stalls[1], stalled[1])
@@ -320,9 +323,12 @@ func TestTenantQuotaUnprivileged(t *testing.T) {
 	}
 	// What is checked is that punching costs the loop no more than any
 	// syscall loop does (a punched page would cost a fault per page the
-	// loop touches, and a huge page the pool no longer has a SIGBUS).
-	if stalled[1] > 2*stalled[0]+100*time.Millisecond {
-		t.Fatalf("punching: %d reads, loop stalled %v; the same syscall loop without punching: %d reads, %v", reads[1], stalled[1], reads[0], stalled[0])
+	// loop touches in every round, and a huge page the pool no longer has
+	// a SIGBUS): the rounds' medians, so that one stall the rest of a
+	// shared host causes in one round does not decide it.
+	if mp, mc := medianDuration(perRound[1]), medianDuration(perRound[0]); mp > 2*mc+50*time.Millisecond {
+		t.Fatalf("punching: %d reads, loop stalled %v (median round %v, rounds %v); the same syscall loop without punching: %d reads, %v (median round %v, rounds %v)",
+			reads[1], stalled[1], mp, perRound[1], reads[0], stalled[0], mc, perRound[0])
 	}
 
 	// Another tenant still gets huge pages.
@@ -360,4 +366,14 @@ func TestTenantQuotaUnprivileged(t *testing.T) {
 			t.Fatalf("the unprivileged tenant not reclaimed: %+v, rss %d MiB (had %d)", st.Tenants, procStatusKB(t, e.Pid(), "VmRSS")>>20, rss0>>20)
 		}
 	}
+}
+
+// medianDuration is the median of d (d is sorted in place).
+func medianDuration(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	n := len(d)
+	if n%2 == 1 {
+		return d[n/2]
+	}
+	return (d[n/2-1] + d[n/2]) / 2
 }
