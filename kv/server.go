@@ -395,23 +395,36 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.cmu.Unlock()
 	s.cancel()
-	err := s.shutdown()
+	err := s.stopServing()
+	// The handlers apply updates to the regions' memory, which closing
+	// the portal unmaps: they end (their connections closed by the
+	// cancel) before it goes.
 	s.wg.Wait()
-	return err
+	return errors.Join(err, s.closePortal())
 }
 
+// shutdown stops serving and closes the portal, for a server no handler
+// has run on.
 func (s *Server) shutdown() error {
-	var err error
+	return errors.Join(s.stopServing(), s.closePortal())
+}
+
+// stopServing closes the listener and the key exchange.
+func (s *Server) stopServing() error {
 	if s.ln != nil {
 		s.ln.Close()
 	}
 	if s.kx != nil {
-		err = errors.Join(err, s.kx.Close())
+		return s.kx.Close()
 	}
+	return nil
+}
+
+func (s *Server) closePortal() error {
 	if s.p != nil {
-		err = errors.Join(err, s.p.Close())
+		return s.p.Close()
 	}
-	return err
+	return nil
 }
 
 // counters lists the stats in the order STATS sends them.
