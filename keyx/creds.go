@@ -158,6 +158,25 @@ func checkDNSName(h string) error {
 	return nil
 }
 
+// NewPair makes a CA named name, valid for lifetime (NewCA's default
+// for 0), and issues from it one owner's credentials (IssueServer with
+// hosts, named name+" server") and one reader's (name+" client"): the
+// pair a single owner and its readers need, as tests, benchmarks and
+// tools that start both sides use.
+func NewPair(name string, lifetime time.Duration, hosts ...string) (server, client *Credentials, err error) {
+	ca, err := NewCA(name, lifetime)
+	if err != nil {
+		return nil, nil, err
+	}
+	if server, err = ca.IssueServer(name+" server", hosts...); err != nil {
+		return nil, nil, err
+	}
+	if client, err = ca.IssueClient(name + " client"); err != nil {
+		return nil, nil, err
+	}
+	return server, client, nil
+}
+
 // IssueClient issues credentials for a reader (Fetch, Dial): client-auth
 // usage only, so they cannot serve.
 func (ca *CA) IssueClient(name string) (*Credentials, error) {

@@ -553,3 +553,21 @@ func TestIdleConnection(t *testing.T) {
 		t.Fatalf("new connection: %v", err)
 	}
 }
+
+// NewPair's owner credentials serve its readers', and only in those roles.
+func TestNewPair(t *testing.T) {
+	srv, cli, err := NewPair("pair", time.Hour, "owner.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDir(t.TempDir(), cli, srv, false); err == nil {
+		t.Fatal("WriteDir took the reader's credentials as the owner's")
+	}
+	reg := &fakeRegion{id: 0x10003, size: 4096, perm: abi.PermRemoteRead, kr: aesni.Key{9}}
+	addr, _, _ := startServer(t, srv, reg)
+	req := Request{Initiator: reader, PID: 7, Region: reg.id, Op: abi.OpRead}
+	g, err := Fetch(ctx(t), addr, cli, req)
+	if err != nil || g.Key != aesni.DeriveKey(reg.kr, reader.As4(), 7, uint8(abi.OpRead)) {
+		t.Fatalf("fetch with the pair: %v", err)
+	}
+}

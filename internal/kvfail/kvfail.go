@@ -113,15 +113,7 @@ func Start(cfg Config) (b *Bed, err error) {
 			return nil, err
 		}
 	}
-	ca, err := keyx.NewCA("kvfail CA", 24*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	screds, err := ca.IssueServer("kvfail server")
-	if err != nil {
-		return nil, err
-	}
-	ccreds, err := ca.IssueClient("kvfail client")
+	screds, ccreds, err := keyx.NewPair("kvfail", 24*time.Hour)
 	if err != nil {
 		return nil, err
 	}

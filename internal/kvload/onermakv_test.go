@@ -18,15 +18,7 @@ func TestOneRMAKVDriver(t *testing.T) {
 	eng := enginetest.Start(t, enginetest.Opts{Engine: func(c *engine.Config) {
 		c.Slots, c.Regions, c.Portals = 1024, 64, 16
 	}})
-	ca, err := keyx.NewCA("kvload test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	screds, err := ca.IssueServer("kv server")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ccreds, err := ca.IssueClient("kv client")
+	screds, ccreds, err := keyx.NewPair("kv", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -225,17 +225,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // openApps starts every engine's applications: its owner (regions and
 // key service), its raw worker and its executor.
 func (s *soak) openApps() error {
-	ca, err := keyx.NewCA("onerma-soak", 24*time.Hour)
+	server, client, err := keyx.NewPair("onerma-soak", 24*time.Hour)
 	if err != nil {
 		return err
 	}
-	server, err := ca.IssueServer("soak-owner")
-	if err != nil {
-		return err
-	}
-	if s.creds, err = ca.IssueClient("soak-reader"); err != nil {
-		return err
-	}
+	s.creds = client
 	for i := range engines {
 		o, err := newOwner(i, s.bed.socket(i), server)
 		if err != nil {

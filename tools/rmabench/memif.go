@@ -109,15 +109,7 @@ type perfServer struct {
 // startPerfServer starts an rmaperf server on the engine at socket and
 // waits until it serves.
 func startPerfServer(rmaperf, socket string) (*perfServer, error) {
-	ca, err := keyx.NewCA("rmabench CA", 0)
-	if err != nil {
-		return nil, err
-	}
-	srvCreds, err := ca.IssueServer("rmaperf-server")
-	if err != nil {
-		return nil, err
-	}
-	cliCreds, err := ca.IssueClient("rmaperf-client")
+	srvCreds, cliCreds, err := keyx.NewPair("rmaperf", 0)
 	if err != nil {
 		return nil, err
 	}

@@ -56,15 +56,7 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	ca, err := keyx.NewCA("rmabench kv CA", 0)
-	if err != nil {
-		return nil, err
-	}
-	sc, err := ca.IssueServer("rmakv-server")
-	if err != nil {
-		return nil, err
-	}
-	cc, err := ca.IssueClient("rmakv-client")
+	sc, cc, err := keyx.NewPair("rmakv", 0)
 	if err != nil {
 		return nil, err
 	}

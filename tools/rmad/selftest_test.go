@@ -193,12 +193,10 @@ func TestSelfTestMemif(t *testing.T) {
 		t.Fatal(err)
 	}
 	pattern.Fill(r.Bytes(), 0)
-	ca, err := keyx.NewCA("selftest CA", 0)
+	srvCreds, cliCreds, err := keyx.NewPair("selftest", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvCreds, _ := ca.IssueServer("owner")
-	cliCreds, _ := ca.IssueClient("rmad")
 	creds := filepath.Join(dir, "creds")
 	if err := keyx.WriteDir(creds, srvCreds, cliCreds, false); err != nil {
 		t.Fatal(err)
