@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
@@ -38,6 +41,10 @@ type Config struct {
 	// CPU, if set, measures the serving side's processes during the
 	// measurement (Result.ServerCPU).
 	CPU *CPUMeter
+	// ClientCPUs, when set, pins client i's goroutine to its own OS
+	// thread on CPU ClientCPUs[i % len]: for a system whose polling
+	// engine owns the other CPUs, so the clients never take its CPU.
+	ClientCPUs []int
 }
 
 // Validate says what is wrong with c, if anything.
@@ -188,6 +195,8 @@ type client struct {
 	val  []byte // the value a SET writes
 	dst  []byte // where a GET's value lands
 	pace *pacer // open loop only
+	// pinErr: Config.ClientCPUs could not be applied; the client ran nothing.
+	pinErr error
 }
 
 // do runs op synchronously.
@@ -336,9 +345,18 @@ func Run(dial Dialer, cfg Config) (*Result, error) {
 	if cfg.CPU != nil {
 		wg.Go(func() { res.ServerCPU, cpuErr = measureCPU(cfg.CPU, clk) })
 	}
-	for _, c := range cs {
+	for i, c := range cs {
 		c.clk = clk
 		wg.Go(func() {
+			if n := len(cfg.ClientCPUs); n > 0 {
+				runtime.LockOSThread() // the thread ends with the goroutine, its affinity with it
+				var set unix.CPUSet
+				set.Set(cfg.ClientCPUs[i%n])
+				if err := unix.SchedSetaffinity(0, &set); err != nil {
+					c.pinErr = fmt.Errorf("kvload: client %d: pinning to CPU %d: %w", i, cfg.ClientCPUs[i%n], err)
+					return
+				}
+			}
 			switch {
 			case depth > 1 && arr != nil:
 				c.openAsync(arr, depth)
@@ -354,6 +372,9 @@ func Run(dial Dialer, cfg Config) (*Result, error) {
 	wg.Wait()
 	closeAll()
 	for _, c := range cs {
+		if c.pinErr != nil {
+			return nil, c.pinErr
+		}
 		res.merge(c.res)
 	}
 	res.Seconds = cfg.Duration.Seconds()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"golang.org/x/sys/unix"
 )
 
 // memStore is an in-process key/value store: the generator's subject in
@@ -306,5 +307,49 @@ func TestClosedLoopAsyncDepth(t *testing.T) {
 	}
 	if _, err := Run(s.dial, Config{Workload: w, Clients: 1, Depth: 8, Duration: time.Millisecond}); err == nil {
 		t.Error("Depth 8 over a synchronous Store: no error")
+	}
+}
+
+// pinnedMem is a memClient that records the CPU affinity of the threads
+// its GETs run on.
+type pinnedMem struct {
+	memClient
+	mu    *sync.Mutex
+	masks map[int]bool // CPU counts of the masks seen; -1: a mask other than want
+	want  int
+}
+
+func (c pinnedMem) Get(key, dst []byte) ([]byte, error) {
+	var set unix.CPUSet
+	k := -2
+	if unix.SchedGetaffinity(0, &set) == nil {
+		k = set.Count()
+		if !set.IsSet(c.want) {
+			k = -1
+		}
+	}
+	c.mu.Lock()
+	c.masks[k] = true
+	c.mu.Unlock()
+	return c.memClient.Get(key, dst)
+}
+
+// TestClientCPUs: with ClientCPUs every client's operations run on a
+// thread pinned to its CPU alone; a CPU that cannot be had fails the run.
+func TestClientCPUs(t *testing.T) {
+	w := Workload{Mix: YCSBC, Keys: 100, ValueBytes: 32, Seed: 5}
+	s := loaded(t, w)
+	var mu sync.Mutex
+	masks := map[int]bool{}
+	dial := func() (Store, error) { return pinnedMem{memClient{s}, &mu, masks, 0}, nil }
+	r, err := Run(dial, Config{Workload: w, Clients: 2, Duration: 100 * time.Millisecond, ClientCPUs: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GetsDone == 0 || len(masks) != 1 || !masks[1] {
+		t.Errorf("%d GETs; affinity masks seen (CPU counts, -1 not CPU 0): %v; want only CPU 0", r.GetsDone, masks)
+	}
+	if _, err := Run(dial, Config{Workload: w, Clients: 1, Duration: 10 * time.Millisecond, ClientCPUs: []int{1000}}); err == nil || !strings.Contains(err.Error(), "pinning to CPU 1000") {
+		t.Errorf("pinned to CPU 1000: %v, want the pinning's error", err)
 	}
 }

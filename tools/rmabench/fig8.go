@@ -61,7 +61,7 @@ func fig8Run(ts []*kvTarget, w kvload.Workload, closed []Row) ([]Row, error) {
 			}
 			clients, depth := t.concurrency()
 			cfg := kvload.Config{Workload: w, Clients: clients, Depth: depth, Rate: f * capacity[t],
-				Warmup: fig8Warmup, Duration: fig8D, Drain: fig8Drain, CPU: kvload.NewCPUMeter(t.pids...)}
+				Warmup: fig8Warmup, Duration: fig8D, Drain: fig8Drain, CPU: kvload.NewCPUMeter(t.pids...), ClientCPUs: t.clientCPUs}
 			res, err := t.run(cfg)
 			if err != nil {
 				return nil, fmt.Errorf("fig8 %s%s at %.0f GETs/s: %w", t.system, t.suffix, cfg.Rate, err)

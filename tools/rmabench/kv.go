@@ -54,6 +54,7 @@ type kvTarget struct {
 	depth, clients int
 	pids           []int  // the serving side's processes, whose CPU is counted
 	cores          int    // the serving side's worker threads (an engine: its polling cores)
+	clientCPUs     []int  // the CPUs the clients are pinned to (kvload.Config.ClientCPUs)
 	server         string // how the server was started, for the rows
 	stop           func() error
 	// pause and resume, when set, stop the target between its runs and
@@ -207,7 +208,7 @@ func kvMeasure(ts []*kvTarget, w kvload.Workload, dur time.Duration) ([]Row, err
 			runs[i] = func() ([]Row, error) {
 				clients, depth := t.concurrency()
 				cfg := kvload.Config{Workload: w, Clients: clients, Depth: depth, Warmup: kvWarmup(dur), Duration: dur,
-					CPU: kvload.NewCPUMeter(t.pids...)}
+					CPU: kvload.NewCPUMeter(t.pids...), ClientCPUs: t.clientCPUs}
 				res, err := t.run(cfg)
 				if err != nil {
 					return nil, fmt.Errorf("%s%s %s %d B: %w", t.system, t.suffix, mix.Name, w.ValueBytes, err)
