@@ -5,8 +5,8 @@
 # `rmabench -pgo` on the loopback engine exactly as the bench's loopback
 # rows start it (busy polling on CPU 1, rmaperf on CPU 0), under the
 # workloads make bench measures: READ and WRITE, 64 B and 4 KB, at MTU
-# 1500 and 9000, and a 4 MB executor READ. Run it (as root, after
-# scripts/setup.sh) when the engine's hot path changed much; commit the
+# 1500 and 9000, a 4 MB executor READ, and rmad -selftest on one core.
+# Run it (as root, after scripts/setup.sh) when the engine's hot path changed much; commit the
 # new profile with the numbers of a make bench before and after.
 #
 #   bash scripts/pgo.sh [seconds per workload, default 3]

@@ -16,7 +16,8 @@ import (
 // frames to itself through the net_ring port, rmaperf on CPU 0), once per
 // MTU, under the workloads make bench measures: READ and WRITE, 64 B and
 // 4 KB, bandwidth (O=64) and, at MTU 1500, latency; at MTU 9000 also a
-// 4 MB executor READ. rmad writes a CPU profile of each run (-cpuprofile);
+// 4 MB executor READ; then rmad -selftest on one core (the selftest
+// rows' READs and WRITEs of 64 B and 4 KB). rmad writes a CPU profile of each run (-cpuprofile);
 // go tool pprof merges them into out.
 func pgoRun(rmad, rmaperf, dir, out string, dur time.Duration) error {
 	var profiles []string
@@ -43,6 +44,17 @@ func pgoRun(rmad, rmaperf, dir, out string, dur time.Duration) error {
 		if err := e.Stop(10 * time.Second); err != nil { // rmad writes its profile as it exits
 			return err
 		}
+		profiles = append(profiles, prof)
+	}
+	// The engine's own op generator (rmad -selftest, one core): the
+	// selftest rows' workloads, whose ops take no portal ring.
+	for _, s := range selftestSpecs2 {
+		prof := filepath.Join(dir, fmt.Sprintf("rmad-selftest-%s-%d.pprof", s.test, s.size))
+		r, err := selftestOnce(selftestEngine(rmad, dir, "1", false, "-20"), s, dur, "pgo", nil, "-cpuprofile", prof)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("pgo: selftest %-9s %7d B O=%-2d %10.0f ops/s %8.1f MB/s\n", s.test, s.size, s.depth, r.OpsPerSec, r.MBPerSec)
 		profiles = append(profiles, prof)
 	}
 	cmd := exec.Command("go", append([]string{"tool", "pprof", "-proto"}, profiles...)...)
