@@ -152,6 +152,11 @@ func Start(o Options) (*Engine, error) {
 	default:
 		e.cmd = exec.Command(o.Rmad, args...)
 	}
+	if sock := staleMemifSocket(o.Vdev); sock != "" {
+		// A memif server refuses a socket path that exists (EADDRINUSE);
+		// the engine before it on this wire may have left it behind.
+		os.Remove(sock)
+	}
 	logf, err := os.Create(e.LogPath)
 	if err != nil {
 		return nil, err
@@ -301,6 +306,32 @@ func (e *Engine) Tail(n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// staleMemifSocket is the socket path of vdev when it is a memif server
+// with a socket in the file system ("" otherwise): one that an engine
+// started with vdev must find absent.
+func staleMemifSocket(vdev string) string {
+	if !strings.HasPrefix(vdev, "net_memif") {
+		return ""
+	}
+	var sock string
+	server, abstract := false, true
+	for _, kv := range strings.Split(vdev, ",")[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "role":
+			server = v == "server"
+		case "socket":
+			sock = v
+		case "socket-abstract":
+			abstract = v != "no"
+		}
+	}
+	if !server || abstract {
+		return ""
+	}
+	return sock
 }
 
 // MemifPair returns engine options for the two ends of a memif wire whose
