@@ -4,13 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/onerma/onerma/internal/cpupin"
 )
 
 // Config is one run against one system.
@@ -349,13 +347,12 @@ func Run(dial Dialer, cfg Config) (*Result, error) {
 		c.clk = clk
 		wg.Go(func() {
 			if n := len(cfg.ClientCPUs); n > 0 {
-				runtime.LockOSThread() // the thread ends with the goroutine, its affinity with it
-				var set unix.CPUSet
-				set.Set(cfg.ClientCPUs[i%n])
-				if err := unix.SchedSetaffinity(0, &set); err != nil {
-					c.pinErr = fmt.Errorf("kvload: client %d: pinning to CPU %d: %w", i, cfg.ClientCPUs[i%n], err)
+				unpin, err := cpupin.Pin(cfg.ClientCPUs[i%n])
+				if err != nil {
+					c.pinErr = fmt.Errorf("kvload: client %d: %w", i, err)
 					return
 				}
+				defer unpin()
 			}
 			switch {
 			case depth > 1 && arr != nil:

@@ -7,6 +7,7 @@ import (
 
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/aesni/mb"
+	"github.com/onerma/onerma/internal/cpupin"
 )
 
 // gcmLimit measures one core's AES-128-GCM ceiling at 4 KB, the way the
@@ -14,7 +15,7 @@ import (
 // aesni.OpenResponseDirect into another, in one pass): the crypto work of one 4 KB READ at
 // both ends. Engine goodput reads as a fraction of this row.
 func gcmLimit(dur time.Duration) (Row, error) {
-	unpin, err := pin(1) // the loopback engine's CPU
+	unpin, err := cpupin.Pin(1) // the loopback engine's CPU
 	if err != nil {
 		return Row{}, err
 	}
@@ -52,7 +53,7 @@ func gcmLimit(dur time.Duration) (Row, error) {
 // gcmLimitMB is gcmLimit on the engine's ipsec-mb backend (rmad's default
 // -crypto), batched as the engine batches (mbLoop).
 func gcmLimitMB(dur time.Duration) (Row, error) {
-	unpin, err := pin(1) // the loopback engine's CPU
+	unpin, err := cpupin.Pin(1) // the loopback engine's CPU
 	if err != nil {
 		return Row{}, err
 	}

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/onerma/onerma/internal/benchrow"
+	"github.com/onerma/onerma/internal/cpupin"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,7 +53,7 @@ func platformRun(dur time.Duration) ([]Row, error) {
 // run (on an idle VM: the hypervisor's interrupts, the guest's timer tick
 // among them; bench/RESULTS.md, platform).
 func cpuStall(dur time.Duration) (Row, error) {
-	unpin, err := pin(1)
+	unpin, err := cpupin.Pin(1)
 	if err != nil {
 		return Row{}, err
 	}
@@ -99,7 +99,7 @@ func word(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[of
 // completion doorbell, and a child of it (this binary re-executed, running
 // xprocChild) busy-polling a shared page as an engine polls its rings.
 func xprocWake(dur time.Duration) (Row, error) {
-	unpin, err := pin(0)
+	unpin, err := cpupin.Pin(0)
 	if err != nil {
 		return Row{}, err
 	}
@@ -196,7 +196,7 @@ func xprocWake(dur time.Duration) (Row, error) {
 // request in the shared page (fd 3) and rings the eventfd (fd 4) when the
 // parent armed it.
 func xprocChild() error {
-	if _, err := pin(0); err != nil {
+	if _, err := cpupin.Pin(0); err != nil {
 		return err
 	}
 	mem, err := unix.Mmap(3, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -221,27 +221,6 @@ func xprocChild() error {
 			return errors.New("xproc child: still running after " + childLimit.String())
 		}
 	}
-}
-
-// pin locks the calling goroutine to its thread and pins the thread to
-// cpu; unpin restores the thread's affinity and unlocks it, so that the
-// processes rmabench starts later from that thread do not inherit the pin.
-func pin(cpu int) (unpin func(), err error) {
-	runtime.LockOSThread()
-	var old, set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	set.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("pinning to CPU %d: %w", cpu, err)
-	}
-	return func() {
-		unix.SchedSetaffinity(0, &old)
-		runtime.UnlockOSThread()
-	}, nil
 }
 
 // pcts returns the p50, p99 and p99.9 of v (sorted in place; nearest rank).

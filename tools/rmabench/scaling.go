@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/onerma/onerma/internal/cpupin"
 )
 
 // scalingRounds is how many interleaved rounds of one loop and two loops
@@ -48,7 +50,7 @@ func sealOpenLoops(n int, d time.Duration) (Row, error) {
 	for i := range n {
 		go func() {
 			defer done.Done()
-			unpin, err := pin(scalingCPUs[i])
+			unpin, err := cpupin.Pin(scalingCPUs[i])
 			if err != nil {
 				errs[i] = err
 				ready.Done()
