@@ -171,7 +171,7 @@ func (b *Bed) startServer(i int, credsDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := testbed.StartKeep(cmd); err != nil {
 		return "", err
 	}
 	b.servers = append(b.servers, cmd)

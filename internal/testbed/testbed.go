@@ -172,7 +172,7 @@ func Start(o Options) (*Engine, error) {
 	if o.PIDNS {
 		e.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
 	}
-	if err := e.cmd.Start(); err != nil {
+	if err := StartKeep(e.cmd); err != nil {
 		logf.Close()
 		return nil, err
 	}
