@@ -42,7 +42,10 @@ const (
 	// pinned to a CPU it shares with its latency-critical application,
 	// which spins with sched_yield too (a small host where the application
 	// and its engine get one core between them). With nothing else
-	// runnable it is Busy.
+	// runnable it is Busy. The application must be in the engine's
+	// scheduling group (the same session under autogroup scheduling, the
+	// same cgroup): on EEVDF kernels sched_yield moves the thread back
+	// only within its group, and does not hand the CPU to another's.
 	Yield
 )
 
