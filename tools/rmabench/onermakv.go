@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,7 +36,10 @@ func init() { onermaKVTargets = startOnermaKV }
 // The engines spin and give their CPU to any other runnable thread when
 // idle (poll mode yield), pinned: the loopback engine to CPU 1 (the
 // clients' goroutine and the rmakv server pinned to CPU 0), A to CPU 0
-// and B to CPU 1 (the clients and the server share CPU 0 with A).
+// and B to CPU 1 (the clients share CPU 0 with A, the server CPU 1 with
+// B, as on two hosts). Engines in poll mode yield run in rmabench's
+// session (testbed.Start), so that their sched_yield hands the CPU to
+// the clients.
 // Unpinned, the kernel put the client's thread on the loopback engine's
 // CPU now and then: 1.06-1.08 M GETs/s against 1.55-1.57 M pinned (1 M
 // keys of 32 B, YCSB-C, 16 in flight, interleaved by hand). On this shared 2-CPU host that beat both other modes at 16
@@ -77,7 +81,7 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 	if err != nil {
 		return fail(err)
 	}
-	t, err := onermaKVOn(rmakv, creds, w, lo, lo, "", portal.Options{},
+	t, err := onermaKVOn(rmakv, creds, w, lo, lo, 0, "", portal.Options{},
 		"one loopback engine, poll mode yield on CPU 1, frozen between runs")
 	if err != nil {
 		lo.Stop(10 * time.Second)
@@ -99,7 +103,7 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 		a.Stop(10 * time.Second)
 		return fail(err)
 	}
-	t, err = onermaKVOn(rmakv, creds, w, a, b, "-memif", portal.Options{WaitSpins: -1},
+	t, err = onermaKVOn(rmakv, creds, w, a, b, 1, "-memif", portal.Options{WaitSpins: -1},
 		"clients on engine A, server on engine B, memif, poll mode yield on CPU 0 and 1, TIMEOUT 20 ms, frozen between runs")
 	if err != nil {
 		a.Stop(10 * time.Second)
@@ -113,10 +117,10 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 	return append(ts, t), nil
 }
 
-// onermaKVOn starts an rmakv server on engine srvEng sized for w and
-// returns its target, its clients on engine cliEng; the target's stop
-// ends the server and srvEng.
-func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.Engine, suffix string, po portal.Options, where string) (*kvTarget, error) {
+// onermaKVOn starts an rmakv server on engine srvEng sized for w, pinned
+// to CPU srvCPU, and returns its target, its clients on engine cliEng
+// pinned to CPU 0; the target's stop ends the server and srvEng.
+func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.Engine, srvCPU int, suffix string, po portal.Options, where string) (*kvTarget, error) {
 	// Four slots per key or more (8 to a bucket): with keys placed at
 	// random, about 1 in 10^4 of 1 M keys then finds its bucket full and
 	// evicts another (the Poisson tail; at two slots per key 0.66 %
@@ -127,9 +131,8 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 	slab := max(uint64(16<<20), w.Keys*uint64(w.ValueBytes+64)*3/2)
 	args := []string{"server", "-socket", srvEng.Socket, "-creds", creds, "-listen", "127.0.0.1:0", "-quiet",
 		"-buckets", fmt.Sprint(buckets), "-slab", fmt.Sprint(slab), "-max-value", fmt.Sprint(w.ValueBytes)}
-	// The server shares CPU 0 with the clients: CPU 1 is the loopback
-	// engine's, or engine B's.
-	cmd := exec.Command("taskset", append([]string{"-c", "0", rmakv}, args...)...)
+	args = append([]string{"-c", strconv.Itoa(srvCPU), rmakv}, args...)
+	cmd := exec.Command("taskset", args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -167,5 +170,5 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 	cfg := kv.ClientConfig{Socket: cliEng.Socket, Portal: po, Servers: []kv.ServerAddr{{RPC: rpc}}, CredsDir: creds,
 		MaxInFlight: onermaKVDepth, MaxUpdates: onermaKVDepth, MaxValue: w.ValueBytes}
 	return &kvTarget{system: "onerma-kv", cores: 1, suffix: suffix, dial: kvload.DialOneRMAKV(cfg), depth: onermaKVDepth, clients: 1, clientCPUs: []int{0},
-		pids: []int{cmd.Process.Pid, srvEng.Pid()}, server: "taskset -c 0 " + rmakv + " " + strings.Join(args, " ") + " (" + where + ")", stop: stop}, nil
+		pids: []int{cmd.Process.Pid, srvEng.Pid()}, server: "taskset " + strings.Join(args, " ") + " (" + where + ")", stop: stop}, nil
 }
