@@ -39,11 +39,13 @@ func init() { onermaKVTargets = startOnermaKV }
 // and B to CPU 1 (the clients share CPU 0 with A, the server CPU 1 with
 // B, as on two hosts). Engines in poll mode yield run in rmabench's
 // session (testbed.Start), so that their sched_yield hands the CPU to
-// the clients.
-// Unpinned, the kernel put the client's thread on the loopback engine's
-// CPU now and then: 1.06-1.08 M GETs/s against 1.55-1.57 M pinned (1 M
-// keys of 32 B, YCSB-C, 16 in flight, interleaved by hand). On this shared 2-CPU host that beat both other modes at 16
-// GETs in flight (32 B, one round of 3 s each at load average 7-10:
+// the clients. Unpinned, the kernel put the client's thread on the
+// loopback engine's CPU now and then: 1.06-1.08 M GETs/s against
+// 1.55-1.57 M pinned (1 M keys of 32 B, YCSB-C, 16 in flight,
+// interleaved by hand; busy mode with the client pinned: the same).
+//
+// Yield beat both other modes on this shared 2-CPU host at 16 GETs in
+// flight, clients unpinned (32 B, one round of 3 s each at load average 7-10:
 // loopback yield 550-680 k GETs/s, p99 77-80 µs; busy at nice -20 20-32
 // k, p99 10-16 ms, its client starved on the other CPU; backoff 290-360
 // k, p99 130-150 µs, each sleep a timer on a VM. memif yield 250-400 k,
