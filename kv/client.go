@@ -402,3 +402,13 @@ func (c *Client) Close() error {
 	}
 	return nil
 }
+
+// popFront removes and returns the first index of a non-empty queue of
+// finished operations, keeping the order and the slice's memory (the
+// queues hold at most MaxInFlight or MaxUpdates entries).
+func popFront(q *[]int32) int32 {
+	i := (*q)[0]
+	copy(*q, (*q)[1:])
+	*q = (*q)[:len(*q)-1]
+	return i
+}

@@ -149,9 +149,7 @@ func (c *Client) Outstanding() int { return c.active }
 func (c *Client) deliver(fn func(tag uint64, val []byte, err error)) int {
 	n := 0
 	for len(c.done) > 0 {
-		gi := c.done[0]
-		copy(c.done, c.done[1:])
-		c.done = c.done[:len(c.done)-1]
+		gi := popFront(&c.done)
 		g := &c.gets[gi]
 		tag, val, err := g.tag, g.val, g.err
 		c.reported = [2]int{int(g.served), int(g.moves)}

@@ -150,9 +150,7 @@ func (c *Client) PollUpdates(fn func(tag uint64, err error)) int {
 	c.takeReplies()
 	n := 0
 	for len(c.doneU) > 0 {
-		ui := c.doneU[0]
-		copy(c.doneU, c.doneU[1:])
-		c.doneU = c.doneU[:len(c.doneU)-1]
+		ui := popFront(&c.doneU)
 		u := &c.upds[ui]
 		tag, err := u.tag, u.err
 		c.freeUpdate(ui)
