@@ -5,7 +5,10 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 BIN     := bin
-TOOLS   := rmad rmactl rmaperf rmabench onerma-demo rmatop rmasoak rmakv
+# Product tools (tools/): what an operator installs and runs. Lab tools
+# (lab/): the benchmark driver, the figures, the soak and the demo.
+TOOLS   := rmad rmactl rmaperf rmatop rmakv
+LAB     := rmabench rmafigures rmasoak onerma-demo
 # BPF programs, compiled here, committed, embedded by their Go packages:
 # rmatop's probe and the XDP program of rmad's AF_XDP ports.
 BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
@@ -43,7 +46,10 @@ bpf:
 
 build: bpf
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
+	@echo "product tools: $(TOOLS)"
+	@$(GO) build -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
+	@echo "lab tools: $(LAB)"
+	@$(GO) build -o $(BIN)/ $(addprefix ./lab/,$(LAB))
 
 # The container images (scripts/image.sh, podman; nothing pulled): a
 # Debian 12 base made by debootstrap, the Dockerfile's runtime image
@@ -69,7 +75,7 @@ test: setup build vet image
 	$(BIN)/rmasoak -bin $(BIN) -d 1m
 	@$(MAKE) --no-print-directory fuzz
 
-# The soak (tools/rmasoak, internal/soak): four engines on the routed
+# The soak (lab/rmasoak, internal/soak): four engines on the routed
 # testbed under verified mixed load for $(SOAK), engines SIGKILLed and
 # restarted, router links flapped, keys replaced; the floors scale with
 # the duration. Its last line is `soak: ok` only when every check held.
@@ -110,7 +116,6 @@ BENCH_ONLY ?=
 BENCH_D ?=
 BENCH_OUT ?= bench/out.jsonl
 bench: setup-bench build
-	$(GO) build -o $(BIN)/ ./tools/rmafigures
 	$(BIN)/rmabench -bin $(BIN) -out $(BENCH_OUT) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D))
 	@if [ -z "$(BENCH_ONLY)" ] || [[ "$(BENCH_ONLY)" == *kv* ]]; then $(BIN)/rmafigures -out figures -kv $(BENCH_OUT); fi
 
@@ -120,7 +125,7 @@ bench: setup-bench build
 # make test asserts the same claims (engine/sim/figures_test.go).
 figures:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./tools/rmafigures
+	$(GO) build -o $(BIN)/ ./lab/rmafigures
 	$(BIN)/rmafigures -out figures
 	@[ ! -f bench/out.jsonl ] || $(BIN)/rmafigures -out figures -kv bench/out.jsonl
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory fig9; else echo "fig9 (the cache's failover, on real engines) needs root: sudo make fig9"; fi

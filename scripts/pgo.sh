@@ -18,5 +18,5 @@ trap 'rm -rf "$work"' EXIT
 
 # rmad built without a profile, so this one does not feed on itself.
 go build -pgo=off -o "$work/" ./tools/rmad
-go build -o "$work/" ./tools/rmaperf ./tools/rmabench
+go build -o "$work/" ./tools/rmaperf ./lab/rmabench
 "$work/rmabench" -bin "$work" -D "${secs}s" -pgo tools/rmad/default.pgo

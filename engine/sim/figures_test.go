@@ -9,7 +9,7 @@ import (
 )
 
 // The paper's congestion experiments (§7.4, §7.5) with assertions on their
-// claims, at the sizes tools/rmafigures plots them (the CC experiments)
+// claims, at the sizes lab/rmafigures plots them (the CC experiments)
 // or with fewer points (the sweeps). Where this implementation does not
 // reach the paper's number the test asserts what it measures, with the
 // reason; figures/RESULTS.md has the numbers next to the paper's.

@@ -24,6 +24,6 @@
 // Server starts memcached and redis-server on loopback for a benchmark
 // or a test.
 //
-// Imported by tools/rmabench (the kv-* setups and Figure 8); imports
+// Imported by lab/rmabench (the kv-* setups and Figure 8); imports
 // none of the engine.
 package kvload

@@ -1,5 +1,5 @@
 // Package plotpng writes gonum plots stacked in one column into a PNG:
-// the figures of make figures (tools/rmafigures) and make fig9 (rmakv).
+// the figures of make figures (lab/rmafigures) and make fig9 (rmakv).
 package plotpng
 
 import (

@@ -1,5 +1,5 @@
 // Package soak runs OneRMA for a long time under faults and checks that
-// nothing is lost: the soak of `make soak` (tools/rmasoak; 30 minutes by
+// nothing is lost: the soak of `make soak` (lab/rmasoak; 30 minutes by
 // default, 1 minute in `make test`).
 //
 // # The testbed

@@ -30,7 +30,7 @@ func writeResults(path string, r *results) error {
 	cp := sim.PaperCC(1)
 
 	p("# Congestion experiments: measured next to the paper\n\n")
-	p("Written by `make figures` (`tools/rmafigures`): every number below is measured by that run;\n")
+	p("Written by `make figures` (`lab/rmafigures`): every number below is measured by that run;\n")
 	p("`engine/sim/figures_test.go` asserts the claims on the same experiments (`make test`).\n")
 	p("The simulator runs real `engine.Core` instances on a virtual clock and fabric (`engine/sim`),\n")
 	p("with flow applications (`engine/sim/flow.go`) instead of its random workload, and the real\n")

@@ -140,7 +140,7 @@ func fig8Markdown(curves []fig8Curve, run, path string) []byte {
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("# Fig. 8: key/value cache GET latency against offered load, measured next to the paper\n\n")
 	p("Written by `rmafigures -kv %s` from run %s of `make bench`'s kv setup (`bin/rmabench -only kv`;\n", path, run)
-	p("`tools/rmabench/fig8.go`). Every system serves 32 B values of the same keys on this machine, on loopback;\n")
+	p("`lab/rmabench/fig8.go`). Every system serves 32 B values of the same keys on this machine, on loopback;\n")
 	p("one load generator (`internal/kvload`) offers YCSB-C GETs (scrambled Zipfian, θ 0.99) at Poisson arrival\n")
 	p("times, each GET's latency counted from its arrival (no coordinated omission), at fractions of the throughput\n")
 	p("the system reached closed loop in the same run, up to its first saturated point (arrivals left unsent, or\n")
