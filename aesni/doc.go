@@ -99,13 +99,15 @@
 //
 // Nothing allocates or locks after setup (AllocsPerRun tests): a per-core
 // Cache maps (region, peer, PID, op) to a prepared AEAD, so no key is
-// expanded per message (building one costs as much as 5-10 small seals);
+// expanded per message (building one costs several small seals:
+// BenchmarkNewAEAD against BenchmarkSealResponse);
 // AEAD methods write into caller buffers shaped like the frame: the
 // ciphertext goes straight from the region into the payload (one pass,
 // fused with the cipher), the tag into the trailer. OpenResponse verifies
 // before it writes the region: it decrypts in place inside the packet and
 // copies to the region only after the tag matched, so a forged response
-// never writes region memory (cost: one copy, about 4 % at 4 KB).
+// never writes region memory (cost: one copy of the payload,
+// BenchmarkOpenResponse against BenchmarkOpenResponseDirect).
 // OpenResponseDirect decrypts straight into the region in one pass and
 // zeroes it on failure (crypto/cipher's behaviour): use it only where the
 // destination is private until the op completes.
@@ -114,8 +116,9 @@
 //
 // Go's AES-GCM on amd64 is AES-NI + PCLMULQDQ assembly (8 blocks
 // interleaved, no VAES). On a CPU with VAES and VPCLMULQDQ, intel-ipsec-mb
-// takes a VAES/AVX-512 path and is about 2x faster at 64 B and 3x at 4 KB;
-// on a CPU without VAES the two are at parity beyond 1 KB. The numbers
+// takes a VAES/AVX-512 path and is several times faster, the more so the
+// larger the message; on a CPU without VAES the two are at parity beyond
+// small messages. The numbers
 // (per message size, per backend, per host) are in bench/RESULTS.md, "Go
 // benchmarks of the pieces"; this package's are measured with
 //
@@ -126,9 +129,9 @@
 // constant-time and maintained. The engine's fast path is the batched
 // intel-ipsec-mb backend in aesni/mb (engine Config.Crypto "ipsec-mb",
 // rmad's default): byte-identical output, a burst's seals and a received
-// burst's opens each in one cgo call (one crossing costs a third to a half
+// burst's opens each in one cgo call (one crossing costs a sizeable part
 // of ipsec-mb's whole 64 B seal, so a call per message would eat the
-// gain). Its mb.Key rides on the cached AEAD (AEAD.Ext) and is released
+// gain; `go test ./dpdk -run '^$' -bench CgoNoop` measures a crossing). Its mb.Key rides on the cached AEAD (AEAD.Ext) and is released
 // through Cache.SetOnRemove. The gain is large only on VAES hosts
 // (aesni/mb/doc.go). The simulator and most tests keep this package's
 // AEADs (Crypto "go").

@@ -43,9 +43,11 @@ const (
 // that margin: with the default Block (margin 2^31 counters) that is over
 // 2 s at 1e9 counters a second, 40 periods. And it must be rare: the
 // engine's threads other than the busy loops share a CPU with the
-// application, and a 1 ms poll cost the loopback engine 2.5-4 % of its
-// 64 B throughput, where a 100 ms one cost nothing measurable; at 50 ms the
-// reserver wakes 20 times a second, and does I/O once per Block.
+// application, whose posting bounds the loopback engine's 64 B
+// throughput: a reserver waking every millisecond takes a visible share of
+// it (bench/RESULTS.md, ab: the IV refill variants, `rmabench -only ab`).
+// At 50 ms the reserver wakes 20 times a second, and does I/O once per
+// Block.
 const reservePeriod = 50 * time.Millisecond
 
 // dryPoll is the reserver's period while it is behind: when a lane found
@@ -642,8 +644,8 @@ type IVLane struct {
 	// fields, written on every draw, own an aligned pair of cache lines.
 	// The cores' lanes are allocated one after the other, and a lane
 	// sharing a line (or the pair a prefetcher fetches together) with
-	// another core's would cost every draw (and in a one-core benchmark
-	// an unpadded 56-byte lane already drew 5-15 % slower).
+	// another core's would cost every draw (BenchmarkIVLaneNext shows it
+	// even on one core: an unpadded 56-byte lane draws slower).
 	_ [128 - 7*8]byte
 }
 

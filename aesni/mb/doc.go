@@ -58,9 +58,9 @@
 // only after it has written its output. Two ways out: decrypt in place,
 // in the packet, and copy to dst once the tag matched (aesni's way), or a
 // GHASH pass over the ciphertext first and decryption after. A GHASH pass
-// alone costs about half a decryption at every size from 64 B to 4 KB, a
-// memcpy of the plaintext 5-15 % of one (measured in C against ipsec-mb;
-// bench/RESULTS.md, "Go benchmarks of the pieces"). So the copy: on
+// alone costs about half a decryption at every size, a memcpy of the
+// plaintext a small part of one (bench/RESULTS.md, "Go benchmarks of the
+// pieces", timed in C against ipsec-mb). So the copy: on
 // success Run memmoves the plaintext to dst; on failure it zeroes in's
 // ciphertext, like aesni, and dst is untouched. OpenResponseDirect decrypts into dst
 // and zeroes it on failure (crypto/cipher's behaviour).
@@ -110,7 +110,7 @@
 //
 //	GOEXPERIMENT=cgocheck2 go test ./aesni/mb
 //
-// which passes (about 40 s: it rebuilds the runtime) and crashes with
+// which passes (slowly: it rebuilds the runtime) and crashes with
 // "unpinned Go pointer stored into non-Go memory" when the Pin is left out.
 //
 // # Portability
@@ -119,13 +119,13 @@
 // with and without AVX-512 or VAES (CI may be an AMD EPYC without VAES:
 // it gets the AVX2 or AVX path). TestArchs re-runs the equivalence, tamper
 // and known-answer tests in child processes on every path the CPU can run
-// (here sse, avx, avx2 and avx512 all pass). Debian ships ipsec-mb for
+// (sse, avx, avx2, avx512). Debian ships ipsec-mb for
 // x86-64 only: elsewhere this package does not build, aesni still does.
 //
 // # Performance
 //
 // With registered memory, the engine's case, a burst of 32 in one Run is
-// two to three times faster per message than crypto/cipher (aesni.AEAD,
+// several times faster per message than crypto/cipher (aesni.AEAD,
 // one message at a time) from 64 B to 4 KB, on a CPU where ipsec-mb takes
 // its VAES/AVX-512 path; requests, which are only a GMAC over 64 B, gain
 // little; Go buffers pinned per job lose most of the gain. The table
