@@ -119,15 +119,15 @@ type Params struct {
 }
 
 // DefaultParams are the paper's constants (§6, §6.1) with delay targets
-// for software engines on the CPUs this project is measured on;
-// deployments override the delays (engine/sim's PaperCC sets the paper's
-// fabric). The remote target sits above the host's scheduling jitter: a
-// busy-polling engine core loses tens of µs to the hypervisor over a
-// thousand times a second (rmabench's "platform" rows), and every op in
-// flight across such a stall reads as congestion. With a 25 µs target
-// those stalls alone hold a 4 MB transfer's window at half the depth the
-// engine needs to fill its bursts, and its goodput well below raw 4 KB
-// READs on one loopback core; at 75 µs the window settles at that depth.
+// for software engines on shared, virtualised CPUs; deployments override
+// the delays (engine/sim's PaperCC sets the paper's fabric). The remote
+// target sits above the host's scheduling jitter: a busy-polling engine
+// core on a VM loses tens of µs to the hypervisor many times a second
+// (bench/RESULTS.md, platform), and every op in flight across such a
+// stall reads as congestion. With a 25 µs target those stalls alone keep
+// a 4 MB transfer's window too shallow for the engine to fill its bursts,
+// and its goodput below raw 4 KB READs on one loopback core; at 75 µs the
+// window settles deep enough.
 // bench/RESULTS.md ("executor and loopback-pairs") has the numbers,
 // measured with `rmaperf read_bw -self -s 4194304 -cc-remote-target T`
 // against `rmaperf read_bw -self -s 4096 -O 64`. Short ops do not pay for

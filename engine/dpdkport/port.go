@@ -149,8 +149,8 @@ func New(name string, pool *dpdk.Mempool, q uint16, cfg Config) (*Port, error) {
 // hands out lies in them, and so does every received frame when the rx
 // queue takes its mbufs from the same pool, as rmad sets it up: registered
 // once with the core's ipsec-mb batch, no buffer is looked up for pinning
-// per seal or open (C memory needs no pin, but the lookup cost ~5 % of a
-// 64 B READ).
+// per seal or open (C memory needs no pin, but looking it up per message
+// is a visible part of a 64 B READ's cost).
 func (p *Port) TxMemory() [][]byte { return p.pool.Memory() }
 
 // ID is the DPDK port id.

@@ -97,8 +97,9 @@ func DefaultConfig() Config {
 		MinSleep:  time.Microsecond,
 		MaxSleep:  200 * time.Microsecond,
 		ExecQueue: 64,
-		// Iterations take microseconds, and the hypervisor's usual
-		// stalls here tens of them; a TIMEOUT is 10 ms.
+		// Iterations take microseconds, and a hypervisor's usual
+		// stalls tens of them; rmad's TIMEOUT is at least 2 ms
+		// (tools/rmad/timeout.go).
 		StallThreshold: time.Millisecond,
 	}
 }

@@ -153,7 +153,7 @@
 //
 // # Writes
 //
-// A WRITE is four hops (engine/write.go): ① request, ② the serving core's
+// A WRITE is four hops (engine/pull.go): ① request, ② the serving core's
 // pull when its window and a pull context allow (it carries the server's
 // timeout, which the initiator adopts from ②'s arrival), ③ the data,
 // sealed from the source, ④ the acknowledgment after the commit (a copy
@@ -247,7 +247,7 @@
 //
 // # Remote REKEYs
 //
-// A remote REKEY (paper §5.2; engine/write.go) takes a WRITE's four hops
+// A remote REKEY (paper §5.2; engine/pull.go) takes a WRITE's four hops
 // and is tracked like one (its request by tag, the pull its core
 // accepted, its commit at ④): ③ carries the new K_r sealed under
 // K_d(REKEY), and the commit installs it (the responder's installKey) and sends ④ in

@@ -198,7 +198,7 @@ func NackThresholdFormula(timeout, rtt, dispatch time.Duration, servePerSec floa
 
 // ---- analyses ---------------------------------------------------------------
 
-// ConvergeWindowRTTs: goodput is measured over windows of this many idle
+// ConvergeWindowRTTs: goodput is computed over windows of this many idle
 // RTTs (a flow at a fair share of 48.5 Gbit/s completes ~74 ops in one:
 // one op more or less is 1.4%), each window's rate taken at its middle;
 // windows start every 100 ns.

@@ -4,7 +4,7 @@ import "github.com/onerma/onerma/abi"
 
 // Remote REKEYs in the simulator (see doc.go, "Remote REKEYs").
 //
-// A REKEY takes a WRITE's four hops (engine/write.go) and is tracked like
+// A REKEY takes a WRITE's four hops (engine/pull.go) and is tracked like
 // one (op.write is set; op.rekey says which): its request (①) is recorded
 // by tag, its pull (②) accepted or not, and its commit seen in Tx.Send of
 // the serving core's ④, sent in the same call as the install

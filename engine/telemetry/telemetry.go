@@ -23,7 +23,7 @@ package telemetry
 import "unsafe"
 
 // Sample is one completion's delays. Its layout is read by the BPF program
-// (probe/delay.bpf.c, struct sample): 16 bytes, little endian.
+// (probe/bpf/delay.bpf.c, struct sample): 16 bytes, little endian.
 type Sample struct {
 	IssueNs uint32 // issue_delay: post to entering service
 	TotalNs uint32 // total_delay: post to completion

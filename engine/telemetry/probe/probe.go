@@ -1,4 +1,4 @@
-// Package probe loads rmatop's BPF program (delay.bpf.c) into the kernel
+// Package probe loads rmatop's BPF program (bpf/delay.bpf.c) into the kernel
 // and attaches it as an entry uprobe to the telemetry hook
 // (engine/telemetry.Hook) of a running engine: every batch of delay
 // samples the engine hands to the hook is added, in the kernel, to log2
@@ -73,7 +73,7 @@ func (h *Histogram) Count() uint64 {
 }
 
 // Add counts one delay of ns, in the bucket the BPF program would put it
-// in (delay.bpf.c: bucket): 0 for 0, else floor(log2(ns)) + 1.
+// in (bpf/delay.bpf.c: bucket): 0 for 0, else floor(log2(ns)) + 1.
 func (h *Histogram) Add(ns uint32) { h[bits.Len32(ns)]++ }
 
 // BucketRange is bucket b's range in ns: [lo, hi).
@@ -103,7 +103,7 @@ func (h *Histogram) Quantile(q float64) uint64 {
 	return hi
 }
 
-// The histograms' range (delay.bpf.c): ops and statuses beyond it are
+// The histograms' range (bpf/delay.bpf.c): ops and statuses beyond it are
 // counted in Snapshot.OutOfRange, not in a histogram; batches of cores
 // beyond it in Snapshot.BadCore, not per core.
 const (
@@ -186,7 +186,7 @@ func histIndex(k Key) int {
 	return ((int(k.Op)*NumStatus+int(k.Status))*numKinds + int(k.Kind)) * NumBuckets
 }
 
-// Counter indices in the counters map (delay.bpf.c).
+// Counter indices in the counters map (bpf/delay.bpf.c).
 const (
 	cCalls = iota
 	cSamples
@@ -197,7 +197,7 @@ const (
 	numCounters
 )
 
-// Per-core counters: core_counts[core*ccN + i] (delay.bpf.c).
+// Per-core counters: core_counts[core*ccN + i] (bpf/delay.bpf.c).
 const (
 	ccCalls = iota
 	ccSamples
