@@ -17,8 +17,8 @@ import (
 // sleeping they would starve the clients that have work. The pacer arms
 // a timerfd (an hrtimer, no slack) and reads it through the runtime's
 // network poller, so the goroutine parks and its P runs others; the
-// poller wakes it 15-40 µs late on a virtual machine. So it asks to
-// wake a margin early, learns the margin from its own wake-ups, and
+// poller wakes it late, by tens of µs on a virtual machine. So it asks
+// to wake a margin early, learns the margin from its own wake-ups, and
 // spins on the clock for the rest.
 //
 // Spinning takes a CPU from the system measured, which on a small
@@ -26,7 +26,7 @@ import (
 // the load (free clients wait less than a margin, all spin). So a run's
 // pacers share a spin budget, spinShare of one CPU over the run: past
 // it a pacer sleeps to the arrival itself and wakes late. Result.Lag
-// shows what that costs (at low loads, well under a microsecond).
+// shows what that costs.
 
 // Bounds of the pacer's early-wake margin, and its spin budget.
 const (

@@ -177,11 +177,10 @@ func Start(o Options) (*Engine, error) {
 	// Not for an engine in poll mode yield: it shares its CPU with an
 	// application by sched_yield, which on this kernel (EEVDF) moves the
 	// yielding thread back only within its own group, the autogroup of
-	// its session. In a session of its own the engine kept the CPU from
-	// the application for milliseconds at a time (kvload's open loop at
-	// 20 k GETs/s over memif: GETs sent 9-150 ms after their arrival,
-	// some failing with no replica answering; in the launcher's session
-	// p50 28-34 µs, none failing).
+	// its session. In a session of its own the engine keeps the CPU from
+	// the application for milliseconds at a time: kvload's open-loop GETs
+	// over memif go out late and some fail with no replica answering,
+	// where in the launcher's session none fail (bench/RESULTS.md, kv).
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: o.pollMode() != "yield"}
 	if o.PIDNS {
 		e.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
