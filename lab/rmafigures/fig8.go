@@ -20,8 +20,8 @@ import (
 // rmabench's kv setup sweeps each key/value cache's GET latency against
 // the load offered to it, open loop, and appends the rows (setup
 // kv-fig8) to its JSON lines. rmafigures -kv FILE draws the newest run
-// of them into fig8.png and writes fig8.md, the numbers next to the
-// paper's claims.
+// of them into fig8.png and writes fig8.md (in -out: figures/fig8.png and
+// figures/fig8.md by default), the numbers next to the paper's claims.
 
 // fig8Setup is the setup of Figure 8's rows ("-memif" may follow).
 const fig8Setup = "kv-fig8"
@@ -91,7 +91,7 @@ func optUs(v *float64) float64 {
 	return *v
 }
 
-// writeFig8 draws fig8.png and writes fig8.md into dir from the newest
+// writeFig8 draws fig8.png and writes fig8.md (figures/fig8.md) into dir from the newest
 // run of Figure 8's rows in path; it says so and does nothing when path
 // has none.
 func writeFig8(dir, path string) error {
@@ -133,7 +133,7 @@ func writeFig8(dir, path string) error {
 	return os.WriteFile(filepath.Join(dir, "fig8.md"), fig8Markdown(curves, run, path), 0o644)
 }
 
-// fig8Markdown is fig8.md: the paper's claims, each curve's headline
+// fig8Markdown is figures/fig8.md: the paper's claims, each curve's headline
 // numbers, and every point.
 func fig8Markdown(curves []fig8Curve, run, path string) []byte {
 	var b bytes.Buffer

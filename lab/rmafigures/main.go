@@ -1,9 +1,10 @@
 // Command rmafigures runs the 1RMA paper's congestion experiments (§7.4
 // Fig. 15, §7.5 Fig. 16) in the simulator (engine/sim: real engine cores
 // on a virtual clock and fabric) and writes PNG plots and RESULTS.md, the
-// measured numbers next to the paper's, into a directory. With -kv it
-// draws instead Figure 8 (§7.1), measured on this machine by make
-// bench's kv setup, from that benchmark's JSON lines (fig8.go).
+// numbers of the runs next to the paper's, into a directory (-out:
+// figures/RESULTS.md by default). With -kv it draws instead Figure 8
+// (§7.1), which make bench's kv setup measures on real engines, from
+// that benchmark's JSON lines (fig8.go).
 //
 //	rmafigures [-out figures] [-jobs N]
 //	rmafigures [-out figures] -kv bench/out.jsonl
@@ -33,7 +34,7 @@ var (
 
 const (
 	sweepNs = 2_000_000 // each point of a sweep: 2 ms of virtual time
-	warmNs  = 100_000   // measured after the first 100 µs
+	warmNs  = 100_000   // warm-up: the first 100 µs are not counted
 )
 
 // ccVariant is one controller setting of the Fig. 15 experiments.

@@ -11,8 +11,8 @@ import (
 	"github.com/onerma/onerma/engine/sim"
 )
 
-// writeResults writes RESULTS.md: every number measured by this run, next
-// to the paper's.
+// writeResults writes RESULTS.md (figures/RESULTS.md): every number of
+// this run, next to the paper's.
 func writeResults(path string, r *results) error {
 	var b bytes.Buffer
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }

@@ -37,13 +37,13 @@ const fig9Timeout = 10 * time.Millisecond
 // fig9Burst bounds the failovers the failure caused: ten TIMEOUTs.
 const fig9Burst = 10 * fig9Timeout
 
-// fig9Fine is the finer window settling is also measured in: the paper's
-// scale (it settles in under 100 µs).
+// fig9Fine is the finer window settling is also reported in: the paper's
+// scale (its cache settles "in < 100µs").
 const fig9Fine = 100 * time.Microsecond
 
 // fig9Cmd runs the paper's Figure 9 on real engines (kvfail): each case
 // -runs times on a fresh bed, writes a PNG of the first run of each and
-// fig9.md with every run's numbers.
+// fig9.md with every run's numbers into -out (figures/fig9.md by default).
 func fig9Cmd(args []string) error {
 	fs := flag.NewFlagSet("fig9", flag.ExitOnError)
 	rmad := fs.String("rmad", "bin/rmad", "rmad binary")
@@ -121,7 +121,7 @@ func fig9Run(fc fig9Case, rmad, rmakv string, before, after time.Duration, infli
 	return bed.Measure(fc.c, 1, before, after)
 }
 
-// writeFig9 writes fig9.md: the setting, the paper's claims, and each
+// writeFig9 writes fig9.md (figures/fig9.md): the setting, the paper's claims, and each
 // case's runs.
 func writeFig9(path string, cases []fig9Case, results [][]*kvfail.Result, loads []string, before, after time.Duration, inflight int) error {
 	var b strings.Builder
