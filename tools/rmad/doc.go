@@ -9,11 +9,11 @@
 // -print-config prints the effective configuration as JSON, a valid config
 // file, and exits.
 //
-// TIMEOUT: engine.timeout (-timeout), by default 4 × the port's measured
-// round trip at a full window, at least 2 ms: 2 ms on net_memif, net_ring
-// and a NIC of DPDK's own, 6 ms on net_af_xdp, 7 ms on net_tap, 8 ms on
-// net_af_packet, 10 ms on other vdevs (timeout.go says how it was
-// measured). An explicit value wins.
+// TIMEOUT: engine.timeout (-timeout), by default 4 × the port's round
+// trip (p99.9) at a full window, at least 2 ms: 2 ms on net_memif,
+// net_ring and a NIC of DPDK's own, 6 ms on net_af_xdp, 7 ms on net_tap,
+// 8 ms on net_af_packet, 10 ms on other vdevs (timeout.go says why, and
+// how the round trips are measured). An explicit value wins.
 //
 // Applications: ctl.slot_policy maps each application, by the uid it runs
 // as or a group it is in, to the highest class of service it may use and

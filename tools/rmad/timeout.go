@@ -18,26 +18,23 @@ import (
 // default is 4 × that, rounded up to a millisecond, and never below 2 ms:
 // the poll loop moves its own ops' deadlines over a gap of more than 1 ms
 // between two iterations (a stall), not over a shorter one, so TIMEOUT
-// stays above 1 ms and a round trip. Measured with
-// `bin/rmabench -bin bin -only rtt` (two engines busy on two CPUs, the
-// application sharing one; bench/RESULTS.md, rtt), p99.9 at a full
-// window, the largest of four runs:
+// stays above 1 ms and a round trip. `bin/rmabench -bin bin -only rtt`
+// measures each port's RTT that way (two engines busy on two CPUs, the
+// application sharing one; net_ring is a loopback engine serving itself,
+// af_xdp (copy mode) and af_packet run on a veth pair, net_tap on two
+// taps on a Linux bridge), and `-rtt-timeout default` counts the ops
+// these defaults fail. bench/RESULTS.md, rtt, has the RTTs portTimeouts
+// follows, the largest of four runs per port; rerun it and update the
+// map when a port's path changes.
 //
-//	port           RTT p99.9   4 × RTT   TIMEOUT
-//	net_memif        245 µs     0.98 ms    2 ms
-//	net_ring         118 µs     0.47 ms    2 ms   (a loopback engine serving itself)
-//	net_af_xdp      1401 µs     5.6 ms     6 ms   (veth, copy mode)
-//	net_tap         1532 µs     6.1 ms     7 ms   (two taps on a Linux bridge)
-//	net_af_packet   1925 µs     7.7 ms     8 ms   (veth)
-//
-// On this host (a 2-CPU VM) the 2 ms ports still see the serving
-// engine's multi-millisecond scheduling stalls now and then: 1-2 × 10⁻⁴
-// of the ops of a full window end TIMEOUT, which the paper accepts as the
+// On a shared host even the 2 ms ports see the serving engine's
+// multi-millisecond scheduling stalls now and then, and a small fraction
+// of a full window's ops end TIMEOUT, which the paper accepts as the
 // price of failing fast (and the Executor retries).
 //
-// A NIC that DPDK drives itself (port.vdev empty) was not measured (this
-// host has none); its path has no kernel in it, as memif's, and a fabric
-// adds microseconds: memif's 2 ms. Other vdevs keep 10 ms. An explicit
+// A NIC that DPDK drives itself (port.vdev empty) gets memif's 2 ms: its
+// path has no kernel in it, as memif's, and a fabric adds microseconds
+// (the rtt setups have no such NIC). Other vdevs keep 10 ms. An explicit
 // engine.timeout (-timeout) always wins; it is what to set when the
 // window is larger than the default (the queue an op waits behind grows
 // with it) or when engines of different ports serve each other (the
