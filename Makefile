@@ -14,7 +14,7 @@ LAB     := rmabench rmafigures rmasoak onerma-demo
 BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
 # Keep the whole test run well under CI's budget (2 cores).
 TEST_TIMEOUT ?= 20m
-# Fuzz budgets are execution counts (about 8-10 s each here): a duration
+# Fuzz budgets are execution counts (seconds per target): a duration
 # -fuzztime races Go's fuzz coordinator at the deadline and can fail with a
 # bare "context deadline exceeded" (golang/go#75804). FUZZTIME=1m (or 1000000x)
 # overrides every target's budget.
@@ -120,7 +120,7 @@ bench: setup-bench build
 	@if [ -z "$(BENCH_ONLY)" ] || [[ "$(BENCH_ONLY)" == *kv* ]]; then $(BIN)/rmafigures -out figures -kv $(BENCH_OUT); fi
 
 # The paper's congestion experiments (Fig. 15, Fig. 16) in the simulator:
-# PNG plots and RESULTS.md (measured next to the paper) in figures/; and
+# PNG plots and RESULTS.md (the numbers next to the paper's) in figures/; and
 # Figure 8 redrawn from make bench's newest kv rows in bench/out.jsonl.
 # make test asserts the same claims (engine/sim/figures_test.go).
 figures:
