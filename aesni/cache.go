@@ -17,11 +17,11 @@ type CacheKey struct {
 }
 
 // Cache maps CacheKeys to prepared AEADs, so that the hot path expands no
-// key per message: a miss costs a key derivation and NewAEAD (about as
-// much as 5-10 small seals, see the package doc), a hit a hash and a
-// probe. Capacity is fixed at construction and never grows; when full, an
-// insertion evicts an entry chosen by CLOCK (second chance: a hit sets the
-// entry's reference bit, the hand clears bits until it finds an entry
+// key per message: a miss costs a key derivation and NewAEAD (as much as
+// several small seals, see the package doc), a hit a hash and a probe.
+// Capacity is fixed at construction and never grows; when full, an
+// insertion evicts an entry chosen by CLOCK (second chance: a hit sets
+// the entry's reference bit, the hand clears bits until it finds an entry
 // without one). Get allocates nothing; an insertion allocates only the new
 // AEAD.
 //
