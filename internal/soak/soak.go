@@ -34,9 +34,9 @@ type Config struct {
 // The default load: raw ops at twice the rate of the verified-ops floor
 // (10 M per 30 minutes), and executor transfers moving as many 4 KB
 // chunks again, so that the raw ops alone make the floor with room for
-// faults. Unpaced, the four engines, their router and this process took
-// 1.6 of the host's 2 CPUs (about 27 k ops a second), and under other
-// load engines starved of CPU for seconds time out ops outside any fault.
+// faults. Unpaced, the four engines, their router and this process take
+// most of a 2-CPU host (bench/RESULTS.md, soak), and under other load
+// engines starved of CPU for seconds time out ops outside any fault.
 const (
 	DefaultRate     = 2 * 10e6 / 1800
 	DefaultExecRate = 10e6 / 1800 * blockBytes
