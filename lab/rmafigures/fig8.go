@@ -16,7 +16,7 @@ import (
 	"github.com/onerma/onerma/internal/benchrow"
 )
 
-// Figure 8 (§7.1) is measured on this machine, not in the simulator:
+// Figure 8 (§7.1) is measured on real engines, not in the simulator:
 // rmabench's kv setup sweeps each key/value cache's GET latency against
 // the load offered to it, open loop, and appends the rows (setup
 // kv-fig8) to its JSON lines. rmafigures -kv FILE draws the newest run
