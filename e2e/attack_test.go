@@ -10,7 +10,7 @@ package e2e
 // receives as if from the wire, with any source). Counters are the
 // engines' (portal.Stats, `rmactl stats`). Every subtest also checks that
 // the reader's legitimate reads keep completing OK with the right bytes.
-// WRITE hops are numbered as in engine/write.go: (1) write request, (2)
+// WRITE hops are numbered as in engine/pull.go: (1) write request, (2)
 // pull, (3) data, (4) ack; the WRITE subtests are in attack_write_test.go.
 //
 //	threat                                          outcome                                              counter

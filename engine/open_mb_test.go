@@ -273,7 +273,7 @@ func rekeyBurst(t *testing.T, crypto string, rekeyFirst bool) burstOutcome {
 
 // A remote REKEY's data and a READ request signed with a K_d of the old
 // key in one burst: the data's commit installs the new key, so it is
-// opened and finished alone (open.go). Data first: the request is checked
+// opened and finished alone (dispatch.go: rekeyData). Data first: the request is checked
 // against the new key and fails (REMOTE_AUTHENTICATION_FAILURE), as frame
 // by frame; request first: it authenticated under the old key and is
 // served.
