@@ -42,8 +42,8 @@ func RequestFor(id portal.Identity, region abi.RegionID, op abi.Op) Request {
 }
 
 // Grant is the owner's answer: the K_d of the request, and where and how
-// large the region is. Pass Key with each op (portal.PostRead and
-// friends) and zero it (clear(g.Key[:])) once done with the region.
+// large the region is. Pass Key with each op (portal.Op.Key) and zero it
+// (clear(g.Key[:])) once done with the region.
 type Grant struct {
 	Region abi.RegionID
 	Op     abi.Op

@@ -93,7 +93,11 @@ func read(t *testing.T, p *portal.Portal, src *portal.Region, k aesni.Key, sink 
 		t.Fatal("no free slot")
 	}
 	defer p.Release(s)
-	if err := p.SubmitRead(s, engineIP, src.ID(), 0, k, sink, 0, 64, 1); err != nil {
+	if err := p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 1,
+		Remote: engineIP, RemoteRegion: src.ID(), Key: k,
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -241,7 +245,11 @@ func TestEngineStallDoesNotTimeOut(t *testing.T) {
 	hp.hold.Store(true)
 	s, _ := reader.Slot()
 	defer reader.Release(s)
-	if err := reader.SubmitRead(s, engineIP, src.ID(), 64, k, sink, 64, 64, 2); err != nil {
+	if err := reader.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 2,
+		Remote: engineIP, RemoteRegion: src.ID(), RemoteOffset: 64, Key: k,
+		Local: sink, LocalOffset: 64, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	inFlight := func() (n uint64) {

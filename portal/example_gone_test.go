@@ -42,7 +42,11 @@ func ExamplePortal_Redial() {
 	p.AllocSlots(1)
 	s, _ := p.Slot()
 	remote := netip.MustParseAddr("10.7.0.99") // never answers: the READ is in flight
-	if err := p.SubmitRead(s, remote, 0x10001, 0, aesni.Key{1}, r, 64, 64, 42); err != nil {
+	if err := p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 42,
+		Remote: remote, RemoteRegion: 0x10001, Key: aesni.Key{1},
+		Local: r, LocalOffset: 64, Length: 64,
+	}); err != nil {
 		fmt.Println(err)
 		return
 	}
