@@ -130,8 +130,8 @@ type Op struct {
 // The engine checks the rest (slot, permissions, the remote side) and
 // reports a failure as the completion's status. Post returns ErrRingFull
 // when the command ring has no free entry (Flush what is staged, Poll, and
-// retry: nothing blocks), and the portal's *EngineGoneError once the engine
-// is known gone.
+// retry: nothing blocks), ErrClosed after Close, and the portal's
+// *EngineGoneError once the engine is known gone.
 func (p *Portal) Post(op *Op) error {
 	length := op.Length
 	switch op.Type {
@@ -190,11 +190,11 @@ func (p *Portal) Submit(op *Op) error {
 // It returns an error only with n == 0: ErrClosed after Close,
 // ErrRingCorrupt, or the portal's *EngineGoneError (errors.Is
 // ErrEngineGone) once the engine is gone and every completion due has
-// been returned. When the engine goes away (the portal notices within
-// microseconds of its control connection closing, see Gone), Poll first
-// returns the completions the engine wrote before, then one completion
-// with StatusEngineGone for every other op posted (Post, Submit,
-// PostCommand) and not yet completed, so that each op posted gets exactly one
+// been returned. When the engine goes away (the portal notices as soon
+// as its control connection closes, see Gone), Poll first returns the
+// completions the engine wrote before, then one completion with
+// StatusEngineGone for every other op posted (Post, Submit, PostCommand)
+// and not yet completed, so that each op posted gets exactly one
 // completion, and then the error, on every call.
 func (p *Portal) Poll(out []Completion) (int, error) { return p.poll(out, true) }
 
