@@ -59,7 +59,7 @@ type app struct {
 }
 
 func main() {
-	sock := flag.String("socket", "/run/onerma/rmad.sock", "the engine's control socket")
+	sock := flag.String("socket", portal.DefaultSocket, "the engine's control socket")
 	name := flag.String("name", "ctrapp", "application name presented to the engine")
 	flag.Parse()
 	if err := run(*sock, *name); err != nil {
