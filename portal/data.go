@@ -10,53 +10,6 @@ import (
 	"github.com/onerma/onerma/abi"
 )
 
-// PostCommand stages cmd in the command ring as it is, without publishing
-// it (see Flush): the raw ABI post, for tools and tests that craft
-// commands. It does not validate cmd: the engine does, and answers a bad
-// command with a completion carrying a precise status. Applications use
-// Post, which fills the command from an Op and checks it first. It
-// returns ErrRingFull at once when the ring has no free entry, and the
-// portal's *EngineGoneError once the engine is known gone (nothing is
-// posted then).
-func (p *Portal) PostCommand(cmd *Command) error {
-	if p.closed {
-		return ErrClosed
-	}
-	if g := p.gone.Load(); g != nil {
-		return g
-	}
-	b := p.cmd.Reserve()
-	if b == nil {
-		if p.cmd.Corrupt() {
-			return ErrRingCorrupt
-		}
-		return ErrRingFull
-	}
-	if !p.record(cmd) {
-		return ErrRingFull
-	}
-	cmd.Encode(b)
-	p.cmd.Commit()
-	return nil
-}
-
-// Flush publishes every staged command with one store of the ring's
-// producer index (doorbell batching).
-func (p *Portal) Flush() {
-	if !p.closed {
-		p.cmd.Publish()
-	}
-}
-
-// Staged reports commands posted and not yet taken by the engine (as last
-// seen; staged-but-unflushed ones included).
-func (p *Portal) Staged() uint32 {
-	if p.closed {
-		return 0
-	}
-	return p.cmd.Pending()
-}
-
 // Op is one op to post: a READ, a WRITE or a REKEY of a remote region,
 // through this portal's engine to the engine at Remote.
 //
@@ -182,6 +135,53 @@ func (p *Portal) Submit(op *Op) error {
 	}
 	p.Flush()
 	return nil
+}
+
+// PostCommand stages cmd in the command ring as it is, without publishing
+// it (see Flush): the raw ABI post, for tools and tests that craft
+// commands. It does not validate cmd: the engine does, and answers a bad
+// command with a completion carrying a precise status. Applications use
+// Post, which fills the command from an Op and checks it first. It
+// returns ErrRingFull at once when the ring has no free entry, and the
+// portal's *EngineGoneError once the engine is known gone (nothing is
+// posted then).
+func (p *Portal) PostCommand(cmd *Command) error {
+	if p.closed {
+		return ErrClosed
+	}
+	if g := p.gone.Load(); g != nil {
+		return g
+	}
+	b := p.cmd.Reserve()
+	if b == nil {
+		if p.cmd.Corrupt() {
+			return ErrRingCorrupt
+		}
+		return ErrRingFull
+	}
+	if !p.record(cmd) {
+		return ErrRingFull
+	}
+	cmd.Encode(b)
+	p.cmd.Commit()
+	return nil
+}
+
+// Flush publishes every staged command with one store of the ring's
+// producer index (doorbell batching).
+func (p *Portal) Flush() {
+	if !p.closed {
+		p.cmd.Publish()
+	}
+}
+
+// Staged reports commands posted and not yet taken by the engine (as last
+// seen; staged-but-unflushed ones included).
+func (p *Portal) Staged() uint32 {
+	if p.closed {
+		return 0
+	}
+	return p.cmd.Pending()
 }
 
 // Poll copies up to len(out) completions into out and returns how many. It
