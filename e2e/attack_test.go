@@ -510,7 +510,11 @@ func (tb *attackBed) legitReads(n int, stop <-chan struct{}) (int, error) {
 		off := (uint64(i)*7919 + 13) % (size - uint64(l))
 		ops[k] = op{off, l}
 		posted++
-		return p.PostRead(tb.slots[k], ipB, rid, off, tb.kd, tb.lsink, uint64(k)*4096, l, uint64(k))
+		return p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: tb.slots[k], Cookie: uint64(k),
+			Remote: ipB, RemoteRegion: rid, RemoteOffset: off, Key: tb.kd,
+			Local: tb.lsink, LocalOffset: uint64(k) * 4096, Length: l,
+		})
 	}
 	inflight := 0
 	for k := range tb.slots {
@@ -565,7 +569,11 @@ func (tb *attackBed) legitReads(n int, stop <-chan struct{}) (int, error) {
 func (tb *attackBed) readOp(t *testing.T, off uint64, sinkOff uint64, cookie uint64) rawnet.Frame {
 	t.Helper()
 	tb.tapA.Drain()
-	if err := tb.pa.SubmitRead(tb.aslot, ipB, tb.rb.ID(), off, tb.kd, tb.asink, sinkOff, 4096, cookie); err != nil {
+	if err := tb.pa.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: tb.aslot, Cookie: cookie,
+		Remote: ipB, RemoteRegion: tb.rb.ID(), RemoteOffset: off, Key: tb.kd,
+		Local: tb.asink, LocalOffset: sinkOff, Length: 4096,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	req, err := tb.tapA.Expect(5*time.Second, fromEngine(func(f *wire.Fields) bool {

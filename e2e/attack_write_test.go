@@ -76,7 +76,11 @@ func (w *writeTarget) is(t *testing.T, what string, want []byte) {
 func (tb *attackBed) writeOp(t *testing.T, w *writeTarget, off, srcOff, cookie uint64) rawnet.Frame {
 	t.Helper()
 	tb.tapA.Drain()
-	if err := tb.pa.SubmitWrite(tb.aslot, ipB, w.wb.ID(), off, w.kw, w.src, srcOff, 4096, cookie); err != nil {
+	if err := tb.pa.Submit(&portal.Op{
+		Type: portal.OpWrite, Slot: tb.aslot, Cookie: cookie,
+		Remote: ipB, RemoteRegion: w.wb.ID(), RemoteOffset: off, Key: w.kw,
+		Local: w.src, LocalOffset: srcOff, Length: 4096,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	req, err := tb.tapA.Expect(5*time.Second, fromEngine(func(f *wire.Fields) bool {
@@ -548,8 +552,8 @@ func oneRMAFrameAny(pred func(*wire.Fields) bool) func(*rawnet.Frame) bool {
 // initiator must drop it (the serving engine never sends
 // REMOTE_AUTHENTICATION_FAILURE after a pull); if it accepts it, the op is
 // reported failed and then takes effect when the data arrives, breaking
-// PostWrite's (and PostRekey's) promise that a failed op never takes
-// effect.
+// the promise of portal.Op's WRITE (and REKEY) that a failed op never
+// takes effect.
 func TestAttackForgedAuthFailureAfterPull(t *testing.T) {
 	tb := newAttackBed(t)
 	t.Run("write", func(t *testing.T) {
@@ -582,7 +586,11 @@ func TestAttackForgedAuthFailureAfterPull(t *testing.T) {
 		bridgePort(t, tb.ifA, 0)
 		defer bridgePort(t, tb.ifA, 3)
 		tb.tapA.Drain()
-		if err := tb.pa.SubmitRekey(tb.aslot, ipB, rk.ID(), rk.DeriveKey(id.Addr, id.PID, abi.OpRekey), keyBuf, 0, 32); err != nil {
+		if err := tb.pa.Submit(&portal.Op{
+			Type: portal.OpRekey, Slot: tb.aslot, Cookie: 32,
+			Remote: ipB, RemoteRegion: rk.ID(), Key: rk.DeriveKey(id.Addr, id.PID, abi.OpRekey),
+			Local: keyBuf,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		req, err := tb.tapA.Expect(5*time.Second, fromEngine(func(f *wire.Fields) bool { return f.Type == wire.TypeRekeyReq }))
@@ -594,7 +602,11 @@ func TestAttackForgedAuthFailureAfterPull(t *testing.T) {
 			s := stats(t, tb.pb)
 			bridgePort(t, tb.ifA, 3)
 			read := func(k aesni.Key) abi.Status {
-				if err := tb.pa.SubmitRead(tb.aslot, ipB, rk.ID(), 0, k, tb.asink, 0, 64, 33); err != nil {
+				if err := tb.pa.Submit(&portal.Op{
+					Type: portal.OpRead, Slot: tb.aslot, Cookie: 33,
+					Remote: ipB, RemoteRegion: rk.ID(), Key: k,
+					Local: tb.asink, Length: 64,
+				}); err != nil {
 					t.Fatal(err)
 				}
 				return waitOne(t, tb.pa, 5*time.Second).Status

@@ -57,7 +57,11 @@ func TestTimeoutWhenRemoteKilled(t *testing.T) {
 	slots, _ := pa.AllocSlots(4)
 	sink, _ := pa.RegisterRegion(16<<10, abi.PermLocalWrite)
 	kd := kdFor(rb, pa)
-	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, kd, sink, 0, 4096, 1); err != nil {
+	if err := pa.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 1,
+		Remote: ipB, RemoteRegion: rb.ID(), Key: kd,
+		Local: sink, Length: 4096,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
@@ -65,7 +69,11 @@ func TestTimeoutWhenRemoteKilled(t *testing.T) {
 	}
 	b.Kill()
 	for k, s := range slots {
-		if err := pa.PostRead(s, ipB, rb.ID(), 0, kd, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+		if err := pa.Post(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: uint64(k),
+			Remote: ipB, RemoteRegion: rb.ID(), Key: kd,
+			Local: sink, LocalOffset: uint64(k) * 4096, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,7 +105,11 @@ func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 	slots, _ := pa.AllocSlots(8)
 	sink, _ := pa.RegisterRegion(32<<10, abi.PermLocalWrite)
 	kd := kdFor(rb, pa)
-	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, kd, sink, 0, 64, 99); err != nil {
+	if err := pa.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 99,
+		Remote: ipB, RemoteRegion: rb.ID(), Key: kd,
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
@@ -108,7 +120,11 @@ func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 	}
 	defer b.Thaw()
 	for k, s := range slots {
-		if err := pa.PostRead(s, ipB, rb.ID(), 0, kd, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+		if err := pa.Post(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: uint64(k),
+			Remote: ipB, RemoteRegion: rb.ID(), Key: kd,
+			Local: sink, LocalOffset: uint64(k) * 4096, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -140,7 +156,11 @@ func TestNackWhenServerQueueOverThreshold(t *testing.T) {
 	nacks := 0
 	for round := 0; round < 20 && nacks == 0; round++ {
 		for k, s := range slots {
-			if err := pa.PostRead(s, ipB, rb.ID(), uint64(k)*4096, kd, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+			if err := pa.Post(&portal.Op{
+				Type: portal.OpRead, Slot: s, Cookie: uint64(k),
+				Remote: ipB, RemoteRegion: rb.ID(), RemoteOffset: uint64(k) * 4096, Key: kd,
+				Local: sink, LocalOffset: uint64(k) * 4096, Length: 4096,
+			}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -183,7 +203,7 @@ func TestForeignRegionAndBoundsRefused(t *testing.T) {
 	// the portal library would refuse a region it does not own).
 	cmd := abi.Command{Op: abi.OpRead, Slot: slots[0], Cookie: 7, RemoteAddr: 0x0a580002, RemoteRegion: rb.ID(),
 		LocalRegion: vr.ID(), Length: 4096}
-	if err := attacker.Post(&cmd); err != nil {
+	if err := attacker.PostCommand(&cmd); err != nil {
 		t.Fatal(err)
 	}
 	attacker.Flush()
@@ -193,20 +213,24 @@ func TestForeignRegionAndBoundsRefused(t *testing.T) {
 	// The victim's slot.
 	vslots, _ := victim.AllocSlots(1)
 	cmd = abi.Command{Op: abi.OpRead, Slot: vslots[0], Cookie: 8, RemoteAddr: 0x0a580002, RemoteRegion: rb.ID(), LocalRegion: own.ID(), Length: 64}
-	attacker.Post(&cmd)
+	attacker.PostCommand(&cmd)
 	attacker.Flush()
 	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusBadSlot {
 		t.Fatalf("foreign slot: %+v", c)
 	}
 	// Out of bounds, locally and remotely.
 	cmd = abi.Command{Op: abi.OpRead, Slot: slots[1], Cookie: 9, RemoteAddr: 0x0a580002, RemoteRegion: rb.ID(), LocalRegion: own.ID(), LocalOffset: 4000, Length: 200}
-	attacker.Post(&cmd)
+	attacker.PostCommand(&cmd)
 	attacker.Flush()
 	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusLocalBounds {
 		t.Fatalf("local bounds: %+v", c)
 	}
 	// The owner authorised the attacker to read rb: bounds are still checked.
-	if err := attacker.SubmitRead(slots[1], ipB, rb.ID(), 8000, kdFor(rb, attacker), own, 0, 1000, 10); err != nil {
+	if err := attacker.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[1], Cookie: 10,
+		Remote: ipB, RemoteRegion: rb.ID(), RemoteOffset: 8000, Key: kdFor(rb, attacker),
+		Local: own, Length: 1000,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusRemoteBounds {
@@ -214,7 +238,11 @@ func TestForeignRegionAndBoundsRefused(t *testing.T) {
 	}
 	// A region id the server does not have: it holds no K_r to
 	// authenticate the request, and does not say whether the id exists.
-	if err := attacker.SubmitRead(slots[1], ipB, abi.MakeRegionID(200, 1), 0, kdFor(rb, attacker), own, 0, 64, 11); err != nil {
+	if err := attacker.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[1], Cookie: 11,
+		Remote: ipB, RemoteRegion: abi.MakeRegionID(200, 1), Key: kdFor(rb, attacker),
+		Local: own, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, attacker, 5*time.Second); c.Status != abi.StatusRemoteAuthFailure {
@@ -319,14 +347,22 @@ func TestCrashedAppReclaimed(t *testing.T) {
 	sink, _ := pb.RegisterRegion(4096, abi.PermLocalWrite)
 	id := pb.Identity()
 	kd := aesni.DeriveKey(childKr, id.Addr.As4(), id.PID, uint8(abi.OpRead))
-	if err := pb.SubmitRead(slots[0], ipA, abi.RegionID(childRegion), 0, kd, sink, 0, 64, 1); err != nil {
+	if err := pb.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 1,
+		Remote: ipA, RemoteRegion: abi.RegionID(childRegion), Key: kd,
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pb, 5*time.Second); c.Status != abi.StatusRemoteRegion {
 		t.Fatalf("read of a dead app's region with its key: %+v", c)
 	}
 	other := aesni.DeriveKey(aesni.Key{7}, id.Addr.As4(), id.PID, uint8(abi.OpRead))
-	if err := pb.SubmitRead(slots[0], ipA, abi.RegionID(childRegion), 0, other, sink, 0, 64, 2); err != nil {
+	if err := pb.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 2,
+		Remote: ipA, RemoteRegion: abi.RegionID(childRegion), Key: other,
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pb, 5*time.Second); c.Status != abi.StatusRemoteAuthFailure {
@@ -383,7 +419,11 @@ func childApp() int {
 		return 1
 	}
 	for k, s := range slots {
-		p.PostRead(s, peer, abi.RegionID(v), uint64(k)*4096, kd, r, uint64(k)*4096, 4096, uint64(k))
+		p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: uint64(k),
+			Remote: peer, RemoteRegion: abi.RegionID(v), RemoteOffset: uint64(k) * 4096, Key: kd,
+			Local: r, LocalOffset: uint64(k) * 4096, Length: 4096,
+		})
 	}
 	p.Flush()
 	kr := r.Key()
@@ -397,7 +437,11 @@ func childApp() int {
 		}
 		for _, c := range cpl[:n] {
 			k := int(c.Cookie)
-			p.PostRead(slots[k], peer, abi.RegionID(v), uint64(k)*4096, kd, r, uint64(k)*4096, 4096, uint64(k))
+			p.Post(&portal.Op{
+				Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k),
+				Remote: peer, RemoteRegion: abi.RegionID(v), RemoteOffset: uint64(k) * 4096, Key: kd,
+				Local: r, LocalOffset: uint64(k) * 4096, Length: 4096,
+			})
 		}
 		p.Flush()
 	}
@@ -420,7 +464,11 @@ func TestDoorbellWakesWaitingApp(t *testing.T) {
 		if err := b.Freeze(); err != nil {
 			t.Fatal(err)
 		}
-		if err := pa.SubmitRead(slots[0], ipB, rb.ID(), uint64(k)*64, kdFor(rb, pa), sink, 0, 64, uint64(k)); err != nil {
+		if err := pa.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: slots[0], Cookie: uint64(k),
+			Remote: ipB, RemoteRegion: rb.ID(), RemoteOffset: uint64(k) * 64, Key: kdFor(rb, pa),
+			Local: sink, Length: 64,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		time.AfterFunc(2*time.Millisecond, func() { b.Thaw() })
@@ -446,7 +494,11 @@ func TestRmactl(t *testing.T) {
 	rb := ownerRegion(t, pb, 64<<10, abi.PermRemoteRead)
 	slots, _ := pa.AllocSlots(1)
 	sink, _ := pa.RegisterRegion(4096, abi.PermLocalWrite)
-	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, kdFor(rb, pa), sink, 0, 64, 1); err != nil {
+	if err := pa.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 1,
+		Remote: ipB, RemoteRegion: rb.ID(), Key: kdFor(rb, pa),
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {

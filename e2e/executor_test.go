@@ -84,7 +84,7 @@ func TestExecutorFairShareMemif(t *testing.T) {
 			defer wg.Done()
 			for {
 				clear(sink.Bytes())
-				err := x.Read(ctx, ipB, src.ID(), 0, kd, sink, 0, transferBytes)
+				err := x.Read(ctx, portal.Transfer{Remote: ipB, RemoteRegion: src.ID(), Key: kd, Local: sink, Length: transferBytes})
 				if errors.Is(err, context.DeadlineExceeded) {
 					return
 				}
@@ -153,7 +153,10 @@ func TestExecutorLossyMemif(t *testing.T) {
 
 	const off = 4097 // odd offsets on both sides, a tail shorter than a chunk
 	n := uint64(transferBytes - 2*off - 5)
-	if err := x.Read(ctx, ipB, src.ID(), off, kdFor(src, p), local, off+1, n); err != nil {
+	if err := x.Read(ctx, portal.Transfer{
+		Remote: ipB, RemoteRegion: src.ID(), RemoteOffset: off, Key: kdFor(src, p),
+		Local: local, LocalOffset: off + 1, Length: n,
+	}); err != nil {
 		t.Fatalf("read through 5 %% loss: %v", err)
 	}
 	if !bytes.Equal(local.Bytes()[off+1:off+1+n], expected(off, n)) {
@@ -166,7 +169,10 @@ func TestExecutorLossyMemif(t *testing.T) {
 	}
 	id := p.Identity()
 	kw := src.DeriveKey(id.Addr, id.PID, abi.OpWrite)
-	if err := x.Write(ctx, ipB, src.ID(), off, kw, local, off+1, n); err != nil {
+	if err := x.Write(ctx, portal.Transfer{
+		Remote: ipB, RemoteRegion: src.ID(), RemoteOffset: off, Key: kw,
+		Local: local, LocalOffset: off + 1, Length: n,
+	}); err != nil {
 		t.Fatalf("write through 5 %% loss: %v", err)
 	}
 	got := src.Bytes()

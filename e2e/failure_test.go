@@ -37,7 +37,11 @@ func TestEngineKilledAppNotified(t *testing.T) {
 	slots, _ := pb.AllocSlots(8)
 	sink, _ := pb.RegisterRegion(8*4096, abi.PermLocalWrite)
 	kd := kdFor(ra, pb)
-	if err := pb.SubmitRead(slots[0], ipA, ra.ID(), 0, kd, sink, 0, 4096, 100); err != nil {
+	if err := pb.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 100,
+		Remote: ipA, RemoteRegion: ra.ID(), Key: kd,
+		Local: sink, Length: 4096,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pb, 5*time.Second); c.Status != abi.StatusOK {
@@ -47,7 +51,11 @@ func TestEngineKilledAppNotified(t *testing.T) {
 	// in flight when the engine dies.
 	nobody := netip.MustParseAddr("10.98.0.99")
 	for k, s := range slots {
-		if err := pb.PostRead(s, nobody, ra.ID(), uint64(k)*4096, kd, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+		if err := pb.Post(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: uint64(k),
+			Remote: nobody, RemoteRegion: ra.ID(), RemoteOffset: uint64(k) * 4096, Key: kd,
+			Local: sink, LocalOffset: uint64(k) * 4096, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,7 +180,11 @@ func TestDeadOwnerRegionFailsFast(t *testing.T) {
 	sink, _ := reader.RegisterRegion(4096, abi.PermLocalWrite)
 	read := func(cookie uint64) abi.Completion {
 		t.Helper()
-		if err := reader.SubmitRead(slots[0], ipB, abi.RegionID(rid), (cookie*64)%(64<<10-64), kd, sink, 0, 64, cookie); err != nil {
+		if err := reader.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: slots[0], Cookie: cookie,
+			Remote: ipB, RemoteRegion: abi.RegionID(rid), RemoteOffset: (cookie * 64) % (64<<10 - 64), Key: kd,
+			Local: sink, Length: 64,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		return waitOne(t, reader, 5*time.Second)

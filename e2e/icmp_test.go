@@ -11,6 +11,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/portal"
 )
 
 // ipIn runs ip(8) with args and fails the test on error.
@@ -154,7 +155,11 @@ func TestFragNeededFromRouter(t *testing.T) {
 	}
 	read := func(size uint32) abi.Completion {
 		t.Helper()
-		if err := pb.SubmitRead(slots[0], ipA, ra.ID(), 0, kd, sink, 0, size, uint64(size)); err != nil {
+		if err := pb.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: slots[0], Cookie: uint64(size),
+			Remote: ipA, RemoteRegion: ra.ID(), Key: kd,
+			Local: sink, Length: size,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		return waitOne(t, pb, 10*time.Second)

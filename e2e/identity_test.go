@@ -128,7 +128,11 @@ func identityChild() int {
 		var kd aesni.Key
 		hex.Decode(kd[:], []byte(f[3]))
 		sink.Bytes()[0] = 0
-		if err := p1.SubmitRead(slots[0], netip.MustParseAddr(f[1]), abi.RegionID(region), 0, kd, sink, 0, 64, 1); err != nil {
+		if err := p1.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: slots[0], Cookie: 1,
+			Remote: netip.MustParseAddr(f[1]), RemoteRegion: abi.RegionID(region), Key: kd,
+			Local: sink, Length: 64,
+		}); err != nil {
 			fmt.Println("status", err)
 			continue
 		}

@@ -196,7 +196,11 @@ func verifiedReads(t *testing.T, p *portal.Portal, peer netip.Addr, src *portal.
 		if lOff+uint64(size) > 64<<10 {
 			lOff = 64<<10 - uint64(size)
 		}
-		if err := p.SubmitRead(slots[k%len(slots)], peer, rid, remOff, kd, sink, lOff, size, uint64(k)); err != nil {
+		if err := p.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: slots[k%len(slots)], Cookie: uint64(k),
+			Remote: peer, RemoteRegion: rid, RemoteOffset: remOff, Key: kd,
+			Local: sink, LocalOffset: lOff, Length: size,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		c := waitOne(t, p, 5*time.Second)
@@ -215,7 +219,11 @@ func verifiedReads(t *testing.T, p *portal.Portal, peer netip.Addr, src *portal.
 	}
 	// A pipelined burst: all slots at once, out-of-order completion welcome.
 	for k, s := range slots {
-		if err := p.PostRead(s, peer, rid, uint64(k)*4096, kd, sink, uint64(k)*4096, 4096, uint64(100+k)); err != nil {
+		if err := p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: uint64(100 + k),
+			Remote: peer, RemoteRegion: rid, RemoteOffset: uint64(k) * 4096, Key: kd,
+			Local: sink, LocalOffset: uint64(k) * 4096, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}

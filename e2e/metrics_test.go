@@ -18,6 +18,7 @@ import (
 	"github.com/onerma/onerma/engine/metrics"
 	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/portal"
 )
 
 // metricsPage is one scrape of an engine's -metrics endpoint.
@@ -142,16 +143,32 @@ func TestMetricsScrape(t *testing.T) {
 			var err error
 			switch {
 			case i < reads:
-				err = pa.PostRead(slots[k], ipB, src.ID(), o.rem, kr, local, o.loc, size, uint64(k))
+				err = pa.Post(&portal.Op{
+					Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k),
+					Remote: ipB, RemoteRegion: src.ID(), RemoteOffset: o.rem, Key: kr,
+					Local: local, LocalOffset: o.loc, Length: size,
+				})
 			case i < reads+bounds:
 				o.st = abi.StatusRemoteBounds
-				err = pa.PostRead(slots[k], ipB, src.ID(), regionBytes-uint64(size)+1, kr, local, o.loc, size, uint64(k))
+				err = pa.Post(&portal.Op{
+					Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k),
+					Remote: ipB, RemoteRegion: src.ID(), RemoteOffset: regionBytes - uint64(size) + 1, Key: kr,
+					Local: local, LocalOffset: o.loc, Length: size,
+				})
 			case i < reads+bounds+writes:
 				o.rem = writeArea + uint64(i*4099)%(regionBytes-writeArea-4096)
-				err = pa.PostWrite(slots[k], ipB, src.ID(), o.rem, kw, local, o.loc, size, uint64(k))
+				err = pa.Post(&portal.Op{
+					Type: portal.OpWrite, Slot: slots[k], Cookie: uint64(k),
+					Remote: ipB, RemoteRegion: src.ID(), RemoteOffset: o.rem, Key: kw,
+					Local: local, LocalOffset: o.loc, Length: size,
+				})
 			default:
 				o.st = abi.StatusRemoteAuthFailure
-				err = pa.PostRead(slots[k], ipB, src.ID(), 0, kw, local, o.loc, size, uint64(k))
+				err = pa.Post(&portal.Op{
+					Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k),
+					Remote: ipB, RemoteRegion: src.ID(), Key: kw,
+					Local: local, LocalOffset: o.loc, Length: size,
+				})
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/portal"
 )
 
 // The testbed's engines by place: subnet 1 holds e1 (af_packet) and e2
@@ -32,7 +33,11 @@ func (b *routedBed) testRouteToNowhere(t *testing.T) {
 	}
 	cookie := a.cookie
 	a.cookie++
-	if err := a.p.SubmitRead(a.slots[0], dst, b.app[e3].ro.ID(), 0, kdFor(b.app[e3].ro, a.p), a.local, 0, 4096, cookie); err != nil {
+	if err := a.p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: a.slots[0], Cookie: cookie,
+		Remote: dst, RemoteRegion: b.app[e3].ro.ID(), Key: kdFor(b.app[e3].ro, a.p),
+		Local: a.local, Length: 4096,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := collect(a.p, cookie, 1, 5*time.Second)
@@ -64,7 +69,11 @@ func (b *routedBed) testRouteToNowhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.SubmitRead(slots[0], b.addr(e3), b.app[e3].ro.ID(), 0, kdFor(b.app[e3].ro, p), sink, 0, 64, 1); err != nil {
+	if err := p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 1,
+		Remote: b.addr(e3), RemoteRegion: b.app[e3].ro.ID(), Key: kdFor(b.app[e3].ro, p),
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	cs, err = collect(p, 1, 1, 5*time.Second)
@@ -245,7 +254,11 @@ func (b *routedBed) stream(src, dst int, changed time.Time, within time.Duration
 			cookie := a.cookie
 			a.cookie++
 			off := uint64(k) * abi.MaxOpBytes
-			if err := a.p.SubmitRead(a.slots[k], b.addr(dst), d.ro.ID(), off, kdFor(d.ro, a.p), a.local, off, 4096, cookie); err != nil {
+			if err := a.p.Submit(&portal.Op{
+				Type: portal.OpRead, Slot: a.slots[k], Cookie: cookie,
+				Remote: b.addr(dst), RemoteRegion: d.ro.ID(), RemoteOffset: off, Key: kdFor(d.ro, a.p),
+				Local: a.local, LocalOffset: off, Length: 4096,
+			}); err != nil {
 				r.err = err
 				return r
 			}

@@ -213,13 +213,21 @@ func (b *routedBed) burst(src, dst int, op abi.Op, size uint32, within time.Dura
 		off := uint64(k) * abi.MaxOpBytes
 		var err error
 		if op == abi.OpRead {
-			err = a.p.PostRead(s, peer, d.ro.ID(), off, kdFor(d.ro, a.p), a.local, off, size, base+uint64(k))
+			err = a.p.Post(&portal.Op{
+				Type: portal.OpRead, Slot: s, Cookie: base + uint64(k),
+				Remote: peer, RemoteRegion: d.ro.ID(), RemoteOffset: off, Key: kdFor(d.ro, a.p),
+				Local: a.local, LocalOffset: off, Length: size,
+			})
 		} else {
 			src := a.local.Bytes()[off : off+uint64(size)]
 			for i := range src {
 				src[i] = byte(base+uint64(k)) ^ byte(i) ^ 0x5a
 			}
-			err = a.p.PostWrite(s, peer, d.rw.ID(), off, writeKey(d.rw, a.p), a.local, off, size, base+uint64(k))
+			err = a.p.Post(&portal.Op{
+				Type: portal.OpWrite, Slot: s, Cookie: base + uint64(k),
+				Remote: peer, RemoteRegion: d.rw.ID(), RemoteOffset: off, Key: writeKey(d.rw, a.p),
+				Local: a.local, LocalOffset: off, Length: size,
+			})
 		}
 		if err != nil {
 			return nil, err
@@ -303,7 +311,11 @@ func (b *routedBed) recovered(src, dst int, within time.Duration) (time.Duration
 		cookie := a.cookie
 		a.cookie++
 		posted := time.Since(t0)
-		if err := a.p.SubmitRead(a.slots[0], b.addr(dst), d.ro.ID(), 4096, kdFor(d.ro, a.p), a.local, 0, 4096, cookie); err != nil {
+		if err := a.p.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: a.slots[0], Cookie: cookie,
+			Remote: b.addr(dst), RemoteRegion: d.ro.ID(), RemoteOffset: 4096, Key: kdFor(d.ro, a.p),
+			Local: a.local, Length: 4096,
+		}); err != nil {
 			return 0, err
 		}
 		got, err := collect(a.p, cookie, 1, routedTimeout+5*time.Second)

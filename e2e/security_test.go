@@ -49,7 +49,11 @@ func TestWrongKeyRefused(t *testing.T) {
 		{"the region key itself", rb.Key()},
 	}
 	for k, w := range wrong {
-		if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 0, w.key, sink, 0, 4096, uint64(k)); err != nil {
+		if err := pa.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: slots[0], Cookie: uint64(k),
+			Remote: ipB, RemoteRegion: rb.ID(), Key: w.key,
+			Local: sink, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusRemoteAuthFailure || c.Cookie != uint64(k) {
@@ -73,7 +77,11 @@ func TestWrongKeyRefused(t *testing.T) {
 	if stA.Completed[abi.StatusRemoteAuthFailure.String()] < uint64(len(wrong)) || stA.RxAuthFailed != 0 {
 		t.Fatalf("reader's counters: completed %v rx_auth_failed %d", stA.Completed, stA.RxAuthFailed)
 	}
-	if err := pa.SubmitRead(slots[0], ipB, rb.ID(), 100, kdFor(rb, pa), sink, 0, 4096, 99); err != nil {
+	if err := pa.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 99,
+		Remote: ipB, RemoteRegion: rb.ID(), RemoteOffset: 100, Key: kdFor(rb, pa),
+		Local: sink, Length: 4096,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK || sink.Bytes()[7] != pattern(107) {
@@ -143,7 +151,11 @@ func rekeyWhileReading(t *testing.T, remote bool) {
 		cid := pc.Identity()
 		rekeyKd := r1.DeriveKey(cid.Addr, cid.PID, abi.OpRekey)
 		rekey = func() error {
-			if err := pc.SubmitRekey(cslot[0], ipB, r1.ID(), rekeyKd, keyBuf, 0, 1); err != nil {
+			if err := pc.Submit(&portal.Op{
+				Type: portal.OpRekey, Slot: cslot[0], Cookie: 1,
+				Remote: ipB, RemoteRegion: r1.ID(), Key: rekeyKd,
+				Local: keyBuf,
+			}); err != nil {
 				return err
 			}
 			c := waitOne(t, pc, 5*time.Second)
@@ -173,9 +185,17 @@ func rekeyWhileReading(t *testing.T, remote bool) {
 			off := uint64(k) * 4096
 			if k%2 == 0 {
 				gen[k] = kd
-				return pa.PostRead(slots[k], ipB, r1.ID(), off, kd, sink, off, 4096, uint64(k))
+				return pa.Post(&portal.Op{
+					Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k),
+					Remote: ipB, RemoteRegion: r1.ID(), RemoteOffset: off, Key: kd,
+					Local: sink, LocalOffset: off, Length: 4096,
+				})
 			}
-			return pa.PostRead(slots[k], ipB, r2.ID(), off, kd2, sink, off, 4096, uint64(k))
+			return pa.Post(&portal.Op{
+				Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k),
+				Remote: ipB, RemoteRegion: r2.ID(), RemoteOffset: off, Key: kd2,
+				Local: sink, LocalOffset: off, Length: 4096,
+			})
 		}
 		for k := range nslots {
 			if res.err = post(k); res.err != nil {
@@ -346,7 +366,11 @@ func TestIVsNeverRepeatAcrossRestart(t *testing.T) {
 		for round := range 8 {
 			for k, s := range slots {
 				off := uint64(round*8+k) % 16 * 4096
-				if err := pa.PostRead(s, ipB, rb.ID(), off, kd, sink, uint64(k)*4096, 4096, uint64(k)); err != nil {
+				if err := pa.Post(&portal.Op{
+					Type: portal.OpRead, Slot: s, Cookie: uint64(k),
+					Remote: ipB, RemoteRegion: rb.ID(), RemoteOffset: off, Key: kd,
+					Local: sink, LocalOffset: uint64(k) * 4096, Length: 4096,
+				}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -361,7 +385,11 @@ func TestIVsNeverRepeatAcrossRestart(t *testing.T) {
 		bsink, _ := pb.RegisterRegion(4096, abi.PermLocalWrite)
 		kdb := kdFor(ra, pb)
 		for k := range 16 {
-			if err := pb.SubmitRead(bslots[0], ipA, ra.ID(), uint64(k)*64, kdb, bsink, 0, 64, uint64(k)); err != nil {
+			if err := pb.Submit(&portal.Op{
+				Type: portal.OpRead, Slot: bslots[0], Cookie: uint64(k),
+				Remote: ipA, RemoteRegion: ra.ID(), RemoteOffset: uint64(k) * 64, Key: kdb,
+				Local: bsink, Length: 64,
+			}); err != nil {
 				t.Fatal(err)
 			}
 			if c := waitOne(t, pb, 5*time.Second); c.Status != abi.StatusOK || bsink.Bytes()[5] != pattern(uint64(k)*64+5) {

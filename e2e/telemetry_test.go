@@ -12,6 +12,7 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/engine/telemetry/probe"
 	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/portal"
 )
 
 // rmatopReport is the part of rmatop's -json record the test reads.
@@ -84,7 +85,11 @@ func TestRmatop(t *testing.T) {
 			if done+k >= reads {
 				off = 64 << 10 // beyond the region: REMOTE_BOUNDS
 			}
-			if err := pa.SubmitRead(slots[k], ipB, src.ID(), off, kd, sink, uint64(k)*size, size, uint64(done+k)); err != nil {
+			if err := pa.Submit(&portal.Op{
+				Type: portal.OpRead, Slot: slots[k], Cookie: uint64(done + k),
+				Remote: ipB, RemoteRegion: src.ID(), RemoteOffset: off, Key: kd,
+				Local: sink, LocalOffset: uint64(k) * size, Length: size,
+			}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -163,7 +168,11 @@ func TestRmatop(t *testing.T) {
 	// The text form: one interval with the reads' histogram in it.
 	text := startRmatop(t, "-pid", strconv.Itoa(a.Pid()), "-interval", "1s", "-count", "1")
 	for k := range 8 {
-		if err := pa.SubmitRead(slots[k], ipB, src.ID(), 0, kd, sink, 0, 64, uint64(k)); err != nil {
+		if err := pa.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k),
+			Remote: ipB, RemoteRegion: src.ID(), Key: kd,
+			Local: sink, Length: 64,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -96,7 +96,11 @@ func tenantChild() int {
 		cpl := make([]abi.Completion, 1)
 		for end := time.Now().Add(d); time.Now().Before(end); n++ {
 			off := uint64(n%(tenantRegion/4096)) * 4096
-			if err := p.SubmitRead(slots[0], id.Addr, src.ID(), off, kd, sink, 0, 4096, uint64(n)); err != nil {
+			if err := p.Submit(&portal.Op{
+				Type: portal.OpRead, Slot: slots[0], Cookie: uint64(n),
+				Remote: id.Addr, RemoteRegion: src.ID(), RemoteOffset: off, Key: kd,
+				Local: sink, Length: 4096,
+			}); err != nil {
 				return n, err
 			}
 			if _, err := p.Wait(context.Background(), cpl); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/internal/testbed"
+	"github.com/onerma/onerma/portal"
 )
 
 // testpmdName names testpmd's EAL files (prefix onerma-<name>).
@@ -129,7 +130,11 @@ func TestTestpmdSwitch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pa.SubmitRead(slot, ipB, rb.ID(), 0, kdFor(rb, pa), sink, 0, 64, 99); err != nil {
+	if err := pa.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slot, Cookie: 99,
+		Remote: ipB, RemoteRegion: rb.ID(), Key: kdFor(rb, pa),
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pa, 10*time.Second); c.Status != abi.StatusTimeout || c.Cookie != 99 {

@@ -108,7 +108,11 @@ func verifiedWrites(t *testing.T, p *portal.Portal, peer netip.Addr, owner *port
 			s[i] = model[o.rem+uint64(i)] ^ byte(0x80|k) ^ byte(i>>6)
 		}
 		want := append([]byte(nil), s...)
-		if err := p.SubmitWrite(slots[k%len(slots)], peer, rid, o.rem, kw, src, o.loc, o.n, uint64(k)); err != nil {
+		if err := p.Submit(&portal.Op{
+			Type: portal.OpWrite, Slot: slots[k%len(slots)], Cookie: uint64(k),
+			Remote: peer, RemoteRegion: rid, RemoteOffset: o.rem, Key: kw,
+			Local: src, LocalOffset: o.loc, Length: o.n,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		c := waitOne(t, p, 5*time.Second)
@@ -126,7 +130,11 @@ func verifiedWrites(t *testing.T, p *portal.Portal, peer netip.Addr, owner *port
 		}
 		// Read back through the engines, into an odd sink offset too.
 		sOff := (o.loc + 2) % (local - uint64(o.n))
-		if err := p.SubmitRead(slots[k%len(slots)], peer, rid, o.rem, kr, sink, sOff, o.n, uint64(k)); err != nil {
+		if err := p.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: slots[k%len(slots)], Cookie: uint64(k),
+			Remote: peer, RemoteRegion: rid, RemoteOffset: o.rem, Key: kr,
+			Local: sink, LocalOffset: sOff, Length: o.n,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		if c := waitOne(t, p, 5*time.Second); c.Status != abi.StatusOK || c.Cookie != uint64(k) || c.Op != abi.OpRead {
@@ -147,7 +155,11 @@ func verifiedWrites(t *testing.T, p *portal.Portal, peer netip.Addr, owner *port
 		for i := range b {
 			b[i] = model[rem+uint64(i)] ^ byte(0x40|k) ^ byte(i>>5)
 		}
-		if err := p.PostWrite(s, peer, rid, rem, kw, src, loc, 4096, uint64(100+k)); err != nil {
+		if err := p.Post(&portal.Op{
+			Type: portal.OpWrite, Slot: s, Cookie: uint64(100 + k),
+			Remote: peer, RemoteRegion: rid, RemoteOffset: rem, Key: kw,
+			Local: src, LocalOffset: loc, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		copy(model[rem:], b)
@@ -266,7 +278,11 @@ func TestWriteRefused(t *testing.T) {
 		case abi.StatusRemotePermission, abi.StatusRemoteBounds:
 			errs++
 		}
-		if err := pa.SubmitWrite(slots[0], ipB, c.region.ID(), c.off, c.key, c.local, 0, c.n, uint64(k)); err != nil {
+		if err := pa.Submit(&portal.Op{
+			Type: portal.OpWrite, Slot: slots[0], Cookie: uint64(k),
+			Remote: ipB, RemoteRegion: c.region.ID(), RemoteOffset: c.off, Key: c.key,
+			Local: c.local, Length: c.n,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		if got := waitOne(t, pa, 5*time.Second); got.Status != c.want || got.Cookie != uint64(k) || got.Op != abi.OpWrite {
@@ -293,7 +309,11 @@ func TestWriteRefused(t *testing.T) {
 	// The right key writes the read-write and the write-only region; the
 	// write-only region refuses a READ.
 	for k, r := range []*portal.Region{rw, wo} {
-		if err := pa.SubmitWrite(slots[0], ipB, r.ID(), 101, writeKey(r, pa), src, 0, 4096, uint64(50+k)); err != nil {
+		if err := pa.Submit(&portal.Op{
+			Type: portal.OpWrite, Slot: slots[0], Cookie: uint64(50 + k),
+			Remote: ipB, RemoteRegion: r.ID(), RemoteOffset: 101, Key: writeKey(r, pa),
+			Local: src, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusOK {
@@ -303,7 +323,11 @@ func TestWriteRefused(t *testing.T) {
 		fill(want[101:101+4096], 0xee)
 		sameRegion(t, "write with the right key", r.Bytes(), want, 101, 4096)
 	}
-	if err := pa.SubmitRead(slots[0], ipB, wo.ID(), 0, kdFor(wo, pa), sink, 0, 64, 60); err != nil {
+	if err := pa.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 60,
+		Remote: ipB, RemoteRegion: wo.ID(), Key: kdFor(wo, pa),
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, pa, 5*time.Second); c.Status != abi.StatusRemotePermission {
@@ -394,7 +418,11 @@ func writeServerKilled(t *testing.T) killOutcome {
 		for i := range s {
 			s[i] = pattern(uint64(r*4096+i)) ^ newMask(r)
 		}
-		return pa.PostWrite(slots[k], ipB, rb.ID(), uint64(r)*4096, kw, src, uint64(k)*4096, 4096, uint64(r)<<8|uint64(k))
+		return pa.Post(&portal.Op{
+			Type: portal.OpWrite, Slot: slots[k], Cookie: uint64(r)<<8 | uint64(k),
+			Remote: ipB, RemoteRegion: rb.ID(), RemoteOffset: uint64(r) * 4096, Key: kw,
+			Local: src, LocalOffset: uint64(k) * 4096, Length: 4096,
+		})
 	}
 	for k := range slots {
 		if err := post(k); err != nil {

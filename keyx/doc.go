@@ -4,17 +4,17 @@
 // authenticated TLS 1.3 connection, and the owner derives it from the
 // region key K_r it holds (portal.Region.DeriveKey) and returns it. K_r
 // never leaves the owner; K_d travels only inside TLS. A reader passes K_d
-// with every op on the region (portal.PostRead, PostWrite, PostRekey).
+// with every op on the region (portal.Op.Key).
 //
-// keyx imports portal (Identity, and *portal.Region is a Region), abi and
-// aesni; it knows nothing of the engine.
+// keyx imports portal (Identity, the key and region types, and
+// *portal.Region is a Region); it knows nothing of the engine.
 //
 // # Use
 //
 // The owner:
 //
 //	creds, err := keyx.LoadServer("/etc/onerma/creds") // or Inherited(fd)
-//	r, err := p.RegisterRegion(size, abi.PermRemoteRead|abi.PermLocalWrite)
+//	r, err := p.RegisterRegion(size, portal.PermRemoteRead|portal.PermLocalWrite)
 //	srv, err := keyx.NewServer(keyx.Config{Credentials: creds, Owner: p.Identity().Addr})
 //	srv.Add(r)
 //	addr, err := srv.Start("0.0.0.0:18515")
@@ -22,8 +22,14 @@
 // A reader:
 //
 //	creds, err := keyx.LoadClient("/etc/onerma/creds")
-//	g, err := keyx.Fetch(ctx, "hostA:18515", creds, keyx.RequestFor(p.Identity(), region, abi.OpRead))
-//	err = p.SubmitRead(slot, g.Owner, g.Region, 0, g.Key, sink, 0, 4096, cookie)
+//	g, err := keyx.Fetch(ctx, "hostA:18515", creds, keyx.RequestFor(p.Identity(), region, portal.OpRead))
+//	err = p.Submit(&portal.Op{
+//		Type: g.Op, Slot: slot, Cookie: cookie,
+//		Remote: g.Owner, RemoteRegion: g.Region, Key: g.Key,
+//		Local: sink, Length: 4096,
+//	})
+//
+// portal's Example_keyx runs both sides against an in-process engine.
 //
 // # Credentials
 //
@@ -115,12 +121,12 @@
 // other than a stale K_d (a remote REKEY, below, or an identity that is
 // not the one the engine stamps).
 //
-// A remote REKEY (portal.PostRekey with the REKEY K_d) installs a K_r the
-// owner's process does not know: its Server keeps deriving from the old
-// one, and readers must get K_d from whoever chose the new key. An owner
-// that serves K_d should not grant REKEY K_d (leave abi.PermRemoteRekey
-// off, or refuse abi.OpRekey in Config.Authorize) unless that is the
-// design.
+// A remote REKEY (a portal.Op of type OpRekey, with the REKEY K_d)
+// installs a K_r the owner's process does not know: its Server keeps
+// deriving from the old one, and readers must get K_d from whoever chose
+// the new key. An owner that serves K_d should not grant REKEY K_d (leave
+// portal.PermRemoteRekey off, or refuse portal.OpRekey in
+// Config.Authorize) unless that is the design.
 //
 // # Keys stay out of logs
 //

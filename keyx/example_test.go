@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
@@ -19,14 +18,14 @@ import (
 // running engine): a region id, size and permissions, and the K_r it
 // derives K_d from, as the engine would check them.
 type memRegion struct {
-	id abi.RegionID
-	kr aesni.Key
+	id portal.RegionID
+	kr portal.Key
 }
 
-func (r *memRegion) ID() abi.RegionID { return r.id }
-func (r *memRegion) Size() uint64     { return 1 << 20 }
-func (r *memRegion) Perm() abi.Perm   { return abi.PermRemoteRead }
-func (r *memRegion) DeriveKey(initiator netip.Addr, pid uint32, op abi.Op) aesni.Key {
+func (r *memRegion) ID() portal.RegionID { return r.id }
+func (r *memRegion) Size() uint64        { return 1 << 20 }
+func (r *memRegion) Perm() portal.Perm   { return portal.PermRemoteRead }
+func (r *memRegion) DeriveKey(initiator netip.Addr, pid uint32, op portal.OpType) portal.Key {
 	return aesni.DeriveKey(r.kr, initiator.As4(), pid, uint8(op))
 }
 
@@ -49,7 +48,7 @@ func Example() {
 
 	// The owner: with a real engine, Owner is p.Identity().Addr and the
 	// region comes from p.RegisterRegion.
-	region := &memRegion{id: 0x10001, kr: aesni.Key{1, 2, 3}}
+	region := &memRegion{id: 0x10001, kr: portal.Key{1, 2, 3}}
 	srv, err := keyx.NewServer(keyx.Config{Credentials: ownerCreds, Owner: netip.MustParseAddr("10.0.0.2")})
 	if err != nil {
 		panic(err)
@@ -70,28 +69,28 @@ func Example() {
 		panic(err)
 	}
 	defer c.Close()
-	g, err := c.Fetch(ctx, keyx.RequestFor(id, region.ID(), abi.OpRead))
+	g, err := c.Fetch(ctx, keyx.RequestFor(id, region.ID(), portal.OpRead))
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("server certificate:", c.Peer().Subject.CommonName)
 	fmt.Println("grant:", g) // never prints the key
-	fmt.Println("K_d is the owner's derivation for this reader:", g.Key == region.DeriveKey(id.Addr, id.PID, abi.OpRead))
-	// Ops go to g.Owner: p.SubmitRead(slot, g.Owner, g.Region, 0, g.Key, sink, 0, 4096, cookie).
+	fmt.Println("K_d is the owner's derivation for this reader:", g.Key == region.DeriveKey(id.Addr, id.PID, portal.OpRead))
+	// Ops go to g.Owner: p.Submit(&portal.Op{Type: g.Op, Remote: g.Owner, RemoteRegion: g.Region, Key: g.Key, ...}).
 
 	// The owner rekeys (p.Rekey) under Update; ops with the old K_d end
 	// REMOTE_AUTHENTICATION_FAILURE, and the reader fetches again.
-	srv.Update(func() error { region.kr = aesni.Key{4, 5, 6}; return nil })
-	g2, err := c.Fetch(ctx, keyx.RequestFor(id, region.ID(), abi.OpRead))
+	srv.Update(func() error { region.kr = portal.Key{4, 5, 6}; return nil })
+	g2, err := c.Fetch(ctx, keyx.RequestFor(id, region.ID(), portal.OpRead))
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("new K_d after the rekey:", g2.Key != g.Key && g2.Key == region.DeriveKey(id.Addr, id.PID, abi.OpRead))
+	fmt.Println("new K_d after the rekey:", g2.Key != g.Key && g2.Key == region.DeriveKey(id.Addr, id.PID, portal.OpRead))
 	clear(g.Key[:])
 	clear(g2.Key[:])
 
 	// A refusal names its reason; the connection stays usable.
-	_, err = c.Fetch(ctx, keyx.RequestFor(id, region.ID(), abi.OpWrite))
+	_, err = c.Fetch(ctx, keyx.RequestFor(id, region.ID(), portal.OpWrite))
 	fmt.Println(errors.Is(err, keyx.ErrPermission), err)
 	// Output:
 	// server certificate: owner

@@ -9,8 +9,6 @@ import (
 	"os"
 	"unicode/utf8"
 
-	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -29,27 +27,27 @@ const (
 // Request asks for the K_d of one initiating process for one op type on
 // one region. Build it with RequestFor from the reader's portal.
 type Request struct {
-	Initiator netip.Addr   // the reader's engine IPv4 address
-	PID       uint32       // the reader's PID as its engine stamps it (portal.Identity)
-	Region    abi.RegionID // the owner's region
-	Op        abi.Op       // abi.OpRead, abi.OpWrite or abi.OpRekey
+	Initiator netip.Addr      // the reader's engine IPv4 address
+	PID       uint32          // the reader's PID as its engine stamps it (portal.Identity)
+	Region    portal.RegionID // the owner's region
+	Op        portal.OpType   // portal.OpRead, portal.OpWrite or portal.OpRekey
 }
 
 // RequestFor is the request of the process behind id (its portal's
 // Identity) for op on region.
-func RequestFor(id portal.Identity, region abi.RegionID, op abi.Op) Request {
+func RequestFor(id portal.Identity, region portal.RegionID, op portal.OpType) Request {
 	return Request{Initiator: id.Addr, PID: id.PID, Region: region, Op: op}
 }
 
 // Grant is the owner's answer: the K_d of the request, and where and how
-// large the region is. Pass Key with each op (portal.PostRead and
-// friends) and zero it (clear(g.Key[:])) once done with the region.
+// large the region is. Pass Key with each op (portal.Op.Key) and zero it
+// (clear(g.Key[:])) once done with the region.
 type Grant struct {
-	Region abi.RegionID
-	Op     abi.Op
+	Region portal.RegionID
+	Op     portal.OpType
 	Owner  netip.Addr // the owner engine's IPv4 address: send ops there
 	Bytes  uint64     // the region's size
-	Key    aesni.Key  // K_d; never formatted (String omits it)
+	Key    portal.Key // K_d; never formatted (String omits it)
 }
 
 // String describes g without its key.
@@ -73,7 +71,7 @@ const (
 	// CodeUnknownRegion: the owner serves no region of that id.
 	CodeUnknownRegion Code = 2
 	// CodePermission: the region does not allow that op remotely
-	// (abi.PermRemoteRead, PermRemoteWrite, PermRemoteRekey).
+	// (portal.PermRemoteRead, PermRemoteWrite, PermRemoteRekey).
 	CodePermission Code = 3
 	// CodeRefused: Config.Authorize refused (its error is the message).
 	CodeRefused Code = 4
@@ -143,7 +141,9 @@ func unicast4(a netip.Addr) bool {
 	return a.Is4() && !a.IsUnspecified() && !a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
 }
 
-func validOp(op abi.Op) bool { return op == abi.OpRead || op == abi.OpWrite || op == abi.OpRekey }
+func validOp(op portal.OpType) bool {
+	return op == portal.OpRead || op == portal.OpWrite || op == portal.OpRekey
+}
 
 // check is what both ends require of a request before it is sent or served.
 func (r *Request) check() error {
@@ -190,10 +190,10 @@ func parseRequest(b []byte) (Request, error) {
 		return Request{}, fmt.Errorf("reserved field %#04x, want 0", v)
 	}
 	r := Request{
-		Op:        abi.Op(b[1]),
+		Op:        portal.OpType(b[1]),
 		Initiator: netip.AddrFrom4([4]byte(b[4:8])),
 		PID:       binary.BigEndian.Uint32(b[8:]),
-		Region:    abi.RegionID(binary.BigEndian.Uint32(b[12:])),
+		Region:    portal.RegionID(binary.BigEndian.Uint32(b[12:])),
 	}
 	return r, r.check()
 }
@@ -247,11 +247,11 @@ func parseReply(b []byte) (Grant, error) {
 		return Grant{}, errors.New("keyx: grant: non-zero padding")
 	}
 	g := Grant{
-		Region: abi.RegionID(binary.BigEndian.Uint32(b[4:])),
-		Op:     abi.Op(b[8]),
+		Region: portal.RegionID(binary.BigEndian.Uint32(b[4:])),
+		Op:     portal.OpType(b[8]),
 		Owner:  netip.AddrFrom4([4]byte(b[12:16])),
 		Bytes:  binary.BigEndian.Uint64(b[16:]),
-		Key:    aesni.Key(b[24:40]),
+		Key:    portal.Key(b[24:40]),
 	}
 	if !unicast4(g.Owner) {
 		return Grant{}, fmt.Errorf("keyx: grant: owner %v is not a unicast IPv4 address", g.Owner)

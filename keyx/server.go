@@ -11,8 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/portal"
 )
 
 // Region is a region an owner serves: *portal.Region is one. DeriveKey
@@ -20,10 +19,10 @@ import (
 // initiating process (its engine's address and the PID its engine
 // stamps) and op.
 type Region interface {
-	ID() abi.RegionID
+	ID() portal.RegionID
 	Size() uint64
-	Perm() abi.Perm
-	DeriveKey(initiator netip.Addr, pid uint32, op abi.Op) aesni.Key
+	Perm() portal.Perm
+	DeriveKey(initiator netip.Addr, pid uint32, op portal.OpType) portal.Key
 }
 
 // Config configures a Server.
@@ -53,7 +52,7 @@ type Server struct {
 	cfg  Config
 	tls  *tls.Config
 	mu   sync.RWMutex // regions; held for reading while deriving (see Update)
-	regs map[abi.RegionID]Region
+	regs map[portal.RegionID]Region
 
 	lmu    sync.Mutex
 	ln     net.Listener
@@ -77,7 +76,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	return &Server{cfg: cfg, tls: tc, regs: map[abi.RegionID]Region{}, conns: map[net.Conn]struct{}{}}, nil
+	return &Server{cfg: cfg, tls: tc, regs: map[portal.RegionID]Region{}, conns: map[net.Conn]struct{}{}}, nil
 }
 
 // Add serves r (replacing a region of the same id).
@@ -88,7 +87,7 @@ func (s *Server) Add(r Region) {
 }
 
 // Remove stops serving region id.
-func (s *Server) Remove(id abi.RegionID) {
+func (s *Server) Remove(id portal.RegionID) {
 	s.mu.Lock()
 	delete(s.regs, id)
 	s.mu.Unlock()
@@ -279,7 +278,7 @@ func (s *Server) grant(peer *x509.Certificate, req Request) (Grant, Code, error)
 	if !ok {
 		return Grant{}, CodeUnknownRegion, fmt.Errorf("region %#x is not served here", uint32(req.Region))
 	}
-	need := map[abi.Op]abi.Perm{abi.OpRead: abi.PermRemoteRead, abi.OpWrite: abi.PermRemoteWrite, abi.OpRekey: abi.PermRemoteRekey}[req.Op]
+	need := map[portal.OpType]portal.Perm{portal.OpRead: portal.PermRemoteRead, portal.OpWrite: portal.PermRemoteWrite, portal.OpRekey: portal.PermRemoteRekey}[req.Op]
 	if r.Perm()&need == 0 {
 		return Grant{}, CodePermission, fmt.Errorf("region %#x does not allow remote %v", uint32(req.Region), req.Op)
 	}

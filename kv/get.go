@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -77,7 +75,7 @@ type attempt struct {
 	phase   uint8
 	ops     int32 // READs posted and not completed
 	next    uint32
-	status  abi.Status // the first failure of the phase (OK: none)
+	status  portal.Status // the first failure of the phase (OK: none)
 	rep     *replica
 	v       *view
 	hedgeNs int64 // when to hedge (0: never)
@@ -299,7 +297,7 @@ func (c *Client) postPending(ai int32) {
 		var (
 			region uint32
 			off    uint64
-			key    *aesni.Key
+			key    *portal.Key
 			dst    uint64
 			n      uint32
 		)
@@ -310,15 +308,19 @@ func (c *Client) postPending(ai int32) {
 			b := a.bucket(c)
 			region, off, key, dst, n = v.IndexRegion, b*uint64(v.Ways)*SlotBytes, &v.idxKey, sink, v.Ways*SlotBytes
 		default:
-			n = min(abi.MaxOpBytes, a.slot.Len-a.next)
-			region, off, key, dst = v.SlabRegion, a.slot.Off+uint64(a.next), &v.slabKey, sink+abi.MaxOpBytes+uint64(a.next)
+			n = min(portal.MaxOpBytes, a.slot.Len-a.next)
+			region, off, key, dst = v.SlabRegion, a.slot.Off+uint64(a.next), &v.slabKey, sink+portal.MaxOpBytes+uint64(a.next)
 		}
 		s, ok := c.p.Slot()
 		if !ok {
 			c.enqueue(ai)
 			return
 		}
-		err := c.p.PostRead(s, v.Owner, abi.RegionID(region), off, *key, c.sink, dst, n, cookie(ai, a.gen))
+		err := c.p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: cookie(ai, a.gen),
+			Remote: v.Owner, RemoteRegion: portal.RegionID(region), RemoteOffset: off, Key: *key,
+			Local: c.sink, LocalOffset: dst, Length: n,
+		})
 		if err != nil {
 			c.p.Release(s)
 			if err == portal.ErrRingFull {
@@ -329,8 +331,8 @@ func (c *Client) postPending(ai int32) {
 			// The portal is closed or its engine gone: nothing will be
 			// posted again; fail the attempt as the engine would.
 			a.pending = false
-			if a.status == abi.StatusOK {
-				a.status = abi.StatusEngineGone
+			if a.status == portal.StatusOK {
+				a.status = portal.StatusEngineGone
 			}
 			if a.ops == 0 {
 				c.settle(ai, c.now())
@@ -443,7 +445,7 @@ func (d *dueCtx) Err() error {
 }
 
 // complete takes one completion.
-func (c *Client) complete(cp *abi.Completion, now int64) {
+func (c *Client) complete(cp *portal.Completion, now int64) {
 	c.p.Release(cp.Slot)
 	ai := int32(cp.Cookie >> 32)
 	if ai < 0 || int(ai) >= len(c.atts) || c.atts[ai].gen != uint32(cp.Cookie) || c.atts[ai].ops == 0 {
@@ -453,14 +455,14 @@ func (c *Client) complete(cp *abi.Completion, now int64) {
 	a.ops--
 	r := a.rep
 	r.st.Reads++
-	if cp.Status == abi.StatusOK {
+	if cp.Status == portal.StatusOK {
 		r.stuck = 0
 		if a.phase == phaseBucket {
 			r.noteLatency(cp.TotalDelayNs, &c.scratch)
 		}
 	} else {
 		r.st.Failed++
-		if a.status == abi.StatusOK {
+		if a.status == portal.StatusOK {
 			a.status = cp.Status
 		}
 		a.pending = false // post nothing more for a failed phase

@@ -8,15 +8,144 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 )
 
-// Post stages cmd in the command ring without publishing it (see Flush).
-// It does not validate cmd: the engine does, and answers a bad command with
-// a completion carrying a precise status. It returns ErrRingFull at once
-// when the ring has no free entry, and the portal's *EngineGoneError once
-// the engine is known gone (nothing is posted then).
-func (p *Portal) Post(cmd *abi.Command) error {
+// Op is one op to post: a READ, a WRITE or a REKEY of a remote region,
+// through this portal's engine to the engine at Remote.
+//
+// READ (two hops, paper §3.1) copies Length bytes of the remote region at
+// RemoteOffset into Local at LocalOffset. Local must allow PermLocalWrite
+// and the remote region PermRemoteRead. The sink range belongs to the op
+// until its completion: the engine decrypts response chunks straight into
+// it. After OK it holds exactly the remote bytes; after any other status
+// its contents are undefined (as after a failed RDMA READ): some chunks
+// may have landed, and a chunk that failed authentication (damaged or
+// forged on the network) leaves zeros until its genuine copy arrives.
+// Bytes outside the range are never written.
+//
+// WRITE (four hops, §5.1: the serving engine pulls the data when its own
+// solicitation window allows) copies Length bytes of Local at LocalOffset
+// into the remote region at RemoteOffset. Local must allow PermLocalRead
+// and the remote region PermRemoteWrite. The source range belongs to the
+// op until its completion: the engine reads it when the serving engine
+// pulls, sealing it straight into the frames. The serving engine commits
+// the data only once all of it has arrived and authenticated. OK means it
+// was committed; any other status means it was not and never will be,
+// except TIMEOUT, which means it may have been (and ENGINE_GONE: see
+// StatusEngineGone). Even then the range holds either the old or the new
+// bytes (no mix), and after a TIMEOUT nothing changes after the completion
+// is written: the initiator times out only after the serving side has
+// given up.
+//
+// REKEY (four hops like a WRITE, §5.2) installs the KeySize bytes of Local
+// at LocalOffset as the remote region's new region key K_r. Local must
+// allow PermLocalRead; the engine copies the bytes when it takes the
+// command from the ring, so keep them unchanged until the completion. The
+// remote region must allow PermRemoteRekey. RemoteOffset must be 0 and
+// Length 0 or KeySize (a REKEY replaces the key of the whole region). The
+// new key travels encrypted under Key, and the serving engine installs it
+// only once it authenticated. After OK, ops with a K_d derived from the
+// old K_r fail with REMOTE_AUTHENTICATION_FAILURE; whoever chose the new
+// key hands out K_d derived from it. Any other status but TIMEOUT means
+// the key was not installed and never will be; after a TIMEOUT it may have
+// been installed before the completion was written (never after): retry
+// with a K_d of either key.
+//
+// Key is the derived key K_d the region's owner gave this process for
+// Type: the owner's Region.DeriveKey of this portal's Identity().Addr,
+// Identity().PID and Type (package keyx fetches it). With any other key
+// the op completes with REMOTE_AUTHENTICATION_FAILURE.
+type Op struct {
+	Type         OpType
+	Slot         SlotID     // a slot of this portal with no op in flight (Slot)
+	Cookie       uint64     // echoed in the completion
+	Remote       netip.Addr // the serving engine's IPv4 address
+	RemoteRegion RegionID
+	RemoteOffset uint64 // REKEY: 0
+	Key          Key    // K_d for Type
+	// Local is this portal's region: READ's sink, WRITE's source, or
+	// where REKEY's new key is, at LocalOffset.
+	Local       *Region
+	LocalOffset uint64
+	Length      uint32 // 1..MaxOpBytes; REKEY: 0 or KeySize
+}
+
+// Post stages op in the command ring without publishing it: Flush
+// publishes every staged op with one store (doorbell batching), and
+// Submit is Post and Flush in one call. It copies op, which the caller may
+// reuse at once. The engine answers every op posted with exactly one
+// Completion naming op.Slot and echoing op.Cookie.
+//
+// Post checks what the portal knows, so that common mistakes fail at once
+// and nothing is posted: ErrRegion (Local is not this portal's), ErrLength
+// (Length out of range), ErrBounds (the local range outside Local), ErrAddr
+// (Remote not IPv4), ErrOp (Type unknown, or a REKEY with a RemoteOffset).
+// The engine checks the rest (slot, permissions, the remote side) and
+// reports a failure as the completion's status. Post returns ErrRingFull
+// when the command ring has no free entry (Flush what is staged, Poll, and
+// retry: nothing blocks), ErrClosed after Close, and the portal's
+// *EngineGoneError once the engine is known gone.
+func (p *Portal) Post(op *Op) error {
+	length := op.Length
+	switch op.Type {
+	case OpRead, OpWrite:
+	case OpRekey:
+		if op.RemoteOffset != 0 {
+			return ErrOp
+		}
+		if length == 0 {
+			length = KeySize
+		} else if length != KeySize {
+			return ErrLength
+		}
+	default:
+		return ErrOp
+	}
+	local := op.Local
+	switch {
+	case local == nil || local.p != p || local.mem == nil:
+		return ErrRegion
+	case length == 0 || length > MaxOpBytes:
+		return ErrLength
+	case op.LocalOffset > local.size || uint64(length) > local.size-op.LocalOffset:
+		return ErrBounds
+	case !op.Remote.Is4():
+		return ErrAddr
+	}
+	a := op.Remote.As4()
+	cmd := Command{
+		Op:           op.Type,
+		Slot:         op.Slot,
+		Cookie:       op.Cookie,
+		RemoteAddr:   uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]),
+		RemoteRegion: op.RemoteRegion,
+		RemoteOffset: op.RemoteOffset,
+		LocalRegion:  local.id,
+		Length:       length,
+		LocalOffset:  op.LocalOffset,
+		Key:          op.Key,
+	}
+	return p.PostCommand(&cmd)
+}
+
+// Submit is Post followed by Flush.
+func (p *Portal) Submit(op *Op) error {
+	if err := p.Post(op); err != nil {
+		return err
+	}
+	p.Flush()
+	return nil
+}
+
+// PostCommand stages cmd in the command ring as it is, without publishing
+// it (see Flush): the raw ABI post, for tools and tests that craft
+// commands. It does not validate cmd: the engine does, and answers a bad
+// command with a completion carrying a precise status. Applications use
+// Post, which fills the command from an Op and checks it first. It
+// returns ErrRingFull at once when the ring has no free entry, and the
+// portal's *EngineGoneError once the engine is known gone (nothing is
+// posted then).
+func (p *Portal) PostCommand(cmd *Command) error {
 	if p.closed {
 		return ErrClosed
 	}
@@ -55,141 +184,19 @@ func (p *Portal) Staged() uint32 {
 	return p.cmd.Pending()
 }
 
-// PostRead stages a READ of length bytes (1..abi.MaxOpBytes) from
-// remoteRegion at remoteOffset on the engine at remoteAddr into local at
-// localOffset. key is the derived key K_d the region's owner gave this
-// process for READ (the owner's Region.DeriveKey of this portal's
-// Identity().Addr, Identity().PID and abi.OpRead); with any other key the
-// op completes with REMOTE_AUTHENTICATION_FAILURE. The completion names
-// slot and echoes cookie. local must be this portal's region with
-// abi.PermLocalWrite (the engine checks the permission; this checks
-// ownership, length and bounds so the common mistakes fail at once). Call
-// Flush to publish.
-//
-// The sink range belongs to the op until its completion: the engine
-// decrypts response chunks straight into it. After OK it holds exactly the
-// remote bytes; after any other status its contents are undefined (as
-// after a failed RDMA READ): some chunks may have landed, and a chunk that
-// failed authentication (damaged or forged on the network) leaves zeros
-// until its genuine copy arrives. Bytes outside the range are never
-// written.
-func (p *Portal) PostRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	key aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
-	return p.postOp(abi.OpRead, slot, remoteAddr, remoteRegion, remoteOffset, &key, local, localOffset, length, cookie)
-}
-
-// SubmitRead is PostRead followed by Flush.
-func (p *Portal) SubmitRead(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	key aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
-	if err := p.PostRead(slot, remoteAddr, remoteRegion, remoteOffset, key, local, localOffset, length, cookie); err != nil {
-		return err
-	}
-	p.Flush()
-	return nil
-}
-
-// PostWrite stages a WRITE of length bytes (1..abi.MaxOpBytes) from local
-// at localOffset into remoteRegion at remoteOffset on the engine at
-// remoteAddr (paper §5.1: four hops, the serving engine pulls the data
-// when its own solicitation window allows). key is the K_d the region's
-// owner derived for this process and abi.OpWrite; the remote region must
-// allow abi.PermRemoteWrite and local must allow abi.PermLocalRead. The source
-// range belongs to the op until its completion: the engine reads it when
-// the serving engine pulls, sealing it straight into the frames.
-//
-// The serving engine commits the data to the region only when all of it
-// has arrived and authenticated. OK means it was committed. Any other
-// status means it was not and never will be, except TIMEOUT, which means
-// the write may have been committed; even then the region holds either the
-// old or the new bytes of the range (no mix), and nothing changes after
-// the completion is written: the initiator times out only after the
-// serving side has given up.
-func (p *Portal) PostWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	key aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
-	return p.postOp(abi.OpWrite, slot, remoteAddr, remoteRegion, remoteOffset, &key, local, localOffset, length, cookie)
-}
-
-// SubmitWrite is PostWrite followed by Flush.
-func (p *Portal) SubmitWrite(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	key aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
-	if err := p.PostWrite(slot, remoteAddr, remoteRegion, remoteOffset, key, local, localOffset, length, cookie); err != nil {
-		return err
-	}
-	p.Flush()
-	return nil
-}
-
-// PostRekey stages a REKEY (paper §5.2): it asks the engine at
-// remoteAddr to install, as remoteRegion's new region key K_r, the 16
-// bytes at localOffset of local (this portal's region with
-// abi.PermLocalRead; the engine copies them when it takes the command from
-// the ring: keep them unchanged until the completion). key is the K_d
-// the region's owner derived for this process and abi.OpRekey; the region
-// must allow abi.PermRemoteRekey. The new key travels encrypted under that
-// K_d. Like a WRITE it takes four hops (the serving engine pulls the key
-// and installs it only once it authenticated). When the completion is OK,
-// reads with K_d derived from the old key fail with
-// REMOTE_AUTHENTICATION_FAILURE; whoever chose the new key hands out K_d
-// derived from it. Any other status but TIMEOUT means the key was not
-// installed and never will be; a TIMEOUT means it may have been installed
-// before the completion was written (never after): retry with a K_d of
-// either key.
-func (p *Portal) PostRekey(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID,
-	key aesni.Key, local *Region, localOffset uint64, cookie uint64) error {
-	return p.postOp(abi.OpRekey, slot, remoteAddr, remoteRegion, 0, &key, local, localOffset, aesni.KeySize, cookie)
-}
-
-// SubmitRekey is PostRekey followed by Flush.
-func (p *Portal) SubmitRekey(slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID,
-	key aesni.Key, local *Region, localOffset uint64, cookie uint64) error {
-	if err := p.PostRekey(slot, remoteAddr, remoteRegion, key, local, localOffset, cookie); err != nil {
-		return err
-	}
-	p.Flush()
-	return nil
-}
-
-func (p *Portal) postOp(op abi.Op, slot abi.SlotID, remoteAddr netip.Addr, remoteRegion abi.RegionID, remoteOffset uint64,
-	key *aesni.Key, local *Region, localOffset uint64, length uint32, cookie uint64) error {
-	switch {
-	case local == nil || local.p != p || local.mem == nil:
-		return ErrRegion
-	case length == 0 || length > abi.MaxOpBytes:
-		return ErrLength
-	case localOffset > local.size || uint64(length) > local.size-localOffset:
-		return ErrBounds
-	case !remoteAddr.Is4():
-		return ErrAddr
-	}
-	a := remoteAddr.As4()
-	cmd := abi.Command{
-		Op:           op,
-		Slot:         slot,
-		Cookie:       cookie,
-		RemoteAddr:   uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]),
-		RemoteRegion: remoteRegion,
-		RemoteOffset: remoteOffset,
-		LocalRegion:  local.id,
-		Length:       length,
-		LocalOffset:  localOffset,
-		Key:          *key,
-	}
-	return p.Post(&cmd)
-}
-
 // Poll copies up to len(out) completions into out and returns how many. It
 // never blocks, never allocates and makes no system call.
 //
 // It returns an error only with n == 0: ErrClosed after Close,
 // ErrRingCorrupt, or the portal's *EngineGoneError (errors.Is
 // ErrEngineGone) once the engine is gone and every completion due has
-// been returned. When the engine goes away (the portal notices within
-// microseconds of its control connection closing, see Gone), Poll first
-// returns the completions the engine wrote before, then one completion
-// with abi.StatusEngineGone for every other op posted (Post, Post*,
-// Submit*) and not yet completed, so that each op posted gets exactly one
+// been returned. When the engine goes away (the portal notices as soon
+// as its control connection closes, see Gone), Poll first returns the
+// completions the engine wrote before, then one completion with
+// StatusEngineGone for every other op posted (Post, Submit, PostCommand)
+// and not yet completed, so that each op posted gets exactly one
 // completion, and then the error, on every call.
-func (p *Portal) Poll(out []abi.Completion) (int, error) { return p.poll(out, true) }
+func (p *Portal) Poll(out []Completion) (int, error) { return p.poll(out, true) }
 
 // poll is Poll; track says whether completions settle Post's records
 // (an Executor keeps its own).
@@ -251,7 +258,7 @@ func (p *Portal) Corrupt() bool {
 // in poll(2) until the engine rings, or the portal does on noticing that
 // the engine is gone; without one it sleeps with exponential backoff from
 // waitSleepMin to waitSleepMax between polls. It never allocates.
-func (p *Portal) Wait(ctx context.Context, out []abi.Completion) (int, error) {
+func (p *Portal) Wait(ctx context.Context, out []Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}

@@ -101,12 +101,20 @@ var peer = netip.MustParseAddr("10.1.2.3")
 // testKd stands for a derived key K_d handed to a reader.
 var testKd = aesni.Key{0xd0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xdf}
 
-func TestPostReadEncodesAndBatches(t *testing.T) {
+func TestPostEncodesAndBatches(t *testing.T) {
 	p, e, r := newTestPortal(t, 8, 8)
-	if err := p.PostRead(100, peer, 0x10002, 512, testKd, r, 64, 4096, 0xfeed); err != nil {
+	if err := p.Post(&Op{
+		Type: OpRead, Slot: 100, Cookie: 0xfeed,
+		Remote: peer, RemoteRegion: 0x10002, RemoteOffset: 512, Key: testKd,
+		Local: r, LocalOffset: 64, Length: 4096,
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.PostRead(101, peer, 0x10002, 0, aesni.Key{}, r, 0, 1, 2); err != nil {
+	if err := p.Post(&Op{
+		Type: OpRead, Slot: 101, Cookie: 2,
+		Remote: peer, RemoteRegion: 0x10002, Key: aesni.Key{},
+		Local: r, Length: 1,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.take(); len(got) != 0 {
@@ -193,9 +201,61 @@ func TestPostValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := p.PostRead(100, tt.addr, 1, 0, testKd, tt.local, tt.off, tt.length, 0)
+			err := p.Post(&Op{
+				Type: OpRead, Slot: 100,
+				Remote: tt.addr, RemoteRegion: 1, Key: testKd,
+				Local: tt.local, LocalOffset: tt.off, Length: tt.length,
+			})
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestPostOpTypes: Post encodes a WRITE and a REKEY as it does a READ,
+// fills in a REKEY's length, and refuses what no engine would take.
+func TestPostOpTypes(t *testing.T) {
+	kr := Key{0x4e, 0x77}
+	tests := []struct {
+		name string
+		op   Op
+		want Command // zero: nothing posted
+		err  error
+	}{
+		{"write", Op{Type: OpWrite, Slot: 100, Cookie: 7, Remote: peer, RemoteRegion: 0x10002, RemoteOffset: 4096, Key: testKd,
+			LocalOffset: 128, Length: 512},
+			Command{Op: OpWrite, Slot: 100, Cookie: 7, RemoteAddr: 0x0a010203, RemoteRegion: 0x10002, RemoteOffset: 4096,
+				Length: 512, LocalOffset: 128, Key: testKd}, nil},
+		{"rekey, length left out", Op{Type: OpRekey, Slot: 101, Cookie: 8, Remote: peer, RemoteRegion: 0x10002, Key: testKd,
+			LocalOffset: 16},
+			Command{Op: OpRekey, Slot: 101, Cookie: 8, RemoteAddr: 0x0a010203, RemoteRegion: 0x10002,
+				Length: KeySize, LocalOffset: 16, Key: testKd}, nil},
+		{"rekey of KeySize", Op{Type: OpRekey, Slot: 101, Remote: peer, RemoteRegion: 0x10002, Key: kr, Length: KeySize},
+			Command{Op: OpRekey, Slot: 101, RemoteAddr: 0x0a010203, RemoteRegion: 0x10002, Length: KeySize, Key: kr}, nil},
+		{"rekey of 8 bytes", Op{Type: OpRekey, Remote: peer, Length: 8}, Command{}, ErrLength},
+		{"rekey at a remote offset", Op{Type: OpRekey, Remote: peer, RemoteOffset: 16}, Command{}, ErrOp},
+		{"rekey past the end", Op{Type: OpRekey, Remote: peer, LocalOffset: 8192 - 8}, Command{}, ErrBounds},
+		{"no type", Op{Remote: peer, Length: 64}, Command{}, ErrOp},
+		{"unknown type", Op{Type: 9, Remote: peer, Length: 64}, Command{}, ErrOp},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, e, r := newTestPortal(t, 8, 8)
+			tt.op.Local = r
+			if err := p.Submit(&tt.op); !errors.Is(err, tt.err) {
+				t.Fatalf("Submit = %v, want %v", err, tt.err)
+			}
+			got := e.take()
+			if tt.err != nil {
+				if len(got) != 0 {
+					t.Fatalf("a refused op reached the ring: %+v", got)
+				}
+				return
+			}
+			tt.want.LocalRegion = r.ID()
+			if len(got) != 1 || got[0] != tt.want {
+				t.Fatalf("(-want +got)\n-%+v\n+%+v", tt.want, got)
 			}
 		})
 	}
@@ -204,12 +264,22 @@ func TestPostValidation(t *testing.T) {
 func TestRingFullReturnsAtOnce(t *testing.T) {
 	p, e, r := newTestPortal(t, 4, 8)
 	for i := range 4 {
-		if err := p.PostRead(100, peer, 1, 0, testKd, r, 0, 8, uint64(i)); err != nil {
+		if err := p.Post(&Op{
+			Type: OpRead, Slot: 100, Cookie: uint64(i),
+			Remote: peer, RemoteRegion: 1, Key: testKd,
+			Local: r, Length: 8,
+		}); err != nil {
 			t.Fatalf("post %d: %v", i, err)
 		}
 	}
 	done := make(chan error)
-	go func() { done <- p.PostRead(100, peer, 1, 0, testKd, r, 0, 8, 99) }()
+	go func() {
+		done <- p.Post(&Op{
+			Type: OpRead, Slot: 100, Cookie: 99,
+			Remote: peer, RemoteRegion: 1, Key: testKd,
+			Local: r, Length: 8,
+		})
+	}()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrRingFull) {
@@ -222,7 +292,7 @@ func TestRingFullReturnsAtOnce(t *testing.T) {
 	if n := len(e.take()); n != 4 {
 		t.Fatalf("engine took %d", n)
 	}
-	if err := p.SubmitRead(100, peer, 1, 0, testKd, r, 0, 8, 5); err != nil {
+	if err := p.Submit(&Op{Type: OpRead, Slot: 100, Cookie: 5, Remote: peer, RemoteRegion: 1, Key: testKd, Local: r, Length: 8}); err != nil {
 		t.Fatalf("post after the engine drained: %v", err)
 	}
 }
@@ -315,7 +385,7 @@ func TestDataPathAllocsNothing(t *testing.T) {
 	kd := r.DeriveKey(peer, 4242, abi.OpRead)
 	allocs := testing.AllocsPerRun(1000, func() {
 		s, _ := p.Slot()
-		if err := p.PostRead(s, peer, 0x10002, 0, kd, r, 0, 64, 1); err != nil {
+		if err := p.Post(&Op{Type: OpRead, Slot: s, Cookie: 1, Remote: peer, RemoteRegion: 0x10002, Key: kd, Local: r, Length: 64}); err != nil {
 			t.Fatal(err)
 		}
 		p.Flush()
@@ -356,7 +426,11 @@ func BenchmarkPostFlushPoll(b *testing.B) {
 	c := abi.Completion{Cookie: 1, Slot: 100, Op: abi.OpRead, Length: 64}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := p.PostRead(100, peer, 0x10002, 0, testKd, r, 0, 64, 1); err != nil {
+		if err := p.Post(&Op{
+			Type: OpRead, Slot: 100, Cookie: 1,
+			Remote: peer, RemoteRegion: 0x10002, Key: testKd,
+			Local: r, Length: 64,
+		}); err != nil {
 			b.Fatal(err)
 		}
 		p.Flush()

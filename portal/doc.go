@@ -1,19 +1,31 @@
 // Package portal is the library applications link to use a OneRMA engine
-// (rmad): the CommandPortal of the 1RMA paper (§4.3-§4.5).
+// (rmad): the CommandPortal of the 1RMA paper (§4.3-§4.5). An application
+// needs no other package of ours for it: the types it shares with the
+// engine (OpType, Perm, Status, Completion, Key, ...) are aliases of
+// package abi's and aesni's, which stay importable for code that works on
+// the ABI itself.
 //
 // A Portal is one control connection to the engine plus one shared-memory
 // segment holding a command ring (application -> engine) and a completion
-// ring (engine -> application):
+// ring (engine -> application). One op, from Dial to its completion:
 //
-//	p, err := portal.Dial("/run/onerma/rmad.sock", "kv-client")
-//	slots, err := p.AllocSlots(32)                    // capped per application
-//	sink, err := p.RegisterRegion(1<<20, abi.PermLocalWrite)
+//	p, err := portal.Dial(portal.DefaultSocket, "kv-client")
+//	_, err = p.AllocSlots(32) // capped per application
+//	sink, err := p.RegisterRegion(1<<20, portal.PermLocalWrite)
+//	kd := ... // K_d from the region's owner for p.Identity() (package keyx)
 //	s, _ := p.Slot()
-//	kd := ...                                         // K_d from the region's owner, for p.Identity()
-//	err = p.PostRead(s, server, remoteRegion, 0, kd, sink, 0, 4096, cookie)
-//	p.Flush()                                         // one store publishes the batch
-//	n, err := p.Poll(completions)                     // or p.Wait(ctx, completions)
-//	p.Release(completions[0].Slot)
+//	err = p.Post(&portal.Op{
+//		Type: portal.OpRead, Slot: s, Cookie: 1,
+//		Remote: server, RemoteRegion: region, Key: kd,
+//		Local: sink, Length: 4096,
+//	})
+//	p.Flush()                  // one store publishes every op posted
+//	n, err := p.Wait(ctx, cpl) // or p.Poll(cpl), which never blocks
+//	p.Release(cpl[0].Slot)     // after reading cpl[0].Status
+//
+// Example runs it; ExamplePortal_Submit_write, ExampleExecutor,
+// ExamplePortal_Rekey and Example_keyx show a WRITE, a transfer of any
+// size, a rekey and fetching K_d from the owner.
 //
 // Control operations (Dial, AllocSlots, RegisterRegion, RegisterRegionKey,
 // Rekey, DeregisterRegion, Stats, Close) are messages on the engine's unix control socket (package
@@ -26,13 +38,24 @@
 // before it touches the rings. Over one of its tenant's quotas the engine
 // refuses with ErrQuota (Error.Quota names it).
 //
-// Data path (Post*, Flush, Poll, Slot, Release): no system calls, no
-// locks and no allocations (Wait sleeps in poll(2) once it has spun). A command is one 64-byte cache line written
-// into the command ring (abi.Producer); Post* stage commands and Flush
-// publishes all staged commands with one store of the producer index
-// (doorbell batching, Kalia et al.). The Submit* variants post and flush in
-// one call. A full command ring is reported at once with ErrRingFull: the
-// engine drains it as it polls, so retry after Poll; nothing blocks.
+// Data path (Post, Submit, Flush, Poll, Wait, Slot, Release): no system
+// calls, no locks and no allocations (Wait sleeps in poll(2) once it has
+// spun). An op is one 64-byte Command, a cache line written into the
+// command ring (abi.Producer). Post checks an Op against what the portal
+// knows (its own region, length, bounds, an IPv4 address), writes its
+// Command and stages it; Flush publishes every staged command with one
+// store of the producer index (doorbell batching, Kalia et al.); Submit is
+// Post and Flush in one call. PostCommand stages a Command as it is, for
+// tools and tests that craft one. A full command ring is reported at once
+// with ErrRingFull: the engine drains it as it polls, so retry after Poll;
+// nothing blocks.
+//
+// Ops (see Op): a READ copies up to MaxOpBytes of a remote region into a
+// local one (two hops); a WRITE copies a local range into a remote region,
+// committed there all at once or not at all (four hops: the serving
+// engine pulls the data); a REKEY installs a new region key K_r in a
+// remote region (four hops). The local range belongs to the op until its
+// completion.
 //
 // Every posted command yields exactly one Completion naming its slot and
 // echoing its cookie, whatever happens (OK, NACK, TIMEOUT, a precise local
@@ -52,8 +75,10 @@
 // its owner (RegisterRegionKey) or drawn at random (RegisterRegion), kept
 // by the owner's engine and never sent on the network. The owner gives
 // each authorised reader its derived key K_d = Region.DeriveKey(reader's
-// Identity().Addr, Identity().PID, abi.OpRead), over whatever channel the
-// applications trust; the reader passes K_d with every PostRead. Rekey
+// Identity().Addr, Identity().PID, OpRead), over a channel the
+// applications trust (package keyx: TLS with client certificates); the
+// reader passes K_d in every Op. A K_d is good for one op type: a WRITE
+// needs the K_d derived for OpWrite, a REKEY the one for OpRekey. Rekey
 // replaces K_r (local rekey, §5.2): every K_d derived from the old key
 // stops working at once, so readers fetch a new one. A read with a wrong
 // key, or of a region the server does not hold, completes with
@@ -71,13 +96,13 @@
 // down reclaims each portal first, so nothing is written into its rings
 // or regions after its connection closes). Each Portal has a goroutine
 // asleep in the runtime's network poller on a second descriptor of its
-// connection; it notices the hang-up within microseconds, records an
-// *EngineGoneError (Gone) and rings the completion doorbell, so a Wait or
-// an Executor asleep on it wakes at once. The data path pays one atomic
-// load per Post and per Poll, and no system call.
+// connection; it notices the hang-up as soon as the poller wakes it,
+// records an *EngineGoneError (Gone) and rings the completion doorbell, so
+// a Wait or an Executor asleep on it wakes at once. The data path pays one
+// atomic load per Post and per Poll, and no system call.
 //
 // From then on Poll and Wait return the completions the engine wrote
-// before it went, then one completion with abi.StatusEngineGone for every
+// before it went, then one completion with StatusEngineGone for every
 // other op posted through this portal (flushed or only staged), so every
 // op posted still gets exactly one completion, and then an error matching
 // ErrEngineGone (errors.As gives the *EngineGoneError: when, and what the
@@ -102,32 +127,39 @@
 //
 //	e, err := portal.NewExecutor(p, portal.ExecutorConfig{}) // defaults: cc.DefaultParams, all free slots
 //	defer e.Close()
-//	err = e.Read(ctx, server, remoteRegion, 0, kd, sink, 0, 4<<20)
+//	err = e.Read(ctx, portal.Transfer{
+//		Remote: server, RemoteRegion: region, Key: kd,
+//		Local: sink, Length: 4 << 20,
+//	})
 //	var ce *portal.ChunkError
 //	if errors.As(err, &ce) { ... ce.Status, ce.RemoteOffset ... }  // or errors.Is(err, portal.ErrRemoteAuth)
 //
-// Each transfer is split into ops of at most 4 KB (ExecutorConfig.ChunkBytes).
-// Ops to one remote engine in one direction (a cc.Key: its IPv4 address,
-// READ or WRITE) share that key's window: at most
-// cc.Controller.MaxInFlight = min(local, remote CWND) of them are in
+// Each transfer is split into ops of at most MaxOpBytes
+// (ExecutorConfig.ChunkBytes). Ops to one remote engine in one direction
+// (a cc.Key: its IPv4 address, READ or WRITE) share that key's window: at
+// most cc.Controller.MaxInFlight = min(local, remote CWND) of them are in
 // flight, and issues are spaced by a cc.Pacer with the controller's Gap,
-// so ops leave at OpSize × CWND / RTT (paper §6). Every
-// completion is fed to the controller with the engine's issue_delay and
-// total_delay. Concurrent transfers share the slots and windows
-// round-robin, one op per transfer per turn: a 64 B read issued while a
-// 4 MB transfer runs waits for about one op completion, not for the
-// transfer (head-of-line isolation, paper §7.2). Once posted, though, an
-// op queues in the engines behind whatever the window keeps in flight,
-// the delay Algorithm 1 holds near its targets; so short transfers (one
-// chunk) take precedence: while one is in progress, and for a hold after
-// it (ExecutorConfig.ShortHold, or four mean gaps between short
-// transfers' starts, up to ExecutorConfig.ShortHoldMax, so short transfers
-// arriving at random still find it on), transfers of more than one chunk
-// keep at most ExecutorConfig.ShortFirst ops in flight (default 4). On one
-// loopback engine core that cuts the wait of a 64 B read behind a 4 MB
-// transfer to about a third, while the transfer keeps most of its
-// goodput: rmabench's loopback-hol rows (`rmaperf read_lat -s 64 -exec
-// -bg 4194304`, -short-first N to compare), bench/RESULTS.md.
+// so ops leave at OpSize × CWND / RTT (paper §6). Every completion is fed
+// to the controller with the engine's issue_delay and total_delay.
+// Concurrent transfers share the slots and windows round-robin, one op per
+// transfer per turn: a 64 B read issued while a 4 MB transfer runs waits
+// for about one op completion, not for the transfer (head-of-line
+// isolation, paper §7.2). Once posted, though, an op queues in the engines
+// behind whatever the window keeps in flight, the delay Algorithm 1 holds
+// near its targets; so short transfers (one chunk) take precedence: while
+// one is in progress, and for a hold after it (ExecutorConfig.ShortHold,
+// or four mean gaps between short transfers' starts, up to
+// ExecutorConfig.ShortHoldMax, so short transfers arriving at random still
+// find it on), transfers of more than one chunk keep at most
+// ExecutorConfig.ShortFirst ops in flight in all (default 4): a short
+// transfer then queues in the engines behind at most that many ops of the
+// long ones, and the long ones keep their window the rest of the time.
+// What that is worth (the short transfer's wait, the long ones' goodput)
+// depends on the host: rmabench's loopback-hol rows measure it,
+// bench/RESULTS.md has the numbers, and rmaperf compares by hand (a
+// negative -short-first turns the precedence off):
+//
+//	rmaperf read_lat -s 64 -exec -bg 4194304 -short-first N
 //
 // Retry policy, per completion status of a chunk:
 //

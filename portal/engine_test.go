@@ -93,7 +93,11 @@ func read(t *testing.T, p *portal.Portal, src *portal.Region, k aesni.Key, sink 
 		t.Fatal("no free slot")
 	}
 	defer p.Release(s)
-	if err := p.SubmitRead(s, engineIP, src.ID(), 0, k, sink, 0, 64, 1); err != nil {
+	if err := p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 1,
+		Remote: engineIP, RemoteRegion: src.ID(), Key: k,
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -241,7 +245,11 @@ func TestEngineStallDoesNotTimeOut(t *testing.T) {
 	hp.hold.Store(true)
 	s, _ := reader.Slot()
 	defer reader.Release(s)
-	if err := reader.SubmitRead(s, engineIP, src.ID(), 64, k, sink, 64, 64, 2); err != nil {
+	if err := reader.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 2,
+		Remote: engineIP, RemoteRegion: src.ID(), RemoteOffset: 64, Key: k,
+		Local: sink, LocalOffset: 64, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	inFlight := func() (n uint64) {
@@ -277,5 +285,56 @@ func TestEngineStallDoesNotTimeOut(t *testing.T) {
 	enginetest.Eventually(t, "the stall in the runner's counters", func() bool { return e.Runner.Stats().Stalls > before.Stalls })
 	if st := e.Runner.Stats(); st.StalledNs-before.StalledNs < uint64(2*timeout) {
 		t.Errorf("runner counted no stall of 2 TIMEOUTs: %+v, before %+v", st, before)
+	}
+}
+
+// A REKEY op (Post with OpRekey, its length left out) installs the new
+// K_r it carries: reads with the old K_d then fail, reads with a K_d of
+// the new key succeed, and the owner's portal still reports the old key
+// (a remote REKEY installs a key the owner does not know).
+func TestRekeyOp(t *testing.T) {
+	sock := startEngine(t)
+	owner, peer := dial(t, sock, "owner"), dial(t, sock, "peer")
+	r, err := owner.RegisterRegion(4096, portal.PermRemoteRead|portal.PermRemoteRekey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := peer.RegisterRegion(4096, portal.PermLocalRead|portal.PermLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.AllocSlots(2); err != nil {
+		t.Fatal(err)
+	}
+	id := peer.Identity()
+	old, kr := r.Key(), portal.Key{0x4e, 0x77, 3}
+	copy(local.Bytes()[1024:], kr[:])
+	s, _ := peer.Slot()
+	if err := peer.Submit(&portal.Op{
+		Type: portal.OpRekey, Slot: s, Cookie: 7,
+		Remote: engineIP, RemoteRegion: r.ID(), Key: r.DeriveKey(id.Addr, id.PID, portal.OpRekey),
+		Local: local, LocalOffset: 1024,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var c [1]portal.Completion
+	if _, err := peer.Wait(ctx, c[:]); err != nil {
+		t.Fatal(err)
+	}
+	peer.Release(s)
+	if c[0].Status != portal.StatusOK || c[0].Op != portal.OpRekey || c[0].Cookie != 7 {
+		t.Fatalf("REKEY: %+v", c[0])
+	}
+	if got := read(t, peer, r, r.DeriveKey(id.Addr, id.PID, portal.OpRead), local); got.Status != portal.StatusRemoteAuthFailure {
+		t.Errorf("read with a K_d of the old key: %v, want REMOTE_AUTHENTICATION_FAILURE", got.Status)
+	}
+	kd := aesni.DeriveKey(kr, id.Addr.As4(), id.PID, uint8(portal.OpRead))
+	if got := read(t, peer, r, kd, local); got.Status != portal.StatusOK {
+		t.Errorf("read with a K_d of the new key: %v, want OK", got.Status)
+	}
+	if r.Key() != old {
+		t.Error("the owner's portal learned the key a remote REKEY installed")
 	}
 }

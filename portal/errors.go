@@ -19,12 +19,16 @@ var (
 	// ErrRegion: the local region is nil, deregistered, or not this
 	// portal's.
 	ErrRegion = errors.New("portal: local region not registered with this portal")
-	// ErrLength: the op length is 0 or above abi.MaxOpBytes.
-	ErrLength = errors.New("portal: op length must be 1..4096 bytes")
+	// ErrLength: the op length is 0 or above MaxOpBytes (a REKEY's:
+	// neither 0 nor KeySize).
+	ErrLength = errors.New("portal: op length must be 1..4096 bytes (REKEY: 16)")
 	// ErrBounds: local offset+length lies outside the local region.
 	ErrBounds = errors.New("portal: local offset+length outside the region")
 	// ErrAddr: the remote address is not IPv4.
 	ErrAddr = errors.New("portal: remote address is not IPv4")
+	// ErrOp: the op's Type is not OpRead, OpWrite or OpRekey, or a REKEY
+	// names a remote offset (it replaces the whole region's key).
+	ErrOp = errors.New("portal: op type must be READ, WRITE or REKEY (REKEY: at remote offset 0)")
 	// ErrSlot: Release of a slot this portal does not own, or that is
 	// already free.
 	ErrSlot = errors.New("portal: slot not owned or already free")

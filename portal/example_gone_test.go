@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/internal/enginetest"
@@ -33,7 +31,7 @@ func ExamplePortal_Redial() {
 		fmt.Println(err)
 		return
 	}
-	r, err := p.RegisterRegion(4096, abi.PermAll)
+	r, err := p.RegisterRegion(4096, portal.PermAll)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -42,14 +40,18 @@ func ExamplePortal_Redial() {
 	p.AllocSlots(1)
 	s, _ := p.Slot()
 	remote := netip.MustParseAddr("10.7.0.99") // never answers: the READ is in flight
-	if err := p.SubmitRead(s, remote, 0x10001, 0, aesni.Key{1}, r, 64, 64, 42); err != nil {
+	if err := p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 42,
+		Remote: remote, RemoteRegion: 0x10001, Key: portal.Key{1},
+		Local: r, LocalOffset: 64, Length: 64,
+	}); err != nil {
 		fmt.Println(err)
 		return
 	}
 
 	restart() // the engine dies; a new one starts on the same socket
 
-	cpl := make([]abi.Completion, 16)
+	cpl := make([]portal.Completion, 16)
 	for {
 		n, err := p.Wait(ctx, cpl)
 		for _, c := range cpl[:n] {

@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/cc"
 )
 
@@ -119,7 +118,7 @@ type transfer struct {
 	key       cc.Key
 	region    abi.RegionID
 	remoteOff uint64
-	kd        aesni.Key
+	kd        Key
 	local     *Region
 	localOff  uint64
 	length    uint64
@@ -240,34 +239,43 @@ func (e *Executor) Stats() ExecutorStats {
 	}
 }
 
-// Read copies length bytes of the remote region (region at remoteOffset on
-// the engine at remote) into local at localOffset, with the K_d key the
-// region's owner derived for this portal's Identity and abi.OpRead. It
-// returns nil once every byte has arrived, or the first failure: a
-// *ChunkError naming the chunk and its status, ctx's error (wrapped,
-// errors.Is works), ErrExecutorClosed, or an argument error (ErrRegion,
-// ErrBounds, ErrAddr) before anything is posted. It returns only once
-// none of its ops is in flight any more; after a failure the local range
-// holds undefined bytes. A length of 0 does nothing.
-func (e *Executor) Read(ctx context.Context, remote netip.Addr, region abi.RegionID, remoteOffset uint64,
-	key aesni.Key, local *Region, localOffset, length uint64) error {
-	return e.transfer(ctx, abi.OpRead, remote, region, remoteOffset, &key, local, localOffset, length)
+// Transfer names the bytes an Executor moves: Length bytes between Local at
+// LocalOffset and the remote region RemoteRegion at RemoteOffset on the
+// engine at Remote, with Key, the K_d the region's owner derived for this
+// portal's Identity and the op (OpRead for Read, OpWrite for Write).
+type Transfer struct {
+	Remote       netip.Addr // the serving engine's IPv4 address
+	RemoteRegion RegionID
+	RemoteOffset uint64
+	Key          Key     // K_d for OpRead (Read) or OpWrite (Write)
+	Local        *Region // this portal's region: Read's sink, Write's source
+	LocalOffset  uint64
+	Length       uint64 // any number of bytes; 0 does nothing
 }
 
-// Write copies length bytes of local at localOffset into the remote
-// region at remoteOffset, with the K_d derived for abi.OpWrite; local must
-// allow abi.PermLocalRead and stay unchanged until Write returns. Like Read
-// otherwise. Each chunk is committed remotely all at once or not at all;
-// after a failure some chunks may have been written (a chunk that ended in
-// TIMEOUT may have been too: PostWrite).
-func (e *Executor) Write(ctx context.Context, remote netip.Addr, region abi.RegionID, remoteOffset uint64,
-	key aesni.Key, local *Region, localOffset, length uint64) error {
-	return e.transfer(ctx, abi.OpWrite, remote, region, remoteOffset, &key, local, localOffset, length)
+// Read copies t.Length bytes of the remote region into t.Local; t.Local
+// must allow PermLocalWrite. It returns nil once every byte has arrived,
+// or the first failure: a *ChunkError naming the chunk and its status,
+// ctx's error (wrapped, errors.Is works), ErrExecutorClosed, or an
+// argument error (ErrRegion, ErrBounds, ErrAddr) before anything is
+// posted. It returns only once none of its ops is in flight any more;
+// after a failure the local range holds undefined bytes (as after a
+// failed READ op: see Op).
+func (e *Executor) Read(ctx context.Context, t Transfer) error {
+	return e.transfer(ctx, abi.OpRead, &t)
 }
 
-func (e *Executor) transfer(ctx context.Context, opc abi.Op, remote netip.Addr, region abi.RegionID, remoteOffset uint64,
-	key *aesni.Key, local *Region, localOffset, length uint64) error {
-	remote = remote.Unmap()
+// Write copies t.Length bytes of t.Local into the remote region; t.Local
+// must allow PermLocalRead and its range stay unchanged until Write
+// returns. Like Read otherwise. Each chunk is committed remotely all at
+// once or not at all; after a failure some chunks may have been written
+// (a chunk that ended in TIMEOUT may have been too: see Op).
+func (e *Executor) Write(ctx context.Context, t Transfer) error {
+	return e.transfer(ctx, abi.OpWrite, &t)
+}
+
+func (e *Executor) transfer(ctx context.Context, opc abi.Op, x *Transfer) error {
+	remote, local, localOffset, remoteOffset, length := x.Remote.Unmap(), x.Local, x.LocalOffset, x.RemoteOffset, x.Length
 	switch {
 	case local == nil || local.p != e.p || local.mem == nil:
 		return ErrRegion
@@ -288,7 +296,7 @@ func (e *Executor) transfer(ctx context.Context, opc abi.Op, remote netip.Addr, 
 	t := transferPool.Get().(*transfer)
 	*t = transfer{
 		e: e, op: opc, addr: remote, key: cc.Key{Peer: binary.BigEndian.Uint32(a[:]), Dir: cc.DirOf(opc)},
-		region: region, remoteOff: remoteOffset, kd: *key, local: local, localOff: localOffset, length: length,
+		region: x.RemoteRegion, remoteOff: remoteOffset, kd: x.Key, local: local, localOff: localOffset, length: length,
 		ctx: ctx, retryHead: -1, retryTail: -1, done: t.done, drive: t.drive,
 	}
 	if ctx.Done() != nil {

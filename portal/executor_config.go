@@ -20,8 +20,8 @@ type ExecutorConfig struct {
 	// rest. 0: every slot free in the portal at NewExecutor, or, if none
 	// is, DefaultExecutorSlots (capped by the application's slot cap).
 	Slots int
-	// ChunkBytes is the size transfers are split into (1..abi.MaxOpBytes;
-	// default abi.MaxOpBytes).
+	// ChunkBytes is the size transfers are split into (1..MaxOpBytes;
+	// default MaxOpBytes).
 	ChunkBytes int
 	// BackoffBase and BackoffMax bound the backoff before a chunk that
 	// completed NACK or DISPATCH_TIMEOUT is posted again: the k-th such

@@ -66,13 +66,13 @@ func statusClass(st abi.Status) error {
 // last completion and how many times it was posted. errors.Is matches it
 // against the status's class (ErrRemoteAuth, ErrTimeout, ...).
 type ChunkError struct {
-	Op           abi.Op
+	Op           OpType
 	Remote       netip.Addr
-	Region       abi.RegionID
+	Region       RegionID
 	RemoteOffset uint64 // the chunk's offset in the remote region
 	LocalOffset  uint64 // the chunk's offset in the local region
 	Length       uint32 // the chunk's length
-	Status       abi.Status
+	Status       Status
 	Attempts     int // times the chunk was posted
 	// Transfer: the transfer's length; Done: its bytes that completed OK
 	// (not necessarily a prefix: chunks complete out of order).

@@ -124,7 +124,10 @@ func ctxT(t *testing.T) context.Context {
 // cookies that come back to it.
 func TestExecutorChunksFake(t *testing.T) {
 	e, r, s := fakeExecutor(t, ExecutorConfig{ChunkBytes: 1024}, func(abi.Command, int) abi.Status { return abi.StatusOK })
-	if err := e.Read(ctxT(t), peer, 0x10002, 1000, testKd, r, 7, 3*1024+5); err != nil {
+	if err := e.Read(ctxT(t), Transfer{
+		Remote: peer, RemoteRegion: 0x10002, RemoteOffset: 1000, Key: testKd,
+		Local: r, LocalOffset: 7, Length: 3*1024 + 5,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	cmds := s.commands()
@@ -162,7 +165,7 @@ func TestExecutorCongestionRetriedFake(t *testing.T) {
 		}
 		return abi.StatusOK
 	})
-	if err := e.Write(ctxT(t), peer, 0x10002, 0, testKd, r, 0, 8192); err != nil {
+	if err := e.Write(ctxT(t), Transfer{Remote: peer, RemoteRegion: 0x10002, Key: testKd, Local: r, Length: 8192}); err != nil {
 		t.Fatal(err)
 	}
 	st := e.Stats()
@@ -201,7 +204,10 @@ func TestExecutorTimeoutBoundedFake(t *testing.T) {
 			}
 			return abi.StatusOK
 		})
-		err := e.Read(ctxT(t), peer, 0x10002, 100, testKd, r, 50, 3*2048)
+		err := e.Read(ctxT(t), Transfer{
+			Remote: peer, RemoteRegion: 0x10002, RemoteOffset: 100, Key: testKd,
+			Local: r, LocalOffset: 50, Length: 3 * 2048,
+		})
 		var ce *ChunkError
 		if !errors.As(err, &ce) || !errors.Is(err, ErrTimeout) {
 			t.Fatalf("retries %d: %v", retries, err)
@@ -241,7 +247,7 @@ func TestExecutorRefusalsFake(t *testing.T) {
 		{abi.Status(60), ErrBadCommand},
 	} {
 		e, r, s := fakeExecutor(t, ExecutorConfig{}, func(c abi.Command, attempt int) abi.Status { return tt.st })
-		err := e.Read(ctxT(t), peer, 0x10002, 0, testKd, r, 0, 4096)
+		err := e.Read(ctxT(t), Transfer{Remote: peer, RemoteRegion: 0x10002, Key: testKd, Local: r, Length: 4096})
 		var ce *ChunkError
 		if !errors.As(err, &ce) || !errors.Is(err, tt.want) || ce.Status != tt.st || ce.Attempts != 1 {
 			t.Errorf("%v: %v", tt.st, err)
@@ -258,7 +264,7 @@ func TestExecutorRefusalsFake(t *testing.T) {
 	}
 	e, r, s := fakeExecutor(t, ExecutorConfig{MaxAttempts: 5, BackoffBase: time.Microsecond, BackoffMax: 10 * time.Microsecond},
 		func(abi.Command, int) abi.Status { return abi.StatusNack })
-	err := e.Read(ctxT(t), peer, 0x10002, 0, testKd, r, 0, 4096)
+	err := e.Read(ctxT(t), Transfer{Remote: peer, RemoteRegion: 0x10002, Key: testKd, Local: r, Length: 4096})
 	var ce *ChunkError
 	if !errors.As(err, &ce) || !errors.Is(err, ErrCongestion) || ce.Status != abi.StatusNack || ce.Attempts != 5 || len(s.commands()) != 5 {
 		t.Fatalf("NACK for ever with MaxAttempts 5: %v (%d posts)", err, len(s.commands()))
@@ -273,7 +279,9 @@ func TestExecutorCancelWaitsForInFlightFake(t *testing.T) {
 	s.setHold(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- e.Read(ctx, peer, 0x10002, 0, testKd, r, 0, 8192) }()
+	go func() {
+		done <- e.Read(ctx, Transfer{Remote: peer, RemoteRegion: 0x10002, Key: testKd, Local: r, Length: 8192})
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for len(s.commands()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -303,7 +311,7 @@ func TestExecutorCancelWaitsForInFlightFake(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// Still usable.
-	if err := e.Read(ctxT(t), peer, 0x10002, 0, testKd, r, 0, 100); err != nil {
+	if err := e.Read(ctxT(t), Transfer{Remote: peer, RemoteRegion: 0x10002, Key: testKd, Local: r, Length: 100}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -342,11 +350,18 @@ func TestExecutorRoundRobinFake(t *testing.T) {
 	const bRemote = 1 << 20
 	s.setHold(true)
 	errs := make(chan error, 2)
-	go func() { errs <- e.Read(ctxT(t), peer, 0x10002, 0, testKd, r, 0, 4096) }()
+	go func() {
+		errs <- e.Read(ctxT(t), Transfer{Remote: peer, RemoteRegion: 0x10002, Key: testKd, Local: r, Length: 4096})
+	}()
 	for len(s.commands()) < 4 { // all 4 slots busy with A
 		time.Sleep(100 * time.Microsecond)
 	}
-	go func() { errs <- e.Read(ctxT(t), peer, 0x10002, bRemote, testKd, r, 4096, 4096) }()
+	go func() {
+		errs <- e.Read(ctxT(t), Transfer{
+			Remote: peer, RemoteRegion: 0x10002, RemoteOffset: bRemote, Key: testKd,
+			Local: r, LocalOffset: 4096, Length: 4096,
+		})
+	}()
 	time.Sleep(5 * time.Millisecond) // B is queued behind A's ops
 	s.setHold(false)
 	for range 2 {
@@ -420,9 +435,16 @@ func TestExecutorShortFirstFake(t *testing.T) {
 	}
 	s.setHold(true)
 	errs := make(chan error, 2)
-	go func() { errs <- e.Read(ctxT(t), peer, 0x10002, 0, testKd, r, 0, 4096) }()
+	go func() {
+		errs <- e.Read(ctxT(t), Transfer{Remote: peer, RemoteRegion: 0x10002, Key: testKd, Local: r, Length: 4096})
+	}()
 	waitCmds(4) // the long transfer fills the 4 slots
-	go func() { errs <- e.Read(ctxT(t), peer, 0x10002, bRemote, testKd, r, 4096, 100) }()
+	go func() {
+		errs <- e.Read(ctxT(t), Transfer{
+			Remote: peer, RemoteRegion: 0x10002, RemoteOffset: bRemote, Key: testKd,
+			Local: r, LocalOffset: 4096, Length: 100,
+		})
+	}()
 	quiet(4, 5*time.Millisecond, "no free slot")
 	completeHeld(0) // a slot frees: the short op takes it
 	waitCmds(5)

@@ -59,11 +59,17 @@ func newExecEnv(t testing.TB, o engineOpts, srcBytes, dstBytes uint64, cfg porta
 }
 
 func (v *execEnv) read(ctx context.Context, remoteOff, localOff, n uint64) error {
-	return v.e.Read(ctx, engineIP, v.src.ID(), remoteOff, v.kr, v.dst, localOff, n)
+	return v.e.Read(ctx, portal.Transfer{
+		Remote: engineIP, RemoteRegion: v.src.ID(), RemoteOffset: remoteOff, Key: v.kr,
+		Local: v.dst, LocalOffset: localOff, Length: n,
+	})
 }
 
 func (v *execEnv) write(ctx context.Context, remoteOff, localOff, n uint64) error {
-	return v.e.Write(ctx, engineIP, v.src.ID(), remoteOff, v.kw, v.dst, localOff, n)
+	return v.e.Write(ctx, portal.Transfer{
+		Remote: engineIP, RemoteRegion: v.src.ID(), RemoteOffset: remoteOff, Key: v.kw,
+		Local: v.dst, LocalOffset: localOff, Length: n,
+	})
 }
 
 // checkRead: dst[localOff:+n] holds src[remoteOff:+n], and the bytes
@@ -208,7 +214,7 @@ func TestExecutorRemoteAuthFailure(t *testing.T) {
 	v := newExecEnv(t, engineOpts{}, 1<<20, 1<<20, portal.ExecutorConfig{})
 	id := v.cli.Identity()
 	wrong := v.src.DeriveKey(id.Addr, id.PID+1, abi.OpRead)
-	err := v.e.Read(testCtx(t), engineIP, v.src.ID(), 0, wrong, v.dst, 0, 1<<20)
+	err := v.e.Read(testCtx(t), portal.Transfer{Remote: engineIP, RemoteRegion: v.src.ID(), Key: wrong, Local: v.dst, Length: 1 << 20})
 	var ce *portal.ChunkError
 	if !errors.As(err, &ce) || !errors.Is(err, portal.ErrRemoteAuth) {
 		t.Fatalf("wrong key: %v", err)
@@ -263,9 +269,15 @@ func TestExecutorBounds(t *testing.T) {
 	}{
 		{"local range", v.read(ctx, 0, 2*size-10, 11), portal.ErrBounds},
 		{"local offset", v.read(ctx, 0, 2*size+1, 0), portal.ErrBounds},
-		{"nil region", v.e.Read(ctx, engineIP, v.src.ID(), 0, v.kr, nil, 0, 1), portal.ErrRegion},
-		{"another portal's region", v.e.Read(ctx, engineIP, v.src.ID(), 0, v.kr, v.src, 0, 1), portal.ErrRegion},
-		{"IPv6", v.e.Read(ctx, netip.MustParseAddr("::1"), v.src.ID(), 0, v.kr, v.dst, 0, 1), portal.ErrAddr},
+		{"nil region", v.e.Read(ctx, portal.Transfer{Remote: engineIP, RemoteRegion: v.src.ID(), Key: v.kr, Local: nil, Length: 1}), portal.ErrRegion},
+		{"another portal's region", v.e.Read(ctx, portal.Transfer{
+			Remote: engineIP, RemoteRegion: v.src.ID(), Key: v.kr,
+			Local: v.src, Length: 1,
+		}), portal.ErrRegion},
+		{"IPv6", v.e.Read(ctx, portal.Transfer{
+			Remote: netip.MustParseAddr("::1"), RemoteRegion: v.src.ID(), Key: v.kr,
+			Local: v.dst, Length: 1,
+		}), portal.ErrAddr},
 	} {
 		if !errors.Is(tt.err, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, tt.err, tt.want)
@@ -430,7 +442,10 @@ func TestExecutorTimeoutBounded(t *testing.T) {
 	}}
 	cfg := portal.ExecutorConfig{TimeoutRetries: 2}
 	v := newExecEnv(t, o, 4096, 4096, cfg)
-	err := v.e.Read(testCtx(t), blackhole, v.src.ID(), 8, v.kr, v.dst, 16, 4000)
+	err := v.e.Read(testCtx(t), portal.Transfer{
+		Remote: blackhole, RemoteRegion: v.src.ID(), RemoteOffset: 8, Key: v.kr,
+		Local: v.dst, LocalOffset: 16, Length: 4000,
+	})
 	var ce *portal.ChunkError
 	if !errors.As(err, &ce) || !errors.Is(err, portal.ErrTimeout) {
 		t.Fatalf("read from a black hole: %v", err)

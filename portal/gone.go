@@ -156,7 +156,7 @@ func hungUp(fd int) error {
 // their contents can be copied into the new ones first:
 //
 //	n, err := p.Wait(ctx, cpl)
-//	// ... handle cpl[:n]: the ops in flight end with abi.StatusEngineGone
+//	// ... handle cpl[:n]: the ops in flight end with portal.StatusEngineGone
 //	if errors.Is(err, portal.ErrEngineGone) {
 //		np, err := p.Redial(ctx)
 //		if err != nil { ... }

@@ -71,14 +71,18 @@ func TestEngineGoneEndsEveryOpOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := range 6 {
-		if err := p.PostRead(slots[k], nobody, 0x10001, 0, aesni.Key{1}, sink, uint64(k)*4096, 4096, uint64(k+1)); err != nil {
+		if err := p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k + 1),
+			Remote: nobody, RemoteRegion: 0x10001, Key: aesni.Key{1},
+			Local: sink, LocalOffset: uint64(k) * 4096, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A slot the portal does not own: the engine answers BAD_SLOT.
 	foreign := abi.Command{Op: abi.OpRead, Slot: 9999, Cookie: 9, RemoteAddr: 0x0a070063, RemoteRegion: 0x10001,
 		LocalRegion: sink.ID(), Length: 64}
-	if err := p.Post(&foreign); err != nil {
+	if err := p.PostCommand(&foreign); err != nil {
 		t.Fatal(err)
 	}
 	p.Flush()
@@ -88,7 +92,11 @@ func TestEngineGoneEndsEveryOpOnce(t *testing.T) {
 	})
 	// Two more, staged but never flushed.
 	for k := 6; k < 8; k++ {
-		if err := p.PostRead(slots[k], nobody, 0x10001, 0, aesni.Key{1}, sink, uint64(k)*4096, 4096, uint64(k+1)); err != nil {
+		if err := p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k + 1),
+			Remote: nobody, RemoteRegion: 0x10001, Key: aesni.Key{1},
+			Local: sink, LocalOffset: uint64(k) * 4096, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -146,7 +154,11 @@ func TestEngineGoneEndsEveryOpOnce(t *testing.T) {
 	if n, err := p.Poll(out[:]); n != 0 || err != r.err {
 		t.Fatalf("Poll = %d, %v", n, err)
 	}
-	if err := p.SubmitRead(slots[0], nobody, 0x10001, 0, aesni.Key{1}, sink, 0, 64, 10); !errors.Is(err, portal.ErrEngineGone) {
+	if err := p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 10,
+		Remote: nobody, RemoteRegion: 0x10001, Key: aesni.Key{1},
+		Local: sink, Length: 64,
+	}); !errors.Is(err, portal.ErrEngineGone) {
 		t.Fatalf("post after the engine went: %v", err)
 	}
 	if _, err := p.Stats(); !errors.Is(err, portal.ErrEngineGone) {
@@ -172,7 +184,11 @@ func TestEngineGoneSeenByPoll(t *testing.T) {
 	p := dial(t, eng.Socket, "spinner")
 	slots, _ := p.AllocSlots(1)
 	sink, _ := p.RegisterRegion(4096, abi.PermLocalWrite)
-	if err := p.SubmitRead(slots[0], nobody, 0x10001, 0, aesni.Key{1}, sink, 0, 64, 5); err != nil {
+	if err := p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 5,
+		Remote: nobody, RemoteRegion: 0x10001, Key: aesni.Key{1},
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eng.Close()
@@ -254,7 +270,11 @@ func TestRedialAfterRestart(t *testing.T) {
 	}
 	id := np.Identity()
 	s, _ := np.Slot()
-	if err := np.SubmitRead(s, engineIP, nr.ID(), 0, nr.DeriveKey(id.Addr, id.PID, abi.OpRead), sink, 0, 4096, 1); err != nil {
+	if err := np.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 1,
+		Remote: engineIP, RemoteRegion: nr.ID(), Key: nr.DeriveKey(id.Addr, id.PID, abi.OpRead),
+		Local: sink, Length: 4096,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -286,7 +306,12 @@ func TestExecutorEngineGone(t *testing.T) {
 	}
 	defer e.Close()
 	done := make(chan error, 1)
-	go func() { done <- e.Read(context.Background(), nobody, 0x10001, 0, aesni.Key{1}, sink, 0, 1<<20) }()
+	go func() {
+		done <- e.Read(context.Background(), portal.Transfer{
+			Remote: nobody, RemoteRegion: 0x10001, Key: aesni.Key{1},
+			Local: sink, Length: 1 << 20,
+		})
+	}()
 	enginetest.Eventually(t, "ops in flight", func() bool {
 		st, err := p.Stats()
 		return err == nil && st.OpsInFlight > 0
@@ -303,7 +328,10 @@ func TestExecutorEngineGone(t *testing.T) {
 	if !errors.Is(err1, portal.ErrEngineGone) || !strings.Contains(err1.Error(), "READ of 1048576 bytes") {
 		t.Fatalf("Read: %v", err1)
 	}
-	if err := e.Read(context.Background(), nobody, 0x10001, 0, aesni.Key{1}, sink, 0, 64); !errors.Is(err, portal.ErrEngineGone) {
+	if err := e.Read(context.Background(), portal.Transfer{
+		Remote: nobody, RemoteRegion: 0x10001, Key: aesni.Key{1},
+		Local: sink, Length: 64,
+	}); !errors.Is(err, portal.ErrEngineGone) {
 		t.Fatalf("a later Read: %v", err)
 	}
 	if err := e.Close(); err != nil {

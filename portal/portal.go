@@ -32,9 +32,9 @@ type Identity struct {
 
 // Options tune Dial. Zero values take the engine's defaults.
 type Options struct {
-	CmdCap uint32    // command ring capacity (power of two)
-	CplCap uint32    // completion ring capacity (power of two)
-	Class  abi.Class // class of service to ask for (ErrClass if the engine's policy does not grant it)
+	CmdCap uint32 // command ring capacity (power of two)
+	CplCap uint32 // completion ring capacity (power of two)
+	Class  Class  // class of service to ask for (ErrClass if the engine's policy does not grant it)
 	// Timeout bounds each control request (default 60 s: registering a
 	// large region populates its memory).
 	Timeout time.Duration
@@ -119,7 +119,7 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 		return nil, fmt.Errorf("portal: %w", err)
 	}
 	if opt.Class > abi.ClassHigh {
-		return nil, fmt.Errorf("portal: Options.Class = %d, want abi.ClassLow or abi.ClassHigh", opt.Class)
+		return nil, fmt.Errorf("portal: Options.Class = %d, want portal.ClassLow or portal.ClassHigh", opt.Class)
 	}
 	if opt.PinCore && (opt.Core < 0 || opt.Core >= ctlmsg.MaxCores) {
 		return nil, fmt.Errorf("portal: Options.Core = %d, want 0..%d", opt.Core, ctlmsg.MaxCores-1)
@@ -350,9 +350,9 @@ func receivedFDs(oob []byte) []int {
 // same.
 func (p *Portal) Identity() Identity { return p.id }
 
-// abi.Class is the portal's class of service, as the engine granted it at
+// Class is the portal's class of service, as the engine granted it at
 // open (the one Options.Class asked for).
-func (p *Portal) Class() abi.Class { return p.class }
+func (p *Portal) Class() Class { return p.class }
 
 // Core is the engine core that serves the portal (0 on an engine of one
 // core).
@@ -370,7 +370,7 @@ func (p *Portal) Layout() abi.Layout { return p.layout }
 // AllocSlots asks the engine for n more command slots, adds them to the
 // free list (see Slot) and returns them. Over the cap, the engine's error
 // says precisely by how much (errors.Is(err, ErrSlotCap)).
-func (p *Portal) AllocSlots(n int) ([]abi.SlotID, error) {
+func (p *Portal) AllocSlots(n int) ([]SlotID, error) {
 	if n < 1 || n > ctlmsg.MaxAllocSlots {
 		return nil, fmt.Errorf("portal: alloc_slots: n = %d, want 1..%d", n, ctlmsg.MaxAllocSlots)
 	}
@@ -403,7 +403,7 @@ func (p *Portal) Slots() int { return len(p.isFree) }
 func (p *Portal) FreeSlots() int { return len(p.free) }
 
 // Slot takes a free slot (false when all are in use).
-func (p *Portal) Slot() (abi.SlotID, bool) {
+func (p *Portal) Slot() (SlotID, bool) {
 	n := len(p.free)
 	if n == 0 {
 		return 0, false
@@ -417,7 +417,7 @@ func (p *Portal) Slot() (abi.SlotID, bool) {
 // Release returns a slot to the free list, normally after reading its
 // completion. It fails with ErrSlot on a slot the portal does not own or
 // that is already free.
-func (p *Portal) Release(s abi.SlotID) error {
+func (p *Portal) Release(s SlotID) error {
 	i, ok := p.owned[s]
 	if !ok || p.isFree[i] {
 		return ErrSlot

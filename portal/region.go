@@ -37,7 +37,7 @@ var ErrZeroKey = errors.New("portal: region key is all zero")
 
 // Key returns the region's current key K_r. It is secret: give peers only
 // keys derived from it (DeriveKey).
-func (r *Region) Key() aesni.Key {
+func (r *Region) Key() Key {
 	r.kmu.Lock()
 	defer r.kmu.Unlock()
 	return r.kr
@@ -50,7 +50,7 @@ func (r *Region) Key() aesni.Key {
 // pid are what the client's portal reports as its Identity. For an
 // address that is not IPv4 it returns the zero Key, which no engine
 // accepts.
-func (r *Region) DeriveKey(initiator netip.Addr, pid uint32, op abi.Op) aesni.Key {
+func (r *Region) DeriveKey(initiator netip.Addr, pid uint32, op OpType) Key {
 	a := initiator.Unmap()
 	if !a.Is4() {
 		return aesni.Key{}
@@ -59,7 +59,7 @@ func (r *Region) DeriveKey(initiator netip.Addr, pid uint32, op abi.Op) aesni.Ke
 }
 
 // ID is the region id to name in commands (and to hand to peers).
-func (r *Region) ID() abi.RegionID { return r.id }
+func (r *Region) ID() RegionID { return r.id }
 
 // Bytes is the region's memory, shared with the engine: data READ into the
 // region lands here, data served to remote READs is read from here. nil
@@ -69,8 +69,8 @@ func (r *Region) Bytes() []byte { return r.mem }
 // Size is the registered size in bytes.
 func (r *Region) Size() uint64 { return r.size }
 
-// abi.Perm is the region's permission set.
-func (r *Region) Perm() abi.Perm { return r.perm }
+// Perm is the region's permission set.
+func (r *Region) Perm() Perm { return r.perm }
 
 // Hugetlb reports whether the region is backed by huge pages.
 func (r *Region) Hugetlb() bool { return r.hugetlb }
@@ -91,7 +91,7 @@ func (r *Region) unmap() error {
 // RSS), and counts against the tenant's quotas in the engine
 // (errors.Is(err, ErrQuota)). The engine seals it: no hole can be punched
 // in it (fallocate, MADV_REMOVE) while it exists.
-func (p *Portal) RegisterRegion(size uint64, perm abi.Perm) (*Region, error) {
+func (p *Portal) RegisterRegion(size uint64, perm Perm) (*Region, error) {
 	var kr aesni.Key
 	for kr == (aesni.Key{}) {
 		if _, err := rand.Read(kr[:]); err != nil {
@@ -104,7 +104,7 @@ func (p *Portal) RegisterRegion(size uint64, perm abi.Perm) (*Region, error) {
 // RegisterRegionKey is RegisterRegion with a region key K_r the
 // application chose (paper §4.2). kr must not be all zero (ErrZeroKey).
 // The key goes to the local engine over the control socket only.
-func (p *Portal) RegisterRegionKey(size uint64, perm abi.Perm, kr aesni.Key) (*Region, error) {
+func (p *Portal) RegisterRegionKey(size uint64, perm Perm, kr Key) (*Region, error) {
 	if kr == (aesni.Key{}) {
 		return nil, fmt.Errorf("portal: register_region: %w", ErrZeroKey)
 	}
@@ -161,7 +161,7 @@ func (p *Portal) RegisterRegionKey(size uint64, perm abi.Perm, kr aesni.Key) (*R
 // before may still be answered. Other regions are not affected. r.Key()
 // returns kr afterwards; on error the key is unchanged as far as this
 // portal knows (ErrNoRegion: the engine no longer holds r for this portal).
-func (p *Portal) Rekey(r *Region, kr aesni.Key) error {
+func (p *Portal) Rekey(r *Region, kr Key) error {
 	if r == nil || r.p != p || r.mapping == nil {
 		return ErrRegion
 	}

@@ -4,7 +4,7 @@ import "github.com/onerma/onerma/abi"
 
 // The portal keeps a record of every op posted through Post and not yet
 // seen completed, so that when the engine goes away it can report each of
-// them failed, exactly once, with abi.StatusEngineGone: the engine will
+// them failed, exactly once, with StatusEngineGone: the engine will
 // never write their completions.
 //
 // A slot the portal owns has one record, found through the owned map (a
@@ -63,7 +63,7 @@ func (p *Portal) settle(c *abi.Completion) {
 	// that completes it after the Executor closed): nothing to settle.
 }
 
-// synthesize writes an abi.StatusEngineGone completion into out for each
+// synthesize writes a StatusEngineGone completion into out for each
 // recorded op, removing its record, and returns how many it wrote. Only
 // Poll calls it, once the engine is gone and its completion ring drained.
 func (p *Portal) synthesize(out []abi.Completion) int {
@@ -83,9 +83,9 @@ func (p *Portal) synthesize(out []abi.Completion) int {
 	return n
 }
 
-// Posted reports ops posted through Post (or the Submit*, Post*
-// helpers) whose completion Poll or Wait has not yet returned. It scans
-// the owned slots: for diagnostics and tests, not for the data path.
+// Posted reports ops posted (Post, Submit, PostCommand) whose completion
+// Poll or Wait has not yet returned. It scans the owned slots: for
+// diagnostics and tests, not for the data path.
 func (p *Portal) Posted() int {
 	n := len(p.stray)
 	for i := range p.pending {

@@ -40,8 +40,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 )
@@ -56,12 +54,12 @@ type app struct {
 	p       *portal.Portal
 	ex      *portal.Executor
 	buf     *portal.Region // source of writes and sink of reads
-	regions map[abi.RegionID]*portal.Region
+	regions map[portal.RegionID]*portal.Region
 	hogs    []*portal.Region
 }
 
 func main() {
-	sock := flag.String("socket", "/run/onerma/rmad.sock", "the engine's control socket")
+	sock := flag.String("socket", portal.DefaultSocket, "the engine's control socket")
 	name := flag.String("name", "ctrapp", "application name presented to the engine")
 	flag.Parse()
 	if err := run(*sock, *name); err != nil {
@@ -78,7 +76,7 @@ func run(sock, name string) error {
 		return err
 	}
 	defer p.Close()
-	buf, err := p.RegisterRegion(maxTransfer, abi.PermLocalRead|abi.PermLocalWrite)
+	buf, err := p.RegisterRegion(maxTransfer, portal.PermLocalRead|portal.PermLocalWrite)
 	if err != nil {
 		return err
 	}
@@ -90,7 +88,7 @@ func run(sock, name string) error {
 		return err
 	}
 	defer ex.Close()
-	a := &app{p: p, ex: ex, buf: buf, regions: map[abi.RegionID]*portal.Region{}}
+	a := &app{p: p, ex: ex, buf: buf, regions: map[portal.RegionID]*portal.Region{}}
 	id := p.Identity()
 	fmt.Printf("identity %s %d %d\n", id.Addr, id.PID, os.Getpid())
 	sc := bufio.NewScanner(os.Stdin)
@@ -106,7 +104,7 @@ func run(sock, name string) error {
 
 // args parses the fields of a request: uints, addresses and keys by the
 // letters of kinds (u, a, k).
-func args(f []string, kinds string) (u []uint64, addr netip.Addr, key aesni.Key, err error) {
+func args(f []string, kinds string) (u []uint64, addr netip.Addr, key portal.Key, err error) {
 	if len(f) != len(kinds) {
 		return nil, addr, key, fmt.Errorf("%d arguments, want %d", len(f), len(kinds))
 	}
@@ -143,7 +141,7 @@ func (a *app) do(f []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		r, err := a.p.RegisterRegion(u[0], abi.PermRemoteRead|abi.PermRemoteWrite|abi.PermLocalRead|abi.PermLocalWrite)
+		r, err := a.p.RegisterRegion(u[0], portal.PermRemoteRead|portal.PermRemoteWrite|portal.PermLocalRead|portal.PermLocalWrite)
 		if err != nil {
 			return "", err
 		}
@@ -165,8 +163,8 @@ func (a *app) do(f []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		r := a.regions[abi.RegionID(u[0])]
-		op := map[string]abi.Op{"read": abi.OpRead, "write": abi.OpWrite}[rest[3]]
+		r := a.regions[portal.RegionID(u[0])]
+		op := map[string]portal.OpType{"read": portal.OpRead, "write": portal.OpWrite}[rest[3]]
 		if r == nil || op == 0 {
 			return "", fmt.Errorf("no region %d of this application, or op %q", u[0], rest[3])
 		}
@@ -177,7 +175,7 @@ func (a *app) do(f []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		region, off, n, seed := abi.RegionID(u[0]), u[1], u[2], u[3]
+		region, off, n, seed := portal.RegionID(u[0]), u[1], u[2], u[3]
 		if n == 0 || n > maxTransfer {
 			return "", fmt.Errorf("length %d: want 1..%d", n, maxTransfer)
 		}
@@ -188,10 +186,13 @@ func (a *app) do(f []string) (string, error) {
 			for i := range b {
 				b[i] = pattern(seed, off+uint64(i))
 			}
-			return status(a.ex.Write(ctx, addr, region, off, kd, a.buf, 0, n))
+			return status(a.ex.Write(ctx, portal.Transfer{
+				Remote: addr, RemoteRegion: region, RemoteOffset: off, Key: kd,
+				Local: a.buf, Length: n,
+			}))
 		}
 		clear(b)
-		if err := a.ex.Read(ctx, addr, region, off, kd, a.buf, 0, n); err != nil {
+		if err := a.ex.Read(ctx, portal.Transfer{Remote: addr, RemoteRegion: region, RemoteOffset: off, Key: kd, Local: a.buf, Length: n}); err != nil {
 			return status(err)
 		}
 		for i := range b {
@@ -205,7 +206,7 @@ func (a *app) do(f []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		r := a.regions[abi.RegionID(u[0])]
+		r := a.regions[portal.RegionID(u[0])]
 		if r == nil || u[1]+u[2] > r.Size() {
 			return "", fmt.Errorf("no region %d of this application, or %d+%d beyond it", u[0], u[1], u[2])
 		}
@@ -221,7 +222,7 @@ func (a *app) do(f []string) (string, error) {
 			return "", err
 		}
 		for {
-			r, err := a.p.RegisterRegion(u[0], abi.PermLocalRead|abi.PermLocalWrite)
+			r, err := a.p.RegisterRegion(u[0], portal.PermLocalRead|portal.PermLocalWrite)
 			var pe *portal.Error
 			switch {
 			case errors.As(err, &pe) && pe.Quota != "":

@@ -188,10 +188,18 @@ func TestRegionChurnAcrossCores(t *testing.T) {
 				var err error
 				if i%2 == 0 {
 					k := aesni.DeriveKey(l.kr, engineIP.As4(), pid, uint8(abi.OpRead))
-					err = p.SubmitRead(s, engineIP, l.src, 0, k, sink, 0, 1024, 1)
+					err = p.Submit(&portal.Op{
+						Type: portal.OpRead, Slot: s, Cookie: 1,
+						Remote: engineIP, RemoteRegion: l.src, Key: k,
+						Local: sink, Length: 1024,
+					})
 				} else {
 					k := aesni.DeriveKey(l.kr, engineIP.As4(), pid, uint8(abi.OpWrite))
-					err = p.SubmitWrite(s, engineIP, l.dst, uint64(p.Core())*1024, k, sink, 4096, 1024, 2)
+					err = p.Submit(&portal.Op{
+						Type: portal.OpWrite, Slot: s, Cookie: 2,
+						Remote: engineIP, RemoteRegion: l.dst, RemoteOffset: uint64(p.Core()) * 1024, Key: k,
+						Local: sink, LocalOffset: 4096, Length: 1024,
+					})
 				}
 				if err != nil {
 					errs <- err

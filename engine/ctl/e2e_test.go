@@ -372,7 +372,11 @@ func TestReadLoopback(t *testing.T) {
 		if !ok {
 			t.Fatal("no free slot")
 		}
-		if err := cli.PostRead(s, engineIP, src.ID(), o.remOff, kd(src, cli), sink, o.locOff, o.length, uint64(i)); err != nil {
+		if err := cli.Post(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: uint64(i),
+			Remote: engineIP, RemoteRegion: src.ID(), RemoteOffset: o.remOff, Key: kd(src, cli),
+			Local: sink, LocalOffset: o.locOff, Length: o.length,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -405,11 +409,15 @@ func TestReadLoopback(t *testing.T) {
 	// The convenience call posts and flushes.
 	s, _ := cli.Slot()
 	fill(src.Bytes()[:64], 0xee)
-	if err := cli.SubmitRead(s, engineIP, src.ID(), 0, kd(src, cli), sink, 0, 64, 99); err != nil {
+	if err := cli.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 99,
+		Remote: engineIP, RemoteRegion: src.ID(), Key: kd(src, cli),
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, cli); c.Status != abi.StatusOK || c.Cookie != 99 || !bytes.Equal(sink.Bytes()[:64], src.Bytes()[:64]) {
-		t.Fatalf("SubmitRead: %+v", c)
+		t.Fatalf("Submit: %+v", c)
 	}
 	cli.Release(s)
 	st, err := cli.Stats()
@@ -441,17 +449,17 @@ func TestForeignRegionTouchesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(src.Bytes(), 0x77)
-	// PostRead refuses another portal's *Region; a raw command naming the
+	// Post refuses another portal's *Region; a raw command naming the
 	// victim's region id must be refused by the engine.
 	cmd := abi.Command{Op: abi.OpRead, Slot: slots[0], Cookie: 1, RemoteAddr: 0x0a090001,
 		RemoteRegion: src.ID(), LocalRegion: vr.ID(), Length: 4096}
-	if err := att.Post(&cmd); err != nil {
+	if err := att.PostCommand(&cmd); err != nil {
 		t.Fatal(err)
 	}
 	// A slot this portal does not own is refused too.
 	cmd2 := cmd
 	cmd2.Slot, cmd2.Cookie, cmd2.LocalRegion = 100000, 2, src.ID()
-	if err := att.Post(&cmd2); err != nil {
+	if err := att.PostCommand(&cmd2); err != nil {
 		t.Fatal(err)
 	}
 	att.Flush()
@@ -495,14 +503,22 @@ func TestRingFullReturnsAtOnce(t *testing.T) {
 	<-held
 	for i := range 4 {
 		s, _ := p.Slot()
-		if err := p.SubmitRead(s, engineIP, sink.ID(), 0, kd(sink, p), sink, 0, 64, uint64(i)); err != nil {
+		if err := p.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: uint64(i),
+			Remote: engineIP, RemoteRegion: sink.ID(), Key: kd(sink, p),
+			Local: sink, Length: 64,
+		}); err != nil {
 			close(hold)
 			t.Fatalf("post %d: %v", i, err)
 		}
 	}
 	s, _ := p.Slot()
 	start := time.Now()
-	err = p.PostRead(s, engineIP, sink.ID(), 0, kd(sink, p), sink, 0, 64, 4)
+	err = p.Post(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 4,
+		Remote: engineIP, RemoteRegion: sink.ID(), Key: kd(sink, p),
+		Local: sink, Length: 64,
+	})
 	close(hold)
 	if !errors.Is(err, portal.ErrRingFull) {
 		t.Fatalf("fifth post: %v, want ErrRingFull", err)
@@ -515,7 +531,11 @@ func TestRingFullReturnsAtOnce(t *testing.T) {
 			t.Fatalf("completion %+v", c)
 		}
 	}
-	if err := p.SubmitRead(s, engineIP, sink.ID(), 0, kd(sink, p), sink, 0, 64, 4); err != nil {
+	if err := p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 4,
+		Remote: engineIP, RemoteRegion: sink.ID(), Key: kd(sink, p),
+		Local: sink, Length: 64,
+	}); err != nil {
 		t.Fatalf("post after the engine drained: %v", err)
 	}
 	if c := waitOne(t, p); c.Status != abi.StatusOK || c.Cookie != 4 {
@@ -541,15 +561,19 @@ func TestDeregisterRegion(t *testing.T) {
 	if err := p.DeregisterRegion(r); !errors.Is(err, portal.ErrRegion) {
 		t.Errorf("second deregistration: %v", err)
 	}
-	if err := p.PostRead(slots[0], engineIP, id, 0, kd(r, p), r, 0, 64, 1); !errors.Is(err, portal.ErrRegion) {
-		t.Errorf("PostRead into a deregistered region: %v", err)
+	if err := p.Post(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 1,
+		Remote: engineIP, RemoteRegion: id, Key: kd(r, p),
+		Local: r, Length: 64,
+	}); !errors.Is(err, portal.ErrRegion) {
+		t.Errorf("Post into a deregistered region: %v", err)
 	}
 	// The stale id, sent raw, is refused by the engine.
 	r2, err := p.RegisterRegion(4096, abi.PermAll)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Post(&abi.Command{Op: abi.OpRead, Slot: slots[0], Cookie: 5, RemoteAddr: 0x0a090001,
+	if err := p.PostCommand(&abi.Command{Op: abi.OpRead, Slot: slots[0], Cookie: 5, RemoteAddr: 0x0a090001,
 		RemoteRegion: r2.ID(), LocalRegion: id, Length: 64}); err != nil {
 		t.Fatal(err)
 	}
@@ -591,7 +615,11 @@ func TestCloseWithoutCleanupReclaims(t *testing.T) {
 	}
 	// Ops in flight towards an address nobody answers.
 	for i := range 4 {
-		if err := p.PostRead(slots[i], netip.MustParseAddr("10.9.0.99"), 1, 0, kd(rs[0], p), rs[0], 0, 64, uint64(i)); err != nil {
+		if err := p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: slots[i], Cookie: uint64(i),
+			Remote: netip.MustParseAddr("10.9.0.99"), RemoteRegion: 1, Key: kd(rs[0], p),
+			Local: rs[0], Length: 64,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -618,12 +646,20 @@ func TestCloseWithoutCleanupReclaims(t *testing.T) {
 	// the region's tombstone, so the request authenticates and is told
 	// the region is gone; with any other key it cannot authenticate.
 	stale := aesni.DeriveKey(rs1Key, q.Identity().Addr.As4(), q.Identity().PID, uint8(abi.OpRead))
-	q.SubmitRead(qs[0], engineIP, rs[1].ID(), 0, stale, qr, 0, 64, 1)
+	q.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: qs[0], Cookie: 1,
+		Remote: engineIP, RemoteRegion: rs[1].ID(), Key: stale,
+		Local: qr, Length: 64,
+	})
 	if c := waitOne(t, q); c.Status != abi.StatusRemoteRegion {
 		t.Fatalf("READ of a reclaimed region with its key: %+v", c)
 	}
 	other := aesni.DeriveKey(aesni.Key{1}, q.Identity().Addr.As4(), q.Identity().PID, uint8(abi.OpRead))
-	q.SubmitRead(qs[0], engineIP, rs[1].ID(), 0, other, qr, 0, 64, 2)
+	q.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: qs[0], Cookie: 2,
+		Remote: engineIP, RemoteRegion: rs[1].ID(), Key: other,
+		Local: qr, Length: 64,
+	})
 	if c := waitOne(t, q); c.Status != abi.StatusRemoteAuthFailure {
 		t.Fatalf("READ of a reclaimed region with another key: %+v", c)
 	}
@@ -651,7 +687,11 @@ func TestHelperChild(t *testing.T) {
 		os.Exit(1)
 	}
 	for i := range 3 {
-		p.PostRead(slots[i], netip.MustParseAddr("10.9.0.99"), 1, 0, r.DeriveKey(p.Identity().Addr, p.Identity().PID, abi.OpRead), r, 0, 4096, uint64(i))
+		p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: slots[i], Cookie: uint64(i),
+			Remote: netip.MustParseAddr("10.9.0.99"), RemoteRegion: 1, Key: r.DeriveKey(p.Identity().Addr, p.Identity().PID, abi.OpRead),
+			Local: r, Length: 4096,
+		})
 	}
 	p.Flush()
 	fmt.Printf("ready %d %#x\n", p.Identity().PID, r.ID())
@@ -818,7 +858,11 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 		t.Errorf("beyond the portal's bytes: %v", err)
 	}
 	// The bystander never noticed.
-	good.SubmitRead(gs[0], engineIP, gr.ID(), 0, kd(gr, good), gr, 64, 64, 7)
+	good.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: gs[0], Cookie: 7,
+		Remote: engineIP, RemoteRegion: gr.ID(), Key: kd(gr, good),
+		Local: gr, LocalOffset: 64, Length: 64,
+	})
 	if cpl := waitOne(t, good); cpl.Status != abi.StatusOK {
 		t.Fatalf("bystander: %+v", cpl)
 	}
@@ -927,7 +971,11 @@ func TestHugetlbSharedMemory(t *testing.T) {
 		t.Fatalf("region of %d bytes", len(r.Bytes()))
 	}
 	fill(r.Bytes()[1<<20:1<<20+4096], 0x42)
-	if err := p.SubmitRead(slots[0], engineIP, r.ID(), 1<<20, kd(r, p), r, 0, 4096, 1); err != nil {
+	if err := p.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: slots[0], Cookie: 1,
+		Remote: engineIP, RemoteRegion: r.ID(), RemoteOffset: 1 << 20, Key: kd(r, p),
+		Local: r, Length: 4096,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if c := waitOne(t, p); c.Status != abi.StatusOK || !bytes.Equal(r.Bytes()[:4096], r.Bytes()[1<<20:1<<20+4096]) {
@@ -989,7 +1037,11 @@ func TestCorruptRingsIsolated(t *testing.T) {
 		t.Fatalf("SlotsInUse = %d, want the victim's 4", got)
 	}
 	s, _ := victim.Slot()
-	if err := victim.SubmitRead(s, engineIP, vr.ID(), 0, kd(vr, victim), vr, 64, 64, 1); err != nil {
+	if err := victim.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: 1,
+		Remote: engineIP, RemoteRegion: vr.ID(), Key: kd(vr, victim),
+		Local: vr, LocalOffset: 64, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if cpl := waitOne(t, victim); cpl.Status != abi.StatusOK {
@@ -1005,7 +1057,11 @@ func readWith(t *testing.T, cli *portal.Portal, src *portal.Region, k aesni.Key,
 	if !ok {
 		t.Fatal("no free slot")
 	}
-	if err := cli.SubmitRead(s, engineIP, src.ID(), 0, k, sink, sinkOff, 64, sinkOff); err != nil {
+	if err := cli.Submit(&portal.Op{
+		Type: portal.OpRead, Slot: s, Cookie: sinkOff,
+		Remote: engineIP, RemoteRegion: src.ID(), Key: k,
+		Local: sink, LocalOffset: sinkOff, Length: 64,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	c := waitOne(t, cli)

@@ -320,7 +320,11 @@ func TestPunchHoleRefused(t *testing.T) {
 	s, _ := reader.Slot()
 	for i := range 500 {
 		off := uint64(i%256) * 4096
-		if err := reader.SubmitRead(s, engineIP, abi.RegionID(reg.Region), off, kd, sink, 0, 4096, uint64(i)); err != nil {
+		if err := reader.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: uint64(i),
+			Remote: engineIP, RemoteRegion: abi.RegionID(reg.Region), RemoteOffset: off, Key: kd,
+			Local: sink, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		if cpl := waitOne(t, reader); cpl.Status != abi.StatusOK || string(sink.Bytes()) != string(want[off:off+4096]) {

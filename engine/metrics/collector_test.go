@@ -178,13 +178,29 @@ func TestScrapeCountsCompletions(t *testing.T) {
 			var err error
 			switch {
 			case i < reads:
-				err = p.SubmitRead(slots[k], id.Addr, src.ID(), off, kdRead, sink, off, size, uint64(i))
+				err = p.Submit(&portal.Op{
+					Type: portal.OpRead, Slot: slots[k], Cookie: uint64(i),
+					Remote: id.Addr, RemoteRegion: src.ID(), RemoteOffset: off, Key: kdRead,
+					Local: sink, LocalOffset: off, Length: size,
+				})
 			case i < reads+bounds: // beyond the region: REMOTE_BOUNDS
-				err = p.SubmitRead(slots[k], id.Addr, src.ID(), 64<<10, kdRead, sink, 0, size, uint64(i))
+				err = p.Submit(&portal.Op{
+					Type: portal.OpRead, Slot: slots[k], Cookie: uint64(i),
+					Remote: id.Addr, RemoteRegion: src.ID(), RemoteOffset: 64 << 10, Key: kdRead,
+					Local: sink, Length: size,
+				})
 			case i < reads+bounds+writes:
-				err = p.SubmitWrite(slots[k], id.Addr, src.ID(), off, kdWrite, sink, off, size, uint64(i))
+				err = p.Submit(&portal.Op{
+					Type: portal.OpWrite, Slot: slots[k], Cookie: uint64(i),
+					Remote: id.Addr, RemoteRegion: src.ID(), RemoteOffset: off, Key: kdWrite,
+					Local: sink, LocalOffset: off, Length: size,
+				})
 			default: // a READ under the WRITE key: REMOTE_AUTHENTICATION_FAILURE
-				err = p.SubmitRead(slots[k], id.Addr, src.ID(), 0, kdWrite, sink, 0, size, uint64(i))
+				err = p.Submit(&portal.Op{
+					Type: portal.OpRead, Slot: slots[k], Cookie: uint64(i),
+					Remote: id.Addr, RemoteRegion: src.ID(), Key: kdWrite,
+					Local: sink, Length: size,
+				})
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -57,7 +57,11 @@ func TestScrapeCores(t *testing.T) {
 		}
 		id := p.Identity()
 		for k := range reads {
-			if err := p.SubmitRead(slots[0], id.Addr, src.ID(), uint64(k)*64, src.DeriveKey(id.Addr, id.PID, abi.OpRead), rs[i], uint64(k)*64, 64, uint64(k)); err != nil {
+			if err := p.Submit(&portal.Op{
+				Type: portal.OpRead, Slot: slots[0], Cookie: uint64(k),
+				Remote: id.Addr, RemoteRegion: src.ID(), RemoteOffset: uint64(k) * 64, Key: src.DeriveKey(id.Addr, id.PID, abi.OpRead),
+				Local: rs[i], LocalOffset: uint64(k) * 64, Length: 64,
+			}); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -356,7 +356,7 @@ func TestDamagedChunkNeverAccepted(t *testing.T) {
 // with the cipher), which zeroes the chunk's range when the tag does not
 // match. So a damaged or forged chunk whose genuine copy never comes
 // leaves zeros in the sink of a read that then fails (TIMEOUT). That is
-// the documented contract (portal.PostRead, SECURITY.md): the sink range
+// the documented contract (portal.Op, SECURITY.md): the sink range
 // of a failed READ is undefined, as after a failed RDMA READ; memory
 // outside it is never touched, and an OK read never holds a damaged byte.
 // The default runs check exactly that (zeros allowed only in failed reads

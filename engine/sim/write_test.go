@@ -452,7 +452,7 @@ func TestCoreBugInServiceOrderLongerPull(t *testing.T) {
 // completed a WRITE whose data has all been sent with TIMEOUT at once ("its
 // serving engine may still commit it") would let the serving engine commit it
 // until its pull deadline, up to its Timeout later: the region would
-// change after the completion was written, against portal.PostWrite
+// change after the completion was written, against portal.Op's WRITE
 // ("nothing changes after the completion is written: the initiator times
 // out only after the serving side has given up"). Here node 0 shuts down
 // while its write's last chunk is on the wire, and node 1 (not shut down)

@@ -11,14 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/portal"
 )
 
 // Chunked reads size bytes of region (from offset 0) from the engine at addr
-// into sink (at the same offsets) as size/abi.MaxOpBytes READs of
-// abi.MaxOpBytes each, keyed with key, on the given slots. The cookie of each
+// into sink (at the same offsets) as size/portal.MaxOpBytes READs of
+// portal.MaxOpBytes each, keyed with key, on the given slots. The cookie of each
 // op is its chunk index. It starts one op per slot, then, as completions
 // arrive (Wait, at most len(slots) at a time, and one Flush per batch),
 // re-posts on the same slot every op that completed with a status other than
@@ -26,26 +24,30 @@ import (
 // every chunk has completed OK. It returns how many posts were re-posts (the
 // ops that did not complete OK). After deadline, or if a post fails, it
 // returns an error that names the chunks still missing; ops may then still be
-// in flight. size must be a positive multiple of abi.MaxOpBytes. The caller
+// in flight. size must be a positive multiple of portal.MaxOpBytes. The caller
 // checks the bytes in sink.
-func Chunked(p *portal.Portal, slots []abi.SlotID, addr netip.Addr, region abi.RegionID, key aesni.Key,
+func Chunked(p *portal.Portal, slots []portal.SlotID, addr netip.Addr, region portal.RegionID, key portal.Key,
 	sink *portal.Region, size uint64, deadline time.Duration) (reposted int, err error) {
-	if size == 0 || size%abi.MaxOpBytes != 0 {
-		return 0, fmt.Errorf("readall: size %d is not a positive multiple of %d", size, abi.MaxOpBytes)
+	if size == 0 || size%portal.MaxOpBytes != 0 {
+		return 0, fmt.Errorf("readall: size %d is not a positive multiple of %d", size, portal.MaxOpBytes)
 	}
 	if len(slots) == 0 {
 		return 0, fmt.Errorf("readall: no slots")
 	}
-	chunks := size / abi.MaxOpBytes
+	chunks := size / portal.MaxOpBytes
 	ok := make([]bool, chunks)
 	done := uint64(0)
 	fail := func(format string, a ...any) error {
 		return fmt.Errorf("readall: %s after %d of %d chunks (%d re-posted); missing chunks %s",
 			fmt.Sprintf(format, a...), done, chunks, reposted, missing(ok))
 	}
-	post := func(s abi.SlotID, chunk uint64) error {
-		off := chunk * abi.MaxOpBytes
-		if err := p.PostRead(s, addr, region, off, key, sink, off, abi.MaxOpBytes, chunk); err != nil {
+	post := func(s portal.SlotID, chunk uint64) error {
+		off := chunk * portal.MaxOpBytes
+		if err := p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: chunk,
+			Remote: addr, RemoteRegion: region, RemoteOffset: off, Key: key,
+			Local: sink, LocalOffset: off, Length: portal.MaxOpBytes,
+		}); err != nil {
 			return fail("post of chunk %d on slot %d: %v", chunk, s, err)
 		}
 		return nil
@@ -63,7 +65,7 @@ func Chunked(p *portal.Portal, slots []abi.SlotID, addr netip.Addr, region abi.R
 	p.Flush()
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	out := make([]abi.Completion, len(slots))
+	out := make([]portal.Completion, len(slots))
 	for done < chunks {
 		n, err := p.Wait(ctx, out)
 		if err != nil {
@@ -71,7 +73,7 @@ func Chunked(p *portal.Portal, slots []abi.SlotID, addr netip.Addr, region abi.R
 		}
 		for _, c := range out[:n] {
 			switch {
-			case c.Status != abi.StatusOK:
+			case c.Status != portal.StatusOK:
 				reposted++
 				if err := post(c.Slot, c.Cookie); err != nil { // again
 					return reposted, err

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
 )
@@ -141,19 +139,19 @@ func (s *soak) remoteRekey(ctx context.Context, j, by int) error {
 	if err != nil {
 		return err
 	}
-	loc, err := p.RegisterRegion(aesni.KeySize, abi.PermLocalRead)
+	loc, err := p.RegisterRegion(portal.KeySize, portal.PermLocalRead)
 	if err != nil {
 		return err
 	}
-	var kr aesni.Key
-	for kr == (aesni.Key{}) {
+	var kr portal.Key
+	for kr == (portal.Key{}) {
 		rand.Read(kr[:])
 	}
 	copy(loc.Bytes(), kr[:])
 	o := s.owners[j]
 	v := o.region(roleData)
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	g, err := keyx.Fetch(fctx, o.addr, s.creds, keyx.RequestFor(p.Identity(), v.id, abi.OpRekey))
+	g, err := keyx.Fetch(fctx, o.addr, s.creds, keyx.RequestFor(p.Identity(), v.id, portal.OpRekey))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("REKEY K_d from owner %d: %w", j+1, err)
@@ -167,11 +165,15 @@ func (s *soak) remoteRekey(ctx context.Context, j, by int) error {
 	for attempt := 1; attempt <= 4; attempt++ {
 		t0 := time.Now()
 		s.rekeys.posted.Add(1)
-		if err := p.SubmitRekey(slots[0], v.addr, v.id, g.Key, loc, 0, uint64(attempt)); err != nil {
+		if err := p.Submit(&portal.Op{
+			Type: portal.OpRekey, Slot: slots[0], Cookie: uint64(attempt),
+			Remote: v.addr, RemoteRegion: v.id, Key: g.Key,
+			Local: loc,
+		}); err != nil {
 			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*engineTimeout)
-		var cpl [1]abi.Completion
+		var cpl [1]portal.Completion
 		n, err := p.Wait(cctx, cpl[:])
 		cancel()
 		if err != nil || n != 1 || cpl[0].Cookie != uint64(attempt) {
@@ -179,7 +181,7 @@ func (s *soak) remoteRekey(ctx context.Context, j, by int) error {
 		}
 		st := cpl[0].Status
 		s.rekeys.done[st&63].Add(1)
-		if st == abi.StatusOK || st == abi.StatusRemoteAuthFailure && timedOut {
+		if st == portal.StatusOK || st == portal.StatusRemoteAuthFailure && timedOut {
 			o.installed(roleData, v.id, kr)
 			s.rekeys.remote.Add(1)
 			return nil
@@ -188,8 +190,8 @@ func (s *soak) remoteRekey(ctx context.Context, j, by int) error {
 		if win := s.faults.explain(span, st); win == nil || win.kind == winRekey {
 			s.errs.add("REKEY of owner %d's data region from engine %d posted at %v: %v", j+1, by+1, s.since(t0), st)
 		}
-		timedOut = timedOut || st == abi.StatusTimeout
-		if st != abi.StatusTimeout {
+		timedOut = timedOut || st == portal.StatusTimeout
+		if st != portal.StatusTimeout {
 			return nil
 		}
 	}

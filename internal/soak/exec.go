@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
 )
@@ -89,10 +88,10 @@ func newExecWorker(s *soak, i int, rate float64) (*execWorker, error) {
 
 func (x *execWorker) attach(p *portal.Portal) error {
 	var err error
-	if x.src, err = p.RegisterRegion(maxTransfer, abi.PermLocalRead|abi.PermLocalWrite); err != nil {
+	if x.src, err = p.RegisterRegion(maxTransfer, portal.PermLocalRead|portal.PermLocalWrite); err != nil {
 		return err
 	}
-	if x.sink, err = p.RegisterRegion(maxTransfer, abi.PermLocalRead|abi.PermLocalWrite); err != nil {
+	if x.sink, err = p.RegisterRegion(maxTransfer, portal.PermLocalRead|portal.PermLocalWrite); err != nil {
 		return err
 	}
 	cfg := portal.DefaultExecutorConfig()
@@ -155,14 +154,14 @@ func (x *execWorker) round(ctx context.Context, t int) error {
 	gen, tag := x.gen[t], partTag(t, x.i)
 	src := x.src.Bytes()[:size]
 	fillRange(src, tag, gen, off)
-	if !x.transfer(ctx, abi.OpWrite, t, ks, part+off, size) {
+	if !x.transfer(ctx, portal.OpWrite, t, ks, part+off, size) {
 		return x.settle()
 	}
 	if err := x.s.owners[t].holds(roleExec, part+off, src); err != nil {
 		x.s.errs.add("engine %d executor: WRITE of %d B to engine %d returned OK: %v", x.i+1, size, t+1, err)
 		return nil
 	}
-	x.verified(abi.OpWrite, size)
+	x.verified(portal.OpWrite, size)
 	// The range holds gen now; read it back until a READ succeeds (each
 	// failure explained), also when the soak is stopping.
 	for {
@@ -170,14 +169,14 @@ func (x *execWorker) round(ctx context.Context, t int) error {
 		clear(sink[:64])
 		if ks, _ = x.ring.get(t, x.p.Identity()); ks == nil {
 			time.Sleep(20 * time.Millisecond)
-		} else if x.transfer(ctx, abi.OpRead, t, ks, part+off, size) {
+		} else if x.transfer(ctx, portal.OpRead, t, ks, part+off, size) {
 			// Checked against the content, not src: a reconnection
 			// in between replaced the source region.
 			if err := checkRange(sink, tag, gen, off); err != nil {
 				x.s.errs.add("engine %d executor: READ of %d B from engine %d returned OK: %v", x.i+1, size, t+1, err)
 				return nil
 			}
-			x.verified(abi.OpRead, size)
+			x.verified(portal.OpRead, size)
 			return nil
 		} else if err := x.settle(); err != nil {
 			return err
@@ -188,9 +187,9 @@ func (x *execWorker) round(ctx context.Context, t int) error {
 	}
 }
 
-func (x *execWorker) verified(op abi.Op, size uint64) {
+func (x *execWorker) verified(op portal.OpType, size uint64) {
 	k := 0
-	if op == abi.OpWrite {
+	if op == portal.OpWrite {
 		k = 1
 	}
 	x.St.Verified[k]++
@@ -201,25 +200,31 @@ func (x *execWorker) verified(op abi.Op, size uint64) {
 
 // transfer runs one transfer and reports whether it succeeded; a failure
 // is counted, and an error of the run unless a fault window explains it.
-func (x *execWorker) transfer(ctx context.Context, op abi.Op, t int, ks *keys, off, size uint64) bool {
+func (x *execWorker) transfer(ctx context.Context, op portal.OpType, t int, ks *keys, off, size uint64) bool {
 	k := 0
-	if op == abi.OpWrite {
+	if op == portal.OpWrite {
 		k = 1
 	}
 	x.St.Transfers[k]++
 	t0 := time.Now()
 	var err error
-	if op == abi.OpWrite {
-		err = x.e.Write(ctx, ks.addr, ks.id, off, ks.write, x.src, 0, size)
+	if op == portal.OpWrite {
+		err = x.e.Write(ctx, portal.Transfer{
+			Remote: ks.addr, RemoteRegion: ks.id, RemoteOffset: off, Key: ks.write,
+			Local: x.src, Length: size,
+		})
 	} else {
-		err = x.e.Read(ctx, ks.addr, ks.id, off, ks.read, x.sink, 0, size)
+		err = x.e.Read(ctx, portal.Transfer{
+			Remote: ks.addr, RemoteRegion: ks.id, RemoteOffset: off, Key: ks.read,
+			Local: x.sink, Length: size,
+		})
 	}
 	if err == nil {
 		return true
 	}
 	now := time.Now()
 	var ce *portal.ChunkError
-	st := abi.StatusEngineGone
+	st := portal.StatusEngineGone
 	switch {
 	case errors.As(err, &ce):
 		st = ce.Status
@@ -234,7 +239,7 @@ func (x *execWorker) transfer(ctx context.Context, op abi.Op, t int, ks *keys, o
 		return fmt.Sprintf("engine %d executor: %v of %d B with engine %d from %v to %v failed outside every fault window that could explain it: %v",
 			x.i+1, op, size, t+1, x.s.since(t0), x.s.since(now), err)
 	}, &x.s.errs)
-	if st == abi.StatusRemoteAuthFailure {
+	if st == portal.StatusRemoteAuthFailure {
 		x.ring.stale(t, ks.at)
 	}
 	return false

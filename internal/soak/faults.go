@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/portal"
 )
 
 // A fault window is the time during which a fault may make ops fail:
@@ -67,7 +67,7 @@ type faults struct {
 // by settle once the load has stopped and the last reading is in.
 type pendingFailure struct {
 	span      opSpan
-	st        abi.Status
+	st        portal.Status
 	explained *[nWindowKinds]uint64 // the worker's counters, by window kind
 	msg       string                // the error if nothing explains it
 }
@@ -75,12 +75,12 @@ type pendingFailure struct {
 // judgeLater explains op's failure st now or, for a status a stall window
 // opened later may explain, once settle runs; explained counts it by
 // window kind, msg is the error otherwise.
-func (f *faults) judgeLater(op opSpan, st abi.Status, explained *[nWindowKinds]uint64, msg func() string, errs *errorLog) {
+func (f *faults) judgeLater(op opSpan, st portal.Status, explained *[nWindowKinds]uint64, msg func() string, errs *errorLog) {
 	if win := f.explain(op, st); win != nil {
 		explained[win.kind]++
 		return
 	}
-	if st != abi.StatusTimeout && st != abi.StatusUnreachable {
+	if st != portal.StatusTimeout && st != portal.StatusUnreachable {
 		errs.add("%s", msg())
 		return
 	}
@@ -151,7 +151,7 @@ type opSpan struct {
 // REMOTE_AUTHENTICATION_FAILURE by a rekey of the region or a restart of
 // its engine (its regions are registered anew, under new ids and keys)
 // since the K_d used was fetched. Nothing explains any other status.
-func (f *faults) explain(op opSpan, st abi.Status) *window {
+func (f *faults) explain(op opSpan, st portal.Status) *window {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ini, tgt := uint8(1)<<op.initiator, uint8(1)<<op.target
@@ -159,11 +159,11 @@ func (f *faults) explain(op opSpan, st abi.Status) *window {
 		w := &f.ws[i]
 		ok := false
 		switch st {
-		case abi.StatusEngineGone:
+		case portal.StatusEngineGone:
 			ok = w.kind == winKill && w.engines&ini != 0 && w.overlaps(op.posted, op.done)
-		case abi.StatusTimeout, abi.StatusUnreachable:
+		case portal.StatusTimeout, portal.StatusUnreachable:
 			ok = (w.kind == winKill || w.kind == winFlap || w.kind == winStall) && w.engines&(ini|tgt) != 0 && w.overlaps(op.posted, op.done)
-		case abi.StatusRemoteAuthFailure:
+		case portal.StatusRemoteAuthFailure:
 			ok = (w.kind == winKill && w.engines&tgt != 0 || w.kind == winRekey && w.region == regionKey{op.target, op.region}) &&
 				w.overlaps(op.keyAt, op.done)
 		}

@@ -106,7 +106,11 @@ func TestNoncesAcrossSIGKILL(t *testing.T) {
 		defer cancel()
 		var cpl [1]abi.Completion
 		for ok := 0; ok < 100; {
-			if err := reader.SubmitRead(slots[0], b.Hosts[1].Addr, r.ID(), 0, kd, sink, 0, blockBytes, 1); err != nil {
+			if err := reader.Submit(&portal.Op{
+				Type: portal.OpRead, Slot: slots[0], Cookie: 1,
+				Remote: b.Hosts[1].Addr, RemoteRegion: r.ID(), Key: kd,
+				Local: sink, Length: blockBytes,
+			}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := reader.Wait(ctx, cpl[:]); err != nil {

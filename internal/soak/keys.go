@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
 )
@@ -17,7 +15,7 @@ import (
 type keys struct {
 	valid bool
 	view
-	read, write aesni.Key
+	read, write portal.Key
 	at          time.Time // when the fetch began: K_d of a key replaced after it may be stale
 }
 
@@ -96,7 +94,7 @@ func (k *keyring) fetch(t int, id portal.Identity) (keys, error) {
 // region on the connection kept.
 func (k *keyring) exchange(ctx context.Context, t int, id portal.Identity) (keys, error) {
 	ks := keys{at: time.Now(), view: k.owners[t].region(k.role)}
-	for _, op := range []abi.Op{abi.OpRead, abi.OpWrite} {
+	for _, op := range []portal.OpType{portal.OpRead, portal.OpWrite} {
 		g, err := k.conns[t].Fetch(ctx, keyx.RequestFor(id, ks.id, op))
 		if err != nil {
 			return keys{}, fmt.Errorf("K_d for %v on region %#x of owner %d: %w", op, uint32(ks.id), t+1, err)
@@ -104,7 +102,7 @@ func (k *keyring) exchange(ctx context.Context, t int, id portal.Identity) (keys
 		if g.Owner != ks.addr {
 			return keys{}, fmt.Errorf("owner %d's key service names %s as the region's engine, want %s", t+1, g.Owner, ks.addr)
 		}
-		if op == abi.OpRead {
+		if op == portal.OpRead {
 			ks.read = g.Key
 		} else {
 			ks.write = g.Key

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
@@ -23,14 +22,14 @@ import (
 // Its exec region holds one partition of partBytes per engine, written
 // and read back only by that engine's executor.
 const (
-	blockBytes   = abi.MaxOpBytes
+	blockBytes   = portal.MaxOpBytes
 	staticBlocks = 256
 	laneSlots    = 8
 	partBytes    = 16 << 20
 	engines      = 4
 	dataBytes    = uint64(staticBlocks+engines*laneSlots*len(sizes)) * blockBytes
 	execBytes    = engines * partBytes
-	ownerPerm    = abi.PermRemoteRead | abi.PermRemoteWrite | abi.PermRemoteRekey | abi.PermLocalRead | abi.PermLocalWrite
+	ownerPerm    = portal.PermRemoteRead | portal.PermRemoteWrite | portal.PermRemoteRekey | portal.PermLocalRead | portal.PermLocalWrite
 )
 
 // blockTag is the tag of block b of engine j's data region.
@@ -49,26 +48,26 @@ func partTag(j, i int) uint64 { return uint64(j+1)<<8 | uint64(i+1) }
 type served struct {
 	r  *portal.Region
 	mu sync.Mutex
-	kr aesni.Key
+	kr portal.Key
 }
 
-func (s *served) ID() abi.RegionID { return s.r.ID() }
-func (s *served) Size() uint64     { return s.r.Size() }
-func (s *served) Perm() abi.Perm   { return s.r.Perm() }
+func (s *served) ID() portal.RegionID { return s.r.ID() }
+func (s *served) Size() uint64        { return s.r.Size() }
+func (s *served) Perm() portal.Perm   { return s.r.Perm() }
 
 // DeriveKey derives K_d from the key the region holds now.
-func (s *served) DeriveKey(initiator netip.Addr, pid uint32, op abi.Op) aesni.Key {
+func (s *served) DeriveKey(initiator netip.Addr, pid uint32, op portal.OpType) portal.Key {
 	s.mu.Lock()
 	kr := s.kr
 	s.mu.Unlock()
 	a := initiator.Unmap()
 	if !a.Is4() {
-		return aesni.Key{}
+		return portal.Key{}
 	}
 	return aesni.DeriveKey(kr, a.As4(), pid, uint8(op))
 }
 
-func (s *served) setKey(kr aesni.Key) {
+func (s *served) setKey(kr portal.Key) {
 	s.mu.Lock()
 	s.kr = kr
 	s.mu.Unlock()
@@ -125,8 +124,8 @@ func newOwner(j int, sock string, creds *keyx.Credentials) (*owner, error) {
 // keys.
 func (o *owner) register(p *portal.Portal) (data, exec *served, err error) {
 	reg := func(size uint64) (*served, error) {
-		var kr aesni.Key
-		for kr == (aesni.Key{}) {
+		var kr portal.Key
+		for kr == (portal.Key{}) {
 			rand.Read(kr[:])
 		}
 		r, err := p.RegisterRegionKey(size, ownerPerm, kr)
@@ -187,7 +186,7 @@ func (o *owner) reconnect(ctx context.Context) error {
 type view struct {
 	gen  int
 	addr netip.Addr
-	id   abi.RegionID
+	id   portal.RegionID
 }
 
 // region returns where region r is served now.
@@ -225,8 +224,8 @@ func (o *owner) holds(r role, off uint64, want []byte) error {
 // (portal.Rekey) while no K_d is being derived: once it returns, the key
 // service hands out K_d of the new key only.
 func (o *owner) localRekey(r role) error {
-	var kr aesni.Key
-	for kr == (aesni.Key{}) {
+	var kr portal.Key
+	for kr == (portal.Key{}) {
 		rand.Read(kr[:])
 	}
 	o.mu.RLock()
@@ -246,7 +245,7 @@ func (o *owner) localRekey(r role) error {
 
 // installed records that a remote REKEY installed kr as region r's key
 // (if the region is still the one registered as id).
-func (o *owner) installed(r role, id abi.RegionID, kr aesni.Key) {
+func (o *owner) installed(r role, id portal.RegionID, kr portal.Key) {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	s := o.data

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/ctlmsg"
+	"github.com/onerma/onerma/portal"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -97,7 +97,7 @@ func (s *soak) collect(r *Report) {
 	r.RekeyDone = map[string]uint64{}
 	for st := range s.rekeys.done {
 		if n := s.rekeys.done[st].Load(); n > 0 {
-			r.RekeyDone[abi.Status(st).String()] = n
+			r.RekeyDone[portal.Status(st).String()] = n
 		}
 	}
 	r.Kills, r.Flaps = int(s.kills.Load()), int(s.flaps.Load())
@@ -330,8 +330,8 @@ func (r *Report) Print(w io.Writer) {
 			for st := range 64 {
 				n := r.Raw.Done[k][s][st]
 				done += n
-				if n > 0 && st != int(abi.StatusOK) {
-					fails = append(fails, fmt.Sprintf("%v %d", abi.Status(st), n))
+				if n > 0 && st != int(portal.StatusOK) {
+					fails = append(fails, fmt.Sprintf("%v %d", portal.Status(st), n))
 				}
 			}
 			p("  %-10s %5d %10d %10d %10d  %s", kindNames[k], size, r.Raw.Posted[k][s], done, r.Raw.Verified[k][s], strings.Join(fails, ", "))

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/portal"
 )
 
@@ -53,7 +52,7 @@ func (c *opCounts) add(o *opCounts) {
 // then the next size, and tracks its lane blocks' generations.
 type slotState struct {
 	t, lane int // target engine, slot within the lane
-	slot    abi.SlotID
+	slot    portal.SlotID
 	step    int // kindWrite, kindReadBack, kindRead: what it posts next
 	size    int // index into sizes
 	// Lane block z holds generation gen[z], or, after a WRITE that may
@@ -81,7 +80,7 @@ type worker struct {
 	local *portal.Region
 	ring  *keyring
 	sl    []slotState
-	cpl   [64]abi.Completion
+	cpl   [64]portal.Completion
 	seq   uint64
 	rng   *rand.Rand
 
@@ -123,7 +122,7 @@ func (w *worker) attach(p *portal.Portal) error {
 	if err != nil {
 		return err
 	}
-	local, err := p.RegisterRegion(uint64(len(w.sl))*blockBytes, abi.PermLocalRead|abi.PermLocalWrite)
+	local, err := p.RegisterRegion(uint64(len(w.sl))*blockBytes, portal.PermLocalRead|portal.PermLocalWrite)
 	if err != nil {
 		return err
 	}
@@ -220,12 +219,24 @@ func (w *worker) post(k int, now time.Time) error {
 	switch sl.step {
 	case kindWrite:
 		fillBlock(buf, blockTag(sl.t, laneBlock(w.i, sl.lane, z)), max(sl.gen[z], sl.alt[z])+1)
-		err = w.p.PostWrite(sl.slot, ks.addr, ks.id, lane, ks.write, w.local, loff, size, cookie)
+		err = w.p.Post(&portal.Op{
+			Type: portal.OpWrite, Slot: sl.slot, Cookie: cookie,
+			Remote: ks.addr, RemoteRegion: ks.id, RemoteOffset: lane, Key: ks.write,
+			Local: w.local, LocalOffset: loff, Length: size,
+		})
 	case kindReadBack:
-		err = w.p.PostRead(sl.slot, ks.addr, ks.id, lane, ks.read, w.local, loff, size, cookie)
+		err = w.p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: sl.slot, Cookie: cookie,
+			Remote: ks.addr, RemoteRegion: ks.id, RemoteOffset: lane, Key: ks.read,
+			Local: w.local, LocalOffset: loff, Length: size,
+		})
 	case kindRead:
 		sl.static = w.rng.IntN(staticBlocks)
-		err = w.p.PostRead(sl.slot, ks.addr, ks.id, uint64(sl.static)*blockBytes, ks.read, w.local, loff, size, cookie)
+		err = w.p.Post(&portal.Op{
+			Type: portal.OpRead, Slot: sl.slot, Cookie: cookie,
+			Remote: ks.addr, RemoteRegion: ks.id, RemoteOffset: uint64(sl.static) * blockBytes, Key: ks.read,
+			Local: w.local, LocalOffset: loff, Length: size,
+		})
 	}
 	if err != nil {
 		return err
@@ -238,7 +249,7 @@ func (w *worker) post(k int, now time.Time) error {
 
 // complete checks completion c: exactly one per op posted, and every OK
 // one verified; a failure must be explained by a fault window.
-func (w *worker) complete(c *abi.Completion) error {
+func (w *worker) complete(c *portal.Completion) error {
 	k := int(c.Cookie & 0xff)
 	if k >= len(w.sl) || !w.sl[k].busy || w.sl[k].cookie != c.Cookie || w.sl[k].slot != c.Slot {
 		w.s.errs.add("engine %d: a completion for no op in flight: %+v", w.i+1, *c)
@@ -254,16 +265,16 @@ func (w *worker) complete(c *abi.Completion) error {
 	desc := func() string {
 		return fmt.Sprintf("engine %d: %s of %d B to engine %d (lane slot %d)", w.i+1, kindNames[kind], size, sl.t+1, sl.lane)
 	}
-	if c.Status != abi.StatusOK {
+	if c.Status != portal.StatusOK {
 		span := opSpan{initiator: w.i, target: sl.t, region: roleData, posted: sl.posted, done: now, keyAt: sl.keyAt}
 		w.s.faults.judgeLater(span, c.Status, &w.St.Explained, func() string {
 			return fmt.Sprintf("%s posted at %v: %v after %v, outside every fault window that could explain it",
 				desc(), w.s.since(sl.posted), c.Status, now.Sub(sl.posted).Round(time.Millisecond))
 		}, &w.s.errs)
 		switch c.Status {
-		case abi.StatusRemoteAuthFailure:
+		case portal.StatusRemoteAuthFailure:
 			w.ring.stale(sl.t, sl.keyAt)
-		case abi.StatusTimeout, abi.StatusEngineGone:
+		case portal.StatusTimeout, portal.StatusEngineGone:
 			if kind == kindWrite { // may have been committed
 				sl.alt[si], sl.amb[si] = max(sl.gen[si], sl.alt[si])+1, true
 			}

@@ -41,8 +41,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onerma/onerma/abi"
-	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
@@ -294,7 +292,7 @@ func owner(ctl string, credsFD int) error {
 	}
 	defer p.Close()
 	// RegisterRegion draws a random K_r; it stays in this process.
-	r, err := p.RegisterRegion(regionBytes, abi.PermRemoteRead|abi.PermRemoteWrite|abi.PermLocalRead|abi.PermLocalWrite)
+	r, err := p.RegisterRegion(regionBytes, portal.PermRemoteRead|portal.PermRemoteWrite|portal.PermLocalRead|portal.PermLocalWrite)
 	if err != nil {
 		return err
 	}
@@ -321,7 +319,7 @@ func owner(ctl string, credsFD int) error {
 	for sc.Scan() {
 		switch cmd := sc.Text(); cmd {
 		case rekeyCmd:
-			var kr aesni.Key
+			var kr portal.Key
 			rand.Read(kr[:])
 			// Under Update: no K_d of the old K_r is handed out once
 			// Rekey has returned.
@@ -352,7 +350,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 	if err != nil {
 		return fmt.Errorf("region %q: %v", rid, err)
 	}
-	remote := abi.RegionID(v)
+	remote := portal.RegionID(v)
 	p, err := portal.Dial(ctl, "demo-reader")
 	if err != nil {
 		return err
@@ -362,7 +360,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 	if err != nil {
 		return err
 	}
-	sink, err := p.RegisterRegion(16<<10, abi.PermLocalWrite|abi.PermLocalRead)
+	sink, err := p.RegisterRegion(16<<10, portal.PermLocalWrite|portal.PermLocalRead)
 	if err != nil {
 		return err
 	}
@@ -371,7 +369,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 	defer cancel()
 
 	// fetch asks the owner for this process's K_d for op (paper Fig. 5).
-	fetch := func(what string, op abi.Op) (keyx.Grant, error) {
+	fetch := func(what string, op portal.OpType) (keyx.Grant, error) {
 		c, err := keyx.Dial(ctx, kxAddr, creds)
 		if err != nil {
 			return keyx.Grant{}, err
@@ -388,27 +386,31 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 			what, id.Addr, id.PID, kxAddr, c.Peer().Subject.CommonName, g)
 		return g, nil
 	}
-	g, err := fetch("", abi.OpRead)
+	g, err := fetch("", portal.OpRead)
 	if err != nil {
 		return err
 	}
 	peer := g.Owner
 
-	cpl := make([]abi.Completion, 1)
+	cpl := make([]portal.Completion, 1)
 	var cookie uint64
 	reads, failed := 0, 0
 	// read reads c with key and checks the outcome: for OK every byte, for
 	// a failure that the sink was not touched.
 	// expect gives the byte an OK read must find at offset i of its range.
 	var expect func(c readCase, i int) byte
-	read := func(c readCase, key aesni.Key, want abi.Status, why string) error {
+	read := func(c readCase, key portal.Key, want portal.Status, why string) error {
 		const marker = 0xa5
 		dst := sink.Bytes()[c.lOff : c.lOff+uint64(c.size)]
 		for i := range dst {
 			dst[i] = marker
 		}
 		cookie++
-		if err := p.SubmitRead(slots[cookie%uint64(len(slots))], peer, remote, c.remOff, key, sink, c.lOff, c.size, cookie); err != nil {
+		if err := p.Submit(&portal.Op{
+			Type: portal.OpRead, Slot: slots[cookie%uint64(len(slots))], Cookie: cookie,
+			Remote: peer, RemoteRegion: remote, RemoteOffset: c.remOff, Key: key,
+			Local: sink, LocalOffset: c.lOff, Length: c.size,
+		}); err != nil {
 			return err
 		}
 		if _, err := p.Wait(ctx, cpl); err != nil {
@@ -419,7 +421,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 		switch {
 		case got.Status != want || got.Cookie != cookie:
 			verdict = fmt.Sprintf("FAILED: want %v", want)
-		case want == abi.StatusOK:
+		case want == portal.StatusOK:
 			for i, b := range dst {
 				if b != expect(c, i) {
 					verdict = fmt.Sprintf("MISMATCH at byte %d", i)
@@ -452,7 +454,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 	fmt.Printf("demo: reader pid %d (engine identity %d) on %s reads region %#x on %s\n", os.Getpid(), id.PID, id.Addr, uint32(remote), peer)
 	fmt.Printf("%-6s %8s %8s %8s  %-29s %14s %14s\n", "op", "size", "r_off", "l_off", "status", "issue_delay", "total_delay")
 	for _, c := range cases {
-		if err := read(c, g.Key, abi.StatusOK, ""); err != nil {
+		if err := read(c, g.Key, portal.StatusOK, ""); err != nil {
 			return err
 		}
 	}
@@ -461,7 +463,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 	fmt.Println("demo: reader: a read with a wrong K_d (one bit flipped)")
 	wrong := g.Key
 	wrong[15] ^= 1
-	if err := read(cases[8], wrong, abi.StatusRemoteAuthFailure, "wrong K_d"); err != nil {
+	if err := read(cases[8], wrong, portal.StatusRemoteAuthFailure, "wrong K_d"); err != nil {
 		return err
 	}
 	clear(wrong[:])
@@ -473,10 +475,10 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 		return fmt.Errorf("orchestrator: want %q, got %q (%v)", goCmd, in.Text(), in.Err())
 	}
 	fmt.Println("demo: reader: owner rekeyed; reading with the old K_d")
-	if err := read(cases[4], g.Key, abi.StatusRemoteAuthFailure, "stale K_d after Rekey"); err != nil {
+	if err := read(cases[4], g.Key, portal.StatusRemoteAuthFailure, "stale K_d after Rekey"); err != nil {
 		return err
 	}
-	g2, err := fetch("new ", abi.OpRead)
+	g2, err := fetch("new ", portal.OpRead)
 	if err != nil {
 		return err
 	}
@@ -484,25 +486,29 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 		return errors.New("the K_d after Rekey is the old one")
 	}
 	for _, c := range []readCase{cases[0], cases[4], cases[8]} {
-		if err := read(c, g2.Key, abi.StatusOK, ""); err != nil {
+		if err := read(c, g2.Key, portal.StatusOK, ""); err != nil {
 			return err
 		}
 	}
 	clear(g.Key[:])
 
 	// Writes: each range gets bytes of its own (stamp), then is read back.
-	gw, err := fetch("WRITE ", abi.OpWrite)
+	gw, err := fetch("WRITE ", portal.OpWrite)
 	if err != nil {
 		return err
 	}
 	stamp := func(c readCase, i int) byte { return byte(int(c.size)*7+i*13) ^ 0x5c }
-	write := func(c readCase, key aesni.Key, want abi.Status, why string) error {
+	write := func(c readCase, key portal.Key, want portal.Status, why string) error {
 		src := sink.Bytes()[c.lOff : c.lOff+uint64(c.size)]
 		for i := range src {
 			src[i] = stamp(c, i)
 		}
 		cookie++
-		if err := p.SubmitWrite(slots[cookie%uint64(len(slots))], peer, remote, c.remOff, key, sink, c.lOff, c.size, cookie); err != nil {
+		if err := p.Submit(&portal.Op{
+			Type: portal.OpWrite, Slot: slots[cookie%uint64(len(slots))], Cookie: cookie,
+			Remote: peer, RemoteRegion: remote, RemoteOffset: c.remOff, Key: key,
+			Local: sink, LocalOffset: c.lOff, Length: c.size,
+		}); err != nil {
 			return err
 		}
 		if _, err := p.Wait(ctx, cpl); err != nil {
@@ -514,7 +520,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 		case got.Status != want || got.Cookie != cookie:
 			verdict = fmt.Sprintf("FAILED: want %v", want)
 			failed++
-		case want != abi.StatusOK:
+		case want != portal.StatusOK:
 			verdict = "expected (" + why + "); read back below"
 		}
 		reads++
@@ -529,14 +535,14 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 		if written {
 			expect = func(b readCase, i int) byte { return stamp(c, i) }
 		}
-		err := read(readCase{c.size, c.remOff, 8192 + c.lOff%4096}, g2.Key, abi.StatusOK, "")
+		err := read(readCase{c.size, c.remOff, 8192 + c.lOff%4096}, g2.Key, portal.StatusOK, "")
 		expect = func(c readCase, i int) byte { return pattern(c.remOff + uint64(i)) }
 		return err
 	}
 	fmt.Println("demo: reader: writes (four hops: request, pull, data, ack), each read back and compared")
 	wcases := []readCase{{1, 3, 0}, {100, 4097, 3}, {1409, 20001, 1000}, {4096, regionBytes - 4096, 4096}}
 	for _, c := range wcases {
-		if err := write(c, gw.Key, abi.StatusOK, ""); err != nil {
+		if err := write(c, gw.Key, portal.StatusOK, ""); err != nil {
 			return err
 		}
 		if err := readBack(c, true); err != nil {
@@ -545,7 +551,7 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 	}
 	fmt.Println("demo: reader: a write with the READ K_d (keys are per op)")
 	c := readCase{64, 40000, 0}
-	if err := write(c, g2.Key, abi.StatusRemoteAuthFailure, "READ K_d on a WRITE"); err != nil {
+	if err := write(c, g2.Key, portal.StatusRemoteAuthFailure, "READ K_d on a WRITE"); err != nil {
 		return err
 	}
 	if err := readBack(c, false); err != nil {

@@ -446,7 +446,11 @@ func TestRmadNetRing(t *testing.T) {
 	for i := range 4 {
 		s, _ := cli.Slot()
 		kd := src.DeriveKey(cli.Identity().Addr, cli.Identity().PID, abi.OpRead)
-		if err := cli.PostRead(s, cli.Identity().Addr, src.ID(), uint64(i)*4096, kd, sink, uint64(i)*4096, 4096, uint64(i)); err != nil {
+		if err := cli.Post(&portal.Op{
+			Type: portal.OpRead, Slot: s, Cookie: uint64(i),
+			Remote: cli.Identity().Addr, RemoteRegion: src.ID(), RemoteOffset: uint64(i) * 4096, Key: kd,
+			Local: sink, LocalOffset: uint64(i) * 4096, Length: 4096,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -104,7 +104,10 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 				if t0 >= end {
 					return
 				}
-				err := e.Read(ctx, tg.peer, tg.region, tgBytes, tg.key, local, loff, uint64(bg))
+				err := e.Read(ctx, portal.Transfer{
+					Remote: tg.peer, RemoteRegion: tg.region, RemoteOffset: tgBytes, Key: tg.key,
+					Local: local, LocalOffset: loff, Length: uint64(bg),
+				})
 				if err != nil {
 					bgErr = err
 					return
@@ -153,9 +156,15 @@ func runExec(p *portal.Portal, tg target, test string, op abi.Op, size, outstand
 				}
 				var err error
 				if write {
-					err = e.Write(ctx, tg.peer, tg.region, off, tg.key, local, loff, uint64(size))
+					err = e.Write(ctx, portal.Transfer{
+						Remote: tg.peer, RemoteRegion: tg.region, RemoteOffset: off, Key: tg.key,
+						Local: local, LocalOffset: loff, Length: uint64(size),
+					})
 				} else {
-					err = e.Read(ctx, tg.peer, tg.region, off, tg.key, local, loff, uint64(size))
+					err = e.Read(ctx, portal.Transfer{
+						Remote: tg.peer, RemoteRegion: tg.region, RemoteOffset: off, Key: tg.key,
+						Local: local, LocalOffset: loff, Length: uint64(size),
+					})
 				}
 				t1 := nowNs()
 				in := t1 >= start && t1 < end

@@ -430,7 +430,11 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 		}
 		postAt[k] = nowNs()
 		if !write {
-			return p.PostRead(slots[k], peer, region, remOff[k], key, local, locOff[k], uint32(size), uint64(k))
+			return p.Post(&portal.Op{
+				Type: portal.OpRead, Slot: slots[k], Cookie: uint64(k),
+				Remote: peer, RemoteRegion: region, RemoteOffset: remOff[k], Key: key,
+				Local: local, LocalOffset: locOff[k], Length: uint32(size),
+			})
 		}
 		if verify {
 			// New bytes for every write, so a write that did not land
@@ -440,7 +444,11 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 				src[i] = byte(next>>6) + byte(i)
 			}
 		}
-		return p.PostWrite(slots[k], peer, region, remOff[k], key, local, locOff[k], uint32(size), uint64(k))
+		return p.Post(&portal.Op{
+			Type: portal.OpWrite, Slot: slots[k], Cookie: uint64(k),
+			Remote: peer, RemoteRegion: region, RemoteOffset: remOff[k], Key: key,
+			Local: local, LocalOffset: locOff[k], Length: uint32(size),
+		})
 	}
 	for k := range slots {
 		if err := post(k); err != nil {
