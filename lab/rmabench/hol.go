@@ -43,10 +43,10 @@ var holRmaperfArgs []string
 // loopback-hol-bg, the row's background_bytes its size), and one raw 4 KB
 // READ at a time (read_lat -s 4096, a 4 KB READ's service time on this
 // engine, setup loopback-hol-bg, background_bytes 0).
-func holBgRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
+func holBgRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error {
 	e, err := testbed.Start(benchLoopback(rmad, dir, "bench-hol", "10.99.7.1", "1500"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer e.Stop(10 * time.Second)
 	d := max(time.Second, dur/holRounds)
@@ -67,7 +67,7 @@ func holBgRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	runs = append(runs, func() (Row, error) {
 		return rmaperfRun(rmaperf, "0", spec{"read_lat", 4096, 1}, d, setup, nil, "-ctl", e.Socket, "-self")
 	})
-	return interleaved(holRounds, runs...)
+	return interleaved(holRounds, emit, runs...)
 }
 
 // printHolBg prints, for each background size, the small READs' median

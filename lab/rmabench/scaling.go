@@ -27,10 +27,10 @@ var scalingCPUs = []int{1, 0}
 // cryptoScaling measures the platform rows of test crypto-scaling: runs
 // of one loop and of two, in scalingRounds interleaved rounds, each run
 // max(500 ms, min(dur, platformCap)/scalingRounds) long.
-func cryptoScaling(dur time.Duration) ([]Row, error) {
+func cryptoScaling(dur time.Duration, emit emitFunc) error {
 	d := max(500*time.Millisecond, min(dur, platformCap)/scalingRounds)
 	run := func(n int) func() (Row, error) { return func() (Row, error) { return sealOpenLoops(n, d) } }
-	return interleaved(scalingRounds, run(1), run(2))
+	return interleaved(scalingRounds, emit, run(1), run(2))
 }
 
 // sealOpenLoops runs n mbLoops for d, one per CPU of scalingCPUs[:n], each

@@ -27,7 +27,7 @@ var writePairsSetups = []string{"write-pairs", "write-pairs-jumbo", "write-pairs
 // engine is started for its runs and stopped before ucx_perftest and the
 // cipher loops run, so they have both CPUs as in their own rows.
 // printWritePairs prints the median of each round's ratios.
-func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration) ([]Row, error) {
+func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration, emit emitFunc) error {
 	d := max(time.Second, dur/nWritePairs)
 	s := spec{"write_bw", abi.MaxOpBytes, 64}
 	engine := func(setup, mtu string) (Row, error) {
@@ -53,7 +53,7 @@ func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration) ([]Row, er
 			return r, nil
 		}
 	}
-	return interleaved(nWritePairs, runs...)
+	return interleaved(nWritePairs, emit, runs...)
 }
 
 // printWritePairs prints, from writePairs' rows, the median over rounds
