@@ -64,6 +64,9 @@
 // the end prints a side-by-side table and summary ratios of the run's
 // rows. A setup that fails is reported and the run goes on with the next;
 // the exit status says whether any failed.
+//
+// rmabench results regenerates the headline table at the top of
+// bench/RESULTS.md from bench/out.jsonl (headline.go).
 package main
 
 import (
@@ -95,10 +98,14 @@ const usage = `rmabench measures OneRMA and its peers on this machine, as make b
 Usage:
   rmabench [flags]
       run the setups of -only, appending each row to -out as it is measured
+  rmabench results [-in FILE] [-results FILE] [-check]
+      regenerate the headline table at the top of bench/RESULTS.md from
+      bench/out.jsonl (rmabench results -h)
 
 Examples:
   rmabench -bin bin -only loopback,aes -D 5s
   BENCH_OUT=/tmp/x.jsonl rmabench -bin bin -only isolation -D 3s
+  rmabench results
 
 Flags:
 `
@@ -110,6 +117,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "results" {
+		os.Exit(resultsMain(os.Args[2:]))
 	}
 	os.Exit(run())
 }

@@ -375,10 +375,17 @@ func (p *testpmd) kill() {
 	<-p.done
 }
 
-// printTestpmd prints the engine's frame rate on each port type as a
-// fraction of testpmd's, by round (the rows of a round: each mode's
-// testpmd row and the engine's rx-frames row, in any order).
-func printTestpmd(rows []Row) {
+// testpmdRatio is, for one port and forwarding mode, the engine's rx
+// frames per second and testpmd's of each round, and their ratios.
+type testpmdRatio struct {
+	setup, mode string
+	eng, fwd    []float64
+	ratios      []float64
+}
+
+// testpmdRatios returns each port's engine / testpmd ratios by round, in
+// the order the ports ran.
+func testpmdRatios(rows []Row) []testpmdRatio {
 	type key struct{ setup, test string }
 	by := map[key][]float64{}
 	var setups []string
@@ -392,6 +399,7 @@ func printTestpmd(rows []Row) {
 		}
 		by[k] = append(by[k], r.OpsPerSec)
 	}
+	var out []testpmdRatio
 	for _, s := range setups {
 		eng := by[key{s, "rx-frames"}]
 		for _, mode := range testpmdModes {
@@ -403,8 +411,17 @@ func printTestpmd(rows []Row) {
 			for i := range t {
 				ratios[i] = eng[i] / max(t[i], 1)
 			}
-			fmt.Printf("%s: engine rx frames/s in 64 B read_bw (median %.0f) / dpdk-testpmd %s-fwd (median %.0f), %d interleaved rounds: median %.4f (ratios %s)\n",
-				s, median(eng), mode, median(t), len(ratios), median(ratios), ratioListPrec(ratios, 4))
+			out = append(out, testpmdRatio{s, mode, eng, t, ratios})
 		}
+	}
+	return out
+}
+
+// printTestpmd prints, for each port, the median over the rounds of the
+// engine's rx frames per second against dpdk-testpmd's, in each mode.
+func printTestpmd(rows []Row) {
+	for _, t := range testpmdRatios(rows) {
+		fmt.Printf("%s: engine rx frames/s in 64 B read_bw (median %.0f) / dpdk-testpmd %s-fwd (median %.0f), %d interleaved rounds: median %.4f (ratios %s)\n",
+			t.setup, median(t.eng), t.mode, median(t.fwd), len(t.ratios), median(t.ratios), ratioListPrec(t.ratios, 4))
 	}
 }
