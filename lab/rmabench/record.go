@@ -82,15 +82,20 @@ func writeRow(w io.Writer, r Row) error {
 }
 
 // setup runs one setup, which emits its rows as it measures them. A setup
-// that fails is reported and remembered, and the run goes on with the
-// next; once rows can no longer be written, no further setup runs.
+// that fails, or whose rows could not all be written, is reported and
+// remembered, and the run goes on with the next; once rows can no longer
+// be written, no further setup runs.
 func (rec *recorder) setup(name string, run func() error) {
 	if werr := rec.writeErr(); werr != nil {
 		rec.fail(name, fmt.Errorf("not run: %w", werr), 0)
 		return
 	}
 	n := rec.count()
-	if err := run(); err != nil {
+	err := run()
+	if werr := rec.writeErr(); err == nil && werr != nil {
+		err = werr // its rows measured, not all written
+	}
+	if err != nil {
 		rec.fail(name, err, rec.count()-n)
 		return
 	}
@@ -99,7 +104,7 @@ func (rec *recorder) setup(name string, run func() error) {
 
 // fail reports that setup name failed after measuring kept rows.
 func (rec *recorder) fail(name string, err error, kept int) {
-	fmt.Fprintf(os.Stderr, "rmabench: setup %s failed (%d rows of it kept): %v\n", name, kept, err)
+	fmt.Fprintf(os.Stderr, "rmabench: setup %s failed (%d rows of it measured): %v\n", name, kept, err)
 	rec.mu.Lock()
 	rec.failed = append(rec.failed, setupFailure{name, err})
 	rec.mu.Unlock()
