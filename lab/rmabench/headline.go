@@ -377,8 +377,7 @@ func headlineSection(rows []Row, source string) string {
 // replaceHeadline returns doc with its generated section replaced by
 // section; a doc without one gets it after its title line.
 func replaceHeadline(doc, section string) (string, error) {
-	prefix, _, _ := strings.Cut(headlineBegin, "%s")
-	start := strings.Index(doc, prefix)
+	start := strings.Index(doc, "<!-- headline:")
 	if start < 0 {
 		if !strings.HasPrefix(doc, "# ") {
 			return "", errors.New("no headline section and no title line to put one under")
