@@ -427,8 +427,8 @@ Usage:
 
 Examples:
   rmabench results
-  rmabench results -check    # exit 1 if bench/RESULTS.md's table is not out.jsonl's
-  rmabench results -results - # print the section
+  rmabench results -check      # exit 1 if bench/RESULTS.md's table is not out.jsonl's
+  rmabench results -results -  # print the section
 
 Flags:
 `
