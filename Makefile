@@ -112,12 +112,19 @@ sim:
 # against this one, runs only when asked:
 # $(BIN)/rmabench -bin $(BIN) -only ab -ab-old DIR (DIR holding the old
 # build's rmad and rmaperf).
+# rmabench appends each row to BENCH_OUT as it is measured; a setup that
+# fails is reported and the others run. Whatever the outcome, the
+# headline table at the top of bench/RESULTS.md is then regenerated from
+# bench/out.jsonl (rmabench results), and make bench fails if a setup did.
 BENCH_ONLY ?=
 BENCH_D ?=
 BENCH_OUT ?= bench/out.jsonl
 bench: setup-bench build
-	$(BIN)/rmabench -bin $(BIN) -out $(BENCH_OUT) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D))
-	@if [ -z "$(BENCH_ONLY)" ] || [[ "$(BENCH_ONLY)" == *kv* ]]; then $(BIN)/rmafigures -out figures -kv $(BENCH_OUT); fi
+	status=0; \
+	$(BIN)/rmabench -bin $(BIN) -out $(BENCH_OUT) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D)) || status=$$?; \
+	if [ -z "$(BENCH_ONLY)" ] || [[ "$(BENCH_ONLY)" == *kv* ]]; then $(BIN)/rmafigures -out figures -kv $(BENCH_OUT) || status=1; fi; \
+	$(BIN)/rmabench results -in bench/out.jsonl -results bench/RESULTS.md || status=1; \
+	exit $$status
 
 # The paper's congestion experiments (Fig. 15, Fig. 16) in the simulator:
 # PNG plots and RESULTS.md (the numbers next to the paper's) in figures/; and

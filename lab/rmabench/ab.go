@@ -49,13 +49,12 @@ func abBins(oldDir string) (rmad, rmaperf string, err error) {
 // the first round, the new first in the second, and so on. Each row's
 // note names the engine binary; its command names the rmaperf binary.
 // printAB prints each round's ratio new/old and their median.
-func abRun(oldDir, rmad, rmaperf, dir, crypto string, rounds int, dur time.Duration) ([]Row, error) {
+func abRun(oldDir, rmad, rmaperf, dir, crypto string, rounds int, dur time.Duration, emit emitFunc) error {
 	oldRmad, oldRmaperf, err := abBins(oldDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	d := max(time.Second, dur/time.Duration(rounds))
-	var rows []Row
 	for _, s := range abSpecs {
 		build := func(system, name, rmad, rmaperf string) func() (Row, error) {
 			return func() (Row, error) {
@@ -68,15 +67,13 @@ func abRun(oldDir, rmad, rmaperf, dir, crypto string, rounds int, dur time.Durat
 				return r, nil
 			}
 		}
-		r, err := interleaved(rounds,
+		if err := interleaved(rounds, emit,
 			build(abOldSystem, "bench-ab-old", oldRmad, oldRmaperf),
-			build(abNewSystem, "bench-ab", rmad, rmaperf))
-		if err != nil {
-			return nil, err
+			build(abNewSystem, "bench-ab", rmad, rmaperf)); err != nil {
+			return err
 		}
-		rows = append(rows, r...)
 	}
-	return rows, nil
+	return nil
 }
 
 // printAB prints, for each test of the ab setup, every round's ops/s of

@@ -30,8 +30,9 @@ const (
 )
 
 // fig8Run runs Figure 8's sweep on ts (loaded with w's keys), the
-// capacities taken from closed, the kv-ycsb-c rows of the same run.
-func fig8Run(ts []*kvTarget, w kvload.Workload, closed []Row) ([]Row, error) {
+// capacities taken from closed, the kv-ycsb-c rows of the same run,
+// emitting each point as it is measured.
+func fig8Run(ts []*kvTarget, w kvload.Workload, closed []Row, emit emitFunc) error {
 	w.Mix = kvload.YCSBC
 	capacity := make(map[*kvTarget]float64)
 	for _, t := range ts {
@@ -48,7 +49,6 @@ func fig8Run(ts []*kvTarget, w kvload.Workload, closed []Row) ([]Row, error) {
 		}
 		capacity[t] = median(v)
 	}
-	var rows []Row
 	saturated := make(map[*kvTarget]bool)
 	for i, f := range fig8Fractions {
 		for k := range ts {
@@ -70,7 +70,7 @@ func fig8Run(ts []*kvTarget, w kvload.Workload, closed []Row) ([]Row, error) {
 				Warmup: fig8Warmup, Duration: fig8D, Drain: fig8Drain, CPU: kvload.NewCPUMeter(t.pids...)}
 			res, err := t.run(cfg)
 			if err != nil {
-				return nil, fmt.Errorf("fig8 %s%s at %.0f GETs/s: %w", t.system, t.suffix, cfg.Rate, err)
+				return fmt.Errorf("fig8 %s%s at %.0f GETs/s: %w", t.system, t.suffix, cfg.Rate, err)
 			}
 			r := kvRows(t, cfg, res)[0]
 			r.Note = addNote(r.Note, fmt.Sprintf("offered %.2f x its kv-ycsb-c throughput (%.0f GETs/s)", f, capacity[t]))
@@ -80,8 +80,8 @@ func fig8Run(ts []*kvTarget, w kvload.Workload, closed []Row) ([]Row, error) {
 			}
 			fmt.Printf("kv-fig8 %-10s offered %9.0f served %9.0f GETs/s  p50 %8.1f us  p99 %9.1f us%s\n",
 				t.system+t.suffix, cfg.Rate, r.OpsPerSec, r.P50us, *r.P99us, map[bool]string{true: "  (saturated)"}[res.Saturated()])
-			rows = append(rows, r)
+			emit(r)
 		}
 	}
-	return rows, nil
+	return nil
 }

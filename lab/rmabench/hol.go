@@ -43,10 +43,10 @@ var holRmaperfArgs []string
 // loopback-hol-bg, the row's background_bytes its size), and one raw 4 KB
 // READ at a time (read_lat -s 4096, a 4 KB READ's service time on this
 // engine, setup loopback-hol-bg, background_bytes 0).
-func holBgRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
+func holBgRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error {
 	e, err := testbed.Start(benchLoopback(rmad, dir, "bench-hol", "10.99.7.1", "1500"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer e.Stop(10 * time.Second)
 	d := max(time.Second, dur/holRounds)
@@ -67,15 +67,29 @@ func holBgRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	runs = append(runs, func() (Row, error) {
 		return rmaperfRun(rmaperf, "0", spec{"read_lat", 4096, 1}, d, setup, nil, "-ctl", e.Socket, "-self")
 	})
-	return interleaved(holRounds, runs...)
+	return interleaved(holRounds, emit, runs...)
 }
 
-// printHolBg prints, for each background size, the small READs' median
-// p50 and p99 over the rounds, their slowdown against the idle row's and
-// their multiple of one 4 KB READ's p50, then the spread of the
-// slowdowns over the background sizes. Targets: max/min slowdown <= 1.5,
-// p50 <= 2x one 4 KB READ.
-func printHolBg(rows []Row) {
+// holBgGoalSpread and holBgGoalOne are the hol setup's targets: the
+// small READs' p50 slowdown flat over the background sizes (max/min),
+// and their p50 beside any transfer within twice one 4 KB READ's.
+const holBgGoalSpread, holBgGoalOne = 1.5, 2.0
+
+// holBgStats is the hol setup's rows summed up: medians over the rounds.
+type holBgStats struct {
+	rounds                 int
+	one                    float64 // one 4 KB READ's p50
+	idle50, idle99         float64 // the small READs' alone
+	sizes                  []int   // the background sizes measured, in holBgSizes' order
+	p50, p99               []float64
+	slowdown50, slowdown99 []float64 // p50 and p99 over idle's, by size
+}
+
+// holBgSummary returns the medians over the rounds of the loopback-hol-bg
+// rows: for each background size, the small READs' p50 and p99 and their
+// slowdown against the idle row's; false without an idle row or a 4 KB
+// READ row.
+func holBgSummary(rows []Row) (holBgStats, bool) {
 	p50s, p99s := map[int][]float64{}, map[int][]float64{}
 	var ref []float64 // one 4 KB READ's p50, by round
 	for i := range rows {
@@ -91,25 +105,45 @@ func printHolBg(rows []Row) {
 		p99s[r.BackgroundBytes] = append(p99s[r.BackgroundBytes], p99(r))
 	}
 	if len(p50s[0]) == 0 || len(ref) == 0 {
-		return
+		return holBgStats{}, false
 	}
-	idle50, idle99, one := median(p50s[0]), median(p99s[0]), median(ref)
-	fmt.Printf("head-of-line (Fig. 12): 64 B READs arriving Poisson at %d/s through the executor, medians of %d rounds; one 4 KB READ p50 %.2f us; idle p50 %.2f us, p99 %.2f us\n",
-		holRate, len(ref), one, idle50, idle99)
-	var s50, s99 []float64
+	h := holBgStats{rounds: len(ref), one: median(ref), idle50: median(p50s[0]), idle99: median(p99s[0])}
 	for _, bg := range holBgSizes[1:] {
 		if len(p50s[bg]) == 0 {
 			continue
 		}
 		m50, m99 := median(p50s[bg]), median(p99s[bg])
-		s50, s99 = append(s50, m50/idle50), append(s99, m99/idle99)
-		fmt.Printf("head-of-line: beside one %8d B transfer: p50 %7.2f us (%.2fx idle, %.2fx one 4 KB READ; target <= 2), p99 %8.2f us (%.2fx idle)\n",
-			bg, m50, m50/idle50, m50/one, m99, m99/idle99)
+		h.sizes = append(h.sizes, bg)
+		h.p50, h.p99 = append(h.p50, m50), append(h.p99, m99)
+		h.slowdown50, h.slowdown99 = append(h.slowdown50, m50/h.idle50), append(h.slowdown99, m99/h.idle99)
 	}
-	if len(s50) > 1 {
-		spread := func(v []float64) float64 { return slices.Max(v) / slices.Min(v) }
-		fmt.Printf("head-of-line: slowdown max/min over background sizes %s: p50 %.2f, p99 %.2f (target <= 1.5)\n",
-			holSizes(), spread(s50), spread(s99))
+	return h, true
+}
+
+// spread is max/min of v.
+func spread(v []float64) float64 { return slices.Max(v) / slices.Min(v) }
+
+// worstOne is the highest p50 beside a transfer, in one 4 KB READ's p50.
+func (h holBgStats) worstOne() float64 { return slices.Max(h.p50) / h.one }
+
+// printHolBg prints, for each background size, the small READs' median
+// p50 and p99 over the rounds, their slowdown against the idle row's and
+// their multiple of one 4 KB READ's p50, then the spread of the
+// slowdowns over the background sizes, against the targets.
+func printHolBg(rows []Row) {
+	h, ok := holBgSummary(rows)
+	if !ok {
+		return
+	}
+	fmt.Printf("head-of-line (Fig. 12): 64 B READs arriving Poisson at %d/s through the executor, medians of %d rounds; one 4 KB READ p50 %.2f us; idle p50 %.2f us, p99 %.2f us\n",
+		holRate, h.rounds, h.one, h.idle50, h.idle99)
+	for i, bg := range h.sizes {
+		fmt.Printf("head-of-line: beside one %8d B transfer: p50 %7.2f us (%.2fx idle, %.2fx one 4 KB READ; target <= %.0f), p99 %8.2f us (%.2fx idle)\n",
+			bg, h.p50[i], h.slowdown50[i], h.p50[i]/h.one, holBgGoalOne, h.p99[i], h.slowdown99[i])
+	}
+	if len(h.sizes) > 1 {
+		fmt.Printf("head-of-line: slowdown max/min over background sizes %s: p50 %.2f, p99 %.2f (target <= %.1f)\n",
+			holSizes(), spread(h.slowdown50), spread(h.slowdown99), holBgGoalSpread)
 	}
 }
 

@@ -54,12 +54,12 @@ const (
 // a latency op is in flight (a latency application that does not yield
 // holds CPU 0 for a whole time slice, during which the load cannot post
 // and the engine drains: it would measure a mostly idle engine). Each
-// loaded run's load row is returned too, with the setup of its run.
-func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
+// loaded run's load row is emitted too, with the setup of its run.
+func isolationRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error {
 	cfgPath := filepath.Join(dir, "isolation.json")
 	latSock := filepath.Join(dir, isoLatSock)
 	if err := os.WriteFile(cfgPath, fmt.Appendf(nil, isoPolicy, latSock), 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	var extra []string
 	if isoWindow > 0 {
@@ -76,7 +76,7 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	}
 	e, err := testbed.Start(o)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// The policy must refuse the high class to an application it does not
 	// name: otherwise the rows would not show what they claim.
@@ -84,13 +84,13 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 		"-ctl", e.Socket, "-self", "-name", isoLoadName, "-class", "high", "-warmup", "0s")
 	if err != nil {
 		e.Stop(10 * time.Second)
-		return nil, err
+		return err
 	}
 	out, perr := probe.CombinedOutput()
 	closeAfter()
 	if perr == nil {
 		e.Stop(10 * time.Second)
-		return nil, fmt.Errorf("isolation: the engine granted the high class to %s, through a socket whose policy grants only the low class", isoLoadName)
+		return fmt.Errorf("isolation: the engine granted the high class to %s, through a socket whose policy grants only the low class", isoLoadName)
 	}
 	fmt.Printf("isolation: class policy in force: %s asking for high was refused: %s\n", isoLoadName, strings.TrimSpace(string(out)))
 	defer e.Stop(10 * time.Second)
@@ -98,13 +98,12 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 	latSpec := spec{"read_lat", 64, 1}
 	latArgs := []string{"-ctl", latSock, "-self", "-name", isoLatName, "-class", "high", "-yield"}
 	loadArgs := []string{"-ctl", e.Socket, "-self", "-name", isoLoadName, "-class", "low", "-event", "-spins=-1"}
-	var rows []Row
 	r, err := rmaperfRun(rmaperf, "0", latSpec, dur, "isolation-idle", nil, latArgs...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.Note = addNote(r.Note, "high-class app "+isoLatName+" alone (busy-polls and yields CPU 0); "+policy)
-	rows = append(rows, r)
+	emit(r)
 
 	loads := []struct {
 		setup, class string
@@ -119,7 +118,7 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 			w, err := rmaperfRun(rmaperf, "0", spec{"write_lat", 4096, 1}, 200*time.Millisecond, "probe", nil,
 				"-ctl", e.Socket, "-self", "-name", isoLoadName, "-warmup", "0s")
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if w.Ops == 0 {
 				fmt.Printf("isolation: %s skipped: the engine does not serve WRITE (%d ok, %d failed; %s)\n", l.setup, w.Ops, w.Errors, w.Note)
@@ -132,14 +131,15 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 		}
 		lr, r, err := isolationLoaded(rmaperf, dur, l.setup, l.load, loadArgs, latSpec, la)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		what := fmt.Sprintf("low-class app %s keeping %d %d B %s in flight", isoLoadName, l.load.depth, l.load.size, strings.ToUpper(strings.TrimSuffix(l.load.test, "_bw"))+"s")
 		r.Note = addNote(r.Note, l.class+"-class app "+isoLatName+" while "+what+"; "+policy)
 		lr.Note = addNote(lr.Note, "the load of this run: "+what+" (its window covers the high-class measurement)")
-		rows = append(rows, r, lr)
+		emit(r)
+		emit(lr)
 	}
-	return rows, nil
+	return nil
 }
 
 // isolationLoaded starts the load, lets it reach its measurement window,

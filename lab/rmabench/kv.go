@@ -161,68 +161,63 @@ func stopKVTargets(ts []*kvTarget) error {
 	return errors.Join(errs...)
 }
 
-// kvRun measures the kv setups and Figure 8's sweep and returns their
-// rows.
-func kvRun(bin, dir string, dur time.Duration) ([]Row, error) {
+// kvRun measures the kv setups and Figure 8's sweep, emitting each row
+// as it is measured.
+func kvRun(bin, dir string, dur time.Duration, emit emitFunc) error {
 	if onermaKVTargets == nil {
 		fmt.Println("kv: no onerma-kv rows: this rmabench was built without OneRMA's cache client (onermakv.go)")
 	}
-	var rows []Row
 	for _, size := range kvSizes {
 		w := kvload.Workload{Keys: kvKeys(size), ValueBytes: size, Seed: 1}
 		ts, err := startKVTargets(bin, dir, w)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		r, err := kvMeasure(ts, w, dur)
+		var closed []Row // the closed-loop rows, whose throughput Figure 8 sweeps up to
+		err = kvMeasure(ts, w, dur, func(r Row) { closed = append(closed, r); emit(r) })
 		if err == nil && size == 32 {
-			var f []Row
-			f, err = fig8Run(ts, w, r)
-			r = append(r, f...)
+			err = fig8Run(ts, w, closed, emit)
 		}
 		if serr := stopKVTargets(ts); err == nil {
 			err = serr
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		rows = append(rows, r...)
-		tr, err := kvToolsRun(size, dir, dur)
-		if err != nil {
-			return nil, err
+		if err := kvToolsRun(size, dir, dur, emit); err != nil {
+			return err
 		}
-		rows = append(rows, tr...)
 	}
-	return rows, nil
+	return nil
 }
 
 // kvMeasure runs YCSB-C and YCSB-B closed loop on every target in
 // kvRounds interleaved rounds of dur each.
-func kvMeasure(ts []*kvTarget, w kvload.Workload, dur time.Duration) ([]Row, error) {
-	var rows []Row
+func kvMeasure(ts []*kvTarget, w kvload.Workload, dur time.Duration, emit emitFunc) error {
 	for _, mix := range []kvload.Mix{kvload.YCSBC, kvload.YCSBB} {
 		w := w
 		w.Mix = mix
-		runs := make([]func() ([]Row, error), len(ts))
+		runs := make([]func(emitFunc) error, len(ts))
 		for i, t := range ts {
-			runs[i] = func() ([]Row, error) {
+			runs[i] = func(emit emitFunc) error {
 				clients, depth := t.concurrency()
 				cfg := kvload.Config{Workload: w, Clients: clients, Depth: depth, Warmup: kvWarmup(dur), Duration: dur,
 					CPU: kvload.NewCPUMeter(t.pids...), ClientCPUs: t.clientCPUs}
 				res, err := t.run(cfg)
 				if err != nil {
-					return nil, fmt.Errorf("%s%s %s %d B: %w", t.system, t.suffix, mix.Name, w.ValueBytes, err)
+					return fmt.Errorf("%s%s %s %d B: %w", t.system, t.suffix, mix.Name, w.ValueBytes, err)
 				}
-				return kvRows(t, cfg, res), nil
+				for _, r := range kvRows(t, cfg, res) {
+					emit(r)
+				}
+				return nil
 			}
 		}
-		r, err := interleavedRows(kvRounds, runs...)
-		if err != nil {
-			return nil, err
+		if err := interleavedRows(kvRounds, emit, runs...); err != nil {
+			return err
 		}
-		rows = append(rows, r...)
 	}
-	return rows, nil
+	return nil
 }
 
 // kvWarmup is the unmeasured start of a run of dur.

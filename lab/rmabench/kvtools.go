@@ -32,22 +32,22 @@ const (
 
 // kvToolsRun runs the tools for size: redis-benchmark at size, and
 // memcslap (whose values are its own) once, with the 32 B pass.
-func kvToolsRun(size int, dir string, dur time.Duration) ([]Row, error) {
-	var rows []Row
+func kvToolsRun(size int, dir string, dur time.Duration, emit emitFunc) error {
 	if size == kvSizes[0] {
 		for _, test := range []string{"get", "mget"} {
 			r, err := memcslapRun(test, dur)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			rows = append(rows, r)
+			emit(r)
 		}
 	}
 	r, err := redisBenchmarkRun(size, dir, dur)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return append(rows, r), nil
+	emit(r)
+	return nil
 }
 
 var memcslapTime = regexp.MustCompile(`Time to (m?get)\s+(\d+) keys by\s+(\d+) threads:\s+([0-9.]+) seconds`)

@@ -67,7 +67,7 @@ const nPairs = 7
 // (interleaved), so the executor run is always next to both raw runs and
 // a steady drift does not favour one side. printTable prints the median
 // of each round's ratios.
-func loopbackPairs(rmaperf, socket string, dur time.Duration) ([]Row, error) {
+func loopbackPairs(rmaperf, socket string, dur time.Duration, emit emitFunc) error {
 	d := max(time.Second, dur/nPairs)
 	raw := spec{execSpec.test, abi.MaxOpBytes, 64}
 	footprint := []string{"-region-bytes", strconv.Itoa(execSpec.size), "-local-bytes", strconv.Itoa(execSpec.size)}
@@ -76,7 +76,45 @@ func loopbackPairs(rmaperf, socket string, dur time.Duration) ([]Row, error) {
 			return rmaperfRun(rmaperf, "0", s, d, setup, nil, append([]string{"-ctl", socket, "-self"}, args...)...)
 		}
 	}
-	return interleaved(nPairs, run(raw, "loopback-pairs"), run(execSpec, "loopback-pairs"), run(raw, "loopback-pairs-footprint", footprint...))
+	return interleaved(nPairs, emit, run(raw, "loopback-pairs"), run(execSpec, "loopback-pairs"), run(raw, "loopback-pairs-footprint", footprint...))
+}
+
+// loopbackRun starts the loopback engine of rmad (benchLoopback: MTU mtu,
+// rmabench's -crypto) and measures specs on it, rows of setup; the
+// loopback setup adds the head-of-line rows and the interleaved pairs on
+// the same engine.
+func loopbackRun(rmad, rmaperf, dir, setup, mtu, crypto string, specs []spec, dur time.Duration, emit emitFunc) error {
+	e, err := testbed.Start(benchLoopback(rmad, dir, "bench-lo", "10.99.0.1", mtu, cryptoArgs(crypto)...))
+	if err != nil {
+		return err
+	}
+	defer e.Stop(10 * time.Second)
+	for _, s := range specs {
+		r, err := rmaperfRun(rmaperf, "0", s, dur, setup, nil, "-ctl", e.Socket, "-self")
+		if err != nil {
+			return err
+		}
+		emit(r)
+	}
+	if setup == "loopback" {
+		// Head-of-line isolation (paper Fig. 12/13): 64 B READs
+		// through the executor alone, then while a 4 MB READ runs
+		// on the same executor (same portal, slots and windows).
+		for _, h := range []struct {
+			setup string
+			args  []string
+		}{{"loopback-hol-idle", []string{"-exec"}}, {"loopback-hol", []string{"-exec", "-bg", strconv.Itoa(holBg)}}} {
+			r, err := rmaperfRun(rmaperf, "0", spec{"read_lat", 64, 1}, dur, h.setup, nil, append([]string{"-ctl", e.Socket, "-self"}, h.args...)...)
+			if err != nil {
+				return err
+			}
+			emit(r)
+		}
+		if err := loopbackPairs(rmaperf, e.Socket, dur, emit); err != nil {
+			return err
+		}
+	}
+	return e.Stop(10 * time.Second)
 }
 
 // loopbackOnce starts the loopback engine of rmad (benchLoopback: named

@@ -59,24 +59,27 @@
 //	    against the engine's frame rate on the same port type (testpmd,
 //	    interleaved rounds; testpmd.go);
 //
-// prints a side-by-side table and summary ratios and appends one JSON
-// object per measurement to -out (default $BENCH_OUT or bench/out.jsonl).
+// It appends one JSON object per measurement to -out (default
+// $BENCH_OUT or bench/out.jsonl) as soon as the measurement ends, and at
+// the end prints a side-by-side table and summary ratios of the run's
+// rows. A setup that fails is reported and the run goes on with the next;
+// the exit status says whether any failed.
+//
+// rmabench results regenerates the headline table at the top of
+// bench/RESULTS.md from bench/out.jsonl (headline.go).
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/onerma/onerma/internal/benchrow"
-	"github.com/onerma/onerma/internal/testbed"
 )
 
 // Row is the record rmaperf prints and this appends.
@@ -87,6 +90,26 @@ type spec struct {
 	size, depth int
 }
 
+// allSetups is -only's default: every setup but ab and rtt.
+const allSetups = "platform,loopback,loopback-jumbo,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,telemetry,metrics,kv,selftest,selftest-memif"
+
+const usage = `rmabench measures OneRMA and its peers on this machine, as make bench runs it.
+
+Usage:
+  rmabench [flags]
+      run the setups of -only, appending each row to -out as it is measured
+  rmabench results [-in FILE] [-results FILE] [-check]
+      regenerate the headline table at the top of bench/RESULTS.md from
+      bench/out.jsonl (rmabench results -h)
+
+Examples:
+  rmabench -bin bin -only loopback,aes -D 5s
+  BENCH_OUT=/tmp/x.jsonl rmabench -bin bin -only isolation -D 3s
+  rmabench results
+
+Flags:
+`
+
 func main() {
 	if os.Getenv(childEnv) == "xproc" {
 		if err := xprocChild(); err != nil {
@@ -95,10 +118,24 @@ func main() {
 		}
 		return
 	}
-	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output (appended)")
+	if len(os.Args) > 1 && os.Args[1] == "results" {
+		os.Exit(resultsMain(os.Args[2:]))
+	}
+	os.Exit(run())
+}
+
+// run measures the setups the flags select and returns the exit status:
+// 0 if every setup succeeded and every row was written, 1 otherwise, 2
+// on a flag error.
+func run() int {
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), usage)
+		flag.PrintDefaults()
+	}
+	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output, each row appended as it is measured ($BENCH_OUT if set)")
 	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", "platform,loopback,loopback-jumbo,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,telemetry,metrics,kv,selftest,selftest-memif", "setups to run (comma separated; a name also selects the setups it begins with or is part of: loopback-jumbo runs loopback too, selftest-memif selftest, af_packet and af_xdp run together, platform runs crypto-scaling; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
+	only := flag.String("only", allSetups, "setups to run (comma separated; a name also selects the setups it begins with or is part of: loopback-jumbo runs loopback too, selftest-memif selftest, af_packet and af_xdp run together, platform runs crypto-scaling; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
@@ -115,32 +152,23 @@ func main() {
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
 	pgoOut := flag.String("pgo", "", "instead of measuring, profile rmad (built -pgo=off) on the loopback engine under the bench's workloads, -D each, and write the merged CPU profile here (scripts/pgo.sh)")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rmabench: unexpected argument %q (setups go in -only)\n", flag.Arg(0))
+		flag.Usage()
+		return 2
+	}
+	flagErr := func(err error) int {
+		fmt.Fprintln(os.Stderr, "rmabench:", err)
+		return 2
+	}
 	isoEngineArgs = strings.Fields(*isoArgs)
 	holRmaperfArgs = strings.Fields(*holArgs)
 	if *bin == "" {
 		self, _ := os.Executable()
 		*bin = filepath.Dir(self)
 	}
-	runID := time.Now().UTC().Format("20060102T150405Z")
-	specs := []spec{{"read_bw", 64, 64}, {"read_bw", 4096, 64}, {"read_lat", 64, 1}, {"read_lat", 4096, 1},
-		{"write_bw", 64, 64}, {"write_bw", 4096, 64}, {"write_lat", 64, 1}, {"write_lat", 4096, 1}}
-	var rows []Row
-	fail := func(err error) {
-		fmt.Fprintln(os.Stderr, "rmabench:", err)
-		os.Exit(1)
-	}
-	dir, err := os.MkdirTemp("", "onerma-bench-")
-	if err != nil {
-		fail(err)
-	}
-	defer os.RemoveAll(dir)
-	rmad, rmaperf := filepath.Join(*bin, "rmad"), filepath.Join(*bin, "rmaperf")
-	if *pgoOut != "" {
-		if err := pgoRun(rmad, rmaperf, dir, *pgoOut, *dur); err != nil {
-			os.RemoveAll(dir)
-			fail(err)
-		}
-		return
+	if *dur <= 0 {
+		return flagErr(fmt.Errorf("-D %v: want a duration above 0", *dur))
 	}
 	want := func(s string) bool { // s, or a setup whose name begins with it
 		for _, o := range strings.Split(*only, ",") {
@@ -154,34 +182,59 @@ func main() {
 	ab := slices.Contains(strings.Split(*only, ","), "ab")
 	if ab {
 		if _, _, err := abBins(*abOld); err != nil {
-			fail(err)
+			return flagErr(err)
 		}
 		if *abRounds < 1 {
-			fail(fmt.Errorf("-ab-rounds %d: want at least 1", *abRounds))
+			return flagErr(fmt.Errorf("-ab-rounds %d: want at least 1", *abRounds))
 		}
 	}
 	if metricsRounds < 1 {
-		fail(fmt.Errorf("-metrics-rounds %d: want at least 1", metricsRounds))
+		return flagErr(fmt.Errorf("-metrics-rounds %d: want at least 1", metricsRounds))
 	}
 	if kvRounds < 1 || kvClients < 1 || kvKeys32 == 0 || kvKeys1K == 0 || fig8D <= 0 {
-		fail(fmt.Errorf("-kv-rounds %d, -kv-clients %d, -kv-keys-32 %d, -kv-keys-1k %d, -fig8-D %v: want each above 0", kvRounds, kvClients, kvKeys32, kvKeys1K, fig8D))
+		return flagErr(fmt.Errorf("-kv-rounds %d, -kv-clients %d, -kv-keys-32 %d, -kv-keys-1k %d, -fig8-D %v: want each above 0", kvRounds, kvClients, kvKeys32, kvKeys1K, fig8D))
 	}
+	var rtt rttBench
+	if want("rtt") {
+		b, err := newRTTBench(*rttTimeout, *rttPorts)
+		if err != nil {
+			return flagErr(err)
+		}
+		rtt = b
+	}
+
+	dir, err := os.MkdirTemp("", "onerma-bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmabench:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	rmad, rmaperf := filepath.Join(*bin, "rmad"), filepath.Join(*bin, "rmaperf")
+	if *pgoOut != "" {
+		if err := pgoRun(rmad, rmaperf, dir, *pgoOut, *dur); err != nil {
+			fmt.Fprintln(os.Stderr, "rmabench:", err)
+			return 1
+		}
+		return 0
+	}
+
+	runID := time.Now().UTC().Format("20060102T150405Z")
+	rec, err := openRecorder(*out, runID)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmabench:", err)
+		return 1
+	}
+	emit := rec.emit
+	fmt.Fprintf(os.Stderr, "rmabench: run %s, rows appended to %s as they are measured\n", runID, *out)
+	specs := []spec{{"read_bw", 64, 64}, {"read_bw", 4096, 64}, {"read_lat", 64, 1}, {"read_lat", 4096, 1},
+		{"write_bw", 64, 64}, {"write_bw", 4096, 64}, {"write_lat", 64, 1}, {"write_lat", 4096, 1}}
 
 	if want("platform") {
-		r, err := platformRun(*dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("platform", func() error { return platformRun(*dur, emit) })
 	}
 	if want("platform") || want("crypto-scaling") {
-		r, err := cryptoScaling(*dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("crypto-scaling", func() error { return cryptoScaling(*dur, emit) })
 	}
-
 	// The loopback engine at the Ethernet MTU (a 4 KB READ answered in
 	// three 1408-byte chunks, each sealed and opened on its own), and
 	// with jumbo frames (MTU 9000: one chunk, as RoCE fabrics run with a
@@ -192,186 +245,99 @@ func main() {
 		specs      []spec
 	}{{"loopback", "1500", loopbackSpecs(specs)}, {"loopback-jumbo", "9000", []spec{{"read_bw", 4096, 64}, {"read_lat", 4096, 1}, {"write_bw", 4096, 64}, {"write_lat", 4096, 1}}}}
 	for _, l := range loops {
-		if !want(l.setup) {
-			continue
-		}
-		e, err := testbed.Start(benchLoopback(rmad, dir, "bench-lo", "10.99.0.1", l.mtu, cryptoArgs(*crypto)...))
-		if err != nil {
-			fail(err)
-		}
-		for _, s := range l.specs {
-			r, err := rmaperfRun(rmaperf, "0", s, *dur, l.setup, nil, "-ctl", e.Socket, "-self")
-			if err != nil {
-				e.Stop(10 * time.Second)
-				fail(err)
-			}
-			rows = append(rows, r)
-		}
-		if l.setup == "loopback" {
-			// Head-of-line isolation (paper Fig. 12/13): 64 B READs
-			// through the executor alone, then while a 4 MB READ runs
-			// on the same executor (same portal, slots and windows).
-			for _, h := range []struct {
-				setup string
-				args  []string
-			}{{"loopback-hol-idle", []string{"-exec"}}, {"loopback-hol", []string{"-exec", "-bg", strconv.Itoa(holBg)}}} {
-				r, err := rmaperfRun(rmaperf, "0", spec{"read_lat", 64, 1}, *dur, h.setup, nil, append([]string{"-ctl", e.Socket, "-self"}, h.args...)...)
-				if err != nil {
-					e.Stop(10 * time.Second)
-					fail(err)
-				}
-				rows = append(rows, r)
-			}
-			r, err := loopbackPairs(rmaperf, e.Socket, *dur)
-			if err != nil {
-				e.Stop(10 * time.Second)
-				fail(err)
-			}
-			rows = append(rows, r...)
-		}
-		if err := e.Stop(10 * time.Second); err != nil {
-			fail(err)
+		if want(l.setup) {
+			rec.setup(l.setup, func() error { return loopbackRun(rmad, rmaperf, dir, l.setup, l.mtu, *crypto, l.specs, *dur, emit) })
 		}
 	}
 	if want("hol") {
-		r, err := holBgRun(rmad, rmaperf, dir, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("hol", func() error { return holBgRun(rmad, rmaperf, dir, *dur, emit) })
 	}
 	if want("memif") {
-		r, err := memifRun(rmad, rmaperf, dir, specs, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("memif", func() error { return memifRun(rmad, rmaperf, dir, specs, *dur, emit) })
 	}
 	if want("selftest") {
-		r, err := selftestRun(rmad, dir, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("selftest", func() error { return selftestRun(rmad, dir, *dur, emit) })
 	}
 	if want("selftest-memif") {
-		r, err := selftestMemifRun(rmad, rmaperf, dir, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("selftest-memif", func() error { return selftestMemifRun(rmad, rmaperf, dir, *dur, emit) })
 	}
 	if want("af_packet") || want("af_xdp") {
-		r, err := vethRun(rmad, rmaperf, dir, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("af_packet,af_xdp", func() error { return vethRun(rmad, rmaperf, dir, *dur, emit) })
 	}
 	if want("testpmd") {
-		r, err := testpmdRun(rmad, rmaperf, dir, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("testpmd", func() error { return testpmdRun(rmad, rmaperf, dir, *dur, emit) })
 	}
 	if want("rtt") {
-		b, err := newRTTBench(*rttTimeout, *rttPorts)
-		if err != nil {
-			fail(err)
-		}
-		r, err := rttRun(rmad, rmaperf, dir, b, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("rtt", func() error { return rttRun(rmad, rmaperf, dir, rtt, *dur, emit) })
 	}
 	if want("tcp") {
-		if _, err := exec.LookPath("ucx_perftest"); err != nil {
-			fail(fmt.Errorf("ucx_perftest not found (make bench installs ucx-utils): %v", err))
-		}
-		for _, s := range specs {
-			r, err := ucxRun(s, *dur)
-			if err != nil {
-				fail(err)
-			}
-			rows = append(rows, r)
-		}
+		rec.setup("tcp", func() error { return tcpRun(specs, *dur, emit) })
 	}
-
 	if want("aes") {
-		r, err := gcmLimit(*dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r)
-		r, err = gcmLimitMB(*dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r)
+		rec.setup("aes", func() error { return aesRun(*dur, emit) })
 	}
 	if want("write-pairs") {
-		r, err := writePairs(rmad, rmaperf, dir, *crypto, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("write-pairs", func() error { return writePairs(rmad, rmaperf, dir, *crypto, *dur, emit) })
 	}
 	if want("isolation") {
-		r, err := isolationRun(rmad, rmaperf, dir, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("isolation", func() error { return isolationRun(rmad, rmaperf, dir, *dur, emit) })
 	}
 	if want("telemetry") {
-		r, err := telemetryRun(rmad, rmaperf, filepath.Join(*bin, "rmatop"), dir, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("telemetry", func() error {
+			return telemetryRun(rmad, rmaperf, filepath.Join(*bin, "rmatop"), dir, *dur, emit)
+		})
 	}
 	if want("metrics") {
-		r, err := metricsRun(rmad, rmaperf, dir, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("metrics", func() error { return metricsRun(rmad, rmaperf, dir, *dur, emit) })
 	}
 	if want("kv") {
-		r, err := kvRun(*bin, dir, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("kv", func() error { return kvRun(*bin, dir, *dur, emit) })
 	}
 	if ab {
-		r, err := abRun(*abOld, rmad, rmaperf, dir, *crypto, *abRounds, *dur)
-		if err != nil {
-			fail(err)
-		}
-		rows = append(rows, r...)
+		rec.setup("ab", func() error { return abRun(*abOld, rmad, rmaperf, dir, *crypto, *abRounds, *dur, emit) })
 	}
 
-	for i := range rows {
-		rows[i].Run = runID
+	printTable(rec.rows)
+	printSelfTestRatios(rec.rows)
+	status := 0
+	if err := rec.close(); err != nil {
+		fmt.Fprintln(os.Stderr, "rmabench:", err)
+		status = 1
 	}
-	printTable(rows)
-	printSelfTestRatios(rows)
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-		fail(err)
+	fmt.Printf("\n%d rows appended to %s (run %s)\n", len(rec.rows), *out, runID)
+	if !rec.summary(os.Stderr) {
+		status = 1
 	}
-	f, err := os.OpenFile(*out, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	return status
+}
+
+// tcpRun measures specs with ucx_perftest over TCP on loopback.
+func tcpRun(specs []spec, dur time.Duration, emit emitFunc) error {
+	if _, err := exec.LookPath("ucx_perftest"); err != nil {
+		return fmt.Errorf("ucx_perftest not found (make bench installs ucx-utils): %v", err)
+	}
+	for _, s := range specs {
+		r, err := ucxRun(s, dur)
+		if err != nil {
+			return err
+		}
+		emit(r)
+	}
+	return nil
+}
+
+// aesRun measures one core's 4 KB seal+open ceiling on both backends.
+func aesRun(dur time.Duration, emit emitFunc) error {
+	r, err := gcmLimit(dur)
 	if err != nil {
-		fail(err)
+		return err
 	}
-	enc := json.NewEncoder(f)
-	for _, r := range rows {
-		enc.Encode(r)
+	emit(r)
+	if r, err = gcmLimitMB(dur); err != nil {
+		return err
 	}
-	f.Close()
-	fmt.Printf("\n%d rows appended to %s (run %s)\n", len(rows), *out, runID)
+	emit(r)
+	return nil
 }
 
 func envOr(k, d string) string {

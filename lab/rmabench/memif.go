@@ -23,30 +23,29 @@ const memifNote = "engines busy on CPU 0 and 1; app on CPU 0 sleeps on the compl
 
 // memifRun starts two engines on a memif wire, an rmaperf server on the
 // serving engine, and measures specs.
-func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration) ([]Row, error) {
+func memifRun(rmad, rmaperf, dir string, specs []spec, dur time.Duration, emit emitFunc) error {
 	oa, ob := testbed.MemifPair(rmad, dir, "bench-ma", "bench-mb", "10.99.1.1", "10.99.1.2")
-	return pinnedPair(rmaperf, oa, ob, "memif", specs, dur, memifNote)
+	return pinnedPair(rmaperf, oa, ob, "memif", specs, dur, memifNote, emit)
 }
 
 // pinnedPair starts engines oa and ob busy on CPU 0 and CPU 1, an
 // rmaperf server on ob, and measures specs from oa for dur each, setup
 // and note naming the rows.
-func pinnedPair(rmaperf string, oa, ob testbed.Options, setup string, specs []spec, dur time.Duration, note string) ([]Row, error) {
+func pinnedPair(rmaperf string, oa, ob testbed.Options, setup string, specs []spec, dur time.Duration, note string, emit emitFunc) error {
 	p, err := startPinnedPair(rmaperf, oa, ob)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer p.stop()
-	var rows []Row
 	for _, s := range specs {
 		r, err := p.run(rmaperf, s, dur, setup)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r.Note = addNote(r.Note, note)
-		rows = append(rows, r)
+		emit(r)
 	}
-	return rows, nil
+	return nil
 }
 
 // enginePair is two engines busy on CPU 0 (a, the client's) and CPU 1

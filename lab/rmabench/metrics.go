@@ -48,39 +48,36 @@ const scrapeEvery = time.Second
 //     differences between two starts of an engine (its memory).
 //
 // A scraped row's note says how many scrapes its run saw.
-func metricsRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
+func metricsRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error {
 	d := max(2*time.Second, dur)
-	start := func(setup string) func() ([]Row, error) {
-		return func() ([]Row, error) {
+	start := func(setup string) func(emitFunc) error {
+		return func(emit emitFunc) error {
 			e, addr, err := metricsEngine(rmad, dir, setup)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			defer e.Stop(10 * time.Second)
-			rows, err := metricsSpecsOn(rmaperf, e.Socket, addr, setup, d)
-			if err != nil {
-				return nil, err
+			if err := metricsSpecsOn(rmaperf, e.Socket, addr, setup, d, emit); err != nil {
+				return err
 			}
-			return rows, e.Stop(10 * time.Second)
+			return e.Stop(10 * time.Second)
 		}
 	}
-	rows, err := interleavedRows(metricsRounds, start(setupNoTelemetry), start(setupTelemetry), start(setupHistograms))
-	if err != nil {
-		return nil, err
+	if err := interleavedRows(metricsRounds, emit, start(setupNoTelemetry), start(setupTelemetry), start(setupHistograms)); err != nil {
+		return err
 	}
 	e, addr, err := metricsEngine(rmad, dir, setupHistograms)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer e.Stop(10 * time.Second)
-	on := func(setup, scrape string) func() ([]Row, error) {
-		return func() ([]Row, error) { return metricsSpecsOn(rmaperf, e.Socket, scrape, setup, d) }
+	on := func(setup, scrape string) func(emitFunc) error {
+		return func(emit emitFunc) error { return metricsSpecsOn(rmaperf, e.Socket, scrape, setup, d, emit) }
 	}
-	same, err := interleavedRows(metricsRounds, on(setupUnscraped, ""), on(setupScrape, addr))
-	if err != nil {
-		return nil, err
+	if err := interleavedRows(metricsRounds, emit, on(setupUnscraped, ""), on(setupScrape, addr)); err != nil {
+		return err
 	}
-	return append(rows, same...), e.Stop(10 * time.Second)
+	return e.Stop(10 * time.Second)
 }
 
 // metricsEngine starts the loopback engine of setup and returns it and
@@ -105,8 +102,7 @@ func metricsEngine(rmad, dir, setup string) (*testbed.Engine, string, error) {
 
 // metricsSpecsOn runs metricsSpecs on the engine at socket for d each,
 // scraping scrape ("": nothing) every scrapeEvery meanwhile.
-func metricsSpecsOn(rmaperf, socket, scrape, setup string, d time.Duration) ([]Row, error) {
-	var rows []Row
+func metricsSpecsOn(rmaperf, socket, scrape, setup string, d time.Duration, emit emitFunc) error {
 	for _, s := range metricsSpecs {
 		var (
 			stop    = make(chan struct{})
@@ -137,17 +133,17 @@ func metricsSpecsOn(rmaperf, socket, scrape, setup string, d time.Duration) ([]R
 		close(stop)
 		wg.Wait()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(errs) > 0 {
-			return nil, fmt.Errorf("%s: scraping %s: %v", setup, scrape, errs[0])
+			return fmt.Errorf("%s: scraping %s: %v", setup, scrape, errs[0])
 		}
 		if scrape != "" {
 			r.Note = addNote(r.Note, fmt.Sprintf("scraped %d times, every %v", scrapes, scrapeEvery))
 		}
-		rows = append(rows, r)
+		emit(r)
 	}
-	return rows, nil
+	return nil
 }
 
 // printMetrics prints, per test, the median over rounds of each round's

@@ -35,17 +35,19 @@ const platformCap = 3 * time.Second
 const stallMin = 2 * time.Microsecond
 
 // platformRun measures cpu-stall and xproc-wake.
-func platformRun(dur time.Duration) ([]Row, error) {
+func platformRun(dur time.Duration, emit emitFunc) error {
 	dur = min(dur, platformCap)
 	s, err := cpuStall(dur)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	emit(s)
 	w, err := xprocWake(dur)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return []Row{s, w}, nil
+	emit(w)
+	return nil
 }
 
 // cpuStall spins on CPU 1 reading the monotonic clock for dur: every gap

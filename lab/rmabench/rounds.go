@@ -10,10 +10,9 @@ import (
 // in the order given, odd rounds backwards, so no run is always first and
 // a steady drift of the machine's speed favours none of them. Runs of one
 // round are seconds apart, where the single rows of a make bench run are
-// minutes apart. It returns the rows in the order they ran, or the first
-// error.
-func interleaved(n int, runs ...func() (Row, error)) ([]Row, error) {
-	var rows []Row
+// minutes apart. Each row goes to emit as its run returns it; the first
+// error ends the rounds.
+func interleaved(n int, emit emitFunc, runs ...func() (Row, error)) error {
 	for k := range n {
 		for i := range runs {
 			run := runs[i]
@@ -22,32 +21,30 @@ func interleaved(n int, runs ...func() (Row, error)) ([]Row, error) {
 			}
 			r, err := run()
 			if err != nil {
-				return nil, err
+				return err
 			}
-			rows = append(rows, r)
+			emit(r)
 		}
 	}
-	return rows, nil
+	return nil
 }
 
 // interleavedRows is interleaved for runs that each measure several rows
-// (one engine started, several tests on it).
-func interleavedRows(n int, runs ...func() ([]Row, error)) ([]Row, error) {
-	var rows []Row
+// (one engine started, several tests on it), each run emitting its rows
+// as it measures them.
+func interleavedRows(n int, emit emitFunc, runs ...func(emitFunc) error) error {
 	for k := range n {
 		for i := range runs {
 			run := runs[i]
 			if k%2 == 1 {
 				run = runs[len(runs)-1-i]
 			}
-			r, err := run()
-			if err != nil {
-				return nil, err
+			if err := run(emit); err != nil {
+				return err
 			}
-			rows = append(rows, r...)
 		}
 	}
-	return rows, nil
+	return nil
 }
 
 // median returns the median of v (v is left unchanged).

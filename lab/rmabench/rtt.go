@@ -67,32 +67,27 @@ func (b rttBench) runs(port string) bool { return b.ports == nil || slices.Conta
 // eng_max_us) are what TIMEOUT must stay above; tools/rmad/timeout.go
 // derives rmad's default per port type from them, and printRTT prints
 // them per port.
-func rttRun(rmad, rmaperf, dir string, b rttBench, dur time.Duration) ([]Row, error) {
-	var rows []Row
+func rttRun(rmad, rmaperf, dir string, b rttBench, dur time.Duration, emit emitFunc) error {
 	tag := os.Getpid() % 1000
 	ma, mb := testbed.MemifPair(rmad, dir, "bench-rma", "bench-rmb", "10.99.3.1", "10.99.3.2")
 	if b.runs("memif") {
-		r, err := b.pair(rmaperf, ma, mb, "memif", nil, true, dur)
-		if err != nil {
-			return nil, fmt.Errorf("memif: %w", err)
+		if err := b.pair(rmaperf, ma, mb, "memif", nil, true, dur, emit); err != nil {
+			return fmt.Errorf("memif: %w", err)
 		}
-		rows = append(rows, r...)
 	}
 	if b.runs("memif-backoff") {
 		// The same engines polling in backoff mode: idle, each sleeps up
 		// to poll.max_sleep between polls, and a frame waits for its
 		// wake-up.
-		r, err := b.pair(rmaperf, ma, mb, "memif-backoff", nil, false, dur)
-		if err != nil {
-			return nil, fmt.Errorf("memif, backoff: %w", err)
+		if err := b.pair(rmaperf, ma, mb, "memif-backoff", nil, false, dur, emit); err != nil {
+			return fmt.Errorf("memif, backoff: %w", err)
 		}
-		rows = append(rows, r...)
 	}
 
 	if b.runs("af_packet") || b.runs("af_xdp") {
 		v, err := testbed.NewVethPair(fmt.Sprintf("orr%d", tag))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer v.Close()
 		for _, s := range vethSetups {
@@ -101,11 +96,9 @@ func rttRun(rmad, rmaperf, dir string, b rttBench, dur time.Duration) ([]Row, er
 			}
 			oa := s.port(rmad, dir, "bench-rva", "10.99.3.1", v.NSA, v.IfA)
 			ob := s.port(rmad, dir, "bench-rvb", "10.99.3.2", v.NSB, v.IfB)
-			r, err := b.pair(rmaperf, oa, ob, s.setup, nil, true, dur)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.setup, err)
+			if err := b.pair(rmaperf, oa, ob, s.setup, nil, true, dur, emit); err != nil {
+				return fmt.Errorf("%s: %w", s.setup, err)
 			}
-			rows = append(rows, r...)
 		}
 	}
 
@@ -114,24 +107,24 @@ func rttRun(rmad, rmaperf, dir string, b rttBench, dur time.Duration) ([]Row, er
 		// through its port), the test port of single-host runs.
 		lo, err := testbed.Start(benchLoopback(rmad, dir, "bench-rlo", "10.99.3.5", "1500", b.timeouts...))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, s := range rttSpecs {
 			r, err := rmaperfRun(rmaperf, "0", s, dur, b.prefix+"net_ring", nil, "-ctl", lo.Socket, "-self")
 			if err != nil {
 				lo.Stop(10 * time.Second)
-				return nil, fmt.Errorf("net_ring: %w", err)
+				return fmt.Errorf("net_ring: %w", err)
 			}
 			r.Note = addNote(r.Note, "one engine busy on CPU 1 serving its own READs through a net_ring port; app on CPU 0 spinning; "+b.note)
-			rows = append(rows, r)
+			emit(r)
 		}
 		if err := lo.Stop(10 * time.Second); err != nil {
-			return nil, err
+			return err
 		}
 	}
 
 	if !b.runs("net_tap") {
-		return rows, nil
+		return nil
 	}
 	ta, tb := fmt.Sprintf("orrta%d", tag), fmt.Sprintf("orrtb%d", tag)
 	oa := testbed.Tap(rmad, dir, "bench-rta", "10.99.3.1", ta, "02:99:03:00:00:01")
@@ -147,17 +140,16 @@ func rttRun(rmad, rmaperf, dir string, b rttBench, dur time.Duration) ([]Row, er
 		br, err = testbed.NewBridge(fmt.Sprintf("orrbr%d", tag), ta, tb)
 		return err
 	}
-	r, err := b.pair(rmaperf, oa, ob, "net_tap", bridge, true, dur)
-	if err != nil {
-		return nil, fmt.Errorf("net_tap: %w", err)
+	if err := b.pair(rmaperf, oa, ob, "net_tap", bridge, true, dur, emit); err != nil {
+		return fmt.Errorf("net_tap: %w", err)
 	}
-	return append(rows, r...), nil
+	return nil
 }
 
 // pair starts engines oa and ob on CPU 0 and 1, busy polling or in
 // backoff mode (then runs wire, if not nil, to join their ports), an
 // rmaperf server on ob, and measures rttSpecs from oa for dur each.
-func (b rttBench) pair(rmaperf string, oa, ob testbed.Options, port string, wire func() error, busy bool, dur time.Duration) ([]Row, error) {
+func (b rttBench) pair(rmaperf string, oa, ob testbed.Options, port string, wire func() error, busy bool, dur time.Duration, emit emitFunc) error {
 	oa.Busy, oa.CPU = busy, 0
 	ob.Busy, ob.CPU = busy, 1
 	extra := append([]string{"-log-level", "warn", "-poll-nice", "0"}, b.timeouts...)
@@ -165,38 +157,37 @@ func (b rttBench) pair(rmaperf string, oa, ob testbed.Options, port string, wire
 	ob.Extra = append(append([]string(nil), ob.Extra...), extra...)
 	a, err := testbed.Start(oa)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer a.Stop(10 * time.Second)
 	e, err := testbed.Start(ob)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer e.Stop(10 * time.Second)
 	if wire != nil {
 		if err := wire(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	srv, err := startPerfServer(rmaperf, e.Socket)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer srv.stop()
 	mode := "busy"
 	if !busy {
 		mode = "in backoff mode (sleeping up to 200 µs when idle)"
 	}
-	var rows []Row
 	for _, s := range rttSpecs {
 		r, err := rmaperfRun(rmaperf, "0", s, dur, b.prefix+port, srv.cliCreds, "-ctl", a.Socket, "-server", srv.kx, "-region", srv.region, "-event", "-spins=-1")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r.Note = addNote(r.Note, "engines "+mode+" on CPU 0 and 1; app on CPU 0 sleeps on the completion doorbell; "+b.note)
-		rows = append(rows, r)
+		emit(r)
 	}
-	return rows, nil
+	return nil
 }
 
 // printRTT prints each port's engine round trips, and the errors (ops

@@ -84,7 +84,7 @@ func selftestEngine(rmad, dir, cpus string, handOver bool, nice string) testbed.
 // hand-over ring both ways, the worst case of one portal on a two-core
 // engine. A round's runs are seconds apart; printSelfTestRatios prints
 // the median of the rounds' ratios.
-func selftestScaling(rmad, dir string, dur time.Duration) ([]Row, error) {
+func selftestScaling(rmad, dir string, dur time.Duration, emit emitFunc) error {
 	s := spec{"read_bw", 64, 64}
 	run := func(setup, cpus string, handOver bool, note string) func() (Row, error) {
 		return func() (Row, error) {
@@ -97,17 +97,16 @@ func selftestScaling(rmad, dir string, dur time.Duration) ([]Row, error) {
 			return r, err
 		}
 	}
-	return interleaved(selftestRounds,
+	return interleaved(selftestRounds, emit,
 		run("selftest-rounds", "1", false, "round; busy on CPU 1 (nice 0)"),
 		run("selftest-rounds", "0,1", false, "round; "+selftestNote2),
 		run("selftest-handover", "0,1", true, "round; 1 of 2 cores posting, every answer handed over; busy on CPUs 0 and 1 (nice 0)"))
 }
 
 // selftestRun measures the loopback rows.
-func selftestRun(rmad, dir string, dur time.Duration) ([]Row, error) {
-	rows, err := selftestScaling(rmad, dir, dur)
-	if err != nil {
-		return rows, err
+func selftestRun(rmad, dir string, dur time.Duration, emit emitFunc) error {
+	if err := selftestScaling(rmad, dir, dur, emit); err != nil {
+		return err
 	}
 	for _, c := range []struct {
 		cpus  string
@@ -125,19 +124,19 @@ func selftestRun(rmad, dir string, dur time.Duration) ([]Row, error) {
 		for _, s := range c.specs {
 			r, err := selftestOnce(o, s, dur, "selftest", nil)
 			if err != nil {
-				return rows, err
+				return err
 			}
 			r.Note = addNote(r.Note, c.note)
-			rows = append(rows, r)
+			emit(r)
 		}
 	}
-	return rows, nil
+	return nil
 }
 
 // selftestMemifRun measures the two-engine rows: an rmaperf server owns
 // the serving engine's region; the initiator's rmad fetches its K_d and
 // runs -selftest against it.
-func selftestMemifRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
+func selftestMemifRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error {
 	ob, oa := testbed.MemifPair(rmad, dir, "bench-smb", "bench-sma", "10.99.4.2", "10.99.4.1") // the server side starts first
 	ob.Busy, ob.CPU = true, 1
 	ob.Extra = []string{"-log-level", "warn", "-poll-nice", "0", "-timeout", selftestTimeout}
@@ -147,25 +146,24 @@ func selftestMemifRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, erro
 	oa.Extra = append(slices.Clone(ob.Extra), "-resolve-timeout", "1s")
 	b, err := testbed.Start(ob)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer b.Stop(10 * time.Second)
 	srv, err := startPerfServer(rmaperf, b.Socket)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer srv.stop()
-	var rows []Row
 	for _, s := range selftestSpecs { // WRITEs write the region's second half only: READs still find the pattern
 		r, err := selftestOnce(oa, s, dur, "selftest-memif", srv,
 			"-selftest-peer", srv.kx, "-selftest-region", srv.region)
 		if err != nil {
-			return rows, err
+			return err
 		}
 		r.Note = addNote(r.Note, selftestNoteM)
-		rows = append(rows, r)
+		emit(r)
 	}
-	return rows, nil
+	return nil
 }
 
 // selftestOnce runs rmad -selftest (o's engine, then args) for s and dur

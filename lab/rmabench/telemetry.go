@@ -24,11 +24,11 @@ var telemetrySpec = spec{"read_bw", 64, 64}
 // The with-rmatop row's note says how many completions rmatop
 // saw. (Without rmatop the hook is an empty call; what that costs against
 // no hook at all is the engine benchmarks' business: bench/RESULTS.md.)
-func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration) ([]Row, error) {
+func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration, emit emitFunc) error {
 	d := max(time.Second, dur/nTelemetryPairs)
 	e, err := testbed.Start(benchLoopback(rmad, dir, "bench-tel", "10.99.0.1", "1500"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer e.Stop(10 * time.Second)
 	off := func() (Row, error) {
@@ -59,11 +59,10 @@ func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration) ([]Row, 
 		r.Note = addNote(r.Note, fmt.Sprintf("rmatop attached: saw %d completions", samples))
 		return r, err
 	}
-	rows, err := interleaved(nTelemetryPairs, off, on)
-	if err != nil {
-		return nil, err
+	if err := interleaved(nTelemetryPairs, emit, off, on); err != nil {
+		return err
 	}
-	return rows, e.Stop(10 * time.Second)
+	return e.Stop(10 * time.Second)
 }
 
 // printTelemetry prints the median over rounds of telemetry-on / -off.

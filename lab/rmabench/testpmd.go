@@ -44,42 +44,43 @@ var testpmdModes = []string{"io", "macswap"}
 // setup's), testpmdRounds interleaved rounds of dpdk-testpmd in each of
 // testpmdModes and of the engine's 64 B read_bw (O = 64) on the same
 // port, each max(1 s, dur/testpmdRounds) long.
-func testpmdRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
+func testpmdRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error {
 	if _, err := exec.LookPath(testpmdBin); err != nil {
-		return nil, fmt.Errorf("%s not found (scripts/setup.sh installs dpdk-dev): %v", testpmdBin, err)
+		return fmt.Errorf("%s not found (scripts/setup.sh installs dpdk-dev): %v", testpmdBin, err)
 	}
 	rmactl := filepath.Join(filepath.Dir(rmad), "rmactl")
 	d := max(time.Second, dur/testpmdRounds)
 	read64 := spec{"read_bw", 64, 64}
-	var rows []Row
 	for _, port := range []string{"net_ring", "memif"} {
 		setup := "port-" + port
-		var runs []func() ([]Row, error)
+		var runs []func(emitFunc) error
 		for _, mode := range testpmdModes {
-			runs = append(runs, func() ([]Row, error) {
+			runs = append(runs, func(emit emitFunc) error {
 				r, err := testpmdFwd(dir, port, mode, d)
-				return []Row{r}, err
+				if err != nil {
+					return err
+				}
+				emit(r)
+				return nil
 			})
 		}
-		runs = append(runs, func() ([]Row, error) {
-			return engineFrames(rmad, rmaperf, rmactl, dir, port, read64, d, setup)
+		runs = append(runs, func(emit emitFunc) error {
+			return engineFrames(rmad, rmaperf, rmactl, dir, port, read64, d, setup, emit)
 		})
-		r, err := interleavedRows(testpmdRounds, runs...)
-		if err != nil {
-			return nil, err
+		if err := interleavedRows(testpmdRounds, emit, runs...); err != nil {
+			return err
 		}
-		rows = append(rows, r...)
 	}
-	return rows, nil
+	return nil
 }
 
 // engineFrames measures s on port's engine (net_ring: the loopback engine
 // of benchLoopback; memif: the memif setup's two engines) for d and
-// returns its row and a row of test rx-frames: the frames per second the
+// emits its row and a row of test rx-frames: the frames per second the
 // measuring engine's port received, the row's ops/s times the frames it
 // received per op completed over the run (its counters before and after,
 // warm-up included).
-func engineFrames(rmad, rmaperf, rmactl, dir, port string, s spec, d time.Duration, setup string) ([]Row, error) {
+func engineFrames(rmad, rmaperf, rmactl, dir, port string, s spec, d time.Duration, setup string, emit emitFunc) error {
 	var (
 		socket string
 		run    func() (Row, error)
@@ -89,7 +90,7 @@ func engineFrames(rmad, rmaperf, rmactl, dir, port string, s spec, d time.Durati
 	case "net_ring":
 		e, err := testbed.Start(benchLoopback(rmad, dir, "bench-tpmd-lo", "10.99.6.1", "1500"))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		socket, stop = e.Socket, func() { e.Stop(10 * time.Second) }
 		run = func() (Row, error) { return rmaperfRun(rmaperf, "0", s, d, setup, nil, "-ctl", e.Socket, "-self") }
@@ -97,29 +98,30 @@ func engineFrames(rmad, rmaperf, rmactl, dir, port string, s spec, d time.Durati
 		oa, ob := testbed.MemifPair(rmad, dir, "bench-tpmd-ma", "bench-tpmd-mb", "10.99.6.1", "10.99.6.2")
 		p, err := startPinnedPair(rmaperf, oa, ob)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		socket, stop = p.a.Socket, p.stop
 		run = func() (Row, error) { return p.run(rmaperf, s, d, setup) }
 	default:
-		return nil, fmt.Errorf("testpmd: no engine for port %q", port)
+		return fmt.Errorf("testpmd: no engine for port %q", port)
 	}
 	defer stop()
 	before, err := engineStats(rmactl, socket)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r, err := run()
 	if err != nil {
-		return nil, err
+		return err
 	}
+	emit(r)
 	after, err := engineStats(rmactl, socket)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rx, ops := after.RxFrames-before.RxFrames, completed(after)-completed(before)
 	if ops == 0 {
-		return nil, fmt.Errorf("%s: the engine completed no op", setup)
+		return fmt.Errorf("%s: the engine completed no op", setup)
 	}
 	perOp := float64(rx) / float64(ops)
 	f := Row{System: "onerma", Setup: setup, Test: "rx-frames", Size: s.size, Outstanding: s.depth, Cores: 1,
@@ -130,7 +132,8 @@ func engineFrames(rmad, rmaperf, rmactl, dir, port string, s spec, d time.Durati
 	if port == "memif" {
 		f.Note += "; the client engine's (CPU 0, shared with the application)"
 	}
-	return []Row{r, f}, nil
+	emit(f)
+	return nil
 }
 
 // engineStats reads the counters of the engine at socket (rmactl stats).
@@ -372,10 +375,17 @@ func (p *testpmd) kill() {
 	<-p.done
 }
 
-// printTestpmd prints the engine's frame rate on each port type as a
-// fraction of testpmd's, by round (the rows of a round: each mode's
-// testpmd row and the engine's rx-frames row, in any order).
-func printTestpmd(rows []Row) {
+// testpmdRatio is, for one port and forwarding mode, the engine's rx
+// frames per second and testpmd's of each round, and their ratios.
+type testpmdRatio struct {
+	setup, mode string
+	eng, fwd    []float64
+	ratios      []float64
+}
+
+// testpmdRatios returns each port's engine / testpmd ratios by round, in
+// the order the ports ran.
+func testpmdRatios(rows []Row) []testpmdRatio {
 	type key struct{ setup, test string }
 	by := map[key][]float64{}
 	var setups []string
@@ -389,6 +399,7 @@ func printTestpmd(rows []Row) {
 		}
 		by[k] = append(by[k], r.OpsPerSec)
 	}
+	var out []testpmdRatio
 	for _, s := range setups {
 		eng := by[key{s, "rx-frames"}]
 		for _, mode := range testpmdModes {
@@ -400,8 +411,17 @@ func printTestpmd(rows []Row) {
 			for i := range t {
 				ratios[i] = eng[i] / max(t[i], 1)
 			}
-			fmt.Printf("%s: engine rx frames/s in 64 B read_bw (median %.0f) / dpdk-testpmd %s-fwd (median %.0f), %d interleaved rounds: median %.4f (ratios %s)\n",
-				s, median(eng), mode, median(t), len(ratios), median(ratios), ratioListPrec(ratios, 4))
+			out = append(out, testpmdRatio{s, mode, eng, t, ratios})
 		}
+	}
+	return out
+}
+
+// printTestpmd prints, for each port, the median over the rounds of the
+// engine's rx frames per second against dpdk-testpmd's, in each mode.
+func printTestpmd(rows []Row) {
+	for _, t := range testpmdRatios(rows) {
+		fmt.Printf("%s: engine rx frames/s in 64 B read_bw (median %.0f) / dpdk-testpmd %s-fwd (median %.0f), %d interleaved rounds: median %.4f (ratios %s)\n",
+			t.setup, median(t.eng), t.mode, median(t.fwd), len(t.ratios), median(t.ratios), ratioListPrec(t.ratios, 4))
 	}
 }

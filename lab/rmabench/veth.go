@@ -37,14 +37,13 @@ const vethNote = "engines busy on CPU 0 and 1 in two network namespaces joined b
 // server, as memif's) runs vethSpecs for max(1 s, dur/nVethRounds) each
 // and stops. printVeth prints the medians of the rounds' af_xdp /
 // af_packet ratios.
-func vethRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
+func vethRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error {
 	d := max(time.Second, dur/nVethRounds)
 	v, err := testbed.NewVethPair(fmt.Sprintf("orb%d", os.Getpid()%1000))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer v.Close()
-	var rows []Row
 	for k := range nVethRounds {
 		for i := range vethSetups {
 			if k%2 == 1 {
@@ -55,14 +54,12 @@ func vethRun(rmad, rmaperf, dir string, dur time.Duration) ([]Row, error) {
 			// address keeps its IV counters from run to run.
 			oa := s.port(rmad, dir, "bench-va", "10.99.2.1", v.NSA, v.IfA)
 			ob := s.port(rmad, dir, "bench-vb", "10.99.2.2", v.NSB, v.IfB)
-			r, err := pinnedPair(rmaperf, oa, ob, s.setup, vethSpecs, d, vethNote)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.setup, err)
+			if err := pinnedPair(rmaperf, oa, ob, s.setup, vethSpecs, d, vethNote, emit); err != nil {
+				return fmt.Errorf("%s: %w", s.setup, err)
 			}
-			rows = append(rows, r...)
 		}
 	}
-	return rows, nil
+	return nil
 }
 
 // printVeth prints, for each of vethSpecs, the median over the rounds of

@@ -27,7 +27,7 @@ var writePairsSetups = []string{"write-pairs", "write-pairs-jumbo", "write-pairs
 // engine is started for its runs and stopped before ucx_perftest and the
 // cipher loops run, so they have both CPUs as in their own rows.
 // printWritePairs prints the median of each round's ratios.
-func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration) ([]Row, error) {
+func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration, emit emitFunc) error {
 	d := max(time.Second, dur/nWritePairs)
 	s := spec{"write_bw", abi.MaxOpBytes, 64}
 	engine := func(setup, mtu string) (Row, error) {
@@ -53,13 +53,15 @@ func writePairs(rmad, rmaperf, dir, crypto string, dur time.Duration) ([]Row, er
 			return r, nil
 		}
 	}
-	return interleaved(nWritePairs, runs...)
+	return interleaved(nWritePairs, emit, runs...)
 }
 
-// printWritePairs prints, from writePairs' rows, the median over rounds
-// of 4 KB WRITE goodput against ucp_put_bw (target >= 5x) and against
-// each aes-gcm-limit row (target >= 0.60), at both MTUs.
-func printWritePairs(rows []Row) {
+// writePairsGoalTCP is the 4 KB WRITE target against ucp_put_bw; against
+// the seal+open rows it is writeGoodputGoal.
+const writePairsGoalTCP = 5.0
+
+// writePairsRounds returns writePairs' rounds, each its rows by setup.
+func writePairsRounds(rows []Row) []map[string]Row {
 	var rounds []map[string]Row
 	cur := map[string]Row{}
 	for _, r := range rows {
@@ -72,22 +74,36 @@ func printWritePairs(rows []Row) {
 			cur = map[string]Row{}
 		}
 	}
+	return rounds
+}
+
+// writePairsRatios returns each round's MB/s of setup num over den's.
+func writePairsRatios(rounds []map[string]Row, num, den string) []float64 {
+	var v []float64
+	for _, m := range rounds {
+		if n, d := m[num], m[den]; d.MBPerSec > 0 {
+			v = append(v, n.MBPerSec/d.MBPerSec)
+		}
+	}
+	return v
+}
+
+// printWritePairs prints, from writePairs' rows, the median over rounds
+// of 4 KB WRITE goodput against ucp_put_bw and against each
+// aes-gcm-limit row, at both MTUs, with the targets.
+func printWritePairs(rows []Row) {
+	rounds := writePairsRounds(rows)
 	if len(rounds) == 0 {
 		return
 	}
 	ratio := func(num, den string, target float64, unit string) {
-		var v []float64
-		for _, m := range rounds {
-			if n, d := m[num], m[den]; d.MBPerSec > 0 {
-				v = append(v, n.MBPerSec/d.MBPerSec)
-			}
-		}
+		v := writePairsRatios(rounds, num, den)
 		fmt.Printf("%-17s write_bw 4096 B O=64 / %-24s %d interleaved rounds: median %.2f%s (ratios %s) (target >= %.2f%s)\n",
 			num, den+",", len(v), median(v), unit, ratioList(v), target, unit)
 	}
 	for _, w := range writePairsSetups[:2] {
-		ratio(w, "write-pairs-tcp", 5, "x")
-		ratio(w, "write-pairs-cpu", 0.60, "")
-		ratio(w, "write-pairs-cpu-ipsec-mb", 0.60, "")
+		ratio(w, "write-pairs-tcp", writePairsGoalTCP, "x")
+		ratio(w, "write-pairs-cpu", writeGoodputGoal, "")
+		ratio(w, "write-pairs-cpu-ipsec-mb", writeGoodputGoal, "")
 	}
 }
