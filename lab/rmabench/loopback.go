@@ -55,8 +55,8 @@ const nPairs = 7
 
 // loopbackPairs measures the executor's goodput against raw 4 KB READs in
 // nPairs interleaved rounds on the loopback engine at socket, each run
-// max(1 s, dur/nPairs) long: the VM's throughput drifts over minutes,
-// which the single rows' ratio, measured minutes apart, includes; a
+// max(1 s, dur/nPairs) long: a host's throughput drifts over minutes,
+// which a ratio of single rows taken minutes apart includes; a
 // round's runs are seconds apart. A round is raw 4 KB READs
 // (setup "loopback-pairs"), then execSpec through the executor, then raw
 // 4 KB READs over the executor's memory footprint (setup

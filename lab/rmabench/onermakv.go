@@ -39,25 +39,21 @@ func init() { onermaKVTargets = startOnermaKV }
 // and B to CPU 1 (the clients share CPU 0 with A, the server CPU 1 with
 // B, as on two hosts). Engines in poll mode yield run in rmabench's
 // session (testbed.Start), so that their sched_yield hands the CPU to
-// the clients. Unpinned, the kernel put the client's thread on the
-// loopback engine's CPU now and then: 1.06-1.08 M GETs/s against
-// 1.55-1.57 M pinned (1 M keys of 32 B, YCSB-C, 16 in flight,
-// interleaved by hand; busy mode with the client pinned: the same).
+// the clients (EEVDF moves a yielding thread back only within its own
+// scheduling group). Unpinned, the kernel may put the client's thread on
+// the loopback engine's CPU, which costs a third of the GETs or more
+// (bench/HISTORY.md, kv).
 //
-// Yield beat both other modes on this shared 2-CPU host at 16 GETs in
-// flight, clients unpinned (32 B, one round of 3 s each at load average 7-10:
-// loopback yield 550-680 k GETs/s, p99 77-80 µs; busy at nice -20 20-32
-// k, p99 10-16 ms, its client starved on the other CPU; backoff 290-360
-// k, p99 130-150 µs, each sleep a timer on a VM. memif yield 250-400 k,
-// p99 100-130 µs; busy at nice 0 50-260 k, p99 0.8-2 ms, with
-// TIMEOUTs; backoff 65-85 k, p50 160-220 µs). Between their runs the
-// engines are frozen (SIGSTOP), so memcached and Redis are measured
-// with both CPUs free of them. The clients sleep on their portal's
-// completion doorbell when they have nothing to send (kvload.Waiter),
-// the memif one without spinning first: it shares engine A's CPU. The
-// memif engines' TIMEOUT is 20 ms (their default on memif: 2 ms): on two
-// CPUs shared with whatever else the host runs, a loop is descheduled
-// for milliseconds now and then, and the bench's single server has no
+// Yield is the mode for engines sharing CPUs with their clients: a busy
+// engine starves a client on its CPU, and a backing-off one pays a timer
+// wake-up per idle spell (bench/HISTORY.md, kv, has the comparison).
+// Between their runs the engines are frozen (SIGSTOP), so memcached and
+// Redis are measured with both CPUs free of them. The clients sleep on
+// their portal's completion doorbell when they have nothing to send
+// (kvload.Waiter), the memif one without spinning first: it shares engine
+// A's CPU. The memif engines' TIMEOUT is 20 ms (their default on memif:
+// 2 ms): on two CPUs shared with whatever else the host runs, a loop can
+// be descheduled for milliseconds, and the bench's single server has no
 // replica to fail over to.
 func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 	rmad, rmakv := filepath.Join(bin, "rmad"), filepath.Join(bin, "rmakv")
