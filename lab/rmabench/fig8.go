@@ -63,9 +63,8 @@ func fig8Run(ts []*kvTarget, w kvload.Workload, closed []Row, emit emitFunc) err
 			// Unpinned (no ClientCPUs): the pacer hands each arrival to
 			// the client's goroutine, and a goroutine locked to a thread
 			// pinned to the CPU a polling engine shares wakes through a
-			// hand-off to that thread every time (onerma-kv pinned
-			// saturated at 481 k GETs/s offered on loopback, and at the
-			// lowest load, 23 k, over memif; unpinned 618 k and 376 k).
+			// hand-off to that thread every time, which saturates the
+			// client long before the cache (bench/HISTORY.md, kv-fig8).
 			cfg := kvload.Config{Workload: w, Clients: clients, Depth: depth, Rate: f * capacity[t],
 				Warmup: fig8Warmup, Duration: fig8D, Drain: fig8Drain, CPU: kvload.NewCPUMeter(t.pids...)}
 			res, err := t.run(cfg)
