@@ -14,6 +14,11 @@ import (
 // Version is the protocol version every request and response carries.
 const Version = 1
 
+// DefaultSocket is the engine's control socket unless its configuration
+// names another: rmad listens on it, and the tools and applications dial
+// it by default.
+const DefaultSocket = "/run/onerma/rmad.sock"
+
 // Size limits of one datagram.
 const (
 	// MaxRequestBytes bounds a request; the engine rejects (and reports)
