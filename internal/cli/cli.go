@@ -177,6 +177,24 @@ func PrintHeader(w io.Writer, synopsis []string, notes string, examples []string
 	}
 }
 
+// Field pairs a configuration field with the flag that sets it.
+type Field struct{ Name, Flag string }
+
+// NameFlag returns err prefixed with the flag that sets the field err
+// names, as a package's Validate writes it ("Slots = 0: ..."), so that a
+// tool's error names the flag; err itself if it names none of fields.
+func NameFlag(err error, fields []Field) error {
+	if err == nil {
+		return nil
+	}
+	for _, f := range fields {
+		if strings.Contains(err.Error(), " "+f.Name+" = ") {
+			return fmt.Errorf("%s: %w", f.Flag, err)
+		}
+	}
+	return err
+}
+
 // ExitCode is the exit status for a tool's error: 0 for none or -h, 2 for
 // a usage error, 1 otherwise.
 func ExitCode(err error) int {

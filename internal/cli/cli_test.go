@@ -133,3 +133,21 @@ func TestAliasPanics(t *testing.T) {
 		}()
 	}
 }
+
+// TestNameFlag: a config error is prefixed with the flag that sets the
+// field it names, the longest match not confused with a prefix of it.
+func TestNameFlag(t *testing.T) {
+	fields := []Field{{"Hold", "-hold"}, {"HoldMax", "-hold-max"}}
+	for _, tc := range []struct{ err, want string }{
+		{"pkg: config: HoldMax = 2s: want 0..1s", "-hold-max: pkg: config: HoldMax = 2s: want 0..1s"},
+		{"pkg: config: Hold = 2s: want 0..1s", "-hold: pkg: config: Hold = 2s: want 0..1s"},
+		{"pkg: config: Other = 1", "pkg: config: Other = 1"},
+	} {
+		if got := NameFlag(errors.New(tc.err), fields).Error(); got != tc.want {
+			t.Errorf("%q: %q, want %q", tc.err, got, tc.want)
+		}
+	}
+	if NameFlag(nil, fields) != nil {
+		t.Error("nil error named")
+	}
+}

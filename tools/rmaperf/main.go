@@ -248,13 +248,13 @@ type clientOptions struct {
 	region   uint64 // -region, with -server
 }
 
-// execFlag names the flag that sets each executor config field (its
+// execFlags names the flag that sets each executor config field (its
 // errors name the field).
-var execFlag = []struct{ field, flag string }{
-	{"Slots", "-exec-slots"}, {"ChunkBytes", "-chunk"}, {"TimeoutRetries", "-timeout-retries"},
-	{"ShortFirst", "-short-first"}, {"ShortHold", "-short-hold"}, {"ShortHoldMax", "-short-hold-max"},
-	{"CwndInit", "-cc-init"}, {"CwndMin", "-cc-min"}, {"CwndMax", "-cc-max"}, {"RTT", "-cc-rtt"},
-	{"LocalTarget", "-cc-local-target"}, {"RemoteTarget", "-cc-remote-target"},
+var execFlags = []cli.Field{
+	{Name: "Slots", Flag: "-exec-slots"}, {Name: "ChunkBytes", Flag: "-chunk"}, {Name: "TimeoutRetries", Flag: "-timeout-retries"},
+	{Name: "ShortFirst", Flag: "-short-first"}, {Name: "ShortHold", Flag: "-short-hold"}, {Name: "ShortHoldMax", Flag: "-short-hold-max"},
+	{Name: "CwndInit", Flag: "-cc-init"}, {Name: "CwndMin", Flag: "-cc-min"}, {Name: "CwndMax", Flag: "-cc-max"}, {Name: "RTT", Flag: "-cc-rtt"},
+	{Name: "LocalTarget", Flag: "-cc-local-target"}, {Name: "RemoteTarget", Flag: "-cc-remote-target"},
 }
 
 // parseClient parses and checks test's flags; nothing is asked of an
@@ -350,12 +350,7 @@ func parseClient(test string, args []string, stderr io.Writer) (*clientOptions, 
 	ecfg.CC.RTT, ecfg.CC.LocalTarget, ecfg.CC.RemoteTarget = int64(*ccRTT), int64(*ccLocal), int64(*ccRemote)
 	if o.execMode {
 		if err := ecfg.Validate(); err != nil {
-			for _, f := range execFlag {
-				if strings.Contains(err.Error(), " "+f.field+" = ") {
-					return nil, fmt.Errorf("%s: %w", f.flag, err)
-				}
-			}
-			return nil, err
+			return nil, cli.NameFlag(err, execFlags)
 		}
 	}
 	o.ecfg = ecfg
