@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -20,9 +19,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/faultport"
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -379,7 +380,7 @@ var flagSpecs = []struct {
 	{"key-cache", "prepared AEADs cached per core and side", setInt(func(c *Config) *int { return &c.Engine.KeyCache })},
 	{"crypto", "seal backend: \"ipsec-mb\" (batched, one cgo call per burst) or \"go\" (crypto/cipher)", setStr(func(c *Config) *string { return &c.Engine.Crypto })},
 	{"hairpin-self", "send frames to this engine's own address out of the port (a reflecting port such as net_ring loopback)", setBool(func(c *Config) *bool { return &c.Engine.HairpinSelf })},
-	{"socket", "control socket path", setStr(func(c *Config) *string { return &c.Ctl.Socket })},
+	{"socket", "control socket path (ctl.socket, by default " + ctlmsg.DefaultSocket + ")", setStr(func(c *Config) *string { return &c.Ctl.Socket })},
 	{"socket-mode", "control socket permissions (octal)", setStr(func(c *Config) *string { return &c.Ctl.SocketMode })},
 	{"cmd-cap", "default command ring capacity", setUint(32, func(c *Config) *uint32 { return &c.Ctl.CmdCap })},
 	{"cpl-cap", "default completion ring capacity", setUint(32, func(c *Config) *uint32 { return &c.Ctl.CplCap })},
@@ -424,7 +425,12 @@ type options struct {
 // loadConfig builds the effective configuration: embedded default, then
 // the -config file, then every flag given on the command line, in order.
 func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
-	fs := flag.NewFlagSet("rmad", flag.ContinueOnError)
+	fs := cli.New("rmad", "rmad [-config FILE] [-print-config] [flags]",
+		"rmad -selftest read_bw|write_bw|read_lat [-s SIZE] [-O N] [-D DURATION] [-json] [flags]")
+	fs.Notes("Flags override the config file, which overrides the embedded default; each\nconfig key's flag is named after it (engine.udp_port: -udp-port).")
+	fs.Example("rmad -ip 10.0.0.1 -socket "+ctlmsg.DefaultSocket+" -poll-mode busy -cpu 1",
+		"rmad -config /etc/onerma/rmad.json -print-config",
+		"rmad -vdev net_ring0 -port-name net_ring0 -ip 10.99.2.1 -hairpin-self=true -cpu 1 -selftest read_bw -s 64 -O 64 -D 5s -json")
 	fs.SetOutput(stderr)
 	var opt options
 	fs.StringVar(&opt.configPath, "config", "", "JSON config file (overrides the embedded default)")
@@ -447,10 +453,6 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 			overrides = append(overrides, given{f.set, f.name, v})
 			return nil
 		})
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: rmad [-config FILE] [-print-config] [flags]\n\nflags override the config file, which overrides the embedded default:\n")
-		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, opt, err

@@ -29,6 +29,7 @@ import (
 	"github.com/onerma/onerma/engine/metrics"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/engine/telemetry"
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -45,6 +46,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	cfg, opt, err := loadConfig(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, cli.ErrUsage) {
+		return 2 // printed with the usage text
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "rmad:", err)
