@@ -414,12 +414,21 @@ var flagSpecs = []struct {
 	{"log-level", "trace, debug, info, warn, error", setStr(func(c *Config) *string { return &c.LogLevel })},
 }
 
-// options are the flags that are not config keys.
+// options are the flags that are not config keys, and the config keys'
+// flags as given.
 type options struct {
 	configPath  string
 	printConfig bool
 	cpuProfile  string
 	selftest    selfTestOptions // selftest.go
+	overrides   []override
+}
+
+// override is one config key's flag as given on the command line.
+type override struct {
+	set   setter
+	name  string
+	value string
 }
 
 // loadConfig builds the effective configuration: embedded default, then
@@ -437,12 +446,6 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 	fs.BoolVar(&opt.printConfig, "print-config", false, "print the effective config as JSON and exit")
 	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run to this file")
 	opt.selftest.flags(fs)
-	type given struct {
-		set   setter
-		name  string
-		value string
-	}
-	var overrides []given
 	for _, f := range flagSpecs {
 		fs.Func(f.name, f.usage, func(v string) error {
 			// Check now for a precise usage error; apply after the file.
@@ -450,7 +453,7 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 			if err := f.set(&scratch, v); err != nil {
 				return err
 			}
-			overrides = append(overrides, given{f.set, f.name, v})
+			opt.overrides = append(opt.overrides, override{f.set, f.name, v})
 			return nil
 		})
 	}
@@ -463,21 +466,31 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 	if err := opt.selftest.check(fs); err != nil {
 		return Config{}, opt, err
 	}
+	cfg, err := opt.build(-1)
+	return cfg, opt, err
+}
+
+// build makes the config: the embedded default, the -config file, then
+// every override but the skip'th, in order.
+func (opt *options) build(skip int) (Config, error) {
 	cfg := defaultConfig()
 	if opt.configPath != "" {
 		f, err := os.Open(opt.configPath)
 		if err != nil {
-			return Config{}, opt, err
+			return Config{}, err
 		}
 		err = decodeInto(&cfg, f, opt.configPath)
 		f.Close()
 		if err != nil {
-			return Config{}, opt, err
+			return Config{}, err
 		}
 	}
-	for _, o := range overrides {
+	for i, o := range opt.overrides {
+		if i == skip {
+			continue
+		}
 		if err := o.set(&cfg, o.value); err != nil {
-			return Config{}, opt, fmt.Errorf("-%s: %w", o.name, err)
+			return Config{}, fmt.Errorf("-%s: %w", o.name, err)
 		}
 	}
 	cfg.Engine.IVState = cfg.ivStatePath()
@@ -485,7 +498,25 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 	if cfg.Engine.Timeout == 0 {
 		cfg.Engine.Timeout = Duration(defaultTimeout(&cfg.Port, cfg.Poll.Mode)) // timeout.go
 	}
-	return cfg, opt, nil
+	return cfg, nil
+}
+
+// nameFlag prefixes err, the effective config's validation error, with
+// the flag that caused it: the last one given without which the config
+// validates or fails otherwise. A config key's error names the key (and
+// its flag is named after it); this names the flag as typed.
+func (opt *options) nameFlag(err error) error {
+	for i := len(opt.overrides) - 1; i >= 0; i-- {
+		cfg, berr := opt.build(i)
+		if berr != nil {
+			continue
+		}
+		if verr := cfg.validate(); verr == nil || verr.Error() != err.Error() {
+			o := opt.overrides[i]
+			return fmt.Errorf("-%s %s: %w", o.name, o.value, err)
+		}
+	}
+	return err
 }
 
 // errConfig wraps every validation failure.

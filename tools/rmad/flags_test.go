@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"reflect"
@@ -81,6 +82,27 @@ func TestFlagErrors(t *testing.T) {
 		_, _, err := loadConfig(tc.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestConfigErrorNamesFlag: a config the flags made invalid is refused
+// with the flag that did it, as typed; one the file made invalid names
+// the key alone.
+func TestConfigErrorNamesFlag(t *testing.T) {
+	file := writeFile(t, `{"engine": {"mtu": 20}}`)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-udp-port", "0"}, "rmad: -udp-port 0: invalid config: "},
+		{[]string{"-slots", "64", "-poll-mode", "fast", "-mtu", "1500"}, "rmad: -poll-mode fast: invalid config: poll.mode \"fast\""},
+		{[]string{"-ip", "300.1.1.1"}, "rmad: -ip 300.1.1.1: invalid config: engine.ip"},
+		{[]string{"-config", file, "-slots", "64"}, "rmad: invalid config: engine: engine: invalid config: MTU = 20"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), append(tc.args, "-print-config"), &stdout, &stderr, nil); code != 2 || !strings.HasPrefix(stderr.String(), tc.want) {
+			t.Errorf("%q: exit %d, %q, want %q", tc.args, code, stderr.String(), tc.want)
 		}
 	}
 }

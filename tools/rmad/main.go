@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		return 2
 	}
 	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(stderr, "rmad:", err)
+		fmt.Fprintln(stderr, "rmad:", opt.nameFlag(err))
 		return 2
 	}
 	if opt.printConfig {
