@@ -160,8 +160,13 @@ func (f *clientFlags) dial(name string) (*kv.Client, kv.ClientConfig, error) {
 		return nil, cfg, err
 	}
 	c, err := kv.Dial(cfg)
-	return c, cfg, err
+	return c, cfg, cli.NameFlag(err, clientFields)
 }
+
+// clientFields names the flag that sets each kv.ClientConfig field its
+// errors name.
+var clientFields = []cli.Field{{Name: "Replicas", Flag: "-replicas"}, {Name: "MaxInFlight", Flag: "-O"},
+	{Name: "MaxValue", Flag: "-max-value"}}
 
 // parseClient parses a get, set, del or stats command's flags and
 // checks its arguments.

@@ -14,9 +14,9 @@ import (
 	"github.com/onerma/onerma/kv"
 )
 
-// serverFlags names the flag that sets each kv.ServerConfig field its
+// serverFields names the flag that sets each kv.ServerConfig field its
 // errors name.
-var serverFlags = []cli.Field{{Name: "Buckets", Flag: "-buckets"}, {Name: "Ways", Flag: "-ways"},
+var serverFields = []cli.Field{{Name: "Buckets", Flag: "-buckets"}, {Name: "Ways", Flag: "-ways"},
 	{Name: "MaxValue", Flag: "-max-value"}, {Name: "SlabBytes", Flag: "-slab"}}
 
 // serverOptions are rmakv server's flags.
@@ -68,7 +68,7 @@ func serverCmd(args []string) error {
 	}
 	s, err := kv.NewServer(cfg)
 	if err != nil {
-		return cli.NameFlag(err, serverFlags)
+		return cli.NameFlag(err, serverFields)
 	}
 	l := s.Layout()
 	logf("index %d buckets × %d slots (%d MB, region %#x), slab %d MB (region %#x), values up to %d B",
