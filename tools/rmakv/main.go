@@ -72,7 +72,7 @@ func usage(w io.Writer) {
 // newFlags returns the FlagSet of command cmd, its usage text to out.
 func newFlags(cmd string, out io.Writer) *cli.FlagSet {
 	i := slices.IndexFunc(synopsis, func(s string) bool { return strings.HasPrefix(s, "rmakv "+cmd+" ") })
-	fs := cli.New("rmakv "+cmd, synopsis[i])
+	fs := cli.New("rmakv "+cmd, strings.Join(strings.Fields(synopsis[i]), " ")) // without the alignment
 	fs.Example(examples[cmd]...)
 	fs.SetOutput(out)
 	return fs

@@ -147,7 +147,7 @@ type serverOptions struct {
 
 func parseServer(args []string, stderr io.Writer) (*serverOptions, error) {
 	o := &serverOptions{}
-	fs := cli.New("rmaperf server", synopsis[0])
+	fs := cli.New("rmaperf server", strings.Join(strings.Fields(synopsis[0]), " "))
 	fs.Example(serverExample)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.socket, "socket", ctlmsg.DefaultSocket, "engine control socket")
@@ -262,7 +262,7 @@ var execFlags = []cli.Field{
 func parseClient(test string, args []string, stderr io.Writer) (*clientOptions, error) {
 	o := &clientOptions{}
 	syn := synopsis[slices.IndexFunc(synopsis, func(s string) bool { return strings.HasPrefix(s, "rmaperf "+test+" ") })]
-	fs := cli.New("rmaperf "+test, syn)
+	fs := cli.New("rmaperf "+test, strings.Join(strings.Fields(syn), " ")) // without the alignment
 	ex := strings.Replace(clientExample, "read_bw", test, 1)
 	if strings.HasSuffix(test, "_lat") {
 		ex = strings.Replace(ex, " -O 16", "", 1)
