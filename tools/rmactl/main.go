@@ -53,7 +53,8 @@ func main() {
 	cli.Exit("rmactl", rmactl(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-var (
+// The synopses of the commands that ask an engine.
+const (
 	statsUsage    = "rmactl [-socket PATH] stats [-json]"
 	identityUsage = "rmactl [-socket PATH] identity"
 )
