@@ -72,7 +72,7 @@ vet: bpf
 # 1-minute soak, then a short run of each fuzz target.
 test: setup build vet image
 	env $$(bash scripts/image.sh --env) ONERMA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	$(BIN)/rmasoak -bin $(BIN) -d 1m
+	$(BIN)/rmasoak -bin $(BIN) -D 1m
 	@$(MAKE) --no-print-directory fuzz
 
 # The soak (lab/rmasoak, internal/soak): four engines on the routed
@@ -80,7 +80,7 @@ test: setup build vet image
 # restarted, router links flapped, keys replaced; the floors scale with
 # the duration. Its last line is `soak: ok` only when every check held.
 soak: setup build
-	$(BIN)/rmasoak -bin $(BIN) -d $(SOAK)
+	$(BIN)/rmasoak -bin $(BIN) -D $(SOAK)
 
 fuzz:
 	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x kv:FuzzDecode:200000x; do \

@@ -244,7 +244,7 @@ func TestContainers(t *testing.T) {
 	// rmactl, a process of its own in each container: an identity of its own.
 	ids := map[uint32]string{app1.id: "app1", app2.id: "app2"}
 	for _, app := range []*ctrApp{app1, app2} {
-		out, err := app.c.Exec("rmactl", "-socket", "/run/onerma/rmad.sock", "identity")
+		out, err := app.c.Exec("rmactl", "-socket", ctlmsg.DefaultSocket, "identity")
 		var n uint32
 		if _, serr := fmt.Sscanf(out[strings.Index(out, "pid "):], "pid %d", &n); err != nil || serr != nil {
 			t.Fatalf("rmactl identity in %s: %v %v\n%s", app.c.Name, err, serr, out)

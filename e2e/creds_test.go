@@ -40,7 +40,7 @@ func TestRmaperfCredsDir(t *testing.T) {
 	}
 	cliDir := credsClientCopy(t, srvDir)
 
-	srv := exec.Command(rmaperfBin, "server", "-ctl", a.Socket, "-creds", srvDir, "-listen", host+":0", "-v")
+	srv := exec.Command(rmaperfBin, "server", "-socket", a.Socket, "-creds", srvDir, "-listen", host+":0", "-v")
 	var srvErr perfLog
 	srv.Stderr = &srvErr
 	stdout, err := srv.StdoutPipe()
@@ -84,7 +84,7 @@ func TestRmaperfCredsDir(t *testing.T) {
 	}
 
 	client := func(dir string) (*exec.Cmd, []byte, error) {
-		c := exec.Command(rmaperfBin, "read_bw", "-ctl", b.Socket, "-server", kx, "-region", region, "-creds", dir,
+		c := exec.Command(rmaperfBin, "read_bw", "-socket", b.Socket, "-server", kx, "-region", region, "-creds", dir,
 			"-s", "4096", "-O", "8", "-D", "500ms", "-warmup", "100ms", "-verify", "-json")
 		var stderr bytes.Buffer
 		c.Stderr = &stderr

@@ -423,7 +423,7 @@ func TestApplicationDeployment(t *testing.T) {
 			t.Fatalf("Deployment %s does not mount its socket directory", d.Name)
 		}
 		fields := strings.Fields(c.Args[0])
-		i := slices.Index(fields, "-ctl")
+		i := slices.IndexFunc(fields, func(f string) bool { return f == "-socket" || f == "-ctl" }) // -ctl: the old spelling
 		if i < 0 || fields[i+1] != path.Join(mnt, "rmad.sock") {
 			t.Errorf("Deployment %s: %q does not dial %s", d.Name, c.Args[0], path.Join(mnt, "rmad.sock"))
 		}

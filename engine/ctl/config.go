@@ -124,7 +124,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Sockets: []SocketConfig{{
-			Path: "/run/onerma/rmad.sock", Mode: 0o666, Name: "main", Tenant: TenantByUID,
+			Path: ctlmsg.DefaultSocket, Mode: 0o666, Name: "main", Tenant: TenantByUID,
 			Policy: AppPolicy{Default: 256, DefaultClass: abi.ClassLow.String()},
 		}},
 		CmdCap:              256,

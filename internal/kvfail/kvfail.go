@@ -164,7 +164,7 @@ func (b *Bed) startServer(i int, credsDir string) (string, error) {
 		return "", err
 	}
 	cmd := exec.Command(b.cfg.Rmakv, "server", "-socket", e.Socket, "-creds", credsDir, "-listen", "127.0.0.1:0",
-		"-buckets", "4096", "-slab", "4194304", "-quiet")
+		"-buckets", "4096", "-slab", "4194304", "-q")
 	cmd.Stderr = log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()

@@ -30,7 +30,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -41,6 +40,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onerma/onerma/ctlmsg"
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
@@ -63,31 +64,70 @@ const (
 // pattern is the owner's region content: byte i of the region.
 func pattern(i uint64) byte { return byte(i*131 + i>>8 + 17) }
 
-func main() {
-	role := flag.String("role", "orchestrate", "orchestrate | owner | reader (internal)")
-	rmad := flag.String("rmad", "", "path to rmad (default: next to this binary)")
-	ctl := flag.String("ctl", "", "engine control socket (owner, reader)")
-	region := flag.String("region", "", "remote region id (reader)")
-	kx := flag.String("keyx", "", "owner's key service HOST:PORT (reader)")
-	credsFD := flag.Int("creds-fd", -1, "inherited descriptor carrying this process's TLS credentials (owner, reader)")
-	flag.Parse()
-	var err error
-	switch *role {
+// options are onerma-demo's flags; all but -rmad are for the owner and
+// reader processes the orchestrator starts.
+type options struct {
+	role, rmad, socket, region, server string
+	credsFD                            int
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := cli.New("onerma-demo", "onerma-demo [-rmad PATH]",
+		"onerma-demo -role owner -socket PATH -creds-fd FD (internal)",
+		"onerma-demo -role reader -socket PATH -region ID -server HOST:PORT -creds-fd FD (internal)")
+	fs.Notes("Runs two engines, an owner and a reader; needs root. Its last line is \"demo: ok\"\nonly when every check passed. The orchestrator starts the owner and the reader itself.")
+	fs.Example("onerma-demo -rmad bin/rmad")
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.role, "role", "orchestrate", "orchestrate | owner | reader (internal)")
+	fs.StringVar(&o.rmad, "rmad", "", "path to rmad (default: next to this binary)")
+	fs.StringVar(&o.socket, "socket", ctlmsg.DefaultSocket, "engine control socket (owner, reader)")
+	fs.StringVar(&o.region, "region", "", "remote region id (reader)")
+	fs.StringVar(&o.server, "server", "", "owner's key service HOST:PORT (reader)")
+	fs.IntVar(&o.credsFD, "creds-fd", -1, "inherited descriptor carrying this process's TLS credentials (owner, reader)")
+	fs.Alias("ctl", "socket")
+	fs.Alias("keyx", "server")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		fs.PrintUsage()
+		return nil, fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
+	}
+	switch o.role {
 	case "orchestrate":
-		err = orchestrate(*rmad)
-	case "owner":
-		err = owner(*ctl, *credsFD)
-	case "reader":
-		err = reader(*ctl, *region, *kx, *credsFD)
+	case "owner", "reader":
+		if o.credsFD < 0 {
+			return nil, fmt.Errorf("-role %s needs -creds-fd", o.role)
+		}
+		if o.role == "reader" && (o.region == "" || o.server == "") {
+			return nil, errors.New("-role reader needs -region and -server")
+		}
 	default:
-		err = fmt.Errorf("unknown role %q", *role)
+		return nil, fmt.Errorf("-role %q: want orchestrate, owner or reader", o.role)
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parse(os.Args[1:], os.Stderr)
+	if err != nil {
+		cli.Exit("demo", err)
+	}
+	switch o.role {
+	case "orchestrate":
+		err = orchestrate(o.rmad)
+	case "owner":
+		err = owner(o.socket, o.credsFD)
+	case "reader":
+		err = reader(o.socket, o.region, o.server, o.credsFD)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		fmt.Println("demo: FAILED")
 		os.Exit(1)
 	}
-	if *role == "orchestrate" {
+	if o.role == "orchestrate" {
 		fmt.Println("demo: ok")
 	}
 }
@@ -149,7 +189,7 @@ func orchestrate(rmad string) (err error) {
 	fmt.Println("demo: throwaway CA (ECDSA P-256) made in memory; owner and reader get their certificate and private key over an inherited pipe")
 
 	// The owner application on engine B.
-	own := exec.Command(self, "-role", "owner", "-ctl", b.Socket)
+	own := exec.Command(self, "-role", "owner", "-socket", b.Socket)
 	fd, closeOwn, err := keyx.Attach(own, ownerCreds)
 	if err != nil {
 		return err
@@ -213,7 +253,7 @@ func orchestrate(rmad string) (err error) {
 	rid, kxAddr := f[1], f[len(f)-1]
 
 	// The reader application on engine A.
-	rd := exec.Command(self, "-role", "reader", "-ctl", a.Socket, "-region", rid, "-keyx", kxAddr)
+	rd := exec.Command(self, "-role", "reader", "-socket", a.Socket, "-region", rid, "-server", kxAddr)
 	fd, closeRd, err := keyx.Attach(rd, readerCreds)
 	if err != nil {
 		return err

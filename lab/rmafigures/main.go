@@ -11,8 +11,9 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/cc"
 	"github.com/onerma/onerma/engine/sim"
+	"github.com/onerma/onerma/internal/cli"
 )
 
 // The sweeps at full size.
@@ -54,35 +56,66 @@ type results struct {
 	nack             []*sim.FlowResult   // per threshold
 }
 
+// options are rmafigures' flags.
+type options struct {
+	out, kv string
+	jobs    int
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := cli.New("rmafigures", "rmafigures [-out figures] [-jobs N]", "rmafigures [-out figures] -kv bench/out.jsonl")
+	fs.Notes("The first form runs the paper's congestion experiments (Fig. 15, 16) in the simulator;\nthe second draws Figure 8 from make bench's kv rows.")
+	fs.Example("rmafigures -out figures", "rmafigures -out figures -kv bench/out.jsonl")
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.out, "out", "figures", "directory for the PNGs and RESULTS.md")
+	fs.IntVar(&o.jobs, "jobs", runtime.GOMAXPROCS(0), "experiments run at once (each is one goroutine)")
+	fs.StringVar(&o.kv, "kv", "", "instead of the simulator's figures, draw Figure 8 (fig8.png, fig8.md) from the newest run of kv-fig8 rows in this make bench output")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		fs.PrintUsage()
+		return nil, fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
+	}
+	if o.jobs < 1 {
+		return nil, fmt.Errorf("-jobs %d: want at least 1", o.jobs)
+	}
+	if o.out == "" {
+		return nil, errors.New("-out \"\": want a directory")
+	}
+	return o, nil
+}
+
 func main() {
-	out := flag.String("out", "figures", "directory for the PNGs and RESULTS.md")
-	jobs := flag.Int("jobs", runtime.GOMAXPROCS(0), "experiments run at once (each is one goroutine)")
-	kv := flag.String("kv", "", "instead of the simulator's figures, draw Figure 8 (fig8.png, fig8.md) from the newest run of kv-fig8 rows in this make bench output")
-	flag.Parse()
+	o, err := parse(os.Args[1:], os.Stderr)
+	if err != nil {
+		cli.Exit("rmafigures", err)
+	}
 	log.SetFlags(0)
 	log.SetPrefix("rmafigures: ")
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	if *kv != "" {
-		if err := writeFig8(*out, *kv); err != nil {
+	if o.kv != "" {
+		if err := writeFig8(o.out, o.kv); err != nil {
 			log.Fatal(err)
 		}
 		return
 	}
 	start := time.Now()
-	r, err := runAll(*jobs)
+	r, err := runAll(o.jobs)
 	if err != nil {
 		log.Fatal(err)
 	}
 	log.Printf("experiments done in %v", time.Since(start).Round(time.Millisecond))
-	if err := writeFigures(*out, r); err != nil {
+	if err := writeFigures(o.out, r); err != nil {
 		log.Fatal(err)
 	}
-	if err := writeResults(filepath.Join(*out, "RESULTS.md"), r); err != nil {
+	if err := writeResults(filepath.Join(o.out, "RESULTS.md"), r); err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("wrote %s", *out)
+	log.Printf("wrote %s", o.out)
 }
 
 // runAll runs every experiment on a pool of jobs workers.

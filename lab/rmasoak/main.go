@@ -6,16 +6,16 @@
 // The last line is "soak: ok" only when every floor and check held; the
 // exit status is 1 otherwise (2 when the run could not be made).
 //
-//	rmasoak [-d 30m] [-bin bin] [-dir DIR] [-rate OPS] [-exec-rate BYTES] [-q] [-cpuprofile FILE]
+//	rmasoak [-D 30m] [-bin bin] [-dir DIR] [-rate OPS] [-exec-rate BYTES] [-q] [-cpuprofile FILE]
 //
-// What runs, what is checked and how the floors scale with -d: package
+// (-d is the old spelling of -D, still accepted.) What runs, what is
+// checked and how the floors scale with -D: package
 // internal/soak. It needs root (network namespaces, AF_PACKET) and the
 // rmad and rmactl binaries in -bin (make build).
 package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,32 +25,63 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/internal/soak"
 )
 
-func main() {
-	d := flag.Duration("d", 30*time.Minute, "duration of the load (at least 30s); floors scale with it")
-	bin := flag.String("bin", "bin", "directory holding rmad and rmactl")
-	dir := flag.String("dir", "", "directory for the engines' sockets, logs and IV state (default: a temporary one, removed after)")
-	rate := flag.Float64("rate", 0, "raw ops a second over all engines (0: twice the floor's rate; negative: unpaced)")
-	execRate := flag.Float64("exec-rate", 0, "executor bytes a second, written and read back, over all engines (0: the floor's rate in 4 KB chunks; negative: unpaced)")
-	quietFlag := flag.Bool("q", false, "no progress lines, only the report")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of rmasoak itself to this file")
-	flag.Parse()
-	if flag.NArg() > 0 {
-		flag.Usage()
-		os.Exit(2)
+// options are rmasoak's flags.
+type options struct {
+	d                 time.Duration
+	bin, dir, profile string
+	rate, execRate    float64
+	quiet             bool
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := cli.New("rmasoak", "rmasoak [-D 30m] [-bin bin] [-dir DIR] [-rate OPS] [-exec-rate BYTES] [-q] [-cpuprofile FILE]")
+	fs.Notes("Needs root (network namespaces, AF_PACKET) and rmad and rmactl in -bin (make build).\nThe last line is \"soak: ok\" only when every floor and check held.")
+	fs.Example("rmasoak -bin bin -D 1m", "rmasoak -bin bin -D 2h -q -dir /var/tmp/soak")
+	fs.SetOutput(stderr)
+	fs.DurationVar(&o.d, "D", 30*time.Minute, "duration of the load (at least 30s); floors scale with it")
+	fs.StringVar(&o.bin, "bin", "bin", "directory holding rmad and rmactl")
+	fs.StringVar(&o.dir, "dir", "", "directory for the engines' sockets, logs and IV state (default: a temporary one, removed after)")
+	fs.Float64Var(&o.rate, "rate", 0, "raw ops a second over all engines (0: twice the floor's rate; negative: unpaced)")
+	fs.Float64Var(&o.execRate, "exec-rate", 0, "executor bytes a second, written and read back, over all engines (0: the floor's rate in 4 KB chunks; negative: unpaced)")
+	fs.BoolVar(&o.quiet, "q", false, "no progress lines, only the report")
+	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of rmasoak itself to this file")
+	fs.Alias("d", "D")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
-	abs, err := filepath.Abs(*bin)
+	if fs.NArg() > 0 {
+		fs.PrintUsage()
+		return nil, fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
+	}
+	if o.d < 30*time.Second {
+		return nil, fmt.Errorf("-D %v: want at least 30s", o.d)
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parse(os.Args[1:], os.Stderr)
+	if err != nil {
+		if code := cli.ExitCode(err); code != 1 {
+			os.Exit(code)
+		}
+		fatal(err)
+	}
+	abs, err := filepath.Abs(o.bin)
 	if err != nil {
 		fatal(err)
 	}
 	var log io.Writer = os.Stderr
-	if *quietFlag {
+	if o.quiet {
 		log = nil
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
 		if err != nil {
 			fatal(err)
 		}
@@ -61,7 +92,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := soak.Run(ctx, soak.Config{Duration: *d, Bin: abs, Dir: *dir, Log: log, Rate: *rate, ExecRate: *execRate})
+	rep, err := soak.Run(ctx, soak.Config{Duration: o.d, Bin: abs, Dir: o.dir, Log: log, Rate: o.rate, ExecRate: o.execRate})
 	if err != nil {
 		fatal(err)
 	}

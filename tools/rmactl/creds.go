@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/keyx"
 )
 
@@ -29,29 +29,30 @@ func (h *hostsFlag) Set(v string) error {
 	return nil
 }
 
-// credsUsage is the creds subcommand's synopsis.
-const credsUsage = "rmactl creds [-host NAME|IP]... [-valid DURATION] [-force] DIR"
+// credsUsage is the creds subcommand's synopsis, credsExample an
+// invocation.
+const (
+	credsUsage   = "rmactl creds [-host NAME|IP]... [-valid DURATION] [-force] DIR"
+	credsExample = "rmactl creds -host hosta.example -host 10.1.2.3 ~/onerma-creds"
+)
 
 // creds writes a throwaway CA's certificate and one server and one client
 // credential into a directory (keyx.WriteDir) and says on out which file
 // goes where; flag errors and usage go to errOut. Flags may come before
 // or after DIR.
 func creds(args []string, out, errOut io.Writer) error {
-	set := flag.NewFlagSet("creds", flag.ContinueOnError)
+	set := cli.New("rmactl creds", credsUsage)
+	set.Example(credsExample)
 	var hosts hostsFlag
 	set.Var(&hosts, "host", "a DNS name or IP address clients reach the rmaperf server (the key service) by; repeat or separate with commas (localhost, 127.0.0.1 and ::1 are always in)")
 	valid := set.Duration("valid", 7*24*time.Hour, "how long the certificates are valid")
 	force := set.Bool("force", false, "replace credentials DIR already holds")
 	set.SetOutput(errOut)
-	set.Usage = func() {
-		fmt.Fprintln(errOut, "usage:", credsUsage)
-		set.PrintDefaults()
-	}
 	if err := set.Parse(args); err != nil {
 		return err
 	}
 	if set.NArg() == 0 {
-		set.Usage()
+		set.PrintUsage()
 		return errors.New("creds: no directory given")
 	}
 	dir := set.Arg(0)

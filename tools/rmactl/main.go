@@ -19,6 +19,9 @@
 //	rmactl [-socket PATH] identity
 //	rmactl creds [-host NAME|IP]... [-valid DURATION] [-force] DIR
 //
+// -socket is the engine's control socket (default ctlmsg.DefaultSocket);
+// stats and identity also take it after the command.
+//
 // creds makes a throwaway CA (ECDSA P-256; its private key is never
 // stored, so nobody can issue more certificates from it) and writes into
 // DIR (created mode 0700; an existing DIR must already be 0700 and this
@@ -36,47 +39,103 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
 
 	"github.com/onerma/onerma/ctlmsg"
+	"github.com/onerma/onerma/internal/cli"
 )
 
 func main() {
-	sock := flag.String("socket", "/run/onerma/rmad.sock", "engine control socket")
-	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: rmactl [-socket PATH] stats [-json] | identity\n       "+credsUsage)
-		flag.PrintDefaults()
+	cli.Exit("rmactl", rmactl(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// The synopses of the commands that ask an engine.
+const (
+	statsUsage    = "rmactl [-socket PATH] stats [-json]"
+	identityUsage = "rmactl [-socket PATH] identity"
+)
+
+// rmactl runs the command args names; usage texts and flag errors go to
+// stderr.
+func rmactl(args []string, stdout, stderr io.Writer) error {
+	fs := cli.New("rmactl", statsUsage, identityUsage, credsUsage)
+	fs.Notes("rmactl CMD -h lists a command's flags.")
+	fs.Example("rmactl stats", "rmactl -socket /run/onerma/pods/web/rmad.sock identity", credsExample)
+	fs.SetOutput(stderr)
+	sock := fs.String("socket", ctlmsg.DefaultSocket, "engine control socket")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	flag.Parse()
-	if flag.NArg() < 1 {
-		flag.Usage()
-		os.Exit(2)
+	if fs.NArg() < 1 {
+		fs.PrintUsage()
+		return cli.ErrUsage
 	}
-	var err error
-	switch flag.Arg(0) {
+	cmd, args := fs.Arg(0), fs.Args()[1:]
+	switch cmd {
 	case "stats":
-		fs := flag.NewFlagSet("stats", flag.ExitOnError)
-		asJSON := fs.Bool("json", false, "print the counters as JSON")
-		fs.Parse(flag.Args()[1:])
-		err = stats(*sock, *asJSON)
-	case "identity":
-		err = identity(*sock)
-	case "creds":
-		if err = creds(flag.Args()[1:], os.Stdout, os.Stderr); errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
+		o, err := parseStats(*sock, args, stderr)
+		if err != nil {
+			return err
 		}
-	default:
-		flag.Usage()
-		os.Exit(2)
+		return stats(o.socket, o.json)
+	case "identity":
+		o, err := parseIdentity(*sock, args, stderr)
+		if err != nil {
+			return err
+		}
+		return identity(o.socket)
+	case "creds":
+		return creds(args, stdout, stderr)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "rmactl:", err)
-		os.Exit(1)
+	fmt.Fprintf(stderr, "rmactl: unknown command %q\n", cmd)
+	fs.PrintUsage()
+	return cli.ErrUsage
+}
+
+// engineOptions are the flags of a command that asks an engine.
+type engineOptions struct {
+	socket string
+	json   bool
+}
+
+// engineFlags returns the FlagSet of a command that asks the engine at
+// socket (the -socket before the command, or this one's own).
+func engineFlags(name, synopsis, socket string, o *engineOptions, stderr io.Writer) *cli.FlagSet {
+	fs := cli.New(name, synopsis)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.socket, "socket", socket, "engine control socket")
+	return fs
+}
+
+func parseStats(socket string, args []string, stderr io.Writer) (*engineOptions, error) {
+	o := &engineOptions{}
+	fs := engineFlags("rmactl stats", statsUsage, socket, o, stderr)
+	fs.Example("rmactl stats", "rmactl -socket /run/onerma/pods/web/rmad.sock stats -json")
+	fs.BoolVar(&o.json, "json", false, "print the counters as JSON")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("stats: unexpected arguments %q", fs.Args())
+	}
+	return o, nil
+}
+
+func parseIdentity(socket string, args []string, stderr io.Writer) (*engineOptions, error) {
+	o := &engineOptions{}
+	fs := engineFlags("rmactl identity", identityUsage, socket, o, stderr)
+	fs.Example("rmactl identity", "rmactl -socket /run/onerma/pods/web/rmad.sock identity")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("identity: unexpected arguments %q", fs.Args())
+	}
+	return o, nil
 }
 
 // call sends one request and returns the engine's response.

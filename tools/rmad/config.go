@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -20,9 +19,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/faultport"
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -379,7 +380,7 @@ var flagSpecs = []struct {
 	{"key-cache", "prepared AEADs cached per core and side", setInt(func(c *Config) *int { return &c.Engine.KeyCache })},
 	{"crypto", "seal backend: \"ipsec-mb\" (batched, one cgo call per burst) or \"go\" (crypto/cipher)", setStr(func(c *Config) *string { return &c.Engine.Crypto })},
 	{"hairpin-self", "send frames to this engine's own address out of the port (a reflecting port such as net_ring loopback)", setBool(func(c *Config) *bool { return &c.Engine.HairpinSelf })},
-	{"socket", "control socket path", setStr(func(c *Config) *string { return &c.Ctl.Socket })},
+	{"socket", "control socket path (ctl.socket, by default " + ctlmsg.DefaultSocket + ")", setStr(func(c *Config) *string { return &c.Ctl.Socket })},
 	{"socket-mode", "control socket permissions (octal)", setStr(func(c *Config) *string { return &c.Ctl.SocketMode })},
 	{"cmd-cap", "default command ring capacity", setUint(32, func(c *Config) *uint32 { return &c.Ctl.CmdCap })},
 	{"cpl-cap", "default completion ring capacity", setUint(32, func(c *Config) *uint32 { return &c.Ctl.CplCap })},
@@ -413,30 +414,38 @@ var flagSpecs = []struct {
 	{"log-level", "trace, debug, info, warn, error", setStr(func(c *Config) *string { return &c.LogLevel })},
 }
 
-// options are the flags that are not config keys.
+// options are the flags that are not config keys, and the config keys'
+// flags as given.
 type options struct {
 	configPath  string
 	printConfig bool
 	cpuProfile  string
 	selftest    selfTestOptions // selftest.go
+	overrides   []override
+}
+
+// override is one config key's flag as given on the command line.
+type override struct {
+	set   setter
+	name  string
+	value string
 }
 
 // loadConfig builds the effective configuration: embedded default, then
 // the -config file, then every flag given on the command line, in order.
 func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
-	fs := flag.NewFlagSet("rmad", flag.ContinueOnError)
+	fs := cli.New("rmad", "rmad [-config FILE] [-print-config] [flags]",
+		"rmad -selftest read_bw|write_bw|read_lat [-s SIZE] [-O N] [-D DURATION] [-json] [flags]")
+	fs.Notes("Flags override the config file, which overrides the embedded default; each\nconfig key's flag is named after it (engine.udp_port: -udp-port).")
+	fs.Example("rmad -ip 10.0.0.1 -socket "+ctlmsg.DefaultSocket+" -poll-mode busy -cpu 1",
+		"rmad -config /etc/onerma/rmad.json -print-config",
+		"rmad -vdev net_ring0 -port-name net_ring0 -ip 10.99.2.1 -hairpin-self=true -cpu 1 -selftest read_bw -s 64 -O 64 -D 5s -json")
 	fs.SetOutput(stderr)
 	var opt options
 	fs.StringVar(&opt.configPath, "config", "", "JSON config file (overrides the embedded default)")
 	fs.BoolVar(&opt.printConfig, "print-config", false, "print the effective config as JSON and exit")
 	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run to this file")
 	opt.selftest.flags(fs)
-	type given struct {
-		set   setter
-		name  string
-		value string
-	}
-	var overrides []given
 	for _, f := range flagSpecs {
 		fs.Func(f.name, f.usage, func(v string) error {
 			// Check now for a precise usage error; apply after the file.
@@ -444,13 +453,9 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 			if err := f.set(&scratch, v); err != nil {
 				return err
 			}
-			overrides = append(overrides, given{f.set, f.name, v})
+			opt.overrides = append(opt.overrides, override{f.set, f.name, v})
 			return nil
 		})
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: rmad [-config FILE] [-print-config] [flags]\n\nflags override the config file, which overrides the embedded default:\n")
-		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, opt, err
@@ -461,21 +466,31 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 	if err := opt.selftest.check(fs); err != nil {
 		return Config{}, opt, err
 	}
+	cfg, err := opt.build(-1)
+	return cfg, opt, err
+}
+
+// build makes the config: the embedded default, the -config file, then
+// every override but the skip'th, in order.
+func (opt *options) build(skip int) (Config, error) {
 	cfg := defaultConfig()
 	if opt.configPath != "" {
 		f, err := os.Open(opt.configPath)
 		if err != nil {
-			return Config{}, opt, err
+			return Config{}, err
 		}
 		err = decodeInto(&cfg, f, opt.configPath)
 		f.Close()
 		if err != nil {
-			return Config{}, opt, err
+			return Config{}, err
 		}
 	}
-	for _, o := range overrides {
+	for i, o := range opt.overrides {
+		if i == skip {
+			continue
+		}
 		if err := o.set(&cfg, o.value); err != nil {
-			return Config{}, opt, fmt.Errorf("-%s: %w", o.name, err)
+			return Config{}, fmt.Errorf("-%s: %w", o.name, err)
 		}
 	}
 	cfg.Engine.IVState = cfg.ivStatePath()
@@ -483,7 +498,25 @@ func loadConfig(args []string, stderr io.Writer) (Config, options, error) {
 	if cfg.Engine.Timeout == 0 {
 		cfg.Engine.Timeout = Duration(defaultTimeout(&cfg.Port, cfg.Poll.Mode)) // timeout.go
 	}
-	return cfg, opt, nil
+	return cfg, nil
+}
+
+// nameFlag prefixes err, the effective config's validation error, with
+// the flag that caused it: the last one given without which the config
+// validates or fails otherwise. A config key's error names the key (and
+// its flag is named after it); this names the flag as typed.
+func (opt *options) nameFlag(err error) error {
+	for i := len(opt.overrides) - 1; i >= 0; i-- {
+		cfg, berr := opt.build(i)
+		if berr != nil {
+			continue
+		}
+		if verr := cfg.validate(); verr == nil || verr.Error() != err.Error() {
+			o := opt.overrides[i]
+			return fmt.Errorf("-%s %s: %w", o.name, o.value, err)
+		}
+	}
+	return err
 }
 
 // errConfig wraps every validation failure.

@@ -96,10 +96,10 @@
 // -O N -D DURATION makes every polling core post ops itself
 // (engine.SelfTest: no application, no portal ring), check each op's
 // data, and rmad prints a perftest-style table (a row per core and their
-// sum; -selftest-json: one benchmark row) and exits, 0 only when every op
+// sum; -json: one benchmark row) and exits, 0 only when every op
 // completed OK and checked. The target is a region of this engine (with
 // -hairpin-self=true through the port) or, with -selftest-peer
-// HOST:PORT -selftest-region ID -selftest-creds DIR (or -creds-fd), a
+// HOST:PORT -selftest-region ID -creds DIR (or -creds-fd FD), a
 // peer engine's region whose owner grants this engine's K_d (identity
 // engine.SelfTestPID) over keyx; -selftest-handover makes every answer
 // cross a hand-over ring.

@@ -29,6 +29,7 @@ import (
 	"github.com/onerma/onerma/engine/metrics"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/engine/telemetry"
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -46,12 +47,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	if errors.Is(err, cli.ErrUsage) {
+		return 2 // printed with the usage text
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "rmad:", err)
 		return 2
 	}
 	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(stderr, "rmad:", err)
+		fmt.Fprintln(stderr, "rmad:", opt.nameFlag(err))
 		return 2
 	}
 	if opt.printConfig {

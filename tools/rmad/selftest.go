@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/onerma/onerma/engine/dpdkport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/internal/benchrow"
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/internal/pattern"
 	"github.com/onerma/onerma/keyx"
 )
@@ -43,33 +45,40 @@ type selfTestOptions struct {
 	json        bool
 }
 
-// selfTestFlags are the flags that mean something only with -selftest.
-var selfTestFlags = []string{"s", "O", "D", "selftest-warmup", "selftest-peer", "selftest-region", "selftest-creds",
-	"selftest-creds-fd", "selftest-region-bytes", "selftest-handover", "selftest-json"}
+// selfTestFlags are the flags that mean something only with -selftest
+// (canonical names).
+var selfTestFlags = []string{"s", "O", "D", "warmup", "selftest-peer", "selftest-region", "creds",
+	"creds-fd", "selftest-region-bytes", "selftest-handover", "json"}
 
-func (o *selfTestOptions) flags(fs *flag.FlagSet) {
+// flags registers the -selftest flags. They are rmaperf's where rmaperf
+// has them (-s, -O, -D, -warmup, -creds, -creds-fd, -json); the old
+// -selftest-warmup, -selftest-creds, -selftest-creds-fd and -selftest-json
+// stay as aliases.
+func (o *selfTestOptions) flags(fs *cli.FlagSet) {
 	fs.StringVar(&o.test, "selftest", "", "run the engine's own op generator and exit: read_bw, write_bw or read_lat (every polling core posts and checks ops; exit status 0 only if all completed OK and checked)")
 	fs.IntVar(&o.size, "s", 64, "-selftest: bytes per op (1..4096)")
 	fs.IntVar(&o.depth, "O", 64, "-selftest: ops each polling core keeps in flight (read_lat: 1)")
 	fs.DurationVar(&o.dur, "D", 5*time.Second, "-selftest: measured duration")
-	fs.DurationVar(&o.warm, "selftest-warmup", 500*time.Millisecond, "-selftest: ops before the measurement (checked, not counted)")
+	fs.DurationVar(&o.warm, "warmup", 500*time.Millisecond, "-selftest: ops before the measurement (checked, not counted)")
 	fs.StringVar(&o.peer, "selftest-peer", "", "-selftest: target a peer engine's region: the HOST:PORT of its owner's key service (rmaperf server), which grants this engine's K_d; \"\": a region of this engine, through its port (-hairpin-self=true) or inside each core")
 	fs.StringVar(&o.region, "selftest-region", "", "-selftest-peer: the region's id (as rmaperf server prints it)")
-	fs.StringVar(&o.credsDir, "selftest-creds", "", "-selftest-peer: directory of the client's TLS credentials (DIR/client.pem, from rmactl creds)")
-	fs.IntVar(&o.credsFD, "selftest-creds-fd", -1, "-selftest-peer: inherited descriptor carrying the client's TLS credentials (from a launcher)")
+	fs.StringVar(&o.credsDir, "creds", "", "-selftest-peer: directory of the client's TLS credentials (DIR/client.pem, from rmactl creds)")
+	fs.IntVar(&o.credsFD, "creds-fd", -1, "-selftest-peer: inherited descriptor carrying the client's TLS credentials (from a launcher)")
 	fs.Uint64Var(&o.regionBytes, "selftest-region-bytes", 0, "-selftest on this engine's region: its size (0: 1 MB, or what the WRITEs in flight need)")
 	fs.BoolVar(&o.handOver, "selftest-handover", false, "-selftest: only the cores whose requests another core serves post ops, so every answer crosses a hand-over ring (memif, net_ring loopback: -cores 2 or more)")
-	fs.BoolVar(&o.json, "selftest-json", false, "-selftest: print one JSON line (the benchmark row) instead of the table")
+	fs.BoolVar(&o.json, "json", false, "-selftest: print one JSON line (the benchmark row) instead of the table")
+	fs.Alias("selftest-warmup", "warmup")
+	fs.Alias("selftest-creds", "creds")
+	fs.Alias("selftest-creds-fd", "creds-fd")
+	fs.Alias("selftest-json", "json")
 }
 
 // check refuses -selftest flags given without -selftest, and bad values.
-func (o *selfTestOptions) check(fs *flag.FlagSet) error {
+func (o *selfTestOptions) check(fs *cli.FlagSet) error {
 	var given []string
 	fs.Visit(func(f *flag.Flag) {
-		for _, n := range selfTestFlags {
-			if f.Name == n {
-				given = append(given, "-"+n)
-			}
+		if slices.Contains(selfTestFlags, fs.Canonical(f.Name)) {
+			given = append(given, "-"+f.Name)
 		}
 	})
 	if o.test == "" {
@@ -91,13 +100,13 @@ func (o *selfTestOptions) check(fs *flag.FlagSet) error {
 	case o.depth < 1:
 		return fmt.Errorf("-O %d: want at least 1", o.depth)
 	case o.dur <= 0 || o.warm < 0:
-		return fmt.Errorf("-D %v, -selftest-warmup %v: want a positive duration and a warm-up of 0 or more", o.dur, o.warm)
+		return fmt.Errorf("-D %v, -warmup %v: want a positive duration and a warm-up of 0 or more", o.dur, o.warm)
 	case o.peer == "" && (o.region != "" || o.credsDir != "" || o.credsFD >= 0):
-		return errors.New("-selftest-region, -selftest-creds and -selftest-creds-fd need -selftest-peer")
+		return errors.New("-selftest-region, -creds and -creds-fd need -selftest-peer")
 	case o.peer != "" && o.regionBytes != 0:
 		return errors.New("-selftest-region-bytes sizes this engine's own region: not with -selftest-peer")
 	case o.peer != "" && (o.credsDir != "") == (o.credsFD >= 0):
-		return errors.New("-selftest-peer needs TLS credentials: -selftest-creds DIR (DIR/client.pem) or -selftest-creds-fd FD, one of the two")
+		return errors.New("-selftest-peer needs TLS credentials: -creds DIR (DIR/client.pem) or -creds-fd FD, one of the two")
 	}
 	if o.peer != "" {
 		if _, err := strconv.ParseUint(o.region, 0, 32); err != nil {

@@ -120,7 +120,7 @@ func selfTestArgs(t *testing.T, ip string, extra ...string) []string {
 		"-vdev", "net_ring0", "-port-name", "net_ring0", "-hairpin-self", "true",
 		"-ip", ip, "-socket", filepath.Join(t.TempDir(), "rmad.sock"), "-poll-mode", "backoff",
 		"-mbufs", "8191", "-log-level", "warn", "-timeout", "1s",
-		"-D", "1s", "-selftest-warmup", "200ms",
+		"-D", "1s", "-warmup", "200ms",
 	}, extra...)
 }
 
@@ -217,8 +217,8 @@ func TestSelfTestMemif(t *testing.T) {
 			"-iv-state", filepath.Join(dir, "a.iv"), "-eal", memifEAL("a"),
 			"-vdev", "net_memif0,role=client,id=0,socket=" + sock + ",socket-abstract=no", "-port-name", "net_memif0",
 			"-ip", "10.3.2.1", "-socket", filepath.Join(dir, "a.sock"), "-poll-mode", "backoff", "-log-level", "warn", "-timeout", "1s", "-resolve-timeout", "1s",
-			"-selftest", test, "-s", "256", "-O", "16", "-D", "1s", "-selftest-warmup", "300ms",
-			"-selftest-peer", addr.String(), "-selftest-region", fmt.Sprintf("%#x", uint32(r.ID())), "-selftest-creds", creds,
+			"-selftest", test, "-s", "256", "-O", "16", "-D", "1s", "-warmup", "300ms",
+			"-selftest-peer", addr.String(), "-selftest-region", fmt.Sprintf("%#x", uint32(r.ID())), "-creds", creds,
 		}
 	}
 	for _, test := range []string{"read_bw", "write_bw"} {

@@ -2,8 +2,8 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -41,38 +41,73 @@ const fig9Burst = 10 * fig9Timeout
 // scale (its cache settles "in < 100µs").
 const fig9Fine = 100 * time.Microsecond
 
+// fig9Options are rmakv fig9's flags.
+type fig9Options struct {
+	rmad, rmakv, out, cases string
+	before, after           time.Duration
+	runs, inflight          int
+}
+
+func parseFig9(args []string, out io.Writer) (*fig9Options, error) {
+	fs := newFlags("fig9", out)
+	o := &fig9Options{}
+	fs.StringVar(&o.rmad, "rmad", "bin/rmad", "rmad binary")
+	self, _ := os.Executable()
+	fs.StringVar(&o.rmakv, "rmakv", self, "rmakv binary (for the servers)")
+	fs.StringVar(&o.out, "out", "figures", "directory for the PNGs and fig9.md")
+	fs.DurationVar(&o.before, "before", 300*time.Millisecond, "GETs measured before the failure")
+	fs.DurationVar(&o.after, "after", 700*time.Millisecond, "GETs measured after it")
+	fs.IntVar(&o.runs, "runs", 3, "runs of each case")
+	fs.StringVar(&o.cases, "cases", "", "comma-separated PNG names to run (default all)")
+	fs.IntVar(&o.inflight, "O", 8, "GETs outstanding")
+	fs.Alias("inflight", "O")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("fig9: unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case o.before <= 0 || o.after <= 0:
+		return nil, fmt.Errorf("-before %v, -after %v: want positive durations", o.before, o.after)
+	case o.runs < 1:
+		return nil, fmt.Errorf("-runs %d: want at least 1", o.runs)
+	case o.inflight < 1 || o.inflight > 4096:
+		return nil, fmt.Errorf("-O %d: want 1..4096", o.inflight)
+	}
+	for _, c := range strings.Split(o.cases, ",") {
+		if c != "" && !slices.ContainsFunc(fig9Cases, func(fc fig9Case) bool { return fc.file == c }) {
+			return nil, fmt.Errorf("-cases: unknown case %q", c)
+		}
+	}
+	return o, nil
+}
+
 // fig9Cmd runs the paper's Figure 9 on real engines (kvfail): each case
 // -runs times on a fresh bed, writes a PNG of the first run of each and
 // fig9.md with every run's numbers into -out (figures/fig9.md by default).
 func fig9Cmd(args []string) error {
-	fs := flag.NewFlagSet("fig9", flag.ExitOnError)
-	rmad := fs.String("rmad", "bin/rmad", "rmad binary")
-	self, _ := os.Executable()
-	rmakv := fs.String("rmakv", self, "rmakv binary (for the servers)")
-	out := fs.String("out", "figures", "directory for the PNGs and fig9.md")
-	before := fs.Duration("before", 300*time.Millisecond, "GETs measured before the failure")
-	after := fs.Duration("after", 700*time.Millisecond, "GETs measured after it")
-	runs := fs.Int("runs", 3, "runs of each case")
-	only := fs.String("cases", "", "comma-separated PNG names to run (default all)")
-	inflight := fs.Int("inflight", 8, "GETs outstanding")
-	fs.Parse(args)
+	o, err := parseFig9(args, os.Stderr)
+	if err != nil {
+		return err
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("fig9 needs root (taps, a bridge, DPDK engines)")
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
 	var results [][]*kvfail.Result
 	var cases []fig9Case
 	var loads []string // the host's load average before each run
 	for _, fc := range fig9Cases {
-		if *only != "" && !slices.Contains(strings.Split(*only, ","), fc.file) {
+		if o.cases != "" && !slices.Contains(strings.Split(o.cases, ","), fc.file) {
 			continue
 		}
 		var rs []*kvfail.Result
-		for run := range *runs {
+		for run := range o.runs {
 			loads = append(loads, loadAvg())
-			r, err := fig9Run(fc, *rmad, *rmakv, *before, *after, *inflight, run)
+			r, err := fig9Run(fc, o.rmad, o.rmakv, o.before, o.after, o.inflight, run)
 			if err != nil {
 				return fmt.Errorf("%s run %d: %w", fc.file, run, err)
 			}
@@ -82,13 +117,13 @@ func fig9Cmd(args []string) error {
 				time.Duration(s.MaxAfterNs), time.Duration(s.SettleNs), time.Duration(s.SettleFromFirstNs), time.Duration(f.SettleFromFirstNs))
 			rs = append(rs, r)
 		}
-		if err := plotFig9(filepath.Join(*out, fc.file+".png"), fc, rs[0]); err != nil {
+		if err := plotFig9(filepath.Join(o.out, fc.file+".png"), fc, rs[0]); err != nil {
 			return err
 		}
 		results = append(results, rs)
 		cases = append(cases, fc)
 	}
-	return writeFig9(filepath.Join(*out, "fig9.md"), cases, results, loads, *before, *after, *inflight)
+	return writeFig9(filepath.Join(o.out, "fig9.md"), cases, results, loads, o.before, o.after, o.inflight)
 }
 
 // loadAvg is the host's 1-minute load average (other work on the CPUs the

@@ -2,43 +2,73 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/onerma/onerma/ctlmsg"
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/kv"
 )
 
-func serverCmd(args []string) error {
-	fs := flag.NewFlagSet("server", flag.ExitOnError)
-	socket := fs.String("socket", "/run/onerma/rmad.sock", "engine control socket")
-	creds := fs.String("creds", "", "directory of keyx credentials (server.pem)")
-	listen := fs.String("listen", "127.0.0.1:0", "the update RPC's address")
-	kxListen := fs.String("keyx", "", "the key exchange's address (default: -listen's host, any port)")
-	buckets := fs.Uint64("buckets", kv.DefaultBuckets, "index buckets (a power of two)")
-	ways := fs.Int("ways", kv.DefaultWays, "slots per bucket")
-	slab := fs.Uint64("slab", kv.DefaultSlabBytes, "slab region bytes")
-	maxValue := fs.Int("max-value", kv.DefaultMaxValue, "largest value accepted")
-	quiet := fs.Bool("quiet", false, "log no connection")
-	fs.Parse(args)
-	if *creds == "" {
-		return errors.New("server: -creds is required")
+// serverFields names the flag that sets each kv.ServerConfig field its
+// errors name.
+var serverFields = []cli.Field{{Name: "Buckets", Flag: "-buckets"}, {Name: "Ways", Flag: "-ways"},
+	{Name: "MaxValue", Flag: "-max-value"}, {Name: "SlabBytes", Flag: "-slab"}}
+
+// serverOptions are rmakv server's flags.
+type serverOptions struct {
+	socket, creds, listen, kxListen string
+	buckets, slab                   uint64
+	ways, maxValue                  int
+	quiet                           bool
+}
+
+func parseServer(args []string, out io.Writer) (*serverOptions, error) {
+	fs := newFlags("server", out)
+	o := &serverOptions{}
+	fs.StringVar(&o.socket, "socket", ctlmsg.DefaultSocket, "engine control socket")
+	fs.StringVar(&o.creds, "creds", "", "directory of keyx credentials (server.pem)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "the update RPC's address")
+	fs.StringVar(&o.kxListen, "keyx", "", "the key exchange's address (default: -listen's host, any port)")
+	fs.Uint64Var(&o.buckets, "buckets", kv.DefaultBuckets, "index buckets (a power of two)")
+	fs.IntVar(&o.ways, "ways", kv.DefaultWays, "slots per bucket")
+	fs.Uint64Var(&o.slab, "slab", kv.DefaultSlabBytes, "slab region bytes")
+	fs.IntVar(&o.maxValue, "max-value", kv.DefaultMaxValue, "largest value accepted")
+	fs.BoolVar(&o.quiet, "q", false, "log no connection")
+	fs.Alias("quiet", "q")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
-	c, err := keyx.LoadServer(*creds)
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("server: unexpected arguments %q", fs.Args())
+	}
+	if o.creds == "" {
+		return nil, errors.New("server: -creds is required")
+	}
+	return o, nil
+}
+
+func serverCmd(args []string) error {
+	o, err := parseServer(args, os.Stderr)
 	if err != nil {
 		return err
 	}
-	cfg := kv.ServerConfig{Socket: *socket, Name: "rmakv-server", Credentials: c, Listen: *listen, KeyxListen: *kxListen,
-		Buckets: *buckets, Ways: *ways, SlabBytes: *slab, MaxValue: *maxValue}
-	if !*quiet {
+	c, err := keyx.LoadServer(o.creds)
+	if err != nil {
+		return err
+	}
+	cfg := kv.ServerConfig{Socket: o.socket, Name: "rmakv-server", Credentials: c, Listen: o.listen, KeyxListen: o.kxListen,
+		Buckets: o.buckets, Ways: o.ways, SlabBytes: o.slab, MaxValue: o.maxValue}
+	if !o.quiet {
 		cfg.Logf = logf
 	}
 	s, err := kv.NewServer(cfg)
 	if err != nil {
-		return err
+		return cli.NameFlag(err, serverFields)
 	}
 	l := s.Layout()
 	logf("index %d buckets × %d slots (%d MB, region %#x), slab %d MB (region %#x), values up to %d B",

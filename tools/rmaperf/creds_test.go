@@ -61,7 +61,7 @@ func TestLoadCreds(t *testing.T) {
 
 // TestClientRefusesCredsBeforeEngine runs rmaperf clients whose
 // credentials are unusable: each exits 1 with the reason, before it asks
-// an engine for anything (there is none at -ctl).
+// an engine for anything (there is none at -socket).
 func TestClientRefusesCredsBeforeEngine(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "rmaperf")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -76,13 +76,13 @@ func TestClientRefusesCredsBeforeEngine(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"read_bw", "-ctl", noCtl, "-server", "127.0.0.1:1", "-region", "0x10001", "-creds", open},
+		{[]string{"read_bw", "-socket", noCtl, "-server", "127.0.0.1:1", "-region", "0x10001", "-creds", open},
 			"client.pem: mode 0644 lets group or others read or write it; want 0600"},
-		{[]string{"read_lat", "-ctl", noCtl, "-server", "127.0.0.1:1", "-region", "0x10001", "-creds", serverOnly},
+		{[]string{"read_lat", "-socket", noCtl, "-server", "127.0.0.1:1", "-region", "0x10001", "-creds", serverOnly},
 			`client.pem: certificate "onerma-server" is not a client certificate`},
-		{[]string{"server", "-ctl", noCtl, "-creds", serverOnly},
+		{[]string{"server", "-socket", noCtl, "-creds", serverOnly},
 			"keyx: credentials: open " + filepath.Join(serverOnly, "server.pem") + ": no such file or directory"},
-		{[]string{"server", "-ctl", noCtl}, "the key service needs TLS credentials"},
+		{[]string{"server", "-socket", noCtl}, "the key service needs TLS credentials"},
 	} {
 		out, err := exec.Command(bin, c.args...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), c.want) {

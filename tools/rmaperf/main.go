@@ -1,10 +1,13 @@
 // Command rmaperf measures OneRMA ops the way perftest and ucx_perftest do.
 //
-//	rmaperf server    -ctl SOCK (-creds DIR | -creds-fd FD) [-listen 127.0.0.1:18515] [-region-bytes N] [-name NAME]
-//	rmaperf read_bw   -ctl SOCK (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
-//	rmaperf read_lat  -ctl SOCK (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -D DURATION [-json]
-//	rmaperf write_bw  -ctl SOCK (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
-//	rmaperf write_lat -ctl SOCK (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -D DURATION [-json]
+//	rmaperf server    [-socket PATH] (-creds DIR | -creds-fd FD) [-listen 127.0.0.1:18515] [-region-bytes N] [-name NAME]
+//	rmaperf read_bw   [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
+//	rmaperf read_lat  [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -D DURATION [-json]
+//	rmaperf write_bw  [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
+//	rmaperf write_lat [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -D DURATION [-json]
+//
+// -socket is the engine's control socket (default ctlmsg.DefaultSocket;
+// -ctl is its old spelling, still accepted).
 //
 // SIZE is 1..4096 for single ops; larger sizes (or -exec) go through the
 // executor (below).
@@ -70,6 +73,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -82,66 +86,114 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/cc"
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/internal/benchrow"
+	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/internal/pattern"
 	"github.com/onerma/onerma/keyx"
 	"github.com/onerma/onerma/portal"
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-	}
-	var err error
-	switch os.Args[1] {
-	case "server":
-		err = server(os.Args[2:])
-	case "read_bw", "read_lat", "write_bw", "write_lat":
-		err = client(os.Args[1], os.Args[2:])
-	default:
-		usage()
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "rmaperf:", err)
-		os.Exit(1)
-	}
+	cli.Exit("rmaperf", rmaperf(os.Args[1:]))
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: rmaperf server|read_bw|read_lat|write_bw|write_lat [flags] (rmaperf CMD -h for flags)")
-	os.Exit(2)
+var (
+	synopsis = []string{
+		"rmaperf server    [-socket PATH] (-creds DIR | -creds-fd FD) [-listen HOST:PORT] [-region-bytes N] [-name NAME]",
+		"rmaperf read_bw   [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) [-s SIZE] [-O N] [-D DURATION] [-json]",
+		"rmaperf read_lat  [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) [-s SIZE] [-D DURATION] [-json]",
+		"rmaperf write_bw  [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) [-s SIZE] [-O N] [-D DURATION] [-json]",
+		"rmaperf write_lat [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) [-s SIZE] [-D DURATION] [-json]",
+	}
+	serverExample = "rmaperf server -creds ~/onerma-creds -listen 0.0.0.0:18515"
+	clientExample = "rmaperf read_bw -server hosta.example:18515 -region 0x10001 -creds ~/onerma-creds -s 4096 -O 16 -D 10s"
+	selfExample   = "rmaperf read_lat -self -s 64 -D 5s -json"
+)
+
+// usage is rmaperf's own usage text; each command prints its flags.
+func usage(w io.Writer) {
+	cli.PrintHeader(w, synopsis, "rmaperf CMD -h lists a command's flags.", []string{serverExample, clientExample, selfExample})
+}
+
+// rmaperf runs the command args name.
+func rmaperf(args []string) error {
+	if len(args) < 1 {
+		usage(os.Stderr)
+		return cli.ErrUsage
+	}
+	switch args[0] {
+	case "server":
+		return server(args[1:])
+	case "read_bw", "read_lat", "write_bw", "write_lat":
+		return client(args[0], args[1:])
+	case "-h", "-help", "--help", "help":
+		usage(os.Stderr)
+		return flag.ErrHelp
+	}
+	fmt.Fprintf(os.Stderr, "rmaperf: unknown command %q\n", args[0])
+	usage(os.Stderr)
+	return cli.ErrUsage
+}
+
+// serverOptions are rmaperf server's flags.
+type serverOptions struct {
+	socket, listen, credsDir, name string
+	credsFD                        int
+	regionBytes                    uint64
+	verbose                        bool
+}
+
+func parseServer(args []string, stderr io.Writer) (*serverOptions, error) {
+	o := &serverOptions{}
+	fs := cli.New("rmaperf server", strings.Join(strings.Fields(synopsis[0]), " "))
+	fs.Example(serverExample)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.socket, "socket", ctlmsg.DefaultSocket, "engine control socket")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:18515", "TCP address of the TLS key service (0.0.0.0:18515 or the host's address: clients on other hosts)")
+	fs.StringVar(&o.credsDir, "creds", "", "directory of the server's TLS credentials (DIR/server.pem, from rmactl creds DIR)")
+	fs.IntVar(&o.credsFD, "creds-fd", -1, "inherited descriptor carrying the server's TLS credentials (from a launcher)")
+	fs.Uint64Var(&o.regionBytes, "region-bytes", 1<<20, "size of the served region")
+	fs.BoolVar(&o.verbose, "v", false, "log every K_d granted (never the key)")
+	fs.StringVar(&o.name, "name", "rmaperf-server", "application name presented to the engine")
+	fs.Alias("ctl", "socket")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("server: unexpected arguments %q", fs.Args())
+	}
+	if o.regionBytes == 0 {
+		return nil, errors.New("-region-bytes 0: want at least 1")
+	}
+	return o, nil
 }
 
 func server(args []string) error {
-	fs := flag.NewFlagSet("server", flag.ExitOnError)
-	ctl := fs.String("ctl", "/run/onerma/rmad.sock", "engine control socket")
-	listen := fs.String("listen", "127.0.0.1:18515", "TCP address of the TLS key service (0.0.0.0:18515 or the host's address: clients on other hosts)")
-	credsDir := fs.String("creds", "", "directory of the server's TLS credentials (DIR/server.pem, from rmactl creds DIR)")
-	credsFD := fs.Int("creds-fd", -1, "inherited descriptor carrying the server's TLS credentials (from a launcher)")
-	size := fs.Uint64("region-bytes", 1<<20, "size of the served region")
-	verbose := fs.Bool("v", false, "log every K_d granted (never the key)")
-	name := fs.String("name", "rmaperf-server", "application name presented to the engine")
-	fs.Parse(args)
-	creds, err := loadCreds(*credsDir, *credsFD, true)
+	o, err := parseServer(args, os.Stderr)
 	if err != nil {
 		return err
 	}
-	p, err := portal.Dial(*ctl, *name)
+	creds, err := loadCreds(o.credsDir, o.credsFD, true)
+	if err != nil {
+		return err
+	}
+	p, err := portal.Dial(o.socket, o.name)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	// Open to remote READ and WRITE: the key service grants a K_d for an
 	// op only when the region allows it.
-	r, err := p.RegisterRegion(*size, abi.PermRemoteRead|abi.PermRemoteWrite|abi.PermLocalWrite|abi.PermLocalRead)
+	r, err := p.RegisterRegion(o.regionBytes, abi.PermRemoteRead|abi.PermRemoteWrite|abi.PermLocalWrite|abi.PermLocalRead)
 	if err != nil {
 		return err
 	}
 	pattern.Fill(r.Bytes(), 0)
 	cfg := keyx.Config{Credentials: creds, Owner: p.Identity().Addr,
 		Logf: func(format string, args ...any) {
-			if *verbose {
+			if o.verbose {
 				fmt.Fprintf(os.Stderr, "rmaperf server: "+format+"\n", args...)
 			}
 		}}
@@ -150,12 +202,12 @@ func server(args []string) error {
 		return err
 	}
 	srv.Add(r)
-	ap, err := srv.Start(*listen)
+	ap, err := srv.Start(o.listen)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	fmt.Printf("rmaperf server: region %#x (%d bytes) on %s, K_d served over TLS 1.3 on %s\n", uint32(r.ID()), *size, p.Identity().Addr, ap)
+	fmt.Printf("rmaperf server: region %#x (%d bytes) on %s, K_d served over TLS 1.3 on %s\n", uint32(r.ID()), o.regionBytes, p.Identity().Addr, ap)
 	// Clients verify that the certificate names the host they dial.
 	cert := creds.Certificate()
 	hosts := slices.Clone(cert.DNSNames)
@@ -179,125 +231,182 @@ type target struct {
 	mem    []byte // with -self: the target region's memory (to verify writes)
 }
 
-func client(test string, args []string) error {
-	fs := flag.NewFlagSet(test, flag.ExitOnError)
-	ctl := fs.String("ctl", "/run/onerma/rmad.sock", "engine control socket")
-	srv := fs.String("server", "", "rmaperf server's key service HOST:PORT")
-	credsDir := fs.String("creds", "", "with -server: directory of the client's TLS credentials (DIR/client.pem, from rmactl creds)")
-	credsFD := fs.Int("creds-fd", -1, "with -server: inherited descriptor carrying the client's TLS credentials (from a launcher)")
-	regionFlag := fs.String("region", "", "with -server: the region id the server printed")
-	self := fs.Bool("self", false, "target a region of this client's own engine (loopback)")
-	size := fs.Int("s", 64, "op size in bytes (1..4096), or transfer size through the executor (above 4096, or with -exec)")
-	useExec := fs.Bool("exec", false, "move each SIZE through portal.Executor even when it fits in one op")
-	bg := fs.Int("bg", 0, "executor: meanwhile keep READs of this many bytes going through the same executor (head-of-line pressure, e.g. 4194304)")
-	rate := fs.Float64("rate", 0, "executor: open loop, transfers arriving Poisson at this many per second (latency from post, the posts' lateness in the note; -O: how many are served at once, default 8)")
-	execSlots := fs.Int("exec-slots", portal.DefaultExecutorSlots, "executor: command slots")
-	chunk := fs.Int("chunk", abi.MaxOpBytes, "executor: op size transfers are split into")
-	timeoutRetries := fs.Int("timeout-retries", portal.DefaultTimeoutRetries, "executor: TIMEOUT retries per chunk (negative: none)")
-	shortFirst := fs.Int("short-first", portal.DefaultShortFirst, "executor: ops long transfers keep in flight while a short one runs (negative: no precedence)")
-	shortHold := fs.Duration("short-hold", portal.DefaultShortHold, "executor: how long long transfers stay capped after a short one")
-	shortHoldMax := fs.Duration("short-hold-max", portal.DefaultShortHoldMax, "executor: the longest hold, which follows the gaps between short transfers (at most -short-hold: a fixed hold)")
+// clientOptions are the flags of rmaperf's tests, and what follows from
+// them.
+type clientOptions struct {
+	socket, server, credsDir, regionFlag, setup, name, classFlag string
+	credsFD, size, bg, outstanding, spins                        int
+	self, useExec, verify, spin, yield, event, asJSON            bool
+	rate                                                         float64
+	dur, warm                                                    time.Duration
+	regionBytes, localBytes                                      uint64
+
+	op       abi.Op
+	class    abi.Class
+	execMode bool // transfers through portal.Executor
+	ecfg     portal.ExecutorConfig
+	region   uint64 // -region, with -server
+}
+
+// execFlags names the flag that sets each executor config field (its
+// errors name the field).
+var execFlags = []cli.Field{
+	{Name: "Slots", Flag: "-exec-slots"}, {Name: "ChunkBytes", Flag: "-chunk"}, {Name: "TimeoutRetries", Flag: "-timeout-retries"},
+	{Name: "ShortFirst", Flag: "-short-first"}, {Name: "ShortHold", Flag: "-short-hold"}, {Name: "ShortHoldMax", Flag: "-short-hold-max"},
+	{Name: "CwndInit", Flag: "-cc-init"}, {Name: "CwndMin", Flag: "-cc-min"}, {Name: "CwndMax", Flag: "-cc-max"}, {Name: "RTT", Flag: "-cc-rtt"},
+	{Name: "LocalTarget", Flag: "-cc-local-target"}, {Name: "RemoteTarget", Flag: "-cc-remote-target"},
+}
+
+// parseClient parses and checks test's flags; nothing is asked of an
+// engine or a key service yet.
+func parseClient(test string, args []string, stderr io.Writer) (*clientOptions, error) {
+	o := &clientOptions{}
+	syn := synopsis[slices.IndexFunc(synopsis, func(s string) bool { return strings.HasPrefix(s, "rmaperf "+test+" ") })]
+	fs := cli.New("rmaperf "+test, strings.Join(strings.Fields(syn), " ")) // without the alignment
+	ex := strings.Replace(clientExample, "read_bw", test, 1)
+	if strings.HasSuffix(test, "_lat") {
+		ex = strings.Replace(ex, " -O 16", "", 1)
+	}
+	fs.Example(ex, "rmaperf "+test+" -self -s 64 -D 5s -json")
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.socket, "socket", ctlmsg.DefaultSocket, "engine control socket")
+	fs.StringVar(&o.server, "server", "", "rmaperf server's key service HOST:PORT")
+	fs.StringVar(&o.credsDir, "creds", "", "with -server: directory of the client's TLS credentials (DIR/client.pem, from rmactl creds)")
+	fs.IntVar(&o.credsFD, "creds-fd", -1, "with -server: inherited descriptor carrying the client's TLS credentials (from a launcher)")
+	fs.StringVar(&o.regionFlag, "region", "", "with -server: the region id the server printed")
+	fs.BoolVar(&o.self, "self", false, "target a region of this client's own engine (loopback)")
+	fs.IntVar(&o.size, "s", 64, "op size in bytes (1..4096), or transfer size through the executor (above 4096, or with -exec)")
+	fs.BoolVar(&o.useExec, "exec", false, "move each SIZE through portal.Executor even when it fits in one op")
+	fs.IntVar(&o.bg, "bg", 0, "executor: meanwhile keep READs of this many bytes going through the same executor (head-of-line pressure, e.g. 4194304)")
+	fs.Float64Var(&o.rate, "rate", 0, "executor: open loop, transfers arriving Poisson at this many per second (latency from post, the posts' lateness in the note; -O: how many are served at once, default 8)")
+	ecfg := portal.DefaultExecutorConfig()
+	fs.IntVar(&ecfg.Slots, "exec-slots", portal.DefaultExecutorSlots, "executor: command slots")
+	fs.IntVar(&ecfg.ChunkBytes, "chunk", abi.MaxOpBytes, "executor: op size transfers are split into")
+	fs.IntVar(&ecfg.TimeoutRetries, "timeout-retries", portal.DefaultTimeoutRetries, "executor: TIMEOUT retries per chunk (negative: none)")
+	fs.IntVar(&ecfg.ShortFirst, "short-first", portal.DefaultShortFirst, "executor: ops long transfers keep in flight while a short one runs (negative: no precedence)")
+	fs.DurationVar(&ecfg.ShortHold, "short-hold", portal.DefaultShortHold, "executor: how long long transfers stay capped after a short one")
+	fs.DurationVar(&ecfg.ShortHoldMax, "short-hold-max", portal.DefaultShortHoldMax, "executor: the longest hold, which follows the gaps between short transfers (at most -short-hold: a fixed hold)")
 	ccp := cc.DefaultParams()
-	ccInit := fs.Float64("cc-init", ccp.CwndInit, "executor: initial congestion window (ops)")
-	ccMin := fs.Float64("cc-min", ccp.CwndMin, "executor: smallest congestion window (ops)")
-	ccMax := fs.Float64("cc-max", ccp.CwndMax, "executor: largest congestion window (ops)")
+	fs.Float64Var(&ecfg.CC.CwndInit, "cc-init", ccp.CwndInit, "executor: initial congestion window (ops)")
+	fs.Float64Var(&ecfg.CC.CwndMin, "cc-min", ccp.CwndMin, "executor: smallest congestion window (ops)")
+	fs.Float64Var(&ecfg.CC.CwndMax, "cc-max", ccp.CwndMax, "executor: largest congestion window (ops)")
 	ccRTT := fs.Duration("cc-rtt", time.Duration(ccp.RTT), "executor: RTT estimate until completions measure it")
 	ccLocal := fs.Duration("cc-local-target", time.Duration(ccp.LocalTarget), "executor: issue_delay target of the local window")
 	ccRemote := fs.Duration("cc-remote-target", time.Duration(ccp.RemoteTarget), "executor: remote_delay target of the remote windows")
-	ccCombined := fs.Bool("cc-combined", false, "executor: one window per remote, on total_delay (paper Fig. 15c ablation)")
-	outstanding := fs.Int("O", 32, "ops kept in flight (read_lat, write_lat: 1); through the executor: transfers (default 2)")
-	dur := fs.Duration("D", 5*time.Second, "measurement duration")
-	warm := fs.Duration("warmup", 500*time.Millisecond, "warm-up before measuring")
-	setup := fs.String("setup", "", "setup label for -json (loopback, memif, ...)")
-	asJSON := fs.Bool("json", false, "print one JSON line")
-	verify := fs.Bool("verify", false, "check every byte read (write tests: every byte written, with -self only)")
-	regionBytesFlag := fs.Uint64("region-bytes", 0, "with -self: bytes of the region the ops read or write (0: 1 MB, or the smallest region executor transfers fit in)")
-	localFlag := fs.Uint64("local-bytes", 0, "raw tests: bytes of local memory the ops' local ranges walk, 4 KB apart (0: a fixed 4 KB per op in flight; larger measures a larger memory footprint, as an executor transfer's)")
-	spin := fs.Bool("spin", true, "busy-poll for completions (false: sleep now and then)")
-	yield := fs.Bool("yield", false, "sched_yield after every empty poll (share a CPU with an engine)")
-	event := fs.Bool("event", false, "wait with portal.Wait: spin briefly, then sleep on the engine's completion doorbell")
-	spins := fs.Int("spins", 0, "with -event: polls before sleeping (0: portal default, -1: none)")
-	name := fs.String("name", "rmaperf", "application name presented to the engine (its slot and class policy match on it)")
-	classFlag := fs.String("class", "low", "class of service to ask the engine for: low or high")
-	fs.Parse(args)
-	op := abi.OpRead
+	fs.BoolVar(&ecfg.CC.Combined, "cc-combined", false, "executor: one window per remote, on total_delay (paper Fig. 15c ablation)")
+	fs.IntVar(&o.outstanding, "O", 32, "ops kept in flight (read_lat, write_lat: 1); through the executor: transfers, 2 unless given")
+	fs.DurationVar(&o.dur, "D", 5*time.Second, "measurement duration")
+	fs.DurationVar(&o.warm, "warmup", 500*time.Millisecond, "warm-up before measuring")
+	fs.StringVar(&o.setup, "setup", "", "setup label for -json (loopback, memif, ...)")
+	fs.BoolVar(&o.asJSON, "json", false, "print one JSON line")
+	fs.BoolVar(&o.verify, "verify", false, "check every byte read (write tests: every byte written, with -self only)")
+	fs.Uint64Var(&o.regionBytes, "region-bytes", 0, "with -self: bytes of the region the ops read or write (0: 1 MB, or the smallest region executor transfers fit in)")
+	fs.Uint64Var(&o.localBytes, "local-bytes", 0, "raw tests: bytes of local memory the ops' local ranges walk, 4 KB apart (0: a fixed 4 KB per op in flight; larger measures a larger memory footprint, as an executor transfer's)")
+	fs.BoolVar(&o.spin, "spin", true, "busy-poll for completions (false: sleep now and then)")
+	fs.BoolVar(&o.yield, "yield", false, "sched_yield after every empty poll (share a CPU with an engine)")
+	fs.BoolVar(&o.event, "event", false, "wait with portal.Wait: spin briefly, then sleep on the engine's completion doorbell")
+	fs.IntVar(&o.spins, "spins", 0, "with -event: polls before sleeping (0: portal default, -1: none)")
+	fs.StringVar(&o.name, "name", "rmaperf", "application name presented to the engine (its slot and class policy match on it)")
+	fs.StringVar(&o.classFlag, "class", "low", "class of service to ask the engine for: low or high")
+	fs.Alias("ctl", "socket")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s: unexpected arguments %q", test, fs.Args())
+	}
+	o.op = abi.OpRead
 	if test == "write_bw" || test == "write_lat" {
-		op = abi.OpWrite
+		o.op = abi.OpWrite
 	}
-	setO := false
-	fs.Visit(func(f *flag.Flag) { setO = setO || f.Name == "O" })
-	if *rate < 0 {
-		return fmt.Errorf("bad -rate %v", *rate)
+	setO := fs.Given("O")
+	if o.rate < 0 {
+		return nil, fmt.Errorf("-rate %v: want 0 or more", o.rate)
 	}
-	if (test == "read_lat" || test == "write_lat") && *rate == 0 {
-		*outstanding = 1
+	if (test == "read_lat" || test == "write_lat") && o.rate == 0 {
+		o.outstanding = 1
 	}
-	if *rate > 0 && !setO {
-		*outstanding = 8
+	if o.rate > 0 && !setO {
+		o.outstanding = 8
 	}
-	execMode := *useExec || *size > abi.MaxOpBytes || *bg > 0 || *rate > 0
-	if execMode && test != "read_lat" && test != "write_lat" && *rate == 0 {
+	o.execMode = o.useExec || o.size > abi.MaxOpBytes || o.bg > 0 || o.rate > 0
+	if o.execMode && test != "read_lat" && test != "write_lat" && o.rate == 0 {
 		if !setO {
-			*outstanding = 2 // transfers, each pipelining many ops
+			o.outstanding = 2 // transfers, each pipelining many ops
 		}
 	}
-	if *size < 1 || (!execMode && *size > abi.MaxOpBytes) || *outstanding < 1 {
-		return fmt.Errorf("bad -s %d or -O %d", *size, *outstanding)
+	if o.size < 1 {
+		return nil, fmt.Errorf("-s %d: want 1..%d (one op), or more (executor transfers)", o.size, abi.MaxOpBytes)
 	}
-	ecfg := portal.DefaultExecutorConfig()
-	ecfg.Slots, ecfg.ChunkBytes, ecfg.TimeoutRetries = *execSlots, *chunk, *timeoutRetries
-	ecfg.ShortFirst, ecfg.ShortHold, ecfg.ShortHoldMax = *shortFirst, *shortHold, *shortHoldMax
+	if o.outstanding < 1 {
+		return nil, fmt.Errorf("-O %d: want at least 1", o.outstanding)
+	}
+	if o.bg < 0 {
+		return nil, fmt.Errorf("-bg %d: want 0 or more", o.bg)
+	}
 	if ecfg.TimeoutRetries == 0 {
 		ecfg.TimeoutRetries = -1 // 0 retries asked for; the config's 0 is the default
 	}
-	ecfg.CC.CwndInit, ecfg.CC.CwndMin, ecfg.CC.CwndMax = *ccInit, *ccMin, *ccMax
 	ecfg.CC.RTT, ecfg.CC.LocalTarget, ecfg.CC.RemoteTarget = int64(*ccRTT), int64(*ccLocal), int64(*ccRemote)
-	ecfg.CC.Combined = *ccCombined
-	if execMode {
+	if o.execMode {
 		if err := ecfg.Validate(); err != nil {
-			return err
+			return nil, cli.NameFlag(err, execFlags)
 		}
 	}
-	var class abi.Class
-	switch *classFlag {
+	o.ecfg = ecfg
+	switch o.classFlag {
 	case "low":
-		class = abi.ClassLow
+		o.class = abi.ClassLow
 	case "high":
-		class = abi.ClassHigh
+		o.class = abi.ClassHigh
 	default:
-		return fmt.Errorf("bad -class %q, want low or high", *classFlag)
+		return nil, fmt.Errorf("-class %q: want low or high", o.classFlag)
 	}
-	if *verify && op == abi.OpWrite && !*self {
-		return errors.New("-verify of a write test needs -self (the written region must be this process's)")
+	if o.verify && o.op == abi.OpWrite && !o.self {
+		return nil, errors.New("-verify of a write test needs -self (the written region must be this process's)")
 	}
-	// The key exchange's inputs are checked before the engine is asked
-	// for anything.
-	var (
-		creds *keyx.Credentials
-		rid   uint64
-	)
-	if !*self {
-		if *srv == "" {
-			return errors.New("need -server or -self")
+	if !o.execMode && o.localBytes > 0 && (o.verify || o.localBytes < uint64(o.outstanding)*abi.MaxOpBytes || o.localBytes%abi.MaxOpBytes != 0) {
+		return nil, fmt.Errorf("-local-bytes %d: want a multiple of %d, at least -O × %d, and no -verify (walking ranges may be reused while an op is in flight)", o.localBytes, abi.MaxOpBytes, abi.MaxOpBytes)
+	}
+	if o.self && o.regionBytes > 0 && o.regionBytes < uint64(o.size)+uint64(o.bg) {
+		return nil, fmt.Errorf("-region-bytes %d: smaller than -s %d (+ -bg %d)", o.regionBytes, o.size, o.bg)
+	}
+	if !o.self {
+		if o.server == "" {
+			return nil, errors.New("need -server or -self")
 		}
 		var err error
-		if rid, err = strconv.ParseUint(*regionFlag, 0, 32); err != nil {
-			return fmt.Errorf("-server needs -region (the id the server printed): %q: %v", *regionFlag, err)
+		if o.region, err = strconv.ParseUint(o.regionFlag, 0, 32); err != nil {
+			return nil, fmt.Errorf("-server needs -region (the id the server printed): %q: %v", o.regionFlag, err)
 		}
-		if creds, err = loadCreds(*credsDir, *credsFD, false); err != nil {
+	}
+	return o, nil
+}
+
+func client(test string, args []string) error {
+	o, err := parseClient(test, args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	op, execMode := o.op, o.execMode
+	// The key exchange's inputs are checked before the engine is asked
+	// for anything.
+	var creds *keyx.Credentials
+	if !o.self {
+		if creds, err = loadCreds(o.credsDir, o.credsFD, false); err != nil {
 			return err
 		}
 	}
-	p, err := portal.DialOptions(*ctl, *name, portal.Options{WaitSpins: *spins, Class: class})
+	p, err := portal.DialOptions(o.socket, o.name, portal.Options{WaitSpins: o.spins, Class: o.class})
 	if errors.Is(err, portal.ErrClass) {
-		return fmt.Errorf("the engine's policy does not grant class %s to an application named %q: %w", *classFlag, *name, err)
+		return fmt.Errorf("the engine's policy does not grant class %s to an application named %q: %w", o.classFlag, o.name, err)
 	}
 	if err != nil {
-		return fmt.Errorf("opening a portal named %q with class %s: %w", *name, *classFlag, err)
+		return fmt.Errorf("opening a portal named %q with class %s: %w", o.name, o.classFlag, err)
 	}
 	defer p.Close()
 	var tg target
-	if *self {
+	if o.self {
 		regionBytes := uint64(1 << 20)
 		if execMode {
 			// The smallest region the transfers fit in, as the raw tests
@@ -307,17 +416,14 @@ func client(test string, args []string) error {
 			// more than the executor: bench/RESULTS.md, "executor and
 			// loopback-pairs").
 			// Verified writes need a part of their own per transfer.
-			need := uint64(*size)
-			if *verify && op == abi.OpWrite {
-				need *= uint64(*outstanding)
+			need := uint64(o.size)
+			if o.verify && op == abi.OpWrite {
+				need *= uint64(o.outstanding)
 			}
-			regionBytes = max(regionBytes, need) + uint64(*bg)
+			regionBytes = max(regionBytes, need) + uint64(o.bg)
 		}
-		if *regionBytesFlag > 0 {
-			if *regionBytesFlag < uint64(*size)+uint64(*bg) {
-				return fmt.Errorf("-region-bytes %d: smaller than -s %d (+ -bg %d)", *regionBytesFlag, *size, *bg)
-			}
-			regionBytes = *regionBytesFlag
+		if o.regionBytes > 0 {
+			regionBytes = o.regionBytes
 		}
 		r, err := p.RegisterRegion(regionBytes, abi.PermAll)
 		if err != nil {
@@ -332,28 +438,25 @@ func client(test string, args []string) error {
 		// The server may still be starting: Fetch retries a refused
 		// connection for 10 s.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		g, err := keyx.Fetch(ctx, *srv, creds, keyx.RequestFor(p.Identity(), abi.RegionID(rid), op))
+		g, err := keyx.Fetch(ctx, o.server, creds, keyx.RequestFor(p.Identity(), abi.RegionID(o.region), op))
 		cancel()
 		if err != nil {
-			return fmt.Errorf("key exchange with %s: %w", *srv, err)
+			return fmt.Errorf("key exchange with %s: %w", o.server, err)
 		}
 		tg = target{peer: g.Owner, region: g.Region, bytes: g.Bytes, key: g.Key}
 	}
 	var res benchrow.Row
 	if execMode {
-		res, err = runExec(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, ecfg, *bg, *rate)
+		res, err = runExec(p, tg, test, op, o.size, o.outstanding, o.warm, o.dur, o.verify, o.ecfg, o.bg, o.rate)
 	} else {
-		if *localFlag > 0 && (*verify || *localFlag < uint64(*outstanding)*abi.MaxOpBytes || *localFlag%abi.MaxOpBytes != 0) {
-			return fmt.Errorf("-local-bytes %d: want a multiple of %d, at least -O × %d, and no -verify (walking ranges may be reused while an op is in flight)", *localFlag, abi.MaxOpBytes, abi.MaxOpBytes)
-		}
-		res, err = run(p, tg, test, op, *size, *outstanding, *warm, *dur, *verify, *spin, *yield, *event, *localFlag)
+		res, err = run(p, tg, test, op, o.size, o.outstanding, o.warm, o.dur, o.verify, o.spin, o.yield, o.event, o.localBytes)
 	}
 	clear(tg.key[:])
 	if err != nil {
 		return err
 	}
-	res.Setup = *setup
-	if *asJSON {
+	res.Setup = o.setup
+	if o.asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
 	opt := func(v *float64) string {

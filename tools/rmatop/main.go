@@ -17,7 +17,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,13 +31,11 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/engine/telemetry/probe"
+	"github.com/onerma/onerma/internal/cli"
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "rmatop:", err)
-		os.Exit(1)
-	}
+	cli.Exit("rmatop", run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 type options struct {
@@ -52,7 +49,9 @@ type options struct {
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
-	fs := flag.NewFlagSet("rmatop", flag.ContinueOnError)
+	fs := cli.New("rmatop", "rmatop [-pid PID] [-exe PATH] [-interval DURATION] [-count N] [-delays total,remote,issue] [-json] [-cumulative]")
+	fs.Notes("Needs root (CAP_BPF, CAP_PERFMON).")
+	fs.Example("rmatop", "rmatop -pid 1234 -interval 5s -count 3 -delays total,remote,issue", "rmatop -json")
 	fs.SetOutput(stderr)
 	o := &options{}
 	delays := "total"
@@ -69,8 +68,13 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.interval <= 0 || o.count < 0 || o.pid < 0 {
-		return nil, errors.New("-interval must be positive, -count and -pid not negative")
+	switch {
+	case o.interval <= 0:
+		return nil, fmt.Errorf("-interval %v: want a positive duration", o.interval)
+	case o.count < 0:
+		return nil, fmt.Errorf("-count %d: want 0 (until interrupted) or more", o.count)
+	case o.pid < 0:
+		return nil, fmt.Errorf("-pid %d: want a process id, or 0 (the one rmad)", o.pid)
 	}
 	for _, d := range strings.Split(delays, ",") {
 		switch strings.TrimSpace(d) {
