@@ -54,7 +54,7 @@ func holBgRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error
 	var runs []func() (Row, error)
 	for _, bg := range holBgSizes {
 		runs = append(runs, func() (Row, error) {
-			args := []string{"-ctl", e.Socket, "-self", "-exec", "-rate", strconv.Itoa(holRate)}
+			args := []string{"-socket", e.Socket, "-self", "-exec", "-rate", strconv.Itoa(holRate)}
 			if bg > 0 {
 				args = append(args, "-bg", strconv.Itoa(bg))
 			}
@@ -65,7 +65,7 @@ func holBgRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error
 		})
 	}
 	runs = append(runs, func() (Row, error) {
-		return rmaperfRun(rmaperf, "0", spec{"read_lat", 4096, 1}, d, setup, nil, "-ctl", e.Socket, "-self")
+		return rmaperfRun(rmaperf, "0", spec{"read_lat", 4096, 1}, d, setup, nil, "-socket", e.Socket, "-self")
 	})
 	return interleaved(holRounds, emit, runs...)
 }

@@ -81,7 +81,7 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) e
 	// The policy must refuse the high class to an application it does not
 	// name: otherwise the rows would not show what they claim.
 	probe, closeAfter, err := rmaperfCmd(rmaperf, "0", spec{"read_lat", 64, 1}, 10*time.Millisecond, "probe", nil,
-		"-ctl", e.Socket, "-self", "-name", isoLoadName, "-class", "high", "-warmup", "0s")
+		"-socket", e.Socket, "-self", "-name", isoLoadName, "-class", "high", "-warmup", "0s")
 	if err != nil {
 		e.Stop(10 * time.Second)
 		return err
@@ -96,8 +96,8 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) e
 	defer e.Stop(10 * time.Second)
 
 	latSpec := spec{"read_lat", 64, 1}
-	latArgs := []string{"-ctl", latSock, "-self", "-name", isoLatName, "-class", "high", "-yield"}
-	loadArgs := []string{"-ctl", e.Socket, "-self", "-name", isoLoadName, "-class", "low", "-event", "-spins=-1"}
+	latArgs := []string{"-socket", latSock, "-self", "-name", isoLatName, "-class", "high", "-yield"}
+	loadArgs := []string{"-socket", e.Socket, "-self", "-name", isoLoadName, "-class", "low", "-event", "-spins=-1"}
 	r, err := rmaperfRun(rmaperf, "0", latSpec, dur, "isolation-idle", nil, latArgs...)
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) e
 			// Until the engine serves WRITE every one completes at once
 			// with an error: no load at all.
 			w, err := rmaperfRun(rmaperf, "0", spec{"write_lat", 4096, 1}, 200*time.Millisecond, "probe", nil,
-				"-ctl", e.Socket, "-self", "-name", isoLoadName, "-warmup", "0s")
+				"-socket", e.Socket, "-self", "-name", isoLoadName, "-warmup", "0s")
 			if err != nil {
 				return err
 			}

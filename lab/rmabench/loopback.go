@@ -73,7 +73,7 @@ func loopbackPairs(rmaperf, socket string, dur time.Duration, emit emitFunc) err
 	footprint := []string{"-region-bytes", strconv.Itoa(execSpec.size), "-local-bytes", strconv.Itoa(execSpec.size)}
 	run := func(s spec, setup string, args ...string) func() (Row, error) {
 		return func() (Row, error) {
-			return rmaperfRun(rmaperf, "0", s, d, setup, nil, append([]string{"-ctl", socket, "-self"}, args...)...)
+			return rmaperfRun(rmaperf, "0", s, d, setup, nil, append([]string{"-socket", socket, "-self"}, args...)...)
 		}
 	}
 	return interleaved(nPairs, emit, run(raw, "loopback-pairs"), run(execSpec, "loopback-pairs"), run(raw, "loopback-pairs-footprint", footprint...))
@@ -90,7 +90,7 @@ func loopbackRun(rmad, rmaperf, dir, setup, mtu, crypto string, specs []spec, du
 	}
 	defer e.Stop(10 * time.Second)
 	for _, s := range specs {
-		r, err := rmaperfRun(rmaperf, "0", s, dur, setup, nil, "-ctl", e.Socket, "-self")
+		r, err := rmaperfRun(rmaperf, "0", s, dur, setup, nil, "-socket", e.Socket, "-self")
 		if err != nil {
 			return err
 		}
@@ -104,7 +104,7 @@ func loopbackRun(rmad, rmaperf, dir, setup, mtu, crypto string, specs []spec, du
 			setup string
 			args  []string
 		}{{"loopback-hol-idle", []string{"-exec"}}, {"loopback-hol", []string{"-exec", "-bg", strconv.Itoa(holBg)}}} {
-			r, err := rmaperfRun(rmaperf, "0", spec{"read_lat", 64, 1}, dur, h.setup, nil, append([]string{"-ctl", e.Socket, "-self"}, h.args...)...)
+			r, err := rmaperfRun(rmaperf, "0", spec{"read_lat", 64, 1}, dur, h.setup, nil, append([]string{"-socket", e.Socket, "-self"}, h.args...)...)
 			if err != nil {
 				return err
 			}
@@ -126,7 +126,7 @@ func loopbackOnce(rmad, rmaperf, dir, name, mtu, crypto string, s spec, d time.D
 	if err != nil {
 		return Row{}, err
 	}
-	r, err := rmaperfRun(rmaperf, "0", s, d, setup, nil, "-ctl", e.Socket, "-self")
+	r, err := rmaperfRun(rmaperf, "0", s, d, setup, nil, "-socket", e.Socket, "-self")
 	if serr := e.Stop(10 * time.Second); err == nil {
 		err = serr
 	}

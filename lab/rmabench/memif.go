@@ -86,7 +86,7 @@ func startPinnedPair(rmaperf string, oa, ob testbed.Options) (*enginePair, error
 
 // run measures s from engine a against the server's region on b for dur.
 func (p *enginePair) run(rmaperf string, s spec, dur time.Duration, setup string) (Row, error) {
-	return rmaperfRun(rmaperf, "0", s, dur, setup, p.srv.cliCreds, "-ctl", p.a.Socket, "-server", p.srv.kx, "-region", p.srv.region, "-event", "-spins=-1")
+	return rmaperfRun(rmaperf, "0", s, dur, setup, p.srv.cliCreds, "-socket", p.a.Socket, "-server", p.srv.kx, "-region", p.srv.region, "-event", "-spins=-1")
 }
 
 // stop stops the server and both engines.
@@ -112,7 +112,7 @@ func startPerfServer(rmaperf, socket string) (*perfServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := exec.Command(rmaperf, "server", "-ctl", socket, "-listen", "127.0.0.1:0")
+	srv := exec.Command(rmaperf, "server", "-socket", socket, "-listen", "127.0.0.1:0")
 	fd, closeAfter, err := keyx.Attach(srv, srvCreds)
 	if err != nil {
 		return nil, err

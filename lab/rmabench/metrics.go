@@ -129,7 +129,7 @@ func metricsSpecsOn(rmaperf, socket, scrape, setup string, d time.Duration, emit
 				}
 			}()
 		}
-		r, err := rmaperfRun(rmaperf, "0", s, d, setup, nil, "-ctl", socket, "-self")
+		r, err := rmaperfRun(rmaperf, "0", s, d, setup, nil, "-socket", socket, "-self")
 		close(stop)
 		wg.Wait()
 		if err != nil {

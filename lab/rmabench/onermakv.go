@@ -127,7 +127,7 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 	// slot, with room to spare.
 	buckets := uint64(1) << bits.Len64(max(w.Keys/2, 1)-1)
 	slab := max(uint64(16<<20), w.Keys*uint64(w.ValueBytes+64)*3/2)
-	args := []string{"server", "-socket", srvEng.Socket, "-creds", creds, "-listen", "127.0.0.1:0", "-quiet",
+	args := []string{"server", "-socket", srvEng.Socket, "-creds", creds, "-listen", "127.0.0.1:0", "-q",
 		"-buckets", fmt.Sprint(buckets), "-slab", fmt.Sprint(slab), "-max-value", fmt.Sprint(w.ValueBytes)}
 	args = append([]string{"-c", strconv.Itoa(srvCPU), rmakv}, args...)
 	cmd := exec.Command("taskset", args...)

@@ -34,7 +34,7 @@ func pgoRun(rmad, rmaperf, dir, out string, dur time.Duration) error {
 			return err
 		}
 		for _, s := range specs {
-			r, err := rmaperfRun(rmaperf, "0", s, dur, "pgo", nil, "-ctl", e.Socket, "-self")
+			r, err := rmaperfRun(rmaperf, "0", s, dur, "pgo", nil, "-socket", e.Socket, "-self")
 			if err != nil {
 				e.Stop(10 * time.Second)
 				return err

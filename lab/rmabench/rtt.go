@@ -110,7 +110,7 @@ func rttRun(rmad, rmaperf, dir string, b rttBench, dur time.Duration, emit emitF
 			return err
 		}
 		for _, s := range rttSpecs {
-			r, err := rmaperfRun(rmaperf, "0", s, dur, b.prefix+"net_ring", nil, "-ctl", lo.Socket, "-self")
+			r, err := rmaperfRun(rmaperf, "0", s, dur, b.prefix+"net_ring", nil, "-socket", lo.Socket, "-self")
 			if err != nil {
 				lo.Stop(10 * time.Second)
 				return fmt.Errorf("net_ring: %w", err)
@@ -180,7 +180,7 @@ func (b rttBench) pair(rmaperf string, oa, ob testbed.Options, port string, wire
 		mode = "in backoff mode (sleeping up to 200 µs when idle)"
 	}
 	for _, s := range rttSpecs {
-		r, err := rmaperfRun(rmaperf, "0", s, dur, b.prefix+port, srv.cliCreds, "-ctl", a.Socket, "-server", srv.kx, "-region", srv.region, "-event", "-spins=-1")
+		r, err := rmaperfRun(rmaperf, "0", s, dur, b.prefix+port, srv.cliCreds, "-socket", a.Socket, "-server", srv.kx, "-region", srv.region, "-event", "-spins=-1")
 		if err != nil {
 			return err
 		}

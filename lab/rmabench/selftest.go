@@ -171,7 +171,7 @@ func selftestMemifRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFun
 // over an inherited pipe.
 func selftestOnce(o testbed.Options, s spec, dur time.Duration, setup string, srv *perfServer, args ...string) (Row, error) {
 	a := append(o.Args(), "-selftest", s.test, "-s", strconv.Itoa(s.size), "-O", strconv.Itoa(s.depth),
-		"-D", dur.String(), "-selftest-json")
+		"-D", dur.String(), "-json")
 	a = append(a, args...)
 	cmd := exec.Command(o.Rmad, a...)
 	logPath := filepath.Join(o.Dir, o.Name+"-"+s.test+"-"+strconv.Itoa(s.size)+".log")
@@ -188,7 +188,7 @@ func selftestOnce(o testbed.Options, s spec, dur time.Duration, setup string, sr
 			return Row{}, err
 		}
 		defer closeAfter()
-		cmd.Args = append(cmd.Args, "-selftest-creds-fd", strconv.Itoa(fd))
+		cmd.Args = append(cmd.Args, "-creds-fd", strconv.Itoa(fd))
 	}
 	err = cmd.Run()
 	var r Row

@@ -32,7 +32,7 @@ func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration, emit emi
 	}
 	defer e.Stop(10 * time.Second)
 	off := func() (Row, error) {
-		return rmaperfRun(rmaperf, "0", telemetrySpec, d, "telemetry-off", nil, "-ctl", e.Socket, "-self")
+		return rmaperfRun(rmaperf, "0", telemetrySpec, d, "telemetry-off", nil, "-socket", e.Socket, "-self")
 	}
 	on := func() (Row, error) {
 		// Pinned to the application's CPU, reporting totals since it attached.
@@ -50,7 +50,7 @@ func telemetryRun(rmad, rmaperf, rmatop, dir string, dur time.Duration, emit emi
 			}
 			seen <- last.Samples
 		}()
-		r, err := rmaperfRun(rmaperf, "0", telemetrySpec, d, "telemetry-on", nil, "-ctl", e.Socket, "-self")
+		r, err := rmaperfRun(rmaperf, "0", telemetrySpec, d, "telemetry-on", nil, "-socket", e.Socket, "-self")
 		top.Interrupt()
 		samples := <-seen
 		if werr := top.Wait(); err == nil && werr != nil {

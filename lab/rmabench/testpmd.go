@@ -93,7 +93,7 @@ func engineFrames(rmad, rmaperf, rmactl, dir, port string, s spec, d time.Durati
 			return err
 		}
 		socket, stop = e.Socket, func() { e.Stop(10 * time.Second) }
-		run = func() (Row, error) { return rmaperfRun(rmaperf, "0", s, d, setup, nil, "-ctl", e.Socket, "-self") }
+		run = func() (Row, error) { return rmaperfRun(rmaperf, "0", s, d, setup, nil, "-socket", e.Socket, "-self") }
 	case "memif":
 		oa, ob := testbed.MemifPair(rmad, dir, "bench-tpmd-ma", "bench-tpmd-mb", "10.99.6.1", "10.99.6.2")
 		p, err := startPinnedPair(rmaperf, oa, ob)
