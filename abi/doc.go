@@ -31,6 +31,20 @@
 //	|   entries: CplCap x 32 B Completion          |
 //	+--------------------------------------------+ Size
 //
+// Indices are free-running uint32s (entry = index & mask). A producer
+// publishes a batch with one store of its producer index; a consumer
+// releases a batch with one store of its consumer index. The engine treats
+// the application's indices as untrusted: an impossible index closes the
+// portal (counted as RingsCorrupt).
+//
+// The completion doorbell (like ibv_req_notify_cq and a completion
+// channel): an application that wants to sleep stores 1 in the arm word,
+// re-checks the completion ring, and sleeps on an eventfd it got from the
+// control socket; after publishing completions the engine swaps an armed
+// word back to 0 and writes the eventfd. Sequentially consistent atomics on
+// both sides mean no wake-up is lost. An engine never blocks on it, and a
+// portal that never arms costs one load per publication.
+//
 // The paper (1RMA, SIGCOMM 2020, §4.3-§4.5 and Appendix B) issues a command
 // as four 16-byte MMIO stores into an on-NIC slot; here a command is one
 // 64-byte cache line in a ring, published in batches by one store of the

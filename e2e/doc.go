@@ -40,4 +40,8 @@
 // kv_test.go runs the key/value cache's failover across four engines on
 // a bridge (internal/kvfail): a replica rekeyed, its server process
 // killed, its engine killed, and no GET failing.
+//
+// tour_test.go runs the README's tour as a reader pastes it (the ```sh
+// block after <!-- tour; internal/frontdoor parses it) and checks the
+// output lines the README shows.
 package e2e

@@ -128,5 +128,15 @@
 // millisecond). A Server's methods are
 // safe for concurrent use; one mutex orders its updates.
 //
+// A GET is a getOp with up to two attempts (the second a hedge), each
+// owning a slice of the client's sink region until its READs complete; the
+// cookie of every READ names its attempt and generation, so a late
+// completion of an abandoned attempt is recognised. No goroutine, lock or
+// allocation is on the GET path: the replicas' goroutines (views, hints)
+// hand results over through an atomic pointer and channels of
+// preallocated batches. A server keeps, beside its regions, each slot's
+// key hash, last use and extent (store.go), behind one mutex; clients see
+// only the regions.
+//
 // Imports: portal, keyx, abi, aesni; never the engine.
 package kv

@@ -30,6 +30,12 @@
 // (paper §5.1): 7 write request, 8 pull (the serving engine asks for the
 // data: a WRITE's bytes, or a REKEY's new key), 9 write data.
 //
+// A READ's data comes back in responses of at most an MTU each, every one
+// carrying its offset within the op; offsets are multiples of 64, so the
+// initiator tracks arrival with a 64-bit bitmap per op (one bit per 64 B),
+// whatever the responder's MTU, and drops duplicates and overlaps. UDP
+// ports name the core that must process a frame (port.go).
+//
 // Every message is sealed with AES-128-GCM (package aesni): the additional
 // authenticated data is the IPv4 addresses, the UDP header and the OneRMA
 // header (AAD: frame[26:90], one contiguous run), a response's payload is

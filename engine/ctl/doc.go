@@ -62,6 +62,14 @@
 // regions and region bytes per portal are bounded by Config, and a
 // tenant's totals by its quota.
 //
+// Stats. The stats reply sums the cores (ctlmsg.Stats's fields) and, on
+// an engine of several, lists each (Stats.Cores); the portals list names
+// each portal's core (PortalStats.Core), and attach tells the application
+// its core (AttachReply.Core). Server.CoreStats reads one core with one
+// Exec (the metrics' scrape: engine/metrics); Server.Tenants reports the
+// tenants' usage against their quotas from the server's books, under its
+// mutex, off the loops.
+//
 // Reclaim. When a connection closes for any reason (Close, exit, crash,
 // kill -9) the server deregisters the portal's regions and closes the
 // portal on the core, and only then unmaps its memory. If the core cannot

@@ -23,6 +23,50 @@
 // core, and returns its own with those handed to it: one crossing more per
 // receive, and only when something is handed out.
 //
+// # The hand-over (handover.go)
+//
+// rmad sets a port up with one rx/tx queue pair per core
+// (dpdk.PortConfig{Queues: N, RSS: true}) and binds Queues: core i's Port
+// is queue pair i. No device here puts a frame on the queue of the core it
+// names: memif's queue i receives what the peer sent on its queue i;
+// net_tap, af_packet (qpairs=N: the kernel's fanout by flow hash) and
+// AF_XDP (a socket per queue) get what the kernel hashed to them; a NIC's
+// RSS spreads flows, it does not steer them. So every core's Recv steers
+// the frames its own queue received: frames of its own (and those
+// engine.Steer leaves to the receiving core) are returned with those handed
+// in; a frame of core j goes, as the mbuf itself (zero copy), on the ring
+// i→j; an ARP frame is returned and goes on every ring, with a reference
+// per ring (rte_mbuf_refcnt_update) taken before any ring holds it. The
+// sends are one cgo crossing, made only when something was handed out;
+// what a full ring refuses is freed and counted.
+//
+// The rings are DPDK rte_rings of mbuf pointers (dpdk.Ring), one per
+// ordered pair of cores, single-producer and single-consumer: N(N-1) rings
+// of port.handover_ring entries. Neither end ever waits for the other:
+// each moves only its own head and tail (release stores, acquire loads).
+// One multi-producer ring per destination would be N rings, but its
+// producers serialise on a compare-and-swap of the head and each then
+// waits for those before it to publish the tail: a producer thread
+// preempted in between would hold up every other core's hand-over to that
+// destination. The consumer reads each ring's producer index once per
+// receive, inside the crossing it makes anyway.
+//
+// Counters: each core counts what it handed out, what it took in (part of
+// its rx frames) and what a full ring lost (handed_out, handed_in,
+// handover_full; an ARP frame once per destination), so over an engine
+// handed out = handed in + lost + in the rings. A frame handed over is
+// processed in its core's next receive. Each core's device counters are
+// its queue pair's (rte_eth_stats q_*; core 0 also carries the device's
+// missed, no-mbuf and tx-error counts), so their sum is the device's.
+//
+// Not done: rte_flow rules that would put each frame on its core's queue
+// (a flow per UDP destination port: UDPPort + c for WRITE data, the
+// initiator ports for answers; requests would still be handed over, since
+// their core is a hash of the sender's IV lane, which a NIC cannot
+// compute). rmad asks an AF_XDP port for queue_count equal to its cores;
+// the XDP program sends each frame to the socket of its rx queue
+// (engine/dpdkport/xdp).
+//
 // A Port is owned by one goroutine, the runner's loop, which should be
 // pinned and registered with the EAL (ThreadHooks) so the mempool's
 // per-lcore cache serves the refills.

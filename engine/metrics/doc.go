@@ -13,6 +13,23 @@
 // from the delay batches it already makes for rmatop's probe, and exported
 // as const histograms: there is no Observe per completion.
 //
+// Rules of a scrape: each core is read with one runner.Exec
+// (ctl.Server.CoreStats), whose closure builds that core's part of the
+// stats reply and copies its delay histograms; metric objects, text
+// encoding and compression happen on the HTTP goroutine. At most
+// MaxScrapes run at once; one that takes longer than ScrapeTimeout (a
+// stalled loop) gets a 503, and a core whose loop has stopped is reported
+// as onerma_core_up 0 and nothing else. The histograms trail the
+// completions by at most one batch (telemetry.BatchLen completions or
+// telemetry.FlushNs). Bucket b of a Delays histogram holds delays in
+// (2^(b-1), 2^b] ns, so its Prometheus le is exactly 2^b ns; buckets below
+// 256 ns are folded into the first (the loop reads its clock once per
+// iteration). Per-portal gauges carry the portal's id, name, uid, pid
+// (identity), class and tenant; per-uid gauges sum a uid's portals over
+// all cores; each tenant's usage against its quotas
+// (onerma_tenant_usage, onerma_tenant_quota by resource) comes from
+// Config.Tenants (ctl.Server.Tenants).
+//
 // Import graph: tools/rmad ──► engine/metrics ──► ctlmsg, engine/telemetry,
 // github.com/prometheus/client_golang. It imports neither the engine nor
 // DPDK.

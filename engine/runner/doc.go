@@ -30,6 +30,31 @@
 // that the loop runs between iterations, on the core's own goroutine, so
 // nothing on the data path locks (Machnet's ChannelsUpdate).
 //
+// # Threads
+//
+// Each core's loop goroutine is locked to its OS thread. rmad gives each
+// busy loop a CPU (poll.cpus: core i's is the i-th): the ThreadStart hook
+// pins the thread there and registers it with the EAL
+// (dpdkport.ThreadHooks), and every other thread of the process (Go
+// runtime threads, the control plane, DPDK's control threads) is moved off
+// that CPU (dpdk.KeepOthersOff); threads started later inherit that.
+// Before the loops start rmad raises GOMAXPROCS to at least the cores plus
+// two (tools/rmad setGOMAXPROCS: a P for the control plane and scrapes,
+// one for the garbage collector's mark worker): a busy loop holds its P
+// for good, and with no P idle the runtime takes a loop's P during its
+// cgo calls, or a preempted loop waits for one. GOMAXPROCS then stays
+// fixed: the runtime would otherwise recount CPUs from a moved thread's
+// affinity and take the loops' Ps away during their cgo calls.
+//
+// In busy mode with a CPU, the loop thread alone runs at nice poll.nice
+// (default -20, dpdk.SetNice): other processes the kernel places on its CPU
+// get short slices rarely and are balanced away, where at nice 0 such a
+// process would share the CPU in slices long enough to time the engine's
+// ops out. A setup where an application shares the engine's CPU sets 0.
+// Whatever the mode, a stall (above) moves only the core's own deadlines;
+// the serving side's do not move, so a stalled serving engine can still
+// end a pull.
+//
 // Place in the import graph: runner imports engine only (and x/sys/unix).
 // Ports: engine/dpdkport (DPDK ethdev queue), engine/memport (in memory).
 // Binaries (tools/rmad) wire port, core and runner together.

@@ -85,6 +85,22 @@
 //     frame's sender, and each incarnation of an engine uses only
 //     counters above those of the incarnation before its SIGKILL.
 //
+// # How the checks know
+//
+// Every application is a portal of this process; each engine's owner, raw
+// worker and executor are separate portals (an Executor owns its portal's
+// data path), and each worker's goroutine owns its portal. A raw slot's
+// lane blocks, and an executor's partition, are written only by that slot
+// or executor, so their expected bytes follow from a generation number (a
+// WRITE that may or may not have committed leaves two candidates, which
+// the READ back settles). A fault's window runs from its start to its end
+// plus a grace of TIMEOUT + the resolve timeout + 1 s, and is closed only
+// when the engine's applications have reconnected. The capture sees each
+// frame once, on the router-side port it entered by (the veth end, or the
+// net_tap engine's tap, which the unbound socket sees again after every
+// restart); a frame's engine incarnation is given by its kernel timestamp
+// against the times its engine was seen dead.
+//
 // The report (Report.Print) prints what was counted and ends with
 // "soak: ok" only when all of it held.
 package soak

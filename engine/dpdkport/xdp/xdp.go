@@ -17,6 +17,16 @@
 // DPDK could detach it; Sockets reports whether the process's AF_XDP
 // sockets run in copy or zero-copy mode.
 //
+// DPDK (22.11) loads the program with libbpf, attaches it to the
+// interface and puts each queue's socket into the map named xsks_map (an
+// engine of N cores: queue_count=N, core i's socket at the i-th queue
+// from start_queue). rmad writes the engine's address and its own PID into
+// onerma_cfg: the PID lets the next engine tell a program a killed engine
+// left (DPDK attaches only to an interface without one) from a live
+// engine's. The port's mbuf pool must be one page per mbuf, page-aligned
+// and back to back (dpdk.NewPagedPktmbufPool): net_af_xdp registers the
+// pool as the socket's umem assuming exactly that array.
+//
 // It knows nothing of 1RMA and imports nothing of the engine. Everything
 // here needs root (CAP_NET_ADMIN and CAP_BPF, CAP_SYS_ADMIN to open a
 // program by id); the netlink calls act in the calling thread's network

@@ -5,6 +5,19 @@
 // histograms of issue, total and remote delay per op and status. A
 // Snapshot reads them out; two snapshots' difference is an interval's.
 //
+// The program reads only the n samples the engine wrote: the rest of a
+// fresh batch may be pages never touched, which a BPF program cannot fault
+// in. Its map hist is a plain array (BPF_F_MMAPABLE) of op (4) × status
+// (64) × delay kind (3) × 33 log2 buckets: the verifier inlines array
+// lookups, and a Snapshot reads all of it with one copy from the mapping.
+// Samples outside that range are counted (out_of_range), as are batches
+// that could not be read. Beside it, core_total (core (64) × op × 33
+// buckets of total delay, every status) and core_counts (each core's
+// batches, completions and OK bytes by op) count every batch by the core
+// the hook names, so rmatop shows each core beside the engine. The
+// engine's own side of the count is delay_batches and delay_samples in
+// its stats.
+//
 // Needs root (CAP_BPF and CAP_PERFMON) and a kernel with uprobes; the BPF
 // object is compiled by `make bpf` and embedded.
 package probe

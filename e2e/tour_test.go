@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/onerma/onerma/internal/frontdoor"
+	"github.com/onerma/onerma/internal/testbed"
+)
+
+// The README's tour: its engines' control sockets and memif socket, and
+// their EAL file prefixes (onerma-a, onerma-b).
+var (
+	tourSockets = []string{"/run/onerma/a.sock", "/run/onerma/b.sock"}
+	tourMemif   = "/run/onerma/tour.memif"
+	tourEngines = []string{"a", "b"}
+)
+
+// TestREADMETour runs the README's tour as a reader pastes it: the ```sh
+// block after <!-- tour, with bash -e, from the module's root, with the
+// one substitution the reader does not need (the directory of the built
+// binaries for the tour's "$PWD/bin"). The tour starts two engines over
+// memif, an rmaperf server on engine B, a verified READ and a WRITE from
+// engine A, and rmactl stats; it stops everything it started. Every line
+// the README shows as output ("#   ...", "…" for numbers) must be a line
+// of what the tour printed, and no socket of the tour may be left.
+func TestREADMETour(t *testing.T) {
+	needEngines(t)
+	binDir := filepath.Dir(rmadBin)
+	for _, bin := range []string{"rmad", "rmactl", "rmaperf"} {
+		if _, err := os.Stat(filepath.Join(binDir, bin)); err != nil {
+			t.Fatalf("%v (make build)", err)
+		}
+	}
+	root, err := frontdoor.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, want, err := frontdoor.Tour(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(script, frontdoor.TourBin) != 1 {
+		t.Fatalf("the tour does not name %s once:\n%s", frontdoor.TourBin, script)
+	}
+	script = strings.Replace(script, frontdoor.TourBin, binDir, 1)
+	for _, s := range append(tourSockets, tourMemif) {
+		if c, err := net.Dial("unixpacket", s); err == nil {
+			c.Close()
+			t.Fatalf("%s answers: another tour (or an engine) is running; stop it first", s)
+		}
+		os.Remove(s) // left by an engine that was killed
+	}
+
+	// The tour's own directory (mktemp -d) goes under the test's.
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", script)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	// Its own process group: on a timeout or a failure, the engines and
+	// the key service it left in the background go with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nothing, if the tour stopped all it started
+	}
+	if err != nil {
+		t.Fatalf("the tour failed: %v\n%s\n%s", err, out.String(), tourLogs(tmp))
+	}
+
+	var got []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		got = append(got, frontdoor.Collapse(l))
+	}
+	for _, re := range want {
+		found := false
+		for _, l := range got {
+			if re.MatchString(l) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("the README says the tour prints a line matching %s; it did not", re)
+		}
+	}
+	// Stopped engines leave nothing but their IV and identity state.
+	var left []string
+	for _, s := range tourSockets {
+		if _, err := os.Stat(s); !errors.Is(err, os.ErrNotExist) {
+			left = append(left, s)
+			os.Remove(s)
+		}
+	}
+	for _, n := range tourEngines {
+		// DPDK names its huge page files PREFIXmap_N.
+		m, _ := filepath.Glob("/dev/hugepages/onerma-" + n + "map_*")
+		left = append(left, m...)
+		if _, err := os.Stat(testbed.RuntimeDir(n)); err == nil {
+			left = append(left, testbed.RuntimeDir(n))
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("left behind after the tour: %s", strings.Join(left, " "))
+	}
+	if t.Failed() {
+		t.Logf("the tour printed:\n%s\n%s", out.String(), tourLogs(tmp))
+	}
+}
+
+// tourLogs returns the engines' logs the tour wrote into its directory.
+func tourLogs(tmp string) string {
+	var b strings.Builder
+	logs, _ := filepath.Glob(filepath.Join(tmp, "*", "?.log"))
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		b.WriteString("== " + l + "\n")
+		b.Write(data)
+	}
+	return b.String()
+}

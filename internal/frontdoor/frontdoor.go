@@ -1,0 +1,254 @@
+// Package frontdoor keeps the repository's front door from rotting: the
+// README, ARCHITECTURE.md, SECURITY.md and docs/ are what a newcomer
+// reads first, so their links must resolve, the README and ARCHITECTURE
+// must stay short, the README's Go application must compile against the
+// API of the tree, and its tour must run (e2e/tour_test.go runs it with
+// real engines; this package's tests need neither root nor DPDK).
+//
+// The README marks its two executable blocks with an HTML comment on the
+// line before the fence, which renders as nothing:
+//
+//	<!-- tour: ... -->   the next ```sh block: the tour, run with bash -e
+//	<!-- app: ... -->    the next ```go block: a main package that must compile
+//
+// In the tour, a line that starts "#   " (a hash and three spaces) is
+// output the reader will see; "…" in it stands for anything (numbers that
+// vary). Every other line is a command, or a comment.
+//
+// Headings are turned into anchors as GitHub does: lower case, every
+// character but letters, digits, spaces, hyphens and underscores dropped,
+// spaces turned into hyphens, and a repeated anchor suffixed -1, -2, ...
+//
+// Imports nothing of ours: the e2e tour test imports it.
+package frontdoor
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"unicode"
+)
+
+// Root is the module's root: the nearest directory at or above the working
+// directory that holds go.mod.
+func Root() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("frontdoor: no go.mod at or above the working directory")
+		}
+		dir = up
+	}
+}
+
+// Line is one line of a Markdown document with its 1-based number and
+// whether it lies inside a fenced code block (the fences included).
+type Line struct {
+	N      int
+	Text   string
+	InCode bool
+}
+
+// Lines splits doc into lines and marks those of fenced code blocks.
+func Lines(doc []byte) []Line {
+	var out []Line
+	fence := ""
+	sc := bufio.NewScanner(bytes.NewReader(doc))
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		text := sc.Text()
+		trimmed := strings.TrimLeft(text, " ")
+		in := fence != ""
+		switch {
+		case fence == "" && (strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~")):
+			fence, in = trimmed[:3], true
+		case fence != "" && strings.HasPrefix(trimmed, fence) && strings.TrimSpace(strings.TrimLeft(trimmed, fence[:1])) == "":
+			fence = ""
+		}
+		out = append(out, Line{N: n, Text: text, InCode: in})
+	}
+	return out
+}
+
+// Link is one inline Markdown link: its target as written and its line.
+type Link struct {
+	Target string
+	Line   int
+}
+
+var (
+	linkRE = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	codeRE = regexp.MustCompile("`[^`]*`")
+)
+
+// Links returns the inline links of doc outside code blocks and code spans.
+func Links(doc []byte) []Link {
+	var out []Link
+	for _, l := range Lines(doc) {
+		if l.InCode {
+			continue
+		}
+		text := codeRE.ReplaceAllString(l.Text, "")
+		for _, m := range linkRE.FindAllStringSubmatch(text, -1) {
+			out = append(out, Link{Target: m[1], Line: l.N})
+		}
+	}
+	return out
+}
+
+// IsRelative reports whether a link target names a file of this
+// repository (or an anchor of the same document), not a URL.
+func IsRelative(target string) bool {
+	if strings.HasPrefix(target, "//") {
+		return false
+	}
+	if i := strings.IndexAny(target, ":/#"); i >= 0 && target[i] == ':' {
+		return false // a scheme: https:, mailto:, ...
+	}
+	return true
+}
+
+// Slug is the anchor GitHub gives a heading's text.
+func Slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Anchors returns the anchors of doc's headings (outside code blocks).
+func Anchors(doc []byte) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	for _, l := range Lines(doc) {
+		if l.InCode || !strings.HasPrefix(l.Text, "#") {
+			continue
+		}
+		level := len(l.Text) - len(strings.TrimLeft(l.Text, "#"))
+		if level > 6 || !strings.HasPrefix(l.Text[level:], " ") {
+			continue
+		}
+		s := Slug(strings.TrimRight(strings.TrimSpace(l.Text[level:]), "#"))
+		if n := seen[s]; n > 0 {
+			seen[s]++
+			s = fmt.Sprintf("%s-%d", s, n)
+		} else {
+			seen[s] = 1
+		}
+		out[s] = true
+	}
+	return out
+}
+
+// Block returns the body of the first fenced code block after the line
+// that starts "<!-- marker" (an HTML comment), and the block's language.
+func Block(doc []byte, marker string) (lang, body string, err error) {
+	lines := Lines(doc)
+	start := -1
+	for i, l := range lines {
+		if !l.InCode && strings.HasPrefix(strings.TrimSpace(l.Text), "<!-- "+marker) {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		return "", "", fmt.Errorf("frontdoor: no <!-- %s --> marker", marker)
+	}
+	i := start + 1
+	for i < len(lines) && strings.TrimSpace(lines[i].Text) == "" {
+		i++
+	}
+	if i == len(lines) || !lines[i].InCode {
+		return "", "", fmt.Errorf("frontdoor: <!-- %s --> (line %d) is not followed by a code block", marker, lines[start].N)
+	}
+	lang = strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(lines[i].Text), "`~"))
+	var b strings.Builder
+	for i++; i < len(lines); i++ {
+		if t := strings.TrimSpace(lines[i].Text); strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
+			return lang, b.String(), nil // the closing fence
+		}
+		b.WriteString(lines[i].Text)
+		b.WriteByte('\n')
+	}
+	return "", "", fmt.Errorf("frontdoor: the code block after <!-- %s --> is not closed", marker)
+}
+
+// OutputPrefix starts a line of the tour that shows output, not a command.
+const OutputPrefix = "#   "
+
+// TourBin is how the tour names the directory of the built binaries (the
+// clone's bin/, as make build leaves it); e2e substitutes the directory
+// it tests.
+const TourBin = "$PWD/bin"
+
+// Tour returns the README's tour: the script (the sh block after
+// <!-- tour), and a pattern for each output line it shows, to be matched
+// against whole lines of the script's output whose runs of spaces are
+// collapsed (Collapse).
+func Tour(readme []byte) (script string, want []*regexp.Regexp, err error) {
+	lang, body, err := Block(readme, "tour")
+	if err != nil {
+		return "", nil, err
+	}
+	if lang != "sh" && lang != "bash" {
+		return "", nil, fmt.Errorf("frontdoor: the tour block is %q, want sh", lang)
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(l, OutputPrefix) {
+			continue
+		}
+		parts := strings.Split(Collapse(l[len(OutputPrefix):]), "…")
+		for i := range parts {
+			parts[i] = regexp.QuoteMeta(parts[i])
+		}
+		re, err := regexp.Compile("^" + strings.Join(parts, ".*") + "$")
+		if err != nil {
+			return "", nil, err
+		}
+		want = append(want, re)
+	}
+	if len(want) == 0 {
+		return "", nil, errors.New("frontdoor: the tour shows no output (lines starting \"#   \")")
+	}
+	return body, want, nil
+}
+
+// Collapse trims s and turns each run of spaces and tabs into one space.
+func Collapse(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// Commands are the command words the tour's lines start with (after
+// "export", "until", ... the shell's own words are not commands of ours):
+// the first word of every line that is not a comment, an output line or a
+// continuation of the line before.
+func Commands(script string) []string {
+	var out []string
+	cont := false
+	for _, l := range strings.Split(script, "\n") {
+		t := strings.TrimSpace(l)
+		wasCont := cont
+		cont = strings.HasSuffix(t, "\\")
+		if wasCont || t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		out = append(out, strings.Fields(t)[0])
+	}
+	return out
+}
