@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,7 +31,9 @@ var (
 // one substitution the reader does not need (the directory of the built
 // binaries for the tour's "$PWD/bin"). The tour starts two engines over
 // memif, an rmaperf server on engine B, a verified READ and a WRITE from
-// engine A, and rmactl stats; it stops everything it started. Every line
+// engine A, and rmactl stats, and (as the README says, before the tour's
+// last line) the README's Go application reads through engine A; the tour
+// stops everything it started. Every line
 // the README shows as output ("#   ...", "…" for numbers) must be a line
 // of what the tour printed, and no socket of the tour may be left.
 func TestREADMETour(t *testing.T) {
@@ -57,6 +60,17 @@ func TestREADMETour(t *testing.T) {
 		t.Fatalf("the tour does not name %s once:\n%s", frontdoor.TourBin, script)
 	}
 	script = strings.Replace(script, frontdoor.TourBin, binDir, 1)
+	// The README's application runs where the README says to run it:
+	// against the tour's engines, before the tour's last line, with the
+	// tour's credentials. It prints its READ's completion.
+	app := filepath.Join(t.TempDir(), "hello")
+	if err := frontdoor.BuildApp(root, frontdoor.GoBin(), app); err != nil {
+		t.Fatal(err)
+	}
+	script = strings.TrimRight(script, "\n")
+	last := strings.LastIndex(script, "\n")
+	script = script[:last+1] + app + " creds\n" + script[last+1:] + "\n"
+	want = append(want, regexp.MustCompile(`^OK [0-9]+ ns \[`))
 	for _, s := range append(tourSockets, tourMemif) {
 		if c, err := net.Dial("unixpacket", s); err == nil {
 			c.Close()

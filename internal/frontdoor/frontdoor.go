@@ -28,8 +28,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"unicode"
 )
@@ -229,6 +231,51 @@ func Tour(readme []byte) (script string, want []*regexp.Regexp, err error) {
 		return "", nil, errors.New("frontdoor: the tour shows no output (lines starting \"#   \")")
 	}
 	return body, want, nil
+}
+
+// BuildApp builds the README's Go application (the ```go block after
+// <!-- app) as a main package inside the module at root, with the go
+// command goBin, into the executable out (os.DevNull: only compile it).
+func BuildApp(root, goBin, out string) error {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		return err
+	}
+	lang, body, err := Block(readme, "app")
+	if err != nil {
+		return err
+	}
+	if lang != "go" || !strings.HasPrefix(body, "package main\n") {
+		return fmt.Errorf("frontdoor: the application block is %q and starts %.20q, want a go block with package main", lang, body)
+	}
+	// A directory whose name starts with "." is left out of ./... but
+	// builds when named.
+	dir, err := os.MkdirTemp(filepath.Join(root, "internal", "frontdoor"), ".readme-app-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(body), 0o644); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(root, dir)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(goBin, "build", "-o", out, "./"+filepath.ToSlash(rel))
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("frontdoor: the README's Go application does not build against this tree: %v\n%s", err, b)
+	}
+	return nil
+}
+
+// GoBin is the go command: the one in PATH, else the running toolchain's.
+func GoBin() string {
+	if g, err := exec.LookPath("go"); err == nil {
+		return g
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // Collapse trims s and turns each run of spaces and tabs into one space.

@@ -2,9 +2,7 @@ package frontdoor_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -167,36 +165,8 @@ func TestTourBlock(t *testing.T) {
 // ```go block after <!-- app) as a main package inside this module, so it
 // compiles against the tree's API as it is.
 func TestREADMEApplicationCompiles(t *testing.T) {
-	r := root(t)
-	lang, body, err := frontdoor.Block(read(t, filepath.Join(r, "README.md")), "app")
-	if err != nil {
+	if err := frontdoor.BuildApp(root(t), frontdoor.GoBin(), os.DevNull); err != nil {
 		t.Fatal(err)
-	}
-	if lang != "go" || !strings.HasPrefix(body, "package main\n") {
-		t.Fatalf("the application block is %q and starts %.20q, want a go block with package main", lang, body)
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	// A directory whose name starts with "." is left out of ./... but
-	// builds when named.
-	dir, err := os.MkdirTemp(filepath.Join(r, "internal", "frontdoor"), ".readme-app-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rel, err := filepath.Rel(r, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(goBin, "build", "-o", os.DevNull, "./"+filepath.ToSlash(rel))
-	cmd.Dir = r
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the README's Go application does not build against this tree: %v\n%s", err, out)
 	}
 }
 
