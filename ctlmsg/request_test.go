@@ -251,6 +251,7 @@ func TestResponseRoundTrip(t *testing.T) {
 		{V: Version, ID: 7, Op: OpAttach, Attach: &AttachReply{Portal: 2}},
 		{V: Version, ID: 8, Op: OpCreateRegion, Memory: &MemoryReply{Memory: 3, Size: 5000, MapSize: 8192}},
 		{V: Version, ID: 9, Op: OpCreateRegion, Code: CodeQuota, Quota: QuotaMemoryBytes, Error: `create_region: tenant "main uid 1000" holds ...`},
+		{V: Version, ID: 11, Op: OpCreateRegion, Code: CodeQuota, Quota: QuotaRegions, Error: `create_region: tenant "main uid 1000" holds 14 regions; ...`},
 		{V: Version, ID: 4, Op: OpOpen, Code: CodeClass, Error: `open: portal "x" asks for class high`},
 		{V: Version, ID: 5, Op: OpStats, Stats: &Stats{Posted: 9, Completed: map[string]uint64{"OK": 9}, Fault: &FaultStats{
 			Rx:   FaultDirStats{Frames: 100, Passed: 90, Dropped: 5, Duplicated: 2, Delayed: 3, Reordered: 2, Released: 7, PoolEmpty: 1},
@@ -259,9 +260,10 @@ func TestResponseRoundTrip(t *testing.T) {
 		}}},
 		{V: Version, ID: 6, Op: OpStats, Stats: &Stats{Posted: 1, Completed: map[string]uint64{}}},
 		{V: Version, ID: 10, Op: OpStats, Stats: &Stats{Completed: map[string]uint64{}, Tenants: []TenantStats{
-			{Name: "main uid 0", Socket: "/run/onerma/rmad.sock", UID: new(int64), Conns: 2,
-				TenantUsage: TenantUsage{MemoryBytes: 4 << 20, HugepageBytes: 2 << 20, Portals: 1, Slots: 16},
-				Quota:       TenantUsage{MemoryBytes: 1 << 30, HugepageBytes: 256 << 20, Portals: 32, Slots: 512}},
+			{Name: "main uid 0", Socket: "/run/onerma/rmad.sock", UID: new(int64),
+				TenantUsage: TenantUsage{Conns: 2, MemoryBytes: 4 << 20, HugepageBytes: 2 << 20, Portals: 1, Slots: 16, Regions: 3},
+				Quota:       TenantUsage{Conns: 64, MemoryBytes: 1 << 30, HugepageBytes: 256 << 20, Portals: 32, Slots: 512, Regions: 512},
+				Guarantee:   TenantUsage{Conns: 4, MemoryBytes: 64 << 20, HugepageBytes: 8 << 20, Portals: 2, Slots: 64, Regions: 16}},
 			{Name: "web", Socket: "/run/onerma/web.sock"},
 		}}},
 	} {

@@ -51,13 +51,15 @@ type Response struct {
 	Stats    *Stats       `json:"stats,omitempty"`
 }
 
-// Names of the quotas a tenant is held to (Response.Quota, and the keys
-// of rmad's ctl.quota).
+// Names of the pools a tenant is held to a quota and a guarantee of
+// (Response.Quota, and the keys of rmad's ctl.quota and ctl.guarantee).
 const (
 	QuotaMemoryBytes   = "memory_bytes"   // shared memory: regions and portal segments, as mapped
 	QuotaHugepageBytes = "hugepage_bytes" // of which on huge pages
 	QuotaPortals       = "portals"        // portals open at once
 	QuotaSlots         = "slots"          // command slots held at once
+	QuotaConns         = "conns"          // control connections open at once
+	QuotaRegions       = "regions"        // region memory objects: registered, created and not yet registered, or alive after deregistration
 )
 
 // OpenReply describes the portal segment whose fd comes with the response.
@@ -213,18 +215,26 @@ type TenantStats struct {
 	Name   string `json:"name"`          // socket name, and "uid N" where the socket splits tenants by uid
 	Socket string `json:"socket"`        // the control socket's path
 	UID    *int64 `json:"uid,omitempty"` // absent: the socket is one tenant
-	Conns  int    `json:"conns"`         // control connections open
 	TenantUsage
-	// Quota are the tenant's limits (its socket's quotas).
+	// Quota are the tenant's limits (its socket's quotas): the most it
+	// may hold of each pool.
 	Quota TenantUsage `json:"quota"`
+	// Guarantee are the tenant's minimums (its socket's guarantees):
+	// what it is given of each pool however much the others hold.
+	Guarantee TenantUsage `json:"guarantee"`
 }
 
-// TenantUsage counts what a tenant holds, in the units of its quotas.
+// TenantUsage counts what a tenant holds of each pool, in the units of
+// its quotas. Memory objects (region and portal memory) count from their
+// creation until the last descriptor and mapping of them is gone, in the
+// application too.
 type TenantUsage struct {
+	Conns         int    `json:"conns"`   // control connections open
+	Portals       int    `json:"portals"` // portals, each until its segment is gone
+	Slots         int    `json:"slots"`
+	Regions       int    `json:"regions"` // region memory objects
 	MemoryBytes   uint64 `json:"memory_bytes"`
 	HugepageBytes uint64 `json:"hugepage_bytes"`
-	Portals       int    `json:"portals"`
-	Slots         int    `json:"slots"`
 }
 
 // PortStats are a DPDK port's counters: the engine's driver's and the

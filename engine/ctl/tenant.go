@@ -144,7 +144,8 @@ func (s *Server) Tenants() []ctlmsg.TenantStats {
 		if t.idle() {
 			continue
 		}
-		ts := ctlmsg.TenantStats{Name: t.name, Socket: t.l.cfg.Path, Conns: t.conns, TenantUsage: t.use, Quota: t.l.limits}
+		ts := ctlmsg.TenantStats{Name: t.name, Socket: t.l.cfg.Path, TenantUsage: t.use, Quota: t.l.limits}
+		ts.Conns = t.conns
 		if t.key.uid >= 0 {
 			uid := t.key.uid
 			ts.UID = &uid
