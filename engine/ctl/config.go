@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/ctlmsg"
@@ -51,9 +52,10 @@ type SocketConfig struct {
 	// Policy gives this socket's applications their class of service and
 	// slot caps.
 	Policy AppPolicy
-	// Quota, field by field, replaces Config.Quota for this socket's
-	// tenants.
-	Quota Quota
+	// Quota and Guarantee, field by field, replace Config.Quota and
+	// Config.Guarantee for this socket's tenants.
+	Quota     Quota
+	Guarantee Quota
 }
 
 // label is the socket's name for messages.
@@ -72,15 +74,29 @@ type Config struct {
 	CmdCap uint32 // default command ring capacity (power of two)
 	CplCap uint32 // default completion ring capacity (power of two)
 
-	// Quota is every tenant's quota unless its socket sets its own.
-	// Every field must be set (DefaultQuota sets them all).
-	Quota Quota
-	// Resources, if set, are the totals quota percentages are of; nil:
-	// measured at Listen (tests set them).
+	// Quota is every tenant's quota (the most it may hold of each pool)
+	// and Guarantee its guarantee (what it is given of each pool however
+	// much the others hold: pool.go) unless its socket sets its own.
+	// Every field of both must be set (DefaultQuota and DefaultGuarantee
+	// set them all).
+	Quota     Quota
+	Guarantee Quota
+	// ReserveTenants is K of the admission rule (pool.go): room for the
+	// guarantees of this many tenants that do not hold anything yet is
+	// kept free in every pool, so that they can connect, open a portal
+	// and register regions however much the others hold. K times the
+	// largest guarantee must fit each pool's total.
+	ReserveTenants int
+	// Resources, if set, replace the measured memory totals quota
+	// percentages are of (MemoryBytes, HugepageBytes; tests set them);
+	// the tables are the engine's.
 	Resources *Resources
 
-	MaxConns            int    // control connections at once (each may hold one portal)
-	MaxConnsPerUID      int    // control connections at once of one peer uid, over all sockets
+	MaxConns int // control connections at once (each may hold one portal): the conns pool
+	// OpenDeadline closes a connection that has not opened a portal
+	// (open and attach) this long after it connected; one that has sent
+	// only identity and stats requests, this long after its last.
+	OpenDeadline        time.Duration
 	MaxRegionsPerPortal int    // regions one portal may hold
 	MaxRegionBytes      uint64 // bytes of one region
 	MaxPortalBytes      uint64 // bytes of all regions of one portal
@@ -130,8 +146,10 @@ func DefaultConfig() Config {
 		CmdCap:              256,
 		CplCap:              1024,
 		Quota:               DefaultQuota(),
+		Guarantee:           DefaultGuarantee(),
+		ReserveTenants:      8,
 		MaxConns:            256,
-		MaxConnsPerUID:      64,
+		OpenDeadline:        5 * time.Second,
 		MaxRegionsPerPortal: 256,
 		MaxRegionBytes:      1 << 30,
 		MaxPortalBytes:      4 << 30,
@@ -149,7 +167,7 @@ var ErrConfig = errors.New("ctl: invalid config")
 func (c *Config) Validate() error {
 	bad := func(f string, v any) error { return fmt.Errorf("%w: %s = %v", ErrConfig, f, v) }
 	pow2 := func(v uint32) bool { return v >= 2 && v <= ctlmsg.MaxRingCap && v&(v-1) == 0 }
-	q := c.Quota
+	q, g := c.Quota, c.Guarantee
 	switch {
 	case len(c.Sockets) == 0:
 		return bad("Sockets", "none")
@@ -157,12 +175,16 @@ func (c *Config) Validate() error {
 		return bad("CmdCap", c.CmdCap)
 	case !pow2(c.CplCap):
 		return bad("CplCap", c.CplCap)
-	case q.MemoryBytes == nil || q.HugepageBytes == nil || q.Portals == nil || q.Slots == nil:
+	case !q.complete():
 		return bad("Quota", "with a field unset (start from DefaultQuota)")
+	case !g.complete():
+		return bad("Guarantee", "with a field unset (start from DefaultGuarantee)")
+	case c.ReserveTenants < 0 || c.ReserveTenants > 1<<16:
+		return bad("ReserveTenants", c.ReserveTenants)
 	case c.MaxConns < 1:
 		return bad("MaxConns", c.MaxConns)
-	case c.MaxConnsPerUID < 1 || c.MaxConnsPerUID > c.MaxConns:
-		return bad("MaxConnsPerUID", c.MaxConnsPerUID)
+	case c.OpenDeadline <= 0:
+		return bad("OpenDeadline", c.OpenDeadline)
 	case c.MaxRegionsPerPortal < 0:
 		return bad("MaxRegionsPerPortal", c.MaxRegionsPerPortal)
 	case c.MaxRegionBytes < 1 || c.MaxRegionBytes > ctlmsg.MaxRegionBytes:
@@ -178,6 +200,9 @@ func (c *Config) Validate() error {
 	}
 	if err := q.Validate(); err != nil {
 		return fmt.Errorf("%w: Quota: %v", ErrConfig, err)
+	}
+	if err := g.Validate(); err != nil {
+		return fmt.Errorf("%w: Guarantee: %v", ErrConfig, err)
 	}
 	paths, names := map[string]bool{}, map[string]bool{}
 	for i := range c.Sockets {
@@ -203,6 +228,9 @@ func (c *Config) Validate() error {
 		paths[filepath.Clean(sc.Path)], names[sc.label()] = true, true
 		if err := sc.Quota.Validate(); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrConfig, f("Quota"), err)
+		}
+		if err := sc.Guarantee.Validate(); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrConfig, f("Guarantee"), err)
 		}
 		if err := sc.Policy.Validate(); err != nil {
 			return fmt.Errorf("%w (%s, socket %s)", err, f("Policy"), sc.label())

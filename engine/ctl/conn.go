@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sort"
 	"time"
 
@@ -23,7 +24,8 @@ type conn struct {
 	uc     *net.UnixConn
 	id     uint64
 	peer   peer
-	tenant *tenant // set at accept, charged for everything the connection holds
+	tenant *tenant   // set at accept, charged for everything the connection holds
+	since  time.Time // accepted
 
 	ident uint32 // the peer process's identity (0: not asked for yet)
 
@@ -36,7 +38,6 @@ type conn struct {
 	layout   abi.Layout
 	class    abi.Class
 	seg      *shm
-	segUse   ctlmsg.TenantUsage // what the portal and its segment cost the tenant
 	maxSlots int
 	capFrom  string // where maxSlots came from, for error messages
 	slots    int    // slots allocated to the portal
@@ -71,16 +72,16 @@ func fail(code ctlmsg.Code, format string, args ...any) *reqError {
 	return &reqError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-// refuse answers a connection beyond MaxConns and closes it. It reads the
-// client's first request before answering: closing a unix socket with
-// unread data would reset the connection and lose the answer.
-func refuse(uc *net.UnixConn, why string) {
+// refuse answers a connection its tenant's pools refused, and closes it.
+// It reads the client's first request before answering: closing a unix
+// socket with unread data would reset the connection and lose the answer.
+func refuse(uc *net.UnixConn, why *reqError) {
 	defer uc.Close()
 	var (
 		buf [ctlmsg.MaxRequestBytes + 1]byte
 		oob [256]byte
 	)
-	resp := ctlmsg.Response{V: ctlmsg.Version, Code: ctlmsg.CodeLimit, Error: why}
+	resp := ctlmsg.Response{V: ctlmsg.Version, Code: why.code, Error: why.msg, Quota: why.quota}
 	uc.SetDeadline(time.Now().Add(refuseWait))
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf[:], oob[:])
 	if err != nil {
@@ -112,11 +113,22 @@ func (c *conn) serve() {
 		buf [ctlmsg.MaxRequestBytes + 1]byte
 		oob [256]byte
 	)
+	// Until it has a portal (attached), the connection must not hold a
+	// place in the conns pool idly: it is closed OpenDeadline after it
+	// connected, or after its last request if it sent only identity and
+	// stats requests (rmactl's).
+	deadline := c.since.Add(c.s.cfg.OpenDeadline)
+	queriesOnly := true
+	c.readDeadline(deadline)
 	for {
 		n, oobn, flags, _, err := c.uc.ReadMsgUnix(buf[:], oob[:])
 		if err != nil || (n == 0 && oobn == 0) {
 			// A zero-length datagram is indistinguishable from EOF here;
 			// both end the connection.
+			if errors.Is(err, os.ErrDeadlineExceeded) && !c.attached && !c.s.isClosing() {
+				log.Debug().Dur("open_deadline", c.s.cfg.OpenDeadline).Bool("queries_only", queriesOnly).
+					Msg("closing a control connection that opened no portal in time")
+			}
 			return
 		}
 		var resp ctlmsg.Response
@@ -138,6 +150,7 @@ func (c *conn) serve() {
 				break
 			}
 			resp.ID, resp.Op = req.ID, req.Op
+			queriesOnly = queriesOnly && (req.Op == ctlmsg.OpIdentity || req.Op == ctlmsg.OpStats)
 			var rerr *reqError
 			fd, rerr = c.handle(&req, &resp)
 			req.Key = ctlmsg.Key{} // the core holds its own copy now
@@ -154,7 +167,31 @@ func (c *conn) serve() {
 			log.Debug().Err(err).Msg("reply failed; closing")
 			return
 		}
+		switch {
+		case c.attached && !deadline.IsZero():
+			deadline = time.Time{}
+			c.readDeadline(deadline)
+		case !c.attached && queriesOnly:
+			deadline = time.Now().Add(c.s.cfg.OpenDeadline)
+			c.readDeadline(deadline)
+		}
 	}
+}
+
+// readDeadline sets the connection's read deadline, unless the server is
+// closing (Close has set one in the past, which must stay).
+func (c *conn) readDeadline(t time.Time) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if !c.s.closing {
+		c.uc.SetReadDeadline(t)
+	}
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
 }
 
 // closeRights closes every file descriptor in a received control message
@@ -459,19 +496,14 @@ func (c *conn) reclaim() {
 			return
 		}
 	}
-	var (
-		uerr   error
-		refund = c.segUse
-	)
-	refund.Slots += c.slots
+	// The memory is refunded when it is gone (memwatch.go): now, unless
+	// the application still maps it or holds a descriptor of it.
+	var uerr error
 	for _, id := range ids {
-		r := c.regions[id]
-		uerr = errors.Join(uerr, r.mem.release())
-		refund.MemoryBytes += r.use.MemoryBytes
-		refund.HugepageBytes += r.use.HugepageBytes
+		uerr = errors.Join(uerr, c.regions[id].mem.release())
 	}
 	uerr = errors.Join(uerr, c.seg.release())
-	c.s.refund(c.tenant, refund)
+	c.s.refund(c.tenant, ctlmsg.TenantUsage{Slots: c.slots})
 	if c.bell != nil { // the core forgot it with the portal
 		uerr = errors.Join(uerr, unix.Close(c.bell.fd))
 		c.bell = nil
@@ -481,5 +513,5 @@ func (c *conn) reclaim() {
 	}
 	log.Info().Uint16("portal", uint16(c.portal)).Int("core", c.core).Bool("attached", c.attached).Bool("closed_by_core", gone).Int("slots", c.slots).Int("regions", len(ids)).
 		Uint64("region_bytes", c.regionBytes).Msg("portal closed and reclaimed")
-	c.regions, c.regionBytes, c.slots, c.seg, c.segUse = nil, 0, 0, nil, ctlmsg.TenantUsage{}
+	c.regions, c.regionBytes, c.slots, c.seg = nil, 0, 0, nil
 }

@@ -86,9 +86,12 @@ func setupCores(t testing.TB, cores int, edit func(*engine.Config), mutate func(
 	cfg.Sockets[0].Path = filepath.Join(t.TempDir(), "rmad.sock")
 	cfg.Sockets[0].Policy.Default = 16
 	cfg.CmdCap, cfg.CplCap = 64, 128
-	// Every test runs as one uid, one tenant: the portal and slot quotas
-	// bound only the tests of quotas.
-	cfg.Quota.Portals, cfg.Quota.Slots = ctl.Pct(100), ctl.Pct(100)
+	// Every test runs as one uid, one tenant: the portal, slot and
+	// region quotas bound only the tests of quotas, and no room is kept
+	// for tenants to come (the tests of pools set their own).
+	cfg.Quota.Portals, cfg.Quota.Slots, cfg.Quota.Regions = ctl.Pct(100), ctl.Pct(100), ctl.Pct(100)
+	cfg.ReserveTenants = 0
+	cfg.Guarantee.Slots = ctl.Count(16) // tests open several tenants on the 128 slots
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -138,6 +141,9 @@ func (e *env) audit(t testing.TB) {
 	}
 	if err := e.drv.g.Audit(); err != nil {
 		t.Errorf("engine audit: %v", err)
+	}
+	if err := e.srv.Audit(); err != nil {
+		t.Errorf("pools audit: %v", err)
 	}
 }
 
@@ -876,29 +882,6 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 		if i == 3 && (!errors.Is(err, portal.ErrLimit) || !strings.Contains(err.Error(), "already holds 3 regions")) {
 			t.Fatalf("fourth region: %v", err)
 		}
-	}
-}
-
-func TestMaxConns(t *testing.T) {
-	e := setup(t, func(c *ctl.Config) { c.MaxConns, c.MaxConnsPerUID = 1, 1 })
-	p := dial(t, e, "first")
-	_, err := portal.Dial(e.sock, "second")
-	if !errors.Is(err, portal.ErrLimit) || !strings.Contains(err.Error(), "too many control connections (limit 1)") {
-		t.Fatalf("second connection: %v", err)
-	}
-	p.Close()
-	enginetest.Eventually(t, "first connection gone", func() bool { return e.srv.Conns() == 0 })
-	dial(t, e, "third")
-}
-
-func TestMaxConnsPerUID(t *testing.T) {
-	e := setup(t, func(c *ctl.Config) { c.MaxConns, c.MaxConnsPerUID = 8, 2 })
-	dial(t, e, "one")
-	dial(t, e, "two")
-	_, err := portal.Dial(e.sock, "three")
-	want := fmt.Sprintf("uid %d already holds 2 control connections (limit 2 per uid)", os.Getuid())
-	if !errors.Is(err, portal.ErrLimit) || !strings.Contains(err.Error(), want) {
-		t.Fatalf("third connection: %v", err)
 	}
 }
 

@@ -52,17 +52,18 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 	if err != nil {
 		return -1, fail(ctlmsg.CodeBadRequest, "open: ring capacities %d/%d: %v", cmdCap, cplCap, err)
 	}
-	seg, use, rerr := c.newMem(req.Op, "onerma-portal-"+req.Name, layout.Size, true, ctlmsg.TenantUsage{Portals: 1})
+	// The portal counts, with its segment's memory, until the segment is
+	// gone (memwatch.go).
+	seg, rerr := c.newMem(req.Op, "onerma-portal-"+req.Name, layout.Size, true, ctlmsg.TenantUsage{Portals: 1})
 	if rerr != nil {
 		return -1, rerr
 	}
 	fd, err := seg.dupFD()
 	if err != nil {
-		seg.release()
-		c.s.refund(c.tenant, use)
+		seg.release() // refunded once gone
 		return -1, fail(ctlmsg.CodeResource, "open: dup of the segment's memfd: %v", err)
 	}
-	c.open, c.name, c.layout, c.class, c.seg, c.segUse = true, req.Name, layout, class, seg, use
+	c.open, c.name, c.layout, c.class, c.seg = true, req.Name, layout, class, seg
 	c.maxSlots, c.capFrom = g.MaxSlots, g.From
 	c.regions = make(map[abi.RegionID]*region)
 	resp.Open = &ctlmsg.OpenReply{
@@ -77,34 +78,49 @@ func (c *conn) openPortal(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *req
 	return fd, nil
 }
 
-// newMem charges the tenant for size bytes of shared memory (plus extra)
-// and creates them: on huge pages when the engine has them, size fits
-// them (or anyHuge) and the tenant's hugepage_bytes quota allows, else on
-// ordinary pages. It returns the memory and what it cost.
-func (c *conn) newMem(op ctlmsg.Op, name string, size uint64, anyHuge bool, extra ctlmsg.TenantUsage) (*shm, ctlmsg.TenantUsage, *reqError) {
+// newMem charges the tenant for a memory object of size bytes (plus
+// extra) and creates it: on huge pages when the engine has them, size
+// fits them (or anyHuge) and the tenant's hugepage_bytes quota allows,
+// else on ordinary pages. The charge lasts until the object is gone, the
+// engine's and the application's descriptors and mappings of it
+// (memwatch.go): the caller only ever releases it.
+func (c *conn) newMem(op ctlmsg.Op, name string, size uint64, anyHuge bool, extra ctlmsg.TenantUsage) (*shm, *reqError) {
 	huge := c.s.hugePage
 	if huge > 0 && (anyHuge || size%huge == 0) {
 		use := extra
 		use.MemoryBytes += roundUp(size, huge)
 		use.HugepageBytes += roundUp(size, huge)
-		if c.s.charge(op, c.tenant, use) == nil {
-			if m, err := newShm(name, size, huge); err == nil {
-				return m, use, nil
+		if c.s.chargeMem(op, c.tenant, use) == nil {
+			m, err := newShm(name, size, huge)
+			if err == nil {
+				return c.watch(op, m, use)
 			}
-			c.s.refund(c.tenant, use) // no huge pages left: ordinary pages below
+			c.s.unchargeMem(c.tenant, use) // no huge pages left: ordinary pages below
 		}
 	}
 	use := extra
 	use.MemoryBytes += roundUp(size, uint64(os.Getpagesize()))
-	if rerr := c.s.charge(op, c.tenant, use); rerr != nil {
-		return nil, use, rerr
+	if rerr := c.s.chargeMem(op, c.tenant, use); rerr != nil {
+		return nil, rerr
 	}
 	m, err := newShm(name, size, 0)
 	if err != nil {
-		c.s.refund(c.tenant, use)
-		return nil, use, fail(ctlmsg.CodeResource, "%s: %v", op, err)
+		c.s.unchargeMem(c.tenant, use)
+		return nil, fail(ctlmsg.CodeResource, "%s: %v", op, err)
 	}
-	return m, use, nil
+	return c.watch(op, m, use)
+}
+
+// watch makes the charge of the memory newMem created last until it is
+// gone.
+func (c *conn) watch(op ctlmsg.Op, m *shm, use ctlmsg.TenantUsage) (*shm, *reqError) {
+	if err := c.s.watchMem(m, c.tenant, use); err != nil {
+		m.release()
+		c.s.unchargeMem(c.tenant, use)
+		c.s.sampled.Error().Err(err).Msg("a memory object cannot be watched: it is not created")
+		return nil, fail(ctlmsg.CodeResource, "%s: %v", op, err)
+	}
+	return m, nil
 }
 
 // attach seals and maps the segment the application has mapped, opens the

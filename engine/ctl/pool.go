@@ -129,9 +129,9 @@ func (p *pool) reserve() uint64 { return p.newcomers * p.newcomerMin }
 
 // Reasons a pool refuses.
 const (
-	refusedQuota     = iota // beyond the tenant's quota
-	refusedReserve          // beyond its guarantee, into what is kept for the others' guarantees
-	refusedNewcomer         // a new tenant whose guarantee does not fit
+	refusedQuota    = iota // beyond the tenant's quota
+	refusedReserve         // beyond its guarantee, into what is kept for the others' guarantees
+	refusedNewcomer        // a new tenant whose guarantee does not fit
 )
 
 // refusal says why a pool refused a tenant: what it held, what it asked

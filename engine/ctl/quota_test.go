@@ -38,16 +38,27 @@ func TestAmountJSON(t *testing.T) {
 // The defaults: a quarter of the memory, half of the huge pages, portals
 // and slots; a socket's quota replaces them field by field.
 func TestQuotaResolve(t *testing.T) {
-	r := Resources{MemoryBytes: 24 << 30, HugepageBytes: 186 << 21, Portals: 64, Slots: 1024}
+	r := Resources{MemoryBytes: 24 << 30, HugepageBytes: 186 << 21, Portals: 64, Slots: 1024, Regions: 1024, Conns: 256}
 	got := DefaultQuota().Resolve(r)
-	want := ctlmsg.TenantUsage{MemoryBytes: 6 << 30, HugepageBytes: 93 << 21, Portals: 32, Slots: 512}
+	want := ctlmsg.TenantUsage{Conns: 64, MemoryBytes: 6 << 30, HugepageBytes: 93 << 21, Portals: 32, Slots: 512, Regions: 512}
 	if got != want {
 		t.Fatalf("default quota %+v, want %+v", got, want)
 	}
-	q := Quota{MemoryBytes: Count(1 << 20), Portals: Pct(100)}.Over(DefaultQuota())
-	want = ctlmsg.TenantUsage{MemoryBytes: 1 << 20, HugepageBytes: 93 << 21, Portals: 64, Slots: 512}
+	q := Quota{MemoryBytes: Count(1 << 20), Portals: Pct(100), Conns: Count(1000)}.Over(DefaultQuota())
+	want = ctlmsg.TenantUsage{Conns: 256, MemoryBytes: 1 << 20, HugepageBytes: 93 << 21, Portals: 64, Slots: 512, Regions: 512}
 	if got := q.Resolve(r); got != want {
-		t.Fatalf("socket quota %+v, want %+v", got, want)
+		t.Fatalf("socket quota %+v, want %+v (a count beyond the total: the total)", got, want)
+	}
+	// The default guarantees fit eight newcomers in the default tables.
+	g := DefaultGuarantee().Resolve(r)
+	if want := (ctlmsg.TenantUsage{Conns: 4, Portals: 2, Slots: 64, Regions: 16, MemoryBytes: 64 << 20, HugepageBytes: 8 << 20}); g != want {
+		t.Fatalf("default guarantee %+v, want %+v", g, want)
+	}
+	a := amountsOf(g)
+	for p := range numPools {
+		if 8*a[p] > r.total(p) {
+			t.Errorf("%s: 8 × %d > %d", p, a[p], r.total(p))
+		}
 	}
 	if Pct(33).Of(1<<64-1) != (1<<64-1)/100*33+(1<<64-1)%100*33/100 || Pct(50).Of(3) != 1 {
 		t.Fatal("percentages of large or small totals")

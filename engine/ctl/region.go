@@ -15,12 +15,16 @@ import (
 // sealed memfd takes no new writable mapping), and maps it for the core
 // only once sealed. See shm.
 
+// A region's memory costs its tenant one regions unit and its bytes from
+// create_region until the memory is gone (memwatch.go): the engine
+// releases it when it is deregistered or dropped unregistered, and the
+// tenant is refunded once the application has let go of it too.
+
 // region is a registered region.
 type region struct {
 	mem  *shm
 	size uint64
 	perm abi.Perm
-	use  ctlmsg.TenantUsage // what it costs the tenant
 }
 
 // pendingMem is memory created and not yet registered: charged to the
@@ -29,14 +33,12 @@ type pendingMem struct {
 	handle uint32
 	mem    *shm
 	size   uint64
-	use    ctlmsg.TenantUsage
 }
 
 // dropPending releases memory created and never registered.
 func (c *conn) dropPending() {
 	if p := c.pending; p != nil {
 		p.mem.release() // the core never saw it
-		c.s.refund(c.tenant, p.use)
 		c.pending = nil
 	}
 }
@@ -58,21 +60,20 @@ func (c *conn) createRegion(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *r
 	c.dropPending()
 	// Huge pages only when the size is a whole number of them: no waste,
 	// and the region's bounds are the mapping's.
-	m, use, rerr := c.newMem(req.Op, "onerma-region-"+c.name, req.Size, false, ctlmsg.TenantUsage{})
+	m, rerr := c.newMem(req.Op, "onerma-region-"+c.name, req.Size, false, ctlmsg.TenantUsage{Regions: 1})
 	if rerr != nil {
 		return -1, rerr
 	}
 	fd, err := m.dupFD()
 	if err != nil {
 		m.release()
-		c.s.refund(c.tenant, use)
 		return -1, fail(ctlmsg.CodeResource, "create_region: dup of the memfd: %v", err)
 	}
 	c.nextMem++
 	if c.nextMem == 0 {
 		c.nextMem = 1
 	}
-	c.pending = &pendingMem{handle: c.nextMem, mem: m, size: req.Size, use: use}
+	c.pending = &pendingMem{handle: c.nextMem, mem: m, size: req.Size}
 	resp.Memory = &ctlmsg.MemoryReply{Memory: c.nextMem, Size: req.Size, MapSize: uint64(len(m.mem)), Hugetlb: m.hugetlb}
 	return fd, nil
 }
@@ -88,7 +89,6 @@ func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) *reqEr
 	m := p.mem
 	if err := m.attach(true); err != nil {
 		m.release()
-		c.s.refund(c.tenant, p.use)
 		if errors.Is(err, errNotResident) {
 			return fail(ctlmsg.CodeBadRequest, "register_region: memory %d of %s: %v: map the memory and fault every page in before registering it (the application is charged for its regions' memory)", req.Memory, c.who(), err)
 		}
@@ -103,7 +103,6 @@ func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) *reqEr
 	})
 	if err != nil || rerr != nil {
 		m.release() // not registered: the core keeps no reference
-		c.s.refund(c.tenant, p.use)
 	}
 	if err != nil {
 		return execFail(req.Op, err)
@@ -120,7 +119,7 @@ func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) *reqEr
 		}
 		return fail(code, "register_region: %v", rerr)
 	}
-	c.regions[id] = &region{mem: m, size: p.size, perm: req.Perm, use: p.use}
+	c.regions[id] = &region{mem: m, size: p.size, perm: req.Perm}
 	c.regionBytes += p.size
 	resp.Region = &ctlmsg.RegionReply{Region: uint32(id), Size: p.size, MapSize: uint64(len(m.mem)), Perm: req.Perm, Hugetlb: m.hugetlb}
 	return nil
@@ -148,8 +147,7 @@ func (c *conn) deregisterRegion(req *ctlmsg.Request) *reqError {
 	}
 	delete(c.regions, id)
 	c.regionBytes -= r.size
-	uerr := r.mem.release()
-	c.s.refund(c.tenant, r.use)
+	uerr := r.mem.release() // refunded once the application lets go of it too
 	if uerr != nil {
 		return fail(ctlmsg.CodeInternal, "deregister_region %#x: munmap: %v", req.Region, uerr)
 	}

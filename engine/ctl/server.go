@@ -33,9 +33,14 @@ type Server struct {
 
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
-	perUID  map[uint32]int // open connections per peer uid
 	tenants map[tenantKey]*tenant
-	load    []coreLoad // by core: the portals and slots it serves (cores.go)
+	pools   [numPools]pool // what the tenants hold of each (pool.go)
+	load    []coreLoad     // by core: the portals and slots it serves (cores.go)
+	// Memory objects charged until they are gone (memwatch.go): by
+	// inotify watch, and those charged whose watch is not added yet.
+	mem        *memWatch
+	memObjs    map[int32]*memObj
+	memPending int
 
 	// cores holds, by core, the portals the server opened there (each
 	// touched only inside its core's Exec closures).
@@ -52,13 +57,16 @@ type Server struct {
 
 // listener is one control socket.
 type listener struct {
-	idx    int
-	cfg    SocketConfig
-	ln     *net.UnixListener
-	limits ctlmsg.TenantUsage // each tenant's quota on this socket
+	idx      int
+	cfg      SocketConfig
+	ln       *net.UnixListener
+	max, min amounts // each tenant's quotas and guarantees on this socket
+	// quota and guarantee are the socket's, every field set, as
+	// configured (for the start-up log).
+	quota, guarantee Quota
 }
 
-// maxRefusing bounds goroutines answering connections beyond MaxConns.
+// maxRefusing bounds goroutines answering refused connections.
 const maxRefusing = 64
 
 // ErrClosed is returned by Serve after Close.
@@ -88,8 +96,8 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, g: g, execs: execs, log: log, conns: make(map[*conn]struct{}), perUID: make(map[uint32]int),
-		tenants: make(map[tenantKey]*tenant), load: make([]coreLoad, g.Len()),
+	s := &Server{cfg: cfg, g: g, execs: execs, log: log, conns: make(map[*conn]struct{}),
+		tenants: make(map[tenantKey]*tenant), load: make([]coreLoad, g.Len()), memObjs: make(map[int32]*memObj),
 		sampled: log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})}
 	for range g.Len() {
 		s.cores = append(s.cores, &coreBook{owner: make(map[engine.PortalID]*conn), ownerName: make(map[engine.PortalID]string)})
@@ -98,58 +106,69 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 		ec := c.Config()
 		s.addr = ec.LocalIP
 		// Each core has a portal table and a slot partition of these
-		// sizes: quotas are shares of the engine's.
-		s.res.Portals, s.res.Slots = ec.Portals*g.Len(), ec.Slots*g.Len()
+		// sizes, and the engine one region table: quotas are shares of
+		// the engine's.
+		s.res.Portals, s.res.Slots, s.res.Regions = ec.Portals*g.Len(), ec.Slots*g.Len(), ec.Regions
 	}); err != nil {
 		return nil, fmt.Errorf("ctl: reading the core's config: %w", err)
 	}
 	if cfg.Hugetlb == HugetlbAuto {
 		s.hugePage = hugePageSize()
 	}
-	if cfg.Resources != nil {
-		s.res = *cfg.Resources
-	} else {
-		r, err := measureResources(s.hugePage)
+	s.res.Conns = cfg.MaxConns
+	r := cfg.Resources
+	if r == nil {
+		m, err := measureResources(s.hugePage)
 		if err != nil {
 			return nil, err
 		}
-		s.res.MemoryBytes, s.res.HugepageBytes = r.MemoryBytes, r.HugepageBytes
+		r = &m
+	}
+	s.res.MemoryBytes, s.res.HugepageBytes = r.MemoryBytes, r.HugepageBytes
+	for i := range cfg.Sockets {
+		sc := cfg.Sockets[i]
+		s.lns = append(s.lns, &listener{idx: i, cfg: sc, quota: sc.Quota.Over(cfg.Quota), guarantee: sc.Guarantee.Over(cfg.Guarantee)})
+	}
+	if err := s.resolvePools(); err != nil {
+		return nil, err
+	}
+	if s.mem, err = newMemWatch(); err != nil {
+		return nil, err
 	}
 	if s.ids, err = openIdentities(cfg.IdentityPath, boot, cfg.MaxIdentities); err != nil {
+		s.mem.f.Close()
 		return nil, err
 	}
 	handedOut, entries := s.ids.usage()
 	log.Info().Str("identity_state", cfg.IdentityPath).Str("boot", boot).Uint64("identities_handed_out", handedOut).
 		Int("identity_table", entries).Uint64("identities_left", s.ids.remaining()).Msg("process identities")
-	for i := range cfg.Sockets {
-		l, err := s.listen(i)
-		if err != nil {
+	for _, l := range s.lns {
+		if err := s.listen(l); err != nil {
 			s.closeListeners()
 			s.ids.close()
+			s.mem.f.Close()
 			return nil, err
 		}
-		s.lns = append(s.lns, l)
 	}
+	go s.watchMemLoop()
 	return s, nil
 }
 
-// listen binds socket i and resolves its tenants' quota.
-func (s *Server) listen(i int) (*listener, error) {
-	sc := s.cfg.Sockets[i]
-	q := sc.Quota.Over(s.cfg.Quota)
-	l := &listener{idx: i, cfg: sc, limits: q.Resolve(s.res)}
+// listen binds l's socket.
+func (s *Server) listen(l *listener) error {
+	sc := l.cfg
 	if err := removeStaleSocket(sc.Path); err != nil {
-		return nil, err
+		return err
 	}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sc.Path, Net: "unixpacket"})
 	if err != nil {
-		return nil, fmt.Errorf("ctl: listen on %s: %w", sc.Path, err)
+		return fmt.Errorf("ctl: listen on %s: %w", sc.Path, err)
 	}
 	ln.SetUnlinkOnClose(true)
 	l.ln = ln
 	if err := os.Chmod(sc.Path, sc.Mode); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("ctl: chmod %s: %w", sc.Path, err)
+		return fmt.Errorf("ctl: chmod %s: %w", sc.Path, err)
 	}
 	if sc.UID != nil || sc.GID != nil {
 		uid, gid := -1, -1
@@ -161,17 +180,17 @@ func (s *Server) listen(i int) (*listener, error) {
 		}
 		if err := os.Chown(sc.Path, uid, gid); err != nil {
 			ln.Close()
-			return nil, fmt.Errorf("ctl: chown %s: %w", sc.Path, err)
+			return fmt.Errorf("ctl: chown %s: %w", sc.Path, err)
 		}
 	}
-	s.log.Info().Str("socket", sc.Path).Str("name", sc.label()).Str("mode", fmt.Sprintf("%#o", sc.Mode)).
-		Str("tenant", sc.Tenant).Int("slot_rules", len(sc.Policy.Rules)).
-		Str("quota_memory", fmt.Sprintf("%s = %s", q.MemoryBytes, fmtBytes(l.limits.MemoryBytes))).
-		Str("quota_hugepages", fmt.Sprintf("%s = %s", q.HugepageBytes, fmtBytes(l.limits.HugepageBytes))).
-		Str("quota_portals", fmt.Sprintf("%s = %d", q.Portals, l.limits.Portals)).
-		Str("quota_slots", fmt.Sprintf("%s = %d", q.Slots, l.limits.Slots)).
-		Str("addr", s.addr.String()).Int("cores", len(s.execs)).Uint64("hugepage_bytes", s.hugePage).Msg("control socket listening")
-	return l, nil
+	ev := s.log.Info().Str("socket", sc.Path).Str("name", sc.label()).Str("mode", fmt.Sprintf("%#o", sc.Mode)).
+		Str("tenant", sc.Tenant).Int("slot_rules", len(sc.Policy.Rules))
+	for p := range numPools {
+		// "64 MiB..25% = 67108864 bytes (64.0 MiB)..6442450944 bytes (6.0 GiB)": guarantee..quota, as configured and resolved.
+		ev = ev.Str("pool_"+p.String(), fmt.Sprintf("%s..%s = %s..%s", *l.guarantee.field(p), *l.quota.field(p), p.amount(l.min[p]), p.amount(l.max[p])))
+	}
+	ev.Str("addr", s.addr.String()).Int("cores", len(s.execs)).Uint64("hugepage_bytes", s.hugePage).Msg("control socket listening")
+	return nil
 }
 
 func (s *Server) closeListeners() error {
@@ -183,7 +202,10 @@ func (s *Server) closeListeners() error {
 }
 
 // Quota returns the limits of each tenant of socket i (Config.Sockets[i]).
-func (s *Server) Quota(i int) ctlmsg.TenantUsage { return s.lns[i].limits }
+func (s *Server) Quota(i int) ctlmsg.TenantUsage { return s.lns[i].max.usage() }
+
+// Guarantee returns the guarantees of each tenant of socket i.
+func (s *Server) Guarantee(i int) ctlmsg.TenantUsage { return s.lns[i].min.usage() }
 
 // Resources returns the totals the quotas' percentages were taken of.
 func (s *Server) Resources() Resources { return s.res }
@@ -263,37 +285,19 @@ func (s *Server) accept(l *listener) error {
 			uc.Close()
 			continue
 		}
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
+		c, rerr, closing := s.admit(l, uc, p)
+		if closing {
 			uc.Close()
 			return ErrClosed
 		}
-		s.nextID++
-		c := &conn{s: s, l: l, uc: uc, id: s.nextID, peer: p}
-		why := ""
-		switch {
-		case len(s.conns) >= s.cfg.MaxConns:
-			why = fmt.Sprintf("engine: too many control connections (limit %d)", s.cfg.MaxConns)
-		case s.perUID[p.uid] >= s.cfg.MaxConnsPerUID:
-			why = fmt.Sprintf("engine: uid %d already holds %d control connections (limit %d per uid)",
-				p.uid, s.perUID[p.uid], s.cfg.MaxConnsPerUID)
-		default:
-			s.conns[c] = struct{}{}
-			s.perUID[p.uid]++
-			c.tenant = s.tenantFor(l, &p)
-			c.tenant.conns++
-			s.wg.Add(1)
-		}
-		s.mu.Unlock()
-		if why != "" {
+		if rerr != nil {
 			if s.refusing.Add(1) > maxRefusing {
 				s.refusing.Add(-1)
 				uc.Close() // a flood: no answer
 				continue
 			}
 			go func() {
-				refuse(uc, why)
+				refuse(uc, rerr)
 				s.refusing.Add(-1)
 			}()
 			continue
@@ -303,13 +307,45 @@ func (s *Server) accept(l *listener) error {
 			c.serve()
 			s.mu.Lock()
 			delete(s.conns, c)
-			if s.perUID[c.peer.uid]--; s.perUID[c.peer.uid] == 0 {
-				delete(s.perUID, c.peer.uid)
-			}
-			c.tenant.conns--
-			s.dropIfIdle(c.tenant)
+			s.refundLocked(c.tenant, amounts{poolConns: 1})
 			s.mu.Unlock()
 		}()
+	}
+}
+
+// admit charges a new connection to its tenant (the conns pool), making
+// the tenant active if it was not, and returns the connection; or the
+// refusal; or closing once the server is closing. A refusal is final
+// only once the memory the applications have let go of is refunded, as
+// for charge: a new tenant's guarantee must fit in every pool.
+func (s *Server) admit(l *listener, uc *net.UnixConn, p peer) (c *conn, rerr *reqError, closing bool) {
+	for try := 0; ; try++ {
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			return nil, nil, true
+		}
+		t := s.tenantFor(l, &p)
+		r := s.activateLocked(t)
+		if r == nil {
+			if r = s.chargeLocked(t, amounts{poolConns: 1}); r != nil && t.idle() {
+				s.refundLocked(t, amounts{}) // it holds nothing: not active any more
+			}
+		}
+		if r == nil {
+			s.nextID++
+			c = &conn{s: s, l: l, uc: uc, id: s.nextID, peer: p, tenant: t, since: time.Now()}
+			s.conns[c] = struct{}{}
+			s.wg.Add(1)
+			s.mu.Unlock()
+			return c, nil, false
+		}
+		s.dropIfIdle(t) // one made for this connection
+		s.mu.Unlock()
+		if try > 0 {
+			return nil, refusalError("connect", t, r), false
+		}
+		s.drainMem()
 	}
 }
 
@@ -333,7 +369,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	err = errors.Join(err, s.ids.close())
+	err = errors.Join(err, s.closeMemWatch(), s.ids.close())
 	s.log.Info().Int("sockets", len(s.lns)).Msg("control sockets closed")
 	return err
 }

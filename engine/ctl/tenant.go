@@ -15,14 +15,16 @@ type tenantKey struct {
 	uid  int64
 }
 
-// tenant is what one tenant holds, against its limits. The server's mu
-// guards every field.
+// tenant is what one tenant holds of each pool, against its guarantees
+// and quotas (pool.go). The server's mu guards every field.
 type tenant struct {
-	key   tenantKey
-	name  string
-	l     *listener
-	conns int
-	use   ctlmsg.TenantUsage
+	key    tenantKey
+	name   string
+	l      *listener
+	shares [numPools]share
+	// active: the pools hold its unmet guarantees free (from its first
+	// connection until it holds nothing).
+	active bool
 	// Identity token bucket (Config.IdentityRate, IdentityBurst).
 	idTokens float64
 	idAt     time.Time
@@ -49,7 +51,23 @@ func (s *Server) tenantFor(l *listener, p *peer) *tenant {
 }
 
 // idle reports a tenant that holds nothing. Call with s.mu held.
-func (t *tenant) idle() bool { return t.conns == 0 && t.use == (ctlmsg.TenantUsage{}) }
+func (t *tenant) idle() bool {
+	for i := range t.shares {
+		if t.shares[i].held != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// held is what the tenant holds of each pool. Call with s.mu held.
+func (t *tenant) held() amounts {
+	var a amounts
+	for i := range t.shares {
+		a[i] = t.shares[i].held
+	}
+	return a
+}
 
 // dropIfIdle forgets a tenant that holds nothing, once its identity
 // bucket has refilled (else reconnecting would refill it at once). Call
@@ -59,63 +77,6 @@ func (s *Server) dropIfIdle(t *tenant) {
 	if t.idle() && full {
 		delete(s.tenants, t.key)
 	}
-}
-
-// quotaError is a refusal naming the quota, the tenant and the numbers.
-func quotaError(op ctlmsg.Op, t *tenant, quota string, have, more, limit uint64, unit func(uint64) string) *reqError {
-	e := fail(ctlmsg.CodeQuota, "%s: tenant %q holds %s; %s more would exceed its %s quota of %s (socket %s)",
-		op, t.name, unit(have), unit(more), quota, unit(limit), t.l.cfg.label())
-	e.quota = quota
-	return e
-}
-
-func count(n uint64) string { return fmt.Sprint(n) }
-
-// charge adds d to the tenant's usage if every count stays within its
-// limits; the refusal names the first quota it would break.
-func (s *Server) charge(op ctlmsg.Op, t *tenant, d ctlmsg.TenantUsage) *reqError {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	u, lim := &t.use, &t.l.limits
-	switch {
-	case d.Portals > 0 && u.Portals+d.Portals > lim.Portals:
-		return quotaError(op, t, ctlmsg.QuotaPortals, uint64(u.Portals), uint64(d.Portals), uint64(lim.Portals), count)
-	case d.Slots > 0 && u.Slots+d.Slots > lim.Slots:
-		return quotaError(op, t, ctlmsg.QuotaSlots, uint64(u.Slots), uint64(d.Slots), uint64(lim.Slots), count)
-	case d.MemoryBytes > 0 && u.MemoryBytes+d.MemoryBytes > lim.MemoryBytes:
-		return quotaError(op, t, ctlmsg.QuotaMemoryBytes, u.MemoryBytes, d.MemoryBytes, lim.MemoryBytes, fmtBytes)
-	case d.HugepageBytes > 0 && u.HugepageBytes+d.HugepageBytes > lim.HugepageBytes:
-		return quotaError(op, t, ctlmsg.QuotaHugepageBytes, u.HugepageBytes, d.HugepageBytes, lim.HugepageBytes, fmtBytes)
-	}
-	u.Portals += d.Portals
-	u.Slots += d.Slots
-	u.MemoryBytes += d.MemoryBytes
-	u.HugepageBytes += d.HugepageBytes
-	return nil
-}
-
-// refund takes d back from the tenant's usage.
-func (s *Server) refund(t *tenant, d ctlmsg.TenantUsage) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	u := &t.use
-	if u.Portals < d.Portals || u.Slots < d.Slots || u.MemoryBytes < d.MemoryBytes || u.HugepageBytes < d.HugepageBytes {
-		panic(fmt.Sprintf("ctl: tenant %q refunded %+v while holding %+v", t.name, d, *u))
-	}
-	u.Portals -= d.Portals
-	u.Slots -= d.Slots
-	u.MemoryBytes -= d.MemoryBytes
-	u.HugepageBytes -= d.HugepageBytes
-	s.dropIfIdle(t)
-}
-
-// memCharge is what a piece of shared memory of mapSize bytes costs.
-func memCharge(mapSize uint64, hugetlb bool) ctlmsg.TenantUsage {
-	d := ctlmsg.TenantUsage{MemoryBytes: mapSize}
-	if hugetlb {
-		d.HugepageBytes = mapSize
-	}
-	return d
 }
 
 // takeIdentityToken spends one of the tenant's identity tokens.
@@ -135,8 +96,9 @@ func (s *Server) takeIdentityToken(op ctlmsg.Op, t *tenant) *reqError {
 }
 
 // Tenants reports every tenant holding a connection or resources, by
-// name: its usage against its quotas.
+// name: its usage against its quotas and guarantees.
 func (s *Server) Tenants() []ctlmsg.TenantStats {
+	s.drainMem() // memory the applications let go of since
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]ctlmsg.TenantStats, 0, len(s.tenants))
@@ -144,8 +106,8 @@ func (s *Server) Tenants() []ctlmsg.TenantStats {
 		if t.idle() {
 			continue
 		}
-		ts := ctlmsg.TenantStats{Name: t.name, Socket: t.l.cfg.Path, TenantUsage: t.use, Quota: t.l.limits}
-		ts.Conns = t.conns
+		ts := ctlmsg.TenantStats{Name: t.name, Socket: t.l.cfg.Path, TenantUsage: t.held().usage(),
+			Quota: t.l.max.usage(), Guarantee: t.l.min.usage()}
 		if t.key.uid >= 0 {
 			uid := t.key.uid
 			ts.UID = &uid

@@ -192,7 +192,7 @@ func TestQuotaPortalsAndSlots(t *testing.T) {
 	me := fmt.Sprintf("main uid %d", os.Getuid())
 	p1, p2 := dial(t, e, "one"), dial(t, e, "two")
 	_, err := portal.Dial(e.sock, "three")
-	if quotaErr(err) != ctlmsg.QuotaPortals || !strings.Contains(err.Error(), fmt.Sprintf(`open: tenant %q holds 2; 1 more would exceed its portals quota of 2 (socket main)`, me)) {
+	if quotaErr(err) != ctlmsg.QuotaPortals || !strings.Contains(err.Error(), fmt.Sprintf(`open: tenant %q holds 2 portals; 1 more would exceed its portals quota of 2 (socket main)`, me)) {
 		t.Fatalf("third portal: %v", err)
 	}
 	if _, err := p1.AllocSlots(16); err != nil {
@@ -202,7 +202,7 @@ func TestQuotaPortalsAndSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = p2.AllocSlots(1)
-	if quotaErr(err) != ctlmsg.QuotaSlots || !strings.Contains(err.Error(), "holds 20; 1 more would exceed its slots quota of 20") {
+	if quotaErr(err) != ctlmsg.QuotaSlots || !strings.Contains(err.Error(), "holds 20 slots; 1 more would exceed its slots quota of 20") {
 		t.Fatalf("slot 21: %v", err)
 	}
 	if got := e.stats(t).SlotsInUse; got != 20 {

@@ -152,14 +152,21 @@ func TestConfigValidate(t *testing.T) {
 		},
 		"Sockets[0].Policy, socket main": func(c *Config) { c.Sockets[0].Policy.Rules = []AppRule{{UID: &u, Name: "x"}} },
 		"Quota":                          func(c *Config) { c.Quota.Slots = nil },
-		"CmdCap":                         func(c *Config) { c.CmdCap = 3 },
-		"CplCap":                         func(c *Config) { c.CplCap = 1 << 17 },
-		"MaxConns":                       func(c *Config) { c.MaxConns = 0 },
-		"MaxRegionBytes":                 func(c *Config) { c.MaxRegionBytes = 0 },
-		"MaxPortalBytes":                 func(c *Config) { c.MaxPortalBytes = c.MaxRegionBytes - 1 },
-		"Hugetlb":                        func(c *Config) { c.Hugetlb = "always" },
-		"MaxIdentities":                  func(c *Config) { c.MaxIdentities = c.MaxConns - 1 },
-		"IdentityRate":                   func(c *Config) { c.IdentityRate = 0 },
+		"Guarantee":                      func(c *Config) { c.Guarantee.Regions = nil },
+		"Guarantee: regions":             func(c *Config) { c.Guarantee.Regions = Count(1 << 17) },
+		"ReserveTenants":                 func(c *Config) { c.ReserveTenants = -1 },
+		"OpenDeadline":                   func(c *Config) { c.OpenDeadline = 0 },
+		"Sockets[1].Guarantee": func(c *Config) {
+			c.Sockets = append(c.Sockets, SocketConfig{Path: "/b", Tenant: "uid", Guarantee: Quota{Conns: Count(1 << 21)}})
+		},
+		"CmdCap":         func(c *Config) { c.CmdCap = 3 },
+		"CplCap":         func(c *Config) { c.CplCap = 1 << 17 },
+		"MaxConns":       func(c *Config) { c.MaxConns = 0 },
+		"MaxRegionBytes": func(c *Config) { c.MaxRegionBytes = 0 },
+		"MaxPortalBytes": func(c *Config) { c.MaxPortalBytes = c.MaxRegionBytes - 1 },
+		"Hugetlb":        func(c *Config) { c.Hugetlb = "always" },
+		"MaxIdentities":  func(c *Config) { c.MaxIdentities = c.MaxConns - 1 },
+		"IdentityRate":   func(c *Config) { c.IdentityRate = 0 },
 	} {
 		c := DefaultConfig()
 		mut(&c)

@@ -119,8 +119,11 @@ func New(o Opts, dir string) (*Engine, error) {
 	cfg := ctl.DefaultConfig()
 	cfg.Sockets[0].Path = filepath.Join(dir, "rmad.sock")
 	// A test's applications are one uid, one tenant: it may use every
-	// portal and slot of the engine.
-	cfg.Quota.Portals, cfg.Quota.Slots = ctl.Pct(100), ctl.Pct(100)
+	// portal, slot and region of the engine, and no room is kept for
+	// tenants to come.
+	cfg.Quota.Portals, cfg.Quota.Slots, cfg.Quota.Regions = ctl.Pct(100), ctl.Pct(100), ctl.Pct(100)
+	cfg.ReserveTenants = 0
+	cfg.Guarantee.Slots = ctl.Count(16)
 	if o.Ctl != nil {
 		o.Ctl(&cfg)
 	}

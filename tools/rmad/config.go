@@ -21,6 +21,7 @@ import (
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/ctl"
 	"github.com/onerma/onerma/engine/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/internal/cli"
@@ -336,6 +337,16 @@ func setDur(f func(*Config) *Duration) setter {
 	}
 }
 
+// setConnsQuota sets ctl.quota.conns (-max-conns-per-uid, its older name).
+func setConnsQuota(c *Config, v string) error {
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n < 1 {
+		return fmt.Errorf("want a count of at least 1")
+	}
+	c.Ctl.Quota.Conns = ctl.Count(n)
+	return nil
+}
+
 // flagSpecs: every flag that overrides a config key, named after the key.
 var flagSpecs = []struct {
 	name, usage string
@@ -387,7 +398,9 @@ var flagSpecs = []struct {
 	{"slot-cap", "default slot cap per application (slot_policy.default)", setInt(func(c *Config) *int { return &c.Ctl.SlotPolicy.Default })},
 	{"default-class", "highest class of service of applications no slot_policy rule matches: low or high", setStr(func(c *Config) *string { return &c.Ctl.SlotPolicy.DefaultClass })},
 	{"max-conns", "control connections at once", setInt(func(c *Config) *int { return &c.Ctl.MaxConns })},
-	{"max-conns-per-uid", "control connections at once per uid", setInt(func(c *Config) *int { return &c.Ctl.MaxConnsPerUID })},
+	{"max-conns-per-uid", "control connections at once per tenant (the older name of ctl.quota.conns)", setConnsQuota},
+	{"reserve-tenants", "tenants that hold nothing yet the engine keeps room for in every pool, each with its guarantee", setInt(func(c *Config) *int { return &c.Ctl.ReserveTenants })},
+	{"open-deadline", "close a control connection that has not opened a portal this long after it connected", setDur(func(c *Config) *Duration { return &c.Ctl.OpenDeadline })},
 	{"max-regions-per-portal", "regions per portal", setInt(func(c *Config) *int { return &c.Ctl.MaxRegionsPerPortal })},
 	{"max-region-bytes", "bytes per region", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxRegionBytes })},
 	{"max-portal-bytes", "region bytes per portal", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxPortalBytes })},
@@ -481,6 +494,9 @@ func (opt *options) build(skip int) (Config, error) {
 		}
 		err = decodeInto(&cfg, f, opt.configPath)
 		f.Close()
+		if err == nil {
+			err = cfg.Ctl.foldConnsAlias()
+		}
 		if err != nil {
 			return Config{}, err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -45,24 +46,40 @@ type CtlConfig struct {
 	//	"sockets": [{"path": "/run/onerma/pods/web/rmad.sock", "mode": "0666",
 	//	  "name": "web", "tenant": "socket",
 	//	  "slot_policy": {"default": 64, "default_class": "high"},
-	//	  "quota": {"memory_bytes": 1073741824, "hugepage_bytes": "10%"}}]
+	//	  "quota": {"memory_bytes": 1073741824, "hugepage_bytes": "10%"},
+	//	  "guarantee": {"memory_bytes": 268435456}}]
 	//
 	// tenant is "socket" (the default here: everything that connects
 	// through it is one tenant, whatever its uids) or "uid". uid and gid,
 	// if set, own the socket file.
 	Sockets []SocketEntry `json:"sockets"`
-	// Quota is each tenant's quota unless its socket sets one (field by
-	// field): a count, or a percentage of what the engine found at start
-	// after taking what it needs itself (memory_bytes: the host's memory
-	// less rmad's; hugepage_bytes: the free huge pages; portals and
-	// slots: the engine's tables). Root is a tenant like any other.
-	Quota               ctl.Quota `json:"quota"`
-	MaxConns            int       `json:"max_conns"`
-	MaxConnsPerUID      int       `json:"max_conns_per_uid"`
-	MaxRegionsPerPortal int       `json:"max_regions_per_portal"`
-	MaxRegionBytes      uint64    `json:"max_region_bytes"`
-	MaxPortalBytes      uint64    `json:"max_portal_bytes"`
-	Hugetlb             string    `json:"hugetlb"`
+	// Quota is each tenant's quota (the most it may hold) of each pool,
+	// and Guarantee its guarantee (what it is given however much the
+	// others hold), unless its socket sets its own (field by field): a
+	// count, or a percentage of what the engine found at start after
+	// taking what it needs itself (conns: max_conns; portals, slots:
+	// the engine's tables; regions: its region table; memory_bytes: the
+	// host's memory less rmad's; hugepage_bytes: the free huge pages).
+	// Root is a tenant like any other. A guarantee above its quota is the
+	// quota.
+	Quota     ctl.Quota `json:"quota"`
+	Guarantee ctl.Quota `json:"guarantee"`
+	// ReserveTenants is how many tenants that hold nothing yet the
+	// engine keeps room for in every pool, each with the largest
+	// guarantee: reserve_tenants × guarantee must fit each pool.
+	ReserveTenants int `json:"reserve_tenants"`
+	MaxConns       int `json:"max_conns"`
+	// MaxConnsPerUID is the older name of quota.conns: set, it replaces
+	// it (and -print-config shows quota.conns).
+	MaxConnsPerUID *int `json:"max_conns_per_uid,omitempty"`
+	// OpenDeadline closes a control connection that has not opened a
+	// portal this long after it connected (one that sent only identity
+	// and stats requests, this long after its last).
+	OpenDeadline        Duration `json:"open_deadline"`
+	MaxRegionsPerPortal int      `json:"max_regions_per_portal"`
+	MaxRegionBytes      uint64   `json:"max_region_bytes"`
+	MaxPortalBytes      uint64   `json:"max_portal_bytes"`
+	Hugetlb             string   `json:"hugetlb"`
 	// IDState is the process identity state file ("": engine.iv_state
 	// followed by ".ids", resolved when the config is loaded). It must
 	// live exactly as long as the IV state: see SECURITY.md.
@@ -85,6 +102,22 @@ type SocketEntry struct {
 	Tenant     string        `json:"tenant"` // "socket" (""), or "uid"
 	SlotPolicy ctl.AppPolicy `json:"slot_policy"`
 	Quota      ctl.Quota     `json:"quota"`
+	Guarantee  ctl.Quota     `json:"guarantee"`
+}
+
+// foldConnsAlias replaces quota.conns with max_conns_per_uid, its older
+// name, when a file set it.
+func (k *CtlConfig) foldConnsAlias() error {
+	if k.MaxConnsPerUID == nil {
+		return nil
+	}
+	n := *k.MaxConnsPerUID
+	k.MaxConnsPerUID = nil
+	if n < 1 {
+		return fmt.Errorf("%w: ctl.max_conns_per_uid %d (now ctl.quota.conns): want at least 1", errConfig, n)
+	}
+	k.Quota.Conns = ctl.Count(uint64(n))
+	return nil
 }
 
 // idStatePath is ctl.id_state, or its default beside the IV state.
@@ -130,11 +163,13 @@ func (c *Config) ctlConfig() (ctl.Config, error) {
 			tenant = ctl.TenantBySocket
 		}
 		cc.Sockets = append(cc.Sockets, ctl.SocketConfig{Path: e.Path, Mode: mode, UID: e.UID, GID: e.GID, Name: e.Name,
-			Tenant: tenant, Policy: e.SlotPolicy, Quota: e.Quota})
+			Tenant: tenant, Policy: e.SlotPolicy, Quota: e.Quota, Guarantee: e.Guarantee})
 	}
 	cc.CmdCap, cc.CplCap = k.CmdCap, k.CplCap
 	cc.Quota = k.Quota.Over(ctl.DefaultQuota())
-	cc.MaxConns, cc.MaxConnsPerUID, cc.MaxRegionsPerPortal = k.MaxConns, k.MaxConnsPerUID, k.MaxRegionsPerPortal
+	cc.Guarantee = k.Guarantee.Over(ctl.DefaultGuarantee())
+	cc.ReserveTenants, cc.OpenDeadline = k.ReserveTenants, time.Duration(k.OpenDeadline)
+	cc.MaxConns, cc.MaxRegionsPerPortal = k.MaxConns, k.MaxRegionsPerPortal
 	cc.MaxRegionBytes, cc.MaxPortalBytes, cc.Hugetlb = k.MaxRegionBytes, k.MaxPortalBytes, k.Hugetlb
 	cc.IdentityPath = c.idStatePath()
 	cc.MaxIdentities, cc.IdentityRate, cc.IdentityBurst = k.MaxIdentities, k.IdentityRate, k.IdentityBurst

@@ -178,8 +178,9 @@ func TestTenantConfig(t *testing.T) {
 		"ctl": {"quota": {"memory_bytes": "10%"},
 		"sockets": [{"path": "/run/onerma/pods/web/rmad.sock", "mode": "0600", "uid": 1000, "name": "web",
 		  "slot_policy": {"default": 64, "default_class": "high"},
-		  "quota": {"memory_bytes": 1073741824, "slots": 100}},
-		 {"path": "/run/onerma/users.sock", "name": "users", "tenant": "uid"}]}}`)
+		  "quota": {"memory_bytes": 1073741824, "slots": 100}, "guarantee": {"memory_bytes": "10%", "regions": 32}},
+		 {"path": "/run/onerma/users.sock", "name": "users", "tenant": "uid"}],
+		"max_conns_per_uid": 16}}`)
 	cfg, _, err := loadConfig([]string{"-config", file}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -204,17 +205,47 @@ func TestTenantConfig(t *testing.T) {
 	if users.Tenant != ctl.TenantByUID || users.Mode != 0o660 {
 		t.Errorf("users socket %+v", users)
 	}
-	r := ctl.Resources{MemoryBytes: 1000 << 20, HugepageBytes: 400 << 20, Portals: 64, Slots: 1024}
-	if got, want := cc.Quota.Resolve(r), (ctlmsg.TenantUsage{MemoryBytes: 100 << 20, HugepageBytes: 200 << 20, Portals: 32, Slots: 512}); got != want {
+	r := ctl.Resources{MemoryBytes: 1000 << 20, HugepageBytes: 400 << 20, Portals: 64, Slots: 1024, Regions: 1024, Conns: 256}
+	// max_conns_per_uid, the older name of quota.conns, sets it.
+	if got, want := cc.Quota.Resolve(r), (ctlmsg.TenantUsage{Conns: 16, MemoryBytes: 100 << 20, HugepageBytes: 200 << 20, Portals: 32, Slots: 512, Regions: 512}); got != want {
 		t.Errorf("default quota %+v, want %+v", got, want)
 	}
-	if got, want := web.Quota.Over(cc.Quota).Resolve(r), (ctlmsg.TenantUsage{MemoryBytes: 1 << 30, HugepageBytes: 200 << 20, Portals: 32, Slots: 100}); got != want {
+	if got, want := web.Quota.Over(cc.Quota).Resolve(r), (ctlmsg.TenantUsage{Conns: 16, MemoryBytes: 1 << 30, HugepageBytes: 200 << 20, Portals: 32, Slots: 100, Regions: 512}); got != want {
 		t.Errorf("web's quota %+v, want %+v", got, want)
 	}
-	// -print-config shows the quota as written.
+	if got, want := cc.Guarantee.Resolve(r), (ctlmsg.TenantUsage{Conns: 4, MemoryBytes: 64 << 20, HugepageBytes: 8 << 20, Portals: 2, Slots: 64, Regions: 16}); got != want {
+		t.Errorf("default guarantee %+v, want %+v", got, want)
+	}
+	if got, want := web.Guarantee.Over(cc.Guarantee).Resolve(r), (ctlmsg.TenantUsage{Conns: 4, MemoryBytes: 100 << 20, HugepageBytes: 8 << 20, Portals: 2, Slots: 64, Regions: 32}); got != want {
+		t.Errorf("web's guarantee %+v, want %+v", got, want)
+	}
+	if cc.ReserveTenants != 8 || cc.OpenDeadline != 5*time.Second {
+		t.Errorf("reserve_tenants %d, open_deadline %v", cc.ReserveTenants, cc.OpenDeadline)
+	}
+	// -print-config shows the quota as written, the alias folded into it.
 	b, _ := json.Marshal(&cfg.Ctl)
-	if !strings.Contains(string(b), `"quota":{"memory_bytes":"10%","hugepage_bytes":"50%","portals":"50%","slots":"50%"}`) {
-		t.Errorf("ctl renders as %s", b)
+	for _, want := range []string{
+		`"quota":{"conns":16,"portals":"50%","slots":"50%","regions":"50%","memory_bytes":"10%","hugepage_bytes":"50%"}`,
+		`"guarantee":{"conns":4,"portals":2,"slots":64,"regions":16,"memory_bytes":67108864,"hugepage_bytes":8388608},"reserve_tenants":8,`,
+		`"open_deadline":"5s"`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("ctl renders as %s, without %s", b, want)
+		}
+	}
+	if strings.Contains(string(b), "max_conns_per_uid") {
+		t.Errorf("ctl renders the alias: %s", b)
+	}
+	// The flags: the alias, and the new keys.
+	fc, _, err := loadConfig([]string{"-max-conns-per-uid", "7", "-reserve-tenants", "3", "-open-deadline", "2s"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fcc, err := fc.ctlConfig(); err != nil || *fcc.Quota.Conns != *ctl.Count(7) || fcc.ReserveTenants != 3 || fcc.OpenDeadline != 2*time.Second {
+		t.Errorf("flags: %+v %v", fcc, err)
+	}
+	if _, _, err := loadConfig([]string{"-config", writeFile(t, `{"ctl": {"max_conns_per_uid": 0}}`)}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "max_conns_per_uid 0 (now ctl.quota.conns)") {
+		t.Errorf("max_conns_per_uid 0: %v", err)
 	}
 	for _, bad := range []string{`{"ctl": {"quota": {"slots": "150%"}}}`, `{"ctl": {"quota": {"slots": -1}}}`, `{"ctl": {"quota": {"portals": "x"}}}`} {
 		if _, _, err := loadConfig([]string{"-config", writeFile(t, bad)}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "quota") {
@@ -233,6 +264,7 @@ func TestConfigRejects(t *testing.T) {
 		{"unknown key", `{"engine": {"slotz": 1}}`, nil, `unknown field "slotz"`},
 		{"bad duration", `{"engine": {"timeout": "soon"}}`, nil, "invalid duration"},
 		{"bad flag value", "", []string{"-slots", "many"}, "invalid value"},
+		{"alias of quota.conns", "", []string{"-max-conns-per-uid", "0"}, "want a count of at least 1"},
 		{"unknown flag", "", []string{"-frobnicate"}, "not defined"},
 		{"stray arg", "", []string{"extra"}, "unexpected arguments"},
 	}
@@ -265,6 +297,8 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-vdev", "net_ring0", "-port-name", "net_tap0"}, "does not create"},
 		{[]string{"-burst", "0"}, "port.burst"},
 		{[]string{"-hugetlb", "always"}, "Hugetlb"},
+		{[]string{"-reserve-tenants", "-1"}, "ReserveTenants"},
+		{[]string{"-open-deadline", "0s"}, "OpenDeadline"},
 		{[]string{"-icmp-rate", "-1"}, "ICMPRate"},
 		{[]string{"-icmp-burst", "0"}, "ICMPBurst"},
 		{[]string{"-metrics", "9100"}, "metrics.listen"},
