@@ -40,27 +40,32 @@ type Limits struct {
 	MaxPortalBytes      uint64 // region bytes one portal may hold
 }
 
-// TenantUsage is one tenant's use of one resource against its quota.
+// TenantUsage is one tenant's use of one pool against its quota and
+// guarantee.
 type TenantUsage struct {
-	// Tenant identifies the tenant by what its applications cannot
-	// choose (the control socket they connect through, their uid).
-	Tenant   string
-	Resource string  // "memory_bytes", "hugepage_bytes", "portals", "slots"
-	Used     float64 // in the resource's unit
-	Quota    float64 // 0: none
+	// Tenant is the tenant's name: what its applications cannot choose
+	// (the control socket they connect through, their uid), and the only
+	// label that tells tenants apart.
+	Tenant    string
+	Resource  string  // the pool: "conns", "portals", "slots", "regions", "memory_bytes", "hugepage_bytes"
+	Used      float64 // in the pool's unit
+	Quota     float64 // the most it may hold (0: none)
+	Guarantee float64 // what it is given however much the others hold
 }
 
-// TenantsOf is the usage against quota of each tenant the control server
-// reports (engine/ctl.Server.Tenants), a series per resource its quotas
-// bound.
+// TenantsOf is the usage against quota and guarantee of each tenant the
+// control server reports (engine/ctl.Server.Tenants), a series per pool.
 func TenantsOf(ts []ctlmsg.TenantStats) []TenantUsage {
-	out := make([]TenantUsage, 0, 4*len(ts))
+	out := make([]TenantUsage, 0, 6*len(ts))
 	for _, t := range ts {
+		u, q, g := &t.TenantUsage, &t.Quota, &t.Guarantee
 		out = append(out,
-			TenantUsage{t.Name, "memory_bytes", float64(t.MemoryBytes), float64(t.Quota.MemoryBytes)},
-			TenantUsage{t.Name, "hugepage_bytes", float64(t.HugepageBytes), float64(t.Quota.HugepageBytes)},
-			TenantUsage{t.Name, "portals", float64(t.Portals), float64(t.Quota.Portals)},
-			TenantUsage{t.Name, "slots", float64(t.Slots), float64(t.Quota.Slots)})
+			TenantUsage{t.Name, ctlmsg.QuotaConns, float64(u.Conns), float64(q.Conns), float64(g.Conns)},
+			TenantUsage{t.Name, ctlmsg.QuotaPortals, float64(u.Portals), float64(q.Portals), float64(g.Portals)},
+			TenantUsage{t.Name, ctlmsg.QuotaSlots, float64(u.Slots), float64(q.Slots), float64(g.Slots)},
+			TenantUsage{t.Name, ctlmsg.QuotaRegions, float64(u.Regions), float64(q.Regions), float64(g.Regions)},
+			TenantUsage{t.Name, ctlmsg.QuotaMemoryBytes, float64(u.MemoryBytes), float64(q.MemoryBytes), float64(g.MemoryBytes)},
+			TenantUsage{t.Name, ctlmsg.QuotaHugepageBytes, float64(u.HugepageBytes), float64(q.HugepageBytes), float64(g.HugepageBytes)})
 	}
 	return out
 }
@@ -69,7 +74,8 @@ func TenantsOf(ts []ctlmsg.TenantStats) []TenantUsage {
 type Config struct {
 	Cores []Core
 	// Tenants, if set, reports each tenant's usage against its quotas
-	// at every scrape (onerma_tenant_usage, onerma_tenant_quota): rmad's
+	// and guarantees at every scrape (onerma_tenant_usage,
+	// onerma_tenant_quota, onerma_tenant_guarantee): rmad's
 	// is TenantsOf its control server's Tenants, which reads the server's
 	// books, not the cores. Without it the collector exports usage per
 	// portal and per uid only.
@@ -148,6 +154,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, t := range c.cfg.Tenants() {
 			ch <- gauge(c.d.tenantUsage, t.Used, t.Tenant, t.Resource)
 			ch <- gauge(c.d.tenantQuota, t.Quota, t.Tenant, t.Resource)
+			ch <- gauge(c.d.tenantGuarantee, t.Guarantee, t.Tenant, t.Resource)
 		}
 	}
 }

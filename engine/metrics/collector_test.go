@@ -307,8 +307,8 @@ func TestScrapeCountsCompletions(t *testing.T) {
 	}
 	for _, u := range metrics.TenantsOf(tenants) {
 		l := map[string]string{"tenant": tenants[0].Name, "resource": u.Resource}
-		if got, q := pg.value("onerma_tenant_usage", l), pg.value("onerma_tenant_quota", l); got != u.Used || q != u.Quota || q == 0 {
-			t.Errorf("tenant %s %s: %v of %v on the page, the server says %v of %v", tenants[0].Name, u.Resource, got, q, u.Used, u.Quota)
+		if got, q, g := pg.value("onerma_tenant_usage", l), pg.value("onerma_tenant_quota", l), pg.value("onerma_tenant_guarantee", l); got != u.Used || q != u.Quota || q == 0 || g != u.Guarantee {
+			t.Errorf("tenant %s %s: %v of %v (guarantee %v) on the page, the server says %v of %v (%v)", tenants[0].Name, u.Resource, got, q, g, u.Used, u.Quota, u.Guarantee)
 		}
 	}
 	if got := pg.value("onerma_portal_slots", map[string]string{"name": "metrics", "tenant": tenants[0].Name}); got != 8 {

@@ -165,7 +165,7 @@ type descs struct {
 	portalRegionBytes, portalRegionBytesLimit        *prometheus.Desc
 	portalClosed                                     *prometheus.Desc
 	uidPortals, uidSlots, uidRegions, uidRegionBytes *prometheus.Desc
-	tenantUsage, tenantQuota                         *prometheus.Desc
+	tenantUsage, tenantQuota, tenantGuarantee        *prometheus.Desc
 }
 
 // portalLabels label a portal's gauges after core.
@@ -213,8 +213,9 @@ func newDescs() descs {
 		uidSlots:               d("uid_slots", "Command slots held by a uid's portals.", []string{"uid"}),
 		uidRegions:             d("uid_regions", "Regions registered by a uid's portals.", []string{"uid"}),
 		uidRegionBytes:         d("uid_region_bytes", "Bytes of the regions registered by a uid's portals.", []string{"uid"}),
-		tenantUsage:            d("tenant_usage", "What a tenant holds of a resource (bytes of memory or huge pages, portals, slots).", []string{"tenant", "resource"}),
-		tenantQuota:            d("tenant_quota", "A tenant's quota of a resource (0: none).", []string{"tenant", "resource"}),
+		tenantUsage:            d("tenant_usage", "What a tenant holds of a pool (control connections, portals, slots, region memory objects, bytes of memory or huge pages).", []string{"tenant", "resource"}),
+		tenantQuota:            d("tenant_quota", "A tenant's quota of a pool: the most it may hold (0: none).", []string{"tenant", "resource"}),
+		tenantGuarantee:        d("tenant_guarantee", "A tenant's guarantee of a pool: what it is given however much the other tenants hold.", []string{"tenant", "resource"}),
 	}
 }
 
@@ -226,5 +227,5 @@ func (d *descs) all() []*prometheus.Desc {
 		d.portalSlots, d.portalSlotsLimit, d.portalInFlight, d.portalCmdDepth, d.portalCmdCap,
 		d.portalCplDepth, d.portalCplCap, d.portalRegions, d.portalRegionsLimit,
 		d.portalRegionBytes, d.portalRegionBytesLimit, d.portalClosed,
-		d.uidPortals, d.uidSlots, d.uidRegions, d.uidRegionBytes, d.tenantUsage, d.tenantQuota)
+		d.uidPortals, d.uidSlots, d.uidRegions, d.uidRegionBytes, d.tenantUsage, d.tenantQuota, d.tenantGuarantee)
 }

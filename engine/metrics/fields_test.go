@@ -84,7 +84,7 @@ func TestCoreDownAndTenants(t *testing.T) {
 			{ID: 1, Snapshot: func(s *metrics.Snapshot) error { s.Stats = up; return nil }},
 		},
 		Tenants: func() []metrics.TenantUsage {
-			return []metrics.TenantUsage{{Tenant: "sock=/run/pod1 uid=1000", Resource: "region_bytes", Used: 4096, Quota: 1 << 30}}
+			return []metrics.TenantUsage{{Tenant: "sock=/run/pod1 uid=1000", Resource: "region_bytes", Used: 4096, Quota: 1 << 30, Guarantee: 1 << 20}}
 		},
 	})
 	if err != nil {
@@ -104,6 +104,7 @@ func TestCoreDownAndTenants(t *testing.T) {
 		{"onerma_uid_region_bytes", map[string]string{"uid": "1000"}, 4096},
 		{"onerma_tenant_usage", map[string]string{"tenant": "sock=/run/pod1 uid=1000", "resource": "region_bytes"}, 4096},
 		{"onerma_tenant_quota", map[string]string{"tenant": "sock=/run/pod1 uid=1000", "resource": "region_bytes"}, 1 << 30},
+		{"onerma_tenant_guarantee", map[string]string{"tenant": "sock=/run/pod1 uid=1000", "resource": "region_bytes"}, 1 << 20},
 	} {
 		got := pg.value(c.name, c.labels)
 		if got != c.want && !(math.IsNaN(got) && math.IsNaN(c.want)) {

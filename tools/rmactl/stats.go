@@ -69,11 +69,18 @@ func printStats(w io.Writer, st *ctlmsg.Stats) {
 			p.Slots, p.MaxSlots, p.InFlight, p.CmdDepth, p.CmdCap, p.CplDepth, p.CplCap, p.Regions, p.RegionBytes, p.Tenant)
 	}
 	if len(st.Tenants) > 0 {
-		// Usage against quota, memory in MiB.
-		fmt.Fprintf(w, "\n%-24s %5s %9s %9s %19s %19s  %s\n", "tenant", "conns", "portals", "slots", "memory_mib", "hugepage_mib", "socket")
+		// Each pool: held/guarantee/quota; memory in MiB.
+		fmt.Fprintf(w, "\n%-24s %-11s %-11s %-14s %-14s %-20s %-20s  %s\n", "tenant (held/guarantee/quota)", "conns", "portals", "slots", "regions", "memory_mib", "hugepage_mib", "socket")
 		for _, t := range st.Tenants {
-			fmt.Fprintf(w, "%-24s %5d %4d/%-4d %4d/%-4d %9d/%-9d %9d/%-9d  %s\n", t.Name, t.Conns, t.Portals, t.Quota.Portals,
-				t.Slots, t.Quota.Slots, t.MemoryBytes>>20, t.Quota.MemoryBytes>>20, t.HugepageBytes>>20, t.Quota.HugepageBytes>>20, t.Socket)
+			u, g, q := &t.TenantUsage, &t.Guarantee, &t.Quota
+			cell := func(held, min, max uint64) string { return fmt.Sprintf("%d/%d/%d", held, min, max) }
+			fmt.Fprintf(w, "%-29s %-11s %-11s %-14s %-14s %-20s %-20s  %s\n", t.Name,
+				cell(uint64(u.Conns), uint64(g.Conns), uint64(q.Conns)),
+				cell(uint64(u.Portals), uint64(g.Portals), uint64(q.Portals)),
+				cell(uint64(u.Slots), uint64(g.Slots), uint64(q.Slots)),
+				cell(uint64(u.Regions), uint64(g.Regions), uint64(q.Regions)),
+				cell(u.MemoryBytes>>20, g.MemoryBytes>>20, q.MemoryBytes>>20),
+				cell(u.HugepageBytes>>20, g.HugepageBytes>>20, q.HugepageBytes>>20), t.Socket)
 		}
 	}
 }

@@ -13,10 +13,16 @@ import (
 // a column per core after the sum, and each portal's core.
 func TestPrintStats(t *testing.T) {
 	one := &ctlmsg.Stats{Posted: 7, Port: &ctlmsg.PortStats{Name: "net_memif0"}, Loop: &ctlmsg.LoopStats{Stalls: 2},
-		Portals: []ctlmsg.PortalStats{{ID: 3, Name: "reader"}}}
+		Portals: []ctlmsg.PortalStats{{ID: 3, Name: "reader"}},
+		Tenants: []ctlmsg.TenantStats{{Name: "main uid 1000", Socket: "/run/onerma/rmad.sock",
+			TenantUsage: ctlmsg.TenantUsage{Conns: 2, Portals: 1, Slots: 16, Regions: 3, MemoryBytes: 5 << 20, HugepageBytes: 4 << 20},
+			Quota:       ctlmsg.TenantUsage{Conns: 64, Portals: 32, Slots: 512, Regions: 512, MemoryBytes: 6 << 30, HugepageBytes: 256 << 20},
+			Guarantee:   ctlmsg.TenantUsage{Conns: 4, Portals: 2, Slots: 64, Regions: 16, MemoryBytes: 64 << 20, HugepageBytes: 8 << 20}}}}
 	var b bytes.Buffer
 	printStats(&b, one)
-	for _, want := range []string{"posted              7\n", "port.name                net_memif0\n", "loop.stalls              2\n"} {
+	for _, want := range []string{"posted              7\n", "port.name                net_memif0\n", "loop.stalls              2\n",
+		"tenant (held/guarantee/quota) conns       portals     slots          regions        memory_mib           hugepage_mib          socket\n",
+		"main uid 1000                 2/4/64      1/2/32      16/64/512      3/16/512       5/64/6144            4/8/256               /run/onerma/rmad.sock\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("one core: no %q in\n%s", want, b.String())
 		}
