@@ -93,6 +93,10 @@ type Config struct {
 	Resources *Resources
 
 	MaxConns int // control connections at once (each may hold one portal): the conns pool
+	// MaxMemoryObjects bounds the memory objects (region memfds, portal
+	// segments) charged to tenants at once, over every tenant: at most
+	// half of fs.inotify.max_queued_events (memwatch.go), which 0 means.
+	MaxMemoryObjects int
 	// OpenDeadline closes a connection that has not opened a portal
 	// (open and attach) this long after it connected; one that has sent
 	// only identity and stats requests, this long after its last.
@@ -185,6 +189,8 @@ func (c *Config) Validate() error {
 		return bad("MaxConns", c.MaxConns)
 	case c.OpenDeadline <= 0:
 		return bad("OpenDeadline", c.OpenDeadline)
+	case c.MaxMemoryObjects < 0:
+		return bad("MaxMemoryObjects", c.MaxMemoryObjects)
 	case c.MaxRegionsPerPortal < 0:
 		return bad("MaxRegionsPerPortal", c.MaxRegionsPerPortal)
 	case c.MaxRegionBytes < 1 || c.MaxRegionBytes > ctlmsg.MaxRegionBytes:

@@ -64,9 +64,10 @@ type memObj struct {
 // maxQueuedEventsPath is the inotify queue's length, per instance.
 const maxQueuedEventsPath = "/proc/sys/fs/inotify/max_queued_events"
 
-// newMemWatch opens the inotify instance. The caller starts its reader
-// (Server.watchMemLoop).
-func newMemWatch() (*memWatch, error) {
+// newMemWatch opens the inotify instance, to watch at most max objects
+// (0: half of max_queued_events, which is also the most). The caller
+// starts its reader (Server.watchMemLoop).
+func newMemWatch(max int) (*memWatch, error) {
 	b, err := os.ReadFile(maxQueuedEventsPath)
 	if err != nil {
 		return nil, fmt.Errorf("ctl: %w", err)
@@ -74,6 +75,12 @@ func newMemWatch() (*memWatch, error) {
 	q, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || q < 2 {
 		return nil, fmt.Errorf("ctl: %s = %q, want a count of at least 2", maxQueuedEventsPath, b)
+	}
+	if max == 0 {
+		max = q / 2
+	}
+	if max > q/2 {
+		return nil, fmt.Errorf("%w: MaxMemoryObjects %d exceeds half of %s (%d): raise the sysctl", ErrConfig, max, maxQueuedEventsPath, q)
 	}
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
@@ -85,7 +92,7 @@ func newMemWatch() (*memWatch, error) {
 		f.Close()
 		return nil, fmt.Errorf("ctl: inotify: %w", err)
 	}
-	return &memWatch{f: f, rc: rc, max: q / 2, buf: make([]byte, 64<<10), done: make(chan struct{})}, nil
+	return &memWatch{f: f, rc: rc, max: max, buf: make([]byte, 64<<10), done: make(chan struct{})}, nil
 }
 
 // watchMemLoop reads the inotify events as they come, until close.
@@ -172,8 +179,8 @@ func (s *Server) chargeMem(op ctlmsg.Op, t *tenant, use ctlmsg.TenantUsage) *req
 		case try == 0:
 			s.drainMem()
 		case full:
-			return fail(ctlmsg.CodeResource, "%s: the engine holds %d memory objects, as many as it may watch at once (memory_objects: half of %s, %d); another tenant's objects may be gone soon",
-				op, n, maxQueuedEventsPath, 2*s.mem.max)
+			return fail(ctlmsg.CodeResource, "%s: the engine's tenants hold %d memory objects, as many as it watches at once (MaxMemoryObjects: at most half of %s)",
+				op, n, maxQueuedEventsPath)
 		default:
 			return refusalError(string(op), t, r)
 		}

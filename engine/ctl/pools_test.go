@@ -438,3 +438,31 @@ func hugePagesRsvd(t *testing.T) int {
 	t.Fatal("no HugePages_Rsvd in /proc/meminfo")
 	return 0
 }
+
+// The memory objects the engine watches are bounded engine-wide: beyond
+// MaxMemoryObjects, creation is refused, naming the bound; an object gone
+// makes room at once.
+func TestMemoryObjectsBounded(t *testing.T) {
+	e := setup(t, func(c *ctl.Config) { c.MaxMemoryObjects = 3 })
+	p := dial(t, e, "objects") // its segment: one
+	r, err := p.RegisterRegion(4096, abi.PermAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.RegisterRegion(4096, abi.PermAll); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.RegisterRegion(4096, abi.PermAll)
+	if !errors.Is(err, portal.ErrResource) || !strings.Contains(err.Error(), "create_region: the engine's tenants hold 3 memory objects, as many as it watches at once (MaxMemoryObjects") {
+		t.Fatalf("a fourth object: %v", err)
+	}
+	if n, max := e.srv.MemoryObjects(); n != 3 || max != 3 {
+		t.Fatalf("MemoryObjects = %d of %d", n, max)
+	}
+	if err := p.DeregisterRegion(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.RegisterRegion(4096, abi.PermAll); err != nil {
+		t.Fatalf("after one went: %v", err)
+	}
+}

@@ -132,9 +132,10 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 	if err := s.resolvePools(); err != nil {
 		return nil, err
 	}
-	if s.mem, err = newMemWatch(); err != nil {
+	if s.mem, err = newMemWatch(cfg.MaxMemoryObjects); err != nil {
 		return nil, err
 	}
+	log.Info().Int("memory_objects", s.mem.max).Msg("memory objects charged until gone: the most watched at once")
 	if s.ids, err = openIdentities(cfg.IdentityPath, boot, cfg.MaxIdentities); err != nil {
 		s.mem.f.Close()
 		return nil, err

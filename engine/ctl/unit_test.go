@@ -156,6 +156,7 @@ func TestConfigValidate(t *testing.T) {
 		"Guarantee: regions":             func(c *Config) { c.Guarantee.Regions = Count(1 << 17) },
 		"ReserveTenants":                 func(c *Config) { c.ReserveTenants = -1 },
 		"OpenDeadline":                   func(c *Config) { c.OpenDeadline = 0 },
+		"MaxMemoryObjects":               func(c *Config) { c.MaxMemoryObjects = -1 },
 		"Sockets[1].Guarantee": func(c *Config) {
 			c.Sockets = append(c.Sockets, SocketConfig{Path: "/b", Tenant: "uid", Guarantee: Quota{Conns: Count(1 << 21)}})
 		},
