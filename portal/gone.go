@@ -153,7 +153,9 @@ func hungUp(fd int) error {
 // registers its regions again, and hands their new ids (and the K_d
 // derived from them) to its peers; its identity may have changed too
 // (Identity). The old portal's regions stay mapped until its Close, so
-// their contents can be copied into the new ones first:
+// their contents can be copied into the new ones first; Close it then
+// (an engine that still runs charges the tenant for that memory until
+// every mapping of it is gone):
 //
 //	n, err := p.Wait(ctx, cpl)
 //	// ... handle cpl[:n]: the ops in flight end with portal.StatusEngineGone

@@ -441,8 +441,9 @@ func (p *Portal) Stats() (*ctlmsg.Stats, error) {
 
 // Close closes the control connection (the engine reclaims the portal, its
 // slots and its regions) and unmaps the segment and every region: slices
-// returned by Region.Bytes must not be used afterwards. Commands still in
-// flight complete into nothing. Close is idempotent.
+// returned by Region.Bytes must not be used afterwards. The engine charges
+// the tenant for that memory until both have let go of it. Commands still
+// in flight complete into nothing. Close is idempotent.
 func (p *Portal) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

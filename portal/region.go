@@ -133,6 +133,9 @@ func (p *Portal) RegisterRegionKey(size uint64, perm Perm, kr Key) (*Region, err
 	}
 	resp, _, err = p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpRegisterRegion, Memory: mr.Memory, Perm: perm, Key: ctlmsg.Key(kr)})
 	if err != nil {
+		// Whatever failed, the engine dropped the memory or drops it at the
+		// next create_region: let go of it, so the tenant is not charged
+		// for it.
 		unix.Munmap(mapping)
 		return nil, err
 	}
@@ -180,12 +183,23 @@ func (p *Portal) Rekey(r *Region, kr Key) error {
 
 // DeregisterRegion invalidates r in the engine (which never touches its
 // memory again once this returns) and unmaps it. Ops in flight that name
-// r complete with an error status.
+// r complete with an error status. When the engine no longer holds r for
+// this portal (ErrNoRegion, or the engine closed the portal), r is
+// unmapped too and the error returned: the engine charges the tenant for
+// the region's memory until every mapping of it is gone. Other errors
+// leave r mapped and registered, to try again (or Close).
 func (p *Portal) DeregisterRegion(r *Region) error {
 	if r == nil || r.p != p || r.mapping == nil {
 		return ErrRegion
 	}
 	if err := p.deregister(r.id); err != nil {
+		var pe *Error
+		if errors.As(err, &pe) && (pe.Code == ctlmsg.CodeNoRegion || pe.Code == ctlmsg.CodeState) {
+			p.mu.Lock()
+			delete(p.regions, r.id)
+			p.mu.Unlock()
+			r.unmap()
+		}
 		return err
 	}
 	p.mu.Lock()

@@ -2,6 +2,7 @@ package ctl_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -465,4 +466,65 @@ func TestMemoryObjectsBounded(t *testing.T) {
 	if _, err := p.RegisterRegion(4096, abi.PermAll); err != nil {
 		t.Fatalf("after one went: %v", err)
 	}
+}
+
+// The portal library lets go of memory the engine dropped: a region of a
+// portal its engine closed (the rings were corrupted) is unmapped by
+// DeregisterRegion, which reports the closed portal, and the tenant is
+// refunded at once, before it closes the portal.
+func TestDeregisterOfClosedPortalUnmaps(t *testing.T) {
+	e := setup(t, nil)
+	me := fmt.Sprintf("main uid %d", unix.Getuid())
+	p := dial(t, e, "closedbycore")
+	r, err := p.RegisterRegion(64<<10, abi.PermAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Corrupt the command ring in the library's own mapping of the
+	// segment (through /proc/self/mem): its producer index jumps past the
+	// capacity.
+	l := p.Layout()
+	var idx [4]byte
+	binary.LittleEndian.PutUint32(idx[:], l.CmdCap*3+5)
+	mem, err := os.OpenFile("/proc/self/mem", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	if _, err := mem.WriteAt(idx[:], int64(mappingOf(t, "memfd:onerma-portal-closedbycore"))+int64(l.CmdOff)); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.Eventually(t, "the core to close the portal", func() bool { return e.stats(t).RingsCorrupt == 1 })
+	before := held(t, e, me)
+	err = p.DeregisterRegion(r)
+	if !errors.Is(err, portal.ErrNoRegion) || !strings.Contains(err.Error(), "impossible ring indices") {
+		t.Fatalf("DeregisterRegion of a closed portal's region: %v", err)
+	}
+	if r.Bytes() != nil {
+		t.Fatal("the region is still mapped")
+	}
+	if u := held(t, e, me); u.Regions != before.Regions-1 || u.MemoryBytes != before.MemoryBytes-64<<10 {
+		t.Fatalf("the tenant holds %+v, held %+v: the region not refunded", u, before)
+	}
+}
+
+// mappingOf returns the address of this process's mapping of the memfd
+// named name (/proc/self/maps).
+func mappingOf(t *testing.T, name string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 6 && strings.Contains(f[5], name) {
+			var lo, hi uint64
+			if _, err := fmt.Sscanf(f[0], "%x-%x", &lo, &hi); err != nil {
+				t.Fatal(err)
+			}
+			return lo
+		}
+	}
+	t.Fatalf("no mapping of %s", name)
+	return 0
 }

@@ -155,7 +155,9 @@ func (c *conn) deregisterRegion(req *ctlmsg.Request) *reqError {
 	case errors.Is(derr, errPortalGone):
 		return fail(ctlmsg.CodeState, "deregister_region %#x: %v", req.Region, derr)
 	case derr != nil:
-		return fail(ctlmsg.CodeInternal, "deregister_region %#x: the core had already dropped it: %v", req.Region, derr)
+		// The core took the region away itself: with the portal, when it
+		// closed it (impossible ring indices).
+		return fail(ctlmsg.CodeNoRegion, "deregister_region %#x: the core had already dropped it (%v): %v", req.Region, derr, errPortalGone)
 	}
 	return nil
 }
