@@ -13,15 +13,20 @@ import (
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/portal"
 )
 
 // BenchmarkRegionControl times the control calls that change the
 // engine's region table through the control socket, the driver path of
 // the paper's Fig. 14, on engines of one and two cores (each its own
 // runner, Backoff): a rekey (in force on every core when it returns: key
-// epochs), and a deregistration, which returns only once every core has
+// epochs); a deregistration, which returns only once every core has
 // passed a quiescent point since (ctl's quiesce) and the memory is
-// unmapped; its region is registered again between two timed calls.
+// unmapped, its region registered again between two timed calls; a
+// registration (create_region, the application's mapping, register_region:
+// portal.RegisterRegion), its region deregistered between two timed
+// calls; and an open (portal.Dial: connect, open, attach, doorbell), its
+// portal closed and reclaimed between two timed calls.
 //
 //	go test ./engine/ctl -run '^$' -bench RegionControl -benchtime 2000x
 func BenchmarkRegionControl(b *testing.B) {
@@ -60,6 +65,43 @@ func BenchmarkRegionControl(b *testing.B) {
 				}
 				ts.add(t0)
 				b.StopTimer()
+			}
+			ts.report(b)
+		})
+		b.Run(fmt.Sprintf("cores=%d/register", cores), func(b *testing.B) {
+			b.StopTimer()
+			var ts latencies
+			for range b.N {
+				b.StartTimer()
+				t0 := time.Now()
+				r, err := own.RegisterRegion(4096, abi.PermRemoteRead)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ts.add(t0)
+				b.StopTimer()
+				if err := own.DeregisterRegion(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ts.report(b)
+		})
+		b.Run(fmt.Sprintf("cores=%d/open", cores), func(b *testing.B) {
+			b.StopTimer()
+			var ts latencies
+			for range b.N {
+				b.StartTimer()
+				t0 := time.Now()
+				p, err := portal.Dial(e.sock, "opener")
+				if err != nil {
+					b.Fatal(err)
+				}
+				ts.add(t0)
+				b.StopTimer()
+				p.Close()
+				for e.srv.Conns() > 1 { // reclaimed: the owner's is left
+					time.Sleep(50 * time.Microsecond)
+				}
 			}
 			ts.report(b)
 		})
