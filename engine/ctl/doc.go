@@ -40,12 +40,19 @@
 // ever gets it (the identity state file records the next one durably
 // before it is used), and the application never supplies it.
 //
-// Tenants (tenant.go, policy.go, quota.go). A connection's tenant is its
-// socket (Config.Sockets) and, on a socket that splits tenants by uid,
-// its peer's uid. The socket's AppPolicy grants class and slot caps by uid
-// and groups; the tenant's Quota bounds its memory, huge pages, portals
-// and slots over all its connections, and a refusal names the quota
-// (ctlmsg.CodeQuota).
+// Tenants (tenant.go, policy.go, pool.go, quota.go, memwatch.go). A
+// connection's tenant is its socket (Config.Sockets) and, on a socket
+// that splits tenants by uid, its peer's uid. The socket's AppPolicy
+// grants class and slot caps by uid and groups. Every finite pool of the
+// control plane (control connections, portals, slots, region memory
+// objects, memory, huge pages) gives each tenant a guarantee and bounds
+// it by a quota, over all its connections, by one admission rule
+// (pool.go) that keeps the guarantees of the other tenants, and of
+// Config.ReserveTenants tenants to come, free; a refusal names the pool,
+// the tenant and the numbers (ctlmsg.CodeQuota). Memory objects are
+// charged until the kernel frees them, whatever the application keeps
+// (memwatch.go: inotify). A connection that opens no portal within
+// Config.OpenDeadline is closed.
 //
 // Concurrency. One goroutine per connection. Everything that touches an
 // engine core runs through Executor.Exec on the core's own goroutine
@@ -60,7 +67,7 @@
 // requests are size-limited and strictly validated, file descriptors sent
 // to the engine are closed and refused, the number of connections, slots,
 // regions and region bytes per portal are bounded by Config, and a
-// tenant's totals by its quota.
+// tenant's totals by its pools.
 //
 // Stats. The stats reply sums the cores (ctlmsg.Stats's fields) and, on
 // an engine of several, lists each (Stats.Cores); the portals list names

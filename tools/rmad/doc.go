@@ -27,9 +27,14 @@
 //
 // Tenants: rmad listens on ctl.socket (-socket; a tenant per uid) and on
 // each of ctl.sockets (path, mode, uid/gid owning it, name, tenant
-// "socket" or "uid", its own slot_policy and quota). ctl.quota (counts, or
-// percentages of what is left once the engine has its own) bounds each
-// tenant's memory_bytes, hugepage_bytes, portals and slots. Process
+// "socket" or "uid", its own slot_policy, quota and guarantee). ctl.quota
+// (counts, or percentages of what is left once the engine has its own)
+// bounds each tenant's conns, portals, slots, regions, memory_bytes and
+// hugepage_bytes, and ctl.guarantee gives each that much whatever the
+// others hold, with room kept for ctl.reserve_tenants (-reserve-tenants)
+// tenants to come; ctl.max_conns_per_uid (-max-conns-per-uid) is the
+// older name of quota.conns. A control connection that opens no portal
+// within ctl.open_deadline (-open-deadline) is closed. Process
 // identities are recorded in ctl.id_state (-id-state; default
 // engine.iv_state + ".ids"), which must live as long as the IV state.
 // rmad writes oom_score_adj (-oom-score-adj, default -999) so the kernel's
