@@ -336,7 +336,7 @@ ONERMA_API int onerma_post(struct onerma_portal *p, const struct onerma_op *op);
 ONERMA_API void onerma_flush(struct onerma_portal *p);
 /* onerma_submit is onerma_post then onerma_flush. */
 ONERMA_API int onerma_submit(struct onerma_portal *p, const struct onerma_op *op);
-/* onerma_staged: ops posted and not yet taken by the engine (as last seen). */
+/* onerma_staged: ops posted and not yet taken by the engine (staged ones included). */
 ONERMA_API uint32_t onerma_staged(const struct onerma_portal *p);
 /* onerma_posted: ops posted whose completion poll or wait has not yet
  * returned (a scan: for diagnostics, not the data path). */

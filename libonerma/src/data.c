@@ -142,7 +142,11 @@ int onerma_submit(struct onerma_portal *p, const struct onerma_op *op)
 	return err;
 }
 
-uint32_t onerma_staged(const struct onerma_portal *p) { return p->cmd.next - p->cmd.cache; }
+uint32_t onerma_staged(const struct onerma_portal *p)
+{
+	uint32_t c = atomic_load_explicit(p->cmd.cons, memory_order_acquire);
+	return p->cmd.next - c > p->cmd.cap ? 0 : p->cmd.next - c;
+}
 
 int onerma_poll(struct onerma_portal *p, struct onerma_completion *out, int n)
 {
