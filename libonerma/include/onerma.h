@@ -265,7 +265,7 @@ ONERMA_API int onerma_redial(struct onerma_portal *p, int timeout_ms, struct one
  * and frees p and its regions. NULL is a no-op. */
 ONERMA_API int onerma_close(struct onerma_portal *p);
 
-ONERMA_API void onerma_identity(const struct onerma_portal *p, struct onerma_identity *out);
+ONERMA_API void onerma_portal_identity(const struct onerma_portal *p, struct onerma_identity *out);
 ONERMA_API int onerma_portal_class(const struct onerma_portal *p); /* as granted */
 ONERMA_API int onerma_portal_core(const struct onerma_portal *p);  /* the engine core serving it */
 ONERMA_API int onerma_portal_max_slots(const struct onerma_portal *p);

@@ -347,7 +347,7 @@ int onerma_redial(struct onerma_portal *p, int timeout_ms, struct onerma_portal 
 	}
 }
 
-void onerma_identity(const struct onerma_portal *p, struct onerma_identity *out) { *out = p->ident; }
+void onerma_portal_identity(const struct onerma_portal *p, struct onerma_identity *out) { *out = p->ident; }
 int onerma_portal_class(const struct onerma_portal *p) { return p->service_class; }
 int onerma_portal_core(const struct onerma_portal *p) { return (int)p->core; }
 int onerma_portal_max_slots(const struct onerma_portal *p) { return p->max_slots; }

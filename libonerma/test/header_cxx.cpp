@@ -16,11 +16,13 @@ int main()
 	op.length = ONERMA_MAX_OP_BYTES;
 	onerma_completion c = onerma_completion();
 	c.status = ONERMA_STATUS_ENGINE_GONE;
+	onerma_identity id = onerma_identity(); // the type's name is not hidden by a function's
+	id.pid = 1;
 	unsigned char kd[ONERMA_KEY_SIZE];
 	std::memset(kd, 0, sizeof kd);
 	int (*dial)(const char *, const char *, const onerma_options *, onerma_portal **) = onerma_dial;
 	int (*poll)(onerma_portal *, onerma_completion *, int) = onerma_poll;
 	(void)dial;
 	(void)poll;
-	return opt.service_class + static_cast<int>(op.length) + c.status + kd[0] - ONERMA_E_BASE > 0 ? 0 : 1;
+	return static_cast<int>(id.pid) + opt.service_class + static_cast<int>(op.length) + c.status + kd[0] - ONERMA_E_BASE > 0 ? 0 : 1;
 }

@@ -334,7 +334,7 @@ static void test_dial_and_ops(void)
 	CHECK_EQ(setup(&f, &opt), 0);
 	if (!f.p)
 		goto out;
-	onerma_identity(f.p, &id);
+	onerma_portal_identity(f.p, &id);
 	CHECK_EQ(id.addr, 0x0a620002);
 	CHECK_EQ(id.pid, 4242);
 	CHECK(strcmp(id.name, "unit") == 0);
