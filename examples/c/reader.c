@@ -96,7 +96,7 @@ static struct onerma_completion one(uint32_t type, uint64_t roff, uint64_t loff,
 int main(int argc, char **argv)
 {
 	const char *sock = ONERMA_DEFAULT_SOCKET;
-	char line[2 * ONERMA_MAX_OP_BYTES + 64];
+	static char line[2 * ONERMA_MAX_OP_BYTES + 128], arg[2 * ONERMA_MAX_OP_BYTES + 1];
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (strcmp(argv[i], "-socket") == 0)
@@ -127,10 +127,10 @@ int main(int argc, char **argv)
 			for (unsigned i = 0; c.status == ONERMA_STATUS_OK && i < len; i++)
 				printf("%02x", mem[i]);
 			printf("\n");
-		} else if (sscanf(line, "write %llu %8200s", &off, line + sizeof line / 2) == 2) {
+		} else if (sscanf(line, "write %llu %8192s", &off, arg) == 2) {
 			/* The source at the sink's second half, the read-back into its first. */
 			uint8_t *src = mem + SINK_BYTES / 2;
-			int k = unhex(line + sizeof line / 2, src, ONERMA_MAX_OP_BYTES);
+			int k = unhex(arg, src, ONERMA_MAX_OP_BYTES);
 			struct onerma_completion c = one(ONERMA_OP_WRITE, off, SINK_BYTES / 2, (uint32_t)k);
 			printf("write %s\n", onerma_status_str(c.status));
 			c = one(ONERMA_OP_READ, off, 0, (uint32_t)k);
