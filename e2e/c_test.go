@@ -250,7 +250,7 @@ func TestCReaderGoOwner(t *testing.T) {
 	cRead(t, rd, 64, 64, abi.StatusOK)
 }
 
-// A C owner and a Go reader: the K_d the C owner derives (onerma_derive_kd)
+// A C owner and a Go reader (and the C++ example beside the owner): the K_d the C owner derives (onerma_derive_kd)
 // authenticates at the Go reader's engine; READs checked, WRITEs read back
 // and seen in the C owner's memory, a key of the wrong op type refused, and
 // a rekey by the C owner.
@@ -262,6 +262,11 @@ func TestCOwnerGoReader(t *testing.T) {
 		t.Fatalf("owner: %q", f)
 	}
 	rid, _ := strconv.ParseUint(f[2], 10, 32)
+	// The C++ example dials the same engine beside the C owner.
+	out, err := exec.Command(cBin(t, "onerma-cxx-hello"), b.Socket).CombinedOutput()
+	if hf := strings.Fields(string(out)); err != nil || len(hf) != 8 || hf[0] != "identity" || hf[1] != ipB.String() || hf[7] != "success" {
+		t.Fatalf("onerma-cxx-hello: %v: %s", err, out)
+	}
 	reader := dial(t, a, "go-reader")
 	id := reader.Identity()
 	keys := func() (rd, wr, rk aesni.Key) {
