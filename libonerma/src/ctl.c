@@ -417,7 +417,9 @@ int onr_round_trip(struct onerma_portal *p, struct onr_request *req, struct onr_
 	len = onr_encode_request(req, out, sizeof out);
 	if (len < 0)
 		return onr_fail(len, "%s: request does not fit in %d bytes", name, ONR_MAX_REQUEST_BYTES);
-	n = send(p->fd, out, (size_t)len, MSG_NOSIGNAL);
+	do
+		n = send(p->fd, out, (size_t)len, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
 	err = errno;
 	explicit_bzero(out, sizeof out); /* it may hold a region key */
 	if (n < 0) {
