@@ -9,9 +9,11 @@ BIN     := bin
 # (lab/): the benchmark driver, the figures, the soak and the demo.
 TOOLS   := rmad rmactl rmaperf rmatop rmakv
 LAB     := rmabench rmafigures rmasoak onerma-demo
-# The C library (libonerma/, built into libonerma/build) and its examples
-# (examples/c), which the e2e tests run beside Go applications.
-C_EXAMPLES := onerma-c-owner onerma-c-reader onerma-cxx-hello
+# The C library (libonerma/, built into libonerma/build), its examples
+# (examples/c), which the e2e tests run beside Go applications, and its
+# tool onerma-perf (rmaperf's tests in C).
+C_EXAMPLES := onerma-c-owner onerma-c-reader onerma-c-hello onerma-cxx-hello
+C_TOOLS    := onerma-perf
 # BPF programs, compiled here, committed, embedded by their Go packages:
 # rmatop's probe and the XDP program of rmad's AF_XDP ports.
 BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
@@ -53,9 +55,9 @@ build: bpf
 	@$(GO) build -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
 	@echo "lab tools: $(LAB)"
 	@$(GO) build -o $(BIN)/ $(addprefix ./lab/,$(LAB))
-	@echo "libonerma and the C examples: $(C_EXAMPLES)"
-	@$(MAKE) --no-print-directory -s -C libonerma all examples
-	@cp $(addprefix libonerma/build/examples/,$(C_EXAMPLES)) $(BIN)/
+	@echo "libonerma, its tool $(C_TOOLS) and the C examples: $(C_EXAMPLES)"
+	@$(MAKE) --no-print-directory -s -C libonerma all examples tools
+	@cp $(addprefix libonerma/build/examples/,$(C_EXAMPLES)) $(addprefix libonerma/build/tools/,$(C_TOOLS)) $(BIN)/
 
 # The container images (scripts/image.sh, podman; nothing pulled): a
 # Debian 12 base made by debootstrap, the Dockerfile's runtime image
