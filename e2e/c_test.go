@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/frontdoor"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/portal"
@@ -38,8 +42,9 @@ var (
 	cBinErr  error
 )
 
-// cBin is the path of a C example: in ONERMA_BIN (make build copies them
-// there), else built here with make -C libonerma examples.
+// cBin is the path of a C example or of onerma-perf: in ONERMA_BIN (make
+// build copies them there), else built here with make -C libonerma
+// examples tools.
 func cBin(t *testing.T, name string) string {
 	t.Helper()
 	cBinOnce.Do(func() {
@@ -54,15 +59,21 @@ func cBin(t *testing.T, name string) string {
 			cBinErr = err
 			return
 		}
-		out, err := exec.Command("make", "-s", "-C", filepath.Join(root, "libonerma"), "examples").CombinedOutput()
+		out, err := exec.Command("make", "-s", "-C", filepath.Join(root, "libonerma"), "examples", "tools").CombinedOutput()
 		if err != nil {
-			cBinErr = fmt.Errorf("make -C libonerma examples: %v\n%s", err, out)
+			cBinErr = fmt.Errorf("make -C libonerma examples tools: %v\n%s", err, out)
 			return
 		}
-		cBinDir = filepath.Join(root, "libonerma", "build", "examples")
+		cBinDir = filepath.Join(root, "libonerma", "build")
 	})
 	if cBinErr != nil {
 		t.Fatal(cBinErr)
+	}
+	if cBinDir != os.Getenv("ONERMA_BIN") {
+		if name == "onerma-perf" {
+			return filepath.Join(cBinDir, "tools", name)
+		}
+		return filepath.Join(cBinDir, "examples", name)
 	}
 	return filepath.Join(cBinDir, name)
 }
@@ -77,7 +88,12 @@ type cProc struct {
 
 func startC(t *testing.T, name string, args ...string) *cProc {
 	t.Helper()
-	cmd := exec.Command(cBin(t, name), args...)
+	return startCmd(t, exec.Command(cBin(t, name), args...))
+}
+
+// startCmd starts cmd (a C program, or podman running one) driven by lines.
+func startCmd(t *testing.T, cmd *exec.Cmd) *cProc {
+	t.Helper()
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -418,4 +434,96 @@ func monoNs() int64 {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
+}
+
+// TestCApplication: the first program of docs/c.md ("Using OneRMA from
+// C", the block internal/frontdoor checks is examples/c/hello.c), built as
+// the document says, against libonerma installed under a prefix of its
+// own and found by pkg-config, and run against an engine: it reads its own
+// region through the engine with the K_d it derived.
+func TestCApplication(t *testing.T) {
+	needEngines(t)
+	root, err := frontdoor.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix, app := t.TempDir(), filepath.Join(t.TempDir(), "hello")
+	if err := frontdoor.BuildCApp(root, prefix, app); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(prefix, "lib")
+	env := append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	ldd := exec.Command("ldd", app)
+	ldd.Env = env
+	if out, err := ldd.CombinedOutput(); err != nil || !strings.Contains(string(out), filepath.Join(lib, "libonerma.so.0")) {
+		t.Fatalf("the application is not linked against the installed libonerma.so.0: %v\n%s", err, out)
+	}
+	o := testbed.Loopback(rmadBin, t.TempDir(), "e2e-chello", "10.98.6.2")
+	o.Extra = relaxed
+	e := start(t, o)
+	cmd := exec.Command(app, e.Socket)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil || !regexp.MustCompile(`^OK [0-9]+ ns "hello from C"\n$`).Match(out) {
+		t.Fatalf("docs/c.md's application: %v\n%s", err, out)
+	}
+	t.Logf("docs/c.md's application printed: %s", strings.TrimSpace(string(out)))
+}
+
+// TestCPerf: onerma-perf, rmaperf's tests in C, on a loopback engine:
+// each test with every byte verified, its -json row decoding strictly
+// into benchrow.Row (the fields rmaperf's has, and no other), no errors,
+// cpu_ns_per_op in it and in rmaperf's row of the same test; its flag
+// errors name the flag.
+func TestCPerf(t *testing.T) {
+	needEngines(t)
+	o := testbed.Loopback(rmadBin, t.TempDir(), "e2e-cperf", "10.98.6.1")
+	o.Extra = relaxed
+	e := start(t, o)
+	perf := cBin(t, "onerma-perf")
+	for _, c := range []struct {
+		bin, test, system string
+		size, depth       int
+	}{
+		{perf, "read_bw", "onerma-c", 64, 8}, {perf, "read_bw", "onerma-c", 4096, 16},
+		{perf, "write_bw", "onerma-c", 1409, 8}, {perf, "read_lat", "onerma-c", 1, 1},
+		{perf, "write_lat", "onerma-c", 4096, 1}, {rmaperfBin, "read_bw", "onerma", 64, 8},
+	} {
+		args := []string{c.test, "-socket", e.Socket, "-self", "-s", strconv.Itoa(c.size), "-O", strconv.Itoa(c.depth),
+			"-D", "300ms", "-warmup", "100ms", "-verify", "-json", "-setup", "e2e"}
+		cmd := exec.Command(c.bin, args...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", filepath.Base(c.bin), strings.Join(args, " "), err, out)
+		}
+		dec := json.NewDecoder(bytes.NewReader(out))
+		dec.DisallowUnknownFields()
+		var r benchrow.Row
+		if err := dec.Decode(&r); err != nil || dec.More() {
+			t.Fatalf("%s %s: its row %q: %v", filepath.Base(c.bin), c.test, out, err)
+		}
+		if r.System != c.system || r.Setup != "e2e" || r.Test != c.test || r.Size != c.size || r.Outstanding != c.depth || r.Cores != 1 ||
+			r.Errors != 0 || r.Ops == 0 || r.OpsPerSec <= 0 || r.MBPerSec <= 0 || r.P50us <= 0 || r.P99us == nil || *r.P99us < r.P50us ||
+			r.P999us == nil || r.Seconds <= 0 || r.CPUNsPerOp == nil || *r.CPUNsPerOp <= 0 {
+			t.Fatalf("%s %s: row %s", filepath.Base(c.bin), c.test, out)
+		}
+		t.Logf("%s %s %d B O=%d: %.0f ops/s, p50 %.2f us, %.0f CPU ns per op", filepath.Base(c.bin), c.test, c.size, c.depth, r.OpsPerSec, r.P50us, *r.CPUNsPerOp)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"-self -s 5000", "-s 5000: want 1..4096"},
+		{"-self -O 0", "-O 0: want 1..65536"},
+		{"-server 127.0.0.1:18515", "-server: the key exchange with an rmaperf server"},
+		{"-self -class mid", `-class "mid": want low or high`},
+		{"-self -D soon", `invalid value "soon" for flag -D`},
+		{"-s 64", "need -self"},
+	} {
+		out, err := exec.Command(perf, append([]string{"read_bw", "-socket", e.Socket}, strings.Fields(c.args)...)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
+			t.Errorf("onerma-perf read_bw %s: %v, want exit status 2 and %q:\n%s", c.args, err, c.want, out)
+		}
+	}
+	if out, err := exec.Command(perf, "read_bw", "-h").CombinedOutput(); err != nil || !strings.Contains(string(out), "examples:\n  onerma-perf read_bw") {
+		t.Errorf("onerma-perf read_bw -h: %v\n%s", err, out)
+	}
 }
