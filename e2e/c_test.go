@@ -527,3 +527,71 @@ func TestCPerf(t *testing.T) {
 		t.Errorf("onerma-perf read_bw -h: %v\n%s", err, out)
 	}
 }
+
+// TestCInContainer: a C application built and run where there is no Go:
+// in the image of make image's c-sdk stage (Debian, a C compiler,
+// pkg-config, libssl-dev, libjansson-dev and libonerma installed by its
+// make install PREFIX=/usr/local, no Go), examples/c/reader.c is built with
+// cc $(pkg-config --cflags --libs onerma), linked against
+// /usr/local/lib/libonerma.so.0, and run as an application mounting
+// nothing of the host but its engine's socket directory: READs of a Go
+// owner's region on the other engine of a memif wire checked byte for
+// byte, a WRITE read back and seen in the owner's memory.
+func TestCInContainer(t *testing.T) {
+	needImages(t)
+	image := os.Getenv("ONERMA_C_IMAGE")
+	if why := testbed.ContainerReady(image); why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("required container test cannot run in CI: %s", why)
+		}
+		t.Skip(why)
+	}
+	a, b := memifPair(t, nil, nil)
+	owner := dial(t, b, "go-owner")
+	r := ownerRegion(t, owner, 64<<10, abi.PermRemoteRead|abi.PermRemoteWrite)
+	// What the image has, then the build as docs/c.md shows it, then the
+	// reader on engine A's socket.
+	const script = `set -e
+if command -v go >/dev/null || [ -e /usr/local/go ]; then echo "go is installed"; exit 1; fi
+echo "pkg-config $(pkg-config --cflags --libs onerma)"
+cc -o /tmp/reader /usr/local/share/onerma/examples/c/reader.c $(pkg-config --cflags --libs onerma)
+echo "linked $(ldd /tmp/reader | awk '/libonerma/ {print $3}')"
+exec /tmp/reader "$@"`
+	c := &testbed.Container{Image: image, Name: "onerma-e2e-cread", Entrypoint: "sh", Interactive: true,
+		Binds: []string{filepath.Dir(a.Socket) + ":/run/onerma"}}
+	rd := startCmd(t, c.Command("-c", script, "reader", "-socket", "/run/onerma/"+filepath.Base(a.Socket),
+		"-remote", ipB.String(), "-region", strconv.Itoa(int(r.ID()))))
+	t.Cleanup(c.Remove)
+	pc := strings.TrimSpace(rd.line(60 * time.Second))
+	if pc != "pkg-config -I/usr/local/include -L/usr/local/lib -lonerma" {
+		t.Fatalf("in the image: %q", pc)
+	}
+	linked := rd.line(60 * time.Second)
+	if linked != "linked /usr/local/lib/libonerma.so.0" {
+		t.Fatalf("the reader built in the image: %q", linked)
+	}
+	t.Logf("in %s, no Go: %s; the reader %s", image, pc, linked)
+	addr, pid := identityOf(t, strings.Fields(rd.line(10*time.Second)))
+	ia, err := parseAddr(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kdR, kdW := r.DeriveKey(ia, pid, abi.OpRead), r.DeriveKey(ia, pid, abi.OpWrite)
+	if f := rd.ask("key %x %x", kdR[:], kdW[:]); len(f) != 2 || f[1] != "ok" {
+		t.Fatalf("key: %q", f)
+	}
+	for k, n := range []int{1, 64, 1409, 4096} {
+		cRead(t, rd, uint64(k*4099+5), n, abi.StatusOK)
+	}
+	data := make([]byte, 3000)
+	rand.Read(data)
+	if f := rd.ask("write %d %x", 20000, data); len(f) != 2 || f[1] != "OK" {
+		t.Fatalf("write: %q", f)
+	}
+	if f := strings.Fields(rd.line(15 * time.Second)); len(f) != 3 || f[1] != "OK" || f[2] != "match" {
+		t.Fatalf("write read back: %q", f)
+	}
+	if got := r.Bytes()[20000 : 20000+len(data)]; string(got) != string(data) {
+		t.Fatal("the owner's region after the C reader's write differs")
+	}
+}
