@@ -114,7 +114,8 @@ sim:
 	$(GO) test ./engine/sim -count=1 -run TestSimSeeds -timeout 0 -sim.seeds=$(SIM_SEEDS)
 
 # Every setup of bench/RESULTS.md (platform with crypto-scaling, loopback,
-# loopback-jumbo, hol, memif, testpmd, tcp, aes, write-pairs, isolation,
+# loopback-jumbo, c-loopback (libonerma's onerma-perf beside rmaperf, CPU
+# time per op), hol, memif, testpmd, tcp, aes, write-pairs, isolation,
 # telemetry, metrics; READ and
 # WRITE; selftest and selftest-memif, the engine's own op generator;
 # kv, the key/value caches against memcached and Redis, whose

@@ -46,8 +46,13 @@
 // beside a Go reader, READs and WRITEs checked byte for byte, wrong keys
 // and rekeys seen from C, and the engine SIGKILLed under a C reader with
 // reads in flight (ENGINE_GONE for each, within portal's bound, then a
-// redial). The examples come from ONERMA_BIN (make build puts them in
-// bin/) or are built with make -C libonerma examples.
+// redial); docs/c.md's first program built as the document says (make
+// install into a prefix, cc with pkg-config) and run; onerma-perf's rows
+// decoded strictly as benchrow.Row; and, in the image of make image's
+// c-sdk stage (no Go), the C reader built with pkg-config and reading
+// through an engine. The examples and onerma-perf come from ONERMA_BIN
+// (make build puts them in bin/) or are built with make -C libonerma
+// examples tools.
 //
 // tour_test.go runs the README's tour as a reader pastes it (the ```sh
 // block after <!-- tour; internal/frontdoor parses it) and checks the
