@@ -104,6 +104,17 @@ type Config struct {
 	IdentityRate  float64
 	IdentityBurst int
 
+	// UIDMap, PasswdFile and SubuidFile fold the uids connecting through
+	// a socket that splits tenants by uid into their tenants (uidmap.go):
+	// the map first, then a user's subordinate uids (SubuidFile) count as
+	// that user, then each uid PasswdFile names is its own tenant; every
+	// other uid shares the socket's "other" tenant. A file path "" is a
+	// file that does not exist. The files are read again when they
+	// change.
+	UIDMap     []UIDMapEntry
+	PasswdFile string
+	SubuidFile string
+
 	// FaultStats, if set, returns the counters of a fault-injecting
 	// wrapper around core's port (engine/faultport), for the stats
 	// reply's "fault" key. It runs on that core's goroutine, inside the
@@ -139,6 +150,8 @@ func DefaultConfig() Config {
 		MaxIdentities:       4096,
 		IdentityRate:        100,
 		IdentityBurst:       1000,
+		PasswdFile:          "/etc/passwd",
+		SubuidFile:          "/etc/subuid",
 	}
 }
 
@@ -175,6 +188,9 @@ func (c *Config) Validate() error {
 		return bad("MaxIdentities", fmt.Sprintf("%d (at least MaxConns, %d)", c.MaxIdentities, c.MaxConns))
 	case !(c.IdentityRate > 0) || c.IdentityBurst < 1:
 		return bad("IdentityRate/IdentityBurst", fmt.Sprintf("%v/%d (both positive)", c.IdentityRate, c.IdentityBurst))
+	}
+	if _, err := parseUIDMap(c.UIDMap); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if err := q.Validate(); err != nil {
 		return fmt.Errorf("%w: Quota: %v", ErrConfig, err)

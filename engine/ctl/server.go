@@ -28,6 +28,7 @@ type Server struct {
 	hugePage uint64     // 0: huge pages not tried
 	res      Resources  // what quota percentages are of
 	ids      *identities
+	uids     *uidFolder  // tenants by uid (uidmap.go)
 
 	lns []*listener
 
@@ -114,6 +115,9 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 			return nil, err
 		}
 		s.res.MemoryBytes, s.res.HugepageBytes = r.MemoryBytes, r.HugepageBytes
+	}
+	if s.uids, err = newUIDFolder(&cfg, log); err != nil {
+		return nil, err
 	}
 	if s.ids, err = openIdentities(cfg.IdentityPath, boot, cfg.MaxIdentities); err != nil {
 		return nil, err
@@ -262,6 +266,9 @@ func (s *Server) accept(l *listener) error {
 			s.sampled.Warn().Err(err).Str("socket", l.cfg.label()).Msg("dropping connection: its peer cannot be identified")
 			uc.Close()
 			continue
+		}
+		if l.cfg.Tenant == TenantByUID {
+			s.uids.refresh(time.Now()) // off s.mu: it may read the passwd and subuid files
 		}
 		s.mu.Lock()
 		if s.closing {

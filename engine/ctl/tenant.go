@@ -9,7 +9,7 @@ import (
 )
 
 // tenantKey names a tenant: a socket, and a uid when the socket splits its
-// tenants by uid (uid -1: the whole socket).
+// tenants by uid (uidmap.go: uid keyWholeSocket or keyOtherUIDs else).
 type tenantKey struct {
 	sock int
 	uid  int64
@@ -31,12 +31,7 @@ type tenant struct {
 // tenantFor returns (creating it) the tenant of a peer connecting through
 // l. Call with s.mu held.
 func (s *Server) tenantFor(l *listener, p *peer) *tenant {
-	k := tenantKey{sock: l.idx, uid: -1}
-	name := l.cfg.label()
-	if l.cfg.Tenant == TenantByUID {
-		k.uid = int64(p.uid)
-		name = fmt.Sprintf("%s uid %d", name, p.uid)
-	}
+	k, name := s.tenantKeyOf(l, p)
 	t := s.tenants[k]
 	if t == nil {
 		for _, o := range s.tenants { // forget those idle since
