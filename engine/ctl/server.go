@@ -29,6 +29,7 @@ type Server struct {
 	res      Resources  // what quota percentages are of
 	ids      *identities
 	uids     *uidFolder  // tenants by uid (uidmap.go)
+	stats    *statsCache // the stats request's collections (statsview.go)
 
 	lns []*listener
 
@@ -119,6 +120,7 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 	if s.uids, err = newUIDFolder(&cfg, log); err != nil {
 		return nil, err
 	}
+	s.stats = newStatsCache(s.collectStats)
 	if s.ids, err = openIdentities(cfg.IdentityPath, boot, cfg.MaxIdentities); err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ type tenant struct {
 	// Identity token bucket (Config.IdentityRate, IdentityBurst).
 	idTokens float64
 	idAt     time.Time
+	stats    bucket // stats requests (Config.StatsRate, StatsBurst)
 }
 
 // tenantFor returns (creating it) the tenant of a peer connecting through
@@ -51,7 +52,7 @@ func (t *tenant) idle() bool { return t.conns == 0 && t.use == (ctlmsg.TenantUsa
 // with s.mu held.
 func (s *Server) dropIfIdle(t *tenant) {
 	full := t.idTokens+time.Since(t.idAt).Seconds()*s.cfg.IdentityRate >= float64(s.cfg.IdentityBurst)
-	if t.idle() && full {
+	if t.idle() && full && t.stats.full(time.Now(), s.cfg.StatsRate, s.cfg.StatsBurst) {
 		delete(s.tenants, t.key)
 	}
 }
@@ -136,18 +137,22 @@ func (s *Server) Tenants() []ctlmsg.TenantStats {
 	defer s.mu.Unlock()
 	out := make([]ctlmsg.TenantStats, 0, len(s.tenants))
 	for _, t := range s.tenants {
-		if t.idle() {
-			continue
+		if !t.idle() {
+			out = append(out, t.row())
 		}
-		ts := ctlmsg.TenantStats{Name: t.name, Socket: t.l.cfg.Path, Conns: t.conns, TenantUsage: t.use, Quota: t.l.limits}
-		if t.key.uid >= 0 {
-			uid := t.key.uid
-			ts.UID = &uid
-		}
-		out = append(out, ts)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// row is t's row of the stats reply. Call with s.mu held.
+func (t *tenant) row() ctlmsg.TenantStats {
+	ts := ctlmsg.TenantStats{Name: t.name, Socket: t.l.cfg.Path, Conns: t.conns, TenantUsage: t.use, Quota: t.l.limits}
+	if t.key.uid >= 0 {
+		uid := t.key.uid
+		ts.UID = &uid
+	}
+	return ts
 }
 
 // maxStatsTenants bounds the tenants a stats reply lists, to keep it
