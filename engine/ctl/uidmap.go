@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -196,11 +197,12 @@ type uidFolder struct {
 	log                zerolog.Logger
 	warn               zerolog.Logger // sampled: a broken file is checked every second
 
-	mu      sync.Mutex
+	tab atomic.Pointer[uidTable] // swapped whole: fold takes no lock
+
+	mu      sync.Mutex // serializes the checks (fold never waits for a file)
 	checked time.Time  // last check of the files
 	read    stampPair  // the versions the table was read from
 	failed  *stampPair // the versions that could not be read (not tried again)
-	tab     uidTable
 }
 
 type stampPair struct{ pw, sub fileStamp }
@@ -251,7 +253,7 @@ func (f *uidFolder) reloadLocked(now time.Time) error {
 		return fmt.Errorf("ctl: subuid file: %w", err)
 	}
 	seen := stampPair{pw, sub}
-	if (f.tab.users != nil && seen == f.read) || (f.failed != nil && seen == *f.failed) {
+	if (f.tab.Load() != nil && seen == f.read) || (f.failed != nil && seen == *f.failed) {
 		return nil // unchanged, or a version already found unreadable
 	}
 	tab, skipped, err := readUIDTable(f.passwdPath, pw.exists, f.subuid, sub.exists)
@@ -259,7 +261,8 @@ func (f *uidFolder) reloadLocked(now time.Time) error {
 		f.failed = &seen
 		return err
 	}
-	f.read, f.tab = seen, tab
+	f.read = seen
+	f.tab.Store(&tab)
 	f.log.Info().Str("passwd_file", f.passwdPath).Bool("passwd_found", pw.exists).Int("users", len(tab.users)).
 		Str("subuid_file", f.subuid).Bool("subuid_found", sub.exists).Int("subuid_ranges", len(tab.sub)).
 		Int("subuid_lines_skipped", skipped).Int("uid_map_entries", len(f.ranges)).Msg("tenants by uid: tables read")
@@ -274,12 +277,14 @@ func (f *uidFolder) fold(uid uint32) uidFold {
 	if uid == 0 {
 		return uidFold{tenant: 0, via: foldRoot}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if r, ok := find(f.tab.sub, uid); ok {
+	tab := f.tab.Load()
+	if tab == nil { // never read: newUIDFolder failed
+		tab = &uidTable{}
+	}
+	if r, ok := find(tab.sub, uid); ok {
 		return uidFold{tenant: r.tenant, via: foldSubuid}
 	}
-	if _, ok := f.tab.users[uid]; ok {
+	if _, ok := tab.users[uid]; ok {
 		return uidFold{tenant: uid, via: foldPasswd}
 	}
 	return uidFold{other: true, via: foldOther}
