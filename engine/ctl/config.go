@@ -106,9 +106,10 @@ type Config struct {
 
 	// UIDMap, PasswdFile and SubuidFile fold the uids connecting through
 	// a socket that splits tenants by uid into their tenants (uidmap.go):
-	// the map first, then a user's subordinate uids (SubuidFile) count as
-	// that user, then each uid PasswdFile names is its own tenant; every
-	// other uid shares the socket's "other" tenant. A file path "" is a
+	// the map first, then uid 0 is root's own, then a user's subordinate
+	// uids (SubuidFile) count as that user, then each uid PasswdFile
+	// names is its own tenant; every other uid shares the socket's
+	// "other" tenant. A file path "" is a
 	// file that does not exist. The files are read again when they
 	// change.
 	UIDMap     []UIDMapEntry
