@@ -40,12 +40,16 @@
 // ever gets it (the identity state file records the next one durably
 // before it is used), and the application never supplies it.
 //
-// Tenants (tenant.go, policy.go, quota.go). A connection's tenant is its
-// socket (Config.Sockets) and, on a socket that splits tenants by uid,
-// its peer's uid. The socket's AppPolicy grants class and slot caps by uid
-// and groups; the tenant's Quota bounds its memory, huge pages, portals
-// and slots over all its connections, and a refusal names the quota
-// (ctlmsg.CodeQuota).
+// Tenants (tenant.go, uidmap.go, policy.go, quota.go). A connection's
+// tenant is its socket (Config.Sockets) and, on a socket that splits
+// tenants by uid, the uid its peer's uid folds into: the operator's map
+// (Config.UIDMap), else the user whose subordinate range holds it
+// (Config.SubuidFile), else itself if the passwd file names it, else the
+// socket's one "other" tenant; so a user's containers are one tenant, and
+// uids nobody named are one more. The socket's AppPolicy grants class and
+// slot caps by the peer's own uid and groups (per portal); the tenant's
+// Quota bounds its memory, huge pages, portals and slots over all its
+// connections, and a refusal names the quota (ctlmsg.CodeQuota).
 //
 // Concurrency. One goroutine per connection. Everything that touches an
 // engine core runs through Executor.Exec on the core's own goroutine
@@ -65,10 +69,14 @@
 // Stats. The stats reply sums the cores (ctlmsg.Stats's fields) and, on
 // an engine of several, lists each (Stats.Cores); the portals list names
 // each portal's core (PortalStats.Core), and attach tells the application
-// its core (AttachReply.Core). Server.CoreStats reads one core with one
-// Exec (the metrics' scrape: engine/metrics); Server.Tenants reports the
-// tenants' usage against their quotas from the server's books, under its
-// mutex, off the loops.
+// its core (AttachReply.Core). A tenant's reply lists only its own
+// portals and tenant row, an operator's (uid 0 or Config.OperatorGID) all;
+// each tenant gets Config.StatsRate replies a second, and the cores run
+// at most one collection at a time, shared by concurrent askers
+// (statsview.go). Server.CoreStats reads one core with one Exec (the
+// metrics' scrape: engine/metrics); Server.Tenants reports the tenants'
+// usage against their quotas from the server's books, under its mutex,
+// off the loops.
 //
 // Reclaim. When a connection closes for any reason (Close, exit, crash,
 // kill -9) the server deregisters the portal's regions and closes the

@@ -160,6 +160,8 @@ func TestConfigValidate(t *testing.T) {
 		"Hugetlb":                        func(c *Config) { c.Hugetlb = "always" },
 		"MaxIdentities":                  func(c *Config) { c.MaxIdentities = c.MaxConns - 1 },
 		"IdentityRate":                   func(c *Config) { c.IdentityRate = 0 },
+		"StatsRate/StatsBurst":           func(c *Config) { c.StatsBurst = 0 },
+		"UIDMap[0]":                      func(c *Config) { c.UIDMap = []UIDMapEntry{{UIDs: "x"}} },
 	} {
 		c := DefaultConfig()
 		mut(&c)

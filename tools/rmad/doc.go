@@ -29,7 +29,14 @@
 // each of ctl.sockets (path, mode, uid/gid owning it, name, tenant
 // "socket" or "uid", its own slot_policy and quota). ctl.quota (counts, or
 // percentages of what is left once the engine has its own) bounds each
-// tenant's memory_bytes, hugepage_bytes, portals and slots. Process
+// tenant's memory_bytes, hugepage_bytes, portals and slots. On a socket
+// with a tenant per uid, uids fold into tenants: ctl.uid_map first, then a
+// user's subordinate uids (ctl.subuid_file, -subuid-file; /etc/subuid)
+// count as the user, then each uid ctl.passwd_file (-passwd-file;
+// /etc/passwd) names is its own; the rest share one "other" tenant.
+// rmactl stats shows a tenant its own portals and usage, an operator
+// (root or ctl.operator_gid, -operator-gid) everyone's, each tenant at
+// most ctl.stats_rate a second (-stats-rate, -stats-burst). Process
 // identities are recorded in ctl.id_state (-id-state; default
 // engine.iv_state + ".ids"), which must live as long as the IV state.
 // rmad writes oom_score_adj (-oom-score-adj, default -999) so the kernel's
