@@ -6,6 +6,7 @@
 #   docker build -t onerma .                   (pulls debian:bookworm-slim and golang:1.26-bookworm)
 #   scripts/image.sh                           (podman, nothing pulled: a debootstrap base and
 #                                               the host's Go, passed as BASE and GO_IMAGE)
+#   docker build --target c-sdk -t onerma-c .  (a C application's build environment, no Go)
 #
 # BASE is the Debian 12 image both stages start from; GO_IMAGE any image
 # with a Go >= 1.26 toolchain in /usr/local/go (only that is taken from it).
@@ -65,6 +66,23 @@ ENTRYPOINT ["/usr/local/bin/rmad"]
 # application. Build it with --target e2e.
 FROM runtime AS e2e
 COPY --from=build /out/e2e/ctrapp /usr/local/bin/
+
+# A C application's build environment with no Go (e2e TestCInContainer;
+# docs/c.md): Debian's C compiler, make, pkg-config and libonerma's two
+# dependencies, then libonerma built and installed under /usr/local by its
+# own make install, as a user would (headers, libonerma.so and .a,
+# onerma.pc, onerma-perf), and the C examples. Build it with --target
+# c-sdk; nothing of the Go stages goes into it.
+FROM ${BASE} AS c-sdk
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev make pkg-config libssl-dev libjansson-dev \
+ && rm -rf /var/lib/apt/lists/*
+COPY libonerma /src/libonerma
+RUN make -C /src/libonerma install PREFIX=/usr/local \
+ && ldconfig \
+ && rm -rf /src/libonerma/build
+COPY examples/c /usr/local/share/onerma/examples/c
+WORKDIR /src
 
 # The default target: the runtime image.
 FROM runtime

@@ -9,6 +9,11 @@ BIN     := bin
 # (lab/): the benchmark driver, the figures, the soak and the demo.
 TOOLS   := rmad rmactl rmaperf rmatop rmakv
 LAB     := rmabench rmafigures rmasoak onerma-demo
+# The C library (libonerma/, built into libonerma/build), its examples
+# (examples/c), which the e2e tests run beside Go applications, and its
+# tool onerma-perf (rmaperf's tests in C).
+C_EXAMPLES := onerma-c-owner onerma-c-reader onerma-c-hello onerma-cxx-hello
+C_TOOLS    := onerma-perf
 # BPF programs, compiled here, committed, embedded by their Go packages:
 # rmatop's probe and the XDP program of rmad's AF_XDP ports.
 BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
@@ -50,6 +55,9 @@ build: bpf
 	@$(GO) build -o $(BIN)/ $(addprefix ./tools/,$(TOOLS))
 	@echo "lab tools: $(LAB)"
 	@$(GO) build -o $(BIN)/ $(addprefix ./lab/,$(LAB))
+	@echo "libonerma, its tool $(C_TOOLS) and the C examples: $(C_EXAMPLES)"
+	@$(MAKE) --no-print-directory -s -C libonerma all examples tools
+	@cp $(addprefix libonerma/build/examples/,$(C_EXAMPLES)) $(addprefix libonerma/build/tools/,$(C_TOOLS)) $(BIN)/
 
 # The container images (scripts/image.sh, podman; nothing pulled): a
 # Debian 12 base made by debootstrap, the Dockerfile's runtime image
@@ -67,10 +75,12 @@ vet: bpf
 	@! git rev-parse --is-inside-work-tree >/dev/null 2>&1 || git diff --quiet -- $(BPF_OBJS) || { echo "$$(git diff --name-only -- $(BPF_OBJS)) differs from what its source compiles to: commit it"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
-# Every test (unit, simulator seeds, real DPDK engines in separate processes,
-# netns/veth af_packet, engines and applications in containers), a
-# 1-minute soak, then a short run of each fuzz target.
+# Every test (libonerma's unit tests under ASan and UBSan, then Go's: unit,
+# simulator seeds, real DPDK engines in separate processes, netns/veth
+# af_packet, engines and applications in containers), a 1-minute soak,
+# then a short run of each fuzz target.
 test: setup build vet image
+	$(MAKE) --no-print-directory -C libonerma test
 	env $$(bash scripts/image.sh --env) ONERMA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(BIN)/rmasoak -bin $(BIN) -D 1m
 	@$(MAKE) --no-print-directory fuzz
@@ -82,7 +92,9 @@ test: setup build vet image
 soak: setup build
 	$(BIN)/rmasoak -bin $(BIN) -D $(SOAK)
 
+# libonerma's fuzzer takes a run count: FUZZTIME=Nx sets it too.
 fuzz:
+	@$(MAKE) --no-print-directory -C libonerma fuzz $(if $(filter %x,$(FUZZTIME)),FUZZ_RUNS=$(FUZZTIME:x=))
 	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x kv:FuzzDecode:200000x; do \
 		IFS=: read -r pkg fn budget <<< "$$t"; \
 		[ -z "$(FUZZTIME)" ] || budget=$(FUZZTIME); \
@@ -102,7 +114,8 @@ sim:
 	$(GO) test ./engine/sim -count=1 -run TestSimSeeds -timeout 0 -sim.seeds=$(SIM_SEEDS)
 
 # Every setup of bench/RESULTS.md (platform with crypto-scaling, loopback,
-# loopback-jumbo, hol, memif, testpmd, tcp, aes, write-pairs, isolation,
+# loopback-jumbo, c-loopback (libonerma's onerma-perf beside rmaperf, CPU
+# time per op), hol, memif, testpmd, tcp, aes, write-pairs, isolation,
 # telemetry, metrics; READ and
 # WRITE; selftest and selftest-memif, the engine's own op generator;
 # kv, the key/value caches against memcached and Redis, whose
@@ -147,3 +160,4 @@ fig9: setup build
 
 clean:
 	rm -rf $(BIN)
+	$(MAKE) -C libonerma clean

@@ -184,7 +184,8 @@ type Stats struct {
 	// was given none (engines in tests).
 	Port *PortStats `json:"port,omitempty"`
 	// Portals are the open portals, by core and in id order, with their
-	// ring depths.
+	// ring depths: every tenant's in an operator's reply, else only the
+	// asking tenant's (TenantOnly).
 	Portals []PortalStats `json:"portals,omitempty"`
 	// Cores are each core's counters, loop, port and fault injector, on
 	// an engine of more than one core (absent on one core); the counters
@@ -197,8 +198,11 @@ type Stats struct {
 	Cores []CoreStats `json:"cores,omitempty"`
 	// Tenants are the tenants holding a connection or resources, by
 	// name, with their usage against their quotas (at most the 64 that
-	// hold the most memory).
+	// hold the most memory); only the asking tenant's (TenantOnly).
 	Tenants []TenantStats `json:"tenants,omitempty"`
+	// TenantOnly: Portals and Tenants are the asking tenant's only (the
+	// asker is not an operator). The engine-wide counters are everyone's.
+	TenantOnly bool `json:"tenant_only,omitempty"`
 }
 
 // CoreStats are one core's counters (its Portals, Tenants and Cores are
@@ -212,9 +216,9 @@ type CoreStats struct {
 // tenant is a control socket, or a uid on a socket that splits its
 // tenants by uid.
 type TenantStats struct {
-	Name   string `json:"name"`          // socket name, and "uid N" where the socket splits tenants by uid
+	Name   string `json:"name"`          // socket name, and "uid N" (or "other uids") where the socket splits tenants by uid
 	Socket string `json:"socket"`        // the control socket's path
-	UID    *int64 `json:"uid,omitempty"` // absent: the socket is one tenant
+	UID    *int64 `json:"uid,omitempty"` // the uid the tenant stands for; absent: the socket is one tenant, or its other uids
 	TenantUsage
 	// Quota are the tenant's limits (its socket's quotas): the most it
 	// may hold of each pool.

@@ -41,6 +41,19 @@
 // a bridge (internal/kvfail): a replica rekeyed, its server process
 // killed, its engine killed, and no GET failing.
 //
+// c_test.go runs libonerma, the C client, against real engines: its
+// example reader (examples/c) beside a Go owner and its example owner
+// beside a Go reader, READs and WRITEs checked byte for byte, wrong keys
+// and rekeys seen from C, and the engine SIGKILLed under a C reader with
+// reads in flight (ENGINE_GONE for each, within portal's bound, then a
+// redial); docs/c.md's first program built as the document says (make
+// install into a prefix, cc with pkg-config) and run; onerma-perf's rows
+// decoded strictly as benchrow.Row; and, in the image of make image's
+// c-sdk stage (no Go), the C reader built with pkg-config and reading
+// through an engine. The examples and onerma-perf come from ONERMA_BIN
+// (make build puts them in bin/) or are built with make -C libonerma
+// examples tools.
+//
 // tour_test.go runs the README's tour as a reader pastes it (the ```sh
 // block after <!-- tour; internal/frontdoor parses it) and checks the
 // output lines the README shows.

@@ -18,6 +18,9 @@
 #                                    the Dockerfile's GO_IMAGE (golang:* cannot be pulled here)
 #   localhost/onerma:dev             the Dockerfile's runtime image: rmad, rmactl, rmaperf, rmatop
 #   localhost/onerma-e2e:dev         its e2e target: the same plus e2e/ctrapp (e2e TestContainers)
+#   localhost/onerma-c:dev           its c-sdk target: Debian with gcc, pkg-config, libssl-dev,
+#                                    libjansson-dev and libonerma (make install PREFIX=/usr/local),
+#                                    no Go (e2e TestCInContainer builds a C application in it)
 # Needs root and scripts/setup.sh --containers (debootstrap, podman, runc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +32,10 @@ storage_conf=$ctr/storage.conf
 base=localhost/onerma-base:bookworm
 image=${ONERMA_IMAGE:-localhost/onerma:dev}
 e2e_image=${ONERMA_E2E_IMAGE:-localhost/onerma-e2e:dev}
+c_image=${ONERMA_C_IMAGE:-localhost/onerma-c:dev}
 
 if [ "${1:-}" = "--env" ]; then
-	echo "CONTAINERS_CONF=$conf CONTAINERS_STORAGE_CONF=$storage_conf ONERMA_IMAGE=$image ONERMA_E2E_IMAGE=$e2e_image"
+	echo "CONTAINERS_CONF=$conf CONTAINERS_STORAGE_CONF=$storage_conf ONERMA_IMAGE=$image ONERMA_E2E_IMAGE=$e2e_image ONERMA_C_IMAGE=$c_image"
 	exit 0
 fi
 
@@ -174,7 +178,7 @@ if ! podman image exists "$goimage"; then
 		podman import --quiet --message "$gover from the host" - "$goimage" >/dev/null
 fi
 
-# The images of this checkout. Both builds share the Dockerfile's layers.
+# The images of this checkout. The builds share the Dockerfile's layers.
 # apt reaches the host's mirror over the host's network; Go modules come
 # from the host's module cache, filled here by the host's go (a host that
 # reaches the module proxy through a TLS proxy of its own trusts that
@@ -188,11 +192,12 @@ build=(podman build --network host --layers
 	--build-arg "BASE=$base" --build-arg "GO_IMAGE=$goimage" -f Dockerfile .)
 "${build[@]}" --target runtime -t "$image" >"$ctr/build.log" 2>&1 || { tail -40 "$ctr/build.log"; exit 1; }
 "${build[@]}" --target e2e -t "$e2e_image" >>"$ctr/build.log" 2>&1 || { tail -40 "$ctr/build.log"; exit 1; }
-# What earlier builds left: every untagged image that neither build
+"${build[@]}" --target c-sdk -t "$c_image" >>"$ctr/build.log" 2>&1 || { tail -40 "$ctr/build.log"; exit 1; }
+# What earlier builds left: every untagged image that no build
 # above made or took from its cache (their layers are the next build's
 # cache; podman image prune would take those too).
 keep=$(grep -oE '^--> (Using cache )?[0-9a-f]{11,}' "$ctr/build.log" | awk '{print substr($NF, 1, 11)}' | sort -u)
 for id in $(podman images --all --quiet --filter dangling=true); do
 	grep -qx "${id:0:11}" <<<"$keep" || podman rmi "$id" >/dev/null 2>&1 || true
 done
-log "$image and $e2e_image ($driver storage) in $(($(date +%s) - t0)) s"
+log "$image, $e2e_image and $c_image ($driver storage) in $(($(date +%s) - t0)) s"

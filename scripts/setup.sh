@@ -22,6 +22,10 @@ log() { printf 'setup: %s\n' "$*"; }
 # clang, llvm (llvm-strip), libbpf-dev and linux-libc-dev build rmatop's BPF program;
 # dpdk-dev also brings dpdk-testpmd (make bench's testpmd setup).
 pkgs=(libdpdk-dev dpdk dpdk-dev libipsec-mb-dev pkg-config gcc make iproute2 procps clang llvm libbpf-dev linux-libc-dev)
+# libonerma (the C library): OpenSSL's libcrypto and jansson to build it,
+# g++ for its C++ header check and example, libclang-rt-14-dev for clang's
+# sanitizers and libFuzzer (make test, make fuzz).
+pkgs+=(libssl-dev libjansson-dev g++ libclang-rt-14-dev)
 # memcached and redis-server (which brings redis-tools' redis-benchmark):
 # the key/value peers, whose drivers internal/kvload's tests run against.
 pkgs+=(memcached redis-server)

@@ -124,6 +124,29 @@ type Config struct {
 	IdentityRate  float64
 	IdentityBurst int
 
+	// UIDMap, PasswdFile and SubuidFile fold the uids connecting through
+	// a socket that splits tenants by uid into their tenants (uidmap.go):
+	// the map first, then uid 0 is root's own, then a user's subordinate
+	// uids (SubuidFile) count as that user, then each uid PasswdFile
+	// names is its own tenant; every other uid shares the socket's
+	// "other" tenant. A file path "" is a
+	// file that does not exist. The files are read again when they
+	// change.
+	UIDMap     []UIDMapEntry
+	PasswdFile string
+	SubuidFile string
+
+	// StatsRate and StatsBurst bound each tenant's stats requests (a
+	// token bucket: StatsRate a second, StatsBurst at once), whatever
+	// its number of connections.
+	StatsRate  float64
+	StatsBurst int
+	// OperatorGID, if set, makes the peers in this group (effective or
+	// supplementary) operators, as uid 0 is: on a socket that splits
+	// tenants by uid, an operator's stats reply lists every tenant's
+	// portals and usage, a tenant's only its own.
+	OperatorGID *uint32
+
 	// FaultStats, if set, returns the counters of a fault-injecting
 	// wrapper around core's port (engine/faultport), for the stats
 	// reply's "fault" key. It runs on that core's goroutine, inside the
@@ -161,6 +184,10 @@ func DefaultConfig() Config {
 		MaxIdentities:       4096,
 		IdentityRate:        100,
 		IdentityBurst:       1000,
+		PasswdFile:          "/etc/passwd",
+		SubuidFile:          "/etc/subuid",
+		StatsRate:           DefaultStatsRate,
+		StatsBurst:          DefaultStatsBurst,
 	}
 }
 
@@ -203,6 +230,11 @@ func (c *Config) Validate() error {
 		return bad("MaxIdentities", fmt.Sprintf("%d (at least MaxConns, %d)", c.MaxIdentities, c.MaxConns))
 	case !(c.IdentityRate > 0) || c.IdentityBurst < 1:
 		return bad("IdentityRate/IdentityBurst", fmt.Sprintf("%v/%d (both positive)", c.IdentityRate, c.IdentityBurst))
+	case !(c.StatsRate > 0) || c.StatsBurst < 1:
+		return bad("StatsRate/StatsBurst", fmt.Sprintf("%v/%d (both positive)", c.StatsRate, c.StatsBurst))
+	}
+	if _, err := parseUIDMap(c.UIDMap); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if err := q.Validate(); err != nil {
 		return fmt.Errorf("%w: Quota: %v", ErrConfig, err)

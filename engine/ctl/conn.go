@@ -29,6 +29,8 @@ type conn struct {
 
 	ident uint32 // the peer process's identity (0: not asked for yet)
 
+	statsSeen uint64 // the stats snapshot last sent (statsview.go)
+
 	open     bool // open succeeded: the segment exists, and the tenant is charged a portal
 	attached bool // attach succeeded: the core serves the portal
 	name     string
@@ -271,12 +273,9 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		resp.Identity = &id
 		return -1, nil
 	case ctlmsg.OpStats:
-		st, err := c.s.Stats(nil)
-		if err != nil {
-			return -1, execFail(req.Op, err)
-		}
+		st, rerr := c.stats(req.Op)
 		resp.Stats = st
-		return -1, nil
+		return -1, rerr
 	}
 	return -1, fail(ctlmsg.CodeInternal, "op %q decoded but not handled", req.Op)
 }

@@ -40,19 +40,23 @@
 // ever gets it (the identity state file records the next one durably
 // before it is used), and the application never supplies it.
 //
-// Tenants (tenant.go, policy.go, pool.go, quota.go, memwatch.go). A
-// connection's tenant is its socket (Config.Sockets) and, on a socket
-// that splits tenants by uid, its peer's uid. The socket's AppPolicy
-// grants class and slot caps by uid and groups. Every finite pool of the
-// control plane (control connections, portals, slots, region memory
-// objects, memory, huge pages) gives each tenant a guarantee and bounds
-// it by a quota, over all its connections, by one admission rule
-// (pool.go) that keeps the guarantees of the other tenants, and of
-// Config.ReserveTenants tenants to come, free; a refusal names the pool,
-// the tenant and the numbers (ctlmsg.CodeQuota). Memory objects are
-// charged until the kernel frees them, whatever the application keeps
-// (memwatch.go: inotify). A connection that opens no portal within
-// Config.OpenDeadline is closed.
+// Tenants (tenant.go, uidmap.go, policy.go, pool.go, quota.go,
+// memwatch.go). A connection's tenant is its socket (Config.Sockets) and,
+// on a socket that splits tenants by uid, the uid its peer's uid folds
+// into: the operator's map (Config.UIDMap), else the user whose
+// subordinate range holds it (Config.SubuidFile), else itself if the
+// passwd file names it, else the socket's one "other" tenant; so a user's
+// containers are one tenant, and uids nobody named are one more. The
+// socket's AppPolicy grants class and slot caps by the peer's own uid and
+// groups (per portal). Every finite pool of the control plane (control
+// connections, portals, slots, region memory objects, memory, huge pages)
+// gives each tenant a guarantee and bounds it by a quota, over all its
+// connections, by one admission rule (pool.go) that keeps the guarantees
+// of the other tenants, and of Config.ReserveTenants tenants to come,
+// free; a refusal names the pool, the tenant and the numbers
+// (ctlmsg.CodeQuota). Memory objects are charged until the kernel frees
+// them, whatever the application keeps (memwatch.go: inotify). A
+// connection that opens no portal within Config.OpenDeadline is closed.
 //
 // Concurrency. One goroutine per connection. Everything that touches an
 // engine core runs through Executor.Exec on the core's own goroutine
@@ -72,10 +76,14 @@
 // Stats. The stats reply sums the cores (ctlmsg.Stats's fields) and, on
 // an engine of several, lists each (Stats.Cores); the portals list names
 // each portal's core (PortalStats.Core), and attach tells the application
-// its core (AttachReply.Core). Server.CoreStats reads one core with one
-// Exec (the metrics' scrape: engine/metrics); Server.Tenants reports the
-// tenants' usage against their quotas from the server's books, under its
-// mutex, off the loops.
+// its core (AttachReply.Core). A tenant's reply lists only its own
+// portals and tenant row, an operator's (uid 0 or Config.OperatorGID) all;
+// each tenant gets Config.StatsRate replies a second, and the cores run
+// at most one collection at a time, shared by concurrent askers
+// (statsview.go). Server.CoreStats reads one core with one Exec (the
+// metrics' scrape: engine/metrics); Server.Tenants reports the tenants'
+// usage against their quotas from the server's books, under its mutex,
+// off the loops.
 //
 // Reclaim. When a connection closes for any reason (Close, exit, crash,
 // kill -9) the server deregisters the portal's regions and closes the

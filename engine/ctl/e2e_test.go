@@ -91,7 +91,9 @@ func setupCores(t testing.TB, cores int, edit func(*engine.Config), mutate func(
 	// for tenants to come (the tests of pools set their own).
 	cfg.Quota.Portals, cfg.Quota.Slots, cfg.Quota.Regions = ctl.Pct(100), ctl.Pct(100), ctl.Pct(100)
 	cfg.ReserveTenants = 0
-	cfg.Guarantee.Slots = ctl.Count(16) // tests open several tenants on the 128 slots
+	// Tests open several tenants on this small engine: each is
+	// guaranteed a share of it that several fit.
+	cfg.Guarantee.Portals, cfg.Guarantee.Slots, cfg.Guarantee.Regions = ctl.Count(1), ctl.Count(16), ctl.Count(4)
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -11,7 +11,10 @@ import (
 // on the command slots of each portal. It matches on what the kernel
 // reports about the peer and the application cannot forge: its uid, or a
 // group it is in (effective or supplementary gid), or both (then both must
-// match). The socket is matched by the rule's place: every socket has its
+// match). The uid is the peer's own, not its tenant's (uidmap.go): a rule
+// for uid 1000 does not match the processes of user 1000's containers
+// running as its subordinate uids, which get the default; their portals
+// and slots still count against the tenant's quota, with the user's own. The socket is matched by the rule's place: every socket has its
 // own policy. A portal's name is a label, chosen by the application: no
 // rule matches on it.
 type AppRule struct {

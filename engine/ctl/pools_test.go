@@ -291,6 +291,19 @@ func TestPoolsVictimHugepages(t *testing.T) {
 	if err != nil || !v.Hugetlb() || !r.Hugetlb() {
 		t.Fatalf("the victim: segment on huge pages %v, region %v (%v)", v.Hugetlb(), err == nil && r.Hugetlb(), err)
 	}
+	// No huge page is left for a third tenant's guarantee: it is served
+	// all the same, on ordinary pages (the one pool that never refuses).
+	late, err := portal.Dial(e.sockOf("late"), "late")
+	if err != nil {
+		t.Fatalf("a tenant arriving after the huge pages are gone: %v", err)
+	}
+	defer late.Close()
+	if late.Hugetlb() {
+		t.Error("the late tenant's segment on huge pages none was left of")
+	}
+	if ts := tenant(t, e, "late"); ts == nil || ts.Guarantee.HugepageBytes != 0 || ts.Guarantee.Regions != 2 {
+		t.Errorf("the late tenant's guarantees: %+v", ts)
+	}
 }
 
 // A connection that has not opened a portal within OpenDeadline is

@@ -370,7 +370,8 @@ func (s *Server) refundLocked(t *tenant, a amounts) {
 
 // activateLocked makes t active, its guarantees and quotas its socket's,
 // if every pool has room for its guarantee beside the active tenants'
-// (else the first refusal). Call with s.mu held.
+// (else the first refusal; huge pages: it is guaranteed what is left).
+// Call with s.mu held.
 func (s *Server) activateLocked(t *tenant) *refusal {
 	if t.active {
 		return nil
@@ -378,7 +379,16 @@ func (s *Server) activateLocked(t *tenant) *refusal {
 	for p := range numPools {
 		sh := &t.shares[p]
 		sh.min, sh.max = t.l.min[p], t.l.max[p]
-		if free, unmet := s.pools[p].free(), s.pools[p].unmet; free < unmet || free-unmet < sh.unmet() {
+		free, unmet := s.pools[p].free(), s.pools[p].unmet
+		room := free - min(free, unmet)
+		if p == poolHugepages {
+			// Huge pages are the one pool a tenant is not refused: beyond
+			// its share its memory comes from ordinary pages. So a newcomer
+			// is not refused for want of them either: it is guaranteed what
+			// is left of them.
+			sh.min = min(sh.min, room)
+		}
+		if room < sh.unmet() {
 			return &refusal{pool: p, reason: refusedNewcomer, held: sh.held, min: sh.min, max: sh.max, free: free, kept: unmet}
 		}
 	}

@@ -28,6 +28,8 @@ type Server struct {
 	hugePage uint64     // 0: huge pages not tried
 	res      Resources  // what quota percentages are of
 	ids      *identities
+	uids     *uidFolder  // tenants by uid (uidmap.go)
+	stats    *statsCache // the stats request's collections (statsview.go)
 
 	lns []*listener
 
@@ -132,6 +134,10 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 	if err := s.resolvePools(); err != nil {
 		return nil, err
 	}
+	if s.uids, err = newUIDFolder(&cfg, log); err != nil {
+		return nil, err
+	}
+	s.stats = newStatsCache(s.collectStats)
 	if s.mem, err = newMemWatch(cfg.MaxMemoryObjects); err != nil {
 		return nil, err
 	}
@@ -285,6 +291,9 @@ func (s *Server) accept(l *listener) error {
 			s.sampled.Warn().Err(err).Str("socket", l.cfg.label()).Msg("dropping connection: its peer cannot be identified")
 			uc.Close()
 			continue
+		}
+		if l.cfg.Tenant == TenantByUID {
+			s.uids.refresh(time.Now()) // off s.mu: it may read the passwd and subuid files
 		}
 		c, rerr, closing := s.admit(l, uc, p)
 		if closing {

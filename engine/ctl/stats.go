@@ -107,14 +107,28 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 // same moment (rmad's metrics copy the core's delay histograms there).
 // The error is Exec's: a core is not running.
 func (s *Server) Stats(also func(core int, c *engine.Core)) (*ctlmsg.Stats, error) {
+	m, _, err := s.collect(also)
+	if err != nil {
+		return nil, err
+	}
+	m.Tenants = largest(s.Tenants(), maxStatsTenants)
+	return m, nil
+}
+
+// collect is Stats without the tenants, and the tenant of each portal
+// (keys[i] is Portals[i]'s).
+func (s *Server) collect(also func(core int, c *engine.Core)) (*ctlmsg.Stats, []tenantKey, error) {
 	n := len(s.execs)
 	cores := make([]ctlmsg.CoreStats, n)
 	sts := make([]engine.Stats, n)
-	var portals []ctlmsg.PortalStats
+	var (
+		portals []ctlmsg.PortalStats
+		keys    []tenantKey
+	)
 	for i := range s.execs {
 		var err error
-		if portals, err = s.readCore(i, &sts[i], &cores[i].Stats, portals, also); err != nil {
-			return nil, err
+		if portals, err = s.readCore(i, &sts[i], &cores[i].Stats, portals, &keys, also); err != nil {
+			return nil, nil, err
 		}
 	}
 	var sum engine.Stats
@@ -134,8 +148,7 @@ func (s *Server) Stats(also func(core int, c *engine.Core)) (*ctlmsg.Stats, erro
 		m.Cores = cores
 	}
 	m.Portals = portals
-	m.Tenants = largest(s.Tenants(), maxStatsTenants)
-	return m, nil
+	return m, keys, nil
 }
 
 // CoreStats is core i's part of the stats reply: its counters, its
@@ -151,7 +164,7 @@ func (s *Server) CoreStats(i int, also func(c *engine.Core)) (*ctlmsg.Stats, err
 	if also != nil {
 		a = func(_ int, c *engine.Core) { also(c) }
 	}
-	portals, err := s.readCore(i, &st, &m, nil, a)
+	portals, err := s.readCore(i, &st, &m, nil, nil, a)
 	if err != nil {
 		return nil, err
 	}
@@ -162,8 +175,10 @@ func (s *Server) CoreStats(i int, also func(c *engine.Core)) (*ctlmsg.Stats, err
 
 // readCore reads core i's counters into st, its fault injector's, port's
 // and loop's into m, and appends its portals to portals, in one Exec on
-// its goroutine (also runs there too).
-func (s *Server) readCore(i int, st *engine.Stats, m *ctlmsg.Stats, portals []ctlmsg.PortalStats, also func(int, *engine.Core)) ([]ctlmsg.PortalStats, error) {
+// its goroutine (also runs there too); keys, if not nil, gets each
+// portal's tenant.
+func (s *Server) readCore(i int, st *engine.Stats, m *ctlmsg.Stats, portals []ctlmsg.PortalStats, keys *[]tenantKey,
+	also func(int, *engine.Core)) ([]ctlmsg.PortalStats, error) {
 	faultStats, portStats, loopStats := s.cfg.FaultStats, s.cfg.PortStats, s.cfg.LoopStats
 	if err := s.execs[i].Exec(func(core *engine.Core) {
 		*st = core.Stats()
@@ -173,7 +188,7 @@ func (s *Server) readCore(i int, st *engine.Stats, m *ctlmsg.Stats, portals []ct
 		if portStats != nil {
 			m.Port = portStats(i)
 		}
-		portals = s.portalStats(i, core, portals)
+		portals = s.portalStats(i, core, portals, keys)
 		if also != nil {
 			also(i, core)
 		}
@@ -187,8 +202,9 @@ func (s *Server) readCore(i int, st *engine.Stats, m *ctlmsg.Stats, portals []ct
 }
 
 // portalStats appends every portal the server opened on core k, in id
-// order (on the core's goroutine: its book is touched only there).
-func (s *Server) portalStats(k int, core *engine.Core, out []ctlmsg.PortalStats) []ctlmsg.PortalStats {
+// order, and its tenant to keys if not nil (on the core's goroutine: its
+// book is touched only there).
+func (s *Server) portalStats(k int, core *engine.Core, out []ctlmsg.PortalStats, keys *[]tenantKey) []ctlmsg.PortalStats {
 	b := s.cores[k]
 	ids := make([]engine.PortalID, 0, len(b.owner))
 	for id := range b.owner {
@@ -206,6 +222,9 @@ func (s *Server) portalStats(k int, core *engine.Core, out []ctlmsg.PortalStats)
 			Slots: p.Slots, MaxSlots: p.MaxSlots, InFlight: p.Pending,
 			CmdDepth: p.CmdDepth, CmdCap: p.CmdCap, CplDepth: p.CplDepth, CplCap: p.CplCap, Closed: p.Dead,
 		})
+		if keys != nil {
+			*keys = append(*keys, b.owner[id].tenant.key)
+		}
 	}
 	return out
 }

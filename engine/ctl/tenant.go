@@ -1,7 +1,6 @@
 package ctl
 
 import (
-	"fmt"
 	"sort"
 	"time"
 
@@ -9,7 +8,7 @@ import (
 )
 
 // tenantKey names a tenant: a socket, and a uid when the socket splits its
-// tenants by uid (uid -1: the whole socket).
+// tenants by uid (uidmap.go: uid keyWholeSocket or keyOtherUIDs else).
 type tenantKey struct {
 	sock int
 	uid  int64
@@ -28,17 +27,13 @@ type tenant struct {
 	// Identity token bucket (Config.IdentityRate, IdentityBurst).
 	idTokens float64
 	idAt     time.Time
+	stats    bucket // stats requests (Config.StatsRate, StatsBurst)
 }
 
 // tenantFor returns (creating it) the tenant of a peer connecting through
 // l. Call with s.mu held.
 func (s *Server) tenantFor(l *listener, p *peer) *tenant {
-	k := tenantKey{sock: l.idx, uid: -1}
-	name := l.cfg.label()
-	if l.cfg.Tenant == TenantByUID {
-		k.uid = int64(p.uid)
-		name = fmt.Sprintf("%s uid %d", name, p.uid)
-	}
+	k, name := s.tenantKeyOf(l, p)
 	t := s.tenants[k]
 	if t == nil {
 		for _, o := range s.tenants { // forget those idle since
@@ -74,7 +69,7 @@ func (t *tenant) held() amounts {
 // with s.mu held.
 func (s *Server) dropIfIdle(t *tenant) {
 	full := t.idTokens+time.Since(t.idAt).Seconds()*s.cfg.IdentityRate >= float64(s.cfg.IdentityBurst)
-	if t.idle() && full {
+	if t.idle() && full && t.stats.full(time.Now(), s.cfg.StatsRate, s.cfg.StatsBurst) {
 		delete(s.tenants, t.key)
 	}
 }
@@ -103,19 +98,28 @@ func (s *Server) Tenants() []ctlmsg.TenantStats {
 	defer s.mu.Unlock()
 	out := make([]ctlmsg.TenantStats, 0, len(s.tenants))
 	for _, t := range s.tenants {
-		if t.idle() {
-			continue
+		if !t.idle() {
+			out = append(out, t.row())
 		}
-		ts := ctlmsg.TenantStats{Name: t.name, Socket: t.l.cfg.Path, TenantUsage: t.held().usage(),
-			Quota: t.l.max.usage(), Guarantee: t.l.min.usage()}
-		if t.key.uid >= 0 {
-			uid := t.key.uid
-			ts.UID = &uid
-		}
-		out = append(out, ts)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// row is t's row of the stats reply: what it holds, its quotas and its
+// guarantees (as of its activation). Call with s.mu held.
+func (t *tenant) row() ctlmsg.TenantStats {
+	var min, max amounts
+	for p := range t.shares {
+		min[p], max[p] = t.shares[p].min, t.shares[p].max
+	}
+	ts := ctlmsg.TenantStats{Name: t.name, Socket: t.l.cfg.Path, TenantUsage: t.held().usage(),
+		Quota: max.usage(), Guarantee: min.usage()}
+	if t.key.uid >= 0 {
+		uid := t.key.uid
+		ts.UID = &uid
+	}
+	return ts
 }
 
 // maxStatsTenants bounds the tenants a stats reply lists, to keep it

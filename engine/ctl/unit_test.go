@@ -160,14 +160,16 @@ func TestConfigValidate(t *testing.T) {
 		"Sockets[1].Guarantee": func(c *Config) {
 			c.Sockets = append(c.Sockets, SocketConfig{Path: "/b", Tenant: "uid", Guarantee: Quota{Conns: Count(1 << 21)}})
 		},
-		"CmdCap":         func(c *Config) { c.CmdCap = 3 },
-		"CplCap":         func(c *Config) { c.CplCap = 1 << 17 },
-		"MaxConns":       func(c *Config) { c.MaxConns = 0 },
-		"MaxRegionBytes": func(c *Config) { c.MaxRegionBytes = 0 },
-		"MaxPortalBytes": func(c *Config) { c.MaxPortalBytes = c.MaxRegionBytes - 1 },
-		"Hugetlb":        func(c *Config) { c.Hugetlb = "always" },
-		"MaxIdentities":  func(c *Config) { c.MaxIdentities = c.MaxConns - 1 },
-		"IdentityRate":   func(c *Config) { c.IdentityRate = 0 },
+		"CmdCap":               func(c *Config) { c.CmdCap = 3 },
+		"CplCap":               func(c *Config) { c.CplCap = 1 << 17 },
+		"MaxConns":             func(c *Config) { c.MaxConns = 0 },
+		"MaxRegionBytes":       func(c *Config) { c.MaxRegionBytes = 0 },
+		"MaxPortalBytes":       func(c *Config) { c.MaxPortalBytes = c.MaxRegionBytes - 1 },
+		"Hugetlb":              func(c *Config) { c.Hugetlb = "always" },
+		"MaxIdentities":        func(c *Config) { c.MaxIdentities = c.MaxConns - 1 },
+		"IdentityRate":         func(c *Config) { c.IdentityRate = 0 },
+		"StatsRate/StatsBurst": func(c *Config) { c.StatsBurst = 0 },
+		"UIDMap[0]":            func(c *Config) { c.UIDMap = []UIDMapEntry{{UIDs: "x"}} },
 	} {
 		c := DefaultConfig()
 		mut(&c)

@@ -5,13 +5,13 @@ package benchrow
 
 // Row is one measurement. Latency fields a tool does not report are null.
 type Row struct {
-	System string `json:"system"` // "onerma", "ucx-tcp", "aes-gcm-limit", "host", "onerma-kv", "memcached", "redis", "dpdk-testpmd"
+	System string `json:"system"` // "onerma", "onerma-c" (onerma-perf, libonerma), "ucx-tcp", "aes-gcm-limit", "host", "onerma-kv", "memcached", "redis", "dpdk-testpmd"
 	// Setup: "loopback", "loopback-jumbo", "loopback-hol-idle",
 	// "loopback-hol", "loopback-hol-bg", "loopback-pairs", "memif",
 	// "port-net_ring", "port-memif", "tcp", "cpu",
 	// "cpu-ipsec-mb", "isolation-idle", "isolation-loaded",
 	// "isolation-loaded-lowclass", "isolation-loaded-write", "platform",
-	// "loopback-pairs-footprint", "write-pairs", "write-pairs-jumbo",
+	// "loopback-pairs-footprint", "c-loopback", "write-pairs", "write-pairs-jumbo",
 	// "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb",
 	// "rtt-PORT", "rtt-default-PORT" and "rtt-timeout-DUR-PORT" (PORT:
 	// memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap),
@@ -68,6 +68,13 @@ type Row struct {
 	// redis-server's process, or for onerma-kv the cache server's
 	// process and its engine's (rmad, its polling core included).
 	CPUSecPerMOps *float64 `json:"cpu_s_per_mops,omitempty"`
+
+	// CPUNsPerOp (the raw tests of rmaperf and of onerma-perf, its C
+	// twin): the client process's CPU time, user and system over all its
+	// threads (getrusage RUSAGE_SELF), from the start of the measured
+	// interval until its last op completed, divided by the ops counted:
+	// what an op costs the application, whatever the engine's rate.
+	CPUNsPerOp *float64 `json:"cpu_ns_per_op,omitempty"`
 }
 
 // F returns a pointer to v, for the optional fields.

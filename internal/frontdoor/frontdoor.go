@@ -11,6 +11,12 @@
 //	<!-- tour: ... -->   the next ```sh block: the tour, run with bash -e
 //	<!-- app: ... -->    the next ```go block: a main package that must compile
 //
+// and docs/c.md ("Using OneRMA from C") marks its first program likewise:
+//
+//	<!-- c-app: ... -->  the next ```c block: examples/c/hello.c, byte for
+//	                     byte; e2e builds it against an installed libonerma
+//	                     with pkg-config (BuildCApp) and runs it
+//
 // In the tour, a line that starts "#   " (a hash and three spaces) is
 // output the reader will see; "…" in it stands for anything (numbers that
 // vary). Every other line is a command, or a comment.
@@ -266,6 +272,63 @@ func BuildApp(root, goBin, out string) error {
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("frontdoor: the README's Go application does not build against this tree: %v\n%s", err, b)
+	}
+	return nil
+}
+
+// The C application: where docs/c.md shows it, and the example file it
+// must equal.
+const (
+	CAppDoc     = "docs/c.md"
+	CAppExample = "examples/c/hello.c"
+	// CAppBuild is how docs/c.md builds a C application against an
+	// installed libonerma, in sh; $SRC and $OUT name the source and the
+	// executable.
+	CAppBuild = `cc -o "$OUT" "$SRC" $(pkg-config --cflags --libs onerma)`
+)
+
+// CApp returns the C application docs/c.md shows (the ```c block after
+// <!-- c-app).
+func CApp(root string) (string, error) {
+	doc, err := os.ReadFile(filepath.Join(root, CAppDoc))
+	if err != nil {
+		return "", err
+	}
+	lang, body, err := Block(doc, "c-app")
+	if err != nil {
+		return "", err
+	}
+	if lang != "c" {
+		return "", fmt.Errorf("frontdoor: %s's c-app block is %q, want c", CAppDoc, lang)
+	}
+	return body, nil
+}
+
+// BuildCApp installs libonerma (make -C libonerma install) under prefix and
+// builds docs/c.md's C application against it into the executable out,
+// as docs/c.md says (CAppBuild, with prefix's pkg-config directory first
+// in PKG_CONFIG_PATH). The executable finds libonerma.so in prefix/lib
+// when LD_LIBRARY_PATH names it.
+func BuildCApp(root, prefix, out string) error {
+	body, err := CApp(root)
+	if err != nil {
+		return err
+	}
+	if b, err := exec.Command("make", "-s", "-C", filepath.Join(root, "libonerma"), "install", "PREFIX="+prefix).CombinedOutput(); err != nil {
+		return fmt.Errorf("frontdoor: make -C libonerma install PREFIX=%s: %v\n%s", prefix, err, b)
+	}
+	src := out + ".c"
+	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
+		return err
+	}
+	cmd := exec.Command("sh", "-c", CAppBuild)
+	pc := filepath.Join(prefix, "lib", "pkgconfig")
+	if old := os.Getenv("PKG_CONFIG_PATH"); old != "" {
+		pc += ":" + old
+	}
+	cmd.Env = append(os.Environ(), "SRC="+src, "OUT="+out, "PKG_CONFIG_PATH="+pc)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("frontdoor: %s's C application does not build against an installed libonerma (%s): %v\n%s", CAppDoc, CAppBuild, err, b)
 	}
 	return nil
 }

@@ -170,6 +170,25 @@ func TestREADMEApplicationCompiles(t *testing.T) {
 	}
 }
 
+// TestCApplicationIsExample: the C program docs/c.md shows (the ```c
+// block after <!-- c-app) is examples/c/hello.c, which make build compiles
+// with -Werror and e2e TestCApplication builds from the block with
+// pkg-config and runs against an engine; and docs/c.md builds it with
+// CAppBuild's command.
+func TestCApplicationIsExample(t *testing.T) {
+	r := root(t)
+	body, err := frontdoor.CApp(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := string(read(t, filepath.Join(r, frontdoor.CAppExample))); body != want {
+		t.Errorf("%s's c-app block is not %s: copy the file into the block", frontdoor.CAppDoc, frontdoor.CAppExample)
+	}
+	if doc := string(read(t, filepath.Join(r, frontdoor.CAppDoc))); !strings.Contains(doc, "$(pkg-config --cflags --libs onerma)") {
+		t.Errorf("%s does not show the build with pkg-config --cflags --libs onerma", frontdoor.CAppDoc)
+	}
+}
+
 func TestSlug(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"Engines of several cores", "engines-of-several-cores"},

@@ -87,6 +87,8 @@ var headlineMetrics = []headlineMetric{
 	{"unloaded 64 B READ over memif, application to application (rmaperf read_lat): p50", "memif", memifLatency(false)},
 	{"unloaded 64 B READ over memif, application to application (rmaperf read_lat): p99", "memif", memifLatency(true)},
 	{"4 MB READ through the executor / raw 4 KB READ goodput, median of interleaved rounds", "loopback", executorMetric},
+	{"C client CPU ns per op / Go portal's: loopback 64 B read_bw, onerma-perf / rmaperf, median of interleaved rounds", "c-loopback", cLoopbackMetric(64)},
+	{"C client CPU ns per op / Go portal's: loopback 4 KB read_bw, onerma-perf / rmaperf, median of interleaved rounds", "c-loopback", cLoopbackMetric(4096)},
 	{"Fig. 12: 64 B READs beside one transfer of 4 KB-64 MB, p50 slowdown max/min over the sizes", "hol", holSpreadMetric},
 	{"Fig. 12: the same READs' worst p50 beside a transfer / one 4 KB READ's p50", "hol", holOneMetric},
 	{"isolation: high-class 64 B READ's engine p99 under a low-class 4 KB READ load", "isolation,selftest", isolationMetric},

@@ -53,6 +53,7 @@ func depth(n int) func(*Row)      { return func(r *Row) { r.Outstanding = n } }
 func bg(n int) func(*Row)         { return func(r *Row) { r.BackgroundBytes = n } }
 func cpu(v float64) func(*Row)    { return func(r *Row) { r.CPUSecPerMOps = benchrow.F(v) } }
 func runID(id string) func(*Row)  { return func(r *Row) { r.Run = id } }
+func cpuNs(v float64) func(*Row)  { return func(r *Row) { r.CPUNsPerOp = benchrow.F(v) } }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
@@ -247,6 +248,45 @@ func TestWritePairsRatios(t *testing.T) {
 	m, ok := writePairsMetric("write-pairs-cpu-ipsec-mb", writeGoodputGoal, "")(rows)
 	if !ok || m.value != "0.28 (3 rounds)" || m.verdict != notMet {
 		t.Errorf("metric %+v", m)
+	}
+}
+
+// TestCLoopback: each round pairs the Go and the C row of a size in the
+// order measured (even rounds Go first, odd rounds C first); a row without
+// cpu_ns_per_op, or of another setup, counts in no round.
+func TestCLoopback(t *testing.T) {
+	var rows []Row
+	for k, c := range []float64{500, 800, 700} {
+		g := rw("onerma", "c-loopback", "read_bw", 64, depth(64), ops(1e6), cpuNs(1000))
+		cr := rw("onerma-c", "c-loopback", "read_bw", 64, depth(64), ops(1.1e6), cpuNs(c))
+		big := rw("onerma", "c-loopback", "read_bw", 4096, depth(64), ops(5e5), cpuNs(2000))
+		bigC := rw("onerma-c", "c-loopback", "read_bw", 4096, depth(64), ops(5e5), cpuNs(2400))
+		round := []Row{g, cr, big, bigC}
+		if k%2 == 1 {
+			round = []Row{bigC, big, cr, g}
+		}
+		rows = append(rows, round...)
+	}
+	rows = append(rows, rw("onerma-c", "c-loopback", "read_bw", 64, depth(64), ops(1e6)), // no CPU time
+		rw("onerma", "loopback", "read_bw", 64, depth(64), ops(1e6), cpuNs(1)))
+	s, ok := summarizeCLoopback(rows, 64)
+	if !ok || s.rounds != 3 || !equalF(s.ratios, []float64{0.5, 0.8, 0.7}) || !near(s.ratio, 0.7) || s.cpuC != 700 || s.cpuGo != 1000 || s.opsC != 1.1e6 {
+		t.Fatalf("64 B: %+v", s)
+	}
+	m, ok := cLoopbackMetric(64)(rows)
+	if !ok || m.value != "0.70 (3 rounds; 700 / 1000 ns; ops/s C 1.10 M, Go 1.00 M)" || m.goal != "≤ 1" || m.verdict != met {
+		t.Errorf("64 B metric %+v", m)
+	}
+	if m, ok := cLoopbackMetric(4096)(rows); !ok || !strings.HasPrefix(m.value, "1.20 (3 rounds;") || m.verdict != notMet {
+		t.Errorf("4 KB metric %+v", m)
+	}
+	if _, ok := cLoopbackMetric(128)(rows); ok {
+		t.Error("a metric of a size never measured")
+	}
+	for _, u := range ucxRatios(append(rows, rw("ucx-tcp", "tcp", "read_bw", 64, depth(64), ops(1e5)))) {
+		if u.row.Setup == "c-loopback" {
+			t.Errorf("a c-loopback row paired with ucx-tcp: %+v", *u.row)
+		}
 	}
 }
 

@@ -58,6 +58,11 @@
 //	(p) dpdk-testpmd forwarding 64-byte frames on net_ring and memif
 //	    against the engine's frame rate on the same port type (testpmd,
 //	    interleaved rounds; testpmd.go);
+//	(q) libonerma, the C client, against package portal on the loopback
+//	    engine: onerma-perf (rmaperf's tests in C, rows of system
+//	    onerma-c) beside rmaperf, 64 B and 4 KB read_bw in interleaved
+//	    rounds, each row with the client's CPU time per op (c-loopback;
+//	    cloopback.go);
 //
 // It appends one JSON object per measurement to -out (default
 // $BENCH_OUT or bench/out.jsonl) as soon as the measurement ends, and at
@@ -91,7 +96,7 @@ type spec struct {
 }
 
 // allSetups is -only's default: every setup but ab and rtt.
-const allSetups = "platform,loopback,loopback-jumbo,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,telemetry,metrics,kv,selftest,selftest-memif"
+const allSetups = "platform,loopback,loopback-jumbo,c-loopback,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,telemetry,metrics,kv,selftest,selftest-memif"
 
 const usage = `rmabench measures OneRMA and its peers on this machine, as make bench runs it.
 
@@ -133,7 +138,7 @@ func run() int {
 		flag.PrintDefaults()
 	}
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output, each row appended as it is measured ($BENCH_OUT if set)")
-	bin := flag.String("bin", "", "directory with rmad and rmaperf (default: next to this binary)")
+	bin := flag.String("bin", "", "directory with rmad, rmaperf and onerma-perf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
 	only := flag.String("only", allSetups, "setups to run (comma separated; a name also selects the setups it begins with or is part of: loopback-jumbo runs loopback too, selftest-memif selftest, af_packet and af_xdp run together, platform runs crypto-scaling; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
@@ -248,6 +253,11 @@ func run() int {
 		if want(l.setup) {
 			rec.setup(l.setup, func() error { return loopbackRun(rmad, rmaperf, dir, l.setup, l.mtu, *crypto, l.specs, *dur, emit) })
 		}
+	}
+	if want("c-loopback") {
+		rec.setup("c-loopback", func() error {
+			return cLoopbackRun(rmad, rmaperf, filepath.Join(*bin, "onerma-perf"), dir, *dur, emit)
+		})
 	}
 	if want("hol") {
 		rec.setup("hol", func() error { return holBgRun(rmad, rmaperf, dir, *dur, emit) })

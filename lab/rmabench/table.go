@@ -76,6 +76,7 @@ func printTable(rows []Row) {
 	printScaling(rows)
 	printTestpmd(rows)
 	printWritePairs(rows)
+	printCLoopback(rows)
 	printTelemetry(rows)
 	printMetrics(rows)
 	printVeth(rows)
@@ -167,7 +168,7 @@ func ucxRatios(rows []Row) []ucxRatio {
 	var out []ucxRatio
 	for i := range rows {
 		r := &rows[i]
-		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || strings.HasPrefix(r.Setup, "metrics") || r.Setup == "ab" || strings.HasPrefix(r.Setup, "af_") {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || strings.HasPrefix(r.Setup, "metrics") || r.Setup == "c-loopback" || r.Setup == "ab" || strings.HasPrefix(r.Setup, "af_") {
 			continue
 		}
 		for j := range rows {

@@ -59,6 +59,9 @@ func printStats(w io.Writer, st *ctlmsg.Stats) {
 			fmt.Fprintln(w)
 		}
 	}
+	if st.TenantOnly {
+		fmt.Fprintln(w, "\nthe portals and usage of this tenant only (an operator, uid 0 or ctl.operator_gid, sees every tenant's)")
+	}
 	fmt.Fprintf(w, "\n%-4s %-4s %-16s %10s %6s %-5s %9s %9s %13s %13s %7s %12s  %s\n", "core", "id", "portal", "pid", "uid", "class", "slots", "in_flight", "cmd_depth", "cpl_depth", "regions", "region_bytes", "tenant")
 	for _, p := range st.Portals {
 		name := p.Name

@@ -27,6 +27,15 @@ func TestPrintStats(t *testing.T) {
 			t.Errorf("one core: no %q in\n%s", want, b.String())
 		}
 	}
+	if strings.Contains(b.String(), "this tenant only") {
+		t.Errorf("an operator's reply said to be one tenant's:\n%s", b.String())
+	}
+	one.TenantOnly = true
+	b.Reset()
+	printStats(&b, one)
+	if !strings.Contains(b.String(), "\nthe portals and usage of this tenant only") {
+		t.Errorf("a tenant's reply not said to be its own:\n%s", b.String())
+	}
 	core := func(i int, posted, out, stalls uint64) ctlmsg.CoreStats {
 		return ctlmsg.CoreStats{Core: i, Stats: ctlmsg.Stats{Posted: posted,
 			Port: &ctlmsg.PortStats{Name: "net_memif0", Driver: ctlmsg.PortDriverStats{HandedOut: out}},

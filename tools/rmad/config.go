@@ -326,6 +326,23 @@ func setFloat(f func(*Config) *float64) setter {
 	}
 }
 
+// setOptGID sets a gid, or none ("none", "").
+func setOptGID(f func(*Config) **uint32) setter {
+	return func(c *Config, v string) error {
+		if v == "none" || v == "" {
+			*f(c) = nil
+			return nil
+		}
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return err
+		}
+		g := uint32(n)
+		*f(c) = &g
+		return nil
+	}
+}
+
 func setDur(f func(*Config) *Duration) setter {
 	return func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
@@ -405,6 +422,11 @@ var flagSpecs = []struct {
 	{"max-region-bytes", "bytes per region", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxRegionBytes })},
 	{"max-portal-bytes", "region bytes per portal", setUint(64, func(c *Config) *uint64 { return &c.Ctl.MaxPortalBytes })},
 	{"hugetlb", "shared memory: auto or off", setStr(func(c *Config) *string { return &c.Ctl.Hugetlb })},
+	{"passwd-file", "passwd file naming the uids that are tenants of their own (\"\": none)", setStr(func(c *Config) *string { return &c.Ctl.PasswdFile })},
+	{"subuid-file", "subordinate uid file: a uid in a user's range counts as that user (\"\": none)", setStr(func(c *Config) *string { return &c.Ctl.SubuidFile })},
+	{"stats-rate", "stats requests per second of one tenant", setFloat(func(c *Config) *float64 { return &c.Ctl.StatsRate })},
+	{"stats-burst", "stats requests of one tenant at once", setInt(func(c *Config) *int { return &c.Ctl.StatsBurst })},
+	{"operator-gid", "group whose members see every tenant's portals and usage in stats, as root does (\"none\": no group)", setOptGID(func(c *Config) **uint32 { return &c.Ctl.OperatorGID })},
 	{"id-state", "process identity state file (\"\": engine.iv_state + \".ids\"); must persist as long as the IV state", setStr(func(c *Config) *string { return &c.Ctl.IDState })},
 	{"oom-score-adj", "rmad's oom_score_adj (-1000..1000): low, so the kernel's OOM killer picks a tenant first", setInt(func(c *Config) *int { return &c.OOMScoreAdj })},
 	{"poll-mode", "busy, backoff or yield (spin, giving the CPU to a co-located app when idle)", setStr(func(c *Config) *string { return &c.Poll.Mode })},

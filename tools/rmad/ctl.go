@@ -90,6 +90,25 @@ type CtlConfig struct {
 	MaxIdentities int     `json:"max_identities"`
 	IdentityRate  float64 `json:"identity_rate"`
 	IdentityBurst int     `json:"identity_burst"`
+	// UIDMap, PasswdFile and SubuidFile fold the uids of a socket that
+	// splits tenants by uid into tenants: a uid in a uid_map entry's
+	// range counts as its tenant_uid, then uid 0 is root's own, then a
+	// uid in a user's subordinate range (subuid_file, owners by name or
+	// uid) counts as that user, then a uid passwd_file names is its own
+	// tenant; every other uid shares the socket's one tenant "main other
+	// uids". The files ("" : none) are read again when they change.
+	//
+	//	"uid_map": [{"uids": "100000-165535", "tenant_uid": 1000}, {"uids": "1234", "tenant_uid": 1000}]
+	UIDMap     []ctl.UIDMapEntry `json:"uid_map"`
+	PasswdFile string            `json:"passwd_file"`
+	SubuidFile string            `json:"subuid_file"`
+	// StatsRate and StatsBurst bound each tenant's stats requests (a
+	// second, at once). OperatorGID (null: none) names a group whose
+	// members see, as root does, every tenant's portals and usage in
+	// stats; anyone else sees its own tenant's and the engine's counters.
+	StatsRate   float64 `json:"stats_rate"`
+	StatsBurst  int     `json:"stats_burst"`
+	OperatorGID *uint32 `json:"operator_gid"`
 }
 
 // SocketEntry is one more control socket (ctl.SocketConfig).
@@ -173,6 +192,8 @@ func (c *Config) ctlConfig() (ctl.Config, error) {
 	cc.MaxRegionBytes, cc.MaxPortalBytes, cc.Hugetlb = k.MaxRegionBytes, k.MaxPortalBytes, k.Hugetlb
 	cc.IdentityPath = c.idStatePath()
 	cc.MaxIdentities, cc.IdentityRate, cc.IdentityBurst = k.MaxIdentities, k.IdentityRate, k.IdentityBurst
+	cc.UIDMap, cc.PasswdFile, cc.SubuidFile = k.UIDMap, k.PasswdFile, k.SubuidFile
+	cc.StatsRate, cc.StatsBurst, cc.OperatorGID = k.StatsRate, k.StatsBurst, k.OperatorGID
 	if err := cc.Validate(); err != nil {
 		return cc, fmt.Errorf("%w: %v", errConfig, err)
 	}

@@ -34,7 +34,14 @@
 // others hold, with room kept for ctl.reserve_tenants (-reserve-tenants)
 // tenants to come; ctl.max_conns_per_uid (-max-conns-per-uid) is the
 // older name of quota.conns. A control connection that opens no portal
-// within ctl.open_deadline (-open-deadline) is closed. Process
+// within ctl.open_deadline (-open-deadline) is closed. On a socket with a
+// tenant per uid, uids fold into tenants: ctl.uid_map first, then a
+// user's subordinate uids (ctl.subuid_file, -subuid-file; /etc/subuid)
+// count as the user, then each uid ctl.passwd_file (-passwd-file;
+// /etc/passwd) names is its own; the rest share one "other" tenant.
+// rmactl stats shows a tenant its own portals and usage, an operator
+// (root or ctl.operator_gid, -operator-gid) everyone's, each tenant at
+// most ctl.stats_rate a second (-stats-rate, -stats-burst). Process
 // identities are recorded in ctl.id_state (-id-state; default
 // engine.iv_state + ".ids"), which must live as long as the IV state.
 // rmad writes oom_score_adj (-oom-score-adj, default -999) so the kernel's

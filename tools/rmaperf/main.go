@@ -38,7 +38,10 @@
 // WRITE of paper §5.1; K_d derived for abi.OpWrite). It reports ops/s,
 // MB/s and latency percentiles measured by the application from post to
 // completion, and counts every non-OK completion in errors (the first
-// status goes in the note). -self targets a region of the client's own
+// status goes in the note); the -json row of a raw test also has
+// cpu_ns_per_op, this process's CPU time (getrusage, every thread) over
+// the measured interval per op, as onerma-perf (libonerma/tools, its C
+// twin) reports it. -self targets a region of the client's own
 // engine (single-engine loopback) and derives its K_d in process.
 //
 // Transfers larger than one op (-s above 4096, up to gigabytes), or any
@@ -561,6 +564,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 	p.Flush()
 	var h, eng telemetry.Hist
 	var ops, errs uint64
+	var cpu0 int64 // the process's CPU time when the measured interval began
 	var firstErr abi.Status
 	cpl := make([]abi.Completion, 64)
 	start := nowNs() + int64(warm)
@@ -605,6 +609,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 			measuring, h, eng, ops, errs = true, telemetry.Hist{}, telemetry.Hist{}, 0, 0
 			start = now
 			end = now + int64(dur)
+			cpu0 = cpuNs()
 		}
 		for _, c := range cpl[:n] {
 			k := int(c.Cookie)
@@ -644,6 +649,7 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 		}
 		p.Flush()
 	}
+	cpu := cpuNs() - cpu0
 	secs := float64(end-start) / 1e9
 	r := benchrow.Row{
 		System: "onerma", Test: test, Size: size, Outstanding: outstanding, Cores: 1, // a portal is served by one engine core
@@ -656,7 +662,20 @@ func run(p *portal.Portal, tg target, test string, op abi.Op, size, outstanding 
 	if errs > 0 {
 		r.Note = fmt.Sprintf("first non-OK status %v", firstErr)
 	}
+	if ops > 0 {
+		r.CPUNsPerOp = benchrow.F(float64(cpu) / float64(ops))
+	}
 	return r, nil
+}
+
+// cpuNs is this process's CPU time, user and system, over all its threads
+// (the Go runtime's included): getrusage(RUSAGE_SELF).
+func cpuNs() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 func us(ns uint64) float64 { return float64(ns) / 1e3 }

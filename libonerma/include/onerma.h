@@ -1,0 +1,387 @@
+/*
+ * onerma.h - libonerma, the native C client of a OneRMA engine (rmad).
+ *
+ * libonerma is to C and C++ what package portal is to Go: it opens a
+ * CommandPortal on the engine (a control connection on the engine's unix
+ * socket plus one shared-memory segment holding a command ring and a
+ * completion ring), registers regions, posts READ, WRITE and REKEY ops and
+ * reads their completions. It speaks the protocol of docs/protocol.md, byte
+ * for byte the one package portal speaks, and needs no Go in the process.
+ *
+ * One op, from dial to its completion:
+ *
+ *	struct onerma_portal *p;
+ *	struct onerma_region *sink;
+ *	uint32_t slot;
+ *	struct onerma_completion c;
+ *	onerma_dial(ONERMA_DEFAULT_SOCKET, "kv-client", NULL, &p);
+ *	onerma_alloc_slots(p, 32, NULL);
+ *	onerma_register_region(p, 1 << 20, ONERMA_PERM_LOCAL_WRITE, &sink);
+ *	onerma_slot_take(p, &slot);
+ *	struct onerma_op op = {0};
+ *	op.type = ONERMA_OP_READ; op.slot = slot; op.cookie = 1;
+ *	op.remote_addr = server; op.remote_region = region;
+ *	memcpy(op.key, kd, ONERMA_KEY_SIZE);    // K_d from the region's owner
+ *	op.local = sink; op.length = 4096;
+ *	onerma_post(p, &op);                    // staged
+ *	onerma_flush(p);                        // one store publishes every staged op
+ *	onerma_wait(p, &c, 1, 1000);            // or onerma_poll, which never blocks
+ *	onerma_slot_release(p, c.slot);         // after reading c.status
+ *
+ * Errors. Every function that can fail returns 0 (or a count) on success
+ * and a negative code on failure: -errno for a failed system call (-ENOENT:
+ * no engine socket, -ECONNREFUSED, -ENOMEM, -ETIMEDOUT, ...) and
+ * -ONERMA_E_* for the library's and the engine's own (onerma_strerror names
+ * both). An engine refusal maps its ctlmsg code to one ONERMA_E_* each;
+ * onerma_errmsg() returns the engine's own message (or the library's detail)
+ * for the last failed control call of the calling thread.
+ *
+ * Hot path. onerma_post, onerma_submit, onerma_flush, onerma_poll,
+ * onerma_slot_take and onerma_slot_release make no system call, take no
+ * lock and allocate nothing: one atomic load of the engine-gone flag per
+ * call, plain stores into the ring, one release store per flush.
+ * onerma_wait spins, then sleeps in poll(2) on the completion doorbell.
+ *
+ * Thread safety, per object (as package portal states it):
+ *  - struct onerma_portal: not safe for concurrent use. Use it from one
+ *    thread, or serialise every call on it yourself (the rings are single
+ *    producer, single consumer). onerma_gone may be called from any thread.
+ *    A portal owns one library thread, which sleeps in poll(2) on a
+ *    duplicate of the control connection and only ever sets the portal's
+ *    engine-gone flag and rings its doorbell.
+ *  - struct onerma_region: belongs to its portal's thread, except
+ *    onerma_region_key and onerma_region_derive_kd, which any thread may
+ *    call at any time, also while onerma_rekey runs.
+ *  - Functions of no object (onerma_derive_kd, onerma_strerror,
+ *    onerma_status_str, onerma_addr_*) are safe from any thread;
+ *    onerma_errmsg is per thread.
+ *
+ * When the engine goes away (it exits, is killed or restarts), the kernel
+ * closes its control connections; the portal's thread sees the hang-up,
+ * sets the flag and rings the doorbell. From then on onerma_poll and
+ * onerma_wait return the completions the engine wrote before it went, then
+ * one completion with ONERMA_STATUS_ENGINE_GONE for every other op posted
+ * (flushed or only staged), and then -ONERMA_E_ENGINE_GONE on every call.
+ * onerma_redial opens a new portal on the same socket.
+ *
+ * Memory ordering of the rings (docs/protocol.md has the whole protocol):
+ * the application stores the command ring's producer index with release
+ * after writing the commands, and loads its consumer index with acquire;
+ * it loads the completion ring's producer index with acquire before reading
+ * completions and stores its consumer index with release after copying
+ * them out. The doorbell's arm word is stored and the ring re-checked with
+ * sequentially consistent atomics, as the engine swaps it.
+ *
+ * The header compiles as C (C99 and later) and C++ (C++11 and later).
+ */
+#ifndef ONERMA_H
+#define ONERMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define ONERMA_API __attribute__((visibility("default")))
+#else
+#define ONERMA_API
+#endif
+
+/* Library version. */
+#define ONERMA_VERSION_MAJOR 0
+#define ONERMA_VERSION_MINOR 1
+#define ONERMA_VERSION_PATCH 0
+
+/* The control protocol version this library speaks (ctlmsg.Version) and
+ * the portal segment layout version it maps (abi.SegmentVersion). */
+#define ONERMA_PROTOCOL_VERSION 1
+#define ONERMA_SEGMENT_VERSION 1
+
+/* The engine's control socket unless its configuration names another. */
+#define ONERMA_DEFAULT_SOCKET "/run/onerma/rmad.sock"
+
+#define ONERMA_MAX_OP_BYTES 4096 /* the largest op (abi.MaxOpBytes) */
+#define ONERMA_KEY_SIZE 16       /* K_r and K_d: AES-128 keys */
+#define ONERMA_MAX_NAME_BYTES 64 /* a portal name: 1..64 of [A-Za-z0-9._-] */
+#define ONERMA_MAX_ALLOC_SLOTS 65536       /* one onerma_alloc_slots call */
+#define ONERMA_MAX_RING_CAP 65536          /* onerma_options.cmd_cap, cpl_cap */
+#define ONERMA_MAX_REGION_BYTES (1ULL << 40)
+#define ONERMA_MAX_CORES 64
+
+/* Op types (abi.Op). */
+enum onerma_op_type {
+	ONERMA_OP_READ = 1,  /* two hops: request, responses */
+	ONERMA_OP_WRITE = 2, /* four hops: the serving engine pulls the data */
+	ONERMA_OP_REKEY = 3  /* installs a region key; four hops like a WRITE */
+};
+
+/* Region permissions (abi.Perm). */
+enum onerma_perm {
+	ONERMA_PERM_LOCAL_READ = 1 << 0,   /* source of the owner's WRITE and REKEY ops */
+	ONERMA_PERM_LOCAL_WRITE = 1 << 1,  /* sink of the owner's READ ops */
+	ONERMA_PERM_REMOTE_READ = 1 << 2,  /* remote READ ops may read it */
+	ONERMA_PERM_REMOTE_WRITE = 1 << 3, /* remote WRITE ops may write it */
+	ONERMA_PERM_REMOTE_REKEY = 1 << 4, /* remote REKEY ops may change its key */
+	ONERMA_PERM_ALL = 0x1f
+};
+
+/* Classes of service (abi.Class). */
+enum onerma_class {
+	ONERMA_CLASS_LOW = 0, /* best effort (the default) */
+	ONERMA_CLASS_HIGH = 1 /* served first, without starving the low class */
+};
+
+/* Completion statuses (abi.Status; docs/glossary.md says what each means). */
+enum onerma_status {
+	ONERMA_STATUS_OK = 0,
+	ONERMA_STATUS_REMOTE_AUTHENTICATION_FAILURE = 1,
+	ONERMA_STATUS_NACK = 2,
+	ONERMA_STATUS_TIMEOUT = 3,
+	ONERMA_STATUS_DISPATCH_TIMEOUT = 4,
+	ONERMA_STATUS_BAD_COMMAND = 16,
+	ONERMA_STATUS_TOO_LARGE = 17,
+	ONERMA_STATUS_BAD_SLOT = 18,
+	ONERMA_STATUS_LOCAL_REGION = 19,
+	ONERMA_STATUS_LOCAL_BOUNDS = 20,
+	ONERMA_STATUS_LOCAL_PERMISSION = 21,
+	ONERMA_STATUS_UNREACHABLE = 22,
+	ONERMA_STATUS_ABORTED = 23,
+	ONERMA_STATUS_ENGINE_GONE = 24, /* written by the library, never the engine */
+	ONERMA_STATUS_REMOTE_REGION = 32,
+	ONERMA_STATUS_REMOTE_BOUNDS = 33,
+	ONERMA_STATUS_REMOTE_PERMISSION = 34
+};
+
+/* The library's error codes, returned negated (-ONERMA_E_RING_FULL). They
+ * start above every errno value. */
+enum onerma_error {
+	ONERMA_E_BASE = 4096,
+	/* Data path (package portal's Err* of the same names). */
+	ONERMA_E_RING_FULL,    /* the command ring has no free entry: flush, poll, retry */
+	ONERMA_E_RING_CORRUPT, /* the engine wrote an impossible ring index */
+	ONERMA_E_REGION,       /* the local region is not this portal's */
+	ONERMA_E_LENGTH,       /* length 0 or above 4096 (REKEY: neither 0 nor 16) */
+	ONERMA_E_BOUNDS,       /* local offset + length outside the local region */
+	ONERMA_E_OP,           /* type not READ/WRITE/REKEY, or a REKEY at a remote offset */
+	ONERMA_E_SLOT,         /* release of a slot not owned or already free; or no free slot */
+	ONERMA_E_ENGINE_GONE,  /* the engine went away: redial */
+	ONERMA_E_ZERO_KEY,     /* a region key of all zero bytes */
+	ONERMA_E_INVALID,      /* an argument out of its range (onerma_errmsg says which) */
+	ONERMA_E_PROTOCOL,     /* the engine's reply or segment broke the protocol */
+	/* Engine refusals, one per ctlmsg code. */
+	ONERMA_E_BAD_REQUEST,  /* bad_request: the engine rejected the request */
+	ONERMA_E_STATE,        /* state: not valid now */
+	ONERMA_E_SLOT_CAP,     /* slot_cap: over the application's slot cap */
+	ONERMA_E_CLASS,        /* class: the class asked for is not granted */
+	ONERMA_E_NO_SLOTS,     /* no_slots: the engine has no free slots */
+	ONERMA_E_LIMIT,        /* limit: another policy limit */
+	ONERMA_E_QUOTA,        /* quota: over a tenant quota (onerma_errquota names it) */
+	ONERMA_E_NO_REGION,    /* no_region: not a region of this portal */
+	ONERMA_E_RESOURCE,     /* resource: the engine is out of memory, fds or table entries */
+	ONERMA_E_UNAVAILABLE,  /* unavailable: the engine is shutting down */
+	ONERMA_E_INTERNAL,     /* internal: a bug or an unexpected error in the engine */
+	ONERMA_E_TOO_LARGE,    /* too_large: the request datagram was too long */
+	ONERMA_E_FDS_REJECTED, /* fds_rejected: the request carried file descriptors */
+	ONERMA_E_ENGINE,       /* a code this library does not know */
+	ONERMA_E_MAX
+};
+
+/* Options of onerma_dial (package portal's Options). Zero values take the
+ * defaults; a NULL pointer means all defaults. */
+struct onerma_options {
+	uint32_t cmd_cap;   /* command ring capacity, a power of two 2..65536 (0: the engine's) */
+	uint32_t cpl_cap;   /* completion ring capacity, likewise */
+	int service_class;  /* ONERMA_CLASS_LOW or _HIGH (-ONERMA_E_CLASS if not granted) */
+	int timeout_ms;     /* bound of each control request (0: 60000) */
+	int wait_spins;     /* polls onerma_wait spins before it sleeps (0: 2000; < 0: none) */
+	int pin_core;       /* non-zero: ask for engine core `core` to serve the portal */
+	int core;           /* 0..63, with pin_core */
+};
+
+/* What the engine stamps on this portal's requests (portal.Identity). */
+struct onerma_identity {
+	uint32_t addr; /* the engine's IPv4 address, host order (10.0.0.1 = 0x0a000001) */
+	uint32_t pid;  /* the identity the engine gave this process: K_d is derived for it */
+	uint32_t uid;
+	uint32_t gid;
+	char name[ONERMA_MAX_NAME_BYTES + 1]; /* the portal's name: a label */
+	char tenant[256];                     /* the tenant the engine charges */
+};
+
+struct onerma_portal; /* an open portal */
+struct onerma_region; /* a registered region */
+
+/* One op to post (portal.Op). Zero it, then set what the op needs.
+ * READ copies `length` bytes of the remote region at remote_offset into
+ * `local` at local_offset (local needs ONERMA_PERM_LOCAL_WRITE). WRITE
+ * copies local's range into the remote region (local needs
+ * ONERMA_PERM_LOCAL_READ). REKEY installs the 16 bytes of local at
+ * local_offset as the remote region's new K_r (remote_offset 0, length 0
+ * or 16). The local range belongs to the op until its completion. */
+struct onerma_op {
+	uint32_t type;          /* enum onerma_op_type */
+	uint32_t slot;          /* a slot of this portal with no op in flight */
+	uint64_t cookie;        /* echoed in the completion */
+	uint32_t remote_addr;   /* the serving engine's IPv4 address, host order */
+	uint32_t remote_region; /* the region id its owner handed out */
+	uint64_t remote_offset;
+	uint8_t key[ONERMA_KEY_SIZE]; /* K_d for this op type, from the region's owner */
+	struct onerma_region *local;  /* READ's sink, WRITE's source, REKEY's key */
+	uint64_t local_offset;
+	uint32_t length; /* 1..4096; REKEY: 0 or 16 */
+};
+
+/* The outcome of one op (abi.Completion): exactly one per op posted. */
+struct onerma_completion {
+	uint64_t cookie;
+	uint32_t slot;
+	uint8_t status;          /* enum onerma_status */
+	uint8_t op;              /* enum onerma_op_type */
+	uint16_t reserved;
+	uint32_t issue_delay_ns; /* posted (seen by the engine) -> entered service */
+	uint32_t total_delay_ns; /* posted -> completed; remote delay = total - issue */
+	uint32_t length;         /* bytes transferred (the op's length when OK) */
+};
+
+/* ---- Portals (control path) ---- */
+
+/* onerma_dial connects to the engine's control socket (NULL: the default),
+ * opens a portal named `name` and stores it in *out. */
+ONERMA_API int onerma_dial(const char *socket_path, const char *name, const struct onerma_options *opt,
+			   struct onerma_portal **out);
+
+/* onerma_redial opens a new portal on p's socket with p's name and options,
+ * retrying every few milliseconds (up to 100 ms apart) while nothing
+ * serves the socket, for up to timeout_ms (< 0: without end). The new
+ * portal starts empty: allocate slots and register regions again. p stays
+ * open (its regions mapped) until onerma_close(p). */
+ONERMA_API int onerma_redial(struct onerma_portal *p, int timeout_ms, struct onerma_portal **out);
+
+/* onerma_close closes the control connection (the engine reclaims the
+ * portal, its slots and its regions), unmaps the segment and every region
+ * and frees p and its regions. NULL is a no-op. */
+ONERMA_API int onerma_close(struct onerma_portal *p);
+
+ONERMA_API void onerma_portal_identity(const struct onerma_portal *p, struct onerma_identity *out);
+ONERMA_API int onerma_portal_class(const struct onerma_portal *p); /* as granted */
+ONERMA_API int onerma_portal_core(const struct onerma_portal *p);  /* the engine core serving it */
+ONERMA_API int onerma_portal_max_slots(const struct onerma_portal *p);
+ONERMA_API int onerma_portal_hugetlb(const struct onerma_portal *p);
+ONERMA_API int onerma_portal_doorbell(const struct onerma_portal *p); /* wait sleeps on the doorbell */
+ONERMA_API uint32_t onerma_portal_cmd_cap(const struct onerma_portal *p);
+ONERMA_API uint32_t onerma_portal_cpl_cap(const struct onerma_portal *p);
+
+/* onerma_gone returns 1 once the portal knows its engine went away, else 0.
+ * Any thread may call it. */
+ONERMA_API int onerma_gone(const struct onerma_portal *p);
+
+/* ---- Slots ---- */
+
+/* onerma_alloc_slots asks the engine for n (1..65536) more slots, adds
+ * them to the free list and, when slots is not NULL, stores their ids in
+ * slots[0..n-1]. */
+ONERMA_API int onerma_alloc_slots(struct onerma_portal *p, uint32_t n, uint32_t *slots);
+/* onerma_slot_take takes a free slot (-ONERMA_E_SLOT when none is free). */
+ONERMA_API int onerma_slot_take(struct onerma_portal *p, uint32_t *slot);
+/* onerma_slot_release returns a slot, normally after reading its completion
+ * (-ONERMA_E_SLOT: not owned, or already free). */
+ONERMA_API int onerma_slot_release(struct onerma_portal *p, uint32_t slot);
+ONERMA_API uint32_t onerma_slots(const struct onerma_portal *p);      /* owned */
+ONERMA_API uint32_t onerma_free_slots(const struct onerma_portal *p); /* owned and free */
+
+/* ---- Regions ---- */
+
+/* onerma_register_region asks the engine for `size` bytes (1..2^40) of
+ * shared memory with permissions `perm` (a non-zero subset of
+ * ONERMA_PERM_ALL) under a fresh random region key K_r, maps it and faults
+ * it in (this process is charged for it), and registers it. The memory
+ * starts zeroed. */
+ONERMA_API int onerma_register_region(struct onerma_portal *p, uint64_t size, unsigned perm,
+				      struct onerma_region **out);
+/* onerma_register_region_key is onerma_register_region with a K_r the
+ * application chose (not all zero). */
+ONERMA_API int onerma_register_region_key(struct onerma_portal *p, uint64_t size, unsigned perm,
+					  const uint8_t kr[ONERMA_KEY_SIZE], struct onerma_region **out);
+/* onerma_deregister_region invalidates r in the engine (which never touches
+ * its memory again), unmaps it and frees r. Ops in flight naming it
+ * complete with an error status. */
+ONERMA_API int onerma_deregister_region(struct onerma_portal *p, struct onerma_region *r);
+/* onerma_rekey replaces r's K_r (the local rekey): once it returns, the
+ * engine authenticates requests for r only with K_d derived from kr. */
+ONERMA_API int onerma_rekey(struct onerma_portal *p, struct onerma_region *r, const uint8_t kr[ONERMA_KEY_SIZE]);
+
+ONERMA_API uint32_t onerma_region_id(const struct onerma_region *r);
+ONERMA_API void *onerma_region_addr(const struct onerma_region *r); /* the memory, shared with the engine */
+ONERMA_API uint64_t onerma_region_size(const struct onerma_region *r);
+ONERMA_API unsigned onerma_region_perm(const struct onerma_region *r);
+ONERMA_API int onerma_region_hugetlb(const struct onerma_region *r);
+/* onerma_region_key copies r's current K_r (secret: hand out K_d only). */
+ONERMA_API void onerma_region_key(struct onerma_region *r, uint8_t kr[ONERMA_KEY_SIZE]);
+/* onerma_region_derive_kd is onerma_derive_kd under r's current K_r. */
+ONERMA_API int onerma_region_derive_kd(struct onerma_region *r, uint32_t initiator_addr, uint32_t identity,
+				       unsigned op, uint8_t kd[ONERMA_KEY_SIZE]);
+
+/* ---- Ops and completions (data path) ---- */
+
+/* onerma_post checks op against what the portal knows (-ONERMA_E_OP,
+ * _LENGTH, _REGION, _BOUNDS), writes its Command into the command ring and
+ * stages it without publishing it. -ONERMA_E_RING_FULL: flush, poll and
+ * retry; -ONERMA_E_ENGINE_GONE once the engine is known gone. The engine
+ * checks the rest and answers with the completion's status. */
+ONERMA_API int onerma_post(struct onerma_portal *p, const struct onerma_op *op);
+/* onerma_flush publishes every staged op with one store (doorbell batching). */
+ONERMA_API void onerma_flush(struct onerma_portal *p);
+/* onerma_submit is onerma_post then onerma_flush. */
+ONERMA_API int onerma_submit(struct onerma_portal *p, const struct onerma_op *op);
+/* onerma_staged: ops posted and not yet taken by the engine (staged ones included). */
+ONERMA_API uint32_t onerma_staged(const struct onerma_portal *p);
+/* onerma_posted: ops posted whose completion poll or wait has not yet
+ * returned (a scan: for diagnostics, not the data path). */
+ONERMA_API uint32_t onerma_posted(const struct onerma_portal *p);
+
+/* onerma_poll copies up to n completions into out and returns how many
+ * (0: none yet). It never blocks. It returns a negative code only when it
+ * has none to return: -ONERMA_E_RING_CORRUPT, or -ONERMA_E_ENGINE_GONE
+ * once the engine is gone and every completion due has been returned. */
+ONERMA_API int onerma_poll(struct onerma_portal *p, struct onerma_completion *out, int n);
+
+/* onerma_wait returns at least one completion, like onerma_poll, waiting
+ * up to timeout_ms (< 0: without end; -ETIMEDOUT when it ends). It spins
+ * first, then arms the doorbell, re-checks the ring and sleeps in poll(2)
+ * on the doorbell until the engine rings (or the library does, on noticing
+ * the engine is gone); without a doorbell it sleeps with backoff. */
+ONERMA_API int onerma_wait(struct onerma_portal *p, struct onerma_completion *out, int n, int timeout_ms);
+
+/* ---- Keys, addresses, errors ---- */
+
+/* onerma_derive_kd computes K_d = AES-128_{K_r}(initiator address ||
+ * identity || op || 0^56): the key the process with engine-stamped
+ * identity `identity`, initiating `op` through the engine at
+ * initiator_addr (host order), puts in its ops on the region of K_r `kr`.
+ * An owner hands it to that process over its own authenticated channel. */
+ONERMA_API int onerma_derive_kd(const uint8_t kr[ONERMA_KEY_SIZE], uint32_t initiator_addr, uint32_t identity,
+				unsigned op, uint8_t kd[ONERMA_KEY_SIZE]);
+
+/* onerma_addr_parse parses dotted IPv4 into host order; onerma_addr_format
+ * writes it into buf (at least 16 bytes). */
+ONERMA_API int onerma_addr_parse(const char *s, uint32_t *addr);
+ONERMA_API char *onerma_addr_format(uint32_t addr, char *buf);
+
+/* onerma_strerror names an error code (negative or positive). */
+ONERMA_API const char *onerma_strerror(int err);
+/* onerma_status_str is a status's name (REMOTE_AUTHENTICATION_FAILURE, ...). */
+ONERMA_API const char *onerma_status_str(int status);
+/* onerma_errmsg is the detail of the calling thread's last failed control
+ * call: the engine's own message for a refusal, or the library's. */
+ONERMA_API const char *onerma_errmsg(void);
+/* onerma_errquota names the quota of the last -ONERMA_E_QUOTA ("" else). */
+ONERMA_API const char *onerma_errquota(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONERMA_H */

@@ -1,0 +1,281 @@
+/*
+ * internal.h - libonerma's private types: the portal, the rings, the
+ * control protocol's decoders (which the unit tests and the fuzzer call
+ * directly). Nothing here is part of the ABI of libonerma.so.
+ */
+#ifndef ONERMA_INTERNAL_H
+#define ONERMA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "onerma.h"
+
+#define ONR_HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- The shared-memory ABI (package abi) ---- */
+
+#define ONR_SEGMENT_MAGIC 0x414d5231u /* "1RMA" little-endian */
+#define ONR_SEGMENT_HEADER_SIZE 128u
+#define ONR_SEGMENT_ARM_OFF 64u
+#define ONR_RING_HEADER_SIZE 128u
+#define ONR_RING_PROD_OFF 0u
+#define ONR_RING_CONS_OFF 64u
+#define ONR_COMMAND_SIZE 64u
+#define ONR_COMPLETION_SIZE 32u
+
+/* The ring indices live in shared memory and are accessed as C11 atomics
+ * through a cast; that is sound only where an atomic uint32_t is a plain
+ * naturally aligned uint32_t, which these assertions hold the build to. */
+_Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t), "atomic u32 has the size of u32");
+_Static_assert(_Alignof(_Atomic uint32_t) == _Alignof(uint32_t), "atomic u32 has the alignment of u32");
+
+/* A segment header as abi.DecodeLayout accepts it. */
+struct onr_layout {
+	uint64_t size;
+	uint32_t cmd_off, cmd_cap, cpl_off, cpl_cap, portal;
+};
+
+/* onr_new_layout is abi.NewLayout: 0, or -ONERMA_E_PROTOCOL for capacities
+ * that are not powers of two in [2, 2^30] or a segment beyond 4 GiB. */
+ONR_HIDDEN int onr_new_layout(uint32_t portal, uint32_t cmd_cap, uint32_t cpl_cap, struct onr_layout *out);
+/* onr_decode_layout validates the header of a mapped segment of len bytes
+ * as abi.DecodeLayout does (magic, version, offsets recomputed from the
+ * capacities, size within the mapping). */
+ONR_HIDDEN int onr_decode_layout(const uint8_t *seg, size_t len, struct onr_layout *out);
+/* onr_encode_layout writes a header (the engine's side; for tests). */
+ONR_HIDDEN void onr_encode_layout(const struct onr_layout *l, uint8_t *seg);
+
+/* Little-endian accessors of shared memory and wire bytes. */
+static inline void onr_put32(uint8_t *b, uint32_t v)
+{
+	b[0] = (uint8_t)v;
+	b[1] = (uint8_t)(v >> 8);
+	b[2] = (uint8_t)(v >> 16);
+	b[3] = (uint8_t)(v >> 24);
+}
+static inline void onr_put64(uint8_t *b, uint64_t v)
+{
+	onr_put32(b, (uint32_t)v);
+	onr_put32(b + 4, (uint32_t)(v >> 32));
+}
+static inline uint32_t onr_get32(const uint8_t *b)
+{
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+static inline uint64_t onr_get64(const uint8_t *b) { return (uint64_t)onr_get32(b) | (uint64_t)onr_get32(b + 4) << 32; }
+static inline uint16_t onr_get16(const uint8_t *b) { return (uint16_t)(b[0] | b[1] << 8); }
+
+/* The command a post writes (abi.Command). */
+struct onr_command {
+	uint8_t op, flags;
+	uint32_t slot;
+	uint64_t cookie;
+	uint32_t remote_addr, remote_region;
+	uint64_t remote_offset;
+	uint32_t local_region, length;
+	uint64_t local_offset;
+	uint8_t key[ONERMA_KEY_SIZE];
+};
+ONR_HIDDEN void onr_encode_command(const struct onr_command *c, uint8_t *b);
+ONR_HIDDEN void onr_decode_completion(const uint8_t *b, struct onerma_completion *c);
+
+/* One side of a single-producer single-consumer ring (abi.Producer,
+ * abi.Consumer): indices are free-running uint32s, an entry lives at
+ * index & mask. */
+struct onr_ring {
+	_Atomic uint32_t *prod; /* written by the producer only */
+	_Atomic uint32_t *cons; /* written by the consumer only */
+	uint8_t *entries;
+	uint32_t mask, cap, esize;
+	uint32_t next;  /* producer: next index to fill; consumer: next to read */
+	uint32_t cache; /* producer: consumer index last seen; consumer: producer index last seen */
+	bool corrupt;
+};
+/* onr_ring_attach views ring memory at mem (RingBytes long, 64-byte
+ * aligned) and starts at the indices currently in shared memory. */
+ONR_HIDDEN int onr_ring_attach(struct onr_ring *r, uint8_t *mem, uint32_t cap, uint32_t esize, bool producer);
+
+/* ---- The control protocol (package ctlmsg) ---- */
+
+enum onr_req_op {
+	ONR_OP_OPEN,
+	ONR_OP_ATTACH,
+	ONR_OP_ALLOC_SLOTS,
+	ONR_OP_CREATE_REGION,
+	ONR_OP_REGISTER_REGION,
+	ONR_OP_DEREGISTER_REGION,
+	ONR_OP_IDENTITY,
+	ONR_OP_STATS,
+	ONR_OP_REKEY,
+	ONR_OP_DOORBELL,
+	ONR_OP_COUNT
+};
+ONR_HIDDEN const char *onr_op_name(enum onr_req_op op);
+
+#define ONR_MAX_REQUEST_BYTES 4096
+#define ONR_MAX_RESPONSE_BYTES (64 << 10)
+
+struct onr_request {
+	enum onr_req_op op;
+	uint64_t id;
+	const char *name; /* open */
+	uint32_t cmd_cap, cpl_cap;
+	int service_class;
+	bool pin_core;
+	uint32_t core;
+	uint32_t n;      /* alloc_slots */
+	uint64_t size;   /* create_region */
+	uint32_t memory; /* register_region */
+	uint32_t perm;
+	uint32_t region; /* deregister_region, rekey */
+	uint8_t key[ONERMA_KEY_SIZE];
+};
+/* onr_encode_request writes the canonical datagram into buf (it holds a key
+ * in clear for register_region and rekey): its length, or -ONERMA_E_INVALID. */
+ONR_HIDDEN int onr_encode_request(const struct onr_request *r, char *buf, size_t cap);
+
+/* The results of a reply, per op. Strings are NUL-terminated copies. */
+struct onr_reply {
+	uint64_t id;
+	/* open */
+	uint64_t seg_size, map_size;
+	uint32_t cmd_cap, cpl_cap;
+	int service_class;
+	int max_slots;
+	bool hugetlb;
+	struct onerma_identity ident; /* open, identity */
+	/* attach */
+	uint32_t portal, core;
+	/* alloc_slots: into the caller's array of want_slots entries */
+	uint32_t *slots;
+	uint32_t want_slots;
+	/* create_region */
+	uint32_t memory;
+	uint64_t size;
+	/* register_region */
+	uint32_t region, perm;
+	/* a refusal */
+	char code[32];
+	char quota[32];
+	char error[512];
+};
+
+/* onr_decode_response parses and validates one reply datagram to a request
+ * of op `op` and id `want_id`: 0 when it carries the op's result,
+ * -ONERMA_E_<code> when it is the engine's refusal (reply->error holds the
+ * message), -ONERMA_E_PROTOCOL when it breaks the protocol (detail, which
+ * never quotes more than a few bytes of it, in reply->error). */
+ONR_HIDDEN int onr_decode_response(const char *buf, size_t len, enum onr_req_op op, uint64_t want_id,
+				   struct onr_reply *reply);
+/* onr_code_error maps a ctlmsg code to -ONERMA_E_*. */
+ONR_HIDDEN int onr_code_error(const char *code);
+
+/* ---- Errors ---- */
+
+/* onr_fail records the detail of a failed control call for onerma_errmsg
+ * and returns err. */
+ONR_HIDDEN int onr_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ONR_HIDDEN void onr_set_quota(const char *quota);
+
+/* ---- Keys ---- */
+ONR_HIDDEN int onr_random_key(uint8_t k[ONERMA_KEY_SIZE]);
+ONR_HIDDEN bool onr_key_zero(const uint8_t k[ONERMA_KEY_SIZE]);
+
+/* ---- The portal ---- */
+
+/* One op posted and not seen completed (portal/track.go's pendingOp). */
+struct onr_pending {
+	uint64_t cookie;
+	uint32_t slot;
+	uint8_t op;
+	bool live;
+};
+
+/* The owned-slot table: slot id -> index into the per-slot arrays, an
+ * open-addressed hash table rebuilt (control path) when slots are added,
+ * at most half full, so a lookup on the data path allocates nothing. */
+struct onr_slot_entry {
+	uint32_t slot;
+	int32_t idx; /* -1: empty */
+};
+
+struct onerma_region {
+	struct onerma_portal *p;
+	struct onerma_region *next; /* the portal's list */
+	uint32_t id;
+	uint8_t *mapping; /* map_size bytes */
+	uint64_t map_size, size;
+	unsigned perm;
+	bool hugetlb;
+	pthread_mutex_t kmu; /* guards kr: key and derive_kd run on any thread */
+	uint8_t kr[ONERMA_KEY_SIZE];
+};
+
+struct onerma_portal {
+	/* Data path: only the owning thread touches these. */
+	struct onr_ring cmd, cpl;
+	bool closed;
+	bool dead;    /* poll saw gone */
+	bool drained; /* the completion ring has been emptied since */
+	uint32_t synth_at;
+	uint32_t nslots;       /* owned */
+	uint32_t nfree;        /* free stack depth */
+	uint32_t *free_stack;  /* nslots entries */
+	bool *is_free;         /* by slot index */
+	struct onr_pending *pending; /* by slot index */
+	struct onr_slot_entry *stab;
+	uint32_t stab_mask;
+	struct onr_pending *stray; /* capacity stray_cap, allocated at attach */
+	uint32_t nstray, stray_cap;
+
+	/* Doorbell. */
+	_Atomic uint32_t *arm; /* NULL: no doorbell */
+	int bell_fd;
+	int spins;
+
+	/* The engine's departure, set by the watcher thread or a control
+	 * request; read with acquire by poll. */
+	_Atomic int gone;
+	int watch_fd; /* the watcher's duplicate of the control connection */
+	int stop_fd;  /* an eventfd that stops the watcher */
+	pthread_t watcher;
+	bool watching;
+
+	/* Control path. */
+	int fd;
+	char *path;
+	char name[ONERMA_MAX_NAME_BYTES + 1];
+	struct onerma_options opt; /* as given, for redial */
+	int timeout_ms;
+	uint64_t next_id;
+	struct onerma_identity ident;
+	int service_class;
+	uint32_t portal_id, core;
+	int max_slots;
+	bool hugetlb;
+	struct onr_layout layout;
+	uint8_t *seg;
+	uint64_t seg_map;
+	struct onerma_region *regions;
+	char *rbuf; /* ONR_MAX_RESPONSE_BYTES + 1 */
+};
+
+/* onr_round_trip sends req on p's control connection and reads the reply
+ * and the descriptor that comes with it (*fd = -1 if none). */
+ONR_HIDDEN int onr_round_trip(struct onerma_portal *p, struct onr_request *req, struct onr_reply *reply, int *fd);
+ONR_HIDDEN void onr_mark_gone(struct onerma_portal *p);
+/* onr_map_fd maps size bytes of an engine memfd, faulting them in, and
+ * closes fd. */
+ONR_HIDDEN int onr_map_fd(int fd, uint64_t size, uint8_t **out);
+/* Tracking of posted ops (track.c). */
+ONR_HIDDEN int32_t onr_slot_index(const struct onerma_portal *p, uint32_t slot);
+ONR_HIDDEN int onr_slots_add(struct onerma_portal *p, const uint32_t *slots, uint32_t n);
+ONR_HIDDEN bool onr_record(struct onerma_portal *p, const struct onr_command *c);
+ONR_HIDDEN void onr_settle(struct onerma_portal *p, const struct onerma_completion *c);
+ONR_HIDDEN int onr_synthesize(struct onerma_portal *p, struct onerma_completion *out, int n);
+
+#endif
