@@ -142,6 +142,13 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 		return nil, err
 	}
 	log.Info().Int("memory_objects", s.mem.max).Msg("memory objects charged until gone: the most watched at once")
+	if objs := s.res.Portals + s.res.Regions; objs > s.mem.max {
+		// Each object holds a portal or a region: the pools keep the
+		// objects within these totals, and the guarantees hold only if
+		// the engine can watch that many.
+		log.Warn().Int("portals_and_regions", objs).Int("memory_objects", s.mem.max).Str("sysctl", maxQueuedEventsPath).
+			Msg("the tenants' portals and regions may outnumber the memory objects the engine can watch: raise the sysctl to twice their number, or the guarantees may meet the bound")
+	}
 	if s.ids, err = openIdentities(cfg.IdentityPath, boot, cfg.MaxIdentities); err != nil {
 		s.mem.f.Close()
 		return nil, err
