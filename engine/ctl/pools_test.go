@@ -203,6 +203,7 @@ func TestPoolsVictimServed(t *testing.T) {
 		}
 		wantRefusal(t, err, ctlmsg.QuotaRegions, "hog", "create_region: tenant \"hog\" holds 62 regions; 1 more is beyond its regions guarantee of 2, and the engine keeps 2 free")
 		victimServed(t, e.sockOf("victim"))
+		enginetest.Eventually(t, "the victim reclaimed", func() bool { return tenant(t, e, "victim") == nil })
 		// What it gives back it may take again at once: the engine reads
 		// the pending refunds before it refuses.
 		for i := range 10 {
