@@ -138,6 +138,7 @@ func TestPoolsVictimServed(t *testing.T) {
 			t.Fatalf("the hog's refusal: %v", err)
 		}
 		victimServed(t, e.sockOf("victim"))
+		enginetest.Eventually(t, "the victim reclaimed", func() bool { return tenant(t, e, "victim") == nil })
 		// A third tenant while the victim holds its place: refused, in
 		// the words of the rule, until the victim goes.
 		v, err := portal.Dial(e.sockOf("victim"), "stays")
