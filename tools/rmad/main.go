@@ -362,7 +362,7 @@ func serve(ctx context.Context, cfg *Config, sto *selfTestOptions, stdout io.Wri
 		return err
 	})
 	if delays != nil {
-		ms, err := startMetrics(cfg.Metrics.Listen, srv, delays, metrics.Limits{
+		ms, err := startMetrics(cfg.Metrics, srv, delays, metrics.Limits{
 			WindowBytes: uint64(engCfg.WindowBytes), Slots: engCfg.Slots, Portals: engCfg.Portals, Regions: engCfg.Regions,
 			MaxRegionsPerPortal: ctlCfg.MaxRegionsPerPortal, MaxPortalBytes: ctlCfg.MaxPortalBytes,
 		}, log)
