@@ -91,7 +91,8 @@
 // scrape reads the core with one runner.Exec. -metrics-pprof
 // (metrics.pprof; off by default) serves the Go runtime's profiles
 // (net/http/pprof) at /debug/pprof/ on the same listener, for finding
-// what holds the engine's memory (the soak takes heap profiles there).
+// what holds the engine's memory (the soak takes heap profiles there);
+// without it the Go runtime samples no allocation for a heap profile.
 // The EAL keeps its telemetry socket (dpdk-telemetry.py, /ethdev/stats,0)
 // unless eal_args say --no-telemetry.
 //
