@@ -3,6 +3,7 @@ package soak
 import (
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -148,6 +149,8 @@ func (t *rssTrack) describe(v rssVerdict, warm time.Duration) string {
 	}
 	trend := "not judged: shorter than " + trendSpan.String()
 	switch {
+	case v.TrendJudged && (math.IsNaN(v.LiveSlope) || math.IsNaN(v.RestSlope)):
+		trend = "FAILED: the engine's metrics page was not read"
 	case v.TrendJudged && v.trendOver():
 		trend = "EXCEEDED"
 	case v.TrendJudged:
