@@ -111,6 +111,10 @@ var (
 	ErrIdentitiesExhausted = errors.New("ctl: every identity was handed out: rotate every region key on every engine that trusts this one's, then remove the identity state file")
 )
 
+// IdentityMarkPath is where the identity state at path (Config.IdentityPath)
+// keeps its high-water mark.
+func IdentityMarkPath(path string) string { return path + ".mark" }
+
 // errIdentitiesClosed: an identity asked for after close (whose mark may
 // be written down to next: nothing more may be handed out).
 var errIdentitiesClosed = errors.New("the identity state is closed")
@@ -119,7 +123,7 @@ type identEntry struct {
 	ino  uint64
 	id   uint32
 	refs int           // connections using it now, or waiting for it to be durable
-	idle *list.Element // in identities.idle while refs == 0
+	el   *list.Element // in identities.idle while refs == 0, else in inUse
 	err  error         // why id could not be made durable (the entry is dropped)
 }
 
@@ -131,7 +135,7 @@ type identPair struct {
 
 // identConfig configures the identity state.
 type identConfig struct {
-	path  string // the table (the mark is path + ".mark"); "": volatile (tests), nothing persisted
+	path  string // the table (the mark: IdentityMarkPath); "": volatile (tests), nothing persisted
 	boot  string // the kernel's boot id (bootID)
 	max   int    // entries kept (pinned ones beyond it are kept too)
 	block uint64 // identities one write of the mark reserves (0: identBlock)
@@ -160,10 +164,12 @@ type identities struct {
 	durable uint64     // the durable mark: identities below it may be used (volatile: identLimit)
 	byIno   map[uint64]*identEntry
 	idle    *list.List // entries with refs == 0, least recently used at the front
+	inUse   *list.List // entries with refs > 0, first used at the front
 	dirty   bool       // the table changed since the writer last took it
 	closed  bool
 	sync    func(*os.File) error // cfg.sync, replaced by tests under mu
 
+	lines       []identPair   // the table's lines, reused by writeTable
 	writeKick   chan struct{} // cap 1: the table changed
 	reserveKick chan struct{} // cap 1: fewer than half a block reserved ahead
 	stop        chan struct{}
@@ -180,8 +186,8 @@ func openIdentities(cfg identConfig) (*identities, error) {
 	if cfg.sync == nil {
 		cfg.sync = (*os.File).Sync
 	}
-	s := &identities{cfg: cfg, markPath: cfg.path + ".mark", next: FirstIdentity, sync: cfg.sync,
-		byIno: make(map[uint64]*identEntry), idle: list.New()}
+	s := &identities{cfg: cfg, markPath: IdentityMarkPath(cfg.path), next: FirstIdentity, sync: cfg.sync,
+		byIno: make(map[uint64]*identEntry), idle: list.New(), inUse: list.New()}
 	if cfg.path == "" {
 		s.durable = identLimit
 		return s, nil
@@ -243,7 +249,7 @@ func (s *identities) load() error {
 		if t.boot == s.cfg.boot {
 			for _, p := range t.entries {
 				e := &identEntry{ino: p.ino, id: p.id}
-				e.idle = s.idle.PushBack(e)
+				e.el = s.idle.PushBack(e)
 				s.byIno[p.ino] = e
 			}
 		}
@@ -259,7 +265,7 @@ func (s *identities) load() error {
 		}
 	}
 	if !hasTable || t.version == 1 {
-		if err := writeDurably(s.cfg.path, encodeTable(s.cfg.boot, s.next, s.entries()), s.sync); err != nil {
+		if err := writeDurably(s.cfg.path, encodeTable(s.cfg.boot, s.next, s.entries(nil)), s.sync); err != nil {
 			return fmt.Errorf("%s: %v", s.cfg.path, err)
 		}
 		s.dirty = false
@@ -431,20 +437,18 @@ func syncDir(dir string, sync func(*os.File) error) error {
 	return err
 }
 
-// entries returns the table's lines: idle entries least recently used
-// first, then the pinned ones (in use: the most recent). s.mu is held.
-func (s *identities) entries() []identPair {
-	out := make([]identPair, 0, len(s.byIno))
-	for el := s.idle.Front(); el != nil; el = el.Next() {
-		e := el.Value.(*identEntry)
-		out = append(out, identPair{ino: e.ino, id: e.id})
-	}
-	for _, e := range s.byIno {
-		if e.refs > 0 {
-			out = append(out, identPair{ino: e.ino, id: e.id})
+// entries appends the table's lines to buf: idle entries least recently
+// used first, then the ones in use (the most recent). s.mu is held: two
+// list walks into a buffer the writer reuses, no map iteration and no
+// allocation, since pins and releases wait meanwhile.
+func (s *identities) entries(buf []identPair) []identPair {
+	for _, l := range [2]*list.List{s.idle, s.inUse} {
+		for el := l.Front(); el != nil; el = el.Next() {
+			e := el.Value.(*identEntry)
+			buf = append(buf, identPair{ino: e.ino, id: e.id})
 		}
 	}
-	return out
+	return buf
 }
 
 // forget drops the least recently used idle entry (false: none).
@@ -461,8 +465,8 @@ func (s *identities) forget() bool {
 // hold adds a connection's hold on e; s.mu is held.
 func (s *identities) hold(e *identEntry) {
 	if e.refs == 0 {
-		s.idle.Remove(e.idle)
-		e.idle = nil
+		s.idle.Remove(e.el)
+		e.el = s.inUse.PushBack(e)
 	}
 	e.refs++
 }
@@ -494,10 +498,10 @@ func (s *identities) pin(ino uint64) (uint32, bool) {
 	s.hold(e)
 	durable := uint64(e.id) < s.durable
 	s.mu.Unlock()
-	if durable {
+	if durable || s.await(e) == nil {
 		return e.id, true
 	}
-	return e.id, s.await(e) == nil
+	return 0, false
 }
 
 // acquire is pin, allocating a new identity for a process the table does
@@ -520,6 +524,7 @@ func (s *identities) acquire(ino uint64) (uint32, error) {
 		return 0, ErrIdentitiesExhausted
 	default:
 		e = &identEntry{ino: ino, id: uint32(s.next), refs: 1}
+		e.el = s.inUse.PushBack(e)
 		s.next++ // never handed out again, even if it is never made durable
 		s.byIno[ino] = e
 		for len(s.byIno) > s.cfg.max && s.forget() {
@@ -559,7 +564,8 @@ func (s *identities) await(e *identEntry) error {
 		panic("ctl: a reservation returned below the identity it was for")
 	}
 	e.err = fmt.Errorf("%w: %s not durable: %v", ErrIdentities, s.markPath, rerr)
-	delete(s.byIno, e.ino) // refs > 0: not in the idle list
+	delete(s.byIno, e.ino)
+	s.inUse.Remove(e.el) // refs > 0: not idle
 	s.changed()
 	return e.err
 }
@@ -636,9 +642,10 @@ func (s *identities) writeTable() error {
 		return nil
 	}
 	s.dirty = false
-	next, entries, sync := s.next, s.entries(), s.sync
+	s.lines = s.entries(s.lines[:0])
+	next, sync := s.next, s.sync
 	s.mu.Unlock()
-	err := writeDurably(s.cfg.path, encodeTable(s.cfg.boot, next, entries), sync)
+	err := writeDurably(s.cfg.path, encodeTable(s.cfg.boot, next, s.lines), sync)
 	if err != nil {
 		s.mu.Lock()
 		s.dirty = true
@@ -656,7 +663,8 @@ func (s *identities) release(ino uint64) {
 		return
 	}
 	if e.refs--; e.refs == 0 {
-		e.idle = s.idle.PushBack(e)
+		s.inUse.Remove(e.el)
+		e.el = s.idle.PushBack(e)
 	}
 }
 
@@ -696,6 +704,9 @@ func (s *identities) close() error {
 		err = fmt.Errorf("%w: %s: %v", ErrIdentities, s.cfg.path, err)
 	}
 	s.mu.Lock()
+	if s.idle.Len()+s.inUse.Len() != len(s.byIno) {
+		panic(fmt.Sprintf("ctl: identity table of %d entries, %d idle and %d in use", len(s.byIno), s.idle.Len(), s.inUse.Len()))
+	}
 	next, durable, sync := s.next, s.durable, s.sync
 	s.mu.Unlock()
 	if durable > next {
