@@ -31,7 +31,8 @@
 // percentages of what is left once the engine has its own) bounds each
 // tenant's memory_bytes, hugepage_bytes, portals and slots. Process
 // identities are recorded in ctl.id_state (-id-state; default
-// engine.iv_state + ".ids"), which must live as long as the IV state.
+// engine.iv_state + ".ids") and its mark (that path + ".mark"), which must
+// live as long as the IV state.
 // rmad writes oom_score_adj (-oom-score-adj, default -999) so the kernel's
 // OOM killer picks a tenant before it.
 //
