@@ -121,7 +121,7 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 		return nil, err
 	}
 	s.stats = newStatsCache(s.collectStats)
-	if s.ids, err = openIdentities(cfg.IdentityPath, boot, cfg.MaxIdentities); err != nil {
+	if s.ids, err = openIdentities(identConfig{path: cfg.IdentityPath, boot: boot, max: cfg.MaxIdentities, log: s.sampled}); err != nil {
 		return nil, err
 	}
 	handedOut, entries := s.ids.usage()

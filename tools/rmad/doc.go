@@ -38,7 +38,8 @@
 // (root or ctl.operator_gid, -operator-gid) everyone's, each tenant at
 // most ctl.stats_rate a second (-stats-rate, -stats-burst). Process
 // identities are recorded in ctl.id_state (-id-state; default
-// engine.iv_state + ".ids"), which must live as long as the IV state.
+// engine.iv_state + ".ids") and its mark (that path + ".mark"), which must
+// live as long as the IV state.
 // rmad writes oom_score_adj (-oom-score-adj, default -999) so the kernel's
 // OOM killer picks a tenant before it.
 //
