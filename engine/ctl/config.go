@@ -107,11 +107,12 @@ type Config struct {
 
 	Hugetlb string // HugetlbAuto or HugetlbOff
 
-	// IdentityPath is the identity state file (identity.go): every
-	// identity handed out is recorded there before it is used. It must
-	// live as long as the engine's IV state and region keys, on
-	// persistent storage. "": a volatile table (tests only: identities
-	// restart at every Listen).
+	// IdentityPath is the identity state (identity.go): the table of
+	// processes, and beside it (IdentityMarkPath) the mark that records
+	// every identity handed out before it is used. Both must live as long
+	// as the engine's IV state and region keys, on persistent storage.
+	// "": a volatile table (tests only: identities restart at every
+	// Listen).
 	IdentityPath string
 	// MaxIdentities bounds the identity table: processes with no
 	// connection are forgotten oldest first beyond it. At least MaxConns.

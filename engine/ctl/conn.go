@@ -310,8 +310,8 @@ func execFail(op ctlmsg.Op, err error) *reqError {
 }
 
 // identify gives the connection its peer process's identity, allocating
-// one (durably, within the tenant's rate) for a process the engine does not
-// know yet.
+// one (within the tenant's rate; used once its block is durable) for a
+// process the engine does not know yet.
 func (c *conn) identify(op ctlmsg.Op) *reqError {
 	if c.ident != 0 {
 		return nil

@@ -37,8 +37,11 @@
 // PID: the process is known by the pidfs inode of its pidfd
 // (SO_PEERPIDFD), unique within a boot whatever PID namespace it runs in;
 // every connection of a process gets the same identity, no other process
-// ever gets it (the identity state file records the next one durably
-// before it is used), and the application never supplies it.
+// ever gets it (identities are reserved in blocks, each recorded durably
+// before any identity in it is used), and the application never supplies
+// it. Persistence is off the path other tenants wait on: a new identity
+// costs no disk write within its block; the table of processes is written
+// by a background writer; pin and release wait on no disk write.
 //
 // Tenants (tenant.go, uidmap.go, policy.go, pool.go, quota.go,
 // memwatch.go). A connection's tenant is its socket (Config.Sockets) and,

@@ -149,7 +149,7 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 		log.Warn().Int("portals_and_regions", objs).Int("memory_objects", s.mem.max).Str("sysctl", maxQueuedEventsPath).
 			Msg("the tenants' portals and regions may outnumber the memory objects the engine can watch: raise the sysctl to twice their number, or the guarantees may meet the bound")
 	}
-	if s.ids, err = openIdentities(cfg.IdentityPath, boot, cfg.MaxIdentities); err != nil {
+	if s.ids, err = openIdentities(identConfig{path: cfg.IdentityPath, boot: boot, max: cfg.MaxIdentities, log: s.sampled}); err != nil {
 		s.mem.f.Close()
 		return nil, err
 	}

@@ -314,8 +314,10 @@ func TestScrapeCountsCompletions(t *testing.T) {
 	if got := pg.value("onerma_portal_slots", map[string]string{"name": "metrics", "tenant": tenants[0].Name}); got != 8 {
 		t.Errorf("the portal's slots, labelled with its tenant: %v", got)
 	}
-	if pg.fams["process_resident_memory_bytes"] == nil || pg.fams["go_goroutines"] == nil {
-		t.Errorf("no process or Go runtime metrics")
+	for _, name := range []string{"process_resident_memory_bytes", "go_goroutines", "go_gc_heap_live_bytes", "go_gc_heap_goal_bytes"} {
+		if pg.fams[name] == nil {
+			t.Errorf("no %s: the process's or the Go runtime's metrics", name)
+		}
 	}
 	promtoolCheck(t, pg.text)
 }

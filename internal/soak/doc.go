@@ -75,10 +75,15 @@
 //     applications hold, every op posted completed (or orphaned); once
 //     the applications closed, no portal, slot, region or tenant memory
 //     beyond what the engine held before any application.
-//   - RSS: after its warm-up (an eighth of the run, 15 s to 4 minutes)
-//     each engine incarnation's VmRSS grows at most 1 MB per 10 minutes
-//     (rss.go): for any two samples, by at most 1 MB × max(1, their
-//     distance / 10 minutes).
+//   - Memory (rss.go): after its warm-up (an eighth of the run, 15 s to
+//     4 minutes) each engine incarnation's anonymous memory stays within
+//     8 MB of its value then; and over the second half of its life, when
+//     that spans 4 minutes or more, the least-squares slopes of its Go
+//     live heap and of its anonymous memory beyond the Go heap's pages
+//     are at most 4 MB an hour each. A 1-minute run checks the ceiling
+//     alone. The engines serve their metrics (rmad -metrics) in their
+//     namespaces, where the soak reads the Go runtime's figures; with
+//     Config.Profiles it also takes heap profiles and memory maps.
 //   - Nonces (nonces.go, capture.go): an AF_PACKET socket in the router's
 //     namespace sees every frame every engine sends, for the whole run;
 //     no (sender address, counter) nonce repeats, a nonce names its

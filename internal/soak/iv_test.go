@@ -53,7 +53,7 @@ func (b *bed) forgetIV(i int) error {
 // repeated nonces and the counters that went back.
 func TestNoncesAcrossSIGKILL(t *testing.T) {
 	bin := needBin(t)
-	b, err := newBed(fmt.Sprintf("sk%d", os.Getpid()%100000), bin, t.TempDir())
+	b, err := newBed(fmt.Sprintf("sk%d", os.Getpid()%100000), bin, t.TempDir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package soak
 import (
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -43,7 +44,8 @@ type Report struct {
 	NonceBytes  uint64
 	Incarns     []string // per engine incarnation: frames and counter range
 
-	RSS []string // per engine incarnation
+	RSS       []string // per engine incarnation: its memory
+	RSSFailed []string // those that broke the ceiling or the trend bound
 	// Leaks are the engines' counters that differ from what they must
 	// be once the load has stopped.
 	Leaks []string
@@ -117,33 +119,50 @@ func (s *soak) collect(r *Report) {
 	// per-worker holdings add up.
 	s.bed.mu.Lock()
 	for _, t := range s.bed.tracks {
-		r.RSS = append(r.RSS, t.describe(rssWarm(s.cfg.Duration)))
+		v := t.judge(rssWarm(s.cfg.Duration))
+		line := t.describe(v, rssWarm(s.cfg.Duration))
+		r.RSS = append(r.RSS, line)
+		if !v.Held {
+			r.RSSFailed = append(r.RSSFailed, line)
+		}
 	}
 	s.bed.mu.Unlock()
 }
 
 // rssWarm is an incarnation's warm-up in a run of d: an eighth of the
-// run, at least 15 s and at most 4 minutes. rmad's heap first grows to
-// its collector's goal (twice the live heap): the stats requests of the
-// stall watch leave about 12 KB of garbage each, a second, and the heap
-// gets there in about 3.5 minutes; its first collection (the runtime
-// forces one 2 minutes in) allocates the collector's own structures.
+// run, at least 15 s and at most 4 minutes. An engine's memory first
+// grows: its applications connect, its heap grows to its collector's
+// goal (twice the live heap) and its pages to about 1.1 times that, and
+// its preallocated tables are touched for the first time. The ceiling
+// counts from the end of the warm-up; the trend is taken over the second
+// half of the incarnation's life, later still.
 func rssWarm(d time.Duration) time.Duration { return min(max(15*time.Second, d/8), 4*time.Minute) }
 
-func (t *rssTrack) describe(warm time.Duration) string {
-	v := t.judge(warm)
+// describe says what the memory check found of t.
+func (t *rssTrack) describe(v rssVerdict, warm time.Duration) string {
 	if !v.Checked {
 		return fmt.Sprintf("%s #%d: %d samples, none after its %v warm-up", t.Engine, t.Inc, len(t.Samples), warm)
 	}
-	verdict := "held"
-	if v.Worst > 0 {
-		verdict = fmt.Sprintf("EXCEEDED by %d KB (%v..%v)", v.Worst>>10, v.WorstFrom.Round(time.Second), v.WorstTo.Round(time.Second))
+	ceiling := "held"
+	if v.CeilingOver > 0 {
+		ceiling = fmt.Sprintf("EXCEEDED by %d KB", v.CeilingOver>>10)
 	}
-	parts := func(s rssSample) string {
-		return fmt.Sprintf("%.1f MB (anon %.1f, file %.1f, shmem %.1f)", mb(s.RSS), mb(s.Anon), mb(s.File), mb(s.Shmem))
+	trend := "not judged: shorter than " + trendSpan.String()
+	switch {
+	case v.TrendJudged && (math.IsNaN(v.LiveSlope) || math.IsNaN(v.RestSlope)):
+		trend = "FAILED: the engine's metrics page was not read"
+	case v.TrendJudged && v.trendOver():
+		trend = "EXCEEDED"
+	case v.TrendJudged:
+		trend = "held"
 	}
-	return fmt.Sprintf("%s #%d: %s after warm-up, %s at the end, max %.1f MB, over %v: %+d KB; floor %s",
-		t.Engine, t.Inc, parts(v.First), parts(v.Last), mb(v.Max), v.Span.Round(time.Second), (int64(v.Last.RSS)-int64(v.First.RSS))>>10, verdict)
+	rest := func(s rssSample) float64 { r, _ := s.rest(); return r / (1 << 20) }
+	return fmt.Sprintf("%s #%d: anon %.1f MB at %v, %.1f MB at %v, max %.1f MB (ceiling +%d MB %s); "+
+		"Go live heap %.1f to %.1f MB, rest %.1f to %.1f MB, threads %d to %d; "+
+		"%v..%v: live heap %+.2f MB/h, rest %+.2f MB/h (bound +%d MB/h %s), anon %+.2f MB/h",
+		t.Engine, t.Inc, mb(v.Warm.Anon), v.Warm.At.Round(time.Second), mb(v.Last.Anon), v.Last.At.Round(time.Second), mb(v.MaxAnon),
+		memCeiling>>20, ceiling, mb(v.Warm.GoLive), mb(v.Last.GoLive), rest(v.Warm), rest(v.Last), v.Warm.Threads, v.Last.Threads,
+		v.From.Round(time.Second), v.To.Round(time.Second), v.LiveSlope/(1<<20), v.RestSlope/(1<<20), trendBound>>20, trend, v.Slope/(1<<20))
 }
 
 func mb(b uint64) float64 { return float64(b) / (1 << 20) }
@@ -300,10 +319,8 @@ func (r *Report) judge(s *soak) {
 	if len(r.Leaks) > 0 {
 		fail("%d engine counters not back to their baseline", len(r.Leaks))
 	}
-	for _, v := range r.RSS {
-		if strings.Contains(v, "EXCEEDED") {
-			fail("RSS: %s", v)
-		}
+	for _, v := range r.RSSFailed {
+		fail("memory: %s", v)
 	}
 	for _, p := range s.nonces.check() {
 		fail("nonces: %s", p)
@@ -368,7 +385,8 @@ func (r *Report) Print(w io.Writer) {
 	for _, s := range r.Incarns {
 		p("  %s", s)
 	}
-	p("rss (floor: +%d MB per %v after a %v warm-up per incarnation):", rssGrowth>>20, rssPeriod, rssWarm(r.Planned))
+	p("memory (anonymous, per incarnation after a %v warm-up: at most +%d MB; over the second half, if %v or longer, "+
+		"the Go live heap and the rest beyond the Go heap's pages grow at most %d MB/h):", rssWarm(r.Planned), memCeiling>>20, trendSpan, trendBound>>20)
 	for _, s := range r.RSS {
 		p("  %s", s)
 	}

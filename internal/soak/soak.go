@@ -29,6 +29,15 @@ type Config struct {
 	// and read back over all engines (0: DefaultExecRate; negative: as
 	// fast as they go).
 	ExecRate float64
+	// Profiles writes heap profiles and memory maps of every engine to
+	// Dir (which must be set): before any application ("start"), at the
+	// end of each incarnation's warm-up ("warm"), half-way ("half"), when
+	// the load has stopped ("end") and once the applications closed
+	// ("closed"). The engines then sample their allocations (rmad
+	// -metrics-pprof), whose records the Go runtime keeps, and each
+	// profile forces a collection: their memory is not quite what it
+	// would be, and its check tells less.
+	Profiles bool
 }
 
 // The default load: raw ops at twice the rate of the verified-ops floor
@@ -114,6 +123,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Prefix = fmt.Sprintf("soak%d", os.Getpid()%100000)
 	}
 	keep := cfg.Dir != ""
+	if cfg.Profiles && !keep {
+		return nil, errors.New("soak: heap profiles need a directory to go to")
+	}
 	if !keep {
 		d, err := os.MkdirTemp("", "onerma-soak-")
 		if err != nil {
@@ -125,7 +137,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	s := &soak{cfg: cfg, recon: make([]int, engines)}
 	s.rcond = sync.NewCond(&s.rmu)
 	load0 := loadAvg()
-	b, err := newBed(cfg.Prefix, cfg.Bin, cfg.Dir)
+	profDir := ""
+	if cfg.Profiles {
+		profDir = cfg.Dir
+	}
+	b, err := newBed(cfg.Prefix, cfg.Bin, cfg.Dir, profDir)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +172,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
+	s.profileAll("start")
 	if err := s.openApps(); err != nil {
 		s.closeApps()
 		b.stop()
@@ -203,11 +220,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	// Quiet for longer than any op can take: then nothing is in flight.
 	time.Sleep(2 * engineTimeout)
+	s.profileAll("end")
 	rep.Leaks = s.checkHoldings(true, rep)
 	s.collect(rep)
 	rep.addErr(s.closeApps())
 	time.Sleep(200 * time.Millisecond)
 	rep.Leaks = append(rep.Leaks, s.checkHoldings(false, rep)...)
+	s.profileAll("closed")
 	rep.LoadEnd = loadAvg()
 	if keep {
 		b.mu.Lock()
@@ -275,15 +294,36 @@ func (s *soak) closeApps() error {
 	return errors.Join(errs...)
 }
 
-// sample reads the engines' RSS now and then, and logs progress.
+// sample reads the engines' memory now and then, and logs progress. With
+// a profile directory it takes a heap profile of each incarnation at the
+// end of its warm-up ("warm") and of every engine half-way through the
+// load ("half").
 func (s *soak) sample(t0 time.Time, done chan struct{}) {
 	every := min(max(s.cfg.Duration/360, time.Second), 5*time.Second)
 	logEvery := min(max(s.cfg.Duration/12, 10*time.Second), time.Minute)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastLog := t0
+	warm := rssWarm(s.cfg.Duration)
+	warmed := map[[2]int]bool{} // engine, incarnation
+	half := false
 	for {
 		s.bed.sampleRSS()
+		if s.bed.profDir != "" {
+			for i := range engines {
+				s.bed.mu.Lock()
+				inc, age := s.bed.inc[i], time.Since(s.bed.started[i])
+				s.bed.mu.Unlock()
+				if k := [2]int{i, inc}; age >= warm && !warmed[k] {
+					warmed[k] = true
+					s.profile(i, "warm")
+				}
+			}
+			if !half && time.Since(t0) >= s.cfg.Duration/2 {
+				half = true
+				s.profileAll("half")
+			}
+		}
 		if time.Since(lastLog) >= logEvery {
 			lastLog = time.Now()
 			n, _ := s.errs.snapshot()
@@ -296,6 +336,21 @@ func (s *soak) sample(t0 time.Time, done chan struct{}) {
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// profileAll takes a heap profile of every engine (bed.profile).
+func (s *soak) profileAll(tag string) {
+	for i := range engines {
+		s.profile(i, tag)
+	}
+}
+
+// profile takes a heap profile of engine i; one that cannot be taken
+// (the engine is being restarted) is logged, not counted as an error.
+func (s *soak) profile(i int, tag string) {
+	if err := s.bed.profile(i, tag); err != nil {
+		s.logf("%v", err)
 	}
 }
 

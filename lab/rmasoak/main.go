@@ -6,7 +6,7 @@
 // The last line is "soak: ok" only when every floor and check held; the
 // exit status is 1 otherwise (2 when the run could not be made).
 //
-//	rmasoak [-D 30m] [-bin bin] [-dir DIR] [-rate OPS] [-exec-rate BYTES] [-q] [-cpuprofile FILE]
+//	rmasoak [-D 30m] [-bin bin] [-dir DIR] [-rate OPS] [-exec-rate BYTES] [-q] [-cpuprofile FILE] [-profiles]
 //
 // (-d is the old spelling of -D, still accepted.) What runs, what is
 // checked and how the floors scale with -D: package
@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -34,12 +35,12 @@ type options struct {
 	d                 time.Duration
 	bin, dir, profile string
 	rate, execRate    float64
-	quiet             bool
+	quiet, profiles   bool
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
-	fs := cli.New("rmasoak", "rmasoak [-D 30m] [-bin bin] [-dir DIR] [-rate OPS] [-exec-rate BYTES] [-q] [-cpuprofile FILE]")
+	fs := cli.New("rmasoak", "rmasoak [-D 30m] [-bin bin] [-dir DIR] [-rate OPS] [-exec-rate BYTES] [-q] [-cpuprofile FILE] [-profiles]")
 	fs.Notes("Needs root (network namespaces, AF_PACKET) and rmad and rmactl in -bin (make build).\nThe last line is \"soak: ok\" only when every floor and check held.")
 	fs.Example("rmasoak -bin bin -D 1m", "rmasoak -bin bin -D 2h -q -dir /var/tmp/soak")
 	fs.SetOutput(stderr)
@@ -50,6 +51,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.execRate, "exec-rate", 0, "executor bytes a second, written and read back, over all engines (0: the floor's rate in 4 KB chunks; negative: unpaced)")
 	fs.BoolVar(&o.quiet, "q", false, "no progress lines, only the report")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of rmasoak itself to this file")
+	fs.BoolVar(&o.profiles, "profiles", false, "write heap profiles and memory maps of the engines to -dir (start, warm, half, end, closed; the engines then sample their allocations)")
 	fs.Alias("d", "D")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -60,6 +62,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.d < 30*time.Second {
 		return nil, fmt.Errorf("-D %v: want at least 30s", o.d)
+	}
+	if o.profiles && o.dir == "" {
+		return nil, errors.New("-profiles needs -dir")
 	}
 	return o, nil
 }
@@ -92,7 +97,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := soak.Run(ctx, soak.Config{Duration: o.d, Bin: abs, Dir: o.dir, Log: log, Rate: o.rate, ExecRate: o.execRate})
+	rep, err := soak.Run(ctx, soak.Config{Duration: o.d, Bin: abs, Dir: o.dir, Log: log, Rate: o.rate, ExecRate: o.execRate, Profiles: o.profiles})
 	if err != nil {
 		fatal(err)
 	}

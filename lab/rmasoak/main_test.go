@@ -50,6 +50,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-D", "long"}, "-D"},
 		{[]string{"-rate", "fast"}, "-rate"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-profiles"}, "-profiles needs -dir"},
 	} {
 		if _, err := parse(tc.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)

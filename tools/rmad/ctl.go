@@ -214,18 +214,20 @@ func setOOMScoreAdj(v int) error {
 	return os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(v)), 0)
 }
 
-// warnIdentityStateLost says so when the identity state file is missing
-// beside an IV state that exists: either this is the first start of an
-// engine that stamped PIDs before identities existed (harmless: identities
-// start above every PID), or the file was lost, and identities handed out
-// before may be handed out again to other processes, which could then use
-// the K_d issued for the earlier ones.
+// warnIdentityStateLost says so when the identity state files (the table
+// and its mark) are missing beside an IV state that exists: either this is
+// the first start of an engine that stamped PIDs before identities existed
+// (harmless: identities start above every PID), or the files were lost,
+// and identities handed out before may be handed out again to other
+// processes, which could then use the K_d issued for the earlier ones.
 func warnIdentityStateLost(log zerolog.Logger, cfg *Config) {
 	if _, err := os.Stat(cfg.ivStatePath()); err != nil {
 		return
 	}
-	if _, err := os.Stat(cfg.idStatePath()); !errors.Is(err, os.ErrNotExist) {
-		return
+	for _, p := range []string{cfg.idStatePath(), ctl.IdentityMarkPath(cfg.idStatePath())} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			return
+		}
 	}
 	log.Warn().Str("id_state", cfg.idStatePath()).Str("iv_state", cfg.ivStatePath()).
 		Msg("no identity state beside an existing IV state: a new one is made. If this engine handed out process identities before (a lost file), rotate every region key: the same identities will be handed out again")

@@ -43,7 +43,8 @@
 // (root or ctl.operator_gid, -operator-gid) everyone's, each tenant at
 // most ctl.stats_rate a second (-stats-rate, -stats-burst). Process
 // identities are recorded in ctl.id_state (-id-state; default
-// engine.iv_state + ".ids"), which must live as long as the IV state.
+// engine.iv_state + ".ids") and its mark (that path + ".mark"), which must
+// live as long as the IV state.
 // rmad writes oom_score_adj (-oom-score-adj, default -999) so the kernel's
 // OOM killer picks a tenant before it.
 //
@@ -100,9 +101,13 @@
 // serves Prometheus metrics at http://HOST:PORT/metrics (engine/metrics):
 // the stats reply's counters, the portals' usage and the core's delay
 // histograms, which the core keeps only then (engine.Config.Delays). A
-// scrape reads the core with one runner.Exec. The EAL keeps its telemetry
-// socket (dpdk-telemetry.py, /ethdev/stats,0) unless eal_args say
-// --no-telemetry.
+// scrape reads the core with one runner.Exec. -metrics-pprof
+// (metrics.pprof; off by default) serves the Go runtime's profiles
+// (net/http/pprof) at /debug/pprof/ on the same listener, for finding
+// what holds the engine's memory (the soak takes heap profiles there);
+// without it the Go runtime samples no allocation for a heap profile.
+// The EAL keeps its telemetry socket (dpdk-telemetry.py, /ethdev/stats,0)
+// unless eal_args say --no-telemetry.
 //
 // Self-test (selftest.go): -selftest read_bw|write_bw|read_lat -s SIZE
 // -O N -D DURATION makes every polling core post ops itself

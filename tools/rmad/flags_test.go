@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -103,6 +104,56 @@ func TestConfigErrorNamesFlag(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), append(tc.args, "-print-config"), &stdout, &stderr, nil); code != 2 || !strings.HasPrefix(stderr.String(), tc.want) {
 			t.Errorf("%q: exit %d, %q, want %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// heapSink keeps allocForProfile's allocations from being optimised away.
+var heapSink [][]byte
+
+// allocForProfile allocates 64 MB in 1 MB objects: at the runtime's
+// default rate (a sample per 512 KB on average) most are sampled.
+//
+//go:noinline
+func allocForProfile() {
+	for range 64 {
+		heapSink = append(heapSink, make([]byte, 1<<20))
+	}
+	heapSink = nil
+}
+
+// TestHeapProfile: without metrics.pprof the runtime records none of the
+// engine's allocations (its records are never freed); with it, it does.
+func TestHeapProfile(t *testing.T) {
+	fn := reflect.ValueOf(allocForProfile).Pointer()
+	sampled := func() (bytes int64) {
+		for range 3 { // a profile shows the allocations of cycles completed since
+			runtime.GC()
+		}
+		n, _ := runtime.MemProfile(nil, true)
+		recs := make([]runtime.MemProfileRecord, n+16)
+		n, _ = runtime.MemProfile(recs, true)
+		for _, r := range recs[:n] {
+			for _, pc := range r.Stack() {
+				if f := runtime.FuncForPC(pc); f != nil && f.Entry() == fn {
+					bytes += r.AllocBytes
+					break
+				}
+			}
+		}
+		return bytes
+	}
+	// Each P's allocation cache samples one allocation when the rate
+	// changes (runtime.profilealloc), then none at rate 0: at most one
+	// 1 MB object per P; at the default rate most of the 64.
+	for _, on := range []bool{false, true} {
+		restore := heapProfile(on)
+		before := sampled()
+		allocForProfile()
+		grew := sampled() - before
+		restore()
+		if on && grew < 16<<20 || !on && grew > int64(runtime.GOMAXPROCS(0))<<20 {
+			t.Errorf("metrics.pprof %v: %d bytes more sampled at the allocation site", on, grew)
 		}
 	}
 }

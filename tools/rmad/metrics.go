@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"time"
 
@@ -24,11 +25,20 @@ type MetricsConfig struct {
 	// uids, identities and tenants: listen on loopback or a management
 	// network.
 	Listen string `json:"listen"`
+	// Pprof also serves the Go runtime's profiles (net/http/pprof) at
+	// /debug/pprof/ on the same listener (false by default): heap and
+	// goroutine profiles for finding what holds memory, as the soak
+	// does. A CPU profile or trace costs the engine while it runs, and
+	// anyone who reaches the listener may ask for one: loopback only.
+	Pprof bool `json:"pprof"`
 }
 
 // validate checks the listen address's form (binding it is serve's).
 func (m *MetricsConfig) validate() error {
 	if m.Listen == "" {
+		if m.Pprof {
+			return fmt.Errorf("%w: metrics.pprof needs metrics.listen", errConfig)
+		}
 		return nil
 	}
 	_, port, err := net.SplitHostPort(m.Listen)
@@ -55,8 +65,9 @@ type metricsServer struct {
 // and does no work for the scrape but that copy and the stats reply's.
 // The tenants' usage against their quotas comes from the server's books
 // (srv.Tenants), off the loops. An engine-wide figure is the sum over
-// the core label (sum without (core) (...)).
-func startMetrics(listen string, srv *ctl.Server, delays []*telemetry.Delays, limits metrics.Limits, log zerolog.Logger) (*metricsServer, error) {
+// the core label (sum without (core) (...)). With cfg.Pprof the Go
+// runtime's profiles are served at /debug/pprof/ beside.
+func startMetrics(cfg MetricsConfig, srv *ctl.Server, delays []*telemetry.Delays, limits metrics.Limits, log zerolog.Logger) (*metricsServer, error) {
 	cores := make([]metrics.Core, len(delays))
 	for i, d := range delays {
 		cores[i] = metrics.Core{
@@ -80,7 +91,14 @@ func startMetrics(listen string, srv *ctl.Server, delays []*telemetry.Delays, li
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
-	ln, err := net.Listen("tcp", listen)
+	if cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index) // and every named profile: heap, goroutine, allocs, …
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("metrics.listen: %w", err)
 	}
@@ -92,7 +110,11 @@ func startMetrics(listen string, srv *ctl.Server, delays []*telemetry.Delays, li
 		served: make(chan error, 1),
 	}
 	go func() { m.served <- m.http.Serve(ln) }()
-	log.Info().Str("metrics", "http://"+ln.Addr().String()+"/metrics").Msg("serving Prometheus metrics")
+	ev := log.Info().Str("metrics", "http://"+ln.Addr().String()+"/metrics")
+	if cfg.Pprof {
+		ev = ev.Str("pprof", "http://"+ln.Addr().String()+"/debug/pprof/")
+	}
+	ev.Msg("serving Prometheus metrics")
 	return m, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -303,6 +305,7 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-icmp-burst", "0"}, "ICMPBurst"},
 		{[]string{"-metrics", "9100"}, "metrics.listen"},
 		{[]string{"-metrics", "localhost:prom"}, "metrics.listen"},
+		{[]string{"-metrics-pprof", "true"}, "metrics.pprof needs metrics.listen"},
 		{[]string{"-vdev", "net_af_xdp0", "-port-name", "net_af_xdp0"}, "no iface="},
 		{[]string{"-vdev", "net_af_xdp0,iface=eth0,queue_count=2", "-port-name", "net_af_xdp0"}, "queue_count 2, but the engine has 1 polling cores"},
 		{[]string{"-vdev", "net_af_xdp0,iface=eth0", "-port-name", "net_af_xdp0", "-cpu", "0,1"}, "queue_count 1, but the engine has 2 polling cores"},
@@ -431,7 +434,7 @@ func TestRmadNetRing(t *testing.T) {
 		"-vdev", "net_ring0", "-port-name", "net_ring0",
 		"-ip", "10.3.0.1", "-socket", sock, "-poll-mode", "backoff",
 		"-mbufs", "2047", "-rx-desc", "512", "-tx-desc", "512", "-log-level", "warn",
-		"-metrics", metricsAddr,
+		"-metrics", metricsAddr, "-metrics-pprof", "true",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -463,12 +466,10 @@ func TestRmadNetRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Both portals of this process carry its one identity, allocated by
-	// the engine (not its PID) and recorded beside the IV state.
+	// the engine (not its PID) and recorded beside the IV state (checked
+	// after shutdown, which writes the table last).
 	if id := cli.Identity(); id.Addr.String() != "10.3.0.1" || id.PID != srv.Identity().PID || id.PID < ctl.FirstIdentity || id.Tenant != fmt.Sprintf("main uid %d", os.Getuid()) {
 		t.Fatalf("identity %+v, the server portal's %+v", id, srv.Identity())
-	}
-	if b, err := os.ReadFile(ivState + ".ids"); err != nil || !strings.Contains(string(b), fmt.Sprintf(" %d\n", cli.Identity().PID)) {
-		t.Fatalf("identity state: %q %v", b, err)
 	}
 	if _, err := cli.AllocSlots(4); err != nil {
 		t.Fatal(err)
@@ -548,6 +549,16 @@ func TestRmadNetRing(t *testing.T) {
 			t.Fatalf("metrics page lacks %s:\n%s", lacks, page)
 		}
 	}
+	// -metrics-pprof: the Go runtime's heap profile beside the metrics.
+	resp, err := http.Get("http://" + metricsAddr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || !bytes.HasPrefix(heap, []byte("heap profile: ")) {
+		t.Fatalf("GET /debug/pprof/heap: %v %v: %.200s", resp.Status, err, heap)
+	}
 	// The loop publishes its counters every 256 iterations; an idle
 	// backoff loop iterates thousands of times a second.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -578,6 +589,9 @@ func TestRmadNetRing(t *testing.T) {
 	}
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
 		t.Errorf("socket directory left behind: %v", err)
+	}
+	if b, err := os.ReadFile(ivState + ".ids"); err != nil || !strings.Contains(string(b), fmt.Sprintf(" %d\n", cli.Identity().PID)) {
+		t.Errorf("identity state: %q %v", b, err)
 	}
 	// The IV state stays (it must), unlocked: the next engine resumes above it.
 	iv, err := aesni.OpenIVSource(aesni.IVConfig{Path: ivState})
