@@ -37,6 +37,17 @@
 // namespaces and tenant quotas; and each port type's privileges, none of
 // which can be left out.
 //
+// hostile_tenant_test.go runs a hostile tenant against engine A's
+// control plane, as unprivileged processes of one user's uid and of its
+// subordinate uids: idle connections kept as the open deadline closes
+// them, the region, portal and slot tables filled, dropped huge page
+// regions kept, a burst of new identities, stats hammered; each attack
+// refused naming its pool and the one tenant. Another user is then
+// refused nothing: portals, slots, regions on huge pages, verified READs
+// and WRITEs against engine B; each sees only its own portals in stats,
+// HugePages_Rsvd stays within the attacker's quota, and every pool of
+// the attacker's tenant is back to 0 once its processes exit.
+//
 // kv_test.go runs the key/value cache's failover across four engines on
 // a bridge (internal/kvfail): a replica rekeyed, its server process
 // killed, its engine killed, and no GET failing.

@@ -386,6 +386,7 @@ func (c *conn) allocSlots(req *ctlmsg.Request, resp *ctlmsg.Response) *reqError 
 	}
 	got = len(slots)
 	c.s.addSlots(c.core, got)
+	c.s.noteChange(c.tenant)
 	if len(slots) != n {
 		// The core's contract is all or nothing; keep what it gave so
 		// the count stays true, and say what happened.
@@ -475,6 +476,9 @@ func (c *conn) reclaim() {
 				gone, cerr = true, nil // closed by the core itself
 			}
 		})
+		if err == nil {
+			c.s.noteChange(c.tenant)
+		}
 		if err == nil && cerr == nil && len(derrs) == 0 {
 			c.s.mu.Lock()
 			c.s.load[c.core].portals--

@@ -174,6 +174,7 @@ func (c *conn) attach(resp *ctlmsg.Response) *reqError {
 	c.layout.Portal = uint32(id)
 	c.layout.Encode(seg)
 	c.portal, c.core, c.attached = id, k, true
+	c.s.noteChange(c.tenant)
 	resp.Attach = &ctlmsg.AttachReply{Portal: uint32(id), Core: uint32(k)}
 	c.s.log.Debug().Uint64("conn", c.id).Str("name", c.name).Uint16("portal", uint16(id)).Int("core", k).Bool("asked", c.askCore >= 0).
 		Bool("locked", c.seg.locked).Msg("portal attached")

@@ -121,6 +121,7 @@ func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) *reqEr
 	}
 	c.regions[id] = &region{mem: m, size: p.size, perm: req.Perm}
 	c.regionBytes += p.size
+	c.s.noteChange(c.tenant)
 	resp.Region = &ctlmsg.RegionReply{Region: uint32(id), Size: p.size, MapSize: uint64(len(m.mem)), Perm: req.Perm, Hugetlb: m.hugetlb}
 	return nil
 }
@@ -140,6 +141,7 @@ func (c *conn) deregisterRegion(req *ctlmsg.Request) *reqError {
 		// The core may still reference the memory: keep it mapped.
 		return fail(ctlmsg.CodeInternal, "deregister_region %#x: %v", req.Region, derr)
 	}
+	c.s.noteChange(c.tenant)
 	// Every core served the region: each must pass a quiescent point
 	// before its memory goes.
 	if err := c.s.quiesce(c.s.g.Version()); err != nil {

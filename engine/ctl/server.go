@@ -30,6 +30,9 @@ type Server struct {
 	ids      *identities
 	uids     *uidFolder  // tenants by uid (uidmap.go)
 	stats    *statsCache // the stats request's collections (statsview.go)
+	// changes counts the changes of portals as the stats reply lists
+	// them, each once the core has made it (noteChange).
+	changes atomic.Uint64
 
 	lns []*listener
 
@@ -137,7 +140,7 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 	if s.uids, err = newUIDFolder(&cfg, log); err != nil {
 		return nil, err
 	}
-	s.stats = newStatsCache(s.collectStats)
+	s.stats = newStatsCache(s.collectStats, s.changes.Load)
 	if s.mem, err = newMemWatch(cfg.MaxMemoryObjects); err != nil {
 		return nil, err
 	}

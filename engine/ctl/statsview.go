@@ -18,7 +18,13 @@ import (
 //     snapshot younger than statsReuse answers every connection that has
 //     not had it yet (statsCache). A connection never gets the same
 //     snapshot twice, so a poller sees its counters move; many askers at
-//     once share one collection.
+//     once share one collection. No snapshot predates a change the
+//     asker's tenant made before it asked (an operator: any tenant's):
+//     a portal attached or reclaimed, slots taken, a region registered
+//     or deregistered (Server.noteChange): a tenant reads its own
+//     control operations back. One that changes its portals between
+//     its stats requests has each collected anew, still one collection
+//     at a time, statsMinInterval apart, within its rate.
 //   - What it shows: the engine-wide counters (every core's, its port's,
 //     its loop's) to everyone; the portals and tenant rows of the asking
 //     tenant only, unless the asker is an operator (uid 0 or a member of
@@ -83,6 +89,7 @@ func (b *bucket) full(now time.Time, rate float64, burst int) bool {
 type statsSnap struct {
 	seq  uint64    // 1, 2, ... in order of collection
 	at   time.Time // when its collection started
+	gen  uint64    // the changes counted when it started (Server.changes): it shows them all
 	st   *ctlmsg.Stats
 	keys []tenantKey
 }
@@ -90,6 +97,7 @@ type statsSnap struct {
 // statsCache runs the collections of the stats request.
 type statsCache struct {
 	collect func() (*statsSnap, error)
+	gen     func() uint64 // the changes counted so far
 	now     func() time.Time
 	sleep   func(time.Duration)
 
@@ -100,19 +108,20 @@ type statsCache struct {
 	seq       uint64
 }
 
-func newStatsCache(collect func() (*statsSnap, error)) *statsCache {
-	return &statsCache{collect: collect, now: time.Now, sleep: time.Sleep}
+func newStatsCache(collect func() (*statsSnap, error), gen func() uint64) *statsCache {
+	return &statsCache{collect: collect, gen: gen, now: time.Now, sleep: time.Sleep}
 }
 
 // get returns a snapshot for an asker that last had snapshot seen (0:
-// none): the latest if it is another and younger than statsReuse or
-// began after the asker asked, else a new one, collected by this asker
-// or by the one collecting already. The error is the collection's.
-func (c *statsCache) get(seen uint64) (*statsSnap, error) {
+// none) and must see every change counted up to since: the latest if it
+// is another, shows them, and is younger than statsReuse or began after
+// the asker asked; else a new one, collected by this asker or by the one
+// collecting already. The error is the collection's.
+func (c *statsCache) get(seen, since uint64) (*statsSnap, error) {
 	asked := c.now()
 	c.mu.Lock()
 	for {
-		if l := c.last; l != nil && l.seq != seen && (c.now().Sub(l.at) < statsReuse || !l.at.Before(asked)) {
+		if l := c.last; l != nil && l.seq != seen && l.gen >= since && (c.now().Sub(l.at) < statsReuse || !l.at.Before(asked)) {
 			c.mu.Unlock()
 			return l, nil
 		}
@@ -129,7 +138,9 @@ func (c *statsCache) get(seen uint64) (*statsSnap, error) {
 		if wait > 0 {
 			c.sleep(wait)
 		}
-		start := c.now()
+		// Read before the collection: every change counted by now is
+		// done on the cores, which the collection reads after it.
+		gen, start := c.gen(), c.now()
 		snap, err := c.collect()
 		c.mu.Lock()
 		c.lastStart, c.running = start, nil
@@ -139,7 +150,7 @@ func (c *statsCache) get(seen uint64) (*statsSnap, error) {
 			return nil, err
 		}
 		c.seq++
-		snap.seq, snap.at = c.seq, start
+		snap.seq, snap.at, snap.gen = c.seq, start, gen
 		c.last = snap
 		c.mu.Unlock()
 		return snap, nil
@@ -155,6 +166,17 @@ func (s *Server) collectStats() (*statsSnap, error) {
 		return nil, err
 	}
 	return &statsSnap{st: st, keys: keys}, nil
+}
+
+// noteChange counts a change of t's portals as the stats reply lists
+// them (a portal attached or reclaimed, slots taken, a region registered
+// or deregistered), once the core has made it: from now on no stats
+// reply to t, or to an operator, predates it.
+func (s *Server) noteChange(t *tenant) {
+	n := s.changes.Add(1)
+	s.mu.Lock()
+	t.changed = max(t.changed, n)
+	s.mu.Unlock()
 }
 
 // operator reports a peer that sees every tenant's portals and usage:
@@ -174,20 +196,25 @@ func (s *Server) operator(l *listener, p *peer) bool {
 // and a tenant the engine-wide counters and its own portals and row.
 func (c *conn) stats(op ctlmsg.Op) (*ctlmsg.Stats, *reqError) {
 	s := c.s
+	operator := s.operator(c.l, &c.peer)
 	s.mu.Lock()
 	ok, wait := c.tenant.stats.take(time.Now(), s.cfg.StatsRate, s.cfg.StatsBurst)
+	since := c.tenant.changed
 	s.mu.Unlock()
 	if !ok {
 		return nil, fail(ctlmsg.CodeLimit, "%s: tenant %q asks for stats faster than %g a second (burst %d); try again in %v",
 			op, c.tenant.name, s.cfg.StatsRate, s.cfg.StatsBurst, wait.Round(time.Millisecond))
 	}
-	snap, err := s.stats.get(c.statsSeen)
+	if operator {
+		since = s.changes.Load()
+	}
+	snap, err := s.stats.get(c.statsSeen, since)
 	if err != nil {
 		return nil, execFail(op, err)
 	}
 	c.statsSeen = snap.seq
 	st := *snap.st // shallow: the snapshot's maps and slices are only read
-	if s.operator(c.l, &c.peer) {
+	if operator {
 		st.Tenants = largest(s.Tenants(), maxStatsTenants)
 		return &st, nil
 	}

@@ -28,6 +28,9 @@ type tenant struct {
 	idTokens float64
 	idAt     time.Time
 	stats    bucket // stats requests (Config.StatsRate, StatsBurst)
+	// changed is Server.changes after the tenant's latest change of its
+	// portals: its stats replies show it (statsview.go).
+	changed uint64
 }
 
 // tenantFor returns (creating it) the tenant of a peer connecting through
@@ -39,7 +42,9 @@ func (s *Server) tenantFor(l *listener, p *peer) *tenant {
 		for _, o := range s.tenants { // forget those idle since
 			s.dropIfIdle(o)
 		}
-		t = &tenant{key: k, name: name, l: l, idTokens: float64(s.cfg.IdentityBurst), idAt: time.Now()}
+		// A tenant forgotten and back: its stats show the changes it
+		// made before, as they show an operator's.
+		t = &tenant{key: k, name: name, l: l, idTokens: float64(s.cfg.IdentityBurst), idAt: time.Now(), changed: s.changes.Load()}
 		s.tenants[k] = t
 	}
 	return t

@@ -325,3 +325,72 @@ func TestStatsRate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStatsShowsOwnChanges: a stats reply shows every control operation
+// its asker's tenant completed before asking (an operator's, every
+// tenant's), however young the snapshot another connection was given:
+// a portal attached, slots taken, regions registered and deregistered.
+func TestStatsShowsOwnChanges(t *testing.T) {
+	e := setup(t, podSocket)
+	for _, sock := range []string{e.sock, e.cfg.Sockets[1].Path} {
+		t.Run(filepath.Base(sock), func(t *testing.T) {
+			// Another connection of the same tenant keeps a snapshot
+			// young: each step asks it first.
+			other := rawDial(t, sock)
+			ask := func() {
+				t.Helper()
+				if _, _, err := rawSendFD(t, other, `{"v":1,"op":"stats"}`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// mine is p's row of p's own stats reply.
+			mine := func(p *portal.Portal) ctlmsg.PortalStats {
+				t.Helper()
+				st, err := p.Stats()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ps := range st.Portals {
+					if ps.PID == p.Identity().PID && ps.Name == p.Identity().Name {
+						return ps
+					}
+				}
+				t.Fatalf("the reply lists %d portals, not the asker's own", len(st.Portals))
+				return ctlmsg.PortalStats{}
+			}
+			ask()
+			p, err := portal.Dial(sock, "changes")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			mine(p)
+			var rs []*portal.Region
+			for i := 1; i <= 3; i++ {
+				ask()
+				if _, err := p.AllocSlots(2); err != nil {
+					t.Fatal(err)
+				}
+				if ps := mine(p); ps.Slots != 2*i {
+					t.Fatalf("after taking %d slots the reply says %d", 2*i, ps.Slots)
+				}
+				ask()
+				r, err := p.RegisterRegion(4096, abi.PermAll)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs = append(rs, r)
+				if ps := mine(p); ps.Regions != i {
+					t.Fatalf("after registering %d regions the reply says %d", i, ps.Regions)
+				}
+			}
+			ask()
+			if err := p.DeregisterRegion(rs[0]); err != nil {
+				t.Fatal(err)
+			}
+			if ps := mine(p); ps.Regions != 2 {
+				t.Fatalf("after a deregistration the reply says %d regions, want 2", ps.Regions)
+			}
+		})
+	}
+}
