@@ -33,7 +33,20 @@ type PortalSpec struct {
 	Class    abi.Class
 	MaxSlots int    // cap on slots this portal may hold
 	PID      uint32 // initiator PID stamped on its requests (from SO_PEERCRED)
+	// Tenant is the engine-local index (0..Config.Tenants-1) of the
+	// tenant the portal belongs to, which the control plane assigns;
+	// the regions the portal registers are that tenant's (their owner).
+	Tenant int
+	// Weight is the tenant's weight in the data path's shares (1..
+	// MaxWeight; 0 means 1).
+	Weight int
 }
+
+// MaxTenants bounds Config.Tenants; MaxWeight bounds PortalSpec.Weight.
+const (
+	MaxTenants = 4096
+	MaxWeight  = 1000
+)
 
 // NumOpCounters bounds Stats.CompletedByOp's op index: abi.OpRead,
 // OpWrite and OpRekey, and 0 for any other op a command named.
@@ -42,6 +55,8 @@ const NumOpCounters = 4
 // PortalStats describe one open portal (Core.PortalStats).
 type PortalStats struct {
 	PID      uint32
+	Tenant   int // PortalSpec.Tenant
+	Weight   int // PortalSpec.Weight (1 when it was 0)
 	Class    abi.Class
 	Slots    int    // slots it holds
 	MaxSlots int    // its cap

@@ -54,6 +54,10 @@ type Config struct {
 	SlotBase abi.SlotID // global id of this core's first slot
 	Regions  int        // registered region table entries (RRT); at most 65535
 	Portals  int        // portals this core serves at once
+	// Tenants bounds the tenants whose portals an engine serves at once
+	// (PortalSpec.Tenant is below it): the per-tenant state of the data
+	// path is a fixed array of this many entries per core.
+	Tenants int
 
 	// WindowBytes is this core's share of the solicitation window: bytes of
 	// inbound response data it may have promised to land at once. An op
@@ -183,6 +187,7 @@ func DefaultConfig() Config {
 		Slots:             1024,
 		Regions:           1024,
 		Portals:           64,
+		Tenants:           64,
 		WindowBytes:       256 << 10,
 		HighBurst:         8,
 		InboundQueue:      1024,
@@ -228,6 +233,8 @@ func (c *Config) Validate() error {
 		return bad("Regions", c.Regions)
 	case c.Portals < 1 || c.Portals > 65535:
 		return bad("Portals", c.Portals)
+	case c.Tenants < 1 || c.Tenants > MaxTenants:
+		return bad("Tenants", c.Tenants)
 	case c.WindowBytes < ArbitrationBytes:
 		return bad("WindowBytes", c.WindowBytes)
 	case c.HighBurst < 1:

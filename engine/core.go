@@ -24,6 +24,7 @@ var (
 	ErrNotOwner    = errors.New("engine: region owned by another portal")
 	ErrRegionSize  = errors.New("engine: region size must be 1 byte .. 2^40 bytes")
 	ErrPortalRings = errors.New("engine: invalid portal rings")
+	ErrPortalSpec  = errors.New("engine: invalid portal tenant or weight")
 	ErrPortalDead  = errors.New("engine: portal disabled: its application wrote impossible ring indices")
 )
 
@@ -92,7 +93,7 @@ func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
 	}
 	c.win = &window{size: cfg.WindowBytes}
 	c.regions = newRegionView(g.regions, cfg.CoreID, cfg.Portals, &g.quiet[idx].v, c.out)
-	c.portals = newPortalTable(cfg.Portals, cfg.CoreID, cfg.Delays, &c.stats)
+	c.portals = newPortalTable(cfg.Portals, cfg.Tenants, cfg.CoreID, cfg.Delays, &c.stats)
 	c.routes = newRouteTable(&c.cfg)
 	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Neighbors)
 	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats, idx == 0)
@@ -186,13 +187,14 @@ func (c *Core) reclaim(id PortalID, closed bool) {
 // on an engine of several cores, until every core has passed a quiescent
 // point since (Group.Quiesced).
 func (c *Core) RegisterRegion(id PortalID, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, error) {
-	if _, err := c.portals.getLive(id); err != nil {
+	p, err := c.portals.getLive(id)
+	if err != nil {
 		return 0, err
 	}
 	if len(mem) == 0 || uint64(len(mem)) > 1<<40 {
 		return 0, fmt.Errorf("%w: %d", ErrRegionSize, len(mem))
 	}
-	return c.regions.add(id, mem, perm, kr)
+	return c.regions.add(id, p.tenant, mem, perm, kr)
 }
 
 // Rekey installs a new region key for a region portal p owns (the local
@@ -275,7 +277,7 @@ func (c *Core) PortalStats(id PortalID) (PortalStats, bool) {
 	}
 	u := c.regions.use[id]
 	return PortalStats{
-		PID: p.pid, Class: p.class, Slots: p.slots, MaxSlots: p.maxSlots, Pending: p.pending,
+		PID: p.pid, Tenant: int(p.tenant), Weight: int(p.weight), Class: p.class, Slots: p.slots, MaxSlots: p.maxSlots, Pending: p.pending,
 		Regions: u.n, RegionBytes: u.bytes,
 		CmdDepth: p.cmd.Available(), CmdCap: p.cmd.Capacity(),
 		CplDepth: p.cpl.Capacity() - p.cpl.Free(), CplCap: p.cpl.Capacity(),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/wire"
 )
@@ -895,5 +896,36 @@ func TestPortalStatsAndOpCounts(t *testing.T) {
 	}
 	if _, ok := c.PortalStats(app.id + 1); ok {
 		t.Fatal("stats of a portal never opened")
+	}
+}
+
+// A portal's tenant index must be below Config.Tenants and its weight at
+// most MaxWeight; its regions are its tenant's.
+func TestOpenPortalTenant(t *testing.T) {
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.Tenants = 4
+	c := newCore(t, cfg, newTestTx(4))
+	for _, spec := range []PortalSpec{{Tenant: 4}, {Tenant: -1}, {Weight: MaxWeight + 1}, {Weight: -1}} {
+		spec.CmdRing, spec.CmdCap = aligned(abi.RingBytes(16, abi.CommandSize)), 16
+		spec.CplRing, spec.CplCap = aligned(abi.RingBytes(16, abi.CompletionSize)), 16
+		if _, err := c.OpenPortal(spec); !errors.Is(err, ErrPortalSpec) {
+			t.Errorf("tenant %d weight %d: %v, want ErrPortalSpec", spec.Tenant, spec.Weight, err)
+		}
+	}
+	spec := PortalSpec{Tenant: 3, CmdCap: 16, CplCap: 16, MaxSlots: 1}
+	spec.CmdRing, spec.CplRing = aligned(abi.RingBytes(16, abi.CommandSize)), aligned(abi.RingBytes(16, abi.CompletionSize))
+	id, err := c.OpenPortal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := c.PortalStats(id); ps.Tenant != 3 || ps.Weight != 1 {
+		t.Fatalf("tenant %d weight %d, want 3 and 1 (weight 0 means 1)", ps.Tenant, ps.Weight)
+	}
+	rid, err := c.RegisterRegion(id, make([]byte, 4096), abi.PermAll, aesni.Key{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.regions.lookup(rid); r == nil || r.tenant != 3 {
+		t.Fatalf("region %#x: %+v, want tenant 3's", uint32(rid), r)
 	}
 }

@@ -21,6 +21,8 @@ type portal struct {
 	slots    int            // slots it holds
 	pending  int            // ops whose completion it is still owed
 	pid      uint32         // stamped on its requests
+	tenant   uint16         // PortalSpec.Tenant: its regions' owner
+	weight   uint16         // PortalSpec.Weight, at least 1
 	dirty    bool           // completions committed, not yet published
 	arm      *atomic.Uint32 // doorbell arm word in shared memory (nil: no doorbell)
 	bell     Doorbell
@@ -36,8 +38,9 @@ type portal struct {
 // delays to the telemetry batch; publish makes them visible and rings the
 // doorbells of applications waiting for them.
 type portalTable struct {
-	p    []portal
-	live []PortalID // open portals, in opening order: Poll drains these
+	tenants int // Config.Tenants: PortalSpec.Tenant is below it
+	p       []portal
+	live    []PortalID // open portals, in opening order: Poll drains these
 	// rr rotates the portal Poll drains first: a fixed order would queue
 	// one application's commands ahead of another's in every poll, so its
 	// requests would reach a busy server first and the other's would be
@@ -48,11 +51,12 @@ type portalTable struct {
 	st     *Stats
 }
 
-func newPortalTable(n int, core uint16, delays *telemetry.Delays, st *Stats) *portalTable {
+func newPortalTable(n, tenants int, core uint16, delays *telemetry.Delays, st *Stats) *portalTable {
 	t := &portalTable{
-		p:     make([]portal, n),
-		live:  make([]PortalID, 0, n),
-		dirty: make([]PortalID, 0, n),
+		tenants: tenants,
+		p:       make([]portal, n),
+		live:    make([]PortalID, 0, n),
+		dirty:   make([]PortalID, 0, n),
 		// The batch lives apart from the core's tables: 16 KB among
 		// them pushes hot fields apart.
 		delays: new(telemetry.Batch),
@@ -76,10 +80,15 @@ func (t *portalTable) open(spec PortalSpec) (PortalID, error) {
 	if spec.MaxSlots < 0 || spec.Class > abi.ClassHigh {
 		return 0, fmt.Errorf("%w: MaxSlots %d class %d", ErrPortalRings, spec.MaxSlots, spec.Class)
 	}
+	if spec.Tenant < 0 || spec.Tenant >= t.tenants || spec.Weight < 0 || spec.Weight > MaxWeight {
+		return 0, fmt.Errorf("%w: tenant %d (of %d) weight %d (at most %d)", ErrPortalSpec, spec.Tenant, t.tenants, spec.Weight, MaxWeight)
+	}
+	w := max(spec.Weight, 1)
 	for i := range t.p {
 		p := &t.p[i]
 		if !p.used {
-			*p = portal{used: true, class: spec.Class, cmd: cmd, cpl: cpl, maxSlots: spec.MaxSlots, pid: spec.PID}
+			*p = portal{used: true, class: spec.Class, cmd: cmd, cpl: cpl, maxSlots: spec.MaxSlots, pid: spec.PID,
+				tenant: uint16(spec.Tenant), weight: uint16(w)}
 			t.live = append(t.live, PortalID(i))
 			return PortalID(i), nil
 		}
@@ -95,7 +104,7 @@ func (t *portalTable) attachSource(src *opSource, maxSlots int, pid uint32) (Por
 	for i := range t.p {
 		p := &t.p[i]
 		if !p.used {
-			*p = portal{used: true, class: abi.ClassLow, maxSlots: maxSlots, pid: pid, src: src}
+			*p = portal{used: true, class: abi.ClassLow, maxSlots: maxSlots, pid: pid, src: src, weight: 1}
 			return PortalID(i), nil
 		}
 	}

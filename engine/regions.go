@@ -48,10 +48,11 @@ import (
 
 // region is one RRT entry: an immutable descriptor, replaced as a whole.
 type region struct {
-	mem   []byte
-	perm  abi.Perm
-	owner regionOwner
-	gen   uint16
+	mem    []byte
+	perm   abi.Perm
+	owner  regionOwner
+	tenant uint16 // its portal's PortalSpec.Tenant: whose region it is
+	gen    uint16
 	// epoch names the key: unique per descriptor published with a new
 	// K_r (registration, rekey), so a core's cached K_d of an older key
 	// never match.
@@ -69,7 +70,7 @@ type region struct {
 
 // withTomb sets r's tombstone and returns r.
 func (r *region) withTomb() *region {
-	r.tomb = &region{perm: r.perm, owner: r.owner, gen: r.gen, epoch: r.epoch, kr: r.kr}
+	r.tomb = &region{perm: r.perm, owner: r.owner, tenant: r.tenant, gen: r.gen, epoch: r.epoch, kr: r.kr}
 	return r
 }
 
@@ -151,7 +152,7 @@ func (t *regionTable) lookupDead(rid abi.RegionID) *region {
 }
 
 // add enters mem for owner under a fresh generation of a free index.
-func (t *regionTable) add(owner regionOwner, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, *region, error) {
+func (t *regionTable) add(owner regionOwner, tenant uint16, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, *region, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.free) == 0 {
@@ -164,7 +165,7 @@ func (t *regionTable) add(owner regionOwner, mem []byte, perm abi.Perm, kr aesni
 		t.gen[idx] = 1
 	}
 	t.held[idx], t.owner[idx] = true, owner
-	r := (&region{mem: mem, perm: perm, owner: owner, gen: t.gen[idx], epoch: t.epochs.Add(1), kr: kr}).withTomb()
+	r := (&region{mem: mem, perm: perm, owner: owner, tenant: tenant, gen: t.gen[idx], epoch: t.epochs.Add(1), kr: kr}).withTomb()
 	t.r[idx].Store(r)
 	t.version.Add(1)
 	return abi.MakeRegionID(idx, r.gen), r, nil
@@ -325,8 +326,8 @@ func (v *regionView) owned(id PortalID, rid abi.RegionID) (*region, error) {
 }
 
 // add registers mem for portal id (its core's control plane).
-func (v *regionView) add(id PortalID, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, error) {
-	rid, r, err := v.t.add(ownerOf(v.core, id), mem, perm, kr)
+func (v *regionView) add(id PortalID, tenant uint16, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, error) {
+	rid, r, err := v.t.add(ownerOf(v.core, id), tenant, mem, perm, kr)
 	if err != nil {
 		return 0, err
 	}

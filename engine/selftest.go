@@ -174,7 +174,7 @@ func NewSelfTest(g *Group, cfg SelfTestConfig) (*SelfTest, error) {
 	if loop {
 		kr, err := randomKey()
 		if err == nil {
-			t.region, err = c0.regions.add(t.src[0].id, tg.Mem, abi.PermRemoteRead|abi.PermRemoteWrite, kr)
+			t.region, err = c0.regions.add(t.src[0].id, 0, tg.Mem, abi.PermRemoteRead|abi.PermRemoteWrite, kr)
 		}
 		if err != nil {
 			t.Close()
@@ -222,7 +222,7 @@ func (s *opSource) attach(c *Core, j int, half, stride uint64, writeKey aesni.Ke
 	if err != nil {
 		return err
 	}
-	lrid, err := c.regions.add(s.id, local, abi.PermLocalRead|abi.PermLocalWrite, kr)
+	lrid, err := c.regions.add(s.id, 0, local, abi.PermLocalRead|abi.PermLocalWrite, kr)
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,30 @@ type SocketConfig struct {
 	// Config.Guarantee for this socket's tenants.
 	Quota     Quota
 	Guarantee Quota
+	// Weight is each of the socket's tenants' weight in the data path's
+	// shares (the solicitation window; engine.PortalSpec.Weight): 1..
+	// engine.MaxWeight, 0 meaning 1. Weights gives some tenants of a
+	// socket that splits tenants by uid another weight, by the uid the
+	// tenant stands for.
+	Weight  int
+	Weights []TenantWeight
+}
+
+// TenantWeight is the weight of the tenant of one uid (the uid it stands
+// for: a user's, into which its subordinate uids fold).
+type TenantWeight struct {
+	UID    uint32 `json:"uid"`
+	Weight int    `json:"weight"`
+}
+
+// weightOf is the weight of the socket's tenant k.
+func (sc *SocketConfig) weightOf(k tenantKey) int {
+	for _, w := range sc.Weights {
+		if k.uid == int64(w.UID) {
+			return w.Weight
+		}
+	}
+	return max(sc.Weight, 1)
 }
 
 // label is the socket's name for messages.
@@ -258,6 +282,14 @@ func (c *Config) Validate() error {
 			return bad(f("Mode"), sc.Mode)
 		case sc.Tenant != TenantByUID && sc.Tenant != TenantBySocket:
 			return bad(f("Tenant"), fmt.Sprintf("%q, want %q or %q", sc.Tenant, TenantByUID, TenantBySocket))
+		}
+		if sc.Weight < 0 || sc.Weight > engine.MaxWeight {
+			return bad(f("Weight"), fmt.Sprintf("%d (0..%d)", sc.Weight, engine.MaxWeight))
+		}
+		for j, w := range sc.Weights {
+			if w.Weight < 1 || w.Weight > engine.MaxWeight {
+				return bad(f(fmt.Sprintf("Weights[%d]", j)), fmt.Sprintf("uid %d weight %d (1..%d)", w.UID, w.Weight, engine.MaxWeight))
+			}
 		}
 		if sc.Name != "" {
 			if err := ctlmsg.ValidName(sc.Name); err != nil {

@@ -132,6 +132,7 @@ const (
 	refusedQuota    = iota // beyond the tenant's quota
 	refusedReserve         // beyond its guarantee, into what is kept for the others' guarantees
 	refusedNewcomer        // a new tenant whose guarantee does not fit
+	refusedTenants         // a new tenant while the engine serves all the tenants it can (max)
 )
 
 // refusal says why a pool refused a tenant: what it held, what it asked
@@ -236,6 +237,9 @@ func (r *refusal) text(op, name, sock string) string {
 	case refusedReserve:
 		return fmt.Sprintf("%s: tenant %q holds %s; %s more is beyond its %s guarantee of %s, and the engine keeps %s free for the guarantees of other tenants (%s free) (socket %s)",
 			op, name, id.held(r.held), id.amount(r.more), id, id.amount(r.min), id.amount(r.kept), id.amount(r.free), sock)
+	case refusedTenants:
+		return fmt.Sprintf("%s: tenant %q is new, and the engine serves its maximum of %d tenants at once (engine.tenants); one must leave first (socket %s)",
+			op, name, r.max, sock)
 	case refusedNewcomer:
 		return fmt.Sprintf("%s: tenant %q is new, and its %s guarantee of %s does not fit: %s free, of which the engine keeps %s for the guarantees of the tenants it serves (socket %s)",
 			op, name, id, id.amount(r.min), id.amount(r.free), id.amount(r.kept), sock)

@@ -364,6 +364,10 @@ func (s *Server) refundLocked(t *tenant, a amounts) {
 			s.pools[p].deactivate(&t.shares[p])
 		}
 		t.active = false
+		// Its portals are closed (it holds none): no core serves it
+		// under this index any more.
+		s.tenantIdx = append(s.tenantIdx, t.idx)
+		t.idx = -1
 	}
 	s.dropIfIdle(t)
 }
@@ -392,11 +396,16 @@ func (s *Server) activateLocked(t *tenant) *refusal {
 			return &refusal{pool: p, reason: refusedNewcomer, held: sh.held, min: sh.min, max: sh.max, free: free, kept: unmet}
 		}
 	}
+	if len(s.tenantIdx) == 0 {
+		return &refusal{pool: poolConns, reason: refusedTenants, max: uint64(s.engineTenants)}
+	}
 	for p := range numPools {
 		if r := s.pools[p].activate(&t.shares[p]); r != nil {
 			panic(fmt.Sprintf("ctl: pool %s refused an activation it had room for: %+v", p, r))
 		}
 	}
+	t.idx = s.tenantIdx[len(s.tenantIdx)-1]
+	s.tenantIdx = s.tenantIdx[:len(s.tenantIdx)-1]
 	t.active = true
 	return nil
 }

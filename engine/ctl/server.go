@@ -39,8 +39,12 @@ type Server struct {
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
 	tenants map[tenantKey]*tenant
-	pools   [numPools]pool // what the tenants hold of each (pool.go)
-	load    []coreLoad     // by core: the portals and slots it serves (cores.go)
+	// engineTenants is the cores' engine.Config.Tenants; tenantIdx the
+	// indices below it no active tenant holds (a stack).
+	engineTenants int
+	tenantIdx     []int
+	pools         [numPools]pool // what the tenants hold of each (pool.go)
+	load          []coreLoad     // by core: the portals and slots it serves (cores.go)
 	// Memory objects charged until they are gone (memwatch.go): by
 	// inotify watch, and those charged whose watch is not added yet.
 	mem        *memWatch
@@ -114,8 +118,12 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 		// sizes, and the engine one region table: quotas are shares of
 		// the engine's.
 		s.res.Portals, s.res.Slots, s.res.Regions = ec.Portals*g.Len(), ec.Slots*g.Len(), ec.Regions
+		s.engineTenants = ec.Tenants
 	}); err != nil {
 		return nil, fmt.Errorf("ctl: reading the core's config: %w", err)
+	}
+	for i := s.engineTenants - 1; i >= 0; i-- {
+		s.tenantIdx = append(s.tenantIdx, i)
 	}
 	if cfg.Hugetlb == HugetlbAuto {
 		s.hugePage = hugePageSize()

@@ -24,6 +24,10 @@ type tenant struct {
 	// active: the pools hold its unmet guarantees free (from its first
 	// connection until it holds nothing).
 	active bool
+	// idx is its index among the tenants the engine's cores serve
+	// (engine.PortalSpec.Tenant), held while it is active; -1: none.
+	idx    int
+	weight int // engine.PortalSpec.Weight (its socket's config)
 	// Identity token bucket (Config.IdentityRate, IdentityBurst).
 	idTokens float64
 	idAt     time.Time
@@ -44,7 +48,8 @@ func (s *Server) tenantFor(l *listener, p *peer) *tenant {
 		}
 		// A tenant forgotten and back: its stats show the changes it
 		// made before, as they show an operator's.
-		t = &tenant{key: k, name: name, l: l, idTokens: float64(s.cfg.IdentityBurst), idAt: time.Now(), changed: s.changes.Load()}
+		t = &tenant{key: k, name: name, l: l, idx: -1, weight: l.cfg.weightOf(k),
+			idTokens: float64(s.cfg.IdentityBurst), idAt: time.Now(), changed: s.changes.Load()}
 		s.tenants[k] = t
 	}
 	return t

@@ -90,6 +90,7 @@ type EngineConfig struct {
 	Slots           int           `json:"slots"`
 	Regions         int           `json:"regions"`
 	Portals         int           `json:"portals"`
+	Tenants         int           `json:"tenants"`
 	WindowBytes     int           `json:"window_bytes"`
 	HighBurst       int           `json:"high_burst"`
 	InboundQueue    int           `json:"inbound_queue"`
@@ -389,6 +390,7 @@ var flagSpecs = []struct {
 	{"slots", "command slot table size", setInt(func(c *Config) *int { return &c.Engine.Slots })},
 	{"regions", "region table size", setInt(func(c *Config) *int { return &c.Engine.Regions })},
 	{"portals", "portal table size", setInt(func(c *Config) *int { return &c.Engine.Portals })},
+	{"tenants", "tenants the engine serves at once (the data path's per-tenant state)", setInt(func(c *Config) *int { return &c.Engine.Tenants })},
 	{"window-bytes", "solicitation window bytes", setInt(func(c *Config) *int { return &c.Engine.WindowBytes })},
 	{"high-burst", "high-class grants before one low-class grant", setInt(func(c *Config) *int { return &c.Engine.HighBurst })},
 	{"inbound-queue", "inbound request queue size", setInt(func(c *Config) *int { return &c.Engine.InboundQueue })},
@@ -587,7 +589,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 		return ec, err
 	}
 	ec.UDPPort, ec.MTU = e.UDPPort, e.MTU
-	ec.Slots, ec.Regions, ec.Portals = e.Slots, e.Regions, e.Portals
+	ec.Slots, ec.Regions, ec.Portals, ec.Tenants = e.Slots, e.Regions, e.Portals, e.Tenants
 	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
 	ec.InboundQueue, ec.NackThreshold, ec.ServeBudget = e.InboundQueue, e.NackThreshold, e.ServeBudget
 	ec.LowAfterHigh = e.LowAfterHigh

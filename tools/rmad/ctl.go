@@ -109,6 +109,13 @@ type CtlConfig struct {
 	StatsRate   float64 `json:"stats_rate"`
 	StatsBurst  int     `json:"stats_burst"`
 	OperatorGID *uint32 `json:"operator_gid"`
+	// Weight is the main socket's tenants' weight in the data path's
+	// shares (the solicitation window), 1..1000; Weights gives some of
+	// them another, by the uid each tenant stands for:
+	//
+	//	"weight": 1, "weights": [{"uid": 1000, "weight": 3}]
+	Weight  int                `json:"weight"`
+	Weights []ctl.TenantWeight `json:"weights"`
 }
 
 // SocketEntry is one more control socket (ctl.SocketConfig).
@@ -122,6 +129,9 @@ type SocketEntry struct {
 	SlotPolicy ctl.AppPolicy `json:"slot_policy"`
 	Quota      ctl.Quota     `json:"quota"`
 	Guarantee  ctl.Quota     `json:"guarantee"`
+	// Weight and Weights: as the main socket's (ctl.weight, ctl.weights).
+	Weight  int                `json:"weight"`
+	Weights []ctl.TenantWeight `json:"weights"`
 }
 
 // foldConnsAlias replaces quota.conns with max_conns_per_uid, its older
@@ -166,7 +176,7 @@ func (c *Config) ctlConfig() (ctl.Config, error) {
 			return cc, err
 		}
 		cc.Sockets = append(cc.Sockets, ctl.SocketConfig{Path: k.Socket, Mode: mode, Name: "main",
-			Tenant: ctl.TenantByUID, Policy: k.SlotPolicy})
+			Tenant: ctl.TenantByUID, Policy: k.SlotPolicy, Weight: k.Weight, Weights: k.Weights})
 	}
 	for i, e := range k.Sockets {
 		m := e.Mode
@@ -182,7 +192,7 @@ func (c *Config) ctlConfig() (ctl.Config, error) {
 			tenant = ctl.TenantBySocket
 		}
 		cc.Sockets = append(cc.Sockets, ctl.SocketConfig{Path: e.Path, Mode: mode, UID: e.UID, GID: e.GID, Name: e.Name,
-			Tenant: tenant, Policy: e.SlotPolicy, Quota: e.Quota, Guarantee: e.Guarantee})
+			Tenant: tenant, Policy: e.SlotPolicy, Quota: e.Quota, Guarantee: e.Guarantee, Weight: e.Weight, Weights: e.Weights})
 	}
 	cc.CmdCap, cc.CplCap = k.CmdCap, k.CplCap
 	cc.Quota = k.Quota.Over(ctl.DefaultQuota())
