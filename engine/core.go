@@ -70,6 +70,10 @@ type Core struct {
 	burst func(now int64, frames [][]byte)
 
 	stats Stats
+	// tstats are the per-tenant counters, by PortalSpec.Tenant
+	// (Config.Tenants of them): a refusal or delay a tenant's own share
+	// caused is counted here, not only in Stats.
+	tstats []TenantCounters
 }
 
 // New allocates every table of a core from cfg: an engine of one core
@@ -86,7 +90,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 // buildCore builds core idx of group g from its own config (CoreID,
 // SlotBase and CacheSeed already set).
 func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
-	c := &Core{cfg: cfg}
+	c := &Core{cfg: cfg, tstats: make([]TenantCounters, cfg.Tenants)}
 	c.out = newSender(&c.cfg, tx, &c.stats)
 	if err := c.out.lane.Refill(); err != nil {
 		return nil, fmt.Errorf("%w: IV source: %v", ErrConfig, err)

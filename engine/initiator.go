@@ -103,6 +103,7 @@ type initiator struct {
 	nbr     *nbrTable
 	arp     *arp
 	st      *Stats
+	tst     []TenantCounters // by PortalSpec.Tenant
 }
 
 func newInitiator(cfg *Config, keys *aesni.Cache, parts *Core) *initiator {
@@ -126,6 +127,7 @@ func newInitiator(cfg *Config, keys *aesni.Cache, parts *Core) *initiator {
 		nbr:             parts.nbr,
 		arp:             parts.arp,
 		st:              &parts.stats,
+		tst:             parts.tstats,
 	}
 	for i := cfg.Slots - 1; i >= 0; i-- {
 		n.slots[i].prev, n.slots[i].next = -1, -1
@@ -240,6 +242,7 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 	s.want = unitMask(cmd.Length)
 	p.pending++
 	n.inflight++
+	n.tst[p.tenant].Posted++
 	if cmd.RemoteAddr == n.out.ip {
 		s.hop, s.mac, s.chunk = n.out.ip, n.out.mac, uint16(n.out.maxPayload)
 		n.enqueue(now, int32(idx))
