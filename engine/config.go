@@ -61,8 +61,19 @@ type Config struct {
 
 	// WindowBytes is this core's share of the solicitation window: bytes of
 	// inbound response data it may have promised to land at once. An op
-	// enters service only when ArbitrationBytes are free.
+	// enters service only when ArbitrationBytes are free. The tenants
+	// with portals on the core share it (shares.go): each is guaranteed
+	// WindowBytes × its weight / the present tenants' weights, and may
+	// borrow beyond that only for ops to destinations that answer.
 	WindowBytes int
+	// Responsive: a destination that answered an op of this core (any
+	// authenticated answer) within this long is responsive, and a
+	// tenant may borrow window beyond its share for ops to it (0:
+	// Timeout/4). Destinations bounds the destinations whose last answer
+	// the core remembers (the least recently answered is forgotten to
+	// make room: unresponsive until it answers again).
+	Responsive   time.Duration
+	Destinations int
 	// HighBurst: after this many consecutive high-class grants while a
 	// low-class op waits, the low class gets one grant (no starvation).
 	HighBurst int
@@ -189,6 +200,7 @@ func DefaultConfig() Config {
 		Portals:           64,
 		Tenants:           64,
 		WindowBytes:       256 << 10,
+		Destinations:      256,
 		HighBurst:         8,
 		InboundQueue:      1024,
 		NackThreshold:     768,
@@ -237,6 +249,10 @@ func (c *Config) Validate() error {
 		return bad("Tenants", c.Tenants)
 	case c.WindowBytes < ArbitrationBytes:
 		return bad("WindowBytes", c.WindowBytes)
+	case c.Responsive < 0 || c.Responsive > time.Second:
+		return bad("Responsive", c.Responsive)
+	case c.Destinations < 1 || c.Destinations > 1<<16:
+		return bad("Destinations", c.Destinations)
 	case c.HighBurst < 1:
 		return bad("HighBurst", c.HighBurst)
 	case c.InboundQueue < 1:

@@ -131,7 +131,13 @@ func (c *Core) Config() Config { return c.cfg }
 
 // OpenPortal attaches a portal's rings. The rings' memory must stay mapped
 // until ClosePortal returns.
-func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) { return c.portals.open(spec) }
+func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) {
+	id, err := c.portals.open(spec)
+	if err == nil {
+		c.ini.join(spec.Tenant, max(spec.Weight, 1)) // its tenant is present: the shares change
+	}
+	return id, err
+}
 
 // AllocSlots gives n more slots to portal p, all or nothing, within its
 // MaxSlots cap.
@@ -155,6 +161,7 @@ func (c *Core) ClosePortal(id PortalID) error {
 	}
 	c.reclaim(id, true)
 	c.regions.sync() // a quiescent point of this core: its part of the change is done
+	c.ini.leave(int(p.tenant))
 	*p = portal{}
 	c.portals.dropLive(id)
 	return nil

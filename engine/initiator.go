@@ -22,14 +22,20 @@ const (
 
 // slot is one CST entry: one in-flight op (paper §4.3).
 type slot struct {
-	state    slotState
-	list     listID
-	class    abi.Class
-	orphan   bool // its portal closed while the op was in service
-	op       abi.Op
-	portal   PortalID
-	prev     int32
-	next     int32
+	state  slotState
+	list   listID
+	class  abi.Class
+	orphan bool // its portal closed while the op was in service
+	op     abi.Op
+	portal PortalID
+	tenant uint16 // its portal's (PortalSpec.Tenant)
+	prev   int32
+	next   int32
+	// tprev and tnext link a queued op in its tenant's FIFO of its class
+	// (shares.go); prev and next then link it in its class's FIFO of all
+	// tenants' ops.
+	tprev    int32
+	tnext    int32
 	seq      uint32 // bumped per op: stale responses never match
 	remoteIP uint32
 	hop      uint32   // the next hop toward remoteIP (route.go): whose MAC ARP resolves
@@ -68,11 +74,12 @@ type slot struct {
 }
 
 // initiator is the side of a core that runs the applications' ops: the
-// command slot table (CST) and its lists (the two arbiter FIFOs, the ops
-// waiting for ARP, the ops in service ordered by deadline), the arbiter
-// that grants them window, their timers, the answers and READ chunks that
-// complete them, and for WRITEs the pull they answer with their data
-// (initiator_rx.go).
+// command slot table (CST) and its lists (the two class FIFOs of queued
+// ops, in the order they were queued, and each tenant's FIFOs of its own;
+// the ops waiting for ARP, the ops in service ordered by deadline), the
+// arbiter that grants them window by tenant share and class (shares.go),
+// their timers, the answers and READ chunks that complete them, and for
+// WRITEs the pull they answer with their data (initiator_rx.go).
 type initiator struct {
 	slotBase        abi.SlotID
 	dispatchTimeout int64
@@ -85,6 +92,16 @@ type initiator struct {
 	lists    [numLists]slotList
 	inflight int // ops posted and not completed (orphans included)
 	arb      classArbiter
+	// The window's shares (shares.go): each tenant's queues and share,
+	// the rings of tenants with ops queued by class, the sum of the
+	// present tenants' weights, the ops queued; and when each destination
+	// last answered (dests.go).
+	tq           []tenantQ // by PortalSpec.Tenant
+	rings        [abi.NumClass]tenantRing
+	sumWeight    int
+	queued       int
+	dests        *destTable
+	responsiveNs int64
 	// sendq holds the slots of WRITEs whose data could not all be sent
 	// when their pull arrived (see pushSend).
 	sendq       ring[int32]
@@ -116,6 +133,9 @@ func newInitiator(cfg *Config, keys *aesni.Cache, parts *Core) *initiator {
 		slots:           make([]slot, cfg.Slots),
 		free:            make([]int32, 0, cfg.Slots),
 		arb:             classArbiter{burst: cfg.HighBurst},
+		tq:              newTenantQs(cfg.Tenants),
+		dests:           newDestTable(cfg.Destinations),
+		responsiveNs:    int64(cfg.Responsive),
 		sendq:           newRing[int32](cfg.Slots),
 		keys:            keys,
 		scratch:         make([]byte, abi.MaxOpBytes),
@@ -129,8 +149,15 @@ func newInitiator(cfg *Config, keys *aesni.Cache, parts *Core) *initiator {
 		st:              &parts.stats,
 		tst:             parts.tstats,
 	}
+	if n.responsiveNs == 0 {
+		n.responsiveNs = int64(cfg.Timeout) / 4
+	}
+	for i := range n.rings {
+		n.rings[i] = tenantRing{head: noTenant, tail: noTenant}
+	}
 	for i := cfg.Slots - 1; i >= 0; i-- {
 		n.slots[i].prev, n.slots[i].next = -1, -1
+		n.slots[i].tprev, n.slots[i].tnext = -1, -1
 		n.free = append(n.free, int32(i))
 	}
 	for i := range n.lists {
@@ -187,6 +214,7 @@ func (n *initiator) reclaim(id PortalID) {
 			n.freeSlot(int32(i))
 		case slotInService:
 			s.orphan = true
+			n.tq[s.tenant].held -= int(s.debit) // an orphan is no tenant's: its window is nobody's share
 		}
 	}
 }
@@ -228,7 +256,7 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 		}
 	}
 	s.aead, s.ck = a, ck
-	s.op, s.class, s.cookie = cmd.Op, p.class, cmd.Cookie
+	s.op, s.class, s.cookie, s.tenant = cmd.Op, p.class, cmd.Cookie, p.tenant
 	s.remoteIP, s.remReg, s.remOff = cmd.RemoteAddr, uint32(cmd.RemoteRegion), cmd.RemoteOffset
 	s.locReg, s.locOff, s.length = cmd.LocalRegion, cmd.LocalOffset, cmd.Length
 	if cmd.Op == abi.OpRekey { // the key is taken now: the app may reuse its buffer at once
@@ -277,13 +305,15 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 	n.enqueue(now, int32(idx))
 }
 
-// enqueue puts a resolved op at the tail of its arbiter FIFO. Each FIFO is
-// ordered by queuedNs, so DISPATCH_TIMEOUT is checked at its head only.
+// enqueue puts a resolved op at the tail of its class FIFO and of its
+// tenant's FIFO of the class. Each is ordered by queuedNs, so
+// DISPATCH_TIMEOUT is checked at the class FIFOs' heads only.
 func (n *initiator) enqueue(now int64, i int32) {
 	s := &n.slots[i]
 	s.state = slotQueued
 	s.queuedNs = now
 	n.pushBack(fifoOf(s.class), i)
+	n.tpush(i)
 }
 
 func (n *initiator) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Status {
@@ -341,32 +371,39 @@ func (n *initiator) forgetIfUnwanted(ip uint32) {
 
 // ---- service -------------------------------------------------------------
 
-// arbitrate grants window to the heads of the two FIFOs (paper §4.3): the
-// high class first, the low class after HighBurst consecutive high grants.
+// arbitrate grants window to queued ops (paper §4.3), by tenant share and
+// class (shares.go): the high class first, the low class after HighBurst
+// consecutive high grants; tenants below their share first, then
+// borrowing, only toward destinations that answer.
 func (n *initiator) arbitrate(now int64) int {
 	k := 0
-	for n.win.room() {
-		hi, lo := n.lists[listFIFOHigh].head, n.lists[listFIFOLow].head
-		cl, ok := n.arb.next(hi >= 0, lo >= 0)
+	for n.queued > 0 && n.win.room() {
+		t, cl, borrow, ok := n.pick(now)
 		if !ok {
 			return k
-		}
-		i := lo
-		if cl == abi.ClassHigh {
-			i = hi
 		}
 		b := n.out.buffer()
 		if b == nil {
 			return k
 		}
-		n.unlink(i)
+		q := &n.tq[t]
+		i := q.q[cl].head
 		s := &n.slots[i]
-		s.state = slotInService
-		s.debit = s.length
-		if s.op != abi.OpRead { // WRITE, REKEY: it solicits only the pull and the acknowledgment
-			s.debit = wire.ChunkAlign
+		debit := debitOf(s)
+		q.deficit[cl] -= debit
+		ts := &n.tst[t]
+		if q.blockedNs >= s.queuedNs {
+			ts.ShareWaits++
 		}
-		n.win.debit(int(s.debit))
+		if borrow {
+			ts.Borrowed++
+			ts.BorrowedBytes += uint64(debit)
+		}
+		n.unlink(i)
+		s.state = slotInService
+		s.debit = uint32(debit)
+		q.held += debit
+		n.win.debit(debit)
 		s.issueNs = now
 		if s.issueNs == 0 { // 0 means "never issued"
 			s.issueNs = 1
@@ -426,6 +463,9 @@ func (n *initiator) complete(now int64, i int32, st abi.Status) {
 	s := &n.slots[i]
 	if s.state == slotInService {
 		n.win.refund(int(s.debit))
+		if !s.orphan { // an orphan's debit left its tenant's books when it was orphaned
+			n.tq[s.tenant].held -= int(s.debit)
+		}
 		s.debit = 0
 	}
 	n.unlink(i)
@@ -464,6 +504,14 @@ func (n *initiator) expire(now int64) int {
 	}
 	for _, l := range [...]listID{listFIFOHigh, listFIFOLow} {
 		for i := n.lists[l].head; i >= 0 && now-n.slots[i].queuedNs >= n.dispatchTimeout; i = n.lists[l].head {
+			s := &n.slots[i]
+			ts := &n.tst[s.tenant]
+			if n.tq[s.tenant].blockedNs >= s.queuedNs {
+				ts.ShareWaits++
+			}
+			if n.atShare(i) {
+				ts.ShareDispatchTimeouts++
+			}
 			n.complete(now, i, abi.StatusDispatchTimeout)
 			k++
 		}
@@ -498,6 +546,12 @@ func (n *initiator) stalled(gap int64) {
 			n.slots[i].queuedNs += gap
 		}
 	}
+	for t := range n.tq {
+		if n.tq[t].blockedNs != math.MinInt64 {
+			n.tq[t].blockedNs += gap
+		}
+	}
+	n.dests.stalled(gap)
 }
 
 // nextDeadline is the earliest timer of the initiator (math.MaxInt64:
@@ -583,6 +637,9 @@ func (n *initiator) audit() (int, error) {
 		if onList[l] != n.lists[l].n {
 			return 0, fmt.Errorf("audit: list %d counts %d, slots say %d", l, n.lists[l].n, onList[l])
 		}
+	}
+	if err := n.auditShares(); err != nil {
+		return 0, err
 	}
 	if inflight != n.inflight {
 		return 0, fmt.Errorf("audit: in flight %d, slots say %d", n.inflight, inflight)

@@ -136,6 +136,7 @@ func (n *initiator) finishAnswer(now int64, w *rxWork, ok bool) {
 		n.st.RxAuthFailed++
 		return
 	}
+	n.dests.answered(n.slots[w.idx].remoteIP, now)
 	n.complete(now, w.idx, w.st)
 }
 
@@ -150,6 +151,7 @@ func (n *initiator) finishChunk(now int64, w *rxWork, ok bool) {
 		return
 	}
 	s := &n.slots[w.idx]
+	n.dests.answered(s.remoteIP, now)
 	s.arrived |= w.bits
 	if s.arrived == s.want {
 		n.complete(now, w.idx, abi.StatusOK)
@@ -181,6 +183,7 @@ func (n *initiator) finishPull(now int64, w *rxWork, ok bool) {
 	}
 	f, i := &w.f, w.idx
 	s := &n.slots[i]
+	n.dests.answered(s.remoteIP, now)
 	s.pulled = true
 	s.pullIV = f.IV
 	s.pullPort, s.pullHandle = f.SrcPort, f.Region

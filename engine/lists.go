@@ -2,9 +2,12 @@ package engine
 
 // Slot lists are intrusive doubly linked lists threaded through the slot
 // table (prev/next are slot indices, -1 ends a list), so moving an op
-// between the arbiter FIFOs, the resolving list and the in-service list
+// between the class FIFOs, the resolving list and the in-service list
 // allocates nothing and removal from the middle (a completion arriving out
-// of order) is O(1).
+// of order, an op granted ahead of other tenants' older ones) is O(1). A
+// queued op is on two lists: its class FIFO (prev/next, every tenant's
+// ops in the order they were queued) and its tenant's FIFO of the class
+// (tprev/tnext, shares.go); unlink takes it off both.
 
 type listID uint8
 
@@ -43,6 +46,9 @@ func (n *initiator) unlink(i int32) {
 	s := &n.slots[i]
 	if s.list == listNone {
 		return
+	}
+	if s.list == listFIFOLow || s.list == listFIFOHigh { // a queued op: its tenant's FIFO too
+		n.tunlink(i)
 	}
 	L := &n.lists[s.list]
 	if s.prev >= 0 {

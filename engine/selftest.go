@@ -170,6 +170,7 @@ func NewSelfTest(g *Group, cfg SelfTestConfig) (*SelfTest, error) {
 		}
 		s.id, s.p = id, &c.portals.p[id]
 		c.src, t.src[i] = s, s
+		c.ini.join(0, 1) // tenant 0's, weight 1
 	}
 	if loop {
 		kr, err := randomKey()
@@ -423,6 +424,7 @@ func (t *SelfTest) Close() {
 		c := t.g.cores[i]
 		c.reclaim(s.id, true)
 		c.regions.sync()
+		c.ini.leave(0)
 		c.portals.p[s.id] = portal{}
 		c.src, t.src[i] = nil, nil
 	}
