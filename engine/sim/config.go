@@ -295,6 +295,8 @@ var Scenarios = []Scenario{
 	{"mixed", Mixed},
 	{"multicore", MultiCore},
 	{"multicore-clean", MultiCoreClean},
+	{"tenant-shares", TenantShares},
+	{"tenant-shares-weighted", TenantSharesWeighted},
 }
 
 // ScenarioByName returns the scenario called name.

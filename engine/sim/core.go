@@ -130,6 +130,9 @@ func (c *simCore) step() {
 	work := c.core.Poll(now)
 	n.app.harvestAll()
 	n.afterCallOn(c, "Poll")
+	if fr := s.cfg.flows; fr != nil && fr.shares != nil && c == fr.shares.client && s.err == nil {
+		fr.shares.afterStep()
+	}
 	txCount := int64(c.txSent - txBefore)
 	cost := s.costOf(n)
 	c.busyUntil = now + cost.PollNs + int64(rxCount)*cost.RxFrameNs + txCount*cost.TxFrameNs +

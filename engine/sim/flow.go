@@ -48,6 +48,13 @@ type FlowExperiment struct {
 	BucketNs int64
 	// KeepSamples records every completion (FlowResult.Samples).
 	KeepSamples bool
+	// Silent are nodes whose link is down the whole run: a flow reading
+	// from one gets no answer, ever (its ops end TIMEOUT or
+	// DISPATCH_TIMEOUT).
+	Silent []int
+	// Shares, if set, checks the window's shares between the tenants of
+	// three flows of one client node at every step (shares.go).
+	Shares *ShareCheck
 }
 
 // FlowSpec is one flow: a client reading an object of a server.
@@ -69,6 +76,11 @@ type FlowSpec struct {
 	// CC: issue as the client's controller allows (FlowExperiment.CC):
 	// at most MaxInFlight(key) ops in flight to the server, paced by Gap.
 	CC bool
+	// Tenant and Weight are the flow portal's (engine.PortalSpec: the
+	// engine-local tenant index, its weight in the window's shares; 0:
+	// tenant 0, weight 1); High opens it in the high class.
+	Tenant, Weight int
+	High           bool
 }
 
 // FlowResult is what an experiment measured.

@@ -240,6 +240,12 @@ func (fp *flowPortal) complete(c *abi.Completion) {
 			}
 		}
 	}
+	if fr.shares != nil {
+		fr.shares.completed(f, &op, c)
+		if s.err != nil {
+			return
+		}
+	}
 	fill(area, poison)
 	fp.busy[k] = flowOp{}
 	fp.idle = append(fp.idle, k)

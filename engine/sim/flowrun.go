@@ -18,6 +18,7 @@ import (
 type flowRun struct {
 	exp         FlowExperiment
 	s           *Sim
+	shares      *shareRun // FlowExperiment.Shares's checks (nil: none)
 	flows       []*flowState
 	servers     map[int]*flowServer
 	ctl         map[int]*cc.Controller
@@ -46,6 +47,7 @@ type flowOp struct {
 	off      uint64 // chunk offset in the object
 	postedAt int64
 	firstAt  int64 // first post of this chunk
+	issuedAt int64 // its request was sent (0: not yet; seen only with FlowExperiment.Shares)
 	length   uint32
 }
 
@@ -130,6 +132,18 @@ func (fr *flowRun) config() (Config, error) {
 			return Config{}, fmt.Errorf("sim: flow %d: StartNs %d StopNs %d", i, f.StartNs, f.StopNs)
 		case f.RateBps < 0 || f.MaxOutstanding < 0 || f.Slots < 1:
 			return Config{}, fmt.Errorf("sim: flow %d: rate %v outstanding %d slots %d", i, f.RateBps, f.MaxOutstanding, f.Slots)
+		case f.Tenant < 0 || f.Weight < 0:
+			return Config{}, fmt.Errorf("sim: flow %d: tenant %d weight %d", i, f.Tenant, f.Weight)
+		}
+	}
+	for _, n := range x.Silent {
+		if n < 0 || n >= x.Nodes {
+			return Config{}, fmt.Errorf("sim: silent node %d", n)
+		}
+	}
+	if x.Shares != nil {
+		if err := x.Shares.validate(x); err != nil {
+			return Config{}, err
 		}
 	}
 	e := x.Engine
@@ -193,6 +207,9 @@ func (fr *flowRun) setup(s *Sim) error {
 	fr.servers = make(map[int]*flowServer)
 	fr.ctl = make(map[int]*cc.Controller)
 	fr.inflight = make(map[ccKey]int)
+	for _, n := range x.Silent {
+		s.nodes[n].linkDown++ // for good: it never answers
+	}
 	for i, spec := range x.Flows {
 		srv := fr.servers[spec.Server]
 		if srv == nil {
@@ -234,6 +251,9 @@ func (fr *flowRun) setup(s *Sim) error {
 		fr.flows = append(fr.flows, f)
 		f.setTimer(f.start)
 	}
+	if x.Shares != nil {
+		fr.shares = newShareRun(fr)
+	}
 	return nil
 }
 
@@ -263,11 +283,18 @@ func (fr *flowRun) openPortal(n *node, f *flowState, slots int, pid uint32) (*fl
 		return nil, err
 	}
 	fp := &flowPortal{fr: fr, n: n, f: f, pid: pid, seg: alignedBytes(int(lay.Size)), slotIx: make(map[abi.SlotID]int)}
-	id, err := n.cores[0].core.OpenPortal(engine.PortalSpec{
+	spec := engine.PortalSpec{
 		CmdRing: lay.CmdRing(fp.seg), CmdCap: lay.CmdCap,
 		CplRing: lay.CplRing(fp.seg), CplCap: lay.CplCap,
 		MaxSlots: slots, PID: pid,
-	})
+	}
+	if f != nil {
+		spec.Tenant, spec.Weight = f.spec.Tenant, f.spec.Weight
+		if f.spec.High {
+			spec.Class = abi.ClassHigh
+		}
+	}
+	id, err := n.cores[0].core.OpenPortal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: OpenPortal: %w", n.id, err)
 	}

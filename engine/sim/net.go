@@ -323,6 +323,10 @@ func (s *Sim) send(c *simCore, b []byte) {
 			s.sawReadData(c, &h)
 		}
 		switch h.Type {
+		case wire.TypeReadReq:
+			if fr := s.cfg.flows; fr != nil && fr.shares != nil {
+				fr.shares.sawRequest(n, &h)
+			}
 		case wire.TypeWriteReq, wire.TypeRekeyReq:
 			s.sawWriteRequest(n, &h)
 		case wire.TypePullReq:

@@ -62,8 +62,10 @@ type Result struct {
 	// region a portal of another of its cores registered (the region
 	// table the cores share).
 	CrossCore uint64
-	Net       NetStats
-	Cores     []engine.Stats // every core's counters, node by node
+	// Shares: what the tenant-shares scenarios measured (nil in others).
+	Shares *ShareStats
+	Net    NetStats
+	Cores  []engine.Stats // every core's counters, node by node
 	// Digest folds every event, frame and completion of the run: two runs
 	// of one seed must produce the same digest (determinism check).
 	Digest uint64
@@ -704,6 +706,11 @@ func (s *Sim) finalChecks() {
 		n.checkQuiet("at the end")
 		n.app.checkAtEnd()
 		if s.err != nil {
+			return
+		}
+	}
+	if fr := s.cfg.flows; fr != nil && fr.shares != nil {
+		if fr.shares.atEnd(); s.err != nil {
 			return
 		}
 	}
