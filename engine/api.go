@@ -40,6 +40,12 @@ type PortalSpec struct {
 	// Weight is the tenant's weight in the data path's shares (1..
 	// MaxWeight; 0 means 1).
 	Weight int
+	// TenantEpoch names the tenant's tenure of its index (the control
+	// plane's count of the tenants it admitted, 0: none): a portal of a
+	// new epoch for its index starts the index's counters on the core
+	// afresh (TenantCounters.Epoch), so a tenant never inherits the
+	// counters of the one that had its index before.
+	TenantEpoch uint64
 }
 
 // MaxTenants bounds Config.Tenants; MaxWeight bounds PortalSpec.Weight.

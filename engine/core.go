@@ -134,6 +134,9 @@ func (c *Core) Config() Config { return c.cfg }
 func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) {
 	id, err := c.portals.open(spec)
 	if err == nil {
+		if tc := &c.tstats[spec.Tenant]; tc.Epoch != spec.TenantEpoch { // a new tenant under the index
+			*tc = TenantCounters{Epoch: spec.TenantEpoch}
+		}
 		c.ini.join(spec.Tenant, max(spec.Weight, 1)) // its tenant is present: the shares change
 	}
 	return id, err

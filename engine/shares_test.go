@@ -527,3 +527,48 @@ func BenchmarkArbitrate(b *testing.B) {
 		})
 	}
 }
+
+// A tenant's counters on a core start afresh when a portal of a new
+// tenure of its index (PortalSpec.TenantEpoch) opens there: a tenant
+// never inherits the counters of the one that had its index before.
+func TestTenantCountersEpoch(t *testing.T) {
+	p := newSharesPair(t, 16, nil)
+	open := func(epoch uint64) (*testApp, abi.RegionID) {
+		const cmdCap, cplCap = 64, 64
+		cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))
+		cplMem := aligned(abi.RingBytes(cplCap, abi.CompletionSize))
+		id, err := p.a.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap,
+			MaxSlots: 4, PID: testPID, Tenant: 3, TenantEpoch: epoch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &testApp{id: id, ip: p.a.out.ipb}
+		a.cmd, _ = abi.NewProducer(cmdMem, cmdCap, abi.CommandSize)
+		a.cpl, _ = abi.NewConsumer(cplMem, cplCap, abi.CompletionSize)
+		a.slots, _ = p.a.AllocSlots(id, 4)
+		sink, _ := p.a.RegisterRegion(id, make([]byte, 4*abi.MaxOpBytes), abi.PermAll, testKr)
+		return a, sink
+	}
+	a, sink := open(7)
+	p.postReads(t, a, sink, 0, 2, liveIP)
+	p.run()
+	if c := p.a.TenantCounters(3); c.Epoch != 7 || c.Posted != 2 {
+		t.Fatalf("epoch 7: %+v", c)
+	}
+	b, _ := open(7) // the same tenant's second portal: nothing restarts
+	if c := p.a.TenantCounters(3); c.Posted != 2 {
+		t.Fatalf("a second portal of epoch 7: %+v", c)
+	}
+	for _, x := range []*testApp{a, b} {
+		if err := p.a.ClosePortal(x.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := p.a.TenantCounters(3); c.Posted != 2 || c.WindowShare != 0 {
+		t.Fatalf("the tenant gone: %+v", c)
+	}
+	open(8)
+	if c := p.a.TenantCounters(3); c.Epoch != 8 || c.Posted != 0 || c.WindowShare == 0 {
+		t.Fatalf("epoch 8: %+v", c)
+	}
+}

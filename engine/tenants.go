@@ -8,6 +8,11 @@ package engine
 // regions' behalf. The control plane sums them over the cores
 // (Core.TenantCounters).
 type TenantCounters struct {
+	// Epoch is the PortalSpec.TenantEpoch of the latest portal of this
+	// index opened on the core: the counters are that tenant's since
+	// its first portal here (the gauges are live whatever the epoch).
+	Epoch uint64
+
 	Posted uint64 // ops its portals posted on this core
 
 	// The solicitation window (shares.go). ShareWaits: ops that waited
