@@ -263,7 +263,9 @@ func TestResponseRoundTrip(t *testing.T) {
 			{Name: "main uid 0", Socket: "/run/onerma/rmad.sock", UID: new(int64),
 				TenantUsage: TenantUsage{Conns: 2, MemoryBytes: 4 << 20, HugepageBytes: 2 << 20, Portals: 1, Slots: 16, Regions: 3},
 				Quota:       TenantUsage{Conns: 64, MemoryBytes: 1 << 30, HugepageBytes: 256 << 20, Portals: 32, Slots: 512, Regions: 512},
-				Guarantee:   TenantUsage{Conns: 4, MemoryBytes: 64 << 20, HugepageBytes: 8 << 20, Portals: 2, Slots: 64, Regions: 16}},
+				Guarantee:   TenantUsage{Conns: 4, MemoryBytes: 64 << 20, HugepageBytes: 8 << 20, Portals: 2, Slots: 64, Regions: 16},
+				Datapath: &TenantDatapath{Posted: 100, ShareWaits: 3, ShareDispatchTimeouts: 1, Borrowed: 20, BorrowedBytes: 81920,
+					WindowHeld: 8192, WindowShare: 131072, Queued: 2}},
 			{Name: "web", Socket: "/run/onerma/web.sock"},
 		}}},
 	} {

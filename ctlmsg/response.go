@@ -226,6 +226,34 @@ type TenantStats struct {
 	// Guarantee are the tenant's minimums (its socket's guarantees):
 	// what it is given of each pool however much the others hold.
 	Guarantee TenantUsage `json:"guarantee"`
+	// Datapath are its counters in the engine's data path, summed over
+	// the cores; absent while it is not active (it holds nothing).
+	Datapath *TenantDatapath `json:"datapath,omitempty"`
+}
+
+// TenantDatapath are a tenant's counters in the engine's data path
+// (engine.TenantCounters, field for field), summed over the cores since
+// the tenant became active: what its own share of a pool delayed or
+// refused, and its use of the solicitation window.
+type TenantDatapath struct {
+	Posted uint64 `json:"posted"` // ops its portals posted
+	// ShareWaits: ops that waited for window while the tenant was at its
+	// share (window was free, the op did not fit in the share, and its
+	// destination had not answered recently enough to borrow);
+	// ShareDispatchTimeouts: DISPATCH_TIMEOUTs of ops that did not fit in
+	// the share when they expired.
+	ShareWaits            uint64 `json:"share_waits"`
+	ShareDispatchTimeouts uint64 `json:"share_dispatch_timeouts"`
+	// Borrowed, BorrowedBytes: ops that entered service beyond the
+	// share (toward destinations that answer), and their window.
+	Borrowed      uint64 `json:"borrowed"`
+	BorrowedBytes uint64 `json:"borrowed_bytes"`
+	// Gauges: window its ops in service hold, its guaranteed share
+	// (summed over the cores it has portals on) and ops waiting for
+	// window.
+	WindowHeld  uint64 `json:"window_held"`
+	WindowShare uint64 `json:"window_share"`
+	Queued      uint64 `json:"queued"`
 }
 
 // TenantUsage counts what a tenant holds of each pool, in the units of

@@ -138,13 +138,13 @@ func (c *conn) attach(resp *ctlmsg.Response) *reqError {
 	seg := c.seg.mem
 	// The tenant is active while the connection lasts: its index stays.
 	c.s.mu.Lock()
-	tenantIdx, weight := c.tenant.idx, c.tenant.weight
+	tenantIdx, epoch, weight := c.tenant.idx, c.tenant.epoch, c.tenant.weight
 	c.s.mu.Unlock()
 	spec := engine.PortalSpec{
 		CmdRing: c.layout.CmdRing(seg), CmdCap: c.layout.CmdCap,
 		CplRing: c.layout.CplRing(seg), CplCap: c.layout.CplCap,
 		Class: c.class, MaxSlots: c.maxSlots, PID: c.ident,
-		Tenant: tenantIdx, Weight: weight,
+		Tenant: tenantIdx, Weight: weight, TenantEpoch: epoch,
 	}
 	var (
 		id   engine.PortalID

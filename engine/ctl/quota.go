@@ -406,6 +406,8 @@ func (s *Server) activateLocked(t *tenant) *refusal {
 	}
 	t.idx = s.tenantIdx[len(s.tenantIdx)-1]
 	s.tenantIdx = s.tenantIdx[:len(s.tenantIdx)-1]
+	s.tenantEpochs++
+	t.epoch = s.tenantEpochs
 	t.active = true
 	return nil
 }

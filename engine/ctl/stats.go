@@ -107,17 +107,18 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 // same moment (rmad's metrics copy the core's delay histograms there).
 // The error is Exec's: a core is not running.
 func (s *Server) Stats(also func(core int, c *engine.Core)) (*ctlmsg.Stats, error) {
-	m, _, err := s.collect(also)
+	m, _, dp, err := s.collect(also)
 	if err != nil {
 		return nil, err
 	}
-	m.Tenants = largest(s.Tenants(), maxStatsTenants)
+	m.Tenants = largest(s.tenantRows(dp), maxStatsTenants)
 	return m, nil
 }
 
-// collect is Stats without the tenants, and the tenant of each portal
-// (keys[i] is Portals[i]'s).
-func (s *Server) collect(also func(core int, c *engine.Core)) (*ctlmsg.Stats, []tenantKey, error) {
+// collect is Stats without the tenants, the tenant of each portal
+// (keys[i] is Portals[i]'s), and the data path's counters of each
+// tenant index (sumDatapath), read in the same Exec as the rest.
+func (s *Server) collect(also func(core int, c *engine.Core)) (*ctlmsg.Stats, []tenantKey, []engine.TenantCounters, error) {
 	n := len(s.execs)
 	cores := make([]ctlmsg.CoreStats, n)
 	sts := make([]engine.Stats, n)
@@ -125,10 +126,17 @@ func (s *Server) collect(also func(core int, c *engine.Core)) (*ctlmsg.Stats, []
 		portals []ctlmsg.PortalStats
 		keys    []tenantKey
 	)
+	per := make([][]engine.TenantCounters, n)
+	withDP := func(i int, c *engine.Core) {
+		per[i] = coreDatapath(c, s.engineTenants)
+		if also != nil {
+			also(i, c)
+		}
+	}
 	for i := range s.execs {
 		var err error
-		if portals, err = s.readCore(i, &sts[i], &cores[i].Stats, portals, &keys, also); err != nil {
-			return nil, nil, err
+		if portals, err = s.readCore(i, &sts[i], &cores[i].Stats, portals, &keys, withDP); err != nil {
+			return nil, nil, nil, err
 		}
 	}
 	var sum engine.Stats
@@ -148,7 +156,7 @@ func (s *Server) collect(also func(core int, c *engine.Core)) (*ctlmsg.Stats, []
 		m.Cores = cores
 	}
 	m.Portals = portals
-	return m, keys, nil
+	return m, keys, sumDatapath(per), nil
 }
 
 // CoreStats is core i's part of the stats reply: its counters, its

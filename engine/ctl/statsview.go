@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/ctlmsg"
+	"github.com/onerma/onerma/engine"
 )
 
 // The stats request (conn.stats) is the one request any connection may
@@ -92,6 +93,7 @@ type statsSnap struct {
 	gen  uint64    // the changes counted when it started (Server.changes): it shows them all
 	st   *ctlmsg.Stats
 	keys []tenantKey
+	dp   []engine.TenantCounters // the data path's counters by tenant index (sumDatapath)
 }
 
 // statsCache runs the collections of the stats request.
@@ -161,11 +163,11 @@ func (c *statsCache) get(seen, since uint64) (*statsSnap, error) {
 // counters and portals, without the tenants (each answer reads those
 // from the server's books).
 func (s *Server) collectStats() (*statsSnap, error) {
-	st, keys, err := s.collect(nil)
+	st, keys, dp, err := s.collect(nil)
 	if err != nil {
 		return nil, err
 	}
-	return &statsSnap{st: st, keys: keys}, nil
+	return &statsSnap{st: st, keys: keys, dp: dp}, nil
 }
 
 // noteChange counts a change of t's portals as the stats reply lists
@@ -215,7 +217,7 @@ func (c *conn) stats(op ctlmsg.Op) (*ctlmsg.Stats, *reqError) {
 	c.statsSeen = snap.seq
 	st := *snap.st // shallow: the snapshot's maps and slices are only read
 	if operator {
-		st.Tenants = largest(s.Tenants(), maxStatsTenants)
+		st.Tenants = largest(s.tenantRows(snap.dp), maxStatsTenants)
 		return &st, nil
 	}
 	st.TenantOnly = true
@@ -227,7 +229,7 @@ func (c *conn) stats(op ctlmsg.Op) (*ctlmsg.Stats, *reqError) {
 	}
 	s.drainMem() // memory the applications let go of since
 	s.mu.Lock()
-	st.Tenants = []ctlmsg.TenantStats{c.tenant.row()}
+	st.Tenants = []ctlmsg.TenantStats{c.tenant.row(snap.dp)}
 	s.mu.Unlock()
 	return &st, nil
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/ctlmsg"
+	"github.com/onerma/onerma/engine"
 )
 
 // tenantKey names a tenant: a socket, and a uid when the socket splits its
@@ -26,7 +27,11 @@ type tenant struct {
 	active bool
 	// idx is its index among the tenants the engine's cores serve
 	// (engine.PortalSpec.Tenant), held while it is active; -1: none.
+	// epoch names this tenure of the index (engine.PortalSpec.TenantEpoch):
+	// the cores' counters of the index are its own from its first portal
+	// on each.
 	idx    int
+	epoch  uint64
 	weight int // engine.PortalSpec.Weight (its socket's config)
 	// Identity token bucket (Config.IdentityRate, IdentityBurst).
 	idTokens float64
@@ -101,15 +106,27 @@ func (s *Server) takeIdentityToken(op ctlmsg.Op, t *tenant) *reqError {
 }
 
 // Tenants reports every tenant holding a connection or resources, by
-// name: its usage against its quotas and guarantees.
+// name: its usage against its quotas and guarantees, and its counters in
+// the data path (read from every core: one Exec each; without them when
+// a core is not running).
 func (s *Server) Tenants() []ctlmsg.TenantStats {
+	dp, err := s.readDatapath()
+	if err != nil {
+		dp = nil
+	}
+	return s.tenantRows(dp)
+}
+
+// tenantRows is Tenants with the data path's counters dp (sumDatapath;
+// nil: none).
+func (s *Server) tenantRows(dp []engine.TenantCounters) []ctlmsg.TenantStats {
 	s.drainMem() // memory the applications let go of since
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]ctlmsg.TenantStats, 0, len(s.tenants))
 	for _, t := range s.tenants {
 		if !t.idle() {
-			out = append(out, t.row())
+			out = append(out, t.row(dp))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -117,14 +134,21 @@ func (s *Server) Tenants() []ctlmsg.TenantStats {
 }
 
 // row is t's row of the stats reply: what it holds, its quotas and its
-// guarantees (as of its activation). Call with s.mu held.
-func (t *tenant) row() ctlmsg.TenantStats {
+// guarantees (as of its activation), and, when dp is not nil, its
+// counters in the data path. Call with s.mu held.
+func (t *tenant) row(dp []engine.TenantCounters) ctlmsg.TenantStats {
 	var min, max amounts
 	for p := range t.shares {
 		min[p], max[p] = t.shares[p].min, t.shares[p].max
 	}
 	ts := ctlmsg.TenantStats{Name: t.name, Socket: t.l.cfg.Path, TenantUsage: t.held().usage(),
 		Quota: max.usage(), Guarantee: min.usage()}
+	if t.idx >= 0 && t.idx < len(dp) {
+		ts.Datapath = new(ctlmsg.TenantDatapath)
+		if c := &dp[t.idx]; c.Epoch == t.epoch { // else its portals have not reached a core the collection read
+			*ts.Datapath = *datapathMsg(c)
+		}
+	}
 	if t.key.uid >= 0 {
 		uid := t.key.uid
 		ts.UID = &uid

@@ -226,3 +226,39 @@ func TestShmHugetlb(t *testing.T) {
 	}
 	m.mem[0], m.mem[hp-1] = 1, 2
 }
+
+// TestDatapathCoversEveryField fails when engine.TenantCounters gains a
+// counter that the sum over cores or the stats reply does not carry.
+func TestDatapathCoversEveryField(t *testing.T) {
+	var c engine.TenantCounters
+	cv := reflect.ValueOf(&c).Elem()
+	for i := range cv.NumField() {
+		cv.Field(i).SetUint(uint64(1000 + i))
+	}
+	c.Epoch = 5
+	old := engine.TenantCounters{Epoch: 4, Posted: 99}
+	sum := sumDatapath([][]engine.TenantCounters{{c}, {old}, {c}})
+	sv := reflect.ValueOf(&sum[0]).Elem()
+	m := reflect.ValueOf(datapathMsg(&sum[0])).Elem()
+	for i := range cv.NumField() {
+		name := cv.Type().Field(i).Name
+		want := 2 * cv.Field(i).Uint() // the two cores of epoch 5; not the one still at 4
+		if name == "Epoch" {
+			if sv.Field(i).Uint() != 5 {
+				t.Errorf("sum's epoch %d, want 5", sv.Field(i).Uint())
+			}
+			continue
+		}
+		if got := sv.Field(i).Uint(); got != want {
+			t.Errorf("sum's %s = %d, want %d", name, got, want)
+		}
+		mf := m.FieldByName(name)
+		if !mf.IsValid() {
+			t.Errorf("ctlmsg.TenantDatapath has no field %s", name)
+			continue
+		}
+		if mf.Uint() != want {
+			t.Errorf("TenantDatapath.%s = %d, want %d", name, mf.Uint(), want)
+		}
+	}
+}
