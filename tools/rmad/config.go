@@ -83,27 +83,34 @@ type EngineConfig struct {
 	// and these take part in one longest-prefix match:
 	//
 	//	"routes": [{"dst": "10.9.0.0/16", "via": "10.1.0.254", "mtu": 1400}]
-	Routes          []RouteConfig `json:"routes"`
-	MAC             string        `json:"mac"` // "": the port's MAC
-	UDPPort         uint16        `json:"udp_port"`
-	MTU             int           `json:"mtu"`
-	Slots           int           `json:"slots"`
-	Regions         int           `json:"regions"`
-	Portals         int           `json:"portals"`
-	Tenants         int           `json:"tenants"`
-	WindowBytes     int           `json:"window_bytes"`
-	HighBurst       int           `json:"high_burst"`
-	InboundQueue    int           `json:"inbound_queue"`
-	NackThreshold   int           `json:"nack_threshold"`
-	ServeBudget     int           `json:"serve_budget"`
-	LowAfterHigh    int           `json:"low_after_high"`
-	DispatchTimeout Duration      `json:"dispatch_timeout"`
-	Timeout         Duration      `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
-	PullIdleTimeout Duration      `json:"pull_idle_timeout"`
-	ResolveTimeout  Duration      `json:"resolve_timeout"`
-	ARPRetry        Duration      `json:"arp_retry"`
-	ICMPRate        int           `json:"icmp_rate"`  // ICMP echo requests answered per second at most (0: none)
-	ICMPBurst       int           `json:"icmp_burst"` // of which at once after a quiet spell
+	Routes      []RouteConfig `json:"routes"`
+	MAC         string        `json:"mac"` // "": the port's MAC
+	UDPPort     uint16        `json:"udp_port"`
+	MTU         int           `json:"mtu"`
+	Slots       int           `json:"slots"`
+	Regions     int           `json:"regions"`
+	Portals     int           `json:"portals"`
+	Tenants     int           `json:"tenants"`
+	WindowBytes int           `json:"window_bytes"`
+	// Responsive: a tenant may borrow window beyond its share for ops to
+	// a destination that answered one of the core's ops within this long
+	// (0: timeout/4); Destinations bounds the destinations each core
+	// remembers the last answer of (engine.Config.Responsive,
+	// Destinations; docs/tenants.md).
+	Responsive      Duration `json:"responsive"`
+	Destinations    int      `json:"destinations"`
+	HighBurst       int      `json:"high_burst"`
+	InboundQueue    int      `json:"inbound_queue"`
+	NackThreshold   int      `json:"nack_threshold"`
+	ServeBudget     int      `json:"serve_budget"`
+	LowAfterHigh    int      `json:"low_after_high"`
+	DispatchTimeout Duration `json:"dispatch_timeout"`
+	Timeout         Duration `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
+	PullIdleTimeout Duration `json:"pull_idle_timeout"`
+	ResolveTimeout  Duration `json:"resolve_timeout"`
+	ARPRetry        Duration `json:"arp_retry"`
+	ICMPRate        int      `json:"icmp_rate"`  // ICMP echo requests answered per second at most (0: none)
+	ICMPBurst       int      `json:"icmp_burst"` // of which at once after a quiet spell
 	// NeighborReachable is how long a neighbor's MAC is good for after
 	// it answered our ARP request; ops re-ask past 3/4 of it.
 	NeighborReachable Duration `json:"neighbor_reachable"`
@@ -392,6 +399,8 @@ var flagSpecs = []struct {
 	{"portals", "portal table size", setInt(func(c *Config) *int { return &c.Engine.Portals })},
 	{"tenants", "tenants the engine serves at once (the data path's per-tenant state)", setInt(func(c *Config) *int { return &c.Engine.Tenants })},
 	{"window-bytes", "solicitation window bytes", setInt(func(c *Config) *int { return &c.Engine.WindowBytes })},
+	{"responsive", "a tenant borrows window beyond its share only for ops to a destination that answered within this long (0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.Responsive })},
+	{"destinations", "destinations whose last answer each core remembers (the least recently answered forgotten)", setInt(func(c *Config) *int { return &c.Engine.Destinations })},
 	{"high-burst", "high-class grants before one low-class grant", setInt(func(c *Config) *int { return &c.Engine.HighBurst })},
 	{"inbound-queue", "inbound request queue size", setInt(func(c *Config) *int { return &c.Engine.InboundQueue })},
 	{"nack-threshold", "inbound queue depth that NACKs", setInt(func(c *Config) *int { return &c.Engine.NackThreshold })},
@@ -591,6 +600,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.UDPPort, ec.MTU = e.UDPPort, e.MTU
 	ec.Slots, ec.Regions, ec.Portals, ec.Tenants = e.Slots, e.Regions, e.Portals, e.Tenants
 	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
+	ec.Responsive, ec.Destinations = time.Duration(e.Responsive), e.Destinations
 	ec.InboundQueue, ec.NackThreshold, ec.ServeBudget = e.InboundQueue, e.NackThreshold, e.ServeBudget
 	ec.LowAfterHigh = e.LowAfterHigh
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)

@@ -537,6 +537,7 @@ func logStartup(log zerolog.Logger, cfg *Config, frameBytes, dataRoom int, c *ct
 		Uint64("mbuf_pool_bytes_approx", uint64(cfg.Port.Mbufs)*uint64(dataRoom+mbufOverhead)).
 		Int("max_payload_bytes", wire.MaxPayload(cfg.Engine.MTU)).
 		Int("window_ops_at_arbitration", cfg.Engine.WindowBytes/engine.ArbitrationBytes).
+		Str("responsive_effective", responsiveOf(&cfg.Engine).String()).
 		Str("port_kind", portKind(&cfg.Port)).
 		Str("timeout_port_default", defaultTimeout(&cfg.Port, cfg.Poll.Mode).String())
 	if l, err := abi.NewLayout(0, c.CmdCap, c.CplCap); err == nil {
@@ -547,6 +548,15 @@ func logStartup(log zerolog.Logger, cfg *Config, frameBytes, dataRoom int, c *ct
 	ev.Uint64("shared_region_bytes_max", uint64(c.MaxConns)*c.MaxPortalBytes).
 		Int("control_sockets", len(c.Sockets)).
 		Msg("derived sizes")
+}
+
+// responsiveOf is engine.Config.Responsive as the cores use it: 0 is a
+// quarter of the TIMEOUT.
+func responsiveOf(e *EngineConfig) time.Duration {
+	if e.Responsive != 0 {
+		return time.Duration(e.Responsive)
+	}
+	return time.Duration(e.Timeout) / 4
 }
 
 // mbufOverhead approximates the per-mbuf memory beyond its data room

@@ -64,7 +64,8 @@ type metricsServer struct {
 // loop, in which it also copies the histograms: the loop takes no lock
 // and does no work for the scrape but that copy and the stats reply's.
 // The tenants' usage against their quotas comes from the server's books
-// (srv.Tenants), off the loops. An engine-wide figure is the sum over
+// (srv.Tenants), off the loops, and their data-path counters from one
+// more Exec on each loop (srv.Tenants sums the cores' counters). An engine-wide figure is the sum over
 // the core label (sum without (core) (...)). With cfg.Pprof the Go
 // runtime's profiles are served at /debug/pprof/ beside.
 func startMetrics(cfg MetricsConfig, srv *ctl.Server, delays []*telemetry.Delays, limits metrics.Limits, log zerolog.Logger) (*metricsServer, error) {
@@ -79,8 +80,9 @@ func startMetrics(cfg MetricsConfig, srv *ctl.Server, delays []*telemetry.Delays
 		}
 	}
 	col, err := metrics.NewCollector(metrics.Config{
-		Cores:   cores,
-		Tenants: func() []metrics.TenantUsage { return metrics.TenantsOf(srv.Tenants()) },
+		Cores:    cores,
+		Tenants:  func() []metrics.TenantUsage { return metrics.TenantsOf(srv.Tenants()) },
+		Datapath: func() []metrics.TenantDatapath { return metrics.DatapathOf(srv.Tenants()) },
 	})
 	if err != nil {
 		return nil, err
