@@ -85,7 +85,39 @@ func printStats(w io.Writer, st *ctlmsg.Stats) {
 				cell(u.MemoryBytes>>20, g.MemoryBytes>>20, q.MemoryBytes>>20),
 				cell(u.HugepageBytes>>20, g.HugepageBytes>>20, q.HugepageBytes>>20), t.Socket)
 		}
+		printDatapath(w, st.Tenants)
 	}
+}
+
+// printDatapath writes the tenants' data-path counters (those of an
+// active tenant), a column per counter named as in the JSON.
+func printDatapath(w io.Writer, ts []ctlmsg.TenantStats) {
+	t := reflect.TypeOf(ctlmsg.TenantDatapath{})
+	head := false
+	for _, ten := range ts {
+		if ten.Datapath == nil {
+			continue
+		}
+		if !head {
+			fmt.Fprintf(w, "\n%-29s", "tenant (data path)")
+			for i := range t.NumField() {
+				fmt.Fprintf(w, " %*s", colWidth(t.Field(i)), strings.Split(t.Field(i).Tag.Get("json"), ",")[0])
+			}
+			fmt.Fprintln(w)
+			head = true
+		}
+		fmt.Fprintf(w, "%-29s", ten.Name)
+		v := reflect.ValueOf(*ten.Datapath)
+		for i := range t.NumField() {
+			fmt.Fprintf(w, " %*d", colWidth(t.Field(i)), v.Field(i).Uint())
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// colWidth is the width of a data-path column: its name's, at least 8.
+func colWidth(f reflect.StructField) int {
+	return max(8, len(strings.Split(f.Tag.Get("json"), ",")[0]))
 }
 
 // line is one named value of the text output, its name padded to width

@@ -17,7 +17,9 @@ func TestPrintStats(t *testing.T) {
 		Tenants: []ctlmsg.TenantStats{{Name: "main uid 1000", Socket: "/run/onerma/rmad.sock",
 			TenantUsage: ctlmsg.TenantUsage{Conns: 2, Portals: 1, Slots: 16, Regions: 3, MemoryBytes: 5 << 20, HugepageBytes: 4 << 20},
 			Quota:       ctlmsg.TenantUsage{Conns: 64, Portals: 32, Slots: 512, Regions: 512, MemoryBytes: 6 << 30, HugepageBytes: 256 << 20},
-			Guarantee:   ctlmsg.TenantUsage{Conns: 4, Portals: 2, Slots: 64, Regions: 16, MemoryBytes: 64 << 20, HugepageBytes: 8 << 20}}}}
+			Guarantee:   ctlmsg.TenantUsage{Conns: 4, Portals: 2, Slots: 64, Regions: 16, MemoryBytes: 64 << 20, HugepageBytes: 8 << 20},
+			Datapath:    &ctlmsg.TenantDatapath{Posted: 900, ShareWaits: 12, Borrowed: 30, BorrowedBytes: 122880, WindowShare: 131072}},
+			{Name: "web", Socket: "/run/onerma/web.sock"}}}
 	var b bytes.Buffer
 	printStats(&b, one)
 	for _, want := range []string{"posted              7\n", "port.name                net_memif0\n", "loop.stalls              2\n",
@@ -26,6 +28,15 @@ func TestPrintStats(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("one core: no %q in\n%s", want, b.String())
 		}
+	}
+	for _, re := range []string{`(?m)^tenant \(data path\) +posted +share_waits +share_dispatch_timeouts +borrowed +borrowed_bytes +window_held +window_share +queued$`,
+		`(?m)^main uid 1000 +900 +12 +0 +30 +122880 +0 +131072 +0$`} {
+		if !regexp.MustCompile(re).MatchString(b.String()) {
+			t.Errorf("one core: no line matching %s in\n%s", re, b.String())
+		}
+	}
+	if n := len(regexp.MustCompile(`(?m)^web `).FindAllString(b.String(), -1)); n != 1 {
+		t.Errorf("a tenant without data-path counters has a row of them:\n%s", b.String())
 	}
 	if strings.Contains(b.String(), "this tenant only") {
 		t.Errorf("an operator's reply said to be one tenant's:\n%s", b.String())
