@@ -43,7 +43,7 @@ type Server struct {
 	// indices below it no active tenant holds (a stack).
 	engineTenants int
 	tenantIdx     []int
-	tenantEpochs  uint64 // tenants admitted to an index (each one's tenant.epoch)
+	tenantEpochs  uint64         // tenants admitted to an index (each one's tenant.epoch)
 	pools         [numPools]pool // what the tenants hold of each (pool.go)
 	load          []coreLoad     // by core: the portals and slots it serves (cores.go)
 	// Memory objects charged until they are gone (memwatch.go): by

@@ -70,6 +70,25 @@ func TenantsOf(ts []ctlmsg.TenantStats) []TenantUsage {
 	return out
 }
 
+// TenantDatapath is one tenant's counters in the engine's data path,
+// summed over the cores (ctlmsg.TenantDatapath).
+type TenantDatapath struct {
+	Tenant string // its name, the only label
+	ctlmsg.TenantDatapath
+}
+
+// DatapathOf is the data-path counters of each tenant the control server
+// reports (engine/ctl.Server.Tenants) that has them (an active tenant).
+func DatapathOf(ts []ctlmsg.TenantStats) []TenantDatapath {
+	out := make([]TenantDatapath, 0, len(ts))
+	for _, t := range ts {
+		if t.Datapath != nil {
+			out = append(out, TenantDatapath{t.Name, *t.Datapath})
+		}
+	}
+	return out
+}
+
 // Config of a Collector.
 type Config struct {
 	Cores []Core
@@ -80,6 +99,12 @@ type Config struct {
 	// books, not the cores. Without it the collector exports usage per
 	// portal and per uid only.
 	Tenants func() []TenantUsage
+	// Datapath, if set, reports each tenant's counters in the data path
+	// at every scrape (onerma_tenant_*: its window share and use, ops
+	// delayed by its share; labelled with the tenant's name only):
+	// rmad's is DatapathOf its control server's Tenants, which sums
+	// the cores' counters.
+	Datapath func() []TenantDatapath
 }
 
 // Collector is a prometheus.Collector of an engine's cores. Register it
@@ -155,6 +180,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- gauge(c.d.tenantUsage, t.Used, t.Tenant, t.Resource)
 			ch <- gauge(c.d.tenantQuota, t.Quota, t.Tenant, t.Resource)
 			ch <- gauge(c.d.tenantGuarantee, t.Guarantee, t.Tenant, t.Resource)
+		}
+	}
+	if c.cfg.Datapath != nil {
+		for _, t := range c.cfg.Datapath() {
+			emit(ch, c.d.tenantDatapath, tenantDatapathFamilies, &t.TenantDatapath, t.Tenant)
 		}
 	}
 }
@@ -296,10 +326,15 @@ func sv[T any](value string, get func(*T) float64) series[T] {
 // describe makes the families' descriptions; prefix are the labels
 // between core and each family's own.
 func describe[T any](fams []family[T], prefix ...string) []*prometheus.Desc {
+	return describeBy(fams, append([]string{"core"}, prefix...)...)
+}
+
+// describeBy makes the families' descriptions, labelled first with
+// labels.
+func describeBy[T any](fams []family[T], labels ...string) []*prometheus.Desc {
 	out := make([]*prometheus.Desc, len(fams))
 	for i, f := range fams {
-		labels := append(append([]string{"core"}, prefix...), f.labels...)
-		out[i] = prometheus.NewDesc("onerma_"+f.name, f.help, labels, nil)
+		out[i] = prometheus.NewDesc("onerma_"+f.name, f.help, append(slices.Clip(labels), f.labels...), nil)
 	}
 	return out
 }

@@ -28,7 +28,10 @@
 // (identity), class and tenant; per-uid gauges sum a uid's portals over
 // all cores; each tenant's usage against its quotas
 // (onerma_tenant_usage, onerma_tenant_quota by resource) comes from
-// Config.Tenants (ctl.Server.Tenants).
+// Config.Tenants (ctl.Server.Tenants), and its counters in the data path
+// (onerma_tenant_*: ops posted, its window share, held and borrowed, ops
+// that waited for its share; labelled with the tenant's name only) from
+// Config.Datapath.
 //
 // Import graph: tools/rmad ──► engine/metrics ──► ctlmsg, engine/telemetry,
 // github.com/prometheus/client_golang. It imports neither the engine nor

@@ -166,6 +166,7 @@ type descs struct {
 	portalClosed                                     *prometheus.Desc
 	uidPortals, uidSlots, uidRegions, uidRegionBytes *prometheus.Desc
 	tenantUsage, tenantQuota, tenantGuarantee        *prometheus.Desc
+	tenantDatapath                                   []*prometheus.Desc
 }
 
 // portalLabels label a portal's gauges after core.
@@ -180,10 +181,11 @@ func newDescs() descs {
 		return "Delay of the core's ops, by op, from their completions: " + what + ". Buckets are powers of two of nanoseconds, the first 256 ns."
 	}
 	return descs{
-		stats: describe(statsFamilies),
-		loop:  describe(loopFamilies),
-		port:  describe(portFamilies, "port"),
-		xdp:   describe(xdpFamilies, "port"),
+		stats:          describe(statsFamilies),
+		tenantDatapath: describeBy(tenantDatapathFamilies, "tenant"),
+		loop:           describe(loopFamilies),
+		port:           describe(portFamilies, "port"),
+		xdp:            describe(xdpFamilies, "port"),
 
 		up:          d("core_up", "1 if the engine core answered this scrape, 0 if its poll loop is not running.", core),
 		completions: d("completions_total", "Completions written, by op and status as the abi names them (op OTHER: commands that named no valid op).", core, "op", "status"),
@@ -221,11 +223,28 @@ func newDescs() descs {
 
 // all are every description.
 func (d *descs) all() []*prometheus.Desc {
-	out := append(append(append(append([]*prometheus.Desc(nil), d.stats...), d.loop...), d.port...), d.xdp...)
+	out := append(append(append(append(append([]*prometheus.Desc(nil), d.stats...), d.loop...), d.port...), d.xdp...), d.tenantDatapath...)
 	return append(out, d.up, d.completions, d.issueDelay, d.totalDelay, d.remoteDelay,
 		d.windowSize, d.slots, d.portals, d.portalsMax, d.regions, d.regionsMax,
 		d.portalSlots, d.portalSlotsLimit, d.portalInFlight, d.portalCmdDepth, d.portalCmdCap,
 		d.portalCplDepth, d.portalCplCap, d.portalRegions, d.portalRegionsLimit,
 		d.portalRegionBytes, d.portalRegionBytesLimit, d.portalClosed,
 		d.uidPortals, d.uidSlots, d.uidRegions, d.uidRegionBytes, d.tenantUsage, d.tenantQuota, d.tenantGuarantee)
+}
+
+type tdp = ctlmsg.TenantDatapath
+
+// tenantDatapathFamilies are a tenant's counters in the data path
+// (ctlmsg.TenantDatapath), summed over the cores, labelled with the
+// tenant only. TestEveryTenantCounterExported keeps them in step with
+// ctlmsg.TenantDatapath.
+var tenantDatapathFamilies = []family[tdp]{
+	one("tenant_ops_posted_total", "Ops a tenant's portals posted.", ctr, func(t *tdp) float64 { return u(t.Posted) }),
+	one("tenant_share_waits_total", "A tenant's ops that waited for window while it was at its guaranteed share (their destination had not answered recently enough to borrow).", ctr, func(t *tdp) float64 { return u(t.ShareWaits) }),
+	one("tenant_share_dispatch_timeouts_total", "A tenant's ops that ended DISPATCH_TIMEOUT not fitting in its share.", ctr, func(t *tdp) float64 { return u(t.ShareDispatchTimeouts) }),
+	one("tenant_window_borrowed_total", "A tenant's ops that entered service beyond its share, toward destinations that answer.", ctr, func(t *tdp) float64 { return u(t.Borrowed) }),
+	one("tenant_window_borrowed_bytes_total", "Window bytes a tenant's ops borrowed beyond its share.", ctr, func(t *tdp) float64 { return u(t.BorrowedBytes) }),
+	one("tenant_window_held_bytes", "Window bytes a tenant's ops in service hold.", gge, func(t *tdp) float64 { return u(t.WindowHeld) }),
+	one("tenant_window_share_bytes", "A tenant's guaranteed share of the window, summed over the cores it has portals on.", gge, func(t *tdp) float64 { return u(t.WindowShare) }),
+	one("tenant_ops_queued", "A tenant's ops waiting for window.", gge, func(t *tdp) float64 { return u(t.Queued) }),
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/onerma/onerma/ctlmsg"
@@ -113,6 +114,46 @@ func TestCoreDownAndTenants(t *testing.T) {
 	}
 	if _, err := metrics.NewCollector(metrics.Config{Cores: []metrics.Core{{ID: 0}}}); err == nil {
 		t.Error("a core without Snapshot accepted")
+	}
+	promtoolCheck(t, pg.text)
+}
+
+// TestEveryTenantCounterExported: every counter of a tenant's data path
+// (ctlmsg.TenantDatapath) is on the page, labelled with the tenant's name
+// only; a tenant without them (not active) has none.
+func TestEveryTenantCounterExported(t *testing.T) {
+	var (
+		dp   ctlmsg.TenantDatapath
+		next uint64
+	)
+	fields := map[string]uint64{}
+	fill(reflect.ValueOf(&dp).Elem(), "", &next, fields)
+	rows := []ctlmsg.TenantStats{{Name: "pod", Datapath: &dp}, {Name: "idle"}}
+	col, err := metrics.NewCollector(metrics.Config{Datapath: func() []metrics.TenantDatapath { return metrics.DatapathOf(rows) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := scrape(t, col)
+	seen := map[float64]bool{}
+	for _, f := range pg.fams {
+		if !strings.HasPrefix(f.GetName(), "onerma_") {
+			continue // the process's and Go runtime's
+		}
+		for _, m := range f.Metric {
+			if len(m.Label) != 1 || m.Label[0].GetName() != "tenant" || m.Label[0].GetValue() != "pod" {
+				t.Errorf("%s: labels %v, want tenant=pod only", f.GetName(), m.Label)
+			}
+			seen[m.GetCounter().GetValue()] = true
+			seen[m.GetGauge().GetValue()] = true
+		}
+	}
+	for name, v := range fields {
+		if !seen[float64(v)] {
+			t.Errorf("%s (%d) is not on the page", name, v)
+		}
+	}
+	if got := pg.value("onerma_tenant_window_share_bytes", map[string]string{"tenant": "pod"}); got != float64(dp.WindowShare) {
+		t.Errorf("onerma_tenant_window_share_bytes = %v, want %d", got, dp.WindowShare)
 	}
 	promtoolCheck(t, pg.text)
 }
