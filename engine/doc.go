@@ -39,7 +39,8 @@
 // (portals.go), the region table (regions.go), the routing table
 // (route.go), the neighbor table and ARP (neighbor.go), ICMP and the IPv4
 // the engine does not take (icmp.go), the window and the class arbiter
-// (arbiter.go), the sender
+// (arbiter.go), the tenants' shares of the window (shares.go, dests.go),
+// the sender
 // (sender.go) with its seal backend (sealer.go, seal_mb.go), the op
 // source of a SelfTest (opsource.go, selftest.go: the engine's own op
 // generator, rmad -selftest), and the generic ring they queue in
@@ -74,6 +75,19 @@
 //     consecutive high grants with a low op waiting, one low grant. A
 //     portal's class is fixed at open, granted by the control server's
 //     policy (engine/ctl), never by the portal's name.
+//   - Tenants share the window (shares.go): each tenant with a portal on
+//     the core (PortalSpec.Tenant, Weight) is guaranteed W × its weight /
+//     the present tenants' weights (at least ArbitrationBytes). Ops wait
+//     in a FIFO per tenant and class; a grant goes to tenants below their
+//     share first, then to borrowing beyond it, and only toward
+//     destinations that answered an op of the core within
+//     Config.Responsive (a fixed table of Config.Destinations
+//     destinations, least recently answered evicted: dests.go); in both
+//     phases the class arbiter applies and a class's tenants take turns
+//     by deficit round robin by weight, in bytes. Ops to a destination
+//     that stops answering hold at most their tenant's share; a tenant
+//     alone has the whole window, as before tenants. Per-tenant counters
+//     (TenantCounters) say what its share delayed and what it borrowed.
 //   - Inbound request queues, one per class (requests carry wire.FlagHigh,
 //     authenticated with the header), served high first by the same
 //     HighBurst rule. Each is bounded; a request arriving when its queue is

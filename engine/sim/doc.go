@@ -315,6 +315,20 @@
 // their draws come from streams of their own (Sim.mcRng), so one-core
 // runs draw exactly what they drew before.
 //
+// # Tenants' shares of the window
+//
+// The scenarios tenant-shares and tenant-shares-weighted (shares.go) run
+// flow applications instead of the random workload: three tenants of
+// one client engine, one reading from a node whose link is down the
+// whole run (FlowExperiment.Silent), one saturating a live server, one
+// light, each a portal of its own tenant and weight (FlowSpec.Tenant,
+// Weight, High). Checked at every step of the client's core: the dead
+// destination's tenant holds at most its guaranteed share (the
+// simulator's own count of its requests in service, equal to the
+// engine's TenantCounters), the light tenant's ops enter service within
+// ShareCheck.LightBoundNs and all end OK, and no window is left free
+// after a Poll while a tenant has an op queued that could enter.
+//
 // # Scripted repros
 //
 // Tests in this package can replace the random applications by scripts
@@ -362,6 +376,7 @@
 //	flowrun.go   a flow experiment's state, setup and result
 //	flowops.go   flow ops: issue and completion
 //	figures.go   the paper's Fig. 15 and 16 as flow experiments, and their analyses
+//	shares.go    the tenant-shares scenarios: three tenants' flows and the checks of their shares
 //
 // Imports: engine, abi, aesni, wire, cc (flow experiments). Nothing imports
 // sim but tests and tools.
