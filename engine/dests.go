@@ -109,14 +109,14 @@ func (t *destTable) pushMRU(i int32) {
 
 // answered records an authenticated answer from ip at now.
 func (t *destTable) answered(ip uint32, now int64) {
+	if m := t.mru; m >= 0 && t.e[m].ip == ip { // the latest to answer, again: most answers
+		t.e[m].lastNs = now
+		return
+	}
 	k := t.find(ip)
 	i := t.index[k]
 	switch {
 	case i >= 0:
-		if i == t.mru {
-			t.e[i].lastNs = now
-			return
-		}
 		t.unlinkLRU(i)
 	case t.n < len(t.e):
 		i = int32(t.n)

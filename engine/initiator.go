@@ -44,7 +44,7 @@ type slot struct {
 	chunk    uint16   // most data per frame toward remoteIP (its route's MTU): a WRITE's chunk size
 	remReg   uint32
 	length   uint32
-	debit    uint32
+	debit    uint32 // window it solicits in service (debitOf, set at the post)
 	remOff   uint64
 	locReg   abi.RegionID
 	locOff   uint64
@@ -214,7 +214,7 @@ func (n *initiator) reclaim(id PortalID) {
 			n.freeSlot(int32(i))
 		case slotInService:
 			s.orphan = true
-			n.tq[s.tenant].held -= int(s.debit) // an orphan is no tenant's: its window is nobody's share
+			n.tq[s.tenant].held -= int32(s.debit) // an orphan is no tenant's: its window is nobody's share
 		}
 	}
 }
@@ -259,6 +259,7 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 	s.op, s.class, s.cookie, s.tenant = cmd.Op, p.class, cmd.Cookie, p.tenant
 	s.remoteIP, s.remReg, s.remOff = cmd.RemoteAddr, uint32(cmd.RemoteRegion), cmd.RemoteOffset
 	s.locReg, s.locOff, s.length = cmd.LocalRegion, cmd.LocalOffset, cmd.Length
+	s.debit = debitOf(s)       // what it will solicit in service: its share is checked against it
 	if cmd.Op == abi.OpRekey { // the key is taken now: the app may reuse its buffer at once
 		r := n.regions.lookup(cmd.LocalRegion)
 		s.newKey = aesni.Key(r.mem[cmd.LocalOffset : cmd.LocalOffset+aesni.KeySize])
@@ -389,21 +390,22 @@ func (n *initiator) arbitrate(now int64) int {
 		q := &n.tq[t]
 		i := q.q[cl].head
 		s := &n.slots[i]
-		debit := debitOf(s)
-		q.deficit[cl] -= debit
-		ts := &n.tst[t]
+		debit := int32(s.debit) // set at the post (debitOf)
+		if n.rings[cl].n > 1 {  // turns are taken: the grant is charged to its tenant's
+			q.deficit[cl] -= debit
+		}
 		if q.blockedNs >= s.queuedNs {
-			ts.ShareWaits++
+			n.tst[t].ShareWaits++
 		}
 		if borrow {
+			ts := &n.tst[t]
 			ts.Borrowed++
 			ts.BorrowedBytes += uint64(debit)
 		}
 		n.unlink(i)
 		s.state = slotInService
-		s.debit = uint32(debit)
 		q.held += debit
-		n.win.debit(debit)
+		n.win.debit(int(debit))
 		s.issueNs = now
 		if s.issueNs == 0 { // 0 means "never issued"
 			s.issueNs = 1
@@ -464,9 +466,8 @@ func (n *initiator) complete(now int64, i int32, st abi.Status) {
 	if s.state == slotInService {
 		n.win.refund(int(s.debit))
 		if !s.orphan { // an orphan's debit left its tenant's books when it was orphaned
-			n.tq[s.tenant].held -= int(s.debit)
+			n.tq[s.tenant].held -= int32(s.debit)
 		}
-		s.debit = 0
 	}
 	n.unlink(i)
 	n.inflight--

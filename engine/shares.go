@@ -56,23 +56,24 @@ import (
 // noTenant ends a ring of tenants.
 const noTenant = -1
 
-// tenantQ is one tenant's part of the initiator.
+// tenantQ is one tenant's part of the initiator. What a grant reads and
+// writes comes first (one cache line); the rest changes with portals.
 type tenantQ struct {
 	q       [abi.NumClass]slotList // its queued ops by class, FIFO (slot.tprev/tnext)
-	deficit [abi.NumClass]int      // deficit round robin: bytes it may be granted in its turn
-	// prev and next link it in the ring of its class while it has ops of
-	// that class queued (noTenant ends the ring).
-	prev, next [abi.NumClass]int32
-	held       int // window bytes its ops in service hold (orphans excluded)
-	share      int // g_t (0: not present)
-	weight     int // PortalSpec.Weight of its latest portal
-	quantum    int // weight × ArbitrationBytes
-	portals    int // its portals open on the core (op sources included)
+	deficit [abi.NumClass]int32    // deficit round robin: bytes it may be granted in its turn
+	held    int32                  // window bytes its ops in service hold (orphans excluded)
+	share   int32                  // g_t (0: not present)
+	quantum int32                  // weight × ArbitrationBytes
 	// blockedNs is the latest time a grant passed it over for its share:
 	// window was free, its queue head did not fit in its share and could
 	// not borrow. An op queued before then waited for its tenant's share
 	// (TenantCounters.ShareWaits).
 	blockedNs int64
+	// prev and next link it in the ring of its class while it has ops of
+	// that class queued (noTenant ends the ring).
+	prev, next [abi.NumClass]int32
+	weight     int // PortalSpec.Weight of its latest portal
+	portals    int // its portals open on the core (op sources included)
 }
 
 // tenantRing is the ring of the tenants with ops of one class queued.
@@ -106,7 +107,7 @@ func (n *initiator) join(t, w int) {
 	} else {
 		n.sumWeight += w - q.weight
 	}
-	q.weight, q.quantum = w, w*ArbitrationBytes
+	q.weight, q.quantum = w, int32(w*ArbitrationBytes)
 	n.reshare()
 }
 
@@ -130,7 +131,7 @@ func (n *initiator) reshare() {
 	for t := range n.tq {
 		q := &n.tq[t]
 		if q.portals > 0 {
-			q.share = min(W, max(ArbitrationBytes, int(int64(W)*int64(q.weight)/int64(n.sumWeight))))
+			q.share = int32(min(W, max(ArbitrationBytes, int(int64(W)*int64(q.weight)/int64(n.sumWeight)))))
 		}
 	}
 }
@@ -138,10 +139,11 @@ func (n *initiator) reshare() {
 // ---- queues --------------------------------------------------------------
 
 // debitOf is what op s debits from the window in service: a READ its
-// size, a WRITE or REKEY the 64 bytes of its pull and acknowledgment.
-func debitOf(s *slot) int {
+// size, a WRITE or REKEY the 64 bytes of its pull and acknowledgment
+// (slot.debit from the post on).
+func debitOf(s *slot) uint32 {
 	if s.op == abi.OpRead {
-		return int(s.length)
+		return s.length
 	}
 	return wire.ChunkAlign
 }
@@ -237,14 +239,16 @@ func (n *initiator) responsive(ip uint32, now int64) bool {
 // falls short of its head's debit is topped up by its quantum and moved
 // to the back of the ring, and the walk goes on; the first that qualifies
 // with deficit enough is the one. The quantum is at least any debit, so
-// a tenant topped up qualifies when the walk comes round to it again.
+// a tenant topped up qualifies when the walk comes round to it again. A
+// tenant alone in the ring needs no turns: its deficit is left as it is
+// (granted does not charge it either).
 func (n *initiator) turn(cl abi.Class, now int64, borrow bool) int32 {
 	r := &n.rings[cl]
 	t := r.head
 	for steps := 2 * r.n; t >= 0 && steps > 0; steps-- {
 		q := &n.tq[t]
 		s := &n.slots[q.q[cl].head]
-		cost := debitOf(s)
+		cost := int32(s.debit)
 		next := q.next[cl]
 		if !borrow && q.held+cost > q.share {
 			t = next
@@ -255,7 +259,7 @@ func (n *initiator) turn(cl abi.Class, now int64, borrow bool) int32 {
 			t = next
 			continue
 		}
-		if q.deficit[cl] >= cost {
+		if q.deficit[cl] >= cost || r.n == 1 {
 			return t
 		}
 		q.deficit[cl] += q.quantum
@@ -290,7 +294,7 @@ func (n *initiator) pick(now int64) (t int32, cl abi.Class, borrow, ok bool) {
 func (n *initiator) atShare(i int32) bool {
 	s := &n.slots[i]
 	q := &n.tq[s.tenant]
-	return q.held+debitOf(s) > q.share
+	return q.held+int32(s.debit) > q.share
 }
 
 // auditShares checks the tenants' books against the slots (see
@@ -310,7 +314,7 @@ func (n *initiator) auditShares() error {
 	var inRing [abi.NumClass]int
 	for t := range n.tq {
 		q := &n.tq[t]
-		if q.held != held[t] {
+		if int(q.held) != held[t] {
 			return fmt.Errorf("audit: tenant %d holds %d window bytes, its ops in service %d", t, q.held, held[t])
 		}
 		if q.portals > 0 {

@@ -512,8 +512,7 @@ func BenchmarkArbitrate(b *testing.B) {
 				i := n.lists[listInService].head
 				s := &n.slots[i]
 				n.win.refund(int(s.debit))
-				n.tq[s.tenant].held -= int(s.debit)
-				s.debit = 0
+				n.tq[s.tenant].held -= int32(s.debit)
 				n.unlink(i)
 				n.enqueue(now, i)
 				if n.arbitrate(now) != 1 {
