@@ -150,7 +150,6 @@ func newShareRun(fr *flowRun) *shareRun {
 	copy(r.share[:], tenantShares(r.w, weights))
 	r.live = s.nodes[x.Flows[chk.Saturating].Server].ip4
 	r.st.Shares = r.share
-	s.res.Shares = &r.st
 	return r
 }
 

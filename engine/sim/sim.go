@@ -742,6 +742,10 @@ func (s *Sim) finalChecks() {
 
 func (s *Sim) finishResult() {
 	s.res.EndNs = s.now - s.t0
+	if fr := s.cfg.flows; fr != nil && fr.shares != nil {
+		st := fr.shares.st // a copy: a pointer into the run would keep all of it alive
+		s.res.Shares = &st
+	}
 	s.res.Cores = s.res.Cores[:0]
 	for _, c := range s.cores {
 		s.res.Cores = append(s.res.Cores, c.core.Stats())
