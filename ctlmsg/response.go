@@ -173,6 +173,9 @@ type Stats struct {
 	Doorbells         uint64                       `json:"doorbells"`
 	DelayBatches      uint64                       `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
 	DelaySamples      uint64                       `json:"delay_samples"` // completions in them
+	// ReqIVMismatch: requests dropped before authentication, as their IV
+	// named another address than their source.
+	ReqIVMismatch uint64 `json:"req_iv_mismatch"`
 	// Fault are the counters of the fault-injecting port wrapper
 	// (engine/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).

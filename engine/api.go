@@ -134,4 +134,8 @@ type Stats struct {
 	Doorbells         uint64 // doorbells rung for applications waiting on completions
 	DelayBatches      uint64 // delay-sample batches handed to the telemetry hook (rmatop's uprobe)
 	DelaySamples      uint64 // completions in them
+
+	// ReqIVMismatch: requests dropped unanswered, before authentication,
+	// whose IV names another address than the frame's source.
+	ReqIVMismatch uint64
 }

@@ -205,8 +205,7 @@ func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
 			c.stats.RxDropped++
 			return false
 		}
-		c.srv.prepRequest(frame, w)
-		return true
+		return c.srv.prepRequest(frame, w)
 	case wire.TypeWriteData:
 		if f.DstPort != c.out.port {
 			c.stats.RxDropped++

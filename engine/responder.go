@@ -104,6 +104,7 @@ type responder struct {
 	regions *regionView
 	routes  *routeTable
 	st      *Stats
+	tstats  []TenantCounters // by owner tenant
 }
 
 func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
@@ -128,6 +129,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 		regions:       parts.regions,
 		routes:        parts.routes,
 		st:            &parts.stats,
+		tstats:        parts.tstats,
 	}
 	for k := range r.inq {
 		r.inq[k] = newRing[inbound](cfg.InboundQueue)
@@ -233,8 +235,21 @@ func (r *responder) forgetKeys(rid abi.RegionID) {
 // its tombstone, is answered at once with REMOTE_REGION under its K_d
 // (w.st). The answer goes to the request's source MAC; the neighbor
 // table learns nothing from requests, so forged sources cannot fill it.
-func (r *responder) prepRequest(frame []byte, w *rxWork) {
+//
+// A request whose IV names another address than the frame's source is
+// dropped first, unanswered (Stats.ReqIVMismatch; per owner when it
+// names a live region): a genuine sender's IV is its own address, and
+// the replay window a request moves must be that of the address its K_d
+// is bound to (replay.go). prepRequest reports whether w is to be opened.
+func (r *responder) prepRequest(frame []byte, w *rxWork) bool {
 	f := &w.f
+	if binary.BigEndian.Uint32(f.IV[0:4]) != f.SrcIP {
+		r.st.ReqIVMismatch++
+		if rg := r.regions.lookup(abi.RegionID(f.Region)); rg != nil {
+			r.tstats[rg.tenant].IVMismatch++
+		}
+		return false
+	}
 	w.op = abi.OpRead
 	switch f.Type {
 	case wire.TypeWriteReq:
@@ -250,6 +265,7 @@ func (r *responder) prepRequest(frame []byte, w *rxWork) {
 	} else if gone {
 		w.st = abi.StatusRemoteRegion
 	}
+	return true
 }
 
 func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {

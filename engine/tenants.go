@@ -9,6 +9,11 @@ package engine
 // (Core.TenantCounters).
 type TenantCounters struct {
 	Posted uint64 // ops its portals posted on this core
+
+	// IVMismatch: requests naming its regions dropped, their IV naming
+	// another address than their source (before authentication: anyone
+	// can send these).
+	IVMismatch uint64
 }
 
 // TenantCounters returns tenant's counters on this core (control plane);

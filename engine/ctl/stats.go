@@ -66,6 +66,7 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		Doorbells:         s.Doorbells,
 		DelayBatches:      s.DelayBatches,
 		DelaySamples:      s.DelaySamples,
+		ReqIVMismatch:     s.ReqIVMismatch,
 	}
 	if s.FragNeededDst != 0 {
 		var a [4]byte
