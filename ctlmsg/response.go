@@ -176,6 +176,9 @@ type Stats struct {
 	// ReqIVMismatch: requests dropped before authentication, as their IV
 	// named another address than their source.
 	ReqIVMismatch uint64 `json:"req_iv_mismatch"`
+	// ReplayLanesRefused: requests dropped as their sender already had
+	// its bound of replay lanes of their region owner's windows.
+	ReplayLanesRefused uint64 `json:"replay_lanes_refused"`
 	// Fault are the counters of the fault-injecting port wrapper
 	// (engine/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).

@@ -138,4 +138,8 @@ type Stats struct {
 	// ReqIVMismatch: requests dropped unanswered, before authentication,
 	// whose IV names another address than the frame's source.
 	ReqIVMismatch uint64
+	// ReplayLanesRefused: authenticated requests dropped because their
+	// sender address already had Config.ReplayLanesPerSender lanes'
+	// windows of their region's owner.
+	ReplayLanesRefused uint64
 }

@@ -132,7 +132,22 @@ type Config struct {
 	// counter it has seen is dropped. 0 turns replay detection off:
 	// replayed requests are served again (fresh ciphertext, pulls that
 	// expire uncommitted).
+	//
+	// The windows are kept per region owner: a request's window is that
+	// of its region's owner tenant, its IV address and its lane tag, so
+	// the requests for one owner's regions never touch the windows of
+	// another's. Each owner is guaranteed ReplayPeers/Tenants entries:
+	// beyond that it borrows free ones, and when the table is full an
+	// owner at or above its share forgets its own least recently active
+	// lane, one below it the least recently active lane of the owner
+	// that borrowed most (replay.go).
 	ReplayPeers int
+	// ReplayLanesPerSender bounds the windows one sender address takes
+	// of one owner's entries (an engine tags its IV counters with its
+	// core id: one lane per core); a request of a further lane is
+	// dropped (Stats.ReplayLanesRefused). 0: wire.MaxCores, every lane
+	// an engine can use.
+	ReplayLanesPerSender int
 
 	// IV is the engine's source of IV counters (paper Appendix A); each
 	// core draws from its own lane. It must be durable in production
@@ -277,6 +292,8 @@ func (c *Config) Validate() error {
 		return bad("NeighborTable", c.NeighborTable)
 	case c.ReplayPeers < 0 || c.ReplayPeers > 1<<13: // 8 KB each: at most 64 MB
 		return bad("ReplayPeers", c.ReplayPeers)
+	case c.ReplayLanesPerSender < 0 || c.ReplayLanesPerSender > wire.MaxCores:
+		return bad("ReplayLanesPerSender (0..64)", c.ReplayLanesPerSender)
 	}
 	for _, n := range c.Neighbors {
 		if !n.IP.Is4() {
@@ -289,4 +306,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	return c.validateRoutes(bad)
+}
+
+// replayLanes is ReplayLanesPerSender in force.
+func (c *Config) replayLanes() int {
+	if c.ReplayLanesPerSender > 0 {
+		return c.ReplayLanesPerSender
+	}
+	return wire.MaxCores
 }

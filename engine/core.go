@@ -111,7 +111,7 @@ func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
 		seed = binary.LittleEndian.Uint64(b[:])
 	}
 	c.ini = newInitiator(&c.cfg, aesni.NewCache(cfg.KeyCache, seed), c)
-	c.srv = newResponder(&c.cfg, aesni.NewCache(cfg.KeyCache, seed^0x9e3779b97f4a7c15), c)
+	c.srv = newResponder(&c.cfg, aesni.NewCache(cfg.KeyCache, seed^0x9e3779b97f4a7c15), seed^0x7f4a7c159e3779b9, c)
 	var err error
 	if c.reserved, err = aesni.NewReservedAEAD(); err != nil {
 		return nil, err
@@ -312,6 +312,11 @@ func (c *Core) Audit() error {
 	}
 	if debit+pd != c.win.used {
 		return fmt.Errorf("audit: window used %d, ops in service hold %d", c.win.used, debit+pd)
+	}
+	if c.srv.replay != nil {
+		if err := c.srv.replay.audit(); err != nil {
+			return err
+		}
 	}
 	return c.regions.audit()
 }

@@ -155,11 +155,13 @@
 // serving side's, keyed by region, initiator, identity and op and
 // invalidated on rekey and deregistration; and the reserved key's AEAD for
 // REMOTE_AUTHENTICATION_FAILURE. The serving side keeps an anti-replay
-// window per sender address and IV lane (replay.go: the highest request
-// counter accepted and a bitmap of the 65,536 below it, in a fixed open-
-// addressed table of ReplayPeers entries, least recently active evicted);
-// an authenticated request whose counter was seen is dropped before it is
-// queued. SECURITY.md has the threat model.
+// window per region owner, sender address and IV lane (replay.go: the
+// highest request counter accepted and a bitmap of the 65,536 below it,
+// in a fixed open-addressed table of ReplayPeers entries, each owner
+// guaranteed its share, least recently active evicted among an owner's
+// own); an authenticated request whose counter was seen is dropped before
+// it is queued, and a request whose IV address is not its source address
+// before it is authenticated. SECURITY.md has the threat model.
 //
 // # Engines of several cores
 //

@@ -81,7 +81,7 @@ type responder struct {
 	pullIdle int64 // min(PullIdleTimeout, Timeout), or Timeout/4, in ns
 	pullBuf  []byte
 
-	replay *replayTable // anti-replay windows per sender (replay.go); nil when off
+	replay *replayTable // anti-replay windows per owner and sender lane (replay.go); nil when off
 	// keys caches the AEADs of the K_d derived for inbound requests; last
 	// memoizes the last lookup, so a stream of requests from one
 	// initiator to one region skips the cache probe. Both are reset
@@ -107,7 +107,7 @@ type responder struct {
 	tstats  []TenantCounters // by owner tenant
 }
 
-func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
+func newResponder(cfg *Config, keys *aesni.Cache, seed uint64, parts *Core) *responder {
 	r := &responder{
 		nackThreshold: cfg.NackThreshold,
 		serveBudget:   cfg.ServeBudget,
@@ -120,7 +120,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 		plist:         [2]pullList{{-1, -1}, {-1, -1}},
 		pullIdle:      int64(cfg.Timeout / 4),
 		pullBuf:       make([]byte, cfg.PullContexts*abi.MaxOpBytes),
-		replay:        newReplayTable(cfg.ReplayPeers),
+		replay:        newReplayTable(cfg.ReplayPeers, cfg.Tenants, cfg.replayLanes(), seed, parts.tstats),
 		keys:          keys,
 		seen:          make([]seenKey, cfg.Regions+1),
 		seenDead:      make([]seenKey, cfg.Regions+1),
@@ -156,19 +156,16 @@ type seenKey struct {
 }
 
 // serverKey returns the AEAD of the K_d the received request's initiator
-// must have used for op on the region it names: derived from the region's
-// K_r and the request's source address and PID (paper §4.2). gone: the
-// region has left the table and the key is its tombstone's (the request,
-// once it authenticates, is answered REMOTE_REGION). nil when the region
-// is neither live nor the last to have left its index.
-func (r *responder) serverKey(op abi.Op, f *wire.Fields) (a *aesni.AEAD, gone bool) {
+// must have used for op on the region rg it names (requestRegion):
+// derived from the region's K_r and the request's source address and PID
+// (paper §4.2). gone: the region has left the table and rg is its
+// tombstone (the request, once it authenticates, is answered
+// REMOTE_REGION). nil when the key cannot be derived.
+func (r *responder) serverKey(op abi.Op, f *wire.Fields, rg *region, gone bool) *aesni.AEAD {
 	rid := abi.RegionID(f.Region)
-	rg, seen := r.regions.lookup(rid), r.seen
-	if rg == nil {
-		if rg = r.regions.t.lookupDead(rid); rg == nil {
-			return nil, false
-		}
-		seen, gone = r.seenDead, true
+	seen := r.seen
+	if gone {
+		seen = r.seenDead
 	}
 	s := &seen[rid.Index()]
 	if s.epoch != rg.epoch { // a new key (or region) since this core last looked
@@ -189,17 +186,31 @@ func (r *responder) serverKey(op abi.Op, f *wire.Fields) (a *aesni.AEAD, gone bo
 	ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(op)}
 	binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
 	if r.lastAEAD != nil && r.lastKey == ck {
-		return r.lastAEAD, gone
+		return r.lastAEAD
 	}
 	if s.kr == nil { // the first derivation under this key on this core (allocates, as a miss does)
 		s.kr = aesni.NewDeriver(rg.kr)
 	}
 	a, err := r.keys.GetOrDerive(ck, s.kr)
 	if err != nil {
-		return nil, false
+		return nil
 	}
 	r.lastKey, r.lastAEAD = ck, a
-	return a, gone
+	return a
+}
+
+// requestRegion is the region a received request names: live, or its
+// tombstone (gone) when it was the last to leave its index; nil when
+// neither.
+func (r *responder) requestRegion(f *wire.Fields) (rg *region, gone bool) {
+	rid := abi.RegionID(f.Region)
+	if rg = r.regions.lookup(rid); rg != nil {
+		return rg, false
+	}
+	if rg = r.regions.t.lookupDead(rid); rg != nil {
+		return rg, true
+	}
+	return nil, false
 }
 
 // installKey replaces region rid's K_r in the engine's table (a local or
@@ -243,9 +254,10 @@ func (r *responder) forgetKeys(rid abi.RegionID) {
 // is bound to (replay.go). prepRequest reports whether w is to be opened.
 func (r *responder) prepRequest(frame []byte, w *rxWork) bool {
 	f := &w.f
+	rg, gone := r.requestRegion(f)
 	if binary.BigEndian.Uint32(f.IV[0:4]) != f.SrcIP {
 		r.st.ReqIVMismatch++
-		if rg := r.regions.lookup(abi.RegionID(f.Region)); rg != nil {
+		if rg != nil && !gone {
 			r.tstats[rg.tenant].IVMismatch++
 		}
 		return false
@@ -257,8 +269,10 @@ func (r *responder) prepRequest(frame []byte, w *rxWork) bool {
 	case wire.TypeRekeyReq:
 		w.op = abi.OpRekey
 	}
-	var gone bool
-	w.a, gone = r.serverKey(w.op, f)
+	w.a, w.owner = nil, 0
+	if rg != nil {
+		w.a, w.owner = r.serverKey(w.op, f, rg, gone), rg.tenant
+	}
 	w.open, w.then, w.in, w.st = openRequest, thenRequest, wire.Trailer(frame, 0), abi.StatusOK
 	if w.a == nil {
 		w.open = openFail
@@ -277,10 +291,14 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		return
 	}
 	if r.replay != nil {
-		addr, ctr := aesni.NonceCounter(f.IV[:])
-		if !r.replay.accept(binary.BigEndian.Uint32(addr[:]), ctr, now) {
+		_, ctr := aesni.NonceCounter(f.IV[:]) // its address is f.SrcIP (prepRequest)
+		switch r.replay.accept(w.owner, f.SrcIP, ctr) {
+		case replaySeen:
 			r.st.ReqReplayed++
 			return // no answer: only the genuine request gets one
+		case replayNoLane:
+			r.st.ReplayLanesRefused++
+			return
 		}
 	}
 	a := w.a

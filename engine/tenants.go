@@ -14,6 +14,12 @@ type TenantCounters struct {
 	// another address than their source (before authentication: anyone
 	// can send these).
 	IVMismatch uint64
+	// ReplayLanesRefused: authenticated, dropped: their sender address
+	// already had ReplayLanesPerSender lanes of its windows.
+	ReplayLanesRefused uint64
+	// ReplayEvictions: its windows forgotten to make room (by its own
+	// new lanes, or, beyond its guaranteed share, another owner's).
+	ReplayEvictions uint64
 }
 
 // TenantCounters returns tenant's counters on this core (control plane);

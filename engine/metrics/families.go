@@ -43,7 +43,8 @@ var statsFamilies = []family[st]{
 		sv("icmp_other", func(s *st) float64 { return u(s.RxICMPOther) }),
 		sv("replayed", func(s *st) float64 { return u(s.ReqReplayed) }),
 		sv("request_expired", func(s *st) float64 { return u(s.ReqExpired) }),
-		sv("iv_mismatch", func(s *st) float64 { return u(s.ReqIVMismatch) })), // a request's IV address not its source
+		sv("iv_mismatch", func(s *st) float64 { return u(s.ReqIVMismatch) }),               // a request's IV address not its source
+		sv("replay_lane_refused", func(s *st) float64 { return u(s.ReplayLanesRefused) })), // its sender's lanes of the owner's windows at their bound
 	by("tx_dropped_total", "Messages the core could not send, by reason.", ctr, "reason",
 		sv("no_buffer", func(s *st) float64 { return u(s.TxNoBuffer) }),
 		sv("no_iv", func(s *st) float64 { return u(s.IVErrors) })),
