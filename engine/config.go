@@ -88,6 +88,28 @@ type Config struct {
 	// context and ArbitrationBytes of window are free.
 	PullContexts int
 
+	// The serving side's bounds per region owner (the tenant whose
+	// portal registered the region a request names) and per sender (a
+	// request's source address), so that neither one owner's traffic nor
+	// one initiator takes what other owners' readers need (bounds.go).
+	// Each is per core; 0 derives it from the totals (ServingBounds), so
+	// one owner or one sender holds at most half of them.
+	//
+	// InboundPerOwner and InboundPerSender bound the requests of one
+	// owner, and of one sender, queued at once (waiting to be served or
+	// pulled); a request beyond either is NACKed at once, whatever the
+	// class queue's depth. 0: NackThreshold/2 (at least 1).
+	InboundPerOwner  int
+	InboundPerSender int
+	// PullsPerOwner and PullsPerSender bound the pull contexts (the
+	// WRITEs and REKEYs being served) one owner, and one sender, holds at
+	// once; a write request beyond either waits, in the pull queue,
+	// while the requests of others behind it are pulled (startPulls).
+	// 0: half of the pulls the core can run at once, the fewer of
+	// PullContexts and WindowBytes/ArbitrationBytes (at least 1).
+	PullsPerOwner  int
+	PullsPerSender int
+
 	DispatchTimeout time.Duration // op waiting for window longer than this: DISPATCH_TIMEOUT
 	Timeout         time.Duration // op in service longer than this: TIMEOUT
 	// PullIdleTimeout: a WRITE being served whose first data chunk has
@@ -294,6 +316,14 @@ func (c *Config) Validate() error {
 		return bad("ReplayPeers", c.ReplayPeers)
 	case c.ReplayLanesPerSender < 0 || c.ReplayLanesPerSender > wire.MaxCores:
 		return bad("ReplayLanesPerSender (0..64)", c.ReplayLanesPerSender)
+	case c.InboundPerOwner < 0 || c.InboundPerOwner > maxBound:
+		return bad("InboundPerOwner", c.InboundPerOwner)
+	case c.InboundPerSender < 0 || c.InboundPerSender > maxBound:
+		return bad("InboundPerSender", c.InboundPerSender)
+	case c.PullsPerOwner < 0 || c.PullsPerOwner > maxBound:
+		return bad("PullsPerOwner", c.PullsPerOwner)
+	case c.PullsPerSender < 0 || c.PullsPerSender > maxBound:
+		return bad("PullsPerSender", c.PullsPerSender)
 	}
 	for _, n := range c.Neighbors {
 		if !n.IP.Is4() {
@@ -308,10 +338,55 @@ func (c *Config) Validate() error {
 	return c.validateRoutes(bad)
 }
 
-// replayLanes is ReplayLanesPerSender in force.
-func (c *Config) replayLanes() int {
-	if c.ReplayLanesPerSender > 0 {
-		return c.ReplayLanesPerSender
+// Unbounded, set as a per-owner or per-sender bound of a Config, is no
+// bound: it is above anything the queues and the pull contexts can hold.
+// The largest a Config accepts.
+const Unbounded = 1 << 24
+
+// maxBound bounds the per-owner and per-sender bounds a Config sets.
+const maxBound = Unbounded
+
+// Unbound sets every per-owner and per-sender bound of c to Unbounded:
+// the serving side as it was before the bounds, for a single tenant
+// whose owner and senders may take every queue entry and pull context
+// (the simulator's scenarios of one tenant, the paper's experiments).
+func (c *Config) Unbound() {
+	c.InboundPerOwner, c.InboundPerSender = Unbounded, Unbounded
+	c.PullsPerOwner, c.PullsPerSender = Unbounded, Unbounded
+}
+
+// ServingBounds are the serving side's bounds per region owner and per
+// sender in force on a core (Config's, or derived from the totals where
+// it leaves them 0), and each owner's guaranteed share of the replay
+// table. rmad logs them at start.
+type ServingBounds struct {
+	InboundPerOwner, InboundPerSender int
+	PullsPerOwner, PullsPerSender     int
+	ReplayLanesPerSender              int
+	// ReplayPerOwner is each owner's guaranteed share of the replay
+	// windows: ReplayPeers/Tenants.
+	ReplayPerOwner int
+}
+
+// ServingBounds returns the bounds c puts in force (see the fields of
+// Config that name them).
+func (c *Config) ServingBounds() ServingBounds {
+	or := func(v, derived int) int {
+		if v > 0 {
+			return v
+		}
+		return max(1, derived)
 	}
-	return wire.MaxCores
+	pulls := min(c.PullContexts, c.WindowBytes/ArbitrationBytes)
+	b := ServingBounds{
+		InboundPerOwner:      or(c.InboundPerOwner, c.NackThreshold/2),
+		InboundPerSender:     or(c.InboundPerSender, c.NackThreshold/2),
+		PullsPerOwner:        or(c.PullsPerOwner, pulls/2),
+		PullsPerSender:       or(c.PullsPerSender, pulls/2),
+		ReplayLanesPerSender: or(c.ReplayLanesPerSender, wire.MaxCores),
+	}
+	if c.Tenants > 0 {
+		b.ReplayPerOwner = c.ReplayPeers / c.Tenants
+	}
+	return b
 }

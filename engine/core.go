@@ -313,10 +313,8 @@ func (c *Core) Audit() error {
 	if debit+pd != c.win.used {
 		return fmt.Errorf("audit: window used %d, ops in service hold %d", c.win.used, debit+pd)
 	}
-	if c.srv.replay != nil {
-		if err := c.srv.replay.audit(); err != nil {
-			return err
-		}
+	if err := c.srv.auditBounds(); err != nil {
+		return err
 	}
 	return c.regions.audit()
 }

@@ -360,6 +360,7 @@ func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 func TestNackAboveThreshold(t *testing.T) {
 	cb := testConfig("10.0.0.2", 2)
 	cb.NackThreshold = 2
+	cb.InboundPerOwner, cb.InboundPerSender = 2, 2 // the threshold alone: one owner, one sender
 	p := newPair(t, testConfig("10.0.0.1", 1), cb)
 	app := openApp(t, p.a, abi.ClassLow, 8)
 	srv := openApp(t, p.b, abi.ClassLow, 0)

@@ -45,6 +45,14 @@ type inbound struct {
 	aead    *aesni.AEAD           // the request's K_d: seals every answer
 	iv      [aesni.NonceSize]byte // the request's IV, curried into every answer
 	base    uint64                // first server counter of its responses (0: none yet)
+	// owner is its region's owner tenant and sender its source address's
+	// entry in the senders table (bounds.go): what it is counted against
+	// while queued, and its pull once pulled.
+	owner  uint16
+	sender int32
+	// deferred: a WRITE or REKEY found waiting behind its bound of pulls
+	// (counted once).
+	deferred bool
 }
 
 // responder is the serving side of a core: it authenticates requests
@@ -82,6 +90,20 @@ type responder struct {
 	pullBuf  []byte
 
 	replay *replayTable // anti-replay windows per owner and sender lane (replay.go); nil when off
+	// bounds counts what each region owner and each sender holds of the
+	// queues and pull contexts, against their bounds (bounds.go).
+	bounds bounds
+	// pullGen counts the pulls ended; skip[cl] entries at the front of
+	// pullq[cl] were found blocked by their bounds when pullGen was
+	// skipGen[cl] (an ended pull unblocks one: startPulls, pullReady).
+	// An idle pull that becomes reclaimable may unblock one too
+	// (reclaimIdle): the scan that found them blocked began at
+	// scanAt[cl]. polledAt is the last startPulls.
+	pullGen  uint64
+	skipGen  [abi.NumClass]uint64
+	skip     [abi.NumClass]int
+	scanAt   [abi.NumClass]int64
+	polledAt int64
 	// keys caches the AEADs of the K_d derived for inbound requests; last
 	// memoizes the last lookup, so a stream of requests from one
 	// initiator to one region skips the cache probe. Both are reset
@@ -120,7 +142,8 @@ func newResponder(cfg *Config, keys *aesni.Cache, seed uint64, parts *Core) *res
 		plist:         [2]pullList{{-1, -1}, {-1, -1}},
 		pullIdle:      int64(cfg.Timeout / 4),
 		pullBuf:       make([]byte, cfg.PullContexts*abi.MaxOpBytes),
-		replay:        newReplayTable(cfg.ReplayPeers, cfg.Tenants, cfg.replayLanes(), seed, parts.tstats),
+		replay:        newReplayTable(cfg.ReplayPeers, cfg.Tenants, cfg.ServingBounds().ReplayLanesPerSender, seed, parts.tstats),
+		bounds:        newBounds(cfg, mix64(seed)),
 		keys:          keys,
 		seen:          make([]seenKey, cfg.Regions+1),
 		seenDead:      make([]seenKey, cfg.Regions+1),
@@ -308,10 +331,29 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		return
 	}
 	q := &r.inq[from.class]
-	if q.len() >= r.nackThreshold {
+	snd, why := r.bounds.admit(w.owner, f.SrcIP)
+	if why == refuseNone && q.len() >= r.nackThreshold {
+		r.bounds.unqueue(w.owner, snd)
+		why = refuseQueue
+	}
+	if why != refuseNone {
 		r.reply(&from, wire.TypeNack, 0, a, &f.IV)
 		r.st.ReqNacked++
+		ts := &r.tstats[w.owner]
+		switch why {
+		case refuseOwner:
+			r.st.ReqNackedOwner++
+			ts.NackedOwner++
+		case refuseSender:
+			r.st.ReqNackedSender++
+			ts.NackedSender++
+		default:
+			ts.Nacked++
+		}
 		return
+	}
+	if snd == senderOverflow {
+		r.st.SenderOverflow++
 	}
 	e := q.push() // NackThreshold <= InboundQueue: there is room
 	if d := uint64(r.inq[0].len() + r.inq[1].len()); d > r.st.ReqQueueMax {
@@ -320,7 +362,7 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 	*e = inbound{
 		peer: from, op: w.op, chunk: uint16(r.out.maxPayload),
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
-		aead: a, iv: f.IV,
+		aead: a, iv: f.IV, owner: w.owner, sender: snd,
 	}
 	if w.op == abi.OpRead { // its data goes back at most its route's MTU per frame
 		if rt := r.routes.lookup(f.SrcIP); rt != nil {
@@ -391,6 +433,7 @@ func (r *responder) serve(now int64) int {
 		e := q.front()
 		if now-e.arrival > r.timeout { // its initiator has given up
 			r.st.ReqExpired++
+			r.bounds.unqueue(e.owner, e.sender)
 			q.pop()
 			continue
 		}
@@ -410,6 +453,7 @@ func (r *responder) serve(now int64) int {
 					return served
 				}
 				r.st.ReqErrors++
+				r.bounds.unqueue(e.owner, e.sender)
 				q.pop()
 				served++
 				continue
@@ -418,12 +462,14 @@ func (r *responder) serve(now int64) int {
 		rg := r.regions.lookup(abi.RegionID(e.region))
 		if rg == nil { // deregistered while partly sent: the initiator times out
 			r.st.ReqExpired++
+			r.bounds.unqueue(e.owner, e.sender)
 			q.pop()
 			continue
 		}
 		if e.base == 0 { // counters for every chunk offset: nonces follow from offsets
 			base, ok := r.out.counters(aesni.ResponseSpan(e.length))
 			if !ok { // dropped: its initiator times out
+				r.bounds.unqueue(e.owner, e.sender)
 				q.pop()
 				continue
 			}
@@ -436,6 +482,7 @@ func (r *responder) serve(now int64) int {
 			r.out.highOut = true
 		}
 		r.st.ReqServed++
+		r.bounds.unqueue(e.owner, e.sender)
 		q.pop()
 		served++
 	}
@@ -497,20 +544,28 @@ func (r *responder) checkRequest(e *inbound) abi.Status {
 // startPulls serves the WRITE and REKEY requests waiting for a pull
 // context and window, each class in FIFO order, high first with the
 // HighBurst rule. Requests older than TIMEOUT are dropped (their
-// initiators have given up).
+// initiators have given up). A request whose owner or sender holds its
+// bound of pulls (bounds.go) waits where it is while those behind it are
+// served: the first that may start is swapped to the front and taken.
 func (r *responder) startPulls(now int64) int {
 	n := 0
+	r.polledAt = now
 	for {
-		hi, lo := &r.pullq[abi.ClassHigh], &r.pullq[abi.ClassLow]
-		cl, ok := r.pullArb.pick(hi.len() > 0, lo.len() > 0)
+		hi, lo := r.pullReady(now, abi.ClassHigh), r.pullReady(now, abi.ClassLow)
+		cl, ok := r.pullArb.pick(hi >= 0, lo >= 0)
 		if !ok {
 			return n
 		}
+		i := hi
+		if cl == abi.ClassLow {
+			i = lo
+		}
 		q := &r.pullq[cl]
-		e := q.front()
+		e := q.at(i)
 		if now-e.arrival > r.timeout {
 			r.st.ReqExpired++
-			q.pop()
+			r.bounds.unqueue(e.owner, e.sender)
+			r.pullRemove(cl, i)
 			continue
 		}
 		switch r.startPull(now, e) {
@@ -518,11 +573,103 @@ func (r *responder) startPulls(now int64) int {
 			return n
 		case pullStarted:
 			r.st.PullsIssued++
+		case pullAnswered:
+			r.bounds.unqueue(e.owner, e.sender)
 		}
-		r.pullArb.granted(cl, lo.len() > 0)
-		q.pop()
+		r.pullArb.granted(cl, lo >= 0)
+		r.pullRemove(cl, i)
 		n++
 	}
+}
+
+// pullReady is the index in pullq[cl] of the first request startPulls
+// may take: one older than TIMEOUT (the front always, so that the front
+// never stays expired), or one whose owner and sender are within their
+// bounds of pulls; -1 when none. The entries before it are blocked by
+// their bounds (each counted once, PullsDeferred): they are remembered
+// (skip) until a pull ends or an idle pull becomes reclaimable, the
+// events that unblock one, so a queue of blocked writes costs a Poll
+// nothing until then.
+func (r *responder) pullReady(now int64, cl abi.Class) int {
+	q := &r.pullq[cl]
+	if q.len() == 0 {
+		return -1
+	}
+	if now-q.front().arrival > r.timeout {
+		return 0
+	}
+	if r.skipGen[cl] != r.pullGen || (r.skip[cl] > 0 && r.nextIdle(r.scanAt[cl]) <= now) {
+		r.skipGen[cl], r.skip[cl], r.scanAt[cl] = r.pullGen, 0, now
+	}
+	for i := r.skip[cl]; i < q.len(); i++ {
+		e := q.at(i)
+		if now-e.arrival > r.timeout {
+			return i
+		}
+		why := r.bounds.pullBlocked(e.owner, e.sender)
+		if why == refuseNone {
+			return i
+		}
+		if r.reclaimIdle(now, why, e.owner, e.sender) { // everything may have changed: look again
+			r.skipGen[cl], r.skip[cl], r.scanAt[cl], i = r.pullGen, 0, now, -1
+			continue
+		}
+		r.skip[cl] = i + 1
+		if !e.deferred {
+			e.deferred = true
+			r.tstats[e.owner].PullsDeferred++
+			if why == refuseOwner {
+				r.st.PullsDeferredOwner++
+			} else {
+				r.st.PullsDeferredSender++
+			}
+		}
+	}
+	return -1
+}
+
+// reclaimIdle abandons, uncommitted, the oldest pull of owner (why is
+// refuseOwner) or of sender entry s (refuseSender) that no chunk has
+// answered within pullIdle of its ②, and reports whether it found one:
+// a write blocked by its bound of pulls is pressure as a full pool is
+// (pullRoom), and the replay of a write request after its op ended
+// would otherwise hold its owner's or sender's bound until TIMEOUT.
+func (r *responder) reclaimIdle(now int64, why refusal, owner uint16, s int32) bool {
+	for h := r.plist[pullsIdle].head; h >= 0 && r.pulls[h].idleBy <= now; h = r.pulls[h].next {
+		if p := &r.pulls[h]; (why == refuseOwner && p.owner == owner) || (why == refuseSender && p.sender == s) {
+			r.endPull(h)
+			r.st.PullsExpired++
+			return true
+		}
+	}
+	return false
+}
+
+// nextIdle is the first time after t at which an idle pull becomes
+// reclaimable (math.MaxInt64: none). The idle list is in ② order, so
+// in order of idleBy too.
+func (r *responder) nextIdle(t int64) int64 {
+	for h := r.plist[pullsIdle].head; h >= 0; h = r.pulls[h].next {
+		if r.pulls[h].idleBy > t {
+			return r.pulls[h].idleBy
+		}
+	}
+	return math.MaxInt64
+}
+
+// pullRemove takes entry i out of pullq[cl]: the front is swapped with it
+// (the front, blocked when i > 0, takes its place) and popped. Entries
+// 0..i-1 were blocked, and are after the swap and pop: the skip is i.
+func (r *responder) pullRemove(cl abi.Class, i int) {
+	q := &r.pullq[cl]
+	if i > 0 {
+		f, e := q.front(), q.at(i)
+		*f, *e = *e, *f
+		r.skip[cl] = i
+	} else if r.skip[cl] > 0 {
+		r.skip[cl]--
+	}
+	q.pop()
 }
 
 // nextDeadline is the earliest time the serving side has something to do
@@ -542,9 +689,9 @@ func (r *responder) nextDeadline() int64 {
 	for k := range r.pullq { // waiting for window: due when it expires (a freed window comes with work)
 		if q := &r.pullq[k]; q.len() > 0 {
 			d = min(d, q.front().arrival+r.timeout)
-			if h := r.plist[pullsIdle].head; h >= 0 { // or when an idle pull becomes reclaimable (pullRoom)
-				d = min(d, r.pulls[h].idleBy)
-			}
+			// or when an idle pull becomes reclaimable (pullRoom, reclaimIdle):
+			// those that were at the last Poll and stayed are nobody's to take
+			d = min(d, r.nextIdle(r.polledAt))
 		}
 	}
 	return d
@@ -553,13 +700,67 @@ func (r *responder) nextDeadline() int64 {
 // shutdown drops the queued requests and the WRITEs being served: none
 // of them commits any more.
 func (r *responder) shutdown() {
-	for k := range r.inq {
-		r.inq[k].clear()
-		r.pullq[k].clear()
-	}
 	for k := range r.plist {
 		for r.plist[k].head >= 0 {
 			r.endPull(r.plist[k].head)
 		}
 	}
+	for k := range r.inq {
+		r.inq[k].clear()
+		r.pullq[k].clear()
+	}
+	r.bounds.reset()
+}
+
+// auditBounds checks the per-owner and per-sender counts against the
+// queues and the pulls, and the replay table's owner lists.
+func (r *responder) auditBounds() error {
+	b := &r.bounds
+	if n := len(b.owners) + len(b.senders.e) + 1; len(b.scratch) != n { // the audit's own (tests, the simulator)
+		b.scratch = make([]use, n)
+	}
+	owners, senders := b.scratch[:len(b.owners)], b.scratch[len(b.owners):]
+	sender := func(s int32) *use {
+		if s == senderOverflow {
+			return &senders[len(senders)-1]
+		}
+		return &senders[s]
+	}
+	var named []int32
+	count := func(owner uint16, s int32, u use) {
+		owners[owner].queued += u.queued
+		owners[owner].pulls += u.pulls
+		p := sender(s)
+		if *p == (use{}) && s != senderOverflow {
+			named = append(named, s)
+		}
+		p.queued += u.queued
+		p.pulls += u.pulls
+	}
+	for k := range r.inq {
+		for _, q := range []*ring[inbound]{&r.inq[k], &r.pullq[k]} {
+			for i := range q.len() {
+				e := q.at(i)
+				count(e.owner, e.sender, use{queued: 1})
+			}
+		}
+	}
+	for i := 1; i < len(r.pulls); i++ {
+		if p := &r.pulls[i]; p.used {
+			count(p.owner, p.sender, use{pulls: 1})
+		}
+	}
+	err := b.audit(owners, senders, named)
+	clear(owners)
+	for _, s := range named {
+		senders[s] = use{}
+	}
+	senders[len(senders)-1] = use{}
+	if err != nil {
+		return err
+	}
+	if r.replay != nil {
+		return r.replay.audit()
+	}
+	return nil
 }

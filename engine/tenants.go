@@ -10,9 +10,22 @@ package engine
 type TenantCounters struct {
 	Posted uint64 // ops its portals posted on this core
 
-	// IVMismatch: requests naming its regions dropped, their IV naming
-	// another address than their source (before authentication: anyone
-	// can send these).
+	// The serving side, for requests naming its regions (bounds.go,
+	// replay.go):
+	//
+	// Nacked: NACKed at once, their class queue at its threshold;
+	// NackedOwner: NACKed at once, its regions already had
+	// Config.InboundPerOwner requests queued; NackedSender: NACKed at
+	// once, their source address already had InboundPerSender queued.
+	Nacked       uint64
+	NackedOwner  uint64
+	NackedSender uint64
+	// PullsDeferred: write requests that waited for a pull context
+	// because it held PullsPerOwner, or their source address
+	// PullsPerSender, of them.
+	PullsDeferred uint64
+	// IVMismatch: dropped, their IV naming another address than their
+	// source (before authentication: anyone can send these).
 	IVMismatch uint64
 	// ReplayLanesRefused: authenticated, dropped: their sender address
 	// already had ReplayLanesPerSender lanes of its windows.

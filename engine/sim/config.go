@@ -335,6 +335,11 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 	// Pull contexts (WRITEs served at once): sometimes a single one, so
 	// write requests wait in the inbound queue for one.
 	e.PullContexts = []int{1, 2, 4, 16, 128}[r.IntN(5)]
+	// Every region of these scenarios is one tenant's (PortalSpec.Tenant
+	// 0) and nothing in them is hostile: the per-owner and per-sender
+	// bounds would only cut that tenant's share of the queues and pulls
+	// (scenario hostile-initiator puts them in force).
+	e.Unbound()
 	return Config{
 		Name:            name,
 		Seed:            seed,
