@@ -326,3 +326,39 @@ func TestServingBoundsDefaults(t *testing.T) {
 		}
 	}
 }
+
+// The bounds cost the data path no allocation: requests NACKed at their
+// owner's bound, and a Poll whose pull queue holds writes blocked by
+// theirs.
+func TestBoundsAllocFree(t *testing.T) {
+	p := newBoundsPair(t, func(c *Config) { c.InboundPerOwner, c.PullContexts, c.PullsPerOwner = 6, 8, 2 })
+	var frames [][]byte
+	for i := range 8 { // the owner's bounds full: 2 writes pulled, 6 waiting
+		p.answers(p.attack(wire.TypeWriteReq, byte(i%4), uint64(1+i)))
+		if i == 1 {
+			p.b.Poll(p.now)
+		}
+	}
+	p.b.Poll(p.now)
+	p.tb.take()
+	for i := range 400 {
+		frames = append(frames, p.attack(wire.TypeReadReq, byte(i%4), uint64(100+i)))
+	}
+	k := 0
+	allocs := testing.AllocsPerRun(300, func() {
+		p.b.Receive(p.now, frames[k])
+		k++
+		p.b.Poll(p.now)
+		p.tb.free = append(p.tb.free, p.tb.q...) // drop the NACKs unread
+		p.tb.q, p.tb.qlen = p.tb.q[:0], p.tb.qlen[:0]
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per NACKed request and Poll", allocs)
+	}
+	if s := p.b.Stats(); s.ReqNackedOwner < 300 || s.PullsInUse != 2 {
+		t.Fatalf("%+v", s)
+	}
+	if err := p.b.Audit(); err != nil {
+		t.Fatal(err)
+	}
+}
