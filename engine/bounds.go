@@ -72,6 +72,9 @@ type senderTable struct {
 	shift uint32 // 64 - log2(len(index))
 	seed  uint64
 	over  use // the senders without an entry
+	// last is the entry take returned last: a stream of requests from
+	// one sender skips the probe (its entry, while in use, is its own).
+	last int32
 }
 
 func newSenderTable(n int, seed uint64) senderTable {
@@ -103,6 +106,7 @@ func (t *senderTable) reset() {
 	}
 	clear(t.e)
 	t.over = use{}
+	t.last = 0
 }
 
 func (t *senderTable) slot(addr uint32) uint32 {
@@ -121,8 +125,12 @@ func (t *senderTable) find(addr uint32) uint32 {
 // take is addr's entry, a new one when it has none, or senderOverflow
 // when the table is full.
 func (t *senderTable) take(addr uint32) int32 {
+	if e := &t.e[t.last]; e.addr == addr && e.use != (use{}) {
+		return t.last
+	}
 	k := t.find(addr)
 	if i := t.index[k]; i >= 0 {
+		t.last = i
 		return i
 	}
 	if len(t.free) == 0 {
@@ -132,6 +140,7 @@ func (t *senderTable) take(addr uint32) int32 {
 	t.free = t.free[:len(t.free)-1]
 	t.e[i] = senderUse{addr: addr}
 	t.index[k] = i
+	t.last = i
 	return i
 }
 
