@@ -347,9 +347,9 @@ const Unbounded = 1 << 24
 const maxBound = Unbounded
 
 // Unbound sets every per-owner and per-sender bound of c to Unbounded:
-// the serving side as it was before the bounds, for a single tenant
-// whose owner and senders may take every queue entry and pull context
-// (the simulator's scenarios of one tenant, the paper's experiments).
+// one owner or one sender may take every queue entry and pull context,
+// as suits an engine that serves a single tenant (the simulator's
+// scenarios of one tenant, the paper's experiments, benchmarks).
 func (c *Config) Unbound() {
 	c.InboundPerOwner, c.InboundPerSender = Unbounded, Unbounded
 	c.PullsPerOwner, c.PullsPerSender = Unbounded, Unbounded
