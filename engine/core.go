@@ -70,6 +70,9 @@ type Core struct {
 	burst func(now int64, frames [][]byte)
 
 	stats Stats
+	// tgen is the engine's tenant generations (tenants.go), shared by its
+	// cores: OpenPortal and ClosePortal keep it.
+	tgen *tenantGens
 	// tstats are the per-tenant counters, by PortalSpec.Tenant
 	// (Config.Tenants of them): a refusal or delay a tenant's own share
 	// caused is counted here, not only in Stats.
@@ -90,7 +93,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 // buildCore builds core idx of group g from its own config (CoreID,
 // SlotBase and CacheSeed already set).
 func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
-	c := &Core{cfg: cfg, tstats: make([]TenantCounters, cfg.Tenants)}
+	c := &Core{cfg: cfg, tgen: g.tenants, tstats: make([]TenantCounters, cfg.Tenants)}
 	c.out = newSender(&c.cfg, tx, &c.stats)
 	if err := c.out.lane.Refill(); err != nil {
 		return nil, fmt.Errorf("%w: IV source: %v", ErrConfig, err)
@@ -131,7 +134,13 @@ func (c *Core) Config() Config { return c.cfg }
 
 // OpenPortal attaches a portal's rings. The rings' memory must stay mapped
 // until ClosePortal returns.
-func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) { return c.portals.open(spec) }
+func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) {
+	id, err := c.portals.open(spec)
+	if err == nil {
+		c.tgen.opened(spec.Tenant)
+	}
+	return id, err
+}
 
 // AllocSlots gives n more slots to portal p, all or nothing, within its
 // MaxSlots cap.
@@ -155,6 +164,7 @@ func (c *Core) ClosePortal(id PortalID) error {
 	}
 	c.reclaim(id, true)
 	c.regions.sync() // a quiescent point of this core: its part of the change is done
+	c.tgen.closed(int(p.tenant))
 	*p = portal{}
 	c.portals.dropLive(id)
 	return nil

@@ -99,6 +99,7 @@ type rxWork struct {
 	then  rxThen
 	op    abi.Op      // a request's
 	owner uint16      // a request's region's owner tenant (when it has a key)
+	oGen  uint16      // and that tenant index's generation (tenantGens)
 	a     *aesni.AEAD // the key it opens with (not for openAuthFailure)
 	in    []byte      // the tag, or sealed payload ‖ tag (openDirect)
 	dst   []byte      // openDirect's destination

@@ -68,22 +68,26 @@ import "fmt"
 const (
 	replayWindow = 1 << 16 // counters below the highest that are remembered
 	replayWords  = replayWindow / 64
-	// replayOwnerShift places the owner tenant above the address and the
-	// lane tag in a key (MaxTenants fits in the 24 bits above).
+	// A key holds the owner tenant above the address and the lane tag
+	// (MaxTenants fits its 12 bits), and the tenant index's generation
+	// (tenantGens), modulo 4096, above it.
 	replayOwnerShift = 40
+	replayGenShift   = 52
+	replayGenMask    = 1<<(64-replayGenShift) - 1
 )
 
 type replayPeer struct {
-	key        uint64 // owner << 40 | sender address << 8 | lane tag
+	key        uint64 // generation << 52 | owner << 40 | sender address << 8 | lane tag
 	top        uint64 // highest counter accepted
 	owner      uint16
 	prev, next int32 // in its owner's list, least recently active first (-1: none)
 }
 
 // replayKey names a sender lane of an owner's: the region's owner
-// tenant, the IV's address and the tag in the top bits of its counter.
-func replayKey(owner uint16, addr uint32, ctr uint64) uint64 {
-	return uint64(owner)<<replayOwnerShift | uint64(addr)<<8 | ctr>>ivTagShift
+// tenant and its index's generation, the IV's address and the tag in the
+// top bits of its counter.
+func replayKey(owner, gen uint16, addr uint32, ctr uint64) uint64 {
+	return uint64(gen)<<replayGenShift | uint64(owner)<<replayOwnerShift | uint64(addr)<<8 | ctr>>ivTagShift
 }
 
 // replayList is one owner's entries, least recently active first.
@@ -199,17 +203,18 @@ func (t *replayTable) window(p int32) []uint64 {
 }
 
 // accept records counter ctr (with its lane tag) of an authenticated
-// request from addr for a region of owner, and reports whether it is
-// fresh: replaySeen when the counter was seen, or is replayWindow or more
-// below the highest one seen of its lane; replayNoLane when the lane is
-// new and addr already has ReplayLanesPerSender lanes of owner's.
-func (t *replayTable) accept(owner uint16, addr uint32, ctr uint64) replayVerdict {
-	key := replayKey(owner, addr, ctr)
+// request from addr for a region of owner (generation gen), and reports
+// whether it is fresh: replaySeen when the counter was seen, or is
+// replayWindow or more below the highest one seen of its lane;
+// replayNoLane when the lane is new and addr already has
+// ReplayLanesPerSender lanes of owner's.
+func (t *replayTable) accept(owner, gen uint16, addr uint32, ctr uint64) replayVerdict {
+	key := replayKey(owner, gen, addr, ctr)
 	k := t.find(key)
 	p := t.index[k]
 	fresh := p < 0
 	if fresh {
-		if !t.laneRoom(owner, addr, ctr>>ivTagShift) {
+		if !t.laneRoom(key, ctr>>ivTagShift) {
 			t.refused++
 			t.tstats[owner].ReplayLanesRefused++
 			return replayNoLane
@@ -239,15 +244,15 @@ func (t *replayTable) accept(owner uint16, addr uint32, ctr uint64) replayVerdic
 	return replayFresh
 }
 
-// laneRoom reports whether addr may open lane tag of owner's: it holds
-// fewer than ReplayLanesPerSender others. Only for a lane not in the
-// table: a probe per other tag, and none at all when the cap is every
-// tag a counter can carry.
-func (t *replayTable) laneRoom(owner uint16, addr uint32, tag uint64) bool {
+// laneRoom reports whether the sender of key (its owner, generation and
+// address) may open lane tag: it holds fewer than ReplayLanesPerSender
+// others. Only for a lane not in the table: a probe per other tag, and
+// none at all when the cap is every tag a counter can carry.
+func (t *replayTable) laneRoom(key, tag uint64) bool {
 	if t.lanes >= 1<<(64-ivTagShift) {
 		return true
 	}
-	base, n := replayKey(owner, addr, 0), 0
+	base, n := key&^(1<<(64-ivTagShift)-1), 0
 	for o := uint64(0); o < 1<<(64-ivTagShift); o++ {
 		if o != tag && t.index[t.find(base|o)] >= 0 {
 			if n++; n >= t.lanes {

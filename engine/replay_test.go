@@ -19,7 +19,7 @@ func testReplayTable(peers int) *replayTable {
 
 // fresh is accept for owner 0: whether the request is fresh.
 func (t *replayTable) fresh(addr uint32, ctr uint64) bool {
-	return t.accept(0, addr, ctr) == replayFresh
+	return t.accept(0, 0, addr, ctr) == replayFresh
 }
 
 func TestReplayWindow(t *testing.T) {
@@ -296,7 +296,7 @@ func TestReplayOwnersModel(t *testing.T) {
 				m.last = now
 			}
 		}
-		if got := tb.accept(k.owner, k.addr, full); got != want {
+		if got := tb.accept(k.owner, 0, k.addr, full); got != want {
 			t.Fatalf("step %d: accept(%d, %#x, lane %d, %d) = %v, model says %v", now, k.owner, k.addr, k.tag, ctr, got, want)
 		}
 		if now%1000 == 0 {
@@ -444,5 +444,70 @@ func TestReplayLanesPerSender(t *testing.T) {
 	}
 	if a, b := p.b.TenantCounters(1), p.b.TenantCounters(2); a.ReplayLanesRefused != 2 || b.ReplayLanesRefused != 1 {
 		t.Fatalf("refused per owner: %d, %d; want 2, 1", a.ReplayLanesRefused, b.ReplayLanesRefused)
+	}
+}
+
+// A tenant index handed to a new tenant after its tenant left starts with
+// windows of its own: the windows the leaver pushed in its namespace (a
+// reader's address and lane, counters far ahead) are not those of its
+// successor's regions, whose readers are served.
+func TestReplayTenantIndexReused(t *testing.T) {
+	ca, cb := pairConfigs(testCrypto)
+	cb.Tenants = 4
+	p := newPair(t, ca, cb)
+	app := openApp(t, p.a, abi.ClassLow, 8)
+	rd, _ := p.a.RegisterRegion(app.id, make([]byte, 8*4096), abi.PermAll, testKr)
+	forger := openTenantApp(t, p.b, 2, abi.ClassLow, 0)
+	krF := aesni.Key{0xf0, 0x0f}
+	rf, err := p.b.RegisterRegion(forger.id, make([]byte, 4096), abi.PermRemoteRead, krF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reader reads the forger's region (the forger gave it its K_d):
+	// its first read resolves b's MAC, its second is caught, and the
+	// forger's push, 2^40 past it on its lane, lands before it.
+	victimIP := [4]byte{10, 0, 0, 1}
+	readF := func(k int) *abi.Command {
+		cmd := readCmd(app.slots[k], ipOf("10.0.0.2"), rf, 0, rd, 0, 64, uint64(k))
+		cmd.Key = aesni.DeriveKey(krF, victimIP, testPID, uint8(abi.OpRead))
+		return cmd
+	}
+	app.post(t, readF(0))
+	p.run()
+	if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+		t.Fatalf("the reader's first read of the forger's region: %+v", got)
+	}
+	app.post(t, readF(1))
+	p.a.Poll(p.now)
+	req := p.ta.take()[0]
+	_, vctr := aesni.NonceCounter(wire.IV(req))
+	p.b.Receive(p.now, forgedRequest(p.b, wire.TypeReadReq, victimIP, victimIP, vctr+1<<40, rf, aesni.DeriveKey(krF, victimIP, testPID, uint8(abi.OpRead)), 64, 7))
+	p.b.Receive(p.now, req)
+	p.b.Poll(p.now)
+	if s := p.b.Stats(); s.ReqReplayed != 1 {
+		t.Fatalf("in the forger's own namespace its push works: the reader's next read must be dropped as too old; %d replays", s.ReqReplayed)
+	}
+	p.tb.take()
+	p.now += int64(ca.Timeout) * 2
+	p.run()
+	app.completions() // TIMEOUT
+	if err := p.b.ClosePortal(forger.id); err != nil {
+		t.Fatal(err)
+	}
+	// Index 2's next tenant, and the reader reading its region.
+	next := openTenantApp(t, p.b, 2, abi.ClassLow, 0)
+	rn, err := p.b.RegisterRegion(next.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k <= 3; k++ {
+		app.post(t, readCmd(app.slots[k], ipOf("10.0.0.2"), rn, 0, rd, 0, 64, uint64(k)))
+		p.run()
+		if got := app.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+			t.Fatalf("read %d of the index's next tenant's region: %+v", k, got)
+		}
+	}
+	if s := p.b.Stats(); s.ReqReplayed != 1 {
+		t.Fatalf("%d requests dropped as replays, want only the one before the forger left", s.ReqReplayed)
 	}
 }

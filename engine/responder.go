@@ -127,6 +127,7 @@ type responder struct {
 	routes  *routeTable
 	st      *Stats
 	tstats  []TenantCounters // by owner tenant
+	tgen    *tenantGens      // the tenant indices' generations (tenants.go)
 }
 
 func newResponder(cfg *Config, keys *aesni.Cache, seed uint64, parts *Core) *responder {
@@ -153,6 +154,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, seed uint64, parts *Core) *res
 		routes:        parts.routes,
 		st:            &parts.stats,
 		tstats:        parts.tstats,
+		tgen:          parts.tgen,
 	}
 	for k := range r.inq {
 		r.inq[k] = newRing[inbound](cfg.InboundQueue)
@@ -292,9 +294,9 @@ func (r *responder) prepRequest(frame []byte, w *rxWork) bool {
 	case wire.TypeRekeyReq:
 		w.op = abi.OpRekey
 	}
-	w.a, w.owner = nil, 0
+	w.a, w.owner, w.oGen = nil, 0, 0
 	if rg != nil {
-		w.a, w.owner = r.serverKey(w.op, f, rg, gone), rg.tenant
+		w.a, w.owner, w.oGen = r.serverKey(w.op, f, rg, gone), rg.tenant, r.tgen.of(rg.tenant)
 	}
 	w.open, w.then, w.in, w.st = openRequest, thenRequest, wire.Trailer(frame, 0), abi.StatusOK
 	if w.a == nil {
@@ -315,7 +317,7 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 	}
 	if r.replay != nil {
 		_, ctr := aesni.NonceCounter(f.IV[:]) // its address is f.SrcIP (prepRequest)
-		switch r.replay.accept(w.owner, f.SrcIP, ctr) {
+		switch r.replay.accept(w.owner, w.oGen, f.SrcIP, ctr) {
 		case replaySeen:
 			r.st.ReqReplayed++
 			return // no answer: only the genuine request gets one

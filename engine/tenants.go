@@ -1,5 +1,10 @@
 package engine
 
+import (
+	"sync"
+	"sync/atomic"
+)
+
 // TenantCounters are one tenant's counters on one core: what its own
 // share of a pool (the solicitation window, the serving side's queues
 // and contexts, the neighbour table) refused or delayed. The index is
@@ -43,3 +48,42 @@ func (c *Core) TenantCounters(tenant int) TenantCounters {
 	}
 	return c.tstats[tenant]
 }
+
+// tenantGens is, per tenant index of an engine (PortalSpec.Tenant), how
+// many of its portals are open on the engine's cores and the index's
+// generation: it grows each time the index goes from no portal open to
+// one, so that a tenant index the control plane hands to a new tenant
+// (indices are reused once their tenant has left) does not inherit what
+// the serving side keeps for the one before. The replay windows are
+// keyed by it (replay.go): windows a tenant's requests moved, in its own
+// namespace, are not those of its successor's regions. Shared by the
+// cores of a Group; changed on the control plane only, read per request.
+type tenantGens struct {
+	mu   sync.Mutex
+	open []int32
+	gen  []atomic.Uint32
+}
+
+func newTenantGens(n int) *tenantGens {
+	return &tenantGens{open: make([]int32, n), gen: make([]atomic.Uint32, n)}
+}
+
+// opened: a portal of tenant t opened.
+func (g *tenantGens) opened(t int) {
+	g.mu.Lock()
+	if g.open[t] == 0 {
+		g.gen[t].Add(1)
+	}
+	g.open[t]++
+	g.mu.Unlock()
+}
+
+// closed: a portal of tenant t closed.
+func (g *tenantGens) closed(t int) {
+	g.mu.Lock()
+	g.open[t]--
+	g.mu.Unlock()
+}
+
+// of is tenant t's generation, in the bits a replay key holds.
+func (g *tenantGens) of(t uint16) uint16 { return uint16(g.gen[t].Load()) & replayGenMask }
