@@ -173,6 +173,22 @@ type Stats struct {
 	Doorbells         uint64                       `json:"doorbells"`
 	DelayBatches      uint64                       `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
 	DelaySamples      uint64                       `json:"delay_samples"` // completions in them
+	// The serving side's bounds per region owner and per sender (engine
+	// Config.InboundPerOwner, ...): requests NACKed at once (part of
+	// req_nacked) as their region's owner, or their source address, had
+	// its bound queued; requests queued from senders beyond the table of
+	// senders (its shared bucket); write requests that waited for a pull
+	// context behind their owner's or sender's bound; requests dropped
+	// before authentication as their IV named another address than their
+	// source; requests dropped as their sender already had its bound of
+	// replay lanes of their owner's.
+	ReqNackedOwner      uint64 `json:"req_nacked_owner"`
+	ReqNackedSender     uint64 `json:"req_nacked_sender"`
+	SenderOverflow      uint64 `json:"sender_overflow"`
+	PullsDeferredOwner  uint64 `json:"pulls_deferred_owner"`
+	PullsDeferredSender uint64 `json:"pulls_deferred_sender"`
+	ReqIVMismatch       uint64 `json:"req_iv_mismatch"`
+	ReplayLanesRefused  uint64 `json:"replay_lanes_refused"`
 	// Fault are the counters of the fault-injecting port wrapper
 	// (engine/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).

@@ -105,7 +105,7 @@ type Stats struct {
 	TxFrames        uint64
 	TxNoBuffer      uint64 // a frame could not be sent: no tx buffer
 	ReqServed       uint64
-	ReqNacked       uint64
+	ReqNacked       uint64 // requests NACKed at once: the class queue at its threshold, or a bound (ReqNackedOwner, ReqNackedSender)
 	ReqErrors       uint64 // requests answered with a remote error status
 	ReqAuthFailed   uint64 // requests that failed authentication: answered REMOTE_AUTHENTICATION_FAILURE
 	ReqReplayed     uint64 // authenticated requests dropped as replays (IV counter seen, or a window too old)
@@ -140,4 +140,31 @@ type Stats struct {
 	Doorbells         uint64 // doorbells rung for applications waiting on completions
 	DelayBatches      uint64 // delay-sample batches handed to the telemetry hook (rmatop's uprobe)
 	DelaySamples      uint64 // completions in them
+
+	// The serving side's bounds per region owner and per sender
+	// (bounds.go, replay.go; per owner: TenantCounters).
+	//
+	// ReqNackedOwner and ReqNackedSender: requests NACKed at once (also
+	// in ReqNacked) because their region's owner already had
+	// Config.InboundPerOwner queued, or their source address
+	// InboundPerSender.
+	ReqNackedOwner  uint64
+	ReqNackedSender uint64
+	// SenderOverflow: requests queued whose source address the core's
+	// table of senders had no room for: counted, and bounded, in its one
+	// shared bucket.
+	SenderOverflow uint64
+	// PullsDeferredOwner and PullsDeferredSender: write requests that
+	// waited for a pull context because their region's owner, or their
+	// source address, held Config.PullsPerOwner (PullsPerSender) of them
+	// (each counted once).
+	PullsDeferredOwner  uint64
+	PullsDeferredSender uint64
+	// ReqIVMismatch: requests dropped unanswered, before authentication,
+	// whose IV names another address than the frame's source.
+	ReqIVMismatch uint64
+	// ReplayLanesRefused: authenticated requests dropped because their
+	// sender address already had Config.ReplayLanesPerSender lanes'
+	// windows of their region's owner.
+	ReplayLanesRefused uint64
 }

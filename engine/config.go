@@ -99,6 +99,28 @@ type Config struct {
 	// context and ArbitrationBytes of window are free.
 	PullContexts int
 
+	// The serving side's bounds per region owner (the tenant whose
+	// portal registered the region a request names) and per sender (a
+	// request's source address), so that neither one owner's traffic nor
+	// one initiator takes what other owners' readers need (bounds.go).
+	// Each is per core; 0 derives it from the totals (ServingBounds), so
+	// one owner or one sender holds at most half of them.
+	//
+	// InboundPerOwner and InboundPerSender bound the requests of one
+	// owner, and of one sender, queued at once (waiting to be served or
+	// pulled); a request beyond either is NACKed at once, whatever the
+	// class queue's depth. 0: NackThreshold/2 (at least 1).
+	InboundPerOwner  int
+	InboundPerSender int
+	// PullsPerOwner and PullsPerSender bound the pull contexts (the
+	// WRITEs and REKEYs being served) one owner, and one sender, holds at
+	// once; a write request beyond either waits, in the pull queue,
+	// while the requests of others behind it are pulled (startPulls).
+	// 0: half of the pulls the core can run at once, the fewer of
+	// PullContexts and WindowBytes/ArbitrationBytes (at least 1).
+	PullsPerOwner  int
+	PullsPerSender int
+
 	DispatchTimeout time.Duration // op waiting for window longer than this: DISPATCH_TIMEOUT
 	Timeout         time.Duration // op in service longer than this: TIMEOUT
 	// PullIdleTimeout: a WRITE being served whose first data chunk has
@@ -143,7 +165,22 @@ type Config struct {
 	// counter it has seen is dropped. 0 turns replay detection off:
 	// replayed requests are served again (fresh ciphertext, pulls that
 	// expire uncommitted).
+	//
+	// The windows are kept per region owner: a request's window is that
+	// of its region's owner tenant, its IV address and its lane tag, so
+	// the requests for one owner's regions never touch the windows of
+	// another's. Each owner is guaranteed ReplayPeers/Tenants entries:
+	// beyond that it borrows free ones, and when the table is full an
+	// owner at or above its share forgets its own least recently active
+	// lane, one below it the least recently active lane of the owner
+	// that borrowed most (replay.go).
 	ReplayPeers int
+	// ReplayLanesPerSender bounds the windows one sender address takes
+	// of one owner's entries (an engine tags its IV counters with its
+	// core id: one lane per core); a request of a further lane is
+	// dropped (Stats.ReplayLanesRefused). 0: wire.MaxCores, every lane
+	// an engine can use.
+	ReplayLanesPerSender int
 
 	// IV is the engine's source of IV counters (paper Appendix A); each
 	// core draws from its own lane. It must be durable in production
@@ -293,6 +330,16 @@ func (c *Config) Validate() error {
 		return bad("NeighborTable", c.NeighborTable)
 	case c.ReplayPeers < 0 || c.ReplayPeers > 1<<13: // 8 KB each: at most 64 MB
 		return bad("ReplayPeers", c.ReplayPeers)
+	case c.ReplayLanesPerSender < 0 || c.ReplayLanesPerSender > wire.MaxCores:
+		return bad("ReplayLanesPerSender (0..64)", c.ReplayLanesPerSender)
+	case c.InboundPerOwner < 0 || c.InboundPerOwner > maxBound:
+		return bad("InboundPerOwner", c.InboundPerOwner)
+	case c.InboundPerSender < 0 || c.InboundPerSender > maxBound:
+		return bad("InboundPerSender", c.InboundPerSender)
+	case c.PullsPerOwner < 0 || c.PullsPerOwner > maxBound:
+		return bad("PullsPerOwner", c.PullsPerOwner)
+	case c.PullsPerSender < 0 || c.PullsPerSender > maxBound:
+		return bad("PullsPerSender", c.PullsPerSender)
 	}
 	for _, n := range c.Neighbors {
 		if !n.IP.Is4() {
@@ -305,4 +352,57 @@ func (c *Config) Validate() error {
 		}
 	}
 	return c.validateRoutes(bad)
+}
+
+// Unbounded, set as a per-owner or per-sender bound of a Config, is no
+// bound: it is above anything the queues and the pull contexts can hold.
+// The largest a Config accepts.
+const Unbounded = 1 << 24
+
+// maxBound bounds the per-owner and per-sender bounds a Config sets.
+const maxBound = Unbounded
+
+// Unbound sets every per-owner and per-sender bound of c to Unbounded:
+// one owner or one sender may take every queue entry and pull context,
+// as suits an engine that serves a single tenant (the simulator's
+// scenarios of one tenant, the paper's experiments, benchmarks).
+func (c *Config) Unbound() {
+	c.InboundPerOwner, c.InboundPerSender = Unbounded, Unbounded
+	c.PullsPerOwner, c.PullsPerSender = Unbounded, Unbounded
+}
+
+// ServingBounds are the serving side's bounds per region owner and per
+// sender in force on a core (Config's, or derived from the totals where
+// it leaves them 0), and each owner's guaranteed share of the replay
+// table. rmad logs them at start.
+type ServingBounds struct {
+	InboundPerOwner, InboundPerSender int
+	PullsPerOwner, PullsPerSender     int
+	ReplayLanesPerSender              int
+	// ReplayPerOwner is each owner's guaranteed share of the replay
+	// windows: ReplayPeers/Tenants.
+	ReplayPerOwner int
+}
+
+// ServingBounds returns the bounds c puts in force (see the fields of
+// Config that name them).
+func (c *Config) ServingBounds() ServingBounds {
+	or := func(v, derived int) int {
+		if v > 0 {
+			return v
+		}
+		return max(1, derived)
+	}
+	pulls := min(c.PullContexts, c.WindowBytes/ArbitrationBytes)
+	b := ServingBounds{
+		InboundPerOwner:      or(c.InboundPerOwner, c.NackThreshold/2),
+		InboundPerSender:     or(c.InboundPerSender, c.NackThreshold/2),
+		PullsPerOwner:        or(c.PullsPerOwner, pulls/2),
+		PullsPerSender:       or(c.PullsPerSender, pulls/2),
+		ReplayLanesPerSender: or(c.ReplayLanesPerSender, wire.MaxCores),
+	}
+	if c.Tenants > 0 {
+		b.ReplayPerOwner = c.ReplayPeers / c.Tenants
+	}
+	return b
 }

@@ -70,6 +70,9 @@ type Core struct {
 	burst func(now int64, frames [][]byte)
 
 	stats Stats
+	// tgen is the engine's tenant generations (tenants.go), shared by its
+	// cores: OpenPortal and ClosePortal keep it.
+	tgen *tenantGens
 	// tstats are the per-tenant counters, by PortalSpec.Tenant
 	// (Config.Tenants of them): a refusal or delay a tenant's own share
 	// caused is counted here, not only in Stats.
@@ -90,7 +93,7 @@ func New(cfg Config, tx Tx) (*Core, error) {
 // buildCore builds core idx of group g from its own config (CoreID,
 // SlotBase and CacheSeed already set).
 func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
-	c := &Core{cfg: cfg, tstats: make([]TenantCounters, cfg.Tenants)}
+	c := &Core{cfg: cfg, tgen: g.tenants, tstats: make([]TenantCounters, cfg.Tenants)}
 	c.out = newSender(&c.cfg, tx, &c.stats)
 	if err := c.out.lane.Refill(); err != nil {
 		return nil, fmt.Errorf("%w: IV source: %v", ErrConfig, err)
@@ -111,7 +114,7 @@ func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
 		seed = binary.LittleEndian.Uint64(b[:])
 	}
 	c.ini = newInitiator(&c.cfg, aesni.NewCache(cfg.KeyCache, seed), c)
-	c.srv = newResponder(&c.cfg, aesni.NewCache(cfg.KeyCache, seed^0x9e3779b97f4a7c15), c)
+	c.srv = newResponder(&c.cfg, aesni.NewCache(cfg.KeyCache, seed^0x9e3779b97f4a7c15), seed^0x7f4a7c159e3779b9, c)
 	var err error
 	if c.reserved, err = aesni.NewReservedAEAD(); err != nil {
 		return nil, err
@@ -138,6 +141,7 @@ func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) {
 			*tc = TenantCounters{Epoch: spec.TenantEpoch}
 		}
 		c.ini.join(spec.Tenant, max(spec.Weight, 1)) // its tenant is present: the shares change
+		c.tgen.opened(spec.Tenant)
 	}
 	return id, err
 }
@@ -165,6 +169,7 @@ func (c *Core) ClosePortal(id PortalID) error {
 	c.reclaim(id, true)
 	c.regions.sync() // a quiescent point of this core: its part of the change is done
 	c.ini.leave(int(p.tenant))
+	c.tgen.closed(int(p.tenant))
 	*p = portal{}
 	c.portals.dropLive(id)
 	return nil
@@ -322,6 +327,9 @@ func (c *Core) Audit() error {
 	}
 	if debit+pd != c.win.used {
 		return fmt.Errorf("audit: window used %d, ops in service hold %d", c.win.used, debit+pd)
+	}
+	if err := c.srv.auditBounds(); err != nil {
+		return err
 	}
 	return c.regions.audit()
 }

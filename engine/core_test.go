@@ -360,6 +360,7 @@ func TestDispatchTimeoutWhenWindowExhausted(t *testing.T) {
 func TestNackAboveThreshold(t *testing.T) {
 	cb := testConfig("10.0.0.2", 2)
 	cb.NackThreshold = 2
+	cb.InboundPerOwner, cb.InboundPerSender = 2, 2 // the threshold alone: one owner, one sender
 	p := newPair(t, testConfig("10.0.0.1", 1), cb)
 	app := openApp(t, p.a, abi.ClassLow, 8)
 	srv := openApp(t, p.b, abi.ClassLow, 0)
@@ -628,6 +629,7 @@ func benchOp(b *testing.B, op abi.Op, size uint32, tune ...func(*Config)) {
 	cfg := testConfig("10.0.0.1", 1)
 	cfg.WindowBytes = 1 << 20
 	cfg.HairpinSelf = true // frames go through tx and come back through Receive, as over a reflecting port
+	cfg.Unbound()          // one owner, one sender: 32 requests at once, each of them the only one's
 	for _, f := range tune {
 		f(&cfg)
 	}

@@ -98,6 +98,8 @@ type rxWork struct {
 	open  openKind
 	then  rxThen
 	op    abi.Op      // a request's
+	owner uint16      // a request's region's owner tenant (when it has a key)
+	oGen  uint16      // and that tenant index's generation (tenantGens)
 	a     *aesni.AEAD // the key it opens with (not for openAuthFailure)
 	in    []byte      // the tag, or sealed payload ‖ tag (openDirect)
 	dst   []byte      // openDirect's destination
@@ -205,8 +207,7 @@ func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
 			c.stats.RxDropped++
 			return false
 		}
-		c.srv.prepRequest(frame, w)
-		return true
+		return c.srv.prepRequest(frame, w)
 	case wire.TypeWriteData:
 		if f.DstPort != c.out.port {
 			c.stats.RxDropped++

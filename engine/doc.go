@@ -91,7 +91,11 @@
 //   - Inbound request queues, one per class (requests carry wire.FlagHigh,
 //     authenticated with the header), served high first by the same
 //     HighBurst rule. Each is bounded; a request arriving when its queue is
-//     at or above NackThreshold gets an immediate NACK (paper §6.1). At
+//     at or above NackThreshold gets an immediate NACK (paper §6.1), and so
+//     does one whose region's owner (its tenant) or whose source address
+//     already has InboundPerOwner or InboundPerSender requests queued
+//     (bounds.go: by default half the threshold each, so neither one
+//     owner's traffic nor one initiator fills the queue for the rest). At
 //     most ServeBudget requests are served per Poll; requests older than
 //     TIMEOUT are dropped unserved. A Poll's frames are sealed, sent and
 //     received together, so once a high-class frame has left in a Poll at
@@ -132,7 +136,11 @@
 // and pulls receiving data, both expiring at ② + TIMEOUT. A request that
 // finds no context or window free first reclaims idle pulls older than
 // PullIdleTimeout (TIMEOUT/4 by default), so a pull whose initiator does
-// not answer holds what others need only that long. Incomplete pulls expire
+// not answer holds what others need only that long. One region owner, and
+// one sender, holds at most PullsPerOwner (PullsPerSender) pulls at once
+// (by default half of what the core can run): a write request beyond
+// either waits while those behind it are pulled, and reclaims its owner's
+// (sender's) idle pulls as a full pool does anyone's. Incomplete pulls expire
 // silently. A pull whose data could not all be sent at once (no tx buffer)
 // waits on a send queue drained in Poll. A remote REKEY takes the same
 // hops: the pulled data is the new K_r, sealed under the REKEY K_d,
@@ -169,11 +177,13 @@
 // serving side's, keyed by region, initiator, identity and op and
 // invalidated on rekey and deregistration; and the reserved key's AEAD for
 // REMOTE_AUTHENTICATION_FAILURE. The serving side keeps an anti-replay
-// window per sender address and IV lane (replay.go: the highest request
-// counter accepted and a bitmap of the 65,536 below it, in a fixed open-
-// addressed table of ReplayPeers entries, least recently active evicted);
-// an authenticated request whose counter was seen is dropped before it is
-// queued. SECURITY.md has the threat model.
+// window per region owner, sender address and IV lane (replay.go: the
+// highest request counter accepted and a bitmap of the 65,536 below it,
+// in a fixed open-addressed table of ReplayPeers entries, each owner
+// guaranteed its share, least recently active evicted among an owner's
+// own); an authenticated request whose counter was seen is dropped before
+// it is queued, and a request whose IV address is not its source address
+// before it is authenticated. SECURITY.md has the threat model.
 //
 // # Engines of several cores
 //

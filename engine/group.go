@@ -38,6 +38,7 @@ type Group struct {
 	cores   []*Core
 	regions *regionTable
 	quiet   []quietWord
+	tenants *tenantGens // the tenant indices' open portals and generations (tenants.go)
 }
 
 // quietWord is a core's quiescence word: the version of the region table
@@ -77,7 +78,7 @@ func newGroup(cfg Config, txs []Tx, first uint16) (*Group, error) {
 			return nil, fmt.Errorf("%w: nil Tx of core %d", ErrConfig, i)
 		}
 	}
-	g := &Group{regions: newRegionTable(cfg.Regions), quiet: make([]quietWord, n), cores: make([]*Core, n)}
+	g := &Group{regions: newRegionTable(cfg.Regions), quiet: make([]quietWord, n), cores: make([]*Core, n), tenants: newTenantGens(cfg.Tenants)}
 	for i, tx := range txs {
 		cc := cfg
 		cc.CoreID = first + uint16(i)

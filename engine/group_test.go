@@ -297,21 +297,21 @@ func TestGroupReplayAcrossRxCores(t *testing.T) {
 // The windows of one sender's lanes are apart: a lane far ahead does not
 // make another lane's counters look old.
 func TestReplayWindowPerLane(t *testing.T) {
-	tb := newReplayTable(4)
+	tb := testReplayTable(4)
 	addr := ipOf("10.0.0.9")
 	lane := func(tag, ctr uint64) uint64 { return tag<<ivTagShift | ctr }
-	if !tb.accept(addr, lane(1, 1<<30), 1) {
+	if !tb.fresh(addr, lane(1, 1<<30)) {
 		t.Fatal("lane 1")
 	}
 	for _, ctr := range []uint64{5, 6, 4} {
-		if !tb.accept(addr, lane(0, ctr), 2) {
+		if !tb.fresh(addr, lane(0, ctr)) {
 			t.Fatalf("lane 0 counter %d refused after lane 1 moved far ahead", ctr)
 		}
 	}
-	if tb.accept(addr, lane(0, 5), 3) || tb.accept(addr, lane(1, 1<<30), 3) {
+	if tb.fresh(addr, lane(0, 5)) || tb.fresh(addr, lane(1, 1<<30)) {
 		t.Fatal("a replay accepted")
 	}
-	if tb.accept(addr, lane(1, 7), 4) {
+	if tb.fresh(addr, lane(1, 7)) {
 		t.Fatal("lane 1: a counter a window below its highest accepted")
 	}
 	if tb.n != 2 {

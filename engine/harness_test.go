@@ -134,10 +134,17 @@ type testApp struct {
 
 func openApp(t testing.TB, c *Core, class abi.Class, slots int) *testApp {
 	t.Helper()
+	return openTenantApp(t, c, 0, class, slots)
+}
+
+// openTenantApp is openApp for a portal of tenant (PortalSpec.Tenant):
+// the regions it registers are that tenant's.
+func openTenantApp(t testing.TB, c *Core, tenant int, class abi.Class, slots int) *testApp {
+	t.Helper()
 	const cmdCap, cplCap = 256, 512
 	cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))
 	cplMem := aligned(abi.RingBytes(cplCap, abi.CompletionSize))
-	id, err := c.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap, Class: class, MaxSlots: slots, PID: testPID})
+	id, err := c.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap, Class: class, MaxSlots: slots, PID: testPID, Tenant: tenant})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,4 +272,26 @@ func editRegion(c *Core, rid abi.RegionID, edit func(r *region)) {
 	if !t.r[rid.Index()].CompareAndSwap(old, &r) {
 		panic("editRegion: the region changed meanwhile")
 	}
+}
+
+// forgedRequest is a request of type typ to core c, as anyone holding K_d
+// kd of region rid for source address src and testPID would seal it: its
+// IV is ivAddr ‖ ctr (ctr carries the lane tag in its top bits), its
+// source port the initiator port of core 0 with entropy tag.
+func forgedRequest(c *Core, typ wire.Type, src, ivAddr [4]byte, ctr uint64, rid abi.RegionID, kd aesni.Key, length uint32, tag uint64) []byte {
+	b := make([]byte, MaxFrameBytes)
+	f := wire.Fields{
+		DstMAC: c.out.mac, SrcMAC: wire.MAC{2, 0, src[0], src[1], src[2], src[3]},
+		SrcIP: ip4(src), DstIP: c.out.ip,
+		SrcPort: wire.InitiatorPort(uint8(tag), 0), DstPort: c.out.udp,
+		Type: typ, PID: testPID, Tag: tag, Region: uint32(rid), Length: length,
+	}
+	aesni.PutNonce(f.IV[:], ivAddr, ctr)
+	n := wire.Encode(b, &f, 0)
+	a, err := aesni.NewAEAD(kd)
+	if err != nil {
+		panic(err)
+	}
+	a.SealRequest(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b))
+	return b[:n]
 }

@@ -62,6 +62,8 @@ type pullCtx struct {
 	idleBy     int64  // ② + pullIdle: while idle, reclaimable from then on
 	aead       *aesni.AEAD
 	pullIV     [aesni.NonceSize]byte // ②'s IV: curried into ③ and ④
+	owner      uint16                // its region's owner tenant (bounds.go)
+	sender     int32                 // its initiator's entry in the senders table
 }
 
 // pullList is a doubly linked list of pull contexts (by index; -1 ends it).
@@ -120,7 +122,9 @@ func (r *responder) startPull(now int64, e *inbound) pullOutcome {
 		used: true, op: e.op, gen: p.gen, idle: true, prev: -1, next: -1, peer: e.peer,
 		region: abi.RegionID(e.region), offset: e.offset, length: e.length,
 		want: unitMask(e.length), deadline: now + r.timeout, idleBy: now + r.pullIdle, aead: e.aead,
+		owner: e.owner, sender: e.sender,
 	}
+	r.bounds.pulled(e.owner, e.sender)
 	aesni.PutNonce(p.pullIV[:], o.ipb, ctr)
 	r.win.debit(int(e.length))
 	r.pullInsert(pullsIdle, idx)
@@ -255,6 +259,8 @@ func (r *responder) endPull(idx int32) {
 	r.pullUnlink(idx)
 	p.used, p.aead = false, nil
 	r.freePull = append(r.freePull, uint16(idx))
+	r.bounds.unpull(p.owner, p.sender)
+	r.pullGen++ // write requests blocked by a bound may start now (pullReady)
 }
 
 // pullRoom reports whether a pull context and ArbitrationBytes of window

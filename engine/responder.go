@@ -45,6 +45,14 @@ type inbound struct {
 	aead    *aesni.AEAD           // the request's K_d: seals every answer
 	iv      [aesni.NonceSize]byte // the request's IV, curried into every answer
 	base    uint64                // first server counter of its responses (0: none yet)
+	// owner is its region's owner tenant and sender its source address's
+	// entry in the senders table (bounds.go): what it is counted against
+	// while queued, and its pull once pulled.
+	owner  uint16
+	sender int32
+	// deferred: a WRITE or REKEY found waiting behind its bound of pulls
+	// (counted once).
+	deferred bool
 }
 
 // responder is the serving side of a core: it authenticates requests
@@ -81,7 +89,21 @@ type responder struct {
 	pullIdle int64 // min(PullIdleTimeout, Timeout), or Timeout/4, in ns
 	pullBuf  []byte
 
-	replay *replayTable // anti-replay windows per sender (replay.go); nil when off
+	replay *replayTable // anti-replay windows per owner and sender lane (replay.go); nil when off
+	// bounds counts what each region owner and each sender holds of the
+	// queues and pull contexts, against their bounds (bounds.go).
+	bounds bounds
+	// pullGen counts the pulls ended; skip[cl] entries at the front of
+	// pullq[cl] were found blocked by their bounds when pullGen was
+	// skipGen[cl] (an ended pull unblocks one: startPulls, pullReady).
+	// An idle pull that becomes reclaimable may unblock one too
+	// (reclaimIdle): the scan that found them blocked began at
+	// scanAt[cl]. polledAt is the last startPulls.
+	pullGen  uint64
+	skipGen  [abi.NumClass]uint64
+	skip     [abi.NumClass]int
+	scanAt   [abi.NumClass]int64
+	polledAt int64
 	// keys caches the AEADs of the K_d derived for inbound requests; last
 	// memoizes the last lookup, so a stream of requests from one
 	// initiator to one region skips the cache probe. Both are reset
@@ -104,9 +126,11 @@ type responder struct {
 	regions *regionView
 	routes  *routeTable
 	st      *Stats
+	tstats  []TenantCounters // by owner tenant
+	tgen    *tenantGens      // the tenant indices' generations (tenants.go)
 }
 
-func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
+func newResponder(cfg *Config, keys *aesni.Cache, seed uint64, parts *Core) *responder {
 	r := &responder{
 		nackThreshold: cfg.NackThreshold,
 		serveBudget:   cfg.ServeBudget,
@@ -119,7 +143,8 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 		plist:         [2]pullList{{-1, -1}, {-1, -1}},
 		pullIdle:      int64(cfg.Timeout / 4),
 		pullBuf:       make([]byte, cfg.PullContexts*abi.MaxOpBytes),
-		replay:        newReplayTable(cfg.ReplayPeers),
+		replay:        newReplayTable(cfg.ReplayPeers, cfg.Tenants, cfg.ServingBounds().ReplayLanesPerSender, seed, parts.tstats),
+		bounds:        newBounds(cfg, mix64(seed)),
 		keys:          keys,
 		seen:          make([]seenKey, cfg.Regions+1),
 		seenDead:      make([]seenKey, cfg.Regions+1),
@@ -128,6 +153,8 @@ func newResponder(cfg *Config, keys *aesni.Cache, parts *Core) *responder {
 		regions:       parts.regions,
 		routes:        parts.routes,
 		st:            &parts.stats,
+		tstats:        parts.tstats,
+		tgen:          parts.tgen,
 	}
 	for k := range r.inq {
 		r.inq[k] = newRing[inbound](cfg.InboundQueue)
@@ -154,19 +181,16 @@ type seenKey struct {
 }
 
 // serverKey returns the AEAD of the K_d the received request's initiator
-// must have used for op on the region it names: derived from the region's
-// K_r and the request's source address and PID (paper §4.2). gone: the
-// region has left the table and the key is its tombstone's (the request,
-// once it authenticates, is answered REMOTE_REGION). nil when the region
-// is neither live nor the last to have left its index.
-func (r *responder) serverKey(op abi.Op, f *wire.Fields) (a *aesni.AEAD, gone bool) {
+// must have used for op on the region rg it names (requestRegion):
+// derived from the region's K_r and the request's source address and PID
+// (paper §4.2). gone: the region has left the table and rg is its
+// tombstone (the request, once it authenticates, is answered
+// REMOTE_REGION). nil when the key cannot be derived.
+func (r *responder) serverKey(op abi.Op, f *wire.Fields, rg *region, gone bool) *aesni.AEAD {
 	rid := abi.RegionID(f.Region)
-	rg, seen := r.regions.lookup(rid), r.seen
-	if rg == nil {
-		if rg = r.regions.t.lookupDead(rid); rg == nil {
-			return nil, false
-		}
-		seen, gone = r.seenDead, true
+	seen := r.seen
+	if gone {
+		seen = r.seenDead
 	}
 	s := &seen[rid.Index()]
 	if s.epoch != rg.epoch { // a new key (or region) since this core last looked
@@ -187,17 +211,31 @@ func (r *responder) serverKey(op abi.Op, f *wire.Fields) (a *aesni.AEAD, gone bo
 	ck := aesni.CacheKey{Region: f.Region, PID: f.PID, Op: uint8(op)}
 	binary.BigEndian.PutUint32(ck.Peer[:], f.SrcIP)
 	if r.lastAEAD != nil && r.lastKey == ck {
-		return r.lastAEAD, gone
+		return r.lastAEAD
 	}
 	if s.kr == nil { // the first derivation under this key on this core (allocates, as a miss does)
 		s.kr = aesni.NewDeriver(rg.kr)
 	}
 	a, err := r.keys.GetOrDerive(ck, s.kr)
 	if err != nil {
-		return nil, false
+		return nil
 	}
 	r.lastKey, r.lastAEAD = ck, a
-	return a, gone
+	return a
+}
+
+// requestRegion is the region a received request names: live, or its
+// tombstone (gone) when it was the last to leave its index; nil when
+// neither.
+func (r *responder) requestRegion(f *wire.Fields) (rg *region, gone bool) {
+	rid := abi.RegionID(f.Region)
+	if rg = r.regions.lookup(rid); rg != nil {
+		return rg, false
+	}
+	if rg = r.regions.t.lookupDead(rid); rg != nil {
+		return rg, true
+	}
+	return nil, false
 }
 
 // installKey replaces region rid's K_r in the engine's table (a local or
@@ -233,8 +271,22 @@ func (r *responder) forgetKeys(rid abi.RegionID) {
 // its tombstone, is answered at once with REMOTE_REGION under its K_d
 // (w.st). The answer goes to the request's source MAC; the neighbor
 // table learns nothing from requests, so forged sources cannot fill it.
-func (r *responder) prepRequest(frame []byte, w *rxWork) {
+//
+// A request whose IV names another address than the frame's source is
+// dropped first, unanswered (Stats.ReqIVMismatch; per owner when it
+// names a live region): a genuine sender's IV is its own address, and
+// the replay window a request moves must be that of the address its K_d
+// is bound to (replay.go). prepRequest reports whether w is to be opened.
+func (r *responder) prepRequest(frame []byte, w *rxWork) bool {
 	f := &w.f
+	rg, gone := r.requestRegion(f)
+	if binary.BigEndian.Uint32(f.IV[0:4]) != f.SrcIP {
+		r.st.ReqIVMismatch++
+		if rg != nil && !gone {
+			r.tstats[rg.tenant].IVMismatch++
+		}
+		return false
+	}
 	w.op = abi.OpRead
 	switch f.Type {
 	case wire.TypeWriteReq:
@@ -242,14 +294,17 @@ func (r *responder) prepRequest(frame []byte, w *rxWork) {
 	case wire.TypeRekeyReq:
 		w.op = abi.OpRekey
 	}
-	var gone bool
-	w.a, gone = r.serverKey(w.op, f)
+	w.a, w.owner, w.oGen = nil, 0, 0
+	if rg != nil {
+		w.a, w.owner, w.oGen = r.serverKey(w.op, f, rg, gone), rg.tenant, r.tgen.of(rg.tenant)
+	}
 	w.open, w.then, w.in, w.st = openRequest, thenRequest, wire.Trailer(frame, 0), abi.StatusOK
 	if w.a == nil {
 		w.open = openFail
 	} else if gone {
 		w.st = abi.StatusRemoteRegion
 	}
+	return true
 }
 
 func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
@@ -261,10 +316,14 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		return
 	}
 	if r.replay != nil {
-		addr, ctr := aesni.NonceCounter(f.IV[:])
-		if !r.replay.accept(binary.BigEndian.Uint32(addr[:]), ctr, now) {
+		_, ctr := aesni.NonceCounter(f.IV[:]) // its address is f.SrcIP (prepRequest)
+		switch r.replay.accept(w.owner, w.oGen, f.SrcIP, ctr) {
+		case replaySeen:
 			r.st.ReqReplayed++
 			return // no answer: only the genuine request gets one
+		case replayNoLane:
+			r.st.ReplayLanesRefused++
+			return
 		}
 	}
 	a := w.a
@@ -274,10 +333,29 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		return
 	}
 	q := &r.inq[from.class]
-	if q.len() >= r.nackThreshold {
+	snd, why := r.bounds.admit(w.owner, f.SrcIP)
+	if why == refuseNone && q.len() >= r.nackThreshold {
+		r.bounds.unqueue(w.owner, snd)
+		why = refuseQueue
+	}
+	if why != refuseNone {
 		r.reply(&from, wire.TypeNack, 0, a, &f.IV)
 		r.st.ReqNacked++
+		ts := &r.tstats[w.owner]
+		switch why {
+		case refuseOwner:
+			r.st.ReqNackedOwner++
+			ts.NackedOwner++
+		case refuseSender:
+			r.st.ReqNackedSender++
+			ts.NackedSender++
+		default:
+			ts.Nacked++
+		}
 		return
+	}
+	if snd == senderOverflow {
+		r.st.SenderOverflow++
 	}
 	e := q.push() // NackThreshold <= InboundQueue: there is room
 	if d := uint64(r.inq[0].len() + r.inq[1].len()); d > r.st.ReqQueueMax {
@@ -286,7 +364,7 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 	*e = inbound{
 		peer: from, op: w.op, chunk: uint16(r.out.maxPayload),
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
-		aead: a, iv: f.IV,
+		aead: a, iv: f.IV, owner: w.owner, sender: snd,
 	}
 	if w.op == abi.OpRead { // its data goes back at most its route's MTU per frame
 		if rt := r.routes.lookup(f.SrcIP); rt != nil {
@@ -357,6 +435,7 @@ func (r *responder) serve(now int64) int {
 		e := q.front()
 		if now-e.arrival > r.timeout { // its initiator has given up
 			r.st.ReqExpired++
+			r.bounds.unqueue(e.owner, e.sender)
 			q.pop()
 			continue
 		}
@@ -376,6 +455,7 @@ func (r *responder) serve(now int64) int {
 					return served
 				}
 				r.st.ReqErrors++
+				r.bounds.unqueue(e.owner, e.sender)
 				q.pop()
 				served++
 				continue
@@ -384,12 +464,14 @@ func (r *responder) serve(now int64) int {
 		rg := r.regions.lookup(abi.RegionID(e.region))
 		if rg == nil { // deregistered while partly sent: the initiator times out
 			r.st.ReqExpired++
+			r.bounds.unqueue(e.owner, e.sender)
 			q.pop()
 			continue
 		}
 		if e.base == 0 { // counters for every chunk offset: nonces follow from offsets
 			base, ok := r.out.counters(aesni.ResponseSpan(e.length))
 			if !ok { // dropped: its initiator times out
+				r.bounds.unqueue(e.owner, e.sender)
 				q.pop()
 				continue
 			}
@@ -402,6 +484,7 @@ func (r *responder) serve(now int64) int {
 			r.out.highOut = true
 		}
 		r.st.ReqServed++
+		r.bounds.unqueue(e.owner, e.sender)
 		q.pop()
 		served++
 	}
@@ -463,20 +546,28 @@ func (r *responder) checkRequest(e *inbound) abi.Status {
 // startPulls serves the WRITE and REKEY requests waiting for a pull
 // context and window, each class in FIFO order, high first with the
 // HighBurst rule. Requests older than TIMEOUT are dropped (their
-// initiators have given up).
+// initiators have given up). A request whose owner or sender holds its
+// bound of pulls (bounds.go) waits where it is while those behind it are
+// served: the first that may start is swapped to the front and taken.
 func (r *responder) startPulls(now int64) int {
 	n := 0
+	r.polledAt = now
 	for {
-		hi, lo := &r.pullq[abi.ClassHigh], &r.pullq[abi.ClassLow]
-		cl, ok := r.pullArb.pick(hi.len() > 0, lo.len() > 0)
+		hi, lo := r.pullReady(now, abi.ClassHigh), r.pullReady(now, abi.ClassLow)
+		cl, ok := r.pullArb.pick(hi >= 0, lo >= 0)
 		if !ok {
 			return n
 		}
+		i := hi
+		if cl == abi.ClassLow {
+			i = lo
+		}
 		q := &r.pullq[cl]
-		e := q.front()
+		e := q.at(i)
 		if now-e.arrival > r.timeout {
 			r.st.ReqExpired++
-			q.pop()
+			r.bounds.unqueue(e.owner, e.sender)
+			r.pullRemove(cl, i)
 			continue
 		}
 		switch r.startPull(now, e) {
@@ -484,11 +575,103 @@ func (r *responder) startPulls(now int64) int {
 			return n
 		case pullStarted:
 			r.st.PullsIssued++
+		case pullAnswered:
+			r.bounds.unqueue(e.owner, e.sender)
 		}
-		r.pullArb.granted(cl, lo.len() > 0)
-		q.pop()
+		r.pullArb.granted(cl, lo >= 0)
+		r.pullRemove(cl, i)
 		n++
 	}
+}
+
+// pullReady is the index in pullq[cl] of the first request startPulls
+// may take: one older than TIMEOUT (the front always, so that the front
+// never stays expired), or one whose owner and sender are within their
+// bounds of pulls; -1 when none. The entries before it are blocked by
+// their bounds (each counted once, PullsDeferred): they are remembered
+// (skip) until a pull ends or an idle pull becomes reclaimable, the
+// events that unblock one, so a queue of blocked writes costs a Poll
+// nothing until then.
+func (r *responder) pullReady(now int64, cl abi.Class) int {
+	q := &r.pullq[cl]
+	if q.len() == 0 {
+		return -1
+	}
+	if now-q.front().arrival > r.timeout {
+		return 0
+	}
+	if r.skipGen[cl] != r.pullGen || (r.skip[cl] > 0 && r.nextIdle(r.scanAt[cl]) <= now) {
+		r.skipGen[cl], r.skip[cl], r.scanAt[cl] = r.pullGen, 0, now
+	}
+	for i := r.skip[cl]; i < q.len(); i++ {
+		e := q.at(i)
+		if now-e.arrival > r.timeout {
+			return i
+		}
+		why := r.bounds.pullBlocked(e.owner, e.sender)
+		if why == refuseNone {
+			return i
+		}
+		if r.reclaimIdle(now, why, e.owner, e.sender) { // everything may have changed: look again
+			r.skipGen[cl], r.skip[cl], r.scanAt[cl], i = r.pullGen, 0, now, -1
+			continue
+		}
+		r.skip[cl] = i + 1
+		if !e.deferred {
+			e.deferred = true
+			r.tstats[e.owner].PullsDeferred++
+			if why == refuseOwner {
+				r.st.PullsDeferredOwner++
+			} else {
+				r.st.PullsDeferredSender++
+			}
+		}
+	}
+	return -1
+}
+
+// reclaimIdle abandons, uncommitted, the oldest pull of owner (why is
+// refuseOwner) or of sender entry s (refuseSender) that no chunk has
+// answered within pullIdle of its ②, and reports whether it found one:
+// a write blocked by its bound of pulls is pressure as a full pool is
+// (pullRoom), and the replay of a write request after its op ended
+// would otherwise hold its owner's or sender's bound until TIMEOUT.
+func (r *responder) reclaimIdle(now int64, why refusal, owner uint16, s int32) bool {
+	for h := r.plist[pullsIdle].head; h >= 0 && r.pulls[h].idleBy <= now; h = r.pulls[h].next {
+		if p := &r.pulls[h]; (why == refuseOwner && p.owner == owner) || (why == refuseSender && p.sender == s) {
+			r.endPull(h)
+			r.st.PullsExpired++
+			return true
+		}
+	}
+	return false
+}
+
+// nextIdle is the first time after t at which an idle pull becomes
+// reclaimable (math.MaxInt64: none). The idle list is in ② order, so
+// in order of idleBy too.
+func (r *responder) nextIdle(t int64) int64 {
+	for h := r.plist[pullsIdle].head; h >= 0; h = r.pulls[h].next {
+		if r.pulls[h].idleBy > t {
+			return r.pulls[h].idleBy
+		}
+	}
+	return math.MaxInt64
+}
+
+// pullRemove takes entry i out of pullq[cl]: the front is swapped with it
+// (the front, blocked when i > 0, takes its place) and popped. Entries
+// 0..i-1 were blocked, and are after the swap and pop: the skip is i.
+func (r *responder) pullRemove(cl abi.Class, i int) {
+	q := &r.pullq[cl]
+	if i > 0 {
+		f, e := q.front(), q.at(i)
+		*f, *e = *e, *f
+		r.skip[cl] = i
+	} else if r.skip[cl] > 0 {
+		r.skip[cl]--
+	}
+	q.pop()
 }
 
 // nextDeadline is the earliest time the serving side has something to do
@@ -508,9 +691,9 @@ func (r *responder) nextDeadline() int64 {
 	for k := range r.pullq { // waiting for window: due when it expires (a freed window comes with work)
 		if q := &r.pullq[k]; q.len() > 0 {
 			d = min(d, q.front().arrival+r.timeout)
-			if h := r.plist[pullsIdle].head; h >= 0 { // or when an idle pull becomes reclaimable (pullRoom)
-				d = min(d, r.pulls[h].idleBy)
-			}
+			// or when an idle pull becomes reclaimable (pullRoom, reclaimIdle):
+			// those that were at the last Poll and stayed are nobody's to take
+			d = min(d, r.nextIdle(r.polledAt))
 		}
 	}
 	return d
@@ -519,13 +702,67 @@ func (r *responder) nextDeadline() int64 {
 // shutdown drops the queued requests and the WRITEs being served: none
 // of them commits any more.
 func (r *responder) shutdown() {
-	for k := range r.inq {
-		r.inq[k].clear()
-		r.pullq[k].clear()
-	}
 	for k := range r.plist {
 		for r.plist[k].head >= 0 {
 			r.endPull(r.plist[k].head)
 		}
 	}
+	for k := range r.inq {
+		r.inq[k].clear()
+		r.pullq[k].clear()
+	}
+	r.bounds.reset()
+}
+
+// auditBounds checks the per-owner and per-sender counts against the
+// queues and the pulls, and the replay table's owner lists.
+func (r *responder) auditBounds() error {
+	b := &r.bounds
+	if n := len(b.owners) + len(b.senders.e) + 1; len(b.scratch) != n { // the audit's own (tests, the simulator)
+		b.scratch = make([]use, n)
+	}
+	owners, senders := b.scratch[:len(b.owners)], b.scratch[len(b.owners):]
+	sender := func(s int32) *use {
+		if s == senderOverflow {
+			return &senders[len(senders)-1]
+		}
+		return &senders[s]
+	}
+	var named []int32
+	count := func(owner uint16, s int32, u use) {
+		owners[owner].queued += u.queued
+		owners[owner].pulls += u.pulls
+		p := sender(s)
+		if *p == (use{}) && s != senderOverflow {
+			named = append(named, s)
+		}
+		p.queued += u.queued
+		p.pulls += u.pulls
+	}
+	for k := range r.inq {
+		for _, q := range []*ring[inbound]{&r.inq[k], &r.pullq[k]} {
+			for i := range q.len() {
+				e := q.at(i)
+				count(e.owner, e.sender, use{queued: 1})
+			}
+		}
+	}
+	for i := 1; i < len(r.pulls); i++ {
+		if p := &r.pulls[i]; p.used {
+			count(p.owner, p.sender, use{pulls: 1})
+		}
+	}
+	err := b.audit(owners, senders, named)
+	clear(owners)
+	for _, s := range named {
+		senders[s] = use{}
+	}
+	senders[len(senders)-1] = use{}
+	if err != nil {
+		return err
+	}
+	if r.replay != nil {
+		return r.replay.audit()
+	}
+	return nil
 }

@@ -34,6 +34,15 @@ func (r *ring[T]) push() *T {
 // front is the oldest entry; the ring must not be empty.
 func (r *ring[T]) front() *T { return &r.buf[r.head] }
 
+// at is the entry i places behind the front (0: the front); i < len.
+func (r *ring[T]) at(i int) *T {
+	k := r.head + i
+	if k >= len(r.buf) {
+		k -= len(r.buf)
+	}
+	return &r.buf[k]
+}
+
 // pop drops the oldest entry; the ring must not be empty.
 func (r *ring[T]) pop() {
 	r.head++

@@ -71,6 +71,7 @@ func TestIPsecMBCoreTests(t *testing.T) {
 func scriptFrames(t *testing.T, crypto string) ([][]byte, []abi.Completion) {
 	ca, cb := pairConfigs(crypto)
 	cb.NackThreshold = 2
+	cb.InboundPerOwner, cb.InboundPerSender = 2, 2 // the threshold alone
 	p := newPair(t, ca, cb)
 	if (mbOf(p.a) != nil) != (crypto == CryptoIPsecMB) {
 		t.Fatalf("%s: backend not set up", crypto)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 
 	"github.com/onerma/onerma/abi"
@@ -121,16 +122,25 @@ func TestWrongKeyFailsFast(t *testing.T) {
 
 // Every field of a request is authenticated: a flipped bit anywhere the
 // AAD covers, or in the tag, gets REMOTE_AUTHENTICATION_FAILURE (never
-// data).
+// data); one in the source address or the IV's address makes the two
+// differ, and the request is dropped unanswered before authentication.
 func TestTamperedRequestRefused(t *testing.T) {
 	p := newSecPair(t)
 	req := p.requestFrame(t, 1, 64)
+	mismatched := uint64(0)
 	for bit := wire.AADOffset * 8; bit < (wire.PayloadOffset+wire.TrailerLen)*8; bit++ {
 		bad := append([]byte(nil), req...)
 		bad[bit/8] ^= 1 << (bit % 8)
 		var f wire.Fields
 		if _, err := wire.Decode(bad, &f); err != nil || f.DstIP != ipOf("10.0.0.2") || f.DstPort != p.b.cfg.UDPPort || f.Type != wire.TypeReadReq {
 			continue // not a request for b any more: dropped before authentication
+		}
+		if binary.BigEndian.Uint32(f.IV[:4]) != f.SrcIP {
+			mismatched++
+			if ans := p.serve(bad); len(ans) != 0 || p.b.Stats().ReqIVMismatch != mismatched {
+				t.Fatalf("bit %d (IV address %x, source %08x): %d answers, %d IV mismatches", bit, f.IV[:4], f.SrcIP, len(ans), p.b.Stats().ReqIVMismatch)
+			}
+			continue
 		}
 		ans := p.serve(bad)
 		if len(ans) != 1 {
@@ -140,6 +150,9 @@ func TestTamperedRequestRefused(t *testing.T) {
 		if _, err := wire.Decode(ans[0], &af); err != nil || af.Type != wire.TypeError || abi.Status(af.Status) != abi.StatusRemoteAuthFailure {
 			t.Fatalf("bit %d: answer %+v (%v)", bit, af, err)
 		}
+	}
+	if mismatched != 64 {
+		t.Fatalf("%d bits of the two addresses flipped, want 64", mismatched)
 	}
 	if s := p.b.Stats(); s.ReqServed != 1 || s.ReqAuthFailed == 0 {
 		t.Fatalf("served %d (want only the warm-up), auth failures %d", s.ReqServed, s.ReqAuthFailed)

@@ -15,9 +15,9 @@ const (
 	deadIP = "10.0.0.9" // a static neighbour nobody answers for
 )
 
-// openTenantApp opens a portal of tenant tenant, of weight weight, with
+// openShareApp opens a portal of tenant tenant, of weight weight, with
 // slots slots and a sink region of 4 KB per slot.
-func openTenantApp(t testing.TB, c *Core, class abi.Class, slots, tenant, weight int) (*testApp, abi.RegionID) {
+func openShareApp(t testing.TB, c *Core, class abi.Class, slots, tenant, weight int) (*testApp, abi.RegionID) {
 	t.Helper()
 	const cmdCap, cplCap = 256, 512
 	cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))
@@ -150,7 +150,7 @@ func TestSharesByWeight(t *testing.T) {
 			var apps []*testApp
 			var sinks []abi.RegionID
 			for k, w := range tc.weights {
-				app, sink := openTenantApp(t, p.a, abi.ClassLow, 32, k, w)
+				app, sink := openShareApp(t, p.a, abi.ClassLow, 32, k, w)
 				apps, sinks = append(apps, app), append(sinks, sink)
 			}
 			for k := range apps {
@@ -212,9 +212,9 @@ func b2u(b bool) uint64 {
 // once the destination answers.
 func TestBorrowingStopsAtDeadDestination(t *testing.T) {
 	p := newSharesPair(t, 16, nil)
-	live, ls := openTenantApp(t, p.a, abi.ClassLow, 64, 0, 1)
-	dead, ds := openTenantApp(t, p.a, abi.ClassLow, 64, 1, 1)
-	_, _ = openTenantApp(t, p.a, abi.ClassLow, 0, 2, 1) // present, idle
+	live, ls := openShareApp(t, p.a, abi.ClassLow, 64, 0, 1)
+	dead, ds := openShareApp(t, p.a, abi.ClassLow, 64, 1, 1)
+	_, _ = openShareApp(t, p.a, abi.ClassLow, 0, 2, 1) // present, idle
 	if share := int(p.a.TenantCounters(0).WindowShare) / abi.MaxOpBytes; share != 5 {
 		t.Fatalf("share of 16 ops among three: %d ops", share)
 	}
@@ -281,8 +281,8 @@ func TestBorrowingStopsAtDeadDestination(t *testing.T) {
 // its room, not the borrower's next op.
 func TestBorrowedWindowComesBack(t *testing.T) {
 	p := newSharesPair(t, 8, nil)
-	busy, bs := openTenantApp(t, p.a, abi.ClassLow, 64, 0, 1)
-	light, lsk := openTenantApp(t, p.a, abi.ClassLow, 4, 1, 1)
+	busy, bs := openShareApp(t, p.a, abi.ClassLow, 64, 0, 1)
+	light, lsk := openShareApp(t, p.a, abi.ClassLow, 4, 1, 1)
 	m := slotTenants{}
 	m.add(busy, 0)
 	m.add(light, 1)
@@ -318,9 +318,9 @@ func TestBorrowedWindowComesBack(t *testing.T) {
 // within each tenant's share.
 func TestClassesAcrossTenants(t *testing.T) {
 	p := newSharesPair(t, 12, func(c *Config) { c.HighBurst = 2 })
-	hi1, h1 := openTenantApp(t, p.a, abi.ClassHigh, 16, 0, 1)
-	hi2, h2 := openTenantApp(t, p.a, abi.ClassHigh, 16, 1, 1)
-	lo, l := openTenantApp(t, p.a, abi.ClassLow, 16, 2, 1)
+	hi1, h1 := openShareApp(t, p.a, abi.ClassHigh, 16, 0, 1)
+	hi2, h2 := openShareApp(t, p.a, abi.ClassHigh, 16, 1, 1)
+	lo, l := openShareApp(t, p.a, abi.ClassLow, 16, 2, 1)
 	m := slotTenants{}
 	m.add(hi1, 0)
 	m.add(hi2, 1)
@@ -344,9 +344,9 @@ func TestClassesAcrossTenants(t *testing.T) {
 // robin in bytes), within their shares and when borrowing.
 func TestRoundRobinByWeight(t *testing.T) {
 	p := newSharesPair(t, 16, nil)
-	a, as := openTenantApp(t, p.a, abi.ClassLow, 64, 0, 1)
-	b, bs := openTenantApp(t, p.a, abi.ClassLow, 64, 1, 3)
-	_, _ = openTenantApp(t, p.a, abi.ClassLow, 0, 2, 4) // present, idle: shares of 2, 6 and 8 ops
+	a, as := openShareApp(t, p.a, abi.ClassLow, 64, 0, 1)
+	b, bs := openShareApp(t, p.a, abi.ClassLow, 64, 1, 3)
+	_, _ = openShareApp(t, p.a, abi.ClassLow, 0, 2, 4) // present, idle: shares of 2, 6 and 8 ops
 	m := slotTenants{}
 	m.add(a, 0)
 	m.add(b, 1)
@@ -375,9 +375,9 @@ func TestRoundRobinByWeight(t *testing.T) {
 // (orphans) hold window but no tenant's share.
 func TestSharesFollowTenants(t *testing.T) {
 	p := newSharesPair(t, 16, nil)
-	a, as := openTenantApp(t, p.a, abi.ClassLow, 32, 0, 1)
-	b, bs := openTenantApp(t, p.a, abi.ClassLow, 32, 1, 1)
-	b2, _ := openTenantApp(t, p.a, abi.ClassLow, 0, 1, 3) // tenant 1's second portal: its weight is now 3
+	a, as := openShareApp(t, p.a, abi.ClassLow, 32, 0, 1)
+	b, bs := openShareApp(t, p.a, abi.ClassLow, 32, 1, 1)
+	b2, _ := openShareApp(t, p.a, abi.ClassLow, 0, 1, 3) // tenant 1's second portal: its weight is now 3
 	if s0, s1 := p.a.TenantCounters(0).WindowShare, p.a.TenantCounters(1).WindowShare; s0 != 16<<10 || s1 != 48<<10 {
 		t.Fatalf("shares %d and %d, want 16 KB and 48 KB", s0, s1)
 	}
@@ -408,8 +408,8 @@ func TestSharesFollowTenants(t *testing.T) {
 // core could not look counts against no destination.
 func TestResponsiveAcrossStall(t *testing.T) {
 	p := newSharesPair(t, 16, nil)
-	a, as := openTenantApp(t, p.a, abi.ClassLow, 64, 0, 1)
-	_, _ = openTenantApp(t, p.a, abi.ClassLow, 0, 1, 1)
+	a, as := openShareApp(t, p.a, abi.ClassLow, 64, 0, 1)
+	_, _ = openShareApp(t, p.a, abi.ClassLow, 0, 1, 1)
 	p.postReads(t, a, as, 0, 1, liveIP)
 	p.run()
 	a.completions()
@@ -430,7 +430,7 @@ func TestSharesHotPathAllocs(t *testing.T) {
 	var apps []*testApp
 	var sinks []abi.RegionID
 	for k := range 3 {
-		app, sink := openTenantApp(t, p.a, abi.ClassLow, 8, k, k+1)
+		app, sink := openShareApp(t, p.a, abi.ClassLow, 8, k, k+1)
 		apps, sinks = append(apps, app), append(sinks, sink)
 	}
 	p.postReads(t, apps[0], sinks[0], 0, 1, liveIP)
@@ -498,7 +498,7 @@ func BenchmarkArbitrate(b *testing.B) {
 			c := newCore(b, cfg, &nullTx{b: make([]byte, MaxFrameBytes)})
 			n := c.ini
 			for k := range tenants {
-				app, sink := openTenantApp(b, c, abi.ClassLow, 64, k, 1+k%3)
+				app, sink := openShareApp(b, c, abi.ClassLow, 64, k, 1+k%3)
 				for j := range 64 {
 					app.post(b, readCmd(app.slots[j], ipOf(deadIP), 1, 0, sink, uint64(j)*abi.MaxOpBytes, abi.MaxOpBytes, uint64(j)))
 				}

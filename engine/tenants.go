@@ -1,5 +1,10 @@
 package engine
 
+import (
+	"sync"
+	"sync/atomic"
+)
+
 // TenantCounters are one tenant's counters on one core: what its own
 // share of a pool (the solicitation window, the serving side's queues
 // and contexts, the neighbour table) refused or delayed. The index is
@@ -34,6 +39,29 @@ type TenantCounters struct {
 	WindowHeld  uint64
 	WindowShare uint64
 	Queued      uint64
+	// The serving side, for requests naming its regions (bounds.go,
+	// replay.go):
+	//
+	// Nacked: NACKed at once, their class queue at its threshold;
+	// NackedOwner: NACKed at once, its regions already had
+	// Config.InboundPerOwner requests queued; NackedSender: NACKed at
+	// once, their source address already had InboundPerSender queued.
+	Nacked       uint64
+	NackedOwner  uint64
+	NackedSender uint64
+	// PullsDeferred: write requests that waited for a pull context
+	// because it held PullsPerOwner, or their source address
+	// PullsPerSender, of them.
+	PullsDeferred uint64
+	// IVMismatch: dropped, their IV naming another address than their
+	// source (before authentication: anyone can send these).
+	IVMismatch uint64
+	// ReplayLanesRefused: authenticated, dropped: their sender address
+	// already had ReplayLanesPerSender lanes of its windows.
+	ReplayLanesRefused uint64
+	// ReplayEvictions: its windows forgotten to make room (by its own
+	// new lanes, or, beyond its guaranteed share, another owner's).
+	ReplayEvictions uint64
 }
 
 // TenantCounters returns tenant's counters on this core (control plane);
@@ -50,3 +78,42 @@ func (c *Core) TenantCounters(tenant int) TenantCounters {
 	}
 	return tc
 }
+
+// tenantGens is, per tenant index of an engine (PortalSpec.Tenant), how
+// many of its portals are open on the engine's cores and the index's
+// generation: it grows each time the index goes from no portal open to
+// one, so that a tenant index the control plane hands to a new tenant
+// (indices are reused once their tenant has left) does not inherit what
+// the serving side keeps for the one before. The replay windows are
+// keyed by it (replay.go): windows a tenant's requests moved, in its own
+// namespace, are not those of its successor's regions. Shared by the
+// cores of a Group; changed on the control plane only, read per request.
+type tenantGens struct {
+	mu   sync.Mutex
+	open []int32
+	gen  []atomic.Uint32
+}
+
+func newTenantGens(n int) *tenantGens {
+	return &tenantGens{open: make([]int32, n), gen: make([]atomic.Uint32, n)}
+}
+
+// opened: a portal of tenant t opened.
+func (g *tenantGens) opened(t int) {
+	g.mu.Lock()
+	if g.open[t] == 0 {
+		g.gen[t].Add(1)
+	}
+	g.open[t]++
+	g.mu.Unlock()
+}
+
+// closed: a portal of tenant t closed.
+func (g *tenantGens) closed(t int) {
+	g.mu.Lock()
+	g.open[t]--
+	g.mu.Unlock()
+}
+
+// of is tenant t's generation, in the bits a replay key holds.
+func (g *tenantGens) of(t uint16) uint16 { return uint16(g.gen[t].Load()) & replayGenMask }

@@ -66,6 +66,14 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		Doorbells:         s.Doorbells,
 		DelayBatches:      s.DelayBatches,
 		DelaySamples:      s.DelaySamples,
+
+		ReqNackedOwner:      s.ReqNackedOwner,
+		ReqNackedSender:     s.ReqNackedSender,
+		SenderOverflow:      s.SenderOverflow,
+		PullsDeferredOwner:  s.PullsDeferredOwner,
+		PullsDeferredSender: s.PullsDeferredSender,
+		ReqIVMismatch:       s.ReqIVMismatch,
+		ReplayLanesRefused:  s.ReplayLanesRefused,
 	}
 	if s.FragNeededDst != 0 {
 		var a [4]byte

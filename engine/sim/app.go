@@ -103,6 +103,7 @@ func (a *app) openPortal() (*portal, error) {
 		Class:    p.class,
 		MaxSlots: slots,
 		PID:      1000 + uint32(n.id)*100 + uint32(p.serial),
+		Tenant:   cfg.Tenant,
 	}
 	p.c = n.pickCore()
 	core := p.c.core

@@ -141,6 +141,8 @@ func (p *portal) complete(c *abi.Completion) {
 	case c.Status == abi.StatusDispatchTimeout && s.cfg.StaticNeighbors && int64(c.TotalDelayNs) > int64(e.DispatchTimeout)+s.slack():
 		// (With ARP, time spent resolving comes first and adds to it.)
 		s.fail("%s: DISPATCH_TIMEOUT after %dns (DispatchTimeout %v): late", o, c.TotalDelayNs, e.DispatchTimeout)
+	case s.cfg.OpBoundNs > 0 && c.Status == abi.StatusOK && s.now-o.postedAt > s.cfg.OpBoundNs:
+		s.fail("%s completed %v %dns after it was posted, beyond the run's bound of %dns", o, c.Status, s.now-o.postedAt, s.cfg.OpBoundNs)
 	case c.Status == abi.StatusUnreachable && o.kind != kUnreachable && int64(c.TotalDelayNs) < int64(e.ResolveTimeout):
 		s.fail("%s: UNREACHABLE after %dns although node %d exists and ResolveTimeout is %v (neighbor table refused it?)",
 			o, c.TotalDelayNs, s.nodeOfIP(o.cmd.RemoteAddr), e.ResolveTimeout)

@@ -78,6 +78,14 @@ type Config struct {
 	// server that never crossed its NACK threshold), which is chance,
 	// not a bug; a mechanism that no seed exercises is.
 	Covers []abi.Status
+	// OpBoundNs, when set, bounds how long after its posting every op
+	// completes OK (scenario hostile-initiator: TIMEOUT, whatever the
+	// attacker does; in a strict run every valid op must be OK but those
+	// a fault of its own failed, a region deregistered under it).
+	OpBoundNs int64
+	// Hostile is an attacker on the fabric with a tenant of its own on
+	// one node (hostile.go; nil: none).
+	Hostile *HostileConfig
 	// MaxSteps bounds driver steps (livelock guard); 0: derived.
 	MaxSteps uint64
 	// Trace keeps the last events of the run in a ring (slow); a Failure
@@ -201,6 +209,9 @@ type AppConfig struct {
 	// region (the target of writes, read by readers too). Small regions
 	// make concurrent writes overlap.
 	DstMinBytes, DstMaxBytes int
+	// Tenant is the PortalSpec.Tenant of every portal the applications
+	// open (the owner tenant of their regions).
+	Tenant int
 	// RekeyFrac: probability an op is a remote REKEY (valid or with one
 	// thing wrong) of a region of another node: its new K_r is drawn from
 	// the seed and staged in the op's area of the write source.
@@ -270,6 +281,9 @@ func (c *Config) Validate() error {
 	case c.IVSpan != 0 && (c.IVSpan < aesni.ResponseSpan(abi.MaxOpBytes) || c.IVBlock < c.IVSpan):
 		return bad("IVSpan", c.IVSpan)
 	}
+	if h := c.Hostile; h != nil && (h.Server < 0 || h.Server >= c.Nodes || h.TickNs <= 0 || len(c.App.Clients) == 0 || h.Tenant == c.App.Tenant) {
+		return bad("Hostile", *h)
+	}
 	for _, v := range append(append([]int(nil), c.App.Clients...), c.App.Servers...) {
 		if v < 0 || v >= c.Nodes {
 			return bad("App.Clients/Servers", v)
@@ -297,6 +311,7 @@ var Scenarios = []Scenario{
 	{"multicore-clean", MultiCoreClean},
 	{"tenant-shares", TenantShares},
 	{"tenant-shares-weighted", TenantSharesWeighted},
+	{"hostile-initiator", HostileInitiator},
 }
 
 // ScenarioByName returns the scenario called name.
@@ -337,6 +352,11 @@ func base(name string, seed uint64, r *rand.Rand) Config {
 	// Pull contexts (WRITEs served at once): sometimes a single one, so
 	// write requests wait in the inbound queue for one.
 	e.PullContexts = []int{1, 2, 4, 16, 128}[r.IntN(5)]
+	// Every region of these scenarios is one tenant's (PortalSpec.Tenant
+	// 0) and nothing in them is hostile: the per-owner and per-sender
+	// bounds would only cut that tenant's share of the queues and pulls
+	// (scenario hostile-initiator puts them in force).
+	e.Unbound()
 	return Config{
 		Name:            name,
 		Seed:            seed,
@@ -549,5 +569,57 @@ func MultiCoreClean(seed uint64) Config {
 	all := 2 * c.Nodes * perNode
 	c.Engine.WindowBytes = (perNode + all) * abi.MaxOpBytes
 	c.Engine.PullContexts = all
+	return c
+}
+
+// HostileInitiator: a tenant of the server node (node 0) attacks the
+// other tenant's readers there from the fabric (hostile.go): it floods
+// the inbound queue past its NACK threshold, holds pull contexts with
+// slow pulls, pushes the victims' replay windows with their own source
+// and IV addresses and forged IV addresses, and mints lanes, each with
+// K_d it derives from its own region's K_r. The victims (2 to 4 nodes, a
+// portal each) read and write the server's regions of their owner in a
+// strict run: every valid op must complete OK within TIMEOUT, none
+// NACKed, and the server's counters for their owner show no refusal while
+// the attacker's show each attack refused (hostile.checkAtEnd). The
+// server's bounds are its defaults (Config.ServingBounds), from a NACK
+// threshold that the attacker's burst alone would pass.
+func HostileInitiator(seed uint64) Config {
+	r := scenarioRand(seed)
+	c := base("hostile-initiator", seed, r)
+	c.Strict = true
+	c.Nodes = 3 + r.IntN(3)
+	c.MTU = 1500
+	c.VaryTimeouts = false
+	c.App.PortalsPerNode = 1
+	c.App.Servers = []int{0}
+	for i := 1; i < c.Nodes; i++ {
+		c.App.Clients = append(c.App.Clients, i)
+	}
+	c.App.Tenant = 1
+	c.Faults.RegionChurn = r.IntN(2)
+	perNode := c.App.PortalsPerNode * c.App.SlotsPerPortal
+	all := 2 * c.Nodes * perNode
+	e := &c.Engine
+	e.WindowBytes, e.PullContexts = (perNode+all)*abi.MaxOpBytes, all
+	e.InboundQueue, e.NackThreshold = 512, 192
+	// Half an rx burst served per poll: a burst of requests fills the
+	// queue. The per-owner and per-sender bounds are derived again:
+	// half of the totals.
+	e.ServeBudget = 16
+	e.InboundPerOwner, e.InboundPerSender, e.PullsPerOwner, e.PullsPerSender = 0, 0, 0, 0
+	e.Tenants, e.ReplayPeers, e.ReplayLanesPerSender = 4, 64, 4
+	e.Regions = 4*c.App.PortalsPerNode + 3
+	e.Portals = c.App.PortalsPerNode + 2
+	c.OpBoundNs = int64(e.Timeout)
+	// The server takes a frame in half the others' time: the attacker's
+	// bursts cost it CPU (flooding it is out of scope), but leave it time
+	// to serve its victims.
+	c.costs = []CostConfig{{PollNs: c.Cost.PollNs, RxFrameNs: c.Cost.RxFrameNs / 2, TxFrameNs: c.Cost.TxFrameNs / 2}}
+	c.Hostile = &HostileConfig{
+		Server: 0, Tenant: 2, TickNs: 400_000,
+		Flood: 500 + r.IntN(200), Writes: all + 16, Pushes: 8, IVForges: 8, Lanes: 32,
+	}
+	c.Covers = []abi.Status{abi.StatusOK}
 	return c
 }

@@ -329,6 +329,30 @@
 // ShareCheck.LightBoundNs and all end OK, and no window is left free
 // after a Poll while a tenant has an op queued that could enter.
 //
+// # A hostile initiator
+//
+// Scenario hostile-initiator (hostile.go) puts an attacker on the fabric:
+// a tenant of the server node (node 0) with a remote-writable region of
+// its own there, whose K_r it holds, so that it derives K_d for any
+// source address. It injects raw frames at the switch (checkTx lets the
+// server answer its phantom sources, 10.1.x.y, at its MAC, which no node
+// has) and takes the frames sent to that MAC, and in bursts past the
+// server's NACK threshold it floods the inbound queue with requests for
+// its own region, holds pull contexts with WRITEs whose pulls it answers
+// with one chunk (then never again) or not at all, pushes the victims'
+// replay windows (requests as a victim, its address in the IV and as the
+// source, counters far ahead on its lane), forges IV addresses, and mints
+// lanes. The victims, the other nodes' applications, read and write the
+// server's regions of another tenant (App.Tenant) in a strict run: every
+// valid op completes OK within TIMEOUT (Config.OpBoundNs), none NACKed;
+// at the end the server's TenantCounters show nothing refused to the
+// victims' owner, and each attack refused to the attacker's (its flood
+// NACKed at its owner's bound, its writes deferred behind its bound of
+// pulls, every forged IV dropped, lanes refused, its own windows
+// evicted). The server runs its default bounds (engine
+// Config.ServingBounds); TestHostileInitiatorNeedsBounds runs it without
+// them and expects the victims' ops to fail.
+//
 // # Scripted repros
 //
 // Tests in this package can replace the random applications by scripts
@@ -377,6 +401,7 @@
 //	flowops.go   flow ops: issue and completion
 //	figures.go   the paper's Fig. 15 and 16 as flow experiments, and their analyses
 //	shares.go    the tenant-shares scenarios: three tenants' flows and the checks of their shares
+//	hostile.go   the attacker of scenario hostile-initiator: raw frames at the switch
 //
 // Imports: engine, abi, aesni, wire, cc (flow experiments). Nothing imports
 // sim but tests and tools.

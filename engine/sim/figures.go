@@ -89,6 +89,7 @@ func paperExperiment(name string, nodes int, dur int64) FlowExperiment {
 	e.NackThreshold = 1024 // no NACK unless an experiment wants them
 	e.ServeBudget = 16
 	e.KeyCache = 64
+	e.Unbound() // one tenant's experiments: the paper's serving side, unbounded per owner and sender
 	return FlowExperiment{
 		Name:   name,
 		Seed:   1,

@@ -275,7 +275,14 @@ func (s *Sim) checkTx(c *simCore, b []byte, f *wire.Fields) bool {
 			if d := s.nodeOfIP(f.DstIP); d < 0 || f.DstMAC != s.nodes[d].mac {
 				s.res.Net.Misaddressed++
 			}
-		} else if d := s.nodeOfIP(f.DstIP); d < 0 {
+		} else if d := s.nodeOfIP(f.DstIP); d < 0 && s.hostile != nil && isPhantom(f.DstIP) {
+			// An answer to a request the attacker forged from a
+			// phantom source goes to the MAC it came from, the attacker's.
+			if f.DstMAC != hostileMAC {
+				s.fail("node %d sent a %v frame to the attacker's phantom %08x at MAC %x", n.id, f.Type, f.DstIP, f.DstMAC)
+				return false
+			}
+		} else if d < 0 {
 			s.fail("node %d sent a %v frame to %08x, which no node has: it never resolved", n.id, f.Type, f.DstIP)
 			return false
 		} else if f.DstMAC != s.nodes[d].mac {
@@ -419,6 +426,8 @@ func (s *Sim) atSwitch(f *frame) {
 	}
 	d := s.nodeOfMAC(dst)
 	switch {
+	case d < 0 && s.hostile != nil && [6]byte(dst) == hostileMAC:
+		s.hostile.receive(f)
 	case d < 0:
 		s.res.Net.UnknownDst++
 		s.pool.put(f)

@@ -63,9 +63,10 @@ type Result struct {
 	// table the cores share).
 	CrossCore uint64
 	// Shares: what the tenant-shares scenarios measured (nil in others).
-	Shares *ShareStats
-	Net    NetStats
-	Cores  []engine.Stats // every core's counters, node by node
+	Shares  *ShareStats
+	Net     NetStats
+	Hostile HostileStats   // what the attacker did (Config.Hostile)
+	Cores   []engine.Stats // every core's counters, node by node
 	// Digest folds every event, frame and completion of the run: two runs
 	// of one seed must produce the same digest (determinism check).
 	Digest uint64
@@ -190,6 +191,8 @@ type Sim struct {
 	reqIVs map[reqRef][12]byte
 	// served: who answered each READ, by initiator and tag (sawReadData).
 	served map[reqRef]servedBy
+	// hostile: the attacker of scenario hostile-initiator (nil: none).
+	hostile *hostile
 
 	res   Result
 	err   error
@@ -217,10 +220,11 @@ const (
 	evRunEnd      // end of the grace period: final checks
 	evScript      // a scripted step (targeted tests)
 	evFlow        // a flow application's issue timer (flow.go)
+	evHostile     // the attacker's burst (hostile.go)
 	numEventKinds // sentinel
 )
 
-var evNames = [...]string{"", "switch", "deliver", "tick", "linkdown", "linkup", "stall", "crash", "reopen", "churn", "rekey", "postend", "runend", "script", "flow"}
+var evNames = [...]string{"", "switch", "deliver", "tick", "linkdown", "linkup", "stall", "crash", "reopen", "churn", "rekey", "postend", "runend", "script", "flow", "hostile"}
 
 type event struct {
 	t    int64
@@ -386,6 +390,9 @@ func (s *Sim) setup() error {
 		if err := cfg.flows.setup(s); err != nil {
 			return err
 		}
+	}
+	if err := s.setupHostile(); err != nil {
+		return err
 	}
 	s.scheduleFaults()
 	for i, st := range cfg.scripts {
@@ -601,6 +608,8 @@ func (s *Sim) handle(e event) {
 		}
 	case evFlow:
 		s.cfg.flows.timer(e.arg)
+	case evHostile:
+		s.hostile.tick()
 	case evChurn:
 		n.app.churn()
 	case evRekey:
@@ -714,6 +723,12 @@ func (s *Sim) finalChecks() {
 			return
 		}
 	}
+	if s.hostile != nil {
+		s.hostile.checkAtEnd()
+		if s.err != nil {
+			return
+		}
+	}
 	for _, st := range s.cfg.MustSee {
 		if s.res.ByStatus[st] == 0 {
 			s.fail("no op completed with %v: the scenario did not exercise that mechanism (completions by status: %s)",
@@ -745,6 +760,9 @@ func (s *Sim) finishResult() {
 	if fr := s.cfg.flows; fr != nil && fr.shares != nil {
 		st := fr.shares.st // a copy: a pointer into the run would keep all of it alive
 		s.res.Shares = &st
+	}
+	if s.hostile != nil {
+		s.res.Hostile = s.hostile.st
 	}
 	s.res.Cores = s.res.Cores[:0]
 	for _, c := range s.cores {

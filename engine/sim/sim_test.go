@@ -202,6 +202,23 @@ func TestSimSeeds(t *testing.T) {
 			t.Logf("remote REKEYs: %d posted (%d valid, %d remote-perm, %d wrong-key, %d stale-key); completions: %s; installs seen %d (engines: %d; of orphans %d, then TIMEOUT %d)",
 				rekeyOps, rkinds[kValid], rkinds[kRemotePerm], rkinds[kKeyRandom]+rkinds[kKeyInitiator]+rkinds[kKeyOp], rkinds[kStaleKey],
 				statusSummary(&kby), remoteRekeys, cs.remoteRekeys, orphanRekeys, toRekeyed)
+			if h := sc.Make(seeds[0]).Hostile; h != nil {
+				var hs HostileStats
+				var nackedOwner, deferred, ivm, lanes, evictions uint64
+				for _, r := range res {
+					hs.Injected += r.Hostile.Injected
+					hs.Pulls += r.Hostile.Pulls
+					hs.Chunks += r.Hostile.Chunks
+					st := r.Cores[h.Server]
+					nackedOwner += st.ReqNackedOwner
+					deferred += st.PullsDeferredOwner
+					ivm += st.ReqIVMismatch
+					lanes += st.ReplayLanesRefused
+					evictions += st.ReplayEvictions
+				}
+				t.Logf("attacker: %d frames injected, %d pulls taken (%d answered with a chunk); server: %d NACKed at the owner's bound, %d writes deferred, %d forged IVs dropped, %d lanes refused, %d windows evicted",
+					hs.Injected, hs.Pulls, hs.Chunks, nackedOwner, deferred, ivm, lanes, evictions)
+			}
 			checkCoverage(t, sc.Make(seeds[0]).Covers, &covered, len(seeds))
 			if sc.Make(seeds[0]).flows != nil { // flows read; no random workload
 				logShares(t, res)

@@ -119,6 +119,20 @@ type EngineConfig struct {
 	// that a fabric can honour the two classes: {"low": 0, "high": 46}.
 	DSCP        DSCPConfig       `json:"dscp"`
 	ReplayPeers int              `json:"replay_peers"` // senders' anti-replay windows kept (0: off)
+	// The serving side's bounds per region owner (the tenant whose region
+	// a request names) and per sender (its source address), per core
+	// (engine.Config; 0: derived, as rmad logs them at start): requests
+	// queued at once beyond which one is NACKed (default nack_threshold/2
+	// each), pulls (WRITEs and REKEYs being served) at once beyond which
+	// a write waits while others' are pulled (default half of the
+	// pulls a core runs at once), and a sender address's replay lanes of
+	// one owner's windows (default 64, every lane an engine can use: set
+	// it to the most cores any engine that reads from this one runs).
+	InboundPerOwner      int `json:"inbound_per_owner"`
+	InboundPerSender     int `json:"inbound_per_sender"`
+	PullsPerOwner        int `json:"pulls_per_owner"`
+	PullsPerSender       int `json:"pulls_per_sender"`
+	ReplayLanesPerSender int `json:"replay_lanes_per_sender"`
 	HairpinSelf bool             `json:"hairpin_self"`
 	Neighbors   []NeighborConfig `json:"neighbors"`
 	// IVState is the IV counter state file (aesni.OpenIVSource): it must
@@ -414,7 +428,12 @@ var flagSpecs = []struct {
 	{"icmp-rate", "ICMP echo requests (ping) answered per second at most (0: none)", setInt(func(c *Config) *int { return &c.Engine.ICMPRate })},
 	{"icmp-burst", "ICMP echo requests answered at once after a quiet spell", setInt(func(c *Config) *int { return &c.Engine.ICMPBurst })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
-	{"replay-peers", "senders whose anti-replay windows are kept (8 KB each, at most 8192; 0 turns replay detection off)", setInt(func(c *Config) *int { return &c.Engine.ReplayPeers })},
+	{"replay-peers", "senders whose anti-replay windows are kept (8 KB each, at most 8192; 0 turns replay detection off), each owner tenant guaranteed replay_peers/tenants of them", setInt(func(c *Config) *int { return &c.Engine.ReplayPeers })},
+	{"replay-lanes-per-sender", "a sender address's replay lanes of one owner's windows (0: 64, every lane an engine can use)", setInt(func(c *Config) *int { return &c.Engine.ReplayLanesPerSender })},
+	{"inbound-per-owner", "requests for one owner tenant's regions queued at once per core; beyond, NACK (0: nack_threshold/2)", setInt(func(c *Config) *int { return &c.Engine.InboundPerOwner })},
+	{"inbound-per-sender", "requests from one source address queued at once per core; beyond, NACK (0: nack_threshold/2)", setInt(func(c *Config) *int { return &c.Engine.InboundPerSender })},
+	{"pulls-per-owner", "WRITEs and REKEYs to one owner tenant's regions served at once per core; beyond, they wait (0: half the pulls a core runs at once)", setInt(func(c *Config) *int { return &c.Engine.PullsPerOwner })},
+	{"pulls-per-sender", "WRITEs and REKEYs from one source address served at once per core; beyond, they wait (0: half the pulls a core runs at once)", setInt(func(c *Config) *int { return &c.Engine.PullsPerSender })},
 	{"iv-state", "IV counter state file (\"\": " + DefaultIVDir + "/iv-<ip>.state); must persist across restarts, one per engine", setStr(func(c *Config) *string { return &c.Engine.IVState })},
 	{"key-cache", "prepared AEADs cached per core and side", setInt(func(c *Config) *int { return &c.Engine.KeyCache })},
 	{"crypto", "seal backend: \"ipsec-mb\" (batched, one cgo call per burst) or \"go\" (crypto/cipher)", setStr(func(c *Config) *string { return &c.Engine.Crypto })},
@@ -612,6 +631,9 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.ICMPRate, ec.ICMPBurst = e.ICMPRate, e.ICMPBurst
 	ec.NeighborReachable = time.Duration(e.NeighborReachable)
 	ec.NeighborTable, ec.ReplayPeers = e.NeighborTable, e.ReplayPeers
+	ec.InboundPerOwner, ec.InboundPerSender = e.InboundPerOwner, e.InboundPerSender
+	ec.PullsPerOwner, ec.PullsPerSender = e.PullsPerOwner, e.PullsPerSender
+	ec.ReplayLanesPerSender = e.ReplayLanesPerSender
 	ec.HairpinSelf = e.HairpinSelf
 	ec.IV, ec.KeyCache = iv, e.KeyCache
 	ec.Crypto = e.Crypto

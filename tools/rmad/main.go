@@ -545,6 +545,12 @@ func logStartup(log zerolog.Logger, cfg *Config, frameBytes, dataRoom int, c *ct
 			Int("cmd_ring_bytes", abi.RingBytes(c.CmdCap, abi.CommandSize)).
 			Int("cpl_ring_bytes", abi.RingBytes(c.CplCap, abi.CompletionSize))
 	}
+	if ec, err := cfg.engineConfig(wire.MAC{0x02, 0, 0, 0, 0, 1}, aesni.NewVolatileIVSource(aesni.IVConfig{})); err == nil {
+		b := ec.ServingBounds() // per core
+		ev = ev.Int("inbound_per_owner", b.InboundPerOwner).Int("inbound_per_sender", b.InboundPerSender).
+			Int("pulls_per_owner", b.PullsPerOwner).Int("pulls_per_sender", b.PullsPerSender).
+			Int("replay_lanes_per_sender", b.ReplayLanesPerSender).Int("replay_peers_per_owner", b.ReplayPerOwner)
+	}
 	ev.Uint64("shared_region_bytes_max", uint64(c.MaxConns)*c.MaxPortalBytes).
 		Int("control_sockets", len(c.Sockets)).
 		Msg("derived sizes")
