@@ -9,6 +9,10 @@ package engine
 // (Core.TenantCounters).
 type TenantCounters struct {
 	Posted uint64 // ops its portals posted on this core
+	// NeighborRefused: its ops completed UNREACHABLE at once, to a new
+	// on-link neighbor, while it held Config.NeighborsPerTenant
+	// incomplete neighbor entries already (neighbor.go).
+	NeighborRefused uint64
 }
 
 // TenantCounters returns tenant's counters on this core (control plane);
