@@ -159,12 +159,15 @@ type Stats struct {
 	ReqQueueMax       uint64                       `json:"req_queue_max"`
 	ARPRequests       uint64                       `json:"arp_requests"`
 	ARPReplies        uint64                       `json:"arp_replies"`
-	ARPUnsolicited    uint64                       `json:"arp_unsolicited"`    // ARP replies ignored: no request of ours was waiting for them
-	ARPGratuitous     uint64                       `json:"arp_gratuitous"`     // gratuitous ARP seen: never learned, a resolved neighbor's is asked again
-	NeighborRefreshes uint64                       `json:"neighbor_refreshes"` // ARP requests re-asking a resolved neighbor (aged 3/4, or its gratuitous ARP)
-	NeighborExpiries  uint64                       `json:"neighbor_expiries"`  // neighbor entries expired unconfirmed
-	NeighborChanges   uint64                       `json:"neighbor_changes"`   // neighbor MACs changed by a reply to our request
-	NoRoute           uint64                       `json:"no_route"`           // ops completed UNREACHABLE at once: no route to their destination
+	ARPUnsolicited    uint64                       `json:"arp_unsolicited"`     // ARP replies ignored: no request of ours was waiting for them
+	ARPGratuitous     uint64                       `json:"arp_gratuitous"`      // gratuitous ARP seen: never learned, a resolved neighbor's is asked again
+	NeighborRefreshes uint64                       `json:"neighbor_refreshes"`  // ARP requests re-asking a resolved neighbor (aged 3/4, or its gratuitous ARP)
+	NeighborExpiries  uint64                       `json:"neighbor_expiries"`   // neighbor entries expired unconfirmed
+	NeighborChanges   uint64                       `json:"neighbor_changes"`    // neighbor MACs changed by a reply to our request
+	NoRoute           uint64                       `json:"no_route"`            // ops completed UNREACHABLE at once: no route to their destination
+	ARPRateLimited    uint64                       `json:"arp_rate_limited"`    // ARP requests deferred to their entry's next retry: over engine.arp_rate / arp_burst
+	NeighborRefused   uint64                       `json:"neighbor_refused"`    // ops completed UNREACHABLE at once: their tenant held engine.neighbors_per_tenant incomplete neighbor entries
+	NeighborTableFull uint64                       `json:"neighbor_table_full"` // ops completed UNREACHABLE at once: the neighbor table was full
 	WindowInUse       uint64                       `json:"window_in_use"`
 	SlotsInUse        uint64                       `json:"slots_in_use"`
 	OpsInFlight       uint64                       `json:"ops_in_flight"`
