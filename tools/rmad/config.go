@@ -108,6 +108,14 @@ type EngineConfig struct {
 	// it answered our ARP request; ops re-ask past 3/4 of it.
 	NeighborReachable Duration `json:"neighbor_reachable"`
 	NeighborTable     int      `json:"neighbor_table"`
+	// NeighborsPerTenant bounds the incomplete neighbor entries (new
+	// on-link addresses still being resolved) one tenant's ops hold at
+	// once on a core; beyond it an op to yet another new address ends
+	// UNREACHABLE at once. ARPRate and ARPBurst bound the engine's ARP
+	// requests (all cores): per second, and at once.
+	NeighborsPerTenant int `json:"neighbors_per_tenant"`
+	ARPRate            int `json:"arp_rate"`
+	ARPBurst           int `json:"arp_burst"`
 	// DSCP is the DSCP of each class's frames (engine.Config.DSCP), so
 	// that a fabric can honour the two classes: {"low": 0, "high": 46}.
 	DSCP        DSCPConfig       `json:"dscp"`
@@ -405,6 +413,9 @@ var flagSpecs = []struct {
 	{"icmp-rate", "ICMP echo requests (ping) answered per second at most (0: none)", setInt(func(c *Config) *int { return &c.Engine.ICMPRate })},
 	{"icmp-burst", "ICMP echo requests answered at once after a quiet spell", setInt(func(c *Config) *int { return &c.Engine.ICMPBurst })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
+	{"neighbors-per-tenant", "incomplete neighbor entries (new on-link addresses being resolved) one tenant holds at once per core; beyond it ops to new addresses end UNREACHABLE at once", setInt(func(c *Config) *int { return &c.Engine.NeighborsPerTenant })},
+	{"arp-rate", "ARP requests the engine sends per second at most (all cores; over it a request waits for its next retry)", setInt(func(c *Config) *int { return &c.Engine.ARPRate })},
+	{"arp-burst", "ARP requests the engine sends at once after a quiet spell", setInt(func(c *Config) *int { return &c.Engine.ARPBurst })},
 	{"replay-peers", "senders whose anti-replay windows are kept (8 KB each, at most 8192; 0 turns replay detection off)", setInt(func(c *Config) *int { return &c.Engine.ReplayPeers })},
 	{"iv-state", "IV counter state file (\"\": " + DefaultIVDir + "/iv-<ip>.state); must persist across restarts, one per engine", setStr(func(c *Config) *string { return &c.Engine.IVState })},
 	{"key-cache", "prepared AEADs cached per core and side", setInt(func(c *Config) *int { return &c.Engine.KeyCache })},
@@ -602,6 +613,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.ICMPRate, ec.ICMPBurst = e.ICMPRate, e.ICMPBurst
 	ec.NeighborReachable = time.Duration(e.NeighborReachable)
 	ec.NeighborTable, ec.ReplayPeers = e.NeighborTable, e.ReplayPeers
+	ec.NeighborsPerTenant, ec.ARPRate, ec.ARPBurst = e.NeighborsPerTenant, e.ARPRate, e.ARPBurst
 	ec.HairpinSelf = e.HairpinSelf
 	ec.IV, ec.KeyCache = iv, e.KeyCache
 	ec.Crypto = e.Crypto
