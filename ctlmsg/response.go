@@ -206,6 +206,29 @@ type Stats struct {
 	// TenantOnly: Portals and Tenants are the asking tenant's only (the
 	// asker is not an operator). The engine-wide counters are everyone's.
 	TenantOnly bool `json:"tenant_only,omitempty"`
+	// NackThreshold is the serving side's NACK threshold and how it was
+	// derived; absent when the server was not told (engines in tests).
+	NackThreshold *NackThreshold `json:"nack_threshold,omitempty"`
+}
+
+// NackThreshold is the inbound queue depth at or above which a request
+// is NACKed at once (each class queue of each core), and its derivation
+// (paper §6.1: (TIMEOUT − RTT − DISPATCH_TIMEOUT) × requests served per
+// second, within [1, inbound_queue]; engine.NackDerivation).
+type NackThreshold struct {
+	Threshold int `json:"threshold"`
+	// Source is "derived" (engine.nack_threshold 0: the formula's), or
+	// "engine.nack_threshold" (set: the formula's result is what it
+	// would be).
+	Source       string  `json:"source"`
+	Derived      int     `json:"derived"` // the formula's threshold
+	Formula      string  `json:"formula"` // the arithmetic: "(7ms − 1.532ms − 0s) × 155340/s = 849.4 → 849 (within [1, 1024])"
+	Inputs       string  `json:"inputs"`  // where each input comes from
+	TimeoutNs    int64   `json:"timeout_ns"`
+	RTTNs        int64   `json:"rtt_ns"`
+	DispatchNs   int64   `json:"dispatch_ns"`
+	ServePerSec  float64 `json:"serve_per_sec"`
+	InboundQueue int     `json:"inbound_queue"`
 }
 
 // CoreStats are one core's counters (its Portals, Tenants and Cores are

@@ -151,6 +151,7 @@ func (s *Server) collect(also func(core int, c *engine.Core)) (*ctlmsg.Stats, []
 		m.Cores = cores
 	}
 	m.Portals = portals
+	m.NackThreshold = s.cfg.NackThreshold
 	return m, keys, nil
 }
 

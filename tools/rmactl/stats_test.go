@@ -27,6 +27,23 @@ func TestPrintStats(t *testing.T) {
 			t.Errorf("one core: no %q in\n%s", want, b.String())
 		}
 	}
+	if strings.Contains(b.String(), "nack_threshold") {
+		t.Errorf("a NACK threshold nobody gave:\n%s", b.String())
+	}
+	one.NackThreshold = &ctlmsg.NackThreshold{Threshold: 849, Source: "derived", Derived: 849,
+		Formula: "(7ms − 1.532ms − 0s) × 155340/s = 849.4 → 849 (within [1, 1024])", Inputs: "timeout: port net_tap's default"}
+	b.Reset()
+	printStats(&b, one)
+	if want := "\nnack_threshold 849 (derived: (7ms − 1.532ms − 0s) × 155340/s = 849.4 → 849 (within [1, 1024]))\n  timeout: port net_tap's default\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("no %q in\n%s", want, b.String())
+	}
+	one.NackThreshold.Threshold, one.NackThreshold.Source = 500, "engine.nack_threshold"
+	b.Reset()
+	printStats(&b, one)
+	if want := "\nnack_threshold 500 (engine.nack_threshold; derived would be 849: (7ms"; !strings.Contains(b.String(), want) {
+		t.Errorf("no %q in\n%s", want, b.String())
+	}
+	one.NackThreshold = nil
 	if strings.Contains(b.String(), "this tenant only") {
 		t.Errorf("an operator's reply said to be one tenant's:\n%s", b.String())
 	}

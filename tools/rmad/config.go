@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -83,27 +84,34 @@ type EngineConfig struct {
 	// and these take part in one longest-prefix match:
 	//
 	//	"routes": [{"dst": "10.9.0.0/16", "via": "10.1.0.254", "mtu": 1400}]
-	Routes          []RouteConfig `json:"routes"`
-	MAC             string        `json:"mac"` // "": the port's MAC
-	UDPPort         uint16        `json:"udp_port"`
-	MTU             int           `json:"mtu"`
-	Slots           int           `json:"slots"`
-	Regions         int           `json:"regions"`
-	Portals         int           `json:"portals"`
-	Tenants         int           `json:"tenants"`
-	WindowBytes     int           `json:"window_bytes"`
-	HighBurst       int           `json:"high_burst"`
-	InboundQueue    int           `json:"inbound_queue"`
-	NackThreshold   int           `json:"nack_threshold"`
-	ServeBudget     int           `json:"serve_budget"`
-	LowAfterHigh    int           `json:"low_after_high"`
-	DispatchTimeout Duration      `json:"dispatch_timeout"`
-	Timeout         Duration      `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
-	PullIdleTimeout Duration      `json:"pull_idle_timeout"`
-	ResolveTimeout  Duration      `json:"resolve_timeout"`
-	ARPRetry        Duration      `json:"arp_retry"`
-	ICMPRate        int           `json:"icmp_rate"`  // ICMP echo requests answered per second at most (0: none)
-	ICMPBurst       int           `json:"icmp_burst"` // of which at once after a quiet spell
+	Routes       []RouteConfig `json:"routes"`
+	MAC          string        `json:"mac"` // "": the port's MAC
+	UDPPort      uint16        `json:"udp_port"`
+	MTU          int           `json:"mtu"`
+	Slots        int           `json:"slots"`
+	Regions      int           `json:"regions"`
+	Portals      int           `json:"portals"`
+	Tenants      int           `json:"tenants"`
+	WindowBytes  int           `json:"window_bytes"`
+	HighBurst    int           `json:"high_burst"`
+	InboundQueue int           `json:"inbound_queue"`
+	// NackThreshold is the inbound queue depth that NACKs; 0: derived
+	// as the paper's §6.1 derives it, from TIMEOUT, the port type's RTT
+	// and ServeRate (timeout.go: nackDerivation; rmad logs it at start,
+	// rmactl stats shows it).
+	NackThreshold int `json:"nack_threshold"`
+	// ServeRate is the requests a serving core serves per second, for
+	// the NACK threshold's derivation; 0: the port type's measured rate.
+	ServeRate       float64  `json:"serve_rate"`
+	ServeBudget     int      `json:"serve_budget"`
+	LowAfterHigh    int      `json:"low_after_high"`
+	DispatchTimeout Duration `json:"dispatch_timeout"`
+	Timeout         Duration `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
+	PullIdleTimeout Duration `json:"pull_idle_timeout"`
+	ResolveTimeout  Duration `json:"resolve_timeout"`
+	ARPRetry        Duration `json:"arp_retry"`
+	ICMPRate        int      `json:"icmp_rate"`  // ICMP echo requests answered per second at most (0: none)
+	ICMPBurst       int      `json:"icmp_burst"` // of which at once after a quiet spell
 	// NeighborReachable is how long a neighbor's MAC is good for after
 	// it answered our ARP request; ops re-ask past 3/4 of it.
 	NeighborReachable Duration `json:"neighbor_reachable"`
@@ -402,7 +410,8 @@ var flagSpecs = []struct {
 	{"window-bytes", "solicitation window bytes", setInt(func(c *Config) *int { return &c.Engine.WindowBytes })},
 	{"high-burst", "high-class grants before one low-class grant", setInt(func(c *Config) *int { return &c.Engine.HighBurst })},
 	{"inbound-queue", "inbound request queue size", setInt(func(c *Config) *int { return &c.Engine.InboundQueue })},
-	{"nack-threshold", "inbound queue depth that NACKs", setInt(func(c *Config) *int { return &c.Engine.NackThreshold })},
+	{"nack-threshold", "inbound queue depth that NACKs (0: derived from the timeout, the port type's RTT and the serve rate, as the paper's §6.1 derives it)", setInt(func(c *Config) *int { return &c.Engine.NackThreshold })},
+	{"serve-rate", "requests a serving core serves per second, for the NACK threshold's derivation (0: the port type's measured rate)", setFloat(func(c *Config) *float64 { return &c.Engine.ServeRate })},
 	{"serve-budget", "requests served per poll", setInt(func(c *Config) *int { return &c.Engine.ServeBudget })},
 	{"low-after-high", "low-class requests served in a poll after a high-class frame left in it (0: no bound)", setInt(func(c *Config) *int { return &c.Engine.LowAfterHigh })},
 	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
@@ -603,6 +612,13 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.Slots, ec.Regions, ec.Portals, ec.Tenants = e.Slots, e.Regions, e.Portals, e.Tenants
 	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
 	ec.InboundQueue, ec.NackThreshold, ec.ServeBudget = e.InboundQueue, e.NackThreshold, e.ServeBudget
+	if e.ServeRate < 0 || math.IsNaN(e.ServeRate) || math.IsInf(e.ServeRate, 0) {
+		return ec, fmt.Errorf("%w: engine.serve_rate %v (requests a second; 0: the port type's)", errConfig, e.ServeRate)
+	}
+	if ec.NackThreshold == 0 {
+		d, _ := c.nackDerivation()
+		ec.NackThreshold = d.Threshold
+	}
 	ec.LowAfterHigh = e.LowAfterHigh
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
 	if ec.Timeout == 0 { // loadConfig sets it; a Config built otherwise may not
