@@ -71,9 +71,8 @@ var portRTTs = map[string]portRTT{
 // otherPortTimeout is TIMEOUT's default on a port of another kind.
 const otherPortTimeout = 10 * time.Millisecond
 
-// otherPortRTT is what a port of another kind is taken to measure: the
-// RTT otherPortTimeout is 4 × of, and the slowest typical op measured
-// (af_packet's).
+// otherPortRTT stands in for a port of another kind: the RTT
+// otherPortTimeout is 4 × of, and the table's slowest p50 (af_packet's).
 var otherPortRTT = portRTT{otherPortTimeout / 4, 518 * time.Microsecond}
 
 // portNIC is the kind of a port the EAL finds itself (no vdev).
@@ -131,20 +130,20 @@ func defaultTimeout(p *PortConfig, mode string) time.Duration {
 //   - no DISPATCH_TIMEOUT: an op's TIMEOUT counts from its entry into
 //     service, after its wait for window, so none of it is spent before
 //     the request leaves (the paper's ops wait for window out of their
-//     TIMEOUT: with rmad's 2 ms DISPATCH_TIMEOUT, as long as the fast
-//     ports' TIMEOUT, its subtraction would leave nothing);
-//   - the serving rate engine.serve_rate, or the port type's measured
-//     one: a serving core kept busy by a full window of 4 KB READs
+//     TIMEOUT: with rmad's DISPATCH_TIMEOUT, as long as the fast ports'
+//     TIMEOUT, its subtraction would leave nothing);
+//   - the serving rate engine.serve_rate, or the port type's (portRTTs):
+//     a serving core kept busy by a full window of 4 KB READs
 //     (rttWindowOps in flight, each taking the p50 round trip) serves
 //     rttWindowOps / p50 a second (Little's law; had the application
 //     kept fewer of its ops in the engine at a time, the rate was lower:
-//     engine.serve_rate sets one measured otherwise). 4 KB READs are the
+//     engine.serve_rate sets one known otherwise). 4 KB READs are the
 //     largest requests to serve; smaller ones go faster, so on that
 //     count the threshold errs low, where NACKs are shed load, not lost
 //     goodput (paper Fig. 16d).
 //
-// A port type not measured gets 10 ms and an RTT of a quarter of it, and
-// the slowest serving rate measured.
+// A port type the table lacks gets otherPortRTT: a quarter of its
+// TIMEOUT, and the table's slowest serving rate.
 func (c *Config) nackDerivation() (d engine.NackDerivation, inputs string) {
 	r, measured := rttOf(&c.Port)
 	kind := portKind(&c.Port)
