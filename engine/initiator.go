@@ -181,10 +181,14 @@ func (n *initiator) reclaim(id PortalID) {
 		case slotIdle:
 			n.freeSlot(int32(i))
 		case slotQueued, slotResolving:
+			resolving := s.state == slotResolving
 			n.unlink(int32(i))
 			n.inflight--
 			n.st.Orphaned++
 			n.freeSlot(int32(i))
+			if resolving { // its next hop's entry, if no other op waits for it, and its tenant's charge go too
+				n.forgetIfUnwanted(s.hop)
+			}
 		case slotInService:
 			s.orphan = true
 		}

@@ -217,6 +217,36 @@ func TestNeighborChargeOnlyIncompleteOnLink(t *testing.T) {
 	}
 }
 
+// A portal closed while its ops wait for ARP takes their entries, and its
+// tenant's charge, with it (the tenant's index may be the control plane's
+// for the next tenant). An entry another op still waits for stays, and
+// stays charged, until it resolves or that op gives up (ResolveTimeout).
+func TestNeighborChargeEndsWithPortal(t *testing.T) {
+	c := newCore(t, arpConfig(), newTestTx(64))
+	app := openAppOfTenant(t, c, 1, 8)
+	other := openAppOfTenant(t, c, 2, 8)
+	r, _ := c.RegisterRegion(app.id, make([]byte, 4096), abi.PermAll, testKr)
+	ro, _ := c.RegisterRegion(other.id, make([]byte, 4096), abi.PermAll, testKr)
+	for k := range 4 {
+		app.post(t, readCmd(app.slots[k], ipOf("10.0.0.7")+uint32(k), r, 0, r, 0, 64, 1))
+	}
+	other.post(t, readCmd(other.slots[0], ipOf("10.0.0.7"), ro, 0, ro, 0, 64, 1)) // waits on tenant 1's entry
+	c.Poll(1000)
+	if c.nbr.charged[1] != 4 || c.nbr.n != 4 {
+		t.Fatalf("charged %d, entries %d", c.nbr.charged[1], c.nbr.n)
+	}
+	if err := c.ClosePortal(app.id); err != nil {
+		t.Fatal(err)
+	}
+	// 10.0.0.7 stays: another tenant's op waits for it.
+	if c.nbr.charged[1] != 1 || c.nbr.n != 1 || c.nbr.lookup(ipOf("10.0.0.7"), false) == nil {
+		t.Fatalf("after close: charged %d, entries %d", c.nbr.charged[1], c.nbr.n)
+	}
+	if err := c.Audit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The rate bound: ARPBurst requests at once, then ARPRate a second; a
 // retry of an unanswered request leaves the last ARPBurst/2 tokens to
 // first requests.
