@@ -519,6 +519,10 @@ func TestRmadNetRing(t *testing.T) {
 	if p := st.Port; p == nil || p.Name != "net_ring0" || p.DevErr != "" || p.Driver.IOCalls == 0 {
 		t.Errorf("port counters %+v", p)
 	}
+	// Backoff mode on net_ring: TIMEOUT 10 ms, the whole queue.
+	if n := st.NackThreshold; n == nil || n.Threshold != 1024 || n.Source != "derived" || n.TimeoutNs != int64(10*time.Millisecond) || n.Formula == "" {
+		t.Errorf("nack_threshold %+v", n)
+	}
 	if r := st.CompletedByOp["READ"]; r["OK"] != 4 || len(st.CompletedByOp) != 1 {
 		t.Errorf("completions by op %v", st.CompletedByOp)
 	}
