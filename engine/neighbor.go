@@ -243,16 +243,17 @@ func (a *arp) due(now int64, e *neighbor) bool { return now-e.lastTry >= a.retry
 // rate bound allows it now; else the request is deferred to e's next
 // retry (counted). retry marks a request that may not take the bucket's
 // reserve: a retry of an unanswered request, or one a gratuitous ARP
-// triggered.
-func (a *arp) request(now int64, e *neighbor, retry bool) {
+// triggered. It reports false when the rate bound deferred the request
+// (a frame that found no tx buffer is counted as TxNoBuffer).
+func (a *arp) request(now int64, e *neighbor, retry bool) bool {
 	b := a.out.buffer()
 	if b == nil {
-		return
+		return true
 	}
 	e.lastTry = now
 	if !a.limit.take(now, retry) {
 		a.st.ARPRateLimited++
-		return
+		return false
 	}
 	m := wire.ARP{
 		Op: wire.ARPRequest, SenderMAC: a.out.mac, SenderIP: a.out.ip, TargetIP: e.ip,
@@ -261,6 +262,7 @@ func (a *arp) request(now int64, e *neighbor, retry bool) {
 	a.out.send(wire.EncodeARP(b, &m))
 	a.st.ARPRequests++
 	e.lastReq, e.asked = now, true
+	return true
 }
 
 // usable reports whether an op may use e's MAC now. It ages a resolved
@@ -278,8 +280,7 @@ func (a *arp) usable(now int64, e *neighbor) bool {
 			a.st.NeighborExpiries++
 			return false
 		}
-		if age >= a.refreshAge && a.due(now, e) {
-			a.request(now, e, e.asked)
+		if age >= a.refreshAge && a.due(now, e) && a.request(now, e, e.asked) {
 			a.st.NeighborRefreshes++
 		}
 		return true
@@ -303,8 +304,8 @@ func (a *arp) receive(now int64, frame []byte) (ip uint32, mac wire.MAC, resolve
 	}
 	if m.SenderIP == m.TargetIP { // gratuitous: an announcement, never learned
 		a.st.ARPGratuitous++
-		if e := a.t.lookup(m.SenderIP, false); e != nil && e.state == nbrResolved && a.due(now, e) {
-			a.request(now, e, true) // its reply, if any, is taken
+		if e := a.t.lookup(m.SenderIP, false); e != nil && e.state == nbrResolved && a.due(now, e) &&
+			a.request(now, e, true) { // its reply, if any, is taken
 			a.st.NeighborRefreshes++
 		}
 		return 0, mac, false
