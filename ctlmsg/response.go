@@ -159,12 +159,15 @@ type Stats struct {
 	ReqQueueMax       uint64                       `json:"req_queue_max"`
 	ARPRequests       uint64                       `json:"arp_requests"`
 	ARPReplies        uint64                       `json:"arp_replies"`
-	ARPUnsolicited    uint64                       `json:"arp_unsolicited"`    // ARP replies ignored: no request of ours was waiting for them
-	ARPGratuitous     uint64                       `json:"arp_gratuitous"`     // gratuitous ARP seen: never learned, a resolved neighbor's is asked again
-	NeighborRefreshes uint64                       `json:"neighbor_refreshes"` // ARP requests re-asking a resolved neighbor (aged 3/4, or its gratuitous ARP)
-	NeighborExpiries  uint64                       `json:"neighbor_expiries"`  // neighbor entries expired unconfirmed
-	NeighborChanges   uint64                       `json:"neighbor_changes"`   // neighbor MACs changed by a reply to our request
-	NoRoute           uint64                       `json:"no_route"`           // ops completed UNREACHABLE at once: no route to their destination
+	ARPUnsolicited    uint64                       `json:"arp_unsolicited"`     // ARP replies ignored: no request of ours was waiting for them
+	ARPGratuitous     uint64                       `json:"arp_gratuitous"`      // gratuitous ARP seen: never learned, a resolved neighbor's is asked again
+	NeighborRefreshes uint64                       `json:"neighbor_refreshes"`  // ARP requests re-asking a resolved neighbor (aged 3/4, or its gratuitous ARP)
+	NeighborExpiries  uint64                       `json:"neighbor_expiries"`   // neighbor entries expired unconfirmed
+	NeighborChanges   uint64                       `json:"neighbor_changes"`    // neighbor MACs changed by a reply to our request
+	NoRoute           uint64                       `json:"no_route"`            // ops completed UNREACHABLE at once: no route to their destination
+	ARPRateLimited    uint64                       `json:"arp_rate_limited"`    // ARP requests deferred to their entry's next retry: over engine.arp_rate / arp_burst
+	NeighborRefused   uint64                       `json:"neighbor_refused"`    // ops completed UNREACHABLE at once: their tenant held engine.neighbors_per_tenant incomplete neighbor entries
+	NeighborTableFull uint64                       `json:"neighbor_table_full"` // ops completed UNREACHABLE at once: the neighbor table was full
 	WindowInUse       uint64                       `json:"window_in_use"`
 	SlotsInUse        uint64                       `json:"slots_in_use"`
 	OpsInFlight       uint64                       `json:"ops_in_flight"`
@@ -219,6 +222,29 @@ type Stats struct {
 	// TenantOnly: Portals and Tenants are the asking tenant's only (the
 	// asker is not an operator). The engine-wide counters are everyone's.
 	TenantOnly bool `json:"tenant_only,omitempty"`
+	// NackThreshold is the serving side's NACK threshold and how it was
+	// derived; absent when the server was not told (engines in tests).
+	NackThreshold *NackThreshold `json:"nack_threshold,omitempty"`
+}
+
+// NackThreshold is the inbound queue depth at or above which a request
+// is NACKed at once (each class queue of each core), and its derivation
+// (paper §6.1: (TIMEOUT − RTT − DISPATCH_TIMEOUT) × requests served per
+// second, within [1, inbound_queue]; engine.NackDerivation).
+type NackThreshold struct {
+	Threshold int `json:"threshold"`
+	// Source is "derived" (engine.nack_threshold 0: the formula's), or
+	// "engine.nack_threshold" (set: the formula's result is what it
+	// would be).
+	Source       string  `json:"source"`
+	Derived      int     `json:"derived"` // the formula's threshold
+	Formula      string  `json:"formula"` // the arithmetic: "(7ms − 1.532ms − 0s) × 155340/s = 849.4 → 849 (within [1, 1024])"
+	Inputs       string  `json:"inputs"`  // where each input comes from
+	TimeoutNs    int64   `json:"timeout_ns"`
+	RTTNs        int64   `json:"rtt_ns"`
+	DispatchNs   int64   `json:"dispatch_ns"`
+	ServePerSec  float64 `json:"serve_per_sec"`
+	InboundQueue int     `json:"inbound_queue"`
 }
 
 // CoreStats are one core's counters (its Portals, Tenants and Cores are
@@ -270,6 +296,25 @@ type TenantDatapath struct {
 	WindowHeld  uint64 `json:"window_held"`
 	WindowShare uint64 `json:"window_share"`
 	Queued      uint64 `json:"queued"`
+	// The serving side, for requests naming the tenant's regions: NACKed
+	// at once at the class queue's threshold (Nacked), at the bound of
+	// requests queued per owner (NackedOwner) or per sender
+	// (NackedSender); WRITEs and REKEYs that waited for a pull context at
+	// the owner's or sender's bound (PullsDeferred); requests dropped
+	// for an IV naming another address than their source (IVMismatch),
+	// or for a sender's lanes beyond the bound (ReplayLanesRefused); its
+	// replay windows evicted (ReplayEvictions).
+	Nacked             uint64 `json:"nacked"`
+	NackedOwner        uint64 `json:"nacked_owner"`
+	NackedSender       uint64 `json:"nacked_sender"`
+	PullsDeferred      uint64 `json:"pulls_deferred"`
+	IVMismatch         uint64 `json:"iv_mismatch"`
+	ReplayLanesRefused uint64 `json:"replay_lanes_refused"`
+	ReplayEvictions    uint64 `json:"replay_evictions"`
+	// NeighborRefused: its ops ended UNREACHABLE at once, to a new
+	// on-link address, while it held its bound of incomplete neighbour
+	// entries.
+	NeighborRefused uint64 `json:"neighbor_refused"`
 }
 
 // TenantUsage counts what a tenant holds of each pool, in the units of

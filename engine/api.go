@@ -132,6 +132,16 @@ type Stats struct {
 	NeighborExpiries  uint64 // neighbor entries expired unconfirmed: their next ops waited for resolution
 	NeighborChanges   uint64 // neighbor MACs changed by a reply to our request
 	NoRoute           uint64 // ops completed UNREACHABLE at once: no route to their destination
+	// ARPRateLimited: ARP requests deferred to their entry's next retry,
+	// over Config.ARPRate and ARPBurst (the engine's, all cores together).
+	ARPRateLimited uint64
+	// NeighborRefused: ops completed UNREACHABLE at once, their tenant
+	// holding Config.NeighborsPerTenant incomplete neighbor entries
+	// already (TenantCounters.NeighborRefused says whose).
+	NeighborRefused uint64
+	// NeighborTableFull: ops completed UNREACHABLE at once, the
+	// neighbor table holding NeighborTable/2 entries already.
+	NeighborTableFull uint64
 	WindowInUse       uint64 // bytes debited now
 	SlotsInUse        uint64 // slots allocated to portals now
 	OpsInFlight       uint64 // ops posted and not completed now

@@ -158,7 +158,34 @@ type Config struct {
 	HairpinSelf bool
 
 	Neighbors     []Neighbor // static neighbor entries
-	NeighborTable int        // neighbor table capacity (power of two)
+	NeighborTable int        // neighbor table capacity (power of two); half of it may be used
+	// NeighborsPerTenant bounds the incomplete neighbor entries one
+	// tenant's ops hold at once on the core (1 .. NeighborTable/2): an
+	// op to a new on-link address the table has no entry for creates
+	// one, charged to the op's tenant until it resolves or is
+	// forgotten (at the latest ResolveTimeout after its last op);
+	// beyond the bound the op ends UNREACHABLE at once
+	// (TenantCounters.NeighborRefused). Gateways' entries, static and
+	// resolved ones are charged to nobody (neighbor.go). The default,
+	// 16 of the default table's 128 usable entries, is eight tenants'
+	// worth; an application that resolves more new neighbors at once
+	// sees the excess refused (not queued) and retries once its first
+	// ones have resolved (a round trip on a live link).
+	NeighborsPerTenant int
+	// ARPRate bounds the ARP requests the engine sends, all its cores
+	// together: ARPRate a second, ARPBurst at once after a quiet spell
+	// (a token bucket). A request over it is deferred to its entry's
+	// next retry (Stats.ARPRateLimited); retries of unanswered requests
+	// leave the last ARPBurst/2 tokens to first requests. ARPRetry still
+	// bounds the requests for one address. The default, 1000 a second
+	// (64 at once), is far above what resolving and refreshing a full
+	// table needs (128 entries, each re-asked every 3/4 of 30 s) and
+	// the first requests of a tenant cycling through unused addresses
+	// (NeighborsPerTenant per ResolveTimeout: 320 a second by default),
+	// and well below what such a tenant's retries would send unbounded
+	// (NeighborsPerTenant every ARPRetry: 3200 a second per core).
+	ARPRate  int
+	ARPBurst int
 
 	// ReplayPeers is how many senders' anti-replay windows the serving
 	// side keeps (replay.go: 8 KB each; at most 8192): a request whose IV
@@ -219,6 +246,13 @@ const (
 	CryptoIPsecMB = "ipsec-mb"
 )
 
+// Limits of Config.ARPRate and ARPBurst: a token is at least 1 µs, and
+// the bucket's arithmetic (ns in an int64) stays far from overflow.
+const (
+	maxARPRate  = 1_000_000
+	maxARPBurst = 1_000_000
+)
+
 // ArbitrationBytes: an op needs this much free window to enter service,
 // whatever its size, so small ops cannot starve big ones (paper §3.1).
 const ArbitrationBytes = abi.MaxOpBytes
@@ -228,32 +262,35 @@ const ArbitrationBytes = abi.MaxOpBytes
 // idle-backoff mode). Benchmarks and the simulator override the timeouts.
 func DefaultConfig() Config {
 	return Config{
-		LocalIP:           netip.MustParseAddr("10.0.0.1"),
-		LocalMAC:          wire.MAC{0x02, 0, 0, 0, 0, 1},
-		UDPPort:           4792,
-		MTU:               1500,
-		Slots:             1024,
-		Regions:           1024,
-		Portals:           64,
-		Tenants:           64,
-		WindowBytes:       256 << 10,
-		Destinations:      256,
-		HighBurst:         8,
-		InboundQueue:      1024,
-		NackThreshold:     768,
-		ServeBudget:       64,
-		PullContexts:      128,
-		DispatchTimeout:   2 * time.Millisecond,
-		Timeout:           10 * time.Millisecond,
-		ResolveTimeout:    50 * time.Millisecond,
-		ARPRetry:          5 * time.Millisecond,
-		ICMPRate:          1000,
-		ICMPBurst:         50,
-		NeighborReachable: 30 * time.Second,
-		NeighborTable:     256,
-		ReplayPeers:       256,
-		KeyCache:          4096,
-		Crypto:            CryptoGo,
+		LocalIP:            netip.MustParseAddr("10.0.0.1"),
+		LocalMAC:           wire.MAC{0x02, 0, 0, 0, 0, 1},
+		UDPPort:            4792,
+		MTU:                1500,
+		Slots:              1024,
+		Regions:            1024,
+		Portals:            64,
+		Tenants:            64,
+		WindowBytes:        256 << 10,
+		Destinations:       256,
+		HighBurst:          8,
+		InboundQueue:       1024,
+		NackThreshold:      768,
+		ServeBudget:        64,
+		PullContexts:       128,
+		DispatchTimeout:    2 * time.Millisecond,
+		Timeout:            10 * time.Millisecond,
+		ResolveTimeout:     50 * time.Millisecond,
+		ARPRetry:           5 * time.Millisecond,
+		ICMPRate:           1000,
+		ICMPBurst:          50,
+		NeighborReachable:  30 * time.Second,
+		NeighborTable:      256,
+		NeighborsPerTenant: 16,
+		ARPRate:            1000,
+		ARPBurst:           64,
+		ReplayPeers:        256,
+		KeyCache:           4096,
+		Crypto:             CryptoGo,
 	}
 }
 
@@ -328,6 +365,12 @@ func (c *Config) Validate() error {
 		return bad("Crypto (ipsec-mb needs a cgo build on linux/amd64)", c.Crypto)
 	case c.NeighborTable < 2 || c.NeighborTable&(c.NeighborTable-1) != 0 || len(c.Neighbors) > c.NeighborTable/2:
 		return bad("NeighborTable", c.NeighborTable)
+	case c.NeighborsPerTenant < 1 || c.NeighborsPerTenant > c.NeighborTable/2:
+		return bad("NeighborsPerTenant (1 .. NeighborTable/2)", c.NeighborsPerTenant)
+	case c.ARPRate < 1 || c.ARPRate > maxARPRate:
+		return bad("ARPRate", c.ARPRate)
+	case c.ARPBurst < 1 || c.ARPBurst > maxARPBurst:
+		return bad("ARPBurst", c.ARPBurst)
 	case c.ReplayPeers < 0 || c.ReplayPeers > 1<<13: // 8 KB each: at most 64 MB
 		return bad("ReplayPeers", c.ReplayPeers)
 	case c.ReplayLanesPerSender < 0 || c.ReplayLanesPerSender > wire.MaxCores:

@@ -102,8 +102,8 @@ func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
 	c.regions = newRegionView(g.regions, cfg.CoreID, cfg.Portals, &g.quiet[idx].v, c.out)
 	c.portals = newPortalTable(cfg.Portals, cfg.Tenants, cfg.CoreID, cfg.Delays, &c.stats)
 	c.routes = newRouteTable(&c.cfg)
-	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Neighbors)
-	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats, idx == 0)
+	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Tenants, cfg.NeighborsPerTenant, cfg.Neighbors)
+	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats, g.arpLimit, idx == 0)
 	c.icmp = newICMP(&c.cfg, c.out, &c.stats)
 	seed := cfg.CacheSeed
 	if seed == 0 {
@@ -329,6 +329,9 @@ func (c *Core) Audit() error {
 		return fmt.Errorf("audit: window used %d, ops in service hold %d", c.win.used, debit+pd)
 	}
 	if err := c.srv.auditBounds(); err != nil {
+		return err
+	}
+	if err := c.nbr.audit(); err != nil {
 		return err
 	}
 	return c.regions.audit()

@@ -91,7 +91,8 @@
 //   - Inbound request queues, one per class (requests carry wire.FlagHigh,
 //     authenticated with the header), served high first by the same
 //     HighBurst rule. Each is bounded; a request arriving when its queue is
-//     at or above NackThreshold gets an immediate NACK (paper §6.1), and so
+//     at or above NackThreshold gets an immediate NACK (paper §6.1;
+//     DeriveNackThreshold is the paper's derivation, nack.go), and so
 //     does one whose region's owner (its tenant) or whose source address
 //     already has InboundPerOwner or InboundPerSender requests queued
 //     (bounds.go: by default half the threshold each, so neither one
@@ -256,8 +257,12 @@
 // asked by the first op that uses one past 3/4 of that time, expired when
 // no reply came; ops waiting on the resolving list wait on their next hop,
 // and end UNREACHABLE after ResolveTimeout. A MAC is taken only from a
-// reply to an outstanding request of ours (SECURITY.md). Every frame of an
-// op carries the DSCP of its class (Config.DSCP).
+// reply to an outstanding request of ours (SECURITY.md). An incomplete
+// entry of an on-link destination is charged to the tenant whose op made
+// it, at most NeighborsPerTenant at once; the engine's ARP requests, all
+// cores together, stay within ARPRate and ARPBurst (a word the Group's
+// cores share, touched only to send a request). Every frame of an op
+// carries the DSCP of its class (Config.DSCP).
 //
 // Imports: abi, wire, aesni (aesni/mb in cgo builds on linux/amd64) and
 // engine/telemetry. It must never import dpdk.

@@ -11,7 +11,8 @@ import (
 
 // Group is an engine of several cores: shared-nothing polling cores, each
 // driven by its own goroutine (or the simulator), that share only the
-// engine's region table (regions.go).
+// engine's region table (regions.go) and the bound on its ARP request
+// rate (one word, touched only to send an ARP request: neighbor.go).
 //
 // Core i has CoreID i (its initiator ports and the WRITE data port
 // UDPPort+i, wire/port.go), its own partition of the command slots
@@ -39,6 +40,9 @@ type Group struct {
 	regions *regionTable
 	quiet   []quietWord
 	tenants *tenantGens // the tenant indices' open portals and generations (tenants.go)
+	// arpLimit bounds the ARP requests of all the cores together
+	// (Config.ARPRate, ARPBurst: neighbor.go).
+	arpLimit *arpLimit
 }
 
 // quietWord is a core's quiescence word: the version of the region table
@@ -78,7 +82,8 @@ func newGroup(cfg Config, txs []Tx, first uint16) (*Group, error) {
 			return nil, fmt.Errorf("%w: nil Tx of core %d", ErrConfig, i)
 		}
 	}
-	g := &Group{regions: newRegionTable(cfg.Regions), quiet: make([]quietWord, n), cores: make([]*Core, n), tenants: newTenantGens(cfg.Tenants)}
+	g := &Group{regions: newRegionTable(cfg.Regions), quiet: make([]quietWord, n), cores: make([]*Core, n), tenants: newTenantGens(cfg.Tenants),
+		arpLimit: newARPLimit(cfg.ARPRate, cfg.ARPBurst)}
 	for i, tx := range txs {
 		cc := cfg
 		cc.CoreID = first + uint16(i)

@@ -208,10 +208,14 @@ func (n *initiator) reclaim(id PortalID) {
 		case slotIdle:
 			n.freeSlot(int32(i))
 		case slotQueued, slotResolving:
+			resolving := s.state == slotResolving
 			n.unlink(int32(i))
 			n.inflight--
 			n.st.Orphaned++
 			n.freeSlot(int32(i))
+			if resolving { // its next hop's entry, if no other op waits for it, and its tenant's charge go too
+				n.forgetIfUnwanted(s.hop)
+			}
 		case slotInService:
 			s.orphan = true
 			n.tq[s.tenant].held -= int32(s.debit) // an orphan is no tenant's: its window is nobody's share
@@ -285,17 +289,30 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 		return
 	}
 	s.hop, s.chunk = rt.nextHop(cmd.RemoteAddr), uint16(rt.maxPayload)
-	e := n.nbr.lookup(s.hop, true)
-	if e == nil {
-		s.state = slotQueued
-		n.complete(now, int32(idx), abi.StatusUnreachable)
-		return
+	e := n.nbr.lookup(s.hop, false)
+	if e == nil { // a new neighbor: an on-link destination's entry is charged to the op's tenant
+		charge := -1
+		if s.hop == cmd.RemoteAddr {
+			charge = int(p.tenant)
+		}
+		var over bool
+		if e, over = n.nbr.add(s.hop, charge); e == nil {
+			if over {
+				n.st.NeighborRefused++
+				n.tst[p.tenant].NeighborRefused++
+			} else {
+				n.st.NeighborTableFull++
+			}
+			s.state = slotQueued
+			n.complete(now, int32(idx), abi.StatusUnreachable)
+			return
+		}
 	}
 	if !n.arp.usable(now, e) { // wait for the next hop's MAC
 		s.state = slotResolving
 		n.pushBack(listResolving, int32(idx))
-		if now-e.lastReq >= n.arpRetry {
-			n.arp.request(now, e)
+		if n.arp.due(now, e) {
+			n.arp.request(now, e, e.asked)
 		}
 		if n.lists[listResolving].n == 1 {
 			n.nextARPScan = now + n.arpRetry
@@ -527,8 +544,8 @@ func (n *initiator) expire(now int64) int {
 		n.nextARPScan = now + n.arpRetry
 		for i := n.lists[listResolving].head; i >= 0; i = n.slots[i].next {
 			e := n.nbr.lookup(n.slots[i].hop, false)
-			if e != nil && e.state == nbrIncomplete && now-e.lastReq >= n.arpRetry {
-				n.arp.request(now, e)
+			if e != nil && e.state == nbrIncomplete && n.arp.due(now, e) {
+				n.arp.request(now, e, e.asked)
 				k++
 			}
 		}

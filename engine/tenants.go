@@ -62,6 +62,10 @@ type TenantCounters struct {
 	// ReplayEvictions: its windows forgotten to make room (by its own
 	// new lanes, or, beyond its guaranteed share, another owner's).
 	ReplayEvictions uint64
+	// NeighborRefused: its ops completed UNREACHABLE at once, to a new
+	// on-link neighbor, while it held Config.NeighborsPerTenant
+	// incomplete neighbor entries already (neighbor.go).
+	NeighborRefused uint64
 }
 
 // TenantCounters returns tenant's counters on this core (control plane);

@@ -185,6 +185,9 @@ type Config struct {
 	// stats reply's "loop" key. They are atomics: it runs on the
 	// connection's goroutine, not inside Exec.
 	LoopStats func(core int) *ctlmsg.LoopStats
+	// NackThreshold, if set, is the stats reply's "nack_threshold": the
+	// engine's NACK threshold and its derivation.
+	NackThreshold *ctlmsg.NackThreshold
 }
 
 // DefaultConfig returns defaults matching engine.DefaultConfig: one socket,

@@ -56,6 +56,14 @@ func addTenantCounters(a, b *engine.TenantCounters) {
 	a.WindowHeld += b.WindowHeld
 	a.WindowShare += b.WindowShare
 	a.Queued += b.Queued
+	a.Nacked += b.Nacked
+	a.NackedOwner += b.NackedOwner
+	a.NackedSender += b.NackedSender
+	a.PullsDeferred += b.PullsDeferred
+	a.IVMismatch += b.IVMismatch
+	a.ReplayLanesRefused += b.ReplayLanesRefused
+	a.ReplayEvictions += b.ReplayEvictions
+	a.NeighborRefused += b.NeighborRefused
 }
 
 // datapathMsg is c as the stats reply carries it.
@@ -69,6 +77,14 @@ func datapathMsg(c *engine.TenantCounters) *ctlmsg.TenantDatapath {
 		WindowHeld:            c.WindowHeld,
 		WindowShare:           c.WindowShare,
 		Queued:                c.Queued,
+		Nacked:                c.Nacked,
+		NackedOwner:           c.NackedOwner,
+		NackedSender:          c.NackedSender,
+		PullsDeferred:         c.PullsDeferred,
+		IVMismatch:            c.IVMismatch,
+		ReplayLanesRefused:    c.ReplayLanesRefused,
+		ReplayEvictions:       c.ReplayEvictions,
+		NeighborRefused:       c.NeighborRefused,
 	}
 }
 

@@ -58,6 +58,9 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		NeighborExpiries:  s.NeighborExpiries,
 		NeighborChanges:   s.NeighborChanges,
 		NoRoute:           s.NoRoute,
+		ARPRateLimited:    s.ARPRateLimited,
+		NeighborRefused:   s.NeighborRefused,
+		NeighborTableFull: s.NeighborTableFull,
 		WindowInUse:       s.WindowInUse,
 		SlotsInUse:        s.SlotsInUse,
 		OpsInFlight:       s.OpsInFlight,
@@ -164,6 +167,7 @@ func (s *Server) collect(also func(core int, c *engine.Core)) (*ctlmsg.Stats, []
 		m.Cores = cores
 	}
 	m.Portals = portals
+	m.NackThreshold = s.cfg.NackThreshold
 	return m, keys, sumDatapath(per), nil
 }
 

@@ -105,6 +105,9 @@ func (a *app) openPortal() (*portal, error) {
 		PID:      1000 + uint32(n.id)*100 + uint32(p.serial),
 		Tenant:   cfg.Tenant,
 	}
+	if s.cfg.tenantPerPortal {
+		spec.Tenant = p.serial % n.ecfg.Tenants
+	}
 	p.c = n.pickCore()
 	core := p.c.core
 	id, err := core.OpenPortal(spec)

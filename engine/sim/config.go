@@ -25,9 +25,10 @@ type Config struct {
 
 	// Engine is the template of every node's engine.Config. The simulator
 	// fills in the identity fields (LocalIP, LocalMAC, MTU, SlotBase,
-	// Neighbors, NeighborTable, IV, CacheSeed; each core's CoreID and
-	// SlotBase are engine.NewGroup's) and, when zero, Slots, Regions and
-	// Portals (sized from App and Faults).
+	// Neighbors, NeighborTable, NeighborsPerTenant, ARPRate, ARPBurst,
+	// IV, CacheSeed; each core's CoreID and SlotBase are
+	// engine.NewGroup's) and, when zero, Slots, Regions and Portals
+	// (sized from App and Faults).
 	Engine engine.Config
 	// IVBlock and IVSpan configure each node's (volatile) IV source
 	// (aesni.IVConfig; 0: its defaults). Small values make the cores
@@ -39,6 +40,15 @@ type Config struct {
 	StaticNeighbors bool
 	// NeighborTable overrides the derived neighbor table size (0: derived).
 	NeighborTable int
+	// NeighborsPerTenant bounds each tenant's incomplete neighbor
+	// entries (engine.Config.NeighborsPerTenant; 0: NeighborTable/2, no
+	// bound but the table's).
+	NeighborsPerTenant int
+	// ARPRate and ARPBurst bound each node's ARP requests
+	// (engine.Config.ARPRate, ARPBurst; 0: no bound that binds). The
+	// simulator's timers are tens of times shorter than a real engine's,
+	// so the engine's defaults would bind where a real engine's do not.
+	ARPRate, ARPBurst int
 	// VaryTimeouts gives each node its own Engine.Timeout (1, 1.5 or 2
 	// times the template's): a WRITE's initiator adopts the serving
 	// node's timeout on the pull (②), so its TIMEOUT follows the server's.
@@ -103,6 +113,9 @@ type Config struct {
 	// lenientPulls skips the checks of a pull's timeout (self-tests of
 	// the simulator: the commit check must catch what they would).
 	lenientPulls bool
+	// tenantPerPortal gives each portal of a node its own tenant (its
+	// serial modulo Engine.Tenants); otherwise every portal is tenant 0.
+	tenantPerPortal bool
 	// costs overrides Cost per node (index: node; a zero entry or a
 	// missing one: Cost). The congestion experiments (flow.go) give a
 	// server its own serving cost.

@@ -191,12 +191,6 @@ func Fig16Nack(threshold int, dur int64) FlowExperiment {
 	return x
 }
 
-// NackThresholdFormula is §6.1's threshold: (TIMEOUT − RTT −
-// DISPATCH_TIMEOUT) × the server's service rate (requests per ns).
-func NackThresholdFormula(timeout, rtt, dispatch time.Duration, servePerSec float64) float64 {
-	return (timeout - rtt - dispatch).Seconds() * servePerSec
-}
-
 // ---- analyses ---------------------------------------------------------------
 
 // ConvergeWindowRTTs: goodput is computed over windows of this many idle

@@ -6,6 +6,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/cc"
+	"github.com/onerma/onerma/engine"
 )
 
 // The paper's congestion experiments (§7.4, §7.5) with assertions on their
@@ -245,7 +246,7 @@ func TestFig16dNack(t *testing.T) {
 	t.Parallel()
 	const dur, warm = 500_000, 50_000
 	serve := Fig16dServeCapacityBps()
-	formula := NackThresholdFormula(PaperTimeout, 5000, PaperDispatchTimeout, serve/(abi.MaxOpBytes*8))
+	formula := engine.NackThresholdFormula(PaperTimeout, 5000, PaperDispatchTimeout, serve/(abi.MaxOpBytes*8))
 	t.Logf("server serves at most %.1f Gbit/s; §6.1's threshold formula: %.1f requests", serve/1e9, formula)
 	var low []float64
 	for _, th := range []int{1, 4, 8, 16, 32, 64, 256} {

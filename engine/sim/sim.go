@@ -449,6 +449,14 @@ func (s *Sim) engineConfig(n *node) engine.Config {
 			ec.NeighborTable *= 2
 		}
 	}
+	ec.NeighborsPerTenant = cfg.NeighborsPerTenant
+	if ec.NeighborsPerTenant == 0 {
+		ec.NeighborsPerTenant = ec.NeighborTable / 2
+	}
+	ec.ARPRate, ec.ARPBurst = cfg.ARPRate, cfg.ARPBurst
+	if ec.ARPRate == 0 {
+		ec.ARPRate, ec.ARPBurst = 1_000_000, 1_000_000
+	}
 	// Security: each node its own IV counters (volatile: a run is one
 	// process lifetime) and a fixed cache hash seed, so runs repeat.
 	ec.IV = aesni.NewVolatileIVSource(aesni.IVConfig{Block: cfg.IVBlock, Span: cfg.IVSpan})

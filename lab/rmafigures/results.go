@@ -8,6 +8,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/cc"
+	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/sim"
 )
 
@@ -136,7 +137,7 @@ func writeResults(path string, r *results) error {
 	p("NACKs the unsustainable part of the load is shed without loss of goodput; with too high a threshold the\n")
 	p("server's queue grows and goodput collapses. §6.1's threshold, (TIMEOUT − RTT − DISPATCH_TIMEOUT) × service\n")
 	p("rate = (%v − %.1f µs − %v) × %.2f M/s = **%.1f** requests.\n\n", sim.PaperTimeout, float64(rtt)/1000, sim.PaperDispatchTimeout, serve/(abi.MaxOpBytes*8)/1e6,
-		sim.NackThresholdFormula(sim.PaperTimeout, time.Duration(rtt), sim.PaperDispatchTimeout, serve/(abi.MaxOpBytes*8)))
+		engine.NackThresholdFormula(sim.PaperTimeout, time.Duration(rtt), sim.PaperDispatchTimeout, serve/(abi.MaxOpBytes*8)))
 	p("| threshold | goodput (both) | NACK | TIMEOUT | median chunk latency | server: served / NACKed / expired unserved | deepest queue |\n")
 	p("|---|---|---|---|---|---|---|\n")
 	for i, th := range nackThresh {

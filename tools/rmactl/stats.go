@@ -59,6 +59,13 @@ func printStats(w io.Writer, st *ctlmsg.Stats) {
 			fmt.Fprintln(w)
 		}
 	}
+	if n := st.NackThreshold; n != nil {
+		how := "derived: " + n.Formula
+		if n.Source != "derived" {
+			how = fmt.Sprintf("%s; derived would be %d: %s", n.Source, n.Derived, n.Formula)
+		}
+		fmt.Fprintf(w, "\nnack_threshold %d (%s)\n  %s\n", n.Threshold, how, n.Inputs)
+	}
 	if st.TenantOnly {
 		fmt.Fprintln(w, "\nthe portals and usage of this tenant only (an operator, uid 0 or ctl.operator_gid, sees every tenant's)")
 	}

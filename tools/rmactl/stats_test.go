@@ -29,8 +29,8 @@ func TestPrintStats(t *testing.T) {
 			t.Errorf("one core: no %q in\n%s", want, b.String())
 		}
 	}
-	for _, re := range []string{`(?m)^tenant \(data path\) +posted +share_waits +share_dispatch_timeouts +borrowed +borrowed_bytes +window_held +window_share +queued$`,
-		`(?m)^main uid 1000 +900 +12 +0 +30 +122880 +0 +131072 +0$`} {
+	for _, re := range []string{`(?m)^tenant \(data path\) +posted +share_waits +share_dispatch_timeouts +borrowed +borrowed_bytes +window_held +window_share +queued +nacked +nacked_owner +nacked_sender +pulls_deferred +iv_mismatch +replay_lanes_refused +replay_evictions +neighbor_refused$`,
+		`(?m)^main uid 1000 +900 +12 +0 +30 +122880 +0 +131072 +0 +0 +0 +0 +0 +0 +0 +0 +0$`} {
 		if !regexp.MustCompile(re).MatchString(b.String()) {
 			t.Errorf("one core: no line matching %s in\n%s", re, b.String())
 		}
@@ -38,6 +38,23 @@ func TestPrintStats(t *testing.T) {
 	if n := len(regexp.MustCompile(`(?m)^web `).FindAllString(b.String(), -1)); n != 1 {
 		t.Errorf("a tenant without data-path counters has a row of them:\n%s", b.String())
 	}
+	if strings.Contains(b.String(), "nack_threshold") {
+		t.Errorf("a NACK threshold nobody gave:\n%s", b.String())
+	}
+	one.NackThreshold = &ctlmsg.NackThreshold{Threshold: 849, Source: "derived", Derived: 849,
+		Formula: "(7ms − 1.532ms − 0s) × 155340/s = 849.4 → 849 (within [1, 1024])", Inputs: "timeout: port net_tap's default"}
+	b.Reset()
+	printStats(&b, one)
+	if want := "\nnack_threshold 849 (derived: (7ms − 1.532ms − 0s) × 155340/s = 849.4 → 849 (within [1, 1024]))\n  timeout: port net_tap's default\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("no %q in\n%s", want, b.String())
+	}
+	one.NackThreshold.Threshold, one.NackThreshold.Source = 500, "engine.nack_threshold"
+	b.Reset()
+	printStats(&b, one)
+	if want := "\nnack_threshold 500 (engine.nack_threshold; derived would be 849: (7ms"; !strings.Contains(b.String(), want) {
+		t.Errorf("no %q in\n%s", want, b.String())
+	}
+	one.NackThreshold = nil
 	if strings.Contains(b.String(), "this tenant only") {
 		t.Errorf("an operator's reply said to be one tenant's:\n%s", b.String())
 	}

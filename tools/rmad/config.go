@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -97,11 +98,18 @@ type EngineConfig struct {
 	// (0: timeout/4); Destinations bounds the destinations each core
 	// remembers the last answer of (engine.Config.Responsive,
 	// Destinations; docs/tenants.md).
-	Responsive      Duration `json:"responsive"`
-	Destinations    int      `json:"destinations"`
-	HighBurst       int      `json:"high_burst"`
-	InboundQueue    int      `json:"inbound_queue"`
-	NackThreshold   int      `json:"nack_threshold"`
+	Responsive   Duration `json:"responsive"`
+	Destinations int      `json:"destinations"`
+	HighBurst    int      `json:"high_burst"`
+	InboundQueue int      `json:"inbound_queue"`
+	// NackThreshold is the inbound queue depth that NACKs; 0: derived
+	// as the paper's §6.1 derives it, from TIMEOUT, the port type's RTT
+	// and ServeRate (timeout.go: nackDerivation; rmad logs it at start,
+	// rmactl stats shows it).
+	NackThreshold int `json:"nack_threshold"`
+	// ServeRate is the requests a serving core serves per second, for
+	// the NACK threshold's derivation; 0: the port type's measured rate.
+	ServeRate       float64  `json:"serve_rate"`
 	ServeBudget     int      `json:"serve_budget"`
 	LowAfterHigh    int      `json:"low_after_high"`
 	DispatchTimeout Duration `json:"dispatch_timeout"`
@@ -115,10 +123,18 @@ type EngineConfig struct {
 	// it answered our ARP request; ops re-ask past 3/4 of it.
 	NeighborReachable Duration `json:"neighbor_reachable"`
 	NeighborTable     int      `json:"neighbor_table"`
+	// NeighborsPerTenant bounds the incomplete neighbor entries (new
+	// on-link addresses still being resolved) one tenant's ops hold at
+	// once on a core; beyond it an op to yet another new address ends
+	// UNREACHABLE at once. ARPRate and ARPBurst bound the engine's ARP
+	// requests (all cores): per second, and at once.
+	NeighborsPerTenant int `json:"neighbors_per_tenant"`
+	ARPRate            int `json:"arp_rate"`
+	ARPBurst           int `json:"arp_burst"`
 	// DSCP is the DSCP of each class's frames (engine.Config.DSCP), so
 	// that a fabric can honour the two classes: {"low": 0, "high": 46}.
-	DSCP        DSCPConfig       `json:"dscp"`
-	ReplayPeers int              `json:"replay_peers"` // senders' anti-replay windows kept (0: off)
+	DSCP        DSCPConfig `json:"dscp"`
+	ReplayPeers int        `json:"replay_peers"` // senders' anti-replay windows kept (0: off)
 	// The serving side's bounds per region owner (the tenant whose region
 	// a request names) and per sender (its source address), per core
 	// (engine.Config; 0: derived, as rmad logs them at start): requests
@@ -128,13 +144,13 @@ type EngineConfig struct {
 	// pulls a core runs at once), and a sender address's replay lanes of
 	// one owner's windows (default 64, every lane an engine can use: set
 	// it to the most cores any engine that reads from this one runs).
-	InboundPerOwner      int `json:"inbound_per_owner"`
-	InboundPerSender     int `json:"inbound_per_sender"`
-	PullsPerOwner        int `json:"pulls_per_owner"`
-	PullsPerSender       int `json:"pulls_per_sender"`
-	ReplayLanesPerSender int `json:"replay_lanes_per_sender"`
-	HairpinSelf bool             `json:"hairpin_self"`
-	Neighbors   []NeighborConfig `json:"neighbors"`
+	InboundPerOwner      int              `json:"inbound_per_owner"`
+	InboundPerSender     int              `json:"inbound_per_sender"`
+	PullsPerOwner        int              `json:"pulls_per_owner"`
+	PullsPerSender       int              `json:"pulls_per_sender"`
+	ReplayLanesPerSender int              `json:"replay_lanes_per_sender"`
+	HairpinSelf          bool             `json:"hairpin_self"`
+	Neighbors            []NeighborConfig `json:"neighbors"`
 	// IVState is the IV counter state file (aesni.OpenIVSource): it must
 	// survive restarts and reboots, and belongs to one engine at a time
 	// (it is locked). "": DefaultIVDir/iv-<ip>.state, <ip> the address
@@ -417,7 +433,8 @@ var flagSpecs = []struct {
 	{"destinations", "destinations whose last answer each core remembers (the least recently answered forgotten)", setInt(func(c *Config) *int { return &c.Engine.Destinations })},
 	{"high-burst", "high-class grants before one low-class grant", setInt(func(c *Config) *int { return &c.Engine.HighBurst })},
 	{"inbound-queue", "inbound request queue size", setInt(func(c *Config) *int { return &c.Engine.InboundQueue })},
-	{"nack-threshold", "inbound queue depth that NACKs", setInt(func(c *Config) *int { return &c.Engine.NackThreshold })},
+	{"nack-threshold", "inbound queue depth that NACKs (0: derived from the timeout, the port type's RTT and the serve rate, as the paper's §6.1 derives it)", setInt(func(c *Config) *int { return &c.Engine.NackThreshold })},
+	{"serve-rate", "requests a serving core serves per second, for the NACK threshold's derivation (0: the port type's measured rate)", setFloat(func(c *Config) *float64 { return &c.Engine.ServeRate })},
 	{"serve-budget", "requests served per poll", setInt(func(c *Config) *int { return &c.Engine.ServeBudget })},
 	{"low-after-high", "low-class requests served in a poll after a high-class frame left in it (0: no bound)", setInt(func(c *Config) *int { return &c.Engine.LowAfterHigh })},
 	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
@@ -428,6 +445,9 @@ var flagSpecs = []struct {
 	{"icmp-rate", "ICMP echo requests (ping) answered per second at most (0: none)", setInt(func(c *Config) *int { return &c.Engine.ICMPRate })},
 	{"icmp-burst", "ICMP echo requests answered at once after a quiet spell", setInt(func(c *Config) *int { return &c.Engine.ICMPBurst })},
 	{"neighbor-table", "neighbor table size (power of two)", setInt(func(c *Config) *int { return &c.Engine.NeighborTable })},
+	{"neighbors-per-tenant", "incomplete neighbor entries (new on-link addresses being resolved) one tenant holds at once per core; beyond it ops to new addresses end UNREACHABLE at once", setInt(func(c *Config) *int { return &c.Engine.NeighborsPerTenant })},
+	{"arp-rate", "ARP requests the engine sends per second at most (all cores; over it a request waits for its next retry)", setInt(func(c *Config) *int { return &c.Engine.ARPRate })},
+	{"arp-burst", "ARP requests the engine sends at once after a quiet spell", setInt(func(c *Config) *int { return &c.Engine.ARPBurst })},
 	{"replay-peers", "senders whose anti-replay windows are kept (8 KB each, at most 8192; 0 turns replay detection off), each owner tenant guaranteed replay_peers/tenants of them", setInt(func(c *Config) *int { return &c.Engine.ReplayPeers })},
 	{"replay-lanes-per-sender", "a sender address's replay lanes of one owner's windows (0: 64, every lane an engine can use)", setInt(func(c *Config) *int { return &c.Engine.ReplayLanesPerSender })},
 	{"inbound-per-owner", "requests for one owner tenant's regions queued at once per core; beyond, NACK (0: nack_threshold/2)", setInt(func(c *Config) *int { return &c.Engine.InboundPerOwner })},
@@ -621,6 +641,13 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.WindowBytes, ec.HighBurst = e.WindowBytes, e.HighBurst
 	ec.Responsive, ec.Destinations = time.Duration(e.Responsive), e.Destinations
 	ec.InboundQueue, ec.NackThreshold, ec.ServeBudget = e.InboundQueue, e.NackThreshold, e.ServeBudget
+	if e.ServeRate < 0 || math.IsNaN(e.ServeRate) || math.IsInf(e.ServeRate, 0) {
+		return ec, fmt.Errorf("%w: engine.serve_rate %v (requests a second; 0: the port type's)", errConfig, e.ServeRate)
+	}
+	if ec.NackThreshold == 0 {
+		d, _ := c.nackDerivation()
+		ec.NackThreshold = d.Threshold
+	}
 	ec.LowAfterHigh = e.LowAfterHigh
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
 	if ec.Timeout == 0 { // loadConfig sets it; a Config built otherwise may not
@@ -634,6 +661,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.InboundPerOwner, ec.InboundPerSender = e.InboundPerOwner, e.InboundPerSender
 	ec.PullsPerOwner, ec.PullsPerSender = e.PullsPerOwner, e.PullsPerSender
 	ec.ReplayLanesPerSender = e.ReplayLanesPerSender
+	ec.NeighborsPerTenant, ec.ARPRate, ec.ARPBurst = e.NeighborsPerTenant, e.ARPRate, e.ARPBurst
 	ec.HairpinSelf = e.HairpinSelf
 	ec.IV, ec.KeyCache = iv, e.KeyCache
 	ec.Crypto = e.Crypto

@@ -87,7 +87,17 @@
 // -dscp-high) marks each class's frames for the fabric;
 // engine.neighbor_reachable (-neighbor-reachable) is how long a
 // neighbor's MAC is trusted after it answered. The table is logged at
-// start ("routing table").
+// start ("routing table"). A tenant's ops hold at most
+// engine.neighbors_per_tenant (-neighbors-per-tenant) entries of new
+// on-link addresses still being resolved, per core; the engine sends at
+// most engine.arp_rate ARP requests a second (-arp-rate), engine.arp_burst
+// at once (-arp-burst).
+//
+// NACK threshold: engine.nack_threshold (-nack-threshold) 0, the default,
+// derives it as the paper's §6.1 does, from TIMEOUT, the port type's RTT
+// and serving rate (or engine.serve_rate, -serve-rate): timeout.go. rmad
+// logs the derivation at start ("NACK threshold"), and the stats reply
+// carries it (nack_threshold).
 //
 //	rmad -vdev net_af_packet0,iface=eth1 -port-name net_af_packet0 \
 //	     -ip 10.1.0.2/24 -gateway 10.1.0.1 -route 10.9.0.0/16,via=10.1.0.254,mtu=1400

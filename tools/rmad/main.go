@@ -149,6 +149,8 @@ func serve(ctx context.Context, cfg *Config, sto *selfTestOptions, stdout io.Wri
 		dataRoom = afxdpDataRoom()
 	}
 	logStartup(log, cfg, frameBytes, dataRoom, &ctlCfg)
+	ctlCfg.NackThreshold = cfg.nackThresholdMsg()
+	logNackThreshold(log, ctlCfg.NackThreshold)
 
 	down := &cleanup{log: log}
 	defer down.run()

@@ -303,6 +303,10 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-open-deadline", "0s"}, "OpenDeadline"},
 		{[]string{"-icmp-rate", "-1"}, "ICMPRate"},
 		{[]string{"-icmp-burst", "0"}, "ICMPBurst"},
+		{[]string{"-neighbors-per-tenant", "129"}, "NeighborsPerTenant"},
+		{[]string{"-neighbors-per-tenant", "0"}, "NeighborsPerTenant"},
+		{[]string{"-arp-rate", "0"}, "ARPRate"},
+		{[]string{"-arp-burst", "0"}, "ARPBurst"},
 		{[]string{"-metrics", "9100"}, "metrics.listen"},
 		{[]string{"-metrics", "localhost:prom"}, "metrics.listen"},
 		{[]string{"-metrics-pprof", "true"}, "metrics.pprof needs metrics.listen"},
@@ -514,6 +518,10 @@ func TestRmadNetRing(t *testing.T) {
 	}
 	if p := st.Port; p == nil || p.Name != "net_ring0" || p.DevErr != "" || p.Driver.IOCalls == 0 {
 		t.Errorf("port counters %+v", p)
+	}
+	// Backoff mode on net_ring: TIMEOUT 10 ms, the whole queue.
+	if n := st.NackThreshold; n == nil || n.Threshold != 1024 || n.Source != "derived" || n.TimeoutNs != int64(10*time.Millisecond) || n.Formula == "" {
+		t.Errorf("nack_threshold %+v", n)
 	}
 	if r := st.CompletedByOp["READ"]; r["OK"] != 4 || len(st.CompletedByOp) != 1 {
 		t.Errorf("completions by op %v", st.CompletedByOp)
