@@ -178,8 +178,8 @@ type Stats struct {
 	DelaySamples      uint64                       `json:"delay_samples"` // completions in them
 	// The serving side's bounds per region owner and per sender (engine
 	// Config.InboundPerOwner, ...): requests NACKed at once (part of
-	// req_nacked) as their region's owner, or their source address, had
-	// its bound queued; requests queued from senders beyond the table of
+	// req_nacked) as their region's owner, or their source address for
+	// that owner's regions, had its bound queued; requests queued from senders beyond the table of
 	// senders (its shared bucket); write requests that waited for a pull
 	// context behind their owner's or sender's bound; requests dropped
 	// before authentication as their IV named another address than their

@@ -157,17 +157,17 @@ type Stats struct {
 	// ReqNackedOwner and ReqNackedSender: requests NACKed at once (also
 	// in ReqNacked) because their region's owner already had
 	// Config.InboundPerOwner queued, or their source address
-	// InboundPerSender.
+	// InboundPerSender for that owner's regions.
 	ReqNackedOwner  uint64
 	ReqNackedSender uint64
-	// SenderOverflow: requests queued whose source address the core's
-	// table of senders had no room for: counted, and bounded, in its one
-	// shared bucket.
+	// SenderOverflow: requests queued whose sender (source address and
+	// owner) the core's table of senders had no room for: counted, and
+	// bounded, in its one shared bucket.
 	SenderOverflow uint64
 	// PullsDeferredOwner and PullsDeferredSender: write requests that
 	// waited for a pull context because their region's owner, or their
-	// source address, held Config.PullsPerOwner (PullsPerSender) of them
-	// (each counted once).
+	// source address for that owner's regions, held Config.PullsPerOwner
+	// (PullsPerSender) of them (each counted once).
 	PullsDeferredOwner  uint64
 	PullsDeferredSender uint64
 	// ReqIVMismatch: requests dropped unanswered, before authentication,

@@ -15,8 +15,9 @@ import "fmt"
 //
 // So each core counts, per owner (the region's tenant, region.tenant: an
 // index below Config.Tenants) and per sender (the request's source
-// address), the requests queued (in the inbound queues or waiting for a
-// pull context) and the pull contexts held:
+// address, within its owner: see below), the requests queued (in the
+// inbound queues or waiting for a pull context) and the pull contexts
+// held:
 //
 //   - a request whose owner already has InboundPerOwner queued, or whose
 //     sender InboundPerSender, is NACKed at once (finishRequest), before
@@ -38,12 +39,26 @@ import "fmt"
 // the NACK threshold and half of the pulls the core can run at once, so
 // the rest stays for the others whatever one of them does.
 //
-// Senders live in a fixed table per core, an entry for each address with
-// a request queued or a pull held, freed when it has none (hashed with a
-// seed: senders choose their addresses, not their slots). It is sized so
-// that every request and pull the core can hold at once could have a
-// sender of its own (InboundQueue + PullContexts); should it be full,
-// further senders share one overflow bucket, bounded as one sender.
+// A sender is a source address as the owner of the region a request
+// names vouches for it: its K_d authenticates the address, and the owner,
+// holding K_r, derives K_d for any address. Were senders counted by
+// address alone, an owner could fill the bounds of another owner's
+// reader with requests for its own region forged from that reader's
+// address (or, were it a tenant on the reader's own engine, with genuine
+// requests), and the reader's requests for the other owner's regions
+// would be NACKed or wait. So the requests of one address are counted
+// apart for each owner they name: an owner's traffic, forged from any
+// addresses, fills only its own bound and its own part of each sender's,
+// and one initiator still holds at most a sender's bounds of each
+// owner's regions.
+//
+// Senders live in a fixed table per core, an entry for each (owner,
+// address) with a request queued or a pull held, freed when it has none
+// (hashed with a seed: senders choose their addresses, not their slots).
+// It is sized so that every request and pull the core can hold at once
+// could have a sender of its own (InboundQueue + PullContexts); should it
+// be full, further senders share one overflow bucket, bounded as one
+// sender.
 
 // use is what one owner or one sender holds on a core's serving side.
 type use struct {
@@ -53,15 +68,19 @@ type use struct {
 
 // senderUse is one sender's entry.
 type senderUse struct {
-	addr uint32
+	key uint64 // senderKey
 	use
 }
+
+// senderKey names the sender of a request from addr for a region of
+// owner.
+func senderKey(owner uint16, addr uint32) uint64 { return uint64(owner)<<32 | uint64(addr) }
 
 // senderOverflow names the shared bucket of the senders the table had no
 // room for.
 const senderOverflow = -1
 
-// senderTable maps source addresses to their use: open addressing
+// senderTable maps senders (senderKey) to their use: open addressing
 // (linear probing) into e, whose entries do not move while in use, so a
 // queued request or a pull names its sender's entry by index.
 type senderTable struct {
@@ -109,26 +128,26 @@ func (t *senderTable) reset() {
 	t.last = 0
 }
 
-func (t *senderTable) slot(addr uint32) uint32 {
-	return uint32(mix64(uint64(addr)^t.seed) >> t.shift)
+func (t *senderTable) slot(key uint64) uint32 {
+	return uint32(mix64(key^t.seed) >> t.shift)
 }
 
-// find is addr's slot in index, or the empty slot where it would go.
-func (t *senderTable) find(addr uint32) uint32 {
-	k := t.slot(addr)
-	for t.index[k] >= 0 && t.e[t.index[k]].addr != addr {
+// find is key's slot in index, or the empty slot where it would go.
+func (t *senderTable) find(key uint64) uint32 {
+	k := t.slot(key)
+	for t.index[k] >= 0 && t.e[t.index[k]].key != key {
 		k = (k + 1) & t.mask
 	}
 	return k
 }
 
-// take is addr's entry, a new one when it has none, or senderOverflow
+// take is key's entry, a new one when it has none, or senderOverflow
 // when the table is full.
-func (t *senderTable) take(addr uint32) int32 {
-	if e := &t.e[t.last]; e.addr == addr && e.use != (use{}) {
+func (t *senderTable) take(key uint64) int32 {
+	if e := &t.e[t.last]; e.key == key && e.use != (use{}) {
 		return t.last
 	}
-	k := t.find(addr)
+	k := t.find(key)
 	if i := t.index[k]; i >= 0 {
 		t.last = i
 		return i
@@ -138,7 +157,7 @@ func (t *senderTable) take(addr uint32) int32 {
 	}
 	i := t.free[len(t.free)-1]
 	t.free = t.free[:len(t.free)-1]
-	t.e[i] = senderUse{addr: addr}
+	t.e[i] = senderUse{key: key}
 	t.index[k] = i
 	t.last = i
 	return i
@@ -157,10 +176,10 @@ func (t *senderTable) release(i int32) {
 	if i == senderOverflow || t.e[i].queued > 0 || t.e[i].pulls > 0 {
 		return
 	}
-	k := t.find(t.e[i].addr)
+	k := t.find(t.e[i].key)
 	t.index[k] = -1
 	for j := (k + 1) & t.mask; t.index[j] >= 0; j = (j + 1) & t.mask { // backward-shift deletion
-		home := t.slot(t.e[t.index[j]].addr)
+		home := t.slot(t.e[t.index[j]].key)
 		if (j-home)&t.mask >= (j-k)&t.mask {
 			t.index[k], t.index[j] = t.index[j], -1
 			k = j
@@ -208,7 +227,7 @@ func (b *bounds) admit(owner uint16, addr uint32) (int32, refusal) {
 	if o.queued >= b.inOwner {
 		return 0, refuseOwner
 	}
-	s := b.senders.take(addr)
+	s := b.senders.take(senderKey(owner, addr))
 	su := b.senders.at(s)
 	if su.queued >= b.inSender {
 		b.senders.release(s) // a new entry holds nothing
@@ -273,11 +292,11 @@ func (b *bounds) audit(owners, senders []use, named []int32) error {
 	}
 	t := &b.senders
 	for _, i := range named {
-		if t.index[t.find(t.e[i].addr)] != i {
+		if t.index[t.find(t.e[i].key)] != i {
 			return fmt.Errorf("audit: sender entry %d, named by the queues or pulls, is not in use", i)
 		}
 		if t.e[i].use != senders[i] {
-			return fmt.Errorf("audit: sender %#x holds %+v, the queues and pulls %+v", t.e[i].addr, t.e[i].use, senders[i])
+			return fmt.Errorf("audit: sender %#x of owner %d holds %+v, the queues and pulls %+v", uint32(t.e[i].key), t.e[i].key>>32, t.e[i].use, senders[i])
 		}
 	}
 	if len(named)+len(t.free) != len(t.e) {

@@ -137,19 +137,22 @@ func TestInboundPerOwner(t *testing.T) {
 	}
 }
 
-// One sender's requests beyond InboundPerSender are NACKed at once,
-// whichever owners' regions they name (counted for the owner each names);
-// another sender's are queued. When the table of senders is full, the
-// senders beyond it share one bucket, bounded as one sender.
+// One sender's requests for one owner's regions beyond InboundPerSender
+// are NACKed at once (counted for that owner); its requests for another
+// owner's regions are counted apart, as another sender's are, and
+// queued. When the table of senders is full, the senders beyond it share
+// one bucket, bounded as one sender.
 func TestInboundPerSender(t *testing.T) {
 	p := newBoundsPair(t, func(c *Config) { c.NackThreshold, c.InboundPerOwner, c.InboundPerSender = 40, 40, 3 })
 	kdV := aesni.DeriveKey(testKr, [4]byte{10, 0, 9, 1}, testPID, uint8(abi.OpRead))
 	one := [4]byte{10, 0, 9, 1}
 	frames := [][]byte{
-		p.attack(wire.TypeReadReq, 1, 1), p.attack(wire.TypeReadReq, 1, 2),
-		forgedRequest(p.b, wire.TypeReadReq, one, one, 3, p.rv, kdV, 64, 3), // the 3rd: the victim owner's region
-		forgedRequest(p.b, wire.TypeReadReq, one, one, 4, p.rv, kdV, 64, 4), // the 4th: NACKed
-		p.attack(wire.TypeReadReq, 1, 5),                                    // the 5th: NACKed
+		p.attack(wire.TypeReadReq, 1, 1), p.attack(wire.TypeReadReq, 1, 2), p.attack(wire.TypeReadReq, 1, 3),
+		p.attack(wire.TypeReadReq, 1, 4),                                    // the attacker owner's 4th from one: NACKed
+		forgedRequest(p.b, wire.TypeReadReq, one, one, 3, p.rv, kdV, 64, 3), // the victim owner's region: counted apart
+		forgedRequest(p.b, wire.TypeReadReq, one, one, 4, p.rv, kdV, 64, 4),
+		forgedRequest(p.b, wire.TypeReadReq, one, one, 5, p.rv, kdV, 64, 5),
+		forgedRequest(p.b, wire.TypeReadReq, one, one, 6, p.rv, kdV, 64, 6), // its 4th: NACKed
 		p.attack(wire.TypeReadReq, 2, 1),                                    // another sender
 	}
 	if n := p.answers(frames...); n != 2 {
@@ -264,29 +267,122 @@ func TestPullsPerOwner(t *testing.T) {
 	}
 }
 
-// One sender's WRITEs beyond PullsPerSender wait, whichever owner they
-// write to, while another sender's are pulled.
+// One sender's WRITEs to one owner's regions beyond PullsPerSender wait
+// while another sender's are pulled; its WRITEs to another owner's
+// regions are counted apart, and pulled.
 func TestPullsPerSender(t *testing.T) {
 	p := newBoundsPair(t, func(c *Config) { c.PullContexts, c.PullsPerOwner, c.PullsPerSender = 8, 8, 1 })
 	one := [4]byte{10, 0, 9, 1}
 	kdV := aesni.DeriveKey(testKr, one, testPID, uint8(abi.OpWrite))
 	frames := [][]byte{
 		p.attack(wire.TypeWriteReq, 1, 1),
-		forgedRequest(p.b, wire.TypeWriteReq, one, one, 2, p.rv, kdV, 4096, 2), // same sender, the victim owner's region
+		p.attack(wire.TypeWriteReq, 1, 2),                                      // the attacker owner's 2nd from one: waits
+		forgedRequest(p.b, wire.TypeWriteReq, one, one, 2, p.rv, kdV, 4096, 2), // the victim owner's region: counted apart
 		p.attack(wire.TypeWriteReq, 2, 1),                                      // another sender
 	}
 	p.answers(frames...)
 	p.b.Poll(p.now)
-	if pulls := p.tb.take(); len(pulls) != 2 {
-		t.Fatalf("%d pulls, want 2 (one per sender)", len(pulls))
+	if pulls := p.tb.take(); len(pulls) != 3 {
+		t.Fatalf("%d pulls, want 3 (one per sender and owner)", len(pulls))
 	}
-	if s := p.b.Stats(); s.PullsDeferredSender != 1 || s.PullsDeferredOwner != 0 || p.b.TenantCounters(1).PullsDeferred != 1 {
+	if s := p.b.Stats(); s.PullsDeferredSender != 1 || s.PullsDeferredOwner != 0 || p.b.TenantCounters(2).PullsDeferred != 1 || p.b.TenantCounters(1).PullsDeferred != 0 {
 		t.Fatalf("%+v", s)
 	}
 	if err := p.b.Audit(); err != nil {
 		t.Fatal(err)
 	}
 	p.b.Shutdown(p.now)
+	if err := p.b.Audit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An owner holding K_r derives K_d for any source address, the address
+// of another owner's reader too: requests it forges for its own region
+// from that reader's address fill only its own part of that sender's
+// bounds. The reader's requests for the other owner's regions, from the
+// same address, are queued and pulled as if the forger were not there,
+// neither NACKed nor deferred.
+func TestSenderBoundsPerOwner(t *testing.T) {
+	p := newBoundsPair(t, func(c *Config) {
+		c.NackThreshold, c.InboundPerOwner, c.InboundPerSender = 40, 20, 6
+		c.PullContexts, c.PullsPerOwner, c.PullsPerSender = 8, 8, 2
+	})
+	a := [4]byte{10, 0, 0, 1} // core a: the victim owner's reader
+	kdR := aesni.DeriveKey(p.krA, a, testPID, uint8(abi.OpRead))
+	kdW := aesni.DeriveKey(p.krA, a, testPID, uint8(abi.OpWrite))
+	var flood [][]byte
+	for i := range 8 {
+		flood = append(flood, forgedRequest(p.b, wire.TypeReadReq, a, a, uint64(1000+i), p.ra, kdR, 4096, uint64(1000+i)))
+	}
+	if n := p.answers(flood...); n != 2 {
+		t.Fatalf("8 requests forged from the reader's address: %d answers at once, want 2 NACKs", n)
+	}
+	if ta := p.b.TenantCounters(2); ta.NackedSender != 2 {
+		t.Fatalf("the forger's owner: %+v, want 2 NackedSender", ta)
+	}
+	var cmds []*abi.Command
+	for k := 1; k <= 6; k++ {
+		cmds = append(cmds, readCmd(p.app.slots[k], ipOf("10.0.0.2"), p.rv, uint64(k)*64, p.rd, uint64(k)*4096, 64, uint64(k)))
+	}
+	if n := p.answers(p.post(t, 1, cmds...)...); n != 0 {
+		t.Fatalf("the reader's 6 reads beside the forged ones: %d answers at once, want none (queued)", n)
+	}
+	if err := p.b.Audit(); err != nil {
+		t.Fatal(err)
+	}
+	p.run()
+	got := p.app.completions()
+	if len(got) != 6 {
+		t.Fatalf("%d completions, want 6", len(got))
+	}
+	for _, c := range got {
+		if c.Status != abi.StatusOK {
+			t.Fatalf("the reader's read: %+v", c)
+		}
+	}
+
+	// Writes forged from the reader's address hold their pulls (a does
+	// not know them: never answered); the reader's writes are pulled at
+	// once.
+	flood = flood[:0]
+	for i := range 4 {
+		flood = append(flood, forgedRequest(p.b, wire.TypeWriteReq, a, a, uint64(2000+i), p.ra, kdW, 4096, uint64(2000+i)))
+	}
+	if n := p.answers(flood...); n != 0 {
+		t.Fatalf("4 writes forged from the reader's address: %d answers at once", n)
+	}
+	p.b.Poll(p.now)
+	if pulls := p.tb.take(); len(pulls) != 2 {
+		t.Fatalf("%d pulls for the forged writes, want 2 (their sender's bound)", len(pulls))
+	}
+	src := make([]byte, 4096)
+	pattern(src, 0x5a)
+	rs, _ := p.a.RegisterRegion(p.app.id, src, abi.PermAll, testKr)
+	for k := 1; k <= 2; k++ {
+		p.app.post(t, writeCmd(p.app.slots[k], ipOf("10.0.0.2"), p.rv, uint64(k)*4096, rs, 0, 4096, uint64(10+k)))
+	}
+	p.run()
+	got = p.app.completions()
+	if len(got) != 2 {
+		t.Fatalf("%d completions of the reader's writes, want 2", len(got))
+	}
+	for _, c := range got {
+		if c.Status != abi.StatusOK {
+			t.Fatalf("the reader's write: %+v", c)
+		}
+	}
+	for k := 1; k <= 2; k++ {
+		if string(p.mem[k*4096:(k+1)*4096]) != string(src) {
+			t.Fatalf("the reader's write %d not committed", k)
+		}
+	}
+	if tv := p.b.TenantCounters(1); tv.Nacked != 0 || tv.NackedOwner != 0 || tv.NackedSender != 0 || tv.PullsDeferred != 0 {
+		t.Fatalf("the reader's owner refused or deferred: %+v (the forger's %+v)", tv, p.b.TenantCounters(2))
+	}
+	if ta := p.b.TenantCounters(2); ta.PullsDeferred != 2 {
+		t.Fatalf("the forger's owner: %+v, want 2 PullsDeferred", ta)
+	}
 	if err := p.b.Audit(); err != nil {
 		t.Fatal(err)
 	}

@@ -101,20 +101,23 @@ type Config struct {
 
 	// The serving side's bounds per region owner (the tenant whose
 	// portal registered the region a request names) and per sender (a
-	// request's source address), so that neither one owner's traffic nor
-	// one initiator takes what other owners' readers need (bounds.go).
-	// Each is per core; 0 derives it from the totals (ServingBounds), so
-	// one owner or one sender holds at most half of them.
+	// request's source address, counted apart for each owner whose
+	// regions it names: the owner's K_r vouches for the address), so that
+	// neither one owner's traffic, from any addresses, nor one initiator
+	// takes what other owners' readers need (bounds.go). Each is per core;
+	// 0 derives it from the totals (ServingBounds), so one owner or one
+	// sender holds at most half of them.
 	//
 	// InboundPerOwner and InboundPerSender bound the requests of one
-	// owner, and of one sender, queued at once (waiting to be served or
-	// pulled); a request beyond either is NACKed at once, whatever the
-	// class queue's depth. 0: NackThreshold/2 (at least 1).
+	// owner, and of one sender for one owner's regions, queued at once
+	// (waiting to be served or pulled); a request beyond either is NACKed
+	// at once, whatever the class queue's depth. 0: NackThreshold/2 (at
+	// least 1).
 	InboundPerOwner  int
 	InboundPerSender int
 	// PullsPerOwner and PullsPerSender bound the pull contexts (the
-	// WRITEs and REKEYs being served) one owner, and one sender, holds at
-	// once; a write request beyond either waits, in the pull queue,
+	// WRITEs and REKEYs being served) one owner, and one sender for one
+	// owner's regions, holds at once; a write request beyond either waits, in the pull queue,
 	// while the requests of others behind it are pulled (startPulls).
 	// 0: half of the pulls the core can run at once, the fewer of
 	// PullContexts and WindowBytes/ArbitrationBytes (at least 1).

@@ -93,10 +93,11 @@
 //     HighBurst rule. Each is bounded; a request arriving when its queue is
 //     at or above NackThreshold gets an immediate NACK (paper §6.1;
 //     DeriveNackThreshold is the paper's derivation, nack.go), and so
-//     does one whose region's owner (its tenant) or whose source address
-//     already has InboundPerOwner or InboundPerSender requests queued
-//     (bounds.go: by default half the threshold each, so neither one
-//     owner's traffic nor one initiator fills the queue for the rest). At
+//     does one whose region's owner (its tenant), or whose source address
+//     for that owner's regions, already has InboundPerOwner or
+//     InboundPerSender requests queued (bounds.go: by default half the
+//     threshold each, so neither one owner's traffic, from any addresses,
+//     nor one initiator fills the queue for the rest). At
 //     most ServeBudget requests are served per Poll; requests older than
 //     TIMEOUT are dropped unserved. A Poll's frames are sealed, sent and
 //     received together, so once a high-class frame has left in a Poll at
@@ -138,10 +139,11 @@
 // finds no context or window free first reclaims idle pulls older than
 // PullIdleTimeout (TIMEOUT/4 by default), so a pull whose initiator does
 // not answer holds what others need only that long. One region owner, and
-// one sender, holds at most PullsPerOwner (PullsPerSender) pulls at once
-// (by default half of what the core can run): a write request beyond
-// either waits while those behind it are pulled, and reclaims its owner's
-// (sender's) idle pulls as a full pool does anyone's. Incomplete pulls expire
+// one sender to one owner's regions, holds at most PullsPerOwner
+// (PullsPerSender) pulls at once (by default half of what the core can
+// run): a write request beyond either waits while those behind it are
+// pulled, and reclaims its owner's (sender's) idle pulls as a full pool
+// does anyone's. Incomplete pulls expire
 // silently. A pull whose data could not all be sent at once (no tx buffer)
 // waits on a send queue drained in Poll. A remote REKEY takes the same
 // hops: the pulled data is the new K_r, sealed under the REKEY K_d,

@@ -45,13 +45,14 @@ type TenantCounters struct {
 	// Nacked: NACKed at once, their class queue at its threshold;
 	// NackedOwner: NACKed at once, its regions already had
 	// Config.InboundPerOwner requests queued; NackedSender: NACKed at
-	// once, their source address already had InboundPerSender queued.
+	// once, their source address already had InboundPerSender queued
+	// for its regions.
 	Nacked       uint64
 	NackedOwner  uint64
 	NackedSender uint64
 	// PullsDeferred: write requests that waited for a pull context
 	// because it held PullsPerOwner, or their source address
-	// PullsPerSender, of them.
+	// PullsPerSender for its regions, of them.
 	PullsDeferred uint64
 	// IVMismatch: dropped, their IV naming another address than their
 	// source (before authentication: anyone can send these).

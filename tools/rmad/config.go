@@ -136,7 +136,8 @@ type EngineConfig struct {
 	DSCP        DSCPConfig `json:"dscp"`
 	ReplayPeers int        `json:"replay_peers"` // senders' anti-replay windows kept (0: off)
 	// The serving side's bounds per region owner (the tenant whose region
-	// a request names) and per sender (its source address), per core
+	// a request names) and per sender (its source address, counted apart
+	// for each owner whose regions it names), per core
 	// (engine.Config; 0: derived, as rmad logs them at start): requests
 	// queued at once beyond which one is NACKed (default nack_threshold/2
 	// each), pulls (WRITEs and REKEYs being served) at once beyond which
@@ -451,9 +452,9 @@ var flagSpecs = []struct {
 	{"replay-peers", "senders whose anti-replay windows are kept (8 KB each, at most 8192; 0 turns replay detection off), each owner tenant guaranteed replay_peers/tenants of them", setInt(func(c *Config) *int { return &c.Engine.ReplayPeers })},
 	{"replay-lanes-per-sender", "a sender address's replay lanes of one owner's windows (0: 64, every lane an engine can use)", setInt(func(c *Config) *int { return &c.Engine.ReplayLanesPerSender })},
 	{"inbound-per-owner", "requests for one owner tenant's regions queued at once per core; beyond, NACK (0: nack_threshold/2)", setInt(func(c *Config) *int { return &c.Engine.InboundPerOwner })},
-	{"inbound-per-sender", "requests from one source address queued at once per core; beyond, NACK (0: nack_threshold/2)", setInt(func(c *Config) *int { return &c.Engine.InboundPerSender })},
+	{"inbound-per-sender", "requests from one source address for one owner tenant's regions queued at once per core; beyond, NACK (0: nack_threshold/2)", setInt(func(c *Config) *int { return &c.Engine.InboundPerSender })},
 	{"pulls-per-owner", "WRITEs and REKEYs to one owner tenant's regions served at once per core; beyond, they wait (0: half the pulls a core runs at once)", setInt(func(c *Config) *int { return &c.Engine.PullsPerOwner })},
-	{"pulls-per-sender", "WRITEs and REKEYs from one source address served at once per core; beyond, they wait (0: half the pulls a core runs at once)", setInt(func(c *Config) *int { return &c.Engine.PullsPerSender })},
+	{"pulls-per-sender", "WRITEs and REKEYs from one source address to one owner tenant's regions served at once per core; beyond, they wait (0: half the pulls a core runs at once)", setInt(func(c *Config) *int { return &c.Engine.PullsPerSender })},
 	{"iv-state", "IV counter state file (\"\": " + DefaultIVDir + "/iv-<ip>.state); must persist across restarts, one per engine", setStr(func(c *Config) *string { return &c.Engine.IVState })},
 	{"key-cache", "prepared AEADs cached per core and side", setInt(func(c *Config) *int { return &c.Engine.KeyCache })},
 	{"crypto", "seal backend: \"ipsec-mb\" (batched, one cgo call per burst) or \"go\" (crypto/cipher)", setStr(func(c *Config) *string { return &c.Engine.Crypto })},
