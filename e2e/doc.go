@@ -48,6 +48,18 @@
 // HugePages_Rsvd stays within the attacker's quota, and every pool of
 // the attacker's tenant is back to 0 once its processes exit.
 //
+// hostile_datapath_test.go runs a hostile tenant's data-path attacks
+// (issue 28) on three engines on a bridge, beside a victim tenant whose
+// application keeps verified READs and WRITEs in flight from engine A to
+// its region on engine B: a full window of READs to a dead destination
+// on A, floods and slow pulls for the attacker's own region on B (raw
+// frames forged from the victim's engine's address and from phantoms,
+// sealed with K_d derived from the attacker's K_r), pushed and minted
+// replay windows and forged IV addresses on B, ops to unused on-link
+// addresses on A. Every op the victim posts completes once, OK; the
+// tenants' data-path counters show each attack refused the attacker and
+// nothing refused the victim.
+//
 // kv_test.go runs the key/value cache's failover across four engines on
 // a bridge (internal/kvfail): a replica rekeyed, its server process
 // killed, its engine killed, and no GET failing.

@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("ONERMA_E2E_HOSTILE") != "" {
 		os.Exit(hostileChild())
 	}
+	if os.Getenv("ONERMA_E2E_HDP") != "" {
+		os.Exit(hdpChild())
+	}
 	code := func() int {
 		if dir := os.Getenv("ONERMA_BIN"); dir != "" {
 			rmadBin, rmactlBin, rmatopBin = filepath.Join(dir, "rmad"), filepath.Join(dir, "rmactl"), filepath.Join(dir, "rmatop")
