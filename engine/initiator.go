@@ -99,6 +99,8 @@ type initiator struct {
 	tq           []tenantQ // by PortalSpec.Tenant
 	rings        [abi.NumClass]tenantRing
 	sumWeight    int
+	present      int  // tenants with a portal on the core
+	multi        bool // more than one: the tenants' FIFOs and rings are kept
 	queued       int
 	dests        *destTable
 	responsiveNs int64
@@ -331,7 +333,10 @@ func (n *initiator) enqueue(now int64, i int32) {
 	s.state = slotQueued
 	s.queuedNs = now
 	n.pushBack(fifoOf(s.class), i)
-	n.tpush(i)
+	n.queued++
+	if n.multi {
+		n.tpush(i)
+	}
 }
 
 func (n *initiator) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Status {
@@ -396,7 +401,7 @@ func (n *initiator) forgetIfUnwanted(ip uint32) {
 func (n *initiator) arbitrate(now int64) int {
 	k := 0
 	for n.queued > 0 && n.win.room() {
-		t, cl, borrow, ok := n.pick(now)
+		i, t, cl, borrow, ok := n.pick(now)
 		if !ok {
 			return k
 		}
@@ -405,7 +410,6 @@ func (n *initiator) arbitrate(now int64) int {
 			return k
 		}
 		q := &n.tq[t]
-		i := q.q[cl].head
 		s := &n.slots[i]
 		debit := int32(s.debit) // set at the post (debitOf)
 		if n.rings[cl].n > 1 {  // turns are taken: the grant is charged to its tenant's

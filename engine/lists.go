@@ -48,7 +48,10 @@ func (n *initiator) unlink(i int32) {
 		return
 	}
 	if s.list == listFIFOLow || s.list == listFIFOHigh { // a queued op: its tenant's FIFO too
-		n.tunlink(i)
+		n.queued--
+		if n.multi {
+			n.tunlink(i)
+		}
 	}
 	L := &n.lists[s.list]
 	if s.prev >= 0 {

@@ -46,6 +46,11 @@ import (
 //
 // With a single tenant, g_t is W and phase 1 grants exactly what the
 // window allows, in FIFO order by class: the window as before tenants.
+// So while at most one tenant is present the tenants' FIFOs and rings are
+// not kept at all (initiator.multi false): a grant takes the head of its
+// class's FIFO. When a second tenant comes, its FIFOs are built from the
+// class FIFOs, which hold every queued op in the order it was queued;
+// when it leaves again they are dropped.
 //
 // Cost per grant: one walk of each class's ring, visiting each tenant at
 // most twice (a tenant whose deficit falls short is topped up and moved
@@ -104,11 +109,15 @@ func (n *initiator) join(t, w int) {
 	q.portals++
 	if q.portals == 1 {
 		n.sumWeight += w
+		n.present++
 	} else {
 		n.sumWeight += w - q.weight
 	}
 	q.weight, q.quantum = w, int32(w*ArbitrationBytes)
 	n.reshare()
+	if n.present > 1 && !n.multi {
+		n.buildTenantQueues()
+	}
 }
 
 // leave counts a portal of tenant t closed.
@@ -120,9 +129,47 @@ func (n *initiator) leave(t int) {
 	q.portals--
 	if q.portals == 0 {
 		n.sumWeight -= q.weight
+		n.present--
 		q.share = 0
 	}
 	n.reshare()
+	if n.present <= 1 && n.multi {
+		n.dropTenantQueues()
+	}
+}
+
+// buildTenantQueues puts every queued op on its tenant's FIFO of its
+// class, in the class FIFOs' order (the order they were queued), as a
+// second tenant comes.
+func (n *initiator) buildTenantQueues() {
+	n.multi = true
+	for _, l := range [...]listID{listFIFOHigh, listFIFOLow} {
+		for i := n.lists[l].head; i >= 0; i = n.slots[i].next {
+			n.tpush(i)
+		}
+	}
+}
+
+// dropTenantQueues empties the tenants' FIFOs and rings, as all tenants
+// but one have gone: the class FIFOs hold every queued op still.
+func (n *initiator) dropTenantQueues() {
+	n.multi = false
+	for _, l := range [...]listID{listFIFOHigh, listFIFOLow} {
+		for i := n.lists[l].head; i >= 0; i = n.slots[i].next {
+			n.slots[i].tprev, n.slots[i].tnext = -1, -1
+		}
+	}
+	for t := range n.tq {
+		q := &n.tq[t]
+		for cl := range q.q {
+			q.q[cl] = slotList{head: -1, tail: -1}
+			q.prev[cl], q.next[cl] = noTenant, noTenant
+			q.deficit[cl] = 0
+		}
+	}
+	for cl := range n.rings {
+		n.rings[cl] = tenantRing{head: noTenant, tail: noTenant}
+	}
 }
 
 // reshare computes every present tenant's guaranteed share.
@@ -164,7 +211,6 @@ func (n *initiator) tpush(i int32) {
 	}
 	L.tail = i
 	L.n++
-	n.queued++
 }
 
 // tunlink takes queued slot i off its tenant's FIFO, and the tenant off
@@ -186,7 +232,6 @@ func (n *initiator) tunlink(i int32) {
 	}
 	s.tprev, s.tnext = -1, -1
 	L.n--
-	n.queued--
 	if L.n == 0 {
 		n.ringUnlink(cl, t)
 		q.deficit[cl] = 0
@@ -272,21 +317,34 @@ func (n *initiator) turn(cl abi.Class, now int64, borrow bool) int32 {
 	return noTenant
 }
 
-// pick chooses the next op to enter service (its tenant, its class) and
-// whether it borrows; ok false when no op may enter now. The class
-// arbiter records the grant, as the window's FIFOs always did.
-func (n *initiator) pick(now int64) (t int32, cl abi.Class, borrow, ok bool) {
+// pick chooses the next op to enter service (its slot, its tenant, its
+// class) and whether it borrows; ok false when no op may enter now. The
+// class arbiter records the grant, as the window's FIFOs always did.
+func (n *initiator) pick(now int64) (i, t int32, cl abi.Class, borrow, ok bool) {
+	if !n.multi { // the class FIFOs' heads, both of the one tenant present
+		hi, lo := n.lists[listFIFOHigh].head, n.lists[listFIFOLow].head
+		if cl, ok = n.arb.next(hi >= 0, lo >= 0); !ok {
+			return 0, 0, cl, false, false
+		}
+		i = lo
+		if cl == abi.ClassHigh {
+			i = hi
+		}
+		return i, int32(n.slots[i].tenant), cl, false, true
+	}
 	hi, lo := n.turn(abi.ClassHigh, now, false), n.turn(abi.ClassLow, now, false)
 	if hi < 0 && lo < 0 {
 		hi, lo = n.turn(abi.ClassHigh, now, true), n.turn(abi.ClassLow, now, true)
 		borrow = true
 	}
-	cl, ok = n.arb.next(hi >= 0, lo >= 0)
+	if cl, ok = n.arb.next(hi >= 0, lo >= 0); !ok {
+		return 0, 0, cl, false, false
+	}
 	t = lo
 	if cl == abi.ClassHigh {
 		t = hi
 	}
-	return t, cl, borrow, ok
+	return n.tq[t].q[cl].head, t, cl, borrow, true
 }
 
 // atShare reports whether tenant t's queued op i does not fit in the
@@ -310,7 +368,7 @@ func (n *initiator) auditShares() error {
 			held[s.tenant] += int(s.debit)
 		}
 	}
-	queued, sumW := 0, 0
+	queued, sumW, present := 0, 0, 0
 	var inRing [abi.NumClass]int
 	for t := range n.tq {
 		q := &n.tq[t]
@@ -319,6 +377,7 @@ func (n *initiator) auditShares() error {
 		}
 		if q.portals > 0 {
 			sumW += q.weight
+			present++
 		} else if q.share != 0 {
 			return fmt.Errorf("audit: tenant %d has no portal but a share of %d", t, q.share)
 		}
@@ -349,8 +408,21 @@ func (n *initiator) auditShares() error {
 	if sumW != n.sumWeight {
 		return fmt.Errorf("audit: present tenants weigh %d, the books say %d", sumW, n.sumWeight)
 	}
-	if queued != n.queued || queued != n.lists[listFIFOLow].n+n.lists[listFIFOHigh].n {
-		return fmt.Errorf("audit: %d ops queued by tenant, books %d, class FIFOs %d", queued, n.queued, n.lists[listFIFOLow].n+n.lists[listFIFOHigh].n)
+	classQueued := n.lists[listFIFOLow].n + n.lists[listFIFOHigh].n
+	if n.multi != (present > 1) {
+		return fmt.Errorf("audit: %d tenants present, tenants' FIFOs kept: %v", present, n.multi)
+	}
+	if !n.multi && queued != 0 {
+		return fmt.Errorf("audit: one tenant present, %d ops on tenants' FIFOs", queued)
+	}
+	if !n.multi {
+		queued = classQueued
+	}
+	if present != n.present {
+		return fmt.Errorf("audit: %d tenants present, the books say %d", present, n.present)
+	}
+	if queued != n.queued || queued != classQueued {
+		return fmt.Errorf("audit: %d ops queued by tenant, books %d, class FIFOs %d", queued, n.queued, classQueued)
 	}
 	for cl := range n.rings {
 		r := &n.rings[cl]

@@ -571,3 +571,52 @@ func TestTenantCountersEpoch(t *testing.T) {
 		t.Fatalf("epoch 8: %+v", c)
 	}
 }
+
+// With one tenant present the tenants' FIFOs are not kept; a second
+// tenant's coming builds them from the class FIFOs with the ops queued
+// then, and its leaving drops them: the books stay whole at each step,
+// the shares apply from the second tenant's first op, and every op
+// completes once.
+func TestTenantQueuesFollowPresence(t *testing.T) {
+	p := newSharesPair(t, 4, nil)
+	one, os := openShareApp(t, p.a, abi.ClassLow, 64, 0, 1)
+	p.postReads(t, one, os, 0, 1, liveIP) // b answers once: responsive
+	p.run()
+	if got := one.completions(); len(got) != 1 || got[0].Status != abi.StatusOK {
+		t.Fatalf("first read: %+v", got)
+	}
+	p.postReads(t, one, os, 1, 12, liveIP)
+	p.a.Poll(p.now)
+	p.audit(t)
+	if p.a.ini.multi || held(p.a, 0) != 4*abi.MaxOpBytes || p.a.TenantCounters(0).Queued != 8 {
+		t.Fatalf("one tenant: multi %v, holds %d, queued %d", p.a.ini.multi, held(p.a, 0), p.a.TenantCounters(0).Queued)
+	}
+	two, ts := openShareApp(t, p.a, abi.ClassLow, 8, 1, 1)
+	p.audit(t)
+	if !p.a.ini.multi || p.a.ini.tq[0].q[abi.ClassLow].n != 8 {
+		t.Fatalf("second tenant came: multi %v, tenant 0's FIFO %d ops", p.a.ini.multi, p.a.ini.tq[0].q[abi.ClassLow].n)
+	}
+	p.postReads(t, two, ts, 0, 4, liveIP)
+	p.run()
+	p.audit(t)
+	if a, b := one.completions(), two.completions(); len(a) != 12 || len(b) != 4 {
+		t.Fatalf("completions %d and %d, want 12 and 4", len(a), len(b))
+	}
+	// Tenant 0 queues again, and tenant 1 leaves while they wait.
+	p.postReads(t, one, os, 13, 12, liveIP)
+	p.a.Poll(p.now)
+	if err := p.a.ClosePortal(two.id); err != nil {
+		t.Fatal(err)
+	}
+	p.audit(t)
+	if p.a.ini.multi || p.a.ini.tq[0].q[abi.ClassLow].n != 0 || p.a.ini.rings[abi.ClassLow].n != 0 {
+		t.Fatalf("second tenant left: multi %v, tenant 0's FIFO %d ops, ring %d", p.a.ini.multi, p.a.ini.tq[0].q[abi.ClassLow].n, p.a.ini.rings[abi.ClassLow].n)
+	}
+	p.run()
+	p.audit(t)
+	for _, c := range one.completions() {
+		if c.Status != abi.StatusOK {
+			t.Fatalf("after the second tenant left: %+v", c)
+		}
+	}
+}

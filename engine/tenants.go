@@ -78,8 +78,13 @@ func (c *Core) TenantCounters(tenant int) TenantCounters {
 	tc := c.tstats[tenant]
 	q := &c.ini.tq[tenant]
 	tc.WindowHeld, tc.WindowShare = uint64(q.held), uint64(q.share)
-	for cl := range q.q {
-		tc.Queued += uint64(q.q[cl].n)
+	switch {
+	case c.ini.multi:
+		for cl := range q.q {
+			tc.Queued += uint64(q.q[cl].n)
+		}
+	case q.portals > 0: // the one tenant present: the class FIFOs hold its ops only
+		tc.Queued = uint64(c.ini.queued)
 	}
 	return tc
 }
