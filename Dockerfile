@@ -6,6 +6,7 @@
 #   docker build -t onerma .                   (pulls debian:bookworm-slim and golang:1.26-bookworm)
 #   scripts/image.sh                           (podman, nothing pulled: a debootstrap base and
 #                                               the host's Go, passed as BASE and GO_IMAGE)
+#   docker build --target app -t onerma-app .  (applications: the same binaries, a non-root USER)
 #   docker build --target c-sdk -t onerma-c .  (a C application's build environment, no Go)
 #
 # BASE is the Debian 12 image both stages start from; GO_IMAGE any image
@@ -56,15 +57,32 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/rmad /out/rmactl /out/rmaperf /out/rmatop /usr/local/bin/
 # The control sockets (one directory per tenant: mount each into its
-# tenant's containers only) and the IV and identity state, which must
-# outlive the container: a new engine on a fresh state would repeat
-# AES-GCM nonces.
+# tenant's containers only, read-only) and the IV and identity state,
+# which must outlive the container: a new engine on a fresh state would
+# repeat AES-GCM nonces.
 VOLUME ["/run/onerma", "/var/lib/onerma"]
+# rmad runs as root, as the image's default user and in rmad's pods: its
+# capabilities (IPC_LOCK to lock regions and DMA memory, SYS_NICE,
+# SYS_RESOURCE; NET_ADMIN, NET_RAW and SYS_ADMIN by port type) are
+# effective only for uid 0, since neither Kubernetes nor podman gives a
+# non-root process ambient capabilities; and it owns root's directories:
+# the tenants' socket directories, which no tenant may write, the IV and
+# identity state, hugetlbfs and /dev/vfio. Applications use the app
+# target below.
+USER root
 ENTRYPOINT ["/usr/local/bin/rmad"]
 
-# The container test's image (e2e TestContainers): the runtime and its
-# application. Build it with --target e2e.
-FROM runtime AS e2e
+# Applications' image (deploy/kubernetes/app-deployment.yaml): the same
+# binaries, run as a user that is not root (any uid connects to a tenant's
+# socket of mode 0666; the tenant is the socket, not the uid). Numeric, so
+# the kubelet can check runAsNonRoot against it. Build it with --target app.
+FROM runtime AS app
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/rmaperf"]
+
+# The container test's image (e2e TestContainers): the application image
+# and the test's application. Build it with --target e2e.
+FROM app AS e2e
 COPY --from=build /out/e2e/ctrapp /usr/local/bin/
 
 # A C application's build environment with no Go (e2e TestCInContainer;

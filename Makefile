@@ -61,8 +61,9 @@ build: bpf
 
 # The container images (scripts/image.sh, podman; nothing pulled): a
 # Debian 12 base made by debootstrap, the Dockerfile's runtime image
-# localhost/onerma:dev and its e2e target localhost/onerma-e2e:dev. Cached:
-# a second run rebuilds only what changed.
+# localhost/onerma:dev, its app target localhost/onerma-app:dev (a non-root
+# USER) and its e2e target localhost/onerma-e2e:dev. Cached: a second run
+# rebuilds only what changed.
 image:
 	@bash scripts/setup.sh --containers
 	@bash scripts/image.sh

@@ -80,7 +80,7 @@ type ctrApp struct {
 func startCtrApp(t *testing.T, image, name, sockDir string) *ctrApp {
 	t.Helper()
 	c := &testbed.Container{Image: image, Name: name, User: "1000:1000", Entrypoint: "/usr/local/bin/ctrapp",
-		Binds: []string{sockDir + ":/run/onerma"}, Interactive: true}
+		Binds: []string{sockDir + ":/run/onerma:ro"}, Interactive: true}
 	cmd := c.Command("-name", name)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -186,7 +186,8 @@ func tenant(st *ctlmsg.Stats, name string) ctlmsg.TenantStats {
 // on AF_XDP, on the two ends of a veth pair between network namespaces,
 // each with its port type's least privileges; applications app1 and app2,
 // uid 1000 without capabilities, each mounting nothing of the host but one
-// control socket directory of engine A: tenants t1 and t2 of their own.
+// control socket directory of engine A, read-only: tenants t1 and t2 of
+// their own.
 // The test process owns a region on engine B.
 //
 // Across containers, every byte checked: app2 reads app1's region and
@@ -380,13 +381,20 @@ func TestContainers(t *testing.T) {
 
 // TestImage: the runtime image holds what rmad and the tools load and no
 // build tool: every shared library of the binaries and of DPDK's drivers
-// resolves, no -dev package, no compiler; its entrypoint is rmad and the
-// control sockets and the IV state are volumes.
+// resolves, no -dev package, no compiler; its entrypoint is rmad, run as
+// root, and the control sockets and the IV state are volumes. The
+// applications' image runs as uid 65532.
 func TestImage(t *testing.T) {
-	image, _ := needImages(t)
-	out, err := testbed.Podman("image", "inspect", "--format", "{{json .Config.Entrypoint}} {{json .Config.Volumes}}", image).CombinedOutput()
-	if want := `["/usr/local/bin/rmad"] {"/run/onerma":{},"/var/lib/onerma":{}}`; err != nil || strings.TrimSpace(string(out)) != want {
-		t.Fatalf("entrypoint and volumes: %q %v, want %q", out, err, want)
+	image, appImage := needImages(t)
+	out, err := testbed.Podman("image", "inspect", "--format", "{{json .Config.Entrypoint}} {{json .Config.Volumes}} {{.Config.User}}", image).CombinedOutput()
+	if want := `["/usr/local/bin/rmad"] {"/run/onerma":{},"/var/lib/onerma":{}} root`; err != nil || strings.TrimSpace(string(out)) != want {
+		t.Fatalf("entrypoint, volumes and user: %q %v, want %q", out, err, want)
+	}
+	// The applications' image (the e2e image is built on it) runs as a
+	// user that is not root, and says so numerically (runAsNonRoot).
+	out, err = testbed.Podman("run", "--rm", "--network", "none", "--entrypoint", "id", appImage, "-u").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "65532" {
+		t.Fatalf("the application image's user: %q %v, want uid 65532", out, err)
 	}
 	// One line per file and library that does not resolve, per -dev
 	// package, per compiler; then the count of files checked.

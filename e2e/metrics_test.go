@@ -107,7 +107,7 @@ func TestMetricsScrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := memifPair(t, []string{"-metrics", addrA}, []string{"-metrics", addrB})
+	a, b := memifPair(t, []string{"-metrics", addrA, "-metrics-portals", "true"}, []string{"-metrics", addrB, "-metrics-portals", "true"})
 	pa, pb := dial(t, a, "reader"), dial(t, b, "owner")
 	const regionBytes, writeArea = 256 << 10, 128 << 10 // WRITEs land in [writeArea, regionBytes)
 	src := ownerRegion(t, pb, regionBytes, abi.PermRemoteRead|abi.PermRemoteWrite)

@@ -106,6 +106,22 @@
 // error that says which certificate failed and why, wrapping the x509 or
 // TLS error.
 //
+// # Connections
+//
+// Server.Serve (Gate.Accept) keeps accepting through temporary accept
+// errors: out of descriptors (EMFILE, ENFILE) or memory, or a connection
+// that failed in the listen queue. It waits 5 ms, doubling to 1 s while
+// the errors go on (as net/http does), logs at most a line a second of
+// them, and starts over once a connection is accepted. A connection
+// beyond Config.Conns (connections held, per client address, in their
+// handshake: ConnLimits) is closed as soon as it is accepted. A
+// handshake, and each request from the end of the last reply, must
+// complete within Config.Timeout, or the connection is closed. So a
+// flood of connections that never authenticate holds at most
+// MaxHandshakes descriptors for Timeout each, and clients that did
+// authenticate keep theirs. An application's own TLS service beside the
+// key exchange (kv's update RPC) uses a Gate the same way.
+//
 // # K_d after a Rekey
 //
 // A K_d is derived from the region's K_r at the time of the Fetch. When

@@ -1,7 +1,6 @@
 package keyx
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -41,9 +40,13 @@ type Config struct {
 	// Logf, if set, receives one line per refused connection or request
 	// and per grant. It is never given a key.
 	Logf func(format string, args ...any)
-	// Timeout bounds the handshake and each wait for a request (default
-	// 10 s).
+	// Timeout bounds the handshake and each wait for a request, from
+	// the end of the last reply to the whole next request read (default
+	// 10 s): a connection idle or slow for longer is closed.
 	Timeout time.Duration
+	// Conns bounds the connections held at once, in all, per client
+	// address and in their handshake (ConnLimits' defaults).
+	Conns ConnLimits
 }
 
 // Server serves K_d to readers over TLS 1.3 with client certificates. Its
@@ -51,12 +54,14 @@ type Config struct {
 type Server struct {
 	cfg  Config
 	tls  *tls.Config
+	gate *Gate
 	mu   sync.RWMutex // regions; held for reading while deriving (see Update)
 	regs map[portal.RegionID]Region
 
 	lmu    sync.Mutex
 	ln     net.Listener
 	closed bool
+	done   chan struct{} // closed by Close: ends Serve's waits
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 }
@@ -76,7 +81,13 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	return &Server{cfg: cfg, tls: tc, regs: map[portal.RegionID]Region{}, conns: map[net.Conn]struct{}{}}, nil
+	gate, err := NewGate("keyx", cfg.Conns, cfg.Timeout, cfg.Logf)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Conns = gate.Limits()
+	return &Server{cfg: cfg, tls: tc, gate: gate, regs: map[portal.RegionID]Region{},
+		done: make(chan struct{}), conns: map[net.Conn]struct{}{}}, nil
 }
 
 // Add serves r (replacing a region of the same id).
@@ -130,8 +141,11 @@ func (s *Server) Start(addr string) (netip.AddrPort, error) {
 }
 
 // Serve accepts connections on ln (any listener; Start makes a TCP one)
-// until Close (then it returns nil) or an accept error, and serves each on
-// its own goroutine.
+// until Close (then it returns nil) or a permanent accept error, and
+// serves each on its own goroutine. Temporary accept errors (EMFILE,
+// ENFILE, ...) do not end it: it waits, 5 ms doubling to 1 s while they
+// go on, and accepts again (Gate.Accept). Connections beyond
+// Config.Conns are closed as they are accepted.
 func (s *Server) Serve(ln net.Listener) error {
 	s.lmu.Lock()
 	if s.closed {
@@ -142,17 +156,13 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.ln = ln
 	s.lmu.Unlock()
 	for {
-		c, err := ln.Accept()
+		c, err := s.gate.Accept(ln, s.done)
 		if err != nil {
 			s.lmu.Lock()
 			closed := s.closed
 			s.lmu.Unlock()
 			if closed {
 				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
 			}
 			return fmt.Errorf("keyx: accept: %w", err)
 		}
@@ -179,6 +189,9 @@ func (s *Server) Serve(ln net.Listener) error {
 // handlers.
 func (s *Server) Close() error {
 	s.lmu.Lock()
+	if !s.closed {
+		close(s.done)
+	}
 	s.closed = true
 	var err error
 	if s.ln != nil {
@@ -198,13 +211,10 @@ func (s *Server) logf(format string, args ...any) {
 	}
 }
 
-func (s *Server) handle(raw net.Conn) {
+func (s *Server) handle(raw *AdmittedConn) {
 	defer raw.Close()
 	remote := raw.RemoteAddr().String()
-	c := tls.Server(raw, s.tls)
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
-	err := c.HandshakeContext(ctx)
-	cancel()
+	c, err := raw.Handshake(s.tls)
 	if err != nil {
 		s.logf("keyx: %s: refused: handshake: %v", remote, err)
 		return

@@ -113,6 +113,20 @@
 // default a quarter of the host's memory; huge pages within its huge
 // page quota, ordinary pages beyond).
 //
+// # Connections
+//
+// The update RPC accepts through a keyx.Gate, as the key exchange does:
+// temporary accept errors (EMFILE, ENFILE, ...) are retried, 5 ms
+// doubling to 1 s, and never end Serve; connections beyond
+// ServerConfig.Conns (held, per client address, in their handshake) are
+// closed as they are accepted. A connection has HandshakeTimeout to
+// authenticate; then IdleTimeout to begin each request, and
+// RequestTimeout to finish it and take its reply. A client keeps its
+// update and DESCRIBE connections across requests and, before it uses
+// one that is idle, looks whether the server has closed it (one
+// non-blocking recv; rpcConn.alive) and dials again if so, so a server's
+// IdleTimeout fails no update.
+//
 // # Concurrency and allocation
 //
 // A Client is not safe for concurrent use: one per goroutine, as a

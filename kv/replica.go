@@ -222,6 +222,16 @@ func (r *replica) run(done <-chan struct{}) {
 	}
 }
 
+// dropIdleCtl closes the connection of DESCRIBE and hints if the server
+// has closed it (an idle one: ServerConfig.IdleTimeout), so that the next
+// use dials again rather than lose a batch of hints into it.
+func (r *replica) dropIdleCtl() {
+	if r.ctl != nil && !r.ctl.alive() {
+		r.ctl.close()
+		r.ctl = nil
+	}
+}
+
 func (r *replica) closeConns() {
 	if r.ctl != nil {
 		r.ctl.close()
@@ -259,6 +269,7 @@ func (r *replica) refresh() error {
 	}
 	timeout := r.c.cfg.RPCTimeout
 	var l Layout
+	r.dropIdleCtl()
 	for attempt := 0; ; attempt++ {
 		if r.ctl == nil {
 			if r.ctl, err = dialRPC(r.addr.RPC, tc, timeout); err != nil {
@@ -336,6 +347,7 @@ func (r *replica) fetch(ctx context.Context, addr string, req keyx.Request) (key
 func (r *replica) sendHints(b *hintBatch) {
 	n := uint64(b.n)
 	defer func() { b.n = 0 }()
+	r.dropIdleCtl()
 	if r.ctl == nil {
 		tc, _, err := r.tlsConfig()
 		if err == nil {

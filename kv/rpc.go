@@ -9,7 +9,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The update RPC (inside mutually authenticated TLS 1.3, keyx
@@ -190,6 +193,56 @@ func (rc *rpcConn) readFrame() ([]byte, error) {
 }
 
 func (rc *rpcConn) close() error { return rc.c.Close() }
+
+// alive says whether the connection may still carry a request: false once
+// the server has closed it (it closes connections idle for its
+// IdleTimeout), which a request written to it would learn only from a
+// failed reply. Call it only while no reply is awaited: it may read. It
+// costs one non-blocking recv(MSG_PEEK) when nothing is pending; when
+// bytes are (a TLS close_notify, or a record the TLS layer consumes
+// itself), up to aliveWait for TLS to say which.
+func (rc *rpcConn) alive() bool {
+	if rc.r.Buffered() > 0 {
+		return false // bytes no request asked for
+	}
+	raw := rc.c
+	if tc, ok := raw.(*tls.Conn); ok {
+		raw = tc.NetConn()
+	}
+	sc, ok := raw.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rawc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var (
+		b    [1]byte
+		n    int
+		rerr error
+	)
+	if err := rawc.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return false
+	}
+	switch {
+	case rerr == unix.EAGAIN:
+		return true
+	case rerr != nil || n == 0: // reset, or the server's FIN
+		return false
+	}
+	rc.c.SetReadDeadline(time.Now().Add(aliveWait))
+	_, err = rc.r.Peek(1)
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// aliveWait is how long alive lets TLS read bytes pending on an idle
+// connection (they are already in the socket's buffer).
+const aliveWait = 5 * time.Millisecond
 
 // request is a parsed request.
 type request struct {

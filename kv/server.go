@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -40,6 +41,16 @@ type ServerConfig struct {
 	MaxValue  int // the largest value accepted (default 64 KB, at most MaxValueBytes)
 	// Logf, if set, receives a line per connection refused or failed.
 	Logf func(format string, args ...any)
+	// The update RPC's connections: HandshakeTimeout bounds a
+	// connection's TLS handshake (default 10 s); IdleTimeout closes one
+	// on which no request began for that long (default 2 min; clients
+	// dial again when they next need one); RequestTimeout bounds reading
+	// a request once its first byte came, and writing its reply
+	// (default 10 s). Conns bounds the connections held at once, in
+	// all, per client address and in their handshake (keyx.ConnLimits'
+	// defaults); the key exchange is held to the same limits apart.
+	HandshakeTimeout, IdleTimeout, RequestTimeout time.Duration
+	Conns                                         keyx.ConnLimits
 }
 
 // Defaults of ServerConfig.
@@ -48,6 +59,10 @@ const (
 	DefaultWays      = 8
 	DefaultSlabBytes = 64 << 20
 	DefaultMaxValue  = 64 << 10
+
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultIdleTimeout      = 2 * time.Minute
+	DefaultRequestTimeout   = 10 * time.Second
 )
 
 func (cfg *ServerConfig) setDefaults() error {
@@ -82,6 +97,17 @@ func (cfg *ServerConfig) setDefaults() error {
 	if cfg.MaxValue == 0 {
 		cfg.MaxValue = DefaultMaxValue
 	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.HandshakeTimeout, DefaultHandshakeTimeout}, {&cfg.IdleTimeout, DefaultIdleTimeout}, {&cfg.RequestTimeout, DefaultRequestTimeout}} {
+		if *d.v < 0 {
+			return fmt.Errorf("kv: server: timeout %v, want > 0 (0: the default %v)", *d.v, d.def)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
 	switch {
 	case cfg.Buckets&(cfg.Buckets-1) != 0:
 		return fmt.Errorf("kv: server: Buckets = %d, want a power of two", cfg.Buckets)
@@ -107,6 +133,7 @@ type Server struct {
 	kxAddr    netip.AddrPort
 	tls       *tls.Config
 	ln        net.Listener
+	gate      *keyx.Gate // the RPC's accept loop and connection limits
 	layout    Layout
 
 	mu sync.Mutex // the store
@@ -132,7 +159,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
-	s := &Server{cfg: cfg, tls: tc}
+	gate, err := keyx.NewGate("kv", cfg.Conns, cfg.HandshakeTimeout, cfg.Logf)
+	if err != nil {
+		return nil, fmt.Errorf("kv: server: %w", err)
+	}
+	cfg.Conns = gate.Limits()
+	s := &Server{cfg: cfg, tls: tc, gate: gate}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	ok := false
 	defer func() {
@@ -157,7 +189,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	id := s.p.Identity()
-	if s.kx, err = keyx.NewServer(keyx.Config{Credentials: cfg.Credentials, Owner: id.Addr, Logf: cfg.Logf}); err != nil {
+	if s.kx, err = keyx.NewServer(keyx.Config{Credentials: cfg.Credentials, Owner: id.Addr, Logf: cfg.Logf, Conns: cfg.Conns}); err != nil {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
 	s.kx.Add(s.idx)
@@ -185,7 +217,11 @@ func (s *Server) Regions() (idx, slab uint32) { return uint32(s.idx.ID()), uint3
 // Serve accepts RPC connections until Close (it returns nil) or until the
 // engine goes away (it returns the portal's *EngineGoneError: the regions
 // are gone with the engine, and clients fail over to other replicas).
-// Each connection is served on its own goroutine until it ends or Close.
+// Each connection is served on its own goroutine until it ends, idles
+// past IdleTimeout, or Close. Temporary accept errors (EMFILE, ENFILE,
+// ...) do not end it: it waits, 5 ms doubling to 1 s while they go on,
+// and accepts again (keyx.Gate); connections beyond Conns are closed as
+// they are accepted.
 func (s *Server) Serve() error {
 	s.cmu.Lock()
 	if s.closed {
@@ -201,7 +237,7 @@ func (s *Server) Serve() error {
 		s.watchEngine(gone)
 	}()
 	for {
-		c, err := s.ln.Accept()
+		c, err := s.gate.Accept(s.ln, s.ctx.Done())
 		if err == nil {
 			s.wg.Add(1)
 			go func() {
@@ -220,10 +256,7 @@ func (s *Server) Serve() error {
 		if s.ctx.Err() != nil {
 			return nil
 		}
-		var ne net.Error
-		if !errors.As(err, &ne) || !ne.Timeout() {
-			return fmt.Errorf("kv: server: accept: %w", err)
-		}
+		return fmt.Errorf("kv: server: accept: %w", err)
 	}
 }
 
@@ -253,19 +286,34 @@ func (s *Server) logf(format string, args ...any) {
 }
 
 // handle serves one connection: requests in order, a reply to each but
-// HINTS.
-func (s *Server) handle(raw net.Conn) {
+// HINTS. A connection waits at most IdleTimeout for a request to begin;
+// from its first byte, the request is read and its reply written within
+// RequestTimeout.
+func (s *Server) handle(raw *keyx.AdmittedConn) {
 	defer raw.Close()
-	c := tls.Server(raw, s.tls)
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := c.Handshake(); err != nil {
+	c, err := raw.Handshake(s.tls)
+	if err != nil {
 		s.logf("kv: %s: refused: handshake: %v", raw.RemoteAddr(), err)
 		return
 	}
-	c.SetDeadline(time.Time{})
 	rc := newRPCConn(c)
 	var out []byte
 	for {
+		if rc.r.Buffered() == 0 {
+			c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+			if _, err := rc.r.Peek(1); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					// A close_notify: the client reads the end of the
+					// connection, and dials again when it needs one.
+					s.logf("kv: %s: idle for %v, closed", raw.RemoteAddr(), s.cfg.IdleTimeout)
+					c.Close()
+				} else if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
+					s.logf("kv: %s: %v", raw.RemoteAddr(), err)
+				}
+				return
+			}
+		}
+		c.SetDeadline(time.Now().Add(s.cfg.RequestTimeout))
 		b, err := rc.readFrame()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {

@@ -64,6 +64,11 @@ type pipe struct {
 	rc     *rpcConn
 	sent   chan sentUpdate // requests written, not answered yet, in order
 	broken atomic.Bool     // the goroutine saw the connection fail
+	// owed counts the requests written whose reply the goroutine has not
+	// read yet: the client goroutine's increment before it queues one
+	// in sent pairs with read's decrement after the reply, so at 0 the
+	// goroutine is not reading rc and pipe() may (rpcConn.alive).
+	owed atomic.Int32
 }
 
 // read is the pipe's goroutine: it reads the reply of each request in
@@ -81,6 +86,7 @@ func (p *pipe) read(out chan<- updateReply) {
 				p.rc.close()
 			}
 		}
+		p.owed.Add(-1)
 		out <- updateReply{op: s.op, k: s.k, err: err}
 	}
 }
@@ -304,15 +310,17 @@ func (r *replica) send(ui int32, k uint8, deadline time.Time, hdr, key, value []
 		r.dropPipe()
 		return err
 	}
+	p.owed.Add(1)
 	p.sent <- sentUpdate{op: ui, k: k, deadline: deadline}
 	return nil
 }
 
 // pipe is the replica's update connection, dialed (and its goroutine
-// started) when there is none or the last one failed; after a failed
-// dial, not again for rpcRedial.
+// started) when there is none, the last one failed, or the server closed
+// it while it was idle (ServerConfig.IdleTimeout); after a failed dial,
+// not again for rpcRedial.
 func (r *replica) pipe() (*pipe, error) {
-	if r.upd != nil && r.upd.broken.Load() {
+	if r.upd != nil && (r.upd.broken.Load() || r.upd.owed.Load() == 0 && !r.upd.rc.alive()) {
 		r.dropPipe()
 	}
 	if r.upd != nil {

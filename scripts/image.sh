@@ -16,8 +16,9 @@
 #                                    apt mirror, with bookworm-updates and -security
 #   localhost/onerma-go:VERSION      the host's Go toolchain (/usr/local/go), nothing else:
 #                                    the Dockerfile's GO_IMAGE (golang:* cannot be pulled here)
-#   localhost/onerma:dev             the Dockerfile's runtime image: rmad, rmactl, rmaperf, rmatop
-#   localhost/onerma-e2e:dev         its e2e target: the same plus e2e/ctrapp (e2e TestContainers)
+#   localhost/onerma:dev             the Dockerfile's runtime image: rmad, rmactl, rmaperf, rmatop (root: rmad)
+#   localhost/onerma-app:dev         its app target: the same as a non-root USER, for applications
+#   localhost/onerma-e2e:dev         its e2e target: the app image plus e2e/ctrapp (e2e TestContainers)
 #   localhost/onerma-c:dev           its c-sdk target: Debian with gcc, pkg-config, libssl-dev,
 #                                    libjansson-dev and libonerma (make install PREFIX=/usr/local),
 #                                    no Go (e2e TestCInContainer builds a C application in it)
@@ -31,11 +32,12 @@ conf=$ctr/containers.conf
 storage_conf=$ctr/storage.conf
 base=localhost/onerma-base:bookworm
 image=${ONERMA_IMAGE:-localhost/onerma:dev}
+app_image=${ONERMA_APP_IMAGE:-localhost/onerma-app:dev}
 e2e_image=${ONERMA_E2E_IMAGE:-localhost/onerma-e2e:dev}
 c_image=${ONERMA_C_IMAGE:-localhost/onerma-c:dev}
 
 if [ "${1:-}" = "--env" ]; then
-	echo "CONTAINERS_CONF=$conf CONTAINERS_STORAGE_CONF=$storage_conf ONERMA_IMAGE=$image ONERMA_E2E_IMAGE=$e2e_image ONERMA_C_IMAGE=$c_image"
+	echo "CONTAINERS_CONF=$conf CONTAINERS_STORAGE_CONF=$storage_conf ONERMA_IMAGE=$image ONERMA_APP_IMAGE=$app_image ONERMA_E2E_IMAGE=$e2e_image ONERMA_C_IMAGE=$c_image"
 	exit 0
 fi
 
@@ -191,6 +193,7 @@ build=(podman build --network host --layers
 	-v "$modcache/cache/download:/goproxy:ro" --build-arg GOPROXY=file:///goproxy
 	--build-arg "BASE=$base" --build-arg "GO_IMAGE=$goimage" -f Dockerfile .)
 "${build[@]}" --target runtime -t "$image" >"$ctr/build.log" 2>&1 || { tail -40 "$ctr/build.log"; exit 1; }
+"${build[@]}" --target app -t "$app_image" >>"$ctr/build.log" 2>&1 || { tail -40 "$ctr/build.log"; exit 1; }
 "${build[@]}" --target e2e -t "$e2e_image" >>"$ctr/build.log" 2>&1 || { tail -40 "$ctr/build.log"; exit 1; }
 "${build[@]}" --target c-sdk -t "$c_image" >>"$ctr/build.log" 2>&1 || { tail -40 "$ctr/build.log"; exit 1; }
 # What earlier builds left: every untagged image that no build
@@ -200,4 +203,4 @@ keep=$(grep -oE '^--> (Using cache )?[0-9a-f]{11,}' "$ctr/build.log" | awk '{pri
 for id in $(podman images --all --quiet --filter dangling=true); do
 	grep -qx "${id:0:11}" <<<"$keep" || podman rmi "$id" >/dev/null 2>&1 || true
 done
-log "$image, $e2e_image and $c_image ($driver storage) in $(($(date +%s) - t0)) s"
+log "$image, $app_image, $e2e_image and $c_image ($driver storage) in $(($(date +%s) - t0)) s"

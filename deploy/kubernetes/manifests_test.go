@@ -17,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -51,6 +52,8 @@ func newObject(tm metav1.TypeMeta) any {
 		return &admissionv1.ValidatingAdmissionPolicy{}
 	case "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding":
 		return &admissionv1.ValidatingAdmissionPolicyBinding{}
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}
 	case "k8s.cni.cncf.io/v1 NetworkAttachmentDefinition":
 		return &NetworkAttachmentDefinition{}
 	}
@@ -145,7 +148,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	for _, o := range objs {
 		kinds[fmt.Sprintf("%T", o)]++
 	}
-	for _, want := range []string{"*v1.DaemonSet", "*v1.Deployment", "*v1.ConfigMap", "*kubernetes_test.NetworkAttachmentDefinition"} {
+	for _, want := range []string{"*v1.DaemonSet", "*v1.Deployment", "*v1.ConfigMap", "*v1.NetworkPolicy", "*kubernetes_test.NetworkAttachmentDefinition"} {
 		if kinds[want] == 0 {
 			t.Errorf("no %s among %v", want, kinds)
 		}

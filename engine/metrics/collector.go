@@ -105,7 +105,26 @@ type Config struct {
 	// rmad's is DatapathOf its control server's Tenants, which sums
 	// the cores' counters.
 	Datapath func() []TenantDatapath
+	// PortalSeries exports a series per open portal (onerma_portal_*,
+	// labelled with its core, id, name, uid, identity as pid, class and
+	// tenant: rmad's metrics.portals). Off by default: the name is the
+	// application's choice and each process a new identity, so a tenant
+	// would add series as fast as it starts processes. An operator turns
+	// it on to look at one engine, not for a long-lived time series
+	// database.
+	PortalSeries bool
 }
+
+// UIDSeries is the most uids the per-uid gauges (onerma_uid_*) name, the
+// lowest first; the portals of further uids are summed under uid
+// "other". A tenant runs its processes under as many uids as it has
+// (a rootless container's subordinate range: 65,536), so the series are
+// capped at UIDSeries + 1 whatever it does; the host's own users, whose
+// uids are below every subordinate range, keep series of their own.
+const UIDSeries = 32
+
+// OtherUID is the uid label of the portals of uids beyond UIDSeries.
+const OtherUID = "other"
 
 // Collector is a prometheus.Collector of an engine's cores. Register it
 // once; every scrape reads every core (Core.Snapshot).
@@ -168,12 +187,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		uids = append(uids, uid)
 	}
 	slices.Sort(uids)
-	for _, uid := range uids {
-		u, l := users[uid], strconv.FormatUint(uint64(uid), 10)
-		ch <- gauge(c.d.uidPortals, float64(u.portals), l)
-		ch <- gauge(c.d.uidSlots, float64(u.slots), l)
-		ch <- gauge(c.d.uidRegions, float64(u.regions), l)
-		ch <- gauge(c.d.uidRegionBytes, float64(u.regionBytes), l)
+	var other uidUse
+	for i, uid := range uids {
+		u := users[uid]
+		if i >= UIDSeries {
+			other.add(u)
+			continue
+		}
+		c.uidGauges(ch, u, strconv.FormatUint(uint64(uid), 10))
+	}
+	if len(uids) > UIDSeries {
+		c.uidGauges(ch, &other, OtherUID)
 	}
 	if c.cfg.Tenants != nil {
 		for _, t := range c.cfg.Tenants() {
@@ -193,6 +217,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 type uidUse struct {
 	portals, slots, regions int
 	regionBytes             uint64
+}
+
+func (u *uidUse) add(v *uidUse) {
+	u.portals += v.portals
+	u.slots += v.slots
+	u.regions += v.regions
+	u.regionBytes += v.regionBytes
+}
+
+// uidGauges sends u's gauges labelled uid.
+func (c *Collector) uidGauges(ch chan<- prometheus.Metric, u *uidUse, uid string) {
+	ch <- gauge(c.d.uidPortals, float64(u.portals), uid)
+	ch <- gauge(c.d.uidSlots, float64(u.slots), uid)
+	ch <- gauge(c.d.uidRegions, float64(u.regions), uid)
+	ch <- gauge(c.d.uidRegionBytes, float64(u.regionBytes), uid)
 }
 
 func (c *Collector) collectCore(ch chan<- prometheus.Metric, core string, l *Limits, s *Snapshot) {
@@ -217,6 +256,9 @@ func (c *Collector) collectCore(ch chan<- prometheus.Metric, core string, l *Lim
 	for i := range st.Portals {
 		p := &st.Portals[i]
 		regions += p.Regions
+		if !c.cfg.PortalSeries {
+			continue
+		}
 		closed := 0.0
 		if p.Closed {
 			closed = 1

@@ -135,8 +135,9 @@ func TestScrapeCountsCompletions(t *testing.T) {
 	e := enginetest.Start(t, enginetest.Opts{Engine: func(c *engine.Config) { c.Delays, c.HairpinSelf = d, true }})
 	limits := metrics.Limits{WindowBytes: 256 << 10, Slots: 64, Portals: 4, Regions: 32, MaxRegionsPerPortal: 256, MaxPortalBytes: 4 << 30}
 	col, err := metrics.NewCollector(metrics.Config{
-		Cores:   []metrics.Core{coreOf(e, d, limits)},
-		Tenants: func() []metrics.TenantUsage { return metrics.TenantsOf(e.Server.Tenants()) },
+		Cores:        []metrics.Core{coreOf(e, d, limits)},
+		Tenants:      func() []metrics.TenantUsage { return metrics.TenantsOf(e.Server.Tenants()) },
+		PortalSeries: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -400,7 +401,7 @@ func benchEngine(b *testing.B) (*metrics.Collector, metrics.Core) {
 		b.Fatal(err)
 	}
 	core := coreOf(e, d, metrics.Limits{WindowBytes: 256 << 10, Slots: 64, Portals: 4, Regions: 32})
-	col, err := metrics.NewCollector(metrics.Config{Cores: []metrics.Core{core}})
+	col, err := metrics.NewCollector(metrics.Config{Cores: []metrics.Core{core}, PortalSeries: true})
 	if err != nil {
 		b.Fatal(err)
 	}

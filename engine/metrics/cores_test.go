@@ -30,7 +30,7 @@ func TestScrapeCores(t *testing.T) {
 			return err
 		}})
 	}
-	col, err := metrics.NewCollector(metrics.Config{Cores: cores})
+	col, err := metrics.NewCollector(metrics.Config{Cores: cores, PortalSeries: true})
 	if err != nil {
 		t.Fatal(err)
 	}

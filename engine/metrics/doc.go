@@ -25,8 +25,13 @@
 // (2^(b-1), 2^b] ns, so its Prometheus le is exactly 2^b ns; buckets below
 // 256 ns are folded into the first (the loop reads its clock once per
 // iteration). Per-portal gauges carry the portal's id, name, uid, pid
-// (identity), class and tenant; per-uid gauges sum a uid's portals over
-// all cores; each tenant's usage against its quotas
+// (identity), class and tenant, and are exported only when the operator
+// asks (Config.PortalSeries): a tenant chooses names and starts
+// processes, and would choose how many series there are. Per-uid gauges
+// sum a uid's portals over all cores, for the UIDSeries lowest uids, the
+// rest under uid "other". No other label takes a value a tenant chooses:
+// tenants are the operator's (control sockets, uid files), cores, ports,
+// ops, statuses and reasons are the engine's. Each tenant's usage against its quotas
 // (onerma_tenant_usage, onerma_tenant_quota by resource) comes from
 // Config.Tenants (ctl.Server.Tenants), and its counters in the data path
 // (onerma_tenant_*: ops posted, its window share, held and borrowed, ops

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -156,4 +157,59 @@ func TestEveryTenantCounterExported(t *testing.T) {
 		t.Errorf("onerma_tenant_window_share_bytes = %v, want %d", got, dp.WindowShare)
 	}
 	promtoolCheck(t, pg.text)
+}
+
+// TestLabelsBounded: a tenant that opens portals from many processes,
+// under many uids and names of its choosing, adds no series by default:
+// no per-portal series, no label holding a name or an identity, and
+// per-uid series for UIDSeries uids plus "other", which sums the rest.
+// With PortalSeries the operator gets a series per portal.
+func TestLabelsBounded(t *testing.T) {
+	const n = metrics.UIDSeries + 8
+	var cores [2]ctlmsg.Stats
+	for i := range n {
+		cores[i%2].Portals = append(cores[i%2].Portals, ctlmsg.PortalStats{ID: uint32(i / 2), Name: fmt.Sprintf("proc-%d", i),
+			UID: uint32(100000 + i), PID: uint32(1<<22 + i), Class: "low", Tenant: "team-a", Slots: 1, Regions: 1, RegionBytes: 4096})
+	}
+	for _, portals := range []bool{false, true} {
+		col, err := metrics.NewCollector(metrics.Config{PortalSeries: portals, Cores: []metrics.Core{
+			{ID: 0, Snapshot: func(s *metrics.Snapshot) error { s.Stats = &cores[0]; return nil }},
+			{ID: 1, Snapshot: func(s *metrics.Snapshot) error { s.Stats = &cores[1]; return nil }},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pg := scrape(t, col)
+		uids := map[string]float64{}
+		portalSeries := 0
+		for _, f := range pg.fams {
+			for _, m := range f.Metric {
+				for _, l := range m.Label {
+					if !portals && (l.GetName() == "name" || l.GetName() == "pid") {
+						t.Errorf("%s carries label %s=%q", f.GetName(), l.GetName(), l.GetValue())
+					}
+					if f.GetName() == "onerma_uid_portals" && l.GetName() == "uid" {
+						uids[l.GetValue()] = m.GetGauge().GetValue()
+					}
+				}
+			}
+			if f.GetName() == "onerma_portal_slots" {
+				portalSeries += len(f.Metric)
+			}
+		}
+		if len(uids) != metrics.UIDSeries+1 || uids[metrics.OtherUID] != n-metrics.UIDSeries || uids["100000"] != 1 || uids[fmt.Sprint(100000+n-1)] != 0 {
+			t.Errorf("PortalSeries %v: onerma_uid_portals by uid %v: want the %d lowest and %s holding %d", portals, uids, metrics.UIDSeries, metrics.OtherUID, n-metrics.UIDSeries)
+		}
+		if want := map[bool]int{false: 0, true: n}[portals]; portalSeries != want {
+			t.Errorf("PortalSeries %v: %d series of onerma_portal_slots, want %d", portals, portalSeries, want)
+		}
+		got := 0.0
+		for _, m := range pg.fams["onerma_regions"].GetMetric() {
+			got += m.GetGauge().GetValue()
+		}
+		if got != n {
+			t.Errorf("PortalSeries %v: onerma_regions sums to %v, want %d", portals, got, n)
+		}
+		promtoolCheck(t, pg.text)
+	}
 }

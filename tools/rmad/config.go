@@ -498,6 +498,7 @@ var flagSpecs = []struct {
 	{"fault-seed", "fault injection: random seed", setUint(64, func(c *Config) *uint64 { return &c.Fault.Seed })},
 	{"metrics", "serve Prometheus metrics at http://HOST:PORT/metrics (\"\": off)", setStr(func(c *Config) *string { return &c.Metrics.Listen })},
 	{"metrics-pprof", "also serve the Go runtime's profiles at http://HOST:PORT/debug/pprof/ (debugging; loopback only)", setBool(func(c *Config) *bool { return &c.Metrics.Pprof })},
+	{"metrics-portals", "also export a series per portal, labelled with its name, uid and identity (a new series per process: debugging)", setBool(func(c *Config) *bool { return &c.Metrics.Portals })},
 	{"log-level", "trace, debug, info, warn, error", setStr(func(c *Config) *string { return &c.LogLevel })},
 }
 

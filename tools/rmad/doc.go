@@ -109,9 +109,11 @@
 //
 // Metrics: -metrics HOST:PORT (metrics.listen; "" by default: off)
 // serves Prometheus metrics at http://HOST:PORT/metrics (engine/metrics):
-// the stats reply's counters, the portals' usage and the core's delay
-// histograms, which the core keeps only then (engine.Config.Delays). A
-// scrape reads the core with one runner.Exec. -metrics-pprof
+// the stats reply's counters, the tenants' and uids' usage and the core's
+// delay histograms, which the core keeps only then
+// (engine.Config.Delays); -metrics-portals (metrics.portals; off by
+// default) adds a series per portal, labelled with its name, uid and
+// identity. A scrape reads the core with one runner.Exec. -metrics-pprof
 // (metrics.pprof; off by default) serves the Go runtime's profiles
 // (net/http/pprof) at /debug/pprof/ on the same listener, for finding
 // what holds the engine's memory (the soak takes heap profiles there);

@@ -31,6 +31,12 @@ type MetricsConfig struct {
 	// does. A CPU profile or trace costs the engine while it runs, and
 	// anyone who reaches the listener may ask for one: loopback only.
 	Pprof bool `json:"pprof"`
+	// Portals also exports a series per open portal, labelled with its
+	// application's name, uid and identity (false by default): each
+	// process a tenant starts is then a new series. For looking at one
+	// engine, not for a long-lived time series database
+	// (metrics.Config.PortalSeries).
+	Portals bool `json:"portals"`
 }
 
 // validate checks the listen address's form (binding it is serve's).
@@ -38,6 +44,9 @@ func (m *MetricsConfig) validate() error {
 	if m.Listen == "" {
 		if m.Pprof {
 			return fmt.Errorf("%w: metrics.pprof needs metrics.listen", errConfig)
+		}
+		if m.Portals {
+			return fmt.Errorf("%w: metrics.portals needs metrics.listen", errConfig)
 		}
 		return nil
 	}
@@ -80,9 +89,10 @@ func startMetrics(cfg MetricsConfig, srv *ctl.Server, delays []*telemetry.Delays
 		}
 	}
 	col, err := metrics.NewCollector(metrics.Config{
-		Cores:    cores,
-		Tenants:  func() []metrics.TenantUsage { return metrics.TenantsOf(srv.Tenants()) },
-		Datapath: func() []metrics.TenantDatapath { return metrics.DatapathOf(srv.Tenants()) },
+		Cores:        cores,
+		Tenants:      func() []metrics.TenantUsage { return metrics.TenantsOf(srv.Tenants()) },
+		Datapath:     func() []metrics.TenantDatapath { return metrics.DatapathOf(srv.Tenants()) },
+		PortalSeries: cfg.Portals,
 	})
 	if err != nil {
 		return nil, err

@@ -310,6 +310,7 @@ func TestConfigRejects(t *testing.T) {
 		{[]string{"-metrics", "9100"}, "metrics.listen"},
 		{[]string{"-metrics", "localhost:prom"}, "metrics.listen"},
 		{[]string{"-metrics-pprof", "true"}, "metrics.pprof needs metrics.listen"},
+		{[]string{"-metrics-portals", "true"}, "metrics.portals needs metrics.listen"},
 		{[]string{"-vdev", "net_af_xdp0", "-port-name", "net_af_xdp0"}, "no iface="},
 		{[]string{"-vdev", "net_af_xdp0,iface=eth0,queue_count=2", "-port-name", "net_af_xdp0"}, "queue_count 2, but the engine has 1 polling cores"},
 		{[]string{"-vdev", "net_af_xdp0,iface=eth0", "-port-name", "net_af_xdp0", "-cpu", "0,1"}, "queue_count 1, but the engine has 2 polling cores"},
@@ -438,7 +439,7 @@ func TestRmadNetRing(t *testing.T) {
 		"-vdev", "net_ring0", "-port-name", "net_ring0",
 		"-ip", "10.3.0.1", "-socket", sock, "-poll-mode", "backoff",
 		"-mbufs", "2047", "-rx-desc", "512", "-tx-desc", "512", "-log-level", "warn",
-		"-metrics", metricsAddr, "-metrics-pprof", "true",
+		"-metrics", metricsAddr, "-metrics-pprof", "true", "-metrics-portals", "true",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
