@@ -15,7 +15,8 @@
 //
 //	creds, err := keyx.LoadServer("/etc/onerma/creds") // or Inherited(fd)
 //	r, err := p.RegisterRegion(size, portal.PermRemoteRead|portal.PermLocalWrite)
-//	srv, err := keyx.NewServer(keyx.Config{Credentials: creds, Owner: p.Identity().Addr})
+//	srv, err := keyx.NewServer(keyx.Config{Credentials: creds, Owner: p.Identity().Addr,
+//		Permits: []keyx.Permit{{Client: "reader-a"}, {Client: "writer-b", Ops: keyx.Read | keyx.Write}}})
 //	srv.Add(r)
 //	addr, err := srv.Start("0.0.0.0:18515")
 //
@@ -64,13 +65,30 @@
 //     by its CA, to have the server-auth usage and to name the host it
 //     dialed (the host part of HOST:PORT, a DNS name or an IP address).
 //
-// Any holder of client credentials from the CA may ask for the K_d of any
-// (address, PID, op) for any region the owner serves that allows the op
-// remotely; Config.Authorize narrows that, by certificate and request. A
-// K_d is useful only to the process its engine stamps with that address
-// and PID, so a reader that asks for another process's K_d gets nothing it
-// can send with through its own engine. Which engine a region lives on is
-// what the owner says (Grant.Owner).
+// # What is granted
+//
+// The owner states its intent in Config.Permits: each Permit names a
+// client by its certificate's subject common name (the name CA.IssueClient
+// was given) and grants it K_d for some ops (Read, Write, Rekey; Read
+// alone when it names none) on some regions (all when it names none). A
+// request is granted only when
+//
+//   - a Permit of the client's name covers the region and the op;
+//   - the initiator address asked for is one of the client certificate's
+//     IP addresses (CA.IssueClient's addrs: its engines') or one a
+//     covering Permit grants it (Permit.Addrs, the owner's map; AnyAddress
+//     grants every one);
+//   - the region is served and allows the op remotely;
+//   - Config.Authorize, if set, agrees.
+//
+// The checks run in that order, so a client granted nothing learns
+// nothing of the regions served. A client of the CA that no Permit names
+// gets nothing. A K_d is useful only to the process its engine stamps
+// with that address and PID, so a reader that asks for another process's
+// K_d on its own address gets nothing it can send with through its own
+// engine; the address check keeps a stolen client certificate from
+// yielding K_d for other engines' addresses. Which engine a region lives
+// on is what the owner says (Grant.Owner).
 //
 // # Protocol (inside TLS)
 //
@@ -99,10 +117,11 @@
 //	 4  message       UTF-8, why (e.g. "op 9 unknown, want 1 (READ), 2 (WRITE) or 3 (REKEY)")
 //
 // A malformed request (CodeBadRequest) is answered and the connection
-// closed; a well-formed request the owner will not grant
-// (CodeUnknownRegion, CodePermission, CodeRefused) is answered and the
-// connection stays open. A reader sees a refusal as a *RefusedError
-// (errors.Is with ErrUnknownRegion and friends); a failed handshake as an
+// closed; a well-formed request the owner will not grant (CodeNotGranted,
+// CodeAddress, CodeUnknownRegion, CodePermission, CodeRefused) is answered
+// and the connection stays open. A reader sees a refusal as a
+// *RefusedError whose message says why (errors.Is with ErrNotGranted,
+// ErrAddress, ErrUnknownRegion and friends); a failed handshake as an
 // error that says which certificate failed and why, wrapping the x509 or
 // TLS error.
 //
@@ -125,8 +144,8 @@
 // installs a K_r the owner's process does not know: its Server keeps
 // deriving from the old one, and readers must get K_d from whoever chose
 // the new key. An owner that serves K_d should not grant REKEY K_d (leave
-// portal.PermRemoteRekey off, or refuse portal.OpRekey in
-// Config.Authorize) unless that is the design.
+// portal.PermRemoteRekey off, and Rekey out of its Permits) unless that
+// is the design.
 //
 // # Keys stay out of logs
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,6 +177,32 @@ func syncDir(dir string) error {
 		return fmt.Errorf("keyx: write %s: %w", dir, err)
 	}
 	return nil
+}
+
+// DefaultClient is the name of the client certificate `rmactl creds DIR`
+// issues into DIR/ClientFile.
+const DefaultClient = "onerma-client"
+
+// DirPermit is the permit a tool serving with the credentials of dir
+// grants when told nothing else (rmaperf server, rmakv server): the
+// client whose credentials dir/ClientFile holds (DefaultClient when dir
+// is "" or holds none) gets ops on every region, for any initiator
+// address, since its readers' engine addresses were not known when
+// `rmactl creds DIR` ran.
+func DirPermit(dir string, ops Ops) (Permit, error) {
+	p := Permit{Client: DefaultClient, Ops: ops, Addrs: []netip.Prefix{AnyAddress}}
+	if dir == "" {
+		return p, nil
+	}
+	c, err := LoadClient(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return p, nil
+	case err != nil:
+		return Permit{}, fmt.Errorf("%w (the client granted by default is the one of %s)", err, ClientFile)
+	}
+	p.Client = c.Name()
+	return p, nil
 }
 
 // LoadServer reads an owner's credentials from dir/ServerFile (LoadFile)

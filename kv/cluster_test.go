@@ -1,6 +1,7 @@
 package kv_test
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -34,6 +35,9 @@ func newCluster(t testing.TB, n int, scfg kv.ServerConfig) *cluster {
 	for range n {
 		cfg := scfg
 		cfg.Socket, cfg.Credentials = eng.Socket, screds
+		if cfg.Permits == nil {
+			cfg.Permits = []keyx.Permit{{Client: ccreds.Name(), Ops: keyx.Read | keyx.Write, Addrs: []netip.Prefix{keyx.AnyAddress}}}
+		}
 		if cfg.Buckets == 0 {
 			cfg.Buckets = 1 << 10
 		}

@@ -27,8 +27,14 @@ type ServerConfig struct {
 	// the update RPC and the key exchange both authenticate with them
 	// and accept clients holding client credentials of the same CA.
 	Credentials *keyx.Credentials
-	Listen      string // the update RPC's TCP address (default 127.0.0.1:0)
-	KeyxListen  string // the key exchange's (default: Listen's host, any port)
+	// Permits say which clients (by certificate name) may read the shard
+	// (keyx.Read: the K_d of both regions, DESCRIBE, STATS) and which may
+	// also update it (keyx.Write: SET, DELETE, access hints), and for
+	// which engine addresses beyond their certificates' (keyx.Permit;
+	// leave Regions nil). At least one is required.
+	Permits    []keyx.Permit
+	Listen     string // the update RPC's TCP address (default 127.0.0.1:0)
+	KeyxListen string // the key exchange's (default: Listen's host, any port)
 	// Buckets (a power of two, default 2^18) of Ways slots (default 8)
 	// make the index: Buckets × Ways × 64 bytes (128 MB by default),
 	// room for 2 M keys whose key and value fit a slot (48 bytes).
@@ -157,7 +163,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	id := s.p.Identity()
-	if s.kx, err = keyx.NewServer(keyx.Config{Credentials: cfg.Credentials, Owner: id.Addr, Logf: cfg.Logf}); err != nil {
+	if s.kx, err = keyx.NewServer(keyx.Config{Credentials: cfg.Credentials, Owner: id.Addr, Permits: cfg.Permits, Logf: cfg.Logf}); err != nil {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
 	s.kx.Add(s.idx)
