@@ -249,6 +249,7 @@ func (ca *CA) issue(name string, fill func(*x509.Certificate)) (*Credentials, er
 type Credentials struct {
 	ca   *x509.Certificate
 	cert tls.Certificate
+	rev  *revocations // server credentials: the CA's revocation list, if any
 }
 
 // Name is the common name of the credentials' certificate.

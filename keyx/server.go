@@ -74,7 +74,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Credentials == nil {
 		return nil, errors.New("keyx: server: no credentials")
 	}
-	tc, err := cfg.Credentials.ServerTLS()
+	tc, err := cfg.Credentials.ServerTLSDeferred()
 	if err != nil {
 		return nil, fmt.Errorf("keyx: server: %w", err)
 	}
@@ -284,6 +284,18 @@ func (s *Server) handle(raw net.Conn) {
 			c.SetDeadline(time.Now().Add(s.cfg.Timeout))
 			refuse(CodeBadRequest, err.Error())
 			c.Close() // sends close_notify after the refusal
+			return
+		}
+		// Revocation is checked at every request, so that a revoked
+		// client's open connection serves it nothing more.
+		if err := s.cfg.Credentials.CheckClient(peer); err != nil {
+			s.logf("keyx: %s: refused: %v", who, err)
+			code, msg := CodeInternal, "the owner cannot read its revocation list"
+			if _, ok := err.(*RevokedError); ok {
+				code, msg = CodeRevoked, err.Error()
+			}
+			refuse(code, msg)
+			c.Close()
 			return
 		}
 		g, code, err := s.grant(peer, req)
