@@ -55,14 +55,23 @@ type CA struct {
 // lifetime (DefaultLifetime if 0); every certificate it issues expires with
 // it, or sooner (ValidFor). name is its common name.
 func NewCA(name string, lifetime time.Duration) (*CA, error) {
+	return NewCAWithKey(name, lifetime, nil)
+}
+
+// NewCAWithKey is NewCA with the CA's private key the caller's (an
+// operator's own, LoadCAKey), or a fresh one if key is nil.
+func NewCAWithKey(name string, lifetime time.Duration, key *ecdsa.PrivateKey) (*CA, error) {
 	if lifetime < 0 {
 		return nil, fmt.Errorf("keyx: CA: lifetime %v is negative", lifetime)
 	}
 	if lifetime == 0 {
 		lifetime = DefaultLifetime
 	}
+	if key != nil && key.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("keyx: CA: key on curve %s, want P-256", key.Curve.Params().Name)
+	}
 	now := time.Now()
-	cert, _, key, err := newCert(name, now.Add(lifetime), nil, nil, func(t *x509.Certificate) {
+	cert, _, key, err := newCertKey(name, now.Add(lifetime), nil, nil, key, func(t *x509.Certificate) {
 		t.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign
 		t.BasicConstraintsValid, t.IsCA, t.MaxPathLenZero = true, true, true
 	})
@@ -101,9 +110,16 @@ func (ca *CA) notAfter() time.Time {
 // name, valid from a minute ago (clock skew) until notAfter, shaped by
 // fill and signed by parent and parentKey (self-signed when parent is nil).
 func newCert(name string, notAfter time.Time, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, fill func(*x509.Certificate)) (*x509.Certificate, []byte, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("key: %w", err)
+	return newCertKey(name, notAfter, parent, parentKey, nil, fill)
+}
+
+// newCertKey is newCert for key, or a fresh key if key is nil.
+func newCertKey(name string, notAfter time.Time, parent *x509.Certificate, parentKey, key *ecdsa.PrivateKey, fill func(*x509.Certificate)) (*x509.Certificate, []byte, *ecdsa.PrivateKey, error) {
+	if key == nil {
+		var err error
+		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			return nil, nil, nil, fmt.Errorf("key: %w", err)
+		}
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
