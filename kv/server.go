@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -134,7 +135,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	tc, err := cfg.Credentials.ServerTLS()
+	// The handler checks revocation itself, to tell the client why.
+	tc, err := cfg.Credentials.ServerTLSDeferred()
 	if err != nil {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
@@ -269,8 +271,10 @@ func (s *Server) handle(raw net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
+	peer := c.ConnectionState().PeerCertificates[0]
 	rc := newRPCConn(c)
 	var out []byte
+	hintsRefused := false
 	for {
 		b, err := rc.readFrame()
 		if err != nil {
@@ -285,6 +289,22 @@ func (s *Server) handle(raw net.Conn) {
 			rc.writeFrame([]byte{codeBadRequest}, []byte(err.Error()))
 			rc.flush()
 			return
+		}
+		if code, msg, ok := s.admit(peer, req.op); !ok {
+			if req.op == opHints && code == codeNotGranted {
+				// HINTS has no reply: dropped, said once.
+				if !hintsRefused {
+					s.logf("kv: %s: dropping hints: %s", raw.RemoteAddr(), msg)
+					hintsRefused = true
+				}
+				continue
+			}
+			s.logf("kv: %s: refused: %s", raw.RemoteAddr(), msg)
+			rc.writeFrame([]byte{code}, []byte(msg))
+			if rc.flush() != nil || code != codeNotGranted {
+				return
+			}
+			continue
 		}
 		out = s.serve(&req, out[:0])
 		if out == nil { // HINTS: no reply
@@ -301,6 +321,44 @@ func (s *Server) handle(raw net.Conn) {
 			}
 		}
 	}
+}
+
+// admit says whether the client of peer may have a request of op served:
+// its certificate not revoked (checked at every request, so that an open
+// connection serves a revoked client nothing more), a permit naming it,
+// and, for SET, DELETE and HINTS, one granting it keyx.Write. Otherwise
+// it returns the refusal's code and message; after any but
+// codeNotGranted the connection closes.
+func (s *Server) admit(peer *x509.Certificate, op uint8) (code byte, msg string, ok bool) {
+	if err := s.cfg.Credentials.CheckClient(peer); err != nil {
+		if _, revoked := err.(*keyx.RevokedError); revoked {
+			return codeRevoked, err.Error(), false
+		}
+		s.logf("kv: %v", err)
+		return codeInternal, "the server cannot read its revocation list", false
+	}
+	ops := s.kx.Permitted(peer)
+	name := peer.Subject.CommonName
+	switch {
+	case ops == 0:
+		return codeNotGranted, fmt.Sprintf("certificate %q is granted nothing by this server", name), false
+	case ops&keyx.Write == 0 && (op == opSet || op == opDelete || op == opHints):
+		return codeNotGranted, fmt.Sprintf("certificate %q may not update (%s): it is granted %v only", name, opName(op), ops), false
+	}
+	return 0, "", true
+}
+
+// opName names an update op.
+func opName(op uint8) string {
+	switch op {
+	case opSet:
+		return "SET"
+	case opDelete:
+		return "DELETE"
+	case opHints:
+		return "HINTS"
+	}
+	return fmt.Sprintf("op %d", op)
 }
 
 // serve applies one request and appends its reply to out (nil: none).
