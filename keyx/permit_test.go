@@ -3,9 +3,12 @@ package keyx
 import (
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
@@ -264,5 +267,31 @@ func TestRefusalCutAtRune(t *testing.T) {
 	n := marshalRefusal(b[:], CodeNotGranted, "a"+msg)
 	if _, err := parseReply(b[:n]); !errors.Is(err, ErrNotGranted) {
 		t.Fatalf("cut refusal: %v", err)
+	}
+}
+
+// DirPermit grants the client of a credentials directory, whatever its
+// name, for any address; DefaultClient when there is none.
+func TestDirPermit(t *testing.T) {
+	srv, cli, err := NewPair("tool", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "creds")
+	if err := WriteDir(dir, srv, cli, false); err != nil {
+		t.Fatal(err)
+	}
+	p, err := DirPermit(dir, Read|Write)
+	if err != nil || p.String() != "tool client=read+write@any" {
+		t.Fatalf("%v %v", p, err)
+	}
+	for _, d := range []string{"", t.TempDir()} {
+		if p, err := DirPermit(d, Read); err != nil || p.String() != "onerma-client=read@any" {
+			t.Fatalf("%q: %v %v", d, p, err)
+		}
+	}
+	os.Chmod(filepath.Join(dir, ClientFile), 0o644)
+	if _, err := DirPermit(dir, Read); err == nil || !strings.Contains(err.Error(), "mode 0644 lets group or others read or write it; want 0600") {
+		t.Fatalf("client.pem mode 0644: %v", err)
 	}
 }
