@@ -37,12 +37,18 @@
 // Both ends hold credentials from one certificate authority: its
 // certificate, their own certificate and its ECDSA P-256 private key. A
 // CA (NewCA) lives in its creator's memory and its private key is never
-// serialized, so nobody can issue more certificates once it is dropped.
-// It issues server credentials to owners (CA.IssueServer: server-auth
+// serialized, so nobody can issue more certificates once it is dropped;
+// an Authority keeps one in a directory instead (`rmactl creds DIR`:
+// CreateAuthority; its key in CAKeyFile, mode 0600, or a file of the
+// operator's), so that readers can be issued one at a time
+// (Authority.IssueClient: a name of their own, their engines' addresses,
+// a short lifetime) and revoked (Authority.Revoke, by name or serial).
+// A CA issues server credentials to owners (CA.IssueServer: server-auth
 // usage; the DNS names and IP addresses readers reach the owner by, plus
 // localhost, 127.0.0.1 and ::1) and client credentials to readers
-// (CA.IssueClient: client-auth usage only, so they cannot serve).
-// Credentials reach a process in one of two ways:
+// (CA.IssueClient: client-auth usage only, so they cannot serve; named
+// as owners' Permits name them). Credentials reach a process in one of
+// two ways:
 //
 //   - From a launcher, over an inherited pipe (Attach before exec.Cmd.Start,
 //     Inherited in the child): nothing reaches a file, a command line (only
@@ -55,12 +61,29 @@
 //     write, one of another user, expired certificates, and credentials
 //     of the wrong role, each with an error naming the reason.
 //
+// # Revocation
+//
+// An Authority's revocation list (RevocationFile: an X.509 CRL the CA
+// signs, x509.CreateRevocationList) names the client certificates it
+// revoked. Server credentials loaded from a directory (LoadServer) check
+// every client against the list beside them (WithRevocationFile for
+// another), stat'ing it at each check and reading it again when it
+// changed, so a revocation applies at a client's next request, on
+// connections already open too. The Server refuses a revoked client with
+// CodeRevoked and closes the connection; ServerTLS, for other services,
+// fails its handshake. A list that cannot be trusted (unreadable, not
+// signed by the CA, past its NextUpdate, older than one read before, or
+// removed after it was read) refuses every client until it is fixed; a
+// directory that never had one revokes nothing. Revocation stops a client
+// from getting K_d: the K_d it holds work until the owner rekeys.
+//
 // # What is authenticated
 //
 // TLS 1.3 only, both ways:
 //
 //   - The owner's Server requires a client certificate signed by its CA
-//     with the client-auth usage; anything else fails the handshake.
+//     with the client-auth usage; anything else fails the handshake. A
+//     revoked one is refused at its first request (Revocation).
 //   - A reader (Dial, Fetch) requires the server's certificate to be signed
 //     by its CA, to have the server-auth usage and to name the host it
 //     dialed (the host part of HOST:PORT, a DNS name or an IP address).
