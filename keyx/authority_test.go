@@ -264,6 +264,9 @@ func TestRevokedClientRefused(t *testing.T) {
 	if !errors.Is(err, ErrRevoked) || !strings.Contains(err.Error(), "keyx: owner refused: certificate revoked: "+want) {
 		t.Fatalf("open connection after the revocation: %v", err)
 	}
+	if _, err := c.Fetch(ctx(t), req); err == nil || err.Error() != "keyx: fetch on a failed connection" {
+		t.Fatalf("the connection after the revocation: %v", err)
+	}
 	if _, err := Fetch(ctx(t), addr, alice, req); !errors.Is(err, ErrRevoked) {
 		t.Fatalf("new connection: %v", err)
 	}
