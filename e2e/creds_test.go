@@ -181,3 +181,109 @@ func (l *perfLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestRmakvGrantsCredsDir runs rmakv's two sides with clients of one CA
+// kept by `rmactl creds DIR`, the server on engine A and the clients on
+// engine B: the default client (granted READ and WRITE, as `rmakv server`
+// grants it with no -grant) updates; a client issued read-only (`rmactl
+// creds issue -name ro -ip B`, `-grant ro=read`) reads and is refused
+// SETs; a client issued for another engine's address is refused the K_d
+// of B's; once `rmactl creds revoke -name ro` has run, ro is refused.
+func TestRmakvGrantsCredsDir(t *testing.T) {
+	a, b := memifPair(t, nil, nil)
+	for _, bin := range []string{rmactlBin, rmakvBin} {
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatalf("%v (make build)", err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "creds")
+	rmactl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(rmactlBin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("rmactl %q: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	rmactl("creds", dir)
+	roDir, elsewhereDir := filepath.Join(t.TempDir(), "ro"), filepath.Join(t.TempDir(), "elsewhere")
+	rmactl("creds", "issue", "-creds", dir, "-name", "ro", "-ip", ipB.String(), "-out", roDir)
+	rmactl("creds", "issue", "-creds", dir, "-name", "elsewhere", "-ip", "10.98.0.9", "-out", elsewhereDir)
+
+	srv := exec.Command(rmakvBin, "server", "-socket", a.Socket, "-creds", dir, "-listen", "127.0.0.1:0",
+		"-grant", "onerma-client=read+write@any", "-grant", "ro=read", "-grant", "elsewhere=read",
+		"-buckets", "1024", "-slab", "4194304")
+	var srvErr perfLog
+	srv.Stderr = &srvErr
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Process.Signal(syscall.SIGTERM)
+		srv.Wait()
+	})
+	first := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			first <- sc.Text()
+		}
+		for sc.Scan() {
+		}
+	}()
+	// "rmakv: serving rpc ADDR keyx ADDR engine ADDR"
+	var rpc string
+	select {
+	case l := <-first:
+		f := strings.Fields(l)
+		if len(f) < 4 || f[1] != "serving" {
+			t.Fatalf("rmakv server said %q\n%s", l, srvErr.String())
+		}
+		rpc = f[3]
+	case <-time.After(30 * time.Second):
+		t.Fatalf("rmakv server not serving after 30 s\n%s", srvErr.String())
+	}
+	waitPerfLog(t, &srvErr, "permits (-grant): onerma-client=read+write@any ro=read elsewhere=read")
+
+	kv := func(creds string, args ...string) (string, error) {
+		c := exec.Command(rmakvBin, append([]string{args[0], "-socket", b.Socket, "-creds", creds, "-servers", rpc}, args[1:]...)...)
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
+	fails := func(out string, err error, want string) {
+		t.Helper()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(out, want) {
+			t.Fatalf("%v\n%s\nwant %q\nserver:\n%s", err, out, want, srvErr.String())
+		}
+	}
+	if out, err := kv(credsClientCopy(t, dir), "set", "k", "v1"); err != nil {
+		t.Fatalf("default client's SET: %v\n%s\nserver:\n%s", err, out, srvErr.String())
+	}
+	if out, err := kv(roDir, "get", "k"); err != nil || out != "v1\n" {
+		t.Fatalf("read-only GET: %v %q\nserver:\n%s", err, out, srvErr.String())
+	}
+	out, err := kv(roDir, "set", "k", "v2")
+	fails(out, err, `certificate "ro" may not update (SET): it is granted READ only`)
+	out, err = kv(elsewhereDir, "get", "k")
+	fails(out, err, `keyx: owner refused: address not granted: initiator `+ipB.String()+` is not an address of certificate "elsewhere" (it names 10.98.0.9)`)
+	if out, err := kv(roDir, "get", "k"); err != nil || out != "v1\n" {
+		t.Fatalf("GET after the refused SET: %v %q", err, out)
+	}
+
+	rmactl("creds", "revoke", "-creds", dir, "-name", "ro")
+	out, err = kv(roDir, "get", "k")
+	fails(out, err, `certificate "ro" (serial 0x`)
+	if !strings.Contains(out, "was revoked by the CA at") {
+		t.Fatalf("revoked GET: %s", out)
+	}
+	if out, err := kv(credsClientCopy(t, dir), "get", "k"); err != nil || out != "v1\n" {
+		t.Fatalf("default client after the revocation: %v %q", err, out)
+	}
+	if strings.Contains(srvErr.String(), "PRIVATE KEY") {
+		t.Fatalf("key material in the server's output:\n%s", srvErr.String())
+	}
+}

@@ -95,8 +95,9 @@ func (c *Conn) explainAlert(err error) error {
 func (c *Conn) Peer() *x509.Certificate { return c.c.ConnectionState().PeerCertificates[0] }
 
 // Fetch asks for req's K_d. A refusal is a *RefusedError (errors.Is with
-// ErrUnknownRegion, ...); after a malformed exchange, a bad-request refusal
-// or a transport error the connection is unusable.
+// ErrNotGranted, ErrAddress, ErrUnknownRegion, ...); after a malformed
+// exchange, a bad-request, revoked or internal refusal (the owner hangs
+// up after those) or a transport error the connection is unusable.
 func (c *Conn) Fetch(ctx context.Context, req Request) (Grant, error) {
 	if c.dead {
 		return Grant{}, errors.New("keyx: fetch on a failed connection")
@@ -108,7 +109,7 @@ func (c *Conn) Fetch(ctx context.Context, req Request) (Grant, error) {
 	g, err := c.exchange(ctx, body[:])
 	if err != nil {
 		var re *RefusedError
-		if !errors.As(err, &re) || re.Code == CodeBadRequest {
+		if !errors.As(err, &re) || re.Code == CodeBadRequest || re.Code == CodeRevoked || re.Code == CodeInternal {
 			c.dead = true
 		}
 		return Grant{}, err

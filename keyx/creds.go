@@ -38,27 +38,41 @@ const maxBundle = 4096
 // stay within maxBundle).
 const maxHosts = 16
 
-// CA is a throwaway certificate authority that lives in its creator's
-// memory: its private key is never serialized, so once the CA is dropped
-// nobody can issue another certificate it signed.
+// CA is a certificate authority. One made by NewCA lives in its
+// creator's memory and its private key is never serialized, so once the
+// CA is dropped nobody can issue another certificate it signed; an
+// Authority keeps one in a directory instead, to issue and revoke clients
+// one at a time.
 type CA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
+	// until, if set, is when the certificates this CA value issues
+	// expire (ValidFor); otherwise they expire with the CA.
+	until time.Time
 }
 
 // NewCA makes a CA with a fresh ECDSA P-256 key, valid from now for
 // lifetime (DefaultLifetime if 0); every certificate it issues expires with
-// it. name is its common name.
+// it, or sooner (ValidFor). name is its common name.
 func NewCA(name string, lifetime time.Duration) (*CA, error) {
+	return NewCAWithKey(name, lifetime, nil)
+}
+
+// NewCAWithKey is NewCA with the CA's private key the caller's (an
+// operator's own, LoadCAKey), or a fresh one if key is nil.
+func NewCAWithKey(name string, lifetime time.Duration, key *ecdsa.PrivateKey) (*CA, error) {
 	if lifetime < 0 {
 		return nil, fmt.Errorf("keyx: CA: lifetime %v is negative", lifetime)
 	}
 	if lifetime == 0 {
 		lifetime = DefaultLifetime
 	}
+	if key != nil && key.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("keyx: CA: key on curve %s, want P-256", key.Curve.Params().Name)
+	}
 	now := time.Now()
-	cert, _, key, err := newCert(name, now.Add(lifetime), nil, nil, func(t *x509.Certificate) {
-		t.KeyUsage = x509.KeyUsageCertSign
+	cert, _, key, err := newCertKey(name, now.Add(lifetime), nil, nil, key, func(t *x509.Certificate) {
+		t.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign
 		t.BasicConstraintsValid, t.IsCA, t.MaxPathLenZero = true, true, true
 	})
 	if err != nil {
@@ -70,13 +84,42 @@ func NewCA(name string, lifetime time.Duration) (*CA, error) {
 // Certificate is the CA's certificate (public).
 func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
 
+// ValidFor is ca issuing certificates valid for d from now (those it
+// issues expire then, or with the CA if that is sooner): short-lived
+// clients of a lasting CA.
+func (ca *CA) ValidFor(d time.Duration) (*CA, error) {
+	if d <= 0 {
+		return nil, fmt.Errorf("keyx: CA: lifetime %v, want a positive one", d)
+	}
+	until := time.Now().Add(d)
+	if until.After(ca.cert.NotAfter) {
+		until = ca.cert.NotAfter
+	}
+	return &CA{cert: ca.cert, key: ca.key, until: until}, nil
+}
+
+// notAfter is when the certificates ca issues expire.
+func (ca *CA) notAfter() time.Time {
+	if !ca.until.IsZero() {
+		return ca.until
+	}
+	return ca.cert.NotAfter
+}
+
 // newCert makes a fresh ECDSA P-256 key and a certificate for it named
 // name, valid from a minute ago (clock skew) until notAfter, shaped by
 // fill and signed by parent and parentKey (self-signed when parent is nil).
 func newCert(name string, notAfter time.Time, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, fill func(*x509.Certificate)) (*x509.Certificate, []byte, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("key: %w", err)
+	return newCertKey(name, notAfter, parent, parentKey, nil, fill)
+}
+
+// newCertKey is newCert for key, or a fresh key if key is nil.
+func newCertKey(name string, notAfter time.Time, parent *x509.Certificate, parentKey, key *ecdsa.PrivateKey, fill func(*x509.Certificate)) (*x509.Certificate, []byte, *ecdsa.PrivateKey, error) {
+	if key == nil {
+		var err error
+		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			return nil, nil, nil, fmt.Errorf("key: %w", err)
+		}
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
@@ -178,15 +221,34 @@ func NewPair(name string, lifetime time.Duration, hosts ...string) (server, clie
 }
 
 // IssueClient issues credentials for a reader (Fetch, Dial): client-auth
-// usage only, so they cannot serve.
-func (ca *CA) IssueClient(name string) (*Credentials, error) {
+// usage only, so they cannot serve. addrs, IPv4 engine addresses, become
+// the certificate's IP addresses: the initiator addresses the reader may
+// ask K_d for under any Permit of its name (Permit.Addrs grants more).
+// name is what owners name the reader by in their Permits.
+func (ca *CA) IssueClient(name string, addrs ...netip.Addr) (*Credentials, error) {
+	if name == "" {
+		return nil, errors.New("keyx: client certificate: no name")
+	}
+	if len(addrs) > maxHosts {
+		return nil, fmt.Errorf("keyx: client certificate %q: %d addresses, want at most %d", name, len(addrs), maxHosts)
+	}
+	var ips []net.IP
+	for _, a := range addrs {
+		if !unicast4(a) {
+			return nil, fmt.Errorf("keyx: client certificate %q: address %v is not a unicast IPv4 address (an engine's)", name, a)
+		}
+		if ip := net.IP(a.AsSlice()); !slices.ContainsFunc(ips, ip.Equal) {
+			ips = append(ips, ip)
+		}
+	}
 	return ca.issue(name, func(t *x509.Certificate) {
 		t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		t.IPAddresses = ips
 	})
 }
 
 func (ca *CA) issue(name string, fill func(*x509.Certificate)) (*Credentials, error) {
-	leaf, der, key, err := newCert(name, ca.cert.NotAfter, ca.cert, ca.key, func(t *x509.Certificate) {
+	leaf, der, key, err := newCert(name, ca.notAfter(), ca.cert, ca.key, func(t *x509.Certificate) {
 		t.KeyUsage = x509.KeyUsageDigitalSignature
 		fill(t)
 	})
@@ -203,6 +265,7 @@ func (ca *CA) issue(name string, fill func(*x509.Certificate)) (*Credentials, er
 type Credentials struct {
 	ca   *x509.Certificate
 	cert tls.Certificate
+	rev  *revocations // server credentials: the CA's revocation list, if any
 }
 
 // Name is the common name of the credentials' certificate.

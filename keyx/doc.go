@@ -15,7 +15,8 @@
 //
 //	creds, err := keyx.LoadServer("/etc/onerma/creds") // or Inherited(fd)
 //	r, err := p.RegisterRegion(size, portal.PermRemoteRead|portal.PermLocalWrite)
-//	srv, err := keyx.NewServer(keyx.Config{Credentials: creds, Owner: p.Identity().Addr})
+//	srv, err := keyx.NewServer(keyx.Config{Credentials: creds, Owner: p.Identity().Addr,
+//		Permits: []keyx.Permit{{Client: "reader-a"}, {Client: "writer-b", Ops: keyx.Read | keyx.Write}}})
 //	srv.Add(r)
 //	addr, err := srv.Start("0.0.0.0:18515")
 //
@@ -36,12 +37,18 @@
 // Both ends hold credentials from one certificate authority: its
 // certificate, their own certificate and its ECDSA P-256 private key. A
 // CA (NewCA) lives in its creator's memory and its private key is never
-// serialized, so nobody can issue more certificates once it is dropped.
-// It issues server credentials to owners (CA.IssueServer: server-auth
+// serialized, so nobody can issue more certificates once it is dropped;
+// an Authority keeps one in a directory instead (`rmactl creds DIR`:
+// CreateAuthority; its key in CAKeyFile, mode 0600, or a file of the
+// operator's), so that readers can be issued one at a time
+// (Authority.IssueClient: a name of their own, their engines' addresses,
+// a short lifetime) and revoked (Authority.Revoke, by name or serial).
+// A CA issues server credentials to owners (CA.IssueServer: server-auth
 // usage; the DNS names and IP addresses readers reach the owner by, plus
 // localhost, 127.0.0.1 and ::1) and client credentials to readers
-// (CA.IssueClient: client-auth usage only, so they cannot serve).
-// Credentials reach a process in one of two ways:
+// (CA.IssueClient: client-auth usage only, so they cannot serve; named
+// as owners' Permits name them). Credentials reach a process in one of
+// two ways:
 //
 //   - From a launcher, over an inherited pipe (Attach before exec.Cmd.Start,
 //     Inherited in the child): nothing reaches a file, a command line (only
@@ -54,23 +61,57 @@
 //     write, one of another user, expired certificates, and credentials
 //     of the wrong role, each with an error naming the reason.
 //
+// # Revocation
+//
+// An Authority's revocation list (RevocationFile: an X.509 CRL the CA
+// signs, x509.CreateRevocationList) names the client certificates it
+// revoked. Server credentials loaded from a directory (LoadServer) check
+// every client against the list beside them (WithRevocationFile for
+// another), stat'ing it at each check and reading it again when it
+// changed, so a revocation applies at a client's next request, on
+// connections already open too. The Server refuses a revoked client with
+// CodeRevoked and closes the connection; ServerTLS, for other services,
+// fails its handshake. A list that cannot be trusted (unreadable, not
+// signed by the CA, past its NextUpdate, older than one read before, or
+// removed after it was read) refuses every client until it is fixed; a
+// directory that never had one revokes nothing. Revocation stops a client
+// from getting K_d: the K_d it holds work until the owner rekeys.
+//
 // # What is authenticated
 //
 // TLS 1.3 only, both ways:
 //
 //   - The owner's Server requires a client certificate signed by its CA
-//     with the client-auth usage; anything else fails the handshake.
+//     with the client-auth usage; anything else fails the handshake. A
+//     revoked one is refused at its first request (Revocation).
 //   - A reader (Dial, Fetch) requires the server's certificate to be signed
 //     by its CA, to have the server-auth usage and to name the host it
 //     dialed (the host part of HOST:PORT, a DNS name or an IP address).
 //
-// Any holder of client credentials from the CA may ask for the K_d of any
-// (address, PID, op) for any region the owner serves that allows the op
-// remotely; Config.Authorize narrows that, by certificate and request. A
-// K_d is useful only to the process its engine stamps with that address
-// and PID, so a reader that asks for another process's K_d gets nothing it
-// can send with through its own engine. Which engine a region lives on is
-// what the owner says (Grant.Owner).
+// # What is granted
+//
+// The owner states its intent in Config.Permits: each Permit names a
+// client by its certificate's subject common name (the name CA.IssueClient
+// was given) and grants it K_d for some ops (Read, Write, Rekey; Read
+// alone when it names none) on some regions (all when it names none). A
+// request is granted only when
+//
+//   - a Permit of the client's name covers the region and the op;
+//   - the initiator address asked for is one of the client certificate's
+//     IP addresses (CA.IssueClient's addrs: its engines') or one a
+//     covering Permit grants it (Permit.Addrs, the owner's map; AnyAddress
+//     grants every one);
+//   - the region is served and allows the op remotely;
+//   - Config.Authorize, if set, agrees.
+//
+// The checks run in that order, so a client granted nothing learns
+// nothing of the regions served. A client of the CA that no Permit names
+// gets nothing. A K_d is useful only to the process its engine stamps
+// with that address and PID, so a reader that asks for another process's
+// K_d on its own address gets nothing it can send with through its own
+// engine; the address check keeps a stolen client certificate from
+// yielding K_d for other engines' addresses. Which engine a region lives
+// on is what the owner says (Grant.Owner).
 //
 // # Protocol (inside TLS)
 //
@@ -99,10 +140,11 @@
 //	 4  message       UTF-8, why (e.g. "op 9 unknown, want 1 (READ), 2 (WRITE) or 3 (REKEY)")
 //
 // A malformed request (CodeBadRequest) is answered and the connection
-// closed; a well-formed request the owner will not grant
-// (CodeUnknownRegion, CodePermission, CodeRefused) is answered and the
-// connection stays open. A reader sees a refusal as a *RefusedError
-// (errors.Is with ErrUnknownRegion and friends); a failed handshake as an
+// closed; a well-formed request the owner will not grant (CodeNotGranted,
+// CodeAddress, CodeUnknownRegion, CodePermission, CodeRefused) is answered
+// and the connection stays open. A reader sees a refusal as a
+// *RefusedError whose message says why (errors.Is with ErrNotGranted,
+// ErrAddress, ErrUnknownRegion and friends); a failed handshake as an
 // error that says which certificate failed and why, wrapping the x509 or
 // TLS error.
 //
@@ -141,8 +183,8 @@
 // installs a K_r the owner's process does not know: its Server keeps
 // deriving from the old one, and readers must get K_d from whoever chose
 // the new key. An owner that serves K_d should not grant REKEY K_d (leave
-// portal.PermRemoteRekey off, or refuse portal.OpRekey in
-// Config.Authorize) unless that is the design.
+// portal.PermRemoteRekey off, and Rekey out of its Permits) unless that
+// is the design.
 //
 // # Keys stay out of logs
 //

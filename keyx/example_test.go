@@ -41,15 +41,19 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	readerCreds, err := ca.IssueClient("reader")
+	// The reader's certificate names its engine's address: the one
+	// address it may ask K_d for.
+	readerCreds, err := ca.IssueClient("reader", netip.MustParseAddr("10.0.0.1"))
 	if err != nil {
 		panic(err)
 	}
 
 	// The owner: with a real engine, Owner is p.Identity().Addr and the
-	// region comes from p.RegisterRegion.
+	// region comes from p.RegisterRegion. It grants the reader READ (a
+	// Permit that names no ops), on every region it serves.
 	region := &memRegion{id: 0x10001, kr: portal.Key{1, 2, 3}}
-	srv, err := keyx.NewServer(keyx.Config{Credentials: ownerCreds, Owner: netip.MustParseAddr("10.0.0.2")})
+	srv, err := keyx.NewServer(keyx.Config{Credentials: ownerCreds, Owner: netip.MustParseAddr("10.0.0.2"),
+		Permits: []keyx.Permit{{Client: "reader"}}})
 	if err != nil {
 		panic(err)
 	}
@@ -91,13 +95,17 @@ func Example() {
 
 	// A refusal names its reason; the connection stays usable.
 	_, err = c.Fetch(ctx, keyx.RequestFor(id, region.ID(), portal.OpWrite))
-	fmt.Println(errors.Is(err, keyx.ErrPermission), err)
+	fmt.Println(errors.Is(err, keyx.ErrNotGranted), err)
+	other := portal.Identity{Addr: netip.MustParseAddr("10.0.0.9"), PID: 4242}
+	_, err = c.Fetch(ctx, keyx.RequestFor(other, region.ID(), portal.OpRead))
+	fmt.Println(errors.Is(err, keyx.ErrAddress), err)
 	// Output:
 	// server certificate: owner
 	// grant: region 0x10001 (1048576 bytes) on 10.0.0.2, READ K_d
 	// K_d is the owner's derivation for this reader: true
 	// new K_d after the rekey: true
-	// true keyx: owner refused: permission denied: region 0x10001 does not allow remote WRITE
+	// true keyx: owner refused: not granted: certificate "reader" is not granted WRITE on region 0x10001 (granted: READ)
+	// true keyx: owner refused: address not granted: initiator 10.0.0.9 is not an address of certificate "reader" (it names 10.0.0.1) nor one the owner granted it
 }
 
 // WriteDir stores a server and a client credential (what `rmactl creds

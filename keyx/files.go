@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,11 @@ const (
 	// certificate, the client certificate, its private key. Copy it to
 	// every reader's host.
 	ClientFile = "client.pem"
+	// RevocationFile is the CA's revocation list (an X.509 CRL, PEM):
+	// `rmactl creds revoke` writes it, servers loading the directory
+	// (LoadServer) refuse the clients it names. Public; copy it to every
+	// server's directory when it changes.
+	RevocationFile = "crl.pem"
 )
 
 // WriteDir writes server's and client's credentials (from one CA) into
@@ -178,9 +184,43 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// DefaultClient is the name of the client certificate `rmactl creds DIR`
+// issues into DIR/ClientFile.
+const DefaultClient = "onerma-client"
+
+// DirPermit is the permit a tool serving with the credentials of dir
+// grants when told nothing else (rmaperf server, rmakv server): the
+// client whose credentials dir/ClientFile holds (DefaultClient when dir
+// is "" or holds none) gets ops on every region, for any initiator
+// address, since its readers' engine addresses were not known when
+// `rmactl creds DIR` ran.
+func DirPermit(dir string, ops Ops) (Permit, error) {
+	p := Permit{Client: DefaultClient, Ops: ops, Addrs: []netip.Prefix{AnyAddress}}
+	if dir == "" {
+		return p, nil
+	}
+	c, err := LoadClient(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return p, nil
+	case err != nil:
+		return Permit{}, fmt.Errorf("%w (the client granted by default is the one of %s)", err, ClientFile)
+	}
+	p.Client = c.Name()
+	return p, nil
+}
+
 // LoadServer reads an owner's credentials from dir/ServerFile (LoadFile)
-// and checks that they are server credentials.
-func LoadServer(dir string) (*Credentials, error) { return loadRole(dir, ServerFile, true) }
+// and checks that they are server credentials. They refuse the clients
+// the CA revoked in dir/RevocationFile (WithRevocationFile), read again
+// whenever it changes.
+func LoadServer(dir string) (*Credentials, error) {
+	c, err := loadRole(dir, ServerFile, true)
+	if err != nil {
+		return nil, err
+	}
+	return c.WithRevocationFile(filepath.Join(dir, RevocationFile)), nil
+}
 
 // LoadClient reads a reader's credentials from dir/ClientFile (LoadFile)
 // and checks that they are client credentials.
@@ -207,12 +247,37 @@ func loadRole(dir, name string, server bool) (*Credentials, error) {
 // sticky bit), larger than 4 KB, malformed, or whose certificates have
 // expired or are not yet valid.
 func LoadFile(path string) (*Credentials, error) {
+	data, err := readPrivate("credentials", path, maxBundle)
+	defer clear(data)
+	if err != nil {
+		return nil, err
+	}
 	fail := func(format string, args ...any) (*Credentials, error) {
 		return nil, fmt.Errorf("keyx: credentials %s: "+format, append([]any{path}, args...)...)
 	}
+	c, err := parseCredentials(data)
+	if err != nil {
+		return fail("%w", err)
+	}
+	if err := c.checkValid(time.Now()); err != nil {
+		return fail("%w", err)
+	}
+	return c, nil
+}
+
+// readPrivate reads a file that holds a private key (what names it in
+// errors, e.g. "credentials"), of at most limit bytes, refusing one that
+// is not a regular file, that group or others may read or write, that
+// belongs to another user (root's are accepted), or in a directory group
+// or others may write to (without the sticky bit). Callers zero what it
+// returns.
+func readPrivate(what, path string, limit int) ([]byte, error) {
+	fail := func(format string, args ...any) ([]byte, error) {
+		return nil, fmt.Errorf("keyx: %s %s: "+format, append([]any{what, path}, args...)...)
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("keyx: credentials: %w", err)
+		return nil, fmt.Errorf("keyx: %s: %w", what, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
@@ -234,22 +299,16 @@ func LoadFile(path string) (*Credentials, error) {
 		return fail("%w", err)
 	}
 	if m := dst.Mode(); m.Perm()&0o022 != 0 && m&fs.ModeSticky == 0 {
-		return fail("directory %s is writable by group or others (mode %04o): they could replace the credentials; want 0700", dir, m.Perm())
+		return fail("directory %s is writable by group or others (mode %04o): they could replace the %s; want 0700", dir, m.Perm(), what)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxBundle+1))
-	defer clear(data)
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
+		clear(data)
 		return fail("%w", err)
 	}
-	if len(data) > maxBundle {
-		return fail("more than %d bytes", maxBundle)
+	if len(data) > limit {
+		clear(data)
+		return fail("more than %d bytes", limit)
 	}
-	c, err := parseCredentials(data)
-	if err != nil {
-		return fail("%w", err)
-	}
-	if err := c.checkValid(time.Now()); err != nil {
-		return fail("%w", err)
-	}
-	return c, nil
+	return data, nil
 }

@@ -264,7 +264,7 @@ func TestServerNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := NewServer(Config{Credentials: srv, Owner: owner})
+		s, err := NewServer(Config{Credentials: srv, Owner: owner, Permits: testPermits})
 		if err != nil {
 			t.Fatal(err)
 		}

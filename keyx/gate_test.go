@@ -104,7 +104,7 @@ func TestServeSurvivesTemporaryErrors(t *testing.T) {
 	ca := mustCA(t)
 	reg := &fakeRegion{id: 0x10004, size: 4096, perm: abi.PermRemoteRead, kr: aesni.Key{4}}
 	log := &logSink{}
-	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Logf: log.logf})
+	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Permits: testPermits, Logf: log.logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestServeSurvivesTemporaryErrors(t *testing.T) {
 	}
 
 	// A permanent error ends Serve with it.
-	s2, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner})
+	s2, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Permits: testPermits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestEMFILEFlood(t *testing.T) {
 	ca := mustCA(t)
 	reg := &fakeRegion{id: 0x10005, size: 4096, perm: abi.PermRemoteRead, kr: aesni.Key{5}}
 	log := &logSink{}
-	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Logf: log.logf})
+	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Permits: testPermits, Logf: log.logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestSlowConnections(t *testing.T) {
 	ca := mustCA(t)
 	log := &logSink{}
 	const timeout = 300 * time.Millisecond
-	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Logf: log.logf, Timeout: timeout})
+	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Permits: testPermits, Logf: log.logf, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestConnLimits(t *testing.T) {
 	ca := mustCA(t)
 	reg := &fakeRegion{id: 0x10006, size: 4096, perm: abi.PermRemoteRead, kr: aesni.Key{6}}
 	log := &logSink{}
-	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Logf: log.logf,
+	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Permits: testPermits, Logf: log.logf,
 		Timeout: 5 * time.Second, Conns: ConnLimits{MaxConns: 5, MaxConnsPerHost: 3, MaxHandshakes: 2}})
 	if err != nil {
 		t.Fatal(err)

@@ -91,11 +91,26 @@ func mustIssue(t *testing.T, ca *CA, name string, server bool) *Credentials {
 	return c
 }
 
-// startServer serves regs with creds and returns its address and log.
+// testPermits are the tests' readers: each may have READ K_d for the
+// address reader on every region.
+var testPermits = []Permit{
+	{Client: "reader", Addrs: []netip.Prefix{netip.PrefixFrom(reader, 32)}},
+	{Client: "child", Addrs: []netip.Prefix{netip.PrefixFrom(reader, 32)}},
+	{Client: "pair client", Addrs: []netip.Prefix{netip.PrefixFrom(reader, 32)}},
+}
+
+// startServer serves regs with creds to the readers of testPermits and
+// returns its address and log.
 func startServer(t *testing.T, creds *Credentials, regs ...Region) (string, *logSink, *Server) {
 	t.Helper()
+	return startServerPermits(t, creds, testPermits, regs...)
+}
+
+// startServerPermits serves regs with creds under permits.
+func startServerPermits(t *testing.T, creds *Credentials, permits []Permit, regs ...Region) (string, *logSink, *Server) {
+	t.Helper()
 	log := &logSink{}
-	s, err := NewServer(Config{Credentials: creds, Owner: owner, Logf: log.logf, Timeout: 5 * time.Second})
+	s, err := NewServer(Config{Credentials: creds, Owner: owner, Permits: permits, Logf: log.logf, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +134,10 @@ func ctx(t *testing.T) context.Context {
 func TestRoundTrip(t *testing.T) {
 	ca := mustCA(t)
 	reg := &fakeRegion{id: 0x10003, size: 64 << 10, perm: abi.PermRemoteRead, kr: aesni.Key{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}
-	addr, log, srv := startServer(t, mustIssue(t, ca, "owner", true), reg)
+	// Granted READ and WRITE: the region's own permissions still
+	// refuse WRITE.
+	rw := []Permit{{Client: "reader", Ops: Read | Write, Addrs: []netip.Prefix{netip.PrefixFrom(reader, 32)}}}
+	addr, log, srv := startServerPermits(t, mustIssue(t, ca, "owner", true), rw, reg)
 	cl := mustIssue(t, ca, "reader", false)
 
 	req := Request{Initiator: reader, PID: 4242, Region: reg.id, Op: abi.OpRead}
@@ -178,7 +196,7 @@ func TestRoundTrip(t *testing.T) {
 
 	// Authorize narrows who gets what.
 	addr2, _, _ := startServer(t, mustIssue(t, ca, "owner2", true), reg)
-	s2, _ := NewServer(Config{Credentials: mustIssue(t, ca, "owner3", true), Owner: owner,
+	s2, _ := NewServer(Config{Credentials: mustIssue(t, ca, "owner3", true), Owner: owner, Permits: testPermits,
 		Authorize: func(peer *x509.Certificate, r Request) error {
 			if peer.Subject.CommonName != "trusted" {
 				return fmt.Errorf("certificate %q may not read", peer.Subject.CommonName)
@@ -255,7 +273,7 @@ func TestClientFromOtherCARefused(t *testing.T) {
 	}
 	rc.Close()
 	log.waitLog(t, "x509: certificate specifies an incompatible key usage")
-	if _, err := NewServer(Config{Credentials: mustIssue(t, ca, "reader-as-server", false), Owner: owner}); err == nil || !strings.Contains(err.Error(), "not a server certificate") {
+	if _, err := NewServer(Config{Credentials: mustIssue(t, ca, "reader-as-server", false), Owner: owner, Permits: testPermits}); err == nil || !strings.Contains(err.Error(), "not a server certificate") {
 		t.Fatalf("client certificate as server: %v", err)
 	}
 }
@@ -521,7 +539,7 @@ func TestIdleConnection(t *testing.T) {
 	ca := mustCA(t)
 	reg := &fakeRegion{id: 0x10003, size: 4096, perm: abi.PermRemoteRead, kr: aesni.Key{7}}
 	log := &logSink{}
-	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Logf: log.logf, Timeout: 200 * time.Millisecond})
+	s, err := NewServer(Config{Credentials: mustIssue(t, ca, "owner", true), Owner: owner, Permits: testPermits, Logf: log.logf, Timeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

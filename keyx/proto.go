@@ -75,9 +75,18 @@ const (
 	CodePermission Code = 3
 	// CodeRefused: Config.Authorize refused (its error is the message).
 	CodeRefused Code = 4
-	// CodeInternal: the owner could not answer; this package's Server
-	// never sends it, other implementations of the protocol may.
+	// CodeInternal: the owner could not answer (this package's Server
+	// sends it when it cannot read its revocation list).
 	CodeInternal Code = 5
+	// CodeNotGranted: no Permit of the client's certificate name covers
+	// the region and op (Config.Permits).
+	CodeNotGranted Code = 6
+	// CodeAddress: the initiator address is neither one of the client
+	// certificate's IP addresses nor one a Permit grants it.
+	CodeAddress Code = 7
+	// CodeRevoked: the CA revoked the client's certificate (its
+	// revocation list); the owner closes the connection.
+	CodeRevoked Code = 8
 )
 
 // String is the code's name, e.g. "unknown region".
@@ -95,6 +104,12 @@ func (c Code) String() string {
 		return "refused"
 	case CodeInternal:
 		return "internal error"
+	case CodeNotGranted:
+		return "not granted"
+	case CodeAddress:
+		return "address not granted"
+	case CodeRevoked:
+		return "certificate revoked"
 	}
 	return fmt.Sprintf("code %d", uint8(c))
 }
@@ -127,6 +142,9 @@ var (
 	ErrUnknownRegion error = &RefusedError{Code: CodeUnknownRegion}
 	ErrPermission    error = &RefusedError{Code: CodePermission}
 	ErrRefused       error = &RefusedError{Code: CodeRefused}
+	ErrNotGranted    error = &RefusedError{Code: CodeNotGranted}
+	ErrAddress       error = &RefusedError{Code: CodeAddress}
+	ErrRevoked       error = &RefusedError{Code: CodeRevoked}
 )
 
 func ipv4(a netip.Addr) ([4]byte, bool) {
@@ -212,7 +230,13 @@ func marshalGrant(b *[grantLen]byte, g *Grant) {
 // and returns its length.
 func marshalRefusal(b []byte, code Code, msg string) int {
 	if len(msg) > maxMsgLen {
-		msg = msg[:maxMsgLen]
+		// Cut at a rune's start: a reader refuses a message that is not
+		// UTF-8.
+		n := maxMsgLen
+		for n > 0 && !utf8.RuneStart(msg[n]) {
+			n--
+		}
+		msg = msg[:n]
 	}
 	if msg == "" {
 		msg = code.String()

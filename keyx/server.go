@@ -33,9 +33,16 @@ type Config struct {
 	// Owner is the owner engine's IPv4 address (portal.Identity().Addr):
 	// every Grant names it as where to send ops.
 	Owner netip.Addr
-	// Authorize, if set, decides whether the holder of peer may have the
-	// K_d of req (the region exists and allows the op). Its error is sent
-	// back with CodeRefused.
+	// Permits say which clients (by certificate name) may have K_d for
+	// which ops on which regions, and for which initiator addresses
+	// beyond their certificates' own (Permit). A request no Permit of
+	// its client covers is refused (CodeNotGranted, CodeAddress); at
+	// least one Permit is required.
+	Permits []Permit
+	// Authorize, if set, narrows the Permits: it decides whether the
+	// holder of peer may have the K_d of req (a Permit covers it, the
+	// region exists and allows the op). Its error is sent back with
+	// CodeRefused.
 	Authorize func(peer *x509.Certificate, req Request) error
 	// Logf, if set, receives one line per refused connection or request
 	// and per grant. It is never given a key.
@@ -55,8 +62,9 @@ type Server struct {
 	cfg  Config
 	tls  *tls.Config
 	gate *Gate
-	mu   sync.RWMutex // regions; held for reading while deriving (see Update)
+	mu   sync.RWMutex // regions and policy; held for reading while deriving (see Update)
 	regs map[portal.RegionID]Region
+	pol  *policy
 
 	lmu    sync.Mutex
 	ln     net.Listener
@@ -71,13 +79,18 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Credentials == nil {
 		return nil, errors.New("keyx: server: no credentials")
 	}
-	tc, err := cfg.Credentials.ServerTLS()
+	tc, err := cfg.Credentials.ServerTLSDeferred()
 	if err != nil {
 		return nil, fmt.Errorf("keyx: server: %w", err)
 	}
 	if !unicast4(cfg.Owner) {
 		return nil, fmt.Errorf("keyx: server: owner address %v is not a unicast IPv4 address", cfg.Owner)
 	}
+	pol, err := newPolicy(cfg.Permits)
+	if err != nil {
+		return nil, fmt.Errorf("keyx: server: %w", err)
+	}
+	cfg.Permits = nil // pol holds copies
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
@@ -86,8 +99,31 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Conns = gate.Limits()
-	return &Server{cfg: cfg, tls: tc, gate: gate, regs: map[portal.RegionID]Region{},
+	return &Server{cfg: cfg, tls: tc, gate: gate, regs: map[portal.RegionID]Region{}, pol: pol,
 		done: make(chan struct{}), conns: map[net.Conn]struct{}{}}, nil
+}
+
+// SetPermits replaces the server's permits (Config.Permits): requests
+// answered after it returns are granted under the new ones, on
+// connections already open too.
+func (s *Server) SetPermits(permits []Permit) error {
+	pol, err := newPolicy(permits)
+	if err != nil {
+		return fmt.Errorf("keyx: server: %w", err)
+	}
+	s.mu.Lock()
+	s.pol = pol
+	s.mu.Unlock()
+	return nil
+}
+
+// Permitted is every op the holder of a client certificate is granted on
+// some region: what a service beside the key exchange (kv's update RPC)
+// authorizes by.
+func (s *Server) Permitted(peer *x509.Certificate) Ops {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.pol.ops(peer)
 }
 
 // Add serves r (replacing a region of the same id).
@@ -260,6 +296,18 @@ func (s *Server) handle(raw *AdmittedConn) {
 			c.Close() // sends close_notify after the refusal
 			return
 		}
+		// Revocation is checked at every request, so that a revoked
+		// client's open connection serves it nothing more.
+		if err := s.cfg.Credentials.CheckClient(peer); err != nil {
+			s.logf("keyx: %s: refused: %v", who, err)
+			code, msg := CodeInternal, "the owner cannot read its revocation list"
+			if _, ok := err.(*RevokedError); ok {
+				code, msg = CodeRevoked, err.Error()
+			}
+			refuse(code, msg)
+			c.Close()
+			return
+		}
 		g, code, err := s.grant(peer, req)
 		if err != nil {
 			s.logf("keyx: %s: refused %v K_d for region %#x to %s pid %d: %v", who, req.Op, uint32(req.Region), req.Initiator, req.PID, err)
@@ -284,6 +332,11 @@ func (s *Server) handle(raw *AdmittedConn) {
 func (s *Server) grant(peer *x509.Certificate, req Request) (Grant, Code, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	// The permits first: a client granted nothing learns nothing of the
+	// regions served.
+	if code, err := s.pol.check(peer, &req); err != nil {
+		return Grant{}, code, err
+	}
 	r, ok := s.regs[req.Region]
 	if !ok {
 		return Grant{}, CodeUnknownRegion, fmt.Errorf("region %#x is not served here", uint32(req.Region))

@@ -9,10 +9,32 @@ import (
 // ServerTLS is the TLS configuration of a service that authenticates
 // itself with these (server) credentials and accepts only clients holding
 // client credentials from the same CA: TLS 1.3 only, client certificate
-// required and verified. The key exchange's Server uses it; so can an
-// application's own service beside it (the same CA, the same rules), for
-// example an owner's update RPC.
+// required and verified, and not revoked (WithRevocationFile: a revoked
+// client fails the handshake with a bad_certificate alert). An
+// application's own service beside the key exchange can use it (the
+// same CA, the same rules).
 func (c *Credentials) ServerTLS() (*tls.Config, error) {
+	tc, err := c.ServerTLSDeferred()
+	if err != nil {
+		return nil, err
+	}
+	if c.rev != nil {
+		tc.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return nil // refused anyway: a client certificate is required
+			}
+			return c.CheckClient(cs.PeerCertificates[0])
+		}
+	}
+	return tc, nil
+}
+
+// ServerTLSDeferred is ServerTLS less the revocation check, which the
+// service makes itself, after the handshake and before it serves
+// anything, with CheckClient: so that it can tell a revoked client why
+// it is refused, which a TLS alert cannot. The key exchange's Server
+// and kv's update RPC use it.
+func (c *Credentials) ServerTLSDeferred() (*tls.Config, error) {
 	if err := c.checkRole(true); err != nil {
 		return nil, err
 	}

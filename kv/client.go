@@ -123,6 +123,12 @@ var (
 	ErrValueTooLarge = errors.New("kv: value larger than the client's MaxValue")
 	// ErrKey: an empty key or one longer than MaxKeyBytes.
 	ErrKey = errors.New("kv: key empty or longer than 250 bytes")
+	// ErrNotGranted: the server's permits do not grant this client's
+	// certificate the request (a SET or DELETE of a client granted READ
+	// alone, anything of one it does not name); the refusal says which.
+	ErrNotGranted = errors.New("kv: not granted")
+	// ErrRevoked: the CA revoked this client's certificate.
+	ErrRevoked = errors.New("kv: certificate revoked")
 )
 
 // Client reads a sharded, replicated cache with one-sided READs and

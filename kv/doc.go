@@ -17,6 +17,17 @@
 // not in the bucket, READs the record the bucket points to; the server's
 // engine serves both.
 //
+// Clients are named by their certificates (keyx.Permit, in
+// ServerConfig.Permits): a client granted keyx.Read gets the K_d of both
+// regions for its engine's address (its certificate's, or one the permit
+// adds), DESCRIBE and STATS; only one granted keyx.Write may also SET,
+// DELETE and send access hints. A read-only client's SET or DELETE is
+// refused (ErrNotGranted, the refusal naming the certificate and what it
+// is granted) and its hints dropped; a client the permits do not name is
+// refused everything, and one whose certificate the CA revoked (the
+// server's credentials' revocation list, keyx.LoadServer) is refused at
+// its next request and disconnected (ErrRevoked).
+//
 // A Client places keys on servers by consistent hashing (a ring of 160
 // points per server, named by RPC address) with R replicas each, reads
 // from the first replica that is up, and writes to all of them.

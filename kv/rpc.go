@@ -30,7 +30,12 @@ import (
 //	  refusal      a message, UTF-8
 //
 // Requests on one connection are answered in order, so a client may send
-// several before reading the replies.
+// several before reading the replies. A client the server's permits
+// (ServerConfig.Permits) do not name is refused every request
+// (codeNotGranted); one granted READ alone is refused SET and DELETE
+// (codeNotGranted) and its HINTS are dropped unanswered (HINTS has no
+// reply). A client whose certificate the CA revoked is refused its next
+// request (codeRevoked) and the connection closed.
 const (
 	opDescribe = 1
 	opSet      = 2
@@ -43,6 +48,9 @@ const (
 	codeBadRequest = 2
 	codeTooLarge   = 3
 	codeNoMemory   = 4
+	codeNotGranted = 5
+	codeRevoked    = 6
+	codeInternal   = 7
 
 	protoVersion = 1
 	// maxFrame bounds a frame: the largest SET.
@@ -121,7 +129,8 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string { return "kv: server refused: " + e.Msg }
 
-// Is matches ErrNotFound, ErrTooLarge and ErrNoMemory by code.
+// Is matches ErrNotFound, ErrTooLarge, ErrNoMemory, ErrNotGranted and
+// ErrRevoked by code.
 func (e *RefusedError) Is(target error) bool {
 	switch e.Code {
 	case codeNotFound:
@@ -130,6 +139,10 @@ func (e *RefusedError) Is(target error) bool {
 		return target == ErrTooLarge
 	case codeNoMemory:
 		return target == ErrNoMemory
+	case codeNotGranted:
+		return target == ErrNotGranted
+	case codeRevoked:
+		return target == ErrRevoked
 	}
 	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,8 +29,14 @@ type ServerConfig struct {
 	// the update RPC and the key exchange both authenticate with them
 	// and accept clients holding client credentials of the same CA.
 	Credentials *keyx.Credentials
-	Listen      string // the update RPC's TCP address (default 127.0.0.1:0)
-	KeyxListen  string // the key exchange's (default: Listen's host, any port)
+	// Permits say which clients (by certificate name) may read the shard
+	// (keyx.Read: the K_d of both regions, DESCRIBE, STATS) and which may
+	// also update it (keyx.Write: SET, DELETE, access hints), and for
+	// which engine addresses beyond their certificates' (keyx.Permit;
+	// leave Regions nil). At least one is required.
+	Permits    []keyx.Permit
+	Listen     string // the update RPC's TCP address (default 127.0.0.1:0)
+	KeyxListen string // the key exchange's (default: Listen's host, any port)
 	// Buckets (a power of two, default 2^18) of Ways slots (default 8)
 	// make the index: Buckets × Ways × 64 bytes (128 MB by default),
 	// room for 2 M keys whose key and value fit a slot (48 bytes).
@@ -155,7 +162,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	tc, err := cfg.Credentials.ServerTLS()
+	// The handler checks revocation itself, to tell the client why.
+	tc, err := cfg.Credentials.ServerTLSDeferred()
 	if err != nil {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
@@ -189,7 +197,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	id := s.p.Identity()
-	if s.kx, err = keyx.NewServer(keyx.Config{Credentials: cfg.Credentials, Owner: id.Addr, Logf: cfg.Logf, Conns: cfg.Conns}); err != nil {
+	if s.kx, err = keyx.NewServer(keyx.Config{Credentials: cfg.Credentials, Owner: id.Addr, Permits: cfg.Permits, Logf: cfg.Logf, Conns: cfg.Conns}); err != nil {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
 	s.kx.Add(s.idx)
@@ -296,8 +304,10 @@ func (s *Server) handle(raw *keyx.AdmittedConn) {
 		s.logf("kv: %s: refused: handshake: %v", raw.RemoteAddr(), err)
 		return
 	}
+	peer := c.ConnectionState().PeerCertificates[0]
 	rc := newRPCConn(c)
 	var out []byte
+	hintsRefused := false
 	for {
 		if rc.r.Buffered() == 0 {
 			c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
@@ -328,6 +338,22 @@ func (s *Server) handle(raw *keyx.AdmittedConn) {
 			rc.flush()
 			return
 		}
+		if code, msg, ok := s.admit(peer, req.op); !ok {
+			if req.op == opHints && code == codeNotGranted {
+				// HINTS has no reply: dropped, said once.
+				if !hintsRefused {
+					s.logf("kv: %s: dropping hints: %s", raw.RemoteAddr(), msg)
+					hintsRefused = true
+				}
+				continue
+			}
+			s.logf("kv: %s: refused: %s", raw.RemoteAddr(), msg)
+			rc.writeFrame([]byte{code}, []byte(msg))
+			if rc.flush() != nil || code != codeNotGranted {
+				return
+			}
+			continue
+		}
 		out = s.serve(&req, out[:0])
 		if out == nil { // HINTS: no reply
 			continue
@@ -343,6 +369,44 @@ func (s *Server) handle(raw *keyx.AdmittedConn) {
 			}
 		}
 	}
+}
+
+// admit says whether the client of peer may have a request of op served:
+// its certificate not revoked (checked at every request, so that an open
+// connection serves a revoked client nothing more), a permit naming it,
+// and, for SET, DELETE and HINTS, one granting it keyx.Write. Otherwise
+// it returns the refusal's code and message; after any but
+// codeNotGranted the connection closes.
+func (s *Server) admit(peer *x509.Certificate, op uint8) (code byte, msg string, ok bool) {
+	if err := s.cfg.Credentials.CheckClient(peer); err != nil {
+		if _, revoked := err.(*keyx.RevokedError); revoked {
+			return codeRevoked, err.Error(), false
+		}
+		s.logf("kv: %v", err)
+		return codeInternal, "the server cannot read its revocation list", false
+	}
+	ops := s.kx.Permitted(peer)
+	name := peer.Subject.CommonName
+	switch {
+	case ops == 0:
+		return codeNotGranted, fmt.Sprintf("certificate %q is granted nothing by this server", name), false
+	case ops&keyx.Write == 0 && (op == opSet || op == opDelete || op == opHints):
+		return codeNotGranted, fmt.Sprintf("certificate %q may not update (%s): it is granted %v only", name, opName(op), ops), false
+	}
+	return 0, "", true
+}
+
+// opName names an update op.
+func opName(op uint8) string {
+	switch op {
+	case opSet:
+		return "SET"
+	case opDelete:
+		return "DELETE"
+	case opHints:
+		return "HINTS"
+	}
+	return fmt.Sprintf("op %d", op)
 }
 
 // serve applies one request and appends its reply to out (nil: none).

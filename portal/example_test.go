@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/onerma/onerma/keyx"
@@ -303,7 +304,12 @@ func Example_keyx() {
 		return
 	}
 	copy(r.Bytes(), "served under K_r")
-	srv, err := keyx.NewServer(keyx.Config{Credentials: serverCreds, Owner: owner.Identity().Addr})
+	// The owner grants the reader's certificate READ (a Permit naming no
+	// ops) for the engine's address: owner and reader share it here.
+	// A certificate that names its engine's addresses
+	// (CA.IssueClient) needs no Addrs.
+	srv, err := keyx.NewServer(keyx.Config{Credentials: serverCreds, Owner: owner.Identity().Addr,
+		Permits: []keyx.Permit{{Client: clientCreds.Name(), Addrs: []netip.Prefix{netip.PrefixFrom(owner.Identity().Addr, 32)}}}})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,6 +1,7 @@
 package kvload
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ func TestOneRMAKVDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := kv.NewServer(kv.ServerConfig{Socket: eng.Socket, Credentials: screds, Buckets: 1 << 12, SlabBytes: 8 << 20})
+	srv, err := kv.NewServer(kv.ServerConfig{Socket: eng.Socket, Credentials: screds, Buckets: 1 << 12, SlabBytes: 8 << 20,
+		Permits: []keyx.Permit{{Client: ccreds.Name(), Ops: keyx.Read | keyx.Write, Addrs: []netip.Prefix{keyx.AnyAddress}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

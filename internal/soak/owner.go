@@ -91,13 +91,15 @@ type owner struct {
 	exec *served
 }
 
-func newOwner(j int, sock string, creds *keyx.Credentials) (*owner, error) {
+// newOwner opens owner j's portal on the engine at sock and its key
+// service, with creds, granting permits.
+func newOwner(j int, sock string, creds *keyx.Credentials, permits []keyx.Permit) (*owner, error) {
 	o := &owner{j: j, sock: sock}
 	p, err := portal.DialOptions(sock, fmt.Sprintf("soak-owner%d", j+1), portal.Options{WaitSpins: -1})
 	if err != nil {
 		return nil, err
 	}
-	if o.srv, err = keyx.NewServer(keyx.Config{Credentials: creds, Owner: p.Identity().Addr}); err != nil {
+	if o.srv, err = keyx.NewServer(keyx.Config{Credentials: creds, Owner: p.Identity().Addr, Permits: permits}); err != nil {
 		p.Close()
 		return nil, err
 	}

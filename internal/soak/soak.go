@@ -249,8 +249,14 @@ func (s *soak) openApps() error {
 		return err
 	}
 	s.creds = client
+	// The readers' one certificate, granted every op for the engines'
+	// addresses.
+	permit := keyx.Permit{Client: client.Name(), Ops: keyx.Read | keyx.Write | keyx.Rekey}
+	for _, h := range s.bed.Hosts {
+		permit.Addrs = append(permit.Addrs, netip.PrefixFrom(h.Addr, 32))
+	}
 	for i := range engines {
-		o, err := newOwner(i, s.bed.socket(i), server)
+		o, err := newOwner(i, s.bed.socket(i), server, []keyx.Permit{permit})
 		if err != nil {
 			return err
 		}

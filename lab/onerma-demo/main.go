@@ -182,7 +182,9 @@ func orchestrate(rmad string) (err error) {
 	if err != nil {
 		return err
 	}
-	readerCreds, err := ca.IssueClient("demo-reader")
+	// The reader's certificate names engine A's address: the owner hands
+	// it K_d for that address alone.
+	readerCreds, err := ca.IssueClient("demo-reader", netip.MustParseAddr(ipA))
 	if err != nil {
 		return err
 	}
@@ -342,7 +344,8 @@ func owner(ctl string, credsFD int) error {
 	}
 	id := p.Identity()
 	srv, err := keyx.NewServer(keyx.Config{Credentials: creds, Owner: id.Addr,
-		Logf: func(format string, args ...any) { fmt.Printf(format+"\n", args...) }})
+		Permits: []keyx.Permit{{Client: "demo-reader", Ops: keyx.Read | keyx.Write}},
+		Logf:    func(format string, args ...any) { fmt.Printf(format+"\n", args...) }})
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,8 @@ func startPerfServer(rmaperf, socket string) (*perfServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := exec.Command(rmaperf, "server", "-socket", socket, "-listen", "127.0.0.1:0")
+	// The client's certificate names no engine address: granted for any.
+	srv := exec.Command(rmaperf, "server", "-socket", socket, "-listen", "127.0.0.1:0", "-grant", cliCreds.Name()+"=read+write@any")
 	fd, closeAfter, err := keyx.Attach(srv, srvCreds)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"stats", "-h"}, statsUsage},
 		{[]string{"identity", "-h"}, identityUsage},
 		{[]string{"creds", "-h"}, credsUsage},
+		{[]string{"creds", "issue", "-h"}, credsIssueUsage},
+		{[]string{"creds", "revoke", "-h"}, credsRevokeUsage},
+		{[]string{"creds", "list", "-h"}, credsListUsage},
 		{[]string{"-socket", "/x.sock", "stats", "-h"}, statsUsage},
 	} {
 		var out, errOut bytes.Buffer
@@ -76,6 +79,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"stats", "-json=maybe"}, "-json"},
 		{[]string{"stats", "extra"}, `stats: unexpected arguments ["extra"]`},
 		{[]string{"creds", "-valid", "soon", "d"}, "-valid"},
+		{[]string{"creds", "issue", "-valid", "soon"}, "-valid"},
 		{[]string{"frobnicate"}, "usage error"},
 	} {
 		var out, errOut bytes.Buffer

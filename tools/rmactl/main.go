@@ -11,30 +11,47 @@
 // portals' cores) or for the
 // identity the engine stamps on this process's requests: its line "pid N"
 // gives N, the identity the engine allocated to this process (never its
-// PID), which a region's owner derives K_d for. It also writes the TLS
-// credentials of the key exchange (package keyx) for running rmaperf's
-// server and clients on different hosts.
+// PID), which a region's owner derives K_d for. It also keeps the CA of
+// the key exchange's TLS credentials (package keyx) and issues and
+// revokes its clients, for running rmaperf's and rmakv's servers and
+// clients on different hosts.
 //
 //	rmactl [-socket PATH] stats [-json]
 //	rmactl [-socket PATH] identity
-//	rmactl creds [-host NAME|IP]... [-valid DURATION] [-force] DIR
+//	rmactl creds [-host NAME|IP]... [-valid DURATION] [-ca-valid DURATION] [-ca-key PATH] [-force] DIR
+//	rmactl creds issue -creds DIR -name NAME [-ip ADDR,...] [-valid DURATION] [-out DIR2] [-ca-key PATH] [-force]
+//	rmactl creds revoke -creds DIR (-name NAME | -serial N) [-ca-key PATH]
+//	rmactl creds list -creds DIR [-ca-key PATH]
 //
 // -socket is the engine's control socket (default ctlmsg.DefaultSocket);
 // stats and identity also take it after the command.
 //
-// creds makes a throwaway CA (ECDSA P-256; its private key is never
-// stored, so nobody can issue more certificates from it) and writes into
-// DIR (created mode 0700; an existing DIR must already be 0700 and this
-// user's) three files, each mode 0600: ca.pem (the CA's certificate),
-// server.pem (the CA's certificate, the server certificate and its
-// private key: for `rmaperf server -creds DIR`) and client.pem (the same
-// for clients: copy it to the client hosts' DIR). The server certificate
-// has the server-auth usage and names localhost, 127.0.0.1, ::1 and every
-// -host (DNS names or IP addresses: clients verify that it names the host
-// of their -server HOST:PORT); the client certificate has the client-auth
-// usage only. It refuses to replace files DIR already holds unless -force
-// is given. No key is printed or logged; nothing secret is on a command
-// line.
+// creds DIR makes a CA (ECDSA P-256, valid -ca-valid, a year by default)
+// and keeps it in DIR (keyx.CreateAuthority; DIR created mode 0700, an
+// existing DIR must already be 0700 and this user's), each file mode
+// 0600: ca.pem (the CA's certificate), ca-key.pem (its private key, or
+// the file -ca-key names: used as it is if it exists, an operator's own
+// key), server.pem (the CA's certificate, the server certificate and its
+// private key: for `rmaperf server -creds DIR`), client.pem (the same for
+// the client "onerma-client": copy it to the client hosts' DIR), crl.pem
+// (the CA's revocation list, empty) and issued/ (a copy of each
+// certificate issued). Server and client certificates are valid -valid
+// (7 days by default). The server certificate has the server-auth usage
+// and names localhost, 127.0.0.1, ::1 and every -host (DNS names or IP
+// addresses: clients verify that it names the host of their -server
+// HOST:PORT); the client certificate has the client-auth usage only and
+// names no address (servers grant it any by default). It refuses to
+// replace files DIR already holds unless -force is given.
+//
+// creds issue issues one more client from the CA kept in DIR: its own
+// -name (what owners grant it by: rmaperf server -grant NAME=read), its
+// engines' addresses (-ip: the initiator addresses it may ask K_d for)
+// and lifetime (-valid, a day by default), into DIR2/client.pem (-out,
+// default DIR/clients/NAME). creds revoke adds to crl.pem every
+// certificate issued to -name, or the one of -serial: servers reading DIR
+// (rmaperf server, rmakv server, keyx.LoadServer) refuse it at its next
+// request. creds list prints what was issued, serials and states. No key
+// is printed or logged; nothing secret is on a command line.
 package main
 
 import (
@@ -62,7 +79,7 @@ const (
 // rmactl runs the command args names; usage texts and flag errors go to
 // stderr.
 func rmactl(args []string, stdout, stderr io.Writer) error {
-	fs := cli.New("rmactl", statsUsage, identityUsage, credsUsage)
+	fs := cli.New("rmactl", statsUsage, identityUsage, credsUsage, credsIssueUsage, credsRevokeUsage, credsListUsage)
 	fs.Notes("rmactl CMD -h lists a command's flags.")
 	fs.Example("rmactl stats", "rmactl -socket /run/onerma/pods/web/rmad.sock identity", credsExample)
 	fs.SetOutput(stderr)

@@ -201,7 +201,8 @@ func TestSelfTestMemif(t *testing.T) {
 	if err := keyx.WriteDir(creds, srvCreds, cliCreds, false); err != nil {
 		t.Fatal(err)
 	}
-	kx, err := keyx.NewServer(keyx.Config{Credentials: srvCreds, Owner: p.Identity().Addr})
+	kx, err := keyx.NewServer(keyx.Config{Credentials: srvCreds, Owner: p.Identity().Addr,
+		Permits: []keyx.Permit{{Client: cliCreds.Name(), Ops: keyx.Read | keyx.Write, Addrs: []netip.Prefix{keyx.AnyAddress}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,7 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{"server", nil, "-creds is required"},
 		{"server", []string{"-creds", "/c", "-ways", "x"}, "-ways"},
+		{"server", []string{"-creds", "/c", "-grant", "ro=update"}, `-grant: permit "ro=update": op "update" unknown`},
 		{"get", []string{"k"}, "-servers and -creds are required"},
 		{"get", append([]string{"-O", "0"}, append(client, "k")...), "-O 0: want 1..4096"},
 		{"stats", append([]string{"-replicas", "-1"}, client...), "-replicas -1: want"},

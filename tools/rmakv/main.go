@@ -3,7 +3,7 @@
 // one-sided READs and update it over the servers' RPC.
 //
 //	rmakv server [-socket PATH] -creds DIR [-listen HOST:PORT] [-keyx HOST:PORT]
-//	             [-buckets N] [-ways N] [-slab BYTES] [-max-value BYTES] [-q]
+//	             [-grant NAME[=OPS][@ADDRS]]... [-buckets N] [-ways N] [-slab BYTES] [-max-value BYTES] [-q]
 //	rmakv get    [-socket PATH] -creds DIR -servers HOST:PORT,... KEY
 //	rmakv set    [-socket PATH] -creds DIR -servers HOST:PORT,... KEY VALUE
 //	rmakv del    [-socket PATH] -creds DIR -servers HOST:PORT,... KEY
@@ -17,7 +17,14 @@
 // and -d for -D, server's -quiet for -q.
 //
 // DIR holds keyx credentials (`rmactl creds DIR`): the server reads
-// server.pem, clients client.pem. A server prints one line when it
+// server.pem, clients client.pem. The server serves the clients -grant
+// names, by their certificates' names (keyx.ParsePermit): NAME=read may
+// GET (the K_d of both regions for the engine addresses its certificate
+// holds, or @ADDRS), DESCRIBE and STATS; NAME=read+write may also SET,
+// DELETE and send access hints. Others are refused. Without -grant it
+// grants the client of DIR/client.pem (onerma-client, as `rmactl creds
+// DIR` issues it) read+write@any, so that existing directories work as
+// they are. A server prints one line when it
 // serves ("rmakv: serving rpc ADDR keyx ADDR engine ADDR"), rekeys its
 // regions on SIGUSR1, and exits on SIGINT or SIGTERM, or when its engine
 // goes away. fig9 is the paper's Figure 9 on real engines (needs root):
@@ -44,7 +51,7 @@ func main() {
 }
 
 var synopsis = []string{
-	"rmakv server [-socket PATH] -creds DIR [-listen HOST:PORT] [-keyx HOST:PORT] [-buckets N] [-ways N] [-slab BYTES] [-max-value BYTES] [-q]",
+	"rmakv server [-socket PATH] -creds DIR [-listen HOST:PORT] [-keyx HOST:PORT] [-grant NAME[=OPS][@ADDRS]]... [-buckets N] [-ways N] [-slab BYTES] [-max-value BYTES] [-q]",
 	"rmakv get    [-socket PATH] -creds DIR -servers HOST:PORT,... KEY",
 	"rmakv set    [-socket PATH] -creds DIR -servers HOST:PORT,... KEY VALUE",
 	"rmakv del    [-socket PATH] -creds DIR -servers HOST:PORT,... KEY",

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/onerma/onerma/ctlmsg"
@@ -25,6 +26,7 @@ type serverOptions struct {
 	buckets, slab                   uint64
 	ways, maxValue                  int
 	quiet                           bool
+	grants                          permitsFlag
 }
 
 func parseServer(args []string, out io.Writer) (*serverOptions, error) {
@@ -38,6 +40,7 @@ func parseServer(args []string, out io.Writer) (*serverOptions, error) {
 	fs.IntVar(&o.ways, "ways", kv.DefaultWays, "slots per bucket")
 	fs.Uint64Var(&o.slab, "slab", kv.DefaultSlabBytes, "slab region bytes")
 	fs.IntVar(&o.maxValue, "max-value", kv.DefaultMaxValue, "largest value accepted")
+	fs.Var(&o.grants, "grant", "a client granted the cache, NAME[=OPS][@ADDRS]: OPS read (GETs: K_d, DESCRIBE, STATS) or read+write (and SET, DELETE, hints), default read; ADDRS engine addresses or prefixes joined by +, or any, granted beyond its certificate's; repeat for each client (default: the client of -creds DIR, read+write@any)")
 	fs.BoolVar(&o.quiet, "q", false, "log no connection")
 	fs.Alias("quiet", "q")
 	if err := fs.Parse(args); err != nil {
@@ -61,7 +64,15 @@ func serverCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := kv.ServerConfig{Socket: o.socket, Name: "rmakv-server", Credentials: c, Listen: o.listen, KeyxListen: o.kxListen,
+	permits := []keyx.Permit(o.grants)
+	if len(permits) == 0 {
+		permit, err := keyx.DirPermit(o.creds, keyx.Read|keyx.Write)
+		if err != nil {
+			return err
+		}
+		permits = []keyx.Permit{permit}
+	}
+	cfg := kv.ServerConfig{Socket: o.socket, Name: "rmakv-server", Credentials: c, Permits: permits, Listen: o.listen, KeyxListen: o.kxListen,
 		Buckets: o.buckets, Ways: o.ways, SlabBytes: o.slab, MaxValue: o.maxValue}
 	if !o.quiet {
 		cfg.Logf = logf
@@ -74,6 +85,7 @@ func serverCmd(args []string) error {
 	logf("index %d buckets × %d slots (%d MB, region %#x), slab %d MB (region %#x), values up to %d B",
 		l.Buckets, l.Ways, l.IndexBytes>>20, l.IndexRegion, l.SlabBytes>>20, l.SlabRegion, l.MaxValue)
 	fmt.Printf("rmakv: serving rpc %s keyx %s engine %s\n", s.Addr(), s.KeyxAddr(), l.Owner)
+	logf("permits (-grant): %s", o.grants.describe(permits))
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	served := make(chan error, 1)
@@ -99,4 +111,27 @@ func serverCmd(args []string) error {
 			return s.Close()
 		}
 	}
+}
+
+// permitsFlag collects repeated -grant values (keyx.ParsePermit).
+type permitsFlag []keyx.Permit
+
+func (p *permitsFlag) String() string { return p.describe(*p) }
+
+// describe lists permits as -grant takes them.
+func (*permitsFlag) describe(permits []keyx.Permit) string {
+	s := make([]string, len(permits))
+	for i, pm := range permits {
+		s[i] = pm.String()
+	}
+	return strings.Join(s, " ")
+}
+
+func (p *permitsFlag) Set(v string) error {
+	pm, err := keyx.ParsePermit(v)
+	if err != nil {
+		return err
+	}
+	*p = append(*p, pm)
+	return nil
 }

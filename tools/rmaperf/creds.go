@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/onerma/onerma/keyx"
 )
@@ -24,4 +25,24 @@ func loadCreds(dir string, fd int, server bool) (*keyx.Credentials, error) {
 		return nil, errors.New("the key service needs TLS credentials: -creds DIR (written by rmactl creds DIR) or -creds-fd FD (from a launcher)")
 	}
 	return nil, errors.New("-server needs TLS credentials: -creds DIR (DIR/client.pem, copied from the DIR rmactl creds wrote) or -creds-fd FD (from a launcher)")
+}
+
+// permitsFlag collects repeated -grant values (keyx.ParsePermit).
+type permitsFlag []keyx.Permit
+
+func (p *permitsFlag) String() string {
+	s := make([]string, len(*p))
+	for i, pm := range *p {
+		s[i] = pm.String()
+	}
+	return strings.Join(s, " ")
+}
+
+func (p *permitsFlag) Set(v string) error {
+	pm, err := keyx.ParsePermit(v)
+	if err != nil {
+		return err
+	}
+	*p = append(*p, pm)
+	return nil
 }

@@ -77,6 +77,8 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{"server", []string{"-region-bytes", "0"}, "-region-bytes 0: want at least 1"},
 		{"server", []string{"-region-bytes", "x"}, "-region-bytes"},
+		{"server", []string{"-grant", "a=read+delete"}, `invalid value "a=read+delete" for flag -grant: permit "a=read+delete": op "delete" unknown`},
+		{"server", []string{"-grant", "a@host"}, `-grant: permit "a@host": address "host": want an IPv4 address`},
 		{"read_bw", []string{"-self", "-s", "0"}, "-s 0: want 1..4096"},
 		{"read_bw", []string{"-self", "-s", "big"}, "-s"},
 		{"read_bw", []string{"-self", "-O", "0"}, "-O 0: want at least 1"},
@@ -96,5 +98,16 @@ func TestFlagErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %q: %v, want %q", tc.cmd, tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestGrantFlag: -grant repeats, each a keyx permit.
+func TestGrantFlag(t *testing.T) {
+	o, err := parseServer([]string{"-grant", "alice", "-grant", "bob=read+write@10.0.0.0/24+any"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.grants.String(); got != "alice=read bob=read+write@10.0.0.0/24+any" {
+		t.Fatalf("grants %q", got)
 	}
 }

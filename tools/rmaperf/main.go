@@ -1,6 +1,6 @@
 // Command rmaperf measures OneRMA ops the way perftest and ucx_perftest do.
 //
-//	rmaperf server    [-socket PATH] (-creds DIR | -creds-fd FD) [-listen 127.0.0.1:18515] [-region-bytes N] [-name NAME]
+//	rmaperf server    [-socket PATH] (-creds DIR | -creds-fd FD) [-listen 127.0.0.1:18515] [-grant NAME[=OPS][@ADDRS]]... [-region-bytes N] [-name NAME]
 //	rmaperf read_bw   [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
 //	rmaperf read_lat  [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -D DURATION [-json]
 //	rmaperf write_bw  [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) -s SIZE -O OUTSTANDING -D DURATION [-json]
@@ -23,6 +23,18 @@
 // perftest's out-of-band exchange, plus the key of paper §4.2. -listen is
 // loopback by default; 0.0.0.0:18515 (or the host's address) serves
 // clients on other hosts.
+//
+// The server grants K_d to the clients -grant names, by their
+// certificates' names (keyx.ParsePermit): NAME=OPS (read, write, or
+// read+write; read if not given) for the engine addresses NAME's
+// certificate holds (`rmactl creds issue -name NAME -ip ADDR`), plus
+// @ADDRS (addresses or prefixes joined by +, or any). Any other client
+// of the CA is refused (keyx.ErrNotGranted), as is a K_d for an address
+// the client was not granted (keyx.ErrAddress). Without -grant it
+// grants the client of -creds DIR (DIR/client.pem, onerma-client as
+// `rmactl creds DIR` issues it) READ and WRITE for any address, so that
+// `rmactl creds DIR` and its client.pem carried to the client hosts work
+// as they are. Its third line lists the permits.
 //
 // Both ends take their TLS credentials from a directory `rmactl creds DIR`
 // wrote (-creds DIR: the server reads DIR/server.pem, a client
@@ -104,7 +116,7 @@ func main() {
 
 var (
 	synopsis = []string{
-		"rmaperf server    [-socket PATH] (-creds DIR | -creds-fd FD) [-listen HOST:PORT] [-region-bytes N] [-name NAME]",
+		"rmaperf server    [-socket PATH] (-creds DIR | -creds-fd FD) [-listen HOST:PORT] [-grant NAME[=OPS][@ADDRS]]... [-region-bytes N] [-name NAME]",
 		"rmaperf read_bw   [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) [-s SIZE] [-O N] [-D DURATION] [-json]",
 		"rmaperf read_lat  [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) [-s SIZE] [-D DURATION] [-json]",
 		"rmaperf write_bw  [-socket PATH] (-server HOST:PORT -region ID (-creds DIR | -creds-fd FD) | -self) [-s SIZE] [-O N] [-D DURATION] [-json]",
@@ -146,6 +158,7 @@ type serverOptions struct {
 	credsFD                        int
 	regionBytes                    uint64
 	verbose                        bool
+	grants                         permitsFlag
 }
 
 func parseServer(args []string, stderr io.Writer) (*serverOptions, error) {
@@ -160,6 +173,7 @@ func parseServer(args []string, stderr io.Writer) (*serverOptions, error) {
 	fs.Uint64Var(&o.regionBytes, "region-bytes", 1<<20, "size of the served region")
 	fs.BoolVar(&o.verbose, "v", false, "log every K_d granted (never the key)")
 	fs.StringVar(&o.name, "name", "rmaperf-server", "application name presented to the engine")
+	fs.Var(&o.grants, "grant", "a client granted K_d, NAME[=OPS][@ADDRS]: OPS read, write or both joined by +, default read; ADDRS addresses or prefixes joined by +, or any, granted beyond its certificate's; repeat for each client (default: the client of -creds DIR, read+write@any)")
 	fs.Alias("ctl", "socket")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -194,7 +208,15 @@ func server(args []string) error {
 		return err
 	}
 	pattern.Fill(r.Bytes(), 0)
-	cfg := keyx.Config{Credentials: creds, Owner: p.Identity().Addr,
+	permits := []keyx.Permit(o.grants)
+	if len(permits) == 0 {
+		permit, err := keyx.DirPermit(o.credsDir, keyx.Read|keyx.Write)
+		if err != nil {
+			return err
+		}
+		permits = []keyx.Permit{permit}
+	}
+	cfg := keyx.Config{Credentials: creds, Owner: p.Identity().Addr, Permits: permits,
 		Logf: func(format string, args ...any) {
 			if o.verbose {
 				fmt.Fprintf(os.Stderr, "rmaperf server: "+format+"\n", args...)
@@ -218,6 +240,7 @@ func server(args []string) error {
 		hosts = append(hosts, ip.String())
 	}
 	fmt.Printf("rmaperf server: clients: -server HOST:%d -region %#x, HOST one of the certificate's names: %s\n", ap.Port(), uint32(r.ID()), strings.Join(hosts, ", "))
+	fmt.Printf("rmaperf server: permits (-grant): %s\n", (*permitsFlag)(&permits).String())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
