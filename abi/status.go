@@ -52,7 +52,10 @@ const (
 	StatusEngineGone Status = 24
 
 	// StatusRemoteRegion: the serving engine has no such region (unknown id
-	// or stale generation).
+	// or stale generation). For a REKEY also: the region's key changed
+	// (its owner's rekey, or another REKEY) after the request
+	// authenticated, so the key it was asked under is no longer the
+	// region's; its new key was not installed and never will be.
 	StatusRemoteRegion Status = 32
 	// StatusRemoteBounds: remote offset+length outside the remote region.
 	StatusRemoteBounds Status = 33

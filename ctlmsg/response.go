@@ -192,6 +192,11 @@ type Stats struct {
 	PullsDeferredSender uint64 `json:"pulls_deferred_sender"`
 	ReqIVMismatch       uint64 `json:"req_iv_mismatch"`
 	ReplayLanesRefused  uint64 `json:"replay_lanes_refused"`
+	// RekeysSuperseded: remote REKEYs answered REMOTE_REGION, their key
+	// not installed, because the region's key changed (its owner's rekey,
+	// or another REKEY) after their request authenticated (part of
+	// req_errors).
+	RekeysSuperseded uint64 `json:"rekeys_superseded"`
 	// Fault are the counters of the fault-injecting port wrapper
 	// (engine/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).

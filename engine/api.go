@@ -177,4 +177,10 @@ type Stats struct {
 	// sender address already had Config.ReplayLanesPerSender lanes'
 	// windows of their region's owner.
 	ReplayLanesRefused uint64
+
+	// RekeysSuperseded: remote REKEYs answered REMOTE_REGION, their key
+	// not installed, because the region's key changed after their request
+	// authenticated (its owner's Rekey, or another REKEY: pull.go). Also
+	// in ReqErrors.
+	RekeysSuperseded uint64
 }

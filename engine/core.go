@@ -219,8 +219,12 @@ func (c *Core) RegisterRegion(id PortalID, mem []byte, perm abi.Perm, kr aesni.K
 // Rekey installs a new region key for a region portal p owns (the local
 // path of paper §5.2, through the driver). Requests that arrive afterwards,
 // at any core of the engine, authenticate only with K_d derived from the
-// new key; requests already authenticated and queued are still answered.
-// Other regions are not touched.
+// new key; requests already authenticated and queued are still answered,
+// except remote REKEYs: every one whose request authenticated under an
+// earlier key, queued or pulled, on any core, is cancelled (answered
+// REMOTE_REGION, its key never installed: pull.go), so no REKEY holder's
+// key lands after its owner's revoking Rekey. Other regions are not
+// touched.
 func (c *Core) Rekey(id PortalID, rid abi.RegionID, kr aesni.Key) error {
 	if _, err := c.portals.getLive(id); err != nil {
 		return err
@@ -228,7 +232,7 @@ func (c *Core) Rekey(id PortalID, rid abi.RegionID, kr aesni.Key) error {
 	if _, err := c.regions.owned(id, rid); err != nil {
 		return err
 	}
-	if !c.srv.installKey(rid, kr) {
+	if c.srv.installKey(rid, kr, 0) != keyInstalled {
 		return fmt.Errorf("%w: %#x", ErrNoRegion, uint32(rid))
 	}
 	return nil

@@ -100,6 +100,7 @@ type rxWork struct {
 	op    abi.Op      // a request's
 	owner uint16      // a request's region's owner tenant (when it has a key)
 	oGen  uint16      // and that tenant index's generation (tenantGens)
+	epoch uint64      // a request's: the key epoch of the K_r a was derived from
 	a     *aesni.AEAD // the key it opens with (not for openAuthFailure)
 	in    []byte      // the tag, or sealed payload ‖ tag (openDirect)
 	dst   []byte      // openDirect's destination

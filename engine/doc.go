@@ -147,7 +147,10 @@
 // silently. A pull whose data could not all be sent at once (no tx buffer)
 // waits on a send queue drained in Poll. A remote REKEY takes the same
 // hops: the pulled data is the new K_r, sealed under the REKEY K_d,
-// installed at the commit; its acknowledgment is sealed under the old K_d.
+// installed at the commit, only while the region's key is still the one
+// its request authenticated with (a local Rekey or another REKEY
+// meanwhile: REMOTE_REGION, nothing installed; pull.go); its
+// acknowledgment is sealed under the old K_d.
 //
 // # Seals and opens
 //

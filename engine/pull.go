@@ -39,6 +39,20 @@ import (
 // and its commit installs that key instead of copying into the region; its
 // acknowledgment is sealed under the old key's K_d. A REKEY reported failed
 // therefore never takes effect afterwards.
+//
+// A REKEY installs only under the key its request authenticated with: the
+// request records the region's key epoch (inbound.epoch, then
+// pullCtx.epoch), and the commit installs the new K_r only while that
+// epoch is still the region's (regionTable.setKey, a compare-and-swap
+// against every core). A local Rekey by the owner, or another REKEY,
+// publishes a new epoch and so cancels every REKEY asked under the key it
+// replaced, queued or pulled, on any core: each is answered REMOTE_REGION
+// (Stats.RekeysSuperseded), at ② when it was not pulled yet (curried with
+// ①'s IV), else when its key arrives (curried with ②'s IV), and its key
+// is never installed. A pulled one is answered then, not at the Rekey: an
+// answer curried with ②'s IV authenticates only at an initiator that has
+// ②, which its data proves and nothing before it does (② may still be on
+// its way, or lost); an initiator whose data does not arrive times out.
 
 // maxPullTimeout bounds the timeout a serving engine may ask an initiator
 // to adopt (Config.Validate bounds Timeout by the same second).
@@ -64,6 +78,7 @@ type pullCtx struct {
 	pullIV     [aesni.NonceSize]byte // ②'s IV: curried into ③ and ④
 	owner      uint16                // its region's owner tenant (bounds.go)
 	sender     int32                 // its initiator's entry in the senders table
+	epoch      uint64                // a REKEY's: the key epoch it installs under (inbound.epoch)
 }
 
 // pullList is a doubly linked list of pull contexts (by index; -1 ends it).
@@ -100,6 +115,9 @@ func (r *responder) startPull(now int64, e *inbound) pullOutcome {
 			return pullWait
 		}
 		r.st.ReqErrors++
+		if e.op == abi.OpRekey && st == abi.StatusRemoteRegion && r.regions.lookup(abi.RegionID(e.region)) != nil {
+			r.st.RekeysSuperseded++ // live, under another key than its request's (checkRequest)
+		}
 		return pullAnswered
 	}
 	if !r.pullRoom(now) {
@@ -122,7 +140,7 @@ func (r *responder) startPull(now int64, e *inbound) pullOutcome {
 		used: true, op: e.op, gen: p.gen, idle: true, prev: -1, next: -1, peer: e.peer,
 		region: abi.RegionID(e.region), offset: e.offset, length: e.length,
 		want: unitMask(e.length), deadline: now + r.timeout, idleBy: now + r.pullIdle, aead: e.aead,
-		owner: e.owner, sender: e.sender,
+		owner: e.owner, sender: e.sender, epoch: e.epoch,
 	}
 	r.bounds.pulled(e.owner, e.sender)
 	aesni.PutNonce(p.pullIV[:], o.ipb, ctr)
@@ -217,9 +235,13 @@ func (r *responder) finishData(now int64, w *rxWork, ok bool) {
 	case rg == nil: // deregistered while the data was in flight
 		st = abi.StatusRemoteRegion
 	case p.op == abi.OpRekey:
-		if r.installKey(p.region, aesni.Key(buf[:aesni.KeySize])) {
+		switch r.installKey(p.region, aesni.Key(buf[:aesni.KeySize]), p.epoch) {
+		case keyInstalled:
 			r.st.RemoteRekeys++
-		} else { // deregistered by its owner's core meanwhile
+		case keySuperseded: // rekeyed since its request authenticated: its key never lands
+			st = abi.StatusRemoteRegion
+			r.st.RekeysSuperseded++
+		default: // deregistered by its owner's core meanwhile
 			st = abi.StatusRemoteRegion
 		}
 		clear(buf[:aesni.KeySize])

@@ -220,20 +220,38 @@ func (t *regionTable) release(owner regionOwner, out func(idx uint16, r *region)
 	}
 }
 
+// keySet is what setKey did.
+type keySet uint8
+
+const (
+	keyInstalled  keySet = iota // the new K_r is the region's, under a new epoch
+	keyGone                     // rid is no longer live: nothing changed
+	keySuperseded               // the region's key is no longer the one of epoch want: nothing changed
+)
+
 // setKey publishes region rid with a new K_r under a new key epoch (a
-// local or remote rekey). It returns the new descriptor, or nil when rid
-// is no longer live.
-func (t *regionTable) setKey(rid abi.RegionID, kr aesni.Key) *region {
+// local or remote rekey) and returns the new descriptor. want is the key
+// epoch the rekey was asked under: a remote REKEY's, whose request
+// authenticated under that key; it installs only while that key is still
+// the region's (the compare-and-swap makes this hold against every core's
+// rekeys), so a REKEY never lands over a key its asker did not hold: not
+// over its owner's revoking Rekey, nor over another REKEY's key. want 0
+// (the owner's local Rekey; epochs start at 1) installs whatever the key
+// is.
+func (t *regionTable) setKey(rid abi.RegionID, kr aesni.Key, want uint64) (*region, keySet) {
 	for {
 		old := t.lookup(rid)
 		if old == nil {
-			return nil
+			return nil, keyGone
+		}
+		if want != 0 && old.epoch != want {
+			return nil, keySuperseded
 		}
 		r := *old
 		r.kr, r.epoch = kr, t.epochs.Add(1)
 		r.withTomb()
 		if t.r[rid.Index()].CompareAndSwap(old, &r) {
-			return &r
+			return &r, keyInstalled
 		}
 	}
 }

@@ -53,6 +53,9 @@ type inbound struct {
 	// deferred: a WRITE or REKEY found waiting behind its bound of pulls
 	// (counted once).
 	deferred bool
+	// epoch is the key epoch of the region's K_r its K_d was derived from
+	// (the key it authenticated under): a REKEY installs only under it.
+	epoch uint64
 }
 
 // responder is the serving side of a core: it authenticates requests
@@ -240,17 +243,18 @@ func (r *responder) requestRegion(f *wire.Fields) (rg *region, gone bool) {
 
 // installKey replaces region rid's K_r in the engine's table (a local or
 // a remote rekey): requests that arrive afterwards, at any core,
-// authenticate only with K_d derived from it. False: rid is no longer
-// live.
-func (r *responder) installKey(rid abi.RegionID, kr aesni.Key) bool {
-	rg := r.regions.t.setKey(rid, kr)
-	if rg == nil {
-		return false
+// authenticate only with K_d derived from it. want is the key epoch the
+// rekey was asked under (a remote REKEY's request), 0 for the owner's
+// local Rekey (regionTable.setKey).
+func (r *responder) installKey(rid abi.RegionID, kr aesni.Key, want uint64) keySet {
+	rg, how := r.regions.t.setKey(rid, kr, want)
+	if how != keyInstalled {
+		return how
 	}
 	r.forgetKeys(rid)
 	r.seen[rid.Index()] = seenKey{rid: uint32(rid), epoch: rg.epoch}
 	r.st.Rekeys++
-	return true
+	return keyInstalled
 }
 
 // forgetKeys drops the K_d derived for region rid.
@@ -294,9 +298,9 @@ func (r *responder) prepRequest(frame []byte, w *rxWork) bool {
 	case wire.TypeRekeyReq:
 		w.op = abi.OpRekey
 	}
-	w.a, w.owner, w.oGen = nil, 0, 0
+	w.a, w.owner, w.oGen, w.epoch = nil, 0, 0, 0
 	if rg != nil {
-		w.a, w.owner, w.oGen = r.serverKey(w.op, f, rg, gone), rg.tenant, r.tgen.of(rg.tenant)
+		w.a, w.owner, w.oGen, w.epoch = r.serverKey(w.op, f, rg, gone), rg.tenant, r.tgen.of(rg.tenant), rg.epoch
 	}
 	w.open, w.then, w.in, w.st = openRequest, thenRequest, wire.Trailer(frame, 0), abi.StatusOK
 	if w.a == nil {
@@ -364,7 +368,7 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 	*e = inbound{
 		peer: from, op: w.op, chunk: uint16(r.out.maxPayload),
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
-		aead: a, iv: f.IV, owner: w.owner, sender: snd,
+		aead: a, iv: f.IV, owner: w.owner, sender: snd, epoch: w.epoch,
 	}
 	if w.op == abi.OpRead { // its data goes back at most its route's MTU per frame
 		if rt := r.routes.lookup(f.SrcIP); rt != nil {
@@ -516,6 +520,9 @@ const lowHoldDiv = 8
 
 // checkRequest decides whether a request may be served. A request whose
 // region vanished while it was partly sent is cut short by the same check.
+// A REKEY whose region's key changed since its request authenticated (its
+// owner's Rekey, or another REKEY) gets REMOTE_REGION: it would install
+// over a key its asker never held (regionTable.setKey).
 func (r *responder) checkRequest(e *inbound) abi.Status {
 	if e.length == 0 || e.length > abi.MaxOpBytes {
 		return abi.StatusRemoteBounds
@@ -535,6 +542,9 @@ func (r *responder) checkRequest(e *inbound) abi.Status {
 		return abi.StatusRemotePermission
 	}
 	if e.op == abi.OpRekey { // its data is the region's key, not bytes of the region
+		if rg.epoch != e.epoch {
+			return abi.StatusRemoteRegion
+		}
 		return abi.StatusOK
 	}
 	if e.offset > uint64(len(rg.mem)) || uint64(len(rg.mem))-e.offset < uint64(e.length) {

@@ -49,7 +49,9 @@ import (
 // key hands out K_d derived from it. Any other status but TIMEOUT means
 // the key was not installed and never will be; after a TIMEOUT it may have
 // been installed before the completion was written (never after): retry
-// with a K_d of either key.
+// with a K_d of either key. REMOTE_REGION, for a region that is live, says
+// its key changed (its owner's Rekey, or another REKEY) after the request
+// authenticated: a REKEY installs only over the key it was asked under.
 //
 // Key is the derived key K_d the region's owner gave this process for
 // Type: the owner's Region.DeriveKey of this portal's Identity().Addr,

@@ -161,9 +161,11 @@ func (p *Portal) RegisterRegionKey(size uint64, perm Perm, kr Key) (*Region, err
 // requests for r only with keys derived from kr, so every reader needs a
 // new K_d (r.DeriveKey); reads with keys derived from the old K_r fail
 // with REMOTE_AUTHENTICATION_FAILURE. Requests the engine authenticated
-// before may still be answered. Other regions are not affected. r.Key()
-// returns kr afterwards; on error the key is unchanged as far as this
-// portal knows (ErrNoRegion: the engine no longer holds r for this portal).
+// before may still be answered, but a remote REKEY of r asked under an
+// earlier key is never installed (it ends REMOTE_REGION). Other regions
+// are not affected. r.Key() returns kr afterwards; on error the key is
+// unchanged as far as this portal knows (ErrNoRegion: the engine no longer
+// holds r for this portal).
 func (p *Portal) Rekey(r *Region, kr Key) error {
 	if r == nil || r.p != p || r.mapping == nil {
 		return ErrRegion

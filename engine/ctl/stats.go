@@ -77,6 +77,8 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		PullsDeferredSender: s.PullsDeferredSender,
 		ReqIVMismatch:       s.ReqIVMismatch,
 		ReplayLanesRefused:  s.ReplayLanesRefused,
+
+		RekeysSuperseded: s.RekeysSuperseded,
 	}
 	if s.FragNeededDst != 0 {
 		var a [4]byte

@@ -64,6 +64,7 @@ var statsFamilies = []family[st]{
 	one("replay_evictions_total", "Senders whose anti-replay windows were forgotten to make room.", ctr, func(s *st) float64 { return u(s.ReplayEvictions) }),
 	one("rekeys_total", "Region keys replaced, locally and by REKEY ops.", ctr, func(s *st) float64 { return u(s.Rekeys) }),
 	one("remote_rekeys_total", "Region keys replaced by REKEY ops from the network (part of onerma_rekeys_total).", ctr, func(s *st) float64 { return u(s.RemoteRekeys) }),
+	one("rekeys_superseded_total", "REKEY ops answered REMOTE_REGION, their key not installed: the region's key changed after their request authenticated (part of onerma_request_errors_total).", ctr, func(s *st) float64 { return u(s.RekeysSuperseded) }),
 	one("pulls_issued_total", "WRITEs served: data pulled from their initiators.", ctr, func(s *st) float64 { return u(s.PullsIssued) }),
 	one("writes_committed_total", "WRITEs whose data all authenticated and was committed.", ctr, func(s *st) float64 { return u(s.WritesCommitted) }),
 	one("pulls_expired_total", "WRITEs abandoned uncommitted: their data was incomplete within TIMEOUT.", ctr, func(s *st) float64 { return u(s.PullsExpired) }),

@@ -60,6 +60,12 @@ func (s *Sim) allowed(o *op, st abi.Status) bool {
 	// key when the request arrived, another region at its index having
 	// gone since (REMOTE_AUTHENTICATION_FAILURE).
 	dead := o.target != nil && o.target.deadAt <= s.now && st == abi.StatusRemoteRegion
+	// A REKEY whose region's key changed after it was posted (its owner's
+	// Rekey, or another REKEY installed) may have authenticated under the
+	// old key and then found it replaced: REMOTE_REGION, its key not
+	// installed (engine/pull.go).
+	superseded := o.rekey && st == abi.StatusRemoteRegion && o.keyRg != nil && o.keyRg == o.target &&
+		o.keyVer < len(o.keyRg.keys)-1
 	// REMOTE_AUTHENTICATION_FAILURE: the server could not authenticate
 	// the request. Only for a key that cannot open: the kind's own defect,
 	// a K_r replaced or removed before the op completed, or a request the
@@ -90,7 +96,7 @@ func (s *Sim) allowed(o *op, st abi.Status) bool {
 	}
 	switch o.kind {
 	case kValid:
-		return st == abi.StatusOK || netFail || dead || authFail
+		return st == abi.StatusOK || netFail || dead || authFail || superseded
 	case kRemoteBounds, kRemotePerm:
 		return st == kindStatus[o.kind] || netFail || dead || authFail
 	case kUnreachable:

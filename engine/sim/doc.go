@@ -271,7 +271,11 @@
 // Installs are seen, not guessed. At the ④ of a REKEY the simulator
 // checks: a valid REKEY, not installed before, not completed yet (a REKEY
 // reported failed never takes effect afterwards), into a live region of
-// that node that allows it. Then the region directory gets the new K_r as
+// that node that allows it, whose current key is still the one the
+// REKEY's K_d was derived from (a REKEY installs only under the key it
+// was asked under: never after its owner's Rekey or another REKEY's
+// install, however its frames were delayed; one that lost that race ends
+// REMOTE_REGION). Then the region directory gets the new K_r as
 // the region's current key from that virtual time: the owner knows it at
 // once, every other node (the poster too: it learns of the install like
 // everyone else) within Faults.KeyDelayNs, as for Core.Rekey. So later

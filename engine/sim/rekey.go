@@ -19,10 +19,16 @@ import "github.com/onerma/onerma/abi"
 // sawInstall: serving node n sent ④ for REKEY o: it has just installed
 // o's new K_r into the region o names. The REKEY must be a valid one, not
 // installed before, not completed yet (a REKEY reported failed never takes
-// effect afterwards), of a live region of n that allows remote REKEYs.
+// effect afterwards), of a live region of n that allows remote REKEYs,
+// whose current key is still the one o's K_d was derived from: a REKEY
+// installs only under the key it was asked under, never over its owner's
+// later Rekey or another REKEY's key (engine/pull.go).
 func (s *Sim) sawInstall(n *node, o *op) {
 	rg := o.target
 	switch {
+	case o.kind == kValid && rg != nil && rg == o.keyRg && o.keyVer != len(rg.keys)-1:
+		s.fail("node %d installed the key of %s over v%d of region %#x, which replaced the key v%d it was asked under",
+			n.id, o, len(rg.keys)-1, uint32(rg.id), o.keyVer)
 	case o.kind != kValid:
 		s.fail("node %d installed the key of %s, which must be refused (%v)", n.id, o, o.want())
 	case o.committed:

@@ -161,3 +161,37 @@ func TestRemoteRekeyLostKey(t *testing.T) {
 		t.Errorf("server: Rekeys %d PullsExpired %d, want 0 and 1", st.Rekeys, st.PullsExpired)
 	}
 }
+
+// TestRemoteRekeyRacesOwnerRekey: the region's owner rekeys it while a
+// REKEY's pull (②) is on its way to the REKEY's initiator, whose key then
+// arrives under a key epoch that is no longer the region's: it is not
+// installed (REMOTE_REGION, Stats.RekeysSuperseded), and a read with the
+// owner's new key is OK (sawInstall would fail the run had it landed).
+func TestRemoteRekeyRacesOwnerRekey(t *testing.T) {
+	c := scripted(2, true)
+	c.Faults.KeyDelayNs = 0
+	c.MustSee = []abi.Status{abi.StatusRemoteRegion, abi.StatusOK}
+	rekeyed := false
+	c.netHook = func(s *Sim, d *node, f *frame) {
+		if h, _ := frameOf(f); h != nil && h.Type == wire.TypePullReq && d.id == 0 && !rekeyed {
+			rekeyed = true
+			rg := rekeyable(s, 1, true)
+			s.nodes[1].app.rekeyRegion(rg.p, rg) // the owner's Rekey, ② in flight
+		}
+	}
+	c.scripts = []scriptStep{
+		at(10, postRekey(0, kValid, 1, true)),
+		at(200, readRekeyable(0, 1)),
+	}
+	res, err := Run(withRegions(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rekeyed || res.RemoteRekeys != 0 || res.RekeyStatus[abi.StatusRemoteRegion] != 1 || res.ByStatus[abi.StatusOK] != 1 {
+		t.Errorf("owner rekeyed %v; installs %d, REKEYs %s, completions %s", rekeyed, res.RemoteRekeys,
+			statusSummary(&res.RekeyStatus), statusSummary(&res.ByStatus))
+	}
+	if st := res.Cores[1]; st.RekeysSuperseded != 1 || st.Rekeys != 1 || st.RemoteRekeys != 0 {
+		t.Errorf("server: RekeysSuperseded %d Rekeys %d RemoteRekeys %d, want 1, 1 and 0", st.RekeysSuperseded, st.Rekeys, st.RemoteRekeys)
+	}
+}

@@ -224,6 +224,43 @@ func setOOMScoreAdj(v int) error {
 	return os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(v)), 0)
 }
 
+// errIVStateLost: the IV state is missing beside an identity state.
+var errIVStateLost = errors.New("IV state lost")
+
+// checkIVStateLost refuses to start when the IV state does not exist but
+// the identity state (the table or its mark) does. rmad creates the IV
+// state first, before the identity state, and both live as long as each
+// other: an identity state without an IV state is an engine that ran
+// before and lost its counters. Recreated at 0 they would count the same
+// IVs again, under region keys and K_d (identities persist) still in use:
+// AES-GCM nonces repeat. A first start has neither file, a restart both;
+// an IV state without an identity state is warnIdentityStateLost's case.
+func checkIVStateLost(cfg *Config) error {
+	iv := cfg.ivStatePath()
+	if _, err := os.Stat(iv); !errors.Is(err, os.ErrNotExist) {
+		return nil // there, or unreadable: opening it says which
+	}
+	ids := cfg.idStatePath()
+	mark := ctl.IdentityMarkPath(ids)
+	found := ""
+	for _, p := range []string{ids, mark} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			found = p
+			break
+		}
+	}
+	if found == "" {
+		return nil // a first start
+	}
+	return fmt.Errorf("%w: engine.iv_state %s does not exist, but the identity state %s does: this engine ran before "+
+		"and its IV counters are gone; started, it would count IVs from 0 again and repeat AES-GCM nonces under keys still in use. "+
+		"If the file is only out of reach (its storage not mounted, engine.iv_state or engine.ip changed), put it back and start again. "+
+		"If it is lost: rotate every region key in use with this engine (of the regions it serves, and of the regions on other engines "+
+		"whose K_d its applications hold); then remove the identity state (ctl.id_state %s and %s) and start: "+
+		"rmad then begins with a new IV state and new identities",
+		errIVStateLost, iv, found, ids, mark)
+}
+
 // warnIdentityStateLost says so when the identity state files (the table
 // and its mark) are missing beside an IV state that exists: either this is
 // the first start of an engine that stamped PIDs before identities existed

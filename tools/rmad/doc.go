@@ -54,7 +54,9 @@
 // a prefix length: nonces are address ‖ counter, so
 // the counters belong to the address; it must persist across restarts and
 // reboots, or IVs repeat; rmad refuses to start when another engine holds
-// it), initialise the EAL (eal_args plus --vdev=port.vdev), create the mbuf pool,
+// it, and when it is missing while the identity state exists: the engine
+// ran before and lost its counters, and the message says how to recover),
+// initialise the EAL (eal_args plus --vdev=port.vdev), create the mbuf pool,
 // set up and start the port, build the engine core (engine.NewGroup, one core) over a
 // dpdkport.Port, start its poll loop (engine/runner: busy, backoff or yield, pinned
 // to poll.cpu), then open the identity state and listen on the control

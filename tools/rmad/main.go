@@ -164,8 +164,12 @@ func serve(ctx context.Context, cfg *Config, sto *selfTestOptions, stdout io.Wri
 		log.Info().Int("oom_score_adj", cfg.OOMScoreAdj).Msg("oom_score_adj set")
 	}
 
-	// IV counters first: a state file another engine holds, or one that
-	// cannot be made durable, stops rmad before it touches DPDK.
+	// IV counters first: a state file another engine holds, one that
+	// cannot be made durable, or one lost beside a surviving identity
+	// state, stops rmad before it touches DPDK.
+	if err := checkIVStateLost(cfg); err != nil {
+		return err
+	}
 	warnIdentityStateLost(log, cfg)
 	iv, err := openIVSource(cfg.ivStatePath())
 	if err != nil {

@@ -418,6 +418,107 @@ func TestIVStateLocked(t *testing.T) {
 	}
 }
 
+// TestIVStateLost: an engine whose identity state (the table, or only its
+// mark) survives its IV state refuses to start, before it touches DPDK,
+// saying what is wrong and what to do, with every file named. Neither file
+// (a first start), both, or an IV state alone pass the check.
+func TestIVStateLost(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		iv, ids, mark bool
+		refused       bool
+	}{
+		{name: "first start"},
+		{name: "restart", iv: true, ids: true, mark: true},
+		{name: "IV state alone", iv: true},
+		{name: "identity table without IV state", ids: true, mark: true, refused: true},
+		{name: "identity table alone", ids: true, refused: true},
+		{name: "identity mark alone", mark: true, refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			iv := filepath.Join(dir, "iv.state")
+			ids, mark := iv+".ids", ctl.IdentityMarkPath(iv+".ids")
+			for _, f := range []struct {
+				path string
+				make bool
+			}{{iv, tc.iv}, {ids, tc.ids}, {mark, tc.mark}} {
+				if f.make {
+					if err := os.WriteFile(f.path, []byte("x"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			args := []string{"-iv-state", iv, "-socket", filepath.Join(dir, "s.sock"), "-log-level", "warn"}
+			cfg, _, err := loadConfig(args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = checkIVStateLost(&cfg)
+			if !tc.refused {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, errIVStateLost) {
+				t.Fatalf("not refused: %v", err)
+			}
+			var stderr bytes.Buffer
+			if code := run(context.Background(), args, &bytes.Buffer{}, &stderr, nil); code != 1 {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			msg := stderr.String()
+			for _, want := range []string{"IV state lost", "engine.iv_state " + iv + " does not exist", "repeat AES-GCM nonces",
+				"rotate every region key", "remove the identity state (ctl.id_state " + ids + " and " + mark + ")"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("message lacks %q: %s", want, msg)
+				}
+			}
+			if strings.Contains(msg, "EAL") {
+				t.Errorf("got as far as the EAL: %s", msg)
+			}
+			if _, err := os.Stat(iv); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("an IV state was created: %v", err)
+			}
+		})
+	}
+}
+
+// TestIVStateRestart: rmad's first start creates the IV state and the
+// identity state, a restart with both starts again, and a start after the
+// IV state was removed is refused (TestIVStateLost).
+func TestIVStateRestart(t *testing.T) {
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("DPDK needs root; not root and CI is not \"true\"")
+	}
+	dir := t.TempDir()
+	iv := filepath.Join(dir, "lib", "iv.state")
+	args := []string{
+		"-iv-state", iv,
+		"-eal", strings.Join(dpdktest.Args(), " "),
+		"-vdev", "net_ring0", "-port-name", "net_ring0",
+		"-ip", "10.3.0.3", "-socket", filepath.Join(dir, "rmad.sock"), "-poll-mode", "backoff",
+		"-mbufs", "2047", "-rx-desc", "512", "-tx-desc", "512", "-log-level", "warn",
+	}
+	files := []string{iv, iv + ".ids", ctl.IdentityMarkPath(iv + ".ids")}
+	for _, start := range []string{"first start", "restart"} {
+		startRmad(t, args).stop(t)
+		for _, f := range files {
+			if _, err := os.Stat(f); err != nil {
+				t.Fatalf("after the %s: %v", start, err)
+			}
+		}
+	}
+	if err := os.Remove(iv); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := run(context.Background(), args, &bytes.Buffer{}, &stderr, nil); code != 1 || !strings.Contains(stderr.String(), "IV state lost") {
+		t.Fatalf("start without the IV state: exit %d: %s", code, stderr.String())
+	}
+}
+
 // TestRmadNetRing runs the whole daemon on a net_ring loopback vdev: EAL,
 // mempool, port, core, runner and control socket; an application opens a
 // portal, READs from another portal's region through the engine's own
