@@ -400,6 +400,7 @@ var (
 	cRxDuplicate   = counter{"rx_duplicate", func(s *ctlmsg.Stats) uint64 { return s.RxDuplicate }}
 	cRxFrames      = counter{"rx_frames", func(s *ctlmsg.Stats) uint64 { return s.RxFrames }}
 	cReqAuthFailed = counter{"req_auth_failed", func(s *ctlmsg.Stats) uint64 { return s.ReqAuthFailed }}
+	cReqIVMismatch = counter{"req_iv_mismatch", func(s *ctlmsg.Stats) uint64 { return s.ReqIVMismatch }}
 	cReqServed     = counter{"req_served", func(s *ctlmsg.Stats) uint64 { return s.ReqServed }}
 	cReqReplayed   = counter{"req_replayed", func(s *ctlmsg.Stats) uint64 { return s.ReqReplayed }}
 	cReqErrors     = counter{"req_errors", func(s *ctlmsg.Stats) uint64 { return s.ReqErrors }}
@@ -1178,7 +1179,7 @@ func TestAttack(t *testing.T) {
 		}()
 		accounted := func(s *ctlmsg.Stats) uint64 {
 			sum := uint64(0)
-			for _, c := range append([]counter{cRxDropped, cReqAuthFailed, cRxStale, cRxAuthFailed, cRxDuplicate}, cNotOneRMA...) {
+			for _, c := range append([]counter{cRxDropped, cReqAuthFailed, cReqIVMismatch, cRxStale, cRxAuthFailed, cRxDuplicate}, cNotOneRMA...) {
 				sum += c.get(s) - c.get(baseB)
 			}
 			return sum
