@@ -252,7 +252,8 @@ func isolationMetric(rows []Row) (measure, bool) {
 
 // noisyMetric is the median over the noisy-neighbour rounds of the
 // victim's read_lat p99 at size beside the hostile tenant over its p99
-// alone, goal at most nnGoal.
+// alone, goal at most nnGoal; the value also gives the median of the
+// rounds' ratios of the engine's own p99.
 func noisyMetric(size int) func([]Row) (measure, bool) {
 	return func(rows []Row) (measure, bool) {
 		n, ok := noisyRatios(rows, size)
@@ -260,8 +261,11 @@ func noisyMetric(size int) func([]Row) (measure, bool) {
 			return measure{}, false
 		}
 		m := median(n.ratios)
-		return measure{fmt.Sprintf("×%.2f (%d rounds; p99 %s / %s)", m, len(n.ratios), fmtUs(median(n.beside)), fmtUs(median(n.alone))),
-			fmt.Sprintf("≤ ×%.0f", nnGoal), judge(m <= nnGoal)}, true
+		v := fmt.Sprintf("×%.2f (%d rounds; p99 %s / %s", m, len(n.ratios), fmtUs(median(n.beside)), fmtUs(median(n.alone)))
+		if len(n.engRatios) > 0 {
+			v += fmt.Sprintf("; the engine's own p99 ×%.2f", median(n.engRatios))
+		}
+		return measure{v + ")", fmt.Sprintf("≤ ×%.0f", nnGoal), judge(m <= nnGoal)}, true
 	}
 }
 

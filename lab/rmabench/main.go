@@ -157,6 +157,7 @@ func run() int {
 	flag.Uint64Var(&kvKeys1K, "kv-keys-1k", kvKeys1K, "kv setup: keys loaded at 1 KB values")
 	flag.DurationVar(&fig8D, "fig8-D", fig8D, "kv setup: measurement of each offered load of Figure 8's sweep")
 	flag.IntVar(&nnRounds, "nn-rounds", nnRounds, "noisy-neighbour setups: interleaved rounds")
+	nnArgs := flag.String("nn-engine-args", "", "noisy-neighbour setups: more rmad flags for their engine, space separated (e.g. \"-window-bytes 32768\")")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	holArgs := flag.String("hol-rmaperf-args", "", "hol setup: more rmaperf flags for its 64 B READs through the executor, space separated (e.g. \"-short-hold-max 50us\", the hold fixed at ShortHold)")
 	isoArgs := flag.String("iso-engine-args", "", "isolation setup: more rmad flags for its engine, space separated (e.g. \"-low-after-high 0\", to measure the engine without a bound)")
@@ -176,6 +177,7 @@ func run() int {
 	}
 	isoEngineArgs = strings.Fields(*isoArgs)
 	holRmaperfArgs = strings.Fields(*holArgs)
+	nnEngineArgs = strings.Fields(*nnArgs)
 	if *bin == "" {
 		self, _ := os.Executable()
 		*bin = filepath.Dir(self)

@@ -82,6 +82,10 @@ const (
 // nnRounds is how many interleaved rounds the setups run (-nn-rounds).
 var nnRounds = 5
 
+// nnEngineArgs are more rmad flags for the setups' engine
+// (-nn-engine-args).
+var nnEngineArgs []string
+
 // nnSizes are the victim's READ sizes.
 var nnSizes = []int{64, 4096}
 
@@ -182,7 +186,7 @@ func noisyRun(rmad, rmaperf string, dur time.Duration, emit emitFunc) (err error
 	}()
 	fmt.Printf("noisy-neighbour: the hostile tenant's processes in %s, CPU bandwidth %s (%s)\n", b.group.dir, nnCPUMax, map[bool]string{true: "cgroup v2 cpu.max", false: "cgroup v1 cpu.cfs_quota_us and cpu.cfs_period_us"}[v2])
 
-	if b.e, err = testbed.Start(benchLoopback(rmad, ndir, "bench-nn", nnIP, "1500", "-config", cfg)); err != nil {
+	if b.e, err = testbed.Start(benchLoopback(rmad, ndir, "bench-nn", nnIP, "1500", append([]string{"-config", cfg}, nnEngineArgs...)...)); err != nil {
 		return err
 	}
 	defer b.e.Stop(10 * time.Second)
@@ -353,10 +357,10 @@ func (b *nnBench) victim(size int, setup string, hostile []*nnProc) (Row, error)
 	b.command(&r, nnVictimUID)
 	var note string
 	if hostile == nil {
-		note = fmt.Sprintf("victim tenant (uid %d) alone on the loopback engine (busy on CPU 1), busy-polling CPU 0 and yielding it", nnVictimUID)
+		note = fmt.Sprintf("victim tenant (uid %d) alone on the loopback engine (busy on CPU 1%s), busy-polling CPU 0 and yielding it", nnVictimUID, b.engineArgs())
 	} else {
-		note = fmt.Sprintf("victim tenant (uid %d) on the loopback engine (busy on CPU 1), busy-polling CPU 0 and yielding it, beside the hostile tenant (uid %d: %d processes on CPU 0 in a cgroup limited to cpu.max %s",
-			nnVictimUID, nnHostileUID, len(hostile), nnCPUMax)
+		note = fmt.Sprintf("victim tenant (uid %d) on the loopback engine (busy on CPU 1%s), busy-polling CPU 0 and yielding it, beside the hostile tenant (uid %d: %d processes on CPU 0 in a cgroup limited to cpu.max %s",
+			nnVictimUID, b.engineArgs(), nnHostileUID, len(hostile), nnCPUMax)
 		if g0 != nil && g1 != nil {
 			note += "; meanwhile it got " + g1.since(*g0, t1.Sub(t0))
 		}
@@ -368,6 +372,14 @@ func (b *nnBench) victim(size int, setup string, hostile []*nnProc) (Row, error)
 	}
 	r.Note = addNote(r.Note, note+"; counters that moved (rmactl stats, before and after the run): "+movedCounters(before, after, tenants))
 	return r, nil
+}
+
+// engineArgs names -nn-engine-args for a row's note ("" without).
+func (b *nnBench) engineArgs() string {
+	if len(nnEngineArgs) == 0 {
+		return ""
+	}
+	return "; rmad " + strings.Join(nnEngineArgs, " ")
 }
 
 // groupStat is the hostile group's cpu.stat now (nil if unreadable).
