@@ -160,8 +160,10 @@ func noisyRun(rmad, rmaperf string, dur time.Duration, emit emitFunc) (err error
 
 	// The hostile tenant's group, removed (its processes killed) however
 	// the setup ends: returning, or rmabench interrupted or terminated
-	// meanwhile (a group left by a run killed outright is removed by the
-	// next run's newCPUGroup).
+	// meanwhile, when the setup's directory goes too and the signal then
+	// ends rmabench (the engine and the victim's processes die with it:
+	// Pdeathsig). A group left by a run killed outright is removed by the
+	// next run's newCPUGroup.
 	if b.group, err = newCPUGroup(cgRoot, v2, nnCgroup, nnCPUMax); err != nil {
 		return fmt.Errorf("the hostile tenant's cgroup: %w", err)
 	}
@@ -172,6 +174,7 @@ func noisyRun(rmad, rmaperf string, dur time.Duration, emit emitFunc) (err error
 		select {
 		case s := <-sig:
 			b.group.remove()
+			os.RemoveAll(ndir)
 			signal.Reset(os.Interrupt, syscall.SIGTERM)
 			syscall.Kill(os.Getpid(), s.(syscall.Signal))
 		case <-stopSig:
