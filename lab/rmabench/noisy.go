@@ -53,9 +53,13 @@ import (
 //     READs toward nnDeadIP, an address the engine has a static neighbour
 //     entry for and nobody answers (each op holds window until TIMEOUT).
 //     They run in a cgroup of their own whose CPU bandwidth is limited to
-//     nnCPUMax, so they cannot take CPU 0 from the victim: the rows
-//     measure the engine, not the scheduler. Their rows are recorded too
-//     (setup noisy-neighbour, tests read_bw and write_bw).
+//     nnCPUMax, so they take at most a fifth of CPU 0 from the victim,
+//     however hard they drive the engine: what the rows compare is the
+//     engine's work for the hostile tenant, not the share of the CPU its
+//     processes would get. Their rows are recorded too (setup
+//     noisy-neighbour, tests read_bw and write_bw), and the victim's rows
+//     carry the engine's own latency (eng_p99_us) beside the
+//     application's.
 //
 // A round is the victim alone (64 B, then 4 KB) and beside the hostile
 // tenant (started, given nnLead to load the engine, then the victim's
@@ -71,8 +75,8 @@ const (
 	// nnCPUMax is the hostile group's CPU bandwidth, in cpu.max's syntax:
 	// 20 ms of CPU time in every 100 ms period, a fifth of one CPU
 	// between its four processes (the victim's CPU keeps four fifths at
-	// least). A process that uses its part of the quota up waits until
-	// the next period.
+	// least). Once the group has used the quota up, its processes wait
+	// for the next period.
 	nnCPUMax = "20000 100000"
 	nnCgroup = "onerma-bench-noisy-neighbour"
 	nnLead   = 1500 * time.Millisecond // the hostile processes' start-up and 0.5 s warm-up
