@@ -117,6 +117,8 @@ sim:
 # Every setup of bench/RESULTS.md (platform with crypto-scaling, loopback,
 # loopback-jumbo, c-loopback (libonerma's onerma-perf beside rmaperf, CPU
 # time per op), hol, memif, testpmd, tcp, aes, write-pairs, isolation,
+# noisy-neighbour-alone and noisy-neighbour (a tenant's READ latency
+# alone and beside a hostile tenant capped by a cgroup's cpu.max),
 # telemetry, metrics; READ and
 # WRITE; selftest and selftest-memif, the engine's own op generator;
 # kv, the key/value caches against memcached and Redis, whose

@@ -10,7 +10,8 @@ type Row struct {
 	// "loopback-hol", "loopback-hol-bg", "loopback-pairs", "memif",
 	// "port-net_ring", "port-memif", "tcp", "cpu",
 	// "cpu-ipsec-mb", "isolation-idle", "isolation-loaded",
-	// "isolation-loaded-lowclass", "isolation-loaded-write", "platform",
+	// "isolation-loaded-lowclass", "isolation-loaded-write",
+	// "noisy-neighbour-alone", "noisy-neighbour", "platform",
 	// "loopback-pairs-footprint", "c-loopback", "write-pairs", "write-pairs-jumbo",
 	// "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb",
 	// "rtt-PORT", "rtt-default-PORT" and "rtt-timeout-DUR-PORT" (PORT:

@@ -92,6 +92,8 @@ var headlineMetrics = []headlineMetric{
 	{"Fig. 12: 64 B READs beside one transfer of 4 KB-64 MB, p50 slowdown max/min over the sizes", "hol", holSpreadMetric},
 	{"Fig. 12: the same READs' worst p50 beside a transfer / one 4 KB READ's p50", "hol", holOneMetric},
 	{"isolation: high-class 64 B READ's engine p99 under a low-class 4 KB READ load", "isolation,selftest", isolationMetric},
+	{"noisy neighbour: a victim tenant's 64 B READ p99 beside a hostile tenant / alone, loopback engine, median of interleaved rounds", "noisy-neighbour", noisyMetric(64)},
+	{"noisy neighbour: a victim tenant's 4 KB READ p99 beside a hostile tenant / alone, loopback engine, median of interleaved rounds", "noisy-neighbour", noisyMetric(4096)},
 	{"two engine cores / one (64 B READ, rmad -selftest rounds) as a share of the platform's two CPUs / one (seal+open)", "crypto-scaling,selftest", scalingMetric},
 	{"onerma / ucx-tcp: loopback 64 B read_bw ops/s", "loopback,tcp", ucxMetric("loopback", "read_bw", 64, false)},
 	{"onerma / ucx-tcp: loopback 4 KB read_bw ops/s", "loopback,tcp", ucxMetric("loopback", "read_bw", 4096, false)},
@@ -246,6 +248,25 @@ func isolationMetric(rows []Row) (measure, bool) {
 	}
 	return measure{fmtUs(t.loaded), fmt.Sprintf("≤ %s: idle p99 %.2f + 2 × %.2f (%s p50)", fmtUs(t.bound()), t.idle, t.service, t.serviceFrom),
 		judge(t.met())}, true
+}
+
+// noisyMetric is the median over the noisy-neighbour rounds of the
+// victim's read_lat p99 at size beside the hostile tenant over its p99
+// alone, goal at most nnGoal; the value also gives the median of the
+// rounds' ratios of the engine's own p99.
+func noisyMetric(size int) func([]Row) (measure, bool) {
+	return func(rows []Row) (measure, bool) {
+		n, ok := noisyRatios(rows, size)
+		if !ok {
+			return measure{}, false
+		}
+		m := median(n.ratios)
+		v := fmt.Sprintf("×%.2f (%d rounds; p99 %s / %s", m, len(n.ratios), fmtUs(median(n.beside)), fmtUs(median(n.alone)))
+		if len(n.engRatios) > 0 {
+			v += fmt.Sprintf("; the engine's own p99 ×%.2f", median(n.engRatios))
+		}
+		return measure{v + ")", fmt.Sprintf("≤ ×%.0f", nnGoal), judge(m <= nnGoal)}, true
+	}
 }
 
 func scalingMetric(rows []Row) (measure, bool) {

@@ -63,6 +63,13 @@
 //	    onerma-c) beside rmaperf, 64 B and 4 KB read_bw in interleaved
 //	    rounds, each row with the client's CPU time per op (c-loopback;
 //	    cloopback.go);
+//	(r) tenants isolated on the data path (issue 28): on the loopback
+//	    engine, a victim tenant's (uid 2012) 64 B and 4 KB read_lat alone
+//	    (noisy-neighbour-alone) and beside a hostile tenant (uid 2011,
+//	    noisy-neighbour) whose processes saturate the engine with READs
+//	    and WRITEs and hold window with READs toward an address nobody
+//	    answers, limited by a cgroup's CPU bandwidth, in interleaved
+//	    rounds (noisy.go);
 //
 // It appends one JSON object per measurement to -out (default
 // $BENCH_OUT or bench/out.jsonl) as soon as the measurement ends, and at
@@ -96,7 +103,7 @@ type spec struct {
 }
 
 // allSetups is -only's default: every setup but ab and rtt.
-const allSetups = "platform,loopback,loopback-jumbo,c-loopback,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,telemetry,metrics,kv,selftest,selftest-memif"
+const allSetups = "platform,loopback,loopback-jumbo,c-loopback,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,noisy-neighbour-alone,noisy-neighbour,telemetry,metrics,kv,selftest,selftest-memif"
 
 const usage = `rmabench measures OneRMA and its peers on this machine, as make bench runs it.
 
@@ -140,7 +147,7 @@ func run() int {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output, each row appended as it is measured ($BENCH_OUT if set)")
 	bin := flag.String("bin", "", "directory with rmad, rmaperf and onerma-perf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", allSetups, "setups to run (comma separated; a name also selects the setups it begins with or is part of: loopback-jumbo runs loopback too, selftest-memif selftest, af_packet and af_xdp run together, platform runs crypto-scaling; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
+	only := flag.String("only", allSetups, "setups to run (comma separated; a name also selects the setups it begins with or is part of: loopback-jumbo runs loopback too, selftest-memif selftest, af_packet and af_xdp run together, as noisy-neighbour-alone and noisy-neighbour do, platform runs crypto-scaling; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
 	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
@@ -149,6 +156,8 @@ func run() int {
 	flag.Uint64Var(&kvKeys32, "kv-keys-32", kvKeys32, "kv setup: keys loaded at 32 B values")
 	flag.Uint64Var(&kvKeys1K, "kv-keys-1k", kvKeys1K, "kv setup: keys loaded at 1 KB values")
 	flag.DurationVar(&fig8D, "fig8-D", fig8D, "kv setup: measurement of each offered load of Figure 8's sweep")
+	flag.IntVar(&nnRounds, "nn-rounds", nnRounds, "noisy-neighbour setups: interleaved rounds")
+	nnArgs := flag.String("nn-engine-args", "", "noisy-neighbour setups: more rmad flags for their engine, space separated (e.g. \"-window-bytes 32768\")")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	holArgs := flag.String("hol-rmaperf-args", "", "hol setup: more rmaperf flags for its 64 B READs through the executor, space separated (e.g. \"-short-hold-max 50us\", the hold fixed at ShortHold)")
 	isoArgs := flag.String("iso-engine-args", "", "isolation setup: more rmad flags for its engine, space separated (e.g. \"-low-after-high 0\", to measure the engine without a bound)")
@@ -168,6 +177,7 @@ func run() int {
 	}
 	isoEngineArgs = strings.Fields(*isoArgs)
 	holRmaperfArgs = strings.Fields(*holArgs)
+	nnEngineArgs = strings.Fields(*nnArgs)
 	if *bin == "" {
 		self, _ := os.Executable()
 		*bin = filepath.Dir(self)
@@ -175,14 +185,7 @@ func run() int {
 	if *dur <= 0 {
 		return flagErr(fmt.Errorf("-D %v: want a duration above 0", *dur))
 	}
-	want := func(s string) bool { // s, or a setup whose name begins with it
-		for _, o := range strings.Split(*only, ",") {
-			if strings.HasPrefix(o, s) {
-				return true
-			}
-		}
-		return false
-	}
+	want := func(s string) bool { return selects(*only, s) }
 	// ab is matched as a whole name, not as a substring as the others are.
 	ab := slices.Contains(strings.Split(*only, ","), "ab")
 	if ab {
@@ -192,6 +195,9 @@ func run() int {
 		if *abRounds < 1 {
 			return flagErr(fmt.Errorf("-ab-rounds %d: want at least 1", *abRounds))
 		}
+	}
+	if nnRounds < 1 {
+		return flagErr(fmt.Errorf("-nn-rounds %d: want at least 1", nnRounds))
 	}
 	if metricsRounds < 1 {
 		return flagErr(fmt.Errorf("-metrics-rounds %d: want at least 1", metricsRounds))
@@ -292,6 +298,10 @@ func run() int {
 	if want("isolation") {
 		rec.setup("isolation", func() error { return isolationRun(rmad, rmaperf, dir, *dur, emit) })
 	}
+	if want("noisy-neighbour") {
+		// Both setups run together: their rows are interleaved rounds.
+		rec.setup("noisy-neighbour-alone,noisy-neighbour", func() error { return noisyRun(rmad, rmaperf, *dur, emit) })
+	}
 	if want("telemetry") {
 		rec.setup("telemetry", func() error {
 			return telemetryRun(rmad, rmaperf, filepath.Join(*bin, "rmatop"), dir, *dur, emit)
@@ -319,6 +329,17 @@ func run() int {
 		status = 1
 	}
 	return status
+}
+
+// selects reports whether -only's list only runs setup s: it names s, or
+// a setup whose name begins with s.
+func selects(only, s string) bool {
+	for _, o := range strings.Split(only, ",") {
+		if strings.HasPrefix(o, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // tcpRun measures specs with ucx_perftest over TCP on loopback.

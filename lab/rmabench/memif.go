@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/onerma/onerma/internal/testbed"
@@ -108,12 +109,19 @@ type perfServer struct {
 // startPerfServer starts an rmaperf server on the engine at socket and
 // waits until it serves.
 func startPerfServer(rmaperf, socket string) (*perfServer, error) {
+	return startPerfServerAttr(rmaperf, socket, nil)
+}
+
+// startPerfServerAttr is startPerfServer with the server's process
+// attributes (its uid, for one) attr; nil: this process's.
+func startPerfServerAttr(rmaperf, socket string, attr *syscall.SysProcAttr, args ...string) (*perfServer, error) {
 	srvCreds, cliCreds, err := keyx.NewPair("rmaperf", 0)
 	if err != nil {
 		return nil, err
 	}
 	// The client's certificate names no engine address: granted for any.
-	srv := exec.Command(rmaperf, "server", "-socket", socket, "-listen", "127.0.0.1:0", "-grant", cliCreds.Name()+"=read+write@any")
+	srv := exec.Command(rmaperf, append([]string{"server", "-socket", socket, "-listen", "127.0.0.1:0", "-grant", cliCreds.Name() + "=read+write@any"}, args...)...)
+	srv.SysProcAttr = attr
 	fd, closeAfter, err := keyx.Attach(srv, srvCreds)
 	if err != nil {
 		return nil, err

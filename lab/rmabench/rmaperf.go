@@ -21,6 +21,12 @@ func rmaperfRun(rmaperf, cpu string, s spec, dur time.Duration, setup string, cr
 		return Row{}, err
 	}
 	defer closeAfter()
+	return rmaperfOutput(cmd, setup)
+}
+
+// rmaperfOutput runs cmd, an rmaperf measurement of rmaperfCmd's, and
+// returns its row.
+func rmaperfOutput(cmd *exec.Cmd, setup string) (Row, error) {
 	cmd.Stderr = os.Stderr
 	outb, err := cmd.Output()
 	if err != nil {

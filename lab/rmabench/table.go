@@ -111,6 +111,7 @@ func printTable(rows []Row) {
 		fmt.Println()
 	}
 	printHolBg(rows)
+	printNoisy(rows)
 	// Isolation (paper Fig. 12): the high-class application's latency
 	// alone and under each low-class load.
 	var idle *Row
@@ -168,7 +169,7 @@ func ucxRatios(rows []Row) []ucxRatio {
 	var out []ucxRatio
 	for i := range rows {
 		r := &rows[i]
-		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || strings.HasPrefix(r.Setup, "metrics") || r.Setup == "c-loopback" || r.Setup == "ab" || strings.HasPrefix(r.Setup, "af_") {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "noisy-neighbour") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || strings.HasPrefix(r.Setup, "metrics") || r.Setup == "c-loopback" || r.Setup == "ab" || strings.HasPrefix(r.Setup, "af_") {
 			continue
 		}
 		for j := range rows {

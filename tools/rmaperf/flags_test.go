@@ -93,6 +93,10 @@ func TestFlagErrors(t *testing.T) {
 		{"read_bw", []string{"-server", "h:1"}, "-server needs -region"},
 		{"read_bw", []string{}, "need -server or -self"},
 		{"write_bw", []string{"-server", "h:1", "-region", "1", "-verify"}, "-verify of a write test needs -self"},
+		{"read_bw", []string{"-self", "-dst", "host"}, `-dst "host": want an IPv4 address`},
+		{"read_bw", []string{"-self", "-dst", "::1"}, `-dst "::1": want an IPv4 address`},
+		{"read_bw", []string{"-self", "-dst", "10.0.0.9", "-verify"}, "-dst 10.0.0.9: only for the raw tests"},
+		{"read_bw", []string{"-self", "-dst", "10.0.0.9", "-s", "8192"}, "-dst 10.0.0.9: only for the raw tests"},
 	} {
 		_, err := parse(tc.cmd, tc.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -80,6 +80,12 @@
 // policy rules match on it), -class the class of service it asks for
 // (paper §4.3: low, the default, or high; an engine whose policy does not
 // grant the class refuses the portal).
+//
+// -dst ADDR (raw tests) sends every op to ADDR instead of the target
+// region's engine, with the same K_d: toward an address no engine
+// answers (an engine's static neighbour entry with no host behind it),
+// each op holds its share of the solicitation window until TIMEOUT
+// (rmabench's noisy-neighbour setups).
 package main
 
 import (
@@ -260,18 +266,19 @@ type target struct {
 // clientOptions are the flags of rmaperf's tests, and what follows from
 // them.
 type clientOptions struct {
-	socket, server, credsDir, regionFlag, setup, name, classFlag string
-	credsFD, size, bg, outstanding, spins                        int
-	self, useExec, verify, spin, yield, event, asJSON            bool
-	rate                                                         float64
-	dur, warm                                                    time.Duration
-	regionBytes, localBytes                                      uint64
+	socket, server, credsDir, regionFlag, setup, name, classFlag, dstFlag string
+	credsFD, size, bg, outstanding, spins                                 int
+	self, useExec, verify, spin, yield, event, asJSON                     bool
+	rate                                                                  float64
+	dur, warm                                                             time.Duration
+	regionBytes, localBytes                                               uint64
 
 	op       abi.Op
 	class    abi.Class
 	execMode bool // transfers through portal.Executor
 	ecfg     portal.ExecutorConfig
-	region   uint64 // -region, with -server
+	region   uint64     // -region, with -server
+	dst      netip.Addr // -dst: where the ops go instead of the target's engine (invalid: there)
 }
 
 // execFlags names the flag that sets each executor config field (its
@@ -334,6 +341,7 @@ func parseClient(test string, args []string, stderr io.Writer) (*clientOptions, 
 	fs.IntVar(&o.spins, "spins", 0, "with -event: polls before sleeping (0: portal default, -1: none)")
 	fs.StringVar(&o.name, "name", "rmaperf", "application name presented to the engine (its slot and class policy match on it)")
 	fs.StringVar(&o.classFlag, "class", "low", "class of service to ask the engine for: low or high")
+	fs.StringVar(&o.dstFlag, "dst", "", "raw tests: send the ops to this IPv4 address instead of the target region's engine, with the same K_d (toward an address no engine answers, each op holds its window until TIMEOUT)")
 	fs.Alias("ctl", "socket")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -396,6 +404,16 @@ func parseClient(test string, args []string, stderr io.Writer) (*clientOptions, 
 	}
 	if o.self && o.regionBytes > 0 && o.regionBytes < uint64(o.size)+uint64(o.bg) {
 		return nil, fmt.Errorf("-region-bytes %d: smaller than -s %d (+ -bg %d)", o.regionBytes, o.size, o.bg)
+	}
+	if o.dstFlag != "" {
+		a, err := netip.ParseAddr(o.dstFlag)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("-dst %q: want an IPv4 address", o.dstFlag)
+		}
+		if o.execMode || o.verify {
+			return nil, fmt.Errorf("-dst %s: only for the raw tests, without -verify (nothing answers there to check)", o.dstFlag)
+		}
+		o.dst = a
 	}
 	if !o.self {
 		if o.server == "" {
@@ -470,6 +488,9 @@ func client(test string, args []string) error {
 			return fmt.Errorf("key exchange with %s: %w", o.server, err)
 		}
 		tg = target{peer: g.Owner, region: g.Region, bytes: g.Bytes, key: g.Key}
+	}
+	if o.dst.IsValid() {
+		tg.peer, tg.mem = o.dst, nil
 	}
 	var res benchrow.Row
 	if execMode {
