@@ -2,7 +2,9 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -44,6 +46,20 @@ func needBin(t *testing.T) string {
 // its counters afresh and repeats nonces.
 func (b *bed) forgetIV(i int) error {
 	return os.Remove(b.opts[i].IVStatePath())
+}
+
+// forgetIdentities removes engine i's identity state (rmad's default
+// beside its IV state), as rmad's refusal to start on an identity state
+// without its IV state says to once the keys are rotated.
+func (b *bed) forgetIdentities(i int) error {
+	ids := b.opts[i].IVStatePath() + ".ids"
+	if err := os.Remove(ids); err != nil {
+		return err
+	}
+	if err := os.Remove(ids + ".mark"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // The capture on the router sees the frames of two engines of the routed
@@ -126,6 +142,15 @@ func TestNoncesAcrossSIGKILL(t *testing.T) {
 		nonces.Died(b.Hosts[1].Addr, b.kill(1).UnixNano())
 		if forget {
 			if err := b.forgetIV(1); err != nil {
+				t.Fatal(err)
+			}
+			// Its identity state left, rmad refuses to count IVs from 1
+			// again; without it too, it starts afresh, and the keys its
+			// peers hold (not rotated here) see their nonces repeat.
+			if err := b.start(1); err == nil || !strings.Contains(err.Error(), "IV state lost") {
+				t.Fatalf("started without its IV state beside its identity state: %v", err)
+			}
+			if err := b.forgetIdentities(1); err != nil {
 				t.Fatal(err)
 			}
 		}
