@@ -170,7 +170,7 @@ enum onerma_error {
 	ONERMA_E_ENGINE_GONE,  /* the engine went away: redial */
 	ONERMA_E_ZERO_KEY,     /* a region key of all zero bytes */
 	ONERMA_E_INVALID,      /* an argument out of its range (onerma_errmsg says which) */
-	ONERMA_E_PROTOCOL,     /* the engine's reply or segment broke the protocol */
+	ONERMA_E_PROTOCOL,     /* the engine's reply or segment, or a keyx reply, broke the protocol */
 	/* Engine refusals, one per ctlmsg code. */
 	ONERMA_E_BAD_REQUEST,  /* bad_request: the engine rejected the request */
 	ONERMA_E_STATE,        /* state: not valid now */
