@@ -515,6 +515,7 @@ struct onerma_keyx {
 	bool answered;
 	char addr[300]; /* as dialled, for messages */
 	char ca_name[128];
+	char peer_names[512]; /* of the owner's certificate, when it failed verification */
 	uint8_t in[2 + ONR_KX_MAX_FRAME];
 };
 
@@ -590,10 +591,12 @@ static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 }
 
 static BIO_METHOD *bio_method;
-static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+static int kx_index = -1; /* an SSL's ex_data slot for its struct onerma_keyx */
+static pthread_once_t kx_once = PTHREAD_ONCE_INIT;
 
-static void bio_method_init(void)
+static void kx_once_init(void)
 {
+	kx_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
 	BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "onerma keyx");
 	if (m && BIO_meth_set_write(m, bio_write) == 1 && BIO_meth_set_read(m, bio_read) == 1 &&
 	    BIO_meth_set_ctrl(m, bio_ctrl) == 1)
@@ -677,6 +680,47 @@ static int tls_io(struct onerma_keyx *kx, enum io_op op, void *buf, int n, int64
 	}
 }
 
+/* san_list writes c's DNS names, then its IP addresses (as keyx lists
+ * them), joined by ", ", into buf. */
+static void san_list(X509 *c, char *buf, size_t n)
+{
+	GENERAL_NAMES *sans = X509_get_ext_d2i(c, NID_subject_alt_name, NULL, NULL);
+	size_t len = 0;
+	buf[0] = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; sans && i < sk_GENERAL_NAME_num(sans); i++) {
+			const GENERAL_NAME *gn = sk_GENERAL_NAME_value(sans, i);
+			char one[INET6_ADDRSTRLEN + 1] = "";
+			if (pass == 0 && gn->type == GEN_DNS) {
+				snprintf(one, sizeof one, "%.*s", ASN1_STRING_length(gn->d.dNSName),
+					 (const char *)ASN1_STRING_get0_data(gn->d.dNSName));
+			} else if (pass == 1 && gn->type == GEN_IPADD) {
+				int l = ASN1_STRING_length(gn->d.iPAddress);
+				const unsigned char *d = ASN1_STRING_get0_data(gn->d.iPAddress);
+				if (l == 4 || l == 16)
+					inet_ntop(l == 4 ? AF_INET : AF_INET6, d, one, sizeof one);
+			}
+			if (one[0] && len < n) {
+				int w = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", one);
+				len += w > 0 ? (size_t)w : 0;
+			}
+		}
+	GENERAL_NAMES_free(sans);
+}
+
+/* verify_cb keeps OpenSSL's verdict and notes the names of the owner's
+ * certificate when it fails, for the message that says which it holds
+ * (OpenSSL keeps no peer certificate from a failed handshake). */
+static int verify_cb(int ok, X509_STORE_CTX *sc)
+{
+	SSL *ssl = X509_STORE_CTX_get_ex_data(sc, SSL_get_ex_data_X509_STORE_CTX_idx());
+	struct onerma_keyx *kx = ssl ? SSL_get_ex_data(ssl, kx_index) : NULL;
+	X509 *c = X509_STORE_CTX_get_current_cert(sc);
+	if (!ok && kx && c && X509_STORE_CTX_get_error_depth(sc) == 0 && !kx->peer_names[0])
+		san_list(c, kx->peer_names, sizeof kx->peer_names);
+	return ok;
+}
+
 /* explain_server_cert records why the owner's certificate failed
  * verification, as keyx's explainServerCert says it. */
 static int explain_server_cert(struct onerma_keyx *kx, const char *host)
@@ -695,37 +739,11 @@ static int explain_server_cert(struct onerma_keyx *kx, const char *host)
 				"the owner's and the readers' credentials must come from one CA (%s)",
 				dial, kx->ca_name, X509_verify_cert_error_string(v));
 	case X509_V_ERR_HOSTNAME_MISMATCH:
-	case X509_V_ERR_IP_ADDRESS_MISMATCH: {
-		char names[512] = "";
-		size_t len = 0;
-		X509 *peer = SSL_get1_peer_certificate(kx->ssl);
-		GENERAL_NAMES *sans = peer ? X509_get_ext_d2i(peer, NID_subject_alt_name, NULL, NULL) : NULL;
-		/* DNS names first, then addresses, as keyx lists them. */
-		for (int pass = 0; pass < 2; pass++)
-			for (int i = 0; sans && i < sk_GENERAL_NAME_num(sans); i++) {
-				const GENERAL_NAME *gn = sk_GENERAL_NAME_value(sans, i);
-				char one[INET6_ADDRSTRLEN + 1] = "";
-				if (pass == 0 && gn->type == GEN_DNS) {
-					snprintf(one, sizeof one, "%.*s", ASN1_STRING_length(gn->d.dNSName),
-						 (const char *)ASN1_STRING_get0_data(gn->d.dNSName));
-				} else if (pass == 1 && gn->type == GEN_IPADD) {
-					int l = ASN1_STRING_length(gn->d.iPAddress);
-					const unsigned char *d = ASN1_STRING_get0_data(gn->d.iPAddress);
-					if (l == 4 || l == 16)
-						inet_ntop(l == 4 ? AF_INET : AF_INET6, d, one, sizeof one);
-				}
-				if (one[0] && len < sizeof names) {
-					int w = snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", one);
-					len += w > 0 ? (size_t)w : 0;
-				}
-			}
-		GENERAL_NAMES_free(sans);
-		X509_free(peer);
+	case X509_V_ERR_IP_ADDRESS_MISMATCH:
 		return onr_fail(-ONERMA_E_SERVER_CERT,
 				"keyx: dial %s: the server's certificate does not name %s (it names %s): dial a name it "
 				"holds, or issue the server's credentials for %s",
-				dial, host, names[0] ? names : "nothing", host);
-	}
+				dial, host, kx->peer_names[0] ? kx->peer_names : "nothing", host);
 	case X509_V_ERR_CERT_HAS_EXPIRED:
 	case X509_V_ERR_CERT_NOT_YET_VALID:
 		return onr_fail(-ONERMA_E_SERVER_CERT,
@@ -861,8 +879,8 @@ int onerma_keyx_dial(const char *addr, const char *creds_dir, int timeout_ms, st
 		return err;
 	if ((err = onr_kx_load_creds(path, false, &creds)) != 0)
 		return err;
-	pthread_once(&bio_once, bio_method_init);
-	if (!bio_method) {
+	pthread_once(&kx_once, kx_once_init);
+	if (!bio_method || kx_index < 0) {
 		onr_kx_creds_free(&creds);
 		return onr_fail(-ENOMEM, "keyx: dial: OpenSSL: no BIO method");
 	}
@@ -885,7 +903,7 @@ int onerma_keyx_dial(const char *addr, const char *creds_dir, int timeout_ms, st
 		err = onr_fail(-ONERMA_E_TLS, "keyx: dial %s: TLS setup: %s", addr, tls_detail(detail, sizeof detail, 0));
 		goto fail;
 	}
-	SSL_CTX_set_verify(kx->ctx, SSL_VERIFY_PEER, NULL);
+	SSL_CTX_set_verify(kx->ctx, SSL_VERIFY_PEER, verify_cb);
 	onr_kx_creds_free(&creds); /* the context holds its own references */
 	if (!(kx->ssl = SSL_new(kx->ctx))) {
 		err = onr_fail(-ENOMEM, "keyx: dial %s: TLS setup: %s", addr, tls_detail(detail, sizeof detail, 0));
@@ -894,6 +912,7 @@ int onerma_keyx_dial(const char *addr, const char *creds_dir, int timeout_ms, st
 	/* The owner's certificate must have the server-auth usage and name
 	 * host: an IP address among its IP addresses, else a DNS name (sent
 	 * as SNI, as Go does for names). */
+	SSL_set_ex_data(kx->ssl, kx_index, kx);
 	X509_VERIFY_PARAM *vp = SSL_get0_param(kx->ssl);
 	X509_VERIFY_PARAM_set_purpose(vp, X509_PURPOSE_SSL_SERVER);
 	if (inet_pton(AF_INET, host, ipbuf) == 1 || inet_pton(AF_INET6, host, ipbuf) == 1)
