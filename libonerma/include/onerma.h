@@ -32,9 +32,11 @@
  * and a negative code on failure: -errno for a failed system call (-ENOENT:
  * no engine socket, -ECONNREFUSED, -ENOMEM, -ETIMEDOUT, ...) and
  * -ONERMA_E_* for the library's and the engine's own (onerma_strerror names
- * both). An engine refusal maps its ctlmsg code to one ONERMA_E_* each;
- * onerma_errmsg() returns the engine's own message (or the library's detail)
- * for the last failed control call of the calling thread.
+ * both). An engine refusal maps its ctlmsg code to one ONERMA_E_* each,
+ * a key exchange owner's refusal its keyx code to one ONERMA_E_KX_* each;
+ * onerma_errmsg() returns the engine's or the owner's own message (or the
+ * library's detail) for the last failed control call of the calling
+ * thread.
  *
  * Hot path. onerma_post, onerma_submit, onerma_flush, onerma_poll,
  * onerma_slot_take and onerma_slot_release make no system call, take no
@@ -52,6 +54,8 @@
  *  - struct onerma_region: belongs to its portal's thread, except
  *    onerma_region_key and onerma_region_derive_kd, which any thread may
  *    call at any time, also while onerma_rekey runs.
+ *  - struct onerma_keyx: one request at a time; use it from one thread,
+ *    or dial one per thread (its own TLS session).
  *  - Functions of no object (onerma_derive_kd, onerma_strerror,
  *    onerma_status_str, onerma_addr_*) are safe from any thread;
  *    onerma_errmsg is per thread.
