@@ -287,8 +287,10 @@ int onr_kx_parse_bundle(const uint8_t *data, size_t len, struct onr_creds *out, 
 			snprintf(why, whyn, "certificate: malformed");
 			goto out;
 		}
+		/* x509's CheckSignatureFrom: a CA whose key usage, if it has one,
+		 * allows signing certificates, and its signature. */
 		EVP_PKEY *capub = X509_get0_pubkey(out->ca);
-		if (!capub || X509_verify(out->leaf, capub) != 1) {
+		if (!(X509_get_key_usage(out->ca) & KU_KEY_CERT_SIGN) || !capub || X509_verify(out->leaf, capub) != 1) {
 			snprintf(why, whyn, "certificate not signed by the CA");
 			goto out;
 		}
@@ -668,12 +670,19 @@ static int tls_io(struct onerma_keyx *kx, enum io_op op, void *buf, int n, int64
 			return 0; /* the owner closed without close_notify */
 		if (op == IO_CONNECT && SSL_get_verify_result(kx->ssl) != X509_V_OK)
 			return -ONERMA_E_SERVER_CERT; /* the caller explains it */
+		/* With TLS 1.3 the owner judges this client's certificate after
+		 * the client's side of the handshake: an alert before its first
+		 * reply is that verdict. An alert during the handshake is about
+		 * something else (the version, the cipher suites). */
 		int alert = remote_alert();
-		if (alert >= 0 && !kx->answered)
+		if (alert >= 0 && op != IO_CONNECT && !kx->answered)
 			return onr_fail(-ONERMA_E_CERT_REFUSED,
 					"keyx: %s %s: the owner refused this client's certificate (it must be a client "
 					"certificate from the owner's CA, not expired): remote error: tls: %s",
 					what, kx->addr, SSL_alert_desc_string_long(alert));
+		if (alert >= 0)
+			return onr_fail(-ONERMA_E_TLS, "keyx: %s %s: remote error: tls: %s", what, kx->addr,
+					SSL_alert_desc_string_long(alert));
 		if (e == SSL_ERROR_SYSCALL && sys != 0)
 			return onr_fail(-sys, "keyx: %s %s: %s", what, kx->addr, strerror(sys));
 		return onr_fail(-ONERMA_E_TLS, "keyx: %s %s: %s", what, kx->addr, tls_detail(detail, sizeof detail, sys));

@@ -223,7 +223,9 @@ int fk_start(struct fk_server *s)
 	s->stop = 0;
 	s->nreq = s->req_len = s->handshakes_failed = s->step = 0;
 	s->ctx = SSL_CTX_new(TLS_server_method());
-	if (!s->ctx || SSL_CTX_set_min_proto_version(s->ctx, TLS1_3_VERSION) != 1 ||
+	if (!s->ctx ||
+	    SSL_CTX_set_min_proto_version(s->ctx, s->max_version ? TLS1_2_VERSION : TLS1_3_VERSION) != 1 ||
+	    SSL_CTX_set_max_proto_version(s->ctx, s->max_version ? s->max_version : TLS1_3_VERSION) != 1 ||
 	    SSL_CTX_use_certificate(s->ctx, s->cert->cert) != 1 || SSL_CTX_use_PrivateKey(s->ctx, s->cert->key) != 1 ||
 	    X509_STORE_add_cert(SSL_CTX_get_cert_store(s->ctx), s->trust->cert) != 1)
 		return -1;

@@ -61,6 +61,7 @@ struct fk_server {
 	/* Set before fk_start. */
 	const struct fk_cert *cert; /* the server's certificate */
 	const struct fk_cert *trust; /* the CA it requires of clients */
+	int max_version;             /* 0: TLS 1.3; TLS1_2_VERSION: an owner of no TLS 1.3 */
 	struct fk_step script[8];
 	int nscript;
 	/* Read after fk_stop. */

@@ -496,6 +496,18 @@ void test_keyx_tls(void)
 	fk_stop(&s);
 	CHECK_EQ(s.handshakes_failed, 1);
 
+	/* An owner of TLS 1.2 at most: its alert in the handshake is a TLS
+	 * failure, not a verdict on this client's certificate. */
+	memset(&s, 0, sizeof s);
+	s.cert = &kc.server;
+	s.trust = &kc.ca;
+	s.max_version = TLS1_2_VERSION;
+	CHECK_EQ(fk_start(&s), 0);
+	CHECK_EQ(dial_port(s.port, "127.0.0.1", 5000, &kx), -ONERMA_E_TLS);
+	CHECK_MSG("remote error: tls: protocol version");
+	fk_stop(&s);
+	s.max_version = 0;
+
 	/* Nothing listening: refused at once, retried until the timeout. */
 	CHECK_EQ(fk_start(&s), 0);
 	uint16_t port = s.port;
