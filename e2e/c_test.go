@@ -513,10 +513,12 @@ func TestCPerf(t *testing.T) {
 	for _, c := range []struct{ args, want string }{
 		{"-self -s 5000", "-s 5000: want 1..4096"},
 		{"-self -O 0", "-O 0: want 1..65536"},
-		{"-server 127.0.0.1:18515", "-server: the key exchange with an rmaperf server"},
+		{"-server 127.0.0.1:18515", "-server needs -region (the id the server printed)"},
+		{"-server 127.0.0.1:18515 -region 0x10001", "-server needs TLS credentials: -creds DIR"},
+		{"-creds-fd 3", "-creds-fd: credentials from a launcher's descriptor (keyx.Attach) are Go's"},
 		{"-self -class mid", `-class "mid": want low or high`},
 		{"-self -D soon", `invalid value "soon" for flag -D`},
-		{"-s 64", "need -self"},
+		{"-s 64", "need -server or -self"},
 	} {
 		out, err := exec.Command(perf, append([]string{"read_bw", "-socket", e.Socket}, strings.Fields(c.args)...)...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {

@@ -75,7 +75,11 @@
 // c-sdk stage (no Go), the C reader built with pkg-config and reading
 // through an engine. The examples and onerma-perf come from ONERMA_BIN
 // (make build puts them in bin/) or are built with make -C libonerma
-// examples tools.
+// examples tools. ckeyx_test.go has onerma-perf fetch its K_d from
+// `rmaperf server` over keyx (libonerma's client, keyx's Server) and read
+// verified data, and every refusal (not granted, address, unknown region,
+// revoked, another CA, a loose file, a server's credentials) reaches C with
+// its reason.
 //
 // tour_test.go runs the README's tour as a reader pastes it (the ```sh
 // block after <!-- tour; internal/frontdoor parses it) and checks the

@@ -32,9 +32,11 @@
  * and a negative code on failure: -errno for a failed system call (-ENOENT:
  * no engine socket, -ECONNREFUSED, -ENOMEM, -ETIMEDOUT, ...) and
  * -ONERMA_E_* for the library's and the engine's own (onerma_strerror names
- * both). An engine refusal maps its ctlmsg code to one ONERMA_E_* each;
- * onerma_errmsg() returns the engine's own message (or the library's detail)
- * for the last failed control call of the calling thread.
+ * both). An engine refusal maps its ctlmsg code to one ONERMA_E_* each,
+ * a key exchange owner's refusal its keyx code to one ONERMA_E_KX_* each;
+ * onerma_errmsg() returns the engine's or the owner's own message (or the
+ * library's detail) for the last failed control call of the calling
+ * thread.
  *
  * Hot path. onerma_post, onerma_submit, onerma_flush, onerma_poll,
  * onerma_slot_take and onerma_slot_release make no system call, take no
@@ -52,6 +54,8 @@
  *  - struct onerma_region: belongs to its portal's thread, except
  *    onerma_region_key and onerma_region_derive_kd, which any thread may
  *    call at any time, also while onerma_rekey runs.
+ *  - struct onerma_keyx: one request at a time; use it from one thread,
+ *    or dial one per thread (its own TLS session).
  *  - Functions of no object (onerma_derive_kd, onerma_strerror,
  *    onerma_status_str, onerma_addr_*) are safe from any thread;
  *    onerma_errmsg is per thread.
@@ -170,7 +174,7 @@ enum onerma_error {
 	ONERMA_E_ENGINE_GONE,  /* the engine went away: redial */
 	ONERMA_E_ZERO_KEY,     /* a region key of all zero bytes */
 	ONERMA_E_INVALID,      /* an argument out of its range (onerma_errmsg says which) */
-	ONERMA_E_PROTOCOL,     /* the engine's reply or segment broke the protocol */
+	ONERMA_E_PROTOCOL,     /* the engine's reply or segment, or a keyx reply, broke the protocol */
 	/* Engine refusals, one per ctlmsg code. */
 	ONERMA_E_BAD_REQUEST,  /* bad_request: the engine rejected the request */
 	ONERMA_E_STATE,        /* state: not valid now */
@@ -186,6 +190,29 @@ enum onerma_error {
 	ONERMA_E_TOO_LARGE,    /* too_large: the request datagram was too long */
 	ONERMA_E_FDS_REJECTED, /* fds_rejected: the request carried file descriptors */
 	ONERMA_E_ENGINE,       /* a code this library does not know */
+	/* Key exchange (onerma_keyx_*): this process's credentials. */
+	ONERMA_E_CREDS_FILE,    /* a credentials file is unsafe: not a regular file, group or others
+				 * may read or write it, another user owns it, or its directory is
+				 * writable by others */
+	ONERMA_E_CREDS,         /* a credentials bundle is malformed (not CA cert, cert, key) */
+	ONERMA_E_CREDS_ROLE,    /* server credentials used as a client's (no client-auth usage) */
+	ONERMA_E_CREDS_EXPIRED, /* the certificate or its CA expired, or is not yet valid */
+	/* Key exchange: the TLS session. */
+	ONERMA_E_SERVER_CERT,   /* the owner's certificate: not from the credentials' CA, not
+				 * naming the host dialled, expired, or not a server certificate */
+	ONERMA_E_CERT_REFUSED,  /* the owner refused this client's certificate (foreign CA, expired) */
+	ONERMA_E_TLS,           /* another TLS failure (handshake, version, record) */
+	ONERMA_E_KX_CLOSED,     /* the owner closed the connection, or an earlier failure left it unusable */
+	/* Key exchange: an owner's refusal, one per keyx.Code. */
+	ONERMA_E_KX_BAD_REQUEST, /* bad request: the owner found the request malformed */
+	ONERMA_E_KX_NO_REGION,   /* unknown region: the owner serves no region of that id */
+	ONERMA_E_KX_PERMISSION,  /* permission denied: the region does not allow that op remotely */
+	ONERMA_E_KX_REFUSED,     /* refused: the owner's own policy refused */
+	ONERMA_E_KX_INTERNAL,    /* internal error: the owner could not answer */
+	ONERMA_E_KX_NOT_GRANTED, /* not granted: no permit of this client covers the region and op */
+	ONERMA_E_KX_ADDRESS,     /* address not granted: the initiator address is not this client's */
+	ONERMA_E_KX_REVOKED,     /* certificate revoked: the CA revoked this client's certificate */
+	ONERMA_E_KX_CODE,        /* a refusal code this library does not know */
 	ONERMA_E_MAX
 };
 
@@ -354,6 +381,96 @@ ONERMA_API int onerma_poll(struct onerma_portal *p, struct onerma_completion *ou
  * on the doorbell until the engine rings (or the library does, on noticing
  * the engine is gone); without a doorbell it sleeps with backoff. */
 ONERMA_API int onerma_wait(struct onerma_portal *p, struct onerma_completion *out, int n, int timeout_ms);
+
+/* ---- Key exchange (keyx): fetching K_d from a region's owner ---- */
+
+/*
+ * A reader gets the K_d of each region it uses from the region's owner over
+ * the owner's key exchange, keyx (docs/protocol.md, "Key exchange"): TLS 1.3
+ * with mutual authentication under one CA, one 16-byte request and one
+ * reply per fetch. The credentials are the directory `rmactl creds DIR`
+ * writes: DIR/client.pem (the CA's certificate, the client certificate,
+ * its ECDSA P-256 private key in PKCS #8), as Go's keyx.LoadClient reads it.
+ *
+ *	struct onerma_identity id;
+ *	struct onerma_keyx *kx;
+ *	struct onerma_grant g;
+ *	onerma_portal_identity(p, &id);              // the engine-stamped identity
+ *	onerma_keyx_dial("owner.example:7000", "/etc/onerma/creds", 5000, &kx);
+ *	onerma_keyx_fetch(kx, region, ONERMA_OP_READ, id.addr, id.pid, 5000, &g);
+ *	onerma_keyx_close(kx);
+ *	struct onerma_op op = {0};
+ *	onerma_op_set_grant(&op, &g);                // remote_addr, remote_region, key
+ *	op.type = ONERMA_OP_READ; ...
+ *	onerma_grant_zero(&g);                       // once done with the region
+ *
+ * Errors: -ONERMA_E_CREDS_* for this process's credentials,
+ * -ONERMA_E_SERVER_CERT, _CERT_REFUSED and _TLS for the session,
+ * -ONERMA_E_KX_* for an owner's refusal (onerma_errmsg() holds the owner's
+ * own message), -ONERMA_E_PROTOCOL for a malformed reply, -errno for the
+ * system (-ECONNREFUSED, -ETIMEDOUT, -ENOENT: no credentials file, ...).
+ *
+ * A struct onerma_keyx carries one request at a time: use it from one
+ * thread, or dial one per thread. After a malformed exchange, a transport
+ * or TLS error, or a bad-request, revoked or internal refusal (the owner
+ * hangs up after those), it is unusable (-ONERMA_E_KX_CLOSED): close it
+ * and dial again. Other refusals leave it usable.
+ */
+struct onerma_keyx; /* a connection to one owner's key exchange */
+
+/* An owner's grant (keyx.Grant): the K_d of one request, and where and how
+ * large the region is. */
+struct onerma_grant {
+	uint8_t kd[ONERMA_KEY_SIZE]; /* K_d: put it in each op's key; secret */
+	uint32_t region;             /* the region id asked for */
+	uint32_t op;                 /* the op type asked for (enum onerma_op_type) */
+	uint32_t owner_addr;         /* the owner engine's IPv4 address, host order: send ops there */
+	uint64_t size;               /* the region's size in bytes */
+};
+
+/* onerma_keyx_check_creds loads the client credentials of creds_dir
+ * (creds_dir/client.pem) and checks them as onerma_keyx_dial does, without
+ * dialling: 0, or the error dial would return for them. */
+ONERMA_API int onerma_keyx_check_creds(const char *creds_dir);
+
+/* onerma_keyx_dial loads the client credentials of creds_dir, connects to
+ * the owner's key exchange at addr ("host:port", "[v6]:port") and completes
+ * the TLS 1.3 handshake, verifying that the owner's certificate is from the
+ * credentials' CA, has the server-auth usage and names host (a DNS name or
+ * an IP address). It retries a refused TCP connection (the owner still
+ * starting) until timeout_ms ends (0: 30000; < 0: without end). With TLS
+ * 1.3 the owner judges this client's certificate after the client's side
+ * of the handshake is done: its refusal shows on the first fetch
+ * (-ONERMA_E_CERT_REFUSED). */
+ONERMA_API int onerma_keyx_dial(const char *addr, const char *creds_dir, int timeout_ms, struct onerma_keyx **out);
+
+/* onerma_keyx_fetch asks the owner for the K_d of the process whose engine
+ * stamps it with `identity` (onerma_identity.pid) through the engine at
+ * initiator_addr (onerma_identity.addr, host order), for ops of type `op`
+ * (ONERMA_OP_READ, _WRITE or _REKEY) on `region`, waiting up to timeout_ms
+ * (0: 30000; < 0: without end). On success *out holds the grant, checked to
+ * answer this region and op; on failure *out is zeroed. */
+ONERMA_API int onerma_keyx_fetch(struct onerma_keyx *kx, uint32_t region, int op, uint32_t initiator_addr,
+				 uint32_t identity, int timeout_ms, struct onerma_grant *out);
+
+/* onerma_keyx_fetch_for is onerma_keyx_fetch for the process behind id
+ * (onerma_portal_identity). */
+ONERMA_API int onerma_keyx_fetch_for(struct onerma_keyx *kx, const struct onerma_identity *id, uint32_t region,
+				     int op, int timeout_ms, struct onerma_grant *out);
+
+/* onerma_keyx_peer_name copies the common name of the owner's certificate
+ * into buf (NUL-terminated, cut to n-1 bytes). */
+ONERMA_API void onerma_keyx_peer_name(const struct onerma_keyx *kx, char *buf, size_t n);
+
+/* onerma_keyx_close ends the TLS session, closes the connection and frees
+ * kx (its private key zeroed). NULL is a no-op. */
+ONERMA_API void onerma_keyx_close(struct onerma_keyx *kx);
+
+/* onerma_op_set_grant sets op's remote_addr, remote_region and key from g. */
+ONERMA_API void onerma_op_set_grant(struct onerma_op *op, const struct onerma_grant *g);
+
+/* onerma_grant_zero zeroes g, its K_d with it, in a way the compiler keeps. */
+ONERMA_API void onerma_grant_zero(struct onerma_grant *g);
 
 /* ---- Keys, addresses, errors ---- */
 

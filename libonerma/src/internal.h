@@ -185,6 +185,43 @@ ONR_HIDDEN void onr_set_quota(const char *quota);
 ONR_HIDDEN int onr_random_key(uint8_t k[ONERMA_KEY_SIZE]);
 ONR_HIDDEN bool onr_key_zero(const uint8_t k[ONERMA_KEY_SIZE]);
 
+/* ---- The key exchange (package keyx) ---- */
+
+#define ONR_KX_VERSION 1          /* keyx.Version */
+#define ONR_KX_REQUEST_LEN 16     /* keyx's requestLen */
+#define ONR_KX_GRANT_LEN 40       /* keyx's grantLen */
+#define ONR_KX_MAX_MSG 256        /* keyx's maxMsgLen: the longest refusal message */
+#define ONR_KX_MAX_FRAME (4 + 256) /* keyx's maxFrameLen: the longest reply body */
+#define ONR_KX_MAX_BUNDLE 4096    /* keyx's maxBundle: the largest credentials file */
+#define ONR_KX_CLIENT_FILE "client.pem" /* keyx.ClientFile */
+#define ONR_KX_DEFAULT_TIMEOUT_MS 30000
+
+/* One party's credentials: the CA it trusts, its certificate, its key. */
+struct onr_creds {
+	struct x509_st *ca, *leaf;
+	struct evp_pkey_st *key;
+};
+
+/* onr_kx_load_creds reads the bundle at path and checks it as keyx.LoadFile
+ * and the role check of keyx.LoadClient (server false) or LoadServer do:
+ * 0, or -errno / -ONERMA_E_CREDS_* with the reason in onerma_errmsg. */
+ONR_HIDDEN int onr_kx_load_creds(const char *path, bool server, struct onr_creds *out);
+/* onr_kx_parse_bundle parses a bundle (keyx's parseCredentials): 0, or
+ * -ONERMA_E_CREDS with the reason in why. */
+ONR_HIDDEN int onr_kx_parse_bundle(const uint8_t *data, size_t len, struct onr_creds *out, char *why, size_t whyn);
+ONR_HIDDEN void onr_kx_creds_free(struct onr_creds *c);
+/* onr_kx_encode_request writes a request body, refusing what keyx's
+ * Request.check refuses (-ONERMA_E_INVALID). */
+ONR_HIDDEN int onr_kx_encode_request(uint8_t b[ONR_KX_REQUEST_LEN], uint32_t region, int op, uint32_t initiator,
+				     uint32_t identity);
+/* onr_kx_parse_reply decodes a reply body as keyx's parseReply: 0 with the
+ * grant in *g; an owner's refusal, -ONERMA_E_KX_* with its message as
+ * onerma_errmsg; -ONERMA_E_PROTOCOL for a malformed reply. *g is zeroed on
+ * failure. */
+ONR_HIDDEN int onr_kx_parse_reply(const uint8_t *b, size_t len, struct onerma_grant *g);
+/* onr_kx_code_error maps a keyx.Code to -ONERMA_E_KX_*. */
+ONR_HIDDEN int onr_kx_code_error(uint8_t code);
+
 /* ---- The portal ---- */
 
 /* One op posted and not seen completed (portal/track.go's pendingOp). */

@@ -22,7 +22,14 @@ int main()
 	std::memset(kd, 0, sizeof kd);
 	int (*dial)(const char *, const char *, const onerma_options *, onerma_portal **) = onerma_dial;
 	int (*poll)(onerma_portal *, onerma_completion *, int) = onerma_poll;
+	int (*kx_dial)(const char *, const char *, int, onerma_keyx **) = onerma_keyx_dial;
+	int (*kx_fetch)(onerma_keyx *, uint32_t, int, uint32_t, uint32_t, int, onerma_grant *) = onerma_keyx_fetch;
+	onerma_grant g = onerma_grant();
+	g.op = ONERMA_OP_READ;
+	onerma_op_set_grant(&op, &g);
 	(void)dial;
 	(void)poll;
+	(void)kx_dial;
+	(void)kx_fetch;
 	return static_cast<int>(id.pid) + opt.service_class + static_cast<int>(op.length) + c.status + kd[0] - ONERMA_E_BASE > 0 ? 0 : 1;
 }

@@ -13,27 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "fake_engine.h"
 #include "internal.h"
+#include "unit_keyx.h"
 
-static int failures; /* in the running test */
-
-#define CHECK(cond)                                                                                                    \
-	do {                                                                                                           \
-		if (!(cond)) {                                                                                         \
-			fprintf(stderr, "    %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);                   \
-			failures++;                                                                                    \
-		}                                                                                                      \
-	} while (0)
-#define CHECK_EQ(got, want)                                                                                            \
-	do {                                                                                                           \
-		long long g_ = (long long)(got), w_ = (long long)(want);                                               \
-		if (g_ != w_) {                                                                                        \
-			fprintf(stderr, "    %s:%d: %s = %lld, want %lld (%s)\n", __FILE__, __LINE__, #got, g_, w_,   \
-				onerma_errmsg());                                                                      \
-			failures++;                                                                                    \
-		}                                                                                                      \
-	} while (0)
+int failures; /* in the running test */
 
 static void hex(const char *s, uint8_t *out, size_t n)
 {
@@ -665,6 +650,11 @@ int main(void)
 		{"engine_gone", test_engine_gone},
 		{"refusals", test_refusals},
 		{"corrupt_rings", test_corrupt_rings},
+		{"keyx_request", test_keyx_request},
+		{"keyx_reply", test_keyx_reply},
+		{"keyx_creds", test_keyx_creds},
+		{"keyx_fetch", test_keyx_fetch},
+		{"keyx_tls", test_keyx_tls},
 	};
 	int passed = 0, failed = 0;
 	snprintf(sock_path, sizeof sock_path, "/tmp/onerma-unit-%d.sock", (int)getpid());
@@ -678,6 +668,7 @@ int main(void)
 		else
 			passed++;
 	}
+	keyx_test_cleanup();
 	printf("unit: %d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

@@ -3,16 +3,25 @@
  * libonerma, so that a C application's speed is measured as a Go one's is,
  * with the same flags and the same -json row (internal/benchrow.Row).
  *
- *	onerma-perf read_bw   [-socket PATH] -self [-s SIZE] [-O N] [-D DURATION] [-json]
- *	onerma-perf read_lat  [-socket PATH] -self [-s SIZE] [-D DURATION] [-json]
- *	onerma-perf write_bw  [-socket PATH] -self [-s SIZE] [-O N] [-D DURATION] [-json]
- *	onerma-perf write_lat [-socket PATH] -self [-s SIZE] [-D DURATION] [-json]
+ *	onerma-perf read_bw   [-socket PATH] (-server HOST:PORT -region ID -creds DIR | -self) [-s SIZE] [-O N] [-D DURATION] [-json]
+ *	onerma-perf read_lat  [-socket PATH] (-server HOST:PORT -region ID -creds DIR | -self) [-s SIZE] [-D DURATION] [-json]
+ *	onerma-perf write_bw  [-socket PATH] (-server HOST:PORT -region ID -creds DIR | -self) [-s SIZE] [-O N] [-D DURATION] [-json]
+ *	onerma-perf write_lat [-socket PATH] (-server HOST:PORT -region ID -creds DIR | -self) [-s SIZE] [-D DURATION] [-json]
  *
- * It opens a portal on its engine, registers a region there (-self: the
- * single-engine loopback of rmaperf -self), derives its own K_d for the
- * test's op type with onerma_derive_kd, as an owner does for a reader, and
- * keeps -O ops of -s bytes in flight (the _lat tests: one) for -warmup and
- * then -D. READs land in a local sink, WRITEs come from a local source;
+ * It opens a portal on its engine and finds its target one of two ways.
+ * With -self (the single-engine loopback of rmaperf -self) it registers a
+ * region on its own engine and derives its own K_d for the test's op type
+ * with onerma_derive_kd, as an owner does for a reader. With -server it is
+ * rmaperf's client of an `rmaperf server`: it checks the credentials of
+ * -creds DIR (DIR/client.pem, as `rmactl creds` wrote it) before asking
+ * its engine for anything, then fetches the K_d of its portal's identity
+ * for the test's op on region -region over the key exchange (libonerma's
+ * keyx client: TLS 1.3, the server's certificate verified against the
+ * credentials' CA and the host of -server), retrying a refused connection
+ * for 10 s as rmaperf does, and sends its ops to the engine the grant
+ * names. A refusal is reported with its reason and the owner's words, and
+ * the tool exits 1. It then keeps -O ops of -s bytes in flight (the _lat
+ * tests: one) for -warmup and then -D. READs land in a local sink, WRITEs come from a local source;
  * remote offsets walk the region as rmaperf's do. It reports ops/s, MB/s,
  * latency percentiles from post to completion (the histogram of
  * engine/telemetry.Hist, preallocated), the engine's total_delay
@@ -29,9 +38,13 @@
  * -yield calls sched_yield after each empty poll; -spin=false sleeps 1 us
  * every 4096 empty polls.
  *
- * rmaperf's key exchange with an rmaperf server (-server, -creds: TLS 1.3
- * through package keyx) and its executor (-exec, sizes above 4096) are
- * Go's; onerma-perf refuses those flags by name.
+ * -verify checks every byte read against the pattern rmaperf's server and
+ * -self fill their regions with; a write test verifies only with -self (the
+ * written region must be this process's), as rmaperf's does.
+ *
+ * rmaperf's credentials from a launcher (-creds-fd, keyx.Attach) and its
+ * executor (-exec, sizes above 4096) are Go's; onerma-perf refuses those
+ * flags by name.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -62,7 +75,7 @@ struct flag {
 };
 
 struct opts {
-	const char *socket, *name, *setup, *class_flag;
+	const char *socket, *name, *setup, *class_flag, *server, *creds, *region;
 	int size, outstanding, spins;
 	bool self, json, verify, spin, yield, event;
 	int64_t dur_ns, warm_ns;
@@ -74,6 +87,9 @@ static struct opts o = {
 	.name = "onerma-perf",
 	.setup = "",
 	.class_flag = "low",
+	.server = "",
+	.creds = "",
+	.region = "",
 	.size = 64,
 	.outstanding = 32,
 	.spin = true,
@@ -85,20 +101,25 @@ static struct flag flags[] = {
 	{"D", F_DUR, &o.dur_ns, "5s", "measurement duration", false},
 	{"O", F_INT, &o.outstanding, "32", "ops kept in flight (read_lat, write_lat: 1)", false},
 	{"class", F_STR, &o.class_flag, "\"low\"", "class of service to ask the engine for: low or high", false},
+	{"creds", F_STR, &o.creds, "",
+	 "with -server: directory of the client's TLS credentials (DIR/client.pem, from rmactl creds)", false},
 	{"event", F_BOOL, &o.event, "",
 	 "wait with onerma_wait: spin -spins polls, then sleep on the engine's completion doorbell", false},
 	{"json", F_BOOL, &o.json, "", "print one JSON line (rmaperf's row, system \"onerma-c\")", false},
 	{"name", F_STR, &o.name, "\"onerma-perf\"",
 	 "application name presented to the engine (its slot and class policy match on it)", false},
+	{"region", F_STR, &o.region, "", "with -server: the region id the server printed", false},
 	{"region-bytes", F_U64, &o.region_bytes, "", "with -self: bytes of the region the ops read or write (0: 1 MB)",
 	 false},
 	{"s", F_INT, &o.size, "64", "op size in bytes (1..4096)", false},
-	{"self", F_BOOL, &o.self, "", "target a region of this client's own engine (loopback); needed", false},
+	{"self", F_BOOL, &o.self, "", "target a region of this client's own engine (loopback)", false},
+	{"server", F_STR, &o.server, "", "rmaperf server's key service HOST:PORT", false},
 	{"setup", F_STR, &o.setup, "", "setup label for -json (loopback, memif, ...)", false},
 	{"socket", F_STR, &o.socket, "\"" ONERMA_DEFAULT_SOCKET "\"", "engine control socket", false},
 	{"spin", F_BOOL, &o.spin, "true", "busy-poll for completions (false: sleep 1 us every 4096 empty polls)", false},
 	{"spins", F_INT, &o.spins, "", "with -event: polls before sleeping (0: libonerma's default, -1: none)", false},
-	{"verify", F_BOOL, &o.verify, "", "check every byte read (write tests: every byte written)", false},
+	{"verify", F_BOOL, &o.verify, "", "check every byte read (write tests: every byte written, with -self only)",
+	 false},
 	{"warmup", F_DUR, &o.warm_ns, "500ms", "warm-up before measuring", false},
 	{"yield", F_BOOL, &o.yield, "", "sched_yield after every empty poll (share a CPU with an engine)", false},
 };
@@ -108,11 +129,9 @@ static struct flag flags[] = {
  * for a name rmaperf does not have either. */
 static const char *foreign(const char *name)
 {
-	static const char *const keyx[] = {"server", "creds", "creds-fd", "region"};
 	static const char *const exec[] = {"exec", "bg", "rate", "chunk", "exec-slots", "timeout-retries"};
-	for (size_t i = 0; i < sizeof keyx / sizeof keyx[0]; i++)
-		if (strcmp(name, keyx[i]) == 0)
-			return "the key exchange with an rmaperf server (TLS 1.3, package keyx) is Go's: use -self";
+	if (strcmp(name, "creds-fd") == 0)
+		return "credentials from a launcher's descriptor (keyx.Attach) are Go's: use -creds DIR";
 	for (size_t i = 0; i < sizeof exec / sizeof exec[0]; i++)
 		if (strcmp(name, exec[i]) == 0)
 			return "portal.Executor is Go's: onerma-perf moves ops of 1..4096 bytes";
@@ -124,10 +143,10 @@ static const char *foreign(const char *name)
 }
 
 static const char *synopsis[] = {
-	PROG " read_bw   [-socket PATH] -self [-s SIZE] [-O N] [-D DURATION] [-json]",
-	PROG " read_lat  [-socket PATH] -self [-s SIZE] [-D DURATION] [-json]",
-	PROG " write_bw  [-socket PATH] -self [-s SIZE] [-O N] [-D DURATION] [-json]",
-	PROG " write_lat [-socket PATH] -self [-s SIZE] [-D DURATION] [-json]",
+	PROG " read_bw   [-socket PATH] (-server HOST:PORT -region ID -creds DIR | -self) [-s SIZE] [-O N] [-D DURATION] [-json]",
+	PROG " read_lat  [-socket PATH] (-server HOST:PORT -region ID -creds DIR | -self) [-s SIZE] [-D DURATION] [-json]",
+	PROG " write_bw  [-socket PATH] (-server HOST:PORT -region ID -creds DIR | -self) [-s SIZE] [-O N] [-D DURATION] [-json]",
+	PROG " write_lat [-socket PATH] (-server HOST:PORT -region ID -creds DIR | -self) [-s SIZE] [-D DURATION] [-json]",
 };
 
 static void usage(FILE *w)
@@ -137,9 +156,12 @@ static void usage(FILE *w)
 	fprintf(w, "\nrmaperf's raw tests through libonerma, the C client: the same flags where they\n"
 		   "apply and the same -json row (system \"onerma-c\"), with cpu_ns_per_op, this\n"
 		   "process's CPU time per op. -self registers a region on the engine and derives\n"
-		   "its own K_d (onerma_derive_kd).\n");
+		   "its own K_d (onerma_derive_kd); -server fetches the K_d from an rmaperf server\n"
+		   "over the key exchange (TLS 1.3, libonerma's keyx client).\n");
 	fprintf(w, "\nexamples:\n");
 	fprintf(w, "  " PROG " read_bw -socket /run/onerma/rmad.sock -self -s 64 -O 32 -D 5s\n");
+	fprintf(w, "  " PROG " read_bw -server hosta.example:18515 -region 0x10001 -creds ~/onerma-creds -s 4096 -O 16 "
+		   "-D 10s -verify\n");
 	fprintf(w, "  " PROG " read_lat -self -s 4096 -D 5s -json\n");
 	fprintf(w, "\nflags:\n");
 	for (size_t i = 0; i < NFLAGS; i++) {
@@ -409,22 +431,92 @@ static int fail(const char *test, const char *what, int err, bool control)
 	return 1;
 }
 
-static int run(const char *test, struct onerma_portal *p, bool write, struct result *res)
+/* What the ops read or write: the engine and region, their size, the K_d,
+ * and (with -self) the memory, to verify writes. */
+struct target {
+	uint32_t addr, region;
+	uint64_t size;
+	uint8_t kd[ONERMA_KEY_SIZE];
+	const uint8_t *mem;
+};
+
+/* self_target registers a region of this engine filled with the pattern
+ * and derives the K_d an owner derives for this process's identity and the
+ * test's op type (onerma_derive_kd, from the region's K_r). */
+static int self_target(const char *test, struct onerma_portal *p, bool write, struct target *t)
+{
+	uint64_t region_bytes = o.region_bytes ? o.region_bytes : 1 << 20;
+	struct onerma_region *r;
+	struct onerma_identity id;
+	uint8_t kr[ONERMA_KEY_SIZE], *mem;
+	int err;
+	if ((err = onerma_register_region(p, region_bytes, ONERMA_PERM_ALL, &r)) != 0)
+		return fail(test, "register_region (the target)", err, true);
+	mem = onerma_region_addr(r);
+	for (uint64_t i = 0; i < region_bytes; i++)
+		mem[i] = pattern_at(i);
+	onerma_portal_identity(p, &id);
+	onerma_region_key(r, kr);
+	err = onerma_derive_kd(kr, id.addr, id.pid, write ? ONERMA_OP_WRITE : ONERMA_OP_READ, t->kd);
+	explicit_bzero(kr, sizeof kr);
+	if (err != 0)
+		return fail(test, "derive_kd", err, false);
+	t->addr = id.addr;
+	t->region = onerma_region_id(r);
+	t->size = region_bytes;
+	t->mem = mem;
+	return 0;
+}
+
+/* server_target fetches the K_d of this portal's identity for the test's
+ * op on -region from the rmaperf server at -server (onerma_keyx_*), as
+ * rmaperf's client does with keyx.Fetch. */
+static int server_target(const char *test, struct onerma_portal *p, uint32_t region, bool write, struct target *t)
+{
+	struct onerma_identity id;
+	struct onerma_keyx *kx;
+	struct onerma_grant g;
+	char what[320];
+	int err;
+	snprintf(what, sizeof what, "key exchange with %s", o.server);
+	onerma_portal_identity(p, &id);
+	/* The server may still be starting: dial retries a refused
+	 * connection for 10 s. */
+	if ((err = onerma_keyx_dial(o.server, o.creds, 10000, &kx)) != 0)
+		return fail(test, what, err, true);
+	err = onerma_keyx_fetch_for(kx, &id, region, write ? ONERMA_OP_WRITE : ONERMA_OP_READ, 10000, &g);
+	onerma_keyx_close(kx);
+	if (err != 0)
+		return fail(test, what, err, true);
+	if (g.size < (uint64_t)o.size) {
+		fprintf(stderr, PROG " %s: region %#x is %" PRIu64 " bytes, smaller than -s %d\n", test, region, g.size,
+			o.size);
+		onerma_grant_zero(&g);
+		return 1;
+	}
+	t->addr = g.owner_addr;
+	t->region = g.region;
+	t->size = g.size;
+	memcpy(t->kd, g.kd, ONERMA_KEY_SIZE);
+	t->mem = NULL;
+	onerma_grant_zero(&g);
+	return 0;
+}
+
+static int run(const char *test, struct onerma_portal *p, bool write, const struct target *tg, struct result *res)
 {
 	const uint32_t O = (uint32_t)o.outstanding, size = (uint32_t)o.size;
-	uint64_t region_bytes = o.region_bytes ? o.region_bytes : 1 << 20;
-	struct onerma_region *target, *local;
-	struct onerma_identity id;
+	struct onerma_region *local;
 	struct onerma_op tmpl;
 	struct onerma_completion cpl[NCPL];
-	uint8_t kr[ONERMA_KEY_SIZE];
 	uint32_t *slots = calloc(O, sizeof *slots);
 	int64_t *post_at = calloc(O, sizeof *post_at);
 	uint64_t *rem_off = calloc(O, sizeof *rem_off);
 	uint64_t next = 0, span, ops = 0, errs = 0;
 	int64_t start, end, deadline, cpu0 = 0;
 	uint32_t inflight = 0, spins = 0;
-	uint8_t *tmem, *lmem;
+	const uint8_t *tmem = tg->mem;
+	uint8_t *lmem;
 	bool measuring = false;
 	int err, first_err = 0;
 
@@ -438,21 +530,8 @@ static int run(const char *test, struct onerma_portal *p, bool write, struct res
 	if ((err = onerma_alloc_slots(p, O, slots)) != 0)
 		return fail(test, "alloc_slots", err, true);
 
-	/* -self: the owner's side. A region of this engine, filled with the
-	 * pattern, and the K_d an owner derives for this process's identity
-	 * and the test's op type (onerma_derive_kd, from the region's K_r). */
-	if ((err = onerma_register_region(p, region_bytes, ONERMA_PERM_ALL, &target)) != 0)
-		return fail(test, "register_region (the target)", err, true);
-	tmem = onerma_region_addr(target);
-	for (uint64_t i = 0; i < region_bytes; i++)
-		tmem[i] = pattern_at(i);
-	onerma_portal_identity(p, &id);
 	memset(&tmpl, 0, sizeof tmpl);
-	onerma_region_key(target, kr);
-	err = onerma_derive_kd(kr, id.addr, id.pid, write ? ONERMA_OP_WRITE : ONERMA_OP_READ, tmpl.key);
-	explicit_bzero(kr, sizeof kr);
-	if (err != 0)
-		return fail(test, "derive_kd", err, false);
+	memcpy(tmpl.key, tg->kd, ONERMA_KEY_SIZE);
 
 	/* Each op in flight has its own 4 KB of local memory: a READ's sink,
 	 * a WRITE's source. */
@@ -465,11 +544,11 @@ static int run(const char *test, struct onerma_portal *p, bool write, struct res
 			lmem[i] = (uint8_t)(i * 17 + 3);
 
 	tmpl.type = write ? ONERMA_OP_WRITE : ONERMA_OP_READ;
-	tmpl.remote_addr = id.addr;
-	tmpl.remote_region = onerma_region_id(target);
+	tmpl.remote_addr = tg->addr;
+	tmpl.remote_region = tg->region;
 	tmpl.local = local;
 	tmpl.length = size;
-	span = region_bytes - size;
+	span = tg->size - size;
 
 #define POST(k)                                                                                                        \
 	do {                                                                                                           \
@@ -571,6 +650,7 @@ static int run(const char *test, struct onerma_portal *p, bool write, struct res
 		onerma_flush(p);
 	}
 #undef POST
+	explicit_bzero(tmpl.key, sizeof tmpl.key);
 	res->cpu_ns_per_op = ops > 0 ? (double)(cpu_ns() - cpu0) / (double)ops : 0;
 	res->ops = ops;
 	res->errs = errs;
@@ -660,7 +740,9 @@ int main(int argc, char **argv)
 	struct onerma_options opt;
 	struct onerma_portal *p;
 	struct result res;
+	struct target tg;
 	const char *test;
+	uint32_t region = 0;
 	bool write;
 	int rc, err;
 
@@ -699,10 +781,38 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!o.self) {
-		fprintf(stderr, PROG " %s: need -self (a region of this client's own engine; rmaperf's -server key "
-				"exchange is Go's)\n",
-			test);
-		return 2;
+		char *end;
+		unsigned long long v;
+		if (!o.server[0]) {
+			fprintf(stderr, PROG " %s: need -server or -self\n", test);
+			return 2;
+		}
+		errno = 0;
+		v = strtoull(o.region, &end, 0);
+		if (!o.region[0] || *end || errno || o.region[0] == '-' || v == 0 || v > UINT32_MAX) {
+			fprintf(stderr, PROG " %s: -server needs -region (the id the server printed): \"%s\"\n", test,
+				o.region);
+			return 2;
+		}
+		region = (uint32_t)v;
+		if (!o.creds[0]) {
+			fprintf(stderr,
+				PROG " %s: -server needs TLS credentials: -creds DIR (DIR/client.pem, copied from the DIR "
+				     "rmactl creds wrote)\n",
+				test);
+			return 2;
+		}
+		if (o.verify && write) {
+			fprintf(stderr,
+				PROG " %s: -verify of a write test needs -self (the written region must be this "
+				     "process's)\n",
+				test);
+			return 2;
+		}
+		/* The key exchange's inputs are checked before the engine is
+		 * asked for anything. */
+		if ((err = onerma_keyx_check_creds(o.creds)) != 0)
+			return fail(test, "credentials", err, true);
 	}
 	if (o.region_bytes != 0 && o.region_bytes < (uint64_t)o.size) {
 		fprintf(stderr, PROG " %s: -region-bytes %" PRIu64 ": smaller than -s %d\n", test, o.region_bytes,
@@ -732,7 +842,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(&res, 0, sizeof res);
-	rc = run(test, p, write, &res);
+	memset(&tg, 0, sizeof tg);
+	rc = o.self ? self_target(test, p, write, &tg) : server_target(test, p, region, write, &tg);
+	if (rc == 0)
+		rc = run(test, p, write, &tg, &res);
+	explicit_bzero(tg.kd, sizeof tg.kd);
 	if (rc == 0)
 		report(test, &res, argc, argv);
 	onerma_close(p);
