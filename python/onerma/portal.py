@@ -1,0 +1,684 @@
+"""Portals and regions: a CommandPortal on the engine (libonerma's struct
+onerma_portal) and the shared-memory regions registered through it.
+
+A Portal owns its slots, its regions and a scratch region of its own:
+
+    portal ──── slots        allocated at dial; the free ones in a Python list
+       │  ├──── regions      Region: id, size, perm, .view (memoryview), .numpy()
+       │  └──── scratch      slots × 4 KB, LOCAL_READ | LOCAL_WRITE: where read()
+       │                     lands data and write() takes it from, one 4 KB area
+       │                     per slot, when the caller names no region
+       └──── ready           completions of the caller's ops that read() or
+                             write() took from the ring while waiting for
+                             their own; the next poll() or wait() returns them
+
+Ops. read() and write() post and wait: a transfer of any length is split
+into ops of at most 4 KB, posted as slots free up, and the call returns
+once every op completed (or raises the first failure's StatusError after
+every op completed). The batch API posts ops without waiting (post_read,
+post_write, post_rekey), publishes them (flush, or the next poll or wait)
+and hands back their completions (poll, which never blocks, and wait).
+
+Cookies. The caller's cookies are below 2^63. read() and write() use
+cookies with bit 63 set and a generation number, so a completion of an op
+they gave up on (Timeout) is recognised and dropped when it comes.
+
+Thread safety: a Portal and its regions are not safe for concurrent use
+(as package portal and libonerma say): use each from one thread, or
+serialise every call yourself. ctypes releases the GIL while a call waits.
+"""
+
+import collections
+import ctypes
+import struct
+import sys
+
+from . import _lib
+from .errors import EngineGone, OnermaError, Timeout, error, status_error
+from .types import (
+    KEY_SIZE,
+    MAX_OP_BYTES,
+    Class,
+    Completion,
+    ErrorCode,
+    Identity,
+    Op,
+    Perm,
+    Remote,
+    _OP,
+    _STATUS,
+    addr_int,
+)
+
+_OPS = struct.Struct(_lib.OP_FORMAT)
+_CPL = struct.Struct(_lib.COMPLETION_FORMAT)
+assert _OPS.size == _lib.OP_SIZE and _CPL.size == _lib.COMPLETION_SIZE
+
+# Cookies of read() and write(): bit 63, a 31-bit generation per call, and
+# the op's index within the call (up to 2^32 ops: 16 TB at 4 KB each).
+_INTERNAL = 1 << 63
+_GEN_SHIFT = 32
+_GEN_MASK = (1 << 31) - 1
+_IDX_MASK = (1 << _GEN_SHIFT) - 1
+
+# The longest single sleep in wait(): the C call returns at least this
+# often, so a signal (Ctrl-C) is handled within it.
+_WAIT_SLICE_MS = 200
+
+# Completions taken from the ring per call.
+_CPL_BATCH = 256
+
+
+def _ms(timeout):
+    """A timeout in seconds (None: without end) as milliseconds for C."""
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise ValueError("onerma: timeout %r: want seconds >= 0, or None" % (timeout,))
+    return int(timeout * 1000)
+
+
+def _key_bytes(key, what="key"):
+    key = bytes(key)
+    if len(key) != KEY_SIZE:
+        raise ValueError("onerma: %s: %d bytes, want %d" % (what, len(key), KEY_SIZE))
+    return key
+
+
+class Portal:
+    """A portal on the engine: ``Portal(socket, name)`` dials the engine's
+    control socket (None: /run/onerma/rmad.sock), opens a portal named name
+    (1..64 of A-Z a-z 0-9 . _ -) and allocates ``slots`` slots, the ops it
+    may have in flight at once.
+
+    cmd_cap and cpl_cap are the rings' capacities (0: the engine's),
+    service_class a Class the engine's policy must grant, control_timeout
+    the bound of each control request in seconds, wait_spins the polls
+    wait() spins before it sleeps on the doorbell (0: libonerma's default;
+    < 0: none), core the engine core to serve the portal (None: the least
+    loaded).
+
+    Use it as a context manager, or call close(): the engine then reclaims
+    the portal, its slots and its regions."""
+
+    def __init__(self, socket=None, name="python", *, slots=64, cmd_cap=0, cpl_cap=0,
+                 service_class=None, control_timeout=None, wait_spins=0, core=None):
+        lib = _lib.load()
+        if not 1 <= slots <= 65536:
+            raise ValueError("onerma: slots %d: want 1..65536" % slots)
+        opts = _lib._Options()
+        opts.cmd_cap, opts.cpl_cap = cmd_cap, cpl_cap
+        opts.service_class = int(service_class) if service_class is not None else Class.LOW
+        opts.timeout_ms = 0 if control_timeout is None else max(1, _ms(control_timeout))
+        opts.wait_spins = wait_spins
+        if core is not None:
+            opts.pin_core, opts.core = 1, core
+        h = ctypes.c_void_p()
+        err = lib.onerma_dial(socket.encode() if socket else None, name.encode(), ctypes.byref(opts), ctypes.byref(h))
+        if err < 0:
+            raise error(err, "dial %s" % (socket or "the default socket"))
+        self._setup(lib, h, slots, socket, name)
+
+    def _setup(self, lib, h, slots, socket, name):
+        self._lib = lib
+        self._h = h
+        self._socket, self._name = socket, name
+        self._regions = []
+        self._ready = collections.deque()
+        self._staged = False
+        self._gen = 0
+        self._cookie = 0
+        self._scratch = None
+        self._op = ctypes.create_string_buffer(_lib.OP_SIZE)
+        self._op_ptr = ctypes.addressof(self._op)
+        self._cpl = ctypes.create_string_buffer(_lib.COMPLETION_SIZE * _CPL_BATCH)
+        ids = (ctypes.c_uint32 * slots)()
+        err = lib.onerma_alloc_slots(h, slots, ids)
+        if err < 0:
+            lib.onerma_close(h)
+            self._h = None
+            raise error(err, "alloc_slots %d" % slots)
+        # The slots are managed here, not by libonerma's free list
+        # (onerma_slot_take/release): a Python list costs a fraction of a
+        # ctypes call. Each slot's index names its scratch area.
+        self._slots = list(ids)
+        self._free = list(reversed(self._slots))
+        self._slot_index = {s: i for i, s in enumerate(self._slots)}
+
+    # ---- the portal ----
+
+    def close(self):
+        """Close the portal: the engine reclaims it, its slots and its
+        regions, and every region is unmapped. Views of a region that are
+        still alive read zeros from then on. A second close does nothing."""
+        h, self._h = self._h, None
+        if h is None:
+            return
+        regions = [r for r in self._regions if r._h is not None]
+        if self._scratch is not None:
+            regions.append(self._scratch)
+        for r in regions:
+            r._detach()
+        self._lib.onerma_close(h)
+        for r in regions:
+            r._park()
+        self._regions.clear()
+        self._scratch = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_h", None) is not None:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def _handle(self):
+        if self._h is None:
+            raise OnermaError("onerma: the portal is closed", ErrorCode.INVALID)
+        return self._h
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    @property
+    def identity(self):
+        """What the engine stamps on this portal's requests: Identity(addr,
+        pid, uid, gid, name, tenant). Owners derive K_d for (addr, pid)."""
+        i = _lib._Identity()
+        self._lib.onerma_portal_identity(self._handle(), ctypes.byref(i))
+        return Identity(i.addr, i.pid, i.uid, i.gid, i.name.decode(), i.tenant.decode())
+
+    @property
+    def gone(self):
+        """True once the portal knows its engine went away."""
+        return bool(self._lib.onerma_gone(self._handle()))
+
+    @property
+    def service_class(self):
+        return Class(self._lib.onerma_portal_class(self._handle()))
+
+    @property
+    def core(self):
+        return self._lib.onerma_portal_core(self._handle())
+
+    @property
+    def max_slots(self):
+        return self._lib.onerma_portal_max_slots(self._handle())
+
+    @property
+    def hugetlb(self):
+        return bool(self._lib.onerma_portal_hugetlb(self._handle()))
+
+    @property
+    def doorbell(self):
+        """True when wait() sleeps on the engine's completion doorbell."""
+        return bool(self._lib.onerma_portal_doorbell(self._handle()))
+
+    @property
+    def cmd_cap(self):
+        return self._lib.onerma_portal_cmd_cap(self._handle())
+
+    @property
+    def cpl_cap(self):
+        return self._lib.onerma_portal_cpl_cap(self._handle())
+
+    @property
+    def slots(self):
+        """How many slots the portal owns."""
+        return len(self._slots)
+
+    @property
+    def free_slots(self):
+        """How many of them have no op in flight."""
+        return len(self._free)
+
+    @property
+    def outstanding(self):
+        """Ops posted whose completion poll() or wait() has not yet
+        returned (taken from the ring and not yet returned included)."""
+        return len(self._slots) - len(self._free) + len(self._ready)
+
+    def redial(self, timeout=None):
+        """A new Portal on the same socket, with the same name, options and
+        number of slots, retrying while nothing serves the socket for up to
+        timeout seconds (None: without end): after the engine went away and
+        came back. The new portal starts with no regions; this one stays
+        open (its regions mapped) until closed."""
+        out = ctypes.c_void_p()
+        err = self._lib.onerma_redial(self._handle(), _ms(timeout), ctypes.byref(out))
+        if err < 0:
+            raise error(err, "redial")
+        p = Portal.__new__(Portal)
+        p._setup(self._lib, out, len(self._slots), self._socket, self._name)
+        return p
+
+    # ---- regions ----
+
+    def register_region(self, size, perm=Perm.LOCAL_READ | Perm.LOCAL_WRITE, key=None):
+        """Register size bytes (1..2^40) of shared memory with permissions
+        perm (Perm flags) under a fresh random region key K_r, or under key
+        (16 bytes, not all zero). The memory starts zeroed; this process is
+        charged for it."""
+        h = self._handle()
+        out = ctypes.c_void_p()
+        if key is None:
+            err = self._lib.onerma_register_region(h, size, int(perm), ctypes.byref(out))
+        else:
+            err = self._lib.onerma_register_region_key(h, size, int(perm), _key_bytes(key, "K_r"), ctypes.byref(out))
+        if err < 0:
+            raise error(err, "register_region %d bytes" % size)
+        r = Region(self, out)
+        self._regions.append(r)
+        return r
+
+    def deregister_region(self, region):
+        """Remove region from the engine (which never touches it again) and
+        unmap it. Ops in flight naming it complete with an error status;
+        views of it still alive read zeros from then on."""
+        if region._portal is not self or region._h is None:
+            raise OnermaError("onerma: deregister: not a region of this portal", ErrorCode.REGION)
+        h = region._detach()
+        err = self._lib.onerma_deregister_region(self._handle(), h)
+        # libonerma frees the region whatever the engine answered.
+        region._park()
+        self._regions.remove(region)
+        if err < 0:
+            raise error(err, "deregister_region %#x" % region.id)
+
+    def rekey(self, region, kr):
+        """Replace region's K_r (the owner's local rekey): once it returns,
+        the engine authenticates requests for it only with K_d derived from
+        kr, and every K_d handed out before stops working."""
+        err = self._lib.onerma_rekey(self._handle(), region._handle(), _key_bytes(kr, "K_r"))
+        if err < 0:
+            raise error(err, "rekey %#x" % region.id)
+
+    def fetch_key(self, addr, creds, region, op=Op.READ, timeout=None):
+        """The K_d of this portal's process for op on region, fetched from
+        the region's owner's key exchange at addr ("host:port") with the
+        client credentials of the directory creds (`rmactl creds`): a
+        keyx.Grant, which read() and write() take as their target."""
+        from . import keyx
+
+        return keyx.fetch(addr, creds, self.identity, region, op, timeout=timeout)
+
+    def _scratch_region(self):
+        if self._scratch is None:
+            self._handle()
+            out = ctypes.c_void_p()
+            err = self._lib.onerma_register_region(self._h, len(self._slots) * MAX_OP_BYTES,
+                                                   int(Perm.LOCAL_READ | Perm.LOCAL_WRITE), ctypes.byref(out))
+            if err < 0:
+                raise error(err, "register_region (the scratch region)")
+            self._scratch = Region(self, out)
+        return self._scratch
+
+    # ---- the batch API: post, flush, poll, wait ----
+
+    def _take_slot(self):
+        if not self._free:
+            raise OnermaError("onerma: post: no free slot (%d in flight): poll or wait for completions" % len(self._slots),
+                              ErrorCode.SLOT)
+        return self._free.pop()
+
+    def _post(self, h, typ, slot, cookie, target, roff, local, loff, length):
+        _OPS.pack_into(self._op, 0, typ, slot, cookie, target.addr, target.region, roff, target.key,
+                       local, loff, length)
+        err = self._lib.onerma_post(h, self._op_ptr)
+        if err < 0:
+            self._free.append(slot)
+            raise error(err, "post %s" % Op(typ).name, detail=False)
+        self._staged = True
+
+    def _user_cookie(self, cookie):
+        if cookie is None:
+            self._cookie = (self._cookie + 1) & (_INTERNAL - 1)
+            return self._cookie
+        if not 0 <= cookie < _INTERNAL:
+            raise ValueError("onerma: cookie %r: want 0..2^63-1" % (cookie,))
+        return cookie
+
+    def post_read(self, target, offset, length, into, into_offset=0, cookie=None):
+        """Stage a READ of length bytes (1..4096) of target (a Remote or a
+        keyx.Grant) at offset into region into at into_offset, which belongs
+        to the op until its completion. Returns the op's cookie (cookie, or
+        one of the portal's). Published by flush(), poll() or wait()."""
+        cookie = self._user_cookie(cookie)
+        h = self._handle()
+        self._post(h, 1, self._take_slot(), cookie, target, offset, into._handle().value, into_offset, length)
+        return cookie
+
+    def post_write(self, target, offset, src, src_offset=0, length=None, cookie=None):
+        """Stage a WRITE of length bytes (1..4096; None: the rest of src) of
+        region src at src_offset into target at offset."""
+        cookie = self._user_cookie(cookie)
+        h = self._handle()
+        if length is None:
+            length = src.size - src_offset
+        self._post(h, 2, self._take_slot(), cookie, target, offset, src._handle().value, src_offset, length)
+        return cookie
+
+    def post_rekey(self, target, key_region, key_offset=0, cookie=None):
+        """Stage a remote REKEY: install the 16 bytes of key_region at
+        key_offset as target's new K_r (target's K_d for Op.REKEY)."""
+        cookie = self._user_cookie(cookie)
+        h = self._handle()
+        self._post(h, 3, self._take_slot(), cookie, target, 0, key_region._handle().value, key_offset, KEY_SIZE)
+        return cookie
+
+    def flush(self):
+        """Publish every staged op with one store (doorbell batching)."""
+        if self._staged:
+            self._lib.onerma_flush(self._handle())
+            self._staged = False
+
+    def _take(self, n, out):
+        """Decode n completions from the buffer into out, freeing their slots."""
+        buf, free = self._cpl, self._free
+        for i in range(n):
+            cookie, slot, st, op, _, issue, total, length = _CPL.unpack_from(buf, i * 32)
+            free.append(slot)
+            s = _STATUS[st]
+            o = _OP[op]
+            out.append(Completion(cookie, slot, st if s is None else s, op if o is None else o, issue, total, length))
+
+    def poll(self, max=_CPL_BATCH):
+        """The completions the engine has written, up to max, without
+        blocking (publishing staged ops first); [] when none. Raises
+        EngineGone once the engine is gone and every op has completed."""
+        out = []
+        while self._ready and len(out) < max:
+            out.append(self._ready.popleft())
+        if len(out) == max:
+            return out
+        h = self._handle()
+        if self._staged:
+            self._lib.onerma_flush(h)
+            self._staged = False
+        n = self._lib.onerma_poll(h, self._cpl, min(max - len(out), _CPL_BATCH))
+        if n < 0:
+            if out:
+                return out
+            raise error(n, "poll", detail=False)
+        self._take(n, out)
+        return out
+
+    def wait(self, timeout=None, max=_CPL_BATCH):
+        """At least one completion (up to max), waiting up to timeout
+        seconds (None: without end), publishing staged ops first; it spins,
+        then sleeps on the engine's completion doorbell. [] at once when no
+        op is in flight. Raises Timeout when the time ends, and EngineGone
+        once the engine is gone and every op has completed."""
+        out = self.poll(max)
+        if out or len(self._free) == len(self._slots):
+            return out
+        h = self._h
+        remaining = _ms(timeout)
+        while True:
+            ms = _WAIT_SLICE_MS if remaining < 0 else min(remaining, _WAIT_SLICE_MS)
+            n = self._lib.onerma_wait(h, self._cpl, min(max, _CPL_BATCH), ms)
+            if n > 0:
+                self._take(n, out)
+                return out
+            if n != -110 or remaining == ms:  # -ETIMEDOUT: the slice ended
+                raise error(n, "wait", detail=False)
+            if remaining > 0:
+                remaining -= ms
+
+    # ---- read and write: post and wait ----
+
+    def read(self, target, offset=0, length=None, *, into=None, into_offset=0, timeout=None):
+        """Read length bytes of target (a Remote or a keyx.Grant) at offset,
+        and wait for them. Without into, they land in the portal's scratch
+        region and come back as bytes; with into (a Region of this portal
+        with LOCAL_WRITE), they land there at into_offset (length None: to
+        the region's end) and a memoryview of that range comes back, no
+        copy made. Any length: ops of up to 4 KB, as many in flight as
+        slots are free.
+
+        Raises StatusError (EngineGone for ENGINE_GONE) for the first op
+        that failed, once every op of the call has completed; Timeout when
+        timeout seconds (None: without end) pass first."""
+        if into is None:
+            if length is None:
+                raise ValueError("onerma: read: give a length, or a region to read into")
+            out = bytearray(length)
+            self._transfer(1, target, offset, length, None, 0, out, timeout)
+            return bytes(out)
+        if length is None:
+            length = into.size - into_offset
+        self._transfer(1, target, offset, length, into, into_offset, None, timeout)
+        return into.view[into_offset:into_offset + length]
+
+    def write(self, target, offset, data=None, *, src=None, src_offset=0, length=None, timeout=None):
+        """Write to target at offset, and wait: data (any bytes-like object,
+        copied through the portal's scratch region), or length bytes of
+        region src (LOCAL_READ) at src_offset (length None: to its end).
+        Raises as read() does."""
+        if (data is None) == (src is None):
+            raise ValueError("onerma: write: give data or src, not both")
+        if data is not None:
+            mv = memoryview(data).cast("B")
+            self._transfer(2, target, offset, len(mv), None, 0, mv, timeout)
+            return
+        if length is None:
+            length = src.size - src_offset
+        self._transfer(2, target, offset, length, src, src_offset, None, timeout)
+
+    def _transfer(self, typ, target, roff, length, local, loff, data, timeout):
+        """Post ops of up to 4 KB for [roff, roff+length) of target as slots
+        free up, and wait for every one. local None: through the scratch
+        region, each op in the 4 KB area of its slot, with data the bytes
+        to write from or read into."""
+        if length <= 0:
+            if length == 0:
+                return
+            raise ValueError("onerma: length %d" % length)
+        h = self._handle()
+        lib = self._lib
+        if local is None:
+            scratch = self._scratch_region()
+            lh, sview = scratch._h.value, scratch.view
+        else:
+            lh, sview = local._handle().value, None
+        self._gen = (self._gen + 1) & _GEN_MASK
+        base = _INTERNAL | self._gen << _GEN_SHIFT
+        chunks = (length + MAX_OP_BYTES - 1) // MAX_OP_BYTES
+        deadline = _ms(timeout)
+        posted = done = 0
+        first = None
+        free, ready, index, buf = self._free, self._ready, self._slot_index, self._cpl
+        while done < chunks:
+            # Post what free slots allow (nothing more once an op failed).
+            while posted < chunks and free and first is None:
+                slot = free.pop()
+                off = posted * MAX_OP_BYTES
+                n = min(MAX_OP_BYTES, length - off)
+                if sview is None:
+                    lo = loff + off
+                else:
+                    lo = index[slot] * MAX_OP_BYTES
+                    if typ == 2:
+                        sview[lo:lo + n] = data[off:off + n]
+                _OPS.pack_into(self._op, 0, typ, slot, base | posted, target.addr, target.region, roff + off,
+                               target.key, lh, lo, n)
+                err = lib.onerma_post(h, self._op_ptr)
+                if err < 0:
+                    free.append(slot)
+                    if err == -ErrorCode.RING_FULL and posted > done:
+                        break  # flush, wait, and post the rest as the engine drains the ring
+                    if posted == done:
+                        raise error(err, "post %s" % Op(typ).name, detail=False)
+                    first = error(err, "post %s" % Op(typ).name, detail=False)
+                    break
+                posted += 1
+                self._staged = True
+            if done == posted:
+                break  # nothing in flight: a failure to post
+            if self._staged:
+                lib.onerma_flush(h)
+                self._staged = False
+            ms = _WAIT_SLICE_MS if deadline < 0 else min(deadline, _WAIT_SLICE_MS)
+            k = lib.onerma_wait(h, buf, _CPL_BATCH, ms)
+            if k < 0:
+                if k == -110 and deadline != ms:
+                    if deadline > 0:
+                        deadline -= ms
+                    continue
+                raise error(k, "wait", detail=False)
+            for i in range(k):
+                cookie, slot, st, op, _, issue, total, clen = _CPL.unpack_from(buf, i * 32)
+                free.append(slot)
+                if cookie & ~_IDX_MASK != base:
+                    if not cookie & _INTERNAL:  # the caller's: for its next poll or wait
+                        s, o = _STATUS[st], _OP[op]
+                        ready.append(Completion(cookie, slot, st if s is None else s, op if o is None else o,
+                                                issue, total, clen))
+                    continue  # an op of an earlier call that gave up on it
+                done += 1
+                if st != 0:
+                    if first is None or (isinstance(first, Completion) and st == 24 and first.status != 24):
+                        s = _STATUS[st]
+                        first = Completion(cookie, slot, st if s is None else s, _OP[op], issue, total, clen)
+                elif sview is not None and typ == 1:
+                    off = (cookie & _IDX_MASK) * MAX_OP_BYTES
+                    lo = index[slot] * MAX_OP_BYTES
+                    data[off:off + clen] = sview[lo:lo + clen]
+        if first is not None:
+            if isinstance(first, Completion):
+                raise status_error(first)
+            raise first
+        if done < chunks:
+            raise OnermaError("onerma: %s: %d of %d ops done" % (Op(typ).name, done, chunks))
+
+
+class Region:
+    """A region registered through a Portal (struct onerma_region): size
+    bytes of shared memory the engine reads and writes, under its id.
+
+    view is a writable memoryview of the memory, numpy() a numpy array over
+    it (no copy; numpy needed); np.asarray(region) works too. They stay
+    valid while the region is registered; once it is deregistered or its
+    portal closed, they read zeros."""
+
+    def __init__(self, portal, h):
+        lib = portal._lib
+        self._portal, self._lib, self._h = portal, lib, h
+        self.id = lib.onerma_region_id(h)
+        self.size = lib.onerma_region_size(h)
+        self.perm = Perm(lib.onerma_region_perm(h))
+        self.hugetlb = bool(lib.onerma_region_hugetlb(h))
+        self._addr = lib.onerma_region_addr(h)
+        self._arr = (ctypes.c_ubyte * self.size).from_address(self._addr)
+
+    def _handle(self):
+        if self._h is None:
+            raise OnermaError("onerma: the region is deregistered", ErrorCode.REGION)
+        return self._h
+
+    def _detach(self):
+        h, self._h = self._h, None
+        return h
+
+    def _park(self):
+        """After libonerma unmapped the region: when views of it are still
+        alive (they hold the ctypes array), map anonymous zero pages where
+        it was, so they read zeros rather than fault. MAP_FIXED_NOREPLACE:
+        a mapping made there since by another thread is left alone."""
+        if self._arr is None:
+            return
+        views = sys.getrefcount(self._arr) > 2  # self._arr and the argument
+        if views:
+            _park(self._addr, self.size)
+        self._arr = None
+
+    @property
+    def portal(self):
+        return self._portal
+
+    @property
+    def view(self):
+        """A writable memoryview (format "B") of the region's memory."""
+        if self._arr is None:
+            raise OnermaError("onerma: the region is deregistered", ErrorCode.REGION)
+        return memoryview(self._arr).cast("B")
+
+    def numpy(self, dtype="uint8", count=-1, offset=0):
+        """A numpy array over the region's memory (numpy.frombuffer: no copy;
+        dtype, count and offset as frombuffer takes them)."""
+        import numpy
+
+        return numpy.frombuffer(self.view, dtype=dtype, count=count, offset=offset)
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy
+
+        a = numpy.frombuffer(self.view, dtype=numpy.uint8)
+        return a if dtype is None else a.astype(dtype)
+
+    def __len__(self):
+        return self.size
+
+    def key(self):
+        """The region's current K_r (secret: hand out K_d only)."""
+        kr = ctypes.create_string_buffer(KEY_SIZE)
+        self._lib.onerma_region_key(self._handle(), kr)
+        return kr.raw
+
+    def derive_kd(self, initiator, identity, op):
+        """The K_d of the process with engine-stamped identity `identity`,
+        initiating op through the engine at initiator (an address), under
+        the region's current K_r: what its owner hands that reader."""
+        kd = ctypes.create_string_buffer(KEY_SIZE)
+        err = self._lib.onerma_region_derive_kd(self._handle(), addr_int(initiator), identity, int(op), kd)
+        if err < 0:
+            raise error(err, "derive_kd", detail=False)
+        return kd.raw
+
+    def remote_for(self, reader, op=Op.READ):
+        """The Remote a reader (an Identity, as its Portal.identity says) puts
+        in its ops on this region: this engine's address, the region's id
+        and the reader's K_d for op. The owner's side of a key exchange."""
+        owner = self._portal.identity
+        return Remote(owner.addr, self.id, self.derive_kd(reader.addr, reader.pid, op), self.size)
+
+    def deregister(self):
+        """Portal.deregister_region(self)."""
+        self._portal.deregister_region(self)
+
+    def __repr__(self):
+        return "Region(id=%#x, size=%d, perm=%s)" % (self.id, self.size, self.perm)
+
+
+def derive_kd(kr, initiator, identity, op):
+    """K_d = AES-128_{K_r}(initiator address || identity || op || 0^56): the
+    key the process of engine-stamped identity `identity` initiating op
+    through the engine at initiator puts in its ops on the region of K_r."""
+    lib = _lib.load()
+    kd = ctypes.create_string_buffer(KEY_SIZE)
+    err = lib.onerma_derive_kd(_key_bytes(kr, "K_r"), addr_int(initiator), identity, int(op), kd)
+    if err < 0:
+        raise error(err, "derive_kd", detail=False)
+    return kd.raw
+
+
+_libc = None
+
+
+def _park(addr, size):
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.mmap.restype = ctypes.c_void_p
+        _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    prot_rw, map_private, map_anonymous, map_fixed_noreplace = 0x3, 0x02, 0x20, 0x100000
+    page = 4096
+    n = (size + page - 1) // page * page
+    _libc.mmap(addr, n, prot_rw, map_private | map_anonymous | map_fixed_noreplace, -1, 0)

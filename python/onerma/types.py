@@ -1,0 +1,228 @@
+"""The values of onerma.h (and of the Go packages abi and ctlmsg, which it
+mirrors) as Python enums, and the small value types of the API: identities,
+remote regions, completions. tests/test_unit.py checks every enum against
+libonerma/include/onerma.h."""
+
+import enum
+import ipaddress
+
+MAX_OP_BYTES = 4096  # the largest op (abi.MaxOpBytes)
+KEY_SIZE = 16  # K_r and K_d: AES-128 keys
+MAX_NAME_BYTES = 64  # a portal name: 1..64 of [A-Za-z0-9._-]
+MAX_ALLOC_SLOTS = 65536
+MAX_REGION_BYTES = 1 << 40
+DEFAULT_SOCKET = "/run/onerma/rmad.sock"
+
+
+class Op(enum.IntEnum):
+    """Op types (enum onerma_op_type, abi.Op)."""
+
+    READ = 1
+    WRITE = 2
+    REKEY = 3
+
+
+class Perm(enum.IntFlag):
+    """Region permissions (enum onerma_perm, abi.Perm)."""
+
+    LOCAL_READ = 1 << 0  # source of the owner's WRITE and REKEY ops
+    LOCAL_WRITE = 1 << 1  # sink of the owner's READ ops
+    REMOTE_READ = 1 << 2  # remote READ ops may read it
+    REMOTE_WRITE = 1 << 3  # remote WRITE ops may write it
+    REMOTE_REKEY = 1 << 4  # remote REKEY ops may change its key
+    ALL = 0x1F
+
+
+class Class(enum.IntEnum):
+    """Classes of service (enum onerma_class)."""
+
+    LOW = 0
+    HIGH = 1
+
+
+class Status(enum.IntEnum):
+    """Completion statuses (enum onerma_status, abi.Status); docs/glossary.md
+    says what each means. ENGINE_GONE is the library's, never the engine's."""
+
+    OK = 0
+    REMOTE_AUTHENTICATION_FAILURE = 1
+    NACK = 2
+    TIMEOUT = 3
+    DISPATCH_TIMEOUT = 4
+    BAD_COMMAND = 16
+    TOO_LARGE = 17
+    BAD_SLOT = 18
+    LOCAL_REGION = 19
+    LOCAL_BOUNDS = 20
+    LOCAL_PERMISSION = 21
+    UNREACHABLE = 22
+    ABORTED = 23
+    ENGINE_GONE = 24
+    REMOTE_REGION = 32
+    REMOTE_BOUNDS = 33
+    REMOTE_PERMISSION = 34
+
+
+class ErrorCode(enum.IntEnum):
+    """The library's own error codes (enum onerma_error); functions return
+    them negated. errno values (ENOENT, ETIMEDOUT, ...) are below BASE."""
+
+    BASE = 4096
+    RING_FULL = 4097
+    RING_CORRUPT = 4098
+    REGION = 4099
+    LENGTH = 4100
+    BOUNDS = 4101
+    OP = 4102
+    SLOT = 4103
+    ENGINE_GONE = 4104
+    ZERO_KEY = 4105
+    INVALID = 4106
+    PROTOCOL = 4107
+    BAD_REQUEST = 4108
+    STATE = 4109
+    SLOT_CAP = 4110
+    CLASS = 4111
+    NO_SLOTS = 4112
+    LIMIT = 4113
+    QUOTA = 4114
+    NO_REGION = 4115
+    RESOURCE = 4116
+    UNAVAILABLE = 4117
+    INTERNAL = 4118
+    TOO_LARGE = 4119
+    FDS_REJECTED = 4120
+    ENGINE = 4121
+    # The key exchange client: this process's credentials,
+    CREDS_FILE = 4122
+    CREDS = 4123
+    CREDS_ROLE = 4124
+    CREDS_EXPIRED = 4125
+    # the TLS session,
+    SERVER_CERT = 4126
+    CERT_REFUSED = 4127
+    TLS = 4128
+    KX_CLOSED = 4129
+    # and an owner's refusal, one per keyx.Code.
+    KX_BAD_REQUEST = 4130
+    KX_NO_REGION = 4131
+    KX_PERMISSION = 4132
+    KX_REFUSED = 4133
+    KX_INTERNAL = 4134
+    KX_NOT_GRANTED = 4135
+    KX_ADDRESS = 4136
+    KX_REVOKED = 4137
+    KX_CODE = 4138
+
+
+# The codes of the key exchange client, which libraries built before it
+# lack.
+KEYX_ERRORS = frozenset(c for c in ErrorCode if c >= ErrorCode.CREDS_FILE)
+
+# Status by value, for the data path (a list index, not an enum lookup).
+_STATUS = [None] * 256
+for _s in Status:
+    _STATUS[_s.value] = _s
+_OP = [None] * 256
+for _o in Op:
+    _OP[_o.value] = _o
+
+
+def status_of(v):
+    """The Status of value v; an int for a value onerma.h does not name."""
+    s = _STATUS[v] if 0 <= v < 256 else None
+    return v if s is None else s
+
+
+def addr_int(addr):
+    """An IPv4 address (dotted string, ipaddress.IPv4Address or int in host
+    order) as the int in host order libonerma takes (10.0.0.1 = 0x0a000001)."""
+    if isinstance(addr, int):
+        if not 0 <= addr <= 0xFFFFFFFF:
+            raise ValueError("onerma: IPv4 address %d out of range" % addr)
+        return addr
+    return int(ipaddress.IPv4Address(addr))
+
+
+def addr_str(addr):
+    """The dotted form of an IPv4 address given as an int in host order."""
+    return str(ipaddress.IPv4Address(addr))
+
+
+class Identity:
+    """What the engine stamps on a portal's requests (onerma_identity): its
+    own address and the identity it gave this process. An owner derives
+    K_d for (addr, pid)."""
+
+    __slots__ = ("addr", "pid", "uid", "gid", "name", "tenant")
+
+    def __init__(self, addr, pid, uid=0, gid=0, name="", tenant=""):
+        self.addr, self.pid, self.uid, self.gid = addr_int(addr), pid, uid, gid
+        self.name, self.tenant = name, tenant
+
+    @property
+    def address(self):
+        """The engine's address, dotted."""
+        return addr_str(self.addr)
+
+    def __repr__(self):
+        return "Identity(addr=%r, pid=%d, uid=%d, gid=%d, name=%r, tenant=%r)" % (
+            self.address, self.pid, self.uid, self.gid, self.name, self.tenant)
+
+
+class Remote:
+    """A remote region as ops name it: its owner's engine address, its id,
+    and the K_d of this process for one op type. keyx.Grant is one; an
+    owner in this process makes one with Region.remote_for.
+
+    The key is secret: repr leaves it out."""
+
+    __slots__ = ("addr", "region", "key", "size")
+
+    def __init__(self, addr, region, key, size=None):
+        key = bytes(key)
+        if len(key) != KEY_SIZE:
+            raise ValueError("onerma: a K_d is %d bytes, not %d" % (KEY_SIZE, len(key)))
+        if not 0 < region <= 0xFFFFFFFF:
+            raise ValueError("onerma: region id %r out of range" % (region,))
+        self.addr, self.region, self.key, self.size = addr_int(addr), region, key, size
+
+    @property
+    def owner(self):
+        """The owner engine's address, dotted."""
+        return addr_str(self.addr)
+
+    def __repr__(self):
+        size = "" if self.size is None else ", size=%d" % self.size
+        return "%s(owner=%r, region=%#x%s)" % (type(self).__name__, self.owner, self.region, size)
+
+
+class Completion:
+    """The outcome of one op (onerma_completion): exactly one per op posted.
+
+    status is a Status (an int for a value onerma.h does not name); ok is
+    status == OK; check() returns the completion when OK and raises
+    StatusError (EngineGone for ENGINE_GONE) otherwise."""
+
+    __slots__ = ("cookie", "slot", "status", "op", "issue_delay_ns", "total_delay_ns", "length")
+
+    def __init__(self, cookie, slot, status, op, issue_delay_ns, total_delay_ns, length):
+        self.cookie, self.slot, self.status, self.op = cookie, slot, status, op
+        self.issue_delay_ns, self.total_delay_ns, self.length = issue_delay_ns, total_delay_ns, length
+
+    @property
+    def ok(self):
+        return self.status == 0
+
+    def check(self):
+        if self.status != 0:
+            from .errors import status_error
+
+            raise status_error(self)
+        return self
+
+    def __repr__(self):
+        st = self.status.name if isinstance(self.status, Status) else self.status
+        op = self.op.name if isinstance(self.op, Op) else self.op
+        return "Completion(cookie=%d, slot=%d, status=%s, op=%s, length=%d, issue_delay_ns=%d, total_delay_ns=%d)" % (
+            self.cookie, self.slot, st, op, self.length, self.issue_delay_ns, self.total_delay_ns)
