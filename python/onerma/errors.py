@@ -128,11 +128,13 @@ def error(err, what, detail=True, keyx=False):
     return OnermaError(msg, code, d, quota)
 
 
-def status_error(c):
-    """The exception for Completion c, whose status is not OK."""
-    op = getattr(c.op, "name", c.op)
+def status_error(c, what=None):
+    """The exception for Completion c, whose status is not OK; what names
+    the op (default: its type and cookie)."""
     st = getattr(c.status, "name", c.status)
-    msg = "onerma: %s (cookie %d) completed %s" % (op, c.cookie, st)
+    if what is None:
+        what = "%s (cookie %d)" % (getattr(c.op, "name", c.op), c.cookie)
+    msg = "onerma: %s completed %s" % (what, st)
     if c.status == Status.ENGINE_GONE:
         return EngineGone(msg, c)
     return StatusError(msg, c.status, c)

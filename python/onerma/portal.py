@@ -48,6 +48,7 @@ from .types import (
     _OP,
     _STATUS,
     addr_int,
+    addr_str,
 )
 
 _OPS = struct.Struct(_lib.OP_FORMAT)
@@ -380,11 +381,14 @@ class Portal:
             self._staged = False
 
     def _take(self, n, out):
-        """Decode n completions from the buffer into out, freeing their slots."""
+        """Decode n completions from the buffer into out, freeing their
+        slots; those of ops read() or write() gave up on are dropped."""
         buf, free = self._cpl, self._free
         for i in range(n):
             cookie, slot, st, op, _, issue, total, length = _CPL.unpack_from(buf, i * 32)
             free.append(slot)
+            if cookie & _INTERNAL:
+                continue
             s = _STATUS[st]
             o = _OP[op]
             out.append(Completion(cookie, slot, st if s is None else s, op if o is None else o, issue, total, length))
@@ -402,13 +406,15 @@ class Portal:
         if self._staged:
             self._lib.onerma_flush(h)
             self._staged = False
-        n = self._lib.onerma_poll(h, self._cpl, min(max - len(out), _CPL_BATCH))
-        if n < 0:
-            if out:
+        while True:
+            n = self._lib.onerma_poll(h, self._cpl, min(max - len(out), _CPL_BATCH))
+            if n < 0:
+                if out:
+                    return out
+                raise error(n, "poll", detail=False)
+            self._take(n, out)
+            if out or n == 0:
                 return out
-            raise error(n, "poll", detail=False)
-        self._take(n, out)
-        return out
 
     def wait(self, timeout=None, max=_CPL_BATCH):
         """At least one completion (up to max), waiting up to timeout
@@ -426,7 +432,9 @@ class Portal:
             n = self._lib.onerma_wait(h, self._cpl, min(max, _CPL_BATCH), ms)
             if n > 0:
                 self._take(n, out)
-                return out
+                if out or len(self._free) == len(self._slots):
+                    return out
+                continue  # only completions of abandoned ops: wait on
             if n != -110 or remaining == ms:  # -ETIMEDOUT: the slice ended
                 raise error(n, "wait", detail=False)
             if remaining > 0:
@@ -553,7 +561,8 @@ class Portal:
                     data[off:off + clen] = sview[lo:lo + clen]
         if first is not None:
             if isinstance(first, Completion):
-                raise status_error(first)
+                raise status_error(first, "%s of %d bytes at %d of region %#x on %s" % (
+                    Op(typ).name, length, roff, target.region, addr_str(target.addr)))
             raise first
         if done < chunks:
             raise OnermaError("onerma: %s: %d of %d ops done" % (Op(typ).name, done, chunks))
