@@ -14,6 +14,10 @@ LAB     := rmabench rmafigures rmasoak onerma-demo
 # tool onerma-perf (rmaperf's tests in C).
 C_EXAMPLES := onerma-c-owner onerma-c-reader onerma-c-hello onerma-cxx-hello
 C_TOOLS    := onerma-perf
+# The Python package (python/onerma, ctypes over libonerma) runs under
+# Debian's python3 with Debian's python3-pytest: not whichever python3 PATH
+# finds first (a pyenv or virtualenv python has no Debian packages).
+PYTHON  ?= /usr/bin/python3
 # BPF programs, compiled here, committed, embedded by their Go packages:
 # rmatop's probe and the XDP program of rmad's AF_XDP ports.
 BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
@@ -28,7 +32,7 @@ SIM_SEEDS ?= 1000
 # make soak's duration; make test runs a 1-minute soak.
 SOAK ?= 30m
 
-.PHONY: all setup setup-bench bpf build image demo test fuzz sim bench figures fig9 vet clean pgo soak
+.PHONY: all setup setup-bench bpf build image demo test pytest fuzz sim bench figures fig9 vet clean pgo soak
 
 all: build
 
@@ -76,15 +80,24 @@ vet: bpf
 	@! git rev-parse --is-inside-work-tree >/dev/null 2>&1 || git diff --quiet -- $(BPF_OBJS) || { echo "$$(git diff --name-only -- $(BPF_OBJS)) differs from what its source compiles to: commit it"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
-# Every test (libonerma's unit tests under ASan and UBSan, then Go's: unit,
-# simulator seeds, real DPDK engines in separate processes, netns/veth
-# af_packet, engines and applications in containers), a 1-minute soak,
-# then a short run of each fuzz target.
+# Every test (libonerma's unit tests under ASan and UBSan, the Python
+# package's with pytest, then Go's: unit, simulator seeds, real DPDK
+# engines in separate processes, netns/veth af_packet, engines and
+# applications in containers), a 1-minute soak, then a short run of each
+# fuzz target.
 test: setup build vet image
 	$(MAKE) --no-print-directory -C libonerma test
+	$(MAKE) --no-print-directory pytest
 	env $$(bash scripts/image.sh --env) ONERMA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(BIN)/rmasoak -bin $(BIN) -D 1m
 	@$(MAKE) --no-print-directory fuzz
+
+# The Python package's tests (python/tests), after make build: unit tests,
+# then real engines from $(BIN) (as root; in CI a test that cannot run
+# fails rather than skips). pytest's closing line ("N passed in ...")
+# ends the output; a failure fails make.
+pytest:
+	ONERMA_BIN=$(CURDIR)/$(BIN) PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -p no:cacheprovider -ra python/tests
 
 # The soak (lab/rmasoak, internal/soak): four engines on the routed
 # testbed under verified mixed load for $(SOAK), engines SIGKILLed and

@@ -29,6 +29,10 @@ pkgs+=(libssl-dev libjansson-dev g++ libclang-rt-14-dev)
 # memcached and redis-server (which brings redis-tools' redis-benchmark):
 # the key/value peers, whose drivers internal/kvload's tests run against.
 pkgs+=(memcached redis-server)
+# The Python package (python/onerma) and its tests: Debian's python3 and
+# pytest; numpy for the tests of its numpy views (the package runs
+# without it).
+pkgs+=(python3 python3-pytest python3-numpy)
 [ $want_bench = 1 ] && pkgs+=(ucx-utils libmemcached-tools)
 # ping: the AF_XDP test checks the kernel still answers on the engine's
 # interface; the routed testbed (e2e TestRouted) pings engines from its router.
