@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -274,3 +275,34 @@ def test_keyx(reader, key_service, tmp_path):
         reader.fetch_key(addr, str(tmp_path / "none"), region)
     # The good client still reads.
     assert reader.read(reader.fetch_key(addr, d, region), 0, 64) == perf_pattern(0, 64)
+
+
+def example(name, *args):
+    """Run examples/python/NAME with the package from the source tree."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(bed.ROOT, "python"))
+    return subprocess.run([sys.executable, os.path.join(bed.ROOT, "examples", "python", name)] + list(args),
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_example_read_region(pair, key_service):
+    """examples/python/read_region.py reads rmaperf server's region into a
+    numpy array and finds its pattern."""
+    pytest.importorskip("numpy")
+    d, addr, start, _ = key_service
+    region = start()
+    out = example("read_region.py", "-socket", pair[0].socket, "-server", addr, "-region", hex(region), "-creds", d,
+                  "-offset", "100", "-length", str(300000))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("read 300000 bytes of region %#x on %s" % (region, IP_B)), out.stdout
+    assert lines[1].startswith("first bytes %s" % list(perf_pattern(100, 8))), out.stdout
+    assert lines[2] == "pattern ok", out.stdout
+
+
+def test_example_kv_get(pair, kv_server):
+    """examples/python/kv_get.py SETs and GETs through the cache."""
+    d, server, sock = kv_server
+    out = example("kv_get.py", "-socket", pair[0].socket, "-creds", d, "-servers", server,
+                  "-set", "ex-key=ex value", "ex-key", "ex-missing")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["ex-key ex value", "ex-missing (not found)"]
