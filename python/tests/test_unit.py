@@ -384,3 +384,26 @@ def test_layout():
     with pytest.raises(onerma.OnermaError):
         kv.Layout.parse(b"\2" + layout_bytes()[1:])
 
+
+
+def test_pip_install(lib, tmp_path):
+    """pip install ./python, where pip (and setuptools' wheel) are: the
+    installed package finds libonerma through ONERMA_LIB or the system."""
+    import importlib.util
+
+    if not all(importlib.util.find_spec(m) for m in ("pip", "setuptools", "wheel")):
+        pytest.skip("no pip, setuptools and wheel for this python3")
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(bed.ROOT, "python"), src, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps",
+                        "--disable-pip-version-check", "--target", str(target), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert {"__init__.py", "_lib.py", "errors.py", "keyx.py", "kv.py", "portal.py", "types.py"} <= set(
+        os.listdir(target / "onerma"))
+    env = dict(os.environ, PYTHONPATH=str(target), ONERMA_LIB=lib.path)
+    r = subprocess.run([sys.executable, "-c", "import onerma; print(onerma.__file__); print(onerma.library())"],
+                       capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(target / "onerma" / "__init__.py"), lib.path]
