@@ -69,6 +69,8 @@ _WAIT_SLICE_MS = 200
 # Completions taken from the ring per call.
 _CPL_BATCH = 256
 
+_tuple_new = tuple.__new__
+
 
 def _ms(timeout):
     """A timeout in seconds (None: without end) as milliseconds for C."""
@@ -132,7 +134,9 @@ class Portal:
         self._scratch = None
         self._op = ctypes.create_string_buffer(_lib.OP_SIZE)
         self._op_ptr = ctypes.addressof(self._op)
+        self._post_c = lib.onerma_post
         self._cpl = ctypes.create_string_buffer(_lib.COMPLETION_SIZE * _CPL_BATCH)
+        self._cplv = memoryview(self._cpl).cast("B")
         ids = (ctypes.c_uint32 * slots)()
         err = lib.onerma_alloc_slots(h, slots, ids)
         if err < 0:
@@ -323,55 +327,77 @@ class Portal:
 
     # ---- the batch API: post, flush, poll, wait ----
 
-    def _take_slot(self):
-        if not self._free:
-            raise OnermaError("onerma: post: no free slot (%d in flight): poll or wait for completions" % len(self._slots),
-                              ErrorCode.SLOT)
-        return self._free.pop()
+    def _refuse(self, region):
+        """Why an op on region cannot be posted: the portal closed, the
+        region deregistered, or no free slot."""
+        self._handle()
+        if region._hv is None:
+            return region._gone()
+        return OnermaError("onerma: post: no free slot (%d in flight): poll or wait for completions" % len(self._slots),
+                           ErrorCode.SLOT)
 
-    def _post(self, h, typ, slot, cookie, target, roff, local, loff, length):
-        _OPS.pack_into(self._op, 0, typ, slot, cookie, target.addr, target.region, roff, target.key,
-                       local, loff, length)
-        err = self._lib.onerma_post(h, self._op_ptr)
+    def _posted(self, err, typ, slot):
+        """After onerma_post: 0, or the slot back and the exception raised."""
         if err < 0:
             self._free.append(slot)
             raise error(err, "post %s" % Op(typ).name, detail=False)
         self._staged = True
 
-    def _user_cookie(self, cookie):
-        if cookie is None:
-            self._cookie = (self._cookie + 1) & (_INTERNAL - 1)
-            return self._cookie
-        if not 0 <= cookie < _INTERNAL:
-            raise ValueError("onerma: cookie %r: want 0..2^63-1" % (cookie,))
-        return cookie
+    def _next_cookie(self):
+        self._cookie = (self._cookie + 1) & (_INTERNAL - 1)
+        return self._cookie
 
     def post_read(self, target, offset, length, into, into_offset=0, cookie=None):
         """Stage a READ of length bytes (1..4096) of target (a Remote or a
         keyx.Grant) at offset into region into at into_offset, which belongs
-        to the op until its completion. Returns the op's cookie (cookie, or
-        one of the portal's). Published by flush(), poll() or wait()."""
-        cookie = self._user_cookie(cookie)
-        h = self._handle()
-        self._post(h, 1, self._take_slot(), cookie, target, offset, into._handle().value, into_offset, length)
+        to the op until its completion. Returns the op's cookie (cookie, a
+        number below 2^63, or one of the portal's). Published by flush(),
+        poll() or wait()."""
+        if cookie is None:
+            cookie = self._next_cookie()
+        elif not 0 <= cookie < _INTERNAL:
+            raise ValueError("onerma: cookie %r: want 0..2^63-1" % (cookie,))
+        h, lh = self._h, into._hv
+        if h is None or lh is None or not self._free:
+            raise self._refuse(into)
+        slot = self._free.pop()
+        _OPS.pack_into(self._op, 0, 1, slot, cookie, target.addr, target.region, offset, target.key, lh,
+                       into_offset, length)
+        self._posted(self._post_c(h, self._op_ptr), 1, slot)
         return cookie
 
     def post_write(self, target, offset, src, src_offset=0, length=None, cookie=None):
         """Stage a WRITE of length bytes (1..4096; None: the rest of src) of
         region src at src_offset into target at offset."""
-        cookie = self._user_cookie(cookie)
-        h = self._handle()
+        if cookie is None:
+            cookie = self._next_cookie()
+        elif not 0 <= cookie < _INTERNAL:
+            raise ValueError("onerma: cookie %r: want 0..2^63-1" % (cookie,))
+        h, lh = self._h, src._hv
+        if h is None or lh is None or not self._free:
+            raise self._refuse(src)
         if length is None:
             length = src.size - src_offset
-        self._post(h, 2, self._take_slot(), cookie, target, offset, src._handle().value, src_offset, length)
+        slot = self._free.pop()
+        _OPS.pack_into(self._op, 0, 2, slot, cookie, target.addr, target.region, offset, target.key, lh,
+                       src_offset, length)
+        self._posted(self._post_c(h, self._op_ptr), 2, slot)
         return cookie
 
     def post_rekey(self, target, key_region, key_offset=0, cookie=None):
         """Stage a remote REKEY: install the 16 bytes of key_region at
         key_offset as target's new K_r (target's K_d for Op.REKEY)."""
-        cookie = self._user_cookie(cookie)
-        h = self._handle()
-        self._post(h, 3, self._take_slot(), cookie, target, 0, key_region._handle().value, key_offset, KEY_SIZE)
+        if cookie is None:
+            cookie = self._next_cookie()
+        elif not 0 <= cookie < _INTERNAL:
+            raise ValueError("onerma: cookie %r: want 0..2^63-1" % (cookie,))
+        h, lh = self._h, key_region._hv
+        if h is None or lh is None or not self._free:
+            raise self._refuse(key_region)
+        slot = self._free.pop()
+        _OPS.pack_into(self._op, 0, 3, slot, cookie, target.addr, target.region, 0, target.key, lh, key_offset,
+                       KEY_SIZE)
+        self._posted(self._post_c(h, self._op_ptr), 3, slot)
         return cookie
 
     def flush(self):
@@ -383,15 +409,12 @@ class Portal:
     def _take(self, n, out):
         """Decode n completions from the buffer into out, freeing their
         slots; those of ops read() or write() gave up on are dropped."""
-        buf, free = self._cpl, self._free
-        for i in range(n):
-            cookie, slot, st, op, _, issue, total, length = _CPL.unpack_from(buf, i * 32)
+        free, status, ops = self._free, _STATUS, _OP
+        for cookie, slot, st, op, _, issue, total, length in _CPL.iter_unpack(self._cplv[:n * 32]):
             free.append(slot)
             if cookie & _INTERNAL:
                 continue
-            s = _STATUS[st]
-            o = _OP[op]
-            out.append(Completion(cookie, slot, st if s is None else s, op if o is None else o, issue, total, length))
+            out.append(_tuple_new(Completion, (cookie, slot, status[st], ops[op], issue, total, length)))
 
     def poll(self, max=_CPL_BATCH):
         """The completions the engine has written, up to max, without
@@ -546,15 +569,13 @@ class Portal:
                 free.append(slot)
                 if cookie & ~_IDX_MASK != base:
                     if not cookie & _INTERNAL:  # the caller's: for its next poll or wait
-                        s, o = _STATUS[st], _OP[op]
-                        ready.append(Completion(cookie, slot, st if s is None else s, op if o is None else o,
-                                                issue, total, clen))
+                        ready.append(_tuple_new(Completion, (cookie, slot, _STATUS[st], _OP[op], issue,
+                                                             total, clen)))
                     continue  # an op of an earlier call that gave up on it
                 done += 1
                 if st != 0:
                     if first is None or (isinstance(first, Completion) and st == 24 and first.status != 24):
-                        s = _STATUS[st]
-                        first = Completion(cookie, slot, st if s is None else s, _OP[op], issue, total, clen)
+                        first = Completion(cookie, slot, _STATUS[st], _OP[op], issue, total, clen)
                 elif sview is not None and typ == 1:
                     off = (cookie & _IDX_MASK) * MAX_OP_BYTES
                     lo = index[slot] * MAX_OP_BYTES
@@ -579,7 +600,7 @@ class Region:
 
     def __init__(self, portal, h):
         lib = portal._lib
-        self._portal, self._lib, self._h = portal, lib, h
+        self._portal, self._lib, self._h, self._hv = portal, lib, h, h.value
         self.id = lib.onerma_region_id(h)
         self.size = lib.onerma_region_size(h)
         self.perm = Perm(lib.onerma_region_perm(h))
@@ -593,8 +614,11 @@ class Region:
         return self._h
 
     def _detach(self):
-        h, self._h = self._h, None
+        h, self._h, self._hv = self._h, None, None
         return h
+
+    def _gone(self):
+        return OnermaError("onerma: the region is deregistered", ErrorCode.REGION)
 
     def _park(self):
         """After libonerma unmapped the region: when views of it are still

@@ -3,6 +3,7 @@ mirrors) as Python enums, and the small value types of the API: identities,
 remote regions, completions. tests/test_unit.py checks every enum against
 libonerma/include/onerma.h."""
 
+import collections
 import enum
 import ipaddress
 
@@ -119,19 +120,19 @@ class ErrorCode(enum.IntEnum):
 # lack.
 KEYX_ERRORS = frozenset(c for c in ErrorCode if c >= ErrorCode.CREDS_FILE)
 
-# Status by value, for the data path (a list index, not an enum lookup).
-_STATUS = [None] * 256
+# Status and Op by a completion's byte, for the data path (a list index,
+# not an enum lookup); a value onerma.h does not name stays an int.
+_STATUS = list(range(256))
 for _s in Status:
     _STATUS[_s.value] = _s
-_OP = [None] * 256
+_OP = list(range(256))
 for _o in Op:
     _OP[_o.value] = _o
 
 
 def status_of(v):
     """The Status of value v; an int for a value onerma.h does not name."""
-    s = _STATUS[v] if 0 <= v < 256 else None
-    return v if s is None else s
+    return _STATUS[v] if 0 <= v < 256 else v
 
 
 def addr_int(addr):
@@ -197,18 +198,16 @@ class Remote:
         return "%s(owner=%r, region=%#x%s)" % (type(self).__name__, self.owner, self.region, size)
 
 
-class Completion:
+class Completion(collections.namedtuple("Completion", "cookie slot status op issue_delay_ns total_delay_ns length")):
     """The outcome of one op (onerma_completion): exactly one per op posted.
+    A tuple (cookie, slot, status, op, issue_delay_ns, total_delay_ns,
+    length) with those names.
 
     status is a Status (an int for a value onerma.h does not name); ok is
     status == OK; check() returns the completion when OK and raises
     StatusError (EngineGone for ENGINE_GONE) otherwise."""
 
-    __slots__ = ("cookie", "slot", "status", "op", "issue_delay_ns", "total_delay_ns", "length")
-
-    def __init__(self, cookie, slot, status, op, issue_delay_ns, total_delay_ns, length):
-        self.cookie, self.slot, self.status, self.op = cookie, slot, status, op
-        self.issue_delay_ns, self.total_delay_ns, self.length = issue_delay_ns, total_delay_ns, length
+    __slots__ = ()
 
     @property
     def ok(self):
