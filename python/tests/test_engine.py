@@ -364,3 +364,41 @@ def test_engine_killed(lib, tmp_path):
             assert p3.read(r3.remote_for(p3.identity, Op.READ), 0, 4) == b"back"
     finally:
         e.kill()
+
+
+def benchrow_fields():
+    """The JSON names of internal/benchrow.Row's fields."""
+    import glob
+    import re
+
+    names = set()
+    for f in glob.glob(os.path.join(bed.ROOT, "internal", "benchrow", "*.go")):
+        with open(f) as fh:
+            names |= set(re.findall(r'json:"([a-z0-9_]+)', fh.read()))
+    return names
+
+
+@pytest.mark.parametrize("test,depth", [("read_bw", 16), ("read_lat", 1)])
+def test_perf_rows(loop, test, depth):
+    """python3 -m onerma.perf: every byte verified, its -json row made of
+    internal/benchrow.Row's fields, of system onerma-python, with no
+    errors and the CPU time per op."""
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.path.join(bed.ROOT, "python"))
+    out = subprocess.run([sys.executable, "-m", "onerma.perf", test, "-socket", loop.socket, "-self", "-s", "64", "-O",
+                          str(depth), "-D", "300ms", "-warmup", "100ms", "-verify", "-json", "-setup", "e2e"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    row = json.loads(out.stdout)
+    assert set(row) <= benchrow_fields(), set(row) - benchrow_fields()
+    assert (row["system"], row["setup"], row["test"], row["size"], row["outstanding"]) == (
+        "onerma-python", "e2e", test, 64, depth)
+    assert row["errors"] == 0 and row["ops"] > 0 and row["ops_per_sec"] > 0 and row["cpu_ns_per_op"] > 0
+    assert 0 < row["p50_us"] <= row["p99_us"] <= row["p999_us"]
+    assert row["command"].startswith("python3 -m onerma.perf " + test)
+    bad = subprocess.run([sys.executable, "-m", "onerma.perf", test, "-socket", loop.socket, "-self", "-s", "5000"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "-s 5000: want 1..4096" in bad.stderr
