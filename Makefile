@@ -129,7 +129,9 @@ sim:
 
 # Every setup of bench/RESULTS.md (platform with crypto-scaling, loopback,
 # loopback-jumbo, c-loopback (libonerma's onerma-perf beside rmaperf, CPU
-# time per op), hol, memif, testpmd, tcp, aes, write-pairs, isolation,
+# time per op), python-loopback (the Python package beside onerma-perf:
+# batched 64 B reads, one read call's latency), hol, memif, testpmd, tcp,
+# aes, write-pairs, isolation,
 # noisy-neighbour-alone and noisy-neighbour (a tenant's READ latency
 # alone and beside a hostile tenant capped by a cgroup's cpu.max),
 # telemetry, metrics; READ and

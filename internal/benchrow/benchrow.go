@@ -5,14 +5,14 @@ package benchrow
 
 // Row is one measurement. Latency fields a tool does not report are null.
 type Row struct {
-	System string `json:"system"` // "onerma", "onerma-c" (onerma-perf, libonerma), "ucx-tcp", "aes-gcm-limit", "host", "onerma-kv", "memcached", "redis", "dpdk-testpmd"
+	System string `json:"system"` // "onerma", "onerma-c" (onerma-perf, libonerma), "onerma-python" (python -m onerma.perf), "ucx-tcp", "aes-gcm-limit", "host", "onerma-kv", "memcached", "redis", "dpdk-testpmd"
 	// Setup: "loopback", "loopback-jumbo", "loopback-hol-idle",
 	// "loopback-hol", "loopback-hol-bg", "loopback-pairs", "memif",
 	// "port-net_ring", "port-memif", "tcp", "cpu",
 	// "cpu-ipsec-mb", "isolation-idle", "isolation-loaded",
 	// "isolation-loaded-lowclass", "isolation-loaded-write",
 	// "noisy-neighbour-alone", "noisy-neighbour", "platform",
-	// "loopback-pairs-footprint", "c-loopback", "write-pairs", "write-pairs-jumbo",
+	// "loopback-pairs-footprint", "c-loopback", "python-loopback", "write-pairs", "write-pairs-jumbo",
 	// "write-pairs-tcp", "write-pairs-cpu", "write-pairs-cpu-ipsec-mb",
 	// "rtt-PORT", "rtt-default-PORT" and "rtt-timeout-DUR-PORT" (PORT:
 	// memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap),

@@ -70,6 +70,10 @@
 //	    and WRITEs and hold window with READs toward an address nobody
 //	    answers, limited by a cgroup's CPU bandwidth, in interleaved
 //	    rounds (noisy.go);
+//	(s) the Python package (python/onerma) beside onerma-perf on the
+//	    loopback engine: 64 B read_bw through its batch API and the
+//	    latency of one Portal.read call, rows of system onerma-python for
+//	    information (python-loopback; pyloopback.go);
 //
 // It appends one JSON object per measurement to -out (default
 // $BENCH_OUT or bench/out.jsonl) as soon as the measurement ends, and at
@@ -103,7 +107,7 @@ type spec struct {
 }
 
 // allSetups is -only's default: every setup but ab and rtt.
-const allSetups = "platform,loopback,loopback-jumbo,c-loopback,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,noisy-neighbour-alone,noisy-neighbour,telemetry,metrics,kv,selftest,selftest-memif"
+const allSetups = "platform,loopback,loopback-jumbo,c-loopback,python-loopback,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,noisy-neighbour-alone,noisy-neighbour,telemetry,metrics,kv,selftest,selftest-memif"
 
 const usage = `rmabench measures OneRMA and its peers on this machine, as make bench runs it.
 
@@ -164,6 +168,8 @@ func run() int {
 	rttTimeout := flag.String("rtt-timeout", "1s", "rtt setup: the engines' TIMEOUT: 1s measures round trips (setups rtt-PORT); default keeps rmad's per port type, counting the ops it fails (rtt-default-PORT); or a duration (rtt-timeout-DUR-PORT)")
 	rttPorts := flag.String("rtt-ports", "", "rtt setup: ports to run, comma separated among memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap (\"\": all)")
 	crypto := flag.String("crypto", "", "loopback setups: rmad's seal backend, -crypto of rmad (\"\": rmad's default)")
+	python := flag.String("python", "/usr/bin/python3", "python-loopback setup: the Python interpreter (Debian's python3)")
+	pyPath := flag.String("python-path", "", "python-loopback setup: the directory holding the onerma package (default: python/ beside -bin)")
 	pgoOut := flag.String("pgo", "", "instead of measuring, profile rmad (built -pgo=off) on the loopback engine under the bench's workloads, -D each, and write the merged CPU profile here (scripts/pgo.sh)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -181,6 +187,9 @@ func run() int {
 	if *bin == "" {
 		self, _ := os.Executable()
 		*bin = filepath.Dir(self)
+	}
+	if *pyPath == "" {
+		*pyPath = filepath.Join(filepath.Dir(filepath.Clean(*bin)), "python")
 	}
 	if *dur <= 0 {
 		return flagErr(fmt.Errorf("-D %v: want a duration above 0", *dur))
@@ -263,6 +272,11 @@ func run() int {
 	if want("c-loopback") {
 		rec.setup("c-loopback", func() error {
 			return cLoopbackRun(rmad, rmaperf, filepath.Join(*bin, "onerma-perf"), dir, *dur, emit)
+		})
+	}
+	if want("python-loopback") {
+		rec.setup("python-loopback", func() error {
+			return pyLoopbackRun(rmad, filepath.Join(*bin, "onerma-perf"), *python, *pyPath, dir, *dur, emit)
 		})
 	}
 	if want("hol") {

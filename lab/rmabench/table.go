@@ -77,6 +77,7 @@ func printTable(rows []Row) {
 	printTestpmd(rows)
 	printWritePairs(rows)
 	printCLoopback(rows)
+	printPyLoopback(rows)
 	printTelemetry(rows)
 	printMetrics(rows)
 	printVeth(rows)
