@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,8 +34,9 @@ var (
 // binaries for the tour's "$PWD/bin"). The tour starts two engines over
 // memif, an rmaperf server on engine B, a verified READ and a WRITE from
 // engine A, and rmactl stats, and (as the README says, before the tour's
-// last line) the README's Go application reads through engine A; the tour
-// stops everything it started. Every line
+// last line) the README's Go application and its Python application
+// ("Using OneRMA from Python", with the package from the clone) read
+// through engine A; the tour stops everything it started. Every line
 // the README shows as output ("#   ...", "…" for numbers) must be a line
 // of what the tour printed, and no socket of the tour may be left.
 func TestREADMETour(t *testing.T) {
@@ -67,10 +70,20 @@ func TestREADMETour(t *testing.T) {
 	if err := frontdoor.BuildApp(root, frontdoor.GoBin(), app); err != nil {
 		t.Fatal(err)
 	}
+	py, err := frontdoor.PyApp(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pyApp := filepath.Join(t.TempDir(), "hello.py")
+	if err := os.WriteFile(pyApp, []byte(py), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runPy := fmt.Sprintf("PYTHONPATH=%s %s %s creds\n", filepath.Join(root, "python"), frontdoor.Python(), pyApp)
 	script = strings.TrimRight(script, "\n")
 	last := strings.LastIndex(script, "\n")
-	script = script[:last+1] + app + " creds\n" + script[last+1:] + "\n"
-	want = append(want, regexp.MustCompile(`^OK [0-9]+ ns \[`))
+	script = script[:last+1] + app + " creds\n" + runPy + script[last+1:] + "\n"
+	goLine, pyLine := regexp.MustCompile(`^OK [0-9]+ ns \[([0-9 ]+)\]$`), regexp.MustCompile(`^read 64 bytes: ([0-9a-f]{16})$`)
+	want = append(want, goLine, pyLine)
 	for _, s := range append(tourSockets, tourMemif) {
 		if c, err := net.Dial("unixpacket", s); err == nil {
 			c.Close()
@@ -116,6 +129,23 @@ func TestREADMETour(t *testing.T) {
 		if !found {
 			t.Errorf("the README says the tour prints a line matching %s; it did not", re)
 		}
+	}
+	// The Go and the Python application read the same bytes (what the
+	// tour's write_lat left at the region's start).
+	var goBytes, pyBytes string
+	for _, l := range got {
+		if m := goLine.FindStringSubmatch(l); m != nil {
+			for _, f := range strings.Fields(m[1]) {
+				n, _ := strconv.Atoi(f)
+				goBytes += fmt.Sprintf("%02x", n)
+			}
+		}
+		if m := pyLine.FindStringSubmatch(l); m != nil {
+			pyBytes = m[1]
+		}
+	}
+	if goBytes != pyBytes {
+		t.Errorf("the Go application read %s, the Python application %s", goBytes, pyBytes)
 	}
 	// Stopped engines leave nothing but their IV and identity state.
 	var left []string

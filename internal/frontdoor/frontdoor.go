@@ -11,6 +11,10 @@
 //	<!-- tour: ... -->   the next ```sh block: the tour, run with bash -e
 //	<!-- app: ... -->    the next ```go block: a main package that must compile
 //
+//	<!-- py-app: ... --> the next ```python block: "Using OneRMA from
+//	                     Python", run by e2e's tour test against the tour's
+//	                     engines (PyApp, Python)
+//
 // and docs/c.md ("Using OneRMA from C") marks its first program likewise:
 //
 //	<!-- c-app: ... -->  the next ```c block: examples/c/hello.c, byte for
@@ -331,6 +335,33 @@ func BuildCApp(root, prefix, out string) error {
 		return fmt.Errorf("frontdoor: %s's C application does not build against an installed libonerma (%s): %v\n%s", CAppDoc, CAppBuild, err, b)
 	}
 	return nil
+}
+
+// PyApp returns the README's Python application (the ```python block
+// after <!-- py-app): a script taking the tour's credentials directory as
+// its argument, run from the clone with PYTHONPATH=python.
+func PyApp(readme []byte) (string, error) {
+	lang, body, err := Block(readme, "py-app")
+	if err != nil {
+		return "", err
+	}
+	if lang != "python" {
+		return "", fmt.Errorf("frontdoor: the py-app block is %q, want python", lang)
+	}
+	return body, nil
+}
+
+// Python is the interpreter the Python package is tested with: Debian's
+// /usr/bin/python3 (its python3-pytest and python3-numpy), else python3
+// in PATH.
+func Python() string {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	if p, err := exec.LookPath("python3"); err == nil {
+		return p
+	}
+	return "python3"
 }
 
 // GoBin is the go command: the one in PATH, else the running toolchain's.

@@ -170,6 +170,39 @@ func TestREADMEApplicationCompiles(t *testing.T) {
 	}
 }
 
+// TestREADMEPythonBlock: the README's Python application (the ```python
+// block after <!-- py-app) reads through the tour's engine A with a K_d
+// from the tour's rmaperf server, as e2e TestREADMETour runs it (pytest
+// compiles it: python/tests/test_unit.py).
+func TestREADMEPythonBlock(t *testing.T) {
+	r := root(t)
+	readme := read(t, filepath.Join(r, "README.md"))
+	body, err := frontdoor.PyApp(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, _, err := frontdoor.Tour(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"import onerma", "sys.argv[1]", tourSocketA, tourKeyService} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the README's Python application does not name %q", want)
+		}
+	}
+	for _, want := range []string{tourSocketA, tourKeyService} {
+		if !strings.Contains(script, want) {
+			t.Errorf("the tour does not name %q, which the README's Python application uses", want)
+		}
+	}
+}
+
+// The tour's engine A and key service, as the README's applications name them.
+const (
+	tourSocketA    = "/run/onerma/a.sock"
+	tourKeyService = "127.0.0.1:18515"
+)
+
 // TestCApplicationIsExample: the C program docs/c.md shows (the ```c
 // block after <!-- c-app) is examples/c/hello.c, which make build compiles
 // with -Werror and e2e TestCApplication builds from the block with

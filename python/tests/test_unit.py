@@ -407,3 +407,13 @@ def test_pip_install(lib, tmp_path):
                        capture_output=True, text=True, env=env, cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(target / "onerma" / "__init__.py"), lib.path]
+
+
+def test_readme_python_compiles():
+    """The README's Python (the block after <!-- py-app) is Python; e2e
+    TestREADMETour runs it against the tour's engines."""
+    with open(os.path.join(bed.ROOT, "README.md")) as f:
+        readme = f.read()
+    m = re.search(r"<!-- py-app:.*?-->\s*```python\n(.*?)```", readme, re.S)
+    assert m, "README.md has no <!-- py-app --> block"
+    compile(m.group(1), "README.md", "exec")
