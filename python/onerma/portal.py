@@ -30,6 +30,7 @@ serialise every call yourself. ctypes releases the GIL while a call waits.
 
 import collections
 import ctypes
+import errno as _errno
 import struct
 import sys
 
@@ -287,10 +288,11 @@ class Portal:
         """Remove region from the engine (which never touches it again) and
         unmap it. Ops in flight naming it complete with an error status;
         views of it still alive read zeros from then on."""
+        ph = self._handle()
         if region._portal is not self or region._h is None:
             raise OnermaError("onerma: deregister: not a region of this portal", ErrorCode.REGION)
         h = region._detach()
-        err = self._lib.onerma_deregister_region(self._handle(), h)
+        err = self._lib.onerma_deregister_region(ph, h)
         # libonerma frees the region whatever the engine answered.
         region._park()
         self._regions.remove(region)
@@ -458,7 +460,7 @@ class Portal:
                 if out or len(self._free) == len(self._slots):
                     return out
                 continue  # only completions of abandoned ops: wait on
-            if n != -110 or remaining == ms:  # -ETIMEDOUT: the slice ended
+            if n != -_errno.ETIMEDOUT or remaining == ms:  # else only the slice ended
                 raise error(n, "wait", detail=False)
             if remaining > 0:
                 remaining -= ms
@@ -551,15 +553,17 @@ class Portal:
                     break
                 posted += 1
                 self._staged = True
-            if done == posted:
-                break  # nothing in flight: a failure to post
+            if done == posted and first is not None:
+                break  # nothing of this call in flight, and a failure to post
+            # With no slot free, the caller's ops hold them all: waiting
+            # takes their completions (kept for its next poll or wait).
             if self._staged:
                 lib.onerma_flush(h)
                 self._staged = False
             ms = _WAIT_SLICE_MS if deadline < 0 else min(deadline, _WAIT_SLICE_MS)
             k = lib.onerma_wait(h, buf, _CPL_BATCH, ms)
             if k < 0:
-                if k == -110 and deadline != ms:
+                if k == -_errno.ETIMEDOUT and deadline != ms:  # only the slice ended
                     if deadline > 0:
                         deadline -= ms
                     continue

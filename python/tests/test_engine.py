@@ -111,6 +111,22 @@ def test_batch(portal, owner):
     assert sorted(c.cookie for c in got) == sorted([a, b])
 
 
+def test_read_while_batch_holds_every_slot(portal, owner):
+    """A read() while the caller's ops hold every slot waits for them; their
+    completions are kept for the caller's next poll or wait."""
+    t = owner.remote_for(portal.identity, Op.READ)
+    sink = portal.register_region(16 * 64, Perm.LOCAL_WRITE)
+    for k in range(portal.slots):
+        portal.post_read(t, k * 64, 64, sink, k * 64, cookie=1000 + k)
+    assert portal.free_slots == 0
+    assert portal.read(t, 4096, 5000) == bed.patterned(4096, 5000)
+    got = []
+    while len(got) < 16:
+        got += [c.check() for c in portal.wait(timeout=10)]
+    assert sorted(c.cookie for c in got) == list(range(1000, 1016))
+    assert sink.view[:] == bed.patterned(0, 16 * 64)
+
+
 def test_batch_writes_and_explicit_flush(portal, owner):
     tw = owner.remote_for(portal.identity, Op.WRITE)
     src = portal.register_region(4 * 4096, Perm.LOCAL_READ)
