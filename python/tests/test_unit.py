@@ -94,7 +94,7 @@ def test_layouts_match_compiler(tmp_path):
         structs["onerma_grant"] = _lib._Grant
     lines = []
     for cname, py in structs.items():
-        lines.append('printf("%s size %%zu\\n", sizeof(struct %s));' % (cname, cname))
+        lines.append('printf("%s .sizeof %%zu\\n", sizeof(struct %s));' % (cname, cname))
         for f, _ in py._fields_:
             lines.append('printf("%s %s %%zu\\n", offsetof(struct %s, %s));' % (cname, f, cname, f))
     src = tmp_path / "layout.c"
@@ -108,17 +108,17 @@ def test_layouts_match_compiler(tmp_path):
         s, f, v = line.split()
         c[(s, f)] = int(v)
     for cname, py in structs.items():
-        assert c[(cname, "size")] == ctypes_sizeof(py), cname
+        assert c[(cname, ".sizeof")] == ctypes_sizeof(py), cname
         for f, _ in py._fields_:
             assert c[(cname, f)] == getattr(py, f).offset, (cname, f)
     # The packed formats: each field at its C offset.
     op_fields = ["type", "slot", "cookie", "remote_addr", "remote_region", "remote_offset", "key", "local",
                  "local_offset", "length"]
     assert offsets(_lib.OP_FORMAT) == [c[("onerma_op", f)] for f in op_fields]
-    assert struct.calcsize(_lib.OP_FORMAT) == c[("onerma_op", "size")]
+    assert struct.calcsize(_lib.OP_FORMAT) == c[("onerma_op", ".sizeof")]
     cpl_fields = ["cookie", "slot", "status", "op", "reserved", "issue_delay_ns", "total_delay_ns", "length"]
     assert offsets(_lib.COMPLETION_FORMAT) == [c[("onerma_completion", f)] for f in cpl_fields]
-    assert struct.calcsize(_lib.COMPLETION_FORMAT) == c[("onerma_completion", "size")]
+    assert struct.calcsize(_lib.COMPLETION_FORMAT) == c[("onerma_completion", ".sizeof")]
 
 
 def ctypes_sizeof(t):
