@@ -18,7 +18,6 @@ interval.
 
 import argparse
 import json
-import os
 import re
 import resource
 import shlex

@@ -35,7 +35,7 @@ import struct
 import sys
 
 from . import _lib
-from .errors import EngineGone, OnermaError, Timeout, error, status_error
+from .errors import OnermaError, error, status_error
 from .types import (
     KEY_SIZE,
     MAX_OP_BYTES,
