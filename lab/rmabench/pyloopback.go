@@ -36,6 +36,10 @@ func pyLoopbackRun(rmad, onermaPerf, python, pyPath, dir string, dur time.Durati
 	if _, err := os.Stat(onermaPerf); err != nil {
 		return fmt.Errorf("%w (make build builds onerma-perf into bin/)", err)
 	}
+	pyPath, err := filepath.Abs(pyPath)
+	if err != nil {
+		return err
+	}
 	if _, err := os.Stat(filepath.Join(pyPath, "onerma", "__init__.py")); err != nil {
 		return fmt.Errorf("the Python package: %w (-python-path names the clone's python/)", err)
 	}
