@@ -20,7 +20,10 @@ import (
 // passes promtool.
 func TestScrapeCores(t *testing.T) {
 	delays := []*telemetry.Delays{new(telemetry.Delays), new(telemetry.Delays)}
-	e := enginetest.Start(t, enginetest.Opts{Cores: 2, Engine: func(c *engine.Config) { c.Delays, c.HairpinSelf = delays[0], true }})
+	e := enginetest.Start(t, enginetest.Opts{Cores: 2, Engine: func(c *engine.Config) {
+		c.Delays, c.HairpinSelf = delays[0], true
+		c.Timeout = time.Second // the reads must end OK on a busy host too
+	}})
 	e.Group.SetDelays(1, delays[1]) // before any op: core 1 has done nothing yet
 	limits := metrics.Limits{WindowBytes: 256 << 10, Slots: 64, Portals: 4, Regions: 32, MaxRegionsPerPortal: 256, MaxPortalBytes: 4 << 30}
 	var cores []metrics.Core
