@@ -141,7 +141,7 @@ func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) {
 			*tc = TenantCounters{Epoch: spec.TenantEpoch}
 		}
 		c.ini.join(spec.Tenant, max(spec.Weight, 1)) // its tenant is present: the shares change
-		c.tgen.opened(spec.Tenant)
+		c.tgen.opened(spec.Tenant, max(spec.Weight, 1))
 	}
 	return id, err
 }
