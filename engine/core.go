@@ -141,7 +141,7 @@ func (c *Core) OpenPortal(spec PortalSpec) (PortalID, error) {
 			*tc = TenantCounters{Epoch: spec.TenantEpoch}
 		}
 		c.ini.join(spec.Tenant, max(spec.Weight, 1)) // its tenant is present: the shares change
-		c.tgen.opened(spec.Tenant)
+		c.tgen.opened(spec.Tenant, max(spec.Weight, 1))
 	}
 	return id, err
 }
@@ -315,8 +315,10 @@ func (c *Core) InFlight() int { return c.ini.inflight }
 // the window debited equals the sum over ops in service and pulls; every
 // slot is in exactly one state consistent with its list; slot counts per
 // portal and pending completions add up; the pull lists are whole and in
-// deadline order; the window never exceeds its size; the regions counted
-// per portal are the table's.
+// deadline order; the serving side's queues by owner are whole (each
+// request queued once, in its owner's FIFO, the rings of owners right);
+// the window never exceeds its size; the regions counted per portal are
+// the table's.
 func (c *Core) Audit() error {
 	if c.win.used < 0 || c.win.used > c.win.size {
 		return fmt.Errorf("audit: window used %d of %d", c.win.used, c.win.size)
@@ -331,6 +333,9 @@ func (c *Core) Audit() error {
 	}
 	if debit+pd != c.win.used {
 		return fmt.Errorf("audit: window used %d, ops in service hold %d", c.win.used, debit+pd)
+	}
+	if err := c.srv.auditQueues(); err != nil {
+		return err
 	}
 	if err := c.srv.auditBounds(); err != nil {
 		return err

@@ -35,7 +35,7 @@
 //
 // Inside, a Core is a composition of parts that own their state: the
 // initiator (initiator.go, initiator_rx.go, lists.go), the responder
-// (responder.go, pull.go, replay.go), the portal table and its completions
+// (responder.go, fairq.go, pull.go, replay.go, bounds.go), the portal table and its completions
 // (portals.go), the region table (regions.go), the routing table
 // (route.go), the neighbor table and ARP (neighbor.go), ICMP and the IPv4
 // the engine does not take (icmp.go), the window and the class arbiter
@@ -90,8 +90,16 @@
 //     (TenantCounters) say what its share delayed and what it borrowed.
 //   - Inbound request queues, one per class (requests carry wire.FlagHigh,
 //     authenticated with the header), served high first by the same
-//     HighBurst rule. Each is bounded; a request arriving when its queue is
-//     at or above NackThreshold gets an immediate NACK (paper §6.1;
+//     HighBurst rule. Within a class, requests wait in a FIFO per region
+//     owner (the tenant of the region they name), and the owners take
+//     turns by deficit round robin by the owner's weight, in bytes
+//     (fairq.go): an owner whose queue was empty goes first with a
+//     quantum, one owner alone is served FIFO with no turns, and a READ
+//     partly streamed resumes before anything else of its class. So one
+//     owner's backlog delays another owner's requests by about one turn
+//     (4 KB at weight 1), not by the backlog. Each queue is bounded; a
+//     request arriving when its class holds NackThreshold requests or
+//     more, every owner's, gets an immediate NACK (paper §6.1;
 //     DeriveNackThreshold is the paper's derivation, nack.go), and so
 //     does one whose region's owner (its tenant), or whose source address
 //     for that owner's regions, already has InboundPerOwner or
@@ -132,7 +140,8 @@
 // op was pulled.
 //
 // WRITE and REKEY requests move from the inbound queues to per-class pull
-// queues, so READs behind them are served while they wait for window. Pulls
+// queues, so READs behind them are served while they wait for window; the
+// pull queues' owners take turns as the inbound queues' do. Pulls
 // live in a fixed table (Config.PullContexts, each with a 4 KB staging
 // buffer) on two deadline-ordered lists: pulls awaiting their first chunk
 // and pulls receiving data, both expiring at ② + TIMEOUT. A request that

@@ -141,10 +141,17 @@ func openApp(t testing.TB, c *Core, class abi.Class, slots int) *testApp {
 // the regions it registers are that tenant's.
 func openTenantApp(t testing.TB, c *Core, tenant int, class abi.Class, slots int) *testApp {
 	t.Helper()
+	return openWeightedApp(t, c, tenant, 0, class, slots)
+}
+
+// openWeightedApp is openTenantApp for a portal of weight
+// (PortalSpec.Weight).
+func openWeightedApp(t testing.TB, c *Core, tenant, weight int, class abi.Class, slots int) *testApp {
+	t.Helper()
 	const cmdCap, cplCap = 256, 512
 	cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))
 	cplMem := aligned(abi.RingBytes(cplCap, abi.CompletionSize))
-	id, err := c.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap, Class: class, MaxSlots: slots, PID: testPID, Tenant: tenant})
+	id, err := c.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap, Class: class, MaxSlots: slots, PID: testPID, Tenant: tenant, Weight: weight})
 	if err != nil {
 		t.Fatal(err)
 	}

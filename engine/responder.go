@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 
 	"github.com/onerma/onerma/abi"
@@ -32,9 +33,11 @@ func peerOf(f *wire.Fields) peer {
 	return peer{ip: f.SrcIP, mac: f.SrcMAC, port: f.SrcPort, class: cl, pid: f.PID, tag: f.Tag}
 }
 
-// inbound is one queued request at the serving side.
+// inbound is one queued request at the serving side: an entry of the
+// pool of its core's queues (fairq.go).
 type inbound struct {
 	peer
+	next    int32  // the next entry of its owner's FIFO, or of the free list (noEntry: none)
 	op      abi.Op // OpRead, OpWrite or OpRekey
 	chunk   uint16 // a READ's: the most data per response frame (the route's MTU)
 	region  uint32
@@ -69,16 +72,26 @@ type responder struct {
 	lowAfterHigh  int // Config.LowAfterHigh
 	timeout       int64
 
+	// ents holds every queued request, each in one of the queues below
+	// (fairq.go: a FIFO per region owner, the owners in turns).
+	ents inboundPool
 	// The inbound request queues, one per class (the request's
 	// wire.FlagHigh, set by the initiating engine from its portal's
-	// class), served high first without starving low (serveArb).
-	inq      [abi.NumClass]ring[inbound]
+	// class), served high first without starving low (serveArb), each
+	// class's owners by deficit round robin. resume[cl] is the owner
+	// whose head request of class cl was granted and not finished (a
+	// READ partly streamed, an answer with no tx buffer): it goes on
+	// before any other of its class (noTenant: none).
+	inq      [abi.NumClass]fairQueue
+	resume   [abi.NumClass]int32
 	serveArb classArbiter
 	// WRITE and REKEY requests taken from inq wait here, per class, for a
 	// pull context and window (startPulls), so reads behind them are
 	// served meanwhile: the pull is an op of the serving side, subject to
-	// its window like the ops it initiates (paper §5.1).
-	pullq   [abi.NumClass]ring[inbound]
+	// its window like the ops it initiates (paper §5.1). Each holds at
+	// most pullCap (InboundQueue) requests.
+	pullq   [abi.NumClass]fairQueue
+	pullCap int
 	pullArb classArbiter
 
 	// Pull contexts, each with a staging buffer, kept in deadline order
@@ -96,17 +109,24 @@ type responder struct {
 	// bounds counts what each region owner and each sender holds of the
 	// queues and pull contexts, against their bounds (bounds.go).
 	bounds bounds
-	// pullGen counts the pulls ended; skip[cl] entries at the front of
-	// pullq[cl] were found blocked by their bounds when pullGen was
-	// skipGen[cl] (an ended pull unblocks one: startPulls, pullReady).
-	// An idle pull that becomes reclaimable may unblock one too
-	// (reclaimIdle): the scan that found them blocked began at
-	// scanAt[cl]. polledAt is the last startPulls.
+	// pullGen counts the pulls ended. The requests of pullq[cl] found
+	// blocked by their bounds (each owner's up to its skipTo) stay known
+	// so while the memo epoch their owner found them at is memo[cl]; the
+	// epoch moves on when pullGen is no longer skipGen[cl] (an ended
+	// pull unblocks one: pullReady), or when some were found (skipped)
+	// and an idle pull became reclaimable (reclaimIdle) since the scan
+	// that found them began, at scanAt[cl]. polledAt is the last
+	// startPulls.
 	pullGen  uint64
 	skipGen  [abi.NumClass]uint64
-	skip     [abi.NumClass]int
+	memo     [abi.NumClass]uint64
+	skipped  [abi.NumClass]bool
 	scanAt   [abi.NumClass]int64
 	polledAt int64
+	// queuedAt and mark are Audit's (tests, the simulator): the pool's
+	// entries found queued are marked.
+	queuedAt []uint32
+	mark     uint32
 	// keys caches the AEADs of the K_d derived for inbound requests; last
 	// memoizes the last lookup, so a stream of requests from one
 	// initiator to one region skips the cache probe. Both are reset
@@ -145,23 +165,28 @@ func newResponder(cfg *Config, keys *aesni.Cache, seed uint64, parts *Core) *res
 		freePull:      make([]uint16, 0, cfg.PullContexts),
 		plist:         [2]pullList{{-1, -1}, {-1, -1}},
 		pullIdle:      int64(cfg.Timeout / 4),
-		pullBuf:       make([]byte, cfg.PullContexts*abi.MaxOpBytes),
-		replay:        newReplayTable(cfg.ReplayPeers, cfg.Tenants, cfg.ServingBounds().ReplayLanesPerSender, seed, parts.tstats),
-		bounds:        newBounds(cfg, mix64(seed)),
-		keys:          keys,
-		seen:          make([]seenKey, cfg.Regions+1),
-		seenDead:      make([]seenKey, cfg.Regions+1),
-		out:           parts.out,
-		win:           parts.win,
-		regions:       parts.regions,
-		routes:        parts.routes,
-		st:            &parts.stats,
-		tstats:        parts.tstats,
-		tgen:          parts.tgen,
+		// every class's inbound queue up to its NACK threshold, and its
+		// pull queue up to pullCap
+		ents:     newInboundPool(int(abi.NumClass) * (cfg.NackThreshold + cfg.InboundQueue)),
+		pullCap:  cfg.InboundQueue,
+		pullBuf:  make([]byte, cfg.PullContexts*abi.MaxOpBytes),
+		replay:   newReplayTable(cfg.ReplayPeers, cfg.Tenants, cfg.ServingBounds().ReplayLanesPerSender, seed, parts.tstats),
+		bounds:   newBounds(cfg, mix64(seed)),
+		keys:     keys,
+		seen:     make([]seenKey, cfg.Regions+1),
+		seenDead: make([]seenKey, cfg.Regions+1),
+		out:      parts.out,
+		win:      parts.win,
+		regions:  parts.regions,
+		routes:   parts.routes,
+		st:       &parts.stats,
+		tstats:   parts.tstats,
+		tgen:     parts.tgen,
 	}
 	for k := range r.inq {
-		r.inq[k] = newRing[inbound](cfg.InboundQueue)
-		r.pullq[k] = newRing[inbound](cfg.InboundQueue)
+		r.inq[k] = newFairQueue(cfg.Tenants, parts.tgen)
+		r.pullq[k] = newFairQueue(cfg.Tenants, parts.tgen)
+		r.resume[k] = noTenant
 	}
 	if cfg.PullIdleTimeout > 0 {
 		r.pullIdle = min(int64(cfg.Timeout), int64(cfg.PullIdleTimeout))
@@ -361,10 +386,8 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 	if snd == senderOverflow {
 		r.st.SenderOverflow++
 	}
-	e := q.push() // NackThreshold <= InboundQueue: there is room
-	if d := uint64(r.inq[0].len() + r.inq[1].len()); d > r.st.ReqQueueMax {
-		r.st.ReqQueueMax = d
-	}
+	i := r.ents.get() // below the NACK threshold: the pool has room (fairq.go)
+	e := &r.ents.e[i]
 	*e = inbound{
 		peer: from, op: w.op, chunk: uint16(r.out.maxPayload),
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
@@ -374,6 +397,10 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		if rt := r.routes.lookup(f.SrcIP); rt != nil {
 			e.chunk = uint16(rt.maxPayload)
 		}
+	}
+	q.push(r.ents.e, i, w.owner)
+	if d := uint64(r.inq[0].len() + r.inq[1].len()); d > r.st.ReqQueueMax {
+		r.st.ReqQueueMax = d
 	}
 }
 
@@ -413,54 +440,69 @@ func (r *responder) reply(to *peer, t wire.Type, st abi.Status, a *aesni.AEAD, r
 
 // ---- serving -------------------------------------------------------------
 
-// serve answers queued requests, each class in FIFO order, at most
-// ServeBudget per Poll, streaming each READ as MTU-sized responses straight
-// from region memory. Once a high-class frame has left in this Poll (a
-// request of the initiator, or a response served here), at most
-// LowAfterHigh low-class requests follow it, unless the low class's turn
-// comes by the HighBurst rule or its oldest request has waited
-// lowHoldMax: the rest wait for the next Poll, which follows at once.
+// serve answers queued requests, at most ServeBudget per Poll, streaming
+// each READ as MTU-sized responses straight from region memory. The
+// classes go by serveArb, and each class's owners take turns (fairq.go);
+// a request granted and not finished (resume) goes on first in its
+// class. Once a high-class frame has left in this Poll (a request of the
+// initiator, or a response served here), at most LowAfterHigh low-class
+// requests follow it, unless the low class's turn comes by the HighBurst
+// rule or its next request has waited lowHoldMax: the rest wait for the
+// next Poll, which follows at once.
 func (r *responder) serve(now int64) int {
 	served, lowLeft := 0, r.lowAfterHigh
+	ents := r.ents.e
 	for served < r.serveBudget {
 		hi, lo := r.inq[abi.ClassHigh].len() > 0, r.inq[abi.ClassLow].len() > 0
 		cl, ok := r.serveArb.pick(hi, lo)
 		if !ok {
 			break
 		}
-		if cl == abi.ClassLow && !hi && r.out.highOut && r.lowAfterHigh > 0 && now-r.inq[cl].front().arrival < r.timeout/lowHoldDiv {
+		q := &r.inq[cl]
+		t, resumed := r.resume[cl], true
+		if t < 0 {
+			t, resumed = q.head, false
+			if q.owners > 1 {
+				t = q.turn(ents)
+			}
+		}
+		i := q.o[t].head
+		e := &ents[i]
+		if cl == abi.ClassLow && !hi && r.out.highOut && r.lowAfterHigh > 0 && now-e.arrival < r.timeout/lowHoldDiv {
 			if lowLeft == 0 {
 				break
 			}
 			lowLeft--
 		}
 		r.serveArb.granted(cl, lo)
-		q := &r.inq[cl]
-		e := q.front()
 		if now-e.arrival > r.timeout { // its initiator has given up
 			r.st.ReqExpired++
-			r.bounds.unqueue(e.owner, e.sender)
-			q.pop()
+			r.dequeue(cl, t, i)
 			continue
 		}
 		if e.op != abi.OpRead { // WRITE, REKEY: pulled when window allows (startPulls)
-			d := r.pullq[cl].push()
-			if d == nil {
-				return served // cannot happen: pullq is as large as inq
+			if r.pullq[cl].len() >= r.pullCap {
+				return served // the pull queue is full: it waits at its owner's head
 			}
-			*d = *e
-			q.pop()
+			if q.owners > 1 {
+				q.charge(t, costOf(e))
+			}
+			q.pop(ents, t)
+			r.pullq[cl].push(ents, i, e.owner)
 			served++
 			continue
+		}
+		if !resumed && q.owners > 1 {
+			q.charge(t, costOf(e))
 		}
 		if e.sent == 0 {
 			if st := r.checkRequest(e); st != abi.StatusOK {
 				if !r.reply(&e.peer, wire.TypeError, st, e.aead, &e.iv) {
+					r.resume[cl] = t
 					return served
 				}
 				r.st.ReqErrors++
-				r.bounds.unqueue(e.owner, e.sender)
-				q.pop()
+				r.dequeue(cl, t, i)
 				served++
 				continue
 			}
@@ -468,31 +510,47 @@ func (r *responder) serve(now int64) int {
 		rg := r.regions.lookup(abi.RegionID(e.region))
 		if rg == nil { // deregistered while partly sent: the initiator times out
 			r.st.ReqExpired++
-			r.bounds.unqueue(e.owner, e.sender)
-			q.pop()
+			r.dequeue(cl, t, i)
 			continue
 		}
 		if e.base == 0 { // counters for every chunk offset: nonces follow from offsets
 			base, ok := r.out.counters(aesni.ResponseSpan(e.length))
 			if !ok { // dropped: its initiator times out
-				r.bounds.unqueue(e.owner, e.sender)
-				q.pop()
+				r.dequeue(cl, t, i)
 				continue
 			}
 			e.base = base
 		}
 		if !r.stream(e, rg) {
+			r.resume[cl] = t
 			return served // resume this request on the next Poll
 		}
 		if e.class == abi.ClassHigh {
 			r.out.highOut = true
 		}
 		r.st.ReqServed++
-		r.bounds.unqueue(e.owner, e.sender)
-		q.pop()
+		r.dequeue(cl, t, i)
 		served++
 	}
 	return served
+}
+
+// dequeue takes request i, the head of owner t's FIFO of inq[cl], out of
+// the queue and out of its bounds, and frees its entry: it is done.
+func (r *responder) dequeue(cl abi.Class, t, i int32) {
+	e := &r.ents.e[i]
+	r.bounds.unqueue(e.owner, e.sender)
+	r.resume[cl] = noTenant // t's, if it was: its head was the one granted
+	// fairQueue.pop, by hand on the hot path (an inbound queue skips nothing)
+	q := &r.inq[cl]
+	o := &q.o[t]
+	o.head = e.next
+	o.n--
+	q.n--
+	if o.n == 0 {
+		q.emptied(t)
+	}
+	r.ents.put(i)
 }
 
 // stream sends the rest of READ request e from region rg, each response
@@ -554,30 +612,31 @@ func (r *responder) checkRequest(e *inbound) abi.Status {
 }
 
 // startPulls serves the WRITE and REKEY requests waiting for a pull
-// context and window, each class in FIFO order, high first with the
-// HighBurst rule. Requests older than TIMEOUT are dropped (their
-// initiators have given up). A request whose owner or sender holds its
-// bound of pulls (bounds.go) waits where it is while those behind it are
-// served: the first that may start is swapped to the front and taken.
+// context and window, high class first with the HighBurst rule, each
+// class's owners in turns (fairq.go). Requests older than TIMEOUT are
+// dropped (their initiators have given up). A request whose owner or
+// sender holds its bound of pulls (bounds.go) waits where it is while
+// those behind it are served: its owner's next that may start is taken,
+// or, when none may, the next owner's.
 func (r *responder) startPulls(now int64) int {
 	n := 0
 	r.polledAt = now
 	for {
-		hi, lo := r.pullReady(now, abi.ClassHigh), r.pullReady(now, abi.ClassLow)
-		cl, ok := r.pullArb.pick(hi >= 0, lo >= 0)
+		ht, hp, hi := r.pullReady(now, abi.ClassHigh)
+		lt, lp, li := r.pullReady(now, abi.ClassLow)
+		cl, ok := r.pullArb.pick(hi >= 0, li >= 0)
 		if !ok {
 			return n
 		}
-		i := hi
+		t, prev, i := ht, hp, hi
 		if cl == abi.ClassLow {
-			i = lo
+			t, prev, i = lt, lp, li
 		}
-		q := &r.pullq[cl]
-		e := q.at(i)
+		e := &r.ents.e[i]
 		if now-e.arrival > r.timeout {
 			r.st.ReqExpired++
 			r.bounds.unqueue(e.owner, e.sender)
-			r.pullRemove(cl, i)
+			r.pullRemove(cl, t, prev, i)
 			continue
 		}
 		switch r.startPull(now, e) {
@@ -588,45 +647,98 @@ func (r *responder) startPulls(now int64) int {
 		case pullAnswered:
 			r.bounds.unqueue(e.owner, e.sender)
 		}
-		r.pullArb.granted(cl, lo >= 0)
-		r.pullRemove(cl, i)
+		r.pullArb.granted(cl, li >= 0)
+		if q := &r.pullq[cl]; q.owners > 1 {
+			q.charge(t, costOf(e))
+		}
+		r.pullRemove(cl, t, prev, i)
 		n++
 	}
 }
 
-// pullReady is the index in pullq[cl] of the first request startPulls
-// may take: one older than TIMEOUT (the front always, so that the front
-// never stays expired), or one whose owner and sender are within their
-// bounds of pulls; -1 when none. The entries before it are blocked by
-// their bounds (each counted once, PullsDeferred): they are remembered
-// (skip) until a pull ends or an idle pull becomes reclaimable, the
-// events that unblock one, so a queue of blocked writes costs a Poll
-// nothing until then.
-func (r *responder) pullReady(now int64, cl abi.Class) int {
+// pullReady is the request of pullq[cl] startPulls may take next (i),
+// its owner t and its predecessor in the owner's FIFO (prev); i < 0 when
+// none. An owner's head older than TIMEOUT is taken first, whatever the
+// turn, so that no head stays expired (each owner's FIFO is in arrival
+// order: nextDeadline looks at the heads). Else the owners' turns go as
+// in the inbound queues (fairQueue.turn), among the owners that have a
+// request that may start: one older than TIMEOUT, or one whose owner and
+// sender are within their bounds of pulls. An owner with none is passed
+// over where it stands in the ring.
+func (r *responder) pullReady(now int64, cl abi.Class) (t, prev, i int32) {
 	q := &r.pullq[cl]
 	if q.len() == 0 {
-		return -1
+		return noTenant, noEntry, noEntry
 	}
-	if now-q.front().arrival > r.timeout {
-		return 0
+	for t = q.head; t >= 0; t = q.o[t].next {
+		if h := q.o[t].head; now-r.ents.e[h].arrival > r.timeout {
+			return t, noEntry, h
+		}
 	}
-	if r.skipGen[cl] != r.pullGen || (r.skip[cl] > 0 && r.nextIdle(r.scanAt[cl]) <= now) {
-		r.skipGen[cl], r.skip[cl], r.scanAt[cl] = r.pullGen, 0, now
+	if r.skipGen[cl] != r.pullGen || (r.skipped[cl] && r.nextIdle(r.scanAt[cl]) <= now) {
+		r.newMemo(now, cl)
 	}
-	for i := r.skip[cl]; i < q.len(); i++ {
-		e := q.at(i)
+	t = q.head
+	for steps := 2 * q.owners; t >= 0 && steps > 0; steps-- {
+		o := &q.o[t]
+		next := o.next
+		p, k, expired := r.ownerReady(now, cl, t)
+		switch {
+		case k < 0:
+			t = next
+			continue
+		case expired || q.owners == 1 || o.deficit >= costOf(&r.ents.e[k]):
+			return t, p, k
+		}
+		if next >= 0 { // its turn is over; else, last, it is the next one's
+			q.toBack(t)
+			t = next
+		} else {
+			o.deficit += q.quantum(t)
+		}
+	}
+	return noTenant, noEntry, noEntry
+}
+
+// newMemo forgets the requests of pullq[cl] found blocked.
+func (r *responder) newMemo(now int64, cl abi.Class) {
+	r.skipGen[cl], r.skipped[cl], r.scanAt[cl] = r.pullGen, false, now
+	r.memo[cl]++
+}
+
+// ownerReady is owner t's first request in pullq[cl] that may start: one
+// older than TIMEOUT (expired), or within its owner's and sender's
+// bounds of pulls; i < 0 when none may. The requests before it are
+// blocked by their bounds (each counted once, PullsDeferred): they are
+// remembered (ownerFIFO.skipTo) until a pull ends or an idle pull becomes
+// reclaimable, the events that unblock one (pullReady), so a queue of
+// blocked writes costs a Poll nothing until then.
+func (r *responder) ownerReady(now int64, cl abi.Class, t int32) (prev, i int32, expired bool) {
+	o := &r.pullq[cl].o[t]
+	ents := r.ents.e
+	if o.skipAt != r.memo[cl] {
+		o.skipAt, o.skipTo = r.memo[cl], noEntry
+	}
+	prev, i = noEntry, o.head
+	if o.skipTo >= 0 {
+		prev, i = o.skipTo, ents[o.skipTo].next
+	}
+	for i >= 0 {
+		e := &ents[i]
 		if now-e.arrival > r.timeout {
-			return i
+			return prev, i, true
 		}
 		why := r.bounds.pullBlocked(e.owner, e.sender)
 		if why == refuseNone {
-			return i
+			return prev, i, false
 		}
 		if r.reclaimIdle(now, why, e.owner, e.sender) { // everything may have changed: look again
-			r.skipGen[cl], r.skip[cl], r.scanAt[cl], i = r.pullGen, 0, now, -1
+			r.newMemo(now, cl)
+			o.skipAt, o.skipTo = r.memo[cl], noEntry
+			prev, i = noEntry, o.head
 			continue
 		}
-		r.skip[cl] = i + 1
+		o.skipTo, r.skipped[cl] = i, true
 		if !e.deferred {
 			e.deferred = true
 			r.tstats[e.owner].PullsDeferred++
@@ -636,8 +748,9 @@ func (r *responder) pullReady(now int64, cl abi.Class) int {
 				r.st.PullsDeferredSender++
 			}
 		}
+		prev, i = i, e.next
 	}
-	return -1
+	return noEntry, noEntry, false
 }
 
 // reclaimIdle abandons, uncommitted, the oldest pull of owner (why is
@@ -669,28 +782,21 @@ func (r *responder) nextIdle(t int64) int64 {
 	return math.MaxInt64
 }
 
-// pullRemove takes entry i out of pullq[cl]: the front is swapped with it
-// (the front, blocked when i > 0, takes its place) and popped. Entries
-// 0..i-1 were blocked, and are after the swap and pop: the skip is i.
-func (r *responder) pullRemove(cl abi.Class, i int) {
-	q := &r.pullq[cl]
-	if i > 0 {
-		f, e := q.front(), q.at(i)
-		*f, *e = *e, *f
-		r.skip[cl] = i
-	} else if r.skip[cl] > 0 {
-		r.skip[cl]--
-	}
-	q.pop()
+// pullRemove takes request i, after prev in owner t's FIFO of pullq[cl],
+// out of the queue and frees its entry. The requests before it that were
+// found blocked stay so (fairQueue.remove).
+func (r *responder) pullRemove(cl abi.Class, t, prev, i int32) {
+	r.pullq[cl].remove(r.ents.e, t, prev, i)
+	r.ents.put(i)
 }
 
 // nextDeadline is the earliest time the serving side has something to do
 // on its own (math.MaxInt64: nothing).
 func (r *responder) nextDeadline() int64 {
 	d := int64(math.MaxInt64)
-	for k := range r.inq {
+	for k := range r.inq { // due at once
 		if q := &r.inq[k]; q.len() > 0 {
-			d = min(d, q.front().arrival)
+			d = min(d, r.ents.e[q.o[q.head].head].arrival)
 		}
 	}
 	for _, l := range r.plist {
@@ -698,9 +804,11 @@ func (r *responder) nextDeadline() int64 {
 			d = min(d, r.pulls[l.head].deadline)
 		}
 	}
-	for k := range r.pullq { // waiting for window: due when it expires (a freed window comes with work)
+	for k := range r.pullq { // waiting for window: due when one expires (a freed window comes with work)
 		if q := &r.pullq[k]; q.len() > 0 {
-			d = min(d, q.front().arrival+r.timeout)
+			for t := q.head; t >= 0; t = q.o[t].next { // each owner's head is its oldest
+				d = min(d, r.ents.e[q.o[t].head].arrival+r.timeout)
+			}
 			// or when an idle pull becomes reclaimable (pullRoom, reclaimIdle):
 			// those that were at the last Poll and stayed are nobody's to take
 			d = min(d, r.nextIdle(r.polledAt))
@@ -718,10 +826,52 @@ func (r *responder) shutdown() {
 		}
 	}
 	for k := range r.inq {
-		r.inq[k].clear()
-		r.pullq[k].clear()
+		r.inq[k].reset()
+		r.pullq[k].reset()
+		r.resume[k] = noTenant
 	}
+	r.ents.reset()
 	r.bounds.reset()
+}
+
+// auditQueues checks the queues' books (fairq.go): every entry of the
+// pool queued once, or counted free; each queue within its bound; a request
+// granted and not finished (resume) at the head of its owner.
+func (r *responder) auditQueues() error {
+	p := &r.ents
+	if len(r.queuedAt) != len(p.e) { // the audit's own (tests, the simulator)
+		r.queuedAt = make([]uint32, len(p.e))
+	}
+	r.mark++
+	if r.mark == 0 {
+		clear(r.queuedAt)
+		r.mark = 1
+	}
+	queued := 0
+	for k := range r.inq {
+		n, err := r.inq[k].audit(fmt.Sprintf("inbound queue %d", k), p.e, r.queuedAt, r.mark)
+		if err != nil {
+			return err
+		}
+		if n > r.nackThreshold {
+			return fmt.Errorf("audit: inbound queue %d holds %d, beyond its NACK threshold %d", k, n, r.nackThreshold)
+		}
+		if t := r.resume[k]; t != noTenant && (t < 0 || int(t) >= len(r.inq[k].o) || r.inq[k].o[t].n == 0) {
+			return fmt.Errorf("audit: inbound queue %d resumes owner %d, which has nothing queued", k, t)
+		}
+		m, err := r.pullq[k].audit(fmt.Sprintf("pull queue %d", k), p.e, r.queuedAt, r.mark)
+		if err != nil {
+			return err
+		}
+		if m > r.pullCap {
+			return fmt.Errorf("audit: pull queue %d holds %d, beyond %d", k, m, r.pullCap)
+		}
+		queued += n + m
+	}
+	if queued+p.nfree != len(p.e) { // the free list is not walked: it is as long as the pool
+		return fmt.Errorf("audit: inbound entries: %d queued, %d free of %d", queued, p.nfree, len(p.e))
+	}
+	return nil
 }
 
 // auditBounds checks the per-owner and per-sender counts against the
@@ -750,10 +900,12 @@ func (r *responder) auditBounds() error {
 		p.pulls += u.pulls
 	}
 	for k := range r.inq {
-		for _, q := range []*ring[inbound]{&r.inq[k], &r.pullq[k]} {
-			for i := range q.len() {
-				e := q.at(i)
-				count(e.owner, e.sender, use{queued: 1})
+		for _, q := range []*fairQueue{&r.inq[k], &r.pullq[k]} {
+			for t := q.head; t >= 0; t = q.o[t].next {
+				for i := q.o[t].head; i >= 0; i = r.ents.e[i].next {
+					e := &r.ents.e[i]
+					count(e.owner, e.sender, use{queued: 1})
+				}
 			}
 		}
 	}

@@ -1,12 +1,12 @@
 package engine
 
 // ring is a fixed-capacity FIFO of T: a circular buffer allocated once, in
-// New. The core's queues are rings: the serving side's inbound request
-// queues and pull queues, the initiator's queue of WRITEs with data left
-// to send, and the frames the engine sends to itself. Entries stay where
-// they are: one is filled through the pointer push returns and served
-// through front, without copying, and an entry keeps what it held when it
-// was popped (the self-loop reuses its frame buffers that way).
+// New. The initiator's queue of WRITEs with data left to send and the
+// frames the engine sends to itself are rings (the serving side's queues
+// are FIFOs by owner over a pool: fairq.go). Entries stay where they are:
+// one is filled through the pointer push returns and served through
+// front, without copying, and an entry keeps what it held when it was
+// popped (the self-loop reuses its frame buffers that way).
 type ring[T any] struct {
 	buf     []T
 	head, n int

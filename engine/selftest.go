@@ -168,7 +168,7 @@ func NewSelfTest(g *Group, cfg SelfTestConfig) (*SelfTest, error) {
 			t.Close()
 			return nil, fmt.Errorf("%w: core %d: %v", ErrSelfTest, i, err)
 		}
-		c.tgen.opened(0) // its regions are tenant 0's, as long as it is attached
+		c.tgen.opened(0, 1) // its regions are tenant 0's, as long as it is attached
 		s.id, s.p = id, &c.portals.p[id]
 		c.src, t.src[i] = s, s
 		c.ini.join(0, 1) // tenant 0's, weight 1

@@ -90,31 +90,38 @@ func (c *Core) TenantCounters(tenant int) TenantCounters {
 }
 
 // tenantGens is, per tenant index of an engine (PortalSpec.Tenant), how
-// many of its portals are open on the engine's cores and the index's
-// generation: it grows each time the index goes from no portal open to
-// one, so that a tenant index the control plane hands to a new tenant
-// (indices are reused once their tenant has left) does not inherit what
-// the serving side keeps for the one before. The replay windows are
-// keyed by it (replay.go): windows a tenant's requests moved, in its own
-// namespace, are not those of its successor's regions. Shared by the
-// cores of a Group; changed on the control plane only, read per request.
+// many of its portals are open on the engine's cores, the index's
+// generation and its weight. The generation grows each time the index
+// goes from no portal open to one, so that a tenant index the control
+// plane hands to a new tenant (indices are reused once their tenant has
+// left) does not inherit what the serving side keeps for the one before.
+// The replay windows are keyed by it (replay.go): windows a tenant's
+// requests moved, in its own namespace, are not those of its successor's
+// regions. The weight is PortalSpec.Weight of the index's latest portal
+// opened on any core: the serving side's queues weigh the owners of the
+// regions they serve by it (fairq.go), whichever core the owner's
+// portals are on. Shared by the cores of a Group; changed on the control
+// plane only, read per request (the generation) and per turn of an owner
+// (the weight).
 type tenantGens struct {
-	mu   sync.Mutex
-	open []int32
-	gen  []atomic.Uint32
+	mu     sync.Mutex
+	open   []int32
+	gen    []atomic.Uint32
+	weight []atomic.Int32
 }
 
 func newTenantGens(n int) *tenantGens {
-	return &tenantGens{open: make([]int32, n), gen: make([]atomic.Uint32, n)}
+	return &tenantGens{open: make([]int32, n), gen: make([]atomic.Uint32, n), weight: make([]atomic.Int32, n)}
 }
 
-// opened: a portal of tenant t opened.
-func (g *tenantGens) opened(t int) {
+// opened: a portal of tenant t, of weight w (1..MaxWeight), opened.
+func (g *tenantGens) opened(t, w int) {
 	g.mu.Lock()
 	if g.open[t] == 0 {
 		g.gen[t].Add(1)
 	}
 	g.open[t]++
+	g.weight[t].Store(int32(w))
 	g.mu.Unlock()
 }
 
@@ -127,3 +134,6 @@ func (g *tenantGens) closed(t int) {
 
 // of is tenant t's generation, in the bits a replay key holds.
 func (g *tenantGens) of(t uint16) uint16 { return uint16(g.gen[t].Load()) & replayGenMask }
+
+// weightOf is tenant t's weight: its latest portal's, 1 before it had one.
+func (g *tenantGens) weightOf(t int32) int32 { return max(g.weight[t].Load(), 1) }

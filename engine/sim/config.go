@@ -587,14 +587,17 @@ func MultiCoreClean(seed uint64) Config {
 
 // HostileInitiator: a tenant of the server node (node 0) attacks the
 // other tenant's readers there from the fabric (hostile.go): it floods
-// the inbound queue past its NACK threshold, holds pull contexts with
-// slow pulls, pushes the victims' replay windows with their own source
-// and IV addresses and forged IV addresses, and mints lanes, each with
-// K_d it derives from its own region's K_r. The victims (2 to 4 nodes, a
-// portal each) read and write the server's regions of their owner in a
-// strict run: every valid op must complete OK within TIMEOUT, none
-// NACKed, and the server's counters for their owner show no refusal while
-// the attacker's show each attack refused (hostile.checkAtEnd). The
+// the inbound queue past its NACK threshold, keeps a backlog of 4 KB
+// READs queued there, holds pull contexts with slow pulls, pushes the
+// victims' replay windows with their own source and IV addresses and
+// forged IV addresses, and mints lanes, each with K_d it derives from its
+// own region's K_r. The victims (2 to 4 nodes, a portal each) read and
+// write the server's regions of their owner in a strict run: every valid
+// op must complete OK within TIMEOUT, none NACKed, a victim's READ alone
+// of its owner's at the server waits behind at most 8 KB of the
+// attacker's READs of its class, and the server's counters for their
+// owner show no refusal while the attacker's show each attack refused
+// (hostile.checkAtEnd). The
 // server's bounds are its defaults (Config.ServingBounds), from a NACK
 // threshold that the attacker's burst alone would pass.
 func HostileInitiator(seed uint64) Config {
@@ -631,7 +634,7 @@ func HostileInitiator(seed uint64) Config {
 	c.costs = []CostConfig{{PollNs: c.Cost.PollNs, RxFrameNs: c.Cost.RxFrameNs / 2, TxFrameNs: c.Cost.TxFrameNs / 2}}
 	c.Hostile = &HostileConfig{
 		Server: 0, Tenant: 2, TickNs: 400_000,
-		Flood: 500 + r.IntN(200), Writes: all + 16, Pushes: 8, IVForges: 8, Lanes: 32,
+		Flood: 500 + r.IntN(200), Large: 32, Writes: all + 16, Pushes: 8, IVForges: 8, Lanes: 32,
 	}
 	c.Covers = []abi.Status{abi.StatusOK}
 	return c

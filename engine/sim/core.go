@@ -195,6 +195,9 @@ func (c *simCore) receive(b []byte) {
 	case wire.TypeError, wire.TypeNack:
 		s.receiveAnswer(c, b)
 	default:
+		if h := s.hostile; h != nil && c.n == h.srv {
+			h.sawRequest(c, b)
+		}
 		c.core.Receive(s.now, b)
 	}
 }

@@ -342,18 +342,24 @@
 // server answer its phantom sources, 10.1.x.y, at its MAC, which no node
 // has) and takes the frames sent to that MAC, and in bursts past the
 // server's NACK threshold it floods the inbound queue with requests for
-// its own region, holds pull contexts with WRITEs whose pulls it answers
-// with one chunk (then never again) or not at all, pushes the victims'
-// replay windows (requests as a victim, its address in the IV and as the
-// source, counters far ahead on its lane), forges IV addresses, and mints
-// lanes. The victims, the other nodes' applications, read and write the
-// server's regions of another tenant (App.Tenant) in a strict run: every
-// valid op completes OK within TIMEOUT (Config.OpBoundNs), none NACKed;
-// at the end the server's TenantCounters show nothing refused to the
-// victims' owner, and each attack refused to the attacker's (its flood
-// NACKed at its owner's bound, its writes deferred behind its bound of
-// pulls, every forged IV dropped, lanes refused, its own windows
-// evicted). The server runs its default bounds (engine
+// its own region, keeps Hostile.Large 4 KB READs of it outstanding (a
+// backlog queued at the server), holds pull contexts with WRITEs whose
+// pulls it answers with one chunk (then never again) or not at all,
+// pushes the victims' replay windows (requests as a victim, its address
+// in the IV and as the source, counters far ahead on its lane), forges IV
+// addresses, and mints lanes. The victims, the other nodes' applications,
+// read and write the server's regions of another tenant (App.Tenant) in a
+// strict run: every valid op completes OK within TIMEOUT
+// (Config.OpBoundNs), none NACKed; a victim's READ that finds no request
+// of its owner of its class waiting on its core goes ahead of the
+// attacker's backlog (engine/fairq.go): at most 8 KB of the attacker's
+// READ data of its class (the rest of its turn, one READ partly sent)
+// leaves that core before the READ's first answer (HostileStats
+// LoneReads, LoneBehindBytes); at the end the server's TenantCounters
+// show nothing refused to the victims' owner, and each attack refused to
+// the attacker's (its flood NACKed at its owner's bound, its writes
+// deferred behind its bound of pulls, every forged IV dropped, lanes
+// refused, its own windows evicted). The server runs its default bounds (engine
 // Config.ServingBounds); TestHostileInitiatorNeedsBounds runs it without
 // them and expects the victims' ops to fail.
 //

@@ -23,6 +23,10 @@ import (
 //   - flood: READ requests for its region, from forged sources (phantom
 //     addresses, 10.1.x.y, which no node has; their answers come to its
 //     MAC), both classes, more than the server's NACK threshold at once;
+//   - a backlog: 4 KB READs of its region from a phantom source, both
+//     classes, Large of them outstanding at all times (one more as each
+//     is answered), so that its requests are queued at the server
+//     whenever the victims' arrive;
 //   - slow pulls: WRITE requests for its region from phantom sources; it
 //     answers each pull with one chunk of data and never the rest (so the
 //     pull, answered, is not idle and holds its context and window until
@@ -41,9 +45,13 @@ import (
 // The victims are the applications of the other nodes (App.Clients),
 // reading and writing the regions of the server's application (App.Tenant,
 // another tenant) in a strict run: every valid op must complete OK within
-// Config.OpBoundNs (TIMEOUT), none NACKed; at the end the server's
-// counters for the victims' owner show no refusal at all, and those of
-// the attacker's owner show every attack refused (checkAtEnd).
+// Config.OpBoundNs (TIMEOUT), none NACKed; a victim's READ that finds no
+// other request of the victims' owner of its class waiting at the server
+// is served after at most 8 KB of the attacker's READs of its class,
+// however many it has queued (sawAnswer: the owners' turns of
+// engine/fairq.go); at the end the server's counters for the victims'
+// owner show no refusal at all, and those of the attacker's owner show
+// every attack refused (checkAtEnd).
 
 // HostileConfig is the attacker of a run (nil: none).
 type HostileConfig struct {
@@ -52,6 +60,7 @@ type HostileConfig struct {
 	TickNs int64 // between its bursts
 	// Per burst:
 	Flood    int // READ requests for its region, from phantom sources
+	Large    int // 4 KB READs of its region, from a phantom source, it keeps outstanding (one more as each is answered)
 	Writes   int // WRITE requests for its region, from phantom sources (slow pulls)
 	Pushes   int // READ requests as a victim, counters far ahead on its lane
 	IVForges int // requests from a phantom source whose IV names a victim
@@ -62,6 +71,7 @@ type HostileConfig struct {
 type HostileStats struct {
 	Injected uint64 // frames it injected
 	Flood    uint64 // of which READ requests of the flood
+	Large    uint64 // 4 KB READ requests it kept outstanding
 	Writes   uint64 // WRITE requests
 	Pushes   uint64 // requests as a victim
 	IVForges uint64 // requests with a victim's address in the IV only
@@ -69,6 +79,15 @@ type HostileStats struct {
 	Pulls    uint64 // pulls it received
 	Chunks   uint64 // data chunks it sent (one per answered pull)
 	Received uint64 // frames it received (pulls, data, NACKs)
+	// The victims' READ requests the server answered, and the longest
+	// wait of one there, from its Receive to its first answer frame.
+	VictimReads     uint64
+	VictimWaitMaxNs int64
+	// Of those, the reads that found no request of their owner of their
+	// class waiting on their core (sawRequest), and the most READ data
+	// of the attacker's of that class the core sent while one waited.
+	LoneReads       uint64
+	LoneBehindBytes int64
 }
 
 // hostileMAC is the attacker's MAC: no node's (nodeOfMAC: -1).
@@ -95,6 +114,26 @@ type hostile struct {
 	pulls   uint64 // pulls received: every other one is answered
 	victims []*node
 	st      HostileStats
+	// waiting: the victims' requests the server took and has not
+	// answered, by initiator and tag (sawRequest, sawAnswer); sent: the
+	// attacker's READ data the server sent, by core and class.
+	waiting map[reqRef]waiting
+	sent    [][abi.NumClass]int64
+	high    []bool // by tag counter: its request was high-class
+	// large: its outstanding 4 KB READs (Large), by tag, and when sent.
+	large map[uint64]int64
+}
+
+// waiting is a victim's request the server took: when, on which core, of
+// which class and op, and for a lone READ (sawRequest) the attacker's
+// READ data of its class its core had sent then.
+type waiting struct {
+	at    int64
+	core  int
+	class abi.Class
+	read  bool
+	lone  bool
+	sent  int64
 }
 
 // setupHostile opens the attacker's portal on its server and registers
@@ -104,7 +143,8 @@ func (s *Sim) setupHostile() error {
 	if cfg == nil {
 		return nil
 	}
-	h := &hostile{s: s, cfg: cfg, srv: s.nodes[cfg.Server], pid: 66, rng: rand.New(rand.NewPCG(s.cfg.Seed, 0x4057)), ctr: 1 << 20}
+	h := &hostile{s: s, cfg: cfg, srv: s.nodes[cfg.Server], pid: 66, rng: rand.New(rand.NewPCG(s.cfg.Seed, 0x4057)), ctr: 1 << 20,
+		waiting: make(map[reqRef]waiting), large: make(map[uint64]int64)}
 	for i := range h.kr {
 		h.kr[i] = byte(h.rng.Uint32())
 	}
@@ -125,6 +165,8 @@ func (s *Sim) setupHostile() error {
 	if h.rid, err = c.core.RegisterRegion(id, make([]byte, 64<<10), abi.PermRemoteRead|abi.PermRemoteWrite, h.kr); err != nil {
 		return fmt.Errorf("sim: the attacker's region: %w", err)
 	}
+	h.sent = make([][abi.NumClass]int64, len(h.srv.cores))
+	h.high = append(h.high, false) // tag counters from 1
 	s.hostile = h
 	s.schedule(s.now+cfg.TickNs/2, evHostile, 0, 0, nil)
 	return nil
@@ -140,6 +182,14 @@ func (h *hostile) tick() {
 	s, cfg, r := h.s, h.cfg, h.rng
 	if s.now >= s.postEnd-cfg.TickNs {
 		return
+	}
+	for tag, at := range h.large { // lost: no answer within TIMEOUT
+		if s.now-at > int64(h.srv.ecfg.Timeout) {
+			delete(h.large, tag)
+		}
+	}
+	for len(h.large) < cfg.Large {
+		h.largeRead()
 	}
 	for range cfg.Writes {
 		a := phantomAddr(1 + uint32(r.IntN(200)))
@@ -176,6 +226,17 @@ func (h *hostile) tick() {
 	s.schedule(s.now+cfg.TickNs, evHostile, 0, 0, nil)
 }
 
+// largeRead sends a 4 KB READ of its region from a phantom source of
+// its own (one replay window, so that the backlog evicts none of the
+// windows the minted lanes need), and keeps it outstanding until it is
+// answered (receive).
+func (h *hostile) largeRead() {
+	a := phantomAddr(300)
+	h.request(wire.TypeReadReq, a, hostileMAC, a, h.next(0), 4096, h.rng.IntN(2) == 0)
+	h.large[hostileTags|h.tag] = h.s.now
+	h.st.Large++
+}
+
 // next is a fresh IV counter on lane tag lane.
 func (h *hostile) next(lane uint64) uint64 {
 	h.ctr++
@@ -199,6 +260,7 @@ func (h *hostile) request(typ wire.Type, src uint32, srcMAC wire.MAC, ivAddr uin
 	if high {
 		f.Flags = wire.FlagHigh
 	}
+	h.high = append(h.high, high) // at h.tag
 	aesni.PutNonce(f.IV[:], be4(ivAddr), ctr)
 	h.inject(&f, nil, aesni.DeriveKey(h.kr, be4(src), h.pid, uint8(op)), nil)
 }
@@ -227,13 +289,23 @@ func (h *hostile) inject(f *wire.Fields, payload []byte, kd aesni.Key, curry []b
 
 // receive takes a frame the switch forwards to the attacker's MAC: it
 // answers every other pull with the first 64 bytes of its data, never
-// with the rest.
+// with the rest, and sends a 4 KB READ for each of its outstanding ones
+// answered (its last data frame, an error or a NACK), until a tick
+// before posting ends.
 func (h *hostile) receive(fr *frame) {
 	s := h.s
 	h.st.Received++
 	var p wire.Fields
 	_, err := wire.Decode(fr.buf[:fr.n], &p)
 	s.pool.put(fr)
+	if _, ok := h.large[p.Tag]; ok && err == nil &&
+		(p.Type == wire.TypeReadResp && p.Offset+uint64(p.Length) == 4096 || p.Type == wire.TypeError || p.Type == wire.TypeNack) {
+		delete(h.large, p.Tag)
+		if s.now < s.postEnd-h.cfg.TickNs {
+			h.largeRead()
+		}
+		return
+	}
 	if err != nil || p.Type != wire.TypePullReq || !isPhantom(p.DstIP) {
 		return
 	}
@@ -254,8 +326,93 @@ func (h *hostile) receive(fr *frame) {
 	h.st.Chunks++
 }
 
+// sawRequest: core c of the server takes frame b. A victim's request is
+// remembered until the server answers it (the first copy: a duplicate
+// is a replay, dropped). A READ is lone when no other request of its
+// owner (every victim's) of its class waits on its core: its owner's
+// FIFO of the class is empty, and it joins the ring of owners ahead of
+// the owners with a backlog (engine/fairq.go). Requests taken more than
+// TIMEOUT ago are expired or answered: they wait no more.
+func (h *hostile) sawRequest(c *simCore, b []byte) {
+	t := oneRMAType(b)
+	var f wire.Fields
+	if t != wire.TypeReadReq && t != wire.TypeWriteReq && t != wire.TypeRekeyReq {
+		return
+	}
+	if _, err := wire.Decode(b, &f); err != nil || f.Tag>>32 == hostileTags>>32 {
+		return
+	}
+	d := h.s.nodeOfIP(f.SrcIP)
+	k := reqRef{node: d, tag: f.Tag}
+	if _, ok := h.waiting[k]; ok || d < 0 || h.s.nodes[d] == h.srv {
+		return
+	}
+	w := waiting{at: h.s.now, core: c.idx, read: t == wire.TypeReadReq}
+	if f.Flags&wire.FlagHigh != 0 {
+		w.class = abi.ClassHigh
+	}
+	w.lone = w.read
+	for _, o := range h.waiting {
+		if o.core == w.core && o.class == w.class && h.s.now-o.at <= int64(h.srv.ecfg.Timeout) {
+			w.lone = false
+			break
+		}
+	}
+	w.sent = h.sent[c.idx][w.class]
+	h.waiting[k] = w
+}
+
+// sawAnswer: core c of the server sent f. The attacker's READ data is
+// counted by class. The first answer to a victim's request (data, a
+// pull, an error or a NACK) ends its wait. While a lone READ waited, the
+// attacker's READs of its class were served at most the rest of the
+// attacker's turn, when it had joined the ring ahead (a quantum:
+// ArbitrationBytes at weight 1), and one READ partly sent before (its
+// rest resumes first): at most that much of their data left its core
+// before the lone READ's first answer, however much the attacker had
+// queued (a FIFO would send all of it first).
+func (h *hostile) sawAnswer(c *simCore, f *wire.Fields) {
+	if f.Tag>>32 == hostileTags>>32 {
+		if f.Type == wire.TypeReadResp {
+			cl := abi.ClassLow
+			if h.high[f.Tag&^hostileTags] {
+				cl = abi.ClassHigh
+			}
+			h.sent[c.idx][cl] += int64(f.Length)
+		}
+		return
+	}
+	switch f.Type {
+	case wire.TypeReadResp, wire.TypePullReq, wire.TypeError, wire.TypeNack:
+	default:
+		return
+	}
+	k := reqRef{node: h.s.nodeOfIP(f.DstIP), tag: f.Tag}
+	w, ok := h.waiting[k]
+	if !ok {
+		return
+	}
+	delete(h.waiting, k)
+	if !w.read {
+		return
+	}
+	h.st.VictimReads++
+	h.st.VictimWaitMaxNs = max(h.st.VictimWaitMaxNs, h.s.now-w.at)
+	if !w.lone {
+		return
+	}
+	behind := h.sent[w.core][w.class] - w.sent
+	h.st.LoneReads++
+	h.st.LoneBehindBytes = max(h.st.LoneBehindBytes, behind)
+	if bound := int64(engine.ArbitrationBytes + abi.MaxOpBytes); behind > bound {
+		h.s.fail("node %d's READ (tag %#x, class %v), alone of its owner's on core %d, waited %d ns behind %d bytes of the attacker's READs of its class, beyond %d",
+			k.node, f.Tag, w.class, w.core, h.s.now-w.at, behind, bound)
+	}
+}
+
 // checkAtEnd: the server's counters for the victims' owner show no
-// refusal, those of the attacker's show each attack refused.
+// refusal, those of the attacker's show each attack refused, and some
+// victim's READ was checked alone of its owner's beside the backlog.
 func (h *hostile) checkAtEnd() {
 	s := h.s
 	var victim, attacker engine.TenantCounters
@@ -291,6 +448,8 @@ func (h *hostile) checkAtEnd() {
 		s.fail("the attacker's minted lanes: %d refused, %d of its windows evicted; want both", attacker.ReplayLanesRefused, attacker.ReplayEvictions)
 	case h.st.Chunks == 0:
 		s.fail("the attacker answered no pull: no slow pull held a context (attack %+v)", h.st)
+	case h.st.LoneReads == 0:
+		s.fail("no victim's READ was alone of its owner's at the server beside the attacker's backlog (attack %+v)", h.st)
 	}
 }
 

@@ -341,6 +341,9 @@ func (s *Sim) send(c *simCore, b []byte) {
 		case wire.TypeAck:
 			s.sawCommit(n, &h)
 		}
+		if s.hostile != nil && n == s.hostile.srv {
+			s.hostile.sawAnswer(c, &h)
+		}
 		if s.err != nil {
 			return
 		}
