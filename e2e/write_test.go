@@ -348,8 +348,11 @@ func killTrials() int {
 // its application: every write completes exactly once on the initiator,
 // OK or TIMEOUT; afterwards the region (read from the owner's own mapping,
 // which outlives its engine) holds, for every range, all its old bytes or
-// all its new ones, never a mix; every range whose write completed OK
-// holds the new bytes, and every range never written the old ones.
+// all its new ones, except at most the one range per serving core whose
+// commit (a copy from the staging buffer) the kill interrupted: that range
+// completed TIMEOUT and holds only old and new bytes. Every range whose
+// write completed OK holds the new bytes, and every range never written
+// the old ones.
 func TestWriteServerKilled(t *testing.T) {
 	var tot killOutcome
 	for trial := range killTrials() {
@@ -367,7 +370,7 @@ func TestWriteServerKilled(t *testing.T) {
 }
 
 type killOutcome struct {
-	posted, ok, timeout, okNew, timeoutNew, timeoutOld, untouched int
+	posted, ok, timeout, okNew, timeoutNew, timeoutOld, timeoutTorn, untouched int
 }
 
 func (o *killOutcome) add(p killOutcome) {
@@ -377,12 +380,13 @@ func (o *killOutcome) add(p killOutcome) {
 	o.okNew += p.okNew
 	o.timeoutNew += p.timeoutNew
 	o.timeoutOld += p.timeoutOld
+	o.timeoutTorn += p.timeoutTorn
 	o.untouched += p.untouched
 }
 
 func (o killOutcome) String() string {
-	return fmt.Sprintf("%d writes posted: %d OK (%d ranges new), %d TIMEOUT (%d ranges new, %d old); %d ranges never written, all old",
-		o.posted, o.ok, o.okNew, o.timeout, o.timeoutNew, o.timeoutOld, o.untouched)
+	return fmt.Sprintf("%d writes posted: %d OK (%d ranges new), %d TIMEOUT (%d ranges new, %d old, %d torn by the kill); %d ranges never written, all old",
+		o.posted, o.ok, o.okNew, o.timeout, o.timeoutNew, o.timeoutOld, o.timeoutTorn, o.untouched)
 }
 
 func writeServerKilled(t *testing.T) killOutcome {
@@ -509,7 +513,7 @@ func writeServerKilled(t *testing.T) killOutcome {
 		t.Fatalf("initiator: %d ops in flight, window %d after every completion", st.OpsInFlight, st.WindowInUse)
 	}
 	// The region, from the owner's mapping.
-	var mixed []string
+	var mixed, tornBad []string
 	for r := range ranges {
 		got := mem[r*4096 : (r+1)*4096]
 		old, nw, other := 0, 0, 0
@@ -552,8 +556,13 @@ func writeServerKilled(t *testing.T) killOutcome {
 		}
 		switch {
 		case state == "mixed":
-			mixed = append(mixed, fmt.Sprintf("range %d (%s): %d old bytes (first %d), %d new (first %d), %d neither (first %d)",
-				r, written, old, firstOld, nw, firstNew, other, firstOther))
+			m := fmt.Sprintf("range %d (%s): %d old bytes (first %d), %d new (first %d), %d neither (first %d)",
+				r, written, old, firstOld, nw, firstNew, other, firstOther)
+			mixed = append(mixed, m)
+			if written != "TIMEOUT" || other > 0 {
+				tornBad = append(tornBad, m)
+			}
+			o.timeoutTorn++
 		case written == "never written" && state != "old":
 			t.Errorf("range %d, never written, holds new bytes", r)
 		case written == "never written":
@@ -568,11 +577,16 @@ func writeServerKilled(t *testing.T) killOutcome {
 			o.timeoutOld++
 		}
 	}
-	if len(mixed) > 0 {
-		for _, m := range mixed {
+	// A SIGKILL cannot be deferred: the one commit a serving core was
+	// copying when it landed is torn. Anything beyond that is a fault.
+	for _, m := range mixed {
+		t.Log(m)
+	}
+	if len(mixed) > 1 || len(tornBad) > 0 {
+		for _, m := range tornBad {
 			t.Error(m)
 		}
-		t.Errorf("%d ranges hold a mix of old and new bytes (engine killed at %v)", len(mixed), killTime.Format(time.StampMicro))
+		t.Errorf("%d ranges hold a mix of old and new bytes, at most 1 may (one serving core's commit in progress; engine killed at %v)", len(mixed), killTime.Format(time.StampMicro))
 	}
 	if o.timeout == 0 {
 		t.Logf("note: no write was in flight at the kill")

@@ -137,7 +137,8 @@
 // ②'s arrival, so it always times out last: a WRITE reported failed (any
 // status, TIMEOUT included) never changes memory afterwards. Answers to ①
 // (NACK, errors) are curried with ①'s IV and stop authenticating once the
-// op was pulled.
+// op was pulled. A serving engine killed during a commit's copy leaves that
+// one range torn (old and new bytes); its WRITE ends TIMEOUT.
 //
 // WRITE and REKEY requests move from the inbound queues to per-class pull
 // queues, so READs behind them are served while they wait for window; the
