@@ -253,9 +253,16 @@ func isolationMetric(rows []Row) (measure, bool) {
 // noisyMetric is the median over the noisy-neighbour rounds of the
 // victim's read_lat p99 at size beside the hostile tenant over its p99
 // alone, goal at most nnGoal; the value also gives the median of the
-// rounds' ratios of the engine's own p99.
+// rounds' ratios of the engine's own p99. A run whose engine had more
+// flags (-nn-engine-args) is an experiment, not the engine's defaults:
+// it is skipped.
 func noisyMetric(size int) func([]Row) (measure, bool) {
 	return func(rows []Row) (measure, bool) {
+		for _, r := range rows {
+			if strings.HasPrefix(r.Setup, "noisy-neighbour") && strings.Contains(r.Note, nnArgsMark) {
+				return measure{}, false
+			}
+		}
 		n, ok := noisyRatios(rows, size)
 		if !ok {
 			return measure{}, false

@@ -386,8 +386,12 @@ func (b *nnBench) engineArgs() string {
 	if len(nnEngineArgs) == 0 {
 		return ""
 	}
-	return "; rmad " + strings.Join(nnEngineArgs, " ")
+	return nnArgsMark + strings.Join(nnEngineArgs, " ")
 }
+
+// nnArgsMark begins, in a row's note, the engine's flags beyond the
+// setup's (-nn-engine-args).
+const nnArgsMark = "; rmad "
 
 // groupStat is the hostile group's cpu.stat now (nil if unreadable).
 func (b *nnBench) groupStat() *cpuStat {

@@ -66,6 +66,12 @@ func TestNoisyRatios(t *testing.T) {
 	if m, ok := noisyMetric(64)(good); !ok || m.verdict != met || m.value != "×1.50 (1 rounds; p99 3.00 µs / 2.00 µs)" {
 		t.Errorf("a met metric %+v", m)
 	}
+	// A run with more engine flags is an experiment: no headline from it.
+	exp := slices.Clone(good)
+	exp[0].Note = "victim tenant (uid 2012) on the loopback engine (busy on CPU 1" + nnArgsMark + "-window-bytes 16384), ..."
+	if m, ok := noisyMetric(64)(exp); ok {
+		t.Errorf("a headline from an experiment's rows: %+v", m)
+	}
 	for _, u := range ucxRatios(append(rows, rw("ucx-tcp", "tcp", "read_bw", 4096, depth(64), ops(1e5)))) {
 		if strings.HasPrefix(u.row.Setup, "noisy-neighbour") {
 			t.Errorf("a noisy-neighbour row paired with ucx-tcp: %+v", *u.row)
