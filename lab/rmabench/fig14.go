@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -785,4 +786,37 @@ func fig14RekeyCalls(rmad, dir string, cores int, emit emitFunc) error {
 	row.Cores, row.Seconds, row.OpsPerSec = cores, elapsed.Seconds(), float64(len(ns))/elapsed.Seconds()
 	emit(row)
 	return nil
+}
+
+// fig14CallGoal is issue 32's target for the driver path: a rekey
+// through the control socket, one engine core in backoff (µs, p50).
+const fig14CallGoal = 30
+
+// fig14CallMetric is the headline's driver path: fig14-rekey-call's p50
+// on an engine of one core, goal at most fig14CallGoal.
+func fig14CallMetric(rows []Row) (measure, bool) {
+	for _, r := range rows {
+		if r.Setup == "fig14-rekey-call" && r.Test == "rekey_call" && r.Cores == 1 && r.P50us > 0 {
+			v := fmtUs(r.P50us)
+			if r.P99us != nil {
+				v += fmt.Sprintf(" (p99 %s)", fmtUs(*r.P99us))
+			}
+			return measure{v, fmt.Sprintf("≤ %d µs", fig14CallGoal), judge(r.P50us <= fig14CallGoal)}, true
+		}
+	}
+	return measure{}, false
+}
+
+// fig14UnavailMetric is the headline's Figure 14: each design's p50
+// unavailability, beside the paper's.
+func fig14UnavailMetric(rows []Row) (measure, bool) {
+	var v []string
+	for _, s := range []string{"fig14-driver", "fig14-rekey-op", "fig14-keyx"} {
+		i := slices.IndexFunc(rows, func(r Row) bool { return r.Setup == s && r.Test == "unavail" && r.Ops > 0 })
+		if i < 0 {
+			return measure{}, false
+		}
+		v = append(v, fmtUs(rows[i].P50us))
+	}
+	return measure{value: strings.Join(v, " / "), goal: "paper: ~27 µs / < 1 µs (neither key) / > 2 ms (RDMA reconnection)"}, true
 }

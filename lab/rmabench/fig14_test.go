@@ -155,3 +155,25 @@ func TestFig14Quantiles(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+// TestFig14Headline: the driver path's p50 on one core against its goal,
+// and the three designs' unavailability beside the paper's.
+func TestFig14Headline(t *testing.T) {
+	rows := []Row{
+		{Setup: "fig14-rekey-call", Test: "rekey_call", Cores: 2, P50us: 10},
+		{Setup: "fig14-rekey-call", Test: "rekey_call", Cores: 1, P50us: 31, P99us: benchrow.F(90)},
+		{Setup: "fig14-driver", Test: "unavail", P50us: 20, Ops: 50},
+		{Setup: "fig14-rekey-op", Test: "unavail", P50us: 15, Ops: 50},
+	}
+	m, ok := fig14CallMetric(rows)
+	if !ok || m.value != "31.00 µs (p99 90.00 µs)" || m.goal != "≤ 30 µs" || m.verdict != notMet {
+		t.Errorf("%+v %v", m, ok)
+	}
+	if _, ok := fig14UnavailMetric(rows); ok {
+		t.Error("a run without fig14-keyx's row has the metric")
+	}
+	rows = append(rows, Row{Setup: "fig14-keyx", Test: "unavail", P50us: 2000, Ops: 50})
+	if m, ok := fig14UnavailMetric(rows); !ok || m.value != "20.00 µs / 15.00 µs / 2000.00 µs" || m.verdict != noGoal {
+		t.Errorf("%+v %v", m, ok)
+	}
+}
