@@ -12,11 +12,13 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/runner"
 )
 
 // BenchmarkDriverHops breaks BenchmarkRegionControl's rekey down by hop
 // (the driver path of the paper's Fig. 14), on engines of one and two
-// cores, each its own runner in Backoff: the portal's request until the
+// cores, each its own runner in Backoff, and of one core in Busy mode
+// (mode=busy: the closure always goes to the loop): the portal's request until the
 // server has read it (send), decoding it (decode), until the core's
 // Executor.Exec is called (handle), until the closure runs on the core
 // (dispatch), the closure (closure), until Exec has returned to the
@@ -33,10 +35,17 @@ func BenchmarkDriverHops(b *testing.B) {
 	ctl.SetHopTrace(func(h int) { at[h].Store(int64(time.Since(epoch))) })
 	defer ctl.SetHopTrace(nil)
 	names := []string{"send", "decode", "handle", "dispatch", "closure", "return", "reply", "receive"}
-	for _, cores := range []int{1, 2} {
-		e := setupCores(b, cores, nil, nil, zerolog.Nop())
+	for _, c := range []struct {
+		cores int
+		mode  runner.Mode
+	}{{1, runner.Backoff}, {2, runner.Backoff}, {1, runner.Busy}} {
+		e := setupCores(b, c.cores, nil, nil, zerolog.Nop(), c.mode)
 		own := dial(b, e, "owner")
-		b.Run(fmt.Sprintf("cores=%d", cores), func(b *testing.B) {
+		name := fmt.Sprintf("cores=%d", c.cores)
+		if c.mode != runner.Backoff {
+			name += "/mode=" + c.mode.String()
+		}
+		b.Run(name, func(b *testing.B) {
 			r, err := own.RegisterRegion(4096, abi.PermRemoteRead)
 			if err != nil {
 				b.Fatal(err)
