@@ -4,11 +4,12 @@ package ctl
 var HopNames = [numHops]string{"read", "decoded", "exec", "run", "ran", "back", "reply"}
 
 // SetHopTrace makes the server call f with each hop's index (HopNames) as
-// every request passes it; nil stops. Call it while no server runs.
+// every request passes it; nil stops.
 func SetHopTrace(f func(int)) {
 	if f == nil {
-		hopTrace = nil
+		hopTrace.Store(nil)
 		return
 	}
-	hopTrace = func(h hop) { f(int(h)) }
+	g := func(h hop) { f(int(h)) }
+	hopTrace.Store(&g)
 }

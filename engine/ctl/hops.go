@@ -1,5 +1,7 @@
 package ctl
 
+import "sync/atomic"
+
 // The hops of a control request through the server, the driver path of
 // paper Fig. 14: read from the socket, decoded, handed to the core's
 // executor, run on the core, back from the executor, the reply encoded.
@@ -20,11 +22,11 @@ const (
 )
 
 // hopTrace, when set, is called at each hop of every request. Only tests
-// set it, before the server starts; unset it costs a load and a compare.
-var hopTrace func(hop)
+// set it; unset it costs an atomic load and a compare.
+var hopTrace atomic.Pointer[func(hop)]
 
 func traceHop(h hop) {
-	if f := hopTrace; f != nil {
-		f(h)
+	if f := hopTrace.Load(); f != nil {
+		(*f)(h)
 	}
 }
