@@ -242,3 +242,32 @@ func TestLendLoopNeverStuck(t *testing.T) {
 		}
 	}
 }
+
+// TestExecLongClosure: a caller whose closure the loop runs waits until
+// it has run, however long it takes, on loops of every mode; without
+// Lend it runs on the loop's thread.
+func TestExecLongClosure(t *testing.T) {
+	for _, mode := range []runner.Mode{runner.Busy, runner.Backoff, runner.Yield} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := runner.DefaultConfig()
+			cfg.Mode = mode
+			r, _, loopTid := newWatched(t, cfg)
+			start := time.Now()
+			var tid int
+			ran := false
+			if err := r.Exec(func(*engine.Core) {
+				tid = unix.Gettid()
+				time.Sleep(35 * time.Millisecond)
+				ran = true
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); !ran || d < 35*time.Millisecond {
+				t.Fatalf("Exec returned after %v, closure ran: %v", d, ran)
+			}
+			if tid != loopTid {
+				t.Fatalf("the closure ran on thread %d, not the loop's %d (Lend is off)", tid, loopTid)
+			}
+		})
+	}
+}
