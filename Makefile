@@ -137,7 +137,9 @@ sim:
 # telemetry, metrics; READ and
 # WRITE; selftest and selftest-memif, the engine's own op generator;
 # kv, the key/value caches against memcached and Redis, whose
-# Figure 8 rmafigures -kv then draws into figures/fig8.png).
+# Figure 8 rmafigures -kv then draws into figures/fig8.png; fig14, a
+# client's unavailability during key rotations, whose Figure 14
+# rmafigures -fig14 draws into figures/fig14.png).
 # BENCH_ONLY=isolation (comma separated) runs some, BENCH_D=1s shortens
 # each measurement (default 5s). The ab setup, an old engine build
 # against this one, runs only when asked:
@@ -154,18 +156,20 @@ bench: setup-bench build
 	status=0; \
 	$(BIN)/rmabench -bin $(BIN) -out $(BENCH_OUT) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_D),-D $(BENCH_D)) || status=$$?; \
 	if [ -z "$(BENCH_ONLY)" ] || [[ "$(BENCH_ONLY)" == *kv* ]]; then $(BIN)/rmafigures -out figures -kv $(BENCH_OUT) || status=1; fi; \
+	if [ -z "$(BENCH_ONLY)" ] || [[ "$(BENCH_ONLY)" == *fig14* ]]; then $(BIN)/rmafigures -out figures -fig14 $(BENCH_OUT) || status=1; fi; \
 	$(BIN)/rmabench results -in bench/out.jsonl -results bench/RESULTS.md || status=1; \
 	exit $$status
 
 # The paper's congestion experiments (Fig. 15, Fig. 16) in the simulator:
 # PNG plots and RESULTS.md (the numbers next to the paper's) in figures/; and
-# Figure 8 redrawn from make bench's newest kv rows in bench/out.jsonl.
+# Figures 8 and 14 redrawn from make bench's newest kv and fig14 rows in
+# bench/out.jsonl.
 # make test asserts the same claims (engine/sim/figures_test.go).
 figures:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./lab/rmafigures
 	$(BIN)/rmafigures -out figures
-	@[ ! -f bench/out.jsonl ] || $(BIN)/rmafigures -out figures -kv bench/out.jsonl
+	@[ ! -f bench/out.jsonl ] || $(BIN)/rmafigures -out figures -kv bench/out.jsonl -fig14 bench/out.jsonl
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory fig9; else echo "fig9 (the cache's failover, on real engines) needs root: sudo make fig9"; fi
 
 # The cache's failover on real engines (the paper's Fig. 9): four rmad on

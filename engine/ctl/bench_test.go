@@ -19,7 +19,8 @@ import (
 // BenchmarkRegionControl times the control calls that change the
 // engine's region table through the control socket, the driver path of
 // the paper's Fig. 14, on engines of one and two cores (each its own
-// runner, Backoff): a rekey (in force on every core when it returns: key
+// runner, Backoff, lending its core as rmad's; BenchmarkDriverHops breaks
+// the rekey down by hop): a rekey (in force on every core when it returns: key
 // epochs); a deregistration, which returns only once every core has
 // passed a quiescent point since (ctl's quiesce) and the memory is
 // unmapped, its region registered again between two timed calls; a
@@ -111,10 +112,11 @@ func BenchmarkRegionControl(b *testing.B) {
 // BenchmarkQuiesce times the engine's part of a deregistration on an
 // engine of two cores, without the socket: the closure on the owner's
 // core (its runner's Exec) and the wait until the other core has passed
-// a quiescent point (what ctl's quiesce does: it runs the point on the
-// loop, engine.Group.Quiesce in an Exec, which also wakes a sleeping
-// loop), with both loops in Backoff, the owner's in
-// Backoff and the other's in Busy mode, and both in Busy mode (on a
+// a quiescent point (what ctl's quiesce does: it runs the point,
+// engine.Group.Quiesce, in an Exec: on the loop, or on the caller's
+// goroutine when a loop asleep lends its core), with both loops in
+// Backoff, the owner's in Backoff and the other's in Busy mode, and both
+// in Busy mode (on a
 // machine with a CPU for each loop and one for the control plane).
 //
 //	go test ./engine/ctl -run '^$' -bench Quiesce -benchtime 2000x

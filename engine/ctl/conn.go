@@ -133,6 +133,7 @@ func (c *conn) serve() {
 			}
 			return
 		}
+		traceHop(hopRead)
 		var resp ctlmsg.Response
 		fd := -1
 		switch {
@@ -152,6 +153,7 @@ func (c *conn) serve() {
 				break
 			}
 			resp.ID, resp.Op = req.ID, req.Op
+			traceHop(hopDecoded)
 			queriesOnly = queriesOnly && (req.Op == ctlmsg.OpIdentity || req.Op == ctlmsg.OpStats)
 			var rerr *reqError
 			fd, rerr = c.handle(&req, &resp)
@@ -231,6 +233,7 @@ func (c *conn) reply(resp *ctlmsg.Response, fd int) error {
 	if fd >= 0 {
 		oob = unix.UnixRights(fd)
 	}
+	traceHop(hopReply)
 	_, _, err = c.uc.WriteMsgUnix(b, oob, nil)
 	if fd >= 0 {
 		unix.Close(fd)
@@ -293,7 +296,10 @@ var errPortalGone = errors.New("the engine closed this portal because its applic
 // is Exec's.
 func (c *conn) execPortal(fn func(core *engine.Core) error) (error, error) {
 	var ferr error
+	traceHop(hopExec)
 	err := c.s.execs[c.core].Exec(func(core *engine.Core) {
+		traceHop(hopRun)
+		defer traceHop(hopRan)
 		if c.s.cores[c.core].owner[c.portal] != c {
 			ferr = errPortalGone
 			return
@@ -302,6 +308,7 @@ func (c *conn) execPortal(fn func(core *engine.Core) error) (error, error) {
 			ferr = errPortalGone
 		}
 	})
+	traceHop(hopBack)
 	return ferr, err
 }
 

@@ -76,7 +76,8 @@ func (s *Server) CoreLoad() (portals, slots []int) {
 // then on no core touches the memory of a region removed before v. Every
 // core not there yet runs its quiescent point in a closure on its loop
 // (engine.Group.Quiesce), all at once: the Exec takes a busy loop one
-// iteration and wakes a loop asleep in Backoff, and the caller sleeps
+// iteration, and a loop asleep in Backoff lends its core (the point runs
+// on the caller's goroutine, the loop still asleep); the caller sleeps
 // meanwhile rather than spin on a CPU the loops may need. An error (a
 // loop that is not running) means the cores did not confirm: the caller
 // must keep the memory mapped.

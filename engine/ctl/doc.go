@@ -62,8 +62,10 @@
 // connection that opens no portal within Config.OpenDeadline is closed.
 //
 // Concurrency. One goroutine per connection. Everything that touches an
-// engine core runs through Executor.Exec on the core's own goroutine
-// (engine/runner), so the core stays single-threaded. An engine of
+// engine core runs through Executor.Exec between two iterations of the
+// core's loop (engine/runner: on the loop's goroutine, or on the
+// connection's when a loop asleep in Backoff lends it the core), so the
+// core stays single-threaded. An engine of
 // several cores (engine.Group) has one Executor per core (Listen); a
 // portal is bound to one core (cores.go: the least loaded, or the one
 // open asks for) and its calls run there. The region table is the

@@ -51,6 +51,8 @@ func newLoopDrivers(cfg engine.Config, cores int, mode ...runner.Mode) (*loopDri
 	d := &loopDriver{g: g}
 	for i, p := range ports {
 		rc := runner.DefaultConfig()
+		rc.Lend = true // as rmad's loops
+
 		if len(mode) > 0 { // one mode for every core, or one per core
 			rc.Mode = mode[min(i, len(mode)-1)]
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
+	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/internal/enginetest"
 	"github.com/onerma/onerma/portal"
 )
@@ -64,8 +65,9 @@ func setupLog(t *testing.T, mutate func(*ctl.Config), log zerolog.Logger) *env {
 }
 
 // setupCores starts an engine of cores cores (edit, if set, changes its
-// config) and its control server.
-func setupCores(t testing.TB, cores int, edit func(*engine.Config), mutate func(*ctl.Config), log zerolog.Logger) *env {
+// config) and its control server; mode, if given, is the loops' poll
+// mode (default Backoff; one for every core, or one per core).
+func setupCores(t testing.TB, cores int, edit func(*engine.Config), mutate func(*ctl.Config), log zerolog.Logger, mode ...runner.Mode) *env {
 	t.Helper()
 	ecfg := engineConfig()
 	ecfg.LocalIP = engineIP
@@ -78,7 +80,7 @@ func setupCores(t testing.TB, cores int, edit func(*engine.Config), mutate func(
 	if edit != nil {
 		edit(&ecfg)
 	}
-	drv, err := newLoopDrivers(ecfg, cores)
+	drv, err := newLoopDrivers(ecfg, cores, mode...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,21 @@
 // that the loop runs between iterations, on the core's own goroutine, so
 // nothing on the data path locks (Machnet's ChannelsUpdate).
 //
+// Lending (Config.Lend; rmad's loops lend): a loop asleep in Backoff lends
+// its core to the caller of Exec that finds it so, who runs the closure
+// there and then. Waking the loop, then the caller, would cost two thread
+// wake-ups per control call, most of a rekey's time through the control
+// socket (engine/ctl BenchmarkDriverHops). The loop's state word says who
+// holds the core: the loop (awake), nobody (asleep: the loop sleeps, or is
+// about to), a caller (lent), or a caller while the loop, its sleep over,
+// waits for the core (reclaim: no other caller may take it then, and the
+// caller hands it back and wakes the loop when its closure returns). A
+// lent closure is thus one more call into the core between two
+// iterations, ordered with them by that word's atomics, as the engine's
+// "on the core's goroutine" asks; only its thread differs (not
+// ThreadStart's). The loop's hot path is unchanged: one atomic load per
+// iteration; lending costs the sleep a compare-and-swap.
+//
 // # Threads
 //
 // Each core's loop goroutine is locked to its OS thread. rmad gives each

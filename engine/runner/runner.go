@@ -81,6 +81,16 @@ type Config struct {
 	ThreadExit func()
 	// Clock returns monotonic nanoseconds; nil: Monotonic.
 	Clock func() int64
+	// Lend lets a loop asleep in Backoff lend its core to a caller of
+	// Exec, who runs the closure itself: neither the loop nor, once the
+	// closure has run, the caller waits for a wake-up. The closure still
+	// never runs beside an iteration (a loop that wakes meanwhile waits
+	// for the core), but not on the loop's thread, and the loop sees
+	// what it changed when its sleep ends (at most MaxSleep, or the
+	// core's next deadline as it was). Off, every closure runs on the
+	// loop's thread (ThreadStart's). Busy and Yield loops never sleep, so
+	// never lend.
+	Lend bool
 	// StallThreshold: when more than this passes between two iterations
 	// beyond the sleep the loop asked for (its thread was preempted or
 	// descheduled, or an Exec closure ran long), the loop counts a stall
@@ -166,13 +176,14 @@ type Runner struct {
 	execs   chan execReq
 	pending atomic.Int32 // execs sent or being sent, not yet taken by the loop
 	stop    atomic.Bool
-	// sleeping is set by the loop just before it sleeps and checked by
-	// Exec and Stop after they publish their request (pending, stop):
-	// with sequentially consistent atomics either the loop sees the
-	// request before sleeping or the requester sees sleeping and wakes it.
-	sleeping atomic.Bool
-	efdMu    sync.Mutex // serialises wake's write with Start and the close at exit
-	efd      int        // eventfd the loop sleeps on (Backoff); -1: none (Busy, or closed)
+	// state says who may touch the core (awake, asleep, lent, reclaim).
+	// The loop sets asleep just before it sleeps, and Exec and Stop check
+	// it after they publish their request (pending, stop): with
+	// sequentially consistent atomics either the loop sees the request
+	// before sleeping or the requester sees it asleep and wakes it.
+	state atomic.Int32
+	efdMu sync.Mutex // serialises wake's write with Start and the close at exit
+	efd   int        // eventfd the loop sleeps on (Backoff); -1: none (Busy, or closed)
 
 	startOnce sync.Once
 	started   atomic.Bool
@@ -180,6 +191,7 @@ type Runner struct {
 
 	// published counters
 	iterations, idleSleeps, yields, sleptNs, rxFrames, nExecs, stalls, stalledNs atomic.Uint64
+	lentExecs                                                                    atomic.Uint64 // closures run by Exec's caller on a sleeping loop's core
 
 	// loop-local state (the loop goroutine only)
 	pfd [1]unix.PollFd
@@ -245,10 +257,26 @@ func (r *Runner) Start() error {
 // Done is closed when the loop has exited.
 func (r *Runner) Done() <-chan struct{} { return r.done }
 
-// Exec runs fn on the loop's goroutine between two iterations and returns
-// once it has run, or ErrStopped if the runner stopped first (fn then never
-// runs). fn must not call Exec or Stop of the same runner (deadlock).
-// Exec before Start returns ErrNotStarted.
+// The loop's states (Runner.state). Only the loop moves from awake, and
+// only to asleep; a caller of Exec moves asleep to lent and back; the
+// loop, woken while the core is lent, moves lent to reclaim and waits, and
+// the caller then hands the core back (awake) and wakes it.
+const (
+	awake   int32 = iota // the loop iterates: the core is the loop's
+	asleep               // the loop sleeps (Backoff) or is about to; the core is free to lend
+	lent                 // Exec's caller runs a closure on the core; the loop must not touch it
+	reclaim              // lent, and the loop woke and waits for the core
+)
+
+// Exec runs fn between two iterations of the loop, with the core to itself,
+// and returns once it has run, or ErrStopped if the runner stopped first
+// (fn then never runs). fn runs on the loop's goroutine, or, with
+// Config.Lend when the loop sleeps (Backoff), on the caller's: the
+// sleeping loop lends its core and holds off until fn has returned
+// (waking meanwhile, it waits for the core), so fn never runs beside an
+// iteration either way, and a lent core needs no wake-up of the loop nor
+// of the caller. fn must not call Exec or Stop of the same runner
+// (deadlock). Exec before Start returns ErrNotStarted.
 func (r *Runner) Exec(fn func(c *engine.Core)) error {
 	if !r.started.Load() {
 		select {
@@ -257,6 +285,17 @@ func (r *Runner) Exec(fn func(c *engine.Core)) error {
 		default:
 			return ErrNotStarted
 		}
+	}
+	if r.cfg.Lend && r.state.CompareAndSwap(asleep, lent) {
+		fn(r.core)
+		r.lentExecs.Add(1)
+		if !r.state.CompareAndSwap(lent, asleep) {
+			// The loop woke meanwhile (its sleep ended, an Exec or Stop
+			// woke it) and waits for the core: hand it back.
+			r.state.Store(awake)
+			r.kick()
+		}
+		return nil
 	}
 	req := execReq{fn: fn, done: make(chan struct{})}
 	r.pending.Add(1)
@@ -308,7 +347,7 @@ func (r *Runner) Stats() Stats {
 		Yields:     r.yields.Load(),
 		SleptNs:    r.sleptNs.Load(),
 		RxFrames:   r.rxFrames.Load(),
-		Execs:      r.nExecs.Load(),
+		Execs:      r.nExecs.Load() + r.lentExecs.Load(),
 		Stalls:     r.stalls.Load(),
 		StalledNs:  r.stalledNs.Load(),
 	}
@@ -316,9 +355,14 @@ func (r *Runner) Stats() Stats {
 
 // wake interrupts a sleeping loop (any goroutine; control path).
 func (r *Runner) wake() {
-	if !r.sleeping.Load() {
+	if r.state.Load() == awake {
 		return
 	}
+	r.kick()
+}
+
+// kick writes the eventfd the loop sleeps on.
+func (r *Runner) kick() {
 	r.efdMu.Lock()
 	if r.efd >= 0 {
 		one := [8]byte{1}
@@ -461,20 +505,44 @@ func (r *Runner) sleep(now int64, d time.Duration) int64 {
 	r.lc.IdleSleeps++
 	r.lc.SleptNs += uint64(d)
 	r.publish()
-	r.sleeping.Store(true)
+	r.state.Store(asleep)
 	if r.pending.Load() > 0 || r.stop.Load() {
-		r.sleeping.Store(false)
+		r.rise()
 		return 0
 	}
 	ts := unix.NsecToTimespec(int64(d))
 	t0 := r.now()
 	n, _ := unix.Ppoll(r.pfd[:], &ts, nil) // EINTR: just an early wake-up
-	slept := r.now() - t0
-	r.sleeping.Store(false)
 	if n > 0 {
 		_, _ = unix.Read(r.efd, r.buf[:]) // reset the eventfd counter
 	}
+	r.rise()
+	slept := r.now() - t0
 	return min(slept, int64(d))
+}
+
+// rise ends a sleep: it takes the core back (awake), first waiting, when
+// an Exec's caller has it (lent), until the caller hands it back and
+// wakes the loop. It sleeps on the eventfd, with no timeout, only in
+// reclaim, which the caller always ends with a hand-back and a write of
+// the eventfd (before or after the loop sleeps: either way it wakes).
+func (r *Runner) rise() {
+	for {
+		switch s := r.state.Load(); s {
+		case awake:
+			return // handed back
+		case asleep:
+			if r.state.CompareAndSwap(asleep, awake) {
+				return
+			}
+		case lent:
+			r.state.CompareAndSwap(lent, reclaim) // or the caller gave it back: look again
+		case reclaim:
+			if n, _ := unix.Ppoll(r.pfd[:], nil, nil); n > 0 {
+				_, _ = unix.Read(r.efd, r.buf[:])
+			}
+		}
+	}
 }
 
 // closeEventfd closes the eventfd under efdMu, so a concurrent wake never

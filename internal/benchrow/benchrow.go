@@ -21,13 +21,17 @@ type Row struct {
 	// the key/value caches' "kv-ycsb-c" and "kv-ycsb-b" (closed loop;
 	// "-memif" appended for OneRMA's cache over two engines), "kv-fig8"
 	// (open loop, one row per offered load), and the peers' own tools
-	// "kv-memcslap" and "kv-redis-benchmark-P16"
-	// (bench/RESULTS.md describes each).
+	// "kv-memcslap" and "kv-redis-benchmark-P16", Figure 14's key
+	// rotations "fig14-driver", "fig14-rekey-op", "fig14-keyx",
+	// "fig14-driver-neither", "fig14-rekey-op-neither" and the driver
+	// path's "fig14-rekey-call" (bench/RESULTS.md describes each).
 	Setup string `json:"setup"`
 	// Test: "read_bw", "read_lat", "write_bw", "write_lat", "seal_open",
 	// "cpu-stall", "xproc-wake", "crypto-scaling", "get", "set", "mget",
-	// and on the port-* setups dpdk-testpmd's "io-fwd" and
-	// "macswap-fwd" and the engine's "rx-frames".
+	// on the port-* setups dpdk-testpmd's "io-fwd" and "macswap-fwd" and
+	// the engine's "rx-frames", and on the fig14-* setups "unavail",
+	// "unavail_raw", "probe_lat", "rekey_call", "rekey_op", "keyx_fetch"
+	// and "neither" (lab/rmabench/fig14.go says what each measures).
 	Test        string `json:"test"`
 	Size        int    `json:"size"`
 	Outstanding int    `json:"outstanding"`
@@ -76,6 +80,24 @@ type Row struct {
 	// interval until its last op completed, divided by the ops counted:
 	// what an op costs the application, whatever the engine's rate.
 	CPUNsPerOp *float64 `json:"cpu_ns_per_op,omitempty"`
+
+	// Timeline (fig14-* "unavail" rows): the probes around one key
+	// rotation, the one whose unavailability is the median, for Figure
+	// 14 (rmafigures -fig14).
+	Timeline []Probe `json:"timeline,omitempty"`
+}
+
+// Probe is one op of a Timeline.
+type Probe struct {
+	// AtUs is when it was posted, in µs from the post of the first probe
+	// that failed under the old key.
+	AtUs float64 `json:"at_us"`
+	// LatUs is its latency, post to completion seen, in µs.
+	LatUs float64 `json:"lat_us"`
+	// Status is its completion's status (abi.Status's name).
+	Status string `json:"status"`
+	// New says it was posted with the new key (else the old).
+	New bool `json:"new,omitempty"`
 }
 
 // F returns a pointer to v, for the optional fields.

@@ -105,7 +105,9 @@ func New(o Opts, dir string) (*Engine, error) {
 	e := &Engine{Group: g}
 	execs := make([]ctl.Executor, len(ports))
 	for i, p := range ports {
-		r, err := runner.New(g.Core(i), p, runner.DefaultConfig())
+		rc := runner.DefaultConfig()
+		rc.Lend = true // as rmad's
+		r, err := runner.New(g.Core(i), p, rc)
 		if err == nil {
 			err = r.Start()
 		}

@@ -46,6 +46,9 @@ type Options struct {
 	// same Name and Dir resumes its counters).
 	IVState string
 	Extra   []string
+	// Env holds more environment variables for rmad, KEY=VALUE (e.g.
+	// GOMAXPROCS=4), beside this process's (not for a Container).
+	Env []string
 
 	// PIDNS runs the engine in a PID namespace of its own (as in a
 	// container): it sees no process outside it, so SO_PEERCRED gives it
@@ -161,6 +164,9 @@ func Start(o Options) (*Engine, error) {
 		// A memif server refuses a socket path that exists (EADDRINUSE);
 		// the engine before it on this wire may have left it behind.
 		os.Remove(sock)
+	}
+	if len(o.Env) > 0 {
+		e.cmd.Env = append(os.Environ(), o.Env...)
 	}
 	logf, err := os.Create(e.LogPath)
 	if err != nil {

@@ -107,6 +107,8 @@ var headlineMetrics = []headlineMetric{
 	{"kv-ycsb-c 32 B, onerma-kv over memif: GETs/s / memcached's, same round", "kv", kvOpsMetric("onerma-kv-memif")},
 	{"kv-ycsb-c 32 B, onerma-kv over memif: p99 / memcached's, same round", "kv", kvP99Metric("onerma-kv-memif")},
 	{"kv-ycsb-c 32 B, onerma-kv over memif: GETs per serving CPU second / redis-benchmark -P 16's", "kv", kvToolMetric("onerma-kv-memif")},
+	{"the driver path: a rekey through rmad's control socket (portal.Rekey), one engine core in backoff, GOMAXPROCS 4: p50", "fig14", fig14CallMetric},
+	{"Fig. 14: a client's unavailability during a key rotation, p50: driver rekey / REKEY op / keyx fetch after the failure", "fig14", fig14UnavailMetric},
 }
 
 // Formats of the table's values.

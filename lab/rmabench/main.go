@@ -74,6 +74,17 @@
 //	    loopback engine: 64 B read_bw through its batch API and the
 //	    latency of one Portal.read call, rows of system onerma-python for
 //	    information (python-loopback; pyloopback.go);
+//	(t) Figure 14 (fig14): a client on one engine reads a region on
+//	    another over memif back to back while its key is rotated every
+//	    50 ms, by the owner's Rekey through the control socket
+//	    (fig14-driver), by a REKEY op of a control-plane application
+//	    (fig14-rekey-op), or by the driver with the new K_d fetched over
+//	    keyx after the first failure (fig14-keyx): the client's
+//	    unavailability per rotation; the window in which neither key
+//	    works (fig14-driver-neither, fig14-rekey-op-neither); and the
+//	    driver path's latency on engines of one and two cores in
+//	    backoff (fig14-rekey-call) (fig14.go; rmafigures -fig14 draws
+//	    Figure 14);
 //
 // It appends one JSON object per measurement to -out (default
 // $BENCH_OUT or bench/out.jsonl) as soon as the measurement ends, and at
@@ -107,7 +118,7 @@ type spec struct {
 }
 
 // allSetups is -only's default: every setup but ab and rtt.
-const allSetups = "platform,loopback,loopback-jumbo,c-loopback,python-loopback,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,noisy-neighbour-alone,noisy-neighbour,telemetry,metrics,kv,selftest,selftest-memif"
+const allSetups = "platform,loopback,loopback-jumbo,c-loopback,python-loopback,hol,memif,af_packet,af_xdp,testpmd,tcp,aes,write-pairs,isolation,noisy-neighbour-alone,noisy-neighbour,telemetry,metrics,kv,selftest,selftest-memif,fig14"
 
 const usage = `rmabench measures OneRMA and its peers on this machine, as make bench runs it.
 
@@ -160,6 +171,9 @@ func run() int {
 	flag.Uint64Var(&kvKeys32, "kv-keys-32", kvKeys32, "kv setup: keys loaded at 32 B values")
 	flag.Uint64Var(&kvKeys1K, "kv-keys-1k", kvKeys1K, "kv setup: keys loaded at 1 KB values")
 	flag.DurationVar(&fig8D, "fig8-D", fig8D, "kv setup: measurement of each offered load of Figure 8's sweep")
+	flag.IntVar(&fig14Rotations, "fig14-rotations", fig14Rotations, "fig14 setup: key rotations per design")
+	flag.DurationVar(&fig14Every, "fig14-every", fig14Every, "fig14 setup: time between two rotations")
+	flag.IntVar(&fig14Calls, "fig14-calls", fig14Calls, "fig14 setup: Rekey calls timed per engine (fig14-rekey-call)")
 	flag.IntVar(&nnRounds, "nn-rounds", nnRounds, "noisy-neighbour setups: interleaved rounds")
 	nnArgs := flag.String("nn-engine-args", "", "noisy-neighbour setups: more rmad flags for their engine, space separated (e.g. \"-window-bytes 32768\")")
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
@@ -210,6 +224,9 @@ func run() int {
 	}
 	if metricsRounds < 1 {
 		return flagErr(fmt.Errorf("-metrics-rounds %d: want at least 1", metricsRounds))
+	}
+	if fig14Rotations < 1 || fig14Every < time.Millisecond || fig14Calls < 1 {
+		return flagErr(fmt.Errorf("-fig14-rotations %d, -fig14-every %v, -fig14-calls %d: want at least 1, 1ms, 1", fig14Rotations, fig14Every, fig14Calls))
 	}
 	if kvRounds < 1 || kvClients < 1 || kvKeys32 == 0 || kvKeys1K == 0 || fig8D <= 0 {
 		return flagErr(fmt.Errorf("-kv-rounds %d, -kv-clients %d, -kv-keys-32 %d, -kv-keys-1k %d, -fig8-D %v: want each above 0", kvRounds, kvClients, kvKeys32, kvKeys1K, fig8D))
@@ -326,6 +343,9 @@ func run() int {
 	}
 	if want("kv") {
 		rec.setup("kv", func() error { return kvRun(*bin, dir, *dur, emit) })
+	}
+	if want("fig14") {
+		rec.setup("fig14", func() error { return fig14Run(rmad, dir, emit) })
 	}
 	if ab {
 		rec.setup("ab", func() error { return abRun(*abOld, rmad, rmaperf, dir, *crypto, *abRounds, *dur, emit) })

@@ -4,10 +4,11 @@
 // numbers of the runs next to the paper's, into a directory (-out:
 // figures/RESULTS.md by default). With -kv it draws instead Figure 8
 // (§7.1), which make bench's kv setup measures on real engines, from
-// that benchmark's JSON lines (fig8.go).
+// that benchmark's JSON lines (fig8.go); with -fig14, Figure 14 (§7.3),
+// which its fig14 setup measures (fig14.go).
 //
 //	rmafigures [-out figures] [-jobs N]
-//	rmafigures [-out figures] -kv bench/out.jsonl
+//	rmafigures [-out figures] [-kv bench/out.jsonl] [-fig14 bench/out.jsonl]
 package main
 
 import (
@@ -58,19 +59,20 @@ type results struct {
 
 // options are rmafigures' flags.
 type options struct {
-	out, kv string
-	jobs    int
+	out, kv, fig14 string
+	jobs           int
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
-	fs := cli.New("rmafigures", "rmafigures [-out figures] [-jobs N]", "rmafigures [-out figures] -kv bench/out.jsonl")
-	fs.Notes("The first form runs the paper's congestion experiments (Fig. 15, 16) in the simulator;\nthe second draws Figure 8 from make bench's kv rows.")
+	fs := cli.New("rmafigures", "rmafigures [-out figures] [-jobs N]", "rmafigures [-out figures] [-kv bench/out.jsonl] [-fig14 bench/out.jsonl]")
+	fs.Notes("The first form runs the paper's congestion experiments (Fig. 15, 16) in the simulator;\nthe second draws Figure 8 from make bench's kv rows and Figure 14 from its fig14 rows.")
 	fs.Example("rmafigures -out figures", "rmafigures -out figures -kv bench/out.jsonl")
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.out, "out", "figures", "directory for the PNGs and RESULTS.md")
 	fs.IntVar(&o.jobs, "jobs", runtime.GOMAXPROCS(0), "experiments run at once (each is one goroutine)")
 	fs.StringVar(&o.kv, "kv", "", "instead of the simulator's figures, draw Figure 8 (fig8.png, fig8.md) from the newest run of kv-fig8 rows in this make bench output")
+	fs.StringVar(&o.fig14, "fig14", "", "instead of the simulator's figures, draw Figure 14 (fig14.png, fig14.md) from the newest run of fig14-* rows in this make bench output")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -97,9 +99,16 @@ func main() {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	if o.kv != "" {
-		if err := writeFig8(o.out, o.kv); err != nil {
-			log.Fatal(err)
+	if o.kv != "" || o.fig14 != "" {
+		if o.kv != "" {
+			if err := writeFig8(o.out, o.kv); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if o.fig14 != "" {
+			if err := writeFig14(o.out, o.fig14); err != nil {
+				log.Fatal(err)
+			}
 		}
 		return
 	}

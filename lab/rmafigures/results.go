@@ -156,6 +156,10 @@ func writeResults(path string, r *results) error {
 	p("\n## Fig. 8 (§7.1): measured on this machine\n\n")
 	p("Not simulated: `make bench`'s kv setup measures the key/value caches' GET latency against offered load, and\n")
 	p("`rmafigures -kv bench/out.jsonl` draws `fig8.png` and writes `fig8.md`, its numbers next to the paper's claims.\n")
+	p("\n## Fig. 14 (§7.3): measured on this machine\n\n")
+	p("Not simulated: `make bench`'s fig14 setup measures a client's unavailability while a region's key is rotated by\n")
+	p("the driver, by a REKEY op, or with the new K_d fetched over keyx, on two engines over memif, and\n")
+	p("`rmafigures -fig14 bench/out.jsonl` draws `fig14.png` and writes `fig14.md`, its numbers next to the paper's claims.\n")
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 

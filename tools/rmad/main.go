@@ -326,6 +326,10 @@ func serve(ctx context.Context, cfg *Config, sto *selfTestOptions, stdout io.Wri
 		log.Info().Str("crypto", cmp.Or(engCfg.Crypto, engine.CryptoGo)).Msg("seals and opens on crypto/cipher")
 	}
 	rCfg := runner.DefaultConfig()
+	// A loop asleep in backoff lends its core to the control call that
+	// finds it so: the call runs there and then, with no thread woken
+	// either way (the driver path: go doc ./engine/runner, Lend).
+	rCfg.Lend = true
 	switch cfg.Poll.Mode {
 	case "busy":
 		rCfg.Mode = runner.Busy
