@@ -22,7 +22,8 @@ import (
 // three designs, and appends rows (setups fig14-*) whose "unavail" rows
 // carry the probes around one rotation (benchrow.Row.Timeline).
 // rmafigures -fig14 FILE draws the newest run of them into fig14.png and
-// writes fig14.md (in -out), the numbers next to the paper's claims.
+// writes, beside it (in -out), a Markdown page of the numbers next to
+// the paper's claims.
 
 // fig14Prefix begins the setups of Figure 14's rows.
 const fig14Prefix = "fig14-"
@@ -101,8 +102,8 @@ func fig14Reads(tl []benchrow.Probe) (reads, failed plotter.XYs) {
 	return reads, failed
 }
 
-// writeFig14 draws fig14.png and writes fig14.md into dir from the
-// newest run of Figure 14's rows in path; it says so and does nothing
+// writeFig14 draws fig14.png and writes its Markdown page into dir from
+// the newest run of Figure 14's rows in path; it says so and does nothing
 // when path has none.
 func writeFig14(dir, path string) error {
 	rows, run, err := fig14Rows(path)
@@ -163,8 +164,8 @@ func writeFig14(dir, path string) error {
 	return os.WriteFile(filepath.Join(dir, "fig14.md"), fig14Markdown(rows, run, path), 0o644)
 }
 
-// fig14Markdown is figures/fig14.md: the paper's claims, the measured
-// numbers next to them, and every row.
+// fig14Markdown is Figure 14's Markdown page: the paper's claims, the
+// measured numbers next to them, and every row.
 func fig14Markdown(rows []benchrow.Row, run, path string) []byte {
 	var b bytes.Buffer
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
