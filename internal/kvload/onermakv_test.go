@@ -53,7 +53,11 @@ func TestOneRMAKVDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Failed() != 0 || r.Unserved != 0 || r.GetsDone < 1000 {
-		t.Fatalf("open loop at 5000/s: %d failed (%v), %d unserved, %d GETs", r.Failed(), r.FirstError, r.Unserved, r.GetsDone)
+	// Every arrival of the measurement served OK, whenever it completed
+	// (GetsDone counts only those done before the measurement's end,
+	// fewer on a busy host): about 1500 of them.
+	if served := r.GetLat.TotalCount(); r.Failed() != 0 || r.Unserved != 0 || served < 1000 {
+		t.Fatalf("open loop at 5000/s: %d failed (%v), %d unserved, %d GETs served (%d done in the measurement)", r.Failed(), r.FirstError, r.Unserved, served, r.GetsDone)
 	}
+	t.Logf("open loop at 5000/s: %d GETs served, %d done in the measurement", r.GetLat.TotalCount(), r.GetsDone)
 }
