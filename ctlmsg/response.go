@@ -198,7 +198,7 @@ type Stats struct {
 	// req_errors).
 	RekeysSuperseded uint64 `json:"rekeys_superseded"`
 	// Fault are the counters of the fault-injecting port wrapper
-	// (engine/faultport) in front of the engine's port; absent when the
+	// (engine/port/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).
 	Fault *FaultStats `json:"fault,omitempty"`
 	// Loop are the poll loop's counters (engine/runner), published by the
@@ -361,8 +361,8 @@ type PortXDPStats struct {
 	Err      string         `json:"error,omitempty"` // some counters could not be read
 }
 
-// XDPSteerStats are the steering program's counters (engine/dpdkport/xdp.Stats,
-// field for field).
+// XDPSteerStats are the steering program's counters
+// (engine/port/dpdkport/xdp.Stats, field for field).
 type XDPSteerStats struct {
 	ToEngine uint64 `json:"to_engine"` // frames for the engine, to its sockets
 	NoSocket uint64 `json:"no_socket"` // frames for the engine on an rx queue without a socket (to the kernel, which drops them)
@@ -381,7 +381,7 @@ type XDPSocketStats struct {
 }
 
 // PortDriverStats are the engine's port driver's counters
-// (engine/dpdkport.Stats, field for field).
+// (engine/port/dpdkport.Stats, field for field).
 type PortDriverStats struct {
 	TxFrames   uint64 `json:"tx_frames"`    // accepted by the tx queue
 	TxDropped  uint64 `json:"tx_dropped"`   // refused by the tx queue after all retries

@@ -43,7 +43,7 @@
 // mempool's per-lcore cache, and never unlocks afterwards.
 //
 // Place in the import graph: a leaf (imports golang.org/x/sys/unix only).
-// engine/dpdkport builds the engine's Port on it and tools/rmad
+// engine/port/dpdkport builds the engine's Port on it and tools/rmad
 // initialises it; the protocol core (engine) never imports it.
 // Subpackage dpdktest starts the EAL for tests.
 package dpdk

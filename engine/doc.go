@@ -19,7 +19,7 @@
 // driver supplies (Tx.Buffer, Tx.Send). Commands and completions travel
 // through abi rings whose memory the driver supplies (shared memory in rmad,
 // plain slices in the simulator and tests). Three drivers run this same
-// code: the DPDK poll loop (engine/runner + engine/dpdkport), the
+// code: the DPDK poll loop (engine/runner + engine/port/dpdkport), the
 // deterministic simulator (engine/sim) and unit tests.
 //
 // A Core is one engine core: single-goroutine. An engine of N cores (at
@@ -216,7 +216,7 @@
 // replay window, live on one core), ARP to every core (SteerAll: each takes
 // only replies to its own requests; core 0 alone answers requests for the
 // engine's address), ICMP and junk to the receiving core (SteerLocal). A
-// port that cannot steer hands frames over (engine/dpdkport).
+// port that cannot steer hands frames over (engine/port/dpdkport).
 //
 // IV lanes: every core draws from its own lane of the engine's one IVSource
 // and sets its CoreID in the counters' top six bits (a counter at or past
@@ -244,9 +244,10 @@
 // Tests: group_test.go runs engines of several cores over a switch that
 // lands frames on random rx cores; group_live_test.go drives each core from
 // its own goroutine while regions are registered, rekeyed and deregistered
-// under load (-race); engine/memport.Steered loops a group back through a
-// steering NIC for engine/ctl, portal and internal/enginetest; engine/sim's
-// multicore scenarios check every invariant per core and per node.
+// under load (-race); engine/port/memport.Steered loops a group back
+// through a steering NIC for engine/ctl, portal and internal/enginetest;
+// engine/sim's multicore scenarios check every invariant per core and per
+// node.
 //
 // # Frames to itself
 //

@@ -173,7 +173,7 @@ type Config struct {
 	OperatorGID *uint32
 
 	// FaultStats, if set, returns the counters of a fault-injecting
-	// wrapper around core's port (engine/faultport), for the stats
+	// wrapper around core's port (engine/port/faultport), for the stats
 	// reply's "fault" key. It runs on that core's goroutine, inside the
 	// same Executor.Exec as Core.Stats, where the port may be read.
 	FaultStats func(core int) *ctlmsg.FaultStats

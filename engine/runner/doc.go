@@ -8,8 +8,8 @@
 //
 //   - Busy: the loop never sleeps. Its goroutine is locked to an OS thread
 //     and a ThreadStart hook may pin that thread and register it with the
-//     DPDK EAL (engine/dpdkport.PinThread), without this package importing
-//     dpdk.
+//     DPDK EAL (engine/port/dpdkport.PinThread), without this package
+//     importing dpdk.
 //   - Backoff: after IdleSpins idle iterations the loop sleeps, from
 //     MinSleep doubling up to MaxSleep, never past the core's next timer
 //     deadline, and wakes at once when Exec or Stop is called (ppoll on an
@@ -56,6 +56,6 @@
 // end a pull.
 //
 // Place in the import graph: runner imports engine only (and x/sys/unix).
-// Ports: engine/dpdkport (DPDK ethdev queue), engine/memport (in memory).
-// Binaries (tools/rmad) wire port, core and runner together.
+// Ports: engine/port/dpdkport (DPDK ethdev queue), engine/port/memport
+// (in memory). Binaries (tools/rmad) wire port, core and runner together.
 package runner

@@ -5,7 +5,7 @@ import (
 
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/memport"
 )
 
 // TestIterateAllocs: one loop iteration (rx burst -> Receive -> Poll ->

@@ -16,8 +16,8 @@ import (
 
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/dpdkport"
-	"github.com/onerma/onerma/engine/faultport"
+	"github.com/onerma/onerma/engine/port/dpdkport"
+	"github.com/onerma/onerma/engine/port/faultport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/wire"
 )

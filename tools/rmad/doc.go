@@ -105,7 +105,7 @@
 //	     -ip 10.1.0.2/24 -gateway 10.1.0.1 -route 10.9.0.0/16,via=10.1.0.254,mtu=1400
 //
 // Fault injection (tests): a "fault" section (or the -fault-* flags) with
-// any probability above zero wraps the DPDK port in an engine/faultport
+// any probability above zero wraps the DPDK port in an engine/port/faultport
 // (drop, duplicate, reorder, delay; rx, tx or both; seeded); its counters
 // appear under "fault" in the stats reply. Absent or all zero: no wrapper.
 //
@@ -139,7 +139,7 @@
 //	     -poll-mode busy -cpu 1 -selftest read_bw -s 64 -O 64 -D 5s
 //
 // Imports: aesni, dpdk, engine, engine/ctl, engine/metrics,
-// engine/telemetry, ctlmsg, engine/dpdkport, engine/faultport,
+// engine/telemetry, ctlmsg, engine/port/dpdkport, engine/port/faultport,
 // engine/runner, wire; keyx, internal/pattern and internal/benchrow for
 // the self-test.
 package main

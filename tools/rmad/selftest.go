@@ -19,7 +19,7 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/dpdkport"
+	"github.com/onerma/onerma/engine/port/dpdkport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/cli"

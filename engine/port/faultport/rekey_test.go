@@ -8,8 +8,8 @@ import (
 
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/faultport"
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/faultport"
+	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/internal/enginetest"
 	"github.com/onerma/onerma/portal"

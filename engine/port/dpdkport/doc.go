@@ -65,7 +65,7 @@
 // their core is a hash of the sender's IV lane, which a NIC cannot
 // compute). rmad asks an AF_XDP port for queue_count equal to its cores;
 // the XDP program sends each frame to the socket of its rx queue
-// (engine/dpdkport/xdp).
+// (engine/port/dpdkport/xdp).
 //
 // A Port is owned by one goroutine, the runner's loop, which should be
 // pinned and registered with the EAL (ThreadHooks) so the mempool's

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/wire"
 )

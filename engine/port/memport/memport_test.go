@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/runner"
 )
 

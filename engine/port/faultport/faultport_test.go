@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/memport"
 )
 
 // mkFrame is frame seq: 60..259 bytes, the sequence number first, then

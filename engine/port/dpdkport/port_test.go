@@ -8,7 +8,7 @@ import (
 
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/dpdk/dpdktest"
-	"github.com/onerma/onerma/engine/dpdkport"
+	"github.com/onerma/onerma/engine/port/dpdkport"
 )
 
 // One net_ring vdev per test: a Port owns its queue.

@@ -13,7 +13,7 @@ import (
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/dpdk/dpdktest"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/dpdkport"
+	"github.com/onerma/onerma/engine/port/dpdkport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/wire"
 )
