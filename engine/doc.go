@@ -216,7 +216,8 @@
 // replay window, live on one core), ARP to every core (SteerAll: each takes
 // only replies to its own requests; core 0 alone answers requests for the
 // engine's address), ICMP and junk to the receiving core (SteerLocal). A
-// port that cannot steer hands frames over (engine/port/dpdkport).
+// port that cannot steer hands frames over (engine/port/dpdkport), through
+// the one port.Steering the ports and the simulator share (engine/port).
 //
 // IV lanes: every core draws from its own lane of the engine's one IVSource
 // and sets its CoreID in the counters' top six bits (a counter at or past

@@ -32,9 +32,9 @@
 // net_tap, af_packet (qpairs=N: the kernel's fanout by flow hash) and
 // AF_XDP (a socket per queue) get what the kernel hashed to them; a NIC's
 // RSS spreads flows, it does not steer them. So every core's Recv steers
-// the frames its own queue received: frames of its own (and those
-// engine.Steer leaves to the receiving core) are returned with those handed
-// in; a frame of core j goes, as the mbuf itself (zero copy), on the ring
+// the frames its own queue received (a port.Steering, the one the other
+// ports share): frames of its own (and those engine.Steer leaves to the
+// receiving core) are returned with those handed in; a frame of core j goes, as the mbuf itself (zero copy), on the ring
 // i→j; an ARP frame is returned and goes on every ring, with a reference
 // per ring (rte_mbuf_refcnt_update) taken before any ring holds it. The
 // sends are one cgo crossing, made only when something was handed out;
@@ -72,7 +72,7 @@
 // per-lcore cache serves the refills.
 //
 // Place in the import graph: dpdkport imports dpdk, engine (engine.Tx,
-// MaxFrameBytes) and engine/runner (the Port interface it implements);
-// tools/rmad wires it to a core and a runner. The protocol core never
-// imports it.
+// MaxFrameBytes), engine/port (the Steering of the hand-over) and
+// engine/runner (the Port interface it implements); tools/rmad wires it
+// to a core and a runner. The protocol core never imports it.
 package dpdkport

@@ -6,6 +6,7 @@ import (
 
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/port"
 )
 
 // Queues are the queue ports of one started device for an engine of
@@ -20,7 +21,7 @@ import (
 //	core i's Recv (one poll step)
 //	  PortIO.Do ── tx burst, free the last rx burst, rx burst from queue i,
 //	  │            and up to a burst from the rings j→i (handed in)
-//	  engine.Steer each frame from queue i:
+//	  port.Steering (engine.Steer) each frame from queue i:
 //	  │   core i, or SteerLocal        → kept
 //	  │   core j                       → Fanout, for ring i→j (handed out)
 //	  │   SteerAll (ARP)               → kept, and for every ring i→j, with
@@ -98,7 +99,9 @@ func NewQueues(name string, pool *dpdk.Mempool, cores int, udpPort uint16, cfg C
 			q.Close()
 			return nil, fmt.Errorf("queue %d: %w", i, err)
 		}
-		p.ho = &handover{core: i, cores: cores, base: udpPort, fan: fan}
+		h := &handover{fan: fan}
+		h.steer = port.NewSteering(i, cores, udpPort, h)
+		p.ho = h
 		in := make([]*dpdk.Ring, cores)
 		for j := range cores {
 			in[j] = q.rings[j*cores+i]
@@ -135,13 +138,20 @@ func (q *Queues) Txs() []engine.Tx {
 	return txs
 }
 
-// handover is a Port's part in its Queues: its core, the Fanout to the
-// other cores' rings (the rings from them are its PortIO's inbound).
+// handover is a Port's part in its Queues: its Steering, and the Fanout
+// to the other cores' rings through which it hands frames over (the rings
+// from them are its PortIO's inbound).
 type handover struct {
-	core, cores int
-	base        uint16
-	fan         *dpdk.Fanout
+	steer port.Steering[*dpdk.Mbuf, *handover]
+	fan   *dpdk.Fanout
 }
+
+// Hand queues m for core's ring (port.Handover).
+func (h *handover) Hand(core int, m *dpdk.Mbuf) { h.fan.Add(core, m) }
+
+// HandOthers queues m for every other core's ring, a reference each
+// (port.Handover).
+func (h *handover) HandOthers(m *dpdk.Mbuf) { h.fan.AddAll(m) }
 
 // steer keeps the frames of rx (the last Do's burst: the port's first,
 // then those handed in) this core processes, in rx's first entries, and
@@ -161,12 +171,7 @@ func (p *Port) steer(rx []*dpdk.Mbuf) [][]byte {
 			continue
 		}
 		f := m.Data()
-		switch c := engine.Steer(f, h.base, h.cores); {
-		case c == h.core || c == engine.SteerLocal:
-		case c == engine.SteerAll:
-			h.fan.AddAll(m)
-		default:
-			h.fan.Add(c, m)
+		if !h.steer.Deliver(f, m) {
 			continue
 		}
 		rx[k] = m

@@ -14,7 +14,8 @@
 // rings per direction, so each Port may run on its own goroutine (one
 // goroutine per Port).
 //
-// Place in the import graph: engine/port/memport imports engine (for engine.Tx
-// and MaxFrameBytes); tests of engine/runner and anything that wants a
-// wire between two cores import it. It is never imported by the engine.
+// Place in the import graph: memport imports engine (for engine.Tx and
+// MaxFrameBytes) and engine/port (Steered's port.Steering); tests of
+// engine/runner and anything that wants a wire between two cores import
+// it. It is never imported by the engine.
 package memport

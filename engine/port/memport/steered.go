@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/port"
 )
 
 // SteeredPort is one core's queue pair of an engine of several cores
@@ -21,7 +22,7 @@ import (
 // single producer, single consumer), so no two goroutines share a ring.
 type SteeredPort struct {
 	idx   int
-	base  uint16 // the engine's UDP base port (engine.Config.UDPPort)
+	steer port.Steering[[]byte, *steeredLinks] // the NIC's: to the links in out
 	out   []*pipe
 	in    []*pipe
 	stage []byte   // staging buffers, FrameBytes each
@@ -72,7 +73,7 @@ func Steered(cfg Config, n int, basePort uint16) ([]*SteeredPort, error) {
 	ps := make([]*SteeredPort, n)
 	for i := range ps {
 		p := &SteeredPort{
-			idx: i, base: basePort, out: links[i], cur: -1, fb: cfg.FrameBytes,
+			idx: i, out: links[i], cur: -1, fb: cfg.FrameBytes,
 			stage: make([]byte, cfg.Frames*cfg.FrameBytes),
 			sent:  make([]int32, 0, cfg.Frames), lens: make([]int32, 0, cfg.Frames),
 			held: make([]uint32, 0, cfg.Burst), from: make([]int32, 0, cfg.Burst), views: make([][]byte, 0, cfg.Burst),
@@ -83,6 +84,7 @@ func Steered(cfg Config, n int, basePort uint16) ([]*SteeredPort, error) {
 		for k := cfg.Frames - 1; k >= 0; k-- {
 			p.free = append(p.free, int32(k))
 		}
+		p.steer = port.NewSteering(i, n, basePort, (*steeredLinks)(p))
 		ps[i] = p
 	}
 	return ps, nil
@@ -131,15 +133,8 @@ func (p *SteeredPort) Flush() {
 	}
 	for k, b := range p.sent {
 		f := p.buf(b)[:p.lens[k]]
-		switch to := engine.Steer(f, p.base, len(p.out)); to {
-		case engine.SteerAll:
-			for j := range p.out {
-				p.deliver(j, f)
-			}
-		case engine.SteerLocal:
+		if p.steer.Deliver(f, f) {
 			p.deliver(p.idx, f)
-		default:
-			p.deliver(to, f)
 		}
 		p.free = append(p.free, b)
 	}
@@ -147,6 +142,23 @@ func (p *SteeredPort) Flush() {
 	p.sent, p.lens = p.sent[:0], p.lens[:0]
 	for _, l := range p.out {
 		l.full.publish()
+	}
+}
+
+// steeredLinks is a SteeredPort as its steering sees it: the
+// port.Handover to the links of the other cores.
+type steeredLinks SteeredPort
+
+// Hand copies f to core j's link.
+func (l *steeredLinks) Hand(j int, f []byte) { (*SteeredPort)(l).deliver(j, f) }
+
+// HandOthers copies f to the link of every other core.
+func (l *steeredLinks) HandOthers(f []byte) {
+	p := (*SteeredPort)(l)
+	for j := range p.out {
+		if j != p.idx {
+			p.deliver(j, f)
+		}
 	}
 }
 
