@@ -79,7 +79,7 @@ type PortalStats struct {
 
 // Stats are a core's counters. Read them with Core.Stats (control plane).
 type Stats struct {
-	Posted    uint64                // commands taken from rings, and ops the op source posted (SelfTest)
+	Posted    uint64                // commands taken from rings, and ops an op source posted (SourcePort.Post)
 	Completed [abi.NumStatus]uint64 // completions written, by status
 	// CompletedByOp counts them by op and status: index abi.Op (READ,
 	// WRITE, REKEY); 0 for commands whose op was not one of those.

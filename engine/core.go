@@ -37,8 +37,8 @@ var (
 // portals and their completions, its view of the engine's region table
 // (shared by the cores of a Group), the routing table,
 // the neighbor table and ARP, ICMP, the window both sides debit, the
-// sender (Tx, IV lane, seal backend, self-loop), and when a SelfTest is
-// attached its op source, which posts ops with no application. The Core
+// sender (Tx, IV lane, seal backend, self-loop), and when one is attached
+// an op source (OpSource), which posts ops with no application. The Core
 // itself dispatches (Poll, the receive walk of dispatch.go) and runs the
 // control plane.
 type Core struct {
@@ -55,9 +55,9 @@ type Core struct {
 	srv      *responder
 	reserved *aesni.AEAD // the reserved key: REMOTE_AUTHENTICATION_FAILURE answers
 	closing  bool        // Shutdown was called
-	// src is the engine's own op source on this core (opsource.go, a
-	// SelfTest's part; nil: none): Poll lets it post its ops.
-	src *opSource
+	// src is the op source attached to this core (source.go; nil: none):
+	// Poll lets it post its ops.
+	src OpSource
 
 	// The receive walk (dispatch.go): the frame being received (Receive,
 	// the self-loop); with CryptoIPsecMB, the burst's prepared frames
@@ -424,7 +424,7 @@ func (c *Core) Poll(now int64) int {
 		}
 	}
 	if c.src != nil && !c.closing {
-		work += c.src.poll(now)
+		work += c.src.Poll(now)
 	}
 	work += c.srv.expirePulls(now)
 	work += c.ini.expire(now)

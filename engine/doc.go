@@ -40,11 +40,10 @@
 // (route.go), the neighbor table and ARP (neighbor.go), ICMP and the IPv4
 // the engine does not take (icmp.go), the window and the class arbiter
 // (arbiter.go), the tenants' shares of the window (shares.go, dests.go),
-// the sender
-// (sender.go) with its seal backend (sealer.go, seal_mb.go), the op
-// source of a SelfTest (opsource.go, selftest.go: the engine's own op
-// generator, rmad -selftest), and the generic ring they queue in
-// (ring.go). core.go is the control plane and
+// the sender (sender.go) with its seal backend (sealer.go, seal_mb.go),
+// an attached op source (source.go: the OpSource interface Poll calls;
+// the generator itself, rmad -selftest's, is engine/opgen), and the
+// generic ring they queue in (ring.go). core.go is the control plane and
 // Poll; dispatch.go is the receive walk.
 //
 // # State (paper §4.3)

@@ -26,10 +26,10 @@ type portal struct {
 	dirty    bool           // completions committed, not yet published
 	arm      *atomic.Uint32 // doorbell arm word in shared memory (nil: no doorbell)
 	bell     Doorbell
-	// src is the engine's own op source this entry stands for
-	// (opsource.go; nil: an application's portal): it has no rings,
-	// posts its ops itself and takes its completions.
-	src *opSource
+	// src is the op source this entry stands for (source.go; nil: an
+	// application's portal): it has no rings, posts its ops itself and
+	// takes its completions.
+	src OpSource
 }
 
 // portalTable holds the open portals and writes their completions: every
@@ -100,7 +100,7 @@ func (t *portalTable) open(spec PortalSpec) (PortalID, error) {
 // free id: an entry with no rings, not live (Poll does not drain it; the
 // source posts its ops itself), whose ops stamp pid and whose completions
 // go to src. The control plane sees no portal there (get).
-func (t *portalTable) attachSource(src *opSource, maxSlots int, pid uint32) (PortalID, error) {
+func (t *portalTable) attachSource(src OpSource, maxSlots int, pid uint32) (PortalID, error) {
 	for i := range t.p {
 		p := &t.p[i]
 		if !p.used {
@@ -179,7 +179,7 @@ func (t *portalTable) fail(now int64, id PortalID, p *portal, cmd *abi.Command, 
 // source, which checks the op's data at once.
 func (t *portalTable) complete(now int64, id PortalID, p *portal, cpl *abi.Completion) {
 	if p.src != nil {
-		p.src.completed(now, cpl)
+		p.src.Completed(now, *cpl)
 	} else {
 		b := p.cpl.Reserve()
 		if b == nil {

@@ -125,9 +125,9 @@
 //
 // Self-test (selftest.go): -selftest read_bw|write_bw|read_lat -s SIZE
 // -O N -D DURATION makes every polling core post ops itself
-// (engine.SelfTest: no application, no portal ring), check each op's
-// data, and rmad prints a perftest-style table (a row per core and their
-// sum; -json: one benchmark row) and exits, 0 only when every op
+// (engine/opgen.SelfTest: no application, no portal ring), check each
+// op's data, and rmad prints a perftest-style table (a row per core and
+// their sum; -json: one benchmark row) and exits, 0 only when every op
 // completed OK and checked. The target is a region of this engine (with
 // -hairpin-self=true through the port) or, with -selftest-peer
 // HOST:PORT -selftest-region ID -creds DIR (or -creds-fd FD), a
@@ -140,6 +140,6 @@
 //
 // Imports: aesni, dpdk, engine, engine/ctl, engine/metrics,
 // engine/telemetry, ctlmsg, engine/port/dpdkport, engine/port/faultport,
-// engine/runner, wire; keyx, internal/pattern and internal/benchrow for
-// the self-test.
+// engine/runner, wire; engine/opgen, keyx, internal/pattern and
+// internal/benchrow for the self-test.
 package main

@@ -19,6 +19,7 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/opgen"
 	"github.com/onerma/onerma/engine/port/dpdkport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/internal/benchrow"
@@ -28,7 +29,7 @@ import (
 )
 
 // selfTestOptions are the flags of rmad -selftest: the engine's own op
-// generator (engine.SelfTest), testpmd's forwarding modes for 1RMA. Every
+// generator (opgen.SelfTest), testpmd's forwarding modes for 1RMA. Every
 // polling core posts ops itself, checks each one's data, and rmad prints
 // the result and exits: 0 only when every op completed OK and checked.
 type selfTestOptions struct {
@@ -126,7 +127,7 @@ func (o *selfTestOptions) op() abi.Op {
 // selfTestRun is one -selftest run of this engine.
 type selfTestRun struct {
 	o      *selfTestOptions
-	st     *engine.SelfTest
+	st     *opgen.SelfTest
 	target string // where the ops go, for the report
 	cores  int
 }
@@ -137,7 +138,7 @@ type selfTestRun struct {
 // its owner's key service grants.
 func newSelfTest(ctx context.Context, o *selfTestOptions, g *engine.Group, ec *engine.Config, log zerolog.Logger) (*selfTestRun, error) {
 	cores := g.Len()
-	cfg := engine.SelfTestConfig{Op: o.op(), Size: o.size, Outstanding: o.depth, Warmup: o.warm, Duration: o.dur, HandOver: o.handOver}
+	cfg := opgen.Config{Op: o.op(), Size: o.size, Outstanding: o.depth, Warmup: o.warm, Duration: o.dur, HandOver: o.handOver}
 	r := &selfTestRun{o: o, cores: cores}
 	if o.handOver && cores < 2 {
 		return nil, errors.New("-selftest-handover needs two polling cores or more (-cores, -cpu)")
@@ -164,7 +165,7 @@ func newSelfTest(ctx context.Context, o *selfTestOptions, g *engine.Group, ec *e
 		}
 		r.target = fmt.Sprintf("the engine at %v's (K_d from %s)", cfg.Target.Addr, o.peer)
 	}
-	st, err := engine.NewSelfTest(g, cfg)
+	st, err := opgen.New(g, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +178,7 @@ func newSelfTest(ctx context.Context, o *selfTestOptions, g *engine.Group, ec *e
 
 // fetchKeys asks the peer region's owner for this engine's K_d: READ
 // (the READs, or the read-back of WRITEs) and, for WRITEs, WRITE.
-func (r *selfTestRun) fetchKeys(ctx context.Context, cfg *engine.SelfTestConfig, self netip.Addr) error {
+func (r *selfTestRun) fetchKeys(ctx context.Context, cfg *opgen.Config, self netip.Addr) error {
 	o := r.o
 	var (
 		creds *keyx.Credentials
@@ -243,7 +244,7 @@ func (r *selfTestRun) run(ctx context.Context, port dpdk.PortID, rs []*runner.Ru
 	// Every core's result and port counters: once every core has
 	// finished, read on each core's loop; otherwise with the loops
 	// stopped (unfinished cores say so).
-	var res engine.SelfTestResult
+	var res opgen.Result
 	ports := make([]dpdkport.Stats, len(rs))
 	if finished {
 		for i, rn := range rs {
@@ -298,7 +299,7 @@ func (r *selfTestRun) wait(ctx context.Context, rs []*runner.Runner, log zerolog
 // report prints the result: rmaperf's columns, a row per core and their
 // sum, and the hand-over counters of each core's port; or with -json the
 // sum as one benchmark row.
-func (r *selfTestRun) report(w io.Writer, res *engine.SelfTestResult, ports []dpdkport.Stats) error {
+func (r *selfTestRun) report(w io.Writer, res *opgen.Result, ports []dpdkport.Stats) error {
 	o := r.o
 	sum := res.Sum()
 	var handedOut, handedIn, full uint64
@@ -318,7 +319,7 @@ func (r *selfTestRun) report(w io.Writer, res *engine.SelfTestResult, ports []dp
 	fmt.Fprintf(w, "target: region %#x of %d bytes, %s\n", uint32(r.st.Region()), r.st.RegionBytes(), r.target)
 	fmt.Fprintf(w, "%-5s %-9s %6s %4s %12s %12s %10s %9s %9s %9s %8s %11s %10s\n",
 		"core", "test", "size", "O", "ops", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "errors", "handed_out", "handed_in")
-	line := func(name string, c *engine.SelfTestCore, depth int, p dpdkport.Stats) {
+	line := func(name string, c *opgen.CoreResult, depth int, p dpdkport.Stats) {
 		row := r.row(c, 1)
 		fmt.Fprintf(w, "%-5s %-9s %6d %4d %12d %12.0f %10.1f %9.2f %9.2f %9.2f %8d %11d %10d\n",
 			name, o.test, o.size, depth, c.Ops, row.OpsPerSec, row.MBPerSec, row.P50us, *row.P99us, *row.P999us,
@@ -352,7 +353,7 @@ func (r *selfTestRun) report(w io.Writer, res *engine.SelfTestResult, ports []dp
 
 // row is c as a benchmark row (rmaperf's record): rates over its window,
 // latencies of the ops in it (post to completion, in the engine).
-func (r *selfTestRun) row(c *engine.SelfTestCore, initiators int) benchrow.Row {
+func (r *selfTestRun) row(c *opgen.CoreResult, initiators int) benchrow.Row {
 	secs := float64(c.WindowNs) / 1e9
 	us := func(q float64) float64 { return float64(c.Latency.Quantile(q)) / 1e3 }
 	row := benchrow.Row{

@@ -1,4 +1,4 @@
-package engine
+package opgen
 
 import (
 	"bytes"
@@ -6,16 +6,18 @@ import (
 	"sync/atomic"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/engine"
 )
 
-// opSource is a core's own op source (a SelfTest's part on that core): it
-// stands in the core's portal table as an entry with no rings, posts its
-// ops straight into the initiator from Poll, as drainPortal does an
-// application's commands, and takes their completions from the portal
-// table (portalTable.complete), checking each op's data as it completes.
-// Like an application it holds slots and a local region of its own, which
-// is each slot's READ sink and WRITE source (4 KB apiece: slot k's at
-// k*MaxOpBytes), and behind them the sinks of the read-back.
+// opSource is a SelfTest's part on one core, the engine.OpSource attached
+// to it: it stands in the core's portal table as an entry with no rings,
+// posts its ops straight into the initiator from the core's Poll
+// (engine.SourcePort.Post), as the core does an application's commands,
+// and takes their completions as the core makes them (Completed),
+// checking each op's data as it completes. Like an application it holds
+// slots and a local region of its own, which is each slot's READ sink and
+// WRITE source (4 KB apiece: slot k's at k*MaxOpBytes), and behind them
+// the sinks of the read-back.
 //
 // Slot k's op carries cookie k. A completed slot waits on ready until the
 // next Poll posts its next op: an op is never posted from inside a
@@ -27,9 +29,7 @@ import (
 type opSource struct {
 	t     *SelfTest
 	core  int
-	id    PortalID
-	p     *portal
-	ini   *initiator
+	port  *engine.SourcePort // its entry on the core
 	state srcState
 	// The op posted next, filled in place: the fields every op shares are
 	// set once (attach), a post sets the slot's.
@@ -41,13 +41,13 @@ type opSource struct {
 	// READs of a slot differ in every byte: internal/pattern), a WRITE
 	// always writes its own area.
 	remOff, area []uint64
-	lastOK       []bool // WRITE: slot k's last op completed OK (read back at the end)
-	ready        ring[int32]
+	lastOK       []bool   // WRITE: slot k's last op completed OK (read back at the end)
+	ready        slotFIFO // slots whose last op completed, waiting for the next Poll
 	inflight     int
 	stamp        uint64 // WRITE: the next op's stamp (core in the top byte)
 
 	start, end int64 // the measured window, from the first Poll after Start
-	res        SelfTestCore
+	res        CoreResult
 	fail       failure
 }
 
@@ -85,9 +85,11 @@ const (
 	failReadBack          // reading back a WRITE's range did not give what it wrote
 )
 
-// poll posts the ops of the slots whose last op completed and moves the
+var _ engine.OpSource = (*opSource)(nil)
+
+// Poll posts the ops of the slots whose last op completed and moves the
 // source through its phases; it returns the ops posted.
-func (s *opSource) poll(now int64) int {
+func (s *opSource) Poll(now int64) int {
 	switch s.state {
 	case srcIdle, srcDone:
 		return 0
@@ -111,10 +113,8 @@ func (s *opSource) poll(now int64) int {
 	if s.state == srcRunning {
 		// Only those ready now: an op that fails at once is ready again,
 		// and waits for the next Poll.
-		for k := s.ready.len(); k > 0; k-- {
-			i := *s.ready.front()
-			s.ready.pop()
-			s.post(now, i)
+		for k := s.ready.n; k > 0; k-- {
+			s.post(now, s.ready.pop())
 			n++
 		}
 		return n
@@ -155,13 +155,12 @@ func (s *opSource) post(now int64, k int32) {
 	s.submit(now)
 }
 
-// submit hands the command built in s.cmd to the initiator, as
-// drainPortal hands an application's (which may complete it at once).
+// submit hands the command built in s.cmd to the initiator, as the core
+// hands an application's (which may complete it at once).
 func (s *opSource) submit(now int64) {
 	s.res.Posted++
-	s.ini.st.Posted++
 	s.inflight++
-	s.ini.post(now, s.id, s.p, &s.cmd, false)
+	s.port.Post(now, &s.cmd)
 }
 
 // stampSource writes a new stamp into every 64-byte unit of slot k's
@@ -179,10 +178,10 @@ func (s *opSource) stampSource(k int) {
 
 func (s *opSource) readBackOff(k int) uint64 { return uint64(len(s.slots)+k) * abi.MaxOpBytes }
 
-// completed takes the completion of one of the source's ops (from
-// portalTable.complete): it counts it, checks its data and makes its slot
+// Completed takes the completion of one of the source's ops (from the
+// core's portal table): it counts it, checks its data and makes its slot
 // ready for the next op.
-func (s *opSource) completed(now int64, cpl *abi.Completion) {
+func (s *opSource) Completed(now int64, cpl abi.Completion) {
 	k := int(cpl.Cookie)
 	s.inflight--
 	if s.state == srcReadBack {
@@ -203,7 +202,7 @@ func (s *opSource) completed(now int64, cpl *abi.Completion) {
 		s.res.Latency.Add(uint64(cpl.TotalDelayNs))
 	}
 	if s.state == srcRunning {
-		*s.ready.push() = int32(k) // room for every slot
+		s.ready.push(int32(k)) // room for every slot
 	}
 }
 
@@ -294,4 +293,34 @@ func (s *opSource) failed(f failure) {
 type doneWord struct {
 	v atomic.Bool
 	_ [63]byte
+}
+
+// slotFIFO is a fixed-capacity FIFO of slot indices, allocated once
+// (attach): room for every slot of the source.
+type slotFIFO struct {
+	buf     []int32
+	head, n int
+}
+
+func newSlotFIFO(capacity int) slotFIFO { return slotFIFO{buf: make([]int32, capacity)} }
+
+// push appends k; the FIFO must not be full.
+func (f *slotFIFO) push(k int32) {
+	i := f.head + f.n
+	if i >= len(f.buf) {
+		i -= len(f.buf)
+	}
+	f.buf[i] = k
+	f.n++
+}
+
+// pop removes and returns the oldest entry; the FIFO must not be empty.
+func (f *slotFIFO) pop() int32 {
+	k := f.buf[f.head]
+	f.head++
+	if f.head == len(f.buf) {
+		f.head = 0
+	}
+	f.n--
+	return k
 }

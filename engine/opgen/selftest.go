@@ -1,18 +1,19 @@
-package engine
+package opgen
 
 import (
 	"bytes"
 	"cmp"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"sync/atomic"
 	"time"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/telemetry"
 )
 
@@ -23,16 +24,16 @@ import (
 // every op as it completes, and counts and times them. The target is a
 // region of the engine itself (loopback: on a port that reflects frames,
 // every core is both initiator and target) or of a peer engine, whose
-// owner granted this engine's SelfTestPID its K_d.
+// owner granted this engine's engine.SelfTestPID its K_d.
 //
-// Each core's part is an opSource (opsource.go), an owned part of the
-// Core; the Core's Poll lets it post. NewSelfTest attaches the parts
-// before the cores run, Start starts them all, Done reports when every
-// core has finished (its last op completed and checked), and Result
-// collects the counts, latencies and the first failure.
+// Each core's part is an opSource (opsource.go), the engine.OpSource
+// attached to that core; the core's Poll lets it post. New attaches the
+// parts before the cores run, Start starts them all, Done reports when
+// every core has finished (its last op completed and checked), and
+// Result collects the counts, latencies and the first failure.
 type SelfTest struct {
-	cfg      SelfTestConfig
-	g        *Group
+	cfg      Config
+	g        *engine.Group
 	src      []*opSource
 	done     []doneWord
 	run      atomic.Bool // set by Start; each source loads it until it has started
@@ -44,49 +45,43 @@ type SelfTest struct {
 	readBack bool // WRITEs to a peer: each slot's last one is read back
 }
 
-// SelfTestPID is the identity the op source stamps on its requests (the
-// header's PID): no application has it (engine/ctl hands identities out
-// from 2^22 up, below this one), so a K_d derived for it serves only an
-// engine's own op source. An owner grants it as any other (keyx).
-const SelfTestPID = math.MaxUint32
-
-// SelfTestConfig is one run of the op source.
-type SelfTestConfig struct {
+// Config is one run of the op source.
+type Config struct {
 	Op          abi.Op // abi.OpRead or abi.OpWrite
 	Size        int    // bytes per op: 1 .. abi.MaxOpBytes
-	Outstanding int    // ops each initiating core keeps in flight: 1 .. Config.Slots
+	Outstanding int    // ops each initiating core keeps in flight: 1 .. engine.Config.Slots
 	// Warmup runs first: its ops are checked but neither counted in the
 	// rate nor timed; Duration is the measured window that follows.
 	Warmup, Duration time.Duration
 
 	// HandOver: only the cores whose requests the serving engine serves
-	// on another core (RequestCore; the serving engine has ServerCores
-	// cores, 0: as many as this one) initiate, the others only serve. On
-	// ports whose queue i hands its frames to core i (memif, the net_ring
-	// loopback) every answer then reaches this engine on another core's
-	// queue and crosses a hand-over ring (dpdkport.Queues).
+	// on another core (engine.RequestCore; the serving engine has
+	// ServerCores cores, 0: as many as this one) initiate, the others
+	// only serve. On ports whose queue i hands its frames to core i
+	// (memif, the net_ring loopback) every answer then reaches this
+	// engine on another core's queue and crosses a hand-over ring
+	// (dpdkport.Queues).
 	HandOver    bool
 	ServerCores int
 
-	Target SelfTestTarget
+	Target Target
 }
 
-// SelfTestTarget is the region the ops read or write: its first half is
-// read (it must hold Expect, or Mem's content), and its second half is
-// written, each initiating core in a part of its own and each slot in an
-// area of its own there.
-type SelfTestTarget struct {
-	// Mem is a region of this engine (loopback): NewSelfTest registers
-	// it, owned by core 0's op source, under a fresh random K_r, and
-	// derives the op source's K_d itself. A READ must find what Mem
-	// holds when NewSelfTest is called; a WRITE is checked in Mem as it
-	// completes.
+// Target is the region the ops read or write: its first half is read (it
+// must hold Expect, or Mem's content), and its second half is written,
+// each initiating core in a part of its own and each slot in an area of
+// its own there.
+type Target struct {
+	// Mem is a region of this engine (loopback): New registers it, owned
+	// by core 0's op source, under a fresh random K_r, and derives the op
+	// source's K_d itself. A READ must find what Mem holds when New is
+	// called; a WRITE is checked in Mem as it completes.
 	Mem []byte
 
 	// Or a region of the engine at Addr (a peer): its id and size, the
-	// K_d its owner granted this engine's address and SelfTestPID for
-	// READ (READs; WRITEs: the read-back of each slot's last WRITE) and
-	// WRITE, and what its first half holds (Expect, at least Bytes/2
+	// K_d its owner granted this engine's address and engine.SelfTestPID
+	// for READ (READs; WRITEs: the read-back of each slot's last WRITE)
+	// and WRITE, and what its first half holds (Expect, at least Bytes/2
 	// bytes; READs only).
 	Addr              netip.Addr
 	Region            abi.RegionID
@@ -95,21 +90,21 @@ type SelfTestTarget struct {
 	Expect            []byte
 }
 
-// ErrSelfTest wraps every SelfTestConfig refused.
-var ErrSelfTest = errors.New("engine: self-test")
+// ErrConfig wraps every Config refused.
+var ErrConfig = errors.New("engine: self-test")
 
 // readStride spaces the areas the slots READ in the target's first half.
 const readStride = abi.MaxOpBytes + 64
 
-// NewSelfTest attaches an op source to every core of g for the run cfg
+// New attaches an op source to every core of g for the run cfg
 // describes: each core's portal table gets an entry with no rings, and an
 // initiating core slots and a local region of its own (sources, sinks) in
 // it; with Target.Mem, core 0's entry owns the target region. Call it
 // before g's cores run (or with every core's driver stopped). Start
 // starts the run.
-func NewSelfTest(g *Group, cfg SelfTestConfig) (*SelfTest, error) {
+func New(g *engine.Group, cfg Config) (*SelfTest, error) {
 	n := g.Len()
-	c0 := g.cores[0]
+	ec := g.Core(0).Config() // core 0's: the engine's Slots and LocalIP
 	tg := &cfg.Target
 	loop := len(tg.Mem) > 0
 	if loop {
@@ -118,97 +113,92 @@ func NewSelfTest(g *Group, cfg SelfTestConfig) (*SelfTest, error) {
 	half := tg.Bytes / 2
 	switch {
 	case cfg.Op != abi.OpRead && cfg.Op != abi.OpWrite:
-		return nil, fmt.Errorf("%w: op %v, want READ or WRITE", ErrSelfTest, cfg.Op)
+		return nil, fmt.Errorf("%w: op %v, want READ or WRITE", ErrConfig, cfg.Op)
 	case cfg.Size < 1 || cfg.Size > abi.MaxOpBytes:
-		return nil, fmt.Errorf("%w: size %d, want 1..%d", ErrSelfTest, cfg.Size, abi.MaxOpBytes)
-	case cfg.Outstanding < 1 || cfg.Outstanding > c0.cfg.Slots:
-		return nil, fmt.Errorf("%w: %d ops in flight, want 1..%d (the slots of a core)", ErrSelfTest, cfg.Outstanding, c0.cfg.Slots)
+		return nil, fmt.Errorf("%w: size %d, want 1..%d", ErrConfig, cfg.Size, abi.MaxOpBytes)
+	case cfg.Outstanding < 1 || cfg.Outstanding > ec.Slots:
+		return nil, fmt.Errorf("%w: %d ops in flight, want 1..%d (the slots of a core)", ErrConfig, cfg.Outstanding, ec.Slots)
 	case cfg.Warmup < 0 || cfg.Duration <= 0:
-		return nil, fmt.Errorf("%w: warm-up %v, duration %v", ErrSelfTest, cfg.Warmup, cfg.Duration)
+		return nil, fmt.Errorf("%w: warm-up %v, duration %v", ErrConfig, cfg.Warmup, cfg.Duration)
 	case cfg.ServerCores < 0:
-		return nil, fmt.Errorf("%w: %d serving cores", ErrSelfTest, cfg.ServerCores)
+		return nil, fmt.Errorf("%w: %d serving cores", ErrConfig, cfg.ServerCores)
 	case loop && tg.Addr.IsValid():
-		return nil, fmt.Errorf("%w: a target of this engine (Mem) and a peer's (Addr %v) at once", ErrSelfTest, tg.Addr)
+		return nil, fmt.Errorf("%w: a target of this engine (Mem) and a peer's (Addr %v) at once", ErrConfig, tg.Addr)
 	case !loop && (!tg.Addr.Is4() || tg.Region == 0):
-		return nil, fmt.Errorf("%w: no target: a region of this engine (Mem), or a peer's address and region", ErrSelfTest)
+		return nil, fmt.Errorf("%w: no target: a region of this engine (Mem), or a peer's address and region", ErrConfig)
 	case half < uint64(cfg.Size)+64:
-		return nil, fmt.Errorf("%w: a region of %d bytes: READs read its first half, which must hold -s %d + 64 bytes", ErrSelfTest, tg.Bytes, cfg.Size)
+		return nil, fmt.Errorf("%w: a region of %d bytes: READs read its first half, which must hold -s %d + 64 bytes", ErrConfig, tg.Bytes, cfg.Size)
 	case !loop && cfg.Op == abi.OpRead && uint64(len(tg.Expect)) < half:
-		return nil, fmt.Errorf("%w: %d bytes expected of the region's first half of %d", ErrSelfTest, len(tg.Expect), half)
+		return nil, fmt.Errorf("%w: %d bytes expected of the region's first half of %d", ErrConfig, len(tg.Expect), half)
 	}
-	local := c0.out.ipb
+	local := ec.LocalIP.As4()
 	t := &SelfTest{cfg: cfg, g: g, src: make([]*opSource, n), done: make([]doneWord, n),
 		addr: tg.Addr, region: tg.Region, readKey: tg.ReadKey, expect: tg.Expect}
 	initiate := make([]bool, n)
 	initiators := 0
 	for i := range initiate {
 		server := cmp.Or(cfg.ServerCores, n)
-		initiate[i] = !cfg.HandOver || RequestCore(netip.AddrFrom4(local), i, server) != i
+		initiate[i] = !cfg.HandOver || engine.RequestCore(netip.AddrFrom4(local), i, server) != i
 		if initiate[i] {
 			initiators++
 		}
 	}
 	if initiators == 0 {
 		return nil, fmt.Errorf("%w: hand-over: an engine of %d cores at %v serves every core's requests on that core (see RequestCore): no answer would be handed over; another address makes some cross (e.g. %v)",
-			ErrSelfTest, cmp.Or(cfg.ServerCores, n), netip.AddrFrom4(local), handOverAddr(netip.AddrFrom4(local), n, cmp.Or(cfg.ServerCores, n)))
+			ErrConfig, cmp.Or(cfg.ServerCores, n), netip.AddrFrom4(local), handOverAddr(netip.AddrFrom4(local), n, cmp.Or(cfg.ServerCores, n)))
 	}
 	stride := uint64(cfg.Size+63) &^ 63
 	if cfg.Op == abi.OpWrite && uint64(initiators*cfg.Outstanding)*stride > tg.Bytes-half {
 		return nil, fmt.Errorf("%w: %d cores × %d ops × %d bytes written do not fit the region's second half (%d of %d bytes)",
-			ErrSelfTest, initiators, cfg.Outstanding, stride, tg.Bytes-half, tg.Bytes)
+			ErrConfig, initiators, cfg.Outstanding, stride, tg.Bytes-half, tg.Bytes)
 	}
-	for i, c := range g.cores {
-		if c.src != nil {
-			t.Close()
-			return nil, fmt.Errorf("%w: core %d has an op source attached already", ErrSelfTest, i)
-		}
-		s := &opSource{t: t, core: i, ini: c.ini}
-		id, err := c.portals.attachSource(s, cfg.Outstanding, SelfTestPID)
+	for i := range n {
+		s := &opSource{t: t, core: i}
+		port, err := g.Core(i).AttachSource(s, cfg.Outstanding)
 		if err != nil {
 			t.Close()
-			return nil, fmt.Errorf("%w: core %d: %v", ErrSelfTest, i, err)
+			if errors.Is(err, engine.ErrSourceAttached) {
+				return nil, fmt.Errorf("%w: core %d has an op source attached already", ErrConfig, i)
+			}
+			return nil, fmt.Errorf("%w: core %d: %v", ErrConfig, i, err)
 		}
-		c.tgen.opened(0, 1) // its regions are tenant 0's, as long as it is attached
-		s.id, s.p = id, &c.portals.p[id]
-		c.src, t.src[i] = s, s
-		c.ini.join(0, 1) // tenant 0's, weight 1
+		s.port, t.src[i] = port, s
 	}
 	if loop {
 		kr, err := randomKey()
 		if err == nil {
-			t.region, err = c0.regions.add(t.src[0].id, 0, tg.Mem, abi.PermRemoteRead|abi.PermRemoteWrite, kr)
+			t.region, err = t.src[0].port.RegisterRegion(tg.Mem, abi.PermRemoteRead|abi.PermRemoteWrite, kr)
 		}
 		if err != nil {
 			t.Close()
-			return nil, fmt.Errorf("%w: the target region: %v", ErrSelfTest, err)
+			return nil, fmt.Errorf("%w: the target region: %v", ErrConfig, err)
 		}
-		t.addr, t.target, t.expect = c0.cfg.LocalIP, tg.Mem, bytes.Clone(tg.Mem)
-		t.readKey = aesni.DeriveKey(kr, local, SelfTestPID, uint8(abi.OpRead))
-		tg.WriteKey = aesni.DeriveKey(kr, local, SelfTestPID, uint8(abi.OpWrite))
+		t.addr, t.target, t.expect = ec.LocalIP, tg.Mem, bytes.Clone(tg.Mem)
+		t.readKey = aesni.DeriveKey(kr, local, engine.SelfTestPID, uint8(abi.OpRead))
+		tg.WriteKey = aesni.DeriveKey(kr, local, engine.SelfTestPID, uint8(abi.OpWrite))
 	}
 	t.readBack = !loop && cfg.Op == abi.OpWrite
 	j := 0 // the initiating cores, in order
-	for i, c := range g.cores {
-		s := t.src[i]
+	for i, s := range t.src {
 		if !initiate[i] {
 			t.done[i].v.Store(true)
 			continue
 		}
-		if err := s.attach(c, j, half, stride, tg.WriteKey); err != nil {
+		if err := s.attach(j, half, stride, tg.WriteKey); err != nil {
 			t.Close()
-			return nil, fmt.Errorf("%w: core %d: %v", ErrSelfTest, i, err)
+			return nil, fmt.Errorf("%w: core %d: %v", ErrConfig, i, err)
 		}
 		j++
 	}
 	return t, nil
 }
 
-// attach gives the source of c, the j-th initiating core, its slots, its
+// attach gives the source of the j-th initiating core its slots, its
 // local region and the fields every one of its ops shares.
-func (s *opSource) attach(c *Core, j int, half, stride uint64, writeKey aesni.Key) error {
+func (s *opSource) attach(j int, half, stride uint64, writeKey aesni.Key) error {
 	t := s.t
 	o := t.cfg.Outstanding
-	slots, err := c.ini.alloc(s.id, s.p, o)
+	slots, err := s.port.AllocSlots(o)
 	if err != nil {
 		return err
 	}
@@ -224,14 +214,14 @@ func (s *opSource) attach(c *Core, j int, half, stride uint64, writeKey aesni.Ke
 	if err != nil {
 		return err
 	}
-	lrid, err := c.regions.add(s.id, 0, local, abi.PermLocalRead|abi.PermLocalWrite, kr)
+	lrid, err := s.port.RegisterRegion(local, abi.PermLocalRead|abi.PermLocalWrite, kr)
 	if err != nil {
 		return err
 	}
 	s.slots, s.local = slots, local
 	s.remOff, s.area, s.lastOK = make([]uint64, o), make([]uint64, o), make([]bool, o)
-	s.ready = newRing[int32](o)
-	s.stamp = uint64(c.cfg.CoreID) << 56
+	s.ready = newSlotFIFO(o)
+	s.stamp = uint64(t.g.Core(s.core).Config().CoreID) << 56
 	span := half - uint64(t.cfg.Size) - 64
 	for k := range o {
 		idx := uint64(j*o + k)
@@ -248,7 +238,7 @@ func (s *opSource) attach(c *Core, j int, half, stride uint64, writeKey aesni.Ke
 		key = writeKey
 	}
 	a := t.addr.As4()
-	s.cmd = abi.Command{Op: t.cfg.Op, RemoteAddr: ip4(a), RemoteRegion: t.region,
+	s.cmd = abi.Command{Op: t.cfg.Op, RemoteAddr: binary.BigEndian.Uint32(a[:]), RemoteRegion: t.region,
 		LocalRegion: lrid, Length: uint32(t.cfg.Size), Key: key}
 	s.state = srcWaiting
 	return nil
@@ -268,7 +258,7 @@ func (t *SelfTest) Done() bool {
 	return true
 }
 
-// Region is the target region's id (with Target.Mem: the one NewSelfTest
+// Region is the target region's id (with Target.Mem: the one New
 // registered).
 func (t *SelfTest) Region() abi.RegionID { return t.region }
 
@@ -286,8 +276,8 @@ func (t *SelfTest) Initiators() int {
 	return n
 }
 
-// SelfTestCore is what one core's source did.
-type SelfTestCore struct {
+// CoreResult is what one core's source did.
+type CoreResult struct {
 	Initiator bool // it posted ops (HandOver: not every core does)
 	Done      bool // it finished: every op it posted completed and was checked
 	// Ops completed OK and checked in the measured window, over WindowNs;
@@ -310,16 +300,16 @@ type SelfTestCore struct {
 	Failure                                         string // the first failure, "" when none
 }
 
-// SelfTestResult is a run's outcome, core by core.
-type SelfTestResult struct {
-	Cores []SelfTestCore
+// Result is a run's outcome, core by core.
+type Result struct {
+	Cores []CoreResult
 }
 
 // Result collects what every core's source did. Call it once Done
 // reports true, or once every core's driver has stopped (a run cut
 // short: unfinished cores say so).
-func (t *SelfTest) Result() SelfTestResult {
-	r := SelfTestResult{Cores: make([]SelfTestCore, len(t.src))}
+func (t *SelfTest) Result() Result {
+	r := Result{Cores: make([]CoreResult, len(t.src))}
 	for i, s := range t.src {
 		c := &r.Cores[i]
 		c.Done = t.done[i].v.Load()
@@ -339,7 +329,7 @@ func (t *SelfTest) Result() SelfTestResult {
 }
 
 // OK reports whether every op of every core completed OK and checked.
-func (r *SelfTestResult) OK() bool {
+func (r *Result) OK() bool {
 	any := false
 	for i := range r.Cores {
 		c := &r.Cores[i]
@@ -352,7 +342,7 @@ func (r *SelfTestResult) OK() bool {
 }
 
 // Failure is the first core's failure ("" when none).
-func (r *SelfTestResult) Failure() string {
+func (r *Result) Failure() string {
 	for i := range r.Cores {
 		if f := r.Cores[i].Failure; f != "" {
 			return f
@@ -363,8 +353,8 @@ func (r *SelfTestResult) Failure() string {
 
 // Sum adds up the cores: counts, and latencies merged; WindowNs is the
 // window every core measured.
-func (r *SelfTestResult) Sum() SelfTestCore {
-	var s SelfTestCore
+func (r *Result) Sum() CoreResult {
+	var s CoreResult
 	s.Done = true
 	for i := range r.Cores {
 		c := &r.Cores[i]
@@ -414,21 +404,17 @@ func (t *SelfTest) describe(i int, f *failure) string {
 }
 
 // Close takes every core's op source away: its slots, its regions (the
-// target with Target.Mem) and its portal table entry. Call it when the
-// cores do not run (before their drivers start, or after they stopped)
-// or on each core's goroutine.
+// target with Target.Mem) and its portal table entry
+// (engine.SourcePort.Detach). Call it when the cores do not run (before
+// their drivers start, or after they stopped) or on each core's
+// goroutine.
 func (t *SelfTest) Close() {
 	for i, s := range t.src {
 		if s == nil {
 			continue
 		}
-		c := t.g.cores[i]
-		c.reclaim(s.id, true)
-		c.regions.sync()
-		c.ini.leave(0)
-		c.tgen.closed(0)
-		c.portals.p[s.id] = portal{}
-		c.src, t.src[i] = nil, nil
+		s.port.Detach()
+		t.src[i] = nil
 	}
 }
 
@@ -443,7 +429,7 @@ func handOverAddr(addr netip.Addr, cores, server int) netip.Addr {
 			break
 		}
 		for i := range cores {
-			if RequestCore(a, i, server) != i {
+			if engine.RequestCore(a, i, server) != i {
 				return a
 			}
 		}

@@ -1,4 +1,4 @@
-package engine
+package opgen
 
 import (
 	"encoding/binary"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -26,7 +27,7 @@ func selfTestRegion(n int) []byte {
 // runSelfTest polls c (frames to itself loop back inside it, or with
 // HairpinSelf through tx) until the run is done, or fails the test after
 // a virtual second.
-func runSelfTest(t *testing.T, c *Core, tx *testTx, st *SelfTest, now *int64) {
+func runSelfTest(t *testing.T, c *engine.Core, tx *testTx, st *SelfTest, now *int64) {
 	t.Helper()
 	st.Start()
 	for end := *now + int64(time.Second); !st.Done(); *now += 1000 {
@@ -40,7 +41,7 @@ func runSelfTest(t *testing.T, c *Core, tx *testTx, st *SelfTest, now *int64) {
 }
 
 // summary is r's counts, without the latency histograms.
-func summary(r *SelfTestResult) string {
+func summary(r *Result) string {
 	var b strings.Builder
 	for i, c := range r.Cores {
 		fmt.Fprintf(&b, "core %d: initiator %v done %v ops %d posted %d verified %d read back %d errors %d (%v) mismatches %d in flight %d; ",
@@ -49,19 +50,9 @@ func summary(r *SelfTestResult) string {
 	return b.String() + "failure: " + r.Failure()
 }
 
-// oneCore is an engine of one core, as a Group (NewSelfTest's argument).
-func oneCore(t *testing.T, cfg Config, tx Tx) (*Group, *Core) {
-	t.Helper()
-	g, err := NewGroup(cfg, []Tx{tx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, g.Core(0)
-}
-
-func selfTestConfig(op abi.Op, size, o int, mem []byte) SelfTestConfig {
-	return SelfTestConfig{Op: op, Size: size, Outstanding: o, Warmup: 200 * time.Microsecond, Duration: 2 * time.Millisecond,
-		Target: SelfTestTarget{Mem: mem}}
+func selfTestConfig(op abi.Op, size, o int, mem []byte) Config {
+	return Config{Op: op, Size: size, Outstanding: o, Warmup: 200 * time.Microsecond, Duration: 2 * time.Millisecond,
+		Target: Target{Mem: mem}}
 }
 
 // TestSelfTestLoopback: one core reads and writes a region of its own
@@ -77,7 +68,7 @@ func TestSelfTestLoopback(t *testing.T) {
 					tx := newTestTx(512)
 					g, c := oneCore(t, cfg, tx)
 					mem := selfTestRegion(256 << 10)
-					st, err := NewSelfTest(g, selfTestConfig(op, size, 8, mem))
+					st, err := New(g, selfTestConfig(op, size, 8, mem))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -95,12 +86,7 @@ func TestSelfTestLoopback(t *testing.T) {
 						t.Fatal(err)
 					}
 					st.Close()
-					if err := c.Audit(); err != nil {
-						t.Fatal(err)
-					}
-					if s := c.Stats(); s.SlotsInUse != 0 || s.OpsInFlight != 0 || c.regions.use[0].n != 0 || c.portals.p[0].used || c.src != nil {
-						t.Fatalf("after Close: %d slots, %d ops, %d regions, entry used %v", s.SlotsInUse, s.OpsInFlight, c.regions.use[0].n, c.portals.p[0].used)
-					}
+					assertGone(t, c)
 				})
 			}
 		}
@@ -116,7 +102,7 @@ func TestSelfTestCorruptRegion(t *testing.T) {
 	tx := newTestTx(512)
 	g, c := oneCore(t, cfg, tx)
 	mem := selfTestRegion(64 << 10)
-	st, err := NewSelfTest(g, selfTestConfig(abi.OpRead, 64, 1, mem))
+	st, err := New(g, selfTestConfig(abi.OpRead, 64, 1, mem))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,8 +121,8 @@ func TestSelfTestCorruptRegion(t *testing.T) {
 
 	// A peer that does not answer ARP: the op completes UNREACHABLE.
 	g, c = oneCore(t, cfg, newTestTx(512))
-	st, err = NewSelfTest(g, SelfTestConfig{Op: abi.OpWrite, Size: 64, Outstanding: 2, Duration: time.Millisecond,
-		Target: SelfTestTarget{Addr: netip.MustParseAddr("10.0.0.9"), Region: 0x10001, Bytes: 1 << 20}})
+	st, err = New(g, Config{Op: abi.OpWrite, Size: 64, Outstanding: 2, Duration: time.Millisecond,
+		Target: Target{Addr: netip.MustParseAddr("10.0.0.9"), Region: 0x10001, Bytes: 1 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,23 +139,24 @@ func TestSelfTestCorruptRegion(t *testing.T) {
 func TestSelfTestPeer(t *testing.T) {
 	for _, op := range []abi.Op{abi.OpRead, abi.OpWrite} {
 		t.Run(op.String(), func(t *testing.T) {
-			ca, cb := pairConfigs(testCrypto)
+			ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
 			p := &pair{ta: newTestTx(512), tb: newTestTx(512), now: 1000}
 			ga, a := oneCore(t, ca, p.ta)
-			p.a, p.b = a, newCore(t, cb, p.tb)
-			owner := openApp(t, p.b, abi.ClassLow, 0)
+			_, b := oneCore(t, cb, p.tb)
+			p.a, p.b = a, b
+			owner := openPortal(t, p.b)
 			mem := selfTestRegion(1 << 20)
 			expect := append([]byte(nil), mem...)
-			rid, err := p.b.RegisterRegion(owner.id, mem, abi.PermRemoteRead|abi.PermRemoteWrite, testKr)
+			rid, err := p.b.RegisterRegion(owner, mem, abi.PermRemoteRead|abi.PermRemoteWrite, testKr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ip := ca.LocalIP.As4()
-			cfg := SelfTestConfig{Op: op, Size: 4096, Outstanding: 16, Warmup: time.Millisecond, Duration: 3 * time.Millisecond,
-				Target: SelfTestTarget{Addr: cb.LocalIP, Region: rid, Bytes: uint64(len(mem)), Expect: expect,
-					ReadKey:  aesni.DeriveKey(testKr, ip, SelfTestPID, uint8(abi.OpRead)),
-					WriteKey: aesni.DeriveKey(testKr, ip, SelfTestPID, uint8(abi.OpWrite))}}
-			st, err := NewSelfTest(ga, cfg)
+			cfg := Config{Op: op, Size: 4096, Outstanding: 16, Warmup: time.Millisecond, Duration: 3 * time.Millisecond,
+				Target: Target{Addr: cb.LocalIP, Region: rid, Bytes: uint64(len(mem)), Expect: expect,
+					ReadKey:  aesni.DeriveKey(testKr, ip, engine.SelfTestPID, uint8(abi.OpRead)),
+					WriteKey: aesni.DeriveKey(testKr, ip, engine.SelfTestPID, uint8(abi.OpWrite))}}
+			st, err := New(ga, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +189,7 @@ func TestSelfTestPeer(t *testing.T) {
 					t.Fatal("WRITEs changed the region's first half, which READs read")
 				}
 			}
-			for _, c := range []*Core{p.a, p.b} {
+			for _, c := range []*engine.Core{p.a, p.b} {
 				if err := c.Audit(); err != nil {
 					t.Fatal(err)
 				}
@@ -220,34 +207,34 @@ func TestSelfTestHandOver(t *testing.T) {
 	var own, crossing netip.Addr // an address of each kind
 	for a := netip.MustParseAddr("10.0.0.1"); !own.IsValid() || !crossing.IsValid(); a = a.Next() {
 		switch {
-		case RequestCore(a, 0, 2) == 0 && RequestCore(a, 1, 2) == 1:
+		case engine.RequestCore(a, 0, 2) == 0 && engine.RequestCore(a, 1, 2) == 1:
 			own = a
-		case RequestCore(a, 0, 2) != 0 || RequestCore(a, 1, 2) != 1:
+		case engine.RequestCore(a, 0, 2) != 0 || engine.RequestCore(a, 1, 2) != 1:
 			crossing = a
 		}
 	}
 	cfg := testConfig(own.String(), 1)
 	cfg.HairpinSelf = true
-	e := newMCEngine(t, cfg, 2)
+	g, _ := group(t, cfg, 2)
 	mc := selfTestConfig(abi.OpRead, 64, 4, selfTestRegion(64<<10))
 	mc.HandOver = true
-	if _, err := NewSelfTest(e.g, mc); err == nil || !strings.Contains(err.Error(), "serves every core's requests on that core") {
-		t.Fatalf("NewSelfTest at %v: %v", own, err)
+	if _, err := New(g, mc); err == nil || !strings.Contains(err.Error(), "serves every core's requests on that core") {
+		t.Fatalf("New at %v: %v", own, err)
 	}
-	if err := e.g.Core(0).Audit(); err != nil { // the refusal left nothing behind
-		t.Fatal(err)
+	for i := range 2 { // the refusal left nothing behind
+		assertGone(t, g.Core(i))
 	}
 
 	cfg = testConfig(crossing.String(), 1)
 	cfg.HairpinSelf = true
-	e = newMCEngine(t, cfg, 2)
-	st, err := NewSelfTest(e.g, mc)
+	g, txs := group(t, cfg, 2)
+	st, err := New(g, mc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := 0
 	for i := range 2 {
-		if RequestCore(crossing, i, 2) != i {
+		if engine.RequestCore(crossing, i, 2) != i {
 			want++
 		}
 	}
@@ -263,11 +250,11 @@ func TestSelfTestHandOver(t *testing.T) {
 			t.Fatal("not done")
 		}
 		for i := range 2 {
-			e.g.Core(i).Poll(now)
+			g.Core(i).Poll(now)
 		}
-		for i, tx := range e.txs {
+		for i, tx := range txs {
 			for _, f := range tx.take() {
-				c := Steer(f, cfg.UDPPort, 2)
+				c := engine.Steer(f, cfg.UDPPort, 2)
 				if _, ok := wire.PortCore(binary.BigEndian.Uint16(f[wire.EthLen+wire.IPv4Len+2:])); ok {
 					answers++
 					if c != i {
@@ -277,7 +264,7 @@ func TestSelfTestHandOver(t *testing.T) {
 				if c < 0 {
 					c = i
 				}
-				e.g.Core(c).Receive(now, f)
+				g.Core(c).Receive(now, f)
 			}
 		}
 	}
@@ -285,40 +272,45 @@ func TestSelfTestHandOver(t *testing.T) {
 	if !r.OK() || answers == 0 || handed != answers {
 		t.Fatalf("%d of %d answers handed over; %s", handed, answers, summary(&r))
 	}
-	e.audit(t)
+	for i := range 2 {
+		if err := g.Core(i).Audit(); err != nil {
+			t.Fatalf("core %d: %v", i, err)
+		}
+	}
+	if err := g.Audit(); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// TestSelfTestRefuses: what NewSelfTest refuses, and that a refusal
+// TestSelfTestRefuses: what New refuses, and that a refusal
 // leaves the cores as they were.
 func TestSelfTestRefuses(t *testing.T) {
 	g, c := oneCore(t, testConfig("10.0.0.1", 1), newTestTx(8))
 	mem := selfTestRegion(64 << 10)
 	for _, tc := range []struct {
 		name string
-		edit func(*SelfTestConfig)
+		edit func(*Config)
 		want string
 	}{
-		{"op", func(c *SelfTestConfig) { c.Op = abi.OpRekey }, "op REKEY, want READ or WRITE"},
-		{"size", func(c *SelfTestConfig) { c.Size = 4097 }, "size 4097"},
-		{"outstanding", func(c *SelfTestConfig) { c.Outstanding = 65 }, "65 ops in flight, want 1..64"},
-		{"duration", func(c *SelfTestConfig) { c.Duration = 0 }, "duration 0s"},
-		{"both", func(c *SelfTestConfig) { c.Target.Addr = netip.MustParseAddr("10.0.0.2") }, "at once"},
-		{"none", func(c *SelfTestConfig) { c.Target.Mem = nil }, "no target"},
-		{"small", func(c *SelfTestConfig) { c.Target.Mem = mem[:64] }, "first half"},
-		{"writes", func(c *SelfTestConfig) { c.Op, c.Size, c.Outstanding = abi.OpWrite, 4096, 9 }, "1 cores × 9 ops × 4096 bytes"},
-		{"expect", func(c *SelfTestConfig) {
-			c.Target = SelfTestTarget{Addr: netip.MustParseAddr("10.0.0.2"), Region: 1, Bytes: 1 << 20}
+		{"op", func(c *Config) { c.Op = abi.OpRekey }, "op REKEY, want READ or WRITE"},
+		{"size", func(c *Config) { c.Size = 4097 }, "size 4097"},
+		{"outstanding", func(c *Config) { c.Outstanding = 65 }, "65 ops in flight, want 1..64"},
+		{"duration", func(c *Config) { c.Duration = 0 }, "duration 0s"},
+		{"both", func(c *Config) { c.Target.Addr = netip.MustParseAddr("10.0.0.2") }, "at once"},
+		{"none", func(c *Config) { c.Target.Mem = nil }, "no target"},
+		{"small", func(c *Config) { c.Target.Mem = mem[:64] }, "first half"},
+		{"writes", func(c *Config) { c.Op, c.Size, c.Outstanding = abi.OpWrite, 4096, 9 }, "1 cores × 9 ops × 4096 bytes"},
+		{"expect", func(c *Config) {
+			c.Target = Target{Addr: netip.MustParseAddr("10.0.0.2"), Region: 1, Bytes: 1 << 20}
 		}, "0 bytes expected"},
 	} {
 		cfg := selfTestConfig(abi.OpRead, 64, 8, mem)
 		tc.edit(&cfg)
-		if _, err := NewSelfTest(g, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := New(g, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	if c.src != nil || c.portals.p[0].used {
-		t.Fatal("a refusal left an op source behind")
-	}
+	assertGone(t, c) // no refusal left an op source behind
 }
 
 // TestSelfTestAllocs: the op source's steady state allocates nothing.
@@ -327,7 +319,7 @@ func TestSelfTestAllocs(t *testing.T) {
 		g, c := oneCore(t, testConfig("10.0.0.1", 1), newTestTx(8))
 		cfg := selfTestConfig(op, 64, 16, selfTestRegion(64<<10))
 		cfg.Duration = time.Hour
-		st, err := NewSelfTest(g, cfg)
+		st, err := New(g, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -349,15 +341,10 @@ func TestSelfTestAllocs(t *testing.T) {
 // BenchmarkSelfTestLoopback: one core's cost per op of its own 64 B
 // READs, posted, served through the self-loop, checked (ns/op is per op).
 func BenchmarkSelfTestLoopback(b *testing.B) {
-	cfg := testConfig("10.0.0.1", 1)
-	g, err := NewGroup(cfg, []Tx{newTestTx(8)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := g.Core(0)
+	g, c := oneCore(b, testConfig("10.0.0.1", 1), newTestTx(8))
 	sc := selfTestConfig(abi.OpRead, 64, 32, selfTestRegion(1<<20)) // below the test config's NACK threshold
 	sc.Duration = time.Hour
-	st, err := NewSelfTest(g, sc)
+	st, err := New(g, sc)
 	if err != nil {
 		b.Fatal(err)
 	}
