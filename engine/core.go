@@ -11,6 +11,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine/stage"
 )
 
 // Control-plane errors.
@@ -58,6 +59,9 @@ type Core struct {
 	// src is the op source attached to this core (source.go; nil: none):
 	// Poll lets it post its ops.
 	src OpSource
+	// stg is the cost accounting the core marks its stages on
+	// (stages.go; nil: none).
+	stg *stage.Stages
 
 	// The receive walk (dispatch.go): the frame being received (Receive,
 	// the self-loop); with CryptoIPsecMB, the burst's prepared frames
@@ -403,11 +407,18 @@ const perPortalBurst = 64
 // expires timers and publishes completions. It returns the amount of work
 // done (0: idle).
 func (c *Core) Poll(now int64) int {
+	s := c.stg
+	if s != nil && s.Current() != stage.Protocol {
+		s.Enter(stage.Protocol)
+	}
 	c.regions.sync() // the quiescent point of the engine's shared region table
 	c.out.highOut = false
 	work := 0
 	pt := c.portals
 	if n := len(pt.live); n > 0 {
+		if s != nil {
+			s.Enter(stage.EmptyRings) // Protocol from the first command on
+		}
 		start := int(pt.rr % uint32(n))
 		pt.rr++
 		dead := false
@@ -415,6 +426,13 @@ func (c *Core) Poll(now int64) int {
 			id := pt.live[(start+j)%n]
 			work += c.drainPortal(now, id)
 			dead = dead || pt.p[id].dead
+		}
+		if s != nil {
+			if work == 0 {
+				s.Mark(stage.EmptyRings, stage.Protocol)
+			} else {
+				s.Become(stage.Protocol)
+			}
 		}
 		for k := 0; dead && k < len(pt.live); k++ {
 			if id := pt.live[k]; pt.p[id].dead { // its rings are corrupt: drained no more
@@ -428,6 +446,9 @@ func (c *Core) Poll(now int64) int {
 	}
 	work += c.srv.expirePulls(now)
 	work += c.ini.expire(now)
+	if s != nil {
+		s.Enter(stage.Build)
+	}
 	work += c.ini.arbitrate(now)
 	work += c.runLoop(now) // requests to ourselves join the inbound queue
 	work += c.srv.serve(now)
@@ -435,8 +456,12 @@ func (c *Core) Poll(now int64) int {
 	work += c.ini.sendData(now) // WRITE data for pulls that could not all be sent at once
 	work += c.runLoop(now)      // responses to ourselves complete their ops
 	c.out.seal.run()            // nothing waits for the next tx burst sealed
+	flush := pt.delays.Due(now) || c.closing
+	if s != nil && (flush || len(pt.dirty) > 0) {
+		s.Enter(stage.Completion)
+	}
 	pt.publish()
-	if pt.delays.Due(now) || c.closing {
+	if flush {
 		pt.delays.Flush()
 	}
 	return work

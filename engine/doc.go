@@ -280,6 +280,15 @@
 // cores share, touched only to send a request). Every frame of an op
 // carries the DSCP of its class (Config.DSCP).
 //
-// Imports: abi, wire, aesni (aesni/mb in cgo builds on linux/amd64) and
-// engine/telemetry. It must never import dpdk.
+// # Cost accounting
+//
+// A core given a stage.Stages (SetStages, engine/stage; rmad -selftest
+// -profile) marks the boundaries between the stages of its data path on
+// it, per burst and per Poll phase (stages.go lists them; engine/stage
+// says which code each stage covers), reading a counter its driver
+// injected: the core itself reads no clock. Without one every boundary
+// costs a nil check, and the simulator's cores have none.
+//
+// Imports: abi, wire, aesni (aesni/mb in cgo builds on linux/amd64),
+// engine/telemetry and engine/stage. It must never import dpdk.
 package engine

@@ -7,6 +7,7 @@ import (
 
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/aesni/mb"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -30,6 +31,23 @@ type mbCrypto struct {
 	opens    *mb.Batch
 	reserved *mb.Key
 	ini, srv *aesni.Cache // the core's: purged (keys released) when the core is collected
+	// stg: its core's cost accounting (Core.SetStages; nil: none): each
+	// run of the seal batch is a section of stage Seal.
+	stg *stage.Stages
+}
+
+func (m *mbCrypto) setStages(s *stage.Stages) { m.stg = s }
+
+// runSeals runs the seal batch (seals never fail), in stage Seal when
+// the core has stages.
+func (m *mbCrypto) runSeals() {
+	if s := m.stg; s != nil {
+		prev := s.Enter(stage.Seal)
+		m.batch.Run()
+		s.Enter(prev)
+		return
+	}
+	m.batch.Run()
 }
 
 type mbGone struct{}
@@ -105,7 +123,7 @@ func mbNewKey(a *aesni.AEAD) *mb.Key {
 // room is the seal batch with room for one more job.
 func (m *mbCrypto) room() *mb.Batch {
 	if m.batch.Full() {
-		m.batch.Run()
+		m.runSeals()
 	}
 	return m.batch
 }
@@ -134,7 +152,7 @@ func (m *mbCrypto) sealAuthFailure(tag, nonce, aad, reqIV []byte) {
 
 func (m *mbCrypto) run() {
 	if m.batch.Len() > 0 {
-		m.batch.Run() // seals never fail
+		m.runSeals()
 	}
 }
 
