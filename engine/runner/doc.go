@@ -26,6 +26,12 @@
 // (the serving side's timers stay: a WRITE's initiator must time out
 // last).
 //
+// Cost accounting: with Config.Stages the loop marks its own stages on
+// the engine/stage accumulator its core and port mark theirs on: the rx
+// poll (Receive, or EmptyRx when it found nothing), Transmit from the end
+// of Poll through Flush, Clock from there through the next clock read,
+// Loop around closures, Idle around sleeps and yields.
+//
 // The control plane never touches a Core directly: Exec queues a closure
 // that the loop runs between iterations, on the core's own goroutine, so
 // nothing on the data path locks (Machnet's ChannelsUpdate).
@@ -55,7 +61,8 @@
 // the serving side's do not move, so a stalled serving engine can still
 // end a pull.
 //
-// Place in the import graph: runner imports engine only (and x/sys/unix).
+// Place in the import graph: runner imports engine and engine/stage only
+// (and x/sys/unix).
 // Ports: engine/port/dpdkport (DPDK ethdev queue), engine/port/memport
 // (in memory). Binaries (tools/rmad) wire port, core and runner together.
 package runner

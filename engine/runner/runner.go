@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/stage"
 	"golang.org/x/sys/unix"
 )
 
@@ -87,6 +88,16 @@ type Config struct {
 	// and tells the core (Core.Stalled), which moves its own ops'
 	// deadlines by the gap. 0: no stall detection.
 	StallThreshold time.Duration
+	// Stages, if set, is the cost accounting of the loop (package
+	// engine/stage): the loop resets it when it starts and marks its own
+	// boundaries on it: Receive from the rx poll on (EmptyRx if it
+	// found nothing), Transmit from the end of Poll through Flush, Clock
+	// from there through the top of the next iteration (its clock read),
+	// Loop around control-plane closures, Idle around sleeps and yields.
+	// The core and the port mark theirs when given the same Stages
+	// (engine.Core.SetStages, dpdkport.Port.SetStages); it belongs to the
+	// loop's goroutine.
+	Stages *stage.Stages
 }
 
 // DefaultConfig is Backoff with 64 idle spins and sleeps from 1µs to 200µs.
@@ -182,6 +193,7 @@ type Runner struct {
 	iterations, idleSleeps, yields, sleptNs, rxFrames, nExecs, stalls, stalledNs atomic.Uint64
 
 	// loop-local state (the loop goroutine only)
+	stg *stage.Stages // cfg.Stages
 	pfd [1]unix.PollFd
 	buf [8]byte
 	lc  Stats
@@ -204,6 +216,7 @@ func New(core *engine.Core, port Port, cfg Config) (*Runner, error) {
 		execs: make(chan execReq, cfg.ExecQueue),
 		efd:   -1,
 		done:  make(chan struct{}),
+		stg:   cfg.Stages,
 	}
 	if r.now == nil {
 		r.now = Monotonic
@@ -363,11 +376,22 @@ func (r *Runner) loop(ready chan<- error) {
 		prev  int64 // the previous iteration's time
 		asked int64 // sleep asked for since
 		stall = int64(r.cfg.StallThreshold)
+		stg   = r.stg
 	)
+	if stg != nil {
+		stg.Reset()
+		stg.Become(stage.Clock) // the top of the loop, through the clock read, to the rx poll
+	}
 	for {
 		work := 0
 		if r.pending.Load() > 0 {
+			if stg != nil {
+				stg.Enter(stage.Loop)
+			}
 			work += r.runExecs()
+			if stg != nil {
+				stg.Enter(stage.Clock)
+			}
 		}
 		if r.stop.Load() {
 			break
@@ -394,7 +418,13 @@ func (r *Runner) loop(ready chan<- error) {
 			asked = r.sleep(now, sleep)
 			sleep = min(2*sleep, r.cfg.MaxSleep)
 		case r.cfg.Mode == Yield:
+			if stg != nil {
+				stg.Enter(stage.Idle)
+			}
 			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			if stg != nil {
+				stg.Enter(stage.Clock)
+			}
 			r.lc.Yields++
 		}
 	}
@@ -419,10 +449,26 @@ func (r *Runner) loop(ready chan<- error) {
 // core, one Poll, one Flush. It returns the work done (frames received plus
 // Core.Poll's count).
 func (r *Runner) iterate(now int64) int {
+	s := r.stg
+	if s != nil {
+		s.Enter(stage.Receive)
+	}
 	frames := r.port.Recv()
+	if s != nil {
+		if len(frames) == 0 {
+			s.Mark(stage.EmptyRx, stage.Protocol)
+		}
+		s.Frames(len(frames))
+	}
 	r.core.ReceiveBurst(now, frames)
 	work := len(frames) + r.core.Poll(now)
+	if s != nil {
+		s.Enter(stage.Transmit)
+	}
 	r.port.Flush()
+	if s != nil {
+		s.Enter(stage.Clock) // through the top of the next iteration
+	}
 	r.lc.Iterations++
 	r.lc.RxFrames += uint64(len(frames))
 	return work
@@ -467,9 +513,15 @@ func (r *Runner) sleep(now int64, d time.Duration) int64 {
 		return 0
 	}
 	ts := unix.NsecToTimespec(int64(d))
+	if r.stg != nil {
+		r.stg.Enter(stage.Idle)
+	}
 	t0 := r.now()
 	n, _ := unix.Ppoll(r.pfd[:], &ts, nil) // EINTR: just an early wake-up
 	slept := r.now() - t0
+	if r.stg != nil {
+		r.stg.Enter(stage.Clock)
+	}
 	r.sleeping.Store(false)
 	if n > 0 {
 		_, _ = unix.Read(r.efd, r.buf[:]) // reset the eventfd counter

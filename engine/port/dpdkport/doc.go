@@ -73,6 +73,8 @@
 //
 // Place in the import graph: dpdkport imports dpdk, engine (engine.Tx,
 // MaxFrameBytes), engine/port (the Steering of the hand-over) and
-// engine/runner (the Port interface it implements); tools/rmad wires it
-// to a core and a runner. The protocol core never imports it.
+// engine/runner (the Port interface it implements), and engine/stage (a
+// tx burst sent from within Poll is a section of stage Transmit:
+// SetStages); tools/rmad wires it to a core and a runner. The protocol
+// core never imports it.
 package dpdkport

@@ -7,6 +7,7 @@ import (
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/stage"
 )
 
 var (
@@ -100,7 +101,17 @@ type Port struct {
 	beforeTx func() // engine.TxHook: runs before every crossing that transmits
 
 	ho *handover // its part in a Queues (nil: a port of its own)
+
+	stg *stage.Stages // cost accounting (SetStages; nil: none)
 }
+
+// SetStages makes the port mark, on s, the Stages of the loop that drives
+// it (nil: no marks), the crossing it makes from within the core's Poll
+// (a full tx burst sent, the stash refilled, when the core asks for
+// another buffer) as a section of stage Transmit. Flush is a Transmit
+// section its caller marks (the runner), Recv its caller's Receive or
+// EmptyRx. Before the loop runs.
+func (p *Port) SetStages(s *stage.Stages) { p.stg = s }
 
 // SetBeforeTx implements engine.TxHook: f runs right before queued frames
 // are transmitted (the crossings of Buffer with a full burst, Flush and
@@ -177,8 +188,15 @@ func (p *Port) Buffer() []byte {
 func (p *Port) take() {
 	if p.io.StashLen() == 0 || p.io.TxLen() == p.io.Burst() {
 		// Send the full tx burst and refill the stash: one crossing.
-		p.hook()
-		p.io.Do(false)
+		if s := p.stg; s != nil {
+			prev := s.Enter(stage.Transmit)
+			p.hook()
+			p.io.Do(false)
+			s.Enter(prev)
+		} else {
+			p.hook()
+			p.io.Do(false)
+		}
 	}
 	m := p.io.TakeStash()
 	if m == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/dpdk/dpdktest"
 	"github.com/onerma/onerma/engine/port/dpdkport"
+	"github.com/onerma/onerma/engine/stage"
 )
 
 // One net_ring vdev per test: a Port owns its queue.
@@ -187,10 +188,18 @@ func TestBufferStableUntilSend(t *testing.T) {
 }
 
 // TestFullBurst: a full tx burst goes out when the next frame needs a
-// buffer, without a Flush.
+// buffer, without a Flush: each crossing of Buffer a section of stage
+// Transmit inside the caller's (the core's Build), the seals of the burst
+// (the hook) in it.
 func TestFullBurst(t *testing.T) {
 	p, _ := newPort(t, ringBurst)
 	defer p.Close()
+	var k uint64
+	s := stage.New(func() uint64 { k++; return k })
+	s.Enter(stage.Build)
+	p.SetStages(s)
+	hooked := stage.NumStages
+	p.SetBeforeTx(func() { hooked = s.Current() })
 	for range 32 {
 		p.Buffer()
 		p.Send(60)
@@ -201,6 +210,10 @@ func TestFullBurst(t *testing.T) {
 	p.Buffer()
 	if s := p.Stats(); s.TxFrames != 32 || s.IOCalls != 2 {
 		t.Fatalf("after the 33rd Buffer: %+v, want 32 sent in the 2nd crossing", s)
+	}
+	// Both crossings: the first Buffer's (the stash filled) and the burst's.
+	if sn := s.Snapshot(0); sn.Sections[stage.Transmit] != 2 || s.Current() != stage.Build || hooked != stage.Transmit {
+		t.Fatalf("transmit sections %d, back in %v, hook ran in %v", sn.Sections[stage.Transmit], s.Current(), hooked)
 	}
 	p.Send(60)
 	if n := len(p.Recv()); n != 32 { // sends the 33rd, receives the first 32
