@@ -12,9 +12,12 @@
 // gives an attached source in its portal table (engine.SourcePort: slots,
 // regions, Post, Detach); the phases of a run, the checks and the counts
 // are this package's. Once attached, nothing here allocates, locks or
-// makes a system call on the data path.
+// makes a system call on the data path. With Config.Stages each core's
+// source snapshots its core's cost accounting (engine/stage) when its
+// measured window opens and closes (CoreResult.Stages): rmad -selftest
+// -profile divides it by the window's ops.
 //
-// Place in the import graph: opgen imports engine, abi, aesni and
-// engine/telemetry (the latency histograms); tools/rmad runs it. The
-// engine never imports it.
+// Place in the import graph: opgen imports engine, abi, aesni,
+// engine/telemetry (the latency histograms) and engine/stage; tools/rmad
+// runs it. The engine never imports it.
 package opgen

@@ -7,6 +7,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/stage"
 )
 
 // opSource is a SelfTest's part on one core, the engine.OpSource attached
@@ -49,6 +50,13 @@ type opSource struct {
 	start, end int64 // the measured window, from the first Poll after Start
 	res        CoreResult
 	fail       failure
+
+	// stg is the core's cost accounting (Config.Stages; nil: none),
+	// snapshot at the first Poll of the window (stgStart, stgOn) and at
+	// the first after it (stgEnd, stgDone).
+	stg              *stage.Stages
+	stgStart, stgEnd stage.Snapshot
+	stgOn, stgDone   bool
 }
 
 type srcState uint8
@@ -105,6 +113,9 @@ func (s *opSource) Poll(now int64) int {
 		}
 		return len(s.slots)
 	case srcRunning:
+		if s.stg != nil {
+			s.stages(now)
+		}
 		if now >= s.end {
 			s.state = srcDraining
 		}
@@ -140,6 +151,17 @@ func (s *opSource) Poll(now int64) int {
 	s.state = srcDone
 	s.t.done[s.core].v.Store(true) // the results are the reader's from here (SelfTest.Done)
 	return 1
+}
+
+// stages snapshots the core's Stages when the measured window opens and
+// when it closes.
+func (s *opSource) stages(now int64) {
+	switch {
+	case !s.stgOn && now >= s.start:
+		s.stgStart, s.stgOn = s.stg.Snapshot(now), true
+	case s.stgOn && !s.stgDone && now >= s.end:
+		s.stgEnd, s.stgDone = s.stg.Snapshot(now), true
+	}
 }
 
 // post posts slot k's next op.

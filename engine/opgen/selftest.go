@@ -14,6 +14,7 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/engine/telemetry"
 )
 
@@ -63,6 +64,12 @@ type Config struct {
 	// (dpdkport.Queues).
 	HandOver    bool
 	ServerCores int
+
+	// Stages, if set, holds each core's cost accounting (index: the
+	// core; a nil entry: none), the Stages its loop, core and port mark
+	// (engine/stage): each core's source snapshots it when the measured
+	// window opens and when it closes (CoreResult.Stages).
+	Stages []*stage.Stages
 
 	Target Target
 }
@@ -122,6 +129,8 @@ func New(g *engine.Group, cfg Config) (*SelfTest, error) {
 		return nil, fmt.Errorf("%w: warm-up %v, duration %v", ErrConfig, cfg.Warmup, cfg.Duration)
 	case cfg.ServerCores < 0:
 		return nil, fmt.Errorf("%w: %d serving cores", ErrConfig, cfg.ServerCores)
+	case cfg.Stages != nil && len(cfg.Stages) != n:
+		return nil, fmt.Errorf("%w: stages for %d cores, the engine has %d", ErrConfig, len(cfg.Stages), n)
 	case loop && tg.Addr.IsValid():
 		return nil, fmt.Errorf("%w: a target of this engine (Mem) and a peer's (Addr %v) at once", ErrConfig, tg.Addr)
 	case !loop && (!tg.Addr.Is4() || tg.Region == 0):
@@ -154,6 +163,9 @@ func New(g *engine.Group, cfg Config) (*SelfTest, error) {
 	}
 	for i := range n {
 		s := &opSource{t: t, core: i}
+		if cfg.Stages != nil {
+			s.stg = cfg.Stages[i]
+		}
 		port, err := g.Core(i).AttachSource(s, cfg.Outstanding)
 		if err != nil {
 			t.Close()
@@ -286,6 +298,10 @@ type CoreResult struct {
 	Ops      uint64
 	WindowNs int64
 	Latency  telemetry.Hist
+	// Stages is what the core's loop counted by stage over the measured
+	// window (Config.Stages; zero without), from the first Poll at or
+	// after its start to the first at or after its end.
+	Stages stage.Snapshot
 	// Every op of the run (warm-up, window, the drain after it, and the
 	// read-back of WRITEs to a peer): posted, completed OK and checked
 	// (Verified: a READ's data, a WRITE to this engine's region there; a
@@ -319,6 +335,9 @@ func (t *SelfTest) Result() Result {
 		*c = s.res
 		c.Initiator, c.Done, c.InFlight = true, t.done[i].v.Load(), s.inflight
 		c.WindowNs = int64(t.cfg.Duration)
+		if s.stgDone {
+			c.Stages = s.stgEnd.Sub(s.stgStart)
+		}
 		if s.fail.kind != failNone {
 			c.Failure = t.describe(i, &s.fail)
 		} else if !c.Done {
@@ -363,6 +382,7 @@ func (r *Result) Sum() CoreResult {
 		s.Ops += c.Ops
 		s.WindowNs = max(s.WindowNs, c.WindowNs)
 		s.Latency.Merge(&c.Latency)
+		s.Stages.Add(c.Stages)
 		s.Posted += c.Posted
 		s.Verified += c.Verified
 		s.ReadBacks += c.ReadBacks

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,10 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/stage"
+	"github.com/onerma/onerma/internal/tsc"
 	"github.com/onerma/onerma/wire"
+	"golang.org/x/sys/unix"
 )
 
 // selfTestRegion is a target region of n bytes filled with a pattern in
@@ -313,12 +317,75 @@ func TestSelfTestRefuses(t *testing.T) {
 	assertGone(t, c) // no refusal left an op source behind
 }
 
-// TestSelfTestAllocs: the op source's steady state allocates nothing.
+// TestSelfTestStages: with Config.Stages each core's source snapshots its
+// core's cost accounting when its window opens and closes; the window's
+// counts cover its length on the loop's clock, and refusals are precise.
+func TestSelfTestStages(t *testing.T) {
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.HairpinSelf = true
+	tx := newTestTx(512)
+	g, c := oneCore(t, cfg, tx)
+	now := int64(1000)
+	s := stage.New(func() uint64 { return uint64(2 * now) }) // two cycles a ns
+	c.SetStages(s)
+	sc := selfTestConfig(abi.OpRead, 64, 8, selfTestRegion(256<<10))
+	sc.Stages = []*stage.Stages{s}
+	st, err := New(g, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSelfTest(t, c, tx, st, &now)
+	r := st.Result()
+	sum := r.Sum()
+	d := sum.Stages
+	// The window's snapshots are taken at the first Poll at or after its
+	// start and end: the test's polls are 1 µs apart.
+	if !r.OK() || sum.Ops == 0 || d.Now < int64(2*time.Millisecond) || d.Now > int64(2*time.Millisecond)+1000 || d.At != uint64(2*d.Now) || d.Total() != d.At {
+		t.Fatalf("window %+v over %s", d, summary(&r))
+	}
+	if d.Cycles[stage.Protocol]+d.Cycles[stage.Build] == 0 || d.Sections[stage.Build] == 0 {
+		t.Errorf("nothing charged to the core's stages: %+v", d)
+	}
+	rep := stage.NewReport(d, sum.Ops, 2e9, stage.Budget{})
+	if x, _ := rep.Row(stage.RowUnattributed); x.Cycles != 0 {
+		t.Errorf("unattributed %+v", x)
+	}
+	st.Close()
+
+	sc.Stages = []*stage.Stages{s, s}
+	if _, err := New(g, sc); err == nil || !strings.Contains(err.Error(), "stages for 2 cores") {
+		t.Errorf("stages for two cores of one: %v", err)
+	}
+	sc.Stages = []*stage.Stages{nil} // a core without: no snapshots
+	st, err = New(g, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSelfTest(t, c, tx, st, &now)
+	if r := st.Result(); r.Sum().Stages.At != 0 {
+		t.Errorf("stages counted without: %+v", r.Sum().Stages)
+	}
+	st.Close()
+}
+
+// TestSelfTestAllocs: the op source's steady state allocates nothing,
+// with stages counted or not.
 func TestSelfTestAllocs(t *testing.T) {
-	for _, op := range []abi.Op{abi.OpRead, abi.OpWrite} {
+	for _, tc := range []struct {
+		op     abi.Op
+		staged bool
+	}{{abi.OpRead, false}, {abi.OpWrite, false}, {abi.OpRead, true}} {
+		op, staged := tc.op, tc.staged
 		g, c := oneCore(t, testConfig("10.0.0.1", 1), newTestTx(8))
 		cfg := selfTestConfig(op, 64, 16, selfTestRegion(64<<10))
 		cfg.Duration = time.Hour
+		if staged {
+			var k uint64
+			s := stage.New(func() uint64 { k++; return k })
+			c.SetStages(s)
+			cfg.Stages = []*stage.Stages{s}
+			cfg.Warmup = 0
+		}
 		st, err := New(g, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -360,4 +427,83 @@ func BenchmarkSelfTestLoopback(b *testing.B) {
 	if src.res.Errors+src.res.Mismatches > 0 {
 		b.Fatalf("%d errors (%v), %d mismatches", src.res.Errors, src.res.FirstStatus, src.res.Mismatches)
 	}
+}
+
+// BenchmarkSelfTestStages is what the cost accounting costs: one core's
+// 64 B READs (O in flight) out of its Tx and back, with ipsec-mb where it
+// is built (rmad's -selftest on the loopback), with no stages and with
+// stages on the CPU's counter, marked by the core and, as the runner
+// marks them, around each burst (ns/op is per op). cpu-ns/op is the
+// thread's CPU time per op: on a busy host it leaves out the time the
+// thread waited for its CPU. Compare the two with benchstat, -count 10.
+func BenchmarkSelfTestStages(b *testing.B) {
+	for _, depth := range []int{16, 64} {
+		for _, on := range []bool{false, true} {
+			b.Run(fmt.Sprintf("O=%d/stages=%v", depth, on), func(b *testing.B) { benchStages(b, depth, on) })
+		}
+	}
+}
+
+func benchStages(b *testing.B, depth int, on bool) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.HairpinSelf = true
+	cfg.Slots, cfg.WindowBytes = 2*depth, 1<<20 // as rmad's: neither bounds the ops in flight
+	cfg.InboundQueue, cfg.NackThreshold = 4*depth, 2*depth
+	cfg.Unbound()
+	if _, err := engine.MBArch(); err == nil {
+		cfg.Crypto = engine.CryptoIPsecMB
+	}
+	tx := newTestTx(512)
+	g, c := oneCore(b, cfg, tx)
+	sc := selfTestConfig(abi.OpRead, 64, depth, selfTestRegion(1<<20))
+	sc.Duration, sc.Warmup = time.Hour, 0
+	var s *stage.Stages
+	if on {
+		s = stage.New(tsc.Read)
+		c.SetStages(s)
+	}
+	st, err := New(g, sc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	st.Start()
+	now := int64(1000)
+	iterate := func() { // as runner.iterate marks
+		if s != nil {
+			s.Enter(stage.Receive)
+		}
+		tx.deliverTo(now, c)
+		c.Poll(now)
+		if s != nil {
+			s.Enter(stage.Transmit)
+			s.Enter(stage.Clock)
+		}
+		now += 1000
+	}
+	for range 1000 {
+		iterate()
+	}
+	src := st.src[0]
+	b.ReportAllocs()
+	b.ResetTimer()
+	start, cpu0 := src.res.Verified, threadCPUNs()
+	for src.res.Verified-start < uint64(b.N) {
+		iterate()
+	}
+	b.ReportMetric(float64(threadCPUNs()-cpu0)/float64(src.res.Verified-start), "cpu-ns/op")
+	if src.res.Errors+src.res.Mismatches > 0 {
+		b.Fatalf("%d errors, %d mismatches", src.res.Errors, src.res.Mismatches)
+	}
+}
+
+// threadCPUNs is the CPU time of the calling thread.
+func threadCPUNs() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
 }
