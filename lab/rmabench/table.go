@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/internal/benchrow"
 )
 
 // p99 is a row's p99 latency (0 when it has none).
@@ -187,9 +188,9 @@ func ucxRatios(rows []Row) []ucxRatio {
 // against the same run's one-core seal+open row, at the Ethernet MTU and
 // with jumbo frames, and a 4 KB WRITE's at either.
 const (
-	readGoodputGoal      = 0.55
-	readGoodputGoalJumbo = 0.70
-	writeGoodputGoal     = 0.60
+	readGoodputGoal      = benchrow.ReadGoodput
+	readGoodputGoalJumbo = benchrow.ReadGoodputJumbo
+	writeGoodputGoal     = benchrow.WriteGoodput
 )
 
 // goodputGoal is the goodput target of a 4 KB row of test on setup.
