@@ -19,6 +19,7 @@ import (
 	"github.com/onerma/onerma/engine/port/dpdkport"
 	"github.com/onerma/onerma/engine/port/faultport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -114,11 +115,15 @@ func setGOMAXPROCS(cores int) int {
 // startLoops starts one runner per core of g on ports[i], each with base's
 // settings, pinned to cpus[i] when cpus are given (and at nice in busy
 // mode, as a performance setting: without the privilege the thread keeps
-// the process's). On an error the runners started are stopped.
-func startLoops(g *engine.Group, ports []runner.Port, base runner.Config, cpus []int, nice int, log zerolog.Logger) ([]*runner.Runner, error) {
+// the process's), marking its stages on stages[i] when stages are given
+// (-selftest -profile). On an error the runners started are stopped.
+func startLoops(g *engine.Group, ports []runner.Port, base runner.Config, cpus []int, nice int, stages []*stage.Stages, log zerolog.Logger) ([]*runner.Runner, error) {
 	var rs []*runner.Runner
 	for i, port := range ports {
 		rc := base
+		if stages != nil {
+			rc.Stages = stages[i]
+		}
 		var pin []int
 		if len(cpus) > 0 {
 			pin = []int{cpus[i]}

@@ -133,13 +133,20 @@
 // HOST:PORT -selftest-region ID -creds DIR (or -creds-fd FD), a
 // peer engine's region whose owner grants this engine's K_d (identity
 // engine.SelfTestPID) over keyx; -selftest-handover makes every answer
-// cross a hand-over ring.
+// cross a hand-over ring. -profile (profile.go) adds the cost accounting
+// of package engine/stage: every core, its loop and its port mark their
+// stages on a counter of the CPU's time-stamp counter (internal/tsc), and
+// after the report rmad prints each stage's cycles and ns per op over the
+// measured window beside its budget, derived from the speed targets
+// (internal/benchrow) and the crypto cost of the run's op measured on
+// core 0's thread after the run (with -json: the row's "stages").
 //
 //	rmad -vdev net_ring0 -port-name net_ring0 -ip 10.99.2.1 -hairpin-self=true \
-//	     -poll-mode busy -cpu 1 -selftest read_bw -s 64 -O 64 -D 5s
+//	     -poll-mode busy -cpu 1 -selftest read_bw -s 64 -O 64 -D 5s -profile
 //
 // Imports: aesni, dpdk, engine, engine/ctl, engine/metrics,
 // engine/telemetry, ctlmsg, engine/port/dpdkport, engine/port/faultport,
 // engine/runner, wire; engine/opgen, keyx, internal/pattern and
-// internal/benchrow for the self-test.
+// internal/benchrow for the self-test; engine/stage, internal/tsc and
+// aesni/mb for its -profile.
 package main

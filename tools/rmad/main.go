@@ -29,6 +29,7 @@ import (
 	"github.com/onerma/onerma/engine/port/dpdkport/xdp"
 	"github.com/onerma/onerma/engine/port/faultport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/wire"
@@ -318,6 +319,9 @@ func serve(ctx context.Context, cfg *Config, sto *selfTestOptions, stdout io.Wri
 		if selftest, err = newSelfTest(ctx, sto, group, &engCfg, log); err != nil {
 			return fmt.Errorf("-selftest: %w", err)
 		}
+		for i, s := range selftest.stages { // -profile: the ports mark their transmits
+			queues.Ports[i].SetStages(s)
+		}
 	}
 	if engCfg.Crypto == engine.CryptoIPsecMB {
 		arch, _ := engine.MBArch() // engine.NewGroup checked it works
@@ -340,7 +344,11 @@ func serve(ctx context.Context, cfg *Config, sto *selfTestOptions, stdout io.Wri
 		logFault(log, &faultCfg, &rCfg)
 	}
 	procs := setGOMAXPROCS(cores)
-	rs, err := startLoops(group, ports, rCfg, cpus, cfg.Poll.Nice, log)
+	var stages []*stage.Stages
+	if selftest != nil {
+		stages = selftest.stages
+	}
+	rs, err := startLoops(group, ports, rCfg, cpus, cfg.Poll.Nice, stages, log)
 	if err != nil {
 		return err
 	}

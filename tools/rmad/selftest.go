@@ -22,9 +22,11 @@ import (
 	"github.com/onerma/onerma/engine/opgen"
 	"github.com/onerma/onerma/engine/port/dpdkport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/internal/pattern"
+	"github.com/onerma/onerma/internal/tsc"
 	"github.com/onerma/onerma/keyx"
 )
 
@@ -44,12 +46,13 @@ type selfTestOptions struct {
 	regionBytes uint64
 	handOver    bool
 	json        bool
+	profile     bool
 }
 
 // selfTestFlags are the flags that mean something only with -selftest
 // (canonical names).
 var selfTestFlags = []string{"s", "O", "D", "warmup", "selftest-peer", "selftest-region", "creds",
-	"creds-fd", "selftest-region-bytes", "selftest-handover", "json"}
+	"creds-fd", "selftest-region-bytes", "selftest-handover", "json", "profile"}
 
 // flags registers the -selftest flags. They are rmaperf's where rmaperf
 // has them (-s, -O, -D, -warmup, -creds, -creds-fd, -json); the old
@@ -68,6 +71,7 @@ func (o *selfTestOptions) flags(fs *cli.FlagSet) {
 	fs.Uint64Var(&o.regionBytes, "selftest-region-bytes", 0, "-selftest on this engine's region: its size (0: 1 MB, or what the WRITEs in flight need)")
 	fs.BoolVar(&o.handOver, "selftest-handover", false, "-selftest: only the cores whose requests another core serves post ops, so every answer crosses a hand-over ring (memif, net_ring loopback: -cores 2 or more)")
 	fs.BoolVar(&o.json, "json", false, "-selftest: print one JSON line (the benchmark row) instead of the table")
+	fs.BoolVar(&o.profile, "profile", false, "-selftest: count every core's cycles by stage of the data path (receive, open, protocol, build, seal, transmit, completion, the loop's overhead) over the measured window and print them per op beside a budget from the speed targets and the run's measured crypto cost (with -json: in the row's \"stages\")")
 	fs.Alias("selftest-warmup", "warmup")
 	fs.Alias("selftest-creds", "creds")
 	fs.Alias("selftest-creds-fd", "creds-fd")
@@ -108,6 +112,8 @@ func (o *selfTestOptions) check(fs *cli.FlagSet) error {
 		return errors.New("-selftest-region-bytes sizes this engine's own region: not with -selftest-peer")
 	case o.peer != "" && (o.credsDir != "") == (o.credsFD >= 0):
 		return errors.New("-selftest-peer needs TLS credentials: -creds DIR (DIR/client.pem) or -creds-fd FD, one of the two")
+	case o.profile && o.handOver:
+		return errors.New("-profile counts the cycles of the cores that post ops: not with -selftest-handover, where others serve them")
 	}
 	if o.peer != "" {
 		if _, err := strconv.ParseUint(o.region, 0, 32); err != nil {
@@ -130,6 +136,11 @@ type selfTestRun struct {
 	st     *opgen.SelfTest
 	target string // where the ops go, for the report
 	cores  int
+	// -profile: each core's cost accounting (nil without), the engine's
+	// MTU and seal backend (its crypto cost is measured after the run).
+	stages []*stage.Stages
+	mtu    int
+	crypto string
 }
 
 // newSelfTest attaches the op generator to g's cores (before they run):
@@ -139,7 +150,14 @@ type selfTestRun struct {
 func newSelfTest(ctx context.Context, o *selfTestOptions, g *engine.Group, ec *engine.Config, log zerolog.Logger) (*selfTestRun, error) {
 	cores := g.Len()
 	cfg := opgen.Config{Op: o.op(), Size: o.size, Outstanding: o.depth, Warmup: o.warm, Duration: o.dur, HandOver: o.handOver}
-	r := &selfTestRun{o: o, cores: cores}
+	r := &selfTestRun{o: o, cores: cores, mtu: ec.MTU, crypto: cmp.Or(ec.Crypto, engine.CryptoGo)}
+	if o.profile {
+		r.stages = newStages(cores)
+		cfg.Stages = r.stages
+		for i, s := range r.stages {
+			g.Core(i).SetStages(s)
+		}
+	}
 	if o.handOver && cores < 2 {
 		return nil, errors.New("-selftest-handover needs two polling cores or more (-cores, -cpu)")
 	}
@@ -236,8 +254,10 @@ func (r *selfTestRun) run(ctx context.Context, port dpdk.PortID, rs []*runner.Ru
 			return fmt.Errorf("-selftest: the port's link is not up after 10 s (%v)", err)
 		}
 	}
+	ref := tsc.Now()
 	r.st.Start()
 	finished := r.wait(ctx, rs, log)
+	hz := ref.Hz()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("-selftest: interrupted: %w", err)
 	}
@@ -263,7 +283,17 @@ func (r *selfTestRun) run(ctx context.Context, port dpdk.PortID, rs []*runner.Ru
 		}
 	}
 	res = r.st.Result()
-	if err := r.report(w, &res, ports); err != nil {
+	var prof *stage.Report
+	if r.stages != nil && finished {
+		sum := res.Sum()
+		var err error
+		if prof, err = r.profileReport(rs[0].Exec, sum.Stages, sum.Ops, hz); err != nil {
+			return fmt.Errorf("-profile: %w", err)
+		}
+	} else if r.stages != nil {
+		log.Error().Msg("-profile: no stage table: the run did not finish")
+	}
+	if err := r.report(w, &res, ports, prof); err != nil {
 		return err
 	}
 	if !res.OK() {
@@ -296,10 +326,18 @@ func (r *selfTestRun) wait(ctx context.Context, rs []*runner.Runner, log zerolog
 	return true
 }
 
+// profiledRow is the -json row with -profile: the benchmark row and the
+// stage table (rmabench stores the table as rows of its own).
+type profiledRow struct {
+	benchrow.Row
+	Stages *stage.Report `json:"stages,omitempty"`
+}
+
 // report prints the result: rmaperf's columns, a row per core and their
-// sum, and the hand-over counters of each core's port; or with -json the
-// sum as one benchmark row.
-func (r *selfTestRun) report(w io.Writer, res *opgen.Result, ports []dpdkport.Stats) error {
+// sum, and the hand-over counters of each core's port, then prof (-profile)
+// when there is one; or with -json the sum as one benchmark row carrying
+// prof.
+func (r *selfTestRun) report(w io.Writer, res *opgen.Result, ports []dpdkport.Stats, prof *stage.Report) error {
 	o := r.o
 	sum := res.Sum()
 	var handedOut, handedIn, full uint64
@@ -312,7 +350,7 @@ func (r *selfTestRun) report(w io.Writer, res *opgen.Result, ports []dpdkport.St
 		if f := res.Failure(); f != "" {
 			row.Note = f + "; " + row.Note
 		}
-		return json.NewEncoder(w).Encode(row)
+		return json.NewEncoder(w).Encode(profiledRow{Row: row, Stages: prof})
 	}
 	fmt.Fprintf(w, "rmad selftest %s: %d B ops, %d in flight per core, %d of %d cores posting; %v measured after %v of warm-up\n",
 		o.test, o.size, o.depth, r.st.Initiators(), r.cores, o.dur, o.warm)
@@ -343,6 +381,9 @@ func (r *selfTestRun) report(w io.Writer, res *opgen.Result, ports []dpdkport.St
 	}
 	fmt.Fprintf(w, "checked: %d of %d ops (%s); %d errors, %d mismatches; hand-over ring full %d\n",
 		sum.Verified, sum.Posted, what, sum.Errors, sum.Mismatches, full)
+	if prof != nil {
+		prof.Fprint(w)
+	}
 	if res.OK() {
 		fmt.Fprintln(w, "selftest: PASS")
 	} else {
