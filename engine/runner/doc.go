@@ -28,7 +28,8 @@
 //
 // Cost accounting: with Config.Stages the loop marks its own stages on
 // the engine/stage accumulator its core and port mark theirs on: the rx
-// poll (Receive, or EmptyRx when it found nothing), Transmit from the end
+// poll (Receive, or EmptyRx when it found nothing, and then EmptyPoll for
+// the whole iteration if Poll found nothing to do), Transmit from the end
 // of Poll through Flush, Clock from there through the next clock read,
 // Loop around closures, Idle around sleeps and yields.
 //

@@ -73,9 +73,11 @@ func trace(s *stage.Stages) []stage.Stage {
 }
 
 // TestIterateStages: the loop's own marks. An iteration whose rx poll
-// finds nothing charges it to EmptyRx; one with frames to Receive; Poll's
-// phases follow, then Transmit from the end of Poll through Flush, and
-// Clock from there to the next rx poll. Neither allocates.
+// finds nothing charges it to EmptyRx, and the rest of it, Poll finding
+// nothing to do, to EmptyPoll; one with frames charges its rx poll to
+// Receive, Poll's phases follow, then Transmit from the end of Poll
+// through Flush, and Clock from there to the next rx poll. Neither
+// allocates.
 func TestIterateStages(t *testing.T) {
 	a, b, err := memport.Pair(memport.DefaultConfig())
 	if err != nil {
@@ -104,13 +106,13 @@ func TestIterateStages(t *testing.T) {
 	}
 	b.Flush()
 	r.iterate(2e9)
-	L, X, R, P, B, T, K := stage.Loop, stage.EmptyRx, stage.Receive, stage.Protocol, stage.Build, stage.Transmit, stage.Clock
-	want := []stage.Stage{L, X, P, B, T, K, R, P, B, T, K}
+	L, X, E, R, P, B, T, K := stage.Loop, stage.EmptyRx, stage.EmptyPoll, stage.Receive, stage.Protocol, stage.Build, stage.Transmit, stage.Clock
+	want := []stage.Stage{L, X, E, K, R, P, B, T, K}
 	if got := trace(s); !slices.Equal(got, want) {
 		t.Errorf("sections %v, want %v", got, want)
 	}
-	if sn := s.Snapshot(0); sn.Frames != 3 || sn.Sections[stage.EmptyRx] != 1 || sn.Sections[stage.Transmit] != 2 {
-		t.Errorf("frames %d, empty rx polls %d, transmits %d", sn.Frames, sn.Sections[stage.EmptyRx], sn.Sections[stage.Transmit])
+	if sn := s.Snapshot(0); sn.Frames != 3 || sn.Sections[stage.EmptyRx] != 1 || sn.Sections[stage.EmptyPoll] != 3 || sn.Sections[stage.Transmit] != 1 {
+		t.Errorf("frames %d, empty rx polls %d, empty poll sections %d, transmits %d", sn.Frames, sn.Sections[stage.EmptyRx], sn.Sections[stage.EmptyPoll], sn.Sections[stage.Transmit])
 	}
 	now := int64(3e9)
 	allocs := testing.AllocsPerRun(200, func() {
@@ -130,8 +132,8 @@ func TestIterateStages(t *testing.T) {
 	}
 }
 
-// TestLoopStages: a running loop charges its iterations' stages and the
-// closures it runs (Loop) to its Stages.
+// TestLoopStages: a running loop charges its idle iterations (EmptyRx,
+// EmptyPoll, Clock) and the closures it runs (Loop) to its Stages.
 func TestLoopStages(t *testing.T) {
 	a, _, err := memport.Pair(memport.DefaultConfig())
 	if err != nil {
@@ -164,7 +166,7 @@ func TestLoopStages(t *testing.T) {
 	// The closure's own section has not ended: its cycles so far are
 	// charged, it is not counted yet.
 	if sn.Sections[stage.Clock] == 0 || sn.Sections[stage.EmptyRx] == 0 || sn.Cycles[stage.Loop] == 0 ||
-		sn.Sections[stage.Transmit] < sn.Sections[stage.EmptyRx] || sn.Frames != 0 {
+		sn.Sections[stage.EmptyPoll] < sn.Sections[stage.EmptyRx] || sn.Frames != 0 {
 		t.Errorf("sections %v, frames %d", sn.Sections, sn.Frames)
 	}
 }

@@ -91,12 +91,13 @@ type Config struct {
 	// Stages, if set, is the cost accounting of the loop (package
 	// engine/stage): the loop resets it when it starts and marks its own
 	// boundaries on it: Receive from the rx poll on (EmptyRx if it
-	// found nothing), Transmit from the end of Poll through Flush, Clock
-	// from there through the top of the next iteration (its clock read),
-	// Loop around control-plane closures, Idle around sleeps and yields.
-	// The core and the port mark theirs when given the same Stages
-	// (engine.Core.SetStages, dpdkport.Port.SetStages); it belongs to the
-	// loop's goroutine.
+	// found nothing, and then EmptyPoll for the rest of the iteration if
+	// Poll found nothing to do), Transmit from the end of Poll through
+	// Flush, Clock from there through the top of the next iteration (its
+	// clock read), Loop around control-plane closures, Idle around sleeps
+	// and yields. The core and the port mark theirs when given the same
+	// Stages (engine.Core.SetStages, dpdkport.Port.SetStages); it belongs
+	// to the loop's goroutine.
 	Stages *stage.Stages
 }
 
@@ -455,8 +456,9 @@ func (r *Runner) iterate(now int64) int {
 	}
 	frames := r.port.Recv()
 	if s != nil {
-		if len(frames) == 0 {
+		if len(frames) == 0 { // and if Poll finds nothing to do either, the rest is EmptyPoll
 			s.Mark(stage.EmptyRx, stage.Protocol)
+			s.Provisional()
 		}
 		s.Frames(len(frames))
 	}
@@ -468,6 +470,7 @@ func (r *Runner) iterate(now int64) int {
 	r.port.Flush()
 	if s != nil {
 		s.Enter(stage.Clock) // through the top of the next iteration
+		s.Settle(work == 0, stage.EmptyPoll)
 	}
 	r.lc.Iterations++
 	r.lc.RxFrames += uint64(len(frames))

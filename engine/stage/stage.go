@@ -32,8 +32,9 @@
 //     crypto/cipher, and for the frames of the self-loop, each frame's
 //     open.
 //   - Protocol (protocol state): finish of every opened frame (complete
-//     an op and write its completion, hand it to an op source, queue a
-//     request, check replay windows, accept a pull, commit a WRITE,
+//     an op and write its completion, or hand it to an op source, which
+//     checks its data there: rmad -selftest's cost, not the engine's;
+//     queue a request, check replay windows, accept a pull, commit a WRITE,
 //     refund the window; frames that finish sends at once, such as a
 //     pull's WRITE data, are built here too), then in Poll the region
 //     table's quiescent point, the commands taken from portal rings that
@@ -62,6 +63,12 @@
 //     of the loop (a control-plane closure pending, a stop, a stall, the
 //     loop's counters).
 //   - EmptyRx: an rx poll that returned no frame (a cgo crossing each).
+//   - EmptyPoll: the rest of an iteration whose rx poll returned no frame
+//     and whose Poll found nothing to do (its marks are charged
+//     provisionally, and moved here when it ends so: Provisional,
+//     Settle): the cost of looking at the rings, timers, queues and
+//     arbiters with nothing there. An iteration that did something keeps
+//     its stages.
 //   - EmptyRings: a Poll's pass over portal command rings that found no
 //     command in any of them.
 //   - Loop: the control-plane closures the loop runs between iterations
@@ -95,6 +102,7 @@ const (
 	Completion
 	Clock
 	EmptyRx
+	EmptyPoll
 	EmptyRings
 	Loop
 	Idle
@@ -102,7 +110,7 @@ const (
 )
 
 var names = [NumStages]string{"receive", "open", "protocol", "build", "seal", "transmit", "completion",
-	"clock", "empty_rx", "empty_rings", "loop", "idle"}
+	"clock", "empty_rx", "empty_poll", "empty_rings", "loop", "idle"}
 
 // String is the stage's name in a report ("receive", "empty_rx", ...).
 func (s Stage) String() string {
@@ -126,7 +134,10 @@ type Stages struct {
 	read Counter
 	last uint64 // the counter at the previous mark
 	cur  Stage  // the stage running since then
-	acc  [NumStages]acc
+	// acc is where marks charge: &main, or &prov between Provisional and
+	// Settle.
+	acc        *[NumStages]acc
+	main, prov [NumStages]acc
 	// frames counts received frames (the runner adds each rx burst's).
 	frames uint64
 }
@@ -140,14 +151,44 @@ type acc struct {
 // New returns an accumulator reading read, its current stage Loop.
 func New(read Counter) *Stages {
 	s := &Stages{read: read, cur: Loop}
+	s.acc = &s.main
 	s.last = read()
 	return s
 }
 
 // Reset forgets everything counted and starts again now, in Loop.
 func (s *Stages) Reset() {
-	s.acc, s.frames, s.cur = [NumStages]acc{}, 0, Loop
+	s.main, s.prov, s.frames, s.cur = [NumStages]acc{}, [NumStages]acc{}, 0, Loop
+	s.acc = &s.main
 	s.last = s.read()
+}
+
+// Provisional charges the marks from now on provisionally, until Settle
+// says where they go.
+func (s *Stages) Provisional() { s.acc = &s.prov }
+
+// Settle ends Provisional: with idle, every cycle and section charged
+// since goes to to (the iteration turned out to do nothing: EmptyPoll),
+// otherwise to the stages they were charged to. The section running now
+// is not touched: it is charged when it ends, as usual.
+func (s *Stages) Settle(idle bool, to Stage) {
+	if s.acc != &s.prov {
+		return
+	}
+	s.acc = &s.main
+	for i := range s.prov {
+		p := &s.prov[i]
+		if p.n == 0 && p.cycles == 0 {
+			continue
+		}
+		d := &s.main[i]
+		if idle {
+			d = &s.main[to]
+		}
+		d.cycles += p.cycles
+		d.n += p.n
+		*p = acc{}
+	}
 }
 
 // Mark ends the section running since the previous mark, charging its
@@ -196,14 +237,16 @@ type Snapshot struct {
 
 // Snapshot charges the section running now to its stage so far (it goes
 // on: it is counted as a section when it ends) and returns the totals,
-// stamped with now, the loop's time.
+// stamped with now, the loop's time. Cycles charged provisionally are
+// not in them yet: in a provisional iteration they are missing from a
+// snapshot's stages (a window's unattributed row has them).
 func (s *Stages) Snapshot(now int64) Snapshot {
 	t := s.read()
 	s.acc[s.cur].cycles += t - s.last
 	s.last = t
 	sn := Snapshot{Now: now, At: t, Frames: s.frames}
-	for i := range s.acc {
-		sn.Cycles[i], sn.Sections[i] = s.acc[i].cycles, s.acc[i].n
+	for i := range s.main {
+		sn.Cycles[i], sn.Sections[i] = s.main[i].cycles, s.main[i].n
 	}
 	return sn
 }

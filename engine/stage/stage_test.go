@@ -55,6 +55,46 @@ func TestMarkEnterBecome(t *testing.T) {
 	}
 }
 
+// TestProvisional: marks between Provisional and Settle go to the
+// stages they name, or all to one when the iteration turned out idle.
+func TestProvisional(t *testing.T) {
+	f := &fake{}
+	s := New(f.read)
+	for _, idle := range []bool{false, true} {
+		s.Reset()
+		f.t += 3
+		s.Mark(EmptyRx, Protocol)
+		s.Provisional()
+		f.t += 10
+		s.Enter(Build)
+		f.t += 20
+		mid := s.Snapshot(0) // provisional charges are not in a snapshot
+		f.t += 5
+		s.Enter(Transmit)
+		f.t += 1
+		s.Enter(Clock)
+		s.Settle(idle, EmptyPoll)
+		f.t += 2
+		sn := s.Snapshot(0)
+		if mid.Cycles[Protocol]+mid.Cycles[Build] != 0 || mid.Cycles[EmptyRx] != 3 {
+			t.Errorf("idle %v: snapshot in the provisional part: %+v", idle, mid.Cycles)
+		}
+		want := map[Stage][2]uint64{EmptyRx: {3, 1}, Protocol: {10, 1}, Build: {25, 1}, Transmit: {1, 1}, Clock: {2, 0}}
+		if idle {
+			want = map[Stage][2]uint64{EmptyRx: {3, 1}, EmptyPoll: {36, 3}, Clock: {2, 0}}
+		}
+		for st := Stage(0); st < NumStages; st++ {
+			if got := [2]uint64{sn.Cycles[st], sn.Sections[st]}; got != want[st] {
+				t.Errorf("idle %v: %v: %v, want %v", idle, st, got, want[st])
+			}
+		}
+		s.Settle(true, Loop) // not provisional: nothing moves
+		if again := s.Snapshot(0); again.Cycles != sn.Cycles {
+			t.Errorf("a second Settle moved %+v", again.Cycles)
+		}
+	}
+}
+
 func TestSnapshotSubAdd(t *testing.T) {
 	f := &fake{}
 	s := New(f.read)
