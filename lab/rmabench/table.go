@@ -29,6 +29,9 @@ func printTable(rows []Row) {
 		return fmt.Sprintf("%.2f", *v)
 	}
 	for _, r := range rows {
+		if r.Stage != "" { // a line of a stage table: printStageSummaries
+			continue
+		}
 		fmt.Printf("%-13s %-*s %-9s %8d %4d %2d %12.0f %10.1f %9.2f %9s %9s %10s %6d\n", r.System, sw, r.Setup, r.Test, r.Size, r.Outstanding, r.Cores,
 			r.OpsPerSec, r.MBPerSec, r.P50us, opt(r.P99us), opt(r.P999us), opt(r.EngP50us), r.Errors)
 	}
