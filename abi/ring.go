@@ -199,6 +199,10 @@ func (c *Consumer) Available() uint32 {
 	return c.prodCache - c.next
 }
 
+// Seen reports entries published and not yet consumed as last seen,
+// without reading the producer index: what a later Peek returns for sure.
+func (c *Consumer) Seen() uint32 { return c.prodCache - c.next }
+
 // Corrupt reports whether the peer wrote an impossible producer index.
 func (c *Consumer) Corrupt() bool { return c.corrupt }
 
