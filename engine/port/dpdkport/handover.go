@@ -110,6 +110,7 @@ func NewQueues(name string, pool *dpdk.Mempool, cores int, udpPort uint16, cfg C
 			q.Close()
 			return nil, fmt.Errorf("queue %d: %w", i, err)
 		}
+		p.io.SetOutbound(fan) // handed out in the next poll step's crossing
 	}
 	return q, nil
 }
@@ -155,9 +156,10 @@ func (h *handover) HandOthers(m *dpdk.Mbuf) { h.fan.AddAll(m) }
 
 // steer keeps the frames of rx (the last Do's burst: the port's first,
 // then those handed in) this core processes, in rx's first entries, and
-// queues the others on the Fanout; it returns the views of the kept
-// frames and sends what it queued. Multi-segment frames are kept and not
-// viewed (dropped, counted).
+// queues the others on the Fanout, which the next crossing (the next
+// Recv's, or a Flush's) sends first; it returns the views of the kept
+// frames. Multi-segment frames are kept and not viewed (dropped,
+// counted).
 func (p *Port) steer(rx []*dpdk.Mbuf) [][]byte {
 	h := p.ho
 	views := p.views[:0] // cap 2*Burst >= len(rx)
@@ -184,8 +186,5 @@ func (p *Port) steer(rx []*dpdk.Mbuf) [][]byte {
 		views = append(views, m.Data())
 	}
 	p.io.TrimRx(k)
-	if h.fan.Len() > 0 {
-		h.fan.Send()
-	}
 	return views
 }
