@@ -390,6 +390,10 @@ type PortDriverStats struct {
 	RxMultiSeg uint64 `json:"rx_multi_seg"` // multi-segment frames dropped
 	AllocFails uint64 `json:"alloc_fails"`  // mbuf stash refills that fell short
 	IOCalls    uint64 `json:"io_calls"`     // cgo crossings
+	// TxFullCalls are those made in the middle of an iteration: its
+	// frames filled a tx burst (or the mbuf stash) before the next poll
+	// step could send them.
+	TxFullCalls uint64 `json:"tx_full_calls"`
 	// Frames handed between the cores of an engine of several: those this
 	// core's queue received for another core and put in its ring, those
 	// it took from the other cores' rings (part of rx_frames), and those
@@ -450,6 +454,21 @@ type LoopStats struct {
 	Execs      uint64 `json:"execs"`       // control-plane closures run on the loop
 	Stalls     uint64 `json:"stalls"`      // gaps between iterations over the stall threshold (the loop could not run)
 	StalledNs  uint64 `json:"stalled_ns"`  // their total length
+
+	// The loop's invariants, counted (runner.Stats): one clock read per
+	// iteration (and one more per sleep cut short), at most 2 cgo
+	// crossings per iteration, no look at a command ring with nothing new
+	// outside the fallback scans.
+	WorkIterations uint64 `json:"work_iterations"` // iterations that did work
+	ClockReads     uint64 `json:"clock_reads"`     // clock reads of the loop
+	WokenEarly     uint64 `json:"woken_early"`     // sleeps cut short (a control-plane call, stop, a signal)
+	Crossings      uint64 `json:"crossings"`       // cgo calls of the port and the core in iterations
+	CrossingsMax   uint64 `json:"crossings_max"`   // the most of one iteration (summed over cores: the most of any)
+	CrossingsOver  uint64 `json:"crossings_over"`  // iterations with more than 2
+	RingLooks      uint64 `json:"ring_looks"`      // command rings read
+	RingLooksIdle  uint64 `json:"ring_looks_idle"` // of those, with nothing new
+	RingScans      uint64 `json:"ring_scans"`      // fallback scans of every portal (summary doorbell)
+	RingRungIdle   uint64 `json:"ring_rung_idle"`  // idle looks the summary asked for (a lost race, or another tenant's bit)
 }
 
 // FaultStats are a fault-injecting port wrapper's counters
