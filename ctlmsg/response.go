@@ -30,8 +30,8 @@ const (
 )
 
 // Response answers one request. Exactly one of Error or the op's result is
-// set. A response to open, create_region or doorbell carries one file
-// descriptor as SCM_RIGHTS when (and only when) it succeeds.
+// set. A response to open, create_region, doorbell or summary carries one
+// file descriptor as SCM_RIGHTS when (and only when) it succeeds.
 type Response struct {
 	V     uint32 `json:"v"`
 	ID    uint64 `json:"id,omitempty"`
@@ -42,13 +42,14 @@ type Response struct {
 	// Quota* names).
 	Quota string `json:"quota,omitempty"`
 
-	Open     *OpenReply   `json:"open,omitempty"`
-	Attach   *AttachReply `json:"attach,omitempty"`
-	Slots    []uint32     `json:"slots,omitempty"`
-	Memory   *MemoryReply `json:"memory,omitempty"`
-	Region   *RegionReply `json:"region,omitempty"`
-	Identity *Identity    `json:"identity,omitempty"`
-	Stats    *Stats       `json:"stats,omitempty"`
+	Open     *OpenReply    `json:"open,omitempty"`
+	Attach   *AttachReply  `json:"attach,omitempty"`
+	Slots    []uint32      `json:"slots,omitempty"`
+	Memory   *MemoryReply  `json:"memory,omitempty"`
+	Region   *RegionReply  `json:"region,omitempty"`
+	Identity *Identity     `json:"identity,omitempty"`
+	Stats    *Stats        `json:"stats,omitempty"`
+	Summary  *SummaryReply `json:"summary,omitempty"`
 }
 
 // Names of the pools a tenant is held to a quota and a guarantee of
@@ -89,6 +90,14 @@ type MemoryReply struct {
 	Size    uint64 `json:"size"`     // bytes asked for
 	MapSize uint64 `json:"map_size"` // bytes to map (Size rounded up to the page size)
 	Hugetlb bool   `json:"hugetlb"`  // backed by huge pages
+}
+
+// SummaryReply describes the summary doorbell whose memfd comes with the
+// response (OpSummary): the portal's bit is attach's portal (bit p%64 of
+// the little-endian u64 word p/64).
+type SummaryReply struct {
+	Size    uint64 `json:"size"`     // bytes of summary words (a multiple of 8, covering every portal of the core)
+	MapSize uint64 `json:"map_size"` // bytes to map (Size rounded up to the page size)
 }
 
 // RegionReply describes a registered region (its memory is the one

@@ -298,6 +298,10 @@ ONERMA_API int onerma_portal_core(const struct onerma_portal *p);  /* the engine
 ONERMA_API int onerma_portal_max_slots(const struct onerma_portal *p);
 ONERMA_API int onerma_portal_hugetlb(const struct onerma_portal *p);
 ONERMA_API int onerma_portal_doorbell(const struct onerma_portal *p); /* wait sleeps on the doorbell */
+/* onerma_portal_summary returns 1 when flush rings the core's summary
+ * doorbell (the engine then reads the command ring only when rung, and in
+ * its fallback scans), 0 when the engine gives none (docs/protocol.md). */
+ONERMA_API int onerma_portal_summary(const struct onerma_portal *p);
 ONERMA_API uint32_t onerma_portal_cmd_cap(const struct onerma_portal *p);
 ONERMA_API uint32_t onerma_portal_cpl_cap(const struct onerma_portal *p);
 
