@@ -120,10 +120,10 @@ func (g goSealer) sealAuthFailure(tag, nonce, aad, reqIV []byte) {
 	g.reserved.SealAuthFailure(tag, nonce, aad, reqIV)
 }
 
-func (goSealer) run()                           {}
-func (goSealer) endPoll()                       {}
-func (goSealer) register(mem []byte)            {}
-func (goSealer) unregister(mem []byte)          {}
+func (goSealer) run()                          {}
+func (goSealer) endPoll()                      {}
+func (goSealer) register(mem []byte)           {}
+func (goSealer) unregister(mem []byte)         {}
 func (goSealer) crossings() (own, inTx uint64) { return 0, 0 }
 
 // setupCrypto installs cfg.Crypto's backend: the sealer, and for
