@@ -52,12 +52,15 @@ type TxMemory interface {
 // with the cipher).
 //
 // run runs what is queued. It must run before a frame is copied or
-// transmitted (the self-loop, the Tx's hook), before region memory can go
-// (regionView: a core's part of a deregistration, its quiescent point;
-// Shutdown), and at the end of every Poll. Between a
-// seal and the run, the frame's buffer and the plaintext stay put: the
-// core never rewrites a buffer it handed to Send, and a frame it did not
-// send (the self-loop and its overflow) runs the batch first.
+// transmitted (the Tx's hook, or inside the Tx's crossing: TxCHook),
+// before region memory can go (regionView: a core's part of a
+// deregistration, its quiescent point; Shutdown), and at the end of
+// every Poll unless the Tx's crossing runs it. Between a seal and the
+// run, the frame's buffer and the plaintext stay put: the core never
+// rewrites a buffer it handed to Send, and a frame it does not send (the
+// self-loop copies it as it is emitted, or drops it) is sealed at once,
+// by crypto/cipher, never queued (sender.sealFor): the self-loop costs no
+// cgo call.
 // register and unregister tell a batching backend about long-lived
 // memory (regions, the Tx's buffers) so it pins it once.
 //
@@ -130,8 +133,9 @@ func (goSealer) crossings() (own, inTx uint64) { return 0, 0 }
 // CryptoIPsecMB the open batch of ReceiveBurst, the Tx's hook (TxCHook,
 // else TxHook) and its memory.
 func setupCrypto(c *Core, tx Tx) error {
+	c.out.now = goSealer{reserved: c.reserved}
 	if c.cfg.Crypto != CryptoIPsecMB {
-		c.out.seal = goSealer{reserved: c.reserved}
+		c.out.seal = c.out.now
 		c.burst = c.receiveEach
 		return nil
 	}
