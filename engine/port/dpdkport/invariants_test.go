@@ -156,3 +156,79 @@ func flagBytes(flag *atomic.Uint32) []byte { return unsafe.Slice((*byte)(unsafe.
 
 // pathOf reads n's core's path counters (after its runner stopped).
 func pathOf(n *engineNode) engine.PathCounters { return n.core.PathCounters() }
+
+// TestGroupLoopInvariants: two engines of two cores each over ports of two
+// queues that cannot steer (net_ring: what one sends on queue q the other
+// receives on queue q), so requests and answers reach a core other than
+// the one they name and are handed over. Every portal reads 64 B from
+// both of the peer's portals, 8 ops at a time, for rounds: no iteration of
+// any core crosses into C more than runner.MaxCrossings times (the
+// hand-over rides the poll step's crossing), each reads the clock once,
+// and frames were handed over.
+func TestGroupLoopInvariants(t *testing.T) {
+	dpdktest.RingPairQueues(t, "invA", "invB", 2)
+	cfgA, cfgB := e2eConfig("10.0.0.1", 0xa), e2eConfig("10.0.0.2", 0xb)
+	cfgA.Neighbors = []engine.Neighbor{{IP: cfgB.LocalIP, MAC: cfgB.LocalMAC}} // no ARP: a burst's opens in one batch
+	cfgB.Neighbors = []engine.Neighbor{{IP: cfgA.LocalIP, MAC: cfgA.LocalMAC}}
+	if _, err := engine.MBArch(); err == nil {
+		cfgA.Crypto, cfgB.Crypto = engine.CryptoIPsecMB, engine.CryptoIPsecMB
+	}
+	na := startGroup(t, "net_ring_invA", 2, cfgA)
+	nb := startGroup(t, "net_ring_invB", 2, cfgB)
+	type side struct {
+		apps [2]*app
+		ip   uint32
+	}
+	mk := func(n *groupNode, cfg engine.Config) *side {
+		s := &side{ip: ipU32(cfg.LocalIP)}
+		for i := range 2 {
+			src := make([]byte, 8192)
+			pattern(src, byte(i))
+			s.apps[i] = openAppOn(t, n.rs[i], cfg.LocalIP.As4(), 8, src, make([]byte, 8192))
+		}
+		return s
+	}
+	a, b := mk(na, cfgA), mk(nb, cfgB)
+	for round := range 50 {
+		for _, pair := range [][2]*side{{a, b}, {b, a}} {
+			me, peer := pair[0], pair[1]
+			for _, ap := range me.apps {
+				for k := range 8 {
+					ap.post(t, &abi.Command{Op: abi.OpRead, Slot: ap.slots[k], Cookie: uint64(round*8 + k),
+						RemoteAddr: peer.ip, RemoteRegion: peer.apps[k%2].src, RemoteOffset: uint64(k) * 64,
+						LocalRegion: ap.dst, LocalOffset: uint64(k) * 64, Length: 64})
+				}
+				ap.cmd.Publish()
+			}
+		}
+		for _, s := range []*side{a, b} {
+			for _, ap := range s.apps {
+				for _, c := range ap.wait(t, 8) {
+					if c.Status != abi.StatusOK {
+						t.Fatalf("round %d: %+v", round, c)
+					}
+				}
+			}
+		}
+	}
+	for name, n := range map[string]*groupNode{"A": na, "B": nb} {
+		ps := n.portStats(t)
+		n.stop(t)
+		var out uint64
+		for i, r := range n.rs {
+			s := r.Stats()
+			out += ps[i].HandedOut
+			t.Logf("engine %s core %d: %d iterations, crossings %d (max %d, over %d), handed out %d, in %d",
+				name, i, s.Iterations, s.Crossings, s.CrossingsMax, s.CrossingsOver, ps[i].HandedOut, ps[i].HandedIn)
+			if s.CrossingsOver != 0 || s.CrossingsMax > runner.MaxCrossings {
+				t.Errorf("engine %s core %d: %d iterations crossed more than %d times (the most: %d)", name, i, s.CrossingsOver, runner.MaxCrossings, s.CrossingsMax)
+			}
+			if s.ClockReads != s.Iterations+s.WokenEarly+1 {
+				t.Errorf("engine %s core %d: %d clock reads in %d iterations (%d woken early)", name, i, s.ClockReads, s.Iterations, s.WokenEarly)
+			}
+		}
+		if out == 0 {
+			t.Errorf("engine %s: nothing handed over", name)
+		}
+	}
+}
