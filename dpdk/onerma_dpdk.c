@@ -1,5 +1,6 @@
 /* onerma_dpdk.c: see onerma_dpdk.h. */
 #include "onerma_dpdk.h"
+#include "onerma_ring.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -506,7 +507,14 @@ uint16_t onerma_port_io(struct onerma_io *io, int flags)
 	uint16_t n = io->n_tx;
 
 	io->calls++;
+	/* The frames handed to other queues since the last crossing, before
+	 * the rx burst they came in (whose broadcast mbufs they reference) is
+	 * freed below. */
+	if (io->out != NULL && io->out->queued > 0)
+		onerma_fanout_flush(io->out);
 	if (n > 0) {
+		if (io->pre_tx != NULL)
+			io->pre_tx(io->pre_tx_arg);
 		uint16_t sent = rte_eth_tx_burst(io->port, io->queue, io->tx, n);
 		unsigned int tries = 0;
 		while (sent < n && tries < io->tx_retries) {
@@ -553,3 +561,5 @@ uint16_t onerma_port_io(struct onerma_io *io, int flags)
 }
 
 void onerma_noop(void) {}
+
+void onerma_count_hook(void *arg) { (*(uint64_t *)arg)++; }

@@ -1,6 +1,7 @@
 package dpdk
 
 /*
+#include <stdlib.h>
 #include "onerma_dpdk.h"
 */
 import "C"
@@ -16,8 +17,10 @@ import (
 // side reads and writes that state directly; only Do crosses into C, once
 // per burst, and does in that one crossing
 //
-//  1. transmit the queued tx burst (retrying frames the queue refused up to
-//     TxRetries times, then freeing them and counting them as dropped),
+//  1. send what the outbound Fanout holds (SetOutbound), run the
+//     pre-transmit hook (SetPreTx) and transmit the queued tx burst
+//     (retrying frames the queue refused up to TxRetries times, then
+//     freeing them and counting them as dropped),
 //  2. with rx: free the previous rx burst and receive a new one, then
 //     (SetInbound) take what other threads handed over in rings,
 //  3. refill the stash when it is below half full (bulk alloc; near pool
@@ -71,6 +74,35 @@ func (io *PortIO) Close() {
 
 // Burst is the capacity of the tx and rx bursts.
 func (io *PortIO) Burst() int { return len(io.tx) }
+
+// SetPreTx installs a pre-transmit hook: fn, a C function of type
+// void (*)(void *), runs with arg inside every Do that has frames to
+// send, on the caller's thread, right before they are transmitted (after
+// the outbound Fanout's send). It lets another cgo library finish the
+// queued frames (seal them, say) in the same crossing as the burst that
+// sends them: this package knows nothing of what fn does. arg must be C
+// memory (or nil), and both must stay valid until SetPreTx(nil, nil).
+// fn must not call back into Go.
+func (io *PortIO) SetPreTx(fn, arg unsafe.Pointer) {
+	io.c.pre_tx = (*[0]byte)(fn)
+	io.c.pre_tx_arg = arg
+}
+
+// CountingHook is a pre-transmit hook for tests and benchmarks of
+// SetPreTx: fn adds one to a counter in C memory, arg, which count reads
+// (on the goroutine that runs Do). Each call allocates a counter that is
+// never freed.
+func CountingHook() (fn, arg unsafe.Pointer, count func() uint64) {
+	c := (*C.uint64_t)(C.calloc(1, 8))
+	if c == nil {
+		panic("dpdk: CountingHook: out of memory")
+	}
+	return unsafe.Pointer(C.onerma_count_hook), unsafe.Pointer(c), func() uint64 { return uint64(*c) }
+}
+
+// Calls is the number of crossings Do has made (Counters().Calls),
+// without reading the other counters.
+func (io *PortIO) Calls() uint64 { return uint64(io.c.calls) }
 
 // Do runs one fused step (see PortIO) and returns the number of mbufs
 // received (0 when rx is false). With rx, the previous rx burst is freed:

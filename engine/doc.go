@@ -122,6 +122,16 @@
 //     finish. Poll drains the portals' command rings starting from a
 //     different portal each time, so no application's requests always reach
 //     a busy server first.
+//   - Summary doorbell (portals.go, abi.Summary): with one attached
+//     (SetSummary), Poll takes its bits once and reads the command ring of
+//     a portal that rings it (its segment's flag word, seen in a scan)
+//     only when its bit was set, when its last read left commands behind,
+//     and in a fallback scan of every live portal at the first Poll at or
+//     after the last scan plus Config.SummaryScan; a portal that does not
+//     ring is read in every Poll. Any tenant of the core may write the
+//     summary: a stray bit costs one idle read, a cleared one delays the
+//     portal's commands to the next scan, never longer. PathCounters count
+//     the reads (RingLooks, RingLooksIdle, RingRungIdle) and the scans.
 //
 // # WRITE and REKEY: four hops (paper §5.1, §5.2)
 //
@@ -167,8 +177,11 @@
 // "go" (crypto/cipher, one call per message: tests, the simulator) or
 // "ipsec-mb" (seal_mb.go, rmad's default: seals queued in the core's
 // aesni/mb Batch with the frame's tx buffer as output and region memory as
-// plaintext, run in one cgo call before any of those frames is copied or
-// transmitted; the rules are at sealer.go's TxHook and sealer.run). Opens:
+// plaintext, run before any of those frames is copied or transmitted: in
+// the Tx's own crossing into C when it offers one (TxCHook, the DPDK
+// port's poll step: seal and transmit are one cgo call, and Poll leaves
+// the batch queued), else in one cgo call of its own (TxHook, and at the
+// end of Poll); the rules are at sealer.go's TxHook and sealer.run). Opens:
 // Receive and the self-loop prepare, open and finish each frame; with
 // "ipsec-mb", ReceiveBurst queues a burst's opens in a second Batch, runs
 // it once and finishes the frames in order, with the same counters,
@@ -179,6 +192,11 @@
 // changes the keys later requests are checked against), before a frame
 // whose AEAD left its cache, and before ARP and ICMP (they answer at once);
 // finish re-validates the slot's sequence and the pull's generation.
+// PathCounters count the core's own cgo calls (the batches it runs
+// itself) and the seal batches run in the Tx's crossing: a poll loop on a
+// DPDK port crosses at most twice per iteration, once for its poll step
+// (seals, tx, rx) and once for the opens of the burst received
+// (engine/runner: Stats.Crossings).
 //
 // # Keys, IVs and replays
 //

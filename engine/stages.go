@@ -25,7 +25,8 @@ import (
 //	                         arbitration on; Completion when something is
 //	                         published or flushed
 //	seals                    ipsec-mb: Seal around each batch run;
-//	                         crypto/cipher: around each seal
+//	                         crypto/cipher, and the self-loop's frames
+//	                         (sealed at once): around each seal
 //
 // The runner marks the loop's own boundaries (Receive at the rx poll,
 // EmptyRx, Transmit from the end of Poll, Clock after Flush, Loop, Idle);
@@ -37,20 +38,26 @@ import (
 // belongs to that goroutine's loop from then on.
 func (c *Core) SetStages(s *stage.Stages) {
 	c.stg = s
-	switch x := c.out.seal.(type) {
+	c.out.seal = withStages(c.out.seal, s)
+	c.out.now = withStages(c.out.now, s) // the self-loop's seals (sender.sealFor)
+}
+
+// withStages is sealer x marking its seals on s (nil: none).
+func withStages(x sealer, s *stage.Stages) sealer {
+	switch x := x.(type) {
 	case goSealer:
 		if s != nil {
-			c.out.seal = &stagedSealer{sealer: x, s: s}
+			return &stagedSealer{sealer: x, s: s}
 		}
 	case *stagedSealer:
 		if s == nil {
-			c.out.seal = x.sealer
-		} else {
-			x.s = s
+			return x.sealer
 		}
+		x.s = s
 	case interface{ setStages(*stage.Stages) }: // ipsec-mb: it marks its batch runs
 		x.setStages(s)
 	}
+	return x
 }
 
 // stagedSealer marks Seal around each seal of a backend that seals at

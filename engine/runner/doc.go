@@ -1,8 +1,30 @@
 // Package runner is the per-core poll loop that drives an engine.Core over
 // a Port (DPDK's examples/l2fwd main loop, without DPDK): each iteration
-// reads the clock once, runs queued control-plane closures, receives one
+// runs queued control-plane closures, reads the clock once, receives one
 // burst and hands it to Core.ReceiveBurst, calls Core.Poll, and flushes
-// the frames the core wrote.
+// the frames the core wrote (a SendsOnRecv port sends them with the next
+// iteration's receive instead, in the same crossing into C).
+//
+// # Invariants, counted
+//
+// The loop keeps counters of what its iterations cost (Stats), so that
+// tests assert them as counts, never as timings:
+//
+//   - one clock read per iteration (ClockReads = Iterations, plus one per
+//     sleep cut short by Exec, Stop or a signal, WokenEarly, and one at
+//     stop): a sleep that lasts its timeout reads no clock (the next
+//     iteration's read shows a late wake-up as a stall);
+//   - at most MaxCrossings (2) calls into C per iteration (Crossings,
+//     CrossingsMax, CrossingsOver; the port's, Crosser, and the core's
+//     own, engine.Core.Crossings): on a DPDK port with ipsec-mb, one poll
+//     step that seals and sends the last iteration's frames, hands frames
+//     to other cores and receives, and one batch of opens for the burst
+//     received; an iteration whose frames fill a tx burst crosses once
+//     more per burst (dpdkport's TxFullCalls);
+//   - no read of a portal's command ring with nothing new outside the
+//     core's fallback scans (RingLooks, RingLooksIdle, RingScans,
+//     RingRungIdle: engine.PathCounters, the summary doorbell);
+//   - no allocation per op (TestIterateOpsAllocs, TestLoopInvariants).
 //
 // Three modes (Yield is described at its constant):
 //

@@ -2,16 +2,26 @@ package runner
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/stage"
+	"github.com/onerma/onerma/wire"
 )
+
+func aligned(n int) []byte {
+	b := make([]byte, n+64)
+	off := int((64 - uintptr(unsafe.Pointer(&b[0]))%64) % 64)
+	return b[off : off+n : off+n]
+}
 
 // TestIterateAllocs: one loop iteration (rx burst -> Receive -> Poll ->
 // Flush) allocates nothing, with and without frames.
@@ -168,5 +178,122 @@ func TestLoopStages(t *testing.T) {
 	if sn.Sections[stage.Clock] == 0 || sn.Sections[stage.EmptyRx] == 0 || sn.Cycles[stage.Loop] == 0 ||
 		sn.Sections[stage.EmptyPoll] < sn.Sections[stage.EmptyRx] || sn.Frames != 0 {
 		t.Errorf("sections %v, frames %d", sn.Sections, sn.Frames)
+	}
+}
+
+// TestIterateOpsAllocs: READs between two engines on a memport pair, the
+// application's portal ringing the summary doorbell, both loops'
+// iterations run on the test's goroutine with a clock of its own: every
+// op allocates nothing (exactly), every iteration crosses into C at most
+// MaxCrossings times, and no command ring is read with nothing new but
+// in the fallback scans (single goroutine: no look can lose a race).
+func TestIterateOpsAllocs(t *testing.T) {
+	cryptos := []string{engine.CryptoGo}
+	if _, err := engine.MBArch(); err == nil {
+		cryptos = append(cryptos, engine.CryptoIPsecMB)
+	}
+	for _, crypto := range cryptos {
+		t.Run(crypto, func(t *testing.T) {
+			pa, pb, err := memport.Pair(memport.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := func(p *memport.Port, ip, peer string, mac, peerMAC byte) *Runner {
+				cfg := engine.DefaultConfig()
+				cfg.LocalIP, cfg.LocalMAC = netip.MustParseAddr(ip), wire.MAC{2, 0, 0, 0, 0, mac}
+				cfg.Subnet = netip.MustParsePrefix(ip + "/24")
+				cfg.Neighbors = []engine.Neighbor{{IP: netip.MustParseAddr(peer), MAC: wire.MAC{2, 0, 0, 0, 0, peerMAC}}}
+				cfg.Slots, cfg.Regions, cfg.Portals = 64, 8, 4
+				cfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
+				cfg.Crypto = crypto
+				core, err := engine.New(cfg, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := New(core, p, DefaultConfig())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			ra, rb := node(pa, "10.0.6.1", "10.0.6.2", 1, 2), node(pb, "10.0.6.2", "10.0.6.1", 2, 1)
+			kr := aesni.Key{1, 2, 3}
+			open := func(r *Runner, slots int, mem []byte, perm abi.Perm) (*abi.Producer, *abi.Consumer, *abi.Summary, engine.PortalID, []abi.SlotID, abi.RegionID) {
+				c := r.core
+				sumMem := aligned(abi.SummaryBytes(c.Config().Portals))
+				if err := c.SetSummary(sumMem); err != nil {
+					t.Fatal(err)
+				}
+				sum, _ := abi.NewSummary(sumMem)
+				cmdMem, cplMem, flag := aligned(abi.RingBytes(64, abi.CommandSize)), aligned(abi.RingBytes(64, abi.CompletionSize)), aligned(64)
+				flag[0] = abi.SummaryOn
+				id, err := c.OpenPortal(engine.PortalSpec{CmdRing: cmdMem, CmdCap: 64, CplRing: cplMem, CplCap: 64,
+					MaxSlots: slots, PID: 9, SummaryFlag: flag[:4]})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ss []abi.SlotID
+				if slots > 0 {
+					if ss, err = c.AllocSlots(id, slots); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rid, err := c.RegisterRegion(id, mem, perm, kr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cmd, _ := abi.NewProducer(cmdMem, 64, abi.CommandSize)
+				cpl, _ := abi.NewConsumer(cplMem, 64, abi.CompletionSize)
+				return cmd, cpl, sum, id, ss, rid
+			}
+			_, _, _, _, _, src := open(rb, 0, make([]byte, 8192), abi.PermRemoteRead)
+			cmd, cpl, sum, id, slots, dst := open(ra, 8, make([]byte, 8192), abi.PermLocalWrite)
+			kd := aesni.DeriveKey(kr, netip.MustParseAddr("10.0.6.1").As4(), 9, uint8(abi.OpRead))
+			peer := uint32(10)<<24 | 6<<8 | 2
+			now := int64(1e9)
+			var c abi.Completion
+			round := func() {
+				for k, s := range slots {
+					(&abi.Command{Op: abi.OpRead, Slot: s, Cookie: uint64(k), RemoteAddr: peer, RemoteRegion: src,
+						RemoteOffset: uint64(k) * 64, LocalRegion: dst, LocalOffset: uint64(k) * 64, Length: 64, Key: kd}).Encode(cmd.Reserve())
+					cmd.Commit()
+				}
+				cmd.Publish()
+				sum.Ring(uint32(id))
+				for done := 0; done < len(slots); {
+					now += 1000
+					ra.iterate(now)
+					rb.iterate(now)
+					for e := cpl.Peek(); e != nil; e = cpl.Peek() {
+						c.Decode(e)
+						cpl.Advance()
+						if c.Status != abi.StatusOK {
+							t.Fatalf("completion %+v", c)
+						}
+						done++
+					}
+					cpl.Release()
+				}
+			}
+			for range 10 {
+				round()
+			}
+			if a := testing.AllocsPerRun(100, round); a != 0 {
+				t.Errorf("%v allocations per round of %d ops, want 0", a, len(slots))
+			}
+			for _, r := range []*Runner{ra, rb} {
+				s, p := r.lc, r.core.PathCounters()
+				if s.CrossingsOver != 0 || s.CrossingsMax > MaxCrossings {
+					t.Errorf("%d iterations crossed more than %d times (the most: %d)", s.CrossingsOver, MaxCrossings, s.CrossingsMax)
+				}
+				if crypto == engine.CryptoIPsecMB && s.Crossings == 0 {
+					t.Error("ipsec-mb, and no crossing counted")
+				}
+				if p.RingRungIdle != 0 || p.RingLooksIdle > p.RingScans || p.RingScans == 0 {
+					t.Errorf("ring looks %+v: idle looks beyond one per scan of the one portal", p)
+				}
+				t.Logf("%d iterations, crossings %d (max %d); %+v", s.Iterations, s.Crossings, s.CrossingsMax, p)
+			}
+		})
 	}
 }

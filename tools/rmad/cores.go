@@ -269,10 +269,13 @@ func logFinal(log zerolog.Logger, st engine.Stats, rs runner.Stats, ps dpdkport.
 	log.Info().Uint64("iterations", rs.Iterations).Uint64("rx_frames", rs.RxFrames).Uint64("idle_sleeps", rs.IdleSleeps).
 		Uint64("yields", rs.Yields).Uint64("slept_ns", rs.SleptNs).Uint64("execs", rs.Execs).
 		Uint64("stalls", rs.Stalls).Uint64("stalled_ns", rs.StalledNs).
+		Uint64("clock_reads", rs.ClockReads).Uint64("crossings", rs.Crossings).Uint64("crossings_max", rs.CrossingsMax).
+		Uint64("crossings_over", rs.CrossingsOver).Uint64("ring_looks", rs.RingLooks).Uint64("ring_looks_idle", rs.RingLooksIdle).
+		Uint64("ring_scans", rs.RingScans).
 		Msg("final runner counters")
 	log.Info().Uint64("tx_frames", ps.TxFrames).Uint64("tx_dropped", ps.TxDropped).Uint64("tx_no_buffer", ps.TxNoBuffer).
 		Uint64("rx_frames", ps.RxFrames).Uint64("rx_multi_seg", ps.RxMultiSeg).Uint64("alloc_fails", ps.AllocFails).
-		Uint64("io_calls", ps.IOCalls).Uint64("handed_out", ps.HandedOut).Uint64("handed_in", ps.HandedIn).
+		Uint64("io_calls", ps.IOCalls).Uint64("tx_full_calls", ps.TxFullCalls).Uint64("handed_out", ps.HandedOut).Uint64("handed_in", ps.HandedIn).
 		Uint64("handover_full", ps.HandOverFull).Msg("final port counters")
 	if fault != nil {
 		fs := faultStatsMsg(fault.Stats())

@@ -44,7 +44,10 @@
 // most ctl.stats_rate a second (-stats-rate, -stats-burst). Process
 // identities are recorded in ctl.id_state (-id-state; default
 // engine.iv_state + ".ids") and its mark (that path + ".mark"), which must
-// live as long as the IV state.
+// live as long as the IV state. Each core's summary doorbell (a page of a
+// bit per portal the applications set when they post, so the loop reads
+// only the command rings that have something) is shared by the core's
+// tenants; ctl.no_summary turns it off (docs/protocol.md, SECURITY.md).
 // rmad writes oom_score_adj (-oom-score-adj, default -999) so the kernel's
 // OOM killer picks a tenant before it.
 //

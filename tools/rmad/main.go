@@ -479,7 +479,10 @@ func logFault(log zerolog.Logger, c *faultport.Config, r *runner.Config) {
 // runner.Stats.
 func loopStatsMsg(s runner.Stats) *ctlmsg.LoopStats {
 	return &ctlmsg.LoopStats{Iterations: s.Iterations, RxFrames: s.RxFrames, IdleSleeps: s.IdleSleeps,
-		Yields: s.Yields, SleptNs: s.SleptNs, Execs: s.Execs, Stalls: s.Stalls, StalledNs: s.StalledNs}
+		Yields: s.Yields, SleptNs: s.SleptNs, Execs: s.Execs, Stalls: s.Stalls, StalledNs: s.StalledNs,
+		WorkIterations: s.WorkIterations, ClockReads: s.ClockReads, WokenEarly: s.WokenEarly,
+		Crossings: s.Crossings, CrossingsMax: s.CrossingsMax, CrossingsOver: s.CrossingsOver,
+		RingLooks: s.RingLooks, RingLooksIdle: s.RingLooksIdle, RingScans: s.RingScans, RingRungIdle: s.RingRungIdle}
 }
 
 // portStatsMsg converts the port's counters, the driver's and the
@@ -491,7 +494,7 @@ func portStatsMsg(name string, s dpdkport.Stats, dev dpdk.EthStats, devErr error
 		Name: name,
 		Driver: ctlmsg.PortDriverStats{
 			TxFrames: s.TxFrames, TxDropped: s.TxDropped, TxNoBuffer: s.TxNoBuffer, RxFrames: s.RxFrames,
-			RxMultiSeg: s.RxMultiSeg, AllocFails: s.AllocFails, IOCalls: s.IOCalls,
+			RxMultiSeg: s.RxMultiSeg, AllocFails: s.AllocFails, IOCalls: s.IOCalls, TxFullCalls: s.TxFullCalls,
 			HandedOut: s.HandedOut, HandedIn: s.HandedIn, HandOverFull: s.HandOverFull,
 		},
 		Dev: ctlmsg.PortDevStats{

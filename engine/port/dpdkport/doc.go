@@ -9,19 +9,31 @@
 //     burst is sent at once (l2fwd's MAX_PKT_BURST).
 //   - Flush sends the tx burst. Frames the queue refuses are retried a
 //     bounded number of times, then freed and counted as dropped.
-//   - Recv frees the previous rx burst and returns views of a new one.
+//   - Recv sends the tx burst, frees the previous rx burst and returns
+//     views of a new one.
 //
 // Each of these that needs DPDK makes exactly one cgo call, dpdk.PortIO.Do,
-// which fuses tx, free, rx and stash refill: an iteration of the poll loop
-// costs one crossing when nothing is sent and two when something is.
+// which fuses tx, free, rx and stash refill. The Port is a
+// runner.SendsOnRecv: the loop leaves the frames an iteration queued to
+// the next iteration's Recv, so an iteration costs one crossing whether it
+// sends or not (Flush runs only before the loop sleeps, yields or runs
+// control-plane closures, and at the end). With the engine's ipsec-mb
+// seals the Port is an engine.TxCHook: the seal batch runs inside that
+// same crossing, right before the burst leaves (dpdk.PortIO.SetPreTx with
+// aesni/mb's Batch.Hook), so seal and transmit are one crossing; the opens
+// of the burst received are the iteration's second (runner.MaxCrossings).
+// A crossing in the middle of an iteration happens only when its frames
+// fill a tx burst (or the mbuf stash) first (Stats.TxFullCalls).
 //
 // An engine of several cores (engine.NewGroup) runs on Queues: a Port per
 // queue pair of one device, core i on queue i. The devices here cannot put
 // a frame on the queue of the core it names (engine.Steer), so each core's
 // Recv hands the frames of other cores over to them through lock-free
 // rte_rings, one per ordered pair of cores (handover.go), ARP to every
-// core, and returns its own with those handed to it: one crossing more per
-// receive, and only when something is handed out.
+// core, and returns its own with those handed to it. The hand-over rides
+// the core's next crossing (the Fanout is the PortIO's outbound,
+// dpdk.PortIO.SetOutbound): no crossing of its own, at the cost of the
+// rest of the iteration (its opens and Poll) before the frames leave.
 //
 // # The hand-over (handover.go)
 //
@@ -37,8 +49,9 @@
 // receiving core) are returned with those handed in; a frame of core j goes, as the mbuf itself (zero copy), on the ring
 // i→j; an ARP frame is returned and goes on every ring, with a reference
 // per ring (rte_mbuf_refcnt_update) taken before any ring holds it. The
-// sends are one cgo crossing, made only when something was handed out;
-// what a full ring refuses is freed and counted.
+// sends ride the core's next crossing (its next receive's, or a Flush's),
+// before the burst they came in is freed; what a full ring refuses is
+// freed and counted.
 //
 // The rings are DPDK rte_rings of mbuf pointers (dpdk.Ring), one per
 // ordered pair of cores, single-producer and single-consumer: N(N-1) rings
@@ -55,7 +68,8 @@
 // its rx frames) and what a full ring lost (handed_out, handed_in,
 // handover_full; an ARP frame once per destination), so over an engine
 // handed out = handed in + lost + in the rings. A frame handed over is
-// processed in its core's next receive. Each core's device counters are
+// processed in its core's next receive after the handing core's next
+// crossing. Each core's device counters are
 // its queue pair's (rte_eth_stats q_*; core 0 also carries the device's
 // missed, no-mbuf and tx-error counts), so their sum is the device's.
 //

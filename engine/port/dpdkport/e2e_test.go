@@ -120,6 +120,13 @@ func openApp(t testing.TB, n *engineNode, slots int, src, dst []byte) *app {
 // openAppOn is openApp on the core r drives (of an engine at address ip).
 func openAppOn(t testing.TB, r *runner.Runner, ip [4]byte, slots int, src, dst []byte) *app {
 	t.Helper()
+	return openAppFlag(t, r, ip, slots, src, dst, nil)
+}
+
+// openAppFlag is openAppOn for a portal whose segment's summary flag word
+// is flag (engine.PortalSpec.SummaryFlag; nil: none).
+func openAppFlag(t testing.TB, r *runner.Runner, ip [4]byte, slots int, src, dst, flag []byte) *app {
+	t.Helper()
 	const cmdCap, cplCap = 256, 256
 	cmdMem := aligned(abi.RingBytes(cmdCap, abi.CommandSize))
 	cplMem := aligned(abi.RingBytes(cplCap, abi.CompletionSize))
@@ -134,7 +141,7 @@ func openAppOn(t testing.TB, r *runner.Runner, ip [4]byte, slots int, src, dst [
 	exErr := r.Exec(func(c *engine.Core) {
 		if a.id, err = c.OpenPortal(engine.PortalSpec{
 			CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap,
-			Class: abi.ClassLow, MaxSlots: slots, PID: testPID,
+			Class: abi.ClassLow, MaxSlots: slots, PID: testPID, SummaryFlag: flag,
 		}); err != nil {
 			return
 		}

@@ -19,15 +19,15 @@ import (
 // frames its queue received and hands those of other cores over to them:
 //
 //	core i's Recv (one poll step)
-//	  PortIO.Do ── tx burst, free the last rx burst, rx burst from queue i,
-//	  │            and up to a burst from the rings j→i (handed in)
+//	  PortIO.Do ── the last Recv's Fanout: every ring i→j (a full ring's
+//	  │            share is freed and counted, HandOverFull); tx burst,
+//	  │            free the last rx burst, rx burst from queue i, and up
+//	  │            to a burst from the rings j→i (handed in): one crossing
 //	  port.Steering (engine.Steer) each frame from queue i:
-//	  │   core i, or SteerLocal        → kept
-//	  │   core j                       → Fanout, for ring i→j (handed out)
-//	  │   SteerAll (ARP)               → kept, and for every ring i→j, with
-//	  │                                  a reference per ring (zero copy)
-//	  Fanout.Send ── every ring i→j in one crossing; a full ring's share
-//	                 is freed and counted (HandOverFull)
+//	      core i, or SteerLocal        → kept
+//	      core j                       → Fanout, for ring i→j (handed out)
+//	      SteerAll (ARP)               → kept, and for every ring i→j, with
+//	                                     a reference per ring (zero copy)
 //
 // The rings are rte_rings of mbuf pointers, one per ordered pair of cores,
 // single-producer and single-consumer: N(N-1) rings, each written by one
@@ -40,11 +40,13 @@ import (
 // the consumer's cost per receive is one read of each ring's producer
 // index, in the crossing the receive makes anyway.
 //
-// Nothing blocks, nothing is allocated per frame, and a receive costs one
-// crossing more only when it hands frames out. A frame handed over is
-// processed by its core in that core's next receive (microseconds in busy
-// mode; up to poll.max_sleep when its loop sleeps in backoff, as for a
-// frame on its own queue).
+// Nothing blocks, nothing is allocated per frame, and handing frames out
+// costs no crossing: they leave in the handing core's next crossing (its
+// next Recv, or the Flush its loop makes before it sleeps, yields or runs
+// closures), after the rest of its iteration. A frame handed over is
+// processed by its core in that core's next receive after that
+// (microseconds in busy mode; up to poll.max_sleep when its loop sleeps
+// in backoff, as for a frame on its own queue).
 type Queues struct {
 	Ports []*Port
 	rings []*dpdk.Ring // rings[i*n+j]: core i to core j (nil when i == j)
@@ -110,6 +112,7 @@ func NewQueues(name string, pool *dpdk.Mempool, cores int, udpPort uint16, cfg C
 			q.Close()
 			return nil, fmt.Errorf("queue %d: %w", i, err)
 		}
+		p.io.SetOutbound(fan) // handed out in the next poll step's crossing
 	}
 	return q, nil
 }
@@ -155,9 +158,10 @@ func (h *handover) HandOthers(m *dpdk.Mbuf) { h.fan.AddAll(m) }
 
 // steer keeps the frames of rx (the last Do's burst: the port's first,
 // then those handed in) this core processes, in rx's first entries, and
-// queues the others on the Fanout; it returns the views of the kept
-// frames and sends what it queued. Multi-segment frames are kept and not
-// viewed (dropped, counted).
+// queues the others on the Fanout, which the next crossing (the next
+// Recv's, or a Flush's) sends first; it returns the views of the kept
+// frames. Multi-segment frames are kept and not viewed (dropped,
+// counted).
 func (p *Port) steer(rx []*dpdk.Mbuf) [][]byte {
 	h := p.ho
 	views := p.views[:0] // cap 2*Burst >= len(rx)
@@ -184,8 +188,5 @@ func (p *Port) steer(rx []*dpdk.Mbuf) [][]byte {
 		views = append(views, m.Data())
 	}
 	p.io.TrimRx(k)
-	if h.fan.Len() > 0 {
-		h.fan.Send()
-	}
 	return views
 }

@@ -82,6 +82,15 @@ func TestQueuesHandOver(t *testing.T) {
 	if got := tags(p0.Recv()); string(got) != string([]byte{10, 13, 14}) {
 		t.Fatalf("core 0 kept %v, want its own and the ARP frame [10 13 14]", got)
 	}
+	// Handed over in core 0's next crossing, not before.
+	if got := p1.Recv(); len(got) != 0 {
+		t.Fatalf("core 1 got %d frames before core 0's next crossing", len(got))
+	}
+	calls := p0.Stats().IOCalls
+	p0.Flush()
+	if c := p0.Stats().IOCalls; c != calls+1 || p0.Crossings() != c {
+		t.Fatalf("the hand-over took %d crossings, want 1 (Crossings %d, IOCalls %d)", c-calls, p0.Crossings(), c)
+	}
 	if got := tags(p1.Recv()); string(got) != string([]byte{11, 12, 13}) {
 		t.Fatalf("core 1 got %v, want the two handed over and the ARP copy [11 12 13]", got)
 	}
@@ -102,6 +111,7 @@ func TestQueuesHandOver(t *testing.T) {
 		if got := p0.Recv(); len(got) != 0 {
 			t.Fatalf("core 0 kept %d frames of core 1", len(got))
 		}
+		p0.Flush()
 	}
 	s0 = p0.Stats()
 	if s0.HandedOut != 3+64 || s0.HandOverFull != 128-64 {
@@ -114,7 +124,11 @@ func TestQueuesHandOver(t *testing.T) {
 	if n != 64 {
 		t.Fatalf("core 1 received %d of the 64 its ring held", n)
 	}
-	// Frames left in a ring at Close go back to the pool.
+	// Frames left in a ring, and frames handed over but not yet sent, at
+	// Close go back to the pool.
+	sendFrames(t, p0, []int{1, 1}, 0)
+	p0.Recv()
+	p0.Flush()
 	sendFrames(t, p0, []int{1, 1}, 0)
 	p0.Recv()
 	q.Close()

@@ -3,6 +3,7 @@ package dpdkport
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
@@ -11,9 +12,12 @@ import (
 )
 
 var (
-	_ runner.Port     = (*Port)(nil)
-	_ engine.TxHook   = (*Port)(nil)
-	_ engine.TxMemory = (*Port)(nil)
+	_ runner.Port        = (*Port)(nil)
+	_ runner.SendsOnRecv = (*Port)(nil)
+	_ runner.Crosser     = (*Port)(nil)
+	_ engine.TxHook      = (*Port)(nil)
+	_ engine.TxCHook     = (*Port)(nil)
+	_ engine.TxMemory    = (*Port)(nil)
 )
 
 // Config tunes a Port.
@@ -67,13 +71,14 @@ func (c *Config) Validate() error {
 
 // Stats are a Port's counters.
 type Stats struct {
-	TxFrames   uint64 // accepted by the tx queue
-	TxDropped  uint64 // refused by the tx queue after all retries
-	TxNoBuffer uint64 // Buffer found no free mbuf (pool exhausted)
-	RxFrames   uint64 // returned by Recv
-	RxMultiSeg uint64 // multi-segment frames dropped (scatter is never enabled)
-	AllocFails uint64 // stash refills that could not fill the stash
-	IOCalls    uint64 // cgo crossings (dpdk.PortIO.Do, and Fanout.Send when handing over)
+	TxFrames    uint64 // accepted by the tx queue
+	TxDropped   uint64 // refused by the tx queue after all retries
+	TxNoBuffer  uint64 // Buffer found no free mbuf (pool exhausted)
+	RxFrames    uint64 // returned by Recv
+	RxMultiSeg  uint64 // multi-segment frames dropped (scatter is never enabled)
+	AllocFails  uint64 // stash refills that could not fill the stash
+	IOCalls     uint64 // cgo crossings (dpdk.PortIO.Do; the hand-over and the seals ride in them)
+	TxFullCalls uint64 // of those, made in the middle of an iteration: a tx burst or the stash ran out
 
 	// Hand-over between the cores of an engine (Queues): frames this
 	// core's queue received for another core, and frames other cores
@@ -96,9 +101,10 @@ type Port struct {
 	curBuf []byte     // its data room
 	views  [][]byte   // the last rx burst, as returned by Recv
 
-	noBuffer, multiSeg, rxFrames uint64
+	noBuffer, multiSeg, rxFrames, fullCalls uint64
 
 	beforeTx func() // engine.TxHook: runs before every crossing that transmits
+	settle   func() // engine.TxCHook: runs after every crossing (its C hook may have run)
 
 	ho *handover // its part in a Queues (nil: a port of its own)
 
@@ -122,6 +128,39 @@ func (p *Port) hook() {
 	if p.beforeTx != nil {
 		p.beforeTx()
 	}
+}
+
+// SetCBeforeTx implements engine.TxCHook: fn(arg), a C function, runs
+// inside every crossing that transmits, right before the burst leaves
+// (dpdk.PortIO.SetPreTx), and settle after every crossing.
+// After Close it only forgets settle.
+func (p *Port) SetCBeforeTx(fn, arg unsafe.Pointer, settle func()) {
+	if p.io != nil {
+		p.io.SetPreTx(fn, arg)
+	}
+	p.settle = settle
+}
+
+// do is the one crossing: dpdk.PortIO.Do, then the TxCHook's settle.
+func (p *Port) do(rx bool) int {
+	n := p.io.Do(rx)
+	if p.settle != nil {
+		p.settle()
+	}
+	return n
+}
+
+// SendsOnRecv implements runner.SendsOnRecv: Recv transmits what Send
+// queued, in the crossing that receives.
+func (p *Port) SendsOnRecv() {}
+
+// Crossings implements runner.Crosser: the crossings into C so far.
+func (p *Port) Crossings() uint64 {
+	n := p.io.Calls()
+	if p.ho != nil {
+		n += p.ho.fan.Counters().Calls
+	}
+	return n
 }
 
 // New binds a Port to queue q of the started port called name (the name
@@ -191,12 +230,13 @@ func (p *Port) take() {
 		if s := p.stg; s != nil {
 			prev := s.Enter(stage.Transmit)
 			p.hook()
-			p.io.Do(false)
+			p.do(false)
 			s.Enter(prev)
 		} else {
 			p.hook()
-			p.io.Do(false)
+			p.do(false)
 		}
+		p.fullCalls++
 	}
 	m := p.io.TakeStash()
 	if m == nil {
@@ -220,24 +260,26 @@ func (p *Port) Send(n int) {
 	p.io.QueueTx(m) // Buffer made room: never full here
 }
 
-// Flush sends the queued tx burst (no crossing when it is empty).
+// Flush sends the queued tx burst and the frames handed to other cores
+// (no crossing when there are none).
 func (p *Port) Flush() {
-	if p.io.TxLen() > 0 {
+	if p.io.TxLen() > 0 || (p.ho != nil && p.ho.fan.Len() > 0) {
 		p.hook()
-		p.io.Do(false)
+		p.do(false)
 	}
 }
 
 // Recv frees the previous rx burst and returns views of the next one,
 // valid until the next Recv. Queued tx frames are sent in the same
-// crossing. A Port of Queues returns its queue's frames for its own core
-// and those other cores handed to it (at most a burst of each), and hands
-// the others over (Queues).
+// crossing, and so are the frames the last Recv handed to other cores. A
+// Port of Queues returns its queue's frames for its own core and those
+// other cores handed to it (at most a burst of each), and hands the
+// others over (Queues).
 func (p *Port) Recv() [][]byte {
 	if p.io.TxLen() > 0 {
 		p.hook()
 	}
-	n := p.io.Do(true)
+	n := p.do(true)
 	if p.ho != nil {
 		p.views = p.steer(p.io.Rx())
 		p.rxFrames += uint64(len(p.views))
@@ -263,14 +305,15 @@ func (p *Port) Recv() [][]byte {
 func (p *Port) Stats() Stats {
 	c := p.io.Counters()
 	s := Stats{
-		TxFrames:   c.TxPackets,
-		TxDropped:  c.TxDropped,
-		TxNoBuffer: p.noBuffer,
-		RxFrames:   p.rxFrames,
-		RxMultiSeg: p.multiSeg,
-		AllocFails: c.AllocFails,
-		IOCalls:    c.Calls,
-		HandedIn:   c.RxRing,
+		TxFrames:    c.TxPackets,
+		TxDropped:   c.TxDropped,
+		TxNoBuffer:  p.noBuffer,
+		RxFrames:    p.rxFrames,
+		RxMultiSeg:  p.multiSeg,
+		AllocFails:  c.AllocFails,
+		IOCalls:     c.Calls,
+		TxFullCalls: p.fullCalls,
+		HandedIn:    c.RxRing,
 	}
 	if p.ho != nil {
 		f := p.ho.fan.Counters()

@@ -23,12 +23,13 @@ const (
 	ringE2E    = "net_ring6"
 	ringE2EB   = "net_ring7" // BenchmarkRead
 	ringQs     = "net_ring8" // two queues: TestQueues*, BenchmarkHandOver
+	ringInv    = "net_ring9" // TestLoopInvariants
 	pairA      = "e2eA"      // TestReadTwoEngines: ports net_ring_e2eA, net_ring_e2eB
 	pairB      = "e2eB"
 )
 
 func TestMain(m *testing.M) {
-	dpdktest.Main(m, ringLoop, ringStable, ringBurst, ringAllocs, ringDrop, ringBench, ringE2E, ringE2EB, ringQs)
+	dpdktest.Main(m, ringLoop, ringStable, ringBurst, ringAllocs, ringDrop, ringBench, ringE2E, ringE2EB, ringQs, ringInv)
 }
 
 // smallConfig fits frames of 14+1500 bytes into the default 2 KB mbufs.

@@ -10,7 +10,10 @@ import (
 	"github.com/onerma/onerma/engine/runner"
 )
 
-var _ runner.Port = (*Port)(nil)
+var (
+	_ runner.Port    = (*Port)(nil)
+	_ runner.Crosser = (*Port)(nil)
+)
 
 // Directions a Config faults.
 const (
@@ -210,6 +213,17 @@ func New(inner runner.Port, cfg Config, now func() int64) (*Port, error) {
 		p.tx.on = cfg.Direction != DirRx
 	}
 	return p, nil
+}
+
+// Crossings implements runner.Crosser: the inner port's calls into C
+// (0 for one that makes none), so a loop over a faulty DPDK port counts
+// them. The wrapper is flushed every iteration (it is no
+// runner.SendsOnRecv: its delayed frames are released in Flush).
+func (p *Port) Crossings() uint64 {
+	if c, ok := p.inner.(runner.Crosser); ok {
+		return c.Crossings()
+	}
+	return 0
 }
 
 // Inner is the wrapped port (for its own counters and methods).
