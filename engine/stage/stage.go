@@ -3,9 +3,11 @@
 // accumulator is owned by one loop goroutine; the code of that loop marks
 // the boundaries between stages (Mark, Enter), and each mark charges the
 // cycles since the previous one, read from a counter the loop's driver
-// injects, to the stage that just ended. So every cycle between the first
-// mark and the last is charged to exactly one stage, and a report divides
-// them by the ops completed meanwhile (Report).
+// injects, to the stage that just ended. A span measured apart inside a
+// section (the parts of one cgo crossing, stamped in C) is charged to its
+// own stage and taken off that section (Charge). So every cycle between
+// the first mark and the last is charged to exactly one stage, and a
+// report divides them by the ops completed meanwhile (Report).
 //
 // The engine never reads a clock: the counter is a function its driver
 // supplies (rmad: internal/tsc.Read, the CPU's time-stamp counter; tests:
@@ -210,6 +212,36 @@ func (s *Stages) Enter(next Stage) Stage {
 	prev := s.cur
 	s.Mark(prev, next)
 	return prev
+}
+
+// Charge charges to st, as one section of it, cycles spent inside the
+// section running now that the caller measured apart (on a counter that
+// counts as this one does: the CPU's time-stamp counter a C library reads
+// at the phase boundaries of a crossing, say), and with then non-nil the
+// cycles then runs for, measured here, without ending the running
+// section: it goes on, and is charged that much less when it ends. So one
+// span between two marks (a cgo crossing that seals, transmits and
+// receives) is split between stages and charged once. Charge reads the
+// counter and never charges more than the running section has run so far:
+// the stages add up to the time marked whatever the measure says. then
+// must not mark on s.
+func (s *Stages) Charge(st Stage, cycles uint64, then func()) {
+	var t uint64
+	if then != nil {
+		t0 := s.read()
+		then()
+		t = s.read()
+		cycles += t - t0
+	} else {
+		t = s.read()
+	}
+	if run := t - s.last; cycles > run {
+		cycles = run
+	}
+	a := &s.acc[st]
+	a.cycles += cycles
+	a.n++
+	s.last += cycles
 }
 
 // Become charges the section running now, when it ends, to st instead

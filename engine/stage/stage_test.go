@@ -95,6 +95,36 @@ func TestProvisional(t *testing.T) {
 	}
 }
 
+// TestCharge: spans measured apart inside a running section (a crossing's
+// seal and transmit parts) are charged to their stages and taken off that
+// section, which goes on and is charged the rest to what it turns out to
+// be; a span longer than the section so far is cut to it, and the run
+// given with a span is measured and charged with it, as one section.
+func TestCharge(t *testing.T) {
+	f := &fake{}
+	s := New(f.read)
+	s.Enter(Receive) // the rx poll
+	f.t += 100       // a crossing: 30 of seals, 20 of tx
+	s.Charge(Seal, 30, func() { f.t += 4 })
+	s.Charge(Transmit, 20, nil)
+	f.t += 6 // the steering after it
+	s.Mark(EmptyRx, Protocol)
+	sn := s.Snapshot(0)
+	want := map[Stage][2]uint64{Loop: {0, 1}, Seal: {34, 1}, Transmit: {20, 1}, EmptyRx: {56, 1}}
+	for st := Stage(0); st < NumStages; st++ {
+		if got := [2]uint64{sn.Cycles[st], sn.Sections[st]}; got != want[st] {
+			t.Errorf("%v: cycles, sections %v, want %v", st, got, want[st])
+		}
+	}
+	f.t += 10
+	s.Charge(Transmit, 1000, nil) // more than the section has run: cut
+	f.t += 5
+	s.Enter(Clock)
+	if sn := s.Snapshot(0); sn.Cycles[Transmit] != 30 || sn.Cycles[Protocol] != 5 || sn.Total() != f.t {
+		t.Errorf("after a span too long: transmit %d, protocol %d, total %d of %d", sn.Cycles[Transmit], sn.Cycles[Protocol], sn.Total(), f.t)
+	}
+}
+
 func TestSnapshotSubAdd(t *testing.T) {
 	f := &fake{}
 	s := New(f.read)
