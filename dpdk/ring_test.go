@@ -476,3 +476,56 @@ func TestPortIOPreTxOutbound(t *testing.T) {
 		t.Errorf("mbufs in use: %d, want %d", got, inUse)
 	}
 }
+
+// TestPortIOStamps: with SetStamps a Do records the time-stamp counter at
+// its phase boundaries, in order, a phase it skips (no frame to send: no
+// hook) as long as nothing; without, it records nothing.
+func TestPortIOStamps(t *testing.T) {
+	port, pool := dpdktest.Port(t, ringIO)
+	inUse := pool.InUse()
+	io, err := dpdk.NewPortIO(port, 0, pool, 8, 16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, arg, count := dpdk.CountingHook()
+	io.SetPreTx(fn, arg)
+	io.Do(true) // the stash; no stamps asked for
+	if s := io.Stamps(); s != (dpdk.Stamps{}) {
+		t.Fatalf("stamps %+v without SetStamps", s)
+	}
+	io.SetStamps(true)
+	for i := range 2 {
+		m := io.TakeStash()
+		fill(m.Room()[:64], i)
+		m.SetLen(64)
+		io.QueueTx(m)
+	}
+	if n := io.Do(true); n != 2 || count() != 1 {
+		t.Fatalf("Do(true) received %d, hook ran %d times; want 2 and 1", n, count())
+	}
+	s := io.Stamps()
+	ordered := func(s dpdk.Stamps) bool {
+		return s.Start != 0 && s.Start <= s.PreTx && s.PreTx <= s.Tx && s.Tx <= s.Sent && s.Sent <= s.Freed &&
+			s.Freed <= s.Refilled && s.Refilled <= s.End
+	}
+	if !ordered(s) || s.Outbound()+s.PreTxHook()+s.Send()+s.FreeRx()+s.Refill()+s.Receive() != s.End-s.Start {
+		t.Fatalf("stamps %+v: not in the order of the phases", s)
+	}
+	if n := io.Do(true); n != 0 { // nothing to send: no hook
+		t.Fatalf("Do(true) received %d, want 0", n)
+	}
+	s2 := io.Stamps()
+	if !ordered(s2) || s2.Start < s.End || s2.PreTxHook() != 0 || count() != 1 {
+		t.Fatalf("stamps %+v after %+v, hook ran %d times", s2, s, count())
+	}
+	io.SetStamps(false)
+	io.Do(true)
+	if s3 := io.Stamps(); s3 != s2 {
+		t.Fatalf("stamps %+v after SetStamps(false), want those of the last stamped Do", s3)
+	}
+	io.SetPreTx(nil, nil)
+	io.Close()
+	if got := pool.InUse(); got != inUse {
+		t.Errorf("mbufs in use: %d, want %d", got, inUse)
+	}
+}
