@@ -40,7 +40,9 @@ type mbCrypto struct {
 	fused    bool         // the Tx's crossing runs the seal batch (hookTx)
 	unhook   func()       // removes the hook from the Tx (free)
 	// stg: its core's cost accounting (Core.SetStages; nil: none): each
-	// run of the seal batch it makes itself is a section of stage Seal.
+	// run of the seal batch it makes itself is a section of stage Seal
+	// (the runs inside the Tx's crossing are charged by the Tx, which
+	// measures them: dpdkport).
 	stg *stage.Stages
 }
 

@@ -24,14 +24,17 @@ import (
 //	                         command is EmptyRings; Build from the
 //	                         arbitration on; Completion when something is
 //	                         published or flushed
-//	seals                    ipsec-mb: Seal around each batch run;
-//	                         crypto/cipher, and the self-loop's frames
-//	                         (sealed at once): around each seal
+//	seals                    ipsec-mb: Seal around each batch run the
+//	                         core makes itself (a full batch, a region's
+//	                         removal, the end of Poll with a Tx that
+//	                         has no TxCHook); crypto/cipher, and the
+//	                         self-loop's frames: around each seal
 //
 // The runner marks the loop's own boundaries (Receive at the rx poll,
-// EmptyRx, Transmit from the end of Poll, Clock after Flush, Loop, Idle);
-// engine/port/dpdkport marks Transmit around a tx burst it sends from
-// within Poll.
+// EmptyRx, Transmit from the end of Poll through a port's Flush, Clock,
+// Loop, Idle); engine/port/dpdkport marks Transmit around the crossings
+// that only transmit, and charges the parts of its Recv's crossing to
+// Seal (the seal batch run by its TxCHook) and Transmit.
 
 // SetStages makes the core mark its stages on s (nil: no marks). Call it
 // before the core's driver runs, on the goroutine that will drive it: s

@@ -116,11 +116,16 @@ type Config struct {
 	// boundaries on it: Receive from the rx poll on (EmptyRx if it
 	// found nothing, and then EmptyPoll for the rest of the iteration if
 	// Poll found nothing to do), Transmit from the end of Poll through
-	// Flush, Clock from there through the top of the next iteration (its
-	// clock read), Loop around control-plane closures, Idle around sleeps
-	// and yields. The core and the port mark theirs when given the same
-	// Stages (engine.Core.SetStages, dpdkport.Port.SetStages); it belongs
-	// to the loop's goroutine.
+	// Flush (a port flushed every iteration), Clock from there (or from
+	// the end of Poll, for a port that sends on Recv) through the top of
+	// the next iteration (its clock read), Loop around control-plane
+	// closures, Idle around sleeps and yields. The core and the port mark
+	// theirs when given the same Stages (engine.Core.SetStages,
+	// dpdkport.Port.SetStages); a port that sends on Recv (SendsOnRecv)
+	// marks the transmit and seal parts of its Recv's crossing, and its
+	// Flush, itself. It belongs to the loop's goroutine. The marks read
+	// the Stages' own counter, never Clock: the invariants' clock reads
+	// (Stats.ClockReads) are the same with and without it.
 	Stages *stage.Stages
 }
 

@@ -25,6 +25,20 @@
 // A crossing in the middle of an iteration happens only when its frames
 // fill a tx burst (or the mbuf stash) first (Stats.TxFullCalls).
 //
+// Cost accounting (SetStages, rmad -selftest -profile): the one crossing
+// of Recv seals, transmits and receives, so it is split, not charged
+// whole to the rx poll's stage. Its C side stamps the time-stamp counter
+// at its phase boundaries (dpdk.PortIO.SetStamps: the outbound hand-over,
+// the pre-transmit hook, the tx burst, freeing the rx burst, the refill,
+// the rx burst); the Port charges the hook's span and the settling of its
+// run to Seal, the hand-over, tx burst and refill to Transmit (when it
+// sent anything), and leaves the rest (entering and leaving C, freeing
+// and receiving the rx burst) to the section it runs in: Receive, or
+// EmptyRx when nothing came (engine/stage.Stages.Charge). The crossings
+// that only transmit (Flush, a full burst in mid-iteration) are sections
+// of Transmit, their hook's span charged to Seal the same way. Without
+// stages the stamps cost the crossing one branch.
+//
 // An engine of several cores (engine.NewGroup) runs on Queues: a Port per
 // queue pair of one device, core i on queue i. The devices here cannot put
 // a frame on the queue of the core it names (engine.Steer), so each core's
@@ -87,8 +101,7 @@
 //
 // Place in the import graph: dpdkport imports dpdk, engine (engine.Tx,
 // MaxFrameBytes), engine/port (the Steering of the hand-over) and
-// engine/runner (the Port interface it implements), and engine/stage (a
-// tx burst sent from within Poll is a section of stage Transmit:
-// SetStages); tools/rmad wires it to a core and a runner. The protocol
-// core never imports it.
+// engine/runner (the Port interface it implements), and engine/stage (the
+// parts of its crossings charged to their stages: SetStages); tools/rmad
+// wires it to a core and a runner. The protocol core never imports it.
 package dpdkport

@@ -3,6 +3,7 @@ package dpdkport
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/onerma/onerma/dpdk"
@@ -105,19 +106,42 @@ type Port struct {
 
 	beforeTx func() // engine.TxHook: runs before every crossing that transmits
 	settle   func() // engine.TxCHook: runs after every crossing (its C hook may have run)
+	cHook    bool   // engine.TxCHook: a C hook is set
 
 	ho *handover // its part in a Queues (nil: a port of its own)
 
-	stg *stage.Stages // cost accounting (SetStages; nil: none)
+	stg    *stage.Stages // cost accounting (SetStages; nil: none)
+	stamps bool          // the crossings record the time-stamp counter (SetStages)
 }
 
-// SetStages makes the port mark, on s, the Stages of the loop that drives
-// it (nil: no marks), the crossing it makes from within the core's Poll
-// (a full tx burst sent, the stash refilled, when the core asks for
-// another buffer) as a section of stage Transmit. Flush is a Transmit
-// section its caller marks (the runner), Recv its caller's Receive or
-// EmptyRx. Before the loop runs.
-func (p *Port) SetStages(s *stage.Stages) { p.stg = s }
+// stampsCount says whether the time-stamp counter dpdk's crossing reads
+// (rte_rdtsc) counts as the Stages' counter does: RDTSC both, on amd64,
+// where rmad's counter (internal/tsc.Read) is RDTSC. Elsewhere a crossing
+// is not split: its seals and transmits stay in the stage it runs in.
+const stampsCount = runtime.GOARCH == "amd64"
+
+// SetStages makes the port mark the Stages of the loop that drives it on
+// s (nil: no marks). The crossings that only transmit (Flush, and the one
+// it makes from within the core's Poll when the core asks for a buffer and
+// the tx burst is full or the stash empty) are sections of Transmit, and
+// are left in the caller's Transmit when it is in one. Recv's crossing
+// runs in its caller's section (the runner's Receive, which ends as
+// EmptyRx when nothing came), and since Recv also sends the frames queued
+// since the last crossing, the parts of it that are not receiving are
+// charged apart (stage.Stages.Charge): Transmit the outbound hand-over,
+// the tx burst and the stash's refill; Seal the C pre-transmit hook's run
+// (engine.TxCHook: the core's seal batch) and its settle. The crossings of
+// Flush and Buffer charge their hook's run to Seal the same way. The
+// spans are measured in the crossing: dpdk.PortIO.SetStamps (on amd64,
+// where they count as s's counter must, the CPU's time-stamp counter: see
+// stampsCount). Before the loop runs.
+func (p *Port) SetStages(s *stage.Stages) {
+	p.stg = s
+	p.stamps = s != nil && stampsCount
+	if p.io != nil {
+		p.io.SetStamps(p.stamps)
+	}
+}
 
 // SetBeforeTx implements engine.TxHook: f runs right before queued frames
 // are transmitted (the crossings of Buffer with a full burst, Flush and
@@ -138,16 +162,58 @@ func (p *Port) SetCBeforeTx(fn, arg unsafe.Pointer, settle func()) {
 	if p.io != nil {
 		p.io.SetPreTx(fn, arg)
 	}
-	p.settle = settle
+	p.settle, p.cHook = settle, fn != nil
 }
 
 // do is the one crossing: dpdk.PortIO.Do, then the TxCHook's settle.
 func (p *Port) do(rx bool) int {
+	if p.stamps {
+		return p.doStaged(rx)
+	}
 	n := p.io.Do(rx)
 	if p.settle != nil {
 		p.settle()
 	}
 	return n
+}
+
+// doStaged is do with the crossing's parts charged apart (SetStages): the
+// C hook's run and its settle to Seal; with rx, when it sends something,
+// the outbound hand-over, the tx burst and the refill to Transmit. The
+// rest (entering and leaving C, freeing the last rx burst, the rx burst)
+// stays in the section running (Recv's caller's; Transmit's for a
+// crossing that only transmits).
+func (p *Port) doStaged(rx bool) int {
+	s := p.stg
+	tx := p.io.TxLen() > 0
+	out := p.ho != nil && p.ho.fan.Len() > 0
+	n := p.io.Do(rx)
+	t := p.io.Stamps()
+	if tx && p.cHook {
+		s.Charge(stage.Seal, t.PreTxHook(), p.settle)
+	} else if p.settle != nil {
+		p.settle()
+	}
+	if rx && (tx || out) {
+		s.Charge(stage.Transmit, t.Outbound()+t.Send()+t.Refill(), nil)
+	}
+	return n
+}
+
+// transmit is a crossing that transmits and receives nothing (Flush, a
+// full tx burst or an empty stash): with stages, a section of Transmit,
+// or a part of the caller's.
+func (p *Port) transmit() {
+	s := p.stg
+	if s == nil || s.Current() == stage.Transmit {
+		p.hook()
+		p.do(false)
+		return
+	}
+	prev := s.Enter(stage.Transmit)
+	p.hook()
+	p.do(false)
+	s.Enter(prev)
 }
 
 // SendsOnRecv implements runner.SendsOnRecv: Recv transmits what Send
@@ -227,15 +293,7 @@ func (p *Port) Buffer() []byte {
 func (p *Port) take() {
 	if p.io.StashLen() == 0 || p.io.TxLen() == p.io.Burst() {
 		// Send the full tx burst and refill the stash: one crossing.
-		if s := p.stg; s != nil {
-			prev := s.Enter(stage.Transmit)
-			p.hook()
-			p.do(false)
-			s.Enter(prev)
-		} else {
-			p.hook()
-			p.do(false)
-		}
+		p.transmit()
 		p.fullCalls++
 	}
 	m := p.io.TakeStash()
@@ -264,8 +322,7 @@ func (p *Port) Send(n int) {
 // (no crossing when there are none).
 func (p *Port) Flush() {
 	if p.io.TxLen() > 0 || (p.ho != nil && p.ho.fan.Len() > 0) {
-		p.hook()
-		p.do(false)
+		p.transmit()
 	}
 }
 
