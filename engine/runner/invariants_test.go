@@ -15,6 +15,8 @@ import (
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/stage"
+	"github.com/onerma/onerma/internal/tsc"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -154,7 +156,7 @@ func ip4(a netip.Addr) uint32 {
 
 // invEngine is an engine of one core at ip on port, its neighbor peer
 // known statically (no ARP: every burst's opens run in one batch).
-func invEngine(t testing.TB, port *memport.Port, ip, peer string, mac, peerMAC byte, crypto string, mode runner.Mode) (*engine.Core, *runner.Runner) {
+func invEngine(t testing.TB, port *memport.Port, ip, peer string, mac, peerMAC byte, crypto string, mode runner.Mode, s *stage.Stages) (*engine.Core, *runner.Runner) {
 	t.Helper()
 	cfg := engine.DefaultConfig()
 	cfg.LocalIP, cfg.LocalMAC = netip.MustParseAddr(ip), wire.MAC{2, 0, 0, 0, 0, mac}
@@ -168,8 +170,9 @@ func invEngine(t testing.TB, port *memport.Port, ip, peer string, mac, peerMAC b
 	if err != nil {
 		t.Fatal(err)
 	}
+	core.SetStages(s)
 	rcfg := runner.DefaultConfig()
-	rcfg.Mode = mode
+	rcfg.Mode, rcfg.Stages = mode, s
 	r, err := runner.New(core, port, rcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -216,8 +219,10 @@ func checkLoopInvariants(t testing.TB, name string, s runner.Stats, portals uint
 }
 
 // TestLoopInvariants: two engines on a memport pair, in each loop mode
-// and on each seal backend; the reader keeps 8 READs in flight (a tx
-// burst per iteration at most) for thousands of ops.
+// and on each seal backend, without and with cost accounting (a Stages on
+// each loop, on the CPU's time-stamp counter: its marks read no clock of
+// the loop's and cross into nothing); the reader keeps 8 READs in flight
+// (a tx burst per iteration at most) for thousands of ops.
 func TestLoopInvariants(t *testing.T) {
 	cryptos := []string{engine.CryptoGo}
 	if _, err := engine.MBArch(); err == nil {
@@ -226,48 +231,71 @@ func TestLoopInvariants(t *testing.T) {
 	const window = 8
 	for _, crypto := range cryptos {
 		for _, mode := range []runner.Mode{runner.Busy, runner.Backoff} {
-			// Two busy loops and the application share the CPUs of a
-			// small CI host: fewer ops, as many checks.
-			ops := 4000
-			if mode == runner.Busy {
-				ops = 1000
+			for _, staged := range []bool{false, true} {
+				// Two busy loops and the application share the CPUs of a
+				// small CI host: fewer ops, as many checks.
+				ops := 4000
+				if mode == runner.Busy {
+					ops = 1000
+				}
+				name := fmt.Sprintf("%s/%v", crypto, mode)
+				if staged {
+					name += "/stages"
+				}
+				t.Run(name, func(t *testing.T) { loopInvariants(t, crypto, mode, staged, ops, window) })
 			}
-			t.Run(fmt.Sprintf("%s/%v", crypto, mode), func(t *testing.T) {
-				pa, pb, err := memport.Pair(memport.DefaultConfig())
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, ra := invEngine(t, pa, "10.0.5.1", "10.0.5.2", 1, 2, crypto, mode)
-				_, rb := invEngine(t, pb, "10.0.5.2", "10.0.5.1", 2, 1, crypto, mode)
-				src := make([]byte, 64<<10)
-				for i := range src {
-					src[i] = byte(i * 13)
-				}
-				owner := openInvApp(t, rb, 0, src, true)
-				reader := openInvApp(t, ra, window, make([]byte, 64<<10), false)
-				kd := aesni.DeriveKey(invKr, netip.MustParseAddr("10.0.5.1").As4(), invPID, uint8(abi.OpRead))
-				peer := ip4(netip.MustParseAddr("10.0.5.2"))
-				reader.reads(t, 200, window, peer, owner.src, kd) // warm: caches, keys, pools
+		}
+	}
+}
 
-				var m0, m1 runtime.MemStats
-				runtime.ReadMemStats(&m0)
-				reader.reads(t, ops, window, peer, owner.src, kd)
-				runtime.ReadMemStats(&m1)
-				sa, sb := stopRunner(t, ra), stopRunner(t, rb)
-				if a := m1.Mallocs - m0.Mallocs; a/uint64(ops) != 0 {
-					t.Errorf("%d allocations in %d ops (the process: both loops and the application), want 0 per op", a, ops)
-				} else {
-					t.Logf("%d allocations in %d ops (the runtime's own: 0 per op)", a, ops)
+// loopInvariants is a run of TestLoopInvariants.
+func loopInvariants(t *testing.T, crypto string, mode runner.Mode, staged bool, ops, window int) {
+	pa, pb, err := memport.Pair(memport.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa0, sb0 *stage.Stages
+	if staged {
+		sa0, sb0 = stage.New(tsc.Read), stage.New(tsc.Read)
+	}
+	_, ra := invEngine(t, pa, "10.0.5.1", "10.0.5.2", 1, 2, crypto, mode, sa0)
+	_, rb := invEngine(t, pb, "10.0.5.2", "10.0.5.1", 2, 1, crypto, mode, sb0)
+	src := make([]byte, 64<<10)
+	for i := range src {
+		src[i] = byte(i * 13)
+	}
+	owner := openInvApp(t, rb, 0, src, true)
+	reader := openInvApp(t, ra, window, make([]byte, 64<<10), false)
+	kd := aesni.DeriveKey(invKr, netip.MustParseAddr("10.0.5.1").As4(), invPID, uint8(abi.OpRead))
+	peer := ip4(netip.MustParseAddr("10.0.5.2"))
+	reader.reads(t, 200, window, peer, owner.src, kd) // warm: caches, keys, pools
+
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	reader.reads(t, ops, window, peer, owner.src, kd)
+	runtime.ReadMemStats(&m1)
+	sa, sb := stopRunner(t, ra), stopRunner(t, rb)
+	if a := m1.Mallocs - m0.Mallocs; a/uint64(ops) != 0 {
+		t.Errorf("%d allocations in %d ops (the process: both loops and the application), want 0 per op", a, ops)
+	} else {
+		t.Logf("%d allocations in %d ops (the runtime's own: 0 per op)", a, ops)
+	}
+	checkLoopInvariants(t, "reader", sa, 1, crypto == engine.CryptoIPsecMB)
+	checkLoopInvariants(t, "owner", sb, 1, crypto == engine.CryptoIPsecMB)
+	if sb.RingLooks != sb.RingScans || sb.RingRungIdle != 0 {
+		t.Errorf("owner: its portal never posts, yet its ring was read %d times outside %d scans", sb.RingLooks-sb.RingScans, sb.RingScans)
+	}
+	if mode == runner.Busy && (sa.WokenEarly != 0 || sa.IdleSleeps != 0) {
+		t.Errorf("busy loop slept: %+v", sa)
+	}
+	if staged { // the loops have stopped: their Stages are ours to read
+		for name, s := range map[string]*stage.Stages{"reader": sa0, "owner": sb0} {
+			sn := s.Snapshot(0)
+			for _, st := range []stage.Stage{stage.Receive, stage.Protocol, stage.Build, stage.Seal, stage.Transmit, stage.Clock} {
+				if sn.Cycles[st] == 0 {
+					t.Errorf("%s: no cycle charged to %v: %v", name, st, sn.Cycles)
 				}
-				checkLoopInvariants(t, "reader", sa, 1, crypto == engine.CryptoIPsecMB)
-				checkLoopInvariants(t, "owner", sb, 1, crypto == engine.CryptoIPsecMB)
-				if sb.RingLooks != sb.RingScans || sb.RingRungIdle != 0 {
-					t.Errorf("owner: its portal never posts, yet its ring was read %d times outside %d scans", sb.RingLooks-sb.RingScans, sb.RingScans)
-				}
-				if mode == runner.Busy && (sa.WokenEarly != 0 || sa.IdleSleeps != 0) {
-					t.Errorf("busy loop slept: %+v", sa)
-				}
-			})
+			}
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/port/dpdkport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -59,6 +60,14 @@ func startEngine(t testing.TB, portName string, cfg engine.Config) *engineNode {
 
 func startEngineMode(t testing.TB, portName string, cfg engine.Config, mode runner.Mode) *engineNode {
 	t.Helper()
+	return startEngineStages(t, portName, cfg, mode, nil)
+}
+
+// startEngineStages is startEngineMode with the core, the port and the
+// loop marking their stages on s (nil: none), as rmad -selftest -profile
+// wires them.
+func startEngineStages(t testing.TB, portName string, cfg engine.Config, mode runner.Mode, s *stage.Stages) *engineNode {
+	t.Helper()
 	_, pool := dpdktest.Port(t, portName)
 	pcfg := dpdkport.DefaultConfig()
 	pcfg.FrameBytes = 14 + cfg.MTU
@@ -70,8 +79,10 @@ func startEngineMode(t testing.TB, portName string, cfg engine.Config, mode runn
 	if err != nil {
 		t.Fatal(err)
 	}
+	core.SetStages(s)
+	port.SetStages(s)
 	rcfg := runner.DefaultConfig()
-	rcfg.Mode = mode
+	rcfg.Mode, rcfg.Stages = mode, s
 	rcfg.ThreadStart, rcfg.ThreadExit = dpdkport.ThreadHooks()
 	r, err := runner.New(core, port, rcfg)
 	if err != nil {
