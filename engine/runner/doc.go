@@ -52,8 +52,18 @@
 // the engine/stage accumulator its core and port mark theirs on: the rx
 // poll (Receive, or EmptyRx when it found nothing, and then EmptyPoll for
 // the whole iteration if Poll found nothing to do), Transmit from the end
-// of Poll through Flush, Clock from there through the next clock read,
-// Loop around closures, Idle around sleeps and yields.
+// of Poll through Flush for a port flushed every iteration, Clock from
+// there (from the end of Poll, for a SendsOnRecv port) through the next
+// clock read, Loop around closures, Idle around sleeps and yields. A
+// SendsOnRecv port charges the parts of its Recv's crossing that send and
+// seal the last iteration's frames to Transmit and Seal itself, out of
+// the rx poll's section (stage.Stages.Charge; dpdkport measures them in
+// C), and marks its Flush as Transmit. The marks read the Stages' own
+// counter (rmad: the CPU's time-stamp counter, only with -profile), never
+// Config.Clock: they are no clock reads in the invariants' sense, cross
+// into nothing and allocate nothing, so the invariants above hold with
+// and without them (TestLoopInvariants and TestIterateOpsAllocs run
+// both).
 //
 // The control plane never touches a Core directly: Exec queues a closure
 // that the loop runs between iterations, on the core's own goroutine, so

@@ -24,12 +24,13 @@
 // it).
 //
 //   - Receive (receive and parse): the port's Recv that returned frames
-//     (its cgo crossing: the rx burst, freeing the previous burst, and on
-//     an engine of several cores the hand-over rings and steering), then
-//     for each frame of the burst Core.prepare (EtherType, decode, checks,
-//     the lookups of its slot, pull or region, its AEAD and K_d) and the
-//     queueing of its open; ARP and ICMP frames, which answer at once, are
-//     received here whole.
+//     (its cgo crossing, less the parts charged to Seal and Transmit
+//     below: entering and leaving C, freeing the previous rx burst, the rx
+//     burst, and on an engine of several cores the frames handed in and
+//     the steering), then for each frame of the burst Core.prepare
+//     (EtherType, decode, checks, the lookups of its slot, pull or
+//     region, its AEAD and K_d) and the queueing of its open; ARP and
+//     ICMP frames, which answer at once, are received here whole.
 //   - Open: the burst's open batch (one cgo call with ipsec-mb); with
 //     crypto/cipher, and for the frames of the self-loop, each frame's
 //     open.
@@ -47,12 +48,26 @@
 //     waiting for tx buffers, and the self-loop's frames between them
 //     (those are charged per frame to Receive, Open and Protocol); with
 //     ipsec-mb a seal is only queued here.
-//   - Seal: the seal batch's runs (ipsec-mb: at the end of Poll, before
-//     each tx burst leaves, before a frame goes into the self-loop, when
-//     the batch is full); with crypto/cipher each seal.
-//   - Transmit: from the end of Poll through the port's Flush (its tx
-//     crossing, when frames are queued), and the full tx bursts the port
-//     sends from within Poll when the core asks for another buffer.
+//   - Seal: the seal batch's runs. With ipsec-mb on the DPDK port the
+//     batch runs inside the port's crossing that sends its frames (a C
+//     pre-transmit hook: engine.TxCHook), usually the next iteration's
+//     Recv: the crossing's C side stamps the hook's span (dpdk
+//     PortIO.SetStamps) and the port charges it, with the settling of
+//     the run in Go, to Seal (Charge), out of the section the crossing
+//     runs in. The batch runs the core makes itself (a full batch, a
+//     region's removal; with a Tx that has no C hook, the end of Poll and
+//     the Tx's Go hook) are sections of their own. With crypto/cipher, and
+//     for the frames of the self-loop (sealed at once), each seal.
+//   - Transmit: the frames' way out. With a port flushed every iteration
+//     (memport), from the end of Poll through its Flush. With the DPDK
+//     port, which sends an iteration's frames in the next iteration's Recv
+//     (runner.SendsOnRecv), the parts of that crossing that send (the
+//     frames handed to other cores, the tx burst, refilling the stash of
+//     tx buffers), charged out of the rx poll's section as Seal is; and
+//     the crossings that only transmit, each a section: a full tx burst
+//     sent from within Poll when the core asks for another buffer, and the
+//     Flush the loop makes before it runs closures, sleeps, yields or
+//     stops.
 //   - Completion: publishing the completions of portals that have new
 //     ones (the producer index, doorbells) and flushing the telemetry
 //     batch, at the end of Poll; a completion's entry is written in
@@ -60,11 +75,13 @@
 //
 // The per-iteration overhead, what the loop costs whatever it carries:
 //
-//   - Clock: from Flush's return to the next rx poll: the loop's clock
-//     read, once per iteration, and the few checks around it at the top
-//     of the loop (a control-plane closure pending, a stop, a stall, the
-//     loop's counters).
-//   - EmptyRx: an rx poll that returned no frame (a cgo crossing each).
+//   - Clock: from Flush's return (the end of Poll, with a port that sends
+//     on Recv) to the next rx poll: the loop's clock read, once per
+//     iteration, and the few checks around it at the top of the loop (a
+//     control-plane closure pending, a stop, a stall, the loop's
+//     counters).
+//   - EmptyRx: an rx poll that returned no frame (a cgo crossing each,
+//     less what it sent: Seal and Transmit).
 //   - EmptyPoll: the rest of an iteration whose rx poll returned no frame
 //     and whose Poll found nothing to do (its marks are charged
 //     provisionally, and moved here when it ends so: Provisional,
@@ -78,15 +95,22 @@
 //   - Idle: sleeping or yielding in an idle loop (Backoff, Yield): no
 //     cost of an op, never budgeted.
 //
-// Counts: each mark also counts a section of the stage it charges, so a
-// report has beside the cycles, per op, the clock reads (Clock), the
-// empty polls (EmptyRx, EmptyRings), the flushes and tx bursts sent from
-// within Poll (Transmit), and the open and seal batches (Open, Seal).
+// Counts: each mark, and each span charged apart (Charge), also counts a
+// section of the stage it charges, so a report has beside the cycles, per
+// op, the clock reads (Clock), the empty polls (EmptyRx, EmptyRings), the
+// crossings that transmit (Transmit), and the open and seal batches (Open,
+// Seal).
 //
 // The marks cost a counter read each (RDTSC: a few dozen cycles), about
-// eight per loop iteration that carries frames, and none per op on
-// rmad's data path (ipsec-mb, frames out of the port): the iteration's
-// ops share them.
+// eight per loop iteration that carries frames, a few more for the spans
+// charged apart (Charge reads the counter; the DPDK port's crossing reads
+// it at each of its phase boundaries, in C), and none per op on rmad's
+// data path (ipsec-mb, frames out of the port): the iteration's ops share
+// them. They are the profiler's own: they read the injected counter, never
+// the loop's clock, so the loop's invariants (engine/runner: one clock
+// read per iteration, at most two crossings into C, no allocation per op)
+// hold with stages as without; a loop given no Stages reads no counter at
+// all, and the DPDK port's crossing then pays one branch for its stamps.
 package stage
 
 // Stage is one stage of the data path (see the package documentation).

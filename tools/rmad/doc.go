@@ -138,8 +138,9 @@
 // engine.SelfTestPID) over keyx; -selftest-handover makes every answer
 // cross a hand-over ring. -profile (profile.go) adds the cost accounting
 // of package engine/stage: every core, its loop and its port mark their
-// stages on a counter of the CPU's time-stamp counter (internal/tsc), and
-// after the report rmad prints each stage's cycles and ns per op over the
+// stages on a counter of the CPU's time-stamp counter (internal/tsc; the
+// port's crossing, which seals, sends and receives at once, is split by
+// the counter's stamps its C side takes), and after the report rmad prints each stage's cycles and ns per op over the
 // measured window beside its budget, derived from the speed targets
 // (internal/benchrow) and the crypto cost of the run's op measured on
 // core 0's thread after the run (with -json: the row's "stages").
