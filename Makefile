@@ -20,7 +20,7 @@ C_TOOLS    := onerma-perf
 PYTHON  ?= /usr/bin/python3
 # BPF programs, compiled here, committed, embedded by their Go packages:
 # rmatop's probe and the XDP program of rmad's AF_XDP ports.
-BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/dpdkport/xdp/bpf/steer.bpf.o
+BPF_OBJS := engine/telemetry/probe/bpf/delay.bpf.o engine/port/dpdkport/xdp/bpf/steer.bpf.o
 # Keep the whole test run well under CI's budget (2 cores).
 TEST_TIMEOUT ?= 20m
 # Fuzz budgets are execution counts (seconds per target): a duration

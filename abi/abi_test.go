@@ -225,3 +225,37 @@ func TestClassNames(t *testing.T) {
 		t.Fatalf("Class(7) = %q", s)
 	}
 }
+
+// TestSummary: Ring sets a portal's bit (writing the word only when the
+// bit is clear), Take returns and clears a word, a portal outside the
+// summary does not ring, and the flag word shares the arm word's line
+// without overlapping it.
+func TestSummary(t *testing.T) {
+	if SummaryBytes(1) != 8 || SummaryBytes(64) != 8 || SummaryBytes(65) != 16 {
+		t.Fatal("SummaryBytes")
+	}
+	mem := make([]uint64, 2)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&mem[0])), 16)
+	for _, bad := range [][]byte{nil, b[:12], b[4:12]} {
+		if _, err := NewSummary(bad); err == nil {
+			t.Errorf("NewSummary took %d bytes at offset %d", len(bad), uintptr(unsafe.Pointer(unsafe.SliceData(bad)))%8)
+		}
+	}
+	s, err := NewSummary(b)
+	if err != nil || s.Words() != 2 || s.Portals() != 128 {
+		t.Fatalf("NewSummary: %v, %d words", err, s.Words())
+	}
+	s.Ring(3)
+	s.Ring(3)
+	s.Ring(70)
+	s.Ring(128) // outside: nothing
+	if mem[0] != 1<<3 || mem[1] != 1<<6 {
+		t.Fatalf("words %#x %#x", mem[0], mem[1])
+	}
+	if s.Take(0) != 1<<3 || s.Take(0) != 0 || s.Take(1) != 1<<6 || mem[1] != 0 {
+		t.Fatal("Take")
+	}
+	if SegmentSummaryOff < SegmentArmOff+4 || SegmentSummaryOff+4 > SegmentHeaderSize || SegmentSummaryOff/64 != SegmentArmOff/64 {
+		t.Error("the summary flag word is not beside the arm word in the header's second line")
+	}
+}

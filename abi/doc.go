@@ -18,7 +18,9 @@
 //	| SegmentHeader (64 B): magic "1RMA", version, |
 //	| segment size, ring offsets and capacities    |
 //	+--------------------------------------------+ 64
-//	| arm word u32 (completion doorbell), padding  |
+//	| arm word u32 (completion doorbell),          |
+//	| summary flag word u32 (summary doorbell) 68, |
+//	| padding                                      |
 //	+--------------------------------------------+ 128
 //	| command ring: RingHeader (128 B)             | CmdOff
 //	|   +0   producer index (app writes)  64 B     |
@@ -44,6 +46,23 @@
 // word back to 0 and writes the eventfd. Sequentially consistent atomics on
 // both sides mean no wake-up is lost. An engine never blocks on it, and a
 // portal that never arms costs one load per publication.
+//
+// The summary doorbell (summary.go): reading a portal's producer index
+// costs the engine a cache line the application's CPU holds, even when
+// nothing was posted. Each engine core has a page of one bit per portal
+// (Summary), which every application of the core maps (the summary
+// control request): after publishing commands (a sequentially consistent
+// store of the producer index) an application sets its bit, and the
+// engine takes (swaps to 0) the words once per poll and reads only the
+// rings whose bits were set, besides the rings it left commands in and a
+// fallback scan of every ring at least every engine.Config.SummaryScan.
+// An application says it rings by storing SummaryOn in its segment's
+// summary flag word (SegmentSummaryOff), which the engine reads in its
+// scans; a segment whose word stays 0 (an older client) has its ring read
+// in every poll. The page is shared by every tenant of the core, so the
+// engine trusts it only for where to look first: a bit set by another
+// costs one idle read, a bit cleared by another delays a post to the next
+// scan, and no post is ever lost (docs/protocol.md, The summary doorbell).
 //
 // The paper (1RMA, SIGCOMM 2020, §4.3-§4.5 and Appendix B) issues a command
 // as four 16-byte MMIO stores into an on-NIC slot; here a command is one

@@ -122,11 +122,17 @@ func (p *Producer) Reserve() []byte {
 func (p *Producer) Commit() { p.next++ }
 
 // Publish makes every committed entry visible to the consumer with one
-// store (batched publication; Kalia et al. doorbell batching).
-func (p *Producer) Publish() {
+// store (batched publication; Kalia et al. doorbell batching), and
+// reports whether it stored a new index (false: nothing was committed
+// since the last Publish). The store is sequentially consistent (Go's
+// atomics are), as a summary doorbell's ring after it needs
+// (Summary.Ring).
+func (p *Producer) Publish() bool {
 	if p.prod.Load() != p.next {
 		p.prod.Store(p.next) // pairs with the consumer's Load in Peek
+		return true
 	}
+	return false
 }
 
 // Pending reports committed entries not yet consumed (as last seen).
@@ -198,6 +204,10 @@ func (c *Consumer) Available() uint32 {
 	c.Peek()
 	return c.prodCache - c.next
 }
+
+// Seen reports entries published and not yet consumed as last seen,
+// without reading the producer index: what a later Peek returns for sure.
+func (c *Consumer) Seen() uint32 { return c.prodCache - c.next }
 
 // Corrupt reports whether the peer wrote an impossible producer index.
 func (c *Consumer) Corrupt() bool { return c.corrupt }

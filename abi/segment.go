@@ -13,8 +13,9 @@ const (
 	SegmentVersion uint16 = 1
 	// SegmentHeaderSize is padded to two cache lines.
 	SegmentHeaderSize = 128
-	// SegmentArmOff is the completion doorbell's arm word (uint32), alone
-	// in the header's second cache line. The application stores 1 before
+	// SegmentArmOff is the completion doorbell's arm word (uint32), in
+	// the header's second cache line (with the summary flag word,
+	// SegmentSummaryOff). The application stores 1 before
 	// it sleeps on the doorbell; the engine, after publishing completions,
 	// swaps a 1 back to 0 and rings (like ibv_req_notify_cq). Both sides
 	// use sequentially consistent atomics, so a completion published

@@ -90,6 +90,15 @@ const (
 	// completions and the application has armed the segment's arm word
 	// (abi.SegmentArmOff), so the application can sleep instead of spin.
 	OpDoorbell Op = "doorbell"
+	// OpSummary returns the summary doorbell of the core that serves the
+	// portal as a memfd (abi.Summary: one bit per portal of the core, in
+	// a page every application of the core maps): an application that
+	// maps it, stores abi.SummaryOn in its segment's summary flag word
+	// (abi.SegmentSummaryOff) and rings its bit after every publication
+	// of its command ring has that ring read only when it rang (and in
+	// the engine's fallback scans). An engine older than it refuses it
+	// (bad_request), and the application goes on without it.
+	OpSummary Op = "summary"
 )
 
 // Request is one control request. Which fields are allowed, and required,
@@ -103,6 +112,7 @@ const (
 //	deregister_region  region (required)
 //	rekey              region, key (required)
 //	identity, stats    nothing else
+//	doorbell, summary  nothing else
 //
 // v (== Version) and op are required in every request; id is optional and
 // echoed in the response.
@@ -208,6 +218,7 @@ var opKeys = map[Op]struct{ allowed, required uint16 }{
 	OpIdentity:         {0, 0},
 	OpStats:            {0, 0},
 	OpDoorbell:         {0, 0},
+	OpSummary:          {0, 0},
 }
 
 func keyName(bit uint16) string {

@@ -30,8 +30,8 @@ const (
 )
 
 // Response answers one request. Exactly one of Error or the op's result is
-// set. A response to open, create_region or doorbell carries one file
-// descriptor as SCM_RIGHTS when (and only when) it succeeds.
+// set. A response to open, create_region, doorbell or summary carries one
+// file descriptor as SCM_RIGHTS when (and only when) it succeeds.
 type Response struct {
 	V     uint32 `json:"v"`
 	ID    uint64 `json:"id,omitempty"`
@@ -42,13 +42,14 @@ type Response struct {
 	// Quota* names).
 	Quota string `json:"quota,omitempty"`
 
-	Open     *OpenReply   `json:"open,omitempty"`
-	Attach   *AttachReply `json:"attach,omitempty"`
-	Slots    []uint32     `json:"slots,omitempty"`
-	Memory   *MemoryReply `json:"memory,omitempty"`
-	Region   *RegionReply `json:"region,omitempty"`
-	Identity *Identity    `json:"identity,omitempty"`
-	Stats    *Stats       `json:"stats,omitempty"`
+	Open     *OpenReply    `json:"open,omitempty"`
+	Attach   *AttachReply  `json:"attach,omitempty"`
+	Slots    []uint32      `json:"slots,omitempty"`
+	Memory   *MemoryReply  `json:"memory,omitempty"`
+	Region   *RegionReply  `json:"region,omitempty"`
+	Identity *Identity     `json:"identity,omitempty"`
+	Stats    *Stats        `json:"stats,omitempty"`
+	Summary  *SummaryReply `json:"summary,omitempty"`
 }
 
 // Names of the pools a tenant is held to a quota and a guarantee of
@@ -89,6 +90,14 @@ type MemoryReply struct {
 	Size    uint64 `json:"size"`     // bytes asked for
 	MapSize uint64 `json:"map_size"` // bytes to map (Size rounded up to the page size)
 	Hugetlb bool   `json:"hugetlb"`  // backed by huge pages
+}
+
+// SummaryReply describes the summary doorbell whose memfd comes with the
+// response (OpSummary): the portal's bit is attach's portal (bit p%64 of
+// the little-endian u64 word p/64).
+type SummaryReply struct {
+	Size    uint64 `json:"size"`     // bytes of summary words (a multiple of 8, covering every portal of the core)
+	MapSize uint64 `json:"map_size"` // bytes to map (Size rounded up to the page size)
 }
 
 // RegionReply describes a registered region (its memory is the one
@@ -198,7 +207,7 @@ type Stats struct {
 	// req_errors).
 	RekeysSuperseded uint64 `json:"rekeys_superseded"`
 	// Fault are the counters of the fault-injecting port wrapper
-	// (engine/faultport) in front of the engine's port; absent when the
+	// (engine/port/faultport) in front of the engine's port; absent when the
 	// engine runs without one (the usual case).
 	Fault *FaultStats `json:"fault,omitempty"`
 	// Loop are the poll loop's counters (engine/runner), published by the
@@ -361,8 +370,8 @@ type PortXDPStats struct {
 	Err      string         `json:"error,omitempty"` // some counters could not be read
 }
 
-// XDPSteerStats are the steering program's counters (engine/dpdkport/xdp.Stats,
-// field for field).
+// XDPSteerStats are the steering program's counters
+// (engine/port/dpdkport/xdp.Stats, field for field).
 type XDPSteerStats struct {
 	ToEngine uint64 `json:"to_engine"` // frames for the engine, to its sockets
 	NoSocket uint64 `json:"no_socket"` // frames for the engine on an rx queue without a socket (to the kernel, which drops them)
@@ -381,7 +390,7 @@ type XDPSocketStats struct {
 }
 
 // PortDriverStats are the engine's port driver's counters
-// (engine/dpdkport.Stats, field for field).
+// (engine/port/dpdkport.Stats, field for field).
 type PortDriverStats struct {
 	TxFrames   uint64 `json:"tx_frames"`    // accepted by the tx queue
 	TxDropped  uint64 `json:"tx_dropped"`   // refused by the tx queue after all retries
@@ -390,6 +399,10 @@ type PortDriverStats struct {
 	RxMultiSeg uint64 `json:"rx_multi_seg"` // multi-segment frames dropped
 	AllocFails uint64 `json:"alloc_fails"`  // mbuf stash refills that fell short
 	IOCalls    uint64 `json:"io_calls"`     // cgo crossings
+	// TxFullCalls are those made in the middle of an iteration: its
+	// frames filled a tx burst (or the mbuf stash) before the next poll
+	// step could send them.
+	TxFullCalls uint64 `json:"tx_full_calls"`
 	// Frames handed between the cores of an engine of several: those this
 	// core's queue received for another core and put in its ring, those
 	// it took from the other cores' rings (part of rx_frames), and those
@@ -450,6 +463,21 @@ type LoopStats struct {
 	Execs      uint64 `json:"execs"`       // control-plane closures run on the loop
 	Stalls     uint64 `json:"stalls"`      // gaps between iterations over the stall threshold (the loop could not run)
 	StalledNs  uint64 `json:"stalled_ns"`  // their total length
+
+	// The loop's invariants, counted (runner.Stats): one clock read per
+	// iteration (and one more per sleep cut short), at most 2 cgo
+	// crossings per iteration, no look at a command ring with nothing new
+	// outside the fallback scans.
+	WorkIterations uint64 `json:"work_iterations"` // iterations that did work
+	ClockReads     uint64 `json:"clock_reads"`     // clock reads of the loop
+	WokenEarly     uint64 `json:"woken_early"`     // sleeps cut short (a control-plane call, stop, a signal)
+	Crossings      uint64 `json:"crossings"`       // cgo calls of the port and the core in iterations
+	CrossingsMax   uint64 `json:"crossings_max"`   // the most of one iteration (summed over cores: the most of any)
+	CrossingsOver  uint64 `json:"crossings_over"`  // iterations with more than 2
+	RingLooks      uint64 `json:"ring_looks"`      // command rings read
+	RingLooksIdle  uint64 `json:"ring_looks_idle"` // of those, with nothing new
+	RingScans      uint64 `json:"ring_scans"`      // fallback scans of every portal (summary doorbell)
+	RingRungIdle   uint64 `json:"ring_rung_idle"`  // idle looks the summary asked for (a lost race, or another tenant's bit)
 }
 
 // FaultStats are a fault-injecting port wrapper's counters

@@ -23,9 +23,16 @@
 // and Mbuf.Room are []byte views of C memory made with unsafe.Slice: no
 // copy, no cgo call. PortIO fuses a poll step into one call: send the tx
 // burst (bounded retries, then drop and count), free the previous rx burst,
-// receive a new one, refill a stash of free tx mbufs. A cgo call costs
-// tens of nanoseconds (BenchmarkCgoNoop), a burst of 32 frames about a
-// microsecond.
+// receive a new one, refill a stash of free tx mbufs. A caller that must
+// finish the queued frames in C first (another cgo library's seals, say)
+// gives the step a pre-transmit hook (PortIO.SetPreTx: a C function
+// pointer and its argument, which this package calls and knows nothing
+// more of), so the two share the one crossing. Asked to (PortIO.SetStamps),
+// the step records the CPU's time-stamp counter (rte_rdtsc) at the
+// boundaries of its phases, for a caller that charges the parts of the one
+// crossing to what it spends them on; otherwise that costs it one branch.
+// A cgo call costs tens of nanoseconds (BenchmarkCgoNoop), a burst of 32
+// frames about a microsecond.
 //
 // Hand-over between polling threads: a Ring is an rte_ring of mbuf
 // pointers, lock-free on both ends when single-producer and
@@ -33,7 +40,9 @@
 // up to a burst from such rings after its rx burst (no extra crossing);
 // a Fanout gathers the mbufs a thread gives to others in C arrays and
 // enqueues them on every destination's ring in one crossing, adding a
-// reference per ring to an mbuf every destination must see.
+// reference per ring to an mbuf every destination must see; as a PortIO's
+// outbound (PortIO.SetOutbound) it rides the next poll step's crossing
+// instead of making its own.
 //
 // Threads: Init runs rte_eal_init on a dedicated goroutine locked to its OS
 // thread, which stays parked as the EAL's main lcore thread, so the EAL's
@@ -43,7 +52,7 @@
 // mempool's per-lcore cache, and never unlocks afterwards.
 //
 // Place in the import graph: a leaf (imports golang.org/x/sys/unix only).
-// engine/dpdkport builds the engine's Port on it and tools/rmad
+// engine/port/dpdkport builds the engine's Port on it and tools/rmad
 // initialises it; the protocol core (engine) never imports it.
 // Subpackage dpdktest starts the EAL for tests.
 package dpdk

@@ -1,5 +1,6 @@
 /* onerma_dpdk.c: see onerma_dpdk.h. */
 #include "onerma_dpdk.h"
+#include "onerma_ring.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -8,6 +9,8 @@
 
 #include <stdio.h>
 
+#include <rte_branch_prediction.h>
+#include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
 #include <rte_ring.h>
@@ -501,12 +504,31 @@ static void io_refill(struct onerma_io *io)
 	}
 }
 
-uint16_t onerma_port_io(struct onerma_io *io, int flags)
+/* One poll step (onerma_port_io). stamp is a constant where it is inlined:
+ * without it, the stamps compile away. */
+static inline __attribute__((always_inline)) uint16_t port_io(struct onerma_io *io, int flags,
+							      const int stamp)
 {
 	uint16_t n = io->n_tx;
 
+#define IO_STAMP(i)                                    \
+	do {                                           \
+		if (stamp)                             \
+			io->tsc[(i)] = rte_rdtsc();    \
+	} while (0)
+
+	IO_STAMP(ONERMA_IO_T_START);
 	io->calls++;
+	/* The frames handed to other queues since the last crossing, before
+	 * the rx burst they came in (whose broadcast mbufs they reference) is
+	 * freed below. */
+	if (io->out != NULL && io->out->queued > 0)
+		onerma_fanout_flush(io->out);
+	IO_STAMP(ONERMA_IO_T_PRE_TX);
 	if (n > 0) {
+		if (io->pre_tx != NULL)
+			io->pre_tx(io->pre_tx_arg);
+		IO_STAMP(ONERMA_IO_T_TX);
 		uint16_t sent = rte_eth_tx_burst(io->port, io->queue, io->tx, n);
 		unsigned int tries = 0;
 		while (sent < n && tries < io->tx_retries) {
@@ -519,7 +541,10 @@ uint16_t onerma_port_io(struct onerma_io *io, int flags)
 		}
 		io->tx_pkts += sent;
 		io->n_tx = 0;
+	} else if (stamp) {
+		io->tsc[ONERMA_IO_T_TX] = io->tsc[ONERMA_IO_T_PRE_TX];
 	}
+	IO_STAMP(ONERMA_IO_T_SENT);
 	if (flags & ONERMA_IO_RX) {
 		/* Free the previous burst first: its mbufs go back to this
 		 * lcore's mempool cache, where the refill below finds them. */
@@ -528,8 +553,10 @@ uint16_t onerma_port_io(struct onerma_io *io, int flags)
 			io->n_rx = 0;
 		}
 	}
+	IO_STAMP(ONERMA_IO_T_FREED);
 	if (io->n_stash < io->stash_low)
 		io_refill(io);
+	IO_STAMP(ONERMA_IO_T_REFILLED);
 	if (flags & ONERMA_IO_RX) {
 		uint16_t n = rte_eth_rx_burst(io->port, io->queue, io->rx, io->burst);
 		io->rx_pkts += n;
@@ -547,9 +574,22 @@ uint16_t onerma_port_io(struct onerma_io *io, int flags)
 			n += (uint16_t)got;
 		}
 		io->n_rx = n;
+		IO_STAMP(ONERMA_IO_T_END);
 		return n;
 	}
+	IO_STAMP(ONERMA_IO_T_END);
 	return 0;
+#undef IO_STAMP
+}
+
+uint16_t onerma_port_io(struct onerma_io *io, int flags)
+{
+	/* One branch when no one asked for the stamps. */
+	if (unlikely(io->stamp))
+		return port_io(io, flags, 1);
+	return port_io(io, flags, 0);
 }
 
 void onerma_noop(void) {}
+
+void onerma_count_hook(void *arg) { (*(uint64_t *)arg)++; }

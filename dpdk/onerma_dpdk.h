@@ -146,6 +146,36 @@ void onerma_free_bulk(struct rte_mbuf **pkts, unsigned int n);
 void onerma_pktmbuf_free(struct rte_mbuf *m);
 
 /*
+ * A pre-transmit hook: a C function another library supplies, run by
+ * onerma_port_io right before it transmits, on the polling thread, with
+ * the argument given with it (C memory). It knows nothing of what the
+ * hook does: it lets the caller finish the frames queued for transmission
+ * (seal them, say) inside the same crossing.
+ */
+typedef void (*onerma_io_hook)(void *arg);
+
+/*
+ * The phase boundaries of a crossing of onerma_port_io, where it reads the
+ * CPU's time-stamp counter when asked to (onerma_io.stamp): for a caller
+ * that charges the crossing's parts to what it spends them on. The phases,
+ * in order: the outbound fanout, the pre-transmit hook, the tx burst,
+ * freeing the previous rx burst, refilling the stash, the rx burst and the
+ * inbound rings.
+ */
+enum {
+	ONERMA_IO_T_START,    /* the crossing begins */
+	ONERMA_IO_T_PRE_TX,   /* the outbound fanout sent: the pre-transmit hook begins */
+	ONERMA_IO_T_TX,       /* the hook returned: the tx burst begins */
+	ONERMA_IO_T_SENT,     /* the tx burst sent (retries, drops): freeing the rx burst begins */
+	ONERMA_IO_T_FREED,    /* the previous rx burst freed: the refill begins */
+	ONERMA_IO_T_REFILLED, /* the stash refilled: the rx burst begins */
+	ONERMA_IO_T_END,      /* the rx burst and the inbound rings received: the crossing ends */
+	ONERMA_IO_NTSC
+};
+
+struct onerma_fanout;
+
+/*
  * onerma_io: the state of one fused rx/tx queue pair, in C memory. Go writes
  * the "in" fields and reads everything else directly (no cgo call); only
  * onerma_port_io crosses.
@@ -169,7 +199,15 @@ struct onerma_io {
 	uint16_t n_in;        /* how many */
 	uint16_t in_max;      /* mbufs taken from them per receive (<= burst) */
 	uint16_t in_next;     /* the ring the next receive starts from */
-	uint16_t pad;
+	uint16_t stamp;       /* in: nonzero: record tsc[] in every crossing */
+	onerma_io_hook pre_tx;      /* in: run before a tx burst is sent (NULL: none) */
+	void *pre_tx_arg;
+	struct onerma_fanout *out;  /* in: what this queue hands to others, sent first by every
+	                             * crossing that finds something queued in it (NULL: none) */
+	/* out, with stamp: rte_rdtsc() at the phase boundaries of the last
+	 * crossing (ONERMA_IO_T_*); a phase the crossing skipped is as short
+	 * as reading the counter twice. */
+	uint64_t tsc[ONERMA_IO_NTSC];
 	/* Cumulative counters, written by onerma_port_io only. */
 	uint64_t calls;
 	uint64_t tx_pkts;
@@ -187,10 +225,14 @@ struct onerma_io *onerma_io_new(uint16_t port, uint16_t queue, struct rte_mempoo
 				uint16_t burst, uint16_t stash_cap);
 /* Frees every mbuf the io still holds (tx, rx, stash) and the io itself. */
 void onerma_io_free(struct onerma_io *io);
-/* One poll step: tx, [free rx, rx,] refill. Returns n_rx (0 without ONERMA_IO_RX). */
+/* One poll step: the outbound fanout, the pre-transmit hook and tx, [free rx,]
+ * refill, [rx]; with io->stamp, the time-stamp counter at each boundary in
+ * io->tsc. Returns n_rx (0 without ONERMA_IO_RX). */
 uint16_t onerma_port_io(struct onerma_io *io, int flags);
 
 /* For benchmarks of the crossing itself. */
 void onerma_noop(void);
+/* For tests of the pre-transmit hook: adds one to the uint64_t at arg. */
+void onerma_count_hook(void *arg);
 
 #endif

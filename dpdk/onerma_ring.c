@@ -91,10 +91,15 @@ void onerma_fanout_free(struct onerma_fanout *f)
 
 unsigned int onerma_fanout_send(struct onerma_fanout *f)
 {
+	f->calls++;
+	return onerma_fanout_flush(f);
+}
+
+unsigned int onerma_fanout_flush(struct onerma_fanout *f)
+{
 	unsigned int sent = 0;
 	uint16_t j, k;
 
-	f->calls++;
 	/* A reference per ring first: once one ring holds the mbuf, its
 	 * consumer may free its reference at any time. The sender's own
 	 * reference stays with the sender. */
@@ -119,6 +124,7 @@ unsigned int onerma_fanout_send(struct onerma_fanout *f)
 		f->len[j] = 0;
 	}
 	f->n_bcast = 0;
+	f->queued = 0;
 	f->sent += sent;
 	return sent;
 }

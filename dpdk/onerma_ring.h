@@ -58,8 +58,9 @@ struct onerma_fanout {
 	uint16_t cap;            /* per destination, and of bcast */
 	uint16_t n_bcast;
 	uint16_t n_rings;        /* destinations with a ring */
-	/* Cumulative counters, written by onerma_fanout_send only. */
-	uint64_t calls;
+	uint16_t queued;         /* mbufs queued since the last send (Go keeps it; send zeroes it) */
+	/* Cumulative counters, written by onerma_fanout_send and _flush only. */
+	uint64_t calls;          /* crossings of onerma_fanout_send */
 	uint64_t sent;    /* references enqueued (a broadcast mbuf counts once per ring) */
 	uint64_t dropped; /* references a full ring refused, freed */
 };
@@ -68,8 +69,11 @@ struct onerma_fanout *onerma_fanout_new(struct rte_ring **rings, uint16_t n, uin
 /* Frees every queued mbuf reference and the fanout itself. */
 void onerma_fanout_free(struct onerma_fanout *f);
 /* Enqueues everything queued, frees what full rings refused; returns the
- * references enqueued. */
+ * references enqueued. One crossing (counted in calls). */
 unsigned int onerma_fanout_send(struct onerma_fanout *f);
+/* The same, from inside another crossing (onerma_port_io with io->out):
+ * not counted in calls. */
+unsigned int onerma_fanout_flush(struct onerma_fanout *f);
 
 /* The rings a PortIO also receives from (onerma_port_io with ONERMA_IO_RX:
  * after the rx burst, up to in_max mbufs from them, starting at a different

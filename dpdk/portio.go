@@ -1,6 +1,7 @@
 package dpdk
 
 /*
+#include <stdlib.h>
 #include "onerma_dpdk.h"
 */
 import "C"
@@ -16,12 +17,18 @@ import (
 // side reads and writes that state directly; only Do crosses into C, once
 // per burst, and does in that one crossing
 //
-//  1. transmit the queued tx burst (retrying frames the queue refused up to
-//     TxRetries times, then freeing them and counting them as dropped),
+//  1. send what the outbound Fanout holds (SetOutbound), run the
+//     pre-transmit hook (SetPreTx) and transmit the queued tx burst
+//     (retrying frames the queue refused up to TxRetries times, then
+//     freeing them and counting them as dropped),
 //  2. with rx: free the previous rx burst and receive a new one, then
 //     (SetInbound) take what other threads handed over in rings,
 //  3. refill the stash when it is below half full (bulk alloc; near pool
-//     exhaustion, whatever is left).
+//     exhaustion, whatever is left); with rx, between freeing the
+//     previous burst and receiving the next,
+//
+// and, asked to (SetStamps), records the CPU's time-stamp counter at the
+// boundaries of those phases (Stamps).
 //
 // A PortIO is owned by one goroutine, which should be locked to an OS
 // thread registered with the EAL (RegisterThread) so the mempool's
@@ -71,6 +78,93 @@ func (io *PortIO) Close() {
 
 // Burst is the capacity of the tx and rx bursts.
 func (io *PortIO) Burst() int { return len(io.tx) }
+
+// SetPreTx installs a pre-transmit hook: fn, a C function of type
+// void (*)(void *), runs with arg inside every Do that has frames to
+// send, on the caller's thread, right before they are transmitted (after
+// the outbound Fanout's send). It lets another cgo library finish the
+// queued frames (seal them, say) in the same crossing as the burst that
+// sends them: this package knows nothing of what fn does. arg must be C
+// memory (or nil), and both must stay valid until SetPreTx(nil, nil).
+// fn must not call back into Go.
+func (io *PortIO) SetPreTx(fn, arg unsafe.Pointer) {
+	io.c.pre_tx = (*[0]byte)(fn)
+	io.c.pre_tx_arg = arg
+}
+
+// CountingHook is a pre-transmit hook for tests and benchmarks of
+// SetPreTx: fn adds one to a counter in C memory, arg, which count reads
+// (on the goroutine that runs Do). Each call allocates a counter that is
+// never freed.
+func CountingHook() (fn, arg unsafe.Pointer, count func() uint64) {
+	c := (*C.uint64_t)(C.calloc(1, 8))
+	if c == nil {
+		panic("dpdk: CountingHook: out of memory")
+	}
+	return unsafe.Pointer(C.onerma_count_hook), unsafe.Pointer(c), func() uint64 { return uint64(*c) }
+}
+
+// Calls is the number of crossings Do has made (Counters().Calls),
+// without reading the other counters.
+func (io *PortIO) Calls() uint64 { return uint64(io.c.calls) }
+
+// Stamps are the CPU's time-stamp counter (rte_rdtsc) at the phase
+// boundaries of the last Do, recorded when SetStamps asked for them: for a
+// caller that charges the parts of the one crossing to what it spends them
+// on. A phase the Do skipped (no tx burst, no rx) lasts about as long as
+// two reads of the counter. The spans are in the counter's units.
+type Stamps struct {
+	Start    uint64 // the crossing begins
+	PreTx    uint64 // the outbound Fanout sent: the pre-transmit hook begins
+	Tx       uint64 // the hook returned: the tx burst begins
+	Sent     uint64 // the tx burst sent (retries and drops included)
+	Freed    uint64 // the previous rx burst freed: the stash's refill begins
+	Refilled uint64 // the stash refilled: the rx burst begins
+	End      uint64 // the rx burst and the inbound rings' mbufs received: the crossing ends
+}
+
+// Outbound is the span of the outbound Fanout's send (SetOutbound).
+func (s *Stamps) Outbound() uint64 { return s.PreTx - s.Start }
+
+// PreTxHook is the span of the pre-transmit hook (SetPreTx).
+func (s *Stamps) PreTxHook() uint64 { return s.Tx - s.PreTx }
+
+// Send is the span of the tx burst.
+func (s *Stamps) Send() uint64 { return s.Sent - s.Tx }
+
+// FreeRx is the span of freeing the previous rx burst.
+func (s *Stamps) FreeRx() uint64 { return s.Freed - s.Sent }
+
+// Refill is the span of the stash's refill.
+func (s *Stamps) Refill() uint64 { return s.Refilled - s.Freed }
+
+// Receive is the span of the rx burst and the inbound rings.
+func (s *Stamps) Receive() uint64 { return s.End - s.Refilled }
+
+// SetStamps makes every Do record the time-stamp counter at its phase
+// boundaries (Stamps) when on: a few reads of the counter per crossing.
+// Off (the default), Do pays one branch for it.
+func (io *PortIO) SetStamps(on bool) {
+	io.c.stamp = 0
+	if on {
+		io.c.stamp = 1
+	}
+}
+
+// Stamps returns the stamps of the last Do (zero before SetStamps(true)
+// and a Do). No crossing: they are read from the PortIO's C memory.
+func (io *PortIO) Stamps() Stamps {
+	t := &io.c.tsc
+	return Stamps{
+		Start:    uint64(t[C.ONERMA_IO_T_START]),
+		PreTx:    uint64(t[C.ONERMA_IO_T_PRE_TX]),
+		Tx:       uint64(t[C.ONERMA_IO_T_TX]),
+		Sent:     uint64(t[C.ONERMA_IO_T_SENT]),
+		Freed:    uint64(t[C.ONERMA_IO_T_FREED]),
+		Refilled: uint64(t[C.ONERMA_IO_T_REFILLED]),
+		End:      uint64(t[C.ONERMA_IO_T_END]),
+	}
+}
 
 // Do runs one fused step (see PortIO) and returns the number of mbufs
 // received (0 when rx is false). With rx, the previous rx burst is freed:

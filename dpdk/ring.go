@@ -104,12 +104,11 @@ type Fanout struct {
 	bcast []*Mbuf  // view of c.bcast
 	has   []bool   // has[j]: destination j has a ring
 	cap   int
-	n     int // mbufs queued since the last Send (each AddAll once)
 }
 
 // FanoutCounters are cumulative counters of a Fanout.
 type FanoutCounters struct {
-	Calls   uint64 // Send crossings
+	Calls   uint64 // Send crossings (not the sends a PortIO's Do makes: SetOutbound)
 	Sent    uint64 // mbuf references enqueued (an AddAll mbuf counts once per ring)
 	Dropped uint64 // references a full ring refused (freed)
 }
@@ -151,13 +150,13 @@ func NewFanout(rings []*Ring, capacity int) (*Fanout, error) {
 // panics past the capacity or for a destination without a ring (bugs of
 // the caller).
 func (f *Fanout) Add(j int, m *Mbuf) {
-	if f.n == f.cap || !f.has[j] {
+	if int(f.c.queued) == f.cap || !f.has[j] {
 		panic("dpdk: Fanout.Add past its capacity or to no ring")
 	}
 	k := f.len[j]
 	f.buf[j*f.cap+int(k)] = m
 	f.len[j] = k + 1
-	f.n++
+	f.c.queued++
 }
 
 // AddAll queues m for every destination with a ring. The caller keeps its
@@ -165,22 +164,22 @@ func (f *Fanout) Add(j int, m *Mbuf) {
 // adds one reference per ring before any ring holds it. AddAll panics past
 // the capacity.
 func (f *Fanout) AddAll(m *Mbuf) {
-	if f.n == f.cap {
+	if int(f.c.queued) == f.cap {
 		panic("dpdk: Fanout.AddAll past its capacity")
 	}
 	f.bcast[f.c.n_bcast] = m
 	f.c.n_bcast++
-	f.n++
+	f.c.queued++
 }
 
-// Len is the number of mbufs queued since the last Send.
-func (f *Fanout) Len() int { return f.n }
+// Len is the number of mbufs queued since the last send (Send, or a
+// PortIO's Do when the Fanout is its outbound).
+func (f *Fanout) Len() int { return int(f.c.queued) }
 
 // Send enqueues every queued mbuf on its ring (one cgo crossing for all
 // rings); what a full ring refuses is freed and counted (Dropped). It
 // returns the references enqueued.
 func (f *Fanout) Send() int {
-	f.n = 0
 	return int(C.onerma_fanout_send(f.c))
 }
 
@@ -196,6 +195,21 @@ func (f *Fanout) Close() {
 		C.onerma_fanout_free(f.c)
 		f.c, f.buf, f.len, f.bcast = nil, nil, nil, nil
 	}
+}
+
+// SetOutbound makes every Do send what f has queued first (when it has
+// anything queued), inside the same crossing: the frames this queue's
+// poller hands to others then leave with its next poll step, with no
+// crossing of their own, before the rx burst they came in is freed (an
+// AddAll mbuf's references are added first). f must belong to the same
+// goroutine and outlive the PortIO, or be removed (SetOutbound(nil))
+// first; Send still works and sends at once.
+func (io *PortIO) SetOutbound(f *Fanout) {
+	if f == nil {
+		io.c.out = nil
+		return
+	}
+	io.c.out = f.c
 }
 
 // SetInbound makes Do(true) also receive from rings (nil entries

@@ -394,3 +394,138 @@ func TestInboundAllocs(t *testing.T) {
 		t.Errorf("%v allocations per burst, want 0", allocs)
 	}
 }
+
+// TestPortIOPreTxOutbound: a Do with frames to send runs the pre-transmit
+// hook first (one without, never), and every Do sends what its outbound
+// Fanout holds, in the same crossing: the Fanout counts no crossing of
+// its own, and a broadcast mbuf of the rx burst the Do frees reaches its
+// ring with a reference of the ring's own.
+func TestPortIOPreTxOutbound(t *testing.T) {
+	port, pool := dpdktest.Port(t, ringIO)
+	inUse := pool.InUse()
+	io, err := dpdk.NewPortIO(port, 0, pool, 8, 16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, arg, count := dpdk.CountingHook()
+	io.SetPreTx(fn, arg)
+	r, err := dpdk.NewRing("t_out", 16, dpdk.SocketAny, dpdk.SingleProducer|dpdk.SingleConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Free()
+	f, err := dpdk.NewFanout([]*dpdk.Ring{r}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	io.SetOutbound(f)
+
+	io.Do(true) // stash; nothing to send
+	if count() != 0 {
+		t.Fatalf("hook ran %d times with nothing to send", count())
+	}
+	for i := range 2 {
+		m := io.TakeStash()
+		fill(m.Room()[:64], i)
+		m.SetLen(64)
+		io.QueueTx(m)
+	}
+	if n := io.Do(true); n != 2 || count() != 1 {
+		t.Fatalf("Do(true) received %d, hook ran %d times; want 2 and 1", n, count())
+	}
+	// Hand the first received frame to the ring, and broadcast the second
+	// (kept in the burst, freed by the next Do).
+	rx := io.Rx()
+	gone, kept := rx[0], rx[1]
+	rx[0] = kept
+	io.TrimRx(1)
+	f.Add(0, gone)
+	f.AddAll(kept)
+	if f.Len() != 2 {
+		t.Fatalf("Len %d, want 2", f.Len())
+	}
+	before := io.Calls()
+	if n := io.Do(true); n != 0 {
+		t.Fatalf("Do(true) received %d, want 0", n)
+	}
+	if io.Calls() != before+1 || f.Len() != 0 || count() != 1 {
+		t.Fatalf("calls +%d, fanout holds %d, hook ran %d times: want 1 crossing, 0 left, 1", io.Calls()-before, f.Len(), count())
+	}
+	if c := f.Counters(); c.Calls != 0 || c.Sent != 2 {
+		t.Errorf("fanout counters %+v, want no crossing of its own and 2 sent", c)
+	}
+	b, err := dpdk.NewBurst(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if n := r.Dequeue(b, 0, 4); n != 2 || b.Mbufs[0] != gone || b.Mbufs[1] != kept {
+		t.Fatalf("ring gave %d mbufs", n)
+	}
+	if kept.Refs() != 1 {
+		t.Errorf("broadcast mbuf has %d references once the Do freed the burst's, want 1 (the ring's)", kept.Refs())
+	}
+	check(t, gone.Data(), 0, 64)
+	check(t, kept.Data(), 1, 64)
+	dpdk.FreeBurst(b, 0, 2)
+	io.SetOutbound(nil)
+	io.SetPreTx(nil, nil)
+	io.Close()
+	if got := pool.InUse(); got != inUse {
+		t.Errorf("mbufs in use: %d, want %d", got, inUse)
+	}
+}
+
+// TestPortIOStamps: with SetStamps a Do records the time-stamp counter at
+// its phase boundaries, in order, a phase it skips (no frame to send: no
+// hook) as long as nothing; without, it records nothing.
+func TestPortIOStamps(t *testing.T) {
+	port, pool := dpdktest.Port(t, ringIO)
+	inUse := pool.InUse()
+	io, err := dpdk.NewPortIO(port, 0, pool, 8, 16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, arg, count := dpdk.CountingHook()
+	io.SetPreTx(fn, arg)
+	io.Do(true) // the stash; no stamps asked for
+	if s := io.Stamps(); s != (dpdk.Stamps{}) {
+		t.Fatalf("stamps %+v without SetStamps", s)
+	}
+	io.SetStamps(true)
+	for i := range 2 {
+		m := io.TakeStash()
+		fill(m.Room()[:64], i)
+		m.SetLen(64)
+		io.QueueTx(m)
+	}
+	if n := io.Do(true); n != 2 || count() != 1 {
+		t.Fatalf("Do(true) received %d, hook ran %d times; want 2 and 1", n, count())
+	}
+	s := io.Stamps()
+	ordered := func(s dpdk.Stamps) bool {
+		return s.Start != 0 && s.Start <= s.PreTx && s.PreTx <= s.Tx && s.Tx <= s.Sent && s.Sent <= s.Freed &&
+			s.Freed <= s.Refilled && s.Refilled <= s.End
+	}
+	if !ordered(s) || s.Outbound()+s.PreTxHook()+s.Send()+s.FreeRx()+s.Refill()+s.Receive() != s.End-s.Start {
+		t.Fatalf("stamps %+v: not in the order of the phases", s)
+	}
+	if n := io.Do(true); n != 0 { // nothing to send: no hook
+		t.Fatalf("Do(true) received %d, want 0", n)
+	}
+	s2 := io.Stamps()
+	if !ordered(s2) || s2.Start < s.End || s2.PreTxHook() != 0 || count() != 1 {
+		t.Fatalf("stamps %+v after %+v, hook ran %d times", s2, s, count())
+	}
+	io.SetStamps(false)
+	io.Do(true)
+	if s3 := io.Stamps(); s3 != s2 {
+		t.Fatalf("stamps %+v after SetStamps(false), want those of the last stamped Do", s3)
+	}
+	io.SetPreTx(nil, nil)
+	io.Close()
+	if got := pool.InUse(); got != inUse {
+		t.Errorf("mbufs in use: %d, want %d", got, inUse)
+	}
+}

@@ -28,7 +28,7 @@ import (
 // them. (An AF_XDP port of two queues cannot be made here: DPDK 22.11's
 // net_af_xdp takes an interface's queue count from its combined ethtool
 // channels, which veth and tun do not report, and refuses queue_count 2;
-// engine/dpdkport/xdp's TestSteerByRxQueue checks that the steering
+// engine/port/dpdkport/xdp's TestSteerByRxQueue checks that the steering
 // program sends each frame to the socket of its rx queue.) A portal pinned to each core of each engine READs and WRITEs,
 // verified, the regions of both portals of the other engine: answers reach
 // the core that sent the request, WRITE data the core serving it, because

@@ -40,6 +40,14 @@ type PortalSpec struct {
 	// Weight is the tenant's weight in the data path's shares (1..
 	// MaxWeight; 0 means 1).
 	Weight int
+	// SummaryFlag is the 4 bytes of the portal's summary flag word in
+	// its segment (abi.SegmentSummaryOff), 4-byte aligned: the core reads
+	// it in its fallback scans, and once its application has stored
+	// abi.SummaryOn there, looks at the command ring only when the
+	// portal's bit in the core's summary doorbell (Core.SetSummary) is
+	// rung, besides those scans. nil: the portal never rings, and its
+	// command ring is looked at in every Poll.
+	SummaryFlag []byte
 	// TenantEpoch names the tenant's tenure of its index (the control
 	// plane's count of the tenants it admitted, 0: none): a portal of a
 	// new epoch for its index starts the index's counters on the core
@@ -77,9 +85,37 @@ type PortalStats struct {
 	RegionBytes uint64 // their bytes
 }
 
+// PathCounters are what a core's data path costs in the units its poll
+// loop's invariants count (engine/runner: its Stats): calls into C the
+// core makes itself, and cache lines of applications' rings it reads. They
+// are kept apart from Stats, which count what the engine did (and which
+// the simulator's golden digests cover), and read with Core.PathCounters
+// (or Core.Crossings) on the core's goroutine.
+type PathCounters struct {
+	// Crossings are the cgo calls the core made itself: runs of the
+	// ipsec-mb batches (seals and opens, CryptoIPsecMB) outside the Tx's
+	// own crossings. 0 with CryptoGo.
+	Crossings uint64
+	// SealsInTx are the seal batches run inside the Tx's crossing, at no
+	// crossing of their own (a TxCHook: the DPDK port's poll step).
+	SealsInTx uint64
+	// RingLooks are command rings Poll looked at: a read of the producer
+	// index its application writes (a cache line the application's CPU
+	// holds when it has posted). RingLooksIdle are those that found no
+	// command the core had not seen; RingScans the fallback scans that
+	// look at every live portal whatever the summary doorbell says
+	// (portals.go). Portals whose applications ring the summary are looked
+	// at only when they rang, when the core left commands in them, and in
+	// scans: with honest applications every idle look is a scan's, or one
+	// the summary asked for after a look had already taken the commands
+	// (a race the look loses to an earlier one; RingRungIdle counts those,
+	// and whatever a hostile tenant's bits cost).
+	RingLooks, RingLooksIdle, RingScans, RingRungIdle uint64
+}
+
 // Stats are a core's counters. Read them with Core.Stats (control plane).
 type Stats struct {
-	Posted    uint64                // commands taken from rings, and ops the op source posted (SelfTest)
+	Posted    uint64                // commands taken from rings, and ops an op source posted (SourcePort.Post)
 	Completed [abi.NumStatus]uint64 // completions written, by status
 	// CompletedByOp counts them by op and status: index abi.Op (READ,
 	// WRITE, REKEY); 0 for commands whose op was not one of those.

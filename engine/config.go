@@ -54,6 +54,13 @@ type Config struct {
 	SlotBase abi.SlotID // global id of this core's first slot
 	Regions  int        // registered region table entries (RRT); at most 65535
 	Portals  int        // portals this core serves at once
+	// SummaryScan bounds how long the summary doorbell can hide a post
+	// (portals.go): Poll looks at the command ring of every live portal,
+	// whatever the summary says, at least this often (on its own clock:
+	// the first Poll at or after the last scan plus SummaryScan). A
+	// tenant that clears another's bits in the shared summary delays that
+	// portal's commands by at most this much (and one iteration).
+	SummaryScan time.Duration
 	// Tenants bounds the tenants whose portals an engine serves at once
 	// (PortalSpec.Tenant is below it): the per-tenant state of the data
 	// path is a fixed array of this many entries per core.
@@ -256,6 +263,11 @@ const (
 	maxARPBurst = 1_000_000
 )
 
+// DefaultSummaryScan is Config.SummaryScan's default: a few round trips of
+// a loopback READ, a fraction of the smallest TIMEOUT rmad allows. 0 in
+// a Config means it too.
+const DefaultSummaryScan = 20 * time.Microsecond
+
 // ArbitrationBytes: an op needs this much free window to enter service,
 // whatever its size, so small ops cannot starve big ones (paper §3.1).
 const ArbitrationBytes = abi.MaxOpBytes
@@ -272,6 +284,7 @@ func DefaultConfig() Config {
 		Slots:              1024,
 		Regions:            1024,
 		Portals:            64,
+		SummaryScan:        DefaultSummaryScan,
 		Tenants:            64,
 		WindowBytes:        256 << 10,
 		Destinations:       256,
@@ -322,6 +335,8 @@ func (c *Config) Validate() error {
 		return bad("Regions", c.Regions)
 	case c.Portals < 1 || c.Portals > 65535:
 		return bad("Portals", c.Portals)
+	case c.SummaryScan < 0 || c.SummaryScan > time.Second:
+		return bad("SummaryScan", c.SummaryScan)
 	case c.Tenants < 1 || c.Tenants > MaxTenants:
 		return bad("Tenants", c.Tenants)
 	case c.WindowBytes < ArbitrationBytes:

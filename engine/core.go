@@ -11,6 +11,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine/stage"
 )
 
 // Control-plane errors.
@@ -37,8 +38,8 @@ var (
 // portals and their completions, its view of the engine's region table
 // (shared by the cores of a Group), the routing table,
 // the neighbor table and ARP, ICMP, the window both sides debit, the
-// sender (Tx, IV lane, seal backend, self-loop), and when a SelfTest is
-// attached its op source, which posts ops with no application. The Core
+// sender (Tx, IV lane, seal backend, self-loop), and when one is attached
+// an op source (OpSource), which posts ops with no application. The Core
 // itself dispatches (Poll, the receive walk of dispatch.go) and runs the
 // control plane.
 type Core struct {
@@ -55,9 +56,12 @@ type Core struct {
 	srv      *responder
 	reserved *aesni.AEAD // the reserved key: REMOTE_AUTHENTICATION_FAILURE answers
 	closing  bool        // Shutdown was called
-	// src is the engine's own op source on this core (opsource.go, a
-	// SelfTest's part; nil: none): Poll lets it post its ops.
-	src *opSource
+	// src is the op source attached to this core (source.go; nil: none):
+	// Poll lets it post its ops.
+	src OpSource
+	// stg is the cost accounting the core marks its stages on
+	// (stages.go; nil: none).
+	stg *stage.Stages
 
 	// The receive walk (dispatch.go): the frame being received (Receive,
 	// the self-loop); with CryptoIPsecMB, the burst's prepared frames
@@ -100,7 +104,7 @@ func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
 	}
 	c.win = &window{size: cfg.WindowBytes}
 	c.regions = newRegionView(g.regions, cfg.CoreID, cfg.Portals, &g.quiet[idx].v, c.out)
-	c.portals = newPortalTable(cfg.Portals, cfg.Tenants, cfg.CoreID, cfg.Delays, &c.stats)
+	c.portals = newPortalTable(cfg.Portals, cfg.Tenants, cfg.CoreID, cfg.SummaryScan, cfg.Delays, &c.stats)
 	c.routes = newRouteTable(&c.cfg)
 	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Tenants, cfg.NeighborsPerTenant, cfg.Neighbors)
 	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats, g.arpLimit, idx == 0)
@@ -277,6 +281,36 @@ func (c *Core) SetDoorbell(id PortalID, arm []byte, bell Doorbell) error {
 	return nil
 }
 
+// Crossings is PathCounters().Crossings, for a loop that reads it every
+// iteration: the cgo calls the core has made itself.
+func (c *Core) Crossings() uint64 {
+	own, _ := c.out.seal.crossings()
+	return own
+}
+
+// PathCounters returns the data path's cost counters (on the core's
+// goroutine: its loop, or Exec).
+func (c *Core) PathCounters() PathCounters {
+	p := c.portals.path
+	p.Crossings, p.SealsInTx = c.out.seal.crossings()
+	return p
+}
+
+// SetSummary attaches the core's summary doorbell (abi.Summary): mem,
+// shared memory every application of the core may map and write, at
+// least abi.SummaryBytes(Config.Portals) bytes, 8-byte aligned, mapped
+// until the core is gone. Portals whose segments say they ring it
+// (PortalSpec.SummaryFlag) are then looked at only when rung, besides the
+// fallback scans (Config.SummaryScan).
+func (c *Core) SetSummary(mem []byte) error {
+	s, err := abi.NewSummary(mem)
+	if err != nil || s.Portals() < len(c.portals.p) {
+		return fmt.Errorf("%w: summary doorbell of %d bytes for %d portals", ErrPortalRings, len(mem), len(c.portals.p))
+	}
+	c.portals.sum = s
+	return nil
+}
+
 // Stats returns a copy of the counters.
 func (c *Core) Stats() Stats {
 	s := c.stats
@@ -403,18 +437,37 @@ const perPortalBurst = 64
 // expires timers and publishes completions. It returns the amount of work
 // done (0: idle).
 func (c *Core) Poll(now int64) int {
+	s := c.stg
+	if s != nil && s.Current() != stage.Protocol {
+		s.Enter(stage.Protocol)
+	}
 	c.regions.sync() // the quiescent point of the engine's shared region table
 	c.out.highOut = false
 	work := 0
 	pt := c.portals
 	if n := len(pt.live); n > 0 {
+		if s != nil {
+			s.Enter(stage.EmptyRings) // Protocol from the first command on
+		}
+		pt.beginPoll(now) // the summary doorbell's words, a fallback scan
 		start := int(pt.rr % uint32(n))
 		pt.rr++
 		dead := false
 		for j := range n {
 			id := pt.live[(start+j)%n]
-			work += c.drainPortal(now, id)
+			look, rung := pt.due(id)
+			if !look {
+				continue
+			}
+			work += c.drainPortal(now, id, rung)
 			dead = dead || pt.p[id].dead
+		}
+		if s != nil {
+			if work == 0 {
+				s.Mark(stage.EmptyRings, stage.Protocol)
+			} else {
+				s.Become(stage.Protocol)
+			}
 		}
 		for k := 0; dead && k < len(pt.live); k++ {
 			if id := pt.live[k]; pt.p[id].dead { // its rings are corrupt: drained no more
@@ -424,26 +477,38 @@ func (c *Core) Poll(now int64) int {
 		}
 	}
 	if c.src != nil && !c.closing {
-		work += c.src.poll(now)
+		work += c.src.Poll(now)
 	}
 	work += c.srv.expirePulls(now)
 	work += c.ini.expire(now)
+	if s != nil {
+		s.Enter(stage.Build)
+	}
 	work += c.ini.arbitrate(now)
 	work += c.runLoop(now) // requests to ourselves join the inbound queue
 	work += c.srv.serve(now)
 	work += c.srv.startPulls(now)
 	work += c.ini.sendData(now) // WRITE data for pulls that could not all be sent at once
 	work += c.runLoop(now)      // responses to ourselves complete their ops
-	c.out.seal.run()            // nothing waits for the next tx burst sealed
+	c.out.seal.endPoll()        // sealed by the next tx burst's crossing, or now
+	flush := pt.delays.Due(now) || c.closing
+	if s != nil && (flush || len(pt.dirty) > 0) {
+		s.Enter(stage.Completion)
+	}
 	pt.publish()
-	if pt.delays.Due(now) || c.closing {
+	if flush {
 		pt.delays.Flush()
 	}
 	return work
 }
 
-func (c *Core) drainPortal(now int64, id PortalID) int {
-	p := &c.portals.p[id]
+// drainPortal takes up to perPortalBurst commands from portal id's ring,
+// as its completion ring has room for. rung: only the summary doorbell
+// asked for this look.
+func (c *Core) drainPortal(now int64, id PortalID, rung bool) int {
+	pt := c.portals
+	p := &pt.p[id]
+	pt.path.RingLooks++
 	// Completion entries not yet promised. The cached view avoids reading
 	// the application's cache line on every Poll; it is refreshed only
 	// when it looks too small.
@@ -452,9 +517,11 @@ func (c *Core) drainPortal(now int64, id PortalID) int {
 		avail = int(p.cpl.Free()) - p.pending
 	}
 	n := 0
+	empty := false // the ring had no command left
 	for n < perPortalBurst && avail > 0 {
 		e := p.cmd.Peek()
 		if e == nil {
+			empty = true
 			break
 		}
 		var cmd abi.Command
@@ -472,6 +539,18 @@ func (c *Core) drainPortal(now int64, id PortalID) int {
 		}
 		avail--
 		n++
+	}
+	// Commands left behind are looked for again next Poll without a
+	// ring: those seen and not taken (the burst was used up), and any
+	// when completion room ran out before the ring was seen empty (its
+	// bit may have been taken by this Poll). Commands published after
+	// the last look at the producer index ring for themselves.
+	p.again = !empty && (p.cmd.Seen() > 0 || avail <= 0)
+	if n == 0 && empty {
+		pt.path.RingLooksIdle++
+		if rung {
+			pt.path.RingRungIdle++
+		}
 	}
 	p.cmd.Release()
 	if p.cmd.Corrupt() || p.cpl.Corrupt() {

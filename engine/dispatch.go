@@ -5,6 +5,7 @@ import (
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -143,6 +144,10 @@ func (c *Core) ReceiveBurst(now int64, frames [][]byte) { c.burst(now, frames) }
 
 // receiveEach is ReceiveBurst without an open batch (CryptoGo).
 func (c *Core) receiveEach(now int64, frames [][]byte) {
+	if s := c.stg; s != nil {
+		c.receiveEachStaged(now, frames, s)
+		return
+	}
 	for _, f := range frames {
 		c.Receive(now, f)
 	}
@@ -154,6 +159,7 @@ func (c *Core) receiveBatched(now int64, frames [][]byte) {
 	for _, f := range frames {
 		if wire.EtherType(f) == wire.EtherTypeARP || wire.IPv4Protocol(f) == wire.ProtoICMP {
 			c.endBurst(now)
+			c.receiveAgain()
 			c.receive(now, f)
 			continue
 		}
@@ -246,6 +252,7 @@ func (c *Core) finish(now int64, w *rxWork, ok bool) {
 func (c *Core) burstFrame(now int64, frame []byte) {
 	if c.rxn == len(c.rxq) {
 		c.endBurst(now)
+		c.receiveAgain()
 	}
 	w := &c.rxq[c.rxn]
 	if !c.prepare(now, frame, w) {
@@ -260,6 +267,7 @@ func (c *Core) burstFrame(now int64, frame []byte) {
 		return
 	}
 	c.endBurst(now)
+	c.receiveAgain()
 	w = &c.rxq[0]
 	if !c.prepare(now, frame, w) { // the state it was prepared against may have changed
 		return
@@ -269,6 +277,14 @@ func (c *Core) burstFrame(now int64, frame []byte) {
 			*p |= bits
 		}
 		c.rxn++
+		return
+	}
+	if s := c.stg; s != nil { // opened alone, then back to receiving
+		s.Enter(stage.Open)
+		ok := openNow(w, c.reserved)
+		s.Enter(stage.Protocol)
+		c.finish(now, w, ok)
+		s.Enter(stage.Receive)
 		return
 	}
 	c.finish(now, w, openNow(w, c.reserved))
@@ -298,7 +314,14 @@ func (c *Core) endBurst(now int64) {
 	if n == 0 {
 		return
 	}
+	s := c.stg
+	if s != nil {
+		s.Enter(stage.Open)
+	}
 	c.opens.runOpens()
+	if s != nil {
+		s.Enter(stage.Protocol)
+	}
 	c.rxn = 0
 	for k := range n {
 		w := &c.rxq[k]
@@ -310,9 +333,20 @@ func (c *Core) endBurst(now int64) {
 	}
 }
 
+// receiveAgain goes back to receiving (stage Receive) after a batch
+// ended in mid-burst (endBurst left the finishes in Protocol).
+func (c *Core) receiveAgain() {
+	if s := c.stg; s != nil && s.Current() != stage.Receive {
+		s.Enter(stage.Receive)
+	}
+}
+
 // runLoop receives the frames the engine sent to itself, in order. Frames
 // that processing adds are handled too, up to one ring's worth per call.
 func (c *Core) runLoop(now int64) int {
+	if s := c.stg; s != nil && c.out.loop.len() > 0 {
+		return c.runLoopStaged(now, s)
+	}
 	n := 0
 	l := &c.out.loop
 	for l.len() > 0 && n < len(l.buf) {

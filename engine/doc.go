@@ -19,7 +19,7 @@
 // driver supplies (Tx.Buffer, Tx.Send). Commands and completions travel
 // through abi rings whose memory the driver supplies (shared memory in rmad,
 // plain slices in the simulator and tests). Three drivers run this same
-// code: the DPDK poll loop (engine/runner + engine/dpdkport), the
+// code: the DPDK poll loop (engine/runner + engine/port/dpdkport), the
 // deterministic simulator (engine/sim) and unit tests.
 //
 // A Core is one engine core: single-goroutine. An engine of N cores (at
@@ -40,11 +40,10 @@
 // (route.go), the neighbor table and ARP (neighbor.go), ICMP and the IPv4
 // the engine does not take (icmp.go), the window and the class arbiter
 // (arbiter.go), the tenants' shares of the window (shares.go, dests.go),
-// the sender
-// (sender.go) with its seal backend (sealer.go, seal_mb.go), the op
-// source of a SelfTest (opsource.go, selftest.go: the engine's own op
-// generator, rmad -selftest), and the generic ring they queue in
-// (ring.go). core.go is the control plane and
+// the sender (sender.go) with its seal backend (sealer.go, seal_mb.go),
+// an attached op source (source.go: the OpSource interface Poll calls;
+// the generator itself, rmad -selftest's, is engine/opgen), and the
+// generic ring they queue in (ring.go). core.go is the control plane and
 // Poll; dispatch.go is the receive walk.
 //
 // # State (paper §4.3)
@@ -123,6 +122,16 @@
 //     finish. Poll drains the portals' command rings starting from a
 //     different portal each time, so no application's requests always reach
 //     a busy server first.
+//   - Summary doorbell (portals.go, abi.Summary): with one attached
+//     (SetSummary), Poll takes its bits once and reads the command ring of
+//     a portal that rings it (its segment's flag word, seen in a scan)
+//     only when its bit was set, when its last read left commands behind,
+//     and in a fallback scan of every live portal at the first Poll at or
+//     after the last scan plus Config.SummaryScan; a portal that does not
+//     ring is read in every Poll. Any tenant of the core may write the
+//     summary: a stray bit costs one idle read, a cleared one delays the
+//     portal's commands to the next scan, never longer. PathCounters count
+//     the reads (RingLooks, RingLooksIdle, RingRungIdle) and the scans.
 //
 // # WRITE and REKEY: four hops (paper §5.1, §5.2)
 //
@@ -168,8 +177,11 @@
 // "go" (crypto/cipher, one call per message: tests, the simulator) or
 // "ipsec-mb" (seal_mb.go, rmad's default: seals queued in the core's
 // aesni/mb Batch with the frame's tx buffer as output and region memory as
-// plaintext, run in one cgo call before any of those frames is copied or
-// transmitted; the rules are at sealer.go's TxHook and sealer.run). Opens:
+// plaintext, run before any of those frames is copied or transmitted: in
+// the Tx's own crossing into C when it offers one (TxCHook, the DPDK
+// port's poll step: seal and transmit are one cgo call, and Poll leaves
+// the batch queued), else in one cgo call of its own (TxHook, and at the
+// end of Poll); the rules are at sealer.go's TxHook and sealer.run). Opens:
 // Receive and the self-loop prepare, open and finish each frame; with
 // "ipsec-mb", ReceiveBurst queues a burst's opens in a second Batch, runs
 // it once and finishes the frames in order, with the same counters,
@@ -180,6 +192,11 @@
 // changes the keys later requests are checked against), before a frame
 // whose AEAD left its cache, and before ARP and ICMP (they answer at once);
 // finish re-validates the slot's sequence and the pull's generation.
+// PathCounters count the core's own cgo calls (the batches it runs
+// itself) and the seal batches run in the Tx's crossing: a poll loop on a
+// DPDK port crosses at most twice per iteration, once for its poll step
+// (seals, tx, rx) and once for the opens of the burst received
+// (engine/runner: Stats.Crossings).
 //
 // # Keys, IVs and replays
 //
@@ -216,7 +233,8 @@
 // replay window, live on one core), ARP to every core (SteerAll: each takes
 // only replies to its own requests; core 0 alone answers requests for the
 // engine's address), ICMP and junk to the receiving core (SteerLocal). A
-// port that cannot steer hands frames over (engine/dpdkport).
+// port that cannot steer hands frames over (engine/port/dpdkport), through
+// the one port.Steering the ports and the simulator share (engine/port).
 //
 // IV lanes: every core draws from its own lane of the engine's one IVSource
 // and sets its CoreID in the counters' top six bits (a counter at or past
@@ -244,9 +262,10 @@
 // Tests: group_test.go runs engines of several cores over a switch that
 // lands frames on random rx cores; group_live_test.go drives each core from
 // its own goroutine while regions are registered, rekeyed and deregistered
-// under load (-race); engine/memport.Steered loops a group back through a
-// steering NIC for engine/ctl, portal and internal/enginetest; engine/sim's
-// multicore scenarios check every invariant per core and per node.
+// under load (-race); engine/port/memport.Steered loops a group back
+// through a steering NIC for engine/ctl, portal and internal/enginetest;
+// engine/sim's multicore scenarios check every invariant per core and per
+// node.
 //
 // # Frames to itself
 //
@@ -279,6 +298,15 @@
 // cores share, touched only to send a request). Every frame of an op
 // carries the DSCP of its class (Config.DSCP).
 //
-// Imports: abi, wire, aesni (aesni/mb in cgo builds on linux/amd64) and
-// engine/telemetry. It must never import dpdk.
+// # Cost accounting
+//
+// A core given a stage.Stages (SetStages, engine/stage; rmad -selftest
+// -profile) marks the boundaries between the stages of its data path on
+// it, per burst and per Poll phase (stages.go lists them; engine/stage
+// says which code each stage covers), reading a counter its driver
+// injected: the core itself reads no clock. Without one every boundary
+// costs a nil check, and the simulator's cores have none.
+//
+// Imports: abi, wire, aesni (aesni/mb in cgo builds on linux/amd64),
+// engine/telemetry and engine/stage. It must never import dpdk.
 package engine

@@ -474,7 +474,7 @@ func (n *initiator) sendRequest(b []byte, i int32) bool {
 		f.Type = wire.TypeRekeyReq
 	}
 	fl := wire.Encode(b, f, 0)
-	o.seal.sealRequest(s.aead, wire.Trailer(b, 0), wire.IV(b), wire.AAD(b))
+	o.sealFor(b).sealRequest(s.aead, wire.Trailer(b, 0), wire.IV(b), wire.AAD(b))
 	o.emit(b, fl)
 	o.highOut = o.highOut || s.class == abi.ClassHigh
 	return true

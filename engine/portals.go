@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"time"
+	"unsafe"
 
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/engine/telemetry"
@@ -26,10 +28,19 @@ type portal struct {
 	dirty    bool           // completions committed, not yet published
 	arm      *atomic.Uint32 // doorbell arm word in shared memory (nil: no doorbell)
 	bell     Doorbell
-	// src is the engine's own op source this entry stands for
-	// (opsource.go; nil: an application's portal): it has no rings,
-	// posts its ops itself and takes its completions.
-	src *opSource
+	// The summary doorbell: flag is the segment's summary flag word (nil:
+	// the portal never rings); rings is set once a scan has seen it on,
+	// after which Poll looks at the command ring only when the portal's
+	// bit is rung, when again is set, and in scans. again: the last look
+	// left commands in the ring (its burst was used up, or completion
+	// room ran out).
+	flag  *atomic.Uint32
+	rings bool
+	again bool
+	// src is the op source this entry stands for (source.go; nil: an
+	// application's portal): it has no rings, posts its ops itself and
+	// takes its completions.
+	src OpSource
 }
 
 // portalTable holds the open portals and writes their completions: every
@@ -49,14 +60,32 @@ type portalTable struct {
 	dirty  []PortalID // portals with unpublished completions
 	delays *telemetry.Batch
 	st     *Stats
+
+	// The summary doorbell (abi.Summary; nil: none, every portal is
+	// looked at in every Poll): ringing counts the portals that ring it
+	// (none: the summary is not even read), taken is this Poll's bits,
+	// and a scan looks at every live portal at the first Poll at or
+	// after nextScan (Config.SummaryScan apart).
+	sum      *abi.Summary
+	ringing  int
+	taken    []uint64
+	scanNs   int64
+	nextScan int64
+	scan     bool // this Poll scans
+	path     PathCounters
 }
 
-func newPortalTable(n, tenants int, core uint16, delays *telemetry.Delays, st *Stats) *portalTable {
+func newPortalTable(n, tenants int, core uint16, scan time.Duration, delays *telemetry.Delays, st *Stats) *portalTable {
+	if scan == 0 {
+		scan = DefaultSummaryScan
+	}
 	t := &portalTable{
 		tenants: tenants,
 		p:       make([]portal, n),
 		live:    make([]PortalID, 0, n),
 		dirty:   make([]PortalID, 0, n),
+		taken:   make([]uint64, abi.SummaryBytes(n)/8),
+		scanNs:  int64(scan),
 		// The batch lives apart from the core's tables: 16 KB among
 		// them pushes hot fields apart.
 		delays: new(telemetry.Batch),
@@ -83,12 +112,19 @@ func (t *portalTable) open(spec PortalSpec) (PortalID, error) {
 	if spec.Tenant < 0 || spec.Tenant >= t.tenants || spec.Weight < 0 || spec.Weight > MaxWeight {
 		return 0, fmt.Errorf("%w: tenant %d (of %d) weight %d (at most %d)", ErrPortalSpec, spec.Tenant, t.tenants, spec.Weight, MaxWeight)
 	}
+	var flag *atomic.Uint32
+	if f := spec.SummaryFlag; f != nil {
+		if len(f) < 4 || uintptr(unsafe.Pointer(unsafe.SliceData(f)))%4 != 0 {
+			return 0, fmt.Errorf("%w: summary flag word", ErrPortalRings)
+		}
+		flag = (*atomic.Uint32)(unsafe.Pointer(unsafe.SliceData(f)))
+	}
 	w := max(spec.Weight, 1)
 	for i := range t.p {
 		p := &t.p[i]
 		if !p.used {
 			*p = portal{used: true, class: spec.Class, cmd: cmd, cpl: cpl, maxSlots: spec.MaxSlots, pid: spec.PID,
-				tenant: uint16(spec.Tenant), weight: uint16(w)}
+				tenant: uint16(spec.Tenant), weight: uint16(w), flag: flag}
 			t.live = append(t.live, PortalID(i))
 			return PortalID(i), nil
 		}
@@ -100,7 +136,7 @@ func (t *portalTable) open(spec PortalSpec) (PortalID, error) {
 // free id: an entry with no rings, not live (Poll does not drain it; the
 // source posts its ops itself), whose ops stamp pid and whose completions
 // go to src. The control plane sees no portal there (get).
-func (t *portalTable) attachSource(src *opSource, maxSlots int, pid uint32) (PortalID, error) {
+func (t *portalTable) attachSource(src OpSource, maxSlots int, pid uint32) (PortalID, error) {
 	for i := range t.p {
 		p := &t.p[i]
 		if !p.used {
@@ -146,6 +182,10 @@ func (t *portalTable) detach(id PortalID) {
 	p.slots, p.pending = 0, 0
 	p.cmd, p.cpl = nil, nil
 	p.arm, p.bell = nil, nil
+	if p.rings {
+		t.ringing--
+	}
+	p.flag, p.rings, p.again = nil, false, false
 	if p.dirty {
 		p.dirty = false
 		for k, d := range t.dirty {
@@ -155,6 +195,44 @@ func (t *portalTable) detach(id PortalID) {
 			}
 		}
 	}
+}
+
+// beginPoll starts a Poll's pass over the command rings at time now: it
+// decides whether this Poll scans (every live portal is looked at, and
+// the flags of those not yet known to ring are read), and takes the
+// summary's bits when some portal rings it.
+func (t *portalTable) beginPoll(now int64) {
+	t.scan = now >= t.nextScan
+	if t.scan {
+		t.nextScan = now + t.scanNs
+		t.path.RingScans++
+		if t.sum != nil {
+			for _, id := range t.live {
+				if p := &t.p[id]; p.flag != nil && !p.rings && p.flag.Load() == abi.SummaryOn {
+					p.rings = true
+					t.ringing++
+				}
+			}
+		}
+	}
+	if t.ringing > 0 {
+		for i := range t.taken {
+			t.taken[i] = t.sum.Take(i)
+		}
+	}
+}
+
+// due reports whether Poll looks at portal id's command ring: always for
+// a portal that does not ring the summary; for one that does, in a scan,
+// when its bit was rung, or when its last look left commands there.
+// rung says whether the summary asked for the look.
+func (t *portalTable) due(id PortalID) (look, rung bool) {
+	p := &t.p[id]
+	if !p.rings {
+		return true, false
+	}
+	rung = t.taken[id/abi.SummaryWordBits]&(1<<(id%abi.SummaryWordBits)) != 0
+	return t.scan || p.again || rung, rung && !t.scan && !p.again
 }
 
 // count counts one completion by status and by op.
@@ -179,7 +257,7 @@ func (t *portalTable) fail(now int64, id PortalID, p *portal, cmd *abi.Command, 
 // source, which checks the op's data at once.
 func (t *portalTable) complete(now int64, id PortalID, p *portal, cpl *abi.Completion) {
 	if p.src != nil {
-		p.src.completed(now, cpl)
+		p.src.Completed(now, *cpl)
 	} else {
 		b := p.cpl.Reserve()
 		if b == nil {

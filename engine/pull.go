@@ -157,7 +157,7 @@ func (r *responder) startPull(now int64, e *inbound) pullOutcome {
 	f.Length, f.Offset = e.length, uint64(r.timeout)
 	f.IV = p.pullIV
 	n := wire.Encode(b, f, 0)
-	o.seal.sealResponse(e.aead, wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), e.iv[:])
+	o.sealFor(b).sealResponse(e.aead, wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), e.iv[:])
 	o.emit(b, n)
 	return pullStarted
 }

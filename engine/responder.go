@@ -430,9 +430,9 @@ func (r *responder) reply(to *peer, t wire.Type, st abi.Status, a *aesni.AEAD, r
 	aesni.PutNonce(f.IV[:], o.ipb, ctr)
 	n := wire.Encode(b, f, 0)
 	if a == nil {
-		o.seal.sealAuthFailure(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b), reqIV[:])
+		o.sealFor(b).sealAuthFailure(wire.Trailer(b, 0), wire.IV(b), wire.AAD(b), reqIV[:])
 	} else {
-		o.seal.sealResponse(a, wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), reqIV[:])
+		o.sealFor(b).sealResponse(a, wire.Trailer(b, 0), nil, wire.IV(b), wire.AAD(b), reqIV[:])
 	}
 	o.emit(b, n)
 	return true

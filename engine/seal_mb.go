@@ -7,6 +7,7 @@ import (
 
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/aesni/mb"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -25,11 +26,38 @@ const mbBatchCap = 64
 // once its queued jobs have run) and marks the AEAD with mbGone: someone
 // may still hold it (a slot, a queued request), and its seals then take
 // the Go path, so that no mb.Key outlives its cache entry.
+//
+// With a Tx that implements TxCHook (hookTx) the seal batch runs inside
+// the Tx's crossing that transmits the frames (fused): Poll leaves it
+// queued (endPoll), and everything else that must see the seals done (a
+// full batch, a region's removal, Shutdown) still runs it itself; the
+// self-loop's frames are sealed at once (sender.sealFor).
 type mbCrypto struct {
 	batch    *mb.Batch
 	opens    *mb.Batch
 	reserved *mb.Key
 	ini, srv *aesni.Cache // the core's: purged (keys released) when the core is collected
+	fused    bool         // the Tx's crossing runs the seal batch (hookTx)
+	unhook   func()       // removes the hook from the Tx (free)
+	// stg: its core's cost accounting (Core.SetStages; nil: none): each
+	// run of the seal batch it makes itself is a section of stage Seal
+	// (the runs inside the Tx's crossing are charged by the Tx, which
+	// measures them: dpdkport).
+	stg *stage.Stages
+}
+
+func (m *mbCrypto) setStages(s *stage.Stages) { m.stg = s }
+
+// runSeals runs the seal batch (seals never fail), in stage Seal when
+// the core has stages.
+func (m *mbCrypto) runSeals() {
+	if s := m.stg; s != nil {
+		prev := s.Enter(stage.Seal)
+		m.batch.Run()
+		s.Enter(prev)
+		return
+	}
+	m.batch.Run()
 }
 
 type mbGone struct{}
@@ -66,6 +94,9 @@ func newMBCrypto(c *Core) (batchCrypto, error) {
 // registered memory unpinned), the keys of the cached AEADs, the reserved
 // key.
 func (m *mbCrypto) free() {
+	if m.unhook != nil {
+		m.unhook() // the Tx must not call a freed batch's hook
+	}
 	m.batch.Free()
 	m.opens.Free()
 	m.ini.Purge()
@@ -105,7 +136,7 @@ func mbNewKey(a *aesni.AEAD) *mb.Key {
 // room is the seal batch with room for one more job.
 func (m *mbCrypto) room() *mb.Batch {
 	if m.batch.Full() {
-		m.batch.Run()
+		m.runSeals()
 	}
 	return m.batch
 }
@@ -134,8 +165,35 @@ func (m *mbCrypto) sealAuthFailure(tag, nonce, aad, reqIV []byte) {
 
 func (m *mbCrypto) run() {
 	if m.batch.Len() > 0 {
-		m.batch.Run() // seals never fail
+		m.runSeals()
 	}
+}
+
+func (m *mbCrypto) endPoll() {
+	if !m.fused {
+		m.run()
+	}
+}
+
+// hookTx gives tx the seal batch's run when tx can call it inside its
+// own crossing (TxCHook).
+func (m *mbCrypto) hookTx(tx Tx) bool {
+	h, ok := tx.(TxCHook)
+	if !ok {
+		return false
+	}
+	fn, arg := m.batch.Hook()
+	h.SetCBeforeTx(fn, arg, m.settle)
+	m.fused = true
+	m.unhook = func() { h.SetCBeforeTx(nil, nil, nil) }
+	return true
+}
+
+// settle finishes a run the Tx's crossing made (TxCHook).
+func (m *mbCrypto) settle() { m.batch.Settle() }
+
+func (m *mbCrypto) crossings() (own, inTx uint64) {
+	return m.batch.Runs() + m.opens.Runs(), m.batch.HookRuns()
 }
 
 // register registers long-lived memory that seals and opens read or write

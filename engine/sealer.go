@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/onerma/onerma/aesni"
 )
@@ -16,6 +17,20 @@ import (
 // SetBeforeTx. A Tx that wraps another passes the hook on.
 type TxHook interface {
 	SetBeforeTx(f func())
+}
+
+// TxCHook is implemented by a Tx whose transmissions cross into C (the
+// DPDK port's poll step, one crossing per burst) and that can run a C
+// function right before it transmits, inside that same crossing: fn, a C
+// function of type void (*)(void *), called with arg (C memory), on the
+// core's goroutine; after every crossing that may have called fn the Tx
+// calls settle (Go). With Config.Crypto = CryptoIPsecMB, New gives it the
+// seal batch's run (aesni/mb Batch.Hook and Settle) instead of a TxHook,
+// so the seals of a burst are computed in the crossing that sends it:
+// one crossing for seal and transmit. The core stays free of cgo: it only
+// passes the two pointers on. SetCBeforeTx(nil, nil, nil) removes them.
+type TxCHook interface {
+	SetCBeforeTx(fn, arg unsafe.Pointer, settle func())
 }
 
 // TxMemory is implemented by a Tx whose buffers all lie in a few
@@ -37,12 +52,15 @@ type TxMemory interface {
 // with the cipher).
 //
 // run runs what is queued. It must run before a frame is copied or
-// transmitted (the self-loop, the Tx's hook), before region memory can go
-// (regionView: a core's part of a deregistration, its quiescent point;
-// Shutdown), and at the end of every Poll. Between a
-// seal and the run, the frame's buffer and the plaintext stay put: the
-// core never rewrites a buffer it handed to Send, and a frame it did not
-// send (the self-loop and its overflow) runs the batch first.
+// transmitted (the Tx's hook, or inside the Tx's crossing: TxCHook),
+// before region memory can go (regionView: a core's part of a
+// deregistration, its quiescent point; Shutdown), and at the end of
+// every Poll unless the Tx's crossing runs it. Between a seal and the
+// run, the frame's buffer and the plaintext stay put: the core never
+// rewrites a buffer it handed to Send, and a frame it does not send (the
+// self-loop copies it as it is emitted, or drops it) is sealed at once,
+// by crypto/cipher, never queued (sender.sealFor): the self-loop costs no
+// cgo call.
 // register and unregister tell a batching backend about long-lived
 // memory (regions, the Tx's buffers) so it pins it once.
 //
@@ -52,13 +70,20 @@ type TxMemory interface {
 // crossing for it, and 64 B latency is a little higher
 // (bench/RESULTS.md, loopback rows; `rmabench -only loopback -crypto go`
 // against rmad's default).
+//
+// endPoll is the end of Poll: it runs what is queued unless the Tx's
+// crossing runs it (TxCHook), which it then does before any frame leaves.
+// crossings counts the backend's own cgo calls, inTx its batches run
+// inside the Tx's crossings (PathCounters).
 type sealer interface {
 	sealRequest(a *aesni.AEAD, tag, nonce, aad []byte)
 	sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV []byte)
 	sealAuthFailure(tag, nonce, aad, reqIV []byte)
 	run()
+	endPoll()
 	register(mem []byte)
 	unregister(mem []byte)
+	crossings() (own, inTx uint64)
 }
 
 // openBatch queues the opens of a received burst (CryptoIPsecMB; see
@@ -72,9 +97,12 @@ type openBatch interface {
 }
 
 // batchCrypto is a backend that batches both seals and opens (ipsec-mb).
+// hookTx gives tx its seal batch's run when tx implements TxCHook (and
+// reports whether it did).
 type batchCrypto interface {
 	sealer
 	openBatch
+	hookTx(tx Tx) bool
 }
 
 // goSealer seals with crypto/cipher (package aesni), one message at a
@@ -95,22 +123,25 @@ func (g goSealer) sealAuthFailure(tag, nonce, aad, reqIV []byte) {
 	g.reserved.SealAuthFailure(tag, nonce, aad, reqIV)
 }
 
-func (goSealer) run()                  {}
-func (goSealer) register(mem []byte)   {}
-func (goSealer) unregister(mem []byte) {}
+func (goSealer) run()                          {}
+func (goSealer) endPoll()                      {}
+func (goSealer) register(mem []byte)           {}
+func (goSealer) unregister(mem []byte)         {}
+func (goSealer) crossings() (own, inTx uint64) { return 0, 0 }
 
 // setupCrypto installs cfg.Crypto's backend: the sealer, and for
-// CryptoIPsecMB the open batch of ReceiveBurst, the Tx's hook and its
-// memory.
+// CryptoIPsecMB the open batch of ReceiveBurst, the Tx's hook (TxCHook,
+// else TxHook) and its memory.
 func setupCrypto(c *Core, tx Tx) error {
+	c.out.now = goSealer{reserved: c.reserved}
 	if c.cfg.Crypto != CryptoIPsecMB {
-		c.out.seal = goSealer{reserved: c.reserved}
+		c.out.seal = c.out.now
 		c.burst = c.receiveEach
 		return nil
 	}
 	h, ok := tx.(TxHook)
-	if !ok {
-		return fmt.Errorf("%w: Crypto %q seals after Send and needs a Tx that implements engine.TxHook; %T does not", ErrConfig, c.cfg.Crypto, tx)
+	if _, cok := tx.(TxCHook); !ok && !cok {
+		return fmt.Errorf("%w: Crypto %q seals after Send and needs a Tx that implements engine.TxHook or engine.TxCHook; %T does neither", ErrConfig, c.cfg.Crypto, tx)
 	}
 	m, err := newMBCrypto(c)
 	if err != nil {
@@ -118,7 +149,9 @@ func setupCrypto(c *Core, tx Tx) error {
 	}
 	c.out.seal, c.opens, c.burst = m, m, c.receiveBatched
 	c.regions.track = true // its batches pin registered memory: keep them in step with the table
-	h.SetBeforeTx(m.run)
+	if !m.hookTx(tx) {
+		h.SetBeforeTx(m.run)
+	}
 	if tm, ok := tx.(TxMemory); ok {
 		for _, r := range tm.TxMemory() {
 			m.register(r)

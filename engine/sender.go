@@ -13,6 +13,9 @@ import (
 type sender struct {
 	tx   Tx
 	seal sealer
+	// now seals at once (crypto/cipher: goSealer), for the frames the
+	// self-loop copies as they are emitted (sealFor).
+	now  sealer
 	lane *aesni.IVLane
 	// tag is this core's lane tag, CoreID<<ivTagShift: the top bits of
 	// every IV counter it seals with (see ivTagShift).
@@ -126,14 +129,29 @@ func (o *sender) counters(n uint64) (uint64, bool) {
 	return base | o.tag, true
 }
 
+// selfAddressed reports whether frame b (its header encoded) goes into
+// the self-loop.
+func (o *sender) selfAddressed(b []byte) bool {
+	return o.loop.buf != nil && wire.MAC(b[0:6]) == o.mac
+}
+
+// sealFor is the sealer of frame b, its header encoded: the backend's,
+// or, for a frame the self-loop copies as soon as it is emitted, one that
+// seals at once (the backend may batch its seals to run later: in a cgo
+// call of their own, which the copy would need first).
+func (o *sender) sealFor(b []byte) sealer {
+	if o.selfAddressed(b) {
+		return o.now
+	}
+	return o.seal
+}
+
 // emit sends a finished frame: to the port, or, when it is addressed to
 // this engine itself, into the self-loop ring. The tx buffer is not sent
-// in that case and Tx.Buffer hands it out again for the next frame.
+// in that case and Tx.Buffer hands it out again for the next frame; its
+// seal is done already (sealFor).
 func (o *sender) emit(b []byte, n int) {
-	if o.loop.buf != nil && wire.MAC(b[0:6]) == o.mac {
-		// The frame is copied (or dropped) and its buffer handed out
-		// again: its seal must be done first.
-		o.seal.run()
+	if o.selfAddressed(b) {
 		f := o.loop.push()
 		if f == nil {
 			o.st.TxNoBuffer++
@@ -187,7 +205,7 @@ func (o *sender) stream(a *aesni.AEAD, data []byte, chunk int, sent *uint32, bas
 		f.Length, f.Offset = uint32(n), uint64(off)
 		aesni.PutResponseNonce(f.IV[:], o.ipb, base, uint64(off))
 		fl := wire.Encode(b, f, n)
-		o.seal.sealResponse(a, wire.Sealed(b, n), data[off:off+uint32(n)], wire.IV(b), wire.AAD(b), curry)
+		o.sealFor(b).sealResponse(a, wire.Sealed(b, n), data[off:off+uint32(n)], wire.IV(b), wire.AAD(b), curry)
 		o.emit(b, fl)
 		*sent += uint32(n)
 	}

@@ -170,10 +170,12 @@ func (p *Portal) PostCommand(cmd *Command) error {
 }
 
 // Flush publishes every staged command with one store of the ring's
-// producer index (doorbell batching).
+// producer index (doorbell batching), and then, when it published
+// something, rings the portal's bit in its core's summary doorbell (a
+// load, and an atomic OR when the bit is clear: Summary).
 func (p *Portal) Flush() {
-	if !p.closed {
-		p.cmd.Publish()
+	if !p.closed && p.cmd.Publish() && p.sum != nil {
+		p.sum.Ring(p.portal)
 	}
 }
 

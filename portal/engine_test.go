@@ -13,14 +13,14 @@ import (
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/internal/enginetest"
 	"github.com/onerma/onerma/portal"
 )
 
 // These tests run a real engine core in this process: engine/runner over
-// an engine/memport loopback port, served by engine/ctl on a unix socket,
+// an engine/port/memport loopback port, served by engine/ctl on a unix socket,
 // so a portal talks to it exactly as to rmad (the test binary links the
 // engine; the portal package itself never does).
 

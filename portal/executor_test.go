@@ -16,7 +16,7 @@ import (
 	"github.com/onerma/onerma/cc"
 	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/portal"
 )

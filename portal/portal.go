@@ -80,6 +80,12 @@ type Portal struct {
 	pfd    [1]unix.PollFd
 	evbuf  [8]byte
 
+	// The core's summary doorbell (abi.Summary; nil: the engine gives
+	// none, and reads the command ring in every poll): Flush rings the
+	// portal's bit after every publication. sumMem is its mapping.
+	sum    *abi.Summary
+	sumMem []byte
+
 	// The engine's departure, seen by the watcher or a control request
 	// (any goroutine), and the watcher's own descriptor of the control
 	// connection.
@@ -172,12 +178,47 @@ func DialOptions(socketPath, name string, opt Options) (*Portal, error) {
 		p.arm = (*atomic.Uint32)(unsafe.Pointer(&p.seg[abi.SegmentArmOff]))
 		p.pfd[0] = unix.PollFd{Fd: int32(bfd), Events: unix.POLLIN}
 	}
+	// The summary doorbell spares the engine a read of this portal's
+	// command ring in every poll. An engine without one (an older one,
+	// or ctl.no_summary) refuses, and reads the ring in every poll.
+	if r, sfd, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpSummary}); err == nil && sfd >= 0 {
+		p.useSummary(r.Summary, sfd)
+	}
 	if err := p.startWatch(); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("portal: %w", err)
 	}
 	return p, nil
 }
+
+// useSummary maps the summary doorbell whose memfd fd the engine passed
+// (and closes fd), and says in the segment that this portal rings it
+// (abi.SegmentSummaryOff). A reply that does not describe a summary
+// covering this portal leaves the portal without one.
+func (p *Portal) useSummary(r *ctlmsg.SummaryReply, fd int) {
+	if r == nil || r.Size == 0 || r.Size%8 != 0 || r.Size > r.MapSize || uint64(p.portal) >= r.Size*8 {
+		unix.Close(fd)
+		return
+	}
+	mem, err := mapFD(fd, r.MapSize)
+	if err != nil {
+		return
+	}
+	sum, err := abi.NewSummary(mem[:r.Size])
+	if err != nil {
+		unix.Munmap(mem)
+		return
+	}
+	p.sum, p.sumMem = sum, mem
+	// From the engine's next fallback scan on, it reads the command ring
+	// only when Flush rings.
+	(*atomic.Uint32)(unsafe.Pointer(&p.seg[abi.SegmentSummaryOff])).Store(abi.SummaryOn)
+}
+
+// Summary reports whether Flush rings the core's summary doorbell (the
+// engine then reads the command ring only when rung, and in its fallback
+// scans).
+func (p *Portal) Summary() bool { return p.sum != nil }
 
 // attach maps the portal segment the engine created (faulting it in), asks
 // the engine to attach it (the engine seals it, starts serving it and
@@ -469,6 +510,10 @@ func (p *Portal) Close() error {
 	if p.arm != nil {
 		err = errors.Join(err, unix.Close(p.bellFD))
 		p.bellFD, p.arm = -1, nil
+	}
+	if p.sumMem != nil {
+		err = errors.Join(err, unix.Munmap(p.sumMem))
+		p.sum, p.sumMem = nil, nil
 	}
 	if p.seg != nil {
 		err = errors.Join(err, unix.Munmap(p.seg))

@@ -54,6 +54,20 @@
 // (an error fails the job, and Run panics: every argument was checked at
 // Add, so it would be a bug here).
 //
+// # Runs inside another crossing
+//
+// Run is one cgo crossing. A caller that crosses into C anyway right
+// after queuing (an engine core's port, whose poll step transmits the
+// frames the seals finish) can run the batch inside that crossing
+// instead: Hook gives a C function and its argument (the batch's C
+// memory), which the other library calls from its own C code
+// (dpdk.PortIO.SetPreTx) when the batch has jobs queued (Go keeps the
+// count in C memory at every Add); after the crossing the caller calls
+// Settle, which does what Run does after its call (results, pins, keys)
+// and counts the run (HookRuns). Add and Run settle first on their own,
+// so a run nobody settled is never run twice. Runs counts the batch's own
+// crossings.
+//
 // OpenResponse must never write dst with a forgery, but ipsec-mb verifies
 // only after it has written its output. Two ways out: decrypt in place,
 // in the packet, and copy to dst once the tag matched (aesni's way), or a

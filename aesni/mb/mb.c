@@ -198,3 +198,17 @@ uint32_t mb_run(mb_batch *b, uint32_t n)
 	}
 	return failed;
 }
+
+void mb_run_queued(void *arg)
+{
+	mb_batch *b = arg;
+	uint32_t n = b->queued;
+
+	if (n == 0 || b->hook_ran != 0)
+		return;
+	mb_run(b, n);
+	b->hook_ran = n;
+	b->queued = 0;
+}
+
+void mb_call_hook(void (*fn)(void *), void *arg) { fn(arg); }

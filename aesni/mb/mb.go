@@ -277,8 +277,10 @@ type Batch struct {
 	aad  [][aadScratch]byte
 	ok   []byte
 	keys []*Key // key of each queued job (nil for a failed one)
-	n    int    // queued jobs
+	n    int    // queued jobs (b.c.queued in step)
 	ran  int    // jobs of the last Run, whose results are readable
+
+	runs, hookRuns uint64 // Runs (crossings) and runs inside another's crossing (Settle)
 
 	pins  []runtime.Pinner
 	npin  int
@@ -361,6 +363,9 @@ func inexactOverlap(x, y []byte) bool {
 // or -1 if the batch is full. Arguments are checked before: nothing after
 // this may panic.
 func (b *Batch) job(k *Key, kind C.uint32_t) (int, *C.mb_job) {
+	if b.c.hook_ran != 0 {
+		b.Settle()
+	}
 	if b.n == len(b.jobs) {
 		return -1, nil
 	}
@@ -369,6 +374,7 @@ func (b *Batch) job(k *Key, kind C.uint32_t) (int, *C.mb_job) {
 	}
 	i := b.n
 	b.n++
+	b.c.queued = C.uint32_t(b.n)
 	j := &b.jobs[i]
 	j.kind = kind
 	j.len = 0
@@ -724,21 +730,77 @@ func (b *Batch) OpenAuthFailure(k *Key, tag, nonce, aad, reqIV []byte) (int, boo
 // buffers unpinned, and keys Released meanwhile are freed once their last
 // job has run.
 func (b *Batch) Run() int {
+	if b.c != nil && b.c.hook_ran != 0 {
+		b.Settle()
+	}
 	n := b.n
 	if n == 0 {
 		b.ran = 0
 		return 0
 	}
+	b.runs++
 	failed := int(C.mb_run(b.c, C.uint32_t(n)))
 	b.done(n)
 	b.ran = n
+	b.checkLib()
+	return failed
+}
+
+func (b *Batch) checkLib() {
 	if e := b.c.lib_err; e != 0 {
 		// Every argument was checked at Add: ipsec-mb refusing one is a
 		// bug here. The affected opens failed; a seal wrote nothing.
 		panic(fmt.Sprintf("mb: ipsec-mb rejected a job: %s", C.GoString(C.mb_strerror(e))))
 	}
-	return failed
 }
+
+// Hook is the batch's run as a hook for another cgo library: fn is a C
+// function of type void (*)(void *) that runs every job queued in the
+// batch (if any) when called with arg, the batch's C memory. A library
+// that crosses into C anyway (a port's poll step: dpdk.PortIO.SetPreTx)
+// calls it inside its own crossing, on the batch's goroutine, so the
+// jobs cost no crossing of their own; after that crossing the caller
+// calls Settle. Only the goroutine that owns the batch may make the
+// crossing that calls fn; fn and arg stay valid until Free.
+func (b *Batch) Hook() (fn, arg unsafe.Pointer) {
+	return unsafe.Pointer(C.mb_run_queued), unsafe.Pointer(b.c)
+}
+
+// Settle finishes a run the Hook made, as Run does after its own: the
+// results become readable (OK, Err, until the next Add), Go buffers are
+// unpinned, released keys freed. It returns how many jobs the hook ran (0:
+// it did not run since the last Settle or Run). Add and Run settle first
+// by themselves; call it after each crossing that may have called the
+// hook, so pins and keys are not held longer than needed.
+func (b *Batch) Settle() int {
+	if b.c == nil {
+		return 0
+	}
+	n := int(b.c.hook_ran)
+	if n == 0 {
+		return 0
+	}
+	if n != b.n {
+		panic("mb: the hook ran a different number of jobs than were queued")
+	}
+	b.c.hook_ran = 0
+	b.hookRuns++
+	b.done(n)
+	b.ran = n
+	b.checkLib()
+	return n
+}
+
+// callHook calls fn(arg) in one crossing, as a port's poll step calls a
+// hook (for tests: Go cannot call a C function pointer).
+func callHook(fn, arg unsafe.Pointer) { C.mb_call_hook((*[0]byte)(fn), arg) }
+
+// Runs is the number of Runs that ran jobs: cgo crossings of this batch.
+func (b *Batch) Runs() uint64 { return b.runs }
+
+// HookRuns is the number of runs the Hook made inside another library's
+// crossing (counted by Settle).
+func (b *Batch) HookRuns() uint64 { return b.hookRuns }
 
 // done forgets n jobs: keys and pins.
 func (b *Batch) done(n int) {
@@ -755,6 +817,9 @@ func (b *Batch) done(n int) {
 		b.pins[i].Unpin()
 	}
 	b.npin, b.nspan, b.n = 0, 0, 0
+	if b.c != nil {
+		b.c.queued = 0
+	}
 }
 
 // OK reports whether job i of the last Run succeeded (seals always do).
@@ -780,6 +845,9 @@ func (b *Batch) Err(i int) error {
 func (b *Batch) Discard() {
 	b.done(b.n)
 	b.ran = 0
+	if b.c != nil {
+		b.c.hook_ran = 0
+	}
 }
 
 // Free discards the queued jobs and frees the batch's C memory.

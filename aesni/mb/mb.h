@@ -55,6 +55,10 @@ typedef struct mb_batch {
 	uint8_t *ok;
 	uint32_t cap;
 	int32_t lib_err; // last ipsec-mb error of the last run, 0 if none
+	// The hook (mb_run_queued): Go keeps queued equal to the jobs queued;
+	// the hook runs them and says so in hook_ran (Go reads and zeroes it).
+	uint32_t queued;
+	uint32_t hook_ran;
 } mb_batch;
 
 int mb_init(int arch);
@@ -69,5 +73,11 @@ void mb_key_free(struct gcm_key_data *k);
 mb_batch *mb_batch_new(uint32_t cap);
 void mb_batch_free(mb_batch *b);
 uint32_t mb_run(mb_batch *b, uint32_t n);
+// mb_run_queued runs every job queued in the batch at arg (a mb_batch *),
+// if any, and records how many in hook_ran: a hook another C library calls
+// inside its own crossing (a port's pre-transmit hook).
+void mb_run_queued(void *arg);
+// mb_call_hook calls fn(arg) (tests: Go cannot call a C function pointer).
+void mb_call_hook(void (*fn)(void *), void *arg);
 
 #endif

@@ -676,6 +676,66 @@ func TestFullBatch(t *testing.T) {
 	}
 }
 
+// TestHook: the hook runs the queued jobs inside another crossing (here
+// mb_call_hook's), writing what Run writes; Settle finishes the run (keys,
+// results, counts); a hook with nothing queued does nothing, and Run and
+// Add settle a run nobody settled.
+func TestHook(t *testing.T) {
+	kp := newKeyPairs(t, rand.New(rand.NewPCG(5, 5)), 1)[0]
+	b := mustBatch(t, 8)
+	fn, arg := b.Hook()
+	nonce, aad := make([]byte, 12), make([]byte, 64)
+	tags := make([][]byte, 3)
+	for i := range tags {
+		tags[i] = make([]byte, 16)
+		nonce[11] = byte(i)
+		if _, ok := b.SealRequest(kp.mb, tags[i], nonce, aad); !ok {
+			t.Fatal("SealRequest")
+		}
+	}
+	callHook(fn, arg)
+	if kp.mb.Pending() != 3 || b.Runs() != 0 {
+		t.Fatalf("before Settle: pending %d, runs %d", kp.mb.Pending(), b.Runs())
+	}
+	if n := b.Settle(); n != 3 || b.Len() != 0 || kp.mb.Pending() != 0 || b.HookRuns() != 1 || b.Runs() != 0 {
+		t.Fatalf("Settle = %d: len %d, pending %d, hook runs %d, runs %d", n, b.Len(), kp.mb.Pending(), b.HookRuns(), b.Runs())
+	}
+	for i := range tags {
+		nonce[11] = byte(i)
+		want := make([]byte, 16)
+		kp.ref.SealRequest(want, nonce, aad)
+		if !b.OK(i) || !bytes.Equal(tags[i], want) {
+			t.Fatalf("job %d: the hook's seal differs from aesni's", i)
+		}
+	}
+	callHook(fn, arg) // nothing queued
+	if b.Settle() != 0 || b.HookRuns() != 1 {
+		t.Fatal("a hook with nothing queued ran something")
+	}
+	// Unsettled: the next Add settles, and Run runs only what came after.
+	b.SealRequest(kp.mb, tags[0], nonce, aad)
+	callHook(fn, arg)
+	b.SealRequest(kp.mb, tags[1], nonce, aad)
+	if b.HookRuns() != 2 || b.Len() != 1 || kp.mb.Pending() != 1 {
+		t.Fatalf("Add did not settle: hook runs %d, len %d, pending %d", b.HookRuns(), b.Len(), kp.mb.Pending())
+	}
+	callHook(fn, arg)
+	if b.Run() != 0 || b.Runs() != 0 || b.HookRuns() != 3 || kp.mb.Pending() != 0 {
+		t.Fatalf("Run did not settle first: runs %d, hook runs %d, pending %d", b.Runs(), b.HookRuns(), kp.mb.Pending())
+	}
+	b.SealRequest(kp.mb, tags[2], nonce, aad)
+	if b.Run() != 0 || b.Runs() != 1 {
+		t.Fatalf("Run: runs %d", b.Runs())
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		b.SealRequest(kp.mb, tags[0], nonce, aad)
+		callHook(fn, arg)
+		b.Settle()
+	}); a != 0 {
+		t.Errorf("%v allocations per hooked run", a)
+	}
+}
+
 func mustPanic(t *testing.T, what string, fn func()) {
 	t.Helper()
 	defer func() {

@@ -131,6 +131,16 @@ type Config struct {
 
 	Hugetlb string // HugetlbAuto or HugetlbOff
 
+	// NoSummary refuses the summary request: no core gets a summary
+	// doorbell (abi.Summary), and every portal's command ring is read in
+	// every poll, as for clients that do not ask for it. The summary is a
+	// page every application of a core can read and write: it tells each
+	// tenant when the others' portals post, and lets one hide another's
+	// posts until the engine's fallback scan (engine.Config.SummaryScan);
+	// a host whose tenants must not learn that much of each other sets
+	// this (docs/protocol.md, The summary doorbell).
+	NoSummary bool
+
 	// IdentityPath is the identity state (identity.go): the table of
 	// processes, and beside it (IdentityMarkPath) the mark that records
 	// every identity handed out before it is used. Both must live as long
@@ -173,7 +183,7 @@ type Config struct {
 	OperatorGID *uint32
 
 	// FaultStats, if set, returns the counters of a fault-injecting
-	// wrapper around core's port (engine/faultport), for the stats
+	// wrapper around core's port (engine/port/faultport), for the stats
 	// reply's "fault" key. It runs on that core's goroutine, inside the
 	// same Executor.Exec as Core.Stats, where the port may be read.
 	FaultStats func(core int) *ctlmsg.FaultStats

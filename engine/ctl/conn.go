@@ -268,6 +268,8 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		return -1, c.rekey(req)
 	case ctlmsg.OpDoorbell:
 		return c.doorbell()
+	case ctlmsg.OpSummary:
+		return c.summary(resp)
 	case ctlmsg.OpIdentity:
 		if rerr := c.identify(req.Op); rerr != nil {
 			return -1, rerr

@@ -5,12 +5,12 @@ import (
 
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/runner"
 )
 
 // loopDriver is an engine driven by engine/runner, one runner per core,
-// over a loopback engine/memport port (several cores: memport.Steered,
+// over a loopback engine/port/memport port (several cores: memport.Steered,
 // which delivers each frame to the core it is steered to): every frame
 // the engine sends comes back to it, so a READ addressed to the engine's
 // own IP crosses the whole request/response path without DPDK. Its

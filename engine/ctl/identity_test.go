@@ -19,7 +19,7 @@ import (
 
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/runner"
 	"github.com/onerma/onerma/portal"
 )

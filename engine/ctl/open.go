@@ -145,6 +145,7 @@ func (c *conn) attach(resp *ctlmsg.Response) *reqError {
 		CplRing: c.layout.CplRing(seg), CplCap: c.layout.CplCap,
 		Class: c.class, MaxSlots: c.maxSlots, PID: c.ident,
 		Tenant: tenantIdx, Weight: weight, TenantEpoch: epoch,
+		SummaryFlag: seg[abi.SegmentSummaryOff : abi.SegmentSummaryOff+4],
 	}
 	var (
 		id   engine.PortalID
@@ -191,4 +192,19 @@ func (c *conn) noteLocked(m *shm) {
 	if !m.locked && !m.hugetlb && c.s.unlocked.CompareAndSwap(false, true) {
 		c.s.log.Warn().Msg("shared memory could not be locked (mlock: RLIMIT_MEMLOCK or CAP_IPC_LOCK): under memory pressure with swap, the poll loop may fault on a swapped-out page")
 	}
+}
+
+// summary returns a copy of the memfd of the summary doorbell of the core
+// that serves the portal (ctlmsg.OpSummary).
+func (c *conn) summary(resp *ctlmsg.Response) (int, *reqError) {
+	if c.s.summaries == nil {
+		return -1, fail(ctlmsg.CodeState, "summary: this engine gives no summary doorbell (ctl.no_summary): every portal's ring is read in every poll")
+	}
+	m := c.s.summaries[c.core]
+	fd, err := m.dupFD()
+	if err != nil {
+		return -1, fail(ctlmsg.CodeResource, "summary: dup of the summary's memfd: %v", err)
+	}
+	resp.Summary = &ctlmsg.SummaryReply{Size: c.s.summaryBytes, MapSize: uint64(len(m.mem))}
+	return fd, nil
 }

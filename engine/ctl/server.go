@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
+	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
 )
@@ -63,6 +65,11 @@ type Server struct {
 	sampled  zerolog.Logger // anomalies a client can repeat at will: sampled
 	// unlocked is set once locking region memory failed (logged once).
 	unlocked atomic.Bool
+	// summaries are the cores' summary doorbells (nil: Config.NoSummary),
+	// summaryBytes the bytes of words in each: mapped for as long as the
+	// process lives (the cores read them until they stop).
+	summaries    []*shm
+	summaryBytes uint64
 }
 
 // listener is one control socket.
@@ -126,6 +133,11 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 	for i := s.engineTenants - 1; i >= 0; i-- {
 		s.tenantIdx = append(s.tenantIdx, i)
 	}
+	if !cfg.NoSummary {
+		if err := s.makeSummaries(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Hugetlb == HugetlbAuto {
 		s.hugePage = hugePageSize()
 	}
@@ -178,6 +190,37 @@ func Listen(cfg Config, g *engine.Group, execs []Executor, log zerolog.Logger) (
 	}
 	go s.watchMemLoop()
 	return s, nil
+}
+
+// makeSummaries gives every core its summary doorbell: a page of its own
+// (one bit per portal of the core), which the applications of the core's
+// portals map through the summary request. Plain pages, sized and sealed
+// against growing and shrinking, populated and locked in the engine's
+// mapping; they cannot be sealed against new writable mappings (every
+// application that asks maps one), so an application could punch a hole
+// in one (MADV_REMOVE), which costs the engine's loop a page fault and
+// clears every bit: the fallback scan bounds what that delays.
+func (s *Server) makeSummaries() error {
+	portals := s.res.Portals / len(s.execs)
+	s.summaryBytes = uint64(abi.SummaryBytes(portals))
+	for k := range s.execs {
+		m, err := newShm(fmt.Sprintf("onerma-summary-%d", k), s.summaryBytes, 0)
+		if err != nil {
+			return fmt.Errorf("ctl: core %d's summary doorbell: %w", k, err)
+		}
+		if err := unix.Madvise(m.mem, unix.MADV_POPULATE_WRITE); err != nil {
+			m.release()
+			return fmt.Errorf("ctl: core %d's summary doorbell: populating: %w", k, err)
+		}
+		m.locked = unix.Mlock(m.mem) == nil
+		var serr error
+		if err := s.execs[k].Exec(func(c *engine.Core) { serr = c.SetSummary(m.mem) }); err != nil || serr != nil {
+			m.release()
+			return fmt.Errorf("ctl: core %d's summary doorbell: %w", k, errors.Join(err, serr))
+		}
+		s.summaries = append(s.summaries, m)
+	}
+	return nil
 }
 
 // listen binds l's socket.
@@ -398,6 +441,9 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	for _, m := range s.summaries {
+		m.closeFD() // the mapping stays: the cores may still read it
+	}
 	err = errors.Join(err, s.closeMemWatch(), s.ids.close())
 	s.log.Info().Int("sockets", len(s.lns)).Msg("control sockets closed")
 	return err

@@ -62,7 +62,9 @@ func sumCores(cores []ctlmsg.CoreStats) (*ctlmsg.FaultStats, *ctlmsg.PortStats, 
 			if loop == nil {
 				loop = new(ctlmsg.LoopStats)
 			}
+			most := max(loop.CrossingsMax, c.Loop.CrossingsMax)
 			addUints(reflect.ValueOf(loop).Elem(), reflect.ValueOf(c.Loop).Elem())
+			loop.CrossingsMax = most // a maximum, not a count
 		}
 		if c.Port != nil {
 			if port == nil {

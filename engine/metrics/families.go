@@ -110,6 +110,17 @@ var loopFamilies = []family[ctlmsg.LoopStats]{
 	one("loop_execs_total", "Control-plane closures run on the loop (each scrape runs one).", ctr, func(s *ctlmsg.LoopStats) float64 { return u(s.Execs) }),
 	one("loop_stalls_total", "Gaps between two iterations over the stall threshold: the loop could not run.", ctr, func(s *ctlmsg.LoopStats) float64 { return u(s.Stalls) }),
 	one("loop_stalled_seconds_total", "The stalls' total length.", ctr, func(s *ctlmsg.LoopStats) float64 { return seconds(s.StalledNs) }),
+	one("loop_work_iterations_total", "Passes of the poll loop that did work.", ctr, func(s *ctlmsg.LoopStats) float64 { return u(s.WorkIterations) }),
+	one("loop_clock_reads_total", "Clock reads of the poll loop: one per pass, one more per sleep cut short.", ctr, func(s *ctlmsg.LoopStats) float64 { return u(s.ClockReads) }),
+	one("loop_woken_early_total", "Sleeps of the poll loop cut short (a control-plane call, stop, a signal).", ctr, func(s *ctlmsg.LoopStats) float64 { return u(s.WokenEarly) }),
+	one("loop_crossings_total", "cgo calls of the port and the core in the poll loop's passes.", ctr, func(s *ctlmsg.LoopStats) float64 { return u(s.Crossings) }),
+	one("loop_crossings_max", "The most cgo calls of one pass of the poll loop (meant: at most 2).", gge, func(s *ctlmsg.LoopStats) float64 { return u(s.CrossingsMax) }),
+	one("loop_crossings_over_total", "Passes of the poll loop with more than 2 cgo calls.", ctr, func(s *ctlmsg.LoopStats) float64 { return u(s.CrossingsOver) }),
+	by("loop_ring_looks_total", "Reads of portals' command rings by the poll loop: all, those that found nothing new, and of those the ones the summary doorbell asked for.", ctr, "result",
+		sv("all", func(s *ctlmsg.LoopStats) float64 { return u(s.RingLooks) }),
+		sv("idle", func(s *ctlmsg.LoopStats) float64 { return u(s.RingLooksIdle) }),
+		sv("rung_idle", func(s *ctlmsg.LoopStats) float64 { return u(s.RingRungIdle) })),
+	one("loop_ring_scans_total", "Fallback scans of every portal's command ring, whatever the summary doorbell says.", ctr, func(s *ctlmsg.LoopStats) float64 { return u(s.RingScans) }),
 }
 
 type ps = ctlmsg.PortStats
@@ -140,6 +151,7 @@ var portFamilies = []family[ps]{
 		sv("tx", func(p *ps) float64 { return u(p.Driver.TxFrames) })),
 	one("port_alloc_failures_total", "mbuf stash refills that fell short.", ctr, func(p *ps) float64 { return u(p.Driver.AllocFails) }),
 	one("port_io_calls_total", "cgo crossings of the port driver.", ctr, func(p *ps) float64 { return u(p.Driver.IOCalls) }),
+	one("port_tx_full_calls_total", "cgo crossings of the port driver in the middle of a pass of the poll loop: its frames filled a tx burst.", ctr, func(p *ps) float64 { return u(p.Driver.TxFullCalls) }),
 	by("port_handover_frames_total", "Frames handed between the engine's cores (a port's queues cannot put a frame on its core's): out, received on this core's queue for another; in, taken from the others; full, lost to a full ring. An ARP frame counts once per core.", ctr, "dir",
 		sv("out", func(p *ps) float64 { return u(p.Driver.HandedOut) }),
 		sv("in", func(p *ps) float64 { return u(p.Driver.HandedIn) }),

@@ -1,15 +1,37 @@
 // Package runner is the per-core poll loop that drives an engine.Core over
 // a Port (DPDK's examples/l2fwd main loop, without DPDK): each iteration
-// reads the clock once, runs queued control-plane closures, receives one
+// runs queued control-plane closures, reads the clock once, receives one
 // burst and hands it to Core.ReceiveBurst, calls Core.Poll, and flushes
-// the frames the core wrote.
+// the frames the core wrote (a SendsOnRecv port sends them with the next
+// iteration's receive instead, in the same crossing into C).
+//
+// # Invariants, counted
+//
+// The loop keeps counters of what its iterations cost (Stats), so that
+// tests assert them as counts, never as timings:
+//
+//   - one clock read per iteration (ClockReads = Iterations, plus one per
+//     sleep cut short by Exec, Stop or a signal, WokenEarly, and one at
+//     stop): a sleep that lasts its timeout reads no clock (the next
+//     iteration's read shows a late wake-up as a stall);
+//   - at most MaxCrossings (2) calls into C per iteration (Crossings,
+//     CrossingsMax, CrossingsOver; the port's, Crosser, and the core's
+//     own, engine.Core.Crossings): on a DPDK port with ipsec-mb, one poll
+//     step that seals and sends the last iteration's frames, hands frames
+//     to other cores and receives, and one batch of opens for the burst
+//     received; an iteration whose frames fill a tx burst crosses once
+//     more per burst (dpdkport's TxFullCalls);
+//   - no read of a portal's command ring with nothing new outside the
+//     core's fallback scans (RingLooks, RingLooksIdle, RingScans,
+//     RingRungIdle: engine.PathCounters, the summary doorbell);
+//   - no allocation per op (TestIterateOpsAllocs, TestLoopInvariants).
 //
 // Three modes (Yield is described at its constant):
 //
 //   - Busy: the loop never sleeps. Its goroutine is locked to an OS thread
 //     and a ThreadStart hook may pin that thread and register it with the
-//     DPDK EAL (engine/dpdkport.PinThread), without this package importing
-//     dpdk.
+//     DPDK EAL (engine/port/dpdkport.PinThread), without this package
+//     importing dpdk.
 //   - Backoff: after IdleSpins idle iterations the loop sleeps, from
 //     MinSleep doubling up to MaxSleep, never past the core's next timer
 //     deadline, and wakes at once when Exec or Stop is called (ppoll on an
@@ -25,6 +47,23 @@
 // the gap, so none times out for time in which the engine could not look
 // (the serving side's timers stay: a WRITE's initiator must time out
 // last).
+//
+// Cost accounting: with Config.Stages the loop marks its own stages on
+// the engine/stage accumulator its core and port mark theirs on: the rx
+// poll (Receive, or EmptyRx when it found nothing, and then EmptyPoll for
+// the whole iteration if Poll found nothing to do), Transmit from the end
+// of Poll through Flush for a port flushed every iteration, Clock from
+// there (from the end of Poll, for a SendsOnRecv port) through the next
+// clock read, Loop around closures, Idle around sleeps and yields. A
+// SendsOnRecv port charges the parts of its Recv's crossing that send and
+// seal the last iteration's frames to Transmit and Seal itself, out of
+// the rx poll's section (stage.Stages.Charge; dpdkport measures them in
+// C), and marks its Flush as Transmit. The marks read the Stages' own
+// counter (rmad: the CPU's time-stamp counter, only with -profile), never
+// Config.Clock: they are no clock reads in the invariants' sense, cross
+// into nothing and allocate nothing, so the invariants above hold with
+// and without them (TestLoopInvariants and TestIterateOpsAllocs run
+// both).
 //
 // The control plane never touches a Core directly: Exec queues a closure
 // that the loop runs between iterations, on the core's own goroutine, so
@@ -70,7 +109,8 @@
 // the serving side's do not move, so a stalled serving engine can still
 // end a pull.
 //
-// Place in the import graph: runner imports engine only (and x/sys/unix).
-// Ports: engine/dpdkport (DPDK ethdev queue), engine/memport (in memory).
-// Binaries (tools/rmad) wire port, core and runner together.
+// Place in the import graph: runner imports engine and engine/stage only
+// (and x/sys/unix).
+// Ports: engine/port/dpdkport (DPDK ethdev queue), engine/port/memport
+// (in memory). Binaries (tools/rmad) wire port, core and runner together.
 package runner

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/stage"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,6 +29,29 @@ type Port interface {
 	// Flush transmits every frame queued with Send.
 	Flush()
 }
+
+// SendsOnRecv is implemented by a Port whose Recv transmits what Send
+// queued, in the same crossing into C as the receive (the DPDK port:
+// dpdk.PortIO.Do sends, then receives). The loop then leaves the frames
+// an iteration queued to the next iteration's Recv, right after it,
+// instead of flushing them in a crossing of their own; it flushes only
+// before it runs control-plane closures, sleeps, yields or stops.
+type SendsOnRecv interface {
+	SendsOnRecv()
+}
+
+// Crosser is implemented by a Port that calls into C (cgo): Crossings is
+// how many calls it has made. The loop adds the core's own
+// (engine.Core.Crossings) and counts them per iteration (Stats).
+type Crosser interface {
+	Crossings() uint64
+}
+
+// MaxCrossings is the most cgo crossings an iteration is meant to make:
+// one for the port's poll step (with the seals of the frames it sends, and
+// the frames this core hands to others), one for the opens of the burst
+// it received. Stats.CrossingsOver counts the iterations that made more.
+const MaxCrossings = 2
 
 // Mode is the loop's idle policy.
 type Mode int
@@ -97,6 +121,22 @@ type Config struct {
 	// and tells the core (Core.Stalled), which moves its own ops'
 	// deadlines by the gap. 0: no stall detection.
 	StallThreshold time.Duration
+	// Stages, if set, is the cost accounting of the loop (package
+	// engine/stage): the loop resets it when it starts and marks its own
+	// boundaries on it: Receive from the rx poll on (EmptyRx if it
+	// found nothing, and then EmptyPoll for the rest of the iteration if
+	// Poll found nothing to do), Transmit from the end of Poll through
+	// Flush (a port flushed every iteration), Clock from there (or from
+	// the end of Poll, for a port that sends on Recv) through the top of
+	// the next iteration (its clock read), Loop around control-plane
+	// closures, Idle around sleeps and yields. The core and the port mark
+	// theirs when given the same Stages (engine.Core.SetStages,
+	// dpdkport.Port.SetStages); a port that sends on Recv (SendsOnRecv)
+	// marks the transmit and seal parts of its Recv's crossing, and its
+	// Flush, itself. It belongs to the loop's goroutine. The marks read
+	// the Stages' own counter, never Clock: the invariants' clock reads
+	// (Stats.ClockReads) are the same with and without it.
+	Stages *stage.Stages
 }
 
 // DefaultConfig is Backoff with 64 idle spins and sleeps from 1µs to 200µs.
@@ -150,6 +190,13 @@ func Monotonic() int64 { return int64(time.Since(epoch)) + int64(time.Second) }
 
 // Stats are a Runner's counters. They are published by the loop every few
 // hundred iterations, before each sleep and when it stops.
+//
+// The loop's invariants are counted here, never timed: per iteration one
+// clock read (ClockReads: Iterations, plus one per sleep cut short, plus
+// one at stop), at most MaxCrossings calls into C (Crossings,
+// CrossingsMax, CrossingsOver), and no look at a portal's command ring
+// with nothing new outside the engine's fallback scans (the Ring*
+// counters, engine.PathCounters).
 type Stats struct {
 	Iterations uint64 // loop iterations
 	IdleSleeps uint64 // Backoff sleeps
@@ -159,6 +206,22 @@ type Stats struct {
 	Execs      uint64 // control-plane closures run
 	Stalls     uint64 // gaps between iterations over StallThreshold
 	StalledNs  uint64 // their total length
+
+	WorkIterations uint64 // iterations that did work (received, posted, sent, expired, ...)
+	ClockReads     uint64 // reads of the clock by the loop
+	WokenEarly     uint64 // sleeps cut short (Exec, Stop, a signal): each reads the clock once more
+	// Crossings are the calls into C of the port (Crosser) and the core
+	// (engine.Core.Crossings) in iterations; CrossingsMax the most of
+	// one iteration, CrossingsOver the iterations with more than
+	// MaxCrossings. Crossings between iterations (a flush before the
+	// loop sleeps or runs closures, a closure's own) are not counted
+	// here: the port's and the core's own counters have them.
+	Crossings, CrossingsMax, CrossingsOver uint64
+	// The core's looks at its portals' command rings
+	// (engine.PathCounters): RingLooks, those that found nothing new
+	// (RingLooksIdle), the fallback scans (RingScans) and the idle looks
+	// the summary doorbell asked for (RingRungIdle).
+	RingLooks, RingLooksIdle, RingScans, RingRungIdle uint64
 }
 
 type execReq struct {
@@ -192,8 +255,14 @@ type Runner struct {
 	// published counters
 	iterations, idleSleeps, yields, sleptNs, rxFrames, nExecs, stalls, stalledNs atomic.Uint64
 	lentExecs                                                                    atomic.Uint64 // closures run by Exec's caller on a sleeping loop's core
+	workIters, clockReads, wokenEarly, crossings, crossingsMax, crossingsOver    atomic.Uint64
+	ringLooks, ringLooksIdle, ringScans, ringRungIdle                            atomic.Uint64
+
+	fused bool    // the port sends in Recv (SendsOnRecv)
+	xport Crosser // the port's crossings (nil: it makes none)
 
 	// loop-local state (the loop goroutine only)
+	stg *stage.Stages // cfg.Stages
 	pfd [1]unix.PollFd
 	buf [8]byte
 	lc  Stats
@@ -216,10 +285,13 @@ func New(core *engine.Core, port Port, cfg Config) (*Runner, error) {
 		execs: make(chan execReq, cfg.ExecQueue),
 		efd:   -1,
 		done:  make(chan struct{}),
+		stg:   cfg.Stages,
 	}
 	if r.now == nil {
 		r.now = Monotonic
 	}
+	_, r.fused = port.(SendsOnRecv)
+	r.xport, _ = port.(Crosser)
 	return r, nil
 }
 
@@ -350,6 +422,17 @@ func (r *Runner) Stats() Stats {
 		Execs:      r.nExecs.Load() + r.lentExecs.Load(),
 		Stalls:     r.stalls.Load(),
 		StalledNs:  r.stalledNs.Load(),
+
+		WorkIterations: r.workIters.Load(),
+		ClockReads:     r.clockReads.Load(),
+		WokenEarly:     r.wokenEarly.Load(),
+		Crossings:      r.crossings.Load(),
+		CrossingsMax:   r.crossingsMax.Load(),
+		CrossingsOver:  r.crossingsOver.Load(),
+		RingLooks:      r.ringLooks.Load(),
+		RingLooksIdle:  r.ringLooksIdle.Load(),
+		RingScans:      r.ringScans.Load(),
+		RingRungIdle:   r.ringRungIdle.Load(),
 	}
 }
 
@@ -380,6 +463,17 @@ func (r *Runner) publish() {
 	r.nExecs.Store(r.lc.Execs)
 	r.stalls.Store(r.lc.Stalls)
 	r.stalledNs.Store(r.lc.StalledNs)
+	r.workIters.Store(r.lc.WorkIterations)
+	r.clockReads.Store(r.lc.ClockReads)
+	r.wokenEarly.Store(r.lc.WokenEarly)
+	r.crossings.Store(r.lc.Crossings)
+	r.crossingsMax.Store(r.lc.CrossingsMax)
+	r.crossingsOver.Store(r.lc.CrossingsOver)
+	p := r.core.PathCounters()
+	r.ringLooks.Store(p.RingLooks)
+	r.ringLooksIdle.Store(p.RingLooksIdle)
+	r.ringScans.Store(p.RingScans)
+	r.ringRungIdle.Store(p.RingRungIdle)
 }
 
 // loop is the poll loop. Its goroutine stays locked to its OS thread until
@@ -407,16 +501,28 @@ func (r *Runner) loop(ready chan<- error) {
 		prev  int64 // the previous iteration's time
 		asked int64 // sleep asked for since
 		stall = int64(r.cfg.StallThreshold)
+		stg   = r.stg
 	)
+	if stg != nil {
+		stg.Reset()
+		stg.Become(stage.Clock) // the top of the loop, through the clock read, to the rx poll
+	}
 	for {
 		work := 0
 		if r.pending.Load() > 0 {
+			r.flush() // the frames of the last iteration wait for no closure
+			if stg != nil {
+				stg.Enter(stage.Loop)
+			}
 			work += r.runExecs()
+			if stg != nil {
+				stg.Enter(stage.Clock)
+			}
 		}
 		if r.stop.Load() {
 			break
 		}
-		now := r.now()
+		now := r.clock()
 		if gap := now - prev - asked; stall > 0 && prev != 0 && gap > stall {
 			r.lc.Stalls++
 			r.lc.StalledNs += uint64(gap)
@@ -435,20 +541,28 @@ func (r *Runner) loop(ready chan<- error) {
 		switch {
 		case idle < r.cfg.IdleSpins:
 		case r.cfg.Mode == Backoff:
+			r.flush()
 			asked = r.sleep(now, sleep)
 			sleep = min(2*sleep, r.cfg.MaxSleep)
 		case r.cfg.Mode == Yield:
+			r.flush()
+			if stg != nil {
+				stg.Enter(stage.Idle)
+			}
 			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			if stg != nil {
+				stg.Enter(stage.Clock)
+			}
 			r.lc.Yields++
 		}
 	}
 
-	r.core.Shutdown(r.now())
+	r.core.Shutdown(r.clock())
 	// WRITEs whose data was all sent may still be committed by their
 	// serving engines: they complete on their acknowledgment or at their
 	// deadline (at most the longest TIMEOUT, under a second).
 	for r.core.InFlight() > 0 {
-		r.iterate(r.now())
+		r.iterate(r.clock())
 	}
 	r.port.Flush()
 	if r.cfg.ThreadExit != nil {
@@ -460,16 +574,77 @@ func (r *Runner) loop(ready chan<- error) {
 }
 
 // iterate is one pass of the data path at time now: one rx burst into the
-// core, one Poll, one Flush. It returns the work done (frames received plus
+// core, one Poll, one Flush (none for a port that sends in its next Recv:
+// SendsOnRecv). It returns the work done (frames received plus
 // Core.Poll's count).
 func (r *Runner) iterate(now int64) int {
+	s := r.stg
+	x := r.crossed()
+	if s != nil {
+		s.Enter(stage.Receive)
+	}
 	frames := r.port.Recv()
+	if s != nil {
+		if len(frames) == 0 { // and if Poll finds nothing to do either, the rest is EmptyPoll
+			s.Mark(stage.EmptyRx, stage.Protocol)
+			s.Provisional()
+		}
+		s.Frames(len(frames))
+	}
 	r.core.ReceiveBurst(now, frames)
 	work := len(frames) + r.core.Poll(now)
-	r.port.Flush()
+	if !r.fused {
+		if s != nil {
+			s.Enter(stage.Transmit)
+		}
+		r.port.Flush()
+	}
+	if s != nil {
+		s.Enter(stage.Clock) // through the top of the next iteration
+		s.Settle(work == 0, stage.EmptyPoll)
+	}
 	r.lc.Iterations++
 	r.lc.RxFrames += uint64(len(frames))
+	r.count(work, r.crossed()-x)
 	return work
+}
+
+// clock reads the clock for the loop, counted.
+func (r *Runner) clock() int64 {
+	r.lc.ClockReads++
+	return r.now()
+}
+
+// crossed is the calls into C the port and the core have made so far.
+func (r *Runner) crossed() uint64 {
+	n := r.core.Crossings()
+	if r.xport != nil {
+		n += r.xport.Crossings()
+	}
+	return n
+}
+
+// count counts an iteration's work and its x crossings.
+func (r *Runner) count(work int, x uint64) {
+	if work > 0 {
+		r.lc.WorkIterations++
+	}
+	r.lc.Crossings += x
+	if x > r.lc.CrossingsMax {
+		r.lc.CrossingsMax = x
+	}
+	if x > MaxCrossings {
+		r.lc.CrossingsOver++
+	}
+}
+
+// flush sends what a port that sends in Recv still holds (SendsOnRecv):
+// before the loop sleeps, yields or runs closures. Nothing for a port
+// flushed every iteration.
+func (r *Runner) flush() {
+	if r.fused {
+		r.port.Flush()
+	}
 }
 
 // runExecs runs every queued closure and returns how many ran.
@@ -494,6 +669,11 @@ func (r *Runner) runExecs() int {
 // stall check allows for, in ns (0: it did not sleep): what it slept, at
 // most what it asked. An Exec's wake-up ends the sleep early, and the
 // closure's time after it is a stall; so is a wake-up later than asked.
+//
+// A sleep that lasts its whole timeout reads no clock: it slept d (a
+// later wake-up shows in the next iteration's clock read as a stall). One
+// cut short (Exec, Stop, a signal) reads the clock once to know how long
+// it slept, measured from now, the iteration's own read (WokenEarly).
 func (r *Runner) sleep(now int64, d time.Duration) int64 {
 	if dl := r.core.NextDeadline(); dl != math.MaxInt64 {
 		until := time.Duration(dl - now)
@@ -511,14 +691,22 @@ func (r *Runner) sleep(now int64, d time.Duration) int64 {
 		return 0
 	}
 	ts := unix.NsecToTimespec(int64(d))
-	t0 := r.now()
-	n, _ := unix.Ppoll(r.pfd[:], &ts, nil) // EINTR: just an early wake-up
+	if r.stg != nil {
+		r.stg.Enter(stage.Idle)
+	}
+	n, err := unix.Ppoll(r.pfd[:], &ts, nil) // EINTR: just an early wake-up
 	if n > 0 {
 		_, _ = unix.Read(r.efd, r.buf[:]) // reset the eventfd counter
 	}
-	r.rise()
-	slept := r.now() - t0
-	return min(slept, int64(d))
+	r.rise() // waits, idle, while an Exec's caller has the core
+	if r.stg != nil {
+		r.stg.Enter(stage.Clock)
+	}
+	if n == 0 && err == nil {
+		return int64(d) // timed out: slept (at least) d
+	}
+	r.lc.WokenEarly++
+	return min(max(r.clock()-now, 0), int64(d))
 }
 
 // rise ends a sleep: it takes the core back (awake), first waiting, when

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/port"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -13,23 +14,24 @@ import (
 // rx queue and Tx. A frame that reaches the node's NIC lands on the rx
 // queue of one core: the one a hash of its addresses and UDP ports picks
 // (RSS), or, with probability Net.RxRandom, any (the kernel moved the
-// flow). The core that takes it from its queue steers it (engine.Steer)
-// and hands it to the core that owns it through that core's bounded
-// hand-over ring (NetStats.HandedOver; a full ring drops it,
-// HandoverDrops), ARP to every core, the rest it processes itself. A
-// one-core node does none of it: it takes every frame itself, exactly as
-// before nodes had cores.
+// flow). The core that takes it from its queue steers it (engine.Steer,
+// through the port.Steering the ports share) and hands it to the core
+// that owns it through that core's bounded hand-over ring
+// (NetStats.HandedOver; a full ring drops it, HandoverDrops), ARP to
+// every core, the rest it processes itself. A one-core node does none of
+// it: it takes every frame itself, exactly as before nodes had cores.
 
 // simCore is one core of a node: its engine.Core and what the driver
 // keeps of it.
 type simCore struct {
-	n    *node
-	idx  int
-	core *engine.Core
-	cfg  engine.Config // its own: CoreID, SlotBase
-	tx   nodeTx
-	rx   frameRing // its rx queue
-	hand frameRing // frames other cores of the node handed to it
+	n     *node
+	idx   int
+	core  *engine.Core
+	cfg   engine.Config // its own: CoreID, SlotBase
+	tx    nodeTx
+	rx    frameRing                       // its rx queue
+	hand  frameRing                       // frames other cores of the node handed to it
+	steer port.Steering[*frame, *simCore] // to the node's other cores: Hand, HandOthers
 
 	busyUntil int64 // virtual CPU: the core is busy until then
 	stalled   int64 // stall time the core has not been told of (Core.Stalled at its next step)
@@ -155,22 +157,19 @@ func (c *simCore) step() {
 // core that owns it; false when c is to process it itself (it owns it,
 // or it is ARP: every other core gets a copy and c keeps it).
 func (c *simCore) handOver(f *frame) bool {
-	n := c.n
-	s := n.s
-	to := engine.Steer(f.buf[:f.n], c.cfg.UDPPort, len(n.cores))
-	switch {
-	case to == engine.SteerAll:
-		for _, d := range n.cores {
-			if d != c {
-				c.give(d, s.pool.clone(f))
-			}
+	return !c.steer.Deliver(f.buf[:f.n], f)
+}
+
+// Hand gives f to core j of the node (c's port.Handover).
+func (c *simCore) Hand(j int, f *frame) { c.give(c.n.cores[j], f) }
+
+// HandOthers gives every other core of the node a copy of f.
+func (c *simCore) HandOthers(f *frame) {
+	for _, d := range c.n.cores {
+		if d != c {
+			c.give(d, c.n.s.pool.clone(f))
 		}
-		return false
-	case to < 0 || to == c.idx:
-		return false
 	}
-	c.give(n.cores[to], f)
-	return true
 }
 
 // give hands f to core d (its hand-over ring; full: dropped).

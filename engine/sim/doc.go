@@ -300,15 +300,16 @@
 // virtual CPU of its own with its rx queue and Tx. A frame reaching the
 // node lands on one core's rx queue, by a hash of its addresses and UDP
 // ports (RSS) or, with probability Net.RxRandom, at random (the kernel
-// moved the flow); that core steers it (engine.Steer) and hands it to
-// its core's bounded hand-over ring (NetStats.HandedOver,
-// HandoverDrops), ARP to every core. Portals are bound to the core with
-// the fewest, or to any (as an application may ask). Every invariant
-// holds per core (audit, window, slots, frames, pulls: a WRITE's data
-// comes back to the core that pulled it) and per node (commits, installs,
-// completions, the shared region table's books); each core's IV counters
-// carry its id in their top bits and no counter repeats on a node. A
-// rekey must be refused through a core other than the region's portal's.
+// moved the flow); that core steers it (engine.Steer, through the
+// port.Steering of engine/port) and hands it to its core's bounded
+// hand-over ring (NetStats.HandedOver, HandoverDrops), ARP to every core.
+// Portals are bound to the core with the fewest, or to any (as an
+// application may ask). Every invariant holds per core (audit, window,
+// slots, frames, pulls: a WRITE's data comes back to the core that pulled
+// it) and per node (commits, installs, completions, the shared region
+// table's books); each core's IV counters carry its id in their top bits
+// and no counter repeats on a node. A rekey must be refused through a
+// core other than the region's portal's.
 // Result.CrossCore counts READ data served from a region a portal of
 // another core registered. On every node, of one core or several, no READ
 // request is served twice (its answer's counters come from one range): a
@@ -413,6 +414,7 @@
 //	shares.go    the tenant-shares scenarios: three tenants' flows and the checks of their shares
 //	hostile.go   the attacker of scenario hostile-initiator: raw frames at the switch
 //
-// Imports: engine, abi, aesni, wire, cc (flow experiments). Nothing imports
-// sim but tests and tools.
+// Imports: engine, engine/port (the steering of a node's cores), abi,
+// aesni, wire, cc (flow experiments). Nothing imports sim but tests and
+// tools.
 package sim

@@ -9,6 +9,7 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/port"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -129,6 +130,7 @@ func (n *node) newCores(ec engine.Config, k int) error {
 	for i, c := range n.cores {
 		c.core = g.Core(i)
 		c.cfg = c.core.Config()
+		c.steer = port.NewSteering(i, k, c.cfg.UDPPort, c)
 	}
 	n.ecfg = n.cores[0].cfg
 	return nil

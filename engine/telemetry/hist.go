@@ -8,8 +8,8 @@ import (
 // Hist is a log-linear latency histogram (HDR-style): 64 linear
 // sub-buckets per power of two, so any quantile is within 1/64 (1.6 %) of
 // the true value. Fixed size (32 KB), no allocation per sample: the
-// engine's op source (engine.SelfTest) keeps one per core, rmaperf one
-// per measurement.
+// engine's op generator (engine/opgen.SelfTest) keeps one per core,
+// rmaperf one per measurement.
 type Hist struct {
 	counts [64 * 64]uint64
 	n      uint64

@@ -18,6 +18,9 @@ type Row struct {
 	// memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap),
 	// "metrics-eal-no-telemetry", "metrics-eal-telemetry",
 	// "metrics-histograms", "metrics-unscraped", "metrics-scrape",
+	// "selftest", "selftest-rounds", "selftest-handover",
+	// "selftest-memif" and their stage tables "selftest-stages" and
+	// "selftest-memif-stages",
 	// the key/value caches' "kv-ycsb-c" and "kv-ycsb-b" (closed loop;
 	// "-memif" appended for OneRMA's cache over two engines), "kv-fig8"
 	// (open loop, one row per offered load), and the peers' own tools
@@ -78,8 +81,20 @@ type Row struct {
 	// twin): the client process's CPU time, user and system over all its
 	// threads (getrusage RUSAGE_SELF), from the start of the measured
 	// interval until its last op completed, divided by the ops counted:
-	// what an op costs the application, whatever the engine's rate.
+	// what an op costs the application, whatever the engine's rate. On
+	// the stage rows: the engine cores' time in the row's stage per op.
 	CPUNsPerOp *float64 `json:"cpu_ns_per_op,omitempty"`
+
+	// Stage rows (setups selftest-stages and selftest-memif-stages,
+	// from rmad -selftest -profile; engine/stage): one row per line of
+	// the run's stage table, beside the run's own row, whose test, size,
+	// depth, cores and rate they repeat. Stage names the line (a stage,
+	// "overhead", "unattributed" or "total"), CyclesPerOp and CPUNsPerOp
+	// its cost per op, BudgetNs its budget (none: null); the note has its
+	// share and sections per op, the total's the budget's origin.
+	Stage       string   `json:"stage,omitempty"`
+	CyclesPerOp *float64 `json:"cycles_per_op,omitempty"`
+	BudgetNs    *float64 `json:"budget_ns,omitempty"`
 
 	// Timeline (fig14-* "unavail" rows): the probes around one key
 	// rotation, the one whose unavailability is the median, for Figure

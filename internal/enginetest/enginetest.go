@@ -1,10 +1,10 @@
 // Package enginetest starts a real engine in the test's own process: one
-// engine core (engine/runner) over an engine/memport loopback port, which
+// engine core (engine/runner) over an engine/port/memport loopback port, which
 // a test may wrap (to drop or reorder frames), or several cores
 // (Opts.Cores) over memport's steered loopback, served by engine/ctl on a
 // unix socket, so that a portal talks to it exactly as to rmad. Tests of
 // packages that must not link the engine themselves (portal) and tests of
-// port wrappers (engine/faultport) share it.
+// port wrappers (engine/port/faultport) share it.
 package enginetest
 
 import (
@@ -21,7 +21,7 @@ import (
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
-	"github.com/onerma/onerma/engine/memport"
+	"github.com/onerma/onerma/engine/port/memport"
 	"github.com/onerma/onerma/engine/runner"
 )
 

@@ -128,6 +128,9 @@ func TestConstants(t *testing.T) {
 		"abi.SegmentMagic":        uint64(abi.SegmentMagic),
 		"abi.SegmentHeaderSize":   abi.SegmentHeaderSize,
 		"abi.SegmentArmOff":       abi.SegmentArmOff,
+		"abi.SegmentSummaryOff":   abi.SegmentSummaryOff,
+		"abi.SummaryOn":           abi.SummaryOn,
+		"abi.SummaryWordBits":     abi.SummaryWordBits,
 		"abi.RingHeaderSize":      abi.RingHeaderSize,
 		"abi.CommandSize":         abi.CommandSize,
 		"abi.CompletionSize":      abi.CompletionSize,
@@ -608,6 +611,7 @@ func TestReplyFields(t *testing.T) {
 		"response": reflect.TypeOf(ctlmsg.Response{}), "open": reflect.TypeOf(ctlmsg.OpenReply{}),
 		"attach": reflect.TypeOf(ctlmsg.AttachReply{}), "memory": reflect.TypeOf(ctlmsg.MemoryReply{}),
 		"region": reflect.TypeOf(ctlmsg.RegionReply{}), "identity": reflect.TypeOf(ctlmsg.Identity{}),
+		"summary": reflect.TypeOf(ctlmsg.SummaryReply{}),
 	} {
 		code := map[string]bool{}
 		jsonKeys(typ, code)

@@ -1,7 +1,7 @@
 // Package readall is a test helper: it reads a whole remote region through a
 // portal in 4 KB READs, re-posting every op that does not complete OK, as the
-// fault-injection tests (engine/faultport, tools/rmad) do to show that a read
-// arrives intact through a lossy link.
+// fault-injection tests (engine/port/faultport, tools/rmad) do to show that
+// a read arrives intact through a lossy link.
 package readall
 
 import (

@@ -15,6 +15,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/onerma/onerma/internal/benchrow"
 )
 
 // The generated section of bench/RESULTS.md lies between these lines.
@@ -69,9 +71,13 @@ type headlineMetric struct {
 // its comparisons with its peers.
 var headlineMetrics = []headlineMetric{
 	{"64 B READ, loopback engine, one core, both roles (rmad -selftest, no application)", "selftest",
-		rowRate(func(r *Row) bool { return r.Setup == "selftest" && r.Test == "read_bw" && r.Size == 64 && r.Cores == 1 }, 4.0e6)},
+		rowRate(func(r *Row) bool { return r.Setup == "selftest" && r.Test == "read_bw" && r.Size == 64 && r.Cores == 1 }, benchrow.ReadRateLoopback)},
 	{"64 B READ over memif, one core per engine: the rate of each role (rmad -selftest)", "selftest-memif",
-		rowRate(func(r *Row) bool { return r.Setup == "selftest-memif" && r.Test == "read_bw" && r.Size == 64 }, 5.0e6)},
+		rowRate(func(r *Row) bool { return r.Setup == "selftest-memif" && r.Test == "read_bw" && r.Size == 64 }, benchrow.ReadRatePerRole)},
+	{"64 B READ, loopback engine, one core, O = 64: the stage most over its budget (rmad -selftest -profile)", "selftest",
+		stageMetric("selftest-stages")},
+	{"64 B READ over memif, one core per engine, O = 64: the initiator's stage most over its budget (rmad -selftest -profile)", "selftest-memif",
+		stageMetric("selftest-memif-stages")},
 	{"64 B READ through a portal, loopback engine, one core (rmaperf read_bw, O = 64)", "loopback",
 		rowRate(func(r *Row) bool {
 			return r.System == "onerma" && r.Setup == "loopback" && r.Test == "read_bw" && r.Size == 64 && r.Outstanding == 64
@@ -141,6 +147,27 @@ func rowRate(pick func(*Row) bool, goal float64) func([]Row) (measure, bool) {
 			}
 		}
 		return measure{}, false
+	}
+}
+
+// stageMetric names the stage furthest over its budget in the stage table
+// of setup's 64 B read_bw run at one core and 64 in flight, by how much,
+// and the total per op; met when the total is within its budget (the
+// speed target).
+func stageMetric(setup string) func([]Row) (measure, bool) {
+	return func(rows []Row) (measure, bool) {
+		ss := stageSummaries(rows, setup, "read_bw", 64, 64, 1)
+		if len(ss) == 0 {
+			return measure{}, false
+		}
+		s := ss[len(ss)-1]
+		t := s.total
+		if s.worst == nil || t.BudgetNs == nil {
+			return measure{}, false
+		}
+		w := s.worst
+		return measure{fmt.Sprintf("%s: %.1f ns per op, %+.1f over its %.1f (total %.1f ns per op)", w.Stage, *w.CPUNsPerOp, s.over(), *w.BudgetNs, *t.CPUNsPerOp),
+			fmt.Sprintf("total ≤ %.0f ns per op, each stage within its budget", *t.BudgetNs), judge(*t.CPUNsPerOp <= *t.BudgetNs)}, true
 	}
 }
 

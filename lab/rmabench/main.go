@@ -48,7 +48,9 @@
 //	(m) the engine's own op generator, rmad -selftest, with no
 //	    application: on the loopback engine at one and two polling
 //	    cores (selftest), and from one engine to another over memif
-//	    (selftest-memif) (selftest.go);
+//	    (selftest-memif), each run's cycles by stage beside it
+//	    (rmad -selftest -profile: rows selftest-stages and
+//	    selftest-memif-stages) (selftest.go);
 //	(n) head-of-line as paper Fig. 12 measures it: 64 B READs arriving
 //	    Poisson at 10 k/s through the executor beside one background
 //	    transfer of 4 KB to 64 MB on the same executor (hol: rows
@@ -353,6 +355,7 @@ func run() int {
 
 	printTable(rec.rows)
 	printSelfTestRatios(rec.rows)
+	printStageSummaries(rec.rows)
 	status := 0
 	if err := rec.close(); err != nil {
 		fmt.Fprintln(os.Stderr, "rmabench:", err)

@@ -50,7 +50,7 @@ func pgoRun(rmad, rmaperf, dir, out string, dur time.Duration) error {
 	// selftest rows' workloads, whose ops take no portal ring.
 	for _, s := range selftestSpecs2 {
 		prof := filepath.Join(dir, fmt.Sprintf("rmad-selftest-%s-%d.pprof", s.test, s.size))
-		r, err := selftestOnce(selftestEngine(rmad, dir, "1", false, "-20"), s, dur, "pgo", nil, "-cpuprofile", prof)
+		r, _, err := selftestOnce(selftestEngine(rmad, dir, "1", false, "-20"), s, dur, "pgo", nil, "-cpuprofile", prof)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/onerma/onerma/engine"
+	"github.com/onerma/onerma/engine/stage"
+	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/keyx"
 )
@@ -30,7 +33,10 @@ import (
 //	                server owns (K_d over keyx): the rate of each role
 //
 // Each row is one rmad run; its cores field is the number of polling
-// cores of the measuring engine.
+// cores of the measuring engine. The runs of both setups but the rounds
+// (selftestScaling) run with -profile: each one's stage table follows its
+// row as rows of setup selftest-stages (selftest-memif-stages), one per
+// line of the table (stageRows; docs/benchmarking.md explains it).
 
 // selftestSpecs are the rows of selftest-memif and of the loopback at
 // one core (reads, then writes), selftestSpecs2 the loopback's
@@ -39,6 +45,10 @@ var (
 	selftestSpecs = []spec{{"read_bw", 64, 64}, {"read_bw", 4096, 64}, {"read_lat", 64, 1}, {"read_lat", 4096, 1},
 		{"write_bw", 64, 64}, {"write_bw", 4096, 64}}
 	selftestSpecs2 = []spec{{"read_bw", 64, 64}, {"read_bw", 4096, 64}, {"write_bw", 64, 64}, {"write_bw", 4096, 64}}
+	// selftestSpec16: the loopback at one core again with 16 in flight,
+	// where the stage table shows the per-iteration overhead of a
+	// lighter load (issue 32's target for it).
+	selftestSpec16 = spec{"read_bw", 64, 16}
 )
 
 // selftestNote says how the cores share the host.
@@ -92,7 +102,7 @@ func selftestScaling(rmad, dir string, dur time.Duration, emit emitFunc) error {
 			if handOver {
 				args = []string{"-selftest-handover"}
 			}
-			r, err := selftestOnce(selftestEngine(rmad, dir, cpus, handOver, "0"), s, dur, setup, nil, args...)
+			r, _, err := selftestOnce(selftestEngine(rmad, dir, cpus, handOver, "0"), s, dur, setup, nil, args...)
 			r.Note = addNote(r.Note, note)
 			return r, err
 		}
@@ -112,7 +122,7 @@ func selftestRun(rmad, dir string, dur time.Duration, emit emitFunc) error {
 		cpus  string
 		specs []spec
 		note  string
-	}{{"1", selftestSpecs, selftestNote1}, {"0,1", selftestSpecs2, selftestNote2}} {
+	}{{"1", append(slices.Clone(selftestSpecs), selftestSpec16), selftestNote1}, {"0,1", selftestSpecs2, selftestNote2}} {
 		// At an address where the engine serves each core's requests on
 		// that core: both roles of every op on one core, nothing handed
 		// over.
@@ -122,12 +132,15 @@ func selftestRun(rmad, dir string, dur time.Duration, emit emitFunc) error {
 		}
 		o := selftestEngine(rmad, dir, c.cpus, false, nice)
 		for _, s := range c.specs {
-			r, err := selftestOnce(o, s, dur, "selftest", nil)
+			r, st, err := selftestOnce(o, s, dur, "selftest", nil, "-profile")
 			if err != nil {
 				return err
 			}
 			r.Note = addNote(r.Note, c.note)
 			emit(r)
+			for _, sr := range stageRows(r, st) {
+				emit(sr)
+			}
 		}
 	}
 	return nil
@@ -155,21 +168,24 @@ func selftestMemifRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFun
 	}
 	defer srv.stop()
 	for _, s := range selftestSpecs { // WRITEs write the region's second half only: READs still find the pattern
-		r, err := selftestOnce(oa, s, dur, "selftest-memif", srv,
-			"-selftest-peer", srv.kx, "-selftest-region", srv.region)
+		r, st, err := selftestOnce(oa, s, dur, "selftest-memif", srv,
+			"-selftest-peer", srv.kx, "-selftest-region", srv.region, "-profile")
 		if err != nil {
 			return err
 		}
 		r.Note = addNote(r.Note, selftestNoteM)
 		emit(r)
+		for _, sr := range stageRows(r, st) {
+			emit(sr)
+		}
 	}
 	return nil
 }
 
 // selftestOnce runs rmad -selftest (o's engine, then args) for s and dur
-// and returns its row; srv, if set, hands it the client's credentials
-// over an inherited pipe.
-func selftestOnce(o testbed.Options, s spec, dur time.Duration, setup string, srv *perfServer, args ...string) (Row, error) {
+// and returns its row and, with -profile among args, its stage table;
+// srv, if set, hands it the client's credentials over an inherited pipe.
+func selftestOnce(o testbed.Options, s spec, dur time.Duration, setup string, srv *perfServer, args ...string) (Row, *stage.Report, error) {
 	a := append(o.Args(), "-selftest", s.test, "-s", strconv.Itoa(s.size), "-O", strconv.Itoa(s.depth),
 		"-D", dur.String(), "-json")
 	a = append(a, args...)
@@ -177,7 +193,7 @@ func selftestOnce(o testbed.Options, s spec, dur time.Duration, setup string, sr
 	logPath := filepath.Join(o.Dir, o.Name+"-"+s.test+"-"+strconv.Itoa(s.size)+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return Row{}, err
+		return Row{}, nil, err
 	}
 	defer logf.Close()
 	var out bytes.Buffer
@@ -185,22 +201,124 @@ func selftestOnce(o testbed.Options, s spec, dur time.Duration, setup string, sr
 	if srv != nil {
 		fd, closeAfter, err := keyx.Attach(cmd, srv.cliCreds)
 		if err != nil {
-			return Row{}, err
+			return Row{}, nil, err
 		}
 		defer closeAfter()
 		cmd.Args = append(cmd.Args, "-creds-fd", strconv.Itoa(fd))
 	}
 	err = cmd.Run()
-	var r Row
-	if jerr := json.Unmarshal(out.Bytes(), &r); jerr != nil {
+	r, st, jerr := parseSelfTest(out.Bytes())
+	if jerr != nil {
 		tail, _ := os.ReadFile(logPath)
-		return Row{}, fmt.Errorf("%s: %v (%v): output %q\n%s", strings.Join(cmd.Args, " "), err, jerr, out.Bytes(), lastLines(string(tail), 20))
+		return Row{}, nil, fmt.Errorf("%s: %v (%v): output %q\n%s", strings.Join(cmd.Args, " "), err, jerr, out.Bytes(), lastLines(string(tail), 20))
 	}
 	r.Setup, r.Command = setup, strings.Join(cmd.Args, " ")
 	if err != nil { // a row whose ops failed: kept, its note says which
 		r.Note = addNote(r.Note, "rmad -selftest: "+err.Error())
 	}
-	return r, nil
+	return r, st, nil
+}
+
+// parseSelfTest reads rmad -selftest -json's line: the row and, with
+// -profile, its stage table ("stages").
+func parseSelfTest(out []byte) (Row, *stage.Report, error) {
+	var v struct {
+		Row
+		Stages *stage.Report `json:"stages"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		return Row{}, nil, err
+	}
+	return v.Row, v.Stages, nil
+}
+
+// stageRows are the rows of run's stage table st (none without one):
+// setup run's with "-stages" appended, the run's test, size, depth, cores
+// and rate, and per line its stage, cycles and ns per op and budget (to
+// a tenth); the note has its share and sections per op, and the total's
+// (the last line, with the run's command) says where its budget comes
+// from.
+func stageRows(run Row, st *stage.Report) []Row {
+	if st == nil || len(st.Rows) == 0 {
+		return nil
+	}
+	tenth := func(v float64) *float64 { return benchrow.F(math.Round(10*v) / 10) }
+	var out []Row
+	for _, x := range st.Rows {
+		r := Row{System: run.System, Setup: run.Setup + "-stages", Test: run.Test, Size: run.Size, Outstanding: run.Outstanding,
+			Cores: run.Cores, OpsPerSec: run.OpsPerSec, MBPerSec: run.MBPerSec, Ops: st.Ops, Seconds: run.Seconds,
+			Stage: x.Stage, CyclesPerOp: tenth(x.Cycles), CPUNsPerOp: tenth(x.Ns)}
+		if x.BudgetNs != nil {
+			r.BudgetNs = tenth(*x.BudgetNs)
+		}
+		r.Note = fmt.Sprintf("share %.1f %%", 100*x.Share)
+		if x.Sections > 0 {
+			r.Note += fmt.Sprintf("; %.3f sections per op", x.Sections)
+		}
+		if o, ok := x.Over(); ok {
+			r.Note += fmt.Sprintf("; %+.1f ns per op against its budget", o)
+		}
+		if x.Stage == stage.RowTotal { // the run's command once, on its last line
+			r.Command = run.Command
+			r.Note += fmt.Sprintf("; %.2f frames received per op; counter at %.3f GHz", st.FramesPerOp, st.Hz/1e9)
+			if b := st.Budget; b.TargetNs > 0 {
+				r.Note += fmt.Sprintf("; budget from %s, measured crypto seal %.1f ns, open %.1f ns per op", b.Target, b.SealNs, b.OpenNs)
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// stageSummary is one run's stage table as its rows give it: the total,
+// and the budgeted row furthest over its budget (nil: none budgeted).
+type stageSummary struct {
+	total, worst *Row
+}
+
+func (s stageSummary) over() float64 { return *s.worst.CPUNsPerOp - *s.worst.BudgetNs }
+
+// stageSummaries returns, for each run whose stage rows are in rows (of
+// setup, test, size and depth), its summary, in the order measured.
+func stageSummaries(rows []Row, setup, test string, size, depth, cores int) []stageSummary {
+	var out []stageSummary
+	var cur stageSummary
+	for i := range rows {
+		r := &rows[i]
+		if r.Setup != setup || r.Test != test || r.Size != size || r.Outstanding != depth || r.Cores != cores || r.Stage == "" || r.CPUNsPerOp == nil {
+			continue
+		}
+		switch {
+		case r.Stage == stage.RowTotal: // the last line of a table
+			cur.total = r
+			out = append(out, cur)
+			cur = stageSummary{}
+		case r.BudgetNs != nil && (cur.worst == nil || *r.CPUNsPerOp-*r.BudgetNs > *cur.worst.CPUNsPerOp-*cur.worst.BudgetNs):
+			cur.worst = r
+		}
+	}
+	return out
+}
+
+// printStageSummaries prints, for each run with a stage table, its total
+// against its budget and the stage most over its budget.
+func printStageSummaries(rows []Row) {
+	for i := range rows {
+		t := &rows[i]
+		if t.Stage != stage.RowTotal {
+			continue
+		}
+		ss := stageSummaries(rows[:i+1], t.Setup, t.Test, t.Size, t.Outstanding, t.Cores)
+		s := ss[len(ss)-1]
+		fmt.Printf("%s %-9s %5d B O=%-3d C=%d: %.1f ns per op", t.Setup, t.Test, t.Size, t.Outstanding, t.Cores, *t.CPUNsPerOp)
+		if t.BudgetNs != nil {
+			fmt.Printf(" (budget %.1f)", *t.BudgetNs)
+		}
+		if s.worst != nil {
+			fmt.Printf("; most over its budget: %s, %.1f ns per op (%+.1f)", s.worst.Stage, *s.worst.CPUNsPerOp, s.over())
+		}
+		fmt.Println()
+	}
 }
 
 // ownLanes is the first address from a on at which an engine of cores

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/onerma/onerma/abi"
+	"github.com/onerma/onerma/internal/benchrow"
 )
 
 // p99 is a row's p99 latency (0 when it has none).
@@ -28,6 +29,9 @@ func printTable(rows []Row) {
 		return fmt.Sprintf("%.2f", *v)
 	}
 	for _, r := range rows {
+		if r.Stage != "" { // a line of a stage table: printStageSummaries
+			continue
+		}
 		fmt.Printf("%-13s %-*s %-9s %8d %4d %2d %12.0f %10.1f %9.2f %9s %9s %10s %6d\n", r.System, sw, r.Setup, r.Test, r.Size, r.Outstanding, r.Cores,
 			r.OpsPerSec, r.MBPerSec, r.P50us, opt(r.P99us), opt(r.P999us), opt(r.EngP50us), r.Errors)
 	}
@@ -187,9 +191,9 @@ func ucxRatios(rows []Row) []ucxRatio {
 // against the same run's one-core seal+open row, at the Ethernet MTU and
 // with jumbo frames, and a 4 KB WRITE's at either.
 const (
-	readGoodputGoal      = 0.55
-	readGoodputGoalJumbo = 0.70
-	writeGoodputGoal     = 0.60
+	readGoodputGoal      = benchrow.ReadGoodput
+	readGoodputGoalJumbo = benchrow.ReadGoodputJumbo
+	writeGoodputGoal     = benchrow.WriteGoodput
 )
 
 // goodputGoal is the goodput target of a 4 KB row of test on setup.

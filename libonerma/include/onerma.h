@@ -298,6 +298,10 @@ ONERMA_API int onerma_portal_core(const struct onerma_portal *p);  /* the engine
 ONERMA_API int onerma_portal_max_slots(const struct onerma_portal *p);
 ONERMA_API int onerma_portal_hugetlb(const struct onerma_portal *p);
 ONERMA_API int onerma_portal_doorbell(const struct onerma_portal *p); /* wait sleeps on the doorbell */
+/* onerma_portal_summary returns 1 when flush rings the core's summary
+ * doorbell (the engine then reads the command ring only when rung, and in
+ * its fallback scans), 0 when the engine gives none (docs/protocol.md). */
+ONERMA_API int onerma_portal_summary(const struct onerma_portal *p);
 ONERMA_API uint32_t onerma_portal_cmd_cap(const struct onerma_portal *p);
 ONERMA_API uint32_t onerma_portal_cpl_cap(const struct onerma_portal *p);
 
@@ -359,7 +363,10 @@ ONERMA_API int onerma_region_derive_kd(struct onerma_region *r, uint32_t initiat
  * retry; -ONERMA_E_ENGINE_GONE once the engine is known gone. The engine
  * checks the rest and answers with the completion's status. */
 ONERMA_API int onerma_post(struct onerma_portal *p, const struct onerma_op *op);
-/* onerma_flush publishes every staged op with one store (doorbell batching). */
+/* onerma_flush publishes every staged op with one store (doorbell batching)
+ * and, when it published something and the engine gave the portal a
+ * summary doorbell (onerma_portal_summary), rings its bit there: a load,
+ * and an atomic OR when the bit is clear. */
 ONERMA_API void onerma_flush(struct onerma_portal *p);
 /* onerma_submit is onerma_post then onerma_flush. */
 ONERMA_API int onerma_submit(struct onerma_portal *p, const struct onerma_op *op);

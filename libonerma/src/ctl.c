@@ -27,6 +27,7 @@ static const char *const op_names[ONR_OP_COUNT] = {
 	[ONR_OP_STATS] = "stats",
 	[ONR_OP_REKEY] = "rekey",
 	[ONR_OP_DOORBELL] = "doorbell",
+	[ONR_OP_SUMMARY] = "summary",
 };
 
 const char *onr_op_name(enum onr_req_op op) { return (unsigned)op < ONR_OP_COUNT ? op_names[op] : "?"; }
@@ -313,6 +314,15 @@ static int decode_result(struct onr_reply *r, json_t *root, enum onr_req_op op)
 		return decode_identity(r, o);
 	case ONR_OP_STATS:
 		return get_obj(r, root, "stats", &err) ? 0 : err;
+	case ONR_OP_SUMMARY:
+		if (!(o = get_obj(r, root, "summary", &err)))
+			return err;
+		if ((err = get_uint(r, o, "size", true, 8, ONERMA_MAX_REGION_BYTES, &r->size)) ||
+		    (err = get_uint(r, o, "map_size", true, r->size, ONERMA_MAX_REGION_BYTES, &r->map_size)))
+			return err;
+		if (r->size % 8 != 0)
+			return bad(r, "reply's summary of %llu bytes is not whole 8-byte words", (unsigned long long)r->size);
+		return 0;
 	default: /* deregister_region, rekey, doorbell: no result */
 		return 0;
 	}

@@ -130,8 +130,19 @@ int onerma_post(struct onerma_portal *p, const struct onerma_op *op)
 void onerma_flush(struct onerma_portal *p)
 {
 	/* One store publishes every staged command (doorbell batching). */
-	if (atomic_load_explicit(p->cmd.prod, memory_order_relaxed) != p->cmd.next)
+	if (atomic_load_explicit(p->cmd.prod, memory_order_relaxed) == p->cmd.next)
+		return;
+	if (!p->sum) {
 		atomic_store_explicit(p->cmd.prod, p->cmd.next, memory_order_release);
+		return;
+	}
+	/* Then the summary doorbell: the portal's bit, set only when clear.
+	 * The index's store and the word's load are sequentially consistent,
+	 * so the load cannot come first: if it sees the bit set, the engine
+	 * takes it later and then sees this index. */
+	atomic_store_explicit(p->cmd.prod, p->cmd.next, memory_order_seq_cst);
+	if (!(atomic_load_explicit(p->sum, memory_order_seq_cst) & p->sum_mask))
+		atomic_fetch_or_explicit(p->sum, p->sum_mask, memory_order_seq_cst);
 }
 
 int onerma_submit(struct onerma_portal *p, const struct onerma_op *op)

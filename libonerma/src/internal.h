@@ -21,6 +21,8 @@
 #define ONR_SEGMENT_MAGIC 0x414d5231u /* "1RMA" little-endian */
 #define ONR_SEGMENT_HEADER_SIZE 128u
 #define ONR_SEGMENT_ARM_OFF 64u
+#define ONR_SEGMENT_SUMMARY_OFF 68u /* abi.SegmentSummaryOff: the summary flag word */
+#define ONR_SUMMARY_ON 1u            /* abi.SummaryOn */
 #define ONR_RING_HEADER_SIZE 128u
 #define ONR_RING_PROD_OFF 0u
 #define ONR_RING_CONS_OFF 64u
@@ -32,6 +34,8 @@
  * naturally aligned uint32_t, which these assertions hold the build to. */
 _Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t), "atomic u32 has the size of u32");
 _Static_assert(_Alignof(_Atomic uint32_t) == _Alignof(uint32_t), "atomic u32 has the alignment of u32");
+_Static_assert(sizeof(_Atomic uint64_t) == sizeof(uint64_t), "atomic u64 has the size of u64");
+_Static_assert(_Alignof(_Atomic uint64_t) == _Alignof(uint64_t), "atomic u64 has the alignment of u64");
 
 /* A segment header as abi.DecodeLayout accepts it. */
 struct onr_layout {
@@ -112,6 +116,7 @@ enum onr_req_op {
 	ONR_OP_STATS,
 	ONR_OP_REKEY,
 	ONR_OP_DOORBELL,
+	ONR_OP_SUMMARY,
 	ONR_OP_COUNT
 };
 ONR_HIDDEN const char *onr_op_name(enum onr_req_op op);
@@ -153,7 +158,7 @@ struct onr_reply {
 	/* alloc_slots: into the caller's array of want_slots entries */
 	uint32_t *slots;
 	uint32_t want_slots;
-	/* create_region */
+	/* create_region (size and map_size: also summary's) */
 	uint32_t memory;
 	uint64_t size;
 	/* register_region */
@@ -273,6 +278,14 @@ struct onerma_portal {
 	_Atomic uint32_t *arm; /* NULL: no doorbell */
 	int bell_fd;
 	int spins;
+
+	/* The core's summary doorbell (abi.Summary): flush rings the
+	 * portal's bit, sum_mask in the word sum points to. NULL: the engine
+	 * gives none and reads the command ring in every poll. */
+	_Atomic uint64_t *sum;
+	uint64_t sum_mask;
+	uint8_t *sum_map;
+	uint64_t sum_map_size;
 
 	/* The engine's departure, set by the watcher thread or a control
 	 * request; read with acquire by poll. */

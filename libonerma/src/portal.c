@@ -176,6 +176,29 @@ static int attach(struct onerma_portal *p, const struct onr_reply *o, int fd)
 	return 0;
 }
 
+/* use_summary maps the summary doorbell whose memfd fd the engine passed
+ * (and closes fd), and says in the segment that this portal rings it
+ * (ONR_SEGMENT_SUMMARY_OFF). A reply that does not describe a summary
+ * covering this portal leaves the portal without one. */
+static void use_summary(struct onerma_portal *p, const struct onr_reply *r, int fd)
+{
+	uint8_t *mem;
+	if (r->size / 8 <= p->portal_id / 64) {
+		close(fd);
+		return;
+	}
+	if (onr_map_fd(fd, r->map_size, &mem) != 0)
+		return;
+	p->sum_map = mem;
+	p->sum_map_size = r->map_size;
+	p->sum = (_Atomic uint64_t *)(void *)(mem + (size_t)(p->portal_id / 64) * 8);
+	p->sum_mask = (uint64_t)1 << (p->portal_id % 64);
+	/* From the engine's next fallback scan on, it reads the command ring
+	 * only when flush rings. */
+	atomic_store_explicit((_Atomic uint32_t *)(void *)(p->seg + ONR_SEGMENT_SUMMARY_OFF), ONR_SUMMARY_ON,
+			      memory_order_seq_cst);
+}
+
 static void free_portal(struct onerma_portal *p)
 {
 	struct onerma_region *r = p->regions;
@@ -188,6 +211,8 @@ static void free_portal(struct onerma_portal *p)
 		free(r);
 		r = next;
 	}
+	if (p->sum_map)
+		munmap(p->sum_map, (size_t)p->sum_map_size);
 	if (p->seg)
 		munmap(p->seg, (size_t)p->seg_map);
 	if (p->bell_fd >= 0)
@@ -289,6 +314,21 @@ int onerma_dial(const char *socket_path, const char *name, const struct onerma_o
 			goto fail;
 		}
 	}
+	/* The summary doorbell spares the engine a read of the command ring
+	 * in every poll. An engine without one (an older one, or
+	 * ctl.no_summary) refuses, and reads the ring in every poll. */
+	{
+		struct onr_request sreq = {.op = ONR_OP_SUMMARY};
+		struct onr_reply r;
+		int sfd = -1;
+		err = onr_round_trip(p, &sreq, &r, &sfd);
+		if (err == 0 && sfd >= 0)
+			use_summary(p, &r, sfd);
+		else if (sfd >= 0)
+			close(sfd);
+		if (err == -ONERMA_E_ENGINE_GONE || err == -ETIMEDOUT)
+			goto fail;
+	}
 	if ((err = start_watch(p)) != 0)
 		goto fail;
 	*out = p;
@@ -353,6 +393,7 @@ int onerma_portal_core(const struct onerma_portal *p) { return (int)p->core; }
 int onerma_portal_max_slots(const struct onerma_portal *p) { return p->max_slots; }
 int onerma_portal_hugetlb(const struct onerma_portal *p) { return p->hugetlb; }
 int onerma_portal_doorbell(const struct onerma_portal *p) { return p->arm != NULL; }
+int onerma_portal_summary(const struct onerma_portal *p) { return p->sum != NULL; }
 uint32_t onerma_portal_cmd_cap(const struct onerma_portal *p) { return p->layout.cmd_cap; }
 uint32_t onerma_portal_cpl_cap(const struct onerma_portal *p) { return p->layout.cpl_cap; }
 

@@ -106,6 +106,17 @@ static void serve(struct fake_engine *fe, int conn)
 			if (fe->bad_magic)
 				fe->seg[0] ^= 1;
 			json_object_set_new(resp, "attach", json_pack("{s:i, s:i}", "portal", 3, "core", 0));
+		} else if (strcmp(op, "summary") == 0 && fe->no_summary) {
+			json_object_set_new(resp, "code", json_string("bad_request"));
+			json_object_set_new(resp, "error", json_string("key \"op\": unknown op \"summary\""));
+		} else if (strcmp(op, "summary") == 0) {
+			uint8_t *map;
+			if (fe->sum_fd < 0) {
+				fe->sum_fd = memfd_of(4096, &map);
+				fe->sum = (_Atomic uint64_t *)(void *)map;
+			}
+			fd = dup(fe->sum_fd);
+			json_object_set_new(resp, "summary", json_pack("{s:i, s:i}", "size", 8, "map_size", 4096));
 		} else if (strcmp(op, "doorbell") == 0) {
 			fe->bell_fd = eventfd(0, EFD_CLOEXEC);
 			fd = dup(fe->bell_fd);
@@ -164,7 +175,7 @@ static void *accept_loop(void *arg)
 int fake_start(struct fake_engine *fe, const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	fe->conn = fe->bell_fd = -1;
+	fe->conn = fe->bell_fd = fe->sum_fd = -1;
 	atomic_store(&fe->stop, 0);
 	if (fe->identity == 0)
 		fe->identity = 4242;
@@ -194,6 +205,11 @@ void fake_stop(struct fake_engine *fe)
 		close(fe->conn);
 	if (fe->bell_fd >= 0)
 		close(fe->bell_fd);
+	if (fe->sum_fd >= 0) {
+		munmap((void *)fe->sum, 4096);
+		close(fe->sum_fd);
+	}
+	fe->sum = NULL;
 	if (fe->seg)
 		munmap(fe->seg, fe->seg_map);
 	fe->seg = NULL;

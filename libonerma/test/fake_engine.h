@@ -26,6 +26,7 @@ struct fake_engine {
 	const char *refuse_code;
 	const char *refuse_quota;
 	int bad_magic;           /* write a wrong magic at attach */
+	int no_summary;          /* refuse summary (bad_request), as an engine older than it does */
 	uint32_t identity;
 
 	/* State the test reads. */
@@ -33,6 +34,8 @@ struct fake_engine {
 	uint8_t *seg;
 	size_t seg_map;
 	int bell_fd;
+	_Atomic uint64_t *sum;   /* the summary doorbell's words (summary), NULL: none passed */
+	int sum_fd;
 	uint32_t next_slot;
 	uint32_t regions;
 	uint64_t pending_size, pending_map; /* of the last create_region */

@@ -269,6 +269,7 @@ static void test_strerror(void)
 }
 
 /* ---- Against the fake engine ---- */
+static void test_summary(void);
 
 struct fixture {
 	struct fake_engine fe;
@@ -632,6 +633,47 @@ static void test_corrupt_rings(void)
 	teardown(&f);
 }
 
+/* test_summary: a portal the engine gives a summary doorbell says so in
+ * its segment and rings its bit (the fake engine's portal 3) after a flush
+ * that published, never after one that did not; with an engine that
+ * refuses summary (an older one) the portal works without one. */
+static void test_summary(void)
+{
+	struct onerma_options opt = {.wait_spins = -1};
+	struct onr_command cmds[4];
+	for (int none = 0; none < 2; none++) {
+		struct fixture f;
+		uint32_t slot;
+		memset(&f, 0, sizeof f);
+		f.fe.slot_base = 100;
+		f.fe.no_summary = none;
+		CHECK_EQ(fake_start(&f.fe, sock_path), 0);
+		CHECK_EQ(onerma_dial(sock_path, "unit", &opt, &f.p), 0);
+		if (!f.p) {
+			fake_stop(&f.fe);
+			continue;
+		}
+		CHECK_EQ(onerma_portal_summary(f.p), !none);
+		CHECK_EQ(onr_get32(f.fe.seg + ONR_SEGMENT_SUMMARY_OFF), none ? 0 : ONR_SUMMARY_ON);
+		CHECK(none ? f.fe.sum == NULL : f.fe.sum != NULL);
+		CHECK_EQ(onerma_alloc_slots(f.p, 1, &slot), 0);
+		CHECK_EQ(onerma_register_region(f.p, 4096, ONERMA_PERM_LOCAL_WRITE, &f.r), 0);
+		struct onerma_op op = read_op(&f, slot, 5);
+		CHECK_EQ(onerma_post(f.p, &op), 0);
+		if (f.fe.sum)
+			CHECK_EQ(atomic_load(f.fe.sum), 0); /* staged, not flushed */
+		onerma_flush(f.p);
+		CHECK_EQ(fake_take(&f.fe, cmds, 4), 1);
+		if (f.fe.sum) {
+			CHECK_EQ(atomic_load(f.fe.sum), (uint64_t)1 << 3);
+			atomic_store(f.fe.sum, 0); /* the engine takes it */
+			onerma_flush(f.p);         /* nothing new: no ring */
+			CHECK_EQ(atomic_load(f.fe.sum), 0);
+		}
+		teardown(&f);
+	}
+}
+
 int main(void)
 {
 	static const struct {
@@ -647,6 +689,7 @@ int main(void)
 		{"strerror", test_strerror},
 		{"dial_and_ops", test_dial_and_ops},
 		{"wait_doorbell", test_wait_doorbell},
+		{"summary", test_summary},
 		{"engine_gone", test_engine_gone},
 		{"refusals", test_refusals},
 		{"corrupt_rings", test_corrupt_rings},

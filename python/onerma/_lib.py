@@ -147,6 +147,7 @@ _PROTOS = {
     "onerma_portal_max_slots": (_I, [_P]),
     "onerma_portal_hugetlb": (_I, [_P]),
     "onerma_portal_doorbell": (_I, [_P]),
+    "onerma_portal_summary": (_I, [_P]),
     "onerma_portal_cmd_cap": (_U32, [_P]),
     "onerma_portal_cpl_cap": (_U32, [_P]),
     "onerma_gone": (_I, [_P]),

@@ -228,6 +228,13 @@ class Portal:
         return bool(self._lib.onerma_portal_doorbell(self._handle()))
 
     @property
+    def summary(self):
+        """True when flush() rings the core's summary doorbell: the engine
+        then reads the command ring only when rung (and in its fallback
+        scans). libonerma does the ringing; nothing to do here."""
+        return bool(self._lib.onerma_portal_summary(self._handle()))
+
+    @property
     def cmd_cap(self):
         return self._lib.onerma_portal_cmd_cap(self._handle())
 

@@ -34,6 +34,7 @@ def test_identity_and_properties(portal, loop):
     assert portal.slots == portal.free_slots == 16 and portal.outstanding == 0
     assert portal.cmd_cap >= 2 and portal.cpl_cap >= 2 and portal.max_slots >= 16
     assert portal.service_class is onerma.Class.LOW and not portal.gone
+    assert portal.summary  # flush rings the core's summary doorbell (libonerma does it)
 
 
 def test_reads(portal, owner):

@@ -10,7 +10,7 @@ import (
 
 	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/dpdk"
-	"github.com/onerma/onerma/engine/dpdkport/xdp"
+	"github.com/onerma/onerma/engine/port/dpdkport/xdp"
 	"github.com/onerma/onerma/wire"
 )
 

@@ -23,8 +23,8 @@ import (
 	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
-	"github.com/onerma/onerma/engine/dpdkport/xdp"
-	"github.com/onerma/onerma/engine/faultport"
+	"github.com/onerma/onerma/engine/port/dpdkport/xdp"
+	"github.com/onerma/onerma/engine/port/faultport"
 	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/wire"
 )

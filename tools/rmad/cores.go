@@ -16,9 +16,10 @@ import (
 
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/dpdkport"
-	"github.com/onerma/onerma/engine/faultport"
+	"github.com/onerma/onerma/engine/port/dpdkport"
+	"github.com/onerma/onerma/engine/port/faultport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/wire"
 )
 
@@ -114,11 +115,15 @@ func setGOMAXPROCS(cores int) int {
 // startLoops starts one runner per core of g on ports[i], each with base's
 // settings, pinned to cpus[i] when cpus are given (and at nice in busy
 // mode, as a performance setting: without the privilege the thread keeps
-// the process's). On an error the runners started are stopped.
-func startLoops(g *engine.Group, ports []runner.Port, base runner.Config, cpus []int, nice int, log zerolog.Logger) ([]*runner.Runner, error) {
+// the process's), marking its stages on stages[i] when stages are given
+// (-selftest -profile). On an error the runners started are stopped.
+func startLoops(g *engine.Group, ports []runner.Port, base runner.Config, cpus []int, nice int, stages []*stage.Stages, log zerolog.Logger) ([]*runner.Runner, error) {
 	var rs []*runner.Runner
 	for i, port := range ports {
 		rc := base
+		if stages != nil {
+			rc.Stages = stages[i]
+		}
 		var pin []int
 		if len(cpus) > 0 {
 			pin = []int{cpus[i]}
@@ -264,10 +269,13 @@ func logFinal(log zerolog.Logger, st engine.Stats, rs runner.Stats, ps dpdkport.
 	log.Info().Uint64("iterations", rs.Iterations).Uint64("rx_frames", rs.RxFrames).Uint64("idle_sleeps", rs.IdleSleeps).
 		Uint64("yields", rs.Yields).Uint64("slept_ns", rs.SleptNs).Uint64("execs", rs.Execs).
 		Uint64("stalls", rs.Stalls).Uint64("stalled_ns", rs.StalledNs).
+		Uint64("clock_reads", rs.ClockReads).Uint64("crossings", rs.Crossings).Uint64("crossings_max", rs.CrossingsMax).
+		Uint64("crossings_over", rs.CrossingsOver).Uint64("ring_looks", rs.RingLooks).Uint64("ring_looks_idle", rs.RingLooksIdle).
+		Uint64("ring_scans", rs.RingScans).
 		Msg("final runner counters")
 	log.Info().Uint64("tx_frames", ps.TxFrames).Uint64("tx_dropped", ps.TxDropped).Uint64("tx_no_buffer", ps.TxNoBuffer).
 		Uint64("rx_frames", ps.RxFrames).Uint64("rx_multi_seg", ps.RxMultiSeg).Uint64("alloc_fails", ps.AllocFails).
-		Uint64("io_calls", ps.IOCalls).Uint64("handed_out", ps.HandedOut).Uint64("handed_in", ps.HandedIn).
+		Uint64("io_calls", ps.IOCalls).Uint64("tx_full_calls", ps.TxFullCalls).Uint64("handed_out", ps.HandedOut).Uint64("handed_in", ps.HandedIn).
 		Uint64("handover_full", ps.HandOverFull).Msg("final port counters")
 	if fault != nil {
 		fs := faultStatsMsg(fault.Stats())

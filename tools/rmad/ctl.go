@@ -80,6 +80,11 @@ type CtlConfig struct {
 	MaxRegionBytes      uint64   `json:"max_region_bytes"`
 	MaxPortalBytes      uint64   `json:"max_portal_bytes"`
 	Hugetlb             string   `json:"hugetlb"`
+	// NoSummary refuses applications the summary doorbell (a page per
+	// core that every application of the core reads and writes): every
+	// command ring is then read in every poll. For hosts whose tenants
+	// must not see when the others post (docs/protocol.md).
+	NoSummary bool `json:"no_summary"`
 	// IDState is the process identity state file ("": engine.iv_state
 	// followed by ".ids", resolved when the config is loaded). It must
 	// live exactly as long as the IV state: see SECURITY.md.
@@ -200,6 +205,7 @@ func (c *Config) ctlConfig() (ctl.Config, error) {
 	cc.ReserveTenants, cc.OpenDeadline = k.ReserveTenants, time.Duration(k.OpenDeadline)
 	cc.MaxConns, cc.MaxRegionsPerPortal = k.MaxConns, k.MaxRegionsPerPortal
 	cc.MaxRegionBytes, cc.MaxPortalBytes, cc.Hugetlb = k.MaxRegionBytes, k.MaxPortalBytes, k.Hugetlb
+	cc.NoSummary = k.NoSummary
 	cc.IdentityPath = c.idStatePath()
 	cc.MaxIdentities, cc.IdentityRate, cc.IdentityBurst = k.MaxIdentities, k.IdentityRate, k.IdentityBurst
 	cc.UIDMap, cc.PasswdFile, cc.SubuidFile = k.UIDMap, k.PasswdFile, k.SubuidFile

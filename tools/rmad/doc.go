@@ -44,7 +44,10 @@
 // most ctl.stats_rate a second (-stats-rate, -stats-burst). Process
 // identities are recorded in ctl.id_state (-id-state; default
 // engine.iv_state + ".ids") and its mark (that path + ".mark"), which must
-// live as long as the IV state.
+// live as long as the IV state. Each core's summary doorbell (a page of a
+// bit per portal the applications set when they post, so the loop reads
+// only the command rings that have something) is shared by the core's
+// tenants; ctl.no_summary turns it off (docs/protocol.md, SECURITY.md).
 // rmad writes oom_score_adj (-oom-score-adj, default -999) so the kernel's
 // OOM killer picks a tenant before it.
 //
@@ -105,7 +108,7 @@
 //	     -ip 10.1.0.2/24 -gateway 10.1.0.1 -route 10.9.0.0/16,via=10.1.0.254,mtu=1400
 //
 // Fault injection (tests): a "fault" section (or the -fault-* flags) with
-// any probability above zero wraps the DPDK port in an engine/faultport
+// any probability above zero wraps the DPDK port in an engine/port/faultport
 // (drop, duplicate, reorder, delay; rx, tx or both; seeded); its counters
 // appear under "fault" in the stats reply. Absent or all zero: no wrapper.
 //
@@ -125,21 +128,29 @@
 //
 // Self-test (selftest.go): -selftest read_bw|write_bw|read_lat -s SIZE
 // -O N -D DURATION makes every polling core post ops itself
-// (engine.SelfTest: no application, no portal ring), check each op's
-// data, and rmad prints a perftest-style table (a row per core and their
-// sum; -json: one benchmark row) and exits, 0 only when every op
+// (engine/opgen.SelfTest: no application, no portal ring), check each
+// op's data, and rmad prints a perftest-style table (a row per core and
+// their sum; -json: one benchmark row) and exits, 0 only when every op
 // completed OK and checked. The target is a region of this engine (with
 // -hairpin-self=true through the port) or, with -selftest-peer
 // HOST:PORT -selftest-region ID -creds DIR (or -creds-fd FD), a
 // peer engine's region whose owner grants this engine's K_d (identity
 // engine.SelfTestPID) over keyx; -selftest-handover makes every answer
-// cross a hand-over ring.
+// cross a hand-over ring. -profile (profile.go) adds the cost accounting
+// of package engine/stage: every core, its loop and its port mark their
+// stages on a counter of the CPU's time-stamp counter (internal/tsc; the
+// port's crossing, which seals, sends and receives at once, is split by
+// the counter's stamps its C side takes), and after the report rmad prints each stage's cycles and ns per op over the
+// measured window beside its budget, derived from the speed targets
+// (internal/benchrow) and the crypto cost of the run's op measured on
+// core 0's thread after the run (with -json: the row's "stages").
 //
 //	rmad -vdev net_ring0 -port-name net_ring0 -ip 10.99.2.1 -hairpin-self=true \
-//	     -poll-mode busy -cpu 1 -selftest read_bw -s 64 -O 64 -D 5s
+//	     -poll-mode busy -cpu 1 -selftest read_bw -s 64 -O 64 -D 5s -profile
 //
 // Imports: aesni, dpdk, engine, engine/ctl, engine/metrics,
-// engine/telemetry, ctlmsg, engine/dpdkport, engine/faultport,
-// engine/runner, wire; keyx, internal/pattern and internal/benchrow for
-// the self-test.
+// engine/telemetry, ctlmsg, engine/port/dpdkport, engine/port/faultport,
+// engine/runner, wire; engine/opgen, keyx, internal/pattern and
+// internal/benchrow for the self-test; engine/stage, internal/tsc and
+// aesni/mb for its -profile.
 package main

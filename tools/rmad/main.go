@@ -24,11 +24,12 @@ import (
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
 	"github.com/onerma/onerma/engine/ctl"
-	"github.com/onerma/onerma/engine/dpdkport"
-	"github.com/onerma/onerma/engine/dpdkport/xdp"
-	"github.com/onerma/onerma/engine/faultport"
 	"github.com/onerma/onerma/engine/metrics"
+	"github.com/onerma/onerma/engine/port/dpdkport"
+	"github.com/onerma/onerma/engine/port/dpdkport/xdp"
+	"github.com/onerma/onerma/engine/port/faultport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/engine/telemetry"
 	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/wire"
@@ -318,6 +319,9 @@ func serve(ctx context.Context, cfg *Config, sto *selfTestOptions, stdout io.Wri
 		if selftest, err = newSelfTest(ctx, sto, group, &engCfg, log); err != nil {
 			return fmt.Errorf("-selftest: %w", err)
 		}
+		for i, s := range selftest.stages { // -profile: the ports mark their transmits
+			queues.Ports[i].SetStages(s)
+		}
 	}
 	if engCfg.Crypto == engine.CryptoIPsecMB {
 		arch, _ := engine.MBArch() // engine.NewGroup checked it works
@@ -344,7 +348,11 @@ func serve(ctx context.Context, cfg *Config, sto *selfTestOptions, stdout io.Wri
 		logFault(log, &faultCfg, &rCfg)
 	}
 	procs := setGOMAXPROCS(cores)
-	rs, err := startLoops(group, ports, rCfg, cpus, cfg.Poll.Nice, log)
+	var stages []*stage.Stages
+	if selftest != nil {
+		stages = selftest.stages
+	}
+	rs, err := startLoops(group, ports, rCfg, cpus, cfg.Poll.Nice, stages, log)
 	if err != nil {
 		return err
 	}
@@ -475,7 +483,10 @@ func logFault(log zerolog.Logger, c *faultport.Config, r *runner.Config) {
 // runner.Stats.
 func loopStatsMsg(s runner.Stats) *ctlmsg.LoopStats {
 	return &ctlmsg.LoopStats{Iterations: s.Iterations, RxFrames: s.RxFrames, IdleSleeps: s.IdleSleeps,
-		Yields: s.Yields, SleptNs: s.SleptNs, Execs: s.Execs, Stalls: s.Stalls, StalledNs: s.StalledNs}
+		Yields: s.Yields, SleptNs: s.SleptNs, Execs: s.Execs, Stalls: s.Stalls, StalledNs: s.StalledNs,
+		WorkIterations: s.WorkIterations, ClockReads: s.ClockReads, WokenEarly: s.WokenEarly,
+		Crossings: s.Crossings, CrossingsMax: s.CrossingsMax, CrossingsOver: s.CrossingsOver,
+		RingLooks: s.RingLooks, RingLooksIdle: s.RingLooksIdle, RingScans: s.RingScans, RingRungIdle: s.RingRungIdle}
 }
 
 // portStatsMsg converts the port's counters, the driver's and the
@@ -487,7 +498,7 @@ func portStatsMsg(name string, s dpdkport.Stats, dev dpdk.EthStats, devErr error
 		Name: name,
 		Driver: ctlmsg.PortDriverStats{
 			TxFrames: s.TxFrames, TxDropped: s.TxDropped, TxNoBuffer: s.TxNoBuffer, RxFrames: s.RxFrames,
-			RxMultiSeg: s.RxMultiSeg, AllocFails: s.AllocFails, IOCalls: s.IOCalls,
+			RxMultiSeg: s.RxMultiSeg, AllocFails: s.AllocFails, IOCalls: s.IOCalls, TxFullCalls: s.TxFullCalls,
 			HandedOut: s.HandedOut, HandedIn: s.HandedIn, HandOverFull: s.HandOverFull,
 		},
 		Dev: ctlmsg.PortDevStats{

@@ -19,16 +19,19 @@ import (
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/dpdk"
 	"github.com/onerma/onerma/engine"
-	"github.com/onerma/onerma/engine/dpdkport"
+	"github.com/onerma/onerma/engine/opgen"
+	"github.com/onerma/onerma/engine/port/dpdkport"
 	"github.com/onerma/onerma/engine/runner"
+	"github.com/onerma/onerma/engine/stage"
 	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/cli"
 	"github.com/onerma/onerma/internal/pattern"
+	"github.com/onerma/onerma/internal/tsc"
 	"github.com/onerma/onerma/keyx"
 )
 
 // selfTestOptions are the flags of rmad -selftest: the engine's own op
-// generator (engine.SelfTest), testpmd's forwarding modes for 1RMA. Every
+// generator (opgen.SelfTest), testpmd's forwarding modes for 1RMA. Every
 // polling core posts ops itself, checks each one's data, and rmad prints
 // the result and exits: 0 only when every op completed OK and checked.
 type selfTestOptions struct {
@@ -43,12 +46,13 @@ type selfTestOptions struct {
 	regionBytes uint64
 	handOver    bool
 	json        bool
+	profile     bool
 }
 
 // selfTestFlags are the flags that mean something only with -selftest
 // (canonical names).
 var selfTestFlags = []string{"s", "O", "D", "warmup", "selftest-peer", "selftest-region", "creds",
-	"creds-fd", "selftest-region-bytes", "selftest-handover", "json"}
+	"creds-fd", "selftest-region-bytes", "selftest-handover", "json", "profile"}
 
 // flags registers the -selftest flags. They are rmaperf's where rmaperf
 // has them (-s, -O, -D, -warmup, -creds, -creds-fd, -json); the old
@@ -67,6 +71,7 @@ func (o *selfTestOptions) flags(fs *cli.FlagSet) {
 	fs.Uint64Var(&o.regionBytes, "selftest-region-bytes", 0, "-selftest on this engine's region: its size (0: 1 MB, or what the WRITEs in flight need)")
 	fs.BoolVar(&o.handOver, "selftest-handover", false, "-selftest: only the cores whose requests another core serves post ops, so every answer crosses a hand-over ring (memif, net_ring loopback: -cores 2 or more)")
 	fs.BoolVar(&o.json, "json", false, "-selftest: print one JSON line (the benchmark row) instead of the table")
+	fs.BoolVar(&o.profile, "profile", false, "-selftest: count every core's cycles by stage of the data path (receive, open, protocol, build, seal, transmit, completion, the loop's overhead) over the measured window and print them per op beside a budget from the speed targets and the run's measured crypto cost (with -json: in the row's \"stages\")")
 	fs.Alias("selftest-warmup", "warmup")
 	fs.Alias("selftest-creds", "creds")
 	fs.Alias("selftest-creds-fd", "creds-fd")
@@ -107,6 +112,8 @@ func (o *selfTestOptions) check(fs *cli.FlagSet) error {
 		return errors.New("-selftest-region-bytes sizes this engine's own region: not with -selftest-peer")
 	case o.peer != "" && (o.credsDir != "") == (o.credsFD >= 0):
 		return errors.New("-selftest-peer needs TLS credentials: -creds DIR (DIR/client.pem) or -creds-fd FD, one of the two")
+	case o.profile && o.handOver:
+		return errors.New("-profile counts the cycles of the cores that post ops: not with -selftest-handover, where others serve them")
 	}
 	if o.peer != "" {
 		if _, err := strconv.ParseUint(o.region, 0, 32); err != nil {
@@ -126,9 +133,14 @@ func (o *selfTestOptions) op() abi.Op {
 // selfTestRun is one -selftest run of this engine.
 type selfTestRun struct {
 	o      *selfTestOptions
-	st     *engine.SelfTest
+	st     *opgen.SelfTest
 	target string // where the ops go, for the report
 	cores  int
+	// -profile: each core's cost accounting (nil without), the engine's
+	// MTU and seal backend (its crypto cost is measured after the run).
+	stages []*stage.Stages
+	mtu    int
+	crypto string
 }
 
 // newSelfTest attaches the op generator to g's cores (before they run):
@@ -137,8 +149,15 @@ type selfTestRun struct {
 // its owner's key service grants.
 func newSelfTest(ctx context.Context, o *selfTestOptions, g *engine.Group, ec *engine.Config, log zerolog.Logger) (*selfTestRun, error) {
 	cores := g.Len()
-	cfg := engine.SelfTestConfig{Op: o.op(), Size: o.size, Outstanding: o.depth, Warmup: o.warm, Duration: o.dur, HandOver: o.handOver}
-	r := &selfTestRun{o: o, cores: cores}
+	cfg := opgen.Config{Op: o.op(), Size: o.size, Outstanding: o.depth, Warmup: o.warm, Duration: o.dur, HandOver: o.handOver}
+	r := &selfTestRun{o: o, cores: cores, mtu: ec.MTU, crypto: cmp.Or(ec.Crypto, engine.CryptoGo)}
+	if o.profile {
+		r.stages = newStages(cores)
+		cfg.Stages = r.stages
+		for i, s := range r.stages {
+			g.Core(i).SetStages(s)
+		}
+	}
 	if o.handOver && cores < 2 {
 		return nil, errors.New("-selftest-handover needs two polling cores or more (-cores, -cpu)")
 	}
@@ -164,7 +183,7 @@ func newSelfTest(ctx context.Context, o *selfTestOptions, g *engine.Group, ec *e
 		}
 		r.target = fmt.Sprintf("the engine at %v's (K_d from %s)", cfg.Target.Addr, o.peer)
 	}
-	st, err := engine.NewSelfTest(g, cfg)
+	st, err := opgen.New(g, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +196,7 @@ func newSelfTest(ctx context.Context, o *selfTestOptions, g *engine.Group, ec *e
 
 // fetchKeys asks the peer region's owner for this engine's K_d: READ
 // (the READs, or the read-back of WRITEs) and, for WRITEs, WRITE.
-func (r *selfTestRun) fetchKeys(ctx context.Context, cfg *engine.SelfTestConfig, self netip.Addr) error {
+func (r *selfTestRun) fetchKeys(ctx context.Context, cfg *opgen.Config, self netip.Addr) error {
 	o := r.o
 	var (
 		creds *keyx.Credentials
@@ -235,15 +254,17 @@ func (r *selfTestRun) run(ctx context.Context, port dpdk.PortID, rs []*runner.Ru
 			return fmt.Errorf("-selftest: the port's link is not up after 10 s (%v)", err)
 		}
 	}
+	ref := tsc.Now()
 	r.st.Start()
 	finished := r.wait(ctx, rs, log)
+	hz := ref.Hz()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("-selftest: interrupted: %w", err)
 	}
 	// Every core's result and port counters: once every core has
 	// finished, read on each core's loop; otherwise with the loops
 	// stopped (unfinished cores say so).
-	var res engine.SelfTestResult
+	var res opgen.Result
 	ports := make([]dpdkport.Stats, len(rs))
 	if finished {
 		for i, rn := range rs {
@@ -262,7 +283,17 @@ func (r *selfTestRun) run(ctx context.Context, port dpdk.PortID, rs []*runner.Ru
 		}
 	}
 	res = r.st.Result()
-	if err := r.report(w, &res, ports); err != nil {
+	var prof *stage.Report
+	if r.stages != nil && finished {
+		sum := res.Sum()
+		var err error
+		if prof, err = r.profileReport(rs[0].Exec, sum.Stages, sum.Ops, hz); err != nil {
+			return fmt.Errorf("-profile: %w", err)
+		}
+	} else if r.stages != nil {
+		log.Error().Msg("-profile: no stage table: the run did not finish")
+	}
+	if err := r.report(w, &res, ports, prof); err != nil {
 		return err
 	}
 	if !res.OK() {
@@ -295,10 +326,18 @@ func (r *selfTestRun) wait(ctx context.Context, rs []*runner.Runner, log zerolog
 	return true
 }
 
+// profiledRow is the -json row with -profile: the benchmark row and the
+// stage table (rmabench stores the table as rows of its own).
+type profiledRow struct {
+	benchrow.Row
+	Stages *stage.Report `json:"stages,omitempty"`
+}
+
 // report prints the result: rmaperf's columns, a row per core and their
-// sum, and the hand-over counters of each core's port; or with -json the
-// sum as one benchmark row.
-func (r *selfTestRun) report(w io.Writer, res *engine.SelfTestResult, ports []dpdkport.Stats) error {
+// sum, and the hand-over counters of each core's port, then prof (-profile)
+// when there is one; or with -json the sum as one benchmark row carrying
+// prof.
+func (r *selfTestRun) report(w io.Writer, res *opgen.Result, ports []dpdkport.Stats, prof *stage.Report) error {
 	o := r.o
 	sum := res.Sum()
 	var handedOut, handedIn, full uint64
@@ -311,14 +350,14 @@ func (r *selfTestRun) report(w io.Writer, res *engine.SelfTestResult, ports []dp
 		if f := res.Failure(); f != "" {
 			row.Note = f + "; " + row.Note
 		}
-		return json.NewEncoder(w).Encode(row)
+		return json.NewEncoder(w).Encode(profiledRow{Row: row, Stages: prof})
 	}
 	fmt.Fprintf(w, "rmad selftest %s: %d B ops, %d in flight per core, %d of %d cores posting; %v measured after %v of warm-up\n",
 		o.test, o.size, o.depth, r.st.Initiators(), r.cores, o.dur, o.warm)
 	fmt.Fprintf(w, "target: region %#x of %d bytes, %s\n", uint32(r.st.Region()), r.st.RegionBytes(), r.target)
 	fmt.Fprintf(w, "%-5s %-9s %6s %4s %12s %12s %10s %9s %9s %9s %8s %11s %10s\n",
 		"core", "test", "size", "O", "ops", "ops/s", "MB/s", "p50_us", "p99_us", "p99.9_us", "errors", "handed_out", "handed_in")
-	line := func(name string, c *engine.SelfTestCore, depth int, p dpdkport.Stats) {
+	line := func(name string, c *opgen.CoreResult, depth int, p dpdkport.Stats) {
 		row := r.row(c, 1)
 		fmt.Fprintf(w, "%-5s %-9s %6d %4d %12d %12.0f %10.1f %9.2f %9.2f %9.2f %8d %11d %10d\n",
 			name, o.test, o.size, depth, c.Ops, row.OpsPerSec, row.MBPerSec, row.P50us, *row.P99us, *row.P999us,
@@ -342,6 +381,9 @@ func (r *selfTestRun) report(w io.Writer, res *engine.SelfTestResult, ports []dp
 	}
 	fmt.Fprintf(w, "checked: %d of %d ops (%s); %d errors, %d mismatches; hand-over ring full %d\n",
 		sum.Verified, sum.Posted, what, sum.Errors, sum.Mismatches, full)
+	if prof != nil {
+		prof.Fprint(w)
+	}
 	if res.OK() {
 		fmt.Fprintln(w, "selftest: PASS")
 	} else {
@@ -352,7 +394,7 @@ func (r *selfTestRun) report(w io.Writer, res *engine.SelfTestResult, ports []dp
 
 // row is c as a benchmark row (rmaperf's record): rates over its window,
 // latencies of the ops in it (post to completion, in the engine).
-func (r *selfTestRun) row(c *engine.SelfTestCore, initiators int) benchrow.Row {
+func (r *selfTestRun) row(c *opgen.CoreResult, initiators int) benchrow.Row {
 	secs := float64(c.WindowNs) / 1e9
 	us := func(q float64) float64 { return float64(c.Latency.Quantile(q)) / 1e3 }
 	row := benchrow.Row{

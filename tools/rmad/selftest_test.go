@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -42,6 +43,9 @@ func TestSelfTestFlags(t *testing.T) {
 		{[]string{"-selftest", "read_bw", "-selftest-peer", "h:1", "-selftest-region", "0x10001"}, "needs TLS credentials"},
 		{[]string{"-selftest", "read_bw", "-selftest-peer", "h:1", "-selftest-creds", "d"}, "needs -selftest-region"},
 		{[]string{"-selftest", "read_bw", "-selftest-peer", "h:1", "-selftest-region", "1", "-selftest-creds", "d", "-selftest-region-bytes", "8192"}, "not with -selftest-peer"},
+		{[]string{"-selftest", "read_bw", "-profile"}, ""},
+		{[]string{"-profile"}, "-profile need -selftest"},
+		{[]string{"-selftest", "read_bw", "-profile", "-selftest-handover"}, "not with -selftest-handover"},
 	} {
 		_, opt, err := loadConfig(tc.args, &bytes.Buffer{})
 		switch {
@@ -147,6 +151,37 @@ func TestSelfTestLoopback(t *testing.T) {
 			}
 		})
 	}
+	// -profile: the stage table after the report; with -json in the row.
+	t.Run("profile", func(t *testing.T) {
+		out, log, code := runSelfTest(t, selfTestArgs(t, "10.3.1.1", "-cores", "1", "-selftest", "read_bw", "-O", "16", "-profile"))
+		checkPass(t, out, log, code)
+		for _, want := range []string{"\nstages: ", "budget 250.0 ns per op (4.0 M ops/s, both roles on one core)", "\nreceive ", "\n  clock ", "\nunattributed ", "\ntotal "} {
+			if !strings.Contains(out, want) {
+				t.Errorf("no %q in the report:\n%s", want, out)
+			}
+		}
+		out, log, code = runSelfTest(t, selfTestArgs(t, "10.3.1.1", "-cores", "2", "-selftest", "write_bw", "-s", "4096", "-O", "8", "-profile", "-json"))
+		var row profiledRow
+		if err := json.Unmarshal([]byte(out), &row); err != nil || code != 0 || row.Stages == nil {
+			t.Fatalf("exit %d, %v:\n%s\n%s", code, err, out, log)
+		}
+		rep := row.Stages
+		total, _ := rep.Row("total")
+		var sum float64
+		for _, x := range rep.Rows {
+			if x.Stage != "overhead" && x.Stage != "total" {
+				sum += x.Cycles
+			}
+		}
+		b := rep.Budget
+		if rep.Ops != row.Ops || total.Cycles <= 0 || math.Abs(sum-total.Cycles) > 1e-6*total.Cycles ||
+			b.TargetNs <= b.SealNs+b.OpenNs || !strings.Contains(b.Target, "goodput 0.60") || rep.FramesPerOp < 4 {
+			t.Fatalf("stages %+v of row %+v", rep, row.Row)
+		}
+		if u, _ := rep.Row("unattributed"); math.Abs(u.Share) > 0.01 {
+			t.Errorf("unattributed %.2f %% of the window", 100*u.Share)
+		}
+	})
 	t.Run("handover", func(t *testing.T) {
 		ip := netip.MustParseAddr("10.3.1.1")
 		for engine.RequestCore(ip, 0, 2) == 0 && engine.RequestCore(ip, 1, 2) == 1 {
