@@ -415,7 +415,12 @@ func TestIVStateFile(t *testing.T) {
 			used[c] = true
 		}
 		// The lanes took 26 ranges of 100: 3 blocks, and the reserver
-		// may have reserved a fourth (fewer than 500 left ahead).
+		// may have reserved a fourth (fewer than 500 left ahead), until
+		// Close stops it: the next process starts at the mark read after
+		// Close.
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 		st := s.Stats()
 		if st.Reservations < 3 || st.Reservations > 4 || st.HighWater != start+1000*st.Reservations || st.Next != start+2600 {
 			t.Fatalf("proc %d: stats %+v for 2500 counters in blocks of 1000 from %d", proc, st, start)
@@ -423,9 +428,6 @@ func TestIVStateFile(t *testing.T) {
 		start = st.HighWater
 		for c := range used {
 			last = max(last, c)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
 		}
 	}
 	if _, err := os.Stat(cfg.Path + ".tmp"); !os.IsNotExist(err) {

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -40,34 +37,7 @@ var fig14Designs = []struct{ setup, label, paper string }{
 // path that has fig14-* rows, and that run's id ("" and none when none
 // has).
 func fig14Rows(path string) ([]benchrow.Row, string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, "", err
-	}
-	var all []benchrow.Row
-	newest := ""
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 4<<20), 4<<20)
-	for n := 1; sc.Scan(); n++ {
-		var r benchrow.Row
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, "", fmt.Errorf("%s:%d: %w", path, n, err)
-		}
-		if strings.HasPrefix(r.Setup, fig14Prefix) {
-			all = append(all, r)
-			newest = max(newest, r.Run)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, "", err
-	}
-	var rows []benchrow.Row
-	for _, r := range all {
-		if r.Run == newest {
-			rows = append(rows, r)
-		}
-	}
-	return rows, newest, nil
+	return newestRows(path, fig14Prefix)
 }
 
 // fig14Find returns the row of setup and test in rows (nil if none).

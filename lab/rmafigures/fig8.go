@@ -30,6 +30,13 @@ const fig8Setup = "kv-fig8"
 // that has kv-fig8 rows, in the order they were written, and that run's
 // id ("" and no rows when none has).
 func fig8Rows(path string) ([]benchrow.Row, string, error) {
+	return newestRows(path, fig8Setup)
+}
+
+// newestRows returns the rows whose setup begins with prefix of the
+// newest run in the JSON lines at path that has any, in the order they
+// were written, and that run's id ("" and no rows when none has).
+func newestRows(path, prefix string) ([]benchrow.Row, string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, "", err
@@ -37,13 +44,13 @@ func fig8Rows(path string) ([]benchrow.Row, string, error) {
 	var all []benchrow.Row
 	newest := ""
 	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sc.Buffer(make([]byte, 4<<20), 4<<20)
 	for n := 1; sc.Scan(); n++ {
 		var r benchrow.Row
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return nil, "", fmt.Errorf("%s:%d: %w", path, n, err)
 		}
-		if strings.HasPrefix(r.Setup, fig8Setup) {
+		if strings.HasPrefix(r.Setup, prefix) {
 			all = append(all, r)
 			newest = max(newest, r.Run) // run ids are UTC times, yyyymmddThhmmssZ
 		}
