@@ -179,3 +179,64 @@ func TestSetKeyEpoch(t *testing.T) {
 		t.Fatalf("owner's rekey of a removed region: %v", how)
 	}
 }
+
+// TestRekeyLatencyAsWrite: a remote REKEY takes a WRITE's four hops and
+// nothing more. On the same pair, in virtual time (both cores polled and
+// every frame delivered once per step), a REKEY completes in as many
+// steps, with the same issue and total delay, as a 16-byte WRITE to the
+// same region, and once more after the key it installed.
+func TestRekeyLatencyAsWrite(t *testing.T) {
+	p := newRekeyPair(t)
+	editRegion(p.b, p.rs, func(r *region) { r.perm |= abi.PermRemoteWrite })
+	kd := func(kr aesni.Key, op abi.Op) aesni.Key { return aesni.DeriveKey(kr, p.app.ip, testPID, uint8(op)) }
+	// op posts cmd and steps until its completion: the completion and the
+	// steps it took.
+	op := func(cmd *abi.Command) (abi.Completion, int) {
+		t.Helper()
+		p.app.post(t, cmd)
+		for steps := 1; steps <= 20; steps++ {
+			p.a.Poll(p.now)
+			p.b.Poll(p.now)
+			p.ta.deliverTo(p.now, p.b)
+			p.tb.deliverTo(p.now, p.a)
+			p.now += 1000
+			if got := p.app.completions(); len(got) > 0 {
+				if len(got) != 1 || got[0].Status != abi.StatusOK || got[0].Op != cmd.Op {
+					t.Fatalf("%v: %+v", cmd.Op, got)
+				}
+				return got[0], steps
+			}
+		}
+		t.Fatalf("%v: no completion in 20 steps", cmd.Op)
+		return abi.Completion{}, 0
+	}
+	write := func(kr aesni.Key) *abi.Command {
+		c := writeCmd(p.app.slots[2], ipOf("10.0.0.2"), p.rs, 64, p.rd, 0, aesni.KeySize, 1)
+		c.Key = kd(kr, abi.OpWrite)
+		return c
+	}
+	otherKr := aesni.Key{0x4f, 0x54, 0x48, 9}
+	copy(p.dst[4096+aesni.KeySize:], otherKr[:])
+	for _, tc := range []struct {
+		name   string
+		kr, to aesni.Key // the region's key before, and the REKEY's
+		off    uint64
+	}{
+		{"first", testKr, heldKr, 4096},
+		{"again", heldKr, otherKr, 4096 + aesni.KeySize},
+	} {
+		w, ws := op(write(tc.kr))
+		r, rs := op(p.rekeyCmd(3, tc.off, kd(tc.kr, abi.OpRekey)))
+		if rs != ws || r.TotalDelayNs != w.TotalDelayNs || r.IssueDelayNs != w.IssueDelayNs {
+			t.Fatalf("%s: REKEY %d steps (issue %d ns, total %d ns), WRITE %d steps (issue %d ns, total %d ns)",
+				tc.name, rs, r.IssueDelayNs, r.TotalDelayNs, ws, w.IssueDelayNs, w.TotalDelayNs)
+		}
+		if _, after := op(write(tc.to)); after != ws {
+			t.Fatalf("%s: a WRITE under the new key took %d steps, before it %d", tc.name, after, ws)
+		}
+	}
+	if s := p.b.Stats(); s.RemoteRekeys != 2 || s.PullsIssued != 6 {
+		t.Fatalf("remote rekeys %d, pulls %d", s.RemoteRekeys, s.PullsIssued)
+	}
+	p.auditRace(t)
+}
