@@ -28,7 +28,11 @@ type CacheKey struct {
 // The table is open addressing with linear probing at load <= 1/2 and
 // backward-shift deletion (no tombstones), hashed with a caller-chosen
 // seed so that peers cannot aim collisions at it (pass a random seed in
-// production, a fixed one in the simulator).
+// production, a fixed one in the simulator). The entries of each region
+// are also linked in a chain, found through a second table of the same
+// kind keyed by region, so that Invalidate visits only that region's
+// entries: a rekey, which invalidates inside an engine core's poll, costs
+// what the region holds, not the cache's capacity.
 //
 // A Cache belongs to one engine core: no locks, not safe for concurrent
 // use. An AEAD it returned stays valid after eviction (entries are never
@@ -42,6 +46,10 @@ type Cache struct {
 	hand  int
 	seed  uint64
 	stats CacheStats
+
+	// regions holds, per region with live entries, the head of its
+	// chain (entry index + 1; 0 = empty), hashed by region alone.
+	regions []uint32
 
 	onRemove func(*AEAD)
 }
@@ -64,6 +72,10 @@ type cacheEntry struct {
 	aead *AEAD
 	ref  bool
 	live bool
+
+	// prev and next link the entries of key.Region (entry index + 1; 0:
+	// none), the chain's head first.
+	prev, next uint32
 }
 
 // CacheStats counts a Cache's activity.
@@ -90,6 +102,8 @@ func NewCache(capacity int, seed uint64) *Cache {
 		mask:  uint32(size - 1),
 		free:  make([]uint32, 0, capacity),
 		seed:  seed,
+
+		regions: make([]uint32, size),
 	}
 	for i := capacity - 1; i >= 0; i-- {
 		c.free = append(c.free, uint32(i))
@@ -111,6 +125,69 @@ func (c *Cache) home(k *CacheKey) uint32 {
 	a := uint64(k.Region)<<32 | uint64(binary.BigEndian.Uint32(k.Peer[:]))
 	b := uint64(k.PID)<<8 | uint64(k.Op)
 	return uint32(fmix64(fmix64(a^c.seed)^b)) & c.mask
+}
+
+// regionHome is region's home position in c.regions.
+func (c *Cache) regionHome(region uint32) uint32 {
+	return uint32(fmix64(uint64(region)^c.seed^0x5bd1e9955bd1e995)) & c.mask
+}
+
+// findRegion returns the c.regions position holding region's chain, or
+// the empty position where it would go (and false).
+func (c *Cache) findRegion(region uint32) (pos uint32, ok bool) {
+	for pos = c.regionHome(region); ; pos = (pos + 1) & c.mask {
+		e := c.regions[pos]
+		if e == 0 {
+			return pos, false
+		}
+		if c.ents[e-1].key.Region == region {
+			return pos, true
+		}
+	}
+}
+
+// link puts live entry i at the head of its region's chain.
+func (c *Cache) link(i uint32) {
+	e := &c.ents[i]
+	pos, ok := c.findRegion(e.key.Region)
+	if ok {
+		h := c.regions[pos]
+		e.next = h
+		c.ents[h-1].prev = i + 1
+	}
+	c.regions[pos] = i + 1
+}
+
+// unlink takes entry i out of its region's chain, and the chain out of
+// c.regions when i was its last entry (backward-shift deletion).
+func (c *Cache) unlink(i uint32) {
+	e := &c.ents[i]
+	if e.next != 0 {
+		c.ents[e.next-1].prev = e.prev
+	}
+	if e.prev != 0 {
+		c.ents[e.prev-1].next = e.next
+		e.prev, e.next = 0, 0
+		return
+	}
+	pos, ok := c.findRegion(e.key.Region)
+	if !ok || c.regions[pos] != i+1 {
+		panic("aesni: cache lost a region's chain")
+	}
+	if e.next != 0 {
+		c.regions[pos] = e.next
+		e.next = 0
+		return
+	}
+	hole := pos
+	for p := (hole + 1) & c.mask; c.regions[p] != 0; p = (p + 1) & c.mask {
+		h := c.regionHome(c.ents[c.regions[p]-1].key.Region)
+		if (p-h)&c.mask >= (p-hole)&c.mask {
+			c.regions[hole] = c.regions[p]
+			hole = p
+		}
+	}
+	c.regions[hole] = 0
 }
 
 // find returns the index-table position holding k, or the empty position
@@ -179,6 +256,7 @@ func (c *Cache) insert(k CacheKey, a *AEAD) {
 	c.free = c.free[:len(c.free)-1]
 	c.ents[i] = cacheEntry{key: k, aead: a, live: true}
 	c.index[pos] = i + 1
+	c.link(i)
 	c.n++
 }
 
@@ -223,6 +301,7 @@ func (c *Cache) remove(i uint32) {
 		}
 	}
 	c.index[hole] = 0
+	c.unlink(i)
 	c.removed(c.ents[i].aead)
 	c.ents[i] = cacheEntry{}
 	c.free = append(c.free, i)
@@ -230,15 +309,17 @@ func (c *Cache) remove(i uint32) {
 }
 
 // Invalidate removes every entry of region (after a rekey or a
-// deregistration) and returns how many it removed. Control path: it scans
-// the whole cache.
+// deregistration) and returns how many it removed. It walks the region's
+// chain: its cost is the region's entries, whatever the capacity.
 func (c *Cache) Invalidate(region uint32) int {
 	removed := 0
-	for i := range c.ents {
-		if c.ents[i].live && c.ents[i].key.Region == region {
-			c.remove(uint32(i))
-			removed++
+	for {
+		pos, ok := c.findRegion(region)
+		if !ok {
+			break
 		}
+		c.remove(c.regions[pos] - 1) // the head: its successor heads the chain next
+		removed++
 	}
 	c.stats.Invalidations += uint64(removed)
 	return removed
@@ -254,6 +335,7 @@ func (c *Cache) Purge() {
 	}
 	clear(c.ents)
 	clear(c.index)
+	clear(c.regions)
 	c.free = c.free[:0]
 	for i := len(c.ents) - 1; i >= 0; i-- {
 		c.free = append(c.free, uint32(i))

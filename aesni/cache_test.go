@@ -1,6 +1,7 @@
 package aesni
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -33,6 +34,32 @@ func checkCache(t *testing.T, c *Cache) {
 	}
 	if live != c.n || used != c.n || len(c.free) != len(c.ents)-c.n {
 		t.Fatalf("live %d, index %d, n %d, free %d", live, used, c.n, len(c.free))
+	}
+	// Every region's chain is found from its own position and holds its
+	// live entries, linked both ways; together they hold every entry.
+	chained := 0
+	for pos, h := range c.regions {
+		if h == 0 {
+			continue
+		}
+		region := c.ents[h-1].key.Region
+		if p, ok := c.findRegion(region); !ok || p != uint32(pos) {
+			t.Fatalf("region %d's chain not reachable", region)
+		}
+		prev := uint32(0)
+		for i := h; i != 0; i = c.ents[i-1].next {
+			e := &c.ents[i-1]
+			if !e.live || e.key.Region != region || e.prev != prev {
+				t.Fatalf("region %d's chain broken at entry %d (%+v)", region, i-1, e.key)
+			}
+			if chained++; chained > c.n {
+				t.Fatal("region chains loop")
+			}
+			prev = i
+		}
+	}
+	if chained != c.n {
+		t.Fatalf("region chains hold %d entries of %d", chained, c.n)
 	}
 }
 
@@ -261,4 +288,58 @@ func TestCacheOnRemove(t *testing.T) {
 		}
 	}
 	checkCache(t, c)
+}
+
+// Invalidate takes a region's entries, however many others the cache
+// holds, and leaves the others as they were.
+func TestCacheInvalidateAmongMany(t *testing.T) {
+	c := NewCache(4096, 7)
+	for i := range 4000 {
+		c.insert(ck(uint32(100+i%500), uint32(i)), &AEAD{})
+	}
+	mine := map[CacheKey]bool{}
+	for i := range 12 {
+		k := CacheKey{Region: 7, Peer: [4]byte{10, 0, 1, byte(i)}, PID: uint32(i), Op: uint8(i % 3)}
+		c.insert(k, &AEAD{})
+		mine[k] = true
+	}
+	if n := c.Invalidate(7); n != len(mine) {
+		t.Fatalf("Invalidate removed %d, want %d", n, len(mine))
+	}
+	for k := range mine {
+		if c.Get(k) != nil {
+			t.Fatalf("%+v still cached", k)
+		}
+	}
+	if c.Len() != 4000 || c.Invalidate(7) != 0 {
+		t.Fatalf("%d entries left, want 4000", c.Len())
+	}
+	checkCache(t, c)
+}
+
+// BenchmarkCacheInvalidate: a rekey's invalidation of a region with 8
+// entries, in a cache of 64 and of 4096 (the engine's default KeyCache),
+// each put back after: the two cost alike.
+func BenchmarkCacheInvalidate(b *testing.B) {
+	for _, capacity := range []int{64, 4096} {
+		b.Run(fmt.Sprint(capacity), func(b *testing.B) {
+			c := NewCache(capacity, 1)
+			for i := range capacity / 2 {
+				c.insert(ck(uint32(100+i), uint32(i)), &AEAD{})
+			}
+			as := make([]*AEAD, 8)
+			for i := range as {
+				as[i] = &AEAD{}
+			}
+			b.ResetTimer()
+			for range b.N {
+				for i, a := range as {
+					c.insert(ck(7, uint32(i)), a)
+				}
+				if c.Invalidate(7) != len(as) {
+					b.Fatal("lost an entry")
+				}
+			}
+		})
+	}
 }
