@@ -99,6 +99,19 @@ type Config struct {
 	// low-class responses at each of its hops. 0: no bound (the default
 	// here; rmad's configuration sets 1).
 	LowAfterHigh int
+	// PollBytes bounds the bulk work a Poll starts while priority work is
+	// in progress on the core (bulk.go): an op of the high class or of at
+	// most ShortBytes in flight at its initiator, or such a request queued
+	// at its serving side. Bulk work is a low-class op of more than
+	// ShortBytes: the window granted to it, its READ data served, its pull
+	// started, its WRITE data sent. Once a Poll has started PollBytes of
+	// it, the rest waits for the next Poll, which follows at once (the
+	// first item of a Poll always starts: nothing starves); a short op
+	// then waits about PollBytes of bulk service at each hop, not a whole
+	// ServeBudget or window of it. With no priority work in progress the
+	// bound is off. 0: no bound (the default here; rmad's configuration
+	// sets 8 KB).
+	PollBytes int
 	// PullContexts is the number of WRITEs this core serves at once: each
 	// holds one MaxOpBytes staging buffer, where the pulled data lands
 	// until all of it has authenticated and is committed to the region
@@ -355,6 +368,8 @@ func (c *Config) Validate() error {
 		return bad("ServeBudget", c.ServeBudget)
 	case c.LowAfterHigh < 0:
 		return bad("LowAfterHigh", c.LowAfterHigh)
+	case c.PollBytes < 0:
+		return bad("PollBytes", c.PollBytes)
 	case c.PullContexts < 1 || c.PullContexts > 65535:
 		return bad("PullContexts", c.PullContexts)
 	case c.DispatchTimeout <= 0:

@@ -46,6 +46,7 @@ type Core struct {
 	cfg      Config
 	out      *sender
 	win      *window
+	bulk     *bulkBound  // priority work in progress and the Poll's bound on bulk work (bulk.go)
 	regions  *regionView // this core's view of its engine's shared RRT
 	portals  *portalTable
 	routes   *routeTable
@@ -103,6 +104,7 @@ func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
 		return nil, fmt.Errorf("%w: IV source: %v", ErrConfig, err)
 	}
 	c.win = &window{size: cfg.WindowBytes}
+	c.bulk = newBulkBound(&cfg, &c.stats)
 	c.regions = newRegionView(g.regions, cfg.CoreID, cfg.Portals, &g.quiet[idx].v, c.out)
 	c.portals = newPortalTable(cfg.Portals, cfg.Tenants, cfg.CoreID, cfg.SummaryScan, cfg.Delays, &c.stats)
 	c.routes = newRouteTable(&c.cfg)
@@ -499,6 +501,7 @@ func (c *Core) Poll(now int64) int {
 	if flush {
 		pt.delays.Flush()
 	}
+	c.bulk.reset() // the next Poll's, and the frames received before it
 	return work
 }
 

@@ -195,7 +195,7 @@ func (n *initiator) finishPull(now int64, w *rxWork, ok bool) {
 		n.complete(now, i, abi.StatusAborted)
 		return
 	}
-	if !n.sendChunks(now, i) {
+	if !n.bulk.take(now, bulkData, s.class, s.length) || !n.sendChunks(now, i) { // sent by sendData
 		n.pushSend(i)
 	}
 }
@@ -220,6 +220,9 @@ func (n *initiator) sendData(now int64) int {
 		i := *n.sendq.front()
 		s := &n.slots[i]
 		if s.state == slotInService && s.op != abi.OpRead && s.pulled && s.sent < s.length {
+			if s.sent == 0 && !n.bulk.take(now, bulkData, s.class, s.length) { // the next Poll sends it
+				return k
+			}
 			if !n.sendChunks(now, i) {
 				return k
 			}
