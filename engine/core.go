@@ -72,7 +72,10 @@ type Core struct {
 	rxq   [openBurst]rxWork
 	rxn   int
 	opens openBatch
-	burst func(now int64, frames [][]byte)
+	// rxBulk holds the bulk chunks of a burst taken in two passes
+	// (ReceiveBurst), for the second.
+	rxBulk [openBurst][]byte
+	burst  func(now int64, frames [][]byte)
 
 	stats Stats
 	// tgen is the engine's tenant generations (tenants.go), shared by its
