@@ -126,3 +126,27 @@ func TestIsolationBesideHostileLump(t *testing.T) {
 		{Name: "bulk", Client: 0, Server: 1, OpBytes: abi.MaxOpBytes, Slots: 68, Tenant: 2},
 	}, []int{2}, 2)
 }
+
+// TestPollBytesSeeds runs every scenario with the bound on bulk work
+// (engine.Config.PollBytes, rmad's default with LowAfterHigh; the
+// scenarios' engines run without it), of a size drawn per seed from one
+// byte (every stage starts one bulk op per Poll while priority work is in
+// progress) to 64 KB, and checks every invariant as TestSimSeeds does:
+// work held back for the next Poll is never lost or starved into
+// TIMEOUTs in the clean scenarios, and every op still gets exactly one
+// completion. -sim.seeds and -sim.seed apply.
+func TestPollBytesSeeds(t *testing.T) {
+	for _, sc := range Scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			bounded := func(seed uint64) Config {
+				c := sc.Make(seed)
+				c.Engine.PollBytes = []int{1, 4096, isoPollBytes, 64 << 10}[seed%4]
+				c.Engine.LowAfterHigh = int(seed/4%2) * 4
+				return c
+			}
+			if _, seed, err := runSeeds(seedsFor(t), bounded); err != nil {
+				t.Fatalf("%v\nreproduce with: go test ./engine/sim -run 'TestPollBytesSeeds/%s$' -sim.seed=%d", err, sc.Name, seed)
+			}
+		})
+	}
+}
