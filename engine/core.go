@@ -438,9 +438,12 @@ func (c *Core) Stalled(gap int64) {
 // between portals; Kalia et al.: batches of 32 amortise the doorbell).
 const perPortalBurst = 64
 
-// Poll drains command rings, arbitrates the window, serves queued requests,
-// expires timers and publishes completions. It returns the amount of work
-// done (0: idle).
+// Poll drains command rings, expires timers, arbitrates the window, serves
+// queued requests, starts pulls, sends WRITE data held back and publishes
+// completions. While priority work is in progress each stage that starts
+// bulk work starts at most Config.PollBytes of it (bulk.go); what it holds
+// back waits for the next Poll, which the driver runs at once, as it does
+// whenever Poll did work. It returns the amount of work done (0: idle).
 func (c *Core) Poll(now int64) int {
 	s := c.stg
 	if s != nil && s.Current() != stage.Protocol {
