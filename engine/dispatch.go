@@ -178,6 +178,7 @@ func (c *Core) receivePasses(now int64, frames [][]byte) {
 		clear(c.rxBulk[:nb])
 		return
 	}
+	c.stats.RxSplit++
 	s := c.stg
 	for _, f := range frames {
 		if bulkFrame(f) {
