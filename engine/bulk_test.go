@@ -54,10 +54,50 @@ func TestBulkBoundTake(t *testing.T) {
 // PollBytes is pollBytes, and returns the low-class READs b serves in
 // each of three Polls at the requests' arrival plus at[k].
 func servePolls(t *testing.T, pollBytes int, high bool, at [3]int64) (lo [3]int) {
+	lo, _ = servePollsMid(t, pollBytes, high, false, at)
+	return lo
+}
+
+// midPost is an op source whose Poll runs do once: an application
+// posting while the core is in its Poll.
+type midPost struct{ do func() }
+
+func (m *midPost) Poll(int64) int {
+	if m.do != nil {
+		m.do()
+		m.do = nil
+	}
+	return 0
+}
+
+func (m *midPost) Completed(int64, abi.Completion) {}
+
+// servePollsMid is servePolls; with mid, an application of b that rings
+// its summary doorbell posts a 64 B READ while b is in its first Poll
+// (after the Poll drained the rings), and it returns how many commands
+// b took in that Poll.
+func servePollsMid(t *testing.T, pollBytes int, high, mid bool, at [3]int64) (lo [3]int, posted uint64) {
 	t.Helper()
 	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
 	cb.PollBytes = pollBytes
 	p := newPair(t, ca, cb)
+	var during midPost
+	var app *summaryApp
+	if mid {
+		mem := aligned(abi.SummaryBytes(cb.Portals))
+		if err := p.b.SetSummary(mem); err != nil {
+			t.Fatal(err)
+		}
+		sum, _ := abi.NewSummary(mem)
+		app = openSummaryApp(t, p.b, sum, true)
+		var err error
+		if app.slots, err = p.b.AllocSlots(app.id, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.b.AttachSource(&during, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	loApp := openApp(t, p.a, abi.ClassLow, 8)
 	hiApp := openApp(t, p.a, abi.ClassHigh, 8)
 	owner := openApp(t, p.b, abi.ClassLow, 0)
@@ -76,8 +116,19 @@ func servePolls(t *testing.T, pollBytes int, high bool, at [3]int64) (lo [3]int)
 	}
 	p.a.Poll(p.now)
 	p.ta.deliverTo(p.now, p.b)
+	if mid {
+		sink, _ := p.b.RegisterRegion(app.id, make([]byte, 64), abi.PermAll, testKr)
+		during.do = func() {
+			app.post(t, readCmd(app.slots[0], ipOf("10.0.0.2"), sink, 0, sink, 0, 64, 300))
+			app.sum.Ring(uint32(app.id))
+		}
+	}
 	for k := range 3 {
+		before := p.b.Stats().Posted
 		p.b.Poll(p.now + at[k])
+		if k == 0 {
+			posted = p.b.Stats().Posted - before
+		}
 		for _, fr := range p.tb.take() {
 			var f wire.Fields
 			if _, err := wire.Decode(fr, &f); err != nil {
@@ -88,7 +139,7 @@ func servePolls(t *testing.T, pollBytes int, high bool, at [3]int64) (lo [3]int)
 			}
 		}
 	}
-	return lo
+	return lo, posted
 }
 
 // A serving core with PollBytes serves one 4 KB READ per Poll after a
@@ -115,6 +166,22 @@ func TestPollBytesServe(t *testing.T) {
 				t.Fatalf("4 KB READs served by Poll %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A 64 B READ posted while a Poll with no priority work in progress runs
+// (after it drained the rings; its application rings the summary
+// doorbell) is taken before that Poll serves bulk work, and bounds it:
+// the Poll serves one 4 KB READ, not all four.
+func TestPollBytesRedrain(t *testing.T) {
+	for _, tc := range []struct {
+		pollBytes int
+		want      [3]int
+	}{{4096, [3]int{1, 1, 1}}, {0, [3]int{4, 0, 0}}} {
+		lo, posted := servePollsMid(t, tc.pollBytes, false, true, [3]int64{0, 1, 2})
+		if lo != tc.want || (tc.pollBytes > 0) != (posted == 1) {
+			t.Errorf("PollBytes %d: 4 KB READs served by Poll %v, want %v; the first Poll took %d commands", tc.pollBytes, lo, tc.want, posted)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
@@ -443,7 +444,11 @@ const perPortalBurst = 64
 // completions. While priority work is in progress each stage that starts
 // bulk work starts at most Config.PollBytes of it (bulk.go); what it holds
 // back waits for the next Poll, which the driver runs at once, as it does
-// whenever Poll did work. It returns the amount of work done (0: idle).
+// whenever Poll did work. When none is, and PollBytes is set, Poll takes
+// the commands of the portals that rang the summary doorbell since it
+// began once more before it serves (redrain), and starts them: a priority
+// op posted meanwhile then goes before, and bounds, the bulk work that
+// follows. It returns the amount of work done (0: idle).
 func (c *Core) Poll(now int64) int {
 	s := c.stg
 	if s != nil && s.Current() != stage.Protocol {
@@ -494,6 +499,15 @@ func (c *Core) Poll(now int64) int {
 	}
 	work += c.ini.arbitrate(now)
 	work += c.runLoop(now) // requests to ourselves join the inbound queue
+	if c.bulk.limit > 0 && !c.bulk.on(now) {
+		// Before bulk work that nothing bounds: commands posted since the
+		// Poll began, which may be priority work (bulk.go), are started
+		// first, and bound what follows.
+		if k := c.redrain(now); k > 0 {
+			work += k + c.ini.arbitrate(now)
+			work += c.runLoop(now)
+		}
+	}
 	work += c.srv.serve(now)
 	work += c.srv.startPulls(now)
 	work += c.ini.sendData(now) // WRITE data for pulls that could not all be sent at once
@@ -509,6 +523,36 @@ func (c *Core) Poll(now int64) int {
 	}
 	c.bulk.reset() // the next Poll's, and the frames received before it
 	return work
+}
+
+// redrain takes the commands of the portals that rang the summary
+// doorbell since the Poll began (its bits, taken again; portals that do
+// not ring it wait for the next Poll), and reports how many it took.
+func (c *Core) redrain(now int64) int {
+	pt := c.portals
+	if pt.ringing == 0 {
+		return 0
+	}
+	n, dead := 0, false
+	for i := range pt.taken {
+		for w := pt.sum.Take(i); w != 0; w &= w - 1 {
+			id := PortalID(i*abi.SummaryWordBits + bits.TrailingZeros64(w))
+			if int(id) >= len(pt.p) {
+				break
+			}
+			if p := &pt.p[id]; p.used && p.rings && !p.dead && p.src == nil {
+				n += c.drainPortal(now, id, true)
+				dead = dead || p.dead
+			}
+		}
+	}
+	for k := 0; dead && k < len(pt.live); k++ {
+		if id := pt.live[k]; pt.p[id].dead {
+			pt.dropLive(id)
+			k--
+		}
+	}
+	return n
 }
 
 // drainPortal takes up to perPortalBurst commands from portal id's ring,

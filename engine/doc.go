@@ -126,7 +126,10 @@
 //     bulk chunks. The rest waits for the next Poll, which follows at once
 //     (Stats.BulkHeld counts what waited): a short op waits about one or
 //     two 4 KB services of bulk work at each engine, not a Poll of a
-//     window's or a ServeBudget's worth.
+//     window's or a ServeBudget's worth. A Poll that begins with the bound
+//     off drains the rings that rang the summary doorbell once more before
+//     it serves, and starts what it took: a priority op posted during the
+//     Poll goes before the Poll's bulk work and turns the bound on.
 //   - Timers: intrusive lists ordered by time (all ops of a list share one
 //     timeout), so an expiry check looks only at list heads.
 //   - Exactly one completion per op: room in the completion ring is
