@@ -308,3 +308,60 @@ func testCryptos() []string {
 	}
 	return []string{CryptoGo}
 }
+
+// WRITEs under the bound: with a priority op in flight at the initiator,
+// a burst of pulls for low-class 4 KB WRITEs has their data sent one
+// WRITE a Poll, in pull order, and a high-class WRITE pulled meanwhile
+// passes them; every one commits and completes OK.
+func TestPollBytesWrites(t *testing.T) {
+	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	ca.PollBytes = 4096
+	p := newPair(t, ca, cb)
+	lo := openApp(t, p.a, abi.ClassLow, 8)
+	hi := openApp(t, p.a, abi.ClassHigh, 2)
+	owner := openApp(t, p.b, abi.ClassLow, 0)
+	dst, _ := p.b.RegisterRegion(owner.id, make([]byte, 8*4096), abi.PermRemoteWrite|abi.PermRemoteRead, testKr)
+	srcLo, _ := p.a.RegisterRegion(lo.id, make([]byte, 8*4096), abi.PermAll, testKr)
+	srcHi, _ := p.a.RegisterRegion(hi.id, make([]byte, 4096), abi.PermAll, testKr)
+	lo.post(t, readCmd(lo.slots[7], ipOf("10.0.0.2"), dst, 0, srcLo, 0, 8, 99)) // resolves b
+	p.run()
+	lo.completions()
+	b := ipOf("10.0.0.2")
+	for k := range 4 {
+		lo.post(t, writeCmd(lo.slots[k], b, dst, uint64(k)*4096, srcLo, uint64(k)*4096, 4096, uint64(k)))
+	}
+	hi.post(t, writeCmd(hi.slots[0], b, dst, 4*4096, srcHi, 0, 4096, 10))
+	p.a.Poll(p.now)
+	p.ta.deliverTo(p.now, p.b)
+	p.b.Poll(p.now) // five pulls
+	p.tb.deliverTo(p.now, p.a)
+	// The high-class WRITE is priority work: the bound is on, and of the
+	// four low-class WRITEs pulled one sends its data now.
+	var got []uint64
+	for range 20 {
+		p.a.Poll(p.now)
+		p.ta.deliverTo(p.now, p.b)
+		p.b.Poll(p.now)
+		p.tb.deliverTo(p.now, p.a)
+		for _, c := range append(lo.completions(), hi.completions()...) {
+			if c.Status != abi.StatusOK {
+				t.Fatalf("completion %+v", c)
+			}
+			got = append(got, c.Cookie)
+		}
+		for _, c := range []*Core{p.a, p.b} {
+			if err := c.Audit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.now += 1000
+	}
+	auditBoth(t, p)
+	if len(got) != 5 || got[0] != 10 && got[1] != 10 {
+		t.Fatalf("completions %v: want all five, the high-class WRITE among the first two", got)
+	}
+	t.Logf("completions %v, held %d", got, p.a.Stats().BulkHeld)
+	if st := p.a.Stats(); st.BulkHeld == 0 {
+		t.Fatal("the bound held nothing back")
+	}
+}
