@@ -21,24 +21,35 @@ import (
 //     priority ops in flight at its initiator (posted, not completed) and
 //     the priority requests queued at its serving side (inbound or pull
 //     queues).
-//   - While there are any, each of the stages that start bulk work
-//     starts at most PollBytes of it per Poll (with the frames received
-//     before it): the window granted to bulk ops (arbitrate), the READ
-//     data served (serve), the WRITE data pulled (startPulls) and the
-//     WRITE data sent (sendChunks: on a pull, and sendData). A stage's
-//     first bulk item of a Poll always starts, so every queue moves in
-//     every Poll and no stage's work waits for another's; the rest waits,
-//     where it is, for the next Poll, which the driver runs at once (Poll
+//   - While there are any, and for TIMEOUT/8 after the latest was posted
+//     or queued (so that short ops that come one after another find it
+//     on, also at a serving core, which cannot see a request still in
+//     its rx ring), each of the stages that start bulk work starts at
+//     most PollBytes of it per Poll (with the frames received before
+//     it): the window granted to bulk ops (arbitrate), the READ data
+//     served (serve), the WRITE data pulled (startPulls) and the WRITE
+//     data sent (sendChunks: on a pull, and sendData, in pull order; a
+//     priority WRITE's data passes what the bound holds). A stage's first
+//     bulk item of a Poll always starts, so every queue moves in every
+//     Poll and no stage's work waits for another's; the rest waits, where
+//     it is, for the next Poll, which the driver runs at once (Poll
 //     reports the work it did). A READ is served whole and a WRITE's data
 //     sent whole: the bound is checked before each op, not each frame.
+//   - A Poll that begins with the bound off takes the commands of the
+//     portals that rang the summary doorbell since it began once more
+//     before it serves, and arbitrates them (Core.redrain): a priority op
+//     posted meanwhile is started before the Poll's bulk work, and turns
+//     the bound on for it.
 //   - ReceiveBurst takes the short frames of a burst first (requests,
 //     answers, pulls, and data of at most ShortBytes at offset 0: a
 //     priority op's whole READ data or WRITE data), publishes the
 //     completions they made, and only then opens the bulk chunks
 //     (dispatch.go).
 //
-// With no priority work in progress the bound is off, and a Poll does
-// what it did before: a bulk transfer alone pays nothing for it.
+// With no priority work in progress or seen lately the bound is off, and a
+// Poll does what it did before: a bulk transfer alone pays nothing for it.
+// Stats.BulkHeld counts the bulk items held back, Stats.RxSplit the
+// bursts taken in two passes.
 
 // ShortBytes is the most data a short op carries (Config.PollBytes).
 const ShortBytes = 256

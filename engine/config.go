@@ -102,15 +102,18 @@ type Config struct {
 	// PollBytes bounds the bulk work a Poll starts while priority work is
 	// in progress on the core (bulk.go): an op of the high class or of at
 	// most ShortBytes in flight at its initiator, or such a request queued
-	// at its serving side. Bulk work is a low-class op of more than
-	// ShortBytes: the window granted to it, its READ data served, its pull
-	// started, its WRITE data sent. Once a Poll has started PollBytes of
-	// it, the rest waits for the next Poll, which follows at once (the
-	// first item of a Poll always starts: nothing starves); a short op
-	// then waits about PollBytes of bulk service at each hop, not a whole
-	// ServeBudget or window of it. With no priority work in progress the
-	// bound is off. 0: no bound (the default here; rmad's configuration
-	// sets 8 KB).
+	// at its serving side, or one seen within TIMEOUT/8. Bulk work is a
+	// low-class op of more than ShortBytes: the window granted to it, its
+	// READ data served, its pull started, its WRITE data sent. Once a
+	// stage of a Poll has started PollBytes of it, the rest waits for the
+	// next Poll, which follows at once (each stage's first item of a Poll
+	// always starts: nothing starves); a short op then waits about
+	// PollBytes of bulk service at each hop, not a whole ServeBudget or
+	// window of it. While the bound is on, ReceiveBurst takes a burst's
+	// short frames before its bulk chunks; while it is off, Poll drains
+	// the rings that rang the summary doorbell again before it serves.
+	// With no priority work the bound is off. 0: no bound, and none of
+	// this (the default here; rmad's configuration sets 8 KB).
 	PollBytes int
 	// PullContexts is the number of WRITEs this core serves at once: each
 	// holds one MaxOpBytes staging buffer, where the pulled data lands
