@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"math"
+	"time"
 
 	"github.com/onerma/onerma/abi"
 )
@@ -21,10 +23,10 @@ import (
 //     priority ops in flight at its initiator (posted, not completed) and
 //     the priority requests queued at its serving side (inbound or pull
 //     queues).
-//   - While there are any, and for TIMEOUT/8 after the latest was posted
-//     or queued (so that short ops that come one after another find it
-//     on, also at a serving core, which cannot see a request still in
-//     its rx ring), each of the stages that start bulk work starts at
+//   - While there are any, and for Config.PriorityHold after the latest
+//     was posted or queued (so that short ops that come one after another
+//     find it on, also at a serving core, which cannot see a request
+//     still in its rx ring), each of the stages that start bulk work starts at
 //     most PollBytes of it per Poll (with the frames received before
 //     it): the window granted to bulk ops (arbitrate), the READ data
 //     served (serve), the WRITE data pulled (startPulls) and the WRITE
@@ -73,17 +75,19 @@ type bulkBound struct {
 	// completed), srv the serving side's priority requests queued.
 	ini, srv int
 	// seen is when the latest priority op was posted or priority request
-	// queued; the bound stays on for hold after it (TIMEOUT/prioHoldDiv).
+	// queued; the bound stays on for hold after it (Config.PriorityHold).
 	seen, hold int64
 	st         *Stats
 }
 
-// prioHoldDiv: the bound stays on for TIMEOUT/prioHoldDiv after the
-// latest priority op or request, as it does while one is in progress.
-const prioHoldDiv = 8
+// DefaultPriorityHold is Config.PriorityHold's default: the executor's
+// (portal.ExecutorConfig.ShortHold), for which it keeps long transfers
+// capped after a short one.
+const DefaultPriorityHold = 50 * time.Microsecond
 
 func newBulkBound(cfg *Config, st *Stats) *bulkBound {
-	b := &bulkBound{limit: cfg.PollBytes, hold: int64(cfg.Timeout / prioHoldDiv), seen: math.MinInt64 / 2, st: st}
+	hold := cmp.Or(cfg.PriorityHold, DefaultPriorityHold)
+	b := &bulkBound{limit: cfg.PollBytes, hold: int64(hold), seen: math.MinInt64 / 2, st: st}
 	b.reset()
 	return b
 }

@@ -17,7 +17,7 @@ func TestBulkBoundTake(t *testing.T) {
 	cfg.PollBytes = 4096
 	var st Stats
 	b := newBulkBound(&cfg, &st)
-	hold := int64(cfg.Timeout / prioHoldDiv)
+	hold := int64(DefaultPriorityHold)
 	now := int64(10 * time.Second)
 	for k := range 3 {
 		if !b.take(now, bulkServe, abi.ClassLow, 4096) {
@@ -147,7 +147,7 @@ func servePollsMid(t *testing.T, pollBytes int, high, mid bool, at [3]int64) (lo
 // then all at once. Without a priority request, or without the bound,
 // one Poll serves them all.
 func TestPollBytesServe(t *testing.T) {
-	hold := int64(testConfig("10.0.0.2", 2).Timeout / prioHoldDiv)
+	hold := int64(DefaultPriorityHold)
 	for _, tc := range []struct {
 		name      string
 		pollBytes int

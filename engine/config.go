@@ -102,7 +102,7 @@ type Config struct {
 	// PollBytes bounds the bulk work a Poll starts while priority work is
 	// in progress on the core (bulk.go): an op of the high class or of at
 	// most ShortBytes in flight at its initiator, or such a request queued
-	// at its serving side, or one seen within TIMEOUT/8. Bulk work is a
+	// at its serving side, or one seen within PriorityHold. Bulk work is a
 	// low-class op of more than ShortBytes: the window granted to it, its
 	// READ data served, its pull started, its WRITE data sent. Once a
 	// stage of a Poll has started PollBytes of it, the rest waits for the
@@ -115,6 +115,11 @@ type Config struct {
 	// With no priority work the bound is off. 0: no bound, and none of
 	// this (the default here; rmad's configuration sets 8 KB).
 	PollBytes int
+	// PriorityHold is how long PollBytes stays in force after the latest
+	// priority op was posted or priority request queued (0:
+	// DefaultPriorityHold, 50 µs): short ops that follow one another at
+	// shorter intervals find the bound on before they arrive.
+	PriorityHold time.Duration
 	// PullContexts is the number of WRITEs this core serves at once: each
 	// holds one MaxOpBytes staging buffer, where the pulled data lands
 	// until all of it has authenticated and is committed to the region
@@ -373,6 +378,8 @@ func (c *Config) Validate() error {
 		return bad("LowAfterHigh", c.LowAfterHigh)
 	case c.PollBytes < 0:
 		return bad("PollBytes", c.PollBytes)
+	case c.PriorityHold < 0 || c.PriorityHold > time.Second:
+		return bad("PriorityHold", c.PriorityHold)
 	case c.PullContexts < 1 || c.PullContexts > 65535:
 		return bad("PullContexts", c.PullContexts)
 	case c.DispatchTimeout <= 0:

@@ -117,19 +117,20 @@
 //   - Priority work and the bound on bulk work (bulk.go): an op of the
 //     high class or of at most ShortBytes (256) is priority work, any
 //     other is bulk. While the core has priority ops in flight or
-//     priority requests queued, or saw one within TIMEOUT/8, each stage
-//     of a Poll that starts bulk work (arbitrate's grants, serve's READ
-//     data, startPulls, the WRITE data sent) starts at most
-//     Config.PollBytes of it (its first item always; 0: no bound, the
-//     default; rmad's is 8 KB), and ReceiveBurst takes a burst's short
-//     frames first and publishes their completions before it opens the
-//     bulk chunks. The rest waits for the next Poll, which follows at once
-//     (Stats.BulkHeld counts what waited): a short op waits about one or
-//     two 4 KB services of bulk work at each engine, not a Poll of a
-//     window's or a ServeBudget's worth. A Poll that begins with the bound
-//     off drains the rings that rang the summary doorbell once more before
-//     it serves, and starts what it took: a priority op posted during the
-//     Poll goes before the Poll's bulk work and turns the bound on.
+//     priority requests queued, or saw one within Config.PriorityHold
+//     (50 µs by default), each stage of a Poll that starts bulk work
+//     (arbitrate's grants, serve's READ data, startPulls, the WRITE data
+//     sent) starts at most Config.PollBytes of it (its first item always;
+//     0: no bound, the default; rmad's is 8 KB), and ReceiveBurst takes a
+//     burst's short frames first and publishes their completions before
+//     it opens the bulk chunks. The rest waits for the next Poll, which
+//     follows at once (Stats.BulkHeld counts what waited): a short op
+//     waits about one or two 4 KB services of bulk work at each engine,
+//     not a Poll of a window's or a ServeBudget's worth. A Poll that
+//     begins with the bound off drains the rings that rang the summary
+//     doorbell once more before it serves, and starts what it took: a
+//     priority op posted during the Poll goes before the Poll's bulk work
+//     and turns the bound on.
 //   - Timers: intrusive lists ordered by time (all ops of a list share one
 //     timeout), so an expiry check looks only at list heads.
 //   - Exactly one completion per op: room in the completion ring is
