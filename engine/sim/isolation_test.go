@@ -34,6 +34,12 @@ const isoPollBytes = 8192
 // 64 B op at a time, back to back from 100 µs on (flow 0), beside the
 // flows of bg; node 2 is there for a dead destination.
 func isoExperiment(pollBytes int, bg []FlowSpec) FlowExperiment {
+	return isoExperimentOf(pollBytes, true, 0, bg)
+}
+
+// isoExperimentOf is isoExperiment with the short op's class (high or
+// low) and the tenant that owns the object it reads at the server.
+func isoExperimentOf(pollBytes int, high bool, owner int, bg []FlowSpec) FlowExperiment {
 	x := paperExperiment("isolation", 3, 2_000_000)
 	x.Engine.WindowBytes = 64 * abi.MaxOpBytes
 	x.Engine.ServeBudget = 64
@@ -45,7 +51,7 @@ func isoExperiment(pollBytes int, bg []FlowSpec) FlowExperiment {
 	x.Cost = isoCost
 	x.KeepSamples = true
 	x.Flows = append([]FlowSpec{{Name: "short", Client: 0, Server: 1, OpBytes: 64, Slots: 2, MaxOutstanding: 1,
-		High: true, Tenant: 1, StartNs: 100_000}}, bg...)
+		High: high, Tenant: 1, ServerTenant: owner, StartNs: 100_000}}, bg...)
 	return x
 }
 
@@ -87,13 +93,19 @@ const isoWarmup = 2
 // the server pays for too: the transfer keeps about 93 % of the goodput it
 // has when the short flow is all but stopped.)
 func checkIsolation(t *testing.T, bg []FlowSpec, silent []int, bulk int) {
-	idle, _ := isoRun(t, isoExperiment(isoPollBytes, nil))
+	checkIsolationOf(t, true, 0, bg, silent, bulk)
+}
+
+// checkIsolationOf is checkIsolation with the short op's class and the
+// owner of the object it reads.
+func checkIsolationOf(t *testing.T, high bool, owner int, bg []FlowSpec, silent []int, bulk int) {
+	idle, _ := isoRun(t, isoExperimentOf(isoPollBytes, high, owner, nil))
 	slices.Sort(idle)
 	limit := idle[len(idle)-1] + 2*isoService()
 	var worst [2]int64
 	var goodput [2]float64
 	for k, pb := range []int{0, isoPollBytes} {
-		x := isoExperiment(pb, bg)
+		x := isoExperimentOf(pb, high, owner, bg)
 		x.Silent = silent
 		d, r := isoRun(t, x)
 		worst[k] = slices.Max(d[isoWarmup:])
@@ -128,6 +140,14 @@ func TestIsolationBesideHostileLump(t *testing.T) {
 		{Name: "dead", Client: 0, Server: 2, OpBytes: abi.MaxOpBytes, Slots: 68, Tenant: 2},
 		{Name: "bulk", Client: 0, Server: 1, OpBytes: abi.MaxOpBytes, Slots: 68, Tenant: 2},
 	}, []int{2}, 2)
+}
+
+// A low-class 64 B READ of an object of its own tenant at the server
+// (as the noisy-neighbour setup's victim reads) beside a low-class
+// transfer of another tenant's: the server's turns by owner put it first,
+// and the bound keeps each Poll short.
+func TestIsolationLowClassOwnObject(t *testing.T) {
+	checkIsolationOf(t, false, 1, []FlowSpec{{Name: "bulk", Client: 0, Server: 1, OpBytes: abi.MaxOpBytes, Slots: 68, Tenant: 2}}, nil, 1)
 }
 
 // TestPollBytesSeeds runs every scenario with the bound on bulk work
