@@ -80,6 +80,16 @@ type bulkBound struct {
 	st         *Stats
 }
 
+// Old bulk work is never held back, so that the bound makes none of it
+// TIMEOUT by its wait, whatever the load (the callers say which is old):
+// a request queued at the serving side, or a WRITE's data at its
+// initiator, that has waited TIMEOUT/bulkAgeDiv (since its arrival; since
+// the WRITE's issue). Grants of window are not aged: the ops waiting for
+// them have waited for the window, and a lump of it freed at once is what
+// the bound is there to spread (a held grant goes first in the next
+// Poll).
+const bulkAgeDiv = 2
+
 // DefaultPriorityHold is Config.PriorityHold's default: the executor's
 // (portal.ExecutorConfig.ShortHold), for which it keeps long transfers
 // capped after a short one.
@@ -115,11 +125,11 @@ func (b *bulkBound) reset() {
 }
 
 // take reports whether stage k may start work of n bytes of an op of
-// class cl at now, and counts it: always when the op is priority work or
-// the bound is off; else while the stage has started less than PollBytes
-// of bulk work in this Poll.
-func (b *bulkBound) take(now int64, k int, cl abi.Class, n uint32) bool {
-	if prio(cl, n) || !b.on(now) {
+// class cl at now, and counts it: always when the op is priority work,
+// when it is old (see bulkAgeDiv), or when the bound is off; else while
+// the stage has started less than PollBytes of bulk work in this Poll.
+func (b *bulkBound) take(now int64, k int, cl abi.Class, n uint32, old bool) bool {
+	if prio(cl, n) || old || !b.on(now) {
 		return true
 	}
 	if b.left[k] <= 0 {

@@ -20,32 +20,38 @@ func TestBulkBoundTake(t *testing.T) {
 	hold := int64(DefaultPriorityHold)
 	now := int64(10 * time.Second)
 	for k := range 3 {
-		if !b.take(now, bulkServe, abi.ClassLow, 4096) {
+		if !b.take(now, bulkServe, abi.ClassLow, 4096, false) {
 			t.Fatalf("bulk item %d held back with no priority work", k)
 		}
 	}
 	b.ini = 1
-	if !b.take(now, bulkServe, abi.ClassLow, 4096) || b.take(now, bulkServe, abi.ClassLow, 4096) {
+	if !b.take(now, bulkServe, abi.ClassLow, 4096, false) || b.take(now, bulkServe, abi.ClassLow, 4096, false) {
 		t.Fatal("with priority work in progress, want one 4 KB item per stage and Poll")
 	}
-	if !b.take(now, bulkData, abi.ClassLow, 4096) || !b.take(now, bulkServe, abi.ClassHigh, 4096) || !b.take(now, bulkServe, abi.ClassLow, ShortBytes) {
+	if !b.take(now, bulkData, abi.ClassLow, 4096, false) || !b.take(now, bulkServe, abi.ClassHigh, 4096, false) || !b.take(now, bulkServe, abi.ClassLow, ShortBytes, false) {
 		t.Fatal("another stage, the high class and short ops are not held back")
 	}
 	b.reset()
-	if !b.take(now, bulkServe, abi.ClassLow, 1<<20) || b.take(now, bulkServe, abi.ClassLow, ShortBytes+1) {
+	if !b.take(now, bulkServe, abi.ClassLow, 1<<20, false) || b.take(now, bulkServe, abi.ClassLow, ShortBytes+1, false) {
 		t.Fatal("the first item of a Poll starts whatever its size, and uses the allowance up")
 	}
 	b.ini = 0
 	b.saw(now)
 	b.reset()
-	if b.take(now+hold-1, bulkServe, abi.ClassLow, 4096); b.take(now+hold-1, bulkServe, abi.ClassLow, 4096) {
+	if b.take(now+hold-1, bulkServe, abi.ClassLow, 4096, false); b.take(now+hold-1, bulkServe, abi.ClassLow, 4096, false) {
 		t.Fatal("the bound goes off before the hold")
 	}
-	if !b.take(now+hold, bulkServe, abi.ClassLow, 4096) {
+	if !b.take(now+hold, bulkServe, abi.ClassLow, 4096, false) {
 		t.Fatal("the bound stays on after the hold")
 	}
-	if st.BulkHeld != 3 {
-		t.Fatalf("BulkHeld %d, want 3", st.BulkHeld)
+	b.ini = 1
+	b.reset()
+	b.take(now, bulkPull, abi.ClassLow, 4096, false)
+	if b.take(now, bulkPull, abi.ClassLow, 4096, false) || !b.take(now, bulkPull, abi.ClassLow, 4096, true) {
+		t.Fatal("old bulk work is held back")
+	}
+	if st.BulkHeld != 4 {
+		t.Fatalf("BulkHeld %d, want 4", st.BulkHeld)
 	}
 }
 

@@ -107,7 +107,8 @@ type Config struct {
 	// READ data served, its pull started, its WRITE data sent. Once a
 	// stage of a Poll has started PollBytes of it, the rest waits for the
 	// next Poll, which follows at once (each stage's first item of a Poll
-	// always starts: nothing starves); a short op then waits about
+	// always starts, and a request or a WRITE's data that has waited
+	// TIMEOUT/2 is never held: nothing starves); a short op then waits about
 	// PollBytes of bulk service at each hop, not a whole ServeBudget or
 	// window of it. While the bound is on, ReceiveBurst takes a burst's
 	// short frames before its bulk chunks; while it is off, Poll drains

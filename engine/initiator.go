@@ -422,7 +422,7 @@ func (n *initiator) arbitrate(now int64) int {
 			return k
 		}
 		s := &n.slots[i]
-		if s.op == abi.OpRead && !n.bulk.take(now, bulkGrant, cl, s.length) { // the next Poll grants it
+		if s.op == abi.OpRead && !n.bulk.take(now, bulkGrant, cl, s.length, false) { // the next Poll grants it
 			n.arb = arb
 			return k
 		}

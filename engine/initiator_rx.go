@@ -197,7 +197,7 @@ func (n *initiator) finishPull(now int64, w *rxWork, ok bool) {
 	}
 	// Held back by the bulk bound, or bulk behind WRITEs it held back
 	// (they go first: in pull order), its data is sent by sendData.
-	if (n.sendq.len() > 0 && !prio(s.class, s.length) && n.bulk.on(now)) || !n.bulk.take(now, bulkData, s.class, s.length) || !n.sendChunks(now, i) {
+	if (n.sendq.len() > 0 && !prio(s.class, s.length) && n.bulk.on(now)) || !n.bulk.take(now, bulkData, s.class, s.length, now-s.issueNs >= n.timeout/bulkAgeDiv) || !n.sendChunks(now, i) {
 		n.pushSend(i)
 	}
 }
@@ -224,7 +224,7 @@ func (n *initiator) sendData(now int64) int {
 		i := *n.sendq.front()
 		s := &n.slots[i]
 		if s.state == slotInService && s.op != abi.OpRead && s.pulled && s.sent < s.length {
-			if s.sent == 0 && !n.bulk.take(now, bulkData, s.class, s.length) { // the next Poll sends it
+			if s.sent == 0 && !n.bulk.take(now, bulkData, s.class, s.length, now-s.issueNs >= n.timeout/bulkAgeDiv) { // the next Poll sends it
 				n.sendq.pop()
 				*n.sendq.push() = i
 				continue

@@ -499,7 +499,7 @@ func (r *responder) serve(now int64) int {
 			served++
 			continue
 		}
-		if e.sent == 0 && !r.bulk.take(now, bulkServe, cl, e.length) { // the next Poll serves it
+		if e.sent == 0 && !r.bulk.take(now, bulkServe, cl, e.length, now-e.arrival >= r.timeout/bulkAgeDiv) { // the next Poll serves it
 			r.serveArb = arb
 			break
 		}
@@ -651,7 +651,7 @@ func (r *responder) startPulls(now int64) int {
 			r.pullRemove(cl, t, prev, i)
 			continue
 		}
-		if !r.bulk.take(now, bulkPull, cl, e.length) { // the next Poll pulls it
+		if !r.bulk.take(now, bulkPull, cl, e.length, now-e.arrival >= r.timeout/bulkAgeDiv) { // the next Poll pulls it
 			return n
 		}
 		switch r.startPull(now, e) {
