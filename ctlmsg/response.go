@@ -166,6 +166,8 @@ type Stats struct {
 	PullsExpired      uint64                       `json:"pulls_expired"`    // WRITEs abandoned uncommitted (data incomplete within TIMEOUT)
 	PullsInUse        uint64                       `json:"pulls_in_use"`     // WRITEs being served now
 	ReqQueueMax       uint64                       `json:"req_queue_max"`
+	BulkHeld          uint64                       `json:"bulk_held"` // bulk work held back for the next poll while priority work was in progress (poll_bytes)
+	RxSplit           uint64                       `json:"rx_split"`  // received bursts taken in two passes, short frames first (poll_bytes)
 	ARPRequests       uint64                       `json:"arp_requests"`
 	ARPReplies        uint64                       `json:"arp_replies"`
 	ARPUnsolicited    uint64                       `json:"arp_unsolicited"`     // ARP replies ignored: no request of ours was waiting for them

@@ -155,6 +155,8 @@ type Stats struct {
 	PullsExpired    uint64 // WRITEs abandoned uncommitted: data incomplete within TIMEOUT
 	PullsInUse      uint64 // WRITEs being served now (pull contexts held)
 	ReqQueueMax     uint64 // deepest inbound queue seen
+	BulkHeld        uint64 // bulk work held back for the next Poll while priority work was in progress (Config.PollBytes)
+	RxSplit         uint64 // received bursts taken in two passes, short frames before bulk chunks (Config.PollBytes)
 	ARPRequests     uint64
 	ARPReplies      uint64
 	// ARPUnsolicited: ARP replies ignored, as no request of ours was

@@ -99,6 +99,28 @@ type Config struct {
 	// low-class responses at each of its hops. 0: no bound (the default
 	// here; rmad's configuration sets 1).
 	LowAfterHigh int
+	// PollBytes bounds the bulk work a Poll starts while priority work is
+	// in progress on the core (bulk.go): an op of the high class or of at
+	// most ShortBytes in flight at its initiator, or such a request queued
+	// at its serving side, or one seen within PriorityHold. Bulk work is a
+	// low-class op of more than ShortBytes: the window granted to it, its
+	// READ data served, its pull started, its WRITE data sent. Once a
+	// stage of a Poll has started PollBytes of it, the rest waits for the
+	// next Poll, which follows at once (each stage's first item of a Poll
+	// always starts, and a request or a WRITE's data that has waited
+	// TIMEOUT/2 is never held: nothing starves); a short op then waits about
+	// PollBytes of bulk service at each hop, not a whole ServeBudget or
+	// window of it. While the bound is on, ReceiveBurst takes a burst's
+	// short frames before its bulk chunks; while it is off, Poll drains
+	// the rings that rang the summary doorbell again before it serves.
+	// With no priority work the bound is off. 0: no bound, and none of
+	// this (the default here; rmad's configuration sets 8 KB).
+	PollBytes int
+	// PriorityHold is how long PollBytes stays in force after the latest
+	// priority op was posted or priority request queued (0:
+	// DefaultPriorityHold, 50 µs): short ops that follow one another at
+	// shorter intervals find the bound on before they arrive.
+	PriorityHold time.Duration
 	// PullContexts is the number of WRITEs this core serves at once: each
 	// holds one MaxOpBytes staging buffer, where the pulled data lands
 	// until all of it has authenticated and is committed to the region
@@ -355,6 +377,10 @@ func (c *Config) Validate() error {
 		return bad("ServeBudget", c.ServeBudget)
 	case c.LowAfterHigh < 0:
 		return bad("LowAfterHigh", c.LowAfterHigh)
+	case c.PollBytes < 0:
+		return bad("PollBytes", c.PollBytes)
+	case c.PriorityHold < 0 || c.PriorityHold > time.Second:
+		return bad("PriorityHold", c.PriorityHold)
 	case c.PullContexts < 1 || c.PullContexts > 65535:
 		return bad("PullContexts", c.PullContexts)
 	case c.DispatchTimeout <= 0:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
@@ -46,6 +47,7 @@ type Core struct {
 	cfg      Config
 	out      *sender
 	win      *window
+	bulk     *bulkBound  // priority work in progress and the Poll's bound on bulk work (bulk.go)
 	regions  *regionView // this core's view of its engine's shared RRT
 	portals  *portalTable
 	routes   *routeTable
@@ -71,7 +73,10 @@ type Core struct {
 	rxq   [openBurst]rxWork
 	rxn   int
 	opens openBatch
-	burst func(now int64, frames [][]byte)
+	// rxBulk holds the bulk chunks of a burst taken in two passes
+	// (ReceiveBurst), for the second.
+	rxBulk [openBurst][]byte
+	burst  func(now int64, frames [][]byte)
 
 	stats Stats
 	// tgen is the engine's tenant generations (tenants.go), shared by its
@@ -103,6 +108,7 @@ func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
 		return nil, fmt.Errorf("%w: IV source: %v", ErrConfig, err)
 	}
 	c.win = &window{size: cfg.WindowBytes}
+	c.bulk = newBulkBound(&cfg, &c.stats)
 	c.regions = newRegionView(g.regions, cfg.CoreID, cfg.Portals, &g.quiet[idx].v, c.out)
 	c.portals = newPortalTable(cfg.Portals, cfg.Tenants, cfg.CoreID, cfg.SummaryScan, cfg.Delays, &c.stats)
 	c.routes = newRouteTable(&c.cfg)
@@ -433,9 +439,16 @@ func (c *Core) Stalled(gap int64) {
 // between portals; Kalia et al.: batches of 32 amortise the doorbell).
 const perPortalBurst = 64
 
-// Poll drains command rings, arbitrates the window, serves queued requests,
-// expires timers and publishes completions. It returns the amount of work
-// done (0: idle).
+// Poll drains command rings, expires timers, arbitrates the window, serves
+// queued requests, starts pulls, sends WRITE data held back and publishes
+// completions. While priority work is in progress each stage that starts
+// bulk work starts at most Config.PollBytes of it (bulk.go); what it holds
+// back waits for the next Poll, which the driver runs at once, as it does
+// whenever Poll did work. When none is, and PollBytes is set, Poll takes
+// the commands of the portals that rang the summary doorbell since it
+// began once more before it serves (redrain), and starts them: a priority
+// op posted meanwhile then goes before, and bounds, the bulk work that
+// follows. It returns the amount of work done (0: idle).
 func (c *Core) Poll(now int64) int {
 	s := c.stg
 	if s != nil && s.Current() != stage.Protocol {
@@ -486,6 +499,15 @@ func (c *Core) Poll(now int64) int {
 	}
 	work += c.ini.arbitrate(now)
 	work += c.runLoop(now) // requests to ourselves join the inbound queue
+	if c.bulk.limit > 0 && !c.bulk.on(now) {
+		// Before bulk work that nothing bounds: commands posted since the
+		// Poll began, which may be priority work (bulk.go), are started
+		// first, and bound what follows.
+		if k := c.redrain(now); k > 0 {
+			work += k + c.ini.arbitrate(now)
+			work += c.runLoop(now)
+		}
+	}
 	work += c.srv.serve(now)
 	work += c.srv.startPulls(now)
 	work += c.ini.sendData(now) // WRITE data for pulls that could not all be sent at once
@@ -499,7 +521,38 @@ func (c *Core) Poll(now int64) int {
 	if flush {
 		pt.delays.Flush()
 	}
+	c.bulk.reset() // the next Poll's, and the frames received before it
 	return work
+}
+
+// redrain takes the commands of the portals that rang the summary
+// doorbell since the Poll began (its bits, taken again; portals that do
+// not ring it wait for the next Poll), and reports how many it took.
+func (c *Core) redrain(now int64) int {
+	pt := c.portals
+	if pt.ringing == 0 {
+		return 0
+	}
+	n, dead := 0, false
+	for i := range pt.taken {
+		for w := pt.sum.Take(i); w != 0; w &= w - 1 {
+			id := PortalID(i*abi.SummaryWordBits + bits.TrailingZeros64(w))
+			if int(id) >= len(pt.p) {
+				break
+			}
+			if p := &pt.p[id]; p.used && p.rings && !p.dead && p.src == nil {
+				n += c.drainPortal(now, id, true)
+				dead = dead || p.dead
+			}
+		}
+	}
+	for k := 0; dead && k < len(pt.live); k++ {
+		if id := pt.live[k]; pt.p[id].dead {
+			pt.dropLive(id)
+			k--
+		}
+	}
+	return n
 }
 
 // drainPortal takes up to perPortalBurst commands from portal id's ring,

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"math"
 
 	"github.com/onerma/onerma/abi"
@@ -140,7 +141,85 @@ func (c *Core) Receive(now int64, frame []byte) {
 // ReceiveBurst processes received frames in order at time now, like
 // Receive on each (the frames are borrowed for the call). With
 // CryptoIPsecMB their opens run as one batch (see above).
-func (c *Core) ReceiveBurst(now int64, frames [][]byte) { c.burst(now, frames) }
+//
+// While priority work is in progress on a core with Config.PollBytes set
+// (bulk.go), a burst that holds both short frames and bulk chunks is
+// taken in two passes instead: the short frames first, each prepared,
+// opened (package aesni: no cgo call) and finished at once, in order; then
+// the completions they made are published; then the bulk chunks, in order,
+// as a burst of their own (one open batch with CryptoIPsecMB). Every
+// chunk of one op is in the same pass (bulkFrame), and so are all the
+// requests, answers and pulls; what differs from frame-by-frame order is
+// only that a burst's short frames go before its bulk chunks.
+func (c *Core) ReceiveBurst(now int64, frames [][]byte) {
+	if !c.bulk.on(now) {
+		c.burst(now, frames)
+		return
+	}
+	for len(frames) > 0 {
+		k := min(len(frames), len(c.rxBulk))
+		c.receivePasses(now, frames[:k])
+		frames = frames[k:]
+	}
+}
+
+// receivePasses is ReceiveBurst's two passes over at most len(c.rxBulk)
+// frames.
+func (c *Core) receivePasses(now int64, frames [][]byte) {
+	nb := 0
+	for _, f := range frames {
+		if bulkFrame(f) {
+			c.rxBulk[nb] = f
+			nb++
+		}
+	}
+	if nb == 0 || nb == len(frames) {
+		c.burst(now, frames)
+		clear(c.rxBulk[:nb])
+		return
+	}
+	c.stats.RxSplit++
+	s := c.stg
+	for _, f := range frames {
+		if bulkFrame(f) {
+			continue
+		}
+		c.stats.RxFrames++
+		if s != nil {
+			c.receiveStaged(now, f, s)
+		} else {
+			c.receive(now, f)
+		}
+	}
+	if pt := c.portals; len(pt.dirty) > 0 {
+		if s != nil {
+			s.Enter(stage.Completion)
+		}
+		pt.publish()
+	}
+	if s != nil {
+		s.Enter(stage.Receive)
+	}
+	c.burst(now, c.rxBulk[:nb])
+	clear(c.rxBulk[:nb])
+}
+
+// bulkFrame reports whether frame is a bulk chunk (ReceiveBurst's second
+// pass): READ or WRITE data of more than ShortBytes, or at an offset past
+// 0 (a later chunk of an op longer than ShortBytes: every chunk of an op
+// is in the pass of its first). It reads the frame's fields where
+// wire.Decode would find them; anything else is short, and prepare
+// decides what it is.
+func bulkFrame(f []byte) bool {
+	const h = wire.EthLen + wire.IPv4Len + wire.UDPLen
+	if len(f) < wire.PayloadOffset || wire.EtherType(f) != wire.EtherTypeIPv4 || f[wire.EthLen] != 0x45 {
+		return false
+	}
+	if t := wire.Type(f[h+1]); t != wire.TypeReadResp && t != wire.TypeWriteData {
+		return false
+	}
+	return binary.BigEndian.Uint32(f[h+20:h+24]) > ShortBytes || binary.BigEndian.Uint64(f[h+24:h+32]) != 0
+}
 
 // receiveEach is ReceiveBurst without an open batch (CryptoGo).
 func (c *Core) receiveEach(now int64, frames [][]byte) {

@@ -11,9 +11,10 @@
 // goroutine. Its driver hands it
 //
 //	Receive(now, frame)  one received frame (borrowed for the call)
-//	ReceiveBurst(now, frames)  a received burst, in order (opens batched with ipsec-mb)
-//	Poll(now)            drain command rings, arbitrate, serve, expire timers,
-//	                     publish completions
+//	ReceiveBurst(now, frames)  a received burst, in order (opens batched with ipsec-mb;
+//	                     short frames first while priority work is in progress)
+//	Poll(now)            drain command rings, expire timers, arbitrate, serve,
+//	                     pull, send WRITE data, publish completions
 //
 // and the Core writes outgoing frames into buffers it takes from a Tx the
 // driver supplies (Tx.Buffer, Tx.Send). Commands and completions travel
@@ -113,6 +114,23 @@
 //     rule or its oldest request has waited TIMEOUT/8: a high-class op then
 //     crosses each hop behind about one low-class 4 KB READ's frames, not a
 //     whole budget of them.
+//   - Priority work and the bound on bulk work (bulk.go): an op of the
+//     high class or of at most ShortBytes (256) is priority work, any
+//     other is bulk. While the core has priority ops in flight or
+//     priority requests queued, or saw one within Config.PriorityHold
+//     (50 µs by default), each stage of a Poll that starts bulk work
+//     (arbitrate's grants, serve's READ data, startPulls, the WRITE data
+//     sent) starts at most Config.PollBytes of it (its first item always;
+//     0: no bound, the default; rmad's is 8 KB), and ReceiveBurst takes a
+//     burst's short frames first and publishes their completions before
+//     it opens the bulk chunks. The rest waits for the next Poll, which
+//     follows at once (Stats.BulkHeld counts what waited): a short op
+//     waits about one or two 4 KB services of bulk work at each engine,
+//     not a Poll of a window's or a ServeBudget's worth. A Poll that
+//     begins with the bound off drains the rings that rang the summary
+//     doorbell once more before it serves, and starts what it took: a
+//     priority op posted during the Poll goes before the Poll's bulk work
+//     and turns the bound on.
 //   - Timers: intrusive lists ordered by time (all ops of a list share one
 //     timeout), so an expiry check looks only at list heads.
 //   - Exactly one completion per op: room in the completion ring is
@@ -185,7 +203,10 @@
 // Receive and the self-loop prepare, open and finish each frame; with
 // "ipsec-mb", ReceiveBurst queues a burst's opens in a second Batch, runs
 // it once and finishes the frames in order, with the same counters,
-// completions and frames as frame by frame. The batch is ended early (and
+// completions and frames as frame by frame (while the bulk bound is on, a
+// burst of short frames and bulk chunks is taken in two passes: the short
+// frames opened one by one with package aesni, no cgo call, then the bulk
+// chunks as one batch, so a poll loop still crosses at most twice). The batch is ended early (and
 // the frame prepared again) before a frame whose destination units, slot
 // answer or pull have an open pending (duplicates, a forgery next to its
 // genuine chunk), before a remote REKEY's data (opened alone: its commit

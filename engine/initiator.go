@@ -116,6 +116,7 @@ type initiator struct {
 
 	out     *sender
 	win     *window
+	bulk    *bulkBound
 	regions *regionView
 	portals *portalTable
 	routes  *routeTable
@@ -143,6 +144,7 @@ func newInitiator(cfg *Config, keys *aesni.Cache, parts *Core) *initiator {
 		scratch:         make([]byte, abi.MaxOpBytes),
 		out:             parts.out,
 		win:             parts.win,
+		bulk:            parts.bulk,
 		regions:         parts.regions,
 		portals:         parts.portals,
 		routes:          parts.routes,
@@ -213,6 +215,7 @@ func (n *initiator) reclaim(id PortalID) {
 			resolving := s.state == slotResolving
 			n.unlink(int32(i))
 			n.inflight--
+			n.unprio(s)
 			n.st.Orphaned++
 			n.freeSlot(int32(i))
 			if resolving { // its next hop's entry, if no other op waits for it, and its tenant's charge go too
@@ -222,6 +225,14 @@ func (n *initiator) reclaim(id PortalID) {
 			s.orphan = true
 			n.tq[s.tenant].held -= int32(s.debit) // an orphan is no tenant's: its window is nobody's share
 		}
+	}
+}
+
+// unprio uncounts op s, which left flight, from the priority work
+// (bulk.go).
+func (n *initiator) unprio(s *slot) {
+	if prio(s.class, s.length) {
+		n.bulk.ini--
 	}
 }
 
@@ -277,6 +288,10 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 	s.want = unitMask(cmd.Length)
 	p.pending++
 	n.inflight++
+	if prio(s.class, s.length) {
+		n.bulk.ini++
+		n.bulk.saw(now)
+	}
 	n.tst[p.tenant].Posted++
 	if cmd.RemoteAddr == n.out.ip {
 		s.hop, s.mac, s.chunk = n.out.ip, n.out.mac, uint16(n.out.maxPayload)
@@ -401,8 +416,14 @@ func (n *initiator) forgetIfUnwanted(ip uint32) {
 func (n *initiator) arbitrate(now int64) int {
 	k := 0
 	for n.queued > 0 && n.win.room() {
+		arb := n.arb
 		i, t, cl, borrow, ok := n.pick(now)
 		if !ok {
+			return k
+		}
+		s := &n.slots[i]
+		if s.op == abi.OpRead && !n.bulk.take(now, bulkGrant, cl, s.length, false) { // the next Poll grants it
+			n.arb = arb
 			return k
 		}
 		b := n.out.buffer()
@@ -410,7 +431,6 @@ func (n *initiator) arbitrate(now int64) int {
 			return k
 		}
 		q := &n.tq[t]
-		s := &n.slots[i]
 		debit := int32(s.debit) // set at the post (debitOf)
 		if n.rings[cl].n > 1 {  // turns are taken: the grant is charged to its tenant's
 			q.deficit[cl] -= debit
@@ -492,6 +512,7 @@ func (n *initiator) complete(now int64, i int32, st abi.Status) {
 	}
 	n.unlink(i)
 	n.inflight--
+	n.unprio(s)
 	if s.orphan { // no completion is written for it: counted apart
 		n.st.Orphaned++
 		n.freeSlot(i)
@@ -617,7 +638,7 @@ func (n *initiator) shutdown(now int64) {
 // audit checks the slots against their lists and portals and returns the
 // window the ops in service hold (see Core.Audit).
 func (n *initiator) audit() (int, error) {
-	debit, inflight, free := 0, 0, 0
+	debit, inflight, free, prios := 0, 0, 0, 0
 	held := make([]int, len(n.portals.p))
 	pend := make([]int, len(n.portals.p))
 	var onList [numLists]int
@@ -641,6 +662,9 @@ func (n *initiator) audit() (int, error) {
 		onList[s.list]++
 		if s.state >= slotQueued {
 			inflight++
+			if prio(s.class, s.length) {
+				prios++
+			}
 		}
 		if s.state != slotFree && !s.orphan {
 			if !n.portals.p[s.portal].used {
@@ -665,6 +689,9 @@ func (n *initiator) audit() (int, error) {
 	}
 	if inflight != n.inflight {
 		return 0, fmt.Errorf("audit: in flight %d, slots say %d", n.inflight, inflight)
+	}
+	if prios != n.bulk.ini {
+		return 0, fmt.Errorf("audit: %d priority ops in flight, slots say %d", n.bulk.ini, prios)
 	}
 	if free != len(n.free) {
 		return 0, fmt.Errorf("audit: free pool %d, free slots %d", len(n.free), free)

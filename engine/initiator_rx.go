@@ -195,7 +195,9 @@ func (n *initiator) finishPull(now int64, w *rxWork, ok bool) {
 		n.complete(now, i, abi.StatusAborted)
 		return
 	}
-	if !n.sendChunks(now, i) {
+	// Held back by the bulk bound, or bulk behind WRITEs it held back
+	// (they go first: in pull order), its data is sent by sendData.
+	if (n.sendq.len() > 0 && !prio(s.class, s.length) && n.bulk.on(now)) || !n.bulk.take(now, bulkData, s.class, s.length, now-s.issueNs >= n.timeout/bulkAgeDiv) || !n.sendChunks(now, i) {
 		n.pushSend(i)
 	}
 }
@@ -213,13 +215,20 @@ func (n *initiator) pushSend(i int32) {
 }
 
 // sendData resumes WRITEs whose data could not all be sent when their pull
-// arrived (no tx buffer), in pull order.
+// arrived (no tx buffer, or the bulk bound held it back), in pull order; a
+// WRITE the bulk bound holds back again goes to the back, so that the
+// priority WRITEs behind it are sent.
 func (n *initiator) sendData(now int64) int {
 	k := 0
-	for n.sendq.len() > 0 {
+	for m := n.sendq.len(); m > 0; m-- {
 		i := *n.sendq.front()
 		s := &n.slots[i]
 		if s.state == slotInService && s.op != abi.OpRead && s.pulled && s.sent < s.length {
+			if s.sent == 0 && !n.bulk.take(now, bulkData, s.class, s.length, now-s.issueNs >= n.timeout/bulkAgeDiv) { // the next Poll sends it
+				n.sendq.pop()
+				*n.sendq.push() = i
+				continue
+			}
 			if !n.sendChunks(now, i) {
 				return k
 			}

@@ -146,6 +146,7 @@ type responder struct {
 
 	out     *sender
 	win     *window
+	bulk    *bulkBound
 	regions *regionView
 	routes  *routeTable
 	st      *Stats
@@ -177,6 +178,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, seed uint64, parts *Core) *res
 		seenDead: make([]seenKey, cfg.Regions+1),
 		out:      parts.out,
 		win:      parts.win,
+		bulk:     parts.bulk,
 		regions:  parts.regions,
 		routes:   parts.routes,
 		st:       &parts.stats,
@@ -399,6 +401,10 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		}
 	}
 	q.push(r.ents.e, i, w.owner)
+	if prio(from.class, f.Length) {
+		r.bulk.srv++
+		r.bulk.saw(now)
+	}
 	if d := uint64(r.inq[0].len() + r.inq[1].len()); d > r.st.ReqQueueMax {
 		r.st.ReqQueueMax = d
 	}
@@ -474,6 +480,7 @@ func (r *responder) serve(now int64) int {
 			}
 			lowLeft--
 		}
+		arb := r.serveArb
 		r.serveArb.granted(cl, lo)
 		if now-e.arrival > r.timeout { // its initiator has given up
 			r.st.ReqExpired++
@@ -491,6 +498,10 @@ func (r *responder) serve(now int64) int {
 			r.pullq[cl].push(ents, i, e.owner)
 			served++
 			continue
+		}
+		if e.sent == 0 && !r.bulk.take(now, bulkServe, cl, e.length, now-e.arrival >= r.timeout/bulkAgeDiv) { // the next Poll serves it
+			r.serveArb = arb
+			break
 		}
 		if !resumed && q.owners > 1 {
 			q.charge(t, costOf(e))
@@ -540,6 +551,7 @@ func (r *responder) serve(now int64) int {
 func (r *responder) dequeue(cl abi.Class, t, i int32) {
 	e := &r.ents.e[i]
 	r.bounds.unqueue(e.owner, e.sender)
+	r.unprio(e)
 	r.resume[cl] = noTenant // t's, if it was: its head was the one granted
 	// fairQueue.pop, by hand on the hot path (an inbound queue skips nothing)
 	q := &r.inq[cl]
@@ -638,6 +650,9 @@ func (r *responder) startPulls(now int64) int {
 			r.bounds.unqueue(e.owner, e.sender)
 			r.pullRemove(cl, t, prev, i)
 			continue
+		}
+		if !r.bulk.take(now, bulkPull, cl, e.length, now-e.arrival >= r.timeout/bulkAgeDiv) { // the next Poll pulls it
+			return n
 		}
 		switch r.startPull(now, e) {
 		case pullWait: // no window, context or tx buffer now: resume next Poll
@@ -786,8 +801,17 @@ func (r *responder) nextIdle(t int64) int64 {
 // out of the queue and frees its entry. The requests before it that were
 // found blocked stay so (fairQueue.remove).
 func (r *responder) pullRemove(cl abi.Class, t, prev, i int32) {
+	r.unprio(&r.ents.e[i])
 	r.pullq[cl].remove(r.ents.e, t, prev, i)
 	r.ents.put(i)
+}
+
+// unprio uncounts request e, which leaves the queues, from the priority
+// work (bulk.go).
+func (r *responder) unprio(e *inbound) {
+	if prio(e.class, e.length) {
+		r.bulk.srv--
+	}
 }
 
 // nextDeadline is the earliest time the serving side has something to do
@@ -832,6 +856,7 @@ func (r *responder) shutdown() {
 	}
 	r.ents.reset()
 	r.bounds.reset()
+	r.bulk.srv = 0
 }
 
 // auditQueues checks the queues' books (fairq.go): every entry of the
@@ -847,8 +872,17 @@ func (r *responder) auditQueues() error {
 		clear(r.queuedAt)
 		r.mark = 1
 	}
-	queued := 0
+	queued, prios := 0, 0
 	for k := range r.inq {
+		for _, q := range []*fairQueue{&r.inq[k], &r.pullq[k]} {
+			for t := q.head; t >= 0; t = q.o[t].next {
+				for i := q.o[t].head; i >= 0; i = p.e[i].next {
+					if prio(p.e[i].class, p.e[i].length) {
+						prios++
+					}
+				}
+			}
+		}
 		n, err := r.inq[k].audit(fmt.Sprintf("inbound queue %d", k), p.e, r.queuedAt, r.mark)
 		if err != nil {
 			return err
@@ -870,6 +904,9 @@ func (r *responder) auditQueues() error {
 	}
 	if queued+p.nfree != len(p.e) { // the free list is not walked: it is as long as the pool
 		return fmt.Errorf("audit: inbound entries: %d queued, %d free of %d", queued, p.nfree, len(p.e))
+	}
+	if prios != r.bulk.srv {
+		return fmt.Errorf("audit: %d priority requests queued, the queues hold %d", r.bulk.srv, prios)
 	}
 	return nil
 }

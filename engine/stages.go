@@ -19,6 +19,10 @@ import (
 //	                         ICMP frame, enter Receive again
 //	ReceiveBurst (crypto/cipher), the self-loop
 //	                         per frame: Receive, Open, Protocol
+//	ReceiveBurst in two passes (PollBytes: short frames first)
+//	                         the short frames as crypto/cipher's; then
+//	                         Completion when something is published,
+//	                         Receive, and the bulk chunks as a burst
 //	Poll                     Protocol (if not in it already); with portals
 //	                         open, a pass over their rings that found no
 //	                         command is EmptyRings; Build from the

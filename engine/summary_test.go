@@ -26,7 +26,7 @@ func openSummaryApp(t *testing.T, c *Core, sum *abi.Summary, rings bool) *summar
 	cplMem := aligned(abi.RingBytes(cplCap, abi.CompletionSize))
 	flagMem := aligned(64)
 	id, err := c.OpenPortal(PortalSpec{CmdRing: cmdMem, CmdCap: cmdCap, CplRing: cplMem, CplCap: cplCap,
-		Class: abi.ClassLow, PID: testPID, SummaryFlag: flagMem[:4]})
+		Class: abi.ClassLow, MaxSlots: 4, PID: testPID, SummaryFlag: flagMem[:4]})
 	if err != nil {
 		t.Fatal(err)
 	}

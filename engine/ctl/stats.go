@@ -50,6 +50,8 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		PullsExpired:      s.PullsExpired,
 		PullsInUse:        s.PullsInUse,
 		ReqQueueMax:       s.ReqQueueMax,
+		BulkHeld:          s.BulkHeld,
+		RxSplit:           s.RxSplit,
 		ARPRequests:       s.ARPRequests,
 		ARPReplies:        s.ARPReplies,
 		ARPUnsolicited:    s.ARPUnsolicited,

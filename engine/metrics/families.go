@@ -68,6 +68,8 @@ var statsFamilies = []family[st]{
 	one("pulls_issued_total", "WRITEs served: data pulled from their initiators.", ctr, func(s *st) float64 { return u(s.PullsIssued) }),
 	one("writes_committed_total", "WRITEs whose data all authenticated and was committed.", ctr, func(s *st) float64 { return u(s.WritesCommitted) }),
 	one("pulls_expired_total", "WRITEs abandoned uncommitted: their data was incomplete within TIMEOUT.", ctr, func(s *st) float64 { return u(s.PullsExpired) }),
+	one("bulk_held_total", "Bulk work (window grants, READ data, pulls, WRITE data) a poll held back for the next while high-class or short work was in progress (engine.poll_bytes).", ctr, func(s *st) float64 { return u(s.BulkHeld) }),
+	one("rx_split_total", "Received bursts taken in two passes, short frames before bulk chunks (engine.poll_bytes).", ctr, func(s *st) float64 { return u(s.RxSplit) }),
 	by("arp_sent_total", "ARP messages sent: requests for next hops, replies for this engine's address.", ctr, "type",
 		sv("request", func(s *st) float64 { return u(s.ARPRequests) }),
 		sv("reply", func(s *st) float64 { return u(s.ARPReplies) })),

@@ -61,6 +61,7 @@ type invApp struct {
 	slots []abi.SlotID
 	dst   abi.RegionID
 	src   abi.RegionID
+	mixed bool // reads: every fourth READ of 4 KB
 }
 
 // openInvApp gives core (through r) a summary doorbell and opens a
@@ -106,7 +107,7 @@ func openInvApp(t testing.TB, r *runner.Runner, slots int, mem []byte, remote bo
 
 // reads keeps window 64-byte READs of src at peer in flight until n have
 // completed OK, posting and ringing as an application does, without
-// allocating.
+// allocating; every fourth is of 4 KB when a.mixed is set.
 func (a *invApp) reads(t testing.TB, n, window int, peer uint32, src abi.RegionID, kd aesni.Key) {
 	free := append(make([]abi.SlotID, 0, len(a.slots)), a.slots[:window]...)
 	done, posted := 0, 0
@@ -117,9 +118,12 @@ func (a *invApp) reads(t testing.TB, n, window int, peer uint32, src abi.RegionI
 		for len(free) > 0 && posted < n {
 			s := free[len(free)-1]
 			free = free[:len(free)-1]
-			off := uint64(posted%64) * 64
+			off, size := uint64(posted%64)*64, uint32(64)
+			if a.mixed && posted%4 == 3 {
+				size = 4096
+			}
 			cmd := abi.Command{Op: abi.OpRead, Slot: s, Cookie: uint64(posted), RemoteAddr: peer, RemoteRegion: src,
-				RemoteOffset: off, LocalRegion: a.dst, LocalOffset: off, Length: 64, Key: kd}
+				RemoteOffset: off, LocalRegion: a.dst, LocalOffset: off, Length: size, Key: kd}
 			cmd.Encode(a.cmd.Reserve())
 			a.cmd.Commit()
 			posted++
@@ -156,7 +160,7 @@ func ip4(a netip.Addr) uint32 {
 
 // invEngine is an engine of one core at ip on port, its neighbor peer
 // known statically (no ARP: every burst's opens run in one batch).
-func invEngine(t testing.TB, port *memport.Port, ip, peer string, mac, peerMAC byte, crypto string, mode runner.Mode, s *stage.Stages) (*engine.Core, *runner.Runner) {
+func invEngine(t testing.TB, port *memport.Port, ip, peer string, mac, peerMAC byte, crypto string, mode runner.Mode, s *stage.Stages, pollBytes int) (*engine.Core, *runner.Runner) {
 	t.Helper()
 	cfg := engine.DefaultConfig()
 	cfg.LocalIP, cfg.LocalMAC = netip.MustParseAddr(ip), wire.MAC{2, 0, 0, 0, 0, mac}
@@ -166,6 +170,7 @@ func invEngine(t testing.TB, port *memport.Port, ip, peer string, mac, peerMAC b
 	cfg.Timeout, cfg.DispatchTimeout = time.Second, 500*time.Millisecond // a loaded CI host: no TIMEOUT
 	cfg.IV = aesni.NewVolatileIVSource(aesni.IVConfig{})
 	cfg.Crypto = crypto
+	cfg.PollBytes = pollBytes
 	core, err := engine.New(cfg, port)
 	if err != nil {
 		t.Fatal(err)
@@ -242,14 +247,33 @@ func TestLoopInvariants(t *testing.T) {
 				if staged {
 					name += "/stages"
 				}
-				t.Run(name, func(t *testing.T) { loopInvariants(t, crypto, mode, staged, ops, window) })
+				t.Run(name, func(t *testing.T) { loopInvariants(t, crypto, mode, staged, ops, window, 0) })
 			}
 		}
 	}
 }
 
+// TestLoopInvariantsPollBytes: the same with the bound on bulk work
+// (engine.Config.PollBytes) on both engines and every fourth READ of 4 KB:
+// the bursts of 64 B answers and 4 KB chunks are taken in two passes.
+func TestLoopInvariantsPollBytes(t *testing.T) {
+	cryptos := []string{engine.CryptoGo}
+	if _, err := engine.MBArch(); err == nil {
+		cryptos = append(cryptos, engine.CryptoIPsecMB)
+	}
+	for _, crypto := range cryptos {
+		for _, staged := range []bool{false, true} {
+			name := crypto
+			if staged {
+				name += "/stages"
+			}
+			t.Run(name, func(t *testing.T) { loopInvariants(t, crypto, runner.Backoff, staged, 2000, 8, 4096) })
+		}
+	}
+}
+
 // loopInvariants is a run of TestLoopInvariants.
-func loopInvariants(t *testing.T, crypto string, mode runner.Mode, staged bool, ops, window int) {
+func loopInvariants(t *testing.T, crypto string, mode runner.Mode, staged bool, ops, window, pollBytes int) {
 	pa, pb, err := memport.Pair(memport.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -258,14 +282,15 @@ func loopInvariants(t *testing.T, crypto string, mode runner.Mode, staged bool, 
 	if staged {
 		sa0, sb0 = stage.New(tsc.Read), stage.New(tsc.Read)
 	}
-	_, ra := invEngine(t, pa, "10.0.5.1", "10.0.5.2", 1, 2, crypto, mode, sa0)
-	_, rb := invEngine(t, pb, "10.0.5.2", "10.0.5.1", 2, 1, crypto, mode, sb0)
+	ca, ra := invEngine(t, pa, "10.0.5.1", "10.0.5.2", 1, 2, crypto, mode, sa0, pollBytes)
+	_, rb := invEngine(t, pb, "10.0.5.2", "10.0.5.1", 2, 1, crypto, mode, sb0, pollBytes)
 	src := make([]byte, 64<<10)
 	for i := range src {
 		src[i] = byte(i * 13)
 	}
 	owner := openInvApp(t, rb, 0, src, true)
 	reader := openInvApp(t, ra, window, make([]byte, 64<<10), false)
+	reader.mixed = pollBytes > 0
 	kd := aesni.DeriveKey(invKr, netip.MustParseAddr("10.0.5.1").As4(), invPID, uint8(abi.OpRead))
 	peer := ip4(netip.MustParseAddr("10.0.5.2"))
 	reader.reads(t, 200, window, peer, owner.src, kd) // warm: caches, keys, pools
@@ -281,6 +306,13 @@ func loopInvariants(t *testing.T, crypto string, mode runner.Mode, staged bool, 
 		t.Logf("%d allocations in %d ops (the runtime's own: 0 per op)", a, ops)
 	}
 	checkLoopInvariants(t, "reader", sa, 1, crypto == engine.CryptoIPsecMB)
+	if pollBytes > 0 { // the loop has stopped: the core is ours to read
+		st := ca.Stats()
+		t.Logf("reader: %d bursts taken in two passes, %d bulk items held back", st.RxSplit, st.BulkHeld)
+		if st.RxSplit == 0 {
+			t.Error("reader: no burst was taken in two passes")
+		}
+	}
 	checkLoopInvariants(t, "owner", sb, 1, crypto == engine.CryptoIPsecMB)
 	if sb.RingLooks != sb.RingScans || sb.RingRungIdle != 0 {
 		t.Errorf("owner: its portal never posts, yet its ring was read %d times outside %d scans", sb.RingLooks-sb.RingScans, sb.RingScans)

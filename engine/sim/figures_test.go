@@ -51,7 +51,7 @@ func TestFlowHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.scripts = []scriptStep{{at: 100_000, do: func(s *Sim) { fr.servers[1].obj[12345] ^= 0x40 }}}
+	cfg.scripts = []scriptStep{{at: 100_000, do: func(s *Sim) { fr.servers[srvKey{1, 0}].obj[12345] ^= 0x40 }}}
 	if _, err := Run(cfg); err == nil || !strings.Contains(err.Error(), "wrong data") {
 		t.Fatalf("an object byte changed behind the engine's back: want the data check to fire, got %v", err)
 	}

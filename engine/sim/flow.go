@@ -81,6 +81,10 @@ type FlowSpec struct {
 	// tenant 0, weight 1); High opens it in the high class.
 	Tenant, Weight int
 	High           bool
+	// ServerTenant is the tenant of the server's portal that registers
+	// the object the flow reads (its region's owner at the server; 0:
+	// tenant 0). A server node has one object per ServerTenant.
+	ServerTenant int
 }
 
 // FlowResult is what an experiment measured.

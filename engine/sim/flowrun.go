@@ -20,7 +20,7 @@ type flowRun struct {
 	s           *Sim
 	shares      *shareRun // FlowExperiment.Shares's checks (nil: none)
 	flows       []*flowState
-	servers     map[int]*flowServer
+	servers     map[srvKey]*flowServer
 	ctl         map[int]*cc.Controller
 	inflight    map[ccKey]int // ops outstanding per (client, key): MaxInFlight counts them
 	outstanding int           // ops of every flow outstanding (the drain waits for 0)
@@ -132,8 +132,8 @@ func (fr *flowRun) config() (Config, error) {
 			return Config{}, fmt.Errorf("sim: flow %d: StartNs %d StopNs %d", i, f.StartNs, f.StopNs)
 		case f.RateBps < 0 || f.MaxOutstanding < 0 || f.Slots < 1:
 			return Config{}, fmt.Errorf("sim: flow %d: rate %v outstanding %d slots %d", i, f.RateBps, f.MaxOutstanding, f.Slots)
-		case f.Tenant < 0 || f.Weight < 0:
-			return Config{}, fmt.Errorf("sim: flow %d: tenant %d weight %d", i, f.Tenant, f.Weight)
+		case f.Tenant < 0 || f.Weight < 0 || f.ServerTenant < 0:
+			return Config{}, fmt.Errorf("sim: flow %d: tenant %d weight %d server tenant %d", i, f.Tenant, f.Weight, f.ServerTenant)
 		}
 	}
 	for _, n := range x.Silent {
@@ -204,27 +204,28 @@ func (fr *flowRun) config() (Config, error) {
 func (fr *flowRun) setup(s *Sim) error {
 	fr.s = s
 	x := &fr.exp
-	fr.servers = make(map[int]*flowServer)
+	fr.servers = make(map[srvKey]*flowServer)
 	fr.ctl = make(map[int]*cc.Controller)
 	fr.inflight = make(map[ccKey]int)
 	for _, n := range x.Silent {
 		s.nodes[n].linkDown++ // for good: it never answers
 	}
 	for i, spec := range x.Flows {
-		srv := fr.servers[spec.Server]
+		sk := srvKey{spec.Server, spec.ServerTenant}
+		srv := fr.servers[sk]
 		if srv == nil {
 			var err error
-			if srv, err = fr.newServer(s.nodes[spec.Server], spec.ObjectBytes); err != nil {
+			if srv, err = fr.newServer(s.nodes[spec.Server], spec.ObjectBytes, spec.ServerTenant); err != nil {
 				return err
 			}
-			fr.servers[spec.Server] = srv
+			fr.servers[sk] = srv
 		} else if len(srv.obj) < spec.ObjectBytes {
-			return fmt.Errorf("sim: flow %d: node %d serves one object to every flow: size it for the largest", i, spec.Server)
+			return fmt.Errorf("sim: flow %d: node %d serves one object to every flow of its server tenant: size it for the largest", i, spec.Server)
 		}
 		f := &flowState{fr: fr, idx: i, spec: spec, srv: srv, start: s.t0 + spec.StartNs, stop: s.t0 + spec.StopNs}
 		f.st.Spec = spec
 		cn := s.nodes[spec.Client]
-		fp, err := fr.openPortal(cn, f, spec.Slots, uint32(5000+i))
+		fp, err := fr.openPortal(cn, f, spec.Slots, uint32(5000+i), 0)
 		if err != nil {
 			return err
 		}
@@ -257,13 +258,17 @@ func (fr *flowRun) setup(s *Sim) error {
 	return nil
 }
 
-func (fr *flowRun) newServer(n *node, size int) (*flowServer, error) {
-	fp, err := fr.openPortal(n, nil, 0, uint32(6000+n.id))
+// srvKey names a flow server: its node, and the tenant of its portal (the
+// owner of its object).
+type srvKey struct{ node, tenant int }
+
+func (fr *flowRun) newServer(n *node, size, tenant int) (*flowServer, error) {
+	fp, err := fr.openPortal(n, nil, 0, uint32(6000+n.id), tenant)
 	if err != nil {
 		return nil, err
 	}
 	obj := alignedBytes(size)
-	pat := uint64(0xf10<<8 | n.id)
+	pat := uint64(0xf10<<8 | n.id | tenant<<24)
 	fillPattern(obj, pat)
 	kr := fr.s.newKey()
 	id, err := n.cores[0].core.RegisterRegion(fp.id, obj, abi.PermRemoteRead, kr)
@@ -275,8 +280,9 @@ func (fr *flowRun) newServer(n *node, size int) (*flowServer, error) {
 }
 
 // openPortal opens a portal on n as the portal library would, with slots
-// and a sink of one OpBytes area per slot (f != nil).
-func (fr *flowRun) openPortal(n *node, f *flowState, slots int, pid uint32) (*flowPortal, error) {
+// and a sink of one OpBytes area per slot (f != nil: a flow's, of its
+// tenant; else a server's, of tenant).
+func (fr *flowRun) openPortal(n *node, f *flowState, slots int, pid uint32, tenant int) (*flowPortal, error) {
 	cmdCap := nextPow2(uint32(max(slots, 2)))
 	lay, err := abi.NewLayout(0, cmdCap, nextPow2(uint32(slots)+cmdCap))
 	if err != nil {
@@ -286,7 +292,7 @@ func (fr *flowRun) openPortal(n *node, f *flowState, slots int, pid uint32) (*fl
 	spec := engine.PortalSpec{
 		CmdRing: lay.CmdRing(fp.seg), CmdCap: lay.CmdCap,
 		CplRing: lay.CplRing(fp.seg), CplCap: lay.CplCap,
-		MaxSlots: slots, PID: pid,
+		MaxSlots: slots, PID: pid, Tenant: tenant,
 	}
 	if f != nil {
 		spec.Tenant, spec.Weight = f.spec.Tenant, f.spec.Weight

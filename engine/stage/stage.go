@@ -70,8 +70,9 @@
 //     stops.
 //   - Completion: publishing the completions of portals that have new
 //     ones (the producer index, doorbells) and flushing the telemetry
-//     batch, at the end of Poll; a completion's entry is written in
-//     Protocol.
+//     batch, at the end of Poll (and between the two passes of a burst
+//     taken short frames first: engine.Config.PollBytes); a completion's
+//     entry is written in Protocol.
 //
 // The per-iteration overhead, what the loop costs whatever it carries:
 //

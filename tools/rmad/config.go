@@ -109,9 +109,16 @@ type EngineConfig struct {
 	NackThreshold int `json:"nack_threshold"`
 	// ServeRate is the requests a serving core serves per second, for
 	// the NACK threshold's derivation; 0: the port type's measured rate.
-	ServeRate       float64  `json:"serve_rate"`
-	ServeBudget     int      `json:"serve_budget"`
-	LowAfterHigh    int      `json:"low_after_high"`
+	ServeRate    float64 `json:"serve_rate"`
+	ServeBudget  int     `json:"serve_budget"`
+	LowAfterHigh int     `json:"low_after_high"`
+	// PollBytes bounds the bulk work each stage of a poll starts while
+	// priority work (high class, or at most 256 bytes) is in progress
+	// (engine.Config.PollBytes; 0: no bound).
+	PollBytes int `json:"poll_bytes"`
+	// PriorityHold keeps the bound for this long after the latest
+	// priority op or request (engine.Config.PriorityHold; 0: 50 µs).
+	PriorityHold    Duration `json:"priority_hold"`
 	DispatchTimeout Duration `json:"dispatch_timeout"`
 	Timeout         Duration `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
 	PullIdleTimeout Duration `json:"pull_idle_timeout"`
@@ -438,6 +445,8 @@ var flagSpecs = []struct {
 	{"serve-rate", "requests a serving core serves per second, for the NACK threshold's derivation (0: the port type's measured rate)", setFloat(func(c *Config) *float64 { return &c.Engine.ServeRate })},
 	{"serve-budget", "requests served per poll", setInt(func(c *Config) *int { return &c.Engine.ServeBudget })},
 	{"low-after-high", "low-class requests served in a poll after a high-class frame left in it (0: no bound)", setInt(func(c *Config) *int { return &c.Engine.LowAfterHigh })},
+	{"poll-bytes", "bulk bytes each stage of a poll starts while high-class or short work is in progress (0: no bound)", setInt(func(c *Config) *int { return &c.Engine.PollBytes })},
+	{"priority-hold", "how long poll-bytes stays in force after the latest high-class or short op (0: 50µs)", setDur(func(c *Config) *Duration { return &c.Engine.PriorityHold })},
 	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
 	{"timeout", "TIMEOUT (0: the port type's default, 2-8 ms)", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
 	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull may be abandoned when a request needs its context or window (bounds what a replayed write request holds; 0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
@@ -651,6 +660,8 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 		ec.NackThreshold = d.Threshold
 	}
 	ec.LowAfterHigh = e.LowAfterHigh
+	ec.PollBytes = e.PollBytes
+	ec.PriorityHold = time.Duration(e.PriorityHold)
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
 	if ec.Timeout == 0 { // loadConfig sets it; a Config built otherwise may not
 		ec.Timeout = defaultTimeout(&c.Port, c.Poll.Mode)
