@@ -96,8 +96,9 @@ const (
 // NewReport makes the table of d, the window's counts (all cores added
 // up: Snapshot.Add), for ops ops, the counter at hz, under budget b.
 // The unattributed row is the window's length on the loop's clock (d.Now,
-// core-ns) at hz minus every cycle charged; the total row is their sum,
-// and shares are of it.
+// core-ns) at hz minus every cycle charged, or 0 when the charges exceed
+// it (by the error of hz); the total row is the larger of the two, the
+// sum of every other row but overhead, and shares are of it.
 func NewReport(d Snapshot, ops uint64, hz float64, b Budget) Report {
 	r := Report{Ops: ops, Hz: hz, Budget: b}
 	if ops == 0 || hz <= 0 {
@@ -134,7 +135,7 @@ func NewReport(d Snapshot, ops uint64, hz float64, b Budget) Report {
 	for st := Clock; st < NumStages; st++ {
 		r.Rows = append(r.Rows, row(st.String(), float64(d.Cycles[st]), d.Sections[st], 0, false))
 	}
-	r.Rows = append(r.Rows, row(RowUnattributed, wall-charged, 0, 0, false))
+	r.Rows = append(r.Rows, row(RowUnattributed, total-charged, 0, 0, false))
 	r.Rows = append(r.Rows, row(RowTotal, total, 0, b.TargetNs, b.TargetNs > 0))
 	return r
 }

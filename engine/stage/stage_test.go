@@ -238,6 +238,16 @@ func TestReport(t *testing.T) {
 	if !ok || x.Stage != "receive" || over != 150 {
 		t.Errorf("most over: %+v by %v, %v", x, over, ok)
 	}
+	// Charges beyond the window (an hz a little low): nothing unattributed,
+	// and the rows still add up to the total, the charges.
+	d.Now = 6400 // ns: 12800 cycles, 13000 charged
+	r = NewReport(d, 10, hz, Budget{TargetNs: 400, Target: "test", SealNs: 40, OpenNs: 60})
+	if x := row(RowUnattributed); x.Cycles != 0 {
+		t.Errorf("charges beyond the window: unattributed %+v", x)
+	}
+	if x := row(RowTotal); x.Cycles != 1300 || x.Share != 1 {
+		t.Errorf("charges beyond the window: total %+v", x)
+	}
 	var out bytes.Buffer
 	r.Fprint(&out)
 	for _, want := range []string{"budget 400.0 ns per op (test)", "receive", "+150.0", "  clock", "most over its budget: receive, by 150.0 ns per op"} {
