@@ -104,15 +104,7 @@ func servePollsMid(t *testing.T, pollBytes int, high, mid bool, at [3]int64) (lo
 			t.Fatal(err)
 		}
 	}
-	loApp := openApp(t, p.a, abi.ClassLow, 8)
-	hiApp := openApp(t, p.a, abi.ClassHigh, 8)
-	owner := openApp(t, p.b, abi.ClassLow, 0)
-	src, _ := p.b.RegisterRegion(owner.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
-	ml, _ := p.a.RegisterRegion(loApp.id, make([]byte, 4*4096), abi.PermAll, testKr)
-	mh, _ := p.a.RegisterRegion(hiApp.id, make([]byte, 4096), abi.PermAll, testKr)
-	loApp.post(t, readCmd(loApp.slots[7], ipOf("10.0.0.2"), src, 0, ml, 0, 4096, 99)) // resolves b
-	p.run()
-	loApp.completions()
+	loApp, hiApp, src, ml, mh := lowHighApps(t, p, 4096)
 	p.now += int64(cb.Timeout) // past the hold of the first READ (not priority work anyway)
 	for k := range 4 {
 		loApp.post(t, readCmd(loApp.slots[k], ipOf("10.0.0.2"), src, 0, ml, uint64(k)*4096, 4096, uint64(100+k)))

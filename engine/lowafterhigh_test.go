@@ -18,15 +18,7 @@ func lowAfterHighPoll(t *testing.T, lowAfterHigh int, wait int64) (hi, lo [2]int
 	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
 	cb.LowAfterHigh = lowAfterHigh
 	p := newPair(t, ca, cb)
-	loApp := openApp(t, p.a, abi.ClassLow, 8)
-	hiApp := openApp(t, p.a, abi.ClassHigh, 8)
-	owner := openApp(t, p.b, abi.ClassLow, 0)
-	src, _ := p.b.RegisterRegion(owner.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
-	ml, _ := p.a.RegisterRegion(loApp.id, make([]byte, 4*4096), abi.PermAll, testKr)
-	mh, _ := p.a.RegisterRegion(hiApp.id, make([]byte, 4096), abi.PermAll, testKr)
-	loApp.post(t, readCmd(loApp.slots[7], ipOf("10.0.0.2"), src, 0, ml, 0, 8, 99)) // resolves b
-	p.run()
-	loApp.completions()
+	loApp, hiApp, src, ml, mh := lowHighApps(t, p, 8)
 	for k := range 4 {
 		loApp.post(t, readCmd(loApp.slots[k], ipOf("10.0.0.2"), src, 0, ml, uint64(k)*4096, 4096, uint64(100+k)))
 	}
@@ -129,4 +121,22 @@ func TestLowAfterHighRequestBoundsServing(t *testing.T) {
 	if req != 1 || lo != 3 {
 		t.Fatalf("b's Poll sent %d high-class requests and %d low-class response frames, want 1 and 3", req, lo)
 	}
+}
+
+// lowHighApps opens, on pair p, a low-class and a high-class application
+// at a and a region owner at b, registers b's 4 KB source region and the
+// applications' destinations (four 4 KB for the low class, one for the
+// high), and resolves b with one low-class READ of resolve bytes.
+func lowHighApps(t *testing.T, p *pair, resolve uint32) (loApp, hiApp *testApp, src, ml, mh abi.RegionID) {
+	t.Helper()
+	loApp = openApp(t, p.a, abi.ClassLow, 8)
+	hiApp = openApp(t, p.a, abi.ClassHigh, 8)
+	owner := openApp(t, p.b, abi.ClassLow, 0)
+	src, _ = p.b.RegisterRegion(owner.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
+	ml, _ = p.a.RegisterRegion(loApp.id, make([]byte, 4*4096), abi.PermAll, testKr)
+	mh, _ = p.a.RegisterRegion(hiApp.id, make([]byte, 4096), abi.PermAll, testKr)
+	loApp.post(t, readCmd(loApp.slots[7], ipOf("10.0.0.2"), src, 0, ml, 0, resolve, 99)) // resolves b
+	p.run()
+	loApp.completions()
+	return loApp, hiApp, src, ml, mh
 }
