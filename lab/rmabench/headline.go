@@ -252,9 +252,22 @@ func executorMetric(rows []Row) (measure, bool) {
 	return measure{fmt.Sprintf("%.2f (%d rounds)", m, len(v)), fmt.Sprintf("≥ %.2f", executorGoal), judge(m >= executorGoal)}, true
 }
 
+// engineExperiment reports whether a row of a setup beginning with setup
+// names more rmad flags than the setup's own (-iso-engine-args,
+// -hol-engine-args, -nn-engine-args): the run is an experiment, not the
+// engine's defaults, and the headline skips it.
+func engineExperiment(rows []Row, setup string) bool {
+	for _, r := range rows {
+		if strings.HasPrefix(r.Setup, setup) && strings.Contains(r.Note, nnArgsMark) {
+			return true
+		}
+	}
+	return false
+}
+
 func holSpreadMetric(rows []Row) (measure, bool) {
 	h, ok := holBgSummary(rows)
-	if !ok || len(h.sizes) < 2 {
+	if !ok || engineExperiment(rows, "loopback-hol-bg") || len(h.sizes) < 2 {
 		return measure{}, false
 	}
 	s := spread(h.slowdown50)
@@ -263,7 +276,7 @@ func holSpreadMetric(rows []Row) (measure, bool) {
 
 func holOneMetric(rows []Row) (measure, bool) {
 	h, ok := holBgSummary(rows)
-	if !ok || len(h.sizes) == 0 {
+	if !ok || engineExperiment(rows, "loopback-hol-bg") || len(h.sizes) == 0 {
 		return measure{}, false
 	}
 	w := h.worstOne()
@@ -272,7 +285,7 @@ func holOneMetric(rows []Row) (measure, bool) {
 
 func isolationMetric(rows []Row) (measure, bool) {
 	t, ok := isolationTarget(rows)
-	if !ok {
+	if !ok || engineExperiment(rows, "isolation") {
 		return measure{}, false
 	}
 	return measure{fmtUs(t.loaded), fmt.Sprintf("≤ %s: idle p99 %.2f + 2 × %.2f (%s p50)", fmtUs(t.bound()), t.idle, t.service, t.serviceFrom),
@@ -287,10 +300,8 @@ func isolationMetric(rows []Row) (measure, bool) {
 // it is skipped.
 func noisyMetric(size int) func([]Row) (measure, bool) {
 	return func(rows []Row) (measure, bool) {
-		for _, r := range rows {
-			if strings.HasPrefix(r.Setup, "noisy-neighbour") && strings.Contains(r.Note, nnArgsMark) {
-				return measure{}, false
-			}
+		if engineExperiment(rows, "noisy-neighbour") {
+			return measure{}, false
 		}
 		n, ok := noisyRatios(rows, size)
 		if !ok {

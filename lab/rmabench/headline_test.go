@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,6 +90,17 @@ func TestHolBgSummary(t *testing.T) {
 	if _, ok := holBgSummary(rows[1:len(holBgSizes)]); ok {
 		t.Error("a summary without the idle and 4 KB rows")
 	}
+	// A run with more engine flags (-hol-engine-args) is an experiment.
+	holEngineArgs = []string{"-poll-bytes", "0"}
+	defer func() { holEngineArgs = nil }()
+	exp := slices.Clone(rows)
+	exp[0] = holEngineNote(exp[0])
+	if m, ok := holSpreadMetric(exp); ok {
+		t.Errorf("a spread headline from an experiment's rows: %+v", m)
+	}
+	if m, ok := holOneMetric(exp); ok {
+		t.Errorf("a headline from an experiment's rows: %+v", m)
+	}
 }
 
 func TestIsolationTarget(t *testing.T) {
@@ -111,6 +123,12 @@ func TestIsolationTarget(t *testing.T) {
 	m, ok := isolationMetric(rows)
 	if !ok || m.verdict != notMet || m.value != "3.50 µs" {
 		t.Errorf("metric %+v", m)
+	}
+	// A run with more engine flags (-iso-engine-args) is an experiment.
+	exp := slices.Clone(rows)
+	exp[1].Note = "high-class app; engine window 32768 B" + nnArgsMark + "-poll-bytes 0"
+	if m, ok := isolationMetric(exp); ok {
+		t.Errorf("a headline from an experiment's rows: %+v", m)
 	}
 	if _, ok := isolationTarget(rows[1:]); ok {
 		t.Error("a target without the idle row")

@@ -36,6 +36,10 @@ const holRounds = 3
 // (-hol-rmaperf-args).
 var holRmaperfArgs []string
 
+// holEngineArgs are more rmad flags for the hol setup's engine
+// (-hol-engine-args); its rows' notes name them.
+var holEngineArgs []string
+
 // holBgRun starts a loopback engine (benchLoopback) and runs holRounds
 // interleaved rounds, each max(1 s, dur/holRounds) long, of: 64 B READs
 // through the executor arriving Poisson at holRate, beside a background
@@ -44,7 +48,7 @@ var holRmaperfArgs []string
 // READ at a time (read_lat -s 4096, a 4 KB READ's service time on this
 // engine, setup loopback-hol-bg, background_bytes 0).
 func holBgRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error {
-	e, err := testbed.Start(benchLoopback(rmad, dir, "bench-hol", "10.99.7.1", "1500"))
+	e, err := testbed.Start(benchLoopback(rmad, dir, "bench-hol", "10.99.7.1", "1500", holEngineArgs...))
 	if err != nil {
 		return err
 	}
@@ -61,13 +65,23 @@ func holBgRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) error
 			args = append(args, holRmaperfArgs...)
 			r, err := rmaperfRun(rmaperf, "0", spec{"read_lat", 64, holServers}, d, setup, nil, args...)
 			r.BackgroundBytes, r.OfferedOpsPerSec = bg, holRate
-			return r, err
+			return holEngineNote(r), err
 		})
 	}
 	runs = append(runs, func() (Row, error) {
-		return rmaperfRun(rmaperf, "0", spec{"read_lat", 4096, 1}, d, setup, nil, "-socket", e.Socket, "-self")
+		r, err := rmaperfRun(rmaperf, "0", spec{"read_lat", 4096, 1}, d, setup, nil, "-socket", e.Socket, "-self")
+		return holEngineNote(r), err
 	})
 	return interleaved(holRounds, emit, runs...)
+}
+
+// holEngineNote names -hol-engine-args at the end of r's note, after
+// nnArgsMark (the headline skips such runs: engineExperiment).
+func holEngineNote(r Row) Row {
+	if len(holEngineArgs) > 0 {
+		r.Note += nnArgsMark + strings.Join(holEngineArgs, " ")
+	}
+	return r
 }
 
 // holBgGoalSpread and holBgGoalOne are the hol setup's targets: the
