@@ -114,7 +114,8 @@ type EngineConfig struct {
 	LowAfterHigh int     `json:"low_after_high"`
 	// PollBytes bounds the bulk work each stage of a poll starts while
 	// priority work (high class, or at most 256 bytes) is in progress
-	// (engine.Config.PollBytes; 0: no bound).
+	// (engine.Config.PollBytes; 0, the default: no bound). The bound
+	// trades bulk goodput for short ops' latency: docs/tenants.md.
 	PollBytes int `json:"poll_bytes"`
 	// PriorityHold keeps the bound for this long after the latest
 	// priority op or request (engine.Config.PriorityHold; 0: 50 µs).
