@@ -115,6 +115,16 @@ type Config struct {
 	// loop's thread (ThreadStart's). Busy and Yield loops never sleep, so
 	// never lend.
 	Lend bool
+	// ExecSpin is how long Exec's caller of a Busy loop watches for its
+	// closure to have run before it blocks (0: it blocks at once). The
+	// loop runs closures between two iterations, within microseconds, but
+	// closing the caller's channel makes the caller runnable on the loop's
+	// own P, which a busy loop never gives up: the caller then waits for
+	// another thread to wake and steal it, tens of microseconds. Watching
+	// a flag instead, it returns as soon as the closure has run. Set it
+	// only for a loop with a CPU of its own: where the loop shares its CPU
+	// with the caller's thread, the watching delays the loop.
+	ExecSpin time.Duration
 	// StallThreshold: when more than this passes between two iterations
 	// beyond the sleep the loop asked for (its thread was preempted or
 	// descheduled, or an Exec closure ran long), the loop counts a stall
@@ -227,6 +237,7 @@ type Stats struct {
 type execReq struct {
 	fn   func(*engine.Core)
 	done chan struct{}
+	ran  atomic.Bool // set before done is closed
 }
 
 // Runner drives one engine.Core over one Port.
@@ -236,7 +247,7 @@ type Runner struct {
 	cfg  Config
 	now  func() int64
 
-	execs   chan execReq
+	execs   chan *execReq
 	pending atomic.Int32 // execs sent or being sent, not yet taken by the loop
 	stop    atomic.Bool
 	// state says who may touch the core (awake, asleep, lent, reclaim).
@@ -282,7 +293,7 @@ func New(core *engine.Core, port Port, cfg Config) (*Runner, error) {
 		port:  port,
 		cfg:   cfg,
 		now:   cfg.Clock,
-		execs: make(chan execReq, cfg.ExecQueue),
+		execs: make(chan *execReq, cfg.ExecQueue),
 		efd:   -1,
 		done:  make(chan struct{}),
 		stg:   cfg.Stages,
@@ -369,7 +380,7 @@ func (r *Runner) Exec(fn func(c *engine.Core)) error {
 		}
 		return nil
 	}
-	req := execReq{fn: fn, done: make(chan struct{})}
+	req := &execReq{fn: fn, done: make(chan struct{})}
 	r.pending.Add(1)
 	select {
 	case r.execs <- req:
@@ -378,6 +389,14 @@ func (r *Runner) Exec(fn func(c *engine.Core)) error {
 		return ErrStopped
 	}
 	r.wake()
+	if r.cfg.Mode == Busy && r.cfg.ExecSpin > 0 {
+		for t0 := time.Now(); time.Since(t0) < r.cfg.ExecSpin; {
+			if req.ran.Load() {
+				return nil
+			}
+			runtime.Gosched()
+		}
+	}
 	select {
 	case <-req.done:
 		return nil
@@ -655,6 +674,7 @@ func (r *Runner) runExecs() int {
 		case req := <-r.execs:
 			r.pending.Add(-1)
 			req.fn(r.core)
+			req.ran.Store(true)
 			close(req.done)
 			n++
 		default:

@@ -45,10 +45,17 @@ func newRunner(t *testing.T, cfg runner.Config) (*runner.Runner, *memport.Port) 
 }
 
 func TestExec(t *testing.T) {
-	for _, mode := range []runner.Mode{runner.Busy, runner.Backoff, runner.Yield} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		mode runner.Mode
+		spin time.Duration
+	}{{runner.Busy, 0}, {runner.Busy, 50 * time.Microsecond}, {runner.Backoff, 0}, {runner.Yield, 0}} {
+		mode, name := c.mode, c.mode.String()
+		if c.spin > 0 {
+			name += "/spin"
+		}
+		t.Run(name, func(t *testing.T) {
 			cfg := runner.DefaultConfig()
-			cfg.Mode = mode
+			cfg.Mode, cfg.ExecSpin = mode, c.spin
 			r, _ := newRunner(t, cfg)
 			if err := r.Exec(func(*engine.Core) {}); !errors.Is(err, runner.ErrNotStarted) {
 				t.Fatalf("Exec before Start = %v, want ErrNotStarted", err)
@@ -66,6 +73,12 @@ func TestExec(t *testing.T) {
 			}
 			if !ran || got.UDPPort != engine.DefaultConfig().UDPPort {
 				t.Fatalf("Exec returned before fn ran (ran=%v)", ran)
+			}
+			// A closure that outlasts ExecSpin: its caller blocks, and
+			// returns after it.
+			ran = false
+			if err := r.Exec(func(*engine.Core) { time.Sleep(4 * c.spin); ran = true }); err != nil || !ran {
+				t.Fatalf("Exec of a long closure = %v, returned before it ran: %v", err, !ran)
 			}
 			// Many concurrent callers: each closure runs exactly once.
 			var n atomic.Int64

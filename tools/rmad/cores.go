@@ -117,6 +117,9 @@ func setGOMAXPROCS(cores int) int {
 // mode, as a performance setting: without the privilege the thread keeps
 // the process's), marking its stages on stages[i] when stages are given
 // (-selftest -profile). On an error the runners started are stopped.
+// execSpin is runner.Config.ExecSpin for a busy loop pinned to a CPU.
+const execSpin = 50 * time.Microsecond
+
 func startLoops(g *engine.Group, ports []runner.Port, base runner.Config, cpus []int, nice int, stages []*stage.Stages, log zerolog.Logger) ([]*runner.Runner, error) {
 	var rs []*runner.Runner
 	for i, port := range ports {
@@ -129,6 +132,11 @@ func startLoops(g *engine.Group, ports []runner.Port, base runner.Config, cpus [
 			pin = []int{cpus[i]}
 		}
 		rc.ThreadStart, rc.ThreadExit = dpdkport.ThreadHooks(pin...)
+		if rc.Mode == runner.Busy && len(pin) > 0 {
+			// The CPU is the loop's alone: a control call watches for its
+			// closure to have run rather than wait to be woken.
+			rc.ExecSpin = execSpin
+		}
 		if rc.Mode == runner.Busy && len(pin) > 0 && nice != 0 { // the CPU is the engine's
 			start, lg := rc.ThreadStart, log.With().Int("core", i).Logger()
 			rc.ThreadStart = func() error {
