@@ -43,3 +43,46 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeFlat: the fast path accepts only what the tokenizer's path
+// accepts, as the same request (it leaves every error to that path).
+func FuzzDecodeFlat(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"id":5,"op":"rekey","region":65537,"key":"0123456789abcdef0123456789abcdef"}`,
+		` { "v" : 1 , "op" : "open" , "name" : "a-b.c_d" , "core" : 0 } `,
+		`{"v":1,"op":"open","name":"app","cmd_cap":256,"cpl_cap":512,"class":"high"}`,
+		`{"v":1,"op":"alloc_slots","n":8,"n":8}`,
+		`{"v":1,"op":"alloc_slots","n":08}`,
+		`{"v":1,"op":"alloc_slots","n":8.0}`,
+		`{"v":1,"op":"alloc_slots","n":8e0}`,
+		`{"v":1,"op":"alloc_slots","n":-0}`,
+		`{"v":1,"op":"alloc_slots","n":8,}`,
+		`{"v":1,"op":"alloc_slots","n":8}x`,
+		`{"v":1,"op":"alloc_slots","n":"8"}`,
+		`{"v":1,"op":"al\u006coc_slots","n":8}`,
+		`{"v":1,"op":"attach","name":"x"}`,
+		`{}`,
+		`{"v":2,"op":"stats"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > MaxRequestBytes {
+			return
+		}
+		slow, err := decodeTokens(b)
+		fast, ok := decodeFlat(b)
+		if !ok {
+			if fast != (Request{}) {
+				t.Fatalf("%q: refused with a non-zero request %+v", b, fast)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: the fast path accepts %+v, the tokenizer refuses: %v", b, fast, err)
+		}
+		if fast != slow {
+			t.Fatalf("%q: fast %+v, tokenizer %+v", b, fast, slow)
+		}
+	})
+}

@@ -302,3 +302,22 @@ func TestResponseRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodeRequest: a rekey request (the driver path's), decoded by
+// DecodeRequest (its flat path) and by the tokenizer's path alone.
+func BenchmarkDecodeRequest(b *testing.B) {
+	enc := EncodeRequest(&Request{V: Version, ID: 7, Op: OpRekey, Region: 65537, Key: Key{1, 2, 3}})
+	for _, c := range []struct {
+		name string
+		dec  func([]byte) (Request, error)
+	}{{"flat", DecodeRequest}, {"tokens", decodeTokens}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.dec(enc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
