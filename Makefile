@@ -109,7 +109,7 @@ soak: setup build
 # libonerma's fuzzer takes a run count: FUZZTIME=Nx sets it too.
 fuzz:
 	@$(MAKE) --no-print-directory -C libonerma fuzz $(if $(filter %x,$(FUZZTIME)),FUZZ_RUNS=$(FUZZTIME:x=))
-	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x ctlmsg:FuzzDecodeFlat:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x kv:FuzzDecode:200000x; do \
+	@set -e; for t in wire:FuzzDecode:600000x wire:FuzzDecodeICMP:300000x abi:FuzzCommandDecode:500000x ctlmsg:FuzzDecodeRequest:150000x ctlmsg:FuzzDecodeFlat:150000x ctlmsg:FuzzDecodeFlatResponse:150000x aesni:FuzzSealOpen:400000x aesni/mb:FuzzBatchVsAEAD:300000x kv:FuzzDecode:200000x; do \
 		IFS=: read -r pkg fn budget <<< "$$t"; \
 		[ -z "$(FUZZTIME)" ] || budget=$(FUZZTIME); \
 		if grep -rqs "func $$fn(" ./$$pkg; then \

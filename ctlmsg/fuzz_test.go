@@ -1,6 +1,9 @@
 package ctlmsg
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 // FuzzDecodeRequest: DecodeRequest never panics; an error means a zero
 // request; an accepted request re-encodes to a datagram that decodes to the
@@ -83,6 +86,44 @@ func FuzzDecodeFlat(f *testing.F) {
 		}
 		if fast != slow {
 			t.Fatalf("%q: fast %+v, tokenizer %+v", b, fast, slow)
+		}
+	})
+}
+
+// FuzzDecodeFlatResponse: the fast path accepts only what encoding/json's
+// path accepts, as the same response.
+func FuzzDecodeFlatResponse(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"id":7,"op":"rekey"}`,
+		` { "v" : 1 , "id" : 18446744073709551615 } `,
+		`{"v":1,"op":"open","code":"quota","error":"over quota","quota":"portals"}`,
+		`{"v":1,"code":"quota"}`,
+		`{"v":1,"V":2}`,
+		`{"v":1,"id":7,"id":8}`,
+		`{"v":1,"id":07}`,
+		`{"v":1,"id":7.0}`,
+		`{"v":4294967296}`,
+		`{"v":1,"op":"re\u006bey"}`,
+		`{"v":1,"region":{"id":65537}}`,
+		`{"v":1}{}`,
+		`{"v":1,}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > MaxResponseBytes {
+			return
+		}
+		slow, err := decodeResponse(b)
+		fast, ok := decodeFlatResponse(b)
+		if !ok {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: the fast path accepts %+v, encoding/json refuses: %v", b, fast, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: fast %+v, encoding/json %+v", b, fast, slow)
 		}
 	})
 }

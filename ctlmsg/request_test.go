@@ -321,3 +321,25 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeResponse: a rekey's reply, decoded by DecodeResponse
+// (its flat path) and by encoding/json alone.
+func BenchmarkDecodeResponse(b *testing.B) {
+	enc, err := EncodeResponse(&Response{V: Version, ID: 7, Op: OpRekey})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		dec  func([]byte) (Response, error)
+	}{{"flat", DecodeResponse}, {"json", decodeResponse}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.dec(enc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
