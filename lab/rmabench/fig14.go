@@ -114,6 +114,11 @@ func fig14Run(rmad, dir string, emit emitFunc) error {
 			return err
 		}
 	}
+	r, err := socketFloor(fig14Calls)
+	if err != nil {
+		return err
+	}
+	emit(r)
 	return nil
 }
 
@@ -800,6 +805,9 @@ func fig14CallMetric(rows []Row) (measure, bool) {
 			v := fmtUs(r.P50us)
 			if r.P99us != nil {
 				v += fmt.Sprintf(" (p99 %s)", fmtUs(*r.P99us))
+			}
+			if i := slices.IndexFunc(rows, func(f Row) bool { return f.Setup == "fig14-socket-floor" && f.P50us > 0 }); i >= 0 {
+				v += fmt.Sprintf("; a bare socket round trip between two processes %s", fmtUs(rows[i].P50us))
 			}
 			return measure{v, fmt.Sprintf("≤ %d µs", fig14CallGoal), judge(r.P50us <= fig14CallGoal)}, true
 		}

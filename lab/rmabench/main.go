@@ -140,8 +140,12 @@ Flags:
 `
 
 func main() {
-	if os.Getenv(childEnv) == "xproc" {
-		if err := xprocChild(); err != nil {
+	if role := os.Getenv(childEnv); role == "xproc" || role == "echo" {
+		child := xprocChild
+		if role == "echo" {
+			child = echoChild
+		}
+		if err := child(); err != nil {
 			fmt.Fprintln(os.Stderr, "rmabench:", err)
 			os.Exit(1)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,6 +109,13 @@ func rmabenchBinary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "echo" { // socketFloor's child (TestSocketFloor)
+		if err := echoChild(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if built.path != "" {
 		os.RemoveAll(filepath.Dir(built.path))
