@@ -74,7 +74,7 @@ func socketFloor(n int) (Row, error) {
 	}
 	elapsed := time.Since(start)
 	r := fig14LatRow("fig14-socket-floor", "xproc_socket", ns, fmt.Sprintf("a %d-byte datagram to a Go process that echoes it, over a unix SOCK_SEQPACKET socket, back to back (the floor of a control call; fig14-rekey-call's is this plus the engine's and the portal's work)", sockFloorMsg))
-	r.System, r.Seconds, r.OpsPerSec = "host", elapsed.Seconds(), float64(len(ns))/elapsed.Seconds()
+	r.System, r.Size, r.Seconds, r.OpsPerSec = "host", sockFloorMsg, elapsed.Seconds(), float64(len(ns))/elapsed.Seconds()
 	r.Command = "rmabench (parent: write, then read, on one end of a socketpair; child process in a session of its own: read, write back)"
 	return r, nil
 }
