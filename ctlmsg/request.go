@@ -552,6 +552,8 @@ func (r *Request) set(bit uint16, val json.Token) error {
 		} else {
 			r.Memory = uint32(v)
 		}
+	default: // a key whose value is not a number (decodeFlat falls back)
+		return errors.New("want a value of another kind")
 	}
 	return nil
 }
