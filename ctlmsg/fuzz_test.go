@@ -66,6 +66,8 @@ func FuzzDecodeFlat(f *testing.F) {
 		`{"v":1,"op":"attach","name":"x"}`,
 		`{}`,
 		`{"v":2,"op":"stats"}`,
+		`{"v":1,"op":"register_region","memory":1,"perm":32,"key":"00112233445566778899aabbccddeeff","layout":[64,16,0,8,8,4,12,4,0]}`,
+		`{"v":1,"op":"register_region","memory":1,"perm":32,"key":"00112233445566778899aabbccddeeff","layout":256}`,
 	} {
 		f.Add([]byte(s))
 	}
