@@ -67,7 +67,12 @@
 //
 // The control plane never touches a Core directly: Exec queues a closure
 // that the loop runs between iterations, on the core's own goroutine, so
-// nothing on the data path locks (Machnet's ChannelsUpdate).
+// nothing on the data path locks (Machnet's ChannelsUpdate). The caller
+// waits on a channel the loop closes, which makes it runnable on the
+// loop's own P; a Busy loop never gives that P up, so the caller would
+// wait for another thread to steal it. With Config.ExecSpin (rmad: a busy
+// loop pinned to a CPU of its own) the caller watches a flag the loop
+// sets instead, for that long, before it blocks.
 //
 // Lending (Config.Lend; rmad's loops lend): a loop asleep in Backoff lends
 // its core to the caller of Exec that finds it so, who runs the closure
