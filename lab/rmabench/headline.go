@@ -464,7 +464,50 @@ func headlineSection(rows []Row, source string) string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | `rmabench -only %s` |\n", esc(h.metric.name), esc(h.value), esc(h.goal), h.verdict, h.run, h.metric.only)
 	}
+	b.WriteString(stageTableSection(rows))
 	b.WriteString("\n" + headlineEnd)
+	return b.String()
+}
+
+// stageTableSection is the stage table of the 64 B READ (rmad -selftest
+// -profile, one core, O = 64) of the first run that measured one beside
+// the newest's: ns per op by stage, and the budgets of the newest ("" if
+// no run has one).
+func stageTableSection(rows []Row) string {
+	var runs []string
+	tables := map[string][]*Row{}
+	for i := range rows {
+		r := &rows[i]
+		if r.Setup != "selftest-stages" || r.Test != "read_bw" || r.Size != 64 || r.Outstanding != 64 || r.Cores != 1 || r.Stage == "" || r.CPUNsPerOp == nil {
+			continue
+		}
+		if _, ok := tables[r.Run]; !ok {
+			runs = append(runs, r.Run)
+		}
+		tables[r.Run] = append(tables[r.Run], r)
+	}
+	if len(runs) == 0 {
+		return ""
+	}
+	first, last := runs[0], runs[len(runs)-1]
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nThe stage table of a 64 B READ (`rmad -selftest read_bw -s 64 -O 64 -profile`, one core, both roles): ns per op by stage in the first run that measured one (%s) and the newest (%s), on the hosts of their days; the budgets are the newest run's (the speed target and its measured AES-GCM).\n\n", first, last)
+	b.WriteString("| stage | budget | first | newest |\n|---|---|---|---|\n")
+	ns := func(run, st string) string {
+		for _, r := range tables[run] {
+			if r.Stage == st {
+				return fmt.Sprintf("%.1f", *r.CPUNsPerOp)
+			}
+		}
+		return ""
+	}
+	for _, r := range tables[last] {
+		budget := ""
+		if r.BudgetNs != nil {
+			budget = fmt.Sprintf("%.1f", *r.BudgetNs)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.Stage, budget, ns(first, r.Stage), ns(last, r.Stage))
+	}
 	return b.String()
 }
 

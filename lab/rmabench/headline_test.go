@@ -411,3 +411,28 @@ func TestReadRows(t *testing.T) {
 		t.Errorf("a bad first line: %v", err)
 	}
 }
+
+// TestStageTableSection: the first run's stage table beside the newest's,
+// the newest's budgets; nothing without a stage table.
+func TestStageTableSection(t *testing.T) {
+	st := func(run, name string, ns float64, budget *float64) Row {
+		return rw("onerma", "selftest-stages", "read_bw", 64, depth(64), runID(run), func(r *Row) {
+			r.Stage, r.CPUNsPerOp, r.BudgetNs = name, benchrow.F(ns), budget
+		})
+	}
+	rows := []Row{
+		st("A", "build", 126, benchrow.F(19)), st("A", "total", 480, benchrow.F(250)),
+		st("B", "build", 130, benchrow.F(20)), st("B", "total", 500, benchrow.F(250)),
+		st("C", "build", 90, benchrow.F(21)), st("C", "total", 400, benchrow.F(250)),
+		rw("onerma", "selftest-stages", "read_bw", 4096, depth(64), runID("D"), func(r *Row) { r.Stage, r.CPUNsPerOp = "build", benchrow.F(1) }),
+	}
+	s := stageTableSection(rows)
+	for _, want := range []string{"first run that measured one (A) and the newest (C)", "| build | 21.0 | 126.0 | 90.0 |", "| total | 250.0 | 480.0 | 400.0 |"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("no %q in:\n%s", want, s)
+		}
+	}
+	if s := stageTableSection(rows[len(rows)-1:]); s != "" {
+		t.Errorf("a table from no 64 B stage rows:\n%s", s)
+	}
+}
