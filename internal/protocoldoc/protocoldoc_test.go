@@ -427,6 +427,7 @@ func sameSet(t *testing.T, what string, doc, code map[string]bool) {
 var sample = map[string]string{
 	"name": `"app"`, "cmd_cap": "256", "cpl_cap": "1024", "class": `"low"`, "core": "0", "n": "8",
 	"size": "4096", "memory": "1", "perm": "7", "region": "65537", "key": `"00112233445566778899aabbccddeeff"`,
+	"layout": "[256,32,0,8,8,8,16,4,0]",
 }
 
 func keyList(s string) []string {
@@ -549,8 +550,8 @@ func TestRequestKeyRanges(t *testing.T) {
 	}
 	for _, r := range table(t, "request-keys") {
 		key, typ, rng := r.cells[0], r.cells[1], r.cells[2]
-		if typ == "string" && key != "name" {
-			continue // class and key: their rules are checked below
+		if typ == "string" && key != "name" || typ == "array" {
+			continue // class, key and layout: their rules are checked below
 		}
 		m := rangeRE.FindStringSubmatch(rng)
 		if m == nil {
@@ -590,6 +591,15 @@ func TestRequestKeyRanges(t *testing.T) {
 	} {
 		if err := try("key", val); (err == nil) != ok {
 			t.Errorf("key %s: %v", val, err)
+		}
+	}
+	for val, ok := range map[string]bool{
+		"[256,32,0,8,8,8,16,4,0]": true, "[4096,8,0,1,2,2,4,4,4294967295]": true,
+		"[256,32,0,8,8,8,16,4]": false, "[256,32,0,8,8,8,16,4,0,0]": false, "[256,32,0,8,8,8,16,4,4294967296]": false,
+		"[4097,32,0,8,8,8,16,4,0]": false, "[256,32,0,3,8,8,16,4,0]": false, "[256,32,0,8,30,8,16,4,0]": false,
+	} {
+		if err := try("layout", val); (err == nil) != ok {
+			t.Errorf("layout %s: %v", val, err)
 		}
 	}
 }
