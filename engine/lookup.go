@@ -85,6 +85,7 @@ func (c *Core) RegisterLookupRegion(id PortalID, mem []byte, perm abi.Perm, kr a
 type lookupAnswer struct {
 	tag     uint64 // the request's tag
 	scanned bool
+	err     abi.Status // the scan's status when it is the answer (not OK)
 	bucket  bool       // FlagBucket: a miss answers with the bucket
 	st      abi.Status // OK, or REMOTE_NOT_FOUND when the answer is the bucket
 	head    uint32     // bytes of the first part
@@ -111,11 +112,16 @@ func checkLookup(e *inbound, rg *region) abi.Status {
 
 // scan runs LOOKUP e's one bucket scan and one hop over region rg (live,
 // checked by checkLookup) and fills e.lk; a status other than OK is the
-// answer (an error: nothing is streamed).
+// answer (an error: nothing is streamed), kept in e.lk.err.
 func (r *responder) scan(e *inbound, rg *region) abi.Status {
+	st := r.scanBucket(e, rg)
+	e.lk.scanned, e.lk.err = true, st
+	return st
+}
+
+func (r *responder) scanBucket(e *inbound, rg *region) abi.Status {
 	l := rg.lay
 	k := &e.lk
-	k.scanned = true
 	bucket := rg.mem[e.offset : e.offset+uint64(l.BucketBytes)]
 	n := l.Entries()
 	for i := uint32(0); i < n; i++ {

@@ -550,3 +550,28 @@ func benchLookup(b *testing.B, size uint32) {
 		now += 1000
 	}
 }
+
+// A LOOKUP whose error answer finds no tx buffer answers it on a later
+// Poll, as its scan found it: not what the scan had half filled in, and
+// not a second scan of a bucket that may have changed since.
+func TestLookupErrorAnswerWaitsForTxBuffer(t *testing.T) {
+	x := newLookupFixture(t)
+	putEntry(x.index[:256], 0, 21, 0, 2000, 1)
+	x.app.post(t, x.app.keyed(lookupCmd(x.app.slots[1], x.peer, x.ri, 0, 21, x.rd, 0, 1000, 1)))
+	x.p.a.Poll(x.p.now)
+	x.p.ta.deliverTo(x.p.now, x.p.b)
+	held := x.p.tb.free // b's Tx has no buffer for its answer
+	x.p.tb.free = nil
+	x.p.b.Poll(x.p.now)
+	x.p.tb.free = held
+	putEntry(x.index[:256], 0, 21, 0, 8, 2) // it would fit now: a second scan would answer OK
+	x.p.run()
+	got := x.app.completions()
+	if len(got) != 1 || got[0].Status != abi.StatusRemoteLookupTooLarge {
+		t.Fatalf("%+v", got)
+	}
+	if s := x.p.b.Stats(); s.TxNoBuffer == 0 {
+		t.Fatal("the answer found a tx buffer: the test tests nothing")
+	}
+	x.audit(t)
+}

@@ -514,10 +514,15 @@ func (r *responder) serve(now int64) int {
 		if !resumed && q.owners > 1 {
 			q.charge(t, costOf(e))
 		}
-		if e.sent == 0 && !e.lk.scanned {
-			st := r.checkRequest(e)
-			if st == abi.StatusOK && e.op == abi.OpLookup {
-				st = r.scan(e, r.regions.lookup(abi.RegionID(e.region)))
+		if e.sent == 0 {
+			// A LOOKUP is scanned once: when its answer could not be sent
+			// (no tx buffer) it goes on with what the scan found.
+			st := e.lk.err
+			if !e.lk.scanned {
+				st = r.checkRequest(e)
+				if st == abi.StatusOK && e.op == abi.OpLookup {
+					st = r.scan(e, r.regions.lookup(abi.RegionID(e.region)))
+				}
 			}
 			if st != abi.StatusOK {
 				if !r.reply(&e.peer, wire.TypeError, st, e.aead, &e.iv) {
