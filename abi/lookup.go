@@ -11,6 +11,9 @@ import (
 // region, which holds the targets, may be as large as any region.)
 const MaxLookupRegionBytes = 1<<32 - 1
 
+// MaxPtrShift bounds BucketLayout.PtrShift.
+const MaxPtrShift = 32
+
 // BucketLayout is how the owner of a region lays out its buckets, for
 // OpLookup (RedN-style offloaded lookup: one bucket scan, one hop). A
 // bucket is BucketBytes at the offset a LOOKUP names; its entries start
@@ -19,7 +22,8 @@ const MaxLookupRegionBytes = 1<<32 - 1
 // little-endian unsigned integers of TagWidth, PtrWidth and LenWidth
 // bytes (1, 2, 4 or 8) at TagOff, PtrOff and LenOff. The pointer is an
 // offset in Linked (a region of the same portal: the slab), or in the
-// bucket's own region when Linked is 0.
+// bucket's own region when Linked is 0, in units of 2^PtrShift bytes (0:
+// bytes; an index of 64-byte aligned records stores offset/64: 6).
 //
 // A LOOKUP's answer is the matched entry (EntryBytes from its start)
 // at offset 0 and, from the next multiple of 64 (LookupTargetOffset),
@@ -31,6 +35,7 @@ type BucketLayout struct {
 	TagWidth    uint32
 	PtrOff      uint32
 	PtrWidth    uint32
+	PtrShift    uint32 // 0..MaxPtrShift
 	LenOff      uint32
 	LenWidth    uint32
 	Linked      RegionID
@@ -43,6 +48,7 @@ var (
 	ErrLayoutWidth  = errors.New("abi: bucket layout: field width not 1, 2, 4 or 8")
 	ErrLayoutField  = errors.New("abi: bucket layout: field outside the entry")
 	ErrLayoutFit    = errors.New("abi: bucket layout: the entry leaves no room for a target")
+	ErrLayoutShift  = errors.New("abi: bucket layout: pointer shift above 32")
 )
 
 // Validate checks the layout on its own (the engine checks it against the
@@ -56,6 +62,9 @@ func (l *BucketLayout) Validate() error {
 	}
 	if LookupTargetOffset(l.EntryBytes) >= MaxOpBytes {
 		return fmt.Errorf("%w: stride %d", ErrLayoutFit, l.EntryBytes)
+	}
+	if l.PtrShift > MaxPtrShift {
+		return fmt.Errorf("%w: %d", ErrLayoutShift, l.PtrShift)
 	}
 	for _, f := range [...]struct {
 		name       string

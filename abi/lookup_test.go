@@ -68,6 +68,7 @@ func TestBucketLayoutValidate(t *testing.T) {
 		{"tag past the entry", func(l *BucketLayout) { l.TagOff = 25 }, ErrLayoutField},
 		{"pointer offset huge", func(l *BucketLayout) { l.PtrOff = 1<<32 - 1 }, ErrLayoutField},
 		{"length past the entry", func(l *BucketLayout) { l.LenOff = 30 }, ErrLayoutField},
+		{"pointer shift 33", func(l *BucketLayout) { l.PtrShift = 33 }, ErrLayoutShift},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := good

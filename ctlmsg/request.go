@@ -117,9 +117,9 @@ const (
 // v (== Version) and op are required in every request; id is optional and
 // echoed in the response.
 //
-// layout is a region's bucket layout, for LOOKUPs: an array of the nine
+// layout is a region's bucket layout, for LOOKUPs: an array of the ten
 // unsigned integers of abi.BucketLayout in its field order (bucket_bytes,
-// entry_bytes, tag_off, tag_width, ptr_off, ptr_width, len_off,
+// entry_bytes, tag_off, tag_width, ptr_off, ptr_width, ptr_shift, len_off,
 // len_width, linked), valid (abi.BucketLayout.Validate). The engine
 // registers a region with a layout exactly when its perm holds
 // abi.PermRemoteLookup, and checks the layout against the regions.
@@ -323,13 +323,13 @@ func decodeRequest(b []byte) (Request, error) {
 	return r, nil
 }
 
-// setLayout reads the layout array (nine unsigned integers) from d and
+// setLayout reads the layout array (ten unsigned integers) from d and
 // checks it.
 func (r *Request) setLayout(d *json.Decoder) error {
 	if tok, err := d.Token(); err != nil || tok != json.Delim('[') {
-		return errors.New("want an array of 9 unsigned integers")
+		return errors.New("want an array of 10 unsigned integers")
 	}
-	var v [9]uint32
+	var v [10]uint32
 	for i := range v {
 		tok, err := d.Token()
 		num, ok := tok.(json.Number)
@@ -343,10 +343,10 @@ func (r *Request) setLayout(d *json.Decoder) error {
 		v[i] = uint32(x)
 	}
 	if tok, err := d.Token(); err != nil || tok != json.Delim(']') {
-		return errors.New("want an array of 9 unsigned integers, no more")
+		return errors.New("want an array of 10 unsigned integers, no more")
 	}
 	l := abi.BucketLayout{BucketBytes: v[0], EntryBytes: v[1], TagOff: v[2], TagWidth: v[3], PtrOff: v[4], PtrWidth: v[5],
-		LenOff: v[6], LenWidth: v[7], Linked: abi.RegionID(v[8])}
+		PtrShift: v[6], LenOff: v[7], LenWidth: v[8], Linked: abi.RegionID(v[9])}
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -560,7 +560,7 @@ func EncodeRequest(r *Request) []byte {
 		key()
 		if l := &r.Layout; l.BucketBytes != 0 {
 			b = append(b, `,"layout":[`...)
-			for i, v := range [...]uint32{l.BucketBytes, l.EntryBytes, l.TagOff, l.TagWidth, l.PtrOff, l.PtrWidth, l.LenOff, l.LenWidth, uint32(l.Linked)} {
+			for i, v := range [...]uint32{l.BucketBytes, l.EntryBytes, l.TagOff, l.TagWidth, l.PtrOff, l.PtrWidth, l.PtrShift, l.LenOff, l.LenWidth, uint32(l.Linked)} {
 				if i > 0 {
 					b = append(b, ',')
 				}

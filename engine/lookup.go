@@ -138,7 +138,10 @@ func (r *responder) scanBucket(e *inbound, rg *region) abi.Status {
 				return abi.StatusRemoteLookupBounds // the slab is gone: nothing to point into
 			}
 		}
-		if ptr > uint64(len(t.mem)) || uint64(len(t.mem))-ptr < ln {
+		if ptr > uint64(len(t.mem))>>l.PtrShift { // (checked before the shift: it cannot overflow)
+			return abi.StatusRemoteLookupBounds
+		}
+		if ptr <<= l.PtrShift; uint64(len(t.mem))-ptr < ln {
 			return abi.StatusRemoteLookupBounds
 		}
 		k.st, k.head, k.at = abi.StatusOK, l.EntryBytes, e.offset+uint64(i*l.EntryBytes)

@@ -171,6 +171,38 @@ func TestLookupOwnRegionNarrowFields(t *testing.T) {
 	x.audit(t)
 }
 
+// A pointer in units of 64 bytes (PtrShift 6, as an index of 64-byte
+// aligned records stores it), and pointers whose shift would overflow or
+// leave the slab: REMOTE_LOOKUP_BOUNDS, nothing read.
+func TestLookupPointerShift(t *testing.T) {
+	x := newLookupFixture(t)
+	lay := abi.BucketLayout{BucketBytes: 64, EntryBytes: 16, TagOff: 0, TagWidth: 4, PtrOff: 4, PtrWidth: 8, PtrShift: 6, LenOff: 12, LenWidth: 4, Linked: x.rslab}
+	mem := make([]byte, 4096)
+	r, err := x.p.b.RegisterLookupRegion(x.srv.id, mem, abi.PermRemoteLookup, testKr, lay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent := func(i int, tag uint32, ptr uint64, n uint32) {
+		binary.LittleEndian.PutUint32(mem[i*16:], tag)
+		binary.LittleEndian.PutUint64(mem[i*16+4:], ptr)
+		binary.LittleEndian.PutUint32(mem[i*16+12:], n)
+	}
+	ent(0, 5, 100, 700)                     // bytes 6400..7100 of the slab
+	ent(1, 6, 1<<58+1, 8)                   // << 6 would wrap to 64
+	ent(2, 7, uint64(len(x.slab))/64-1, 65) // the last 64 bytes, and one more
+	ent(3, 8, uint64(len(x.slab))/64-1, 64) // the last 64 bytes
+	cpl := x.do(t, x.app.keyed(lookupCmd(x.app.slots[1], x.peer, r, 0, 5, x.rd, 0, 4096, 1)))
+	if cpl.Status != abi.StatusOK || cpl.Length != 64+700 || !bytes.Equal(x.sink[64:764], x.slab[6400:7100]) {
+		t.Fatalf("%+v", cpl)
+	}
+	for tag, want := range map[uint64]abi.Status{6: abi.StatusRemoteLookupBounds, 7: abi.StatusRemoteLookupBounds, 8: abi.StatusOK} {
+		if cpl := x.do(t, x.app.keyed(lookupCmd(x.app.slots[1], x.peer, r, 0, tag, x.rd, 0, 4096, 2))); cpl.Status != want {
+			t.Fatalf("tag %d: (-want %v +got) %+v", tag, want, cpl)
+		}
+	}
+	x.audit(t)
+}
+
 func TestLookupNotFound(t *testing.T) {
 	x := newLookupFixture(t)
 	b := x.index[5*256 : 6*256]

@@ -23,7 +23,7 @@ func TestRegisterRegionLayout(t *testing.T) {
 	rawOpen(t, c, "owner")
 	slab, _ := rawRegion(t, c, 4096, abi.PermRemoteRead)
 	layout := func(bucket int, linked uint32) string {
-		return fmt.Sprintf("[%d,32,0,8,8,8,16,4,%d]", bucket, linked)
+		return fmt.Sprintf("[%d,32,0,8,8,8,0,16,4,%d]", bucket, linked)
 	}
 	for _, tc := range []struct {
 		name string

@@ -427,7 +427,7 @@ func sameSet(t *testing.T, what string, doc, code map[string]bool) {
 var sample = map[string]string{
 	"name": `"app"`, "cmd_cap": "256", "cpl_cap": "1024", "class": `"low"`, "core": "0", "n": "8",
 	"size": "4096", "memory": "1", "perm": "7", "region": "65537", "key": `"00112233445566778899aabbccddeeff"`,
-	"layout": "[256,32,0,8,8,8,16,4,0]",
+	"layout": "[256,32,0,8,8,8,0,16,4,0]",
 }
 
 func keyList(s string) []string {
@@ -594,9 +594,10 @@ func TestRequestKeyRanges(t *testing.T) {
 		}
 	}
 	for val, ok := range map[string]bool{
-		"[256,32,0,8,8,8,16,4,0]": true, "[4096,8,0,1,2,2,4,4,4294967295]": true,
-		"[256,32,0,8,8,8,16,4]": false, "[256,32,0,8,8,8,16,4,0,0]": false, "[256,32,0,8,8,8,16,4,4294967296]": false,
-		"[4097,32,0,8,8,8,16,4,0]": false, "[256,32,0,3,8,8,16,4,0]": false, "[256,32,0,8,30,8,16,4,0]": false,
+		"[256,32,0,8,8,8,0,16,4,0]": true, "[4096,8,0,1,2,2,32,4,4,4294967295]": true,
+		"[256,32,0,8,8,8,0,16,4]": false, "[256,32,0,8,8,8,0,16,4,0,0]": false, "[256,32,0,8,8,8,0,16,4,4294967296]": false,
+		"[4097,32,0,8,8,8,0,16,4,0]": false, "[256,32,0,3,8,8,0,16,4,0]": false, "[256,32,0,8,30,8,0,16,4,0]": false,
+		"[256,32,0,8,8,8,33,16,4,0]": false,
 	} {
 		if err := try("layout", val); (err == nil) != ok {
 			t.Errorf("layout %s: %v", val, err)
