@@ -192,6 +192,9 @@ func FuzzCommandDecode(f *testing.F) {
 	b := make([]byte, CommandSize)
 	(&Command{Op: OpRead, Slot: 1, Length: 64, RemoteAddr: 0x0a000001, LocalRegion: MakeRegionID(1, 1)}).Encode(b)
 	f.Add(b)
+	l := make([]byte, CommandSize)
+	(&Command{Op: OpLookup, Slot: 1, Length: 4096, Tag: 7, RemoteOffset: 256, RemoteAddr: 0x0a000001, LocalRegion: MakeRegionID(1, 1)}).Encode(l)
+	f.Add(l)
 	f.Add(make([]byte, 10))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var c Command

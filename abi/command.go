@@ -12,6 +12,11 @@ const (
 	OpRead  Op = 1 // two hops: request, responses (§3.1)
 	OpWrite Op = 2 // four hops, request-to-read (§5.1)
 	OpRekey Op = 3 // §5.2: install a region key; four hops like a WRITE
+	// OpLookup: two hops like a READ; the serving engine scans one bucket
+	// of a region with a bucket layout for an entry with the command's
+	// Tag and answers with the entry and the bytes it points to
+	// (lookup.go).
+	OpLookup Op = 4
 )
 
 func (o Op) String() string {
@@ -22,6 +27,8 @@ func (o Op) String() string {
 		return "WRITE"
 	case OpRekey:
 		return "REKEY"
+	case OpLookup:
+		return "LOOKUP"
 	}
 	return "OP_" + itoa(int(o))
 }
@@ -60,6 +67,23 @@ const CommandSize = 64
 //	32 LocalRegion u32 | Length u32
 //	40 LocalOffset u64
 //	48 Key [16]byte                     (derived key K_d; used from the security issue on)
+//
+// An OpLookup command carries a Tag instead of a 64-bit remote offset,
+// and its Length (at most MaxOpBytes) in the bytes that are reserved for
+// the other ops:
+//
+//	0  Op u8 | Flags u8 | Length u16 | Slot u32
+//	8  Cookie u64
+//	16 RemoteAddr u32 | RemoteRegion u32   (the region the bucket is in)
+//	24 Tag u64                             (the tag to match)
+//	32 LocalRegion u32 | RemoteOffset u32  (the bucket's offset)
+//	40 LocalOffset u64
+//	48 Key [16]byte
+//
+// Encode saturates a lookup's Length above 0xffff (it is TOO_LARGE
+// either way) and its RemoteOffset above 0xffffffff: a region with a
+// bucket layout holds at most MaxLookupRegionBytes, so that offset is
+// outside every one (REMOTE_BOUNDS).
 type Command struct {
 	Op           Op
 	Flags        uint8
@@ -72,7 +96,14 @@ type Command struct {
 	Length       uint32
 	LocalOffset  uint64
 	Key          [16]byte
+	// Tag is an OpLookup's tag to match (the other ops have none).
+	Tag uint64
 }
+
+// FlagLookupBucket in an OpLookup command's Flags: when no entry
+// matches, the answer is the bucket (status REMOTE_NOT_FOUND, the sink
+// holding the bucket's bytes) instead of the bare status.
+const FlagLookupBucket uint8 = 1 << 0
 
 // ErrShortCommand: fewer than CommandSize bytes.
 var ErrShortCommand = errors.New("abi: command buffer shorter than 64 bytes")
@@ -83,6 +114,10 @@ var ErrReservedBits = errors.New("abi: command has non-zero reserved bytes")
 // Encode writes c into b[:CommandSize].
 func (c *Command) Encode(b []byte) {
 	_ = b[CommandSize-1]
+	if c.Op == OpLookup {
+		c.encodeLookup(b)
+		return
+	}
 	b[0] = byte(c.Op)
 	b[1] = c.Flags
 	b[2], b[3] = 0, 0
@@ -97,6 +132,22 @@ func (c *Command) Encode(b []byte) {
 	*(*[16]byte)(b[48:64]) = c.Key
 }
 
+// encodeLookup writes an OpLookup command in its layout (see Command).
+func (c *Command) encodeLookup(b []byte) {
+	b[0] = byte(c.Op)
+	b[1] = c.Flags
+	binary.LittleEndian.PutUint16(b[2:], uint16(min(c.Length, 0xffff)))
+	binary.LittleEndian.PutUint32(b[4:], uint32(c.Slot))
+	binary.LittleEndian.PutUint64(b[8:], c.Cookie)
+	binary.LittleEndian.PutUint32(b[16:], c.RemoteAddr)
+	binary.LittleEndian.PutUint32(b[20:], uint32(c.RemoteRegion))
+	binary.LittleEndian.PutUint64(b[24:], c.Tag)
+	binary.LittleEndian.PutUint32(b[32:], uint32(c.LocalRegion))
+	binary.LittleEndian.PutUint32(b[36:], uint32(min(c.RemoteOffset, 0xffffffff)))
+	binary.LittleEndian.PutUint64(b[40:], c.LocalOffset)
+	*(*[16]byte)(b[48:64]) = c.Key
+}
+
 // Decode reads a command from b. It checks only the layout (size, reserved
 // bytes); the engine validates meaning (op, slot, regions, bounds) itself.
 // On error c is zeroed.
@@ -105,10 +156,26 @@ func (c *Command) Decode(b []byte) error {
 		*c = Command{}
 		return ErrShortCommand
 	}
+	if Op(b[0]) == OpLookup {
+		c.Op = OpLookup
+		c.Flags = b[1]
+		c.Length = uint32(binary.LittleEndian.Uint16(b[2:]))
+		c.Slot = SlotID(binary.LittleEndian.Uint32(b[4:]))
+		c.Cookie = binary.LittleEndian.Uint64(b[8:])
+		c.RemoteAddr = binary.LittleEndian.Uint32(b[16:])
+		c.RemoteRegion = RegionID(binary.LittleEndian.Uint32(b[20:]))
+		c.Tag = binary.LittleEndian.Uint64(b[24:])
+		c.LocalRegion = RegionID(binary.LittleEndian.Uint32(b[32:]))
+		c.RemoteOffset = uint64(binary.LittleEndian.Uint32(b[36:]))
+		c.LocalOffset = binary.LittleEndian.Uint64(b[40:])
+		c.Key = [16]byte(b[48:64])
+		return nil
+	}
 	if b[2] != 0 || b[3] != 0 {
 		*c = Command{}
 		return ErrReservedBits
 	}
+	c.Tag = 0
 	c.Op = Op(b[0])
 	c.Flags = b[1]
 	c.Slot = SlotID(binary.LittleEndian.Uint32(b[4:]))

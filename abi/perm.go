@@ -12,7 +12,14 @@ const (
 	PermRemoteRead  Perm = 1 << 2 // remote READ ops may read it
 	PermRemoteWrite Perm = 1 << 3 // remote WRITE ops may write it
 	PermRemoteRekey Perm = 1 << 4 // remote REKEY ops may change its key
-	PermAll              = PermLocalRead | PermLocalWrite | PermRemoteRead | PermRemoteWrite | PermRemoteRekey
+	// PermRemoteLookup: remote LOOKUP ops may scan its buckets and
+	// follow their pointers (into it, or into its linked region). Only a
+	// region registered with a bucket layout may have it; so PermAll,
+	// which any region may have, leaves it out.
+	PermRemoteLookup Perm = 1 << 5
+	PermAll               = PermLocalRead | PermLocalWrite | PermRemoteRead | PermRemoteWrite | PermRemoteRekey
+	// PermAny is every bit a region may hold.
+	PermAny = PermAll | PermRemoteLookup
 )
 
 // Class is a portal's class of service (paper §4.3: two FIFO arbiters).

@@ -61,26 +61,41 @@ const (
 	StatusRemoteBounds Status = 33
 	// StatusRemotePermission: the remote region does not allow this op.
 	StatusRemotePermission Status = 34
+	// StatusRemoteNotFound: a LOOKUP found no entry with its tag in the
+	// bucket. With FlagLookupBucket, and when the bucket fits the
+	// command's Length, the sink holds the bucket (the completion's
+	// Length bytes); else the sink is untouched.
+	StatusRemoteNotFound Status = 35
+	// StatusRemoteLookupBounds: a LOOKUP's matched entry points outside
+	// the region its pointers lead into (a corrupt or torn entry, or a
+	// linked region that is gone): nothing of the target was read.
+	StatusRemoteLookupBounds Status = 36
+	// StatusRemoteLookupTooLarge: a LOOKUP's matched entry and its
+	// target together exceed the command's Length: nothing was sent.
+	StatusRemoteLookupTooLarge Status = 37
 )
 
 var statusNames = [...]string{
-	StatusOK:                "OK",
-	StatusRemoteAuthFailure: "REMOTE_AUTHENTICATION_FAILURE",
-	StatusNack:              "NACK",
-	StatusTimeout:           "TIMEOUT",
-	StatusDispatchTimeout:   "DISPATCH_TIMEOUT",
-	StatusBadCommand:        "BAD_COMMAND",
-	StatusTooLarge:          "TOO_LARGE",
-	StatusBadSlot:           "BAD_SLOT",
-	StatusLocalRegion:       "LOCAL_REGION",
-	StatusLocalBounds:       "LOCAL_BOUNDS",
-	StatusLocalPermission:   "LOCAL_PERMISSION",
-	StatusUnreachable:       "UNREACHABLE",
-	StatusAborted:           "ABORTED",
-	StatusEngineGone:        "ENGINE_GONE",
-	StatusRemoteRegion:      "REMOTE_REGION",
-	StatusRemoteBounds:      "REMOTE_BOUNDS",
-	StatusRemotePermission:  "REMOTE_PERMISSION",
+	StatusOK:                   "OK",
+	StatusRemoteAuthFailure:    "REMOTE_AUTHENTICATION_FAILURE",
+	StatusNack:                 "NACK",
+	StatusTimeout:              "TIMEOUT",
+	StatusDispatchTimeout:      "DISPATCH_TIMEOUT",
+	StatusBadCommand:           "BAD_COMMAND",
+	StatusTooLarge:             "TOO_LARGE",
+	StatusBadSlot:              "BAD_SLOT",
+	StatusLocalRegion:          "LOCAL_REGION",
+	StatusLocalBounds:          "LOCAL_BOUNDS",
+	StatusLocalPermission:      "LOCAL_PERMISSION",
+	StatusUnreachable:          "UNREACHABLE",
+	StatusAborted:              "ABORTED",
+	StatusEngineGone:           "ENGINE_GONE",
+	StatusRemoteRegion:         "REMOTE_REGION",
+	StatusRemoteBounds:         "REMOTE_BOUNDS",
+	StatusRemotePermission:     "REMOTE_PERMISSION",
+	StatusRemoteNotFound:       "REMOTE_NOT_FOUND",
+	StatusRemoteLookupBounds:   "REMOTE_LOOKUP_BOUNDS",
+	StatusRemoteLookupTooLarge: "REMOTE_LOOKUP_TOO_LARGE",
 }
 
 // String returns the paper's name for s (e.g. "DISPATCH_TIMEOUT").
@@ -93,7 +108,7 @@ func (s Status) String() string {
 
 // IsRemote reports whether s was decided by the serving engine.
 func (s Status) IsRemote() bool {
-	return s == StatusRemoteAuthFailure || s == StatusNack || (s >= StatusRemoteRegion && s <= StatusRemotePermission)
+	return s == StatusRemoteAuthFailure || s == StatusNack || (s >= StatusRemoteRegion && s <= StatusRemoteLookupTooLarge)
 }
 
 // NumStatus bounds Status values; counters indexed by Status use it.

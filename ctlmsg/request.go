@@ -108,7 +108,7 @@ const (
 //	attach             nothing else
 //	alloc_slots        n (required)
 //	create_region      size (required)
-//	register_region    memory, perm, key (required)
+//	register_region    memory, perm, key (required), layout (optional)
 //	deregister_region  region (required)
 //	rekey              region, key (required)
 //	identity, stats    nothing else
@@ -116,6 +116,13 @@ const (
 //
 // v (== Version) and op are required in every request; id is optional and
 // echoed in the response.
+//
+// layout is a region's bucket layout, for LOOKUPs: an array of the ten
+// unsigned integers of abi.BucketLayout in its field order (bucket_bytes,
+// entry_bytes, tag_off, tag_width, ptr_off, ptr_width, ptr_shift, len_off,
+// len_width, linked), valid (abi.BucketLayout.Validate). The engine
+// registers a region with a layout exactly when its perm holds
+// abi.PermRemoteLookup, and checks the layout against the regions.
 //
 // key is a region key K_r: exactly KeyHexLen lowercase hex digits, not all
 // zero. It is secret: Key formats as "[redacted]" (fmt, JSON), and no
@@ -140,7 +147,10 @@ type Request struct {
 
 	Size   uint64   // create_region: 1..MaxRegionBytes
 	Memory uint32   // register_region: the handle create_region returned, non-zero
-	Perm   abi.Perm // register_region: non-zero subset of abi.PermAll
+	Perm   abi.Perm // register_region: non-zero subset of abi.PermAny
+	// Layout is register_region's bucket layout (zero: none; a valid one
+	// has BucketBytes >= 1).
+	Layout abi.BucketLayout
 
 	Region uint32 // deregister_region, rekey: non-zero region id
 
@@ -198,12 +208,13 @@ const (
 	kKey
 	kMemory
 	kCore
+	kLayout
 )
 
 var keyBits = map[string]uint16{
 	"v": kV, "id": kID, "op": kOp, "name": kName, "cmd_cap": kCmdCap, "cpl_cap": kCplCap,
 	"class": kClass, "n": kN, "size": kSize, "perm": kPerm, "region": kRegion,
-	"key": kKey, "memory": kMemory, "core": kCore,
+	"key": kKey, "memory": kMemory, "core": kCore, "layout": kLayout,
 }
 
 // opKeys: keys allowed (beyond v, id, op) and required per op.
@@ -212,7 +223,7 @@ var opKeys = map[Op]struct{ allowed, required uint16 }{
 	OpAttach:           {0, 0},
 	OpAllocSlots:       {kN, kN},
 	OpCreateRegion:     {kSize, kSize},
-	OpRegisterRegion:   {kMemory | kPerm | kKey, kMemory | kPerm | kKey},
+	OpRegisterRegion:   {kMemory | kPerm | kKey | kLayout, kMemory | kPerm | kKey},
 	OpDeregisterRegion: {kRegion, kRegion},
 	OpRekey:            {kRegion | kKey, kRegion | kKey},
 	OpIdentity:         {0, 0},
@@ -283,6 +294,12 @@ func decodeTokens(b []byte) (Request, error) {
 			return r, fmt.Errorf("duplicate key %q", key)
 		}
 		seen |= bit
+		if bit == kLayout {
+			if err := r.setLayout(d); err != nil {
+				return r, fmt.Errorf("key %q: %v", key, err)
+			}
+			continue
+		}
 		val, err := d.Token()
 		if err != nil {
 			return r, fmt.Errorf("key %q: %v", key, err)
@@ -456,6 +473,37 @@ func flatNumber(b []byte, i int) int {
 	return j
 }
 
+// setLayout reads the layout array (ten unsigned integers) from d and
+// checks it.
+func (r *Request) setLayout(d *json.Decoder) error {
+	if tok, err := d.Token(); err != nil || tok != json.Delim('[') {
+		return errors.New("want an array of 10 unsigned integers")
+	}
+	var v [10]uint32
+	for i := range v {
+		tok, err := d.Token()
+		num, ok := tok.(json.Number)
+		if err != nil || !ok {
+			return fmt.Errorf("element %d: want an unsigned integer", i)
+		}
+		x, err := strconv.ParseUint(string(num), 10, 32)
+		if err != nil {
+			return fmt.Errorf("element %d: want an unsigned 32-bit integer, got %s", i, trunc(string(num)))
+		}
+		v[i] = uint32(x)
+	}
+	if tok, err := d.Token(); err != nil || tok != json.Delim(']') {
+		return errors.New("want an array of 10 unsigned integers, no more")
+	}
+	l := abi.BucketLayout{BucketBytes: v[0], EntryBytes: v[1], TagOff: v[2], TagWidth: v[3], PtrOff: v[4], PtrWidth: v[5],
+		PtrShift: v[6], LenOff: v[7], LenWidth: v[8], Linked: abi.RegionID(v[9])}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	r.Layout = l
+	return nil
+}
+
 // set stores one value after checking its type and range.
 func (r *Request) set(bit uint16, val json.Token) error {
 	if bit == kOp || bit == kName || bit == kClass || bit == kKey {
@@ -539,7 +587,7 @@ func (r *Request) set(bit uint16, val json.Token) error {
 		}
 		r.Size = v
 	case kPerm:
-		if err := inRange(1, uint64(abi.PermAll)); err != nil {
+		if err := inRange(1, uint64(abi.PermAny)); err != nil {
 			return err
 		}
 		r.Perm = abi.Perm(v)
@@ -662,6 +710,16 @@ func EncodeRequest(r *Request) []byte {
 		num("memory", uint64(r.Memory))
 		num("perm", uint64(r.Perm))
 		key()
+		if l := &r.Layout; l.BucketBytes != 0 {
+			b = append(b, `,"layout":[`...)
+			for i, v := range [...]uint32{l.BucketBytes, l.EntryBytes, l.TagOff, l.TagWidth, l.PtrOff, l.PtrWidth, l.PtrShift, l.LenOff, l.LenWidth, uint32(l.Linked)} {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendUint(b, uint64(v), 10)
+			}
+			b = append(b, ']')
+		}
 	case OpDeregisterRegion:
 		num("region", uint64(r.Region))
 	case OpRekey:

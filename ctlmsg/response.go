@@ -131,63 +131,65 @@ type Stats struct {
 	Completed map[string]uint64 `json:"completed"`
 	// CompletedByOp counts completions by op name (READ, WRITE, REKEY;
 	// OTHER for commands naming no valid op) and status name.
-	CompletedByOp     map[string]map[string]uint64 `json:"completed_by_op,omitempty"`
-	Orphaned          uint64                       `json:"orphaned"`
-	EnteredSvc        uint64                       `json:"entered_service"`
-	RxFrames          uint64                       `json:"rx_frames"`
-	RxDropped         uint64                       `json:"rx_dropped"`
-	RxAuthFailed      uint64                       `json:"rx_auth_failed"` // answers to our ops that failed authentication (dropped)
-	RxStale           uint64                       `json:"rx_stale"`
-	RxDuplicate       uint64                       `json:"rx_duplicate"`
-	RxIPOptions       uint64                       `json:"rx_ip_options"`             // IPv4 with options to the engine: dropped
-	RxFragments       uint64                       `json:"rx_fragments"`              // IPv4 fragments to the engine: dropped
-	RxTTLZero         uint64                       `json:"rx_ttl_zero"`               // IPv4 with TTL 0 to the engine: dropped
-	RxICMPMalformed   uint64                       `json:"rx_icmp_malformed"`         // ICMP dropped: truncated, bad checksum, an echo from a source no reply may go to
-	RxICMPOther       uint64                       `json:"rx_icmp_other"`             // ICMP of other kinds (fragmentation needed about datagrams not the engine's among them)
-	ICMPEchoReplies   uint64                       `json:"icmp_echo_replies"`         // echo requests (ping) answered
-	ICMPRateLimited   uint64                       `json:"icmp_rate_limited"`         // echo requests over engine.icmp_rate / icmp_burst: not answered
-	ICMPEchoTooBig    uint64                       `json:"icmp_echo_too_big"`         // echo requests whose reply would exceed the MTU: not answered
-	ICMPFragNeeded    uint64                       `json:"icmp_frag_needed"`          // fragmentation needed about the engine's datagrams (the path MTU toward a destination is smaller)
-	FragNeededDst     string                       `json:"frag_needed_dst,omitempty"` // the latest one's destination ("": none yet)
-	FragNeededMTU     uint64                       `json:"frag_needed_mtu"`           // the next-hop MTU it reported (0: not given)
-	TxFrames          uint64                       `json:"tx_frames"`
-	TxNoBuffer        uint64                       `json:"tx_no_buffer"`
-	ReqServed         uint64                       `json:"req_served"`
-	ReqNacked         uint64                       `json:"req_nacked"`
-	ReqErrors         uint64                       `json:"req_errors"`
-	ReqAuthFailed     uint64                       `json:"req_auth_failed"` // requests answered REMOTE_AUTHENTICATION_FAILURE
-	ReqReplayed       uint64                       `json:"req_replayed"`    // authenticated requests dropped as replays
-	ReplayEvictions   uint64                       `json:"replay_evictions"`
-	Rekeys            uint64                       `json:"rekeys"`        // region keys replaced (local and remote)
-	RemoteRekeys      uint64                       `json:"remote_rekeys"` // of which by REKEY ops from the network
-	IVErrors          uint64                       `json:"iv_errors"`     // messages not sent: no IV counter available
-	ReqExpired        uint64                       `json:"req_expired"`
-	PullsIssued       uint64                       `json:"pulls_issued"`     // WRITEs served: data pulled from their initiators
-	WritesCommitted   uint64                       `json:"writes_committed"` // WRITEs whose data all authenticated and was committed
-	PullsExpired      uint64                       `json:"pulls_expired"`    // WRITEs abandoned uncommitted (data incomplete within TIMEOUT)
-	PullsInUse        uint64                       `json:"pulls_in_use"`     // WRITEs being served now
-	ReqQueueMax       uint64                       `json:"req_queue_max"`
-	BulkHeld          uint64                       `json:"bulk_held"` // bulk work held back for the next poll while priority work was in progress (poll_bytes)
-	RxSplit           uint64                       `json:"rx_split"`  // received bursts taken in two passes, short frames first (poll_bytes)
-	ARPRequests       uint64                       `json:"arp_requests"`
-	ARPReplies        uint64                       `json:"arp_replies"`
-	ARPUnsolicited    uint64                       `json:"arp_unsolicited"`     // ARP replies ignored: no request of ours was waiting for them
-	ARPGratuitous     uint64                       `json:"arp_gratuitous"`      // gratuitous ARP seen: never learned, a resolved neighbor's is asked again
-	NeighborRefreshes uint64                       `json:"neighbor_refreshes"`  // ARP requests re-asking a resolved neighbor (aged 3/4, or its gratuitous ARP)
-	NeighborExpiries  uint64                       `json:"neighbor_expiries"`   // neighbor entries expired unconfirmed
-	NeighborChanges   uint64                       `json:"neighbor_changes"`    // neighbor MACs changed by a reply to our request
-	NoRoute           uint64                       `json:"no_route"`            // ops completed UNREACHABLE at once: no route to their destination
-	ARPRateLimited    uint64                       `json:"arp_rate_limited"`    // ARP requests deferred to their entry's next retry: over engine.arp_rate / arp_burst
-	NeighborRefused   uint64                       `json:"neighbor_refused"`    // ops completed UNREACHABLE at once: their tenant held engine.neighbors_per_tenant incomplete neighbor entries
-	NeighborTableFull uint64                       `json:"neighbor_table_full"` // ops completed UNREACHABLE at once: the neighbor table was full
-	WindowInUse       uint64                       `json:"window_in_use"`
-	SlotsInUse        uint64                       `json:"slots_in_use"`
-	OpsInFlight       uint64                       `json:"ops_in_flight"`
-	RingsCorrupt      uint64                       `json:"rings_corrupt"`
-	SelfLoop          uint64                       `json:"self_loop"`
-	Doorbells         uint64                       `json:"doorbells"`
-	DelayBatches      uint64                       `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
-	DelaySamples      uint64                       `json:"delay_samples"` // completions in them
+	CompletedByOp map[string]map[string]uint64 `json:"completed_by_op,omitempty"`
+	// CompletedLookup counts LOOKUPs' completions by status name.
+	CompletedLookup   map[string]uint64 `json:"completed_lookup,omitempty"`
+	Orphaned          uint64            `json:"orphaned"`
+	EnteredSvc        uint64            `json:"entered_service"`
+	RxFrames          uint64            `json:"rx_frames"`
+	RxDropped         uint64            `json:"rx_dropped"`
+	RxAuthFailed      uint64            `json:"rx_auth_failed"` // answers to our ops that failed authentication (dropped)
+	RxStale           uint64            `json:"rx_stale"`
+	RxDuplicate       uint64            `json:"rx_duplicate"`
+	RxIPOptions       uint64            `json:"rx_ip_options"`             // IPv4 with options to the engine: dropped
+	RxFragments       uint64            `json:"rx_fragments"`              // IPv4 fragments to the engine: dropped
+	RxTTLZero         uint64            `json:"rx_ttl_zero"`               // IPv4 with TTL 0 to the engine: dropped
+	RxICMPMalformed   uint64            `json:"rx_icmp_malformed"`         // ICMP dropped: truncated, bad checksum, an echo from a source no reply may go to
+	RxICMPOther       uint64            `json:"rx_icmp_other"`             // ICMP of other kinds (fragmentation needed about datagrams not the engine's among them)
+	ICMPEchoReplies   uint64            `json:"icmp_echo_replies"`         // echo requests (ping) answered
+	ICMPRateLimited   uint64            `json:"icmp_rate_limited"`         // echo requests over engine.icmp_rate / icmp_burst: not answered
+	ICMPEchoTooBig    uint64            `json:"icmp_echo_too_big"`         // echo requests whose reply would exceed the MTU: not answered
+	ICMPFragNeeded    uint64            `json:"icmp_frag_needed"`          // fragmentation needed about the engine's datagrams (the path MTU toward a destination is smaller)
+	FragNeededDst     string            `json:"frag_needed_dst,omitempty"` // the latest one's destination ("": none yet)
+	FragNeededMTU     uint64            `json:"frag_needed_mtu"`           // the next-hop MTU it reported (0: not given)
+	TxFrames          uint64            `json:"tx_frames"`
+	TxNoBuffer        uint64            `json:"tx_no_buffer"`
+	ReqServed         uint64            `json:"req_served"`
+	ReqNacked         uint64            `json:"req_nacked"`
+	ReqErrors         uint64            `json:"req_errors"`
+	ReqAuthFailed     uint64            `json:"req_auth_failed"` // requests answered REMOTE_AUTHENTICATION_FAILURE
+	ReqReplayed       uint64            `json:"req_replayed"`    // authenticated requests dropped as replays
+	ReplayEvictions   uint64            `json:"replay_evictions"`
+	Rekeys            uint64            `json:"rekeys"`        // region keys replaced (local and remote)
+	RemoteRekeys      uint64            `json:"remote_rekeys"` // of which by REKEY ops from the network
+	IVErrors          uint64            `json:"iv_errors"`     // messages not sent: no IV counter available
+	ReqExpired        uint64            `json:"req_expired"`
+	PullsIssued       uint64            `json:"pulls_issued"`     // WRITEs served: data pulled from their initiators
+	WritesCommitted   uint64            `json:"writes_committed"` // WRITEs whose data all authenticated and was committed
+	PullsExpired      uint64            `json:"pulls_expired"`    // WRITEs abandoned uncommitted (data incomplete within TIMEOUT)
+	PullsInUse        uint64            `json:"pulls_in_use"`     // WRITEs being served now
+	ReqQueueMax       uint64            `json:"req_queue_max"`
+	BulkHeld          uint64            `json:"bulk_held"` // bulk work held back for the next poll while priority work was in progress (poll_bytes)
+	RxSplit           uint64            `json:"rx_split"`  // received bursts taken in two passes, short frames first (poll_bytes)
+	ARPRequests       uint64            `json:"arp_requests"`
+	ARPReplies        uint64            `json:"arp_replies"`
+	ARPUnsolicited    uint64            `json:"arp_unsolicited"`     // ARP replies ignored: no request of ours was waiting for them
+	ARPGratuitous     uint64            `json:"arp_gratuitous"`      // gratuitous ARP seen: never learned, a resolved neighbor's is asked again
+	NeighborRefreshes uint64            `json:"neighbor_refreshes"`  // ARP requests re-asking a resolved neighbor (aged 3/4, or its gratuitous ARP)
+	NeighborExpiries  uint64            `json:"neighbor_expiries"`   // neighbor entries expired unconfirmed
+	NeighborChanges   uint64            `json:"neighbor_changes"`    // neighbor MACs changed by a reply to our request
+	NoRoute           uint64            `json:"no_route"`            // ops completed UNREACHABLE at once: no route to their destination
+	ARPRateLimited    uint64            `json:"arp_rate_limited"`    // ARP requests deferred to their entry's next retry: over engine.arp_rate / arp_burst
+	NeighborRefused   uint64            `json:"neighbor_refused"`    // ops completed UNREACHABLE at once: their tenant held engine.neighbors_per_tenant incomplete neighbor entries
+	NeighborTableFull uint64            `json:"neighbor_table_full"` // ops completed UNREACHABLE at once: the neighbor table was full
+	WindowInUse       uint64            `json:"window_in_use"`
+	SlotsInUse        uint64            `json:"slots_in_use"`
+	OpsInFlight       uint64            `json:"ops_in_flight"`
+	RingsCorrupt      uint64            `json:"rings_corrupt"`
+	SelfLoop          uint64            `json:"self_loop"`
+	Doorbells         uint64            `json:"doorbells"`
+	DelayBatches      uint64            `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
+	DelaySamples      uint64            `json:"delay_samples"` // completions in them
 	// The serving side's bounds per region owner and per sender (engine
 	// Config.InboundPerOwner, ...): requests NACKed at once (part of
 	// req_nacked) as their region's owner, or their source address for

@@ -119,7 +119,10 @@ type Stats struct {
 	Completed [abi.NumStatus]uint64 // completions written, by status
 	// CompletedByOp counts them by op and status: index abi.Op (READ,
 	// WRITE, REKEY); 0 for commands whose op was not one of those.
-	CompletedByOp   [NumOpCounters][abi.NumStatus]uint64
+	CompletedByOp [NumOpCounters][abi.NumStatus]uint64
+	// CompletedLookup counts the LOOKUPs' completions by status (apart
+	// from CompletedByOp, whose shape predates the op).
+	CompletedLookup [abi.NumStatus]uint64
 	Orphaned        uint64 // ops that finished after their portal closed
 	EnteredSvc      uint64 // ops granted window
 	RxFrames        uint64

@@ -223,7 +223,10 @@ func (c *Core) RegisterRegion(id PortalID, mem []byte, perm abi.Perm, kr aesni.K
 	if len(mem) == 0 || uint64(len(mem)) > 1<<40 {
 		return 0, fmt.Errorf("%w: %d", ErrRegionSize, len(mem))
 	}
-	return c.regions.add(id, p.tenant, mem, perm, kr)
+	if perm&abi.PermRemoteLookup != 0 {
+		return 0, fmt.Errorf("%w: PermRemoteLookup without a bucket layout (RegisterLookupRegion)", ErrLayout)
+	}
+	return c.regions.add(id, p.tenant, mem, perm, kr, nil)
 }
 
 // Rekey installs a new region key for a region portal p owns (the local

@@ -215,7 +215,7 @@ func bulkFrame(f []byte) bool {
 	if len(f) < wire.PayloadOffset || wire.EtherType(f) != wire.EtherTypeIPv4 || f[wire.EthLen] != 0x45 {
 		return false
 	}
-	if t := wire.Type(f[h+1]); t != wire.TypeReadResp && t != wire.TypeWriteData {
+	if t := wire.Type(f[h+1]); t != wire.TypeReadResp && t != wire.TypeWriteData && t != wire.TypeLookupResp {
 		return false
 	}
 	return binary.BigEndian.Uint32(f[h+20:h+24]) > ShortBytes || binary.BigEndian.Uint64(f[h+24:h+32]) != 0
@@ -288,7 +288,7 @@ func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
 	}
 	w.frame = frame
 	switch f.Type {
-	case wire.TypeReadReq, wire.TypeWriteReq, wire.TypeRekeyReq:
+	case wire.TypeReadReq, wire.TypeWriteReq, wire.TypeRekeyReq, wire.TypeLookupReq:
 		if f.DstPort != c.out.udp || (f.Type == wire.TypeRekeyReq && f.Length != aesni.KeySize) || c.closing {
 			c.stats.RxDropped++
 			return false
@@ -300,7 +300,7 @@ func (c *Core) prepare(now int64, frame []byte, w *rxWork) bool {
 			return false
 		}
 		return c.srv.prepWriteData(frame, payload, w)
-	case wire.TypeReadResp, wire.TypeNack, wire.TypeError, wire.TypeAck, wire.TypePullReq:
+	case wire.TypeReadResp, wire.TypeLookupResp, wire.TypeNack, wire.TypeError, wire.TypeAck, wire.TypePullReq:
 		if !c.out.ownsPort(f.DstPort) { // another core's initiator port, or none
 			c.stats.RxDropped++
 			return false

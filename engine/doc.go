@@ -67,7 +67,7 @@
 //     a region exists.
 //   - Solicitation window (arbiter.go): an op enters service only when
 //     ArbitrationBytes (4 KB) are free, whatever its size, then debits the
-//     bytes it solicits: a READ its size, a WRITE 64 B (only the pull and
+//     bytes it solicits: a READ or LOOKUP its size, a WRITE 64 B (only the pull and
 //     the acknowledgment come back). Completion, NACK, error and TIMEOUT
 //     refund it. The serving side debits the same window when it pulls a
 //     WRITE's data.
@@ -150,6 +150,16 @@
 //     summary: a stray bit costs one idle read, a cleared one delays the
 //     portal's commands to the next scan, never longer. PathCounters count
 //     the reads (RingLooks, RingLooksIdle, RingRungIdle) and the scans.
+//
+// # LOOKUP: two hops, one bucket scan and one hop (lookup.go)
+//
+// A READ whose range the serving core finds itself: the request names a
+// bucket of a region registered with a bucket layout and a tag; the core
+// scans the bucket for the first entry with the tag, follows its pointer
+// once (into the region or its linked region, bounds checked), and
+// streams the entry and the target like a READ's data, the answer's
+// length in every chunk's header (wire Aux). The initiator debits the
+// command's length, as for a READ, and completes with the answer's.
 //
 // # WRITE and REKEY: four hops (paper §5.1, §5.2)
 //

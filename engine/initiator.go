@@ -71,6 +71,16 @@ type slot struct {
 	sent       uint32 // data bytes sent so far
 	dataBase   uint64 // first IV counter of the data chunks
 	inSendq    bool   // on the send queue (see pushSend)
+	// LOOKUP: the tag and FlagLookupBucket of the command; once its first
+	// chunk authenticated, the answer's length, status (OK, or
+	// REMOTE_NOT_FOUND: the bucket) and nonce base, which every other
+	// chunk must share (chunks of two services of one request, when it
+	// was duplicated, never mix).
+	lkTag    uint64
+	lkBucket bool
+	lkTotal  uint32
+	lkSt     abi.Status
+	lkBase   uint64
 }
 
 // initiator is the side of a core that runs the applications' ops: the
@@ -286,6 +296,10 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 	s.arrived = 0
 	s.pulled, s.sent = false, 0
 	s.want = unitMask(cmd.Length)
+	s.lkTag, s.lkBucket, s.lkTotal, s.lkSt, s.lkBase = cmd.Tag, cmd.Flags&abi.FlagLookupBucket != 0, 0, 0, 0
+	if cmd.Op == abi.OpLookup { // known from its first chunk (finishChunk)
+		s.want = 0
+	}
 	p.pending++
 	n.inflight++
 	if prio(s.class, s.length) {
@@ -355,10 +369,13 @@ func (n *initiator) enqueue(now int64, i int32) {
 }
 
 func (n *initiator) validate(id PortalID, cmd *abi.Command, malformed bool) abi.Status {
-	if malformed || (cmd.Op != abi.OpRead && cmd.Op != abi.OpWrite && cmd.Op != abi.OpRekey) {
+	if malformed || (cmd.Op != abi.OpRead && cmd.Op != abi.OpWrite && cmd.Op != abi.OpRekey && cmd.Op != abi.OpLookup) {
 		return abi.StatusBadCommand
 	}
 	if cmd.Length == 0 || (cmd.Op == abi.OpRekey && cmd.Length != aesni.KeySize) {
+		return abi.StatusBadCommand
+	}
+	if cmd.Op == abi.OpLookup && cmd.RemoteOffset > math.MaxUint32 { // the command's layout has a u32 for it
 		return abi.StatusBadCommand
 	}
 	if cmd.Length > abi.MaxOpBytes {
@@ -371,8 +388,10 @@ func (n *initiator) validate(id PortalID, cmd *abi.Command, malformed bool) abi.
 	if cmd.LocalOffset > uint64(len(r.mem)) || uint64(len(r.mem))-cmd.LocalOffset < uint64(cmd.Length) {
 		return abi.StatusLocalBounds
 	}
-	// A READ writes its sink; a WRITE and a REKEY read their source.
-	if (cmd.Op == abi.OpRead && r.perm&abi.PermLocalWrite == 0) || (cmd.Op != abi.OpRead && r.perm&abi.PermLocalRead == 0) {
+	// A READ and a LOOKUP write their sink; a WRITE and a REKEY read
+	// their source.
+	sink := cmd.Op == abi.OpRead || cmd.Op == abi.OpLookup
+	if (sink && r.perm&abi.PermLocalWrite == 0) || (!sink && r.perm&abi.PermLocalRead == 0) {
 		return abi.StatusLocalPermission
 	}
 	a := cmd.RemoteAddr
@@ -422,7 +441,7 @@ func (n *initiator) arbitrate(now int64) int {
 			return k
 		}
 		s := &n.slots[i]
-		if s.op == abi.OpRead && !n.bulk.take(now, bulkGrant, cl, s.length, false) { // the next Poll grants it
+		if (s.op == abi.OpRead || s.op == abi.OpLookup) && !n.bulk.take(now, bulkGrant, cl, s.length, false) { // the next Poll grants it
 			n.arb = arb
 			return k
 		}
@@ -479,7 +498,7 @@ func (n *initiator) sendRequest(b []byte, i int32) bool {
 	f.SrcIP, f.DstIP = o.ip, s.remoteIP
 	f.SrcPort, f.DstPort = s.port, o.udp
 	f.DSCP = o.dscp[s.class]
-	f.Type, f.Status, f.Flags = wire.TypeReadReq, 0, 0
+	f.Type, f.Status, f.Flags, f.Aux = wire.TypeReadReq, 0, 0, 0
 	if s.class == abi.ClassHigh { // the serving engine queues it ahead of low-class requests
 		f.Flags = wire.FlagHigh
 	}
@@ -492,6 +511,11 @@ func (n *initiator) sendRequest(b []byte, i int32) bool {
 		f.Type = wire.TypeWriteReq
 	case abi.OpRekey:
 		f.Type = wire.TypeRekeyReq
+	case abi.OpLookup: // the tag where the offset goes, the bucket's offset in aux
+		f.Type, f.Offset, f.Aux = wire.TypeLookupReq, s.lkTag, uint32(s.remOff)
+		if s.lkBucket {
+			f.Flags |= wire.FlagBucket
+		}
 	}
 	fl := wire.Encode(b, f, 0)
 	o.sealFor(b).sealRequest(s.aead, wire.Trailer(b, 0), wire.IV(b), wire.AAD(b))
@@ -527,7 +551,12 @@ func (n *initiator) complete(now int64, i int32, st abi.Status) {
 		issue = s.issueNs - s.postNs
 	}
 	k := uint32(0)
-	if st == abi.StatusOK {
+	switch {
+	case s.op == abi.OpLookup: // its answer's length, when it all arrived (OK, or the bucket)
+		if s.want != 0 && s.arrived == s.want && (st == abi.StatusOK || st == abi.StatusRemoteNotFound) {
+			k = s.lkTotal
+		}
+	case st == abi.StatusOK:
 		k = s.length
 	}
 	n.portals.complete(now, s.portal, p, &abi.Completion{

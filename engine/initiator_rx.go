@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"math"
+
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 	"github.com/onerma/onerma/wire"
@@ -38,8 +40,8 @@ func (n *initiator) prepResponse(frame []byte, plen int, w *rxWork) bool {
 		return false
 	}
 	s := &n.slots[i]
-	if (f.Type == wire.TypeReadResp) != (s.op == abi.OpRead) && f.Type != wire.TypeNack && f.Type != wire.TypeError {
-		n.st.RxDropped++ // data for a WRITE, an Ack or a pull for a READ
+	if !answerFits(f.Type, s.op) {
+		n.st.RxDropped++ // data for a WRITE, an Ack or a pull for a READ or LOOKUP, the other op's data
 		return false
 	}
 	w.idx, w.seq, w.a = i, s.seq, s.aead
@@ -74,7 +76,11 @@ func (n *initiator) prepResponse(frame []byte, plen int, w *rxWork) bool {
 		}
 		if f.Type == wire.TypeError {
 			st = abi.Status(f.Status)
-			if st != abi.StatusRemoteAuthFailure && (st < abi.StatusRemoteRegion || st > abi.StatusRemotePermission) {
+			last := abi.StatusRemotePermission
+			if s.op == abi.OpLookup {
+				last = abi.StatusRemoteLookupTooLarge
+			}
+			if st != abi.StatusRemoteAuthFailure && (st < abi.StatusRemoteRegion || st > last) {
 				n.st.RxDropped++
 				return false
 			}
@@ -86,7 +92,13 @@ func (n *initiator) prepResponse(frame []byte, plen int, w *rxWork) bool {
 		return true
 	}
 	off, k := f.Offset, uint64(plen)
-	bits, ok := chunkBits(off, k, s.length)
+	var bits uint64
+	ok := true
+	if s.op == abi.OpLookup {
+		bits, ok = n.lookupBits(f, off, k, s)
+	} else {
+		bits, ok = chunkBits(off, k, s.length)
+	}
 	if !ok {
 		n.st.RxDropped++
 		return false
@@ -113,6 +125,21 @@ func (n *initiator) prepResponse(frame []byte, plen int, w *rxWork) bool {
 	w.open, w.then, w.bits = openDirect, thenChunk, bits
 	w.in, w.curry = wire.Sealed(frame, plen), s.iv[:]
 	return true
+}
+
+// answerFits reports whether a message of type t may answer an op of
+// type op: a NACK or an error any; data only the op whose data it is (a
+// READ's, a LOOKUP's); an acknowledgment or a pull only a WRITE or REKEY.
+func answerFits(t wire.Type, op abi.Op) bool {
+	switch {
+	case t == wire.TypeNack || t == wire.TypeError:
+		return true
+	case op == abi.OpRead:
+		return t == wire.TypeReadResp
+	case op == abi.OpLookup:
+		return t == wire.TypeLookupResp
+	}
+	return t != wire.TypeReadResp && t != wire.TypeLookupResp
 }
 
 // slotStill reports whether w's op still holds its slot: always, unless
@@ -151,11 +178,69 @@ func (n *initiator) finishChunk(now int64, w *rxWork, ok bool) {
 		return
 	}
 	s := &n.slots[w.idx]
+	if s.op == abi.OpLookup && !n.lookupFirst(w, s) {
+		return
+	}
 	n.dests.answered(s.remoteIP, now)
 	s.arrived |= w.bits
 	if s.arrived == s.want {
-		n.complete(now, w.idx, abi.StatusOK)
+		st := abi.StatusOK
+		if s.op == abi.OpLookup {
+			st = s.lkSt
+		}
+		n.complete(now, w.idx, st)
 	}
+}
+
+// lookupBits checks a chunk of LOOKUP s's answer (prepResponse): at a
+// multiple of 64 inside an answer that fits the sink, with a status of
+// an answer (OK, or REMOTE_NOT_FOUND with the bucket), and of the same
+// answer as the chunks that arrived (length, status, nonce base). Its
+// length need not be a multiple of 64 when it ends the answer's first
+// part (the entry), which the initiator cannot tell apart: the bits are
+// of the 64-byte units it touches, and the units it leaves short are the
+// padding before the target.
+func (n *initiator) lookupBits(f *wire.Fields, off, k uint64, s *slot) (uint64, bool) {
+	total := f.Aux
+	if st := abi.Status(f.Status); st != abi.StatusOK && st != abi.StatusRemoteNotFound {
+		return 0, false
+	}
+	if total == 0 || total > s.length || off%wire.ChunkAlign != 0 || k == 0 || off >= uint64(total) || k > uint64(total)-off {
+		return 0, false
+	}
+	if s.lkTotal != 0 && (total != s.lkTotal || abi.Status(f.Status) != s.lkSt || lookupBase(f) != s.lkBase) {
+		return 0, false
+	}
+	first, last := off/wire.ChunkAlign, (off+k+wire.ChunkAlign-1)/wire.ChunkAlign
+	if last-first == 64 {
+		return math.MaxUint64, true
+	}
+	return (1<<(last-first) - 1) << first, true
+}
+
+// lookupBase is the nonce base of a lookup answer's chunk: its counter
+// less its offset's units (aesni.PutResponseNonce).
+func lookupBase(f *wire.Fields) uint64 {
+	_, ctr := aesni.NonceCounter(f.IV[:])
+	return ctr - f.Offset/wire.ChunkAlign
+}
+
+// lookupFirst takes the answer's length, status and nonce base from the
+// first authenticated chunk of LOOKUP s, and checks the later ones
+// against them (chunks prepared in one burst before the first finished);
+// false drops the chunk.
+func (n *initiator) lookupFirst(w *rxWork, s *slot) bool {
+	f := &w.f
+	if s.lkTotal == 0 {
+		s.lkTotal, s.lkSt, s.lkBase = f.Aux, abi.Status(f.Status), lookupBase(f)
+		s.want = unitMask(f.Aux)
+		return true
+	}
+	if f.Aux != s.lkTotal || abi.Status(f.Status) != s.lkSt || lookupBase(f) != s.lkBase {
+		n.st.RxDropped++
+		return false
+	}
+	return true
 }
 
 // prepPull prepares ② for WRITE op w.idx: authenticated under the op's
@@ -275,9 +360,9 @@ func (n *initiator) sendChunks(now int64, i int32) bool {
 	f.SrcIP, f.DstIP = o.ip, s.remoteIP
 	f.SrcPort, f.DstPort = s.port, s.pullPort // from the op's port: the server checks it against ①'s
 	f.DSCP = o.dscp[s.class]
-	f.Type, f.Status, f.Flags = wire.TypeWriteData, 0, 0
+	f.Type, f.Status, f.Flags, f.Aux = wire.TypeWriteData, 0, 0, 0
 	f.PID = n.portals.p[s.portal].pid
 	f.Tag = uint64(n.slotBase+abi.SlotID(i))<<32 | uint64(s.seq)
 	f.Region = s.pullHandle
-	return o.stream(s.aead, src, int(s.chunk), &s.sent, s.dataBase, s.pullIV[:])
+	return o.stream(s.aead, src, int(s.chunk), &s.sent, 0, s.dataBase, s.pullIV[:])
 }

@@ -238,6 +238,10 @@ func (t *portalTable) due(id PortalID) (look, rung bool) {
 // count counts one completion by status and by op.
 func (t *portalTable) count(op abi.Op, st abi.Status) {
 	t.st.Completed[st]++
+	if op == abi.OpLookup {
+		t.st.CompletedLookup[st]++
+		return
+	}
 	if int(op) >= NumOpCounters {
 		op = 0
 	}

@@ -152,7 +152,7 @@ func (r *responder) startPull(now int64, e *inbound) pullOutcome {
 	f.SrcIP, f.DstIP = o.ip, e.ip
 	f.SrcPort, f.DstPort = o.port, e.port // the data comes back to this core
 	f.DSCP = o.dscp[e.class]
-	f.Type, f.Status, f.Flags = wire.TypePullReq, 0, 0
+	f.Type, f.Status, f.Flags, f.Aux = wire.TypePullReq, 0, 0, 0
 	f.PID, f.Tag, f.Region = e.pid, e.tag, r.pullHandle(idx)
 	f.Length, f.Offset = e.length, uint64(r.timeout)
 	f.IV = p.pullIV

@@ -66,6 +66,9 @@ type region struct {
 	// descriptor, so taking a region away inside Poll allocates nothing.
 	// A tombstone's own tomb is nil.
 	tomb *region
+	// lay is its bucket layout (lookup.go), nil when it has none;
+	// immutable, like the descriptor.
+	lay *abi.BucketLayout
 }
 
 // withTomb sets r's tombstone and returns r.
@@ -152,7 +155,7 @@ func (t *regionTable) lookupDead(rid abi.RegionID) *region {
 }
 
 // add enters mem for owner under a fresh generation of a free index.
-func (t *regionTable) add(owner regionOwner, tenant uint16, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, *region, error) {
+func (t *regionTable) add(owner regionOwner, tenant uint16, mem []byte, perm abi.Perm, kr aesni.Key, lay *abi.BucketLayout) (abi.RegionID, *region, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.free) == 0 {
@@ -165,7 +168,7 @@ func (t *regionTable) add(owner regionOwner, tenant uint16, mem []byte, perm abi
 		t.gen[idx] = 1
 	}
 	t.held[idx], t.owner[idx] = true, owner
-	r := (&region{mem: mem, perm: perm, owner: owner, tenant: tenant, gen: t.gen[idx], epoch: t.epochs.Add(1), kr: kr}).withTomb()
+	r := (&region{mem: mem, perm: perm, owner: owner, tenant: tenant, gen: t.gen[idx], epoch: t.epochs.Add(1), kr: kr, lay: lay}).withTomb()
 	t.r[idx].Store(r)
 	t.version.Add(1)
 	return abi.MakeRegionID(idx, r.gen), r, nil
@@ -344,8 +347,8 @@ func (v *regionView) owned(id PortalID, rid abi.RegionID) (*region, error) {
 }
 
 // add registers mem for portal id (its core's control plane).
-func (v *regionView) add(id PortalID, tenant uint16, mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, error) {
-	rid, r, err := v.t.add(ownerOf(v.core, id), tenant, mem, perm, kr)
+func (v *regionView) add(id PortalID, tenant uint16, mem []byte, perm abi.Perm, kr aesni.Key, lay *abi.BucketLayout) (abi.RegionID, error) {
+	rid, r, err := v.t.add(ownerOf(v.core, id), tenant, mem, perm, kr, lay)
 	if err != nil {
 		return 0, err
 	}

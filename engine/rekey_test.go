@@ -156,7 +156,7 @@ func TestRekeyRaceTwoRemote(t *testing.T) {
 // the epoch it was asked under, and an owner's rekey (want 0) always.
 func TestSetKeyEpoch(t *testing.T) {
 	tb := newRegionTable(4)
-	rid, r0, err := tb.add(ownerOf(0, 1), 0, make([]byte, 64), abi.PermAll, testKr)
+	rid, r0, err := tb.add(ownerOf(0, 1), 0, make([]byte, 64), abi.PermAll, testKr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func peerOf(f *wire.Fields) peer {
 type inbound struct {
 	peer
 	next    int32  // the next entry of its owner's FIFO, or of the free list (noEntry: none)
-	op      abi.Op // OpRead, OpWrite or OpRekey
+	op      abi.Op // OpRead, OpWrite, OpRekey or OpLookup
 	chunk   uint16 // a READ's: the most data per response frame (the route's MTU)
 	region  uint32
 	length  uint32
@@ -59,6 +59,8 @@ type inbound struct {
 	// epoch is the key epoch of the region's K_r its K_d was derived from
 	// (the key it authenticated under): a REKEY installs only under it.
 	epoch uint64
+	// lk is a LOOKUP's tag and, once scanned, its answer (lookup.go).
+	lk lookupAnswer
 }
 
 // responder is the serving side of a core: it authenticates requests
@@ -324,6 +326,8 @@ func (r *responder) prepRequest(frame []byte, w *rxWork) bool {
 		w.op = abi.OpWrite
 	case wire.TypeRekeyReq:
 		w.op = abi.OpRekey
+	case wire.TypeLookupReq:
+		w.op = abi.OpLookup
 	}
 	w.a, w.owner, w.oGen, w.epoch = nil, 0, 0, 0
 	if rg != nil {
@@ -395,7 +399,11 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 		region: f.Region, length: f.Length, offset: f.Offset, arrival: now,
 		aead: a, iv: f.IV, owner: w.owner, sender: snd, epoch: w.epoch,
 	}
-	if w.op == abi.OpRead { // its data goes back at most its route's MTU per frame
+	if w.op == abi.OpLookup { // the bucket's offset and the tag (wire.TypeLookupReq)
+		e.offset = uint64(f.Aux)
+		e.lk = lookupAnswer{tag: f.Offset, bucket: f.Flags&wire.FlagBucket != 0}
+	}
+	if w.op == abi.OpRead || w.op == abi.OpLookup { // its data goes back at most its route's MTU per frame
 		if rt := r.routes.lookup(f.SrcIP); rt != nil {
 			e.chunk = uint16(rt.maxPayload)
 		}
@@ -431,7 +439,7 @@ func (r *responder) reply(to *peer, t wire.Type, st abi.Status, a *aesni.AEAD, r
 	f.SrcIP, f.DstIP = o.ip, to.ip
 	f.SrcPort, f.DstPort = o.udp, to.port
 	f.DSCP = o.dscp[to.class]
-	f.Type, f.Status, f.Flags = t, uint8(st), 0
+	f.Type, f.Status, f.Flags, f.Aux = t, uint8(st), 0, 0
 	f.PID, f.Tag, f.Region, f.Length, f.Offset = to.pid, to.tag, 0, 0, 0
 	aesni.PutNonce(f.IV[:], o.ipb, ctr)
 	n := wire.Encode(b, f, 0)
@@ -487,7 +495,7 @@ func (r *responder) serve(now int64) int {
 			r.dequeue(cl, t, i)
 			continue
 		}
-		if e.op != abi.OpRead { // WRITE, REKEY: pulled when window allows (startPulls)
+		if e.op == abi.OpWrite || e.op == abi.OpRekey { // pulled when window allows (startPulls)
 			if r.pullq[cl].len() >= r.pullCap {
 				return served // the pull queue is full: it waits at its owner's head
 			}
@@ -507,7 +515,16 @@ func (r *responder) serve(now int64) int {
 			q.charge(t, costOf(e))
 		}
 		if e.sent == 0 {
-			if st := r.checkRequest(e); st != abi.StatusOK {
+			// A LOOKUP is scanned once: when its answer could not be sent
+			// (no tx buffer) it goes on with what the scan found.
+			st := e.lk.err
+			if !e.lk.scanned {
+				st = r.checkRequest(e)
+				if st == abi.StatusOK && e.op == abi.OpLookup {
+					st = r.scan(e, r.regions.lookup(abi.RegionID(e.region)))
+				}
+			}
+			if st != abi.StatusOK {
 				if !r.reply(&e.peer, wire.TypeError, st, e.aead, &e.iv) {
 					r.resume[cl] = t
 					return served
@@ -525,14 +542,29 @@ func (r *responder) serve(now int64) int {
 			continue
 		}
 		if e.base == 0 { // counters for every chunk offset: nonces follow from offsets
-			base, ok := r.out.counters(aesni.ResponseSpan(e.length))
+			span := aesni.ResponseSpan(e.length)
+			if e.op == abi.OpLookup {
+				span = aesni.ResponseSpan(e.lk.total)
+			}
+			base, ok := r.out.counters(span)
 			if !ok { // dropped: its initiator times out
 				r.dequeue(cl, t, i)
 				continue
 			}
 			e.base = base
 		}
-		if !r.stream(e, rg) {
+		if e.op == abi.OpLookup {
+			done, gone := r.streamLookup(e, rg)
+			if gone { // its target's region was deregistered while partly sent: the initiator times out
+				r.st.ReqExpired++
+				r.dequeue(cl, t, i)
+				continue
+			}
+			if !done {
+				r.resume[cl] = t
+				return served
+			}
+		} else if !r.stream(e, rg) {
 			r.resume[cl] = t
 			return served // resume this request on the next Poll
 		}
@@ -577,9 +609,9 @@ func (r *responder) stream(e *inbound, rg *region) bool {
 	f.SrcIP, f.DstIP = o.ip, e.ip
 	f.SrcPort, f.DstPort = o.udp, e.port
 	f.DSCP = o.dscp[e.class]
-	f.Type, f.Status, f.Flags = wire.TypeReadResp, 0, 0
+	f.Type, f.Status, f.Flags, f.Aux = wire.TypeReadResp, 0, 0, 0
 	f.PID, f.Tag, f.Region = e.pid, e.tag, e.region
-	return o.stream(e.aead, rg.mem[e.offset:e.offset+uint64(e.length)], int(e.chunk), &e.sent, e.base, e.iv[:])
+	return o.stream(e.aead, rg.mem[e.offset:e.offset+uint64(e.length)], int(e.chunk), &e.sent, 0, e.base, e.iv[:])
 }
 
 // lowHoldDiv: a low-class request that has waited TIMEOUT/lowHoldDiv is
@@ -600,6 +632,9 @@ func (r *responder) checkRequest(e *inbound) abi.Status {
 	rg := r.regions.lookup(abi.RegionID(e.region))
 	if rg == nil {
 		return abi.StatusRemoteRegion
+	}
+	if e.op == abi.OpLookup {
+		return checkLookup(e, rg)
 	}
 	need := abi.PermRemoteRead
 	switch e.op {

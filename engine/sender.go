@@ -189,11 +189,13 @@ func (o *sender) ownsPort(p uint16) bool {
 // stream sends data[*sent:] as frames of at most chunk bytes, each
 // sealed under a straight from data into the frame (one pass, fused with
 // the cipher), its IV the response nonce of base and the frame's offset,
-// curry (the request's or the pull's IV) curried in. The caller has set
-// hdr's addresses, ports, DSCP, type, PID, tag and region; stream sets each
-// frame's length and offset, and advances *sent. It returns false when it
-// ran out of tx buffers: call it again later.
-func (o *sender) stream(a *aesni.AEAD, data []byte, chunk int, sent *uint32, base uint64, curry []byte) bool {
+// curry (the request's or the pull's IV) curried in. data sits at offset
+// at (a multiple of wire.ChunkAlign) of the op: a frame's offset is at
+// plus its offset in data. The caller has set hdr's addresses, ports,
+// DSCP, type, PID, tag and region; stream sets each frame's length and
+// offset, and advances *sent. It returns false when it ran out of tx
+// buffers: call it again later.
+func (o *sender) stream(a *aesni.AEAD, data []byte, chunk int, sent *uint32, at uint32, base uint64, curry []byte) bool {
 	f := &o.hdr
 	for *sent < uint32(len(data)) {
 		b := o.buffer()
@@ -202,8 +204,8 @@ func (o *sender) stream(a *aesni.AEAD, data []byte, chunk int, sent *uint32, bas
 		}
 		off := *sent
 		n := min(len(data)-int(off), chunk)
-		f.Length, f.Offset = uint32(n), uint64(off)
-		aesni.PutResponseNonce(f.IV[:], o.ipb, base, uint64(off))
+		f.Length, f.Offset = uint32(n), uint64(at+off)
+		aesni.PutResponseNonce(f.IV[:], o.ipb, base, uint64(at+off))
 		fl := wire.Encode(b, f, n)
 		o.sealFor(b).sealResponse(a, wire.Sealed(b, n), data[off:off+uint32(n)], wire.IV(b), wire.AAD(b), curry)
 		o.emit(b, fl)

@@ -185,11 +185,11 @@ func (n *initiator) reshare() {
 
 // ---- queues --------------------------------------------------------------
 
-// debitOf is what op s debits from the window in service: a READ its
-// size, a WRITE or REKEY the 64 bytes of its pull and acknowledgment
+// debitOf is what op s debits from the window in service: a READ or a
+// LOOKUP its size (a LOOKUP's answer is at most that), a WRITE or REKEY the 64 bytes of its pull and acknowledgment
 // (slot.debit from the post on).
 func debitOf(s *slot) uint32 {
-	if s.op == abi.OpRead {
+	if s.op == abi.OpRead || s.op == abi.OpLookup { // solicits its answer, of at most its length
 		return s.length
 	}
 	return wire.ChunkAlign

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/onerma/onerma/abi"
@@ -78,7 +79,10 @@ func (s *SourcePort) AllocSlots(n int) ([]abi.SlotID, error) {
 // RegisterRegion enters mem into the engine's RRT as a region of the
 // source, protected by kr, as Core.RegisterRegion does for a portal.
 func (s *SourcePort) RegisterRegion(mem []byte, perm abi.Perm, kr aesni.Key) (abi.RegionID, error) {
-	return s.c.regions.add(s.id, 0, mem, perm, kr)
+	if perm&abi.PermRemoteLookup != 0 {
+		return 0, fmt.Errorf("%w: PermRemoteLookup without a bucket layout", ErrLayout)
+	}
+	return s.c.regions.add(s.id, 0, mem, perm, kr, nil)
 }
 
 // Post hands cmd to the initiator, as Poll hands an application's

@@ -92,8 +92,9 @@
 //
 // The owner states its intent in Config.Permits: each Permit names a
 // client by its certificate's subject common name (the name CA.IssueClient
-// was given) and grants it K_d for some ops (Read, Write, Rekey; Read
-// alone when it names none) on some regions (all when it names none). A
+// was given) and grants it K_d for some ops (Read, Write, Rekey, Lookup;
+// Read alone when it names none; Read does not stand for Lookup) on some
+// regions (all when it names none). A
 // request is granted only when
 //
 //   - a Permit of the client's name covers the region and the op;
@@ -120,7 +121,7 @@
 //
 //	request (16 B):
 //	 0  version u8 (1)
-//	 1  op u8         abi.Op: 1 READ, 2 WRITE, 3 REKEY
+//	 1  op u8         abi.Op: 1 READ, 2 WRITE, 3 REKEY, 4 LOOKUP
 //	 2  reserved u16  zero
 //	 4  initiator     the reader's engine IPv4 address, network byte order
 //	 8  PID u32       the reader's identity as its engine stamps it
@@ -137,7 +138,7 @@
 //	16  length u64    the region's size in bytes
 //	24  K_d           16 B
 //	refusal (5..260 B):
-//	 4  message       UTF-8, why (e.g. "op 9 unknown, want 1 (READ), 2 (WRITE) or 3 (REKEY)")
+//	 4  message       UTF-8, why (e.g. "op 9 unknown, want 1 (READ), 2 (WRITE), 3 (REKEY) or 4 (LOOKUP)")
 //
 // A malformed request (CodeBadRequest) is answered and the connection
 // closed; a well-formed request the owner will not grant (CodeNotGranted,

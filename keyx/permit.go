@@ -19,7 +19,8 @@ const (
 	Read   Ops = 1 << iota // READ K_d
 	Write                  // WRITE K_d
 	Rekey                  // REKEY K_d: whoever holds it can install a K_r the owner does not know
-	allOps = Read | Write | Rekey
+	Lookup                 // LOOKUP K_d: a bucket scan of an index and the record its entry points to
+	allOps = Read | Write | Rekey | Lookup
 )
 
 // opsOf is the Ops bit of one op type (0 for an unknown one).
@@ -31,6 +32,8 @@ func opsOf(op portal.OpType) Ops {
 		return Write
 	case portal.OpRekey:
 		return Rekey
+	case portal.OpLookup:
+		return Lookup
 	}
 	return 0
 }
@@ -48,7 +51,7 @@ func (o Ops) String() string {
 	for _, x := range []struct {
 		o    Ops
 		name string
-	}{{Read, "READ"}, {Write, "WRITE"}, {Rekey, "REKEY"}} {
+	}{{Read, "READ"}, {Write, "WRITE"}, {Rekey, "REKEY"}, {Lookup, "LOOKUP"}} {
 		if o&x.o != 0 {
 			names = append(names, x.name)
 		}
@@ -59,7 +62,8 @@ func (o Ops) String() string {
 	return strings.Join(names, "+")
 }
 
-// ParseOps reads op names joined by '+' ("read", "read+write"; any case).
+// ParseOps reads op names joined by '+' ("read", "read+write",
+// "read+lookup"; any case).
 func ParseOps(s string) (Ops, error) {
 	var o Ops
 	for _, name := range strings.Split(s, "+") {
@@ -70,8 +74,10 @@ func ParseOps(s string) (Ops, error) {
 			o |= Write
 		case "rekey":
 			o |= Rekey
+		case "lookup":
+			o |= Lookup
 		default:
-			return 0, fmt.Errorf("op %q unknown, want read, write or rekey (joined by +)", name)
+			return 0, fmt.Errorf("op %q unknown, want read, write, rekey or lookup (joined by +)", name)
 		}
 	}
 	return o, nil

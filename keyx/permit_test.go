@@ -187,6 +187,34 @@ func TestPermitsRegionsAndOps(t *testing.T) {
 	}
 }
 
+// LOOKUP K_d: granted by a permit's Lookup, for a region with
+// PermRemoteLookup only; READ does not stand for it.
+func TestPermitsLookup(t *testing.T) {
+	ca := mustCA(t)
+	idx := &fakeRegion{id: 0x10001, size: 4096, perm: abi.PermRemoteLookup}
+	plain := &fakeRegion{id: 0x10002, size: 4096, perm: abi.PermRemoteRead}
+	permits := []Permit{{Client: "dave", Ops: Read | Lookup, Addrs: []netip.Prefix{AnyAddress}}, {Client: "erin", Addrs: []netip.Prefix{AnyAddress}}}
+	addr, _, _ := startServerPermits(t, mustIssue(t, ca, "owner", true), permits, idx, plain)
+	fetch := func(who string, op abi.Op, reg *fakeRegion) (Grant, error) {
+		c, err := Dial(ctx(t), addr, mustClient(t, ca, who))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.Fetch(ctx(t), Request{Initiator: netip.MustParseAddr("10.1.1.1"), PID: 3, Region: reg.id, Op: op})
+	}
+	g, err := fetch("dave", abi.OpLookup, idx)
+	if err != nil || g.Op != abi.OpLookup || g.Key != aesni.DeriveKey(idx.kr, [4]byte{10, 1, 1, 1}, 3, uint8(abi.OpLookup)) {
+		t.Fatalf("LOOKUP on the index: %+v %v", g, err)
+	}
+	if _, err := fetch("dave", abi.OpLookup, plain); !errors.Is(err, ErrPermission) {
+		t.Fatalf("LOOKUP on a region without PermRemoteLookup: %v", err)
+	}
+	if _, err := fetch("erin", abi.OpLookup, idx); !errors.Is(err, ErrNotGranted) || !strings.Contains(err.Error(), "not granted LOOKUP") {
+		t.Fatalf("LOOKUP granted READ only: %v", err)
+	}
+}
+
 func TestNewServerPermits(t *testing.T) {
 	ca := mustCA(t)
 	creds := mustIssue(t, ca, "owner", true)
@@ -196,7 +224,7 @@ func TestNewServerPermits(t *testing.T) {
 	}{
 		{nil, "keyx: server: no permits: name the clients that may have K_d (Config.Permits)"},
 		{[]Permit{{}}, `keyx: server: permit 0 (""): no client name`},
-		{[]Permit{{Client: "a"}, {Client: "b", Ops: 8}}, `keyx: server: permit 1 ("b"): ops 0x8 unknown`},
+		{[]Permit{{Client: "a"}, {Client: "b", Ops: 16}}, `keyx: server: permit 1 ("b"): ops 0x10 unknown`},
 		{[]Permit{{Client: "a", Regions: []abi.RegionID{}}}, `permit 0 ("a"): an empty region list (nil means every region)`},
 		{[]Permit{{Client: "a", Regions: []abi.RegionID{0}}}, `permit 0 ("a"): region 0 is never registered`},
 		{[]Permit{{Client: "a", Addrs: prefixes("fd00::/64")}}, `permit 0 ("a"): address fd00::/64 is not an IPv4 address or prefix`},
@@ -244,7 +272,7 @@ func TestParsePermit(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"", `permit "": no client name`},
 		{"=read", `permit "=read": no client name`},
-		{"a=", `permit "a=": op "" unknown, want read, write or rekey (joined by +)`},
+		{"a=", `permit "a=": op "" unknown, want read, write, rekey or lookup (joined by +)`},
 		{"a=read+delete", `op "delete" unknown`},
 		{"a@", `permit "a@": address "": want an IPv4 address, a prefix (10.0.0.0/24) or any`},
 		{"a@host", `address "host": want`},
@@ -256,6 +284,9 @@ func TestParsePermit(t *testing.T) {
 	}
 	if s := (Read | Write | Rekey).String(); s != "READ+WRITE+REKEY" {
 		t.Fatal(s)
+	}
+	if o, err := ParseOps("read+LOOKUP"); err != nil || o != Read|Lookup || o.String() != "READ+LOOKUP" {
+		t.Fatalf("%v %v", o, err)
 	}
 }
 

@@ -30,7 +30,7 @@ type Request struct {
 	Initiator netip.Addr      // the reader's engine IPv4 address
 	PID       uint32          // the reader's PID as its engine stamps it (portal.Identity)
 	Region    portal.RegionID // the owner's region
-	Op        portal.OpType   // portal.OpRead, portal.OpWrite or portal.OpRekey
+	Op        portal.OpType   // portal.OpRead, portal.OpWrite, portal.OpRekey or portal.OpLookup
 }
 
 // RequestFor is the request of the process behind id (its portal's
@@ -160,13 +160,13 @@ func unicast4(a netip.Addr) bool {
 }
 
 func validOp(op portal.OpType) bool {
-	return op == portal.OpRead || op == portal.OpWrite || op == portal.OpRekey
+	return op == portal.OpRead || op == portal.OpWrite || op == portal.OpRekey || op == portal.OpLookup
 }
 
 // check is what both ends require of a request before it is sent or served.
 func (r *Request) check() error {
 	if !validOp(r.Op) {
-		return fmt.Errorf("op %d unknown, want 1 (READ), 2 (WRITE) or 3 (REKEY)", uint8(r.Op))
+		return fmt.Errorf("op %d unknown, want 1 (READ), 2 (WRITE), 3 (REKEY) or 4 (LOOKUP)", uint8(r.Op))
 	}
 	if !unicast4(r.Initiator) {
 		return fmt.Errorf("initiator %v is not a unicast IPv4 address", r.Initiator)

@@ -341,7 +341,8 @@ func (s *Server) grant(peer *x509.Certificate, req Request) (Grant, Code, error)
 	if !ok {
 		return Grant{}, CodeUnknownRegion, fmt.Errorf("region %#x is not served here", uint32(req.Region))
 	}
-	need := map[portal.OpType]portal.Perm{portal.OpRead: portal.PermRemoteRead, portal.OpWrite: portal.PermRemoteWrite, portal.OpRekey: portal.PermRemoteRekey}[req.Op]
+	need := map[portal.OpType]portal.Perm{portal.OpRead: portal.PermRemoteRead, portal.OpWrite: portal.PermRemoteWrite,
+		portal.OpRekey: portal.PermRemoteRekey, portal.OpLookup: portal.PermRemoteLookup}[req.Op]
 	if r.Perm()&need == 0 {
 		return Grant{}, CodePermission, fmt.Errorf("region %#x does not allow remote %v", uint32(req.Region), req.Op)
 	}

@@ -54,6 +54,13 @@ type ClientConfig struct {
 	// it (default 10 ms).
 	HintBatch int
 	HintFlush time.Duration
+	// NoLookup reads every GET with READs (the bucket, then the record)
+	// even from servers whose index takes LOOKUPs. Otherwise a GET of a
+	// server that grants a LOOKUP K_d is one LOOKUP of the key's hash in
+	// its bucket: the slot and its record in one round trip; it goes on
+	// with READs when the record does not fit one LOOKUP, when the slot
+	// found is not the key's, and when the engine refuses the op.
+	NoLookup bool
 	// RPCTimeout bounds each RPC and key exchange (default 5 s).
 	RPCTimeout time.Duration
 	// VNodes is the ring's points per server (default 160).
@@ -144,6 +151,9 @@ type Client struct {
 	reps    []*replica
 	sink    *portal.Region
 	area    uint64 // sink bytes per attempt
+	// noLookup: the local engine refused a LOOKUP (BAD_COMMAND: an engine
+	// without the op); every GET reads with READs from then on.
+	noLookup bool
 	t0      time.Time
 	gets    []getOp
 	freeG   []int32
@@ -195,6 +205,10 @@ type ClientStats struct {
 	Corrupt   uint64
 	// Hedges sent, and GETs the hedge answered first.
 	Hedges, HedgeWins uint64
+	// Lookups completed (the first op of a GET on a server that takes
+	// them); LookupReads: GETs that went on with READs after one (a record
+	// beyond one LOOKUP, a slot not the key's, the op refused).
+	Lookups, LookupReads uint64
 	Sets, Deletes     uint64
 	// The pools: attempts (a READ sequence on one replica, with its slice
 	// of the sink) and the portal's slots, free and in all. With no GET

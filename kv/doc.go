@@ -13,9 +13,11 @@
 // the K_d of both regions, and an RPC over mutually authenticated TLS 1.3
 // (keyx credentials: keyx.Credentials.ServerTLS, ClientTLS) for SET,
 // DELETE, access hints and DESCRIBE. A GET never involves the server's
-// application: the client READs the key's bucket and, when the value is
-// not in the bucket, READs the record the bucket points to; the server's
-// engine serves both.
+// application: the client LOOKUPs the key's hash in its bucket (one round
+// trip: the slot and the record it points to, or the bucket when no slot
+// has the hash), or READs the key's bucket and, when the value is not in
+// the bucket, READs the record the bucket points to; the server's engine
+// serves them.
 //
 // Clients are named by their certificates (keyx.Permit, in
 // ServerConfig.Permits): a client granted keyx.Read gets the K_d of both
@@ -53,6 +55,29 @@
 //	  12  key len u8, kind u8 (3), zero u16
 //	  16  key ‖ value
 //	   …  sum u64      XXH64 of everything before it
+//
+// # LOOKUPs
+//
+// The server registers its index with its bucket layout (IndexLayout: a
+// slot's tag is its key hash, its pointer offset/64 into the slab, its
+// length the record's) and PermRemoteLookup, and its key exchange grants
+// the LOOKUP K_d wherever it grants Read. A client that got that K_d GETs
+// with one LOOKUP (abi.OpLookup) of the key's hash in its bucket, asking
+// for the bucket on a miss, of up to 4 KB: OK brings the slot at 0 and its
+// record at 64; REMOTE_NOT_FOUND the bucket (an inline value is found
+// there, or no key). The slot and the record are checked as a READ's are
+// (below), and the answer's length must be the slot's record's: the
+// engine scanned the slot at one moment and sent it at another, so a slot
+// and record from either side of a SET fail a check and are read again
+// (ClientStats.Retries; a slot torn under the scan may also point nowhere:
+// REMOTE_LOOKUP_BOUNDS, read again). A record too large for one LOOKUP
+// (REMOTE_LOOKUP_TOO_LARGE), a slot of another key with the hash, and a
+// refusal (BAD_COMMAND from an engine without the op: never again on
+// this client; REMOTE_PERMISSION) go on with the READs
+// (ClientStats.LookupReads). A server on an engine that refuses the
+// layout, or with ServerConfig.NoLookup, registers its index for READs
+// and grants no LOOKUP K_d; its clients READ (ClientConfig.NoLookup reads
+// too).
 //
 // # Reads and writes that race
 //

@@ -25,6 +25,10 @@ const (
 const (
 	phaseBucket = iota
 	phaseRecord
+	// phaseLookup: one LOOKUP of the key's hash in its bucket
+	// (IndexLayout), asking for the bucket when no slot has the hash: the
+	// slot and its record at once, or the bucket.
+	phaseLookup
 )
 
 // maxRetries bounds the READs one GET does again on one replica after
@@ -80,6 +84,10 @@ type attempt struct {
 	v       *view
 	hedgeNs int64 // when to hedge (0: never)
 	slot    Slot  // phaseRecord: the pointer being followed
+	// phaseLookup: the LOOKUP's status and answer length (a miss, a
+	// record too large and a refusal are answers, not failures).
+	lkSt  portal.Status
+	lkLen uint32
 }
 
 func cookie(ai int32, gen uint32) uint64 { return uint64(ai)<<32 | uint64(gen) }
@@ -237,6 +245,7 @@ func (c *Client) launch(gi int32, now int64, hedge bool) bool {
 	ai := c.allocAttempt(c.reps[g.reps[k]])
 	a := &c.atts[ai]
 	a.get, a.hedge = gi, hedge
+	a.phase = c.firstPhase(a)
 	g.tried |= 1 << k
 	g.live++
 	if g.atts[0] < 0 {
@@ -300,10 +309,16 @@ func (c *Client) postPending(ai int32) {
 			key    *portal.Key
 			dst    uint64
 			n      uint32
+			typ    = portal.OpRead
+			tag    uint64
 		)
 		switch {
 		case a.probe:
 			region, off, key, dst, n = v.IndexRegion, 0, &v.idxKey, sink, SlotBytes
+		case a.phase == phaseLookup:
+			b := a.bucket(c)
+			region, off, key, dst, n = v.IndexRegion, b*uint64(v.Ways)*SlotBytes, &v.lkKey, sink, portal.MaxOpBytes
+			typ, tag = portal.OpLookup, c.gets[a.get].h
 		case a.phase == phaseBucket:
 			b := a.bucket(c)
 			region, off, key, dst, n = v.IndexRegion, b*uint64(v.Ways)*SlotBytes, &v.idxKey, sink, v.Ways*SlotBytes
@@ -317,9 +332,9 @@ func (c *Client) postPending(ai int32) {
 			return
 		}
 		err := c.p.Post(&portal.Op{
-			Type: portal.OpRead, Slot: s, Cookie: cookie(ai, a.gen),
+			Type: typ, Slot: s, Cookie: cookie(ai, a.gen),
 			Remote: v.Owner, RemoteRegion: portal.RegionID(region), RemoteOffset: off, Key: *key,
-			Local: c.sink, LocalOffset: dst, Length: n,
+			Local: c.sink, LocalOffset: dst, Length: n, Tag: tag, LookupBucket: typ == portal.OpLookup,
 		})
 		if err != nil {
 			c.p.Release(s)
@@ -340,12 +355,22 @@ func (c *Client) postPending(ai int32) {
 			return
 		}
 		a.ops++
-		if a.probe || a.phase == phaseBucket {
+		if a.probe || a.phase == phaseBucket || a.phase == phaseLookup {
 			a.pending = false
 		} else if a.next += n; a.next == a.slot.Len {
 			a.pending = false
 		}
 	}
+}
+
+// firstPhase is how an attempt starts reading: a LOOKUP when its view's
+// index takes them and the local engine has not refused one, else the
+// bucket's READ.
+func (c *Client) firstPhase(a *attempt) uint8 {
+	if a.v.lookup && !c.noLookup && !a.probe {
+		return phaseLookup
+	}
+	return phaseBucket
 }
 
 // bucket is the key's bucket on the attempt's replica.
@@ -455,15 +480,22 @@ func (c *Client) complete(cp *portal.Completion, now int64) {
 	a.ops--
 	r := a.rep
 	r.st.Reads++
-	if cp.Status == portal.StatusOK {
+	st := cp.Status
+	if a.phase == phaseLookup {
+		a.lkSt, a.lkLen = st, cp.Length
+		if lookupAnswered(st) { // settleLookup goes on from it
+			st = portal.StatusOK
+		}
+	}
+	if st == portal.StatusOK {
 		r.stuck = 0
-		if a.phase == phaseBucket {
+		if a.phase == phaseBucket || a.phase == phaseLookup {
 			r.noteLatency(cp.TotalDelayNs, &c.scratch)
 		}
 	} else {
 		r.st.Failed++
 		if a.status == portal.StatusOK {
-			a.status = cp.Status
+			a.status = st
 		}
 		a.pending = false // post nothing more for a failed phase
 	}

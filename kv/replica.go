@@ -26,6 +26,10 @@ type view struct {
 	Layout
 	idxKey, slabKey aesni.Key
 	maxRecord       uint32 // the server's largest record
+	// lookup: the server's index takes LOOKUPs and lkKey is their K_d
+	// (its key exchange granted it); else GETs are READs.
+	lookup bool
+	lkKey  aesni.Key
 }
 
 // replica is one server as one client sees it. The fields above mu
@@ -309,6 +313,13 @@ func (r *replica) refresh() error {
 			return fmt.Errorf("kv: server %s: its key exchange names engine %v, its layout %v", r.addr.RPC, g.Owner, l.Owner)
 		}
 		*k.key = g.Key
+	}
+	// The LOOKUP K_d: refused when the index takes no LOOKUPs (a server
+	// on an older engine, or NoLookup: ErrPermission) or by an older key
+	// exchange (a bad request); GETs are READs then. (fetch closes the
+	// session on a failure: the next fetch dials again.)
+	if g, err := r.fetch(ctx, kxAddr, keyx.RequestFor(r.c.id, abi.RegionID(l.IndexRegion), abi.OpLookup)); err == nil && g.Owner == l.Owner && !r.c.cfg.NoLookup {
+		v.lookup, v.lkKey = true, g.Key
 	}
 	r.fresh.Store(v)
 	r.c.refreshed.Store(true)

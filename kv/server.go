@@ -46,6 +46,14 @@ type ServerConfig struct {
 	// least 1 MB and one largest record).
 	SlabBytes uint64
 	MaxValue  int // the largest value accepted (default 64 KB, at most MaxValueBytes)
+	// NoLookup registers the index for READs only, as a server on an
+	// engine without LOOKUP does: clients read every GET with a READ of
+	// the bucket and READs of the record. Otherwise the index is
+	// registered with its bucket layout (IndexLayout) and PermRemoteLookup,
+	// and a client granted keyx.Read gets its LOOKUP K_d too: a GET of a
+	// value up to about 4 KB is one LOOKUP. An engine that refuses the
+	// layout (an older one) gets the index for READs only.
+	NoLookup bool
 	// Logf, if set, receives a line per connection refused or failed.
 	Logf func(format string, args ...any)
 	// The update RPC's connections: HandshakeTimeout bounds a
@@ -185,11 +193,19 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
 	idxBytes := cfg.Buckets * uint64(cfg.Ways) * SlotBytes
-	if s.idx, err = s.p.RegisterRegion(idxBytes, abi.PermRemoteRead); err != nil {
-		return nil, fmt.Errorf("kv: server: index region of %d bytes: %w", idxBytes, err)
-	}
 	if s.slab, err = s.p.RegisterRegion(cfg.SlabBytes, abi.PermRemoteRead); err != nil {
 		return nil, fmt.Errorf("kv: server: slab region of %d bytes: %w", cfg.SlabBytes, err)
+	}
+	if !cfg.NoLookup && idxBytes <= abi.MaxLookupRegionBytes {
+		s.idx, err = s.p.RegisterLookupRegion(idxBytes, abi.PermRemoteRead|abi.PermRemoteLookup, IndexLayout(cfg.Ways, s.slab.ID()))
+		if err != nil && cfg.Logf != nil {
+			cfg.Logf("kv: server: the engine refused the index's bucket layout (%v): GETs are READs", err)
+		}
+	}
+	if s.idx == nil {
+		if s.idx, err = s.p.RegisterRegion(idxBytes, abi.PermRemoteRead); err != nil {
+			return nil, fmt.Errorf("kv: server: index region of %d bytes: %w", idxBytes, err)
+		}
 	}
 	var rnd [16]byte
 	rand.Read(rnd[:])
@@ -197,7 +213,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	id := s.p.Identity()
-	if s.kx, err = keyx.NewServer(keyx.Config{Credentials: cfg.Credentials, Owner: id.Addr, Permits: cfg.Permits, Logf: cfg.Logf, Conns: cfg.Conns}); err != nil {
+	if s.kx, err = keyx.NewServer(keyx.Config{Credentials: cfg.Credentials, Owner: id.Addr, Permits: lookupPermits(cfg.Permits), Logf: cfg.Logf, Conns: cfg.Conns}); err != nil {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
 	s.kx.Add(s.idx)
@@ -391,7 +407,8 @@ func (s *Server) admit(peer *x509.Certificate, op uint8) (code byte, msg string,
 	case ops == 0:
 		return codeNotGranted, fmt.Sprintf("certificate %q is granted nothing by this server", name), false
 	case ops&keyx.Write == 0 && (op == opSet || op == opDelete || op == opHints):
-		return codeNotGranted, fmt.Sprintf("certificate %q may not update (%s): it is granted %v only", name, opName(op), ops), false
+		// (Lookup is the server's own addition to Read: lookupPermits)
+		return codeNotGranted, fmt.Sprintf("certificate %q may not update (%s): it is granted %v only", name, opName(op), ops&^keyx.Lookup), false
 	}
 	return 0, "", true
 }
@@ -555,4 +572,32 @@ func parseStats(b []byte) (StoreStats, error) {
 	st = StoreStats{Items: v(0), Records: v(1), Sets: v(2), Deletes: v(3), EvictedIndex: v(4), EvictedSlab: v(5),
 		Hints: v(6), HintsUnmatched: v(7), SlabPages: uint32(v(8)), SlabPagesTotal: uint32(v(9))}
 	return st, nil
+}
+
+// IndexLayout is the bucket layout of a server's index (a region of
+// buckets of ways slots of 64 bytes, package doc): a slot's tag is its
+// key hash (a pointer slot's bytes 8..15), its pointer the record's slab
+// offset / 64 (bytes 24..27), its length the record's (28..31), into the
+// slab region. A LOOKUP of a key's hash in its bucket answers with the
+// slot and its record.
+func IndexLayout(ways int, slab abi.RegionID) abi.BucketLayout {
+	return abi.BucketLayout{BucketBytes: uint32(ways) * SlotBytes, EntryBytes: SlotBytes,
+		TagOff: 8, TagWidth: 8, PtrOff: 24, PtrWidth: 4, PtrShift: 6, LenOff: 28, LenWidth: 4, Linked: slab}
+}
+
+// lookupPermits are ps with Lookup added wherever Read is granted: a
+// LOOKUP of the index reads nothing a READ of the index and the slab
+// would not.
+func lookupPermits(ps []keyx.Permit) []keyx.Permit {
+	out := make([]keyx.Permit, len(ps))
+	for i, p := range ps {
+		if p.Ops == 0 {
+			p.Ops = keyx.Read
+		}
+		if p.Ops&keyx.Read != 0 {
+			p.Ops |= keyx.Lookup
+		}
+		out[i] = p
+	}
+	return out
 }

@@ -27,6 +27,10 @@ func (c *Client) settle(ai int32, now int64) {
 	g := &c.gets[gi]
 	key := g.key[:g.klen]
 	sink := c.sink.Bytes()[uint64(ai)*c.area : uint64(ai+1)*c.area]
+	if a.phase == phaseLookup {
+		c.settleLookup(gi, ai, sink, now)
+		return
+	}
 	if a.phase == phaseRecord {
 		val, err := DecodeRecord(sink[abi.MaxOpBytes:abi.MaxOpBytes+uint64(a.slot.Len)], &a.slot, key)
 		switch err {
@@ -39,9 +43,16 @@ func (c *Client) settle(ai int32, now int64) {
 		}
 		return
 	}
-	// The bucket: a slot holding the key answers; with none, a slot read
-	// mid-change might have been it (read again), else the key is not
-	// here.
+	c.settleBucket(gi, ai, sink, now)
+}
+
+// settleBucket goes on from the bucket in sink (a bucket READ's, or a
+// LOOKUP's miss): a slot holding the key answers; with none, a slot read
+// mid-change might have been it (read again), else the key is not here.
+func (c *Client) settleBucket(gi, ai int32, sink []byte, now int64) {
+	a := &c.atts[ai]
+	g := &c.gets[gi]
+	key := g.key[:g.klen]
 	v := a.v
 	unstable, corrupt := false, false
 	for w := range int(v.Ways) {
@@ -77,6 +88,81 @@ func (c *Client) settle(ai int32, now int64) {
 	}
 }
 
+// lookupAnswered: a LOOKUP's statuses that answer it (settleLookup goes
+// on from them) rather than fail its replica.
+func lookupAnswered(st abi.Status) bool {
+	switch st {
+	case abi.StatusRemoteNotFound, abi.StatusRemoteLookupTooLarge, abi.StatusRemoteLookupBounds,
+		abi.StatusBadCommand, abi.StatusRemotePermission:
+		return true
+	}
+	return false
+}
+
+// settleLookup goes on from a LOOKUP of the key's hash in its bucket. OK:
+// the sink holds the slot the engine matched and, from SlotBytes on, the
+// record it points to; both are checked as a READ's would be (the slot's
+// sequence and sum, the key; the record's stamp against the slot's, its
+// key and sum), and the answer's length must be the slot's record's: a
+// slot and a record read while a SET changed them do not pass, and are
+// read again. A miss brings the bucket (an inline value, a slot torn
+// under the scan, or no key). A record too large for one LOOKUP, a slot
+// of another key with the same tag, and a refusal go on with READs.
+func (c *Client) settleLookup(gi, ai int32, sink []byte, now int64) {
+	a := &c.atts[ai]
+	g := &c.gets[gi]
+	key := g.key[:g.klen]
+	v := a.v
+	c.st.Lookups++
+	switch a.lkSt {
+	case abi.StatusOK:
+		s, err := DecodeSlot(sink[:SlotBytes], v.SlabBytes, v.maxRecord)
+		switch {
+		case err == ErrUnstable:
+			c.retry(gi, ai, now)
+			return
+		case err != nil:
+			c.corrupt(gi, ai, now)
+			return
+		case s.Kind != kindPointer || !s.Matches(key, g.h):
+			// (an inline slot whose key bytes are the hash, or a slot
+			// changed since the scan): the bucket tells
+		case a.lkLen != SlotBytes+s.Len:
+			c.retry(gi, ai, now) // the record followed is not the slot's sent
+			return
+		default:
+			if s.Len > recordLen(MaxKeyBytes, c.cfg.MaxValue) {
+				c.finish(gi, nil, ErrValueTooLarge, a, now)
+				return
+			}
+			val, err := DecodeRecord(sink[SlotBytes:SlotBytes+uint64(s.Len)], &s, key)
+			switch err {
+			case nil:
+				c.finish(gi, val, nil, a, now)
+			case ErrCorrupt:
+				c.corrupt(gi, ai, now)
+			default:
+				c.retry(gi, ai, now)
+			}
+			return
+		}
+	case abi.StatusRemoteNotFound:
+		if a.lkLen == v.Ways*SlotBytes {
+			c.settleBucket(gi, ai, sink, now)
+			return
+		}
+	case abi.StatusRemoteLookupBounds: // a slot torn under the scan
+		c.retry(gi, ai, now)
+		return
+	case abi.StatusBadCommand: // the local engine has no LOOKUP
+		c.noLookup = true
+	}
+	// READs: the bucket, then the record.
+	c.st.LookupReads++
+	a.phase, a.next, a.pending, a.hedgeNs = phaseBucket, 0, true, 0
+	c.postPending(ai)
+}
+
 // retry reads the bucket again on the same replica (a race with a SET).
 // A GET that raced maxRetries times tries the next replica (the key is
 // being rewritten faster than it can be read; the replica is not broken).
@@ -90,7 +176,7 @@ func (c *Client) retry(gi, ai int32, now int64) {
 		return
 	}
 	a := &c.atts[ai]
-	a.phase, a.next, a.pending, a.hedgeNs = phaseBucket, 0, true, 0
+	a.phase, a.next, a.pending, a.hedgeNs = c.firstPhase(a), 0, true, 0
 	c.postPending(ai)
 }
 

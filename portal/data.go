@@ -10,7 +10,7 @@ import (
 	"github.com/onerma/onerma/abi"
 )
 
-// Op is one op to post: a READ, a WRITE or a REKEY of a remote region,
+// Op is one op to post: a READ, a WRITE, a REKEY or a LOOKUP of a remote region,
 // through this portal's engine to the engine at Remote.
 //
 // READ (two hops, paper §3.1) copies Length bytes of the remote region at
@@ -53,6 +53,36 @@ import (
 // its key changed (its owner's Rekey, or another REKEY) after the request
 // authenticated: a REKEY installs only over the key it was asked under.
 //
+// LOOKUP (two hops like a READ; RedN's offloaded lookup, done by the
+// serving engine) names a bucket, at RemoteOffset of a remote region its
+// owner registered with a bucket layout (RegisterLookupRegion) and
+// PermRemoteLookup, and a Tag. The serving engine scans that one bucket
+// for the first entry whose tag field equals Tag, follows its pointer
+// once (into the region, or its linked region) and answers with the entry
+// at LocalOffset and, from the next multiple of 64 on, the bytes it points
+// to (abi.LookupTargetOffset); the bytes between are left as they were.
+// Length is the most the answer may take (the sink's size, 1..MaxOpBytes,
+// debited from the window like a READ's): the completion's Length is the
+// answer's. Local must allow PermLocalWrite. The sink range belongs to the
+// op until its completion. After OK it holds an entry and a target the
+// serving engine read while serving the op; the owner may have been
+// storing meanwhile, so check what came back as after a READ: the entry's
+// tag, its pointer and length against the target, and the target's own
+// check (package kv checks a record's stamp and checksum). The answer is
+// never a mix of two services of the request. Other statuses:
+// REMOTE_NOT_FOUND, no entry has the tag: the sink is untouched, unless
+// LookupBucket was set and the bucket fits Length (the sink then holds the
+// bucket, and the completion's Length is its size); REMOTE_LOOKUP_BOUNDS,
+// the matched entry points outside the region it leads into (corrupt or
+// torn; nothing of the target was read, the sink is untouched);
+// REMOTE_LOOKUP_TOO_LARGE, entry and target exceed Length (the sink is
+// untouched); REMOTE_BOUNDS, the bucket is outside the region;
+// REMOTE_PERMISSION, the region has no bucket layout; TIMEOUT and the
+// rest as for a READ (the sink's contents undefined). An engine that does
+// not know LOOKUP refuses it: BAD_COMMAND at once from the portal's own
+// engine, TIMEOUT from a serving engine of an older protocol (it drops the
+// request as an unknown message); fall back to READs then.
+//
 // Key is the derived key K_d the region's owner gave this process for
 // Type: the owner's Region.DeriveKey of this portal's Identity().Addr,
 // Identity().PID and Type (package keyx fetches it). With any other key
@@ -70,6 +100,11 @@ type Op struct {
 	Local       *Region
 	LocalOffset uint64
 	Length      uint32 // 1..MaxOpBytes; REKEY: 0 or KeySize
+	// Tag is a LOOKUP's tag to match, and LookupBucket asks for the
+	// bucket when nothing matches (abi.FlagLookupBucket); other ops have
+	// neither.
+	Tag          uint64
+	LookupBucket bool
 }
 
 // Post stages op in the command ring without publishing it: Flush
@@ -81,7 +116,8 @@ type Op struct {
 // Post checks what the portal knows, so that common mistakes fail at once
 // and nothing is posted: ErrRegion (Local is not this portal's), ErrLength
 // (Length out of range), ErrBounds (the local range outside Local), ErrAddr
-// (Remote not IPv4), ErrOp (Type unknown, or a REKEY with a RemoteOffset).
+// (Remote not IPv4), ErrOp (Type unknown, a REKEY with a RemoteOffset, a
+// LOOKUP's bucket offset above 2^32-1, a Tag on another op).
 // The engine checks the rest (slot, permissions, the remote side) and
 // reports a failure as the completion's status. Post returns ErrRingFull
 // when the command ring has no free entry (Flush what is staged, Poll, and
@@ -89,8 +125,19 @@ type Op struct {
 // *EngineGoneError once the engine is known gone.
 func (p *Portal) Post(op *Op) error {
 	length := op.Length
+	var flags uint8
+	if op.Type != OpLookup && (op.Tag != 0 || op.LookupBucket) {
+		return ErrOp
+	}
 	switch op.Type {
 	case OpRead, OpWrite:
+	case OpLookup:
+		if op.RemoteOffset > abi.MaxLookupRegionBytes {
+			return ErrOp
+		}
+		if op.LookupBucket {
+			flags = abi.FlagLookupBucket
+		}
 	case OpRekey:
 		if op.RemoteOffset != 0 {
 			return ErrOp
@@ -117,6 +164,7 @@ func (p *Portal) Post(op *Op) error {
 	a := op.Remote.As4()
 	cmd := Command{
 		Op:           op.Type,
+		Flags:        flags,
 		Slot:         op.Slot,
 		Cookie:       op.Cookie,
 		RemoteAddr:   uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]),
@@ -126,6 +174,7 @@ func (p *Portal) Post(op *Op) error {
 		Length:       length,
 		LocalOffset:  op.LocalOffset,
 		Key:          op.Key,
+		Tag:          op.Tag,
 	}
 	return p.PostCommand(&cmd)
 }

@@ -54,8 +54,11 @@
 // local one (two hops); a WRITE copies a local range into a remote region,
 // committed there all at once or not at all (four hops: the serving
 // engine pulls the data); a REKEY installs a new region key K_r in a
-// remote region (four hops). The local range belongs to the op until its
-// completion.
+// remote region (four hops); a LOOKUP scans one bucket of a remote region
+// registered with a bucket layout (RegisterLookupRegion) for a tag and
+// brings back the entry and the bytes it points to (two hops: RedN's
+// offloaded lookup, done by the serving engine). The local range belongs
+// to the op until its completion.
 //
 // Every posted command yields exactly one Completion naming its slot and
 // echoing its cookie, whatever happens (OK, NACK, TIMEOUT, a precise local

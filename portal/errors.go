@@ -26,9 +26,12 @@ var (
 	ErrBounds = errors.New("portal: local offset+length outside the region")
 	// ErrAddr: the remote address is not IPv4.
 	ErrAddr = errors.New("portal: remote address is not IPv4")
-	// ErrOp: the op's Type is not OpRead, OpWrite or OpRekey, or a REKEY
-	// names a remote offset (it replaces the whole region's key).
-	ErrOp = errors.New("portal: op type must be READ, WRITE or REKEY (REKEY: at remote offset 0)")
+	// ErrOp: the op's Type is not OpRead, OpWrite, OpRekey or OpLookup, a
+	// REKEY names a remote offset (it replaces the whole region's key), a
+	// LOOKUP's bucket offset is above 2^32-1 (no region with a bucket
+	// layout is larger), or an op other than a LOOKUP has a Tag or
+	// LookupBucket.
+	ErrOp = errors.New("portal: op type must be READ, WRITE, REKEY or LOOKUP (REKEY: at remote offset 0; LOOKUP: a bucket offset below 2^32; a tag only for a LOOKUP)")
 	// ErrSlot: Release of a slot this portal does not own, or that is
 	// already free.
 	ErrSlot = errors.New("portal: slot not owned or already free")

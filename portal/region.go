@@ -105,14 +105,61 @@ func (p *Portal) RegisterRegion(size uint64, perm Perm) (*Region, error) {
 // application chose (paper §4.2). kr must not be all zero (ErrZeroKey).
 // The key goes to the local engine over the control socket only.
 func (p *Portal) RegisterRegionKey(size uint64, perm Perm, kr Key) (*Region, error) {
+	if perm == 0 || perm&^abi.PermAll != 0 {
+		return nil, fmt.Errorf("portal: register_region: perm %#x, want a non-zero subset of %#x (PermRemoteLookup: RegisterLookupRegion)", perm, abi.PermAll)
+	}
+	return p.register(size, perm, kr, BucketLayout{})
+}
+
+// RegisterLookupRegion is RegisterRegion for a region that remote LOOKUPs
+// may scan: its buckets are laid out as lay says, and perm must hold
+// PermRemoteLookup (with any of PermAll's bits). The layout must be valid
+// (BucketLayout.Validate), a bucket must fit the region, the region may
+// hold at most abi.MaxLookupRegionBytes, and lay.Linked, when not 0, must
+// be a region of this portal (the slab pointers lead into; it must stay
+// registered while the index is: a LOOKUP whose entry points into a
+// linked region that is gone ends REMOTE_LOOKUP_BOUNDS).
+func (p *Portal) RegisterLookupRegion(size uint64, perm Perm, lay BucketLayout) (*Region, error) {
+	var kr aesni.Key
+	for kr == (aesni.Key{}) {
+		if _, err := rand.Read(kr[:]); err != nil {
+			return nil, fmt.Errorf("portal: register_region: generating a region key: %w", err)
+		}
+	}
+	return p.RegisterLookupRegionKey(size, perm, lay, kr)
+}
+
+// RegisterLookupRegionKey is RegisterLookupRegion with a region key K_r
+// the application chose.
+func (p *Portal) RegisterLookupRegionKey(size uint64, perm Perm, lay BucketLayout, kr Key) (*Region, error) {
+	if perm&abi.PermRemoteLookup == 0 || perm&^abi.PermAny != 0 {
+		return nil, fmt.Errorf("portal: register_region: perm %#x, want PermRemoteLookup and a subset of %#x", perm, abi.PermAny)
+	}
+	if err := lay.Validate(); err != nil {
+		return nil, fmt.Errorf("portal: register_region: %w", err)
+	}
+	if size > abi.MaxLookupRegionBytes || uint64(lay.BucketBytes) > size {
+		return nil, fmt.Errorf("portal: register_region: size %d, want %d..%d for buckets of %d bytes", size, lay.BucketBytes, uint64(abi.MaxLookupRegionBytes), lay.BucketBytes)
+	}
+	if lay.Linked != 0 {
+		p.mu.Lock()
+		_, ok := p.regions[lay.Linked]
+		p.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("portal: register_region: linked region %#x is not a region of this portal", uint32(lay.Linked))
+		}
+	}
+	return p.register(size, perm, kr, lay)
+}
+
+// register creates, maps and registers a region (lay.BucketBytes 0: no
+// bucket layout).
+func (p *Portal) register(size uint64, perm Perm, kr Key, lay BucketLayout) (*Region, error) {
 	if kr == (aesni.Key{}) {
 		return nil, fmt.Errorf("portal: register_region: %w", ErrZeroKey)
 	}
 	if size < 1 || size > ctlmsg.MaxRegionBytes {
 		return nil, fmt.Errorf("portal: register_region: size %d, want 1..%d", size, uint64(ctlmsg.MaxRegionBytes))
-	}
-	if perm == 0 || perm&^abi.PermAll != 0 {
-		return nil, fmt.Errorf("portal: register_region: perm %#x, want a non-zero subset of %#x", perm, abi.PermAll)
 	}
 	resp, fd, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpCreateRegion, Size: size})
 	if err != nil {
@@ -131,7 +178,7 @@ func (p *Portal) RegisterRegionKey(size uint64, perm Perm, kr Key) (*Region, err
 	if err != nil {
 		return nil, fmt.Errorf("portal: create_region: %w", err)
 	}
-	resp, _, err = p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpRegisterRegion, Memory: mr.Memory, Perm: perm, Key: ctlmsg.Key(kr)})
+	resp, _, err = p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpRegisterRegion, Memory: mr.Memory, Perm: perm, Key: ctlmsg.Key(kr), Layout: lay})
 	if err != nil {
 		// Whatever failed, the engine dropped the memory or drops it at the
 		// next create_region: let go of it, so the tenant is not charged

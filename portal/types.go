@@ -11,7 +11,7 @@ import (
 // cipher's (package aesni): the same type under another name, so code that
 // imports those packages too mixes them freely.
 type (
-	// OpType is the type of an op: OpRead, OpWrite or OpRekey.
+	// OpType is the type of an op: OpRead, OpWrite, OpRekey or OpLookup.
 	OpType = abi.Op
 	// SlotID names a command slot (AllocSlots, Slot).
 	SlotID = abi.SlotID
@@ -29,6 +29,9 @@ type (
 	Command = abi.Command
 	// Key is a 128-bit key: a region key K_r or a derived key K_d.
 	Key = aesni.Key
+	// BucketLayout is how a region's buckets are laid out, for LOOKUPs
+	// (RegisterLookupRegion).
+	BucketLayout = abi.BucketLayout
 )
 
 // Op types.
@@ -36,6 +39,9 @@ const (
 	OpRead  = abi.OpRead  // two hops: request, responses (paper §3.1)
 	OpWrite = abi.OpWrite // four hops: the serving engine pulls the data (§5.1)
 	OpRekey = abi.OpRekey // install a region key; four hops like a WRITE (§5.2)
+	// OpLookup: two hops like a READ; the serving engine scans one bucket
+	// for a tag and answers with the entry and what it points to (RedN).
+	OpLookup = abi.OpLookup
 )
 
 // Region permissions: what the owner's own ops may do with a region and
@@ -47,6 +53,11 @@ const (
 	PermRemoteWrite = abi.PermRemoteWrite // remote WRITE ops may write it
 	PermRemoteRekey = abi.PermRemoteRekey // remote REKEY ops may change its key
 	PermAll         = abi.PermAll         // all of the above
+	// PermRemoteLookup: remote LOOKUP ops may scan its buckets; only a
+	// region with a bucket layout has it (RegisterLookupRegion), so it is
+	// not in PermAll.
+	PermRemoteLookup = abi.PermRemoteLookup
+	PermAny          = abi.PermAny // every bit a region may hold
 )
 
 // Classes of service (paper §4.3).
@@ -78,6 +89,10 @@ const (
 	StatusRemoteRegion     = abi.StatusRemoteRegion
 	StatusRemoteBounds     = abi.StatusRemoteBounds
 	StatusRemotePermission = abi.StatusRemotePermission
+
+	StatusRemoteNotFound       = abi.StatusRemoteNotFound
+	StatusRemoteLookupBounds   = abi.StatusRemoteLookupBounds
+	StatusRemoteLookupTooLarge = abi.StatusRemoteLookupTooLarge
 )
 
 const (

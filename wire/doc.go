@@ -23,12 +23,18 @@
 //	24 offset u64          (request: offset in the region; response, write data: offset in
 //	                        the op; pull: the server's timeout in ns)
 //	32 iv [12]byte         (AES-GCM nonce: sender IPv4 address ‖ sender counter)
-//	44 reserved u32
+//	44 aux u32             (lookup request: the bucket's offset; lookup response: the
+//	                        answer's length; 0 in every other type)
 //
 // Types: 1 read request, 2 read response (data), 3 NACK, 4 error (status),
 // 5 rekey request, 6 acknowledgment, and the WRITE's request to read
 // (paper §5.1): 7 write request, 8 pull (the serving engine asks for the
-// data: a WRITE's bytes, or a REKEY's new key), 9 write data.
+// data: a WRITE's bytes, or a REKEY's new key), 9 write data; and the
+// LOOKUP's two hops: 10 lookup request (offset: the tag to match; aux:
+// the bucket's offset; flags: FlagBucket), 11 lookup response (data, like
+// a READ's, of an answer of aux bytes: the matched entry at 0, its target
+// from the next multiple of 64; status REMOTE_NOT_FOUND when the answer
+// is the bucket).
 //
 // A READ's data comes back in responses of at most an MTU each, every one
 // carrying its offset within the op; offsets are multiples of 64, so the

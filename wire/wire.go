@@ -48,7 +48,14 @@ const (
 	TypeWriteReq  Type = 7 // ① initiator -> server: write a range of a region (no payload)
 	TypePullReq   Type = 8 // ② server -> initiator: send the data (Region: pull handle, Offset: server timeout ns)
 	TypeWriteData Type = 9 // ③ initiator -> server: one chunk of the data at an offset
-	maxType            = TypeWriteData
+	// LOOKUP (two hops, like a READ): the request names a bucket (Aux:
+	// its offset in Region) and a tag (Offset); the serving engine scans
+	// the bucket and answers with the matched entry and its target, in
+	// chunks like a READ's (Aux: the answer's total length; Status: 0, or
+	// REMOTE_NOT_FOUND when the answer is the bucket), or with TypeError.
+	TypeLookupReq  Type = 10 // initiator -> server: scan a bucket for a tag (no payload)
+	TypeLookupResp Type = 11 // server -> initiator: one chunk of the answer at an offset
+	maxType             = TypeLookupResp
 )
 
 // Header flags.
@@ -56,6 +63,9 @@ const (
 	// FlagHigh on a request: its initiator's class of service is high;
 	// the serving engine queues it ahead of low-class requests (paper §4.3).
 	FlagHigh uint8 = 1 << 0
+	// FlagBucket on a lookup request: when no entry matches, answer with
+	// the bucket (abi.FlagLookupBucket).
+	FlagBucket uint8 = 1 << 1
 )
 
 // MaxPayload is the largest payload that fits an IPv4 MTU, rounded down to
@@ -91,6 +101,9 @@ type Fields struct {
 	Length uint32
 	Offset uint64
 	IV     [12]byte
+	// Aux is the header's last word, reserved (0) but in lookup messages:
+	// a lookup request's bucket offset, a lookup response's answer length.
+	Aux uint32
 }
 
 // Decode errors (preallocated: the data path counts them, never formats).
@@ -164,12 +177,13 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	if t == 0 || t > maxType {
 		return nil, ErrType
 	}
-	if binary.BigEndian.Uint32(h[44:48]) != 0 {
+	aux := binary.BigEndian.Uint32(h[44:48])
+	if aux != 0 && t != TypeLookupReq && t != TypeLookupResp {
 		return nil, ErrReservedBit
 	}
 	plen := totLen - IPv4Len - UDPLen - HeaderLen - TrailerLen
 	length := binary.BigEndian.Uint32(h[20:24])
-	if t == TypeReadResp || t == TypeWriteData { // the types that carry a payload
+	if t == TypeReadResp || t == TypeWriteData || t == TypeLookupResp { // the types that carry a payload
 		if uint32(plen) != length {
 			return nil, ErrLength
 		}
@@ -193,6 +207,7 @@ func Decode(frame []byte, f *Fields) (payload []byte, err error) {
 	f.Length = length
 	f.Offset = binary.BigEndian.Uint64(h[24:32])
 	f.IV = [12]byte(h[32:44])
+	f.Aux = aux
 	start := EthLen + IPv4Len + UDPLen + HeaderLen
 	return frame[start : start+plen : start+plen], nil
 }
@@ -245,7 +260,7 @@ func Encode(b []byte, f *Fields, plen int) int {
 	binary.BigEndian.PutUint32(h[20:24], f.Length)
 	binary.BigEndian.PutUint64(h[24:32], f.Offset)
 	*(*[12]byte)(h[32:44]) = f.IV
-	binary.BigEndian.PutUint32(h[44:48], 0)
+	binary.BigEndian.PutUint32(h[44:48], f.Aux)
 	if n < MinFrame {
 		clear(b[n:MinFrame])
 		return MinFrame

@@ -171,6 +171,47 @@ func TestDecodeAllocs(t *testing.T) {
 	}
 }
 
+// The lookup types carry the header's last word (Aux); every other
+// type must leave it 0.
+func TestLookupAux(t *testing.T) {
+	for _, tc := range []struct {
+		typ  Type
+		plen int
+	}{{TypeLookupReq, 0}, {TypeLookupResp, 100}} {
+		f := sampleFields()
+		f.Type, f.Length, f.Aux, f.Flags = tc.typ, uint32(tc.plen), 0xdeadbeef, FlagBucket
+		b := make([]byte, Overhead+tc.plen+MinFrame)
+		n := Encode(b, &f, tc.plen)
+		var got Fields
+		if _, err := Decode(b[:n], &got); err != nil || got != f {
+			t.Fatalf("%v: %v\n%+v\n%+v", tc.typ, err, f, got)
+		}
+	}
+	for _, typ := range []Type{TypeReadReq, TypeReadResp, TypeWriteReq, TypeError} {
+		f := sampleFields()
+		f.Type, f.Aux = typ, 1
+		plen := 0
+		if typ == TypeReadResp {
+			plen = int(f.Length)
+		}
+		b := make([]byte, Overhead+plen+MinFrame)
+		n := Encode(b, &f, plen)
+		var got Fields
+		if _, err := Decode(b[:n], &got); !errors.Is(err, ErrReservedBit) {
+			t.Fatalf("%v with aux: %v", typ, err)
+		}
+	}
+	// A lookup request carries no payload.
+	f := sampleFields()
+	f.Type, f.Length = TypeLookupReq, 100
+	b := make([]byte, Overhead+100+MinFrame)
+	n := Encode(b, &f, 100)
+	var got Fields
+	if _, err := Decode(b[:n], &got); !errors.Is(err, ErrLength) {
+		t.Fatalf("a lookup request with a payload: %v", err)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add(sampleFrame(f, 0))
 	f.Add(sampleFrame(f, 100))

@@ -98,6 +98,10 @@ func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) *reqEr
 	var id abi.RegionID
 	mem := m.mem[:p.size:p.size]
 	rerr, err := c.execPortal(func(core *engine.Core) (err error) {
+		if req.Layout.BucketBytes != 0 { // a region for LOOKUPs (ctlmsg checked the layout against perm)
+			id, err = core.RegisterLookupRegion(c.portal, mem, req.Perm, aesni.Key(req.Key), req.Layout)
+			return err
+		}
 		id, err = core.RegisterRegion(c.portal, mem, req.Perm, aesni.Key(req.Key))
 		return err
 	})
@@ -114,7 +118,7 @@ func (c *conn) registerRegion(req *ctlmsg.Request, resp *ctlmsg.Response) *reqEr
 			code = ctlmsg.CodeState
 		case errors.Is(rerr, engine.ErrRegionsFull):
 			code = ctlmsg.CodeResource
-		case errors.Is(rerr, engine.ErrRegionSize):
+		case errors.Is(rerr, engine.ErrRegionSize), errors.Is(rerr, engine.ErrLayout), errors.Is(rerr, engine.ErrLinkedRegion):
 			code = ctlmsg.CodeBadRequest
 		}
 		return fail(code, "register_region: %v", rerr)

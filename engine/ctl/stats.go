@@ -92,6 +92,14 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 			m.Completed[abi.Status(st).String()] = n
 		}
 	}
+	for st, n := range s.CompletedLookup {
+		if n != 0 {
+			if m.CompletedLookup == nil {
+				m.CompletedLookup = make(map[string]uint64)
+			}
+			m.CompletedLookup[abi.Status(st).String()] = n
+		}
+	}
 	for op := range s.CompletedByOp {
 		for st, n := range s.CompletedByOp[op] {
 			if n == 0 {

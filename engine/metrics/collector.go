@@ -243,6 +243,9 @@ func (c *Collector) collectCore(ch chan<- prometheus.Metric, core string, l *Lim
 			ch <- counter(c.d.completions, float64(byStatus[status]), core, op, status)
 		}
 	}
+	for _, status := range sortedKeys(st.CompletedLookup) {
+		ch <- counter(c.d.completions, float64(st.CompletedLookup[status]), core, abi.OpLookup.String(), status)
+	}
 	if st.Loop != nil {
 		emit(ch, c.d.loop, loopFamilies, st.Loop, core)
 	}

@@ -54,8 +54,9 @@ type portal struct {
 	extra  []*op // outstanding ops without an own slot
 	src    *region
 	sink   *region
-	wdst   *region // remote-writable (and readable): target of other nodes' writes
-	wsrc   *region // source of this portal's writes: one area per slot, like the sink
+	wdst   *region      // remote-writable (and readable): target of other nodes' writes
+	wsrc   *region      // source of this portal's writes: one area per slot, like the sink
+	lk     *lookupModel // its index and slab (App.LookupFrac; nil: none)
 	closed bool
 	// ops posted in the current tick holding a slot for at least an RTT
 	// (targets of slot-busy commands).
@@ -186,6 +187,11 @@ func (a *app) openPortal() (*portal, error) {
 	if p.wsrc, err = a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), abi.PermLocalRead, regWsrc); err != nil {
 		return nil, err
 	}
+	if cfg.LookupFrac > 0 {
+		if err := a.registerLookup(p); err != nil {
+			return nil, err
+		}
+	}
 	a.portals = append(a.portals, p)
 	n.afterCall("OpenPortal")
 	s.tracef("node %d core %d opens portal %d (%d slots, class %d, src %#x %dB, sink %#x, dst %#x %dB, wsrc %#x)", n.id, p.c.idx, id, len(p.slots),
@@ -202,6 +208,9 @@ func (a *app) tick() {
 	}
 	for _, p := range a.portals {
 		p.fresh = p.fresh[:0]
+		if cfg.LookupFrac > 0 {
+			p.updateLookup()
+		}
 		k := 1 + s.appRng.IntN(cfg.BurstMax)
 		if cfg.FillSlots {
 			k = len(p.idle) + 1
@@ -258,6 +267,10 @@ func (a *app) crash() {
 	a.kill(p.sink)
 	a.kill(p.wdst)
 	a.kill(p.wsrc)
+	if p.lk != nil {
+		a.kill(p.lk.idx)
+		a.kill(p.lk.slab)
+	}
 	a.portals = append(a.portals[:i], a.portals[i+1:]...)
 	a.closed = append(a.closed, p)
 	// A zombie thread of the dead app still posts: the core must ignore
@@ -307,6 +320,10 @@ func (a *app) closeAll() {
 		a.kill(p.sink)
 		a.kill(p.wdst)
 		a.kill(p.wsrc)
+		if p.lk != nil {
+			a.kill(p.lk.idx)
+			a.kill(p.lk.slab)
+		}
 		p.closed = true
 		a.closed = append(a.closed, p)
 	}

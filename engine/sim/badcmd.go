@@ -79,7 +79,7 @@ func (p *portal) mutate(o *op, c *abi.Command) {
 	case kZeroLen:
 		c.Length = 0
 	case kBadOp:
-		c.Op = [...]abi.Op{0, 4, 9, 0x7f, 0xff}[r.IntN(5)]
+		c.Op = [...]abi.Op{0, 5, 9, 0x7f, 0xff}[r.IntN(5)] // 4 is LOOKUP
 	case kSlotNotOurs:
 		c.Slot = p.slotNotOurs()
 	case kSlotRange:

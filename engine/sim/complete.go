@@ -96,6 +96,9 @@ func (s *Sim) allowed(o *op, st abi.Status) bool {
 	}
 	switch o.kind {
 	case kValid:
+		if o.lookup {
+			return lookupAllowed(st) || netFail || dead || authFail
+		}
 		return st == abi.StatusOK || netFail || dead || authFail || superseded
 	case kRemoteBounds, kRemotePerm:
 		return st == kindStatus[o.kind] || netFail || dead || authFail
@@ -125,7 +128,7 @@ func (p *portal) complete(c *abi.Completion) {
 		s.fail("completion of %s names slot %d", o, c.Slot)
 	case !s.allowed(o, c.Status):
 		s.fail("%s completed with %v, want %v", o, c.Status, o.want())
-	case c.Status == abi.StatusOK && c.Length != o.cmd.Length:
+	case c.Status == abi.StatusOK && c.Length != o.cmd.Length && !o.lookup: // (a LOOKUP's: its answer's, checkLookup)
 		s.fail("%s completed OK with length %d", o, c.Length)
 	case o.kind != kBadOp && c.Op != o.cmd.Op:
 		s.fail("%s completed with op %v", o, c.Op)
@@ -164,7 +167,7 @@ func (p *portal) complete(c *abi.Completion) {
 	}
 	if o.slotIdx >= 0 {
 		if o.sink == p.sink {
-			p.checkArea(o, c.Status)
+			p.checkArea(o, c)
 		} // else: the area is in a deregistered sink, checked whole at the end
 		if o.wsrc != nil && o.wsrc == p.wsrc && s.err == nil {
 			p.checkSrcArea(o)
@@ -180,6 +183,9 @@ func (p *portal) complete(c *abi.Completion) {
 	delete(s.ops, o.cookie)
 	s.releaseSnap(o)
 	s.res.ByStatus[c.Status]++
+	if o.lookup {
+		s.res.LookupStatus[c.Status]++
+	}
 	if c.Status == abi.StatusRemoteAuthFailure && o.reqCorrupt && !o.noAuth() {
 		s.res.AuthFailDamaged++
 	}
@@ -198,12 +204,20 @@ func (p *portal) removeExtra(o *op) {
 // remote bytes (OK), or only remote bytes and poison (failure: chunks that
 // arrived before the failure), and poison everywhere else. Then the area
 // is poisoned again for the slot's next op.
-func (p *portal) checkArea(o *op, st abi.Status) {
+func (p *portal) checkArea(o *op, c *abi.Completion) {
 	s := p.a.s
+	st := c.Status
 	base := o.slotIdx * areaBytes
 	area := p.sink.mem[base : base+areaBytes]
 	lo, hi := 0, 0
-	if o.kind == kValid && o.target != nil && !o.write { // (a WRITE's sink area stays untouched)
+	if o.lookup && o.kind == kValid {
+		lo = int(o.cmd.LocalOffset) - base
+		hi = lo + int(o.cmd.Length)
+		p.checkLookup(o, c, area[lo:hi], !s.cfg.StrictFailedSink && p.c.core.Stats().RxAuthFailed > o.rxAuth0)
+		if s.err != nil {
+			return
+		}
+	} else if o.kind == kValid && o.target != nil && !o.write { // (a WRITE's sink area stays untouched)
 		lo = int(o.cmd.LocalOffset) - base
 		hi = lo + int(o.cmd.Length)
 		want := s.expect[:hi-lo]

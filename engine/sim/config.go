@@ -231,6 +231,10 @@ type AppConfig struct {
 	// Every other remote-readable or remote-writable region (by pattern
 	// id) allows PermRemoteRekey.
 	RekeyFrac float64
+	// LookupFrac: probability an op is a LOOKUP (valid, or with a wrong
+	// key) of another node's index (lookup.go). 0: no portal has an index
+	// and nothing is drawn for them.
+	LookupFrac float64
 }
 
 // FaultConfig schedules faults at random times of the posting phase.
@@ -277,6 +281,8 @@ func (c *Config) Validate() error {
 		return bad("App.WriteFrac", c.App.WriteFrac)
 	case c.App.RekeyFrac < 0 || c.App.RekeyFrac > 1:
 		return bad("App.RekeyFrac", c.App.RekeyFrac)
+	case c.App.LookupFrac < 0 || c.App.LookupFrac > 1:
+		return bad("App.LookupFrac", c.App.LookupFrac)
 	case c.Net.RxQueueFrames < 1:
 		return bad("Net.RxQueueFrames", c.Net.RxQueueFrames)
 	case c.Cost.PollNs < 1:
@@ -325,6 +331,7 @@ var Scenarios = []Scenario{
 	{"tenant-shares", TenantShares},
 	{"tenant-shares-weighted", TenantSharesWeighted},
 	{"hostile-initiator", HostileInitiator},
+	{"lookup", Lookup},
 }
 
 // ScenarioByName returns the scenario called name.
@@ -546,6 +553,38 @@ func Mixed(seed uint64) Config {
 	c.Faults.RegionChurn = r.IntN(3)
 	c.PostNs = 2_000_000
 	c.Covers = []abi.Status{abi.StatusOK}
+	return c
+}
+
+// Lookup: LOOKUPs of the owners' indexes beside READs and WRITEs, the
+// owners changing their buckets all the time (lookup.go), under loss,
+// duplication, reordering, stragglers, link flaps, stalls, application
+// crashes (their indexes deregistered with ops in flight) and rekeys of
+// the indexes: every answer is of one state of the index and slab, never
+// a mix.
+func Lookup(seed uint64) Config {
+	r := scenarioRand(seed)
+	c := base("lookup", seed, r)
+	c.Nodes = 3 + r.IntN(4)
+	c.Net.Drop = r.Float64() * 0.02
+	c.Net.Dup = r.Float64() * 0.03
+	c.Net.Reorder = r.Float64() * 0.1
+	c.Net.ReorderNs = 20_000
+	c.Net.JitterNs = r.Int64N(5000)
+	c.Net.TxNoBuffer = r.Float64() * 0.005
+	c.Net.Straggle = r.Float64() * 0.005
+	c.Net.StraggleNs = int64(c.Engine.Timeout)
+	c.App.LookupFrac = 0.3 + r.Float64()*0.4
+	c.App.WrongKeyRate = r.Float64() * 0.05
+	c.Faults.LinkFlaps = r.IntN(2)
+	c.Faults.LinkDownNs = [2]int64{100_000, 1_200_000}
+	c.Faults.Stalls = r.IntN(2)
+	c.Faults.StallNs = 150_000
+	c.Faults.PortalCrashes = r.IntN(2)
+	c.Faults.Rekeys = 1 + r.IntN(3)
+	c.Faults.KeyDelayNs = r.Int64N(200_000)
+	c.PostNs = 2_000_000
+	c.Covers = []abi.Status{abi.StatusOK, abi.StatusRemoteNotFound, abi.StatusRemoteLookupTooLarge, abi.StatusTimeout}
 	return c
 }
 

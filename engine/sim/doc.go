@@ -379,6 +379,27 @@
 // Config.ServingBounds); TestHostileInitiatorNeedsBounds runs it without
 // them and expects the victims' ops to fail.
 //
+// # LOOKUPs
+//
+// Scenario lookup (lookup.go) gives every portal an index (buckets of a
+// bucket layout, PermRemoteLookup) linked to a slab, and its owner changes
+// one entry of one bucket at every tick, RCU-style: a new record in a free
+// slab area, then the entry switched to it (or removed); an area is
+// written again only a grace period longer than any op's life after its
+// entry left it. Every state of every bucket is kept with when it held.
+// The applications post LOOKUPs (App.LookupFrac) of the other nodes'
+// buckets, of tags they hold or not, some asking for the bucket on a miss,
+// some with a length the answer may not fit, some with a wrong key (a
+// READ's K_d among them), under loss, duplication, reordering, stragglers,
+// flaps, stalls, application crashes and rekeys of the indexes. The
+// invariant: an answer is of one state of the index and slab, never a
+// mix: an OK LOOKUP's entry is the first with its tag in a state its
+// bucket held while the op was in flight, and its target is exactly that
+// entry's record; REMOTE_NOT_FOUND needs a state without the tag (with
+// the bucket in the sink: that state's bytes), REMOTE_LOOKUP_TOO_LARGE one
+// whose answer exceeds the op's length; anything else but the network's
+// and the region's failures is a violation.
+//
 // # Scripted repros
 //
 // Tests in this package can replace the random applications by scripts
@@ -414,7 +435,7 @@
 //	check.go     the checks after every call into a core
 //	app.go       the applications and their portals: open, tick, crash, close
 //	op.go        op kinds, the op record, the deadline heap
-//	post.go      the random workload: posting READs, WRITEs and REKEYs
+//	post.go      the random workload: posting READs, WRITEs, REKEYs and LOOKUPs
 //	badcmd.go    commands with exactly one thing wrong
 //	keys.go      region keys: the directory, K_d, Core.Rekey (fault "rekey")
 //	region.go    regions: registration, deregistration, churn
@@ -422,6 +443,7 @@
 //	complete.go  completions and their checks; the memory checks at the end
 //	write.go     WRITEs: requests, pulls, commits, the region model, reads of written regions
 //	rekey.go     remote REKEYs: installs
+//	lookup.go    LOOKUPs: the owners' indexes and slabs, their updates, the answers' checks
 //	flow.go      flow experiments: their API and measures
 //	flowrun.go   a flow experiment's state, setup and result
 //	flowops.go   flow ops: issue and completion

@@ -78,6 +78,8 @@ func (p *portal) key(o *op, tgt *region) {
 		opType = uint8(abi.OpRekey)
 	} else if o.write {
 		opType = uint8(abi.OpWrite)
+	} else if o.lookup {
+		opType = uint8(abi.OpLookup)
 	}
 	switch o.kind {
 	case kKeyRandom:
@@ -101,8 +103,8 @@ func (p *portal) key(o *op, tgt *region) {
 		others := [...]uint8{uint8(abi.OpWrite), uint8(abi.OpRekey), 0, 0xff}
 		if o.rekey {
 			others[1] = uint8(abi.OpRead)
-		} else if o.write {
-			others[0] = uint8(abi.OpRead)
+		} else if o.write || o.lookup {
+			others[0] = uint8(abi.OpRead) // a LOOKUP with a READ's K_d, a WRITE's, REKEY's, nonsense
 		}
 		opType = others[r.IntN(len(others))]
 		if o.keyOp != 0 { // a test chose it
@@ -135,6 +137,9 @@ func (a *app) rekey() {
 		rg = p.wdst // writes (and reads) in flight with the old key
 	default:
 		rg = p.src
+	}
+	if p.lk != nil && r.IntN(3) == 0 { // (lookup scenario only: no draw otherwise)
+		rg = p.lk.idx // LOOKUPs in flight with the old key
 	}
 	for _, q := range a.portals {
 		if q != p && q.c.core.Rekey(q.id, rg.id, s.newKey()) == nil {

@@ -129,6 +129,10 @@ type op struct {
 	// range when posted, and the region's commit count then.
 	snap []byte
 	c0   int
+	// lookup: a LOOKUP of bucket lkBucket of the index lkModel models.
+	lookup   bool
+	lkModel  *lookupModel
+	lkBucket int
 }
 
 func (o *op) String() string {
@@ -143,7 +147,9 @@ func (o *op) String() string {
 		key += " req-corrupted"
 	}
 	typ := "READ"
-	if o.rekey {
+	if o.lookup {
+		typ = "LOOKUP"
+	} else if o.rekey {
 		typ = "REKEY"
 	} else if o.write {
 		typ = "WRITE"

@@ -87,6 +87,9 @@ func pickLength(r interface{ IntN(int) int }, max int) uint32 {
 func (p *portal) post() bool {
 	a := p.a
 	r := a.s.appRng
+	if f := a.s.cfg.App.LookupFrac; f > 0 && r.Float64() < f {
+		return p.postLookup()
+	}
 	if f := a.s.cfg.App.RekeyFrac; f > 0 && r.Float64() < f {
 		if tgt := a.pickRegion(false, func(rg *region) bool { return rg.perm&abi.PermRemoteRekey != 0 }); tgt != nil {
 			// A REKEY ignores the remote offset: any will do.
@@ -250,6 +253,8 @@ func (p *portal) postOpType(opc abi.Op, kind opKind, tgt *region, length uint32,
 	} else if write {
 		s.res.Writes++
 		s.res.WriteKinds[o.kind]++
+	} else if o.lookup {
+		s.res.Lookups++
 	}
 	if o.kind != kValid {
 		s.res.Bad++

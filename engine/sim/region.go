@@ -19,6 +19,8 @@ const (
 	regSink                // local-write: sink of the portal's reads (poison outside live ops)
 	regDst                 // remote-writable and remote-readable: target of writes, read too
 	regWsrc                // local-read: source of the portal's writes (poison outside live ops)
+	regIdx                 // an index of buckets for LOOKUPs (lookup.go), linked to the portal's slab
+	regSlab                // local-read: the records an index's entries point to
 )
 
 // region is a registered region as the application (and, for
@@ -43,9 +45,19 @@ type region struct {
 }
 
 func (a *app) register(p *portal, mem []byte, perm abi.Perm, kind regKind) (*region, error) {
+	return a.registerWith(p, mem, perm, kind, nil)
+}
+
+// registerIndex registers an index of buckets laid out as lay.
+func (a *app) registerIndex(p *portal, mem []byte, lay abi.BucketLayout) (*region, error) {
+	return a.registerWith(p, mem, abi.PermRemoteLookup, regIdx, &lay)
+}
+
+func (a *app) registerWith(p *portal, mem []byte, perm abi.Perm, kind regKind, lay *abi.BucketLayout) (*region, error) {
 	s := a.s
 	rg := &region{node: a.n.id, p: p, mem: mem, perm: perm, kind: kind, sink: kind == regSink, deadAt: math.MaxInt64}
 	switch kind {
+	case regIdx, regSlab: // empty buckets; records are written by the owner's updates
 	case regSink, regWsrc:
 		fill(mem, poison)
 	default:
@@ -65,7 +77,13 @@ func (a *app) register(p *portal, mem []byte, perm abi.Perm, kind regKind) (*reg
 		}
 	}
 	kr := s.newKey()
-	id, err := p.c.core.RegisterRegion(p.id, mem, perm, kr)
+	var id abi.RegionID
+	var err error
+	if lay != nil {
+		id, err = p.c.core.RegisterLookupRegion(p.id, mem, perm, kr, *lay)
+	} else {
+		id, err = p.c.core.RegisterRegion(p.id, mem, perm, kr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("RegisterRegion(%d bytes): %w", len(mem), err)
 	}

@@ -52,12 +52,21 @@ type Result struct {
 	// Remote REKEYs: posted (every kind), by what they test, completions
 	// by status; installs the simulator saw (the server's ④), of which of
 	// orphans and of REKEYs that then completed TIMEOUT.
-	RekeyOps       uint64
-	RekeyKinds     [24]uint64
-	RekeyStatus    [abi.NumStatus]uint64
-	RemoteRekeys   uint64
-	OrphanRekeys   uint64
-	TimeoutRekeyed uint64
+	RekeyOps   uint64
+	RekeyKinds [24]uint64
+	// LOOKUPs (App.LookupFrac): posted (every kind), completions by
+	// status, the owners' index updates, and the valid ones checked
+	// against the model: found, missed, too large.
+	Lookups         uint64
+	LookupStatus    [abi.NumStatus]uint64
+	LookupUpdates   uint64
+	LookupsFound    uint64
+	LookupsMissed   uint64
+	LookupsTooLarge uint64
+	RekeyStatus     [abi.NumStatus]uint64
+	RemoteRekeys    uint64
+	OrphanRekeys    uint64
+	TimeoutRekeyed  uint64
 	// CrossCore: READ data a core of an engine of several sent from a
 	// region a portal of another of its cores registered (the region
 	// table the cores share).
@@ -432,6 +441,9 @@ func (s *Sim) engineConfig(n *node) engine.Config {
 		// generation. Four regions per portal (pattern, sink,
 		// remote-writable, write source), the crashed ones included.
 		ec.Regions = 4*(cfg.App.PortalsPerNode+cfg.Faults.PortalCrashes) + 2
+		if cfg.App.LookupFrac > 0 { // an index and a slab per portal
+			ec.Regions += 2 * (cfg.App.PortalsPerNode + cfg.Faults.PortalCrashes)
+		}
 	}
 	if ec.Portals == 0 {
 		ec.Portals = cfg.App.PortalsPerNode + cfg.Faults.PortalCrashes + 1

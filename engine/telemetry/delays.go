@@ -28,10 +28,11 @@ func (k DelayKind) String() string {
 	return "DelayKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// DelayOps is the number of ops Delays keeps apart: abi.Op values 0-3
-// (READ 1, WRITE 2, REKEY 3). A sample of any other op is counted as op 0,
-// as Stats.CompletedByOp counts commands that named no valid op.
-const DelayOps = 4
+// DelayOps is the number of ops Delays keeps apart: abi.Op values 0-4
+// (READ 1, WRITE 2, REKEY 3, LOOKUP 4). A sample of any other op is
+// counted as op 0, as Stats.CompletedByOp counts commands that named no
+// valid op.
+const DelayOps = 5
 
 // DelayBuckets is the number of log2 buckets of a Delays histogram:
 // bucket 0 counts delays of at most 1 ns, bucket b > 0 delays d with

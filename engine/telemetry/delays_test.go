@@ -74,7 +74,7 @@ func TestBatchFeedsDelays(t *testing.T) {
 	if d != want {
 		t.Fatalf("histograms differ from the samples'\n got %v\nwant %v", d, want)
 	}
-	if got := d.Count(0) + d.Count(1) + d.Count(2) + d.Count(3); got != n || b.Samples != n {
+	if got := d.Count(0) + d.Count(1) + d.Count(2) + d.Count(3) + d.Count(4); got != n || b.Samples != n {
 		t.Fatalf("%d samples counted, batch handed over %d; want %d", got, b.Samples, n)
 	}
 }

@@ -166,7 +166,8 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 		return nil, errors.New("rmakv server not serving after 60 s")
 	}
 	cfg := kv.ClientConfig{Socket: cliEng.Socket, Portal: po, Servers: []kv.ServerAddr{{RPC: rpc}}, CredsDir: creds,
-		MaxInFlight: onermaKVDepth, MaxUpdates: onermaKVDepth, MaxValue: w.ValueBytes}
+		MaxInFlight: onermaKVDepth, MaxUpdates: onermaKVDepth, MaxValue: w.ValueBytes,
+		NoLookup: true} // system onerma-kv: GETs with two READs (the bucket, the record)
 	return &kvTarget{system: "onerma-kv", cores: 1, suffix: suffix, dial: kvload.DialOneRMAKV(cfg), depth: onermaKVDepth, clients: 1, clientCPUs: []int{0},
 		pids: []int{cmd.Process.Pid, srvEng.Pid()}, server: "taskset " + strings.Join(args, " ") + " (" + where + ")", stop: stop}, nil
 }

@@ -156,7 +156,11 @@ enum onerma_status {
 	ONERMA_STATUS_ENGINE_GONE = 24, /* written by the library, never the engine */
 	ONERMA_STATUS_REMOTE_REGION = 32,
 	ONERMA_STATUS_REMOTE_BOUNDS = 33,
-	ONERMA_STATUS_REMOTE_PERMISSION = 34
+	ONERMA_STATUS_REMOTE_PERMISSION = 34,
+	/* a LOOKUP's (abi.OpLookup, not posted by this library yet) */
+	ONERMA_STATUS_REMOTE_NOT_FOUND = 35,
+	ONERMA_STATUS_REMOTE_LOOKUP_BOUNDS = 36,
+	ONERMA_STATUS_REMOTE_LOOKUP_TOO_LARGE = 37
 };
 
 /* The library's error codes, returned negated (-ONERMA_E_RING_FULL). They

@@ -62,6 +62,10 @@ class Status(enum.IntEnum):
     REMOTE_REGION = 32
     REMOTE_BOUNDS = 33
     REMOTE_PERMISSION = 34
+    # a LOOKUP's (abi.OpLookup, not posted by this package yet)
+    REMOTE_NOT_FOUND = 35
+    REMOTE_LOOKUP_BOUNDS = 36
+    REMOTE_LOOKUP_TOO_LARGE = 37
 
 
 class ErrorCode(enum.IntEnum):

@@ -151,9 +151,10 @@ func lines(st *ctlmsg.Stats) []line {
 		}
 	}
 	for i := 0; i < t.NumField(); i++ {
-		if m, ok := v.Field(i).Interface().(map[string]uint64); ok {
+		if m, ok := v.Field(i).Interface().(map[string]uint64); ok { // completed, completed_lookup
+			name := strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
 			for _, k := range sortedKeys(m) {
-				add(40, "completed."+k, m[k])
+				add(40, name+"."+k, m[k])
 			}
 		}
 	}

@@ -9,7 +9,7 @@
 //	rmakv del    [-socket PATH] -creds DIR -servers HOST:PORT,... KEY
 //	rmakv stats  [-socket PATH] -creds DIR -servers HOST:PORT,...
 //	rmakv bench  [-socket PATH] -creds DIR -servers HOST:PORT,... [-keys N] [-s BYTES]
-//	             [-load] [-D DURATION] [-O N] [-hedge]
+//	             [-load] [-D DURATION] [-O N] [-hedge] [-nolookup]
 //	rmakv fig9   -rmad PATH [-rmakv PATH] [-out DIR] [-runs N] [-cases a,b,c]
 //
 // -socket is the engine's control socket (default ctlmsg.DefaultSocket).
@@ -56,7 +56,7 @@ var synopsis = []string{
 	"rmakv set    [-socket PATH] -creds DIR -servers HOST:PORT,... KEY VALUE",
 	"rmakv del    [-socket PATH] -creds DIR -servers HOST:PORT,... KEY",
 	"rmakv stats  [-socket PATH] -creds DIR -servers HOST:PORT,...",
-	"rmakv bench  [-socket PATH] -creds DIR -servers HOST:PORT,... [-keys N] [-s BYTES] [-load] [-D DURATION] [-O N] [-hedge]",
+	"rmakv bench  [-socket PATH] -creds DIR -servers HOST:PORT,... [-keys N] [-s BYTES] [-load] [-D DURATION] [-O N] [-hedge] [-nolookup]",
 	"rmakv fig9   -rmad PATH [-rmakv PATH] [-out DIR] [-runs N] [-cases a,b,c]",
 }
 
@@ -116,6 +116,7 @@ type clientFlags struct {
 	replicas, inflight     int
 	maxValue               int
 	hedge                  bool
+	noLookup               bool
 }
 
 func (f *clientFlags) register(fs *cli.FlagSet) {
@@ -126,6 +127,7 @@ func (f *clientFlags) register(fs *cli.FlagSet) {
 	fs.IntVar(&f.inflight, "O", 16, "GETs outstanding at once (1..4096)")
 	fs.IntVar(&f.maxValue, "max-value", 0, "largest value read (default 64 KB)")
 	fs.BoolVar(&f.hedge, "hedge", false, "hedge a GET that waits past its replica's p99")
+	fs.BoolVar(&f.noLookup, "nolookup", false, "GET with READs (the bucket, then the record), not one LOOKUP")
 	fs.Alias("inflight", "O")
 }
 
@@ -153,7 +155,7 @@ func (f *clientFlags) config(name string) (kv.ClientConfig, error) {
 		return kv.ClientConfig{}, err
 	}
 	cfg := kv.ClientConfig{Socket: f.socket, Name: name, Credentials: creds, Replicas: f.replicas,
-		MaxInFlight: f.inflight, MaxValue: f.maxValue, Hedge: f.hedge}
+		MaxInFlight: f.inflight, MaxValue: f.maxValue, Hedge: f.hedge, NoLookup: f.noLookup}
 	for _, s := range strings.Split(f.servers, ",") {
 		cfg.Servers = append(cfg.Servers, kv.ServerAddr{RPC: strings.TrimSpace(s)})
 	}

@@ -1,0 +1,121 @@
+package kv_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"encoding/binary"
+
+	"github.com/onerma/onerma/kv"
+)
+
+// A GET is one LOOKUP when the server's index takes them: an inline
+// value comes in the bucket a miss brings, a record up to about 4 KB with
+// its slot; a larger record goes on with READs. With NoLookup on either
+// side every GET is READs, and the values are the same.
+func TestGetsAreLookups(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		server, client bool // NoLookup
+	}{{"lookup", false, false}, {"server without", true, false}, {"client without", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := newCluster(t, 1, kv.ServerConfig{Buckets: 64, SlabBytes: 8 << 20, NoLookup: tc.server})
+			c := cl.dial(kv.ClientConfig{NoLookup: tc.client})
+			sizes := []int{30, 300, 3000, 5000}
+			for i, n := range sizes {
+				key := fmt.Appendf(nil, "k%d", i)
+				if err := c.Set(key, versioned(key, 1, n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const rounds = 20
+			for range rounds {
+				for i, n := range sizes {
+					key := fmt.Appendf(nil, "k%d", i)
+					v, err := c.Get(key, nil)
+					if err != nil {
+						t.Fatalf("%s: %v", key, err)
+					}
+					if err := checkVersioned(key, v, n); err != nil {
+						t.Fatalf("%s: %v", key, err)
+					}
+				}
+				if _, err := c.Get([]byte("absent"), nil); err != kv.ErrNotFound {
+					t.Fatalf("absent: %v", err)
+				}
+			}
+			st := c.Stats()
+			if tc.server || tc.client {
+				if st.Lookups != 0 {
+					t.Fatalf("%d lookups", st.Lookups)
+				}
+				return
+			}
+			// Every GET one LOOKUP; the 5000-byte value's go on with READs.
+			if gets := uint64(rounds * (len(sizes) + 1)); st.Lookups != gets || st.LookupReads != rounds {
+				t.Fatalf("%d GETs: %d lookups, %d went on with READs (want %d)", gets, st.Lookups, st.LookupReads, rounds)
+			}
+		})
+	}
+}
+
+// SETs racing GETs of one key, values of 1 KB (one LOOKUP each): a GET
+// never returns a value older than the last SET that completed before it
+// started, nor a torn one, round after round.
+func TestSetThenGetNeverOld(t *testing.T) {
+	cl := newCluster(t, 1, kv.ServerConfig{Buckets: 16, SlabBytes: 8 << 20})
+	srv := cl.servers[0]
+	key := []byte("hot")
+	if err := srv.Set(key, versioned(key, 0, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	d := 2 * time.Second
+	if testing.Short() {
+		d = 300 * time.Millisecond
+	}
+	var done atomic.Uint64 // the last version whose SET returned
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ver := uint64(1); ; ver++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := srv.Set(key, versioned(key, ver, 1000)); err != nil {
+				t.Errorf("set: %v", err)
+				return
+			}
+			done.Store(ver)
+		}
+	}()
+	c := cl.dial(kv.ClientConfig{})
+	buf := make([]byte, 0, 2048)
+	gets := 0
+	for end := time.Now().Add(d); time.Now().Before(end); gets++ {
+		before := done.Load()
+		v, err := c.Get(key, buf[:0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkVersioned(key, v, 1000); err != nil {
+			t.Fatal(err)
+		}
+		if ver := binary.LittleEndian.Uint64(v); ver < before {
+			t.Fatalf("GET %d returned version %d, after version %d was SET", gets, ver, before)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	st := c.Stats()
+	t.Logf("%d GETs against %d SETs: %d lookups, %d read again", gets, done.Load(), st.Lookups, st.Retries)
+	if st.Lookups == 0 {
+		t.Fatal("no GET was a LOOKUP")
+	}
+}
