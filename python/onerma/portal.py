@@ -451,8 +451,7 @@ class Portal:
             cookie = self._next_cookie()
         elif not 0 <= cookie < _INTERNAL:
             raise ValueError("onerma: cookie %r: want 0..2^63-1" % (cookie,))
-        if not 0 <= tag <= 0xFFFFFFFFFFFFFFFF:
-            raise ValueError("onerma: lookup: tag %r, want 0..2^64-1" % (tag,))
+        _lookup_args(bucket_offset, tag)
         h, lh = self._h, into._hv
         if h is None or lh is None or not self._free:
             raise self._refuse(into)
@@ -546,8 +545,7 @@ class Portal:
         bucket, when the bucket fits length), StatusError for the other
         statuses (REMOTE_LOOKUP_BOUNDS, REMOTE_LOOKUP_TOO_LARGE, ...),
         Timeout when timeout seconds (None: without end) pass first."""
-        if not 0 <= tag <= 0xFFFFFFFFFFFFFFFF:
-            raise ValueError("onerma: lookup: tag %r, want 0..2^64-1" % (tag,))
+        _lookup_args(bucket_offset, tag)
         h = self._handle()
         local = self._scratch_region() if into is None else into
         lh = local._handle().value
@@ -830,6 +828,15 @@ class Region:
     def __repr__(self):
         lay = "" if self.layout is None else ", layout=%r" % (self.layout,)
         return "Region(id=%#x, size=%d, perm=%s%s)" % (self.id, self.size, self.perm, lay)
+
+
+def _lookup_args(bucket_offset, tag):
+    """ValueError for a LOOKUP's bucket offset or tag that no u64 holds
+    (libonerma refuses an offset of 2^32 or more: ErrorCode.OP)."""
+    if not 0 <= bucket_offset <= 0xFFFFFFFFFFFFFFFF:
+        raise ValueError("onerma: lookup: bucket offset %r, want 0..2^32-1" % (bucket_offset,))
+    if not 0 <= tag <= 0xFFFFFFFFFFFFFFFF:
+        raise ValueError("onerma: lookup: tag %r, want 0..2^64-1" % (tag,))
 
 
 def derive_kd(kr, initiator, identity, op):

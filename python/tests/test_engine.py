@@ -276,6 +276,8 @@ def test_lookup(portal):
     assert ei.value.code is ErrorCode.BOUNDS
     with pytest.raises(ValueError):
         portal.post_lookup(t, 0, 1 << 64, sink)
+    with pytest.raises(ValueError):
+        portal.lookup(t, -1, 1)
     for fn, detail in [
         (lambda: portal.register_region(4096, Perm.REMOTE_LOOKUP), "register_lookup_region"),
         (lambda: portal.register_lookup_region(4096, lay, Perm.REMOTE_READ), "want ONERMA_PERM_REMOTE_LOOKUP"),
