@@ -31,7 +31,9 @@ static const char *layout_error(const struct onerma_bucket_layout *l, char *msg,
 	const struct {
 		const char *name;
 		uint32_t off, width;
-	} f[3] = {{"tag", l->tag_off, l->tag_width}, {"pointer", l->ptr_off, l->ptr_width}, {"length", l->len_off, l->len_width}};
+	} f[3] = {{"tag", l->tag_off, l->tag_width},
+		  {"pointer", l->ptr_off, l->ptr_width},
+		  {"length", l->len_off, l->len_width}};
 	if (l->bucket_bytes < 1 || l->bucket_bytes > ONERMA_MAX_OP_BYTES) {
 		snprintf(msg, n, "bucket size not in 1..%d: %u", ONERMA_MAX_OP_BYTES, l->bucket_bytes);
 		return msg;
@@ -72,8 +74,9 @@ int onerma_bucket_layout_check(const struct onerma_bucket_layout *layout)
 
 /* register_region creates, maps and registers a region (lay NULL: no
  * bucket layout); perm and lay are checked by the caller. */
-static int register_region(struct onerma_portal *p, uint64_t size, unsigned perm, const struct onerma_bucket_layout *lay,
-			   const uint8_t kr[ONERMA_KEY_SIZE], struct onerma_region **out)
+static int register_region(struct onerma_portal *p, uint64_t size, unsigned perm,
+			   const struct onerma_bucket_layout *lay, const uint8_t kr[ONERMA_KEY_SIZE],
+			   struct onerma_region **out)
 {
 	struct onr_request req = {.op = ONR_OP_CREATE_REGION, .size = size};
 	struct onr_reply mr, rr;
