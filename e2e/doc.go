@@ -60,6 +60,13 @@
 // tenants' data-path counters show each attack refused the attacker and
 // nothing refused the victim.
 //
+// lookup_test.go has a Go owner register an index with a bucket layout
+// linked to a slab, and the C reader (examples/c) and the Python one
+// (examples/python/lookup_reader.py) LOOKUP tags in it across engines:
+// hits checked byte for byte, misses with and without the bucket, a
+// corrupt entry, a short sink, a bucket outside the region, a READ K_d, a
+// region without a layout and a rewritten bucket, each with its status.
+//
 // kv_test.go runs the key/value cache's failover across four engines on
 // a bridge (internal/kvfail): a replica rekeyed, its server process
 // killed, its engine killed, and no GET failing.

@@ -1,7 +1,7 @@
 /*
  * reader.c - a reader in C: READs and WRITEs of a remote region with the
  * K_d its owner handed over, each op checked by its completion, WRITEs
- * read back.
+ * read back; LOOKUPs of a region with a bucket layout.
  *
  *	onerma-c-reader [-socket PATH] -remote ADDR -region ID
  *
@@ -12,6 +12,11 @@
  *	read OFFSET LENGTH    -> read STATUS ISSUE_NS TOTAL_NS HEX
  *	write OFFSET HEX      -> write STATUS, then readback STATUS match|mismatch
  *	burst N LENGTH        N READs posted, one flush -> burst OK_COUNT
+ *	lookup REGION OFFSET TAG LENGTH FLAGS KD
+ *	                      a LOOKUP of TAG (hex) in the bucket at OFFSET of REGION with its
+ *	                      K_d for LOOKUP (hex), into the sink's first LENGTH bytes, which
+ *	                      are set to ee first -> lookup STATUS ANSWER_LENGTH HEX (the
+ *	                      sink's first ANSWER_LENGTH bytes)
  *	hang ADDR N           N READs to an engine that never answers, then every
  *	                      completion: cpl COOKIE SLOT STATUS ..., and gone NS
  *	                      (CLOCK_MONOTONIC) when the engine is known gone
@@ -114,7 +119,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	while (fgets(line, sizeof line, stdin)) {
-		unsigned long long off, len, n;
+		unsigned long long off, len, n, tag, flags;
 		char a[64], h1[64], h2[64];
 		uint8_t *mem = onerma_region_addr(sink);
 		if (sscanf(line, "key %63s %63s", h1, h2) == 2) {
@@ -136,6 +141,38 @@ int main(int argc, char **argv)
 			c = one(ONERMA_OP_READ, off, 0, (uint32_t)k);
 			printf("readback %s %s\n", onerma_status_str(c.status),
 			       c.status == ONERMA_STATUS_OK && memcmp(mem, src, (size_t)k) == 0 ? "match" : "mismatch");
+		} else if (sscanf(line, "lookup %llu %llu %llx %llu %llu %63s", &n, &off, &tag, &len, &flags, h1) == 6 &&
+			   len >= 1 && len <= ONERMA_MAX_OP_BYTES) {
+			struct onerma_op op;
+			struct onerma_completion c;
+			int err;
+			memset(&op, 0, sizeof op);
+			memset(mem, 0xee, (size_t)len);
+			if ((err = onerma_slot_take(p, &op.slot)) != 0)
+				die("slot", err);
+			op.type = ONERMA_OP_LOOKUP;
+			op.cookie = 2;
+			op.remote_addr = remote;
+			op.remote_region = (uint32_t)n;
+			op.remote_offset = off;
+			op.tag = tag;
+			op.flags = (uint32_t)flags;
+			unhex(h1, op.key, ONERMA_KEY_SIZE);
+			op.local = sink;
+			op.length = (uint32_t)len;
+			if ((err = onerma_submit(p, &op)) != 0) {
+				printf("lookup post %s\n", onerma_strerror(err));
+				onerma_slot_release(p, op.slot);
+				fflush(stdout);
+				continue;
+			}
+			if ((err = onerma_wait(p, &c, 1, 10000)) < 0)
+				die("wait", err);
+			onerma_slot_release(p, c.slot);
+			printf("lookup %s %u ", onerma_status_str(c.status), c.length);
+			for (unsigned i = 0; i < c.length && i < len; i++)
+				printf("%02x", mem[i]);
+			printf("\n");
 		} else if (sscanf(line, "burst %llu %llu", &n, &len) == 2 && n >= 1 && n <= SLOTS && len >= 1 &&
 			   len <= ONERMA_MAX_OP_BYTES) {
 			/* Every op staged, then one store publishes them all. */

@@ -761,8 +761,9 @@ func TestCHeader(t *testing.T) {
 		case strings.HasPrefix(name, "ONERMA_PERM_"):
 			want := map[string]abi.Perm{"LOCAL_READ": abi.PermLocalRead, "LOCAL_WRITE": abi.PermLocalWrite,
 				"REMOTE_READ": abi.PermRemoteRead, "REMOTE_WRITE": abi.PermRemoteWrite,
-				"REMOTE_REKEY": abi.PermRemoteRekey, "ALL": abi.PermAll}[strings.TrimPrefix(name, "ONERMA_PERM_")]
-			if uint64(want) != v {
+				"REMOTE_REKEY": abi.PermRemoteRekey, "REMOTE_LOOKUP": abi.PermRemoteLookup, "ALL": abi.PermAll,
+				"ANY": abi.PermAny}[strings.TrimPrefix(name, "ONERMA_PERM_")]
+			if want == 0 || uint64(want) != v {
 				t.Errorf("onerma.h: %s = %d, abi's is %d", name, v, want)
 			}
 		case name == "ONERMA_CLASS_LOW" && v != uint64(abi.ClassLow), name == "ONERMA_CLASS_HIGH" && v != uint64(abi.ClassHigh):
@@ -775,17 +776,15 @@ func TestCHeader(t *testing.T) {
 			named++
 		}
 	}
-	// The library posts READ, WRITE and REKEY; LOOKUP (abi.OpLookup) has
-	// a command layout of its own that it does not encode yet.
-	if statuses != named || ops != 3 {
-		t.Errorf("onerma.h has %d statuses and %d ops, abi %d and 3", statuses, ops, named)
+	if statuses != named || ops != 4 {
+		t.Errorf("onerma.h has %d statuses and %d ops, abi %d and 4", statuses, ops, named)
 	}
 	want := map[string]uint64{
 		"ONERMA_PROTOCOL_VERSION": ctlmsg.Version, "ONERMA_SEGMENT_VERSION": uint64(abi.SegmentVersion),
 		"ONERMA_MAX_OP_BYTES": abi.MaxOpBytes, "ONERMA_KEY_SIZE": ctlmsg.KeySize,
 		"ONERMA_MAX_NAME_BYTES": ctlmsg.MaxNameBytes, "ONERMA_MAX_ALLOC_SLOTS": ctlmsg.MaxAllocSlots,
 		"ONERMA_MAX_RING_CAP": ctlmsg.MaxRingCap, "ONERMA_MAX_REGION_BYTES": ctlmsg.MaxRegionBytes,
-		"ONERMA_MAX_CORES":  ctlmsg.MaxCores,
+		"ONERMA_MAX_CORES": ctlmsg.MaxCores, "ONERMA_MAX_LOOKUP_REGION_BYTES": abi.MaxLookupRegionBytes, "ONERMA_FLAG_LOOKUP_BUCKET": uint64(abi.FlagLookupBucket),
 		"ONR_SEGMENT_MAGIC": uint64(abi.SegmentMagic), "ONR_SEGMENT_HEADER_SIZE": abi.SegmentHeaderSize,
 		"ONR_SEGMENT_ARM_OFF": abi.SegmentArmOff, "ONR_RING_HEADER_SIZE": abi.RingHeaderSize,
 		"ONR_RING_PROD_OFF": 0, "ONR_RING_CONS_OFF": 64,

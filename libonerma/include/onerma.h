@@ -4,8 +4,8 @@
  * libonerma is to C and C++ what package portal is to Go: it opens a
  * CommandPortal on the engine (a control connection on the engine's unix
  * socket plus one shared-memory segment holding a command ring and a
- * completion ring), registers regions, posts READ, WRITE and REKEY ops and
- * reads their completions. It speaks the protocol of docs/protocol.md, byte
+ * completion ring), registers regions, posts READ, WRITE, REKEY and LOOKUP
+ * ops and reads their completions. It speaks the protocol of docs/protocol.md, byte
  * for byte the one package portal speaks, and needs no Go in the process.
  *
  * One op, from dial to its completion:
@@ -114,12 +114,19 @@ extern "C" {
 #define ONERMA_MAX_RING_CAP 65536          /* onerma_options.cmd_cap, cpl_cap */
 #define ONERMA_MAX_REGION_BYTES (1ULL << 40)
 #define ONERMA_MAX_CORES 64
+/* The largest region with a bucket layout (abi.MaxLookupRegionBytes): a
+ * LOOKUP's bucket offset is a u32. */
+#define ONERMA_MAX_LOOKUP_REGION_BYTES 0xffffffffULL
+/* onerma_op.flags of a LOOKUP (abi.FlagLookupBucket): when no entry
+ * matches, the answer is the bucket (status REMOTE_NOT_FOUND). */
+#define ONERMA_FLAG_LOOKUP_BUCKET 1
 
 /* Op types (abi.Op). */
 enum onerma_op_type {
 	ONERMA_OP_READ = 1,  /* two hops: request, responses */
 	ONERMA_OP_WRITE = 2, /* four hops: the serving engine pulls the data */
-	ONERMA_OP_REKEY = 3  /* installs a region key; four hops like a WRITE */
+	ONERMA_OP_REKEY = 3, /* installs a region key; four hops like a WRITE */
+	ONERMA_OP_LOOKUP = 4 /* two hops like a READ: one bucket scanned, one pointer followed */
 };
 
 /* Region permissions (abi.Perm). */
@@ -129,7 +136,12 @@ enum onerma_perm {
 	ONERMA_PERM_REMOTE_READ = 1 << 2,  /* remote READ ops may read it */
 	ONERMA_PERM_REMOTE_WRITE = 1 << 3, /* remote WRITE ops may write it */
 	ONERMA_PERM_REMOTE_REKEY = 1 << 4, /* remote REKEY ops may change its key */
-	ONERMA_PERM_ALL = 0x1f
+	/* remote LOOKUP ops may scan its buckets and follow their pointers:
+	 * only a region with a bucket layout (onerma_register_lookup_region),
+	 * so not in ONERMA_PERM_ALL */
+	ONERMA_PERM_REMOTE_LOOKUP = 1 << 5,
+	ONERMA_PERM_ALL = 0x1f,
+	ONERMA_PERM_ANY = 0x3f /* every bit a region may hold */
 };
 
 /* Classes of service (abi.Class). */
@@ -157,7 +169,7 @@ enum onerma_status {
 	ONERMA_STATUS_REMOTE_REGION = 32,
 	ONERMA_STATUS_REMOTE_BOUNDS = 33,
 	ONERMA_STATUS_REMOTE_PERMISSION = 34,
-	/* a LOOKUP's (abi.OpLookup, not posted by this library yet) */
+	/* a LOOKUP's (docs/protocol.md, "Lookups") */
 	ONERMA_STATUS_REMOTE_NOT_FOUND = 35,
 	ONERMA_STATUS_REMOTE_LOOKUP_BOUNDS = 36,
 	ONERMA_STATUS_REMOTE_LOOKUP_TOO_LARGE = 37
@@ -173,7 +185,8 @@ enum onerma_error {
 	ONERMA_E_REGION,       /* the local region is not this portal's */
 	ONERMA_E_LENGTH,       /* length 0 or above 4096 (REKEY: neither 0 nor 16) */
 	ONERMA_E_BOUNDS,       /* local offset + length outside the local region */
-	ONERMA_E_OP,           /* type not READ/WRITE/REKEY, or a REKEY at a remote offset */
+	ONERMA_E_OP,           /* type not READ/WRITE/REKEY/LOOKUP, a REKEY at a remote offset, a LOOKUP's
+				  bucket offset above 2^32-1, a tag or flags on another op */
 	ONERMA_E_SLOT,         /* release of a slot not owned or already free; or no free slot */
 	ONERMA_E_ENGINE_GONE,  /* the engine went away: redial */
 	ONERMA_E_ZERO_KEY,     /* a region key of all zero bytes */
@@ -251,7 +264,17 @@ struct onerma_region; /* a registered region */
  * copies local's range into the remote region (local needs
  * ONERMA_PERM_LOCAL_READ). REKEY installs the 16 bytes of local at
  * local_offset as the remote region's new K_r (remote_offset 0, length 0
- * or 16). The local range belongs to the op until its completion. */
+ * or 16). LOOKUP (docs/protocol.md, "Lookups") names a bucket at
+ * remote_offset (below 2^32) of a region its owner registered with a
+ * bucket layout and ONERMA_PERM_REMOTE_LOOKUP, and a tag: the serving
+ * engine scans that bucket for the first entry whose tag field equals
+ * `tag`, follows its pointer once and answers with the entry at
+ * local_offset and, from onerma_lookup_target_offset(entry_bytes) on, the
+ * bytes it points to (the bytes between are left as they were); `length`
+ * is the most the answer may take (local needs ONERMA_PERM_LOCAL_WRITE),
+ * the completion's length the answer's. ONERMA_FLAG_LOOKUP_BUCKET in
+ * `flags` asks for the bucket when no entry matches. The local range
+ * belongs to the op until its completion. */
 struct onerma_op {
 	uint32_t type;          /* enum onerma_op_type */
 	uint32_t slot;          /* a slot of this portal with no op in flight */
@@ -263,6 +286,29 @@ struct onerma_op {
 	struct onerma_region *local;  /* READ's sink, WRITE's source, REKEY's key */
 	uint64_t local_offset;
 	uint32_t length; /* 1..4096; REKEY: 0 or 16 */
+	uint32_t flags;  /* LOOKUP: 0 or ONERMA_FLAG_LOOKUP_BUCKET; other ops: 0 */
+	uint64_t tag;    /* LOOKUP: the tag to match; other ops: 0 */
+};
+
+/* A region's bucket layout, for LOOKUPs (abi.BucketLayout). A bucket is
+ * bucket_bytes (1..4096) at the offset a LOOKUP names; its entries start
+ * every entry_bytes (1..bucket_bytes) from the bucket's start, as many as
+ * fit the bucket whole, and onerma_lookup_target_offset(entry_bytes) must
+ * be below 4096. In an entry, the tag, the pointer and the length are
+ * little-endian unsigned integers of tag_width, ptr_width and len_width
+ * bytes (1, 2, 4 or 8) at tag_off, ptr_off and len_off, each inside the
+ * entry. The pointer is an offset in `linked` (a region of the same
+ * portal: the slab), or in the bucket's own region when linked is 0. */
+struct onerma_bucket_layout {
+	uint32_t bucket_bytes;
+	uint32_t entry_bytes;
+	uint32_t tag_off;
+	uint32_t tag_width;
+	uint32_t ptr_off;
+	uint32_t ptr_width;
+	uint32_t len_off;
+	uint32_t len_width;
+	uint32_t linked; /* a region id of this portal, or 0 */
 };
 
 /* The outcome of one op (abi.Completion): exactly one per op posted. */
@@ -340,6 +386,30 @@ ONERMA_API int onerma_register_region(struct onerma_portal *p, uint64_t size, un
  * application chose (not all zero). */
 ONERMA_API int onerma_register_region_key(struct onerma_portal *p, uint64_t size, unsigned perm,
 					  const uint8_t kr[ONERMA_KEY_SIZE], struct onerma_region **out);
+/* onerma_register_lookup_region is onerma_register_region for a region
+ * that remote LOOKUPs may scan: its buckets are laid out as *layout says
+ * and perm must hold ONERMA_PERM_REMOTE_LOOKUP (with any of
+ * ONERMA_PERM_ALL's bits). The layout must be valid
+ * (onerma_bucket_layout_check), a bucket must fit the region, the region
+ * may hold at most ONERMA_MAX_LOOKUP_REGION_BYTES, and layout->linked, when
+ * not 0, must be a region of this portal (it must stay registered while
+ * this one is: a LOOKUP whose entry points into a linked region that is
+ * gone ends REMOTE_LOOKUP_BOUNDS). -ONERMA_E_INVALID otherwise, nothing
+ * asked of the engine (onerma_errmsg says what). */
+ONERMA_API int onerma_register_lookup_region(struct onerma_portal *p, uint64_t size, unsigned perm,
+					     const struct onerma_bucket_layout *layout, struct onerma_region **out);
+/* onerma_register_lookup_region_key is onerma_register_lookup_region with
+ * a K_r the application chose (not all zero). */
+ONERMA_API int onerma_register_lookup_region_key(struct onerma_portal *p, uint64_t size, unsigned perm,
+						 const struct onerma_bucket_layout *layout,
+						 const uint8_t kr[ONERMA_KEY_SIZE], struct onerma_region **out);
+/* onerma_bucket_layout_check checks a layout on its own (the engine checks
+ * it against the regions when the region is registered): 0, or
+ * -ONERMA_E_INVALID with onerma_errmsg saying which rule it breaks. */
+ONERMA_API int onerma_bucket_layout_check(const struct onerma_bucket_layout *layout);
+/* onerma_lookup_target_offset is where a LOOKUP's answer puts the target:
+ * the first multiple of 64 at or after the entry's end. */
+ONERMA_API uint32_t onerma_lookup_target_offset(uint32_t entry_bytes);
 /* onerma_deregister_region invalidates r in the engine (which never touches
  * its memory again), unmaps it and frees r. Ops in flight naming it
  * complete with an error status. */
@@ -353,6 +423,9 @@ ONERMA_API void *onerma_region_addr(const struct onerma_region *r); /* the memor
 ONERMA_API uint64_t onerma_region_size(const struct onerma_region *r);
 ONERMA_API unsigned onerma_region_perm(const struct onerma_region *r);
 ONERMA_API int onerma_region_hugetlb(const struct onerma_region *r);
+/* onerma_region_layout copies r's bucket layout into *out and returns 1,
+ * or zeroes *out and returns 0 for a region registered without one. */
+ONERMA_API int onerma_region_layout(const struct onerma_region *r, struct onerma_bucket_layout *out);
 /* onerma_region_key copies r's current K_r (secret: hand out K_d only). */
 ONERMA_API void onerma_region_key(struct onerma_region *r, uint8_t kr[ONERMA_KEY_SIZE]);
 /* onerma_region_derive_kd is onerma_derive_kd under r's current K_r. */

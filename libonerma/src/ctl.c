@@ -115,6 +115,14 @@ int onr_encode_request(const struct onr_request *r, char *buf, size_t cap)
 	case ONR_OP_REGISTER_REGION:
 		bad |= append(buf, cap, &n, ",\"memory\":%" PRIu32 ",\"perm\":%" PRIu32, r->memory, r->perm);
 		bad |= append_key(buf, cap, &n, r->key);
+		if (r->layout.bucket_bytes != 0) {
+			const struct onerma_bucket_layout *l = &r->layout;
+			bad |= append(buf, cap, &n,
+				      ",\"layout\":[%" PRIu32 ",%" PRIu32 ",%" PRIu32 ",%" PRIu32 ",%" PRIu32 ",%" PRIu32
+				      ",%" PRIu32 ",%" PRIu32 ",%" PRIu32 "]",
+				      l->bucket_bytes, l->entry_bytes, l->tag_off, l->tag_width, l->ptr_off, l->ptr_width,
+				      l->len_off, l->len_width, l->linked);
+		}
 		break;
 	case ONR_OP_DEREGISTER_REGION:
 		bad |= append(buf, cap, &n, ",\"region\":%" PRIu32, r->region);

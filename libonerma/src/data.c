@@ -83,9 +83,15 @@ int onerma_post(struct onerma_portal *p, const struct onerma_op *op)
 	struct onr_command cmd;
 	uint8_t *b;
 
+	if (op->type != ONERMA_OP_LOOKUP && (op->tag != 0 || op->flags != 0))
+		return -ONERMA_E_OP;
 	switch (op->type) {
 	case ONERMA_OP_READ:
 	case ONERMA_OP_WRITE:
+		break;
+	case ONERMA_OP_LOOKUP:
+		if (op->remote_offset > ONERMA_MAX_LOOKUP_REGION_BYTES || (op->flags & ~(uint32_t)ONERMA_FLAG_LOOKUP_BUCKET) != 0)
+			return -ONERMA_E_OP;
 		break;
 	case ONERMA_OP_REKEY:
 		if (op->remote_offset != 0)
@@ -110,7 +116,7 @@ int onerma_post(struct onerma_portal *p, const struct onerma_op *op)
 	if (!b)
 		return p->cmd.corrupt ? -ONERMA_E_RING_CORRUPT : -ONERMA_E_RING_FULL;
 	cmd.op = (uint8_t)op->type;
-	cmd.flags = 0;
+	cmd.flags = (uint8_t)op->flags;
 	cmd.slot = op->slot;
 	cmd.cookie = op->cookie;
 	cmd.remote_addr = op->remote_addr;
@@ -120,6 +126,7 @@ int onerma_post(struct onerma_portal *p, const struct onerma_op *op)
 	cmd.length = length;
 	cmd.local_offset = op->local_offset;
 	memcpy(cmd.key, op->key, ONERMA_KEY_SIZE);
+	cmd.tag = op->tag;
 	if (!onr_record(p, &cmd))
 		return -ONERMA_E_RING_FULL;
 	onr_encode_command(&cmd, b);

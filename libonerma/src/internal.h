@@ -83,7 +83,11 @@ struct onr_command {
 	uint32_t local_region, length;
 	uint64_t local_offset;
 	uint8_t key[ONERMA_KEY_SIZE];
+	uint64_t tag; /* a LOOKUP's */
 };
+/* onr_encode_command writes c as abi.Command.Encode does: a LOOKUP in its
+ * own layout (tag at 24, length u16 at 2, bucket offset u32 at 36, both
+ * saturated). */
 ONR_HIDDEN void onr_encode_command(const struct onr_command *c, uint8_t *b);
 ONR_HIDDEN void onr_decode_completion(const uint8_t *b, struct onerma_completion *c);
 
@@ -138,6 +142,9 @@ struct onr_request {
 	uint32_t perm;
 	uint32_t region; /* deregister_region, rekey */
 	uint8_t key[ONERMA_KEY_SIZE];
+	/* register_region's bucket layout (bucket_bytes 0: none), encoded as
+	 * ctlmsg's "layout": its nine integers in field order */
+	struct onerma_bucket_layout layout;
 };
 /* onr_encode_request writes the canonical datagram into buf (it holds a key
  * in clear for register_region and rekey): its length, or -ONERMA_E_INVALID. */
@@ -253,6 +260,7 @@ struct onerma_region {
 	uint64_t map_size, size;
 	unsigned perm;
 	bool hugetlb;
+	struct onerma_bucket_layout layout; /* bucket_bytes 0: none */
 	pthread_mutex_t kmu; /* guards kr: key and derive_kd run on any thread */
 	uint8_t kr[ONERMA_KEY_SIZE];
 };

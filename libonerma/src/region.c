@@ -6,6 +6,7 @@
  * new writable mappings: the mapping must exist before.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -23,8 +24,59 @@ static int deregister_id(struct onerma_portal *p, uint32_t id)
 	return err;
 }
 
-int onerma_register_region_key(struct onerma_portal *p, uint64_t size, unsigned perm, const uint8_t kr[ONERMA_KEY_SIZE],
-			       struct onerma_region **out)
+/* layout_error is abi.BucketLayout.Validate's verdict: NULL, or the
+ * rule l breaks, written into msg. */
+static const char *layout_error(const struct onerma_bucket_layout *l, char *msg, size_t n)
+{
+	const struct {
+		const char *name;
+		uint32_t off, width;
+	} f[3] = {{"tag", l->tag_off, l->tag_width},
+		  {"pointer", l->ptr_off, l->ptr_width},
+		  {"length", l->len_off, l->len_width}};
+	if (l->bucket_bytes < 1 || l->bucket_bytes > ONERMA_MAX_OP_BYTES) {
+		snprintf(msg, n, "bucket size not in 1..%d: %u", ONERMA_MAX_OP_BYTES, l->bucket_bytes);
+		return msg;
+	}
+	if (l->entry_bytes < 1 || l->entry_bytes > l->bucket_bytes) {
+		snprintf(msg, n, "entry stride not in 1..bucket size: stride %u, bucket %u", l->entry_bytes, l->bucket_bytes);
+		return msg;
+	}
+	if (onerma_lookup_target_offset(l->entry_bytes) >= ONERMA_MAX_OP_BYTES) {
+		snprintf(msg, n, "the entry leaves no room for a target: stride %u", l->entry_bytes);
+		return msg;
+	}
+	for (int i = 0; i < 3; i++) {
+		if (f[i].width != 1 && f[i].width != 2 && f[i].width != 4 && f[i].width != 8) {
+			snprintf(msg, n, "field width not 1, 2, 4 or 8: %s width %u", f[i].name, f[i].width);
+			return msg;
+		}
+		if (f[i].off > l->entry_bytes || l->entry_bytes - f[i].off < f[i].width) {
+			snprintf(msg, n, "field outside the entry: %s at %u, %u bytes, entry %u bytes", f[i].name, f[i].off,
+				 f[i].width, l->entry_bytes);
+			return msg;
+		}
+	}
+	return NULL;
+}
+
+uint32_t onerma_lookup_target_offset(uint32_t entry_bytes) { return (entry_bytes + 63) & ~(uint32_t)63; }
+
+int onerma_bucket_layout_check(const struct onerma_bucket_layout *layout)
+{
+	char msg[160];
+	if (!layout)
+		return onr_fail(-ONERMA_E_INVALID, "bucket layout: NULL");
+	if (layout_error(layout, msg, sizeof msg))
+		return onr_fail(-ONERMA_E_INVALID, "bucket layout: %s", msg);
+	return 0;
+}
+
+/* register_region creates, maps and registers a region (lay NULL: no
+ * bucket layout); perm and lay are checked by the caller. */
+static int register_region(struct onerma_portal *p, uint64_t size, unsigned perm,
+			   const struct onerma_bucket_layout *lay, const uint8_t kr[ONERMA_KEY_SIZE],
+			   struct onerma_region **out)
 {
 	struct onr_request req = {.op = ONR_OP_CREATE_REGION, .size = size};
 	struct onr_reply mr, rr;
@@ -32,17 +84,11 @@ int onerma_register_region_key(struct onerma_portal *p, uint64_t size, unsigned 
 	uint8_t *mapping = NULL;
 	int fd, err;
 
-	if (!p || !out || !kr)
-		return onr_fail(-ONERMA_E_INVALID, "register_region: NULL argument");
-	*out = NULL;
 	if (onr_key_zero(kr))
 		return onr_fail(-ONERMA_E_ZERO_KEY, "register_region: the region key is all zero");
 	if (size < 1 || size > ONERMA_MAX_REGION_BYTES)
 		return onr_fail(-ONERMA_E_INVALID, "register_region: size %llu, want 1..%llu", (unsigned long long)size,
 				(unsigned long long)ONERMA_MAX_REGION_BYTES);
-	if (perm == 0 || (perm & ~(unsigned)ONERMA_PERM_ALL) != 0)
-		return onr_fail(-ONERMA_E_INVALID, "register_region: perm %#x, want a non-zero subset of %#x", perm,
-				ONERMA_PERM_ALL);
 	if ((err = onr_round_trip(p, &req, &mr, &fd)) != 0)
 		return err;
 	if (fd < 0 || mr.size != size) {
@@ -56,6 +102,8 @@ int onerma_register_region_key(struct onerma_portal *p, uint64_t size, unsigned 
 	if ((err = onr_map_fd(fd, mr.map_size, &mapping)) != 0)
 		return err;
 	req = (struct onr_request){.op = ONR_OP_REGISTER_REGION, .memory = mr.memory, .perm = perm};
+	if (lay)
+		req.layout = *lay;
 	memcpy(req.key, kr, ONERMA_KEY_SIZE);
 	err = onr_round_trip(p, &req, &rr, &fd);
 	explicit_bzero(req.key, sizeof req.key);
@@ -85,12 +133,67 @@ int onerma_register_region_key(struct onerma_portal *p, uint64_t size, unsigned 
 	r->size = size;
 	r->perm = perm;
 	r->hugetlb = rr.hugetlb;
+	if (lay)
+		r->layout = *lay;
 	pthread_mutex_init(&r->kmu, NULL);
 	memcpy(r->kr, kr, ONERMA_KEY_SIZE);
 	r->next = p->regions;
 	p->regions = r;
 	*out = r;
 	return 0;
+}
+
+int onerma_register_region_key(struct onerma_portal *p, uint64_t size, unsigned perm, const uint8_t kr[ONERMA_KEY_SIZE],
+			       struct onerma_region **out)
+{
+	if (!p || !out || !kr)
+		return onr_fail(-ONERMA_E_INVALID, "register_region: NULL argument");
+	*out = NULL;
+	if (perm == 0 || (perm & ~(unsigned)ONERMA_PERM_ALL) != 0)
+		return onr_fail(-ONERMA_E_INVALID,
+				"register_region: perm %#x, want a non-zero subset of %#x "
+				"(ONERMA_PERM_REMOTE_LOOKUP: onerma_register_lookup_region)",
+				perm, ONERMA_PERM_ALL);
+	return register_region(p, size, perm, NULL, kr, out);
+}
+
+int onerma_register_lookup_region_key(struct onerma_portal *p, uint64_t size, unsigned perm,
+				      const struct onerma_bucket_layout *layout, const uint8_t kr[ONERMA_KEY_SIZE],
+				      struct onerma_region **out)
+{
+	const struct onerma_region *q;
+	char msg[160];
+	if (!p || !out || !kr || !layout)
+		return onr_fail(-ONERMA_E_INVALID, "register_region: NULL argument");
+	*out = NULL;
+	if (!(perm & ONERMA_PERM_REMOTE_LOOKUP) || (perm & ~(unsigned)ONERMA_PERM_ANY) != 0)
+		return onr_fail(-ONERMA_E_INVALID, "register_region: perm %#x, want ONERMA_PERM_REMOTE_LOOKUP and a subset of %#x",
+				perm, ONERMA_PERM_ANY);
+	if (layout_error(layout, msg, sizeof msg))
+		return onr_fail(-ONERMA_E_INVALID, "register_region: bucket layout: %s", msg);
+	if (size > ONERMA_MAX_LOOKUP_REGION_BYTES || size < layout->bucket_bytes)
+		return onr_fail(-ONERMA_E_INVALID, "register_region: size %llu, want %u..%llu for buckets of %u bytes",
+				(unsigned long long)size, layout->bucket_bytes, (unsigned long long)ONERMA_MAX_LOOKUP_REGION_BYTES,
+				layout->bucket_bytes);
+	if (layout->linked != 0) {
+		for (q = p->regions; q && q->id != layout->linked; q = q->next)
+			;
+		if (!q)
+			return onr_fail(-ONERMA_E_INVALID, "register_region: linked region %#x is not a region of this portal",
+					layout->linked);
+	}
+	return register_region(p, size, perm, layout, kr, out);
+}
+
+int onerma_register_lookup_region(struct onerma_portal *p, uint64_t size, unsigned perm,
+				  const struct onerma_bucket_layout *layout, struct onerma_region **out)
+{
+	uint8_t kr[ONERMA_KEY_SIZE];
+	int err = onr_random_key(kr);
+	if (err == 0)
+		err = onerma_register_lookup_region_key(p, size, perm, layout, kr, out);
+	explicit_bzero(kr, sizeof kr);
+	return err;
 }
 
 int onerma_register_region(struct onerma_portal *p, uint64_t size, unsigned perm, struct onerma_region **out)
@@ -151,6 +254,12 @@ void *onerma_region_addr(const struct onerma_region *r) { return r->mapping; }
 uint64_t onerma_region_size(const struct onerma_region *r) { return r->size; }
 unsigned onerma_region_perm(const struct onerma_region *r) { return r->perm; }
 int onerma_region_hugetlb(const struct onerma_region *r) { return r->hugetlb; }
+
+int onerma_region_layout(const struct onerma_region *r, struct onerma_bucket_layout *out)
+{
+	*out = r->layout;
+	return r->layout.bucket_bytes != 0;
+}
 
 void onerma_region_key(struct onerma_region *r, uint8_t kr[ONERMA_KEY_SIZE])
 {

@@ -139,8 +139,20 @@ static void serve(struct fake_engine *fe, int conn)
 			for (int i = 0; k && i < 16; i++)
 				sscanf(k + 2 * i, "%2hhx", &fe->last_key[i]);
 			if (op[0] == 'r' && op[2] == 'g') {
-				json_int_t size = json_integer_value(json_object_get(req, "memory"));
-				(void)size;
+				json_t *lay = json_object_get(req, "layout");
+				fe->last_layout_len = lay ? -2 : -1;
+				if (json_is_array(lay) && json_array_size(lay) <= 16) {
+					size_t i;
+					json_t *v;
+					fe->last_layout_len = (int)json_array_size(lay);
+					json_array_foreach(lay, i, v)
+					{
+						if (!json_is_integer(v))
+							fe->last_layout_len = -2;
+						fe->last_layout[i] = (uint64_t)json_integer_value(v);
+					}
+				}
+				fe->last_perm = (uint32_t)json_integer_value(json_object_get(req, "perm"));
 				fe->regions++;
 				json_object_set_new(resp, "region",
 						    json_pack("{s:i, s:I, s:I, s:i, s:b}", "region",
@@ -239,10 +251,17 @@ int fake_take(struct fake_engine *fe, struct onr_command *out, int max)
 		c->cookie = onr_get64(b + 8);
 		c->remote_addr = onr_get32(b + 16);
 		c->remote_region = onr_get32(b + 20);
-		c->remote_offset = onr_get64(b + 24);
 		c->local_region = onr_get32(b + 32);
-		c->length = onr_get32(b + 36);
 		c->local_offset = onr_get64(b + 40);
+		if (c->op == ONERMA_OP_LOOKUP) {
+			c->length = onr_get16(b + 2);
+			c->tag = onr_get64(b + 24);
+			c->remote_offset = onr_get32(b + 36);
+		} else {
+			c->length = onr_get32(b + 36);
+			c->tag = 0;
+			c->remote_offset = onr_get64(b + 24);
+		}
 		memcpy(c->key, b + 48, 16);
 		fe->cmd_next++;
 	}

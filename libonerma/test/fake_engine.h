@@ -40,6 +40,11 @@ struct fake_engine {
 	uint32_t regions;
 	uint64_t pending_size, pending_map; /* of the last create_region */
 	uint8_t last_key[16];
+	/* the last register_region's "layout", as sent (layout_len -1: none;
+	 * -2: not an array of integers) */
+	int last_layout_len;
+	uint64_t last_layout[16];
+	uint32_t last_perm;
 	int requests;
 	uint32_t cmd_next, cpl_next; /* the engine's ring positions */
 };
@@ -50,7 +55,8 @@ int fake_start(struct fake_engine *fe, const char *path);
 void fake_stop(struct fake_engine *fe);
 /* fake_kill closes the live connection as a dying engine's kernel does. */
 void fake_kill(struct fake_engine *fe);
-/* fake_take copies up to max commands the application published. */
+/* fake_take copies up to max commands the application published, each
+ * decoded as abi.Command.Decode does (a LOOKUP in its own layout). */
 int fake_take(struct fake_engine *fe, struct onr_command *out, int max);
 /* fake_complete writes and publishes one completion and rings the doorbell
  * if the application armed it. */

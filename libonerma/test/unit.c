@@ -130,6 +130,24 @@ static void test_command(void)
 	onr_encode_command(&c, b);
 	CHECK(memcmp(b, want, 64) == 0);
 
+	/* A LOOKUP in its own layout: the tag at 24, the length (u16) at 2,
+	 * the bucket offset (u32) at 36; out of range, both saturate. */
+	c.op = ONERMA_OP_LOOKUP;
+	c.flags = ONERMA_FLAG_LOOKUP_BUCKET;
+	c.tag = 0x2122232425262728ull;
+	c.remote_offset = 0x31323334;
+	hex("040100100403020188776655443322110100620a030002002827262524232221060005003433323118171615141312110102030405"
+	    "060708090a0b0c0d0e0f10",
+	    want, 64);
+	memset(b, 0xee, sizeof b);
+	onr_encode_command(&c, b);
+	CHECK(memcmp(b, want, 64) == 0);
+	c.length = 0x10000;
+	c.remote_offset = 1ull << 32;
+	onr_encode_command(&c, b);
+	CHECK_EQ(onr_get16(b + 2), 0xffff);
+	CHECK_EQ(onr_get32(b + 36), 0xffffffffu);
+
 	uint8_t cb[32] = {0};
 	struct onerma_completion cpl;
 	onr_put64(cb, 99);
@@ -166,6 +184,13 @@ static void test_encode_request(void)
 	CHECK(onr_encode_request(&r, buf, sizeof buf) > 0);
 	CHECK(strcmp(buf, "{\"v\":1,\"id\":9,\"op\":\"register_region\",\"memory\":1,\"perm\":7,\"key\":"
 			  "\"00112233445566778899aabbccddeeff\"}") == 0);
+	/* ctlmsg.EncodeRequest's bytes for the same request with a layout. */
+	r.perm = ONERMA_PERM_REMOTE_LOOKUP | ONERMA_PERM_REMOTE_READ;
+	r.layout = (struct onerma_bucket_layout){.bucket_bytes = 256, .entry_bytes = 32, .tag_width = 8, .ptr_off = 8,
+						 .ptr_width = 8, .len_off = 16, .len_width = 4, .linked = 65538};
+	CHECK(onr_encode_request(&r, buf, sizeof buf) > 0);
+	CHECK(strcmp(buf, "{\"v\":1,\"id\":9,\"op\":\"register_region\",\"memory\":1,\"perm\":36,\"key\":"
+			  "\"00112233445566778899aabbccddeeff\",\"layout\":[256,32,0,8,8,8,16,4,65538]}") == 0);
 	r = (struct onr_request){.op = ONR_OP_ALLOC_SLOTS, .n = 8};
 	CHECK(onr_encode_request(&r, buf, sizeof buf) > 0);
 	CHECK(strcmp(buf, "{\"v\":1,\"op\":\"alloc_slots\",\"n\":8}") == 0);
@@ -266,6 +291,10 @@ static void test_strerror(void)
 	CHECK(strcmp(onerma_strerror(-ENOENT), strerror(ENOENT)) == 0);
 	CHECK(strcmp(onerma_status_str(ONERMA_STATUS_ENGINE_GONE), "ENGINE_GONE") == 0);
 	CHECK(strcmp(onerma_status_str(5), "STATUS_UNKNOWN") == 0);
+	CHECK(strcmp(onerma_status_str(ONERMA_STATUS_REMOTE_NOT_FOUND), "REMOTE_NOT_FOUND") == 0);
+	CHECK(strcmp(onerma_status_str(ONERMA_STATUS_REMOTE_LOOKUP_BOUNDS), "REMOTE_LOOKUP_BOUNDS") == 0);
+	CHECK(strcmp(onerma_status_str(ONERMA_STATUS_REMOTE_LOOKUP_TOO_LARGE), "REMOTE_LOOKUP_TOO_LARGE") == 0);
+	CHECK(strcmp(onerma_status_str(38), "STATUS_UNKNOWN") == 0);
 }
 
 /* ---- Against the fake engine ---- */
@@ -449,6 +478,196 @@ static void test_dial_and_ops(void)
 
 	CHECK_EQ(onerma_deregister_region(f.p, f.r), 0);
 	f.r = NULL;
+out:
+	teardown(&f);
+}
+
+/* Bucket layouts: every rule abi.BucketLayout.Validate has, with its
+ * message. */
+static void test_bucket_layout(void)
+{
+	const struct onerma_bucket_layout good = {.bucket_bytes = 256, .entry_bytes = 32, .tag_width = 8, .ptr_off = 8,
+						  .ptr_width = 8, .len_off = 16, .len_width = 4};
+	static const struct {
+		struct onerma_bucket_layout l;
+		const char *msg;
+	} bad[] = {
+	    {{.bucket_bytes = 0, .entry_bytes = 1, .tag_width = 1, .ptr_width = 1, .len_width = 1},
+	     "bucket size not in 1..4096: 0"},
+	    {{.bucket_bytes = 4097, .entry_bytes = 1, .tag_width = 1, .ptr_width = 1, .len_width = 1},
+	     "bucket size not in 1..4096: 4097"},
+	    {{.bucket_bytes = 64, .entry_bytes = 0, .tag_width = 1, .ptr_width = 1, .len_width = 1},
+	     "entry stride not in 1..bucket size: stride 0, bucket 64"},
+	    {{.bucket_bytes = 64, .entry_bytes = 65, .tag_width = 1, .ptr_width = 1, .len_width = 1},
+	     "entry stride not in 1..bucket size: stride 65, bucket 64"},
+	    {{.bucket_bytes = 4096, .entry_bytes = 4033, .tag_width = 1, .ptr_width = 1, .len_width = 1},
+	     "the entry leaves no room for a target: stride 4033"},
+	    {{.bucket_bytes = 64, .entry_bytes = 16, .tag_width = 3, .ptr_width = 1, .len_width = 1},
+	     "field width not 1, 2, 4 or 8: tag width 3"},
+	    {{.bucket_bytes = 64, .entry_bytes = 16, .tag_width = 8, .ptr_width = 0, .len_width = 1},
+	     "field width not 1, 2, 4 or 8: pointer width 0"},
+	    {{.bucket_bytes = 64, .entry_bytes = 16, .tag_width = 8, .ptr_off = 9, .ptr_width = 8, .len_width = 1},
+	     "field outside the entry: pointer at 9, 8 bytes, entry 16 bytes"},
+	    {{.bucket_bytes = 64, .entry_bytes = 16, .tag_width = 8, .ptr_width = 8, .len_off = 0xffffffffu, .len_width = 2},
+	     "field outside the entry: length at 4294967295, 2 bytes, entry 16 bytes"},
+	};
+	CHECK_EQ(onerma_bucket_layout_check(&good), 0);
+	CHECK_EQ(onerma_bucket_layout_check(NULL), -ONERMA_E_INVALID);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		CHECK_EQ(onerma_bucket_layout_check(&bad[i].l), -ONERMA_E_INVALID);
+		CHECK_MSG(bad[i].msg);
+	}
+	CHECK_EQ(onerma_lookup_target_offset(0), 0);
+	CHECK_EQ(onerma_lookup_target_offset(32), 64);
+	CHECK_EQ(onerma_lookup_target_offset(64), 64);
+	CHECK_EQ(onerma_lookup_target_offset(65), 128);
+}
+
+/* A lookup region and a LOOKUP against the fake engine: the layout as
+ * register_region sends it, the command as the engine reads it, and what
+ * the library refuses before asking. */
+static void test_lookup(void)
+{
+	struct fixture f;
+	struct onerma_region *slab = NULL, *index = NULL, *r2 = NULL;
+	struct onerma_bucket_layout lay = {.bucket_bytes = 256, .entry_bytes = 32, .tag_width = 8, .ptr_off = 8,
+					   .ptr_width = 8, .len_off = 16, .len_width = 4};
+	struct onerma_bucket_layout got;
+	struct onr_command cmds[4];
+	struct onerma_completion c[2];
+	uint32_t slot;
+	uint8_t kr[16] = {1};
+
+	CHECK_EQ(setup(&f, NULL), 0);
+	if (!f.p)
+		goto out;
+	CHECK_EQ(onerma_alloc_slots(f.p, 2, NULL), 0);
+	CHECK_EQ(onerma_register_region(f.p, 8192, ONERMA_PERM_LOCAL_WRITE, &f.r), 0);
+	CHECK_EQ(f.fe.last_layout_len, -1); /* no layout key */
+	CHECK_EQ(onerma_region_layout(f.r, &got), 0);
+	CHECK_EQ(got.bucket_bytes, 0);
+	CHECK_EQ(onerma_register_region(f.p, 1 << 16, ONERMA_PERM_REMOTE_READ, &slab), 0);
+	if (!f.r || !slab)
+		goto out;
+
+	/* Refused before the engine is asked. */
+	int before = f.fe.requests;
+	CHECK_EQ(onerma_register_region(f.p, 4096, ONERMA_PERM_REMOTE_LOOKUP, &r2), -ONERMA_E_INVALID);
+	CHECK_MSG("onerma_register_lookup_region");
+	CHECK_EQ(onerma_register_lookup_region(f.p, 4096, ONERMA_PERM_REMOTE_READ, &lay, &r2), -ONERMA_E_INVALID);
+	CHECK_MSG("want ONERMA_PERM_REMOTE_LOOKUP");
+	CHECK_EQ(onerma_register_lookup_region(f.p, 4096, ONERMA_PERM_REMOTE_LOOKUP | 0x40, &lay, &r2), -ONERMA_E_INVALID);
+	CHECK_EQ(onerma_register_lookup_region(f.p, 4096, ONERMA_PERM_REMOTE_LOOKUP, NULL, &r2), -ONERMA_E_INVALID);
+	CHECK_EQ(onerma_register_lookup_region(f.p, 255, ONERMA_PERM_REMOTE_LOOKUP, &lay, &r2), -ONERMA_E_INVALID);
+	CHECK_MSG("size 255, want 256..4294967295 for buckets of 256 bytes");
+	CHECK_EQ(onerma_register_lookup_region(f.p, 1ull << 32, ONERMA_PERM_REMOTE_LOOKUP, &lay, &r2), -ONERMA_E_INVALID);
+	lay.tag_width = 5;
+	CHECK_EQ(onerma_register_lookup_region(f.p, 4096, ONERMA_PERM_REMOTE_LOOKUP, &lay, &r2), -ONERMA_E_INVALID);
+	CHECK_MSG("bucket layout: field width not 1, 2, 4 or 8: tag width 5");
+	lay.tag_width = 8;
+	lay.linked = 0x1ffff;
+	CHECK_EQ(onerma_register_lookup_region(f.p, 4096, ONERMA_PERM_REMOTE_LOOKUP, &lay, &r2), -ONERMA_E_INVALID);
+	CHECK_MSG("linked region 0x1ffff is not a region of this portal");
+	lay.linked = 0;
+	CHECK_EQ(onerma_register_lookup_region_key(f.p, 4096, ONERMA_PERM_REMOTE_LOOKUP, &lay, (uint8_t[16]){0}, &r2),
+		 -ONERMA_E_ZERO_KEY);
+	CHECK_EQ(f.fe.requests, before);
+	CHECK(r2 == NULL);
+
+	/* Registered, linked to the slab: the layout's nine integers in
+	 * abi.BucketLayout's order. */
+	lay.linked = onerma_region_id(slab);
+	CHECK_EQ(onerma_register_lookup_region_key(f.p, 1 << 20, ONERMA_PERM_REMOTE_LOOKUP | ONERMA_PERM_REMOTE_READ, &lay,
+						   kr, &index),
+		 0);
+	if (!index)
+		goto out;
+	CHECK_EQ(f.fe.last_perm, ONERMA_PERM_REMOTE_LOOKUP | ONERMA_PERM_REMOTE_READ);
+	CHECK_EQ(f.fe.last_layout_len, 9);
+	const uint64_t want[9] = {256, 32, 0, 8, 8, 8, 16, 4, onerma_region_id(slab)};
+	for (int i = 0; i < 9; i++)
+		CHECK_EQ(f.fe.last_layout[i], want[i]);
+	CHECK(memcmp(f.fe.last_key, kr, 16) == 0);
+	CHECK_EQ(onerma_region_perm(index), ONERMA_PERM_REMOTE_LOOKUP | ONERMA_PERM_REMOTE_READ);
+	CHECK_EQ(onerma_region_layout(index, &got), 1);
+	CHECK(memcmp(&got, &lay, sizeof got) == 0);
+
+	/* Post checks. */
+	CHECK_EQ(onerma_slot_take(f.p, &slot), 0);
+	struct onerma_op op = read_op(&f, slot, 5);
+	op.tag = 1;
+	CHECK_EQ(onerma_post(f.p, &op), -ONERMA_E_OP); /* a tag on a READ */
+	op.tag = 0;
+	op.flags = ONERMA_FLAG_LOOKUP_BUCKET;
+	CHECK_EQ(onerma_post(f.p, &op), -ONERMA_E_OP); /* flags on a READ */
+	op.type = ONERMA_OP_LOOKUP;
+	op.flags = 2;
+	CHECK_EQ(onerma_post(f.p, &op), -ONERMA_E_OP); /* an unknown flag */
+	op.flags = ONERMA_FLAG_LOOKUP_BUCKET;
+	op.remote_offset = 1ull << 32;
+	CHECK_EQ(onerma_post(f.p, &op), -ONERMA_E_OP); /* no bucket offset of a u32 */
+	op.remote_offset = 0xffffffffu - 255;
+	op.length = 4097;
+	CHECK_EQ(onerma_post(f.p, &op), -ONERMA_E_LENGTH);
+	op.length = 0;
+	CHECK_EQ(onerma_post(f.p, &op), -ONERMA_E_LENGTH);
+	op.length = 4096;
+	op.local_offset = 8192 - 4095;
+	CHECK_EQ(onerma_post(f.p, &op), -ONERMA_E_BOUNDS);
+	CHECK_EQ(onerma_posted(f.p), 0);
+
+	/* One LOOKUP: its command as the engine decodes it. */
+	op.local_offset = 4096;
+	op.tag = 0xfedcba9876543210ull;
+	CHECK_EQ(onerma_submit(f.p, &op), 0);
+	CHECK_EQ(fake_take(&f.fe, cmds, 4), 1);
+	CHECK_EQ(cmds[0].op, ONERMA_OP_LOOKUP);
+	CHECK_EQ(cmds[0].flags, ONERMA_FLAG_LOOKUP_BUCKET);
+	CHECK_EQ(cmds[0].slot, slot);
+	CHECK_EQ(cmds[0].cookie, 5);
+	CHECK_EQ(cmds[0].remote_addr, 0x0a620001);
+	CHECK_EQ(cmds[0].remote_region, 0x10001);
+	CHECK(cmds[0].tag == 0xfedcba9876543210ull);
+	CHECK_EQ(cmds[0].remote_offset, 0xffffffffu - 255);
+	CHECK_EQ(cmds[0].local_region, onerma_region_id(f.r));
+	CHECK_EQ(cmds[0].local_offset, 4096);
+	CHECK_EQ(cmds[0].length, 4096);
+	CHECK_EQ(cmds[0].key[0], 0xab);
+	struct onerma_completion done = {.cookie = 5, .slot = slot, .status = ONERMA_STATUS_REMOTE_NOT_FOUND,
+					 .op = ONERMA_OP_LOOKUP, .length = 256};
+	fake_complete(&f.fe, &done);
+	CHECK_EQ(onerma_wait(f.p, c, 2, 1000), 1);
+	CHECK_EQ(c[0].status, ONERMA_STATUS_REMOTE_NOT_FOUND);
+	CHECK_EQ(c[0].op, ONERMA_OP_LOOKUP);
+	CHECK_EQ(c[0].length, 256);
+	CHECK_EQ(onerma_posted(f.p), 0);
+
+	/* Without the flag, and a READ after it, with neither tag nor flags. */
+	op.flags = 0;
+	op.tag = 7;
+	op.cookie = 6;
+	CHECK_EQ(onerma_post(f.p, &op), 0);
+	op = read_op(&f, 500, 8);
+	op.remote_offset = 0x0102030405060708ull;
+	CHECK_EQ(onerma_post(f.p, &op), 0);
+	onerma_flush(f.p);
+	CHECK_EQ(fake_take(&f.fe, cmds, 4), 2);
+	CHECK_EQ(cmds[0].flags, 0);
+	CHECK_EQ(cmds[0].tag, 7);
+	CHECK_EQ(cmds[1].op, ONERMA_OP_READ);
+	CHECK_EQ(cmds[1].flags, 0);
+	CHECK(cmds[1].remote_offset == 0x0102030405060708ull);
+	CHECK_EQ(cmds[1].length, 64);
+	for (int i = 0; i < 2; i++) {
+		done = (struct onerma_completion){.cookie = cmds[i].cookie, .slot = cmds[i].slot,
+						  .status = ONERMA_STATUS_REMOTE_LOOKUP_TOO_LARGE, .op = cmds[i].op};
+		fake_complete(&f.fe, &done);
+	}
+	CHECK_EQ(onerma_wait(f.p, c, 2, 1000), 2);
+	CHECK_EQ(onerma_posted(f.p), 0);
+	CHECK_EQ(onerma_slot_release(f.p, slot), 0);
+
+	CHECK_EQ(onerma_deregister_region(f.p, index), 0);
 out:
 	teardown(&f);
 }
@@ -688,6 +907,8 @@ int main(void)
 		{"decode_response", test_decode_response},
 		{"strerror", test_strerror},
 		{"dial_and_ops", test_dial_and_ops},
+		{"bucket_layout", test_bucket_layout},
+		{"lookup", test_lookup},
 		{"wait_doorbell", test_wait_doorbell},
 		{"summary", test_summary},
 		{"engine_gone", test_engine_gone},

@@ -16,6 +16,7 @@ from .errors import (
     CredentialsError,
     EngineGone,
     KeyxError,
+    NotFound,
     OnermaError,
     Refused,
     StatusError,
@@ -27,6 +28,7 @@ from .types import (
     DEFAULT_SOCKET,
     KEY_SIZE,
     MAX_OP_BYTES,
+    BucketLayout,
     Class,
     Completion,
     ErrorCode,
@@ -41,9 +43,9 @@ from . import keyx  # noqa: E402  (onerma.keyx.fetch)
 __version__ = "0.1.0"
 
 __all__ = [
-    "Class", "Completion", "CredentialsError", "DEFAULT_SOCKET", "EngineGone", "ErrorCode", "Grant", "Identity",
-    "KEY_SIZE", "KeyExchange", "KeyxError", "MAX_OP_BYTES", "OnermaError", "Op", "Perm", "Portal", "Refused",
-    "Region", "Remote", "Status", "StatusError", "Timeout", "derive_kd", "keyx",
+    "BucketLayout", "Class", "Completion", "CredentialsError", "DEFAULT_SOCKET", "EngineGone", "ErrorCode", "Grant",
+    "Identity", "KEY_SIZE", "KeyExchange", "KeyxError", "MAX_OP_BYTES", "NotFound", "OnermaError", "Op", "Perm",
+    "Portal", "Refused", "Region", "Remote", "Status", "StatusError", "Timeout", "derive_kd", "keyx",
 ]
 
 

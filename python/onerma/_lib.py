@@ -87,7 +87,17 @@ class _Op(ctypes.Structure):
         ("local", ctypes.c_void_p),
         ("local_offset", ctypes.c_uint64),
         ("length", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("tag", ctypes.c_uint64),
     ]
+
+
+class _BucketLayout(ctypes.Structure):
+    """struct onerma_bucket_layout."""
+
+    _fields_ = [(name, ctypes.c_uint32) for name in (
+        "bucket_bytes", "entry_bytes", "tag_off", "tag_width", "ptr_off", "ptr_width", "len_off", "len_width",
+        "linked")]
 
 
 class _Completion(ctypes.Structure):
@@ -121,9 +131,9 @@ class _Grant(ctypes.Structure):
 # (little-endian x86-64 and arm64 layouts: the C test in tests/ checks them
 # against the compiler's offsetof): type, slot, cookie, remote_addr,
 # remote_region, remote_offset, key, local (a pointer), local_offset,
-# length, padding.
-OP_FORMAT = "<IIQIIQ16sQQI4x"
-OP_SIZE = 72
+# length, flags, tag.
+OP_FORMAT = "<IIQIIQ16sQQIIQ"
+OP_SIZE = 80
 # cookie, slot, status, op, reserved, issue_delay_ns, total_delay_ns,
 # length, padding.
 COMPLETION_FORMAT = "<QIBBHIII4x"
@@ -154,6 +164,12 @@ _PROTOS = {
     "onerma_alloc_slots": (_I, [_P, _U32, ctypes.POINTER(_U32)]),
     "onerma_register_region": (_I, [_P, _U64, ctypes.c_uint, ctypes.POINTER(_P)]),
     "onerma_register_region_key": (_I, [_P, _U64, ctypes.c_uint, _KEY, ctypes.POINTER(_P)]),
+    "onerma_register_lookup_region": (_I, [_P, _U64, ctypes.c_uint, ctypes.POINTER(_BucketLayout), ctypes.POINTER(_P)]),
+    "onerma_register_lookup_region_key": (_I, [_P, _U64, ctypes.c_uint, ctypes.POINTER(_BucketLayout), _KEY,
+                                               ctypes.POINTER(_P)]),
+    "onerma_bucket_layout_check": (_I, [ctypes.POINTER(_BucketLayout)]),
+    "onerma_lookup_target_offset": (_U32, [_U32]),
+    "onerma_region_layout": (_I, [_P, ctypes.POINTER(_BucketLayout)]),
     "onerma_deregister_region": (_I, [_P, _P]),
     "onerma_rekey": (_I, [_P, _P, _KEY]),
     "onerma_region_id": (_U32, [_P]),

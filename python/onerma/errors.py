@@ -5,7 +5,9 @@ or the engine said it.
      |                          code (an ErrorCode, or an errno value)
      +- StatusError             an op completed with a status other than OK
      |   +- EngineGone          the engine went away (status ENGINE_GONE, or
-     |                          a call on a portal whose engine is gone)
+     |   |                      a call on a portal whose engine is gone)
+     |   +- NotFound            a LOOKUP found no entry with its tag
+     |                          (status REMOTE_NOT_FOUND)
      +- Timeout                 a wait ended before its completion (also a
      |                          TimeoutError)
      +- KeyxError               the key exchange failed
@@ -62,6 +64,16 @@ class EngineGone(StatusError):
 
     def __init__(self, message, completion=None):
         super().__init__(message, Status.ENGINE_GONE, completion, ErrorCode.ENGINE_GONE)
+
+
+class NotFound(StatusError):
+    """A LOOKUP found no entry with its tag in the bucket (status
+    REMOTE_NOT_FOUND). bucket is the bucket's bytes when the op asked for
+    them (Portal.lookup's bucket=True) and they fit its length, else None."""
+
+    def __init__(self, message, completion=None):
+        super().__init__(message, Status.REMOTE_NOT_FOUND, completion)
+        self.bucket = None
 
 
 class Timeout(OnermaError, TimeoutError):
@@ -137,4 +149,6 @@ def status_error(c, what=None):
     msg = "onerma: %s completed %s" % (what, st)
     if c.status == Status.ENGINE_GONE:
         return EngineGone(msg, c)
+    if c.status == Status.REMOTE_NOT_FOUND:
+        return NotFound(msg, c)
     return StatusError(msg, c.status, c)

@@ -15,11 +15,12 @@ A Portal owns its slots, its regions and a scratch region of its own:
 Ops. read() and write() post and wait: a transfer of any length is split
 into ops of at most 4 KB, posted as slots free up, and the call returns
 once every op completed (or raises the first failure's StatusError after
-every op completed). The batch API posts ops without waiting (post_read,
-post_write, post_rekey), publishes them (flush, or the next poll or wait)
-and hands back their completions (poll, which never blocks, and wait).
+every op completed); lookup() posts one LOOKUP and waits. The batch API
+posts ops without waiting (post_read, post_write, post_rekey,
+post_lookup), publishes them (flush, or the next poll or wait) and hands
+back their completions (poll, which never blocks, and wait).
 
-Cookies. The caller's cookies are below 2^63. read() and write() use
+Cookies. The caller's cookies are below 2^63. read(), write() and lookup() use
 cookies with bit 63 set and a generation number, so a completion of an op
 they gave up on (Timeout) is recognised and dropped when it comes.
 
@@ -37,8 +38,10 @@ import sys
 from . import _lib
 from .errors import OnermaError, error, status_error
 from .types import (
+    FLAG_LOOKUP_BUCKET,
     KEY_SIZE,
     MAX_OP_BYTES,
+    BucketLayout,
     Class,
     Completion,
     ErrorCode,
@@ -46,6 +49,7 @@ from .types import (
     Op,
     Perm,
     Remote,
+    Status,
     _OP,
     _STATUS,
     addr_int,
@@ -291,6 +295,32 @@ class Portal:
         self._regions.append(r)
         return r
 
+    def register_lookup_region(self, size, layout, perm=Perm.REMOTE_LOOKUP, key=None):
+        """Register a region that remote LOOKUPs may scan, its buckets laid
+        out as layout (a BucketLayout, or its nine integers) says: as
+        register_region, with perm holding Perm.REMOTE_LOOKUP (and any of
+        Perm.ALL). The layout must be valid (BucketLayout.check), a bucket
+        must fit the region, the region may hold at most
+        MAX_LOOKUP_REGION_BYTES, and layout.linked, when not 0, must be a
+        region of this portal (the slab the pointers lead into; keep it
+        registered while this one is). libonerma refuses what breaks these
+        before asking the engine: OnermaError, code INVALID, the rule in
+        its detail."""
+        h = self._handle()
+        lay = layout if isinstance(layout, BucketLayout) else BucketLayout(*layout)
+        c = lay._c()
+        out = ctypes.c_void_p()
+        if key is None:
+            err = self._lib.onerma_register_lookup_region(h, size, int(perm), ctypes.byref(c), ctypes.byref(out))
+        else:
+            err = self._lib.onerma_register_lookup_region_key(h, size, int(perm), ctypes.byref(c),
+                                                              _key_bytes(key, "K_r"), ctypes.byref(out))
+        if err < 0:
+            raise error(err, "register_region %d bytes with a bucket layout" % size)
+        r = Region(self, out)
+        self._regions.append(r)
+        return r
+
     def deregister_region(self, region):
         """Remove region from the engine (which never touches it again) and
         unmap it. Ops in flight naming it complete with an error status;
@@ -371,7 +401,7 @@ class Portal:
             raise self._refuse(into)
         slot = self._free.pop()
         _OPS.pack_into(self._op, 0, 1, slot, cookie, target.addr, target.region, offset, target.key, lh,
-                       into_offset, length)
+                       into_offset, length, 0, 0)
         self._posted(self._post_c(h, self._op_ptr), 1, slot)
         return cookie
 
@@ -389,7 +419,7 @@ class Portal:
             length = src.size - src_offset
         slot = self._free.pop()
         _OPS.pack_into(self._op, 0, 2, slot, cookie, target.addr, target.region, offset, target.key, lh,
-                       src_offset, length)
+                       src_offset, length, 0, 0)
         self._posted(self._post_c(h, self._op_ptr), 2, slot)
         return cookie
 
@@ -405,8 +435,32 @@ class Portal:
             raise self._refuse(key_region)
         slot = self._free.pop()
         _OPS.pack_into(self._op, 0, 3, slot, cookie, target.addr, target.region, 0, target.key, lh, key_offset,
-                       KEY_SIZE)
+                       KEY_SIZE, 0, 0)
         self._posted(self._post_c(h, self._op_ptr), 3, slot)
+        return cookie
+
+    def post_lookup(self, target, bucket_offset, tag, into, into_offset=0, length=None, bucket=False, cookie=None):
+        """Stage a LOOKUP of tag in the bucket at bucket_offset (below 2^32)
+        of target (a Remote with the K_d for Op.LOOKUP), answered into
+        region into at into_offset: the matched entry there and the bytes
+        it points to from BucketLayout.target_offset on. length is the most
+        the answer may take (None: the rest of into, at most 4096); bucket:
+        on a miss, the answer is the bucket (status REMOTE_NOT_FOUND).
+        Returns the op's cookie; the completion's length is the answer's."""
+        if cookie is None:
+            cookie = self._next_cookie()
+        elif not 0 <= cookie < _INTERNAL:
+            raise ValueError("onerma: cookie %r: want 0..2^63-1" % (cookie,))
+        _lookup_args(bucket_offset, tag)
+        h, lh = self._h, into._hv
+        if h is None or lh is None or not self._free:
+            raise self._refuse(into)
+        if length is None:
+            length = min(MAX_OP_BYTES, into.size - into_offset)
+        slot = self._free.pop()
+        _OPS.pack_into(self._op, 0, 4, slot, cookie, target.addr, target.region, bucket_offset, target.key, lh,
+                       into_offset, length, FLAG_LOOKUP_BUCKET if bucket else 0, tag)
+        self._posted(self._post_c(h, self._op_ptr), 4, slot)
         return cookie
 
     def flush(self):
@@ -472,7 +526,77 @@ class Portal:
             if remaining > 0:
                 remaining -= ms
 
-    # ---- read and write: post and wait ----
+    # ---- read, write and lookup: post and wait ----
+
+    def lookup(self, target, bucket_offset, tag, *, into=None, into_offset=0, length=None, bucket=False,
+               timeout=None):
+        """One LOOKUP, waited for: the serving engine scans the bucket at
+        bucket_offset of target (a Remote with the K_d for Op.LOOKUP) for
+        the first entry whose tag is tag and answers with the entry and,
+        from BucketLayout.target_offset on, the bytes it points to. Returns
+        the answer (the completion's length bytes): bytes, from the
+        portal's scratch region without into; a memoryview of region into
+        at into_offset with it, no copy made. length is the most the
+        answer may take (None: 4096, or the rest of into).
+
+        The owner may be storing meanwhile: check the entry's tag, pointer
+        and length against what came back, as after a READ. Raises NotFound
+        when no entry holds the tag (with bucket=True its .bucket holds the
+        bucket, when the bucket fits length), StatusError for the other
+        statuses (REMOTE_LOOKUP_BOUNDS, REMOTE_LOOKUP_TOO_LARGE, ...),
+        Timeout when timeout seconds (None: without end) pass first."""
+        _lookup_args(bucket_offset, tag)
+        h = self._handle()
+        local = self._scratch_region() if into is None else into
+        lh = local._handle().value
+        if not self._free:
+            raise self._refuse(local)
+        slot = self._free.pop()
+        loff = self._slot_index[slot] * MAX_OP_BYTES if into is None else into_offset
+        if length is None:
+            length = MAX_OP_BYTES if into is None else min(MAX_OP_BYTES, into.size - into_offset)
+        self._gen = (self._gen + 1) & _GEN_MASK
+        cookie = _INTERNAL | self._gen << _GEN_SHIFT
+        _OPS.pack_into(self._op, 0, 4, slot, cookie, target.addr, target.region, bucket_offset, target.key, lh, loff,
+                       length, FLAG_LOOKUP_BUCKET if bucket else 0, tag)
+        self._posted(self._lib.onerma_post(h, self._op_ptr), 4, slot)
+        self._lib.onerma_flush(h)
+        self._staged = False
+        c = self._await(cookie, timeout)
+        answer = local.view[loff:loff + c.length]
+        if c.status != 0:
+            e = status_error(c, "LOOKUP of tag %#x in the bucket at %d of region %#x on %s" % (
+                tag, bucket_offset, target.region, addr_str(target.addr)))
+            if c.status == Status.REMOTE_NOT_FOUND and bucket and c.length:
+                e.bucket = bytes(answer)
+            raise e
+        return bytes(answer) if into is None else answer
+
+    def _await(self, cookie, timeout):
+        """Wait for the completion of the op of cookie (one of the
+        portal's own) and return it; the caller's completions that come
+        meanwhile are kept for its next poll or wait."""
+        h, lib, buf, free, ready = self._h, self._lib, self._cpl, self._free, self._ready
+        deadline = _ms(timeout)
+        while True:
+            ms = _WAIT_SLICE_MS if deadline < 0 else min(deadline, _WAIT_SLICE_MS)
+            k = lib.onerma_wait(h, buf, _CPL_BATCH, ms)
+            if k < 0:
+                if k == -_errno.ETIMEDOUT and deadline != ms:  # only the slice ended
+                    if deadline > 0:
+                        deadline -= ms
+                    continue
+                raise error(k, "wait", detail=False)
+            mine = None
+            for i in range(k):
+                ck, slot, st, op, _, issue, total, clen = _CPL.unpack_from(buf, i * 32)
+                free.append(slot)
+                if ck == cookie:
+                    mine = Completion(ck, slot, _STATUS[st], _OP[op], issue, total, clen)
+                elif not ck & _INTERNAL:
+                    ready.append(_tuple_new(Completion, (ck, slot, _STATUS[st], _OP[op], issue, total, clen)))
+            if mine is not None:
+                return mine
 
     def read(self, target, offset=0, length=None, *, into=None, into_offset=0, timeout=None):
         """Read length bytes of target (a Remote or a keyx.Grant) at offset,
@@ -548,7 +672,7 @@ class Portal:
                     if typ == 2:
                         sview[lo:lo + n] = data[off:off + n]
                 _OPS.pack_into(self._op, 0, typ, slot, base | posted, target.addr, target.region, roff + off,
-                               target.key, lh, lo, n)
+                               target.key, lh, lo, n, 0, 0)
                 err = lib.onerma_post(h, self._op_ptr)
                 if err < 0:
                     free.append(slot)
@@ -616,6 +740,10 @@ class Region:
         self.size = lib.onerma_region_size(h)
         self.perm = Perm(lib.onerma_region_perm(h))
         self.hugetlb = bool(lib.onerma_region_hugetlb(h))
+        lay = _lib._BucketLayout()
+        # The bucket layout it was registered with (register_lookup_region), or None.
+        self.layout = BucketLayout(*(getattr(lay, f) for f, _ in lay._fields_)) if lib.onerma_region_layout(
+            h, ctypes.byref(lay)) else None
         self._addr = lib.onerma_region_addr(h)
         self._arr = (ctypes.c_ubyte * self.size).from_address(self._addr)
 
@@ -698,7 +826,17 @@ class Region:
         self._portal.deregister_region(self)
 
     def __repr__(self):
-        return "Region(id=%#x, size=%d, perm=%s)" % (self.id, self.size, self.perm)
+        lay = "" if self.layout is None else ", layout=%r" % (self.layout,)
+        return "Region(id=%#x, size=%d, perm=%s%s)" % (self.id, self.size, self.perm, lay)
+
+
+def _lookup_args(bucket_offset, tag):
+    """ValueError for a LOOKUP's bucket offset or tag that no u64 holds
+    (libonerma refuses an offset of 2^32 or more: ErrorCode.OP)."""
+    if not 0 <= bucket_offset <= 0xFFFFFFFFFFFFFFFF:
+        raise ValueError("onerma: lookup: bucket offset %r, want 0..2^32-1" % (bucket_offset,))
+    if not 0 <= tag <= 0xFFFFFFFFFFFFFFFF:
+        raise ValueError("onerma: lookup: tag %r, want 0..2^64-1" % (tag,))
 
 
 def derive_kd(kr, initiator, identity, op):

@@ -4,6 +4,7 @@ remote regions, completions. tests/test_unit.py checks every enum against
 libonerma/include/onerma.h."""
 
 import collections
+import ctypes
 import enum
 import ipaddress
 
@@ -12,6 +13,11 @@ KEY_SIZE = 16  # K_r and K_d: AES-128 keys
 MAX_NAME_BYTES = 64  # a portal name: 1..64 of [A-Za-z0-9._-]
 MAX_ALLOC_SLOTS = 65536
 MAX_REGION_BYTES = 1 << 40
+# The largest region with a bucket layout (abi.MaxLookupRegionBytes): a
+# LOOKUP's bucket offset is a u32.
+MAX_LOOKUP_REGION_BYTES = (1 << 32) - 1
+# A LOOKUP's flag (abi.FlagLookupBucket): on a miss, the answer is the bucket.
+FLAG_LOOKUP_BUCKET = 1
 DEFAULT_SOCKET = "/run/onerma/rmad.sock"
 
 
@@ -21,6 +27,7 @@ class Op(enum.IntEnum):
     READ = 1
     WRITE = 2
     REKEY = 3
+    LOOKUP = 4  # two hops like a READ: one bucket scanned, one pointer followed
 
 
 class Perm(enum.IntFlag):
@@ -31,7 +38,11 @@ class Perm(enum.IntFlag):
     REMOTE_READ = 1 << 2  # remote READ ops may read it
     REMOTE_WRITE = 1 << 3  # remote WRITE ops may write it
     REMOTE_REKEY = 1 << 4  # remote REKEY ops may change its key
+    # remote LOOKUP ops may scan its buckets: only a region with a bucket
+    # layout (Portal.register_lookup_region), so not in ALL
+    REMOTE_LOOKUP = 1 << 5
     ALL = 0x1F
+    ANY = 0x3F  # every bit a region may hold
 
 
 class Class(enum.IntEnum):
@@ -62,7 +73,7 @@ class Status(enum.IntEnum):
     REMOTE_REGION = 32
     REMOTE_BOUNDS = 33
     REMOTE_PERMISSION = 34
-    # a LOOKUP's (abi.OpLookup, not posted by this package yet)
+    # a LOOKUP's (docs/protocol.md, "Lookups")
     REMOTE_NOT_FOUND = 35
     REMOTE_LOOKUP_BOUNDS = 36
     REMOTE_LOOKUP_TOO_LARGE = 37
@@ -137,6 +148,68 @@ for _o in Op:
 def status_of(v):
     """The Status of value v; an int for a value onerma.h does not name."""
     return _STATUS[v] if 0 <= v < 256 else v
+
+
+class BucketLayout(collections.namedtuple(
+        "BucketLayout", "bucket_bytes entry_bytes tag_off tag_width ptr_off ptr_width len_off len_width linked")):
+    """A region's bucket layout, for LOOKUPs (struct onerma_bucket_layout,
+    abi.BucketLayout). A bucket is bucket_bytes (1..4096) at the offset a
+    LOOKUP names; its entries start every entry_bytes from its start, as
+    many as fit whole. In an entry, the tag, the pointer and the length are
+    little-endian unsigned integers of tag_width, ptr_width and len_width
+    bytes (1, 2, 4 or 8) at tag_off, ptr_off and len_off. The pointer is an
+    offset in the region linked (a region id of the same portal, or a
+    Region), or in the bucket's own region when linked is 0.
+    Portal.register_lookup_region checks it (libonerma's
+    onerma_bucket_layout_check) and raises OnermaError (code INVALID) with
+    the rule it breaks."""
+
+    __slots__ = ()
+
+    def __new__(cls, bucket_bytes, entry_bytes, tag_off, tag_width, ptr_off, ptr_width, len_off, len_width, linked=0):
+        linked = getattr(linked, "id", linked)
+        return super().__new__(cls, bucket_bytes, entry_bytes, tag_off, tag_width, ptr_off, ptr_width, len_off,
+                               len_width, linked)
+
+    def check(self):
+        """Return the layout when it is valid on its own (libonerma's
+        onerma_bucket_layout_check; the engine checks it against the
+        regions at registration); else raise OnermaError (code INVALID)
+        naming the rule it breaks, or ValueError for a field outside
+        0..2^32-1."""
+        from . import _lib
+        from .errors import error
+
+        lib = _lib.load()
+        err = lib.onerma_bucket_layout_check(ctypes.byref(self._c()))
+        if err < 0:
+            raise error(err, "BucketLayout.check")
+        return self
+
+    def _c(self):
+        """The struct onerma_bucket_layout of the layout."""
+        from . import _lib
+
+        for name, v in zip(self._fields, self):
+            if not isinstance(v, int) or not 0 <= v <= 0xFFFFFFFF:
+                raise ValueError("onerma: bucket layout: %s %r, want an integer in 0..2^32-1" % (name, v))
+        return _lib._BucketLayout(*self)
+
+    @property
+    def entries(self):
+        """The number of entries in a bucket."""
+        return self.bucket_bytes // self.entry_bytes
+
+    @property
+    def target_offset(self):
+        """Where a LOOKUP's answer puts the target (lookup_target_offset)."""
+        return lookup_target_offset(self.entry_bytes)
+
+
+def lookup_target_offset(entry_bytes):
+    """Where a LOOKUP's answer puts the target: the first multiple of 64 at
+    or after the entry's end (onerma_lookup_target_offset)."""
+    return (entry_bytes + 63) & ~63
 
 
 def addr_int(addr):

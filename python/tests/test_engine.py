@@ -6,6 +6,7 @@ SIGKILLed under a Python reader with ops in flight."""
 import os
 import random
 import socket
+import struct
 import threading
 import time
 
@@ -177,6 +178,117 @@ def test_statuses(portal, owner):
         portal.read(wrong, 128, 64)
     assert "READ of 64 bytes at 128 of region %#x on %s completed REMOTE_AUTHENTICATION_FAILURE" % (
         t.region, t.owner) in str(ei.value)
+
+
+SLAB_BYTES = 64 << 10
+
+
+def put_entry(index, off, tag, ptr, n):
+    """An entry of the layout BucketLayout(256, 32, 0, 8, 8, 8, 16, 4) at
+    off of index: tag u64, pointer u64, length u32."""
+    index.view[off:off + 20] = struct.pack("<QQI", tag, ptr, n)
+
+
+def test_lookup(portal):
+    """LOOKUPs through the loopback engine, every byte checked: a hit
+    answers with the entry and the bytes it points to (into the linked
+    slab, and into the index itself), a miss raises NotFound (with the
+    bucket when asked), a torn entry REMOTE_LOOKUP_BOUNDS, a short sink
+    REMOTE_LOOKUP_TOO_LARGE; the batch API; and what the library refuses
+    before the engine sees it."""
+    me = portal.identity
+    slab = portal.register_region(SLAB_BYTES, Perm.REMOTE_READ)
+    slab.view[:] = bed.patterned(0, SLAB_BYTES)
+    lay = onerma.BucketLayout(256, 32, 0, 8, 8, 8, 16, 4, linked=slab)
+    index = portal.register_lookup_region(16 * 256, lay)
+    assert index.layout == lay and lay.linked == slab.id and index.perm == Perm.REMOTE_LOOKUP
+    assert slab.layout is None
+    b3 = 3 * 256
+    put_entry(index, b3 + 5 * 32, 0x1122334455667788, 1000, 700)
+    put_entry(index, b3 + 6 * 32, 0x66, SLAB_BYTES - 100, 101)  # past the slab's end
+    put_entry(index, b3 + 7 * 32, 0x77, 0, 0)  # an empty target
+    t = index.remote_for(me, Op.LOOKUP)
+
+    a = portal.lookup(t, b3, 0x1122334455667788)
+    assert len(a) == lay.target_offset + 700
+    assert a[:32] == index.view[b3 + 160:b3 + 192] and a[64:] == bed.patterned(1000, 700)
+    assert portal.lookup(t, b3, 0x77) == index.view[b3 + 224:b3 + 256]
+    sink = portal.register_region(8192, Perm.LOCAL_WRITE)
+    sink.view[128 + 32:128 + 64] = b"\xee" * 32
+    v = portal.lookup(t, b3, 0x1122334455667788, into=sink, into_offset=128)
+    assert isinstance(v, memoryview) and len(v) == len(a) and v[:32] == a[:32] and v[64:] == a[64:]
+    assert sink.view[128 + 32:128 + 64] == b"\xee" * 32  # the bytes between, left as they were
+
+    with pytest.raises(onerma.NotFound) as ei:
+        portal.lookup(t, b3, 0x42)
+    assert ei.value.bucket is None and ei.value.status is Status.REMOTE_NOT_FOUND
+    assert "LOOKUP of tag 0x42 in the bucket at 768 of region %#x" % index.id in str(ei.value)
+    with pytest.raises(onerma.NotFound) as ei:
+        portal.lookup(t, b3, 0x42, bucket=True)
+    assert ei.value.bucket == index.view[b3:b3 + 256]
+    with pytest.raises(onerma.NotFound) as ei:
+        portal.lookup(t, b3, 0x42, bucket=True, length=255)  # the bucket does not fit
+    assert ei.value.bucket is None
+
+    def status_of(fn):
+        with pytest.raises(onerma.StatusError) as ei:
+            fn()
+        return ei.value.status
+
+    assert status_of(lambda: portal.lookup(t, b3, 0x66)) is Status.REMOTE_LOOKUP_BOUNDS
+    assert status_of(lambda: portal.lookup(t, b3, 0x1122334455667788, length=763)) is Status.REMOTE_LOOKUP_TOO_LARGE
+    assert status_of(lambda: portal.lookup(t, 16 * 256 - 255, 1)) is Status.REMOTE_BOUNDS
+    tr = index.remote_for(me, Op.READ)
+    assert status_of(lambda: portal.lookup(tr, b3, 1)) is Status.REMOTE_AUTHENTICATION_FAILURE  # a READ K_d
+    ts = slab.remote_for(me, Op.LOOKUP)
+    assert status_of(lambda: portal.lookup(ts, 0, 1)) is Status.REMOTE_PERMISSION  # no bucket layout
+
+    # Without a linked region, pointers lead into the index itself.
+    own = portal.register_lookup_region(8192, onerma.BucketLayout(64, 16, 0, 4, 4, 4, 8, 2),
+                                        Perm.REMOTE_LOOKUP | Perm.REMOTE_READ)
+    own.view[4096:4096 + 300] = bed.patterned(7, 300)
+    own.view[64 + 16:64 + 26] = struct.pack("<IIH", 0xdead, 4096, 300)
+    a = portal.lookup(own.remote_for(me, Op.LOOKUP), 64, 0xdead)
+    assert a[:16] == own.view[80:96] and a[64:] == bed.patterned(7, 300)
+
+    # The batch API: LOOKUPs and a READ in one flush.
+    hit = portal.post_lookup(t, b3, 0x1122334455667788, sink, 0)
+    empty = portal.post_lookup(t, b3, 0x77, sink, 1024)
+    miss = portal.post_lookup(t, b3, 0x42, sink, 2048, bucket=True)
+    read = portal.post_read(slab.remote_for(me, Op.READ), 0, 64, sink, 4096)
+    done = []
+    while len(done) < 4:
+        done += portal.wait(timeout=10)
+    by = {c.cookie: c for c in done}
+    assert by[read].ok and by[read].op is Op.READ and sink.view[4096:4096 + 64] == bed.patterned(0, 64)
+    for ck, st, n in [(hit, Status.OK, 764), (empty, Status.OK, 32), (miss, Status.REMOTE_NOT_FOUND, 256)]:
+        assert by[ck].op is Op.LOOKUP and by[ck].status is st and by[ck].length == n
+    assert sink.view[0:32] == index.view[b3 + 160:b3 + 192] and sink.view[64:764] == bed.patterned(1000, 700)
+    assert sink.view[1024:1024 + 32] == index.view[b3 + 224:b3 + 256]
+    assert sink.view[2048:2048 + 256] == index.view[b3:b3 + 256]
+
+    # Refused by the library: nothing posted, no slot taken.
+    with pytest.raises(onerma.OnermaError) as ei:
+        portal.post_lookup(t, 1 << 32, 1, sink)
+    assert ei.value.code is ErrorCode.OP
+    with pytest.raises(onerma.OnermaError) as ei:
+        portal.post_lookup(t, 0, 1, sink, 8192 - 63, length=64)
+    assert ei.value.code is ErrorCode.BOUNDS
+    with pytest.raises(ValueError):
+        portal.post_lookup(t, 0, 1 << 64, sink)
+    with pytest.raises(ValueError):
+        portal.lookup(t, -1, 1)
+    for fn, detail in [
+        (lambda: portal.register_region(4096, Perm.REMOTE_LOOKUP), "register_lookup_region"),
+        (lambda: portal.register_lookup_region(4096, lay, Perm.REMOTE_READ), "want ONERMA_PERM_REMOTE_LOOKUP"),
+        (lambda: portal.register_lookup_region(4096, lay._replace(tag_width=3)), "tag width 3"),
+        (lambda: portal.register_lookup_region(255, lay), "size 255, want 256..4294967295"),
+        (lambda: portal.register_lookup_region(4096, lay._replace(linked=0x7fffffff)), "is not a region of this portal"),
+    ]:
+        with pytest.raises(onerma.OnermaError) as ei:
+            fn()
+        assert ei.value.code is ErrorCode.INVALID and detail in ei.value.detail
+    assert portal.free_slots == portal.slots
 
 
 def test_keys_and_rekey(portal, owner):

@@ -78,6 +78,60 @@ def test_constants_match_header():
         assert re.search(r"#define ONERMA_%s (\d+)" % name, h).group(1) == str(v), name
     assert '#define ONERMA_DEFAULT_SOCKET "%s"' % onerma.DEFAULT_SOCKET in h
     assert "#define ONERMA_MAX_REGION_BYTES (1ULL << 40)" in h and onerma.types.MAX_REGION_BYTES == 1 << 40
+    assert "#define ONERMA_MAX_LOOKUP_REGION_BYTES 0xffffffffULL" in h
+    assert onerma.types.MAX_LOOKUP_REGION_BYTES == 0xFFFFFFFF
+    assert re.search(r"#define ONERMA_FLAG_LOOKUP_BUCKET (\d+)", h).group(1) == str(onerma.types.FLAG_LOOKUP_BUCKET)
+
+
+def go_source(path):
+    with open(os.path.join(bed.ROOT, path)) as f:
+        return f.read()
+
+
+def test_lookup_matches_go():
+    """BucketLayout's fields are abi.BucketLayout's, in its order (the
+    order of register_region's "layout" array, ctlmsg's), and struct
+    onerma_bucket_layout's; the LOOKUP constants are abi's."""
+    body = re.search(r"type BucketLayout struct \{(.*?)\}", go_source("abi/lookup.go"), re.S).group(1)
+    names = [re.sub(r"(?<!^)([A-Z])", r"_\1", line.split()[0]).lower() for line in body.strip().splitlines()]
+    assert tuple(names) == onerma.BucketLayout._fields
+    ctl = re.search(r"unsigned integers of abi.BucketLayout in its field order \((.*?)\)", go_source("ctlmsg/request.go"),
+                    re.S).group(1)
+    assert tuple(n.strip() for n in ctl.replace("\n//", " ").split(",")) == onerma.BucketLayout._fields
+    cbody = re.search(r"struct onerma_bucket_layout \{(.*?)\};", header(), re.S).group(1)
+    assert tuple(re.findall(r"uint32_t (\w+);", cbody)) == onerma.BucketLayout._fields
+    abi = go_source("abi/command.go") + go_source("abi/lookup.go")
+    assert re.search(r"OpLookup Op = (\d+)", abi).group(1) == str(int(Op.LOOKUP))
+    assert "FlagLookupBucket uint8 = 1 << 0" in abi and onerma.types.FLAG_LOOKUP_BUCKET == 1
+    assert "const MaxLookupRegionBytes = 1<<32 - 1" in abi
+    perm = go_source("abi/perm.go")
+    assert "PermRemoteLookup Perm = 1 << 5" in perm and Perm.REMOTE_LOOKUP == 1 << 5
+    assert Perm.ANY == Perm.ALL | Perm.REMOTE_LOOKUP and not Perm.ALL & Perm.REMOTE_LOOKUP
+
+
+def test_bucket_layout(lib):
+    """BucketLayout.check is abi.BucketLayout.Validate (through libonerma),
+    each rule with its message; fields outside a u32 are refused before C
+    sees them."""
+    good = onerma.BucketLayout(256, 32, 0, 8, 8, 8, 16, 4)
+    assert good.check() is good and good.linked == 0 and good.entries == 8 and good.target_offset == 64
+    assert onerma.BucketLayout(4096, 4032, 0, 1, 1, 1, 2, 1).target_offset == 4032
+    for lay, msg in [
+        ((0, 1, 0, 1, 0, 1, 0, 1), "bucket size not in 1..4096: 0"),
+        ((4097, 1, 0, 1, 0, 1, 0, 1), "bucket size not in 1..4096: 4097"),
+        ((64, 65, 0, 1, 0, 1, 0, 1), "entry stride not in 1..bucket size: stride 65, bucket 64"),
+        ((4096, 4033, 0, 1, 0, 1, 0, 1), "the entry leaves no room for a target: stride 4033"),
+        ((64, 16, 0, 8, 8, 8, 8, 3), "field width not 1, 2, 4 or 8: length width 3"),
+        ((64, 16, 9, 8, 0, 8, 0, 1), "field outside the entry: tag at 9, 8 bytes, entry 16 bytes"),
+    ]:
+        with pytest.raises(onerma.OnermaError) as ei:
+            onerma.BucketLayout(*lay).check()
+        assert ei.value.code is ErrorCode.INVALID and msg in ei.value.detail, lay
+    for bad in (-1, 1 << 32, "8"):
+        with pytest.raises(ValueError):
+            onerma.BucketLayout(64, 16, 0, bad, 8, 8, 0, 1).check()
+    for e in (0, 1, 63, 64, 65, 4095):
+        assert lib.onerma_lookup_target_offset(e) == onerma.types.lookup_target_offset(e)
 
 
 def test_layouts_match_compiler(tmp_path):
@@ -88,7 +142,7 @@ def test_layouts_match_compiler(tmp_path):
         pytest.skip("no C compiler")
     structs = {
         "onerma_options": _lib._Options, "onerma_identity": _lib._Identity, "onerma_op": _lib._Op,
-        "onerma_completion": _lib._Completion,
+        "onerma_completion": _lib._Completion, "onerma_bucket_layout": _lib._BucketLayout,
     }
     if "struct onerma_grant {" in header():
         structs["onerma_grant"] = _lib._Grant
@@ -113,7 +167,7 @@ def test_layouts_match_compiler(tmp_path):
             assert c[(cname, f)] == getattr(py, f).offset, (cname, f)
     # The packed formats: each field at its C offset.
     op_fields = ["type", "slot", "cookie", "remote_addr", "remote_region", "remote_offset", "key", "local",
-                 "local_offset", "length"]
+                 "local_offset", "length", "flags", "tag"]
     assert offsets(_lib.OP_FORMAT) == [c[("onerma_op", f)] for f in op_fields]
     assert struct.calcsize(_lib.OP_FORMAT) == c[("onerma_op", ".sizeof")]
     cpl_fields = ["cookie", "slot", "status", "op", "reserved", "issue_delay_ns", "total_delay_ns", "length"]
@@ -158,6 +212,8 @@ def test_errors():
     assert e.status is Status.ENGINE_GONE and e.code is ErrorCode.ENGINE_GONE and e.errno is None
     e = error(-errno.ETIMEDOUT, "wait", detail=False)
     assert isinstance(e, onerma.Timeout) and isinstance(e, TimeoutError)
+    e = error(-ErrorCode.OP, "post LOOKUP", detail=False)
+    assert type(e) is onerma.OnermaError and e.code is ErrorCode.OP and "LOOKUP" in str(e)
     e = error(-ErrorCode.RING_FULL, "post READ", detail=False)
     assert type(e) is onerma.OnermaError and e.code is ErrorCode.RING_FULL
     e = error(-ErrorCode.KX_REVOKED, "keyx fetch", detail=False, keyx=True)
@@ -182,6 +238,15 @@ def test_completion_check():
     with pytest.raises(onerma.EngineGone):
         gone.check()
     assert isinstance(status_error(onerma.Completion(8, 1, 99, 9, 0, 0, 0)), onerma.StatusError)
+    # A LOOKUP's miss is a NotFound (a StatusError); its other statuses are StatusErrors.
+    miss = onerma.Completion(9, 1, Status.REMOTE_NOT_FOUND, Op.LOOKUP, 0, 0, 0)
+    with pytest.raises(onerma.NotFound) as ei:
+        miss.check()
+    assert isinstance(ei.value, onerma.StatusError) and ei.value.status is Status.REMOTE_NOT_FOUND
+    assert ei.value.bucket is None and "LOOKUP (cookie 9) completed REMOTE_NOT_FOUND" in str(ei.value)
+    for st in (Status.REMOTE_LOOKUP_BOUNDS, Status.REMOTE_LOOKUP_TOO_LARGE):
+        e = status_error(onerma.Completion(10, 1, st, Op.LOOKUP, 0, 0, 0))
+        assert type(e) is onerma.StatusError and e.status is st
 
 
 def test_remote_and_identity():
