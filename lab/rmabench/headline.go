@@ -110,6 +110,9 @@ var headlineMetrics = []headlineMetric{
 	{"kv-ycsb-c 32 B, onerma-kv on one loopback engine: GETs/s / memcached's, same round", "kv", kvOpsMetric("onerma-kv")},
 	{"kv-ycsb-c 32 B, onerma-kv on one loopback engine: p99 / memcached's, same round", "kv", kvP99Metric("onerma-kv")},
 	{"kv-ycsb-c 32 B, onerma-kv on one loopback engine: GETs per serving CPU second / redis-benchmark -P 16's", "kv", kvToolMetric("onerma-kv")},
+	{"kv-ycsb-c 1 KB, one loopback engine: GETs/s by one LOOKUP (onerma-kv-lookup) / by two READs (onerma-kv), same round", "kv", kvLookupMetric(1024, false)},
+	{"kv-ycsb-c 1 KB, one loopback engine: GET p50 by one LOOKUP / by two READs, same round", "kv", kvLookupMetric(1024, true)},
+	{"kv-ycsb-c 32 B, one loopback engine: GETs/s with LOOKUPs / with READs, same round", "kv", kvLookupMetric(32, false)},
 	{"kv-ycsb-c 32 B, onerma-kv over memif: GETs/s / memcached's, same round", "kv", kvOpsMetric("onerma-kv-memif")},
 	{"kv-ycsb-c 32 B, onerma-kv over memif: p99 / memcached's, same round", "kv", kvP99Metric("onerma-kv-memif")},
 	{"kv-ycsb-c 32 B, onerma-kv over memif: GETs per serving CPU second / redis-benchmark -P 16's", "kv", kvToolMetric("onerma-kv-memif")},
@@ -409,6 +412,33 @@ func kvToolMetric(name string) func([]Row) (measure, bool) {
 			}
 		}
 		return measure{}, false
+	}
+}
+
+// kvLookupMetric is the median over kv-ycsb-c's rounds at size of
+// onerma-kv-lookup's GETs/s (or, lat, p50) over onerma-kv's.
+func kvLookupMetric(size int, lat bool) func([]Row) (measure, bool) {
+	return func(rows []Row) (measure, bool) {
+		ops, p50 := kvLookupRatios(rows, size)
+		v, goal := ops, "≥ ×"+fmtRatio(kvLookupGoalOps)
+		if size != 1024 {
+			goal = "≥ ×" + fmtRatio(kvLookupGoal32)
+		}
+		if lat {
+			v, goal = p50, "≤ ×"+fmtRatio(kvLookupGoalP50)
+		}
+		if len(v) == 0 {
+			return measure{}, false
+		}
+		m := median(v)
+		ok := m >= kvLookupGoalOps
+		switch {
+		case lat:
+			ok = m <= kvLookupGoalP50
+		case size != 1024:
+			ok = m >= kvLookupGoal32
+		}
+		return measure{fmt.Sprintf("×%.2f (%d rounds)", m, len(v)), goal, judge(ok)}, true
 	}
 }
 

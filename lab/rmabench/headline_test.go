@@ -436,3 +436,28 @@ func TestStageTableSection(t *testing.T) {
 		t.Errorf("a table from no 64 B stage rows:\n%s", s)
 	}
 }
+
+// TestKVLookupMetric: onerma-kv-lookup over onerma-kv, round by round, in
+// kv-ycsb-c only (not over memif, not kv-ycsb-b).
+func TestKVLookupMetric(t *testing.T) {
+	var rows []Row
+	for _, f := range []float64{1.2, 1.5, 1.4} {
+		run := runID("R")
+		rows = append(rows,
+			rw("onerma-kv", "kv-ycsb-c", "get", 1024, ops(1000), p50(10), run),
+			rw("onerma-kv-lookup", "kv-ycsb-c", "get", 1024, ops(1000*f), p50(10/f), run),
+			rw("onerma-kv-lookup", "kv-ycsb-c-memif", "get", 1024, ops(9999), p50(1), run),
+			rw("onerma-kv-lookup", "kv-ycsb-b", "get", 1024, ops(1), p50(100), run))
+	}
+	m, ok := kvLookupMetric(1024, false)(rows)
+	if !ok || m.value != "×1.40 (3 rounds)" || m.goal != "≥ ×1.30" || m.verdict != met {
+		t.Errorf("GETs/s %+v", m)
+	}
+	m, ok = kvLookupMetric(1024, true)(rows)
+	if !ok || !strings.HasPrefix(m.value, "×0.71 (3 rounds)") || m.goal != "≤ ×0.65" || m.verdict != notMet {
+		t.Errorf("p50 %+v", m)
+	}
+	if _, ok := kvLookupMetric(32, false)(rows); ok {
+		t.Error("a 32 B metric from 1 KB rows")
+	}
+}

@@ -45,7 +45,7 @@ var (
 
 // kvTarget is one running key/value system under measurement.
 type kvTarget struct {
-	system string // "memcached", "redis", "onerma-kv"
+	system string // "memcached", "redis", "onerma-kv", "onerma-kv-lookup"
 	suffix string // appended to the setup: "" or "-memif"
 	dial   kvload.Dialer
 	// depth above 1: each client is an AsyncStore keeping depth GETs in

@@ -234,3 +234,44 @@ func printFig8(rows []Row) {
 		fmt.Println()
 	}
 }
+
+// The lookup targets (issue 33): onerma-kv-lookup (a GET in one LOOKUP)
+// against onerma-kv (two READs), kv-ycsb-c, same round: at 1 KB, GETs/s
+// at least kvLookupGoalOps times and p50 at most kvLookupGoalP50 times;
+// at 32 B (a value in its slot: one READ either way) GETs/s at least
+// kvLookupGoal32 times.
+const (
+	kvLookupGoalOps = 1.3
+	kvLookupGoalP50 = 0.65
+	kvLookupGoal32  = 0.97
+)
+
+// kvLookupRatios returns, round by round, onerma-kv-lookup's GETs/s and
+// p50 over onerma-kv's in kv-ycsb-c at size (on the loopback engine).
+func kvLookupRatios(rows []Row, size int) (ops, p50 []float64) {
+	for _, g := range kvGroups(rows) {
+		if g.base != "kv-ycsb-c" || g.size != size {
+			continue
+		}
+		var look, reads *kvSeries
+		for _, s := range g.series {
+			switch {
+			case s.setup != g.base:
+			case s.system == "onerma-kv-lookup":
+				look = s
+			case s.system == "onerma-kv":
+				reads = s
+			}
+		}
+		if look == nil || reads == nil {
+			return nil, nil
+		}
+		for i := range min(len(look.rows), len(reads.rows)) {
+			a, b := &look.rows[i], &reads.rows[i]
+			if b.OpsPerSec > 0 && b.P50us > 0 {
+				ops, p50 = append(ops, a.OpsPerSec/b.OpsPerSec), append(p50, a.P50us/b.P50us)
+			}
+		}
+	}
+	return ops, p50
+}

@@ -79,14 +79,14 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 	if err != nil {
 		return fail(err)
 	}
-	t, err := onermaKVOn(rmakv, creds, w, lo, lo, 0, "", portal.Options{},
+	t, cfg, err := onermaKVOn(rmakv, creds, w, lo, lo, 0, "", portal.Options{},
 		"one loopback engine, poll mode yield on CPU 1, frozen between runs")
 	if err != nil {
 		lo.Stop(10 * time.Second)
 		return fail(err)
 	}
 	t.pause, t.resume = lo.Freeze, lo.Thaw
-	ts = append(ts, t)
+	ts = append(ts, t, lookupTwin(t, cfg))
 	oa, ob := testbed.MemifPair(rmad, dir, "bench-kva", "bench-kvb", "10.99.1.1", "10.99.1.2")
 	oa.Mode, oa.CPU = "yield", 0
 	ob.Mode, ob.CPU = "yield", 1
@@ -101,7 +101,7 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 		a.Stop(10 * time.Second)
 		return fail(err)
 	}
-	t, err = onermaKVOn(rmakv, creds, w, a, b, 1, "-memif", portal.Options{WaitSpins: -1},
+	t, _, err = onermaKVOn(rmakv, creds, w, a, b, 1, "-memif", portal.Options{WaitSpins: -1},
 		"clients on engine A, server on engine B, memif, poll mode yield on CPU 0 and 1, TIMEOUT 20 ms, frozen between runs")
 	if err != nil {
 		a.Stop(10 * time.Second)
@@ -118,7 +118,7 @@ func startOnermaKV(bin, dir string, w kvload.Workload) ([]*kvTarget, error) {
 // onermaKVOn starts an rmakv server on engine srvEng sized for w, pinned
 // to CPU srvCPU, and returns its target, its clients on engine cliEng
 // pinned to CPU 0; the target's stop ends the server and srvEng.
-func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.Engine, srvCPU int, suffix string, po portal.Options, where string) (*kvTarget, error) {
+func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.Engine, srvCPU int, suffix string, po portal.Options, where string) (*kvTarget, kv.ClientConfig, error) {
 	// Four slots per key or more (8 to a bucket): with keys placed at
 	// random, about 1 in 10^4 of 1 M keys then finds its bucket full and
 	// evicts another (the Poisson tail; at two slots per key 0.66 %
@@ -134,10 +134,10 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, kv.ClientConfig{}, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, kv.ClientConfig{}, err
 	}
 	stop := func() error {
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -158,16 +158,30 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 		f := strings.Fields(l)
 		if len(f) < 4 || f[1] != "serving" || f[2] != "rpc" {
 			stop()
-			return nil, fmt.Errorf("rmakv server said %q", l)
+			return nil, kv.ClientConfig{}, fmt.Errorf("rmakv server said %q", l)
 		}
 		rpc = f[3]
 	case <-time.After(60 * time.Second):
 		stop()
-		return nil, errors.New("rmakv server not serving after 60 s")
+		return nil, kv.ClientConfig{}, errors.New("rmakv server not serving after 60 s")
 	}
 	cfg := kv.ClientConfig{Socket: cliEng.Socket, Portal: po, Servers: []kv.ServerAddr{{RPC: rpc}}, CredsDir: creds,
 		MaxInFlight: onermaKVDepth, MaxUpdates: onermaKVDepth, MaxValue: w.ValueBytes,
 		NoLookup: true} // system onerma-kv: GETs with two READs (the bucket, the record)
-	return &kvTarget{system: "onerma-kv", cores: 1, suffix: suffix, dial: kvload.DialOneRMAKV(cfg), depth: onermaKVDepth, clients: 1, clientCPUs: []int{0},
-		pids: []int{cmd.Process.Pid, srvEng.Pid()}, server: "taskset " + strings.Join(args, " ") + " (" + where + ")", stop: stop}, nil
+	t := &kvTarget{system: "onerma-kv", cores: 1, suffix: suffix, dial: kvload.DialOneRMAKV(cfg), depth: onermaKVDepth, clients: 1, clientCPUs: []int{0},
+		pids: []int{cmd.Process.Pid, srvEng.Pid()}, server: "taskset " + strings.Join(args, " ") + " (" + where + ")", stop: stop}
+	return t, cfg, nil
+}
+
+// lookupTwin is onerma-kv-lookup: t's server and engines, whose clients
+// (cfg, t's) GET with kv's default, one LOOKUP a GET. t stops what they
+// share (the twin's stop does nothing), and pausing either pauses both
+// (each runs resumed).
+func lookupTwin(t *kvTarget, cfg kv.ClientConfig) *kvTarget {
+	tw := *t
+	tw.system = "onerma-kv-lookup"
+	cfg.NoLookup = false
+	tw.dial = kvload.DialOneRMAKV(cfg)
+	tw.stop = func() error { return nil }
+	return &tw
 }
