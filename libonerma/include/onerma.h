@@ -537,9 +537,9 @@ ONERMA_API int onerma_keyx_dial(const char *addr, const char *creds_dir, int tim
 /* onerma_keyx_fetch asks the owner for the K_d of the process whose engine
  * stamps it with `identity` (onerma_identity.pid) through the engine at
  * initiator_addr (onerma_identity.addr, host order), for ops of type `op`
- * (ONERMA_OP_READ, _WRITE or _REKEY) on `region`, waiting up to timeout_ms
- * (0: 30000; < 0: without end). On success *out holds the grant, checked to
- * answer this region and op; on failure *out is zeroed. */
+ * (ONERMA_OP_READ, _WRITE, _REKEY or _LOOKUP) on `region`, waiting up to
+ * timeout_ms (0: 30000; < 0: without end). On success *out holds the
+ * grant, checked to answer this region and op; on failure *out is zeroed. */
 ONERMA_API int onerma_keyx_fetch(struct onerma_keyx *kx, uint32_t region, int op, uint32_t initiator_addr,
 				 uint32_t identity, int timeout_ms, struct onerma_grant *out);
 
