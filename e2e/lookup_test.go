@@ -24,8 +24,9 @@ import (
 // owner registers an index with a bucket layout linked to a slab, and a C
 // reader (examples/c/reader.c) or a Python one
 // (examples/python/lookup_reader.py) looks tags up, every byte of every
-// answer checked: a hit (entry and target), a miss (with and without the
-// bucket), a corrupt entry, too short a sink, a bucket outside the region,
+// answer checked: a hit (entry and target, the index's pointers in 64-byte
+// units: ptr_shift 6), a miss (with and without the bucket), corrupt
+// entries, too short a sink, a bucket outside the region,
 // a READ K_d, a region without a layout, a bucket rewritten by the owner,
 // and an offset the library refuses.
 
@@ -33,32 +34,39 @@ const (
 	lookupSlabBytes  = 64 << 10
 	lookupIndexBytes = 16 * 256
 	lookupBucket     = 3 * 256
+	lookupPtrShift   = 6 // the index's pointers count 64-byte units, as kv's
 )
 
 // lookupOwner registers the slab (the pattern) and the index on owner:
-// buckets of 8 entries of 32 bytes (tag u64 at 0, pointer u64 at 8, length
-// u32 at 16), pointers into the slab. Bucket 3 holds a hit, an entry past
-// the slab's end and an empty target.
+// buckets of 8 entries of 32 bytes (tag u64 at 0, pointer u64 at 8 in
+// units of 2^lookupPtrShift bytes, length u32 at 16), pointers into the
+// slab. Bucket 3 holds a hit, an entry whose pointer is inside the slab
+// as bytes but not as units, one past the slab's end and an empty target.
 func lookupOwner(t *testing.T, owner *portal.Portal) (slab, index *portal.Region) {
 	t.Helper()
 	slab = ownerRegion(t, owner, lookupSlabBytes, abi.PermRemoteRead)
-	lay := portal.BucketLayout{BucketBytes: 256, EntryBytes: 32, TagWidth: 8, PtrOff: 8, PtrWidth: 8, LenOff: 16, LenWidth: 4,
-		Linked: slab.ID()}
+	lay := portal.BucketLayout{BucketBytes: 256, EntryBytes: 32, TagWidth: 8, PtrOff: 8, PtrWidth: 8, PtrShift: lookupPtrShift,
+		LenOff: 16, LenWidth: 4, Linked: slab.ID()}
 	index, err := owner.RegisterLookupRegion(lookupIndexBytes, abi.PermRemoteLookup, lay)
 	if err != nil {
 		t.Fatal(err)
 	}
-	putLookupEntry(index, 5, 0x1122334455667788, 1000, 700)
-	putLookupEntry(index, 6, 0x66, lookupSlabBytes-100, 101)
+	putLookupEntry(index, 4, 0x99, lookupSlabBytes, 1) // stores 1024: a byte inside the slab, a unit past it
+	putLookupEntry(index, 5, 0x1122334455667788, 1024, 700)
+	putLookupEntry(index, 6, 0x66, lookupSlabBytes-128, 129)
 	putLookupEntry(index, 7, 0x77, 0, 0)
 	return slab, index
 }
 
-// putLookupEntry writes entry e of the bucket at lookupBucket.
-func putLookupEntry(index *portal.Region, e int, tag, ptr uint64, n uint32) {
+// putLookupEntry writes entry e of the bucket at lookupBucket: its
+// pointer to the byte off (a multiple of 2^lookupPtrShift) of the slab.
+func putLookupEntry(index *portal.Region, e int, tag, off uint64, n uint32) {
+	if off&(1<<lookupPtrShift-1) != 0 {
+		panic(fmt.Sprintf("lookup entry at byte %d: not a multiple of %d", off, 1<<lookupPtrShift))
+	}
 	b := index.Bytes()[lookupBucket+e*32:]
 	binary.LittleEndian.PutUint64(b, tag)
-	binary.LittleEndian.PutUint64(b[8:], ptr)
+	binary.LittleEndian.PutUint64(b[8:], off>>lookupPtrShift)
 	binary.LittleEndian.PutUint32(b[16:], n)
 }
 
@@ -106,7 +114,7 @@ func lookupCases(t *testing.T, rd *cProc, slab, index *portal.Region, ia netip.A
 		}
 	}
 
-	checkHit(lookup(index.ID(), lookupBucket, 0x1122334455667788, 4096, 0, kd, abi.StatusOK, 764), 5, 1000, 700)
+	checkHit(lookup(index.ID(), lookupBucket, 0x1122334455667788, 4096, 0, kd, abi.StatusOK, 764), 5, 1024, 700)
 	if got := lookup(index.ID(), lookupBucket, 0x77, 4096, 0, kd, abi.StatusOK, 32); !bytes.Equal(got, entry(7)) {
 		t.Fatalf("empty target: %x", got)
 	}
@@ -115,16 +123,17 @@ func lookupCases(t *testing.T, rd *cProc, slab, index *portal.Region, ia netip.A
 		t.Fatalf("miss: the bucket back differs")
 	}
 	lookup(index.ID(), lookupBucket, 0x66, 4096, 0, kd, abi.StatusRemoteLookupBounds, 0)
+	lookup(index.ID(), lookupBucket, 0x99, 4096, 0, kd, abi.StatusRemoteLookupBounds, 0)
 	lookup(index.ID(), lookupBucket, 0x1122334455667788, 763, 0, kd, abi.StatusRemoteLookupTooLarge, 0)
 	lookup(index.ID(), lookupIndexBytes-255, 1, 4096, 0, kd, abi.StatusRemoteBounds, 0)
 	lookup(index.ID(), lookupBucket, 0x1122334455667788, 4096, 0, index.DeriveKey(ia, pid, abi.OpRead), abi.StatusRemoteAuthFailure, 0)
 	lookup(slab.ID(), 0, 1, 4096, 0, slab.DeriveKey(ia, pid, abi.OpLookup), abi.StatusRemotePermission, 0)
 
 	// The owner rewrites the bucket: the next LOOKUP follows the new entry.
-	putLookupEntry(index, 5, 0x1122334455667788, 20000, 2000)
-	checkHit(lookup(index.ID(), lookupBucket, 0x1122334455667788, 4096, 0, kd, abi.StatusOK, 2064), 5, 20000, 2000)
-	putLookupEntry(index, 2, 0x1122334455667788, 30000, 10) // an earlier entry with the tag matches first
-	checkHit(lookup(index.ID(), lookupBucket, 0x1122334455667788, 4096, 0, kd, abi.StatusOK, 74), 2, 30000, 10)
+	putLookupEntry(index, 5, 0x1122334455667788, 20032, 2000)
+	checkHit(lookup(index.ID(), lookupBucket, 0x1122334455667788, 4096, 0, kd, abi.StatusOK, 2064), 5, 20032, 2000)
+	putLookupEntry(index, 2, 0x1122334455667788, lookupSlabBytes-64, 64) // an earlier entry with the tag matches first
+	checkHit(lookup(index.ID(), lookupBucket, 0x1122334455667788, 4096, 0, kd, abi.StatusOK, 128), 2, lookupSlabBytes-64, 64)
 
 	// The library refuses a bucket offset above 2^32-1: nothing posted.
 	if f := rd.ask("lookup %d %d 1 64 0 %x", uint32(index.ID()), uint64(1)<<32, kd[:]); len(f) < 2 || f[1] != "post" {

@@ -117,6 +117,8 @@ extern "C" {
 /* The largest region with a bucket layout (abi.MaxLookupRegionBytes): a
  * LOOKUP's bucket offset is a u32. */
 #define ONERMA_MAX_LOOKUP_REGION_BYTES 0xffffffffULL
+/* The largest onerma_bucket_layout.ptr_shift (abi.MaxPtrShift). */
+#define ONERMA_MAX_PTR_SHIFT 32
 /* onerma_op.flags of a LOOKUP (abi.FlagLookupBucket): when no entry
  * matches, the answer is the bucket (status REMOTE_NOT_FOUND). */
 #define ONERMA_FLAG_LOOKUP_BUCKET 1
@@ -298,7 +300,10 @@ struct onerma_op {
  * little-endian unsigned integers of tag_width, ptr_width and len_width
  * bytes (1, 2, 4 or 8) at tag_off, ptr_off and len_off, each inside the
  * entry. The pointer is an offset in `linked` (a region of the same
- * portal: the slab), or in the bucket's own region when linked is 0. */
+ * portal: the slab), or in the bucket's own region when linked is 0, in
+ * units of 2^ptr_shift bytes (0..ONERMA_MAX_PTR_SHIFT; 0: bytes; an index
+ * of 64-byte aligned records stores offset/64: 6). The fields are in
+ * abi.BucketLayout's order. */
 struct onerma_bucket_layout {
 	uint32_t bucket_bytes;
 	uint32_t entry_bytes;
@@ -306,6 +311,7 @@ struct onerma_bucket_layout {
 	uint32_t tag_width;
 	uint32_t ptr_off;
 	uint32_t ptr_width;
+	uint32_t ptr_shift; /* 0..ONERMA_MAX_PTR_SHIFT */
 	uint32_t len_off;
 	uint32_t len_width;
 	uint32_t linked; /* a region id of this portal, or 0 */
@@ -531,9 +537,9 @@ ONERMA_API int onerma_keyx_dial(const char *addr, const char *creds_dir, int tim
 /* onerma_keyx_fetch asks the owner for the K_d of the process whose engine
  * stamps it with `identity` (onerma_identity.pid) through the engine at
  * initiator_addr (onerma_identity.addr, host order), for ops of type `op`
- * (ONERMA_OP_READ, _WRITE or _REKEY) on `region`, waiting up to timeout_ms
- * (0: 30000; < 0: without end). On success *out holds the grant, checked to
- * answer this region and op; on failure *out is zeroed. */
+ * (ONERMA_OP_READ, _WRITE, _REKEY or _LOOKUP) on `region`, waiting up to
+ * timeout_ms (0: 30000; < 0: without end). On success *out holds the
+ * grant, checked to answer this region and op; on failure *out is zeroed. */
 ONERMA_API int onerma_keyx_fetch(struct onerma_keyx *kx, uint32_t region, int op, uint32_t initiator_addr,
 				 uint32_t identity, int timeout_ms, struct onerma_grant *out);
 

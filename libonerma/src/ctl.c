@@ -119,9 +119,9 @@ int onr_encode_request(const struct onr_request *r, char *buf, size_t cap)
 			const struct onerma_bucket_layout *l = &r->layout;
 			bad |= append(buf, cap, &n,
 				      ",\"layout\":[%" PRIu32 ",%" PRIu32 ",%" PRIu32 ",%" PRIu32 ",%" PRIu32 ",%" PRIu32
-				      ",%" PRIu32 ",%" PRIu32 ",%" PRIu32 "]",
+				      ",%" PRIu32 ",%" PRIu32 ",%" PRIu32 ",%" PRIu32 "]",
 				      l->bucket_bytes, l->entry_bytes, l->tag_off, l->tag_width, l->ptr_off, l->ptr_width,
-				      l->len_off, l->len_width, l->linked);
+				      l->ptr_shift, l->len_off, l->len_width, l->linked);
 		}
 		break;
 	case ONR_OP_DEREGISTER_REGION:

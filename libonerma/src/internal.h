@@ -143,7 +143,7 @@ struct onr_request {
 	uint32_t region; /* deregister_region, rekey */
 	uint8_t key[ONERMA_KEY_SIZE];
 	/* register_region's bucket layout (bucket_bytes 0: none), encoded as
-	 * ctlmsg's "layout": its nine integers in field order */
+	 * ctlmsg's "layout": its ten integers in field order */
 	struct onerma_bucket_layout layout;
 };
 /* onr_encode_request writes the canonical datagram into buf (it holds a key

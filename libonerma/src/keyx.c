@@ -79,9 +79,9 @@ int onr_kx_encode_request(uint8_t b[ONR_KX_REQUEST_LEN], uint32_t region, int op
 			  uint32_t identity)
 {
 	char ip[16];
-	if (op != ONERMA_OP_READ && op != ONERMA_OP_WRITE && op != ONERMA_OP_REKEY)
-		return onr_fail(-ONERMA_E_INVALID, "keyx: request: op %d unknown, want 1 (READ), 2 (WRITE) or 3 (REKEY)",
-				op);
+	if (op != ONERMA_OP_READ && op != ONERMA_OP_WRITE && op != ONERMA_OP_REKEY && op != ONERMA_OP_LOOKUP)
+		return onr_fail(-ONERMA_E_INVALID,
+				"keyx: request: op %d unknown, want 1 (READ), 2 (WRITE), 3 (REKEY) or 4 (LOOKUP)", op);
 	if (!unicast4(initiator))
 		return onr_fail(-ONERMA_E_INVALID, "keyx: request: initiator %s is not a unicast IPv4 address",
 				onerma_addr_format(initiator, ip));

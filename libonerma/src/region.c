@@ -46,6 +46,10 @@ static const char *layout_error(const struct onerma_bucket_layout *l, char *msg,
 		snprintf(msg, n, "the entry leaves no room for a target: stride %u", l->entry_bytes);
 		return msg;
 	}
+	if (l->ptr_shift > ONERMA_MAX_PTR_SHIFT) {
+		snprintf(msg, n, "pointer shift above %d: %u", ONERMA_MAX_PTR_SHIFT, l->ptr_shift);
+		return msg;
+	}
 	for (int i = 0; i < 3; i++) {
 		if (f[i].width != 1 && f[i].width != 2 && f[i].width != 4 && f[i].width != 8) {
 			snprintf(msg, n, "field width not 1, 2, 4 or 8: %s width %u", f[i].name, f[i].width);

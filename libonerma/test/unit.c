@@ -184,13 +184,15 @@ static void test_encode_request(void)
 	CHECK(onr_encode_request(&r, buf, sizeof buf) > 0);
 	CHECK(strcmp(buf, "{\"v\":1,\"id\":9,\"op\":\"register_region\",\"memory\":1,\"perm\":7,\"key\":"
 			  "\"00112233445566778899aabbccddeeff\"}") == 0);
-	/* ctlmsg.EncodeRequest's bytes for the same request with a layout. */
+	/* ctlmsg.EncodeRequest's bytes for the same request with a layout
+	 * (abi.BucketLayout{256, 32, 0, 8, 8, 8, 6, 16, 4, 65538}). */
 	r.perm = ONERMA_PERM_REMOTE_LOOKUP | ONERMA_PERM_REMOTE_READ;
 	r.layout = (struct onerma_bucket_layout){.bucket_bytes = 256, .entry_bytes = 32, .tag_width = 8, .ptr_off = 8,
-						 .ptr_width = 8, .len_off = 16, .len_width = 4, .linked = 65538};
+						 .ptr_width = 8, .ptr_shift = 6, .len_off = 16, .len_width = 4,
+						 .linked = 65538};
 	CHECK(onr_encode_request(&r, buf, sizeof buf) > 0);
 	CHECK(strcmp(buf, "{\"v\":1,\"id\":9,\"op\":\"register_region\",\"memory\":1,\"perm\":36,\"key\":"
-			  "\"00112233445566778899aabbccddeeff\",\"layout\":[256,32,0,8,8,8,16,4,65538]}") == 0);
+			  "\"00112233445566778899aabbccddeeff\",\"layout\":[256,32,0,8,8,8,6,16,4,65538]}") == 0);
 	r = (struct onr_request){.op = ONR_OP_ALLOC_SLOTS, .n = 8};
 	CHECK(onr_encode_request(&r, buf, sizeof buf) > 0);
 	CHECK(strcmp(buf, "{\"v\":1,\"op\":\"alloc_slots\",\"n\":8}") == 0);
@@ -502,6 +504,12 @@ static void test_bucket_layout(void)
 	     "entry stride not in 1..bucket size: stride 65, bucket 64"},
 	    {{.bucket_bytes = 4096, .entry_bytes = 4033, .tag_width = 1, .ptr_width = 1, .len_width = 1},
 	     "the entry leaves no room for a target: stride 4033"},
+	    {{.bucket_bytes = 4096, .entry_bytes = 4033, .tag_width = 1, .ptr_width = 1, .ptr_shift = 33, .len_width = 1},
+	     "the entry leaves no room for a target: stride 4033"}, /* Validate's order: fit, then shift */
+	    {{.bucket_bytes = 64, .entry_bytes = 16, .tag_width = 8, .ptr_width = 8, .ptr_shift = 33, .len_width = 1},
+	     "pointer shift above 32: 33"},
+	    {{.bucket_bytes = 64, .entry_bytes = 16, .tag_width = 3, .ptr_width = 8, .ptr_shift = 0xffffffffu, .len_width = 1},
+	     "pointer shift above 32: 4294967295"}, /* shift, then the fields */
 	    {{.bucket_bytes = 64, .entry_bytes = 16, .tag_width = 3, .ptr_width = 1, .len_width = 1},
 	     "field width not 1, 2, 4 or 8: tag width 3"},
 	    {{.bucket_bytes = 64, .entry_bytes = 16, .tag_width = 8, .ptr_width = 0, .len_width = 1},
@@ -512,6 +520,9 @@ static void test_bucket_layout(void)
 	     "field outside the entry: length at 4294967295, 2 bytes, entry 16 bytes"},
 	};
 	CHECK_EQ(onerma_bucket_layout_check(&good), 0);
+	struct onerma_bucket_layout shifted = good;
+	shifted.ptr_shift = ONERMA_MAX_PTR_SHIFT;
+	CHECK_EQ(onerma_bucket_layout_check(&shifted), 0);
 	CHECK_EQ(onerma_bucket_layout_check(NULL), -ONERMA_E_INVALID);
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		CHECK_EQ(onerma_bucket_layout_check(&bad[i].l), -ONERMA_E_INVALID);
@@ -531,7 +542,7 @@ static void test_lookup(void)
 	struct fixture f;
 	struct onerma_region *slab = NULL, *index = NULL, *r2 = NULL;
 	struct onerma_bucket_layout lay = {.bucket_bytes = 256, .entry_bytes = 32, .tag_width = 8, .ptr_off = 8,
-					   .ptr_width = 8, .len_off = 16, .len_width = 4};
+					   .ptr_width = 8, .ptr_shift = 6, .len_off = 16, .len_width = 4};
 	struct onerma_bucket_layout got;
 	struct onr_command cmds[4];
 	struct onerma_completion c[2];
@@ -565,6 +576,10 @@ static void test_lookup(void)
 	CHECK_EQ(onerma_register_lookup_region(f.p, 4096, ONERMA_PERM_REMOTE_LOOKUP, &lay, &r2), -ONERMA_E_INVALID);
 	CHECK_MSG("bucket layout: field width not 1, 2, 4 or 8: tag width 5");
 	lay.tag_width = 8;
+	lay.ptr_shift = 33;
+	CHECK_EQ(onerma_register_lookup_region(f.p, 4096, ONERMA_PERM_REMOTE_LOOKUP, &lay, &r2), -ONERMA_E_INVALID);
+	CHECK_MSG("bucket layout: pointer shift above 32: 33");
+	lay.ptr_shift = 6;
 	lay.linked = 0x1ffff;
 	CHECK_EQ(onerma_register_lookup_region(f.p, 4096, ONERMA_PERM_REMOTE_LOOKUP, &lay, &r2), -ONERMA_E_INVALID);
 	CHECK_MSG("linked region 0x1ffff is not a region of this portal");
@@ -574,7 +589,7 @@ static void test_lookup(void)
 	CHECK_EQ(f.fe.requests, before);
 	CHECK(r2 == NULL);
 
-	/* Registered, linked to the slab: the layout's nine integers in
+	/* Registered, linked to the slab: the layout's ten integers in
 	 * abi.BucketLayout's order. */
 	lay.linked = onerma_region_id(slab);
 	CHECK_EQ(onerma_register_lookup_region_key(f.p, 1 << 20, ONERMA_PERM_REMOTE_LOOKUP | ONERMA_PERM_REMOTE_READ, &lay,
@@ -583,9 +598,9 @@ static void test_lookup(void)
 	if (!index)
 		goto out;
 	CHECK_EQ(f.fe.last_perm, ONERMA_PERM_REMOTE_LOOKUP | ONERMA_PERM_REMOTE_READ);
-	CHECK_EQ(f.fe.last_layout_len, 9);
-	const uint64_t want[9] = {256, 32, 0, 8, 8, 8, 16, 4, onerma_region_id(slab)};
-	for (int i = 0; i < 9; i++)
+	CHECK_EQ(f.fe.last_layout_len, 10);
+	const uint64_t want[10] = {256, 32, 0, 8, 8, 8, 6, 16, 4, onerma_region_id(slab)};
+	for (int i = 0; i < 10; i++)
 		CHECK_EQ(f.fe.last_layout[i], want[i]);
 	CHECK(memcmp(f.fe.last_key, kr, 16) == 0);
 	CHECK_EQ(onerma_region_perm(index), ONERMA_PERM_REMOTE_LOOKUP | ONERMA_PERM_REMOTE_READ);

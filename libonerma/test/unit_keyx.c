@@ -34,7 +34,10 @@ void test_keyx_request(void)
 	CHECK(memcmp(b, want, sizeof want) == 0);
 	CHECK_EQ(onr_kx_encode_request(b, 0x10002, 0, 0x0a620002, 7), -ONERMA_E_INVALID);
 	CHECK_MSG("op 0 unknown");
-	CHECK_EQ(onr_kx_encode_request(b, 0x10002, 4, 0x0a620002, 7), -ONERMA_E_INVALID);
+	CHECK_EQ(onr_kx_encode_request(b, 0x10002, ONERMA_OP_LOOKUP, 0x0a620002, 7), 0); /* keyx grants LOOKUP K_d */
+	CHECK_EQ(b[1], ONERMA_OP_LOOKUP);
+	CHECK_EQ(onr_kx_encode_request(b, 0x10002, 5, 0x0a620002, 7), -ONERMA_E_INVALID);
+	CHECK_MSG("op 5 unknown, want 1 (READ), 2 (WRITE), 3 (REKEY) or 4 (LOOKUP)");
 	CHECK_EQ(onr_kx_encode_request(b, 0x10002, 1, 0, 7), -ONERMA_E_INVALID);
 	CHECK_MSG("initiator 0.0.0.0 is not a unicast IPv4 address");
 	CHECK_EQ(onr_kx_encode_request(b, 0x10002, 1, 0xe0000001, 7), -ONERMA_E_INVALID);

@@ -96,8 +96,8 @@ class _BucketLayout(ctypes.Structure):
     """struct onerma_bucket_layout."""
 
     _fields_ = [(name, ctypes.c_uint32) for name in (
-        "bucket_bytes", "entry_bytes", "tag_off", "tag_width", "ptr_off", "ptr_width", "len_off", "len_width",
-        "linked")]
+        "bucket_bytes", "entry_bytes", "tag_off", "tag_width", "ptr_off", "ptr_width", "ptr_shift", "len_off",
+        "len_width", "linked")]
 
 
 class _Completion(ctypes.Structure):

@@ -297,7 +297,7 @@ class Portal:
 
     def register_lookup_region(self, size, layout, perm=Perm.REMOTE_LOOKUP, key=None):
         """Register a region that remote LOOKUPs may scan, its buckets laid
-        out as layout (a BucketLayout, or its nine integers) says: as
+        out as layout (a BucketLayout, or its ten integers) says: as
         register_region, with perm holding Perm.REMOTE_LOOKUP (and any of
         Perm.ALL). The layout must be valid (BucketLayout.check), a bucket
         must fit the region, the region may hold at most

@@ -16,6 +16,8 @@ MAX_REGION_BYTES = 1 << 40
 # The largest region with a bucket layout (abi.MaxLookupRegionBytes): a
 # LOOKUP's bucket offset is a u32.
 MAX_LOOKUP_REGION_BYTES = (1 << 32) - 1
+# The largest BucketLayout.ptr_shift (abi.MaxPtrShift).
+MAX_PTR_SHIFT = 32
 # A LOOKUP's flag (abi.FlagLookupBucket): on a miss, the answer is the bucket.
 FLAG_LOOKUP_BUCKET = 1
 DEFAULT_SOCKET = "/run/onerma/rmad.sock"
@@ -151,25 +153,30 @@ def status_of(v):
 
 
 class BucketLayout(collections.namedtuple(
-        "BucketLayout", "bucket_bytes entry_bytes tag_off tag_width ptr_off ptr_width len_off len_width linked")):
+        "BucketLayout",
+        "bucket_bytes entry_bytes tag_off tag_width ptr_off ptr_width ptr_shift len_off len_width linked")):
     """A region's bucket layout, for LOOKUPs (struct onerma_bucket_layout,
-    abi.BucketLayout). A bucket is bucket_bytes (1..4096) at the offset a
-    LOOKUP names; its entries start every entry_bytes from its start, as
-    many as fit whole. In an entry, the tag, the pointer and the length are
-    little-endian unsigned integers of tag_width, ptr_width and len_width
-    bytes (1, 2, 4 or 8) at tag_off, ptr_off and len_off. The pointer is an
-    offset in the region linked (a region id of the same portal, or a
-    Region), or in the bucket's own region when linked is 0.
+    abi.BucketLayout, whose field order it keeps). A bucket is bucket_bytes
+    (1..4096) at the offset a LOOKUP names; its entries start every
+    entry_bytes from its start, as many as fit whole. In an entry, the tag,
+    the pointer and the length are little-endian unsigned integers of
+    tag_width, ptr_width and len_width bytes (1, 2, 4 or 8) at tag_off,
+    ptr_off and len_off. The pointer is an offset in the region linked (a
+    region id of the same portal, or a Region), or in the bucket's own
+    region when linked is 0, in units of 2^ptr_shift bytes
+    (0..MAX_PTR_SHIFT; 0: bytes; an index of 64-byte aligned records
+    stores offset/64: 6).
     Portal.register_lookup_region checks it (libonerma's
     onerma_bucket_layout_check) and raises OnermaError (code INVALID) with
     the rule it breaks."""
 
     __slots__ = ()
 
-    def __new__(cls, bucket_bytes, entry_bytes, tag_off, tag_width, ptr_off, ptr_width, len_off, len_width, linked=0):
+    def __new__(cls, bucket_bytes, entry_bytes, tag_off, tag_width, ptr_off, ptr_width, ptr_shift, len_off, len_width,
+                linked=0):
         linked = getattr(linked, "id", linked)
-        return super().__new__(cls, bucket_bytes, entry_bytes, tag_off, tag_width, ptr_off, ptr_width, len_off,
-                               len_width, linked)
+        return super().__new__(cls, bucket_bytes, entry_bytes, tag_off, tag_width, ptr_off, ptr_width, ptr_shift,
+                               len_off, len_width, linked)
 
     def check(self):
         """Return the layout when it is valid on its own (libonerma's

@@ -184,7 +184,7 @@ SLAB_BYTES = 64 << 10
 
 
 def put_entry(index, off, tag, ptr, n):
-    """An entry of the layout BucketLayout(256, 32, 0, 8, 8, 8, 16, 4) at
+    """An entry of the layout BucketLayout(256, 32, 0, 8, 8, 8, 0, 16, 4) at
     off of index: tag u64, pointer u64, length u32."""
     index.view[off:off + 20] = struct.pack("<QQI", tag, ptr, n)
 
@@ -192,14 +192,15 @@ def put_entry(index, off, tag, ptr, n):
 def test_lookup(portal):
     """LOOKUPs through the loopback engine, every byte checked: a hit
     answers with the entry and the bytes it points to (into the linked
-    slab, and into the index itself), a miss raises NotFound (with the
+    slab, and into the index itself, a pointer in bytes and one in units
+    of 2^ptr_shift bytes), a miss raises NotFound (with the
     bucket when asked), a torn entry REMOTE_LOOKUP_BOUNDS, a short sink
     REMOTE_LOOKUP_TOO_LARGE; the batch API; and what the library refuses
     before the engine sees it."""
     me = portal.identity
     slab = portal.register_region(SLAB_BYTES, Perm.REMOTE_READ)
     slab.view[:] = bed.patterned(0, SLAB_BYTES)
-    lay = onerma.BucketLayout(256, 32, 0, 8, 8, 8, 16, 4, linked=slab)
+    lay = onerma.BucketLayout(256, 32, 0, 8, 8, 8, 0, 16, 4, linked=slab)
     index = portal.register_lookup_region(16 * 256, lay)
     assert index.layout == lay and lay.linked == slab.id and index.perm == Perm.REMOTE_LOOKUP
     assert slab.layout is None
@@ -243,13 +244,23 @@ def test_lookup(portal):
     ts = slab.remote_for(me, Op.LOOKUP)
     assert status_of(lambda: portal.lookup(ts, 0, 1)) is Status.REMOTE_PERMISSION  # no bucket layout
 
-    # Without a linked region, pointers lead into the index itself.
-    own = portal.register_lookup_region(8192, onerma.BucketLayout(64, 16, 0, 4, 4, 4, 8, 2),
+    # Without a linked region, pointers lead into the index itself; here
+    # they count units of 64 bytes (ptr_shift 6), the engine's bounds
+    # checked on the bytes they name.
+    own = portal.register_lookup_region(8192, onerma.BucketLayout(64, 16, 0, 4, 4, 4, 6, 8, 2),
                                         Perm.REMOTE_LOOKUP | Perm.REMOTE_READ)
+    assert own.layout.ptr_shift == 6 and own.layout.len_off == 8 and own.layout.linked == 0
+    to = own.remote_for(me, Op.LOOKUP)
     own.view[4096:4096 + 300] = bed.patterned(7, 300)
-    own.view[64 + 16:64 + 26] = struct.pack("<IIH", 0xdead, 4096, 300)
-    a = portal.lookup(own.remote_for(me, Op.LOOKUP), 64, 0xdead)
+    own.view[64 + 16:64 + 26] = struct.pack("<IIH", 0xdead, 4096 >> 6, 300)
+    a = portal.lookup(to, 64, 0xdead)
     assert a[:16] == own.view[80:96] and a[64:] == bed.patterned(7, 300)
+    own.view[8128:8192] = bed.patterned(9, 64)
+    own.view[64 + 32:64 + 42] = struct.pack("<IIH", 0xbeef, (8192 >> 6) - 1, 64)  # the region's last 64 bytes
+    a = portal.lookup(to, 64, 0xbeef)
+    assert len(a) == 128 and a[:16] == own.view[96:112] and a[64:] == bed.patterned(9, 64)
+    own.view[64 + 32:64 + 42] = struct.pack("<IIH", 0xbeef, 8192 >> 6, 1)  # in bytes, 128 would be inside
+    assert status_of(lambda: portal.lookup(to, 64, 0xbeef)) is Status.REMOTE_LOOKUP_BOUNDS
 
     # The batch API: LOOKUPs and a READ in one flush.
     hit = portal.post_lookup(t, b3, 0x1122334455667788, sink, 0)
@@ -282,6 +293,7 @@ def test_lookup(portal):
         (lambda: portal.register_region(4096, Perm.REMOTE_LOOKUP), "register_lookup_region"),
         (lambda: portal.register_lookup_region(4096, lay, Perm.REMOTE_READ), "want ONERMA_PERM_REMOTE_LOOKUP"),
         (lambda: portal.register_lookup_region(4096, lay._replace(tag_width=3)), "tag width 3"),
+        (lambda: portal.register_lookup_region(4096, lay._replace(ptr_shift=33)), "pointer shift above 32: 33"),
         (lambda: portal.register_lookup_region(255, lay), "size 255, want 256..4294967295"),
         (lambda: portal.register_lookup_region(4096, lay._replace(linked=0x7fffffff)), "is not a region of this portal"),
     ]:

@@ -80,6 +80,7 @@ def test_constants_match_header():
     assert "#define ONERMA_MAX_REGION_BYTES (1ULL << 40)" in h and onerma.types.MAX_REGION_BYTES == 1 << 40
     assert "#define ONERMA_MAX_LOOKUP_REGION_BYTES 0xffffffffULL" in h
     assert onerma.types.MAX_LOOKUP_REGION_BYTES == 0xFFFFFFFF
+    assert re.search(r"#define ONERMA_MAX_PTR_SHIFT (\d+)", h).group(1) == str(onerma.types.MAX_PTR_SHIFT)
     assert re.search(r"#define ONERMA_FLAG_LOOKUP_BUCKET (\d+)", h).group(1) == str(onerma.types.FLAG_LOOKUP_BUCKET)
 
 
@@ -104,6 +105,7 @@ def test_lookup_matches_go():
     assert re.search(r"OpLookup Op = (\d+)", abi).group(1) == str(int(Op.LOOKUP))
     assert "FlagLookupBucket uint8 = 1 << 0" in abi and onerma.types.FLAG_LOOKUP_BUCKET == 1
     assert "const MaxLookupRegionBytes = 1<<32 - 1" in abi
+    assert re.search(r"const MaxPtrShift = (\d+)", abi).group(1) == str(onerma.types.MAX_PTR_SHIFT)
     perm = go_source("abi/perm.go")
     assert "PermRemoteLookup Perm = 1 << 5" in perm and Perm.REMOTE_LOOKUP == 1 << 5
     assert Perm.ANY == Perm.ALL | Perm.REMOTE_LOOKUP and not Perm.ALL & Perm.REMOTE_LOOKUP
@@ -113,23 +115,31 @@ def test_bucket_layout(lib):
     """BucketLayout.check is abi.BucketLayout.Validate (through libonerma),
     each rule with its message; fields outside a u32 are refused before C
     sees them."""
-    good = onerma.BucketLayout(256, 32, 0, 8, 8, 8, 16, 4)
+    good = onerma.BucketLayout(256, 32, 0, 8, 8, 8, 0, 16, 4)
     assert good.check() is good and good.linked == 0 and good.entries == 8 and good.target_offset == 64
-    assert onerma.BucketLayout(4096, 4032, 0, 1, 1, 1, 2, 1).target_offset == 4032
+    assert good._replace(ptr_shift=onerma.types.MAX_PTR_SHIFT).check().ptr_shift == 32
+    assert onerma.BucketLayout(4096, 4032, 0, 1, 1, 1, 6, 2, 1).target_offset == 4032
     for lay, msg in [
-        ((0, 1, 0, 1, 0, 1, 0, 1), "bucket size not in 1..4096: 0"),
-        ((4097, 1, 0, 1, 0, 1, 0, 1), "bucket size not in 1..4096: 4097"),
-        ((64, 65, 0, 1, 0, 1, 0, 1), "entry stride not in 1..bucket size: stride 65, bucket 64"),
-        ((4096, 4033, 0, 1, 0, 1, 0, 1), "the entry leaves no room for a target: stride 4033"),
-        ((64, 16, 0, 8, 8, 8, 8, 3), "field width not 1, 2, 4 or 8: length width 3"),
-        ((64, 16, 9, 8, 0, 8, 0, 1), "field outside the entry: tag at 9, 8 bytes, entry 16 bytes"),
+        ((0, 1, 0, 1, 0, 1, 0, 0, 1), "bucket size not in 1..4096: 0"),
+        ((4097, 1, 0, 1, 0, 1, 0, 0, 1), "bucket size not in 1..4096: 4097"),
+        ((64, 65, 0, 1, 0, 1, 0, 0, 1), "entry stride not in 1..bucket size: stride 65, bucket 64"),
+        ((4096, 4033, 0, 1, 0, 1, 0, 0, 1), "the entry leaves no room for a target: stride 4033"),
+        ((4096, 4033, 0, 1, 0, 1, 33, 0, 1), "the entry leaves no room for a target: stride 4033"),
+        ((64, 16, 0, 8, 8, 8, 33, 0, 1), "pointer shift above 32: 33"),
+        ((64, 16, 0, 3, 8, 8, 0xFFFFFFFF, 0, 1), "pointer shift above 32: 4294967295"),  # before the fields
+        ((64, 16, 0, 8, 8, 8, 0, 8, 3), "field width not 1, 2, 4 or 8: length width 3"),
+        ((64, 16, 9, 8, 0, 8, 0, 0, 1), "field outside the entry: tag at 9, 8 bytes, entry 16 bytes"),
     ]:
         with pytest.raises(onerma.OnermaError) as ei:
             onerma.BucketLayout(*lay).check()
         assert ei.value.code is ErrorCode.INVALID and msg in ei.value.detail, lay
     for bad in (-1, 1 << 32, "8"):
         with pytest.raises(ValueError):
-            onerma.BucketLayout(64, 16, 0, bad, 8, 8, 0, 1).check()
+            onerma.BucketLayout(64, 16, 0, bad, 8, 8, 0, 0, 1).check()
+        with pytest.raises(ValueError):
+            onerma.BucketLayout(64, 16, 0, 8, 8, 8, bad, 0, 1).check()
+    with pytest.raises(TypeError):  # a layout of nine, without ptr_shift: len_width missing
+        onerma.BucketLayout(256, 32, 0, 8, 8, 8, 16, 4)
     for e in (0, 1, 63, 64, 65, 4095):
         assert lib.onerma_lookup_target_offset(e) == onerma.types.lookup_target_offset(e)
 
