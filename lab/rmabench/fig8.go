@@ -9,7 +9,8 @@ import (
 
 // Figure 8 of the 1RMA paper: GET latency (p50, p99) against the load
 // offered to one server, open loop, each system up to its saturation.
-// Here each system serves 32 B values of kvKeys32 keys, YCSB-C, offered
+// Here each system serves 32 B values of kvKeys32 keys (and, at 1 KB,
+// OneRMA's cache GETting by two READs and by one LOOKUP), YCSB-C, offered
 // Poisson arrivals at fractions of the GET throughput its closed-loop
 // kv-ycsb-c runs reached in the same run, the systems interleaved at
 // each fraction; a system leaves the sweep after its first saturated

@@ -23,9 +23,10 @@ import (
 //   - kv-ycsb-c and kv-ycsb-b: closed loop at kvClients clients (Go
 //     clients of memcached and Redis, one connection each; OneRMA's as its
 //     target says), kvRounds interleaved rounds of -D each;
-//   - at 32 B, kv-fig8: Figure 8, open-loop GET latency against offered
-//     load up to each system's saturation (fig8.go; rmafigures -kv
-//     draws it);
+//   - at 32 B (and at 1 KB, OneRMA's cache alone, by two READs and
+//     by one LOOKUP a GET), kv-fig8: Figure 8, open-loop GET latency
+//     against offered load up to each system's saturation (fig8.go;
+//     rmafigures -kv draws it);
 //   - the peers' own tools at their best (kvtools.go).
 //
 // Each row's cpu_s_per_mops is the serving side's CPU per million
@@ -175,8 +176,18 @@ func kvRun(bin, dir string, dur time.Duration, emit emitFunc) error {
 		}
 		var closed []Row // the closed-loop rows, whose throughput Figure 8 sweeps up to
 		err = kvMeasure(ts, w, dur, func(r Row) { closed = append(closed, r); emit(r) })
-		if err == nil && size == 32 {
+		switch {
+		case err != nil:
+		case size == 32:
 			err = fig8Run(ts, w, closed, emit)
+		default: // the cache's two GET paths at 1 KB: two READs, one LOOKUP
+			var cache []*kvTarget
+			for _, t := range ts {
+				if (t.system == "onerma-kv" || t.system == "onerma-kv-lookup") && t.suffix == "" {
+					cache = append(cache, t)
+				}
+			}
+			err = fig8Run(cache, w, closed, emit)
 		}
 		if serr := stopKVTargets(ts); err == nil {
 			err = serr

@@ -77,6 +77,9 @@ func fig8Curves(rows []benchrow.Row) []fig8Curve {
 	var cs []fig8Curve
 	for _, r := range rows {
 		name := r.System + strings.TrimPrefix(r.Setup, fig8Setup)
+		if r.Size != 32 { // the 1 KB sweep of the cache's two GET paths
+			name += fmt.Sprintf(" %d B", r.Size)
+		}
 		i := 0
 		for i < len(cs) && cs[i].name != name {
 			i++
@@ -111,7 +114,7 @@ func writeFig8(dir, path string) error {
 		return nil
 	}
 	curves := fig8Curves(rows)
-	p50 := newPlot("Fig. 8: GET latency against offered load, one server (32 B values, YCSB-C, open loop)", "offered load (thousand GETs/s; a curve ends at its first saturated load)", "p50 latency (µs, log scale)")
+	p50 := newPlot("Fig. 8: GET latency against offered load, one server (32 B values unless named, YCSB-C, open loop)", "offered load (thousand GETs/s; a curve ends at its first saturated load)", "p50 latency (µs, log scale)")
 	p99 := newPlot("", "offered load (thousand GETs/s; a curve ends at its first saturated load)", "p99 latency (µs, log scale)")
 	for i, c := range curves {
 		var a, b plotter.XYs
@@ -147,7 +150,8 @@ func fig8Markdown(curves []fig8Curve, run, path string) []byte {
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("# Fig. 8: key/value cache GET latency against offered load, measured next to the paper\n\n")
 	p("Written by `rmafigures -kv %s` from run %s of `make bench`'s kv setup (`bin/rmabench -only kv`;\n", path, run)
-	p("`lab/rmabench/fig8.go`). Every system serves 32 B values of the same keys on this machine, on loopback;\n")
+	p("`lab/rmabench/fig8.go`). Every system serves 32 B values of the same keys on this machine, on loopback\n")
+	p("(and OneRMA's cache 1 KB values too, its GETs by two READs and by one LOOKUP: the curves named 1024 B);\n")
 	p("one load generator (`internal/kvload`) offers YCSB-C GETs (scrambled Zipfian, θ 0.99) at Poisson arrival\n")
 	p("times, each GET's latency counted from its arrival (no coordinated omission), at fractions of the throughput\n")
 	p("the system reached closed loop in the same run, up to its first saturated point (arrivals left unsent, or\n")

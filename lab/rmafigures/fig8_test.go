@@ -36,6 +36,9 @@ func TestFig8(t *testing.T) {
 		}
 		add(point("20261126T010000Z", "memcached", f, 50+float64(i), note))
 		add(point("20261126T010000Z", "redis", f, 60+float64(i), ""))
+		kb := point("20261126T010000Z", "onerma-kv-lookup", f, 20+float64(i), "")
+		kb.Size = 1024
+		add(kb)
 	}
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -47,7 +50,7 @@ func TestFig8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"run 20261126T010000Z", "memcached: 5000 GETs/s served unsaturated, saturated at 20000 offered", "redis: 20000 GETs/s served unsaturated, never saturated"} {
+	for _, want := range []string{"run 20261126T010000Z", "memcached: 5000 GETs/s served unsaturated, saturated at 20000 offered", "redis: 20000 GETs/s served unsaturated, never saturated", "## onerma-kv-lookup 1024 B"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("fig8.md lacks %q:\n%s", want, md)
 		}
