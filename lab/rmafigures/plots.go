@@ -69,6 +69,10 @@ func addLinePoints(p *plot.Plot, name string, pts plotter.XYs, c int) error {
 	l.Width = vg.Points(1.2)
 	s.Color = l.Color
 	s.Shape = draw.CircleGlyph{}
+	if c >= len(palette) { // the palette's second round: dashed, square points
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+		s.Shape = draw.BoxGlyph{}
+	}
 	p.Add(l, s)
 	p.Legend.Add(name, l, s)
 	return nil
