@@ -25,8 +25,9 @@ import (
 //
 // What is guaranteed against the owner's concurrent stores: the scan, and
 // the answer's bytes, are read by the serving core in the Poll that
-// grants the request (a later one only when it ran out of tx buffers),
-// but the owner may store while they are read; and with a batching seal
+// grants the request (the rest of an answer in a later one when it ran
+// out of tx buffers partway; an answer none of which went is scanned
+// again when it goes), but the owner may store while they are read; and with a batching seal
 // backend the answer's bytes are read when the batch runs, after the
 // scan. So the entry returned may not be the one the scan matched, and
 // the target may be torn. The client checks what it got: the entry's

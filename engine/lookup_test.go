@@ -607,3 +607,32 @@ func TestLookupErrorAnswerWaitsForTxBuffer(t *testing.T) {
 	}
 	x.audit(t)
 }
+
+// A LOOKUP none of whose answer found a tx buffer is scanned again when
+// it goes: a miss whose bucket gained the tag meanwhile answers with the
+// matched entry, not NOT_FOUND with a bucket that holds the tag (status
+// and bytes of one state).
+func TestLookupAnswerWaitsForTxBufferRescans(t *testing.T) {
+	x := newLookupFixture(t)
+	b := x.index[0:256]
+	putEntry(b, 0, 7, 0, 0, 1)
+	cmd := lookupCmd(x.app.slots[1], x.peer, x.ri, 0, 21, x.rd, 0, 4096, 1)
+	cmd.Flags = abi.FlagLookupBucket
+	x.app.post(t, x.app.keyed(cmd))
+	x.p.a.Poll(x.p.now)
+	x.p.ta.deliverTo(x.p.now, x.p.b)
+	held := x.p.tb.free // b's Tx has no buffer for the bucket it would answer with
+	x.p.tb.free = nil
+	x.p.b.Poll(x.p.now)
+	x.p.tb.free = held
+	putEntry(b, 1, 21, 0, 0, 2) // the tag is in the bucket now
+	x.p.run()
+	got := x.app.completions()
+	if len(got) != 1 || got[0].Status != abi.StatusOK || got[0].Length != 32 || !bytes.Equal(x.sink[:32], b[32:64]) {
+		t.Fatalf("%+v", got)
+	}
+	if s := x.p.b.Stats(); s.TxNoBuffer == 0 {
+		t.Fatal("the answer found a tx buffer: the test tests nothing")
+	}
+	x.audit(t)
+}

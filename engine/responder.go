@@ -515,8 +515,9 @@ func (r *responder) serve(now int64) int {
 			q.charge(t, costOf(e))
 		}
 		if e.sent == 0 {
-			// A LOOKUP is scanned once: when its answer could not be sent
-			// (no tx buffer) it goes on with what the scan found.
+			// A LOOKUP whose error answer could not be sent (no tx buffer)
+			// answers with what its scan found; one of whose answer nothing
+			// was sent is scanned again (below).
 			st := e.lk.err
 			if !e.lk.scanned {
 				st = r.checkRequest(e)
@@ -561,6 +562,12 @@ func (r *responder) serve(now int64) int {
 				continue
 			}
 			if !done {
+				if e.sent == 0 {
+					// Nothing of the answer went (no tx buffer): it is scanned
+					// again when it goes, with fresh counters for its length,
+					// so that its status and bytes are of one state.
+					e.lk.scanned, e.base = false, 0
+				}
 				r.resume[cl] = t
 				return served
 			}
