@@ -143,30 +143,30 @@ var (
 // one Client per goroutine (like a portal). The replicas' goroutines it
 // starts refresh K_d and send access hints.
 type Client struct {
-	cfg     ClientConfig
-	p       *portal.Portal
-	id      portal.Identity
-	creds   *keyx.Credentials
-	ring    *ring
-	reps    []*replica
-	sink    *portal.Region
-	area    uint64 // sink bytes per attempt
+	cfg   ClientConfig
+	p     *portal.Portal
+	id    portal.Identity
+	creds *keyx.Credentials
+	ring  *ring
+	reps  []*replica
+	sink  *portal.Region
+	area  uint64 // sink bytes per attempt
 	// noLookup: the local engine refused a LOOKUP (BAD_COMMAND: an engine
 	// without the op); every GET reads with READs from then on.
 	noLookup bool
-	t0      time.Time
-	gets    []getOp
-	freeG   []int32
-	done    []int32 // GETs finished and not yet reported
-	atts    []attempt
-	freeA   []int32
-	waiting []int32 // attempts with chunks to post when a slot frees
-	active  int     // GETs started and not reported
-	running int     // of them, not finished
-	cpl     [64]abi.Completion
-	scratch [latWindow]uint32
-	hedgeAt int64 // earliest pending hedge (0: none)
-	due     dueCtx
+	t0       time.Time
+	gets     []getOp
+	freeG    []int32
+	done     []int32 // GETs finished and not yet reported
+	atts     []attempt
+	freeA    []int32
+	waiting  []int32 // attempts with chunks to post when a slot frees
+	active   int     // GETs started and not reported
+	running  int     // of them, not finished
+	cpl      [64]abi.Completion
+	scratch  [latWindow]uint32
+	hedgeAt  int64 // earliest pending hedge (0: none)
+	due      dueCtx
 	// reported: the server and failovers of the GET being reported
 	// (Reported).
 	reported [2]int
@@ -209,7 +209,7 @@ type ClientStats struct {
 	// them); LookupReads: GETs that went on with READs after one (a record
 	// beyond one LOOKUP, a slot not the key's, the op refused).
 	Lookups, LookupReads uint64
-	Sets, Deletes     uint64
+	Sets, Deletes        uint64
 	// The pools: attempts (a READ sequence on one replica, with its slice
 	// of the sink) and the portal's slots, free and in all. With no GET
 	// outstanding and every READ completed, all are free.
