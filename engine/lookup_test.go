@@ -499,24 +499,7 @@ func TestLookupHotPathAllocs(t *testing.T) {
 	}
 	putEntry(index[256:], 6, 31, 100, 4000, 1)
 	cmd := app.keyed(lookupCmd(app.slots[0], ipOf("10.0.0.1"), ri, 256, 31, rs, 4096, 4096, 1))
-	var cpl abi.Completion
-	now := int64(1000)
-	allocs := testing.AllocsPerRun(1000, func() {
-		b := app.cmd.Reserve()
-		cmd.Encode(b)
-		app.cmd.Commit()
-		app.cmd.Publish()
-		c.Poll(now)
-		tx.deliverTo(now, c) // request
-		c.Poll(now)
-		tx.deliverTo(now, c) // answer
-		c.Poll(now)
-		e := app.cpl.Peek()
-		cpl.Decode(e)
-		app.cpl.Advance()
-		app.cpl.Release()
-		now += 100
-	})
+	allocs, cpl := allocsPerOp(c, tx, app, cmd)
 	if allocs != 0 || cpl.Status != abi.StatusOK || cpl.Length != 64+4000 {
 		t.Fatalf("%v allocs per op, %+v", allocs, cpl)
 	}
@@ -530,15 +513,7 @@ func BenchmarkLookupLoopback4096(b *testing.B) { benchLookup(b, 4096) }
 // BenchmarkReadLoopback of the same size: the serving core's cost of the
 // scan (8 entries, the match the last) and the hop, over a READ's.
 func benchLookup(b *testing.B, size uint32) {
-	tx := newTestTx(256)
-	cfg := testConfig("10.0.0.1", 1)
-	cfg.WindowBytes = 1 << 20
-	cfg.HairpinSelf = true
-	cfg.Unbound()
-	c := newCore(b, cfg, tx)
-	app := openApp(b, c, abi.ClassLow, 32)
-	m := make([]byte, 1<<20)
-	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
+	c, tx, app, r := benchCore(b)
 	lay := abi.BucketLayout{BucketBytes: 512, EntryBytes: 64, TagOff: 0, TagWidth: 8, PtrOff: 8, PtrWidth: 8, LenOff: 16, LenWidth: 4, Linked: r}
 	index := make([]byte, 32*512)
 	ri, err := c.RegisterLookupRegion(app.id, index, abi.PermRemoteLookup, testKr, lay)
@@ -554,33 +529,9 @@ func benchLookup(b *testing.B, size uint32) {
 		e := bk[7*64:]
 		binary.LittleEndian.PutUint64(e[8:], uint64(k)*4096)
 		binary.LittleEndian.PutUint32(e[16:], size-64)
-		cmds[k] = app.keyed(lookupCmd(app.slots[k], ip4(cfg.LocalIP.As4()), ri, uint64(k)*512, uint64(1000+k*8+7), r, 512<<10+uint64(k)*4096, 4096, uint64(k)))
+		cmds[k] = app.keyed(lookupCmd(app.slots[k], ip4(c.cfg.LocalIP.As4()), ri, uint64(k)*512, uint64(1000+k*8+7), r, 512<<10+uint64(k)*4096, 4096, uint64(k)))
 	}
-	var cpl abi.Completion
-	now := int64(1000)
-	b.ReportAllocs()
-	b.SetBytes(int64(size))
-	b.ResetTimer()
-	for done := 0; done < b.N; {
-		for k := 0; k < 32; k++ {
-			e := app.cmd.Reserve()
-			cmds[k].Encode(e)
-			app.cmd.Commit()
-		}
-		app.cmd.Publish()
-		for c.Poll(now)+tx.deliverTo(now, c) > 0 {
-		}
-		for e := app.cpl.Peek(); e != nil; e = app.cpl.Peek() {
-			cpl.Decode(e)
-			app.cpl.Advance()
-			if cpl.Status != abi.StatusOK || cpl.Length != size {
-				b.Fatalf("completion %+v", cpl)
-			}
-			done++
-		}
-		app.cpl.Release()
-		now += 1000
-	}
+	benchRounds(b, c, tx, app, &cmds, size, size)
 }
 
 // A LOOKUP whose error answer finds no tx buffer answers it on a later
