@@ -32,18 +32,26 @@ func (c *Client) settle(ai int32, now int64) {
 		return
 	}
 	if a.phase == phaseRecord {
-		val, err := DecodeRecord(sink[abi.MaxOpBytes:abi.MaxOpBytes+uint64(a.slot.Len)], &a.slot, key)
-		switch err {
-		case nil:
-			c.finish(gi, val, nil, a, now)
-		case ErrCorrupt:
-			c.corrupt(gi, ai, now)
-		default:
-			c.retry(gi, ai, now)
-		}
+		c.settleRecord(gi, ai, sink[abi.MaxOpBytes:abi.MaxOpBytes+uint64(a.slot.Len)], &a.slot, key, now)
 		return
 	}
 	c.settleBucket(gi, ai, sink, now)
+}
+
+// settleRecord goes on from the record rec that slot s points to: the
+// value when it checks, else the GET is read again (torn) or handled as
+// corrupt.
+func (c *Client) settleRecord(gi, ai int32, rec []byte, s *Slot, key []byte, now int64) {
+	a := &c.atts[ai]
+	val, err := DecodeRecord(rec, s, key)
+	switch err {
+	case nil:
+		c.finish(gi, val, nil, a, now)
+	case ErrCorrupt:
+		c.corrupt(gi, ai, now)
+	default:
+		c.retry(gi, ai, now)
+	}
 }
 
 // settleBucket goes on from the bucket in sink (a bucket READ's, or a
@@ -135,15 +143,7 @@ func (c *Client) settleLookup(gi, ai int32, sink []byte, now int64) {
 				c.finish(gi, nil, ErrValueTooLarge, a, now)
 				return
 			}
-			val, err := DecodeRecord(sink[SlotBytes:SlotBytes+uint64(s.Len)], &s, key)
-			switch err {
-			case nil:
-				c.finish(gi, val, nil, a, now)
-			case ErrCorrupt:
-				c.corrupt(gi, ai, now)
-			default:
-				c.retry(gi, ai, now)
-			}
+			c.settleRecord(gi, ai, sink[SlotBytes:SlotBytes+uint64(s.Len)], &s, key, now)
 			return
 		}
 	case abi.StatusRemoteNotFound:
