@@ -1,6 +1,7 @@
 package kv_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,8 @@ func TestSetThenGetNeverOld(t *testing.T) {
 	var done atomic.Uint64 // the last version whose SET returned
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	stopSets := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopSets() // also when a check fails: the server closes after
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -97,10 +100,17 @@ func TestSetThenGetNeverOld(t *testing.T) {
 	}()
 	c := cl.dial(kv.ClientConfig{})
 	buf := make([]byte, 0, 2048)
-	gets := 0
+	gets, gaveUp := 0, 0
 	for end := time.Now().Add(d); time.Now().Before(end); gets++ {
 		before := done.Load()
 		v, err := c.Get(key, buf[:0])
+		if errors.Is(err, kv.ErrUnavailable) {
+			// Every read of its retry bound found the record being
+			// rewritten (one key SET back to back): the GET gives up,
+			// returning nothing, which breaks no promise.
+			gaveUp++
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,11 +121,10 @@ func TestSetThenGetNeverOld(t *testing.T) {
 			t.Fatalf("GET %d returned version %d, after version %d was SET", gets, ver, before)
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stopSets()
 	st := c.Stats()
-	t.Logf("%d GETs against %d SETs: %d lookups, %d read again", gets, done.Load(), st.Lookups, st.Retries)
-	if st.Lookups == 0 {
-		t.Fatal("no GET was a LOOKUP")
+	t.Logf("%d GETs against %d SETs: %d lookups, %d read again, %d gave up", gets, done.Load(), st.Lookups, st.Retries, gaveUp)
+	if st.Lookups == 0 || gaveUp > gets/2 {
+		t.Fatalf("%d of %d GETs gave up, %d lookups: the test checked too few", gaveUp, gets, st.Lookups)
 	}
 }
