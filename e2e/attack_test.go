@@ -1071,7 +1071,7 @@ func TestAttack(t *testing.T) {
 			{"version 0", edit(setByte(hdr, 0))},
 			{"version 2", edit(setByte(hdr, 2))},
 			{"type 0", edit(setByte(hdr+1, 0))},
-			{"type 10 (after the WRITE types)", edit(setByte(hdr+1, 10))},
+			{"type 12 (after the LOOKUP types)", edit(setByte(hdr+1, 12))},
 			{"type 255", edit(setByte(hdr+1, 255))},
 			{"reserved word", edit(setByte(hdr+47, 1))},
 			{"request with a payload", withPayload(wire.TypeReadReq, 64, 4096)},
