@@ -511,20 +511,28 @@ class Portal:
         out = self.poll(max)
         if out or len(self._free) == len(self._slots):
             return out
-        h = self._h
         remaining = _ms(timeout)
         while True:
-            ms = _WAIT_SLICE_MS if remaining < 0 else min(remaining, _WAIT_SLICE_MS)
-            n = self._lib.onerma_wait(h, self._cpl, min(max, _CPL_BATCH), ms)
+            n, remaining = self._wait_slice(remaining, min(max, _CPL_BATCH))
             if n > 0:
                 self._take(n, out)
                 if out or len(self._free) == len(self._slots):
                     return out
-                continue  # only completions of abandoned ops: wait on
-            if n != -_errno.ETIMEDOUT or remaining == ms:  # else only the slice ended
-                raise error(n, "wait", detail=False)
-            if remaining > 0:
-                remaining -= ms
+                # else only completions of abandoned ops: wait on
+
+    def _wait_slice(self, deadline, n=_CPL_BATCH):
+        """One onerma_wait for up to n completions into the portal's
+        buffer, of at most a slice of deadline (ms; -1: none): how many
+        came (0 when only the slice ended) and what is left of deadline.
+        Raises Timeout when deadline ends, and the error of any other
+        failure."""
+        ms = _WAIT_SLICE_MS if deadline < 0 else min(deadline, _WAIT_SLICE_MS)
+        k = self._lib.onerma_wait(self._h, self._cpl, n, ms)
+        if k > 0:
+            return k, deadline
+        if k != -_errno.ETIMEDOUT or deadline == ms:  # else only the slice ended
+            raise error(k, "wait", detail=False)
+        return 0, deadline - ms if deadline > 0 else deadline
 
     # ---- read, write and lookup: post and wait ----
 
@@ -576,17 +584,10 @@ class Portal:
         """Wait for the completion of the op of cookie (one of the
         portal's own) and return it; the caller's completions that come
         meanwhile are kept for its next poll or wait."""
-        h, lib, buf, free, ready = self._h, self._lib, self._cpl, self._free, self._ready
+        buf, free, ready = self._cpl, self._free, self._ready
         deadline = _ms(timeout)
         while True:
-            ms = _WAIT_SLICE_MS if deadline < 0 else min(deadline, _WAIT_SLICE_MS)
-            k = lib.onerma_wait(h, buf, _CPL_BATCH, ms)
-            if k < 0:
-                if k == -_errno.ETIMEDOUT and deadline != ms:  # only the slice ended
-                    if deadline > 0:
-                        deadline -= ms
-                    continue
-                raise error(k, "wait", detail=False)
+            k, deadline = self._wait_slice(deadline)
             mine = None
             for i in range(k):
                 ck, slot, st, op, _, issue, total, clen = _CPL.unpack_from(buf, i * 32)
@@ -691,14 +692,7 @@ class Portal:
             if self._staged:
                 lib.onerma_flush(h)
                 self._staged = False
-            ms = _WAIT_SLICE_MS if deadline < 0 else min(deadline, _WAIT_SLICE_MS)
-            k = lib.onerma_wait(h, buf, _CPL_BATCH, ms)
-            if k < 0:
-                if k == -_errno.ETIMEDOUT and deadline != ms:  # only the slice ended
-                    if deadline > 0:
-                        deadline -= ms
-                    continue
-                raise error(k, "wait", detail=False)
+            k, deadline = self._wait_slice(deadline)
             for i in range(k):
                 cookie, slot, st, op, _, issue, total, clen = _CPL.unpack_from(buf, i * 32)
                 free.append(slot)
