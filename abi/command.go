@@ -114,38 +114,24 @@ var ErrReservedBits = errors.New("abi: command has non-zero reserved bytes")
 // Encode writes c into b[:CommandSize].
 func (c *Command) Encode(b []byte) {
 	_ = b[CommandSize-1]
-	if c.Op == OpLookup {
-		c.encodeLookup(b)
+	b[0] = byte(c.Op)
+	b[1] = c.Flags
+	binary.LittleEndian.PutUint32(b[4:], uint32(c.Slot))
+	binary.LittleEndian.PutUint64(b[8:], c.Cookie)
+	binary.LittleEndian.PutUint32(b[16:], c.RemoteAddr)
+	binary.LittleEndian.PutUint32(b[20:], uint32(c.RemoteRegion))
+	binary.LittleEndian.PutUint32(b[32:], uint32(c.LocalRegion))
+	binary.LittleEndian.PutUint64(b[40:], c.LocalOffset)
+	*(*[16]byte)(b[48:64]) = c.Key
+	if c.Op == OpLookup { // its layout (see Command): length, tag, bucket offset
+		binary.LittleEndian.PutUint16(b[2:], uint16(min(c.Length, 0xffff)))
+		binary.LittleEndian.PutUint64(b[24:], c.Tag)
+		binary.LittleEndian.PutUint32(b[36:], uint32(min(c.RemoteOffset, 0xffffffff)))
 		return
 	}
-	b[0] = byte(c.Op)
-	b[1] = c.Flags
 	b[2], b[3] = 0, 0
-	binary.LittleEndian.PutUint32(b[4:], uint32(c.Slot))
-	binary.LittleEndian.PutUint64(b[8:], c.Cookie)
-	binary.LittleEndian.PutUint32(b[16:], c.RemoteAddr)
-	binary.LittleEndian.PutUint32(b[20:], uint32(c.RemoteRegion))
 	binary.LittleEndian.PutUint64(b[24:], c.RemoteOffset)
-	binary.LittleEndian.PutUint32(b[32:], uint32(c.LocalRegion))
 	binary.LittleEndian.PutUint32(b[36:], c.Length)
-	binary.LittleEndian.PutUint64(b[40:], c.LocalOffset)
-	*(*[16]byte)(b[48:64]) = c.Key
-}
-
-// encodeLookup writes an OpLookup command in its layout (see Command).
-func (c *Command) encodeLookup(b []byte) {
-	b[0] = byte(c.Op)
-	b[1] = c.Flags
-	binary.LittleEndian.PutUint16(b[2:], uint16(min(c.Length, 0xffff)))
-	binary.LittleEndian.PutUint32(b[4:], uint32(c.Slot))
-	binary.LittleEndian.PutUint64(b[8:], c.Cookie)
-	binary.LittleEndian.PutUint32(b[16:], c.RemoteAddr)
-	binary.LittleEndian.PutUint32(b[20:], uint32(c.RemoteRegion))
-	binary.LittleEndian.PutUint64(b[24:], c.Tag)
-	binary.LittleEndian.PutUint32(b[32:], uint32(c.LocalRegion))
-	binary.LittleEndian.PutUint32(b[36:], uint32(min(c.RemoteOffset, 0xffffffff)))
-	binary.LittleEndian.PutUint64(b[40:], c.LocalOffset)
-	*(*[16]byte)(b[48:64]) = c.Key
 }
 
 // Decode reads a command from b. It checks only the layout (size, reserved
@@ -156,35 +142,26 @@ func (c *Command) Decode(b []byte) error {
 		*c = Command{}
 		return ErrShortCommand
 	}
-	if Op(b[0]) == OpLookup {
-		c.Op = OpLookup
-		c.Flags = b[1]
-		c.Length = uint32(binary.LittleEndian.Uint16(b[2:]))
-		c.Slot = SlotID(binary.LittleEndian.Uint32(b[4:]))
-		c.Cookie = binary.LittleEndian.Uint64(b[8:])
-		c.RemoteAddr = binary.LittleEndian.Uint32(b[16:])
-		c.RemoteRegion = RegionID(binary.LittleEndian.Uint32(b[20:]))
-		c.Tag = binary.LittleEndian.Uint64(b[24:])
-		c.LocalRegion = RegionID(binary.LittleEndian.Uint32(b[32:]))
-		c.RemoteOffset = uint64(binary.LittleEndian.Uint32(b[36:]))
-		c.LocalOffset = binary.LittleEndian.Uint64(b[40:])
-		c.Key = [16]byte(b[48:64])
-		return nil
-	}
-	if b[2] != 0 || b[3] != 0 {
-		*c = Command{}
-		return ErrReservedBits
-	}
-	c.Tag = 0
 	c.Op = Op(b[0])
+	if c.Op == OpLookup { // its layout (see Command): length, tag, bucket offset
+		c.Length = uint32(binary.LittleEndian.Uint16(b[2:]))
+		c.Tag = binary.LittleEndian.Uint64(b[24:])
+		c.RemoteOffset = uint64(binary.LittleEndian.Uint32(b[36:]))
+	} else {
+		if b[2] != 0 || b[3] != 0 {
+			*c = Command{}
+			return ErrReservedBits
+		}
+		c.Tag = 0
+		c.RemoteOffset = binary.LittleEndian.Uint64(b[24:])
+		c.Length = binary.LittleEndian.Uint32(b[36:])
+	}
 	c.Flags = b[1]
 	c.Slot = SlotID(binary.LittleEndian.Uint32(b[4:]))
 	c.Cookie = binary.LittleEndian.Uint64(b[8:])
 	c.RemoteAddr = binary.LittleEndian.Uint32(b[16:])
 	c.RemoteRegion = RegionID(binary.LittleEndian.Uint32(b[20:]))
-	c.RemoteOffset = binary.LittleEndian.Uint64(b[24:])
 	c.LocalRegion = RegionID(binary.LittleEndian.Uint32(b[32:]))
-	c.Length = binary.LittleEndian.Uint32(b[36:])
 	c.LocalOffset = binary.LittleEndian.Uint64(b[40:])
 	c.Key = [16]byte(b[48:64])
 	return nil
