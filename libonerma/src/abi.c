@@ -68,44 +68,29 @@ int onr_decode_layout(const uint8_t *seg, size_t len, struct onr_layout *out)
 	return 0;
 }
 
-/* encode_lookup writes a LOOKUP command in its layout. */
-static void encode_lookup(const struct onr_command *c, uint8_t *b)
-{
-	uint32_t length = c->length > 0xffff ? 0xffff : c->length;
-	b[0] = c->op;
-	b[1] = c->flags;
-	b[2] = (uint8_t)length;
-	b[3] = (uint8_t)(length >> 8);
-	onr_put32(b + 4, c->slot);
-	onr_put64(b + 8, c->cookie);
-	onr_put32(b + 16, c->remote_addr);
-	onr_put32(b + 20, c->remote_region);
-	onr_put64(b + 24, c->tag);
-	onr_put32(b + 32, c->local_region);
-	onr_put32(b + 36, c->remote_offset > UINT32_MAX ? UINT32_MAX : (uint32_t)c->remote_offset);
-	onr_put64(b + 40, c->local_offset);
-	memcpy(b + 48, c->key, ONERMA_KEY_SIZE);
-}
-
 void onr_encode_command(const struct onr_command *c, uint8_t *b)
 {
-	if (c->op == ONERMA_OP_LOOKUP) {
-		encode_lookup(c, b);
-		return;
-	}
 	b[0] = c->op;
 	b[1] = c->flags;
-	b[2] = 0;
-	b[3] = 0;
 	onr_put32(b + 4, c->slot);
 	onr_put64(b + 8, c->cookie);
 	onr_put32(b + 16, c->remote_addr);
 	onr_put32(b + 20, c->remote_region);
-	onr_put64(b + 24, c->remote_offset);
 	onr_put32(b + 32, c->local_region);
-	onr_put32(b + 36, c->length);
 	onr_put64(b + 40, c->local_offset);
 	memcpy(b + 48, c->key, ONERMA_KEY_SIZE);
+	if (c->op == ONERMA_OP_LOOKUP) { /* its layout: length, tag, bucket offset */
+		uint32_t length = c->length > 0xffff ? 0xffff : c->length;
+		b[2] = (uint8_t)length;
+		b[3] = (uint8_t)(length >> 8);
+		onr_put64(b + 24, c->tag);
+		onr_put32(b + 36, c->remote_offset > UINT32_MAX ? UINT32_MAX : (uint32_t)c->remote_offset);
+		return;
+	}
+	b[2] = 0;
+	b[3] = 0;
+	onr_put64(b + 24, c->remote_offset);
+	onr_put32(b + 36, c->length);
 }
 
 void onr_decode_completion(const uint8_t *b, struct onerma_completion *c)
