@@ -149,6 +149,25 @@ func (a *AEAD) SealResponse(out, plaintext, nonce, aad, reqIV []byte) {
 	a.g.Seal(out[:0], nonce, plaintext, a.curry(aad, reqIV))
 }
 
+// SealResponseGather is SealResponse of the message head ‖ gap zero
+// bytes ‖ plaintext: one frame carrying two parts of an answer that lie
+// in different places (a LOOKUP's entry and its target). out must be
+// exactly len(head)+gap+len(plaintext)+TagSize bytes and overlap neither
+// part. crypto/cipher seals one buffer, so this copies the parts into
+// out and seals them there (a batching backend reads each part once:
+// aesni/mb's SealResponseGather).
+func (a *AEAD) SealResponseGather(out, head []byte, gap int, plaintext, nonce, aad, reqIV []byte) {
+	checkNonce(nonce)
+	n := len(head) + gap + len(plaintext)
+	if gap < 0 || len(out) != n+TagSize {
+		panic("aesni: out must be len(head)+gap+len(plaintext)+16 bytes")
+	}
+	copy(out, head)
+	clear(out[len(head) : len(head)+gap])
+	copy(out[len(head)+gap:], plaintext)
+	a.g.Seal(out[:0], nonce, out[:n], a.curry(aad, reqIV))
+}
+
 // OpenResponse authenticates and decrypts in (ciphertext ‖ tag, the
 // frame's payload and trailer) into dst (len(in)-TagSize bytes, normally
 // the destination range of a region), with additional data aad ‖ reqIV.

@@ -192,6 +192,25 @@ func TestCurryingMatchesReference(t *testing.T) {
 	}
 }
 
+// SealResponseGather seals the message its parts and gap make, as
+// SealResponse of that message in one buffer does.
+func TestSealResponseGather(t *testing.T) {
+	g := mustAEAD(t, Key(pattern(16, 5)))
+	reqIV := pattern(NonceSize, 7)
+	for _, c := range []struct{ head, gap, tail int }{{64, 0, 1000}, {32, 32, 3000}, {1, 63, 1}, {17, 5, 16}} {
+		n := c.head + c.gap + c.tail
+		msg := pattern(n, 11)
+		clear(msg[c.head : c.head+c.gap])
+		f := newTestFrame(n)
+		g.SealResponse(f.body, msg, f.nonce, f.aad, reqIV)
+		out := make([]byte, n+TagSize)
+		g.SealResponseGather(out, msg[:c.head], c.gap, bytes.Clone(msg[c.head+c.gap:]), f.nonce, f.aad, reqIV)
+		if !bytes.Equal(out, f.body) {
+			t.Fatalf("%+v: gathered seal differs from the seal of the message", c)
+		}
+	}
+}
+
 // flipEach calls fn once per bit of b with that bit flipped, then restores it.
 func flipEach(b []byte, fn func(i int)) {
 	for i := range 8 * len(b) {

@@ -159,6 +159,15 @@ func (m *mbCrypto) sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV
 	m.room().SealResponse(k, out, plaintext, nonce, aad, reqIV)
 }
 
+func (m *mbCrypto) sealResponseGather(a *aesni.AEAD, out, head []byte, gap int, plaintext, nonce, aad, reqIV []byte) {
+	k := mbKey(a)
+	if k == nil {
+		a.SealResponseGather(out, head, gap, plaintext, nonce, aad, reqIV)
+		return
+	}
+	m.room().SealResponseGather(k, out, head, gap, plaintext, nonce, aad, reqIV)
+}
+
 func (m *mbCrypto) sealAuthFailure(tag, nonce, aad, reqIV []byte) {
 	m.room().SealAuthFailure(m.reserved, tag, nonce, aad, reqIV)
 }

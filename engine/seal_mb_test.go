@@ -64,7 +64,7 @@ func TestIPsecMBCoreTests(t *testing.T) {
 	}
 }
 
-// scriptFrames runs READs (64 B, 4 KB, NACKed ones), a WRITE, a READ with
+// scriptFrames runs READs (64 B, 4 KB, NACKed ones), a WRITE, LOOKUPs, a READ with
 // a wrong key (REMOTE_AUTHENTICATION_FAILURE) and a REKEY between two
 // cores on backend crypto and returns every frame both sent, in order,
 // and the completions.
@@ -111,6 +111,21 @@ func scriptFrames(t *testing.T, crypto string) ([][]byte, []abi.Completion) {
 	w.Op = abi.OpWrite
 	app.post(t, w)
 	run()
+	// LOOKUPs: an answer in one frame (the entry and its target gathered),
+	// and one of three.
+	index := make([]byte, 256)
+	ri, err := p.b.RegisterLookupRegion(srv.id, index, abi.PermRemoteLookup, testKr, testLayout(rs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	putEntry(index, 0, 5, 1000, 200, 1)
+	putEntry(index, 1, 6, 2000, 3000, 2)
+	app.post(t, app.keyed(lookupCmd(app.slots[3], b, ri, 0, 5, rl, 40<<10, 4096, 25)))
+	app.post(t, app.keyed(lookupCmd(app.slots[4], b, ri, 0, 6, rl, 48<<10, 4096, 26)))
+	run()
+	if !bytes.Equal(loc[40<<10+64:40<<10+64+200], src[1000:1200]) || !bytes.Equal(loc[48<<10+64:48<<10+64+3000], src[2000:5000]) {
+		t.Fatalf("%s: LOOKUP targets not delivered", crypto)
+	}
 	bad := readCmd(app.slots[1], b, rs, 0, rl, 0, 64, 30)
 	bad.Key = [16]byte{1, 2, 3}
 	app.post(t, bad)
@@ -131,7 +146,7 @@ func scriptFrames(t *testing.T, crypto string) ([][]byte, []abi.Completion) {
 func TestCryptoBackendsSameFrames(t *testing.T) {
 	fg, cg := scriptFrames(t, CryptoGo)
 	fm, cm := scriptFrames(t, CryptoIPsecMB)
-	want := map[abi.Status]int{abi.StatusOK: 5, abi.StatusNack: 4, abi.StatusRemoteAuthFailure: 1}
+	want := map[abi.Status]int{abi.StatusOK: 7, abi.StatusNack: 4, abi.StatusRemoteAuthFailure: 1}
 	got := map[abi.Status]int{}
 	for _, c := range cg {
 		got[c.Status]++

@@ -78,6 +78,9 @@ type TxMemory interface {
 type sealer interface {
 	sealRequest(a *aesni.AEAD, tag, nonce, aad []byte)
 	sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV []byte)
+	// sealResponseGather seals head ‖ gap zeros ‖ plaintext into out
+	// (aesni.AEAD.SealResponseGather); gap < mb.GatherGap (gatherGap).
+	sealResponseGather(a *aesni.AEAD, out, head []byte, gap int, plaintext, nonce, aad, reqIV []byte)
 	sealAuthFailure(tag, nonce, aad, reqIV []byte)
 	run()
 	endPoll()
@@ -117,6 +120,10 @@ func (g goSealer) sealRequest(a *aesni.AEAD, tag, nonce, aad []byte) {
 
 func (g goSealer) sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, reqIV []byte) {
 	a.SealResponse(out, plaintext, nonce, aad, reqIV)
+}
+
+func (g goSealer) sealResponseGather(a *aesni.AEAD, out, head []byte, gap int, plaintext, nonce, aad, reqIV []byte) {
+	a.SealResponseGather(out, head, gap, plaintext, nonce, aad, reqIV)
 }
 
 func (g goSealer) sealAuthFailure(tag, nonce, aad, reqIV []byte) {

@@ -214,6 +214,29 @@ func (o *sender) stream(a *aesni.AEAD, data []byte, chunk int, sent *uint32, at 
 	return true
 }
 
+// gather sends the first frame of an answer whose first part head and
+// its second part data (at offset len(head)+gap of the op, after gap
+// zero bytes) come from two places: head ‖ gap zeros ‖ as much of data
+// as fits in chunk bytes, sealed in one pass from where they lie
+// (sealResponseGather), at the op's offset 0. It advances *sent to the
+// answer bytes the frame holds, and returns false when there was no tx
+// buffer. head and data must be non-empty and len(head)+gap below chunk.
+func (o *sender) gather(a *aesni.AEAD, head []byte, gap int, data []byte, chunk int, sent *uint32, base uint64, curry []byte) bool {
+	b := o.buffer()
+	if b == nil {
+		return false
+	}
+	f := &o.hdr
+	n := min(len(head)+gap+len(data), chunk)
+	f.Length, f.Offset = uint32(n), 0
+	aesni.PutResponseNonce(f.IV[:], o.ipb, base, 0)
+	fl := wire.Encode(b, f, n)
+	o.sealFor(b).sealResponseGather(a, wire.Sealed(b, n), head, gap, data[:n-len(head)-gap], wire.IV(b), wire.AAD(b), curry)
+	o.emit(b, fl)
+	*sent = uint32(n)
+	return true
+}
+
 // send transmits a frame that is never addressed to this engine and
 // never sealed (ARP).
 func (o *sender) send(n int) {

@@ -86,6 +86,12 @@ func (g *stagedSealer) sealResponse(a *aesni.AEAD, out, plaintext, nonce, aad, r
 	g.s.Enter(prev)
 }
 
+func (g *stagedSealer) sealResponseGather(a *aesni.AEAD, out, head []byte, gap int, plaintext, nonce, aad, reqIV []byte) {
+	prev := g.s.Enter(stage.Seal)
+	g.sealer.sealResponseGather(a, out, head, gap, plaintext, nonce, aad, reqIV)
+	g.s.Enter(prev)
+}
+
 func (g *stagedSealer) sealAuthFailure(tag, nonce, aad, reqIV []byte) {
 	prev := g.s.Enter(stage.Seal)
 	g.sealer.sealAuthFailure(tag, nonce, aad, reqIV)

@@ -11,6 +11,10 @@ static IMB_MGR *mgr;
 static IMB_ARCH used_arch;
 static aes_gcm_enc_dec_t gcm_enc, gcm_dec;
 static aes_gcm_pre_t gcm_pre;
+static aes_gcm_init_t gcm_init;
+static aes_gcm_enc_dec_update_t gcm_enc_update;
+static aes_gcm_enc_dec_finalize_t gcm_enc_finalize;
+static const uint8_t zeros[MB_GATHER_GAP];
 
 // mb_init sets up the manager for arch (0: the best the CPU has, else an
 // IMB_ARCH value). It returns 0, -1 when memory is short, -2 for an unknown
@@ -61,6 +65,9 @@ int mb_init(int arch)
 	gcm_enc = m->gcm128_enc;
 	gcm_dec = m->gcm128_dec;
 	gcm_pre = m->gcm128_pre;
+	gcm_init = m->gcm128_init;
+	gcm_enc_update = m->gcm128_enc_update;
+	gcm_enc_finalize = m->gcm128_enc_finalize;
 	mgr = m;
 	return 0;
 }
@@ -159,6 +166,19 @@ uint32_t mb_run(mb_batch *b, uint32_t n)
 		case MB_SEAL:
 			gcm_enc(j->key, &b->ctx, j->dst, j->src, j->len, j->iv,
 			        j->aad, j->aad_len, j->tag, MB_TAG);
+			err = imb_get_errno(NULL);
+			res = err == 0 ? MB_RESULT_OK : MB_RESULT_LIB;
+			break;
+		case MB_SEAL_GATHER:
+			// The same message MB_SEAL would seal from one buffer
+			// holding the parts end to end: the update calls carry
+			// partial blocks over in the context.
+			gcm_init(j->key, &b->ctx, j->iv, j->aad, j->aad_len);
+			gcm_enc_update(j->key, &b->ctx, j->dst, j->head, j->head_len);
+			if (j->gap != 0)
+				gcm_enc_update(j->key, &b->ctx, j->dst + j->head_len, zeros, j->gap);
+			gcm_enc_update(j->key, &b->ctx, j->dst + j->head_len + j->gap, j->src, j->len);
+			gcm_enc_finalize(j->key, &b->ctx, j->tag, MB_TAG);
 			err = imb_get_errno(NULL);
 			res = err == 0 ? MB_RESULT_OK : MB_RESULT_LIB;
 			break;

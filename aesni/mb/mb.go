@@ -359,6 +359,15 @@ func inexactOverlap(x, y []byte) bool {
 	return xa < ya+uintptr(len(y)) && ya < xa+uintptr(len(x))
 }
 
+// overlap reports whether x and y share any byte.
+func overlap(x, y []byte) bool {
+	if len(x) == 0 || len(y) == 0 {
+		return false
+	}
+	xa, ya := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
+	return xa < ya+uintptr(len(y)) && ya < xa+uintptr(len(x))
+}
+
 // job starts job b.n for k (nil for a failed job) and returns its index,
 // or -1 if the batch is full. Arguments are checked before: nothing after
 // this may panic.
@@ -611,6 +620,44 @@ func (b *Batch) SealResponse(k *Key, out, plaintext, nonce, aad, reqIV []byte) (
 	b.setAAD(i, j, aad, reqIV)
 	j.len = C.uint64_t(n)
 	j.src = b.pin(plaintext)
+	j.dst = b.pin(out)
+	j.tag = (*C.uint8_t)(unsafe.Add(unsafe.Pointer(j.dst), n))
+	return i, true
+}
+
+// GatherGap is the most zero bytes SealResponseGather puts between its
+// two parts.
+const GatherGap = C.MB_GATHER_GAP
+
+// SealResponseGather queues aesni.AEAD.SealResponseGather: Run seals the
+// message head ‖ gap zero bytes ‖ plaintext into out (its length plus
+// 16), reading head and plaintext where they are (each byte once, by the
+// cipher). Both parts must be non-empty, gap below GatherGap, and out
+// must overlap neither part.
+func (b *Batch) SealResponseGather(k *Key, out, head []byte, gap int, plaintext, nonce, aad, reqIV []byte) (int, bool) {
+	b.usable(k)
+	checkNonce(nonce)
+	n := len(head) + gap + len(plaintext)
+	switch {
+	case len(head) == 0 || len(plaintext) == 0 || gap < 0 || gap >= GatherGap:
+		panic("mb: SealResponseGather wants two non-empty parts and a gap below GatherGap")
+	case len(out) != n+aesni.TagSize:
+		panic("mb: out must be len(head)+gap+len(plaintext)+16 bytes")
+	case overlap(out, head) || overlap(out, plaintext):
+		panic("mb: invalid buffer overlap")
+	}
+	checkCurry(aad, reqIV)
+	i, j := b.job(k, C.MB_SEAL_GATHER)
+	if j == nil {
+		return -1, false
+	}
+	setIV(j, nonce)
+	b.setAAD(i, j, aad, reqIV)
+	j.len = C.uint64_t(len(plaintext))
+	j.src = b.pin(plaintext)
+	j.head = b.pin(head)
+	j.head_len = C.uint32_t(len(head))
+	j.gap = C.uint32_t(gap)
 	j.dst = b.pin(out)
 	j.tag = (*C.uint8_t)(unsafe.Add(unsafe.Pointer(j.dst), n))
 	return i, true

@@ -20,6 +20,10 @@ enum {
 	MB_OPEN = 2,      // decrypt src into dst, verify; zero dst on failure
 	MB_OPEN_COPY = 3, // MB_OPEN in place (dst == src), then copy dst to copy_to
 	MB_FAIL = 4,      // rejected at Add (a length off the wire): fails
+	// MB_SEAL_GATHER: MB_SEAL of head (head_len bytes) ‖ gap zero bytes ‖
+	// src (len bytes) into dst (head_len + gap + len bytes): one message
+	// from two places, each byte read once by the cipher.
+	MB_SEAL_GATHER = 5,
 };
 
 // Per-job result in mb_batch.ok.
@@ -29,7 +33,10 @@ enum {
 	MB_RESULT_LIB = 2, // ipsec-mb rejected the parameters (a bug here)
 };
 
-// One queued operation (96 bytes). Pointers are C memory, mmap'd memory or
+// The most zero bytes MB_SEAL_GATHER puts between its two parts.
+#define MB_GATHER_GAP 64
+
+// One queued operation (112 bytes). Pointers are C memory, mmap'd memory or
 // Go memory pinned by the Go side until mb_run returns.
 typedef struct mb_job {
 	const struct gcm_key_data *key;
@@ -43,6 +50,9 @@ typedef struct mb_job {
 	uint8_t iv[MB_NONCE];
 	uint32_t kind;
 	uint8_t want[MB_TAG]; // opens: the received tag
+	const uint8_t *head;  // MB_SEAL_GATHER: the first part
+	uint32_t head_len;
+	uint32_t gap; // MB_SEAL_GATHER: zeros after the head (< MB_GATHER_GAP)
 } mb_job;
 
 // A batch: one C allocation, 64-byte aligned, laid out as

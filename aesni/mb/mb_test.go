@@ -231,6 +231,30 @@ func respCase(r *runner, rng *rand.Rand, kp keyPair, n, aadLen int, curried bool
 		}
 	})
 
+	// Gathered: the message split into a head, gap zeros and the rest,
+	// from two places (n > 0: both parts non-empty).
+	if n > 1 {
+		h := 1 + rng.IntN(n-1)
+		gap := min(rng.IntN(GatherGap), n-h-1)
+		p := bytes.Clone(p)
+		clear(p[h : h+gap]) // the message the gap makes
+		want := make([]byte, n+aesni.TagSize)
+		kp.ref.SealResponse(want, p, nonce, aad, reqIV)
+		ref := make([]byte, n+aesni.TagSize)
+		kp.ref.SealResponseGather(ref, p[:h], gap, p[h+gap:], nonce, aad, reqIV)
+		if !bytes.Equal(ref, want) {
+			t.Fatalf("%s head=%d gap=%d: aesni's SealResponseGather differs from SealResponse", where, h, gap)
+		}
+		head, tail, gout := m.alloc(h, p[:h]), m.alloc(n-h-gap, p[h+gap:]), m.alloc(n+aesni.TagSize, nil)
+		r.queue(func() (int, bool) {
+			return r.b.SealResponseGather(kp.mb, gout, head, gap, tail, nonce, aad, reqIV)
+		}, func(err error) {
+			if err != nil || !bytes.Equal(gout, want) {
+				t.Fatalf("%s head=%d gap=%d: SealResponseGather differs from aesni: %v", where, h, gap, err)
+			}
+		})
+	}
+
 	// mb opens what aesni sealed: verify-before-write, then direct.
 	in1, dst1 := m.alloc(n+aesni.TagSize, want), m.alloc(n, nil)
 	r.queue(func() (int, bool) { return r.b.OpenResponse(kp.mb, dst1, in1, nonce, aad, reqIV) }, func(err error) {
@@ -771,6 +795,10 @@ func TestMisusePanics(t *testing.T) {
 		{"SealResponse bad reqIV", func() { ref.SealResponse(out, p, n12, a, n11) }, func() { b.SealResponse(key, out, p, n12, a, n11) }},
 		{"SealResponse long curried aad", func() { ref.SealResponse(out, p, n12, long, n12) }, func() { b.SealResponse(key, out, p, n12, long, n12) }},
 		{"SealResponse overlap", func() { ref.SealResponse(overlap[1:49], overlap[:32], n12, a, nil) }, func() { b.SealResponse(key, overlap[1:49], overlap[:32], n12, a, nil) }},
+		{"SealResponseGather short out", func() { ref.SealResponseGather(out[:47], p[:8], 0, p[8:], n12, a, nil) }, func() { b.SealResponseGather(key, out[:47], p[:8], 0, p[8:], n12, a, nil) }},
+		{"SealResponseGather negative gap", func() { ref.SealResponseGather(out, p[:8], -1, p[7:], n12, a, nil) }, func() { b.SealResponseGather(key, out, p[:8], -1, p[7:], n12, a, nil) }},
+		{"SealResponseGather overlap", func() { b.SealResponseGather(key, overlap[:48], overlap[:8], 0, p[8:], n12, a, nil) }, func() { b.SealResponseGather(key, overlap[:48], p[:8], 0, overlap[8:32], n12, a, nil) }},
+		{"SealResponseGather empty head", func() { b.SealResponseGather(key, out, nil, 0, p, n12, a, nil) }, func() { b.SealResponseGather(key, out[:16+GatherGap], p[:0:1], GatherGap, p[:0], n12, a, nil) }},
 		{"OpenResponse short dst", func() { ref.OpenResponse(p[:31], out, n12, a, nil) }, func() { b.OpenResponse(key, p[:31], out, n12, a, nil) }},
 		{"OpenResponse bad reqIV", func() { ref.OpenResponse(p, out, n12, a, n11) }, func() { b.OpenResponse(key, p, out, n12, a, n11) }},
 		{"OpenResponseDirect short dst", func() { ref.OpenResponseDirect(p[:31], out, n12, a, nil) }, func() { b.OpenResponseDirect(key, p[:31], out, n12, a, nil) }},
