@@ -128,3 +128,74 @@ func TestSetThenGetNeverOld(t *testing.T) {
 		t.Fatalf("%d of %d GETs gave up, %d lookups: the test checked too few", gaveUp, gets, st.Lookups)
 	}
 }
+
+// GETs at the bounds of one LOOKUP: the largest record it brings back
+// with its slot is one op; a byte more, and the LOOKUP goes on with the
+// record's READ; the values are the same either way.
+func TestLookupRecordBounds(t *testing.T) {
+	cl := newCluster(t, 1, kv.ServerConfig{Buckets: 64, SlabBytes: 8 << 20})
+	c := cl.dial(kv.ClientConfig{})
+	key := []byte("bound")
+	max := kv.MaxLookupValue(key)
+	for _, tc := range []struct {
+		n     int
+		reads uint64 // GETs that went on with READs
+	}{{kv.MaxInline - len(key), 0}, {kv.MaxInline - len(key) + 1, 0}, {max - 1, 0}, {max, 0}, {max + 1, 1}, {8000, 1}} {
+		if err := c.Set(key, versioned(key, uint64(tc.n), tc.n)); err != nil {
+			t.Fatal(err)
+		}
+		before := c.Stats()
+		v, err := c.Get(key, nil)
+		if err != nil {
+			t.Fatalf("%d B: %v", tc.n, err)
+		}
+		if err := checkVersioned(key, v, tc.n); err != nil {
+			t.Fatalf("%d B: %v", tc.n, err)
+		}
+		st := c.Stats()
+		if st.Lookups-before.Lookups != 1 || st.LookupReads-before.LookupReads != tc.reads || st.Retries != before.Retries {
+			t.Fatalf("%d B: %d LOOKUPs, %d went on with READs (want %d), %d retries", tc.n,
+				st.Lookups-before.Lookups, st.LookupReads-before.LookupReads, tc.reads, st.Retries-before.Retries)
+		}
+	}
+}
+
+// A record a LOOKUP brings back whose sum fails (torn: the server was
+// writing it) is looked up again, never returned: with the one server,
+// the GET ends ErrUnavailable once its retries are spent. Whole again,
+// the record comes back in one LOOKUP.
+func TestLookupTornRecordRetried(t *testing.T) {
+	cl := newCluster(t, 1, kv.ServerConfig{Buckets: 64, SlabBytes: 8 << 20})
+	c := cl.dial(kv.ClientConfig{})
+	key := []byte("torn")
+	if err := c.Set(key, versioned(key, 7, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	rec := kv.RecordOf(cl.servers[0], key)
+	if rec == nil {
+		t.Fatal("no record")
+	}
+	before := c.Stats()
+	rec[100] ^= 0x40
+	v, err := c.Get(key, nil)
+	rec[100] ^= 0x40
+	st := c.Stats()
+	if !errors.Is(err, kv.ErrUnavailable) || v != nil {
+		t.Fatalf("GET of a torn record: %d bytes, %v; want %v", len(v), err, kv.ErrUnavailable)
+	}
+	// Each pass over the replica (the one server, tried again as the next)
+	// reads it again 32 times before it gives up.
+	retries, spent := st.Retries-before.Retries, st.RetriesExhausted-before.RetriesExhausted
+	if spent == 0 || retries != 32*spent || st.Corrupt != before.Corrupt || st.LookupReads != before.LookupReads {
+		t.Fatalf("%d retries, %d passes spent, %d corrupt, %d went on with READs", retries, spent,
+			st.Corrupt-before.Corrupt, st.LookupReads-before.LookupReads)
+	}
+	before = c.Stats()
+	v, err = c.Get(key, nil)
+	if err != nil || checkVersioned(key, v, 1000) != nil {
+		t.Fatalf("whole again: %d bytes, %v", len(v), err)
+	}
+	if st := c.Stats(); st.Lookups-before.Lookups != 1 || st.LookupReads != before.LookupReads {
+		t.Fatalf("whole again: %d LOOKUPs, %d went on with READs", st.Lookups-before.Lookups, st.LookupReads-before.LookupReads)
+	}
+}
