@@ -60,7 +60,9 @@ import (
 // for the first entry whose tag field equals Tag, follows its pointer
 // once (into the region, or its linked region) and answers with the entry
 // at LocalOffset and, from the next multiple of 64 on, the bytes it points
-// to (abi.LookupTargetOffset); the bytes between are left as they were.
+// to (abi.LookupTargetOffset); the bytes between are zero when the entry
+// shares its frame with the target (an entry smaller than a frame's
+// data), else left as they were.
 // Length is the most the answer may take (the sink's size, 1..MaxOpBytes,
 // debited from the window like a READ's): the completion's Length is the
 // answer's. Local must allow PermLocalWrite. The sink range belongs to the

@@ -272,7 +272,9 @@ struct onerma_region; /* a registered region */
  * engine scans that bucket for the first entry whose tag field equals
  * `tag`, follows its pointer once and answers with the entry at
  * local_offset and, from onerma_lookup_target_offset(entry_bytes) on, the
- * bytes it points to (the bytes between are left as they were); `length`
+ * bytes it points to (the bytes between are zero when the entry shares
+ * its frame with the target, an entry smaller than a frame's data, else
+ * left as they were); `length`
  * is the most the answer may take (local needs ONERMA_PERM_LOCAL_WRITE),
  * the completion's length the answer's. ONERMA_FLAG_LOOKUP_BUCKET in
  * `flags` asks for the bucket when no entry matches. The local range
