@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -125,12 +126,8 @@ func (r *responder) scanBucket(e *inbound, rg *region) abi.Status {
 	l := rg.lay
 	k := &e.lk
 	bucket := rg.mem[e.offset : e.offset+uint64(l.BucketBytes)]
-	n := l.Entries()
-	for i := uint32(0); i < n; i++ {
+	if i, ok := findTag(bucket, l, k.tag); ok {
 		ent := bucket[i*l.EntryBytes : (i+1)*l.EntryBytes]
-		if abi.Field(ent[l.TagOff:], l.TagWidth) != k.tag {
-			continue
-		}
 		ptr, ln := abi.Field(ent[l.PtrOff:], l.PtrWidth), abi.Field(ent[l.LenOff:], l.LenWidth)
 		t := rg
 		k.target = abi.RegionID(e.region)
@@ -166,6 +163,26 @@ func (r *responder) scanBucket(e *inbound, rg *region) abi.Status {
 	}
 	k.st, k.head, k.pad, k.total, k.at, k.tlen = abi.StatusRemoteNotFound, l.BucketBytes, l.BucketBytes, l.BucketBytes, e.offset, 0
 	return abi.StatusOK
+}
+
+// findTag returns the first entry of bucket (layout l) whose tag field
+// equals tag. The common 8-byte tag is read without abi.Field's switch.
+func findTag(bucket []byte, l *abi.BucketLayout, tag uint64) (uint32, bool) {
+	n, eb := l.Entries(), l.EntryBytes
+	if l.TagWidth == 8 {
+		for i, off := uint32(0), l.TagOff; i < n; i, off = i+1, off+eb {
+			if binary.LittleEndian.Uint64(bucket[off:off+8]) == tag {
+				return i, true
+			}
+		}
+		return 0, false
+	}
+	for i, off := uint32(0), l.TagOff; i < n; i, off = i+1, off+eb {
+		if abi.Field(bucket[off:], l.TagWidth) == tag {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // streamLookup sends the rest of LOOKUP e's answer: its first part from

@@ -77,7 +77,9 @@
 // (ClientStats.LookupReads). A server on an engine that refuses the
 // layout, or with ServerConfig.NoLookup, registers its index for READs
 // and grants no LOOKUP K_d; its clients READ (ClientConfig.NoLookup reads
-// too).
+// too). A key whose every value the client reads fits in its slot (key
+// length + ClientConfig.MaxValue ≤ MaxInline) is read with the bucket's
+// READ: its LOOKUP could only bring the bucket back, after a scan.
 //
 // # Reads and writes that race
 //

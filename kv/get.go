@@ -364,10 +364,13 @@ func (c *Client) postPending(ai int32) {
 }
 
 // firstPhase is how an attempt starts reading: a LOOKUP when its view's
-// index takes them and the local engine has not refused one, else the
-// bucket's READ.
+// index takes them, the local engine has not refused one, and the key's
+// value may be in a record; else the bucket's READ. A key whose every
+// value this client reads (MaxValue) fits in its slot is held inline:
+// its LOOKUP would only bring back the bucket (its slot has no tag to
+// match), a bucket READ's answer at the cost of a scan.
 func (c *Client) firstPhase(a *attempt) uint8 {
-	if a.v.lookup && !c.noLookup && !a.probe {
+	if a.v.lookup && !c.noLookup && !a.probe && int(c.gets[a.get].klen)+c.cfg.MaxValue > MaxInline {
 		return phaseLookup
 	}
 	return phaseBucket

@@ -199,3 +199,30 @@ func TestLookupTornRecordRetried(t *testing.T) {
 		t.Fatalf("whole again: %d LOOKUPs, %d went on with READs", st.Lookups-before.Lookups, st.LookupReads-before.LookupReads)
 	}
 }
+
+// A client whose MaxValue keeps every value of a key in its slot reads
+// the bucket (a LOOKUP would only bring it back); with a longer key, or a
+// larger MaxValue, it looks up.
+func TestInlineOnlyKeysReadTheBucket(t *testing.T) {
+	cl := newCluster(t, 1, kv.ServerConfig{Buckets: 64, SlabBytes: 8 << 20})
+	short, long := []byte("k16-0123456789ab"), []byte("a key of thirty-three bytes, long")
+	for _, key := range [][]byte{short, long} {
+		if err := cl.servers[0].Set(key, versioned(key, 1, 32)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		maxValue int
+		key      []byte
+		lookups  uint64
+	}{{32, short, 0}, {33, short, 1}, {32, long, 1}, {0, short, 1}} {
+		c := cl.dial(kv.ClientConfig{MaxValue: tc.maxValue})
+		v, err := c.Get(tc.key, nil)
+		if err != nil || checkVersioned(tc.key, v, 32) != nil {
+			t.Fatalf("MaxValue %d, key of %d: %d bytes, %v", tc.maxValue, len(tc.key), len(v), err)
+		}
+		if st := c.Stats(); st.Lookups != tc.lookups || st.Hits != 1 {
+			t.Fatalf("MaxValue %d, key of %d: %d LOOKUPs, %d hits; want %d LOOKUPs", tc.maxValue, len(tc.key), st.Lookups, st.Hits, tc.lookups)
+		}
+	}
+}
