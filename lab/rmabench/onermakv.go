@@ -174,7 +174,9 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 }
 
 // lookupTwin is onerma-kv-lookup: t's server and engines, whose clients
-// (cfg, t's) GET with kv's default, one LOOKUP a GET. t stops what they
+// (cfg, t's) GET with kv's default, one LOOKUP a GET where the value may
+// be in a record (at 32 B every value fits its slot under cfg.MaxValue:
+// the clients read the bucket). t stops what they
 // share (the twin's stop does nothing), and pausing either pauses both
 // (each runs resumed).
 func lookupTwin(t *kvTarget, cfg kv.ClientConfig) *kvTarget {
