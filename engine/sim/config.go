@@ -575,9 +575,11 @@ func Mixed(seed uint64) Config {
 // Lookup: LOOKUPs of the owners' indexes beside READs and WRITEs, the
 // owners changing their buckets all the time (lookup.go), under loss,
 // duplication, reordering, stragglers, link flaps, stalls, application
-// crashes (their indexes deregistered with ops in flight) and rekeys of
-// the indexes: every answer is of one state of the index and slab, never
-// a mix.
+// crashes (their indexes deregistered with ops in flight), rekeys of the
+// indexes and engine restarts (one or two per run: the restarted node's
+// ops end ENGINE_GONE, its indexes come back under new ids and keys,
+// which the other nodes learn late): every answer is of one state of the
+// index and slab, never a mix.
 func Lookup(seed uint64) Config {
 	r := scenarioRand(seed)
 	c := base("lookup", seed, r)
@@ -600,7 +602,9 @@ func Lookup(seed uint64) Config {
 	c.Faults.Rekeys = 1 + r.IntN(3)
 	c.Faults.KeyDelayNs = r.Int64N(200_000)
 	c.PostNs = 2_000_000
-	c.Covers = []abi.Status{abi.StatusOK, abi.StatusRemoteNotFound, abi.StatusRemoteLookupTooLarge, abi.StatusTimeout}
+	c.Covers = []abi.Status{abi.StatusOK, abi.StatusRemoteNotFound, abi.StatusRemoteLookupTooLarge, abi.StatusTimeout,
+		abi.StatusEngineGone}
+	c.Faults.EngineRestarts = 1 + r.IntN(2) // drawn last: the draws above do not depend on it
 	return c
 }
 
