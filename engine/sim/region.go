@@ -42,8 +42,8 @@ type region struct {
 	// keys: every K_r the region had, oldest first; the owner's core
 	// holds the last one.
 	keys []keyVersion
-	// epoch: the engine of its node that registered it (its restarts
-	// before). gone: killed by a restart of that engine. A region that
+	// epoch: how many times its node's engine had restarted when it was
+	// registered. gone: killed by a restart of that engine. A region that
 	// replaces a gone one after the restart is listed in node i's
 	// directory from visible[i] on, and the gone one until then
 	// (staleUntil); nil: every node at once (restart.go).

@@ -525,9 +525,9 @@ func (s *Sim) scheduleFaults() {
 	for i := 0; i < f.Rekeys; i++ {
 		s.schedule(at(), evRekey, r.IntN(len(s.nodes)), 0, nil)
 	}
-	// Drawn after every other fault: runs without restarts draw what
-	// they drew before. Early enough, as link flaps, that the other
-	// nodes' ops caught by it time out before posting ends.
+	// Drawn after every other fault, so that no other fault's draws
+	// depend on them. Early enough, as link flaps, that the other nodes'
+	// ops caught by one time out before posting ends.
 	for i := 0; i < f.EngineRestarts; i++ {
 		t := s.t0 + s.cfg.PostNs/20 + r.Int64N(s.cfg.PostNs/2)
 		s.schedule(t, evRestart, r.IntN(len(s.nodes)), 0, nil)
