@@ -30,6 +30,9 @@ type app struct {
 	// flows: this node's portals of the congestion experiments' flow
 	// applications and object servers (flow.go).
 	flows []*flowPortal
+	// images: the portals to open again once the node's engine has
+	// restarted (restart.go).
+	images []*portalImage
 }
 
 type slotRef struct {
@@ -79,7 +82,11 @@ func newApp(s *Sim, n *node) *app {
 // openPortal does what the portal library does for an application: lay
 // out a segment, attach the rings, open the portal on the core, get slots,
 // register a remote-readable region (filled with its pattern) and a sink.
-func (a *app) openPortal() (*portal, error) {
+func (a *app) openPortal() (*portal, error) { return a.openPortalFrom(nil) }
+
+// openPortalFrom opens a portal; img: with the regions and contents of a
+// portal of the engine before a restart (nil: new ones).
+func (a *app) openPortalFrom(img *portalImage) (*portal, error) {
 	s, n := a.s, a.n
 	cfg := &s.cfg.App
 	r := s.appRng
@@ -169,33 +176,35 @@ func (a *app) openPortal() (*portal, error) {
 		p.idle = append(p.idle, i)
 	}
 	// Regions.
-	size := cfg.SrcMinBytes + r.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
-	src, err := a.register(p, alignedBytes(size), abi.PermRemoteRead|abi.PermLocalRead, regSrc)
-	if err != nil {
-		return nil, err
-	}
-	p.src = src
-	sink, err := a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), abi.PermLocalWrite, regSink)
-	if err != nil {
-		return nil, err
-	}
-	p.sink = sink
-	dsize := cfg.DstMinBytes + r.IntN(cfg.DstMaxBytes-cfg.DstMinBytes+1)
-	if p.wdst, err = a.register(p, alignedBytes(dsize), abi.PermRemoteWrite|abi.PermRemoteRead, regDst); err != nil {
-		return nil, err
-	}
-	if p.wsrc, err = a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), abi.PermLocalRead, regWsrc); err != nil {
-		return nil, err
-	}
-	if cfg.LookupFrac > 0 {
-		if err := a.registerLookup(p); err != nil {
+	if img != nil {
+		if err := a.registerFrom(p, img); err != nil {
 			return nil, err
+		}
+	} else {
+		size := cfg.SrcMinBytes + r.IntN(cfg.SrcMaxBytes-cfg.SrcMinBytes+1)
+		if p.src, err = a.register(p, alignedBytes(size), abi.PermRemoteRead|abi.PermLocalRead, regSrc); err != nil {
+			return nil, err
+		}
+		if p.sink, err = a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), abi.PermLocalWrite, regSink); err != nil {
+			return nil, err
+		}
+		dsize := cfg.DstMinBytes + r.IntN(cfg.DstMaxBytes-cfg.DstMinBytes+1)
+		if p.wdst, err = a.register(p, alignedBytes(dsize), abi.PermRemoteWrite|abi.PermRemoteRead, regDst); err != nil {
+			return nil, err
+		}
+		if p.wsrc, err = a.register(p, alignedBytes((len(p.slots)+1)*areaBytes), abi.PermLocalRead, regWsrc); err != nil {
+			return nil, err
+		}
+		if cfg.LookupFrac > 0 {
+			if err := a.registerLookup(p); err != nil {
+				return nil, err
+			}
 		}
 	}
 	a.portals = append(a.portals, p)
 	n.afterCall("OpenPortal")
 	s.tracef("node %d core %d opens portal %d (%d slots, class %d, src %#x %dB, sink %#x, dst %#x %dB, wsrc %#x)", n.id, p.c.idx, id, len(p.slots),
-		p.class, uint32(src.id), size, uint32(sink.id), uint32(p.wdst.id), dsize, uint32(p.wsrc.id))
+		p.class, uint32(p.src.id), len(p.src.mem), uint32(p.sink.id), uint32(p.wdst.id), len(p.wdst.mem), uint32(p.wsrc.id))
 	return p, nil
 }
 

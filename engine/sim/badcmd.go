@@ -168,8 +168,9 @@ func (a *app) staleRemote(tgt *region) abi.RegionID {
 	s := a.s
 	r := s.appRng
 	var cands []abi.RegionID
+	ep := s.nodes[tgt.node].epoch // (the ids of an engine before a restart may be live again)
 	for _, rg := range s.regions {
-		if rg.node == tgt.node && rg.deadAt != math.MaxInt64 {
+		if rg.node == tgt.node && rg.epoch == ep && rg.deadAt != math.MaxInt64 {
 			cands = append(cands, rg.id)
 		}
 	}
@@ -178,7 +179,7 @@ func (a *app) staleRemote(tgt *region) abi.RegionID {
 		// generation must keep them apart.
 		id := cands[r.IntN(len(cands))]
 		for _, rg := range s.regions {
-			if rg.node == tgt.node && rg.id == id && rg.deadAt == math.MaxInt64 {
+			if rg.node == tgt.node && rg.epoch == ep && rg.id == id && rg.deadAt == math.MaxInt64 {
 				panic("sim: dead region id reused")
 			}
 		}

@@ -59,7 +59,9 @@ func (s *Sim) allowed(o *op, st abi.Status) bool {
 	// tombstone (REMOTE_REGION at once), or no longer had the region's
 	// key when the request arrived, another region at its index having
 	// gone since (REMOTE_AUTHENTICATION_FAILURE).
-	dead := o.target != nil && o.target.deadAt <= s.now && st == abi.StatusRemoteRegion
+	// (Not a region its engine's restart killed: the engine that had it
+	// never answers again, the new one cannot authenticate the request.)
+	dead := o.target != nil && o.target.deadAt <= s.now && st == abi.StatusRemoteRegion && !o.target.gone
 	// A REKEY whose region's key changed after it was posted (its owner's
 	// Rekey, or another REKEY installed) may have authenticated under the
 	// old key and then found it replaced: REMOTE_REGION, its key not

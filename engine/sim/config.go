@@ -123,6 +123,11 @@ type Config struct {
 	// noHandOver (self-test of the simulator): a core processes every
 	// frame it takes from its rx queue, steered elsewhere or not.
 	noHandOver bool
+	// restartKeepsKeys (self-test of the simulator): a restarted node's
+	// application registers its regions again under their old K_r, so
+	// that stale requests authenticate at the new engine; the checks of
+	// what it serves must then fail the run.
+	restartKeepsKeys bool
 	// flows: the congestion experiments' flow applications (flow.go),
 	// run next to (instead of, when App.Clients is empty) the random
 	// workload.
@@ -251,6 +256,15 @@ type FaultConfig struct {
 	// with the old key, and those ops must fail authentication.
 	Rekeys     int
 	KeyDelayNs int64
+	// EngineRestarts: a node's engine dies and a new one starts, as rmad
+	// killed and restarted (restart.go): every core is replaced by a fresh
+	// engine.Core of the node's engine config (its IV source kept), every
+	// op in flight on the node's portals completes ENGINE_GONE, and its
+	// application redials: new portals, its regions registered again with
+	// new ids and keys and their contents copied over, which the other
+	// nodes learn within KeyDelayNs (until then they post with the old
+	// ids and keys). Not with flow applications or an attacker.
+	EngineRestarts int
 }
 
 // Validate checks the fields the simulator relies on.
@@ -295,6 +309,8 @@ func (c *Config) Validate() error {
 		return bad("Faults.StallNs", c.Faults.StallNs)
 	case c.Faults.KeyDelayNs < 0:
 		return bad("Faults.KeyDelayNs", c.Faults.KeyDelayNs)
+	case c.Faults.EngineRestarts < 0 || (c.Faults.EngineRestarts > 0 && (c.flows != nil || c.Hostile != nil)):
+		return bad("Faults.EngineRestarts", c.Faults.EngineRestarts)
 	case c.App.WrongKeyRate < 0 || c.App.WrongKeyRate+c.App.BadRate > 1:
 		return bad("App.WrongKeyRate", c.App.WrongKeyRate)
 	case c.IVSpan != 0 && (c.IVSpan < aesni.ResponseSpan(abi.MaxOpBytes) || c.IVBlock < c.IVSpan):
@@ -559,9 +575,11 @@ func Mixed(seed uint64) Config {
 // Lookup: LOOKUPs of the owners' indexes beside READs and WRITEs, the
 // owners changing their buckets all the time (lookup.go), under loss,
 // duplication, reordering, stragglers, link flaps, stalls, application
-// crashes (their indexes deregistered with ops in flight) and rekeys of
-// the indexes: every answer is of one state of the index and slab, never
-// a mix.
+// crashes (their indexes deregistered with ops in flight), rekeys of the
+// indexes and engine restarts (one or two per run: the restarted node's
+// ops end ENGINE_GONE, its indexes come back under new ids and keys,
+// which the other nodes learn late): every answer is of one state of the
+// index and slab, never a mix.
 func Lookup(seed uint64) Config {
 	r := scenarioRand(seed)
 	c := base("lookup", seed, r)
@@ -584,7 +602,9 @@ func Lookup(seed uint64) Config {
 	c.Faults.Rekeys = 1 + r.IntN(3)
 	c.Faults.KeyDelayNs = r.Int64N(200_000)
 	c.PostNs = 2_000_000
-	c.Covers = []abi.Status{abi.StatusOK, abi.StatusRemoteNotFound, abi.StatusRemoteLookupTooLarge, abi.StatusTimeout}
+	c.Covers = []abi.Status{abi.StatusOK, abi.StatusRemoteNotFound, abi.StatusRemoteLookupTooLarge, abi.StatusTimeout,
+		abi.StatusEngineGone}
+	c.Faults.EngineRestarts = 1 + r.IntN(2) // drawn last: the draws above do not depend on it
 	return c
 }
 

@@ -391,14 +391,49 @@
 // buckets, of tags they hold or not, some asking for the bucket on a miss,
 // some with a length the answer may not fit, some with a wrong key (a
 // READ's K_d among them), under loss, duplication, reordering, stragglers,
-// flaps, stalls, application crashes and rekeys of the indexes. The
-// invariant: an answer is of one state of the index and slab, never a
+// flaps, stalls, application crashes, rekeys of the indexes and engine
+// restarts. The invariant: an answer is of one state of the index and slab, never a
 // mix: an OK LOOKUP's entry is the first with its tag in a state its
 // bucket held while the op was in flight, and its target is exactly that
 // entry's record; REMOTE_NOT_FOUND needs a state without the tag (with
 // the bucket in the sink: that state's bytes), REMOTE_LOOKUP_TOO_LARGE one
 // whose answer exceeds the op's length; anything else but the network's
 // and the region's failures is a violation.
+//
+// # Engine restarts
+//
+// Fault "restart" (Faults.EngineRestarts; restart.go): at a random time
+// of the posting phase a node's engine dies and a new one starts, as rmad
+// killed and restarted. Every core of the node is replaced by a fresh
+// engine.Core built from the node's engine config: no region, portal,
+// slot, key, replay window, sender state or learnt neighbour survives
+// (static neighbours come back from the config). The node's IV source
+// does, as a real engine reopens its state file: no counter repeats
+// (the per-node nonce check spans the restart) and the other nodes'
+// replay windows must accept the new engine's frames. The new engine's
+// slots start above the old engine's, so the tags of its requests are
+// new. The application sees the engine go as the portal library does:
+// the completions already written, then exactly one ENGINE_GONE for every
+// other op it posted (a READ's or LOOKUP's sink undefined; a WRITE or
+// REKEY may still be committed, like an orphan); its portals are closed
+// and their memory must never be written again. Within 200 µs it
+// redials: a new portal for each, slots, its regions registered again
+// (new keys; the new engine's region ids often equal the old engine's)
+// with their contents copied over (pattern, remote-writable bytes, an
+// index's buckets and slab: the index's model goes on from its last
+// state). The directory lists the new regions for each other node from
+// when it learns of them (within Faults.KeyDelayNs) and the old ones
+// until then: ops posted to an old region are stale-key ops, which must
+// end REMOTE_AUTHENTICATION_FAILURE (or a network failure), and ops in
+// flight at the restart may end so too, or TIMEOUT, never REMOTE_REGION.
+// A node that sends any answer but REMOTE_AUTHENTICATION_FAILURE to a
+// request naming a region of its engine before the current one fails the
+// run (the new engine cannot have authenticated it: a region that took
+// the old id has another key). The node's checks restart with its cores
+// (Result.Retired keeps the dead cores' counters). Scenario lookup
+// restarts one or two engines per run. TestEngineRestart scripts one;
+// TestSimCatchesRestartKeyReuse checks the checker (an application that
+// registers its regions again under their old keys).
 //
 // # Scripted repros
 //
@@ -443,6 +478,7 @@
 //	complete.go  completions and their checks; the memory checks at the end
 //	write.go     WRITEs: requests, pulls, commits, the region model, reads of written regions
 //	rekey.go     remote REKEYs: installs
+//	restart.go   engine restarts: the new engine, ENGINE_GONE, the redial, stale directory entries
 //	lookup.go    LOOKUPs: the owners' indexes and slabs, their updates, the answers' checks
 //	flow.go      flow experiments: their API and measures
 //	flowrun.go   a flow experiment's state, setup and result

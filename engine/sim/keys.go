@@ -71,7 +71,9 @@ func (p *portal) key(o *op, tgt *region) {
 		return // unreachable address, no region at all: any key
 	}
 	o.keyVer = rg.known(a.n.id, s.now)
-	o.stale = o.keyVer < len(rg.keys)-1
+	// (A region of an engine that restarted since: the new engine has
+	// none of its keys.)
+	o.stale = o.keyVer < len(rg.keys)-1 || (rg.gone && rg.deadAt <= s.now)
 	kv := &rg.keys[o.keyVer]
 	ip, pid, opType := a.n.ip.As4(), p.pid, uint8(abi.OpRead)
 	if o.rekey {

@@ -99,6 +99,11 @@ type node struct {
 	// owner: the core of the portal that registered each region (nodes
 	// of several cores).
 	owner map[abi.RegionID]*simCore
+	// tmpl: the engine config the node's engine was built from (a
+	// restarted engine is built from it again); epoch: how many times
+	// the engine restarted (restart.go).
+	tmpl  engine.Config
+	epoch int
 }
 
 func newNode(s *Sim, i int) *node {
@@ -342,6 +347,14 @@ func (s *Sim) send(c *simCore, b []byte) {
 			s.sawPullSent(&h)
 		case wire.TypeAck:
 			s.sawCommit(n, &h)
+		}
+		if s.reqOps != nil {
+			switch h.Type {
+			case wire.TypeReadReq, wire.TypeWriteReq, wire.TypeRekeyReq, wire.TypeLookupReq:
+				s.sawRequest(n, &h)
+			default:
+				s.checkServedEpoch(n, &h)
+			}
 		}
 		if s.hostile != nil && n == s.hostile.srv {
 			s.hostile.sawAnswer(c, &h)

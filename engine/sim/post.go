@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"math"
-
 	"github.com/onerma/onerma/abi"
 	"github.com/onerma/onerma/aesni"
 )
@@ -41,7 +39,7 @@ func (a *app) pickRegion(self bool, match func(*region) bool) *region {
 	s := a.s
 	var cands []*region
 	for _, rg := range s.regions {
-		if rg.deadAt != math.MaxInt64 || !match(rg) || (rg.node == a.n.id) != self || (!self && !a.isServer(rg.node)) {
+		if !rg.listed(a.n.id, s.now) || !match(rg) || (rg.node == a.n.id) != self || (!self && !a.isServer(rg.node)) {
 			continue
 		}
 		cands = append(cands, rg)

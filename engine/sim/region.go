@@ -42,23 +42,40 @@ type region struct {
 	// keys: every K_r the region had, oldest first; the owner's core
 	// holds the last one.
 	keys []keyVersion
+	// epoch: how many times its node's engine had restarted when it was
+	// registered. gone: killed by a restart of that engine. A region that
+	// replaces a gone one after the restart is listed in node i's
+	// directory from visible[i] on, and the gone one until then
+	// (staleUntil); nil: every node at once (restart.go).
+	epoch      int
+	gone       bool
+	visible    []int64
+	staleUntil []int64
 }
 
 func (a *app) register(p *portal, mem []byte, perm abi.Perm, kind regKind) (*region, error) {
-	return a.registerWith(p, mem, perm, kind, nil)
+	return a.registerWith(p, mem, perm, kind, nil, nil)
 }
 
 // registerIndex registers an index of buckets laid out as lay.
 func (a *app) registerIndex(p *portal, mem []byte, lay abi.BucketLayout) (*region, error) {
-	return a.registerWith(p, mem, abi.PermRemoteLookup, regIdx, &lay)
+	return a.registerWith(p, mem, abi.PermRemoteLookup, regIdx, &lay, nil)
 }
 
-func (a *app) registerWith(p *portal, mem []byte, perm abi.Perm, kind regKind, lay *abi.BucketLayout) (*region, error) {
+// registerWith registers mem as a region of portal p; from: the region of
+// the engine before a restart whose contents mem holds (nil: a new one,
+// filled as its kind says).
+func (a *app) registerWith(p *portal, mem []byte, perm abi.Perm, kind regKind, lay *abi.BucketLayout, from *region) (*region, error) {
 	s := a.s
-	rg := &region{node: a.n.id, p: p, mem: mem, perm: perm, kind: kind, sink: kind == regSink, deadAt: math.MaxInt64}
-	switch kind {
-	case regIdx, regSlab: // empty buckets; records are written by the owner's updates
-	case regSink, regWsrc:
+	rg := &region{node: a.n.id, p: p, mem: mem, perm: perm, kind: kind, sink: kind == regSink, deadAt: math.MaxInt64, epoch: a.n.epoch}
+	switch {
+	case from != nil:
+		rg.pattern = from.pattern
+		if kind == regDst {
+			rg.shadow = append([]byte(nil), mem...)
+		}
+	case kind == regIdx, kind == regSlab: // empty buckets; records are written by the owner's updates
+	case kind == regSink, kind == regWsrc:
 		fill(mem, poison)
 	default:
 		s.patternID++
@@ -77,6 +94,9 @@ func (a *app) registerWith(p *portal, mem []byte, perm abi.Perm, kind regKind, l
 		}
 	}
 	kr := s.newKey()
+	if from != nil && s.cfg.restartKeepsKeys {
+		kr = from.keys[len(from.keys)-1].kr
+	}
 	var id abi.RegionID
 	var err error
 	if lay != nil {
@@ -91,7 +111,7 @@ func (a *app) registerWith(p *portal, mem []byte, perm abi.Perm, kind regKind, l
 		s.fail("node %d: RegisterRegion returned region id 0", a.n.id)
 	}
 	for _, old := range s.regions {
-		if old.node == a.n.id && old.id == id {
+		if old.node == a.n.id && old.epoch == rg.epoch && old.id == id {
 			s.fail("node %d: RegisterRegion reused region id %#x (generation not bumped)", a.n.id, uint32(id))
 		}
 	}

@@ -25,6 +25,7 @@ type Result struct {
 	ByKind   [24]uint64            // posted, by what the op tests (KindName)
 	ByStatus [abi.NumStatus]uint64 // completions the applications saw
 	Orphaned uint64                // ops in flight when their portal was closed
+	Restarts uint64                // engines restarted (Faults.EngineRestarts)
 	Rekeys   uint64                // regions rekeyed (Core.Rekey)
 	// ZeroedSinks: failed ops whose sink held zeros from a response chunk
 	// that failed authentication (see Config.StrictFailedSink).
@@ -76,6 +77,9 @@ type Result struct {
 	Net     NetStats
 	Hostile HostileStats   // what the attacker did (Config.Hostile)
 	Cores   []engine.Stats // every core's counters, node by node
+	// Retired: the counters of every core an engine restart replaced,
+	// as they were when it died.
+	Retired []engine.Stats
 	// Digest folds every event, frame and completion of the run: two runs
 	// of one seed must produce the same digest (determinism check).
 	Digest uint64
@@ -202,6 +206,9 @@ type Sim struct {
 	served map[reqRef]servedBy
 	// hostile: the attacker of scenario hostile-initiator (nil: none).
 	hostile *hostile
+	// reqOps: the op of every request sent, by initiator and tag (only
+	// in runs that may restart an engine: checkServedEpoch).
+	reqOps map[reqRef]*op
 
 	res   Result
 	err   error
@@ -230,10 +237,12 @@ const (
 	evScript      // a scripted step (targeted tests)
 	evFlow        // a flow application's issue timer (flow.go)
 	evHostile     // the attacker's burst (hostile.go)
+	evRestart     // a node's engine dies and a new one starts (restart.go)
+	evRedial      // the restarted node's application opens its portals again
 	numEventKinds // sentinel
 )
 
-var evNames = [...]string{"", "switch", "deliver", "tick", "linkdown", "linkup", "stall", "crash", "reopen", "churn", "rekey", "postend", "runend", "script", "flow", "hostile"}
+var evNames = [...]string{"", "switch", "deliver", "tick", "linkdown", "linkup", "stall", "crash", "reopen", "churn", "rekey", "postend", "runend", "script", "flow", "hostile", "restart", "redial"}
 
 type event struct {
 	t    int64
@@ -358,6 +367,9 @@ func (s *Sim) setup() error {
 	if cfg.Net.Forge > 0 {
 		s.reqIVs = make(map[reqRef][12]byte)
 	}
+	if cfg.Faults.EngineRestarts > 0 || len(cfg.scripts) > 0 { // (scripts may restart engines)
+		s.reqOps = make(map[reqRef]*op)
+	}
 	s.pool.size = cfg.MTU + wire.EthLen
 	if s.pool.size < wire.MinFrame {
 		s.pool.size = wire.MinFrame
@@ -373,6 +385,7 @@ func (s *Sim) setup() error {
 		if cfg.CoresVary && k > 1 {
 			k = 1 + s.mcRng.IntN(k)
 		}
+		n.tmpl = ec
 		if err := n.newCores(ec, k); err != nil {
 			return fmt.Errorf("sim: node %d: %w", n.id, err)
 		}
@@ -448,6 +461,9 @@ func (s *Sim) engineConfig(n *node) engine.Config {
 	if ec.Portals == 0 {
 		ec.Portals = cfg.App.PortalsPerNode + cfg.Faults.PortalCrashes + 1
 	}
+	// (Engine restarts need nothing more: a restarted engine starts with
+	// empty tables, and its application's redial and a reopen after a
+	// crash fit in them as in the first engine's.)
 	if cfg.VaryTimeouts {
 		ec.Timeout = ec.Timeout * time.Duration(2+s.faultRng.IntN(3)) / 2
 	}
@@ -508,6 +524,14 @@ func (s *Sim) scheduleFaults() {
 	}
 	for i := 0; i < f.Rekeys; i++ {
 		s.schedule(at(), evRekey, r.IntN(len(s.nodes)), 0, nil)
+	}
+	// Drawn after every other fault, so that no other fault's draws
+	// depend on them. Early enough, as link flaps, that the other nodes'
+	// ops caught by one time out before posting ends.
+	for i := 0; i < f.EngineRestarts; i++ {
+		t := s.t0 + s.cfg.PostNs/20 + r.Int64N(s.cfg.PostNs/2)
+		s.schedule(t, evRestart, r.IntN(len(s.nodes)), 0, nil)
+		s.pendingEv++
 	}
 }
 
@@ -634,6 +658,11 @@ func (s *Sim) handle(e event) {
 		n.app.churn()
 	case evRekey:
 		n.app.rekey()
+	case evRestart:
+		n.restart()
+	case evRedial:
+		s.pendingEv--
+		n.app.redial(int(e.arg))
 	case evScript:
 		s.cfg.scripts[e.arg].do(s)
 		for _, m := range s.nodes {

@@ -281,7 +281,7 @@ type engineTotals struct {
 }
 
 func (e *engineTotals) add(r *Result) {
-	for _, st := range r.Cores {
+	for _, st := range append(r.Cores[:len(r.Cores):len(r.Cores)], r.Retired...) {
 		e.rxAuthFailed += st.RxAuthFailed
 		e.reqAuthFailed += st.ReqAuthFailed
 		e.rekeys += st.Rekeys
