@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"syscall"
 	"time"
@@ -67,13 +66,18 @@ func (p *Portal) markGone(cause error) *EngineGoneError {
 }
 
 // startWatch starts the goroutine that notices the engine going away
-// without costing the data path anything: it holds a second descriptor of
-// the control connection and sleeps in the runtime's network poller until
-// the connection becomes readable, then looks (poll(2) with no timeout)
-// whether the engine hung up. Replies to control requests wake it too
-// (roundTrip reads them on the first descriptor); a hang-up is seen within
-// the poller's wake-up, microseconds. Close closes the second descriptor,
-// which ends the goroutine.
+// without costing the data path or the control path anything: it holds a
+// second descriptor of the control connection, watched for a hang-up
+// alone (EPOLLRDHUP) by an epoll instance of its own, and sleeps in the
+// runtime's network poller on that instance, which becomes readable only
+// when the engine hangs up or the connection fails; then it looks (poll(2)
+// with no timeout) whether the engine hung up. Replies to control
+// requests do not wake it: the poller's registration of the connection
+// itself would report every datagram, and each reply would wake a second
+// goroutine, and with it another thread, beside the one reading it. A
+// hang-up is seen within the poller's wake-up, microseconds. Close closes
+// the epoll instance, which ends the goroutine; the goroutine closes its
+// descriptor of the connection.
 func (p *Portal) startWatch() error {
 	rc, err := p.conn.SyscallConn()
 	if err != nil {
@@ -86,35 +90,56 @@ func (p *Portal) startWatch() error {
 	if derr != nil {
 		return fmt.Errorf("dup of the control connection: %w", derr)
 	}
-	f := os.NewFile(uintptr(dup), "onerma-control")
-	c, err := net.FileConn(f) // its own descriptor, registered with the poller
-	f.Close()
+	ep, err := hangupPoller(dup)
 	if err != nil {
+		unix.Close(dup)
 		return fmt.Errorf("watching the control connection: %w", err)
 	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		c.Close()
-		return fmt.Errorf("watching the control connection: %T has no descriptor", c)
-	}
-	wrc, err := sc.SyscallConn()
+	wrc, err := ep.SyscallConn()
 	if err != nil {
-		c.Close()
+		ep.Close()
+		unix.Close(dup)
 		return err
 	}
-	p.watchConn, p.watchDone = c, make(chan struct{})
-	go p.watch(wrc)
+	p.watchConn, p.watchDone = ep, make(chan struct{})
+	go p.watch(wrc, dup)
 	return nil
 }
 
-func (p *Portal) watch(rc syscall.RawConn) {
+// hangupPoller returns an epoll instance that reports sock's hang-up
+// (and its errors: epoll reports EPOLLHUP and EPOLLERR always), as an
+// *os.File registered with the runtime's poller.
+func hangupPoller(sock int) (*os.File, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLRDHUP, Fd: int32(sock)}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, sock, &ev); err != nil {
+		unix.Close(ep)
+		return nil, fmt.Errorf("epoll_ctl: %w", err)
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(ep), "onerma-control-hangup") // non-blocking: the runtime's poller takes it
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("the runtime's poller does not take an epoll instance: %w", err)
+	}
+	return f, nil
+}
+
+func (p *Portal) watch(rc syscall.RawConn, sock int) {
 	defer close(p.watchDone)
+	defer unix.Close(sock)
 	var why error
-	if err := rc.Read(func(fd uintptr) bool {
-		why = hungUp(int(fd))
+	if err := rc.Read(func(uintptr) bool {
+		why = hungUp(sock)
 		return why != nil
 	}); err != nil {
-		return // Close closed the watcher's descriptor
+		return // Close closed the epoll instance
 	}
 	p.markGone(why)
 }

@@ -3,6 +3,7 @@ package portal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -87,10 +88,9 @@ type Portal struct {
 	sumMem []byte
 
 	// The engine's departure, seen by the watcher or a control request
-	// (any goroutine), and the watcher's own descriptor of the control
-	// connection.
+	// (any goroutine), and the watcher's epoll instance (startWatch).
 	gone      atomic.Pointer[EngineGoneError]
-	watchConn net.Conn
+	watchConn io.Closer
 	watchDone chan struct{}
 
 	// Control path.
