@@ -98,11 +98,13 @@
 // connection (the kernel does it for a dead process; an engine shutting
 // down reclaims each portal first, so nothing is written into its rings
 // or regions after its connection closes). Each Portal has a goroutine
-// asleep in the runtime's network poller on a second descriptor of its
-// connection; it notices the hang-up as soon as the poller wakes it,
-// records an *EngineGoneError (Gone) and rings the completion doorbell, so
-// a Wait or an Executor asleep on it wakes at once. The data path pays one
-// atomic load per Post and per Poll, and no system call.
+// asleep in the runtime's network poller on an epoll instance that
+// watches a second descriptor of its connection for a hang-up alone (so
+// control replies do not wake it); it notices the hang-up as soon as the
+// poller wakes it, records an *EngineGoneError (Gone) and rings the
+// completion doorbell, so a Wait or an Executor asleep on it wakes at
+// once. The data path pays one atomic load per Post and per Poll, and no
+// system call.
 //
 // From then on Poll and Wait return the completions the engine wrote
 // before it went, then one completion with StatusEngineGone for every
