@@ -26,7 +26,10 @@ import (
 //   - While there are any, and for Config.PriorityHold after the latest
 //     was posted or queued (so that short ops that come one after another
 //     find it on, also at a serving core, which cannot see a request
-//     still in its rx ring), each of the stages that start bulk work starts at
+//     still in its rx ring), or for Config.HighHold after the latest of
+//     the high class (an application the operator gave the high class
+//     finds it on after a pause of its own: the host descheduling it, its
+//     work between ops), each of the stages that start bulk work starts at
 //     most PollBytes of it per Poll (with the frames received before
 //     it): the window granted to bulk ops (arbitrate), the READ data
 //     served (serve), the WRITE data pulled (startPulls) and the WRITE
@@ -77,7 +80,10 @@ type bulkBound struct {
 	// seen is when the latest priority op was posted or priority request
 	// queued; the bound stays on for hold after it (Config.PriorityHold).
 	seen, hold int64
-	st         *Stats
+	// seenHigh is when the latest of them of the high class was; the
+	// bound stays on for holdHigh after it (Config.HighHold).
+	seenHigh, holdHigh int64
+	st                 *Stats
 }
 
 // Old bulk work is never held back, so that the bound makes none of it
@@ -95,9 +101,22 @@ const bulkAgeDiv = 2
 // capped after a short one.
 const DefaultPriorityHold = 50 * time.Microsecond
 
+// DefaultHighHold is Config.HighHold's default: the executor's longest
+// hold (portal.ExecutorConfig.ShortHoldMax), longer than the pauses a
+// busy application's ops leave when a host of few CPUs deschedules it.
+// With PriorityHold alone, a high-class op posted after such a pause
+// found the bound off, and waited for a Poll's whole window of bulk work
+// (the isolation setup's tail, bench/HISTORY.md).
+const DefaultHighHold = time.Millisecond
+
 func newBulkBound(cfg *Config, st *Stats) *bulkBound {
 	hold := cmp.Or(cfg.PriorityHold, DefaultPriorityHold)
-	b := &bulkBound{limit: cfg.PollBytes, hold: int64(hold), seen: math.MinInt64 / 2, st: st}
+	holdHigh := cmp.Or(cfg.HighHold, DefaultHighHold)
+	b := &bulkBound{
+		limit: cfg.PollBytes, st: st,
+		hold: int64(hold), seen: math.MinInt64 / 2,
+		holdHigh: int64(holdHigh), seenHigh: math.MinInt64 / 2,
+	}
 	b.reset()
 	return b
 }
@@ -108,13 +127,19 @@ func prio(cl abi.Class, length uint32) bool {
 	return cl == abi.ClassHigh || length <= ShortBytes
 }
 
-// saw records priority work seen at now.
-func (b *bulkBound) saw(now int64) { b.seen = now }
+// saw records priority work of class cl seen at now.
+func (b *bulkBound) saw(now int64, cl abi.Class) {
+	b.seen = now
+	if cl == abi.ClassHigh {
+		b.seenHigh = now
+	}
+}
 
 // on reports whether the bound applies at now: PollBytes is set, and
-// priority work is in progress or was seen within hold.
+// priority work is in progress, or was seen within hold, or work of the
+// high class within holdHigh.
 func (b *bulkBound) on(now int64) bool {
-	return b.limit > 0 && (b.ini+b.srv > 0 || now-b.seen < b.hold)
+	return b.limit > 0 && (b.ini+b.srv > 0 || now-b.seen < b.hold || now-b.seenHigh < b.holdHigh)
 }
 
 // reset gives every stage its allowance for the next Poll.

@@ -36,7 +36,7 @@ func TestBulkBoundTake(t *testing.T) {
 		t.Fatal("the first item of a Poll starts whatever its size, and uses the allowance up")
 	}
 	b.ini = 0
-	b.saw(now)
+	b.saw(now, abi.ClassLow)
 	b.reset()
 	if b.take(now+hold-1, bulkServe, abi.ClassLow, 4096, false); b.take(now+hold-1, bulkServe, abi.ClassLow, 4096, false) {
 		t.Fatal("the bound goes off before the hold")
@@ -44,14 +44,28 @@ func TestBulkBoundTake(t *testing.T) {
 	if !b.take(now+hold, bulkServe, abi.ClassLow, 4096, false) {
 		t.Fatal("the bound stays on after the hold")
 	}
+	// After high-class work the bound stays on for the high class's hold.
+	now += int64(time.Second)
+	holdHigh := int64(DefaultHighHold)
+	b.saw(now, abi.ClassHigh)
+	b.reset()
+	if b.take(now+holdHigh-1, bulkServe, abi.ClassLow, 4096, false); b.take(now+holdHigh-1, bulkServe, abi.ClassLow, 4096, false) {
+		t.Fatal("after high-class work the bound goes off before the high class's hold")
+	}
+	if !b.take(now+holdHigh, bulkServe, abi.ClassLow, 4096, false) {
+		t.Fatal("the bound stays on after the high class's hold")
+	}
+	if st.BulkHeld != 4 {
+		t.Fatalf("BulkHeld %d, want 4", st.BulkHeld)
+	}
 	b.ini = 1
 	b.reset()
 	b.take(now, bulkPull, abi.ClassLow, 4096, false)
 	if b.take(now, bulkPull, abi.ClassLow, 4096, false) || !b.take(now, bulkPull, abi.ClassLow, 4096, true) {
 		t.Fatal("old bulk work is held back")
 	}
-	if st.BulkHeld != 4 {
-		t.Fatalf("BulkHeld %d, want 4", st.BulkHeld)
+	if st.BulkHeld != 5 {
+		t.Fatalf("BulkHeld %d, want 5", st.BulkHeld)
 	}
 }
 
@@ -85,7 +99,7 @@ func (m *midPost) Completed(int64, abi.Completion) {}
 func servePollsMid(t *testing.T, pollBytes int, high, mid bool, at [3]int64) (lo [3]int, posted uint64) {
 	t.Helper()
 	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
-	cb.PollBytes = pollBytes
+	cb.PollBytes, cb.HighHold = pollBytes, testHighHold
 	p := newPair(t, ca, cb)
 	var during midPost
 	var app *summaryApp
@@ -140,12 +154,17 @@ func servePollsMid(t *testing.T, pollBytes int, high, mid bool, at [3]int64) (lo
 	return lo, posted
 }
 
+// testHighHold is servePolls' engine's HighHold: below TIMEOUT/2 of
+// testConfig, so that the 4 KB READ requests it holds are not old yet
+// when it ends.
+const testHighHold = 200 * time.Microsecond
+
 // A serving core with PollBytes serves one 4 KB READ per Poll after a
-// high-class request; the rest follow one per Poll while the hold lasts,
-// then all at once. Without a priority request, or without the bound,
-// one Poll serves them all.
+// high-class request; the rest follow one per Poll while the high class's
+// hold lasts (longer than a short op's), then all at once. Without a
+// priority request, or without the bound, one Poll serves them all.
 func TestPollBytesServe(t *testing.T) {
-	hold := int64(DefaultPriorityHold)
+	hold, holdHigh := int64(DefaultPriorityHold), int64(testHighHold)
 	for _, tc := range []struct {
 		name      string
 		pollBytes int
@@ -155,7 +174,8 @@ func TestPollBytesServe(t *testing.T) {
 	}{
 		{"bound, high request", 4096, true, [3]int64{0, 1, 2}, [3]int{1, 1, 1}},
 		{"bound, two READs a Poll", 8192, true, [3]int64{0, 1, 2}, [3]int{2, 2, 0}},
-		{"bound, past the hold", 4096, true, [3]int64{0, 1, hold + 1}, [3]int{1, 1, 2}},
+		{"bound, past a short op's hold", 4096, true, [3]int64{0, 1, hold + 1}, [3]int{1, 1, 1}},
+		{"bound, past the high class's hold", 4096, true, [3]int64{0, 1, holdHigh + 1}, [3]int{1, 1, 2}},
 		{"bound, no priority work", 4096, false, [3]int64{0, 1, 2}, [3]int{4, 0, 0}},
 		{"no bound", 0, true, [3]int64{0, 1, 2}, [3]int{4, 0, 0}},
 	} {

@@ -102,7 +102,8 @@ type Config struct {
 	// PollBytes bounds the bulk work a Poll starts while priority work is
 	// in progress on the core (bulk.go): an op of the high class or of at
 	// most ShortBytes in flight at its initiator, or such a request queued
-	// at its serving side, or one seen within PriorityHold. Bulk work is a
+	// at its serving side, or one seen within PriorityHold (HighHold for
+	// the high class). Bulk work is a
 	// low-class op of more than ShortBytes: the window granted to it, its
 	// READ data served, its pull started, its WRITE data sent. Once a
 	// stage of a Poll has started PollBytes of it, the rest waits for the
@@ -114,15 +115,24 @@ type Config struct {
 	// short frames before its bulk chunks; while it is off, Poll drains
 	// the rings that rang the summary doorbell again before it serves.
 	// With no priority work the bound is off. 0: no bound, and none of
-	// this (the default here and in rmad's configuration: at 4-8 KB the
-	// bound halves a short op's engine latency beside a bulk load and
-	// costs that load about a tenth of its goodput; docs/tenants.md).
+	// this (the default here, and the simulator's; rmad's is 4096: a
+	// high-class op beside a low-class 4 KB load waits about one 4 KB
+	// READ's service at the engine, and the load loses about a sixth of
+	// its goodput while the high class is active; docs/tenants.md).
 	PollBytes int
 	// PriorityHold is how long PollBytes stays in force after the latest
 	// priority op was posted or priority request queued (0:
 	// DefaultPriorityHold, 50 µs): short ops that follow one another at
 	// shorter intervals find the bound on before they arrive.
 	PriorityHold time.Duration
+	// HighHold is how long PollBytes stays in force after the latest op
+	// or request of the high class (0: DefaultHighHold, 1 ms): a
+	// high-class application that pauses, or that the host deschedules,
+	// for less than that finds the bound on when it posts again, and its
+	// op waits for a Poll of PollBytes of bulk work, not for a window's.
+	// Bulk work pays for it only while a high-class application is
+	// active.
+	HighHold time.Duration
 	// PullContexts is the number of WRITEs this core serves at once: each
 	// holds one MaxOpBytes staging buffer, where the pulled data lands
 	// until all of it has authenticated and is committed to the region
@@ -383,6 +393,8 @@ func (c *Config) Validate() error {
 		return bad("PollBytes", c.PollBytes)
 	case c.PriorityHold < 0 || c.PriorityHold > time.Second:
 		return bad("PriorityHold", c.PriorityHold)
+	case c.HighHold < 0 || c.HighHold > time.Second:
+		return bad("HighHold", c.HighHold)
 	case c.PullContexts < 1 || c.PullContexts > 65535:
 		return bad("PullContexts", c.PullContexts)
 	case c.DispatchTimeout <= 0:

@@ -118,10 +118,11 @@
 //     high class or of at most ShortBytes (256) is priority work, any
 //     other is bulk. While the core has priority ops in flight or
 //     priority requests queued, or saw one within Config.PriorityHold
-//     (50 µs by default), each stage of a Poll that starts bulk work
+//     (50 µs by default; Config.HighHold, 1 ms, after one of the high
+//     class), each stage of a Poll that starts bulk work
 //     (arbitrate's grants, serve's READ data, startPulls, the WRITE data
 //     sent) starts at most Config.PollBytes of it (its first item always;
-//     0: no bound, the default; rmad's is 8 KB), and ReceiveBurst takes a
+//     0: no bound, the default; rmad's is 4 KB), and ReceiveBurst takes a
 //     burst's short frames first and publishes their completions before
 //     it opens the bulk chunks. The rest waits for the next Poll, which
 //     follows at once (Stats.BulkHeld counts what waited): a short op

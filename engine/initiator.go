@@ -304,7 +304,7 @@ func (n *initiator) post(now int64, id PortalID, p *portal, cmd *abi.Command, ma
 	n.inflight++
 	if prio(s.class, s.length) {
 		n.bulk.ini++
-		n.bulk.saw(now)
+		n.bulk.saw(now, s.class)
 	}
 	n.tst[p.tenant].Posted++
 	if cmd.RemoteAddr == n.out.ip {

@@ -411,7 +411,7 @@ func (r *responder) finishRequest(now int64, w *rxWork, ok bool) {
 	q.push(r.ents.e, i, w.owner)
 	if prio(from.class, f.Length) {
 		r.bulk.srv++
-		r.bulk.saw(now)
+		r.bulk.saw(now, from.class)
 	}
 	if d := uint64(r.inq[0].len() + r.inq[1].len()); d > r.st.ReqQueueMax {
 		r.st.ReqQueueMax = d

@@ -27,7 +27,7 @@ func isoService() int64 {
 }
 
 // isoPollBytes is the bound the experiments compare with none: about
-// two 4 KB READs, rmad's.
+// two 4 KB READs (rmad's is one, 4096).
 const isoPollBytes = 8192
 
 // isoExperiment: client node 0 reads from server node 1 one high-class

@@ -114,12 +114,16 @@ type EngineConfig struct {
 	LowAfterHigh int     `json:"low_after_high"`
 	// PollBytes bounds the bulk work each stage of a poll starts while
 	// priority work (high class, or at most 256 bytes) is in progress
-	// (engine.Config.PollBytes; 0, the default: no bound). The bound
-	// trades bulk goodput for short ops' latency: docs/tenants.md.
+	// (engine.Config.PollBytes; 0: no bound; the default 4096: one 4 KB
+	// op). The bound trades bulk goodput for short ops' latency:
+	// docs/tenants.md.
 	PollBytes int `json:"poll_bytes"`
 	// PriorityHold keeps the bound for this long after the latest
 	// priority op or request (engine.Config.PriorityHold; 0: 50 µs).
-	PriorityHold    Duration `json:"priority_hold"`
+	PriorityHold Duration `json:"priority_hold"`
+	// HighHold keeps it for this long after the latest of the high class
+	// (engine.Config.HighHold; 0: 1 ms).
+	HighHold        Duration `json:"high_hold"`
 	DispatchTimeout Duration `json:"dispatch_timeout"`
 	Timeout         Duration `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
 	PullIdleTimeout Duration `json:"pull_idle_timeout"`
@@ -448,6 +452,7 @@ var flagSpecs = []struct {
 	{"low-after-high", "low-class requests served in a poll after a high-class frame left in it (0: no bound)", setInt(func(c *Config) *int { return &c.Engine.LowAfterHigh })},
 	{"poll-bytes", "bulk bytes each stage of a poll starts while high-class or short work is in progress (0: no bound)", setInt(func(c *Config) *int { return &c.Engine.PollBytes })},
 	{"priority-hold", "how long poll-bytes stays in force after the latest high-class or short op (0: 50µs)", setDur(func(c *Config) *Duration { return &c.Engine.PriorityHold })},
+	{"high-hold", "how long poll-bytes stays in force after the latest high-class op (0: 1ms)", setDur(func(c *Config) *Duration { return &c.Engine.HighHold })},
 	{"dispatch-timeout", "DISPATCH_TIMEOUT", setDur(func(c *Config) *Duration { return &c.Engine.DispatchTimeout })},
 	{"timeout", "TIMEOUT (0: the port type's default, 2-8 ms)", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
 	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull may be abandoned when a request needs its context or window (bounds what a replayed write request holds; 0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
@@ -663,6 +668,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	ec.LowAfterHigh = e.LowAfterHigh
 	ec.PollBytes = e.PollBytes
 	ec.PriorityHold = time.Duration(e.PriorityHold)
+	ec.HighHold = time.Duration(e.HighHold)
 	ec.DispatchTimeout, ec.Timeout = time.Duration(e.DispatchTimeout), time.Duration(e.Timeout)
 	if ec.Timeout == 0 { // loadConfig sets it; a Config built otherwise may not
 		ec.Timeout = defaultTimeout(&c.Port, c.Poll.Mode)
