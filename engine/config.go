@@ -117,8 +117,9 @@ type Config struct {
 	// With no priority work the bound is off. 0: no bound, and none of
 	// this (the default here, and the simulator's; rmad's is 4096: a
 	// high-class op beside a low-class 4 KB load waits about one 4 KB
-	// READ's service at the engine, and the load loses about a sixth of
-	// its goodput while the high class is active; docs/tenants.md).
+	// READ's service at the engine, and the load loses a tenth to a
+	// sixth of its goodput while the high class is active;
+	// docs/tenants.md).
 	PollBytes int
 	// PriorityHold is how long PollBytes stays in force after the latest
 	// priority op was posted or priority request queued (0:
