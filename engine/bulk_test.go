@@ -17,7 +17,6 @@ func TestBulkBoundTake(t *testing.T) {
 	cfg.PollBytes = 4096
 	var st Stats
 	b := newBulkBound(&cfg, &st)
-	hold := int64(DefaultPriorityHold)
 	now := int64(10 * time.Second)
 	for k := range 3 {
 		if !b.take(now, bulkServe, abi.ClassLow, 4096, false) {
@@ -36,25 +35,11 @@ func TestBulkBoundTake(t *testing.T) {
 		t.Fatal("the first item of a Poll starts whatever its size, and uses the allowance up")
 	}
 	b.ini = 0
-	b.saw(now, abi.ClassLow)
-	b.reset()
-	if b.take(now+hold-1, bulkServe, abi.ClassLow, 4096, false); b.take(now+hold-1, bulkServe, abi.ClassLow, 4096, false) {
-		t.Fatal("the bound goes off before the hold")
-	}
-	if !b.take(now+hold, bulkServe, abi.ClassLow, 4096, false) {
-		t.Fatal("the bound stays on after the hold")
-	}
-	// After high-class work the bound stays on for the high class's hold.
+	// After a short low-class op the bound stays on for PriorityHold,
+	// after high-class work for HighHold.
+	checkHoldEnds(t, b, now, abi.ClassLow, int64(DefaultPriorityHold))
 	now += int64(time.Second)
-	holdHigh := int64(DefaultHighHold)
-	b.saw(now, abi.ClassHigh)
-	b.reset()
-	if b.take(now+holdHigh-1, bulkServe, abi.ClassLow, 4096, false); b.take(now+holdHigh-1, bulkServe, abi.ClassLow, 4096, false) {
-		t.Fatal("after high-class work the bound goes off before the high class's hold")
-	}
-	if !b.take(now+holdHigh, bulkServe, abi.ClassLow, 4096, false) {
-		t.Fatal("the bound stays on after the high class's hold")
-	}
+	checkHoldEnds(t, b, now, abi.ClassHigh, int64(DefaultHighHold))
 	if st.BulkHeld != 4 {
 		t.Fatalf("BulkHeld %d, want 4", st.BulkHeld)
 	}
@@ -66,6 +51,21 @@ func TestBulkBoundTake(t *testing.T) {
 	}
 	if st.BulkHeld != 5 {
 		t.Fatalf("BulkHeld %d, want 5", st.BulkHeld)
+	}
+}
+
+// checkHoldEnds has b see priority work of class cl at now, with no
+// priority work in progress, and checks that the bound holds a bulk item
+// back (one, counted) until hold has passed, and none after it.
+func checkHoldEnds(t *testing.T, b *bulkBound, now int64, cl abi.Class, hold int64) {
+	t.Helper()
+	b.saw(now, cl)
+	b.reset()
+	if b.take(now+hold-1, bulkServe, abi.ClassLow, 4096, false); b.take(now+hold-1, bulkServe, abi.ClassLow, 4096, false) {
+		t.Fatalf("after %v work the bound goes off before its hold", cl)
+	}
+	if !b.take(now+hold, bulkServe, abi.ClassLow, 4096, false) {
+		t.Fatalf("after %v work the bound stays on after its hold", cl)
 	}
 }
 
