@@ -438,6 +438,22 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 	cpl := make([]portal.Completion, 1)
 	var cookie uint64
 	reads, failed := 0, 0
+	// post runs one op of type typ over c's ranges under key and returns
+	// its completion, and whether it is the op's (its cookie).
+	post := func(typ portal.OpType, c readCase, key portal.Key) (portal.Completion, bool, error) {
+		cookie++
+		if err := p.Submit(&portal.Op{
+			Type: typ, Slot: slots[cookie%uint64(len(slots))], Cookie: cookie,
+			Remote: peer, RemoteRegion: remote, RemoteOffset: c.remOff, Key: key,
+			Local: sink, LocalOffset: c.lOff, Length: c.size,
+		}); err != nil {
+			return portal.Completion{}, false, err
+		}
+		if _, err := p.Wait(ctx, cpl); err != nil {
+			return portal.Completion{}, false, err
+		}
+		return cpl[0], cpl[0].Cookie == cookie, nil
+	}
 	// read reads c with key and checks the outcome: for OK every byte, for
 	// a failure that the sink was not touched.
 	// expect gives the byte an OK read must find at offset i of its range.
@@ -448,21 +464,13 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 		for i := range dst {
 			dst[i] = marker
 		}
-		cookie++
-		if err := p.Submit(&portal.Op{
-			Type: portal.OpRead, Slot: slots[cookie%uint64(len(slots))], Cookie: cookie,
-			Remote: peer, RemoteRegion: remote, RemoteOffset: c.remOff, Key: key,
-			Local: sink, LocalOffset: c.lOff, Length: c.size,
-		}); err != nil {
+		got, ours, err := post(portal.OpRead, c, key)
+		if err != nil {
 			return err
 		}
-		if _, err := p.Wait(ctx, cpl); err != nil {
-			return err
-		}
-		got := cpl[0]
 		verdict := "verified"
 		switch {
-		case got.Status != want || got.Cookie != cookie:
+		case got.Status != want || !ours:
 			verdict = fmt.Sprintf("FAILED: want %v", want)
 		case want == portal.StatusOK:
 			for i, b := range dst {
@@ -546,21 +554,13 @@ func reader(ctl, rid, kxAddr string, credsFD int) error {
 		for i := range src {
 			src[i] = stamp(c, i)
 		}
-		cookie++
-		if err := p.Submit(&portal.Op{
-			Type: portal.OpWrite, Slot: slots[cookie%uint64(len(slots))], Cookie: cookie,
-			Remote: peer, RemoteRegion: remote, RemoteOffset: c.remOff, Key: key,
-			Local: sink, LocalOffset: c.lOff, Length: c.size,
-		}); err != nil {
+		got, ours, err := post(portal.OpWrite, c, key)
+		if err != nil {
 			return err
 		}
-		if _, err := p.Wait(ctx, cpl); err != nil {
-			return err
-		}
-		got := cpl[0]
 		verdict := "committed; read back below"
 		switch {
-		case got.Status != want || got.Cookie != cookie:
+		case got.Status != want || !ours:
 			verdict = fmt.Sprintf("FAILED: want %v", want)
 			failed++
 		case want != portal.StatusOK:
