@@ -45,6 +45,13 @@ import (
 //     before it serves, and arbitrates them (Core.redrain): a priority op
 //     posted meanwhile is started before the Poll's bulk work, and turns
 //     the bound on for it.
+//   - The initiator keeps each tenant's queued short ops of a class on a
+//     list of their own (slot.sprev/snext): a grant that would take a
+//     bulk op with short ops of its tenant and class queued behind it
+//     takes the oldest of those instead, shortBurst (8) times in a row at
+//     most (initiator.shortFirst). A short op then waits for the bulk ops
+//     ahead of it in its own application's queue, or its tenant's, no
+//     more than for another tenant's, whose turns let it pass.
 //   - ReceiveBurst takes the short frames of a burst first (requests,
 //     answers, pulls, and data of at most ShortBytes at offset 0: a
 //     priority op's whole READ data or WRITE data), publishes the

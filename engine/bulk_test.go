@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -381,5 +382,83 @@ func TestPollBytesWrites(t *testing.T) {
 	t.Logf("completions %v, held %d", got, p.a.Stats().BulkHeld)
 	if st := p.a.Stats(); st.BulkHeld == 0 {
 		t.Fatal("the bound held nothing back")
+	}
+}
+
+// requestLengths posts cmds on app a of core p.a, runs one Poll of p.a
+// and returns the lengths of the READ requests it sent, in order.
+func requestLengths(t *testing.T, p *pair, a *testApp, cmds []*abi.Command) []uint32 {
+	t.Helper()
+	for _, c := range cmds {
+		a.post(t, c)
+	}
+	p.a.Poll(p.now)
+	var got []uint32
+	for _, fr := range p.ta.take() {
+		var f wire.Fields
+		if _, err := wire.Decode(fr, &f); err != nil {
+			t.Fatal(err)
+		}
+		if f.Type == wire.TypeReadReq {
+			got = append(got, f.Length)
+		}
+	}
+	if err := p.a.Audit(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// With the bound set, a short op queued behind bulk ops of its own
+// application (so of its tenant and class) enters service before them;
+// without it, the class FIFO's order holds, and the window lets the
+// short op go only after the bulk ops ahead of it.
+func TestShortFirstInItsQueue(t *testing.T) {
+	for _, tc := range []struct {
+		pollBytes int
+		want      []uint32
+	}{
+		{4096, []uint32{64, 4096}}, // the short op first; then the bound's one bulk op a Poll
+		{0, []uint32{4096, 4096}},  // the 8 KB window's two bulk ops
+	} {
+		ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+		ca.PollBytes, ca.WindowBytes = tc.pollBytes, 8192
+		p := newPair(t, ca, cb)
+		loApp, _, src, ml, _ := lowHighApps(t, p, 4096)
+		var cmds []*abi.Command
+		for k := range 4 {
+			cmds = append(cmds, readCmd(loApp.slots[k], ipOf("10.0.0.2"), src, 0, ml, uint64(k)*4096, 4096, uint64(100+k)))
+		}
+		cmds = append(cmds, readCmd(loApp.slots[4], ipOf("10.0.0.2"), src, 0, ml, 0, 64, 200))
+		if got := requestLengths(t, p, loApp, cmds); !slices.Equal(got, tc.want) {
+			t.Errorf("PollBytes %d: READ requests sent %v, want %v", tc.pollBytes, got, tc.want)
+		}
+	}
+}
+
+// Short ops pass a bulk op of their queue shortBurst times in a row,
+// then the bulk op goes: a stream of short ops does not starve it.
+func TestShortFirstBurst(t *testing.T) {
+	ca, cb := testConfig("10.0.0.1", 1), testConfig("10.0.0.2", 2)
+	ca.PollBytes = 4096
+	p := newPair(t, ca, cb)
+	app := openApp(t, p.a, abi.ClassLow, shortBurst+4)
+	owner := openApp(t, p.b, abi.ClassLow, 0)
+	src, _ := p.b.RegisterRegion(owner.id, make([]byte, 4096), abi.PermRemoteRead, testKr)
+	sink, _ := p.a.RegisterRegion(app.id, make([]byte, 8192), abi.PermAll, testKr)
+	app.post(t, readCmd(app.slots[len(app.slots)-1], ipOf("10.0.0.2"), src, 0, sink, 0, 64, 99)) // resolves b
+	p.run()
+	app.completions()
+	cmds := []*abi.Command{readCmd(app.slots[0], ipOf("10.0.0.2"), src, 0, sink, 0, 4096, 100)}
+	for k := 1; k <= shortBurst+2; k++ {
+		cmds = append(cmds, readCmd(app.slots[k], ipOf("10.0.0.2"), src, 0, sink, 4096+uint64(k)*64, 64, uint64(100+k)))
+	}
+	var want []uint32
+	for range shortBurst {
+		want = append(want, 64)
+	}
+	want = append(want, 4096, 64, 64)
+	if got := requestLengths(t, p, app, cmds); !slices.Equal(got, want) {
+		t.Fatalf("READ requests sent %v, want %v", got, want)
 	}
 }

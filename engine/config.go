@@ -114,6 +114,9 @@ type Config struct {
 	// window of it. While the bound is on, ReceiveBurst takes a burst's
 	// short frames before its bulk chunks; while it is off, Poll drains
 	// the rings that rang the summary doorbell again before it serves.
+	// With PollBytes set, the initiator also grants a short op before the
+	// bulk ops of its own tenant and class queued ahead of it (8 in a row
+	// at most before the bulk op's turn).
 	// With no priority work the bound is off. 0: no bound, and none of
 	// this (the default here, and the simulator's; rmad's is 4096: a
 	// high-class op beside a low-class 4 KB load waits about one 4 KB

@@ -34,8 +34,14 @@ type slot struct {
 	// tprev and tnext link a queued op in its tenant's FIFO of its class
 	// (shares.go); prev and next then link it in its class's FIFO of all
 	// tenants' ops.
-	tprev    int32
-	tnext    int32
+	tprev int32
+	tnext int32
+	// sprev and snext link a queued short op in its tenant's list of
+	// short ops of its class, while the core bounds bulk work (shortq,
+	// bulk.go); short says it is on it.
+	sprev    int32
+	snext    int32
+	short    bool
 	seq      uint32 // bumped per op: stale responses never match
 	remoteIP uint32
 	hop      uint32   // the next hop toward remoteIP (route.go): whose MAC ARP resolves
@@ -106,12 +112,18 @@ type initiator struct {
 	// the rings of tenants with ops queued by class, the sum of the
 	// present tenants' weights, the ops queued; and when each destination
 	// last answered (dests.go).
-	tq           []tenantQ // by PortalSpec.Tenant
-	rings        [abi.NumClass]tenantRing
-	sumWeight    int
-	present      int  // tenants with a portal on the core
-	multi        bool // more than one: the tenants' FIFOs and rings are kept
-	queued       int
+	tq        []tenantQ // by PortalSpec.Tenant
+	rings     [abi.NumClass]tenantRing
+	sumWeight int
+	present   int  // tenants with a portal on the core
+	multi     bool // more than one: the tenants' FIFOs and rings are kept
+	queued    int
+	// shortq: the core bounds bulk work (Config.PollBytes), and keeps
+	// each tenant's queued short ops on lists of their own (shortFirst);
+	// shortRun counts, by class, the grants in a row that took a short op
+	// from behind a bulk op of its tenant and class.
+	shortq       bool
+	shortRun     [abi.NumClass]int
 	dests        *destTable
 	responsiveNs int64
 	// sendq holds the slots of WRITEs whose data could not all be sent
@@ -147,6 +159,7 @@ func newInitiator(cfg *Config, keys *aesni.Cache, parts *Core) *initiator {
 		free:            make([]int32, 0, cfg.Slots),
 		arb:             classArbiter{burst: cfg.HighBurst},
 		tq:              newTenantQs(cfg.Tenants),
+		shortq:          cfg.PollBytes > 0,
 		dests:           newDestTable(cfg.Destinations),
 		responsiveNs:    int64(cfg.Responsive),
 		sendq:           newRing[int32](cfg.Slots),
@@ -172,6 +185,7 @@ func newInitiator(cfg *Config, keys *aesni.Cache, parts *Core) *initiator {
 	for i := cfg.Slots - 1; i >= 0; i-- {
 		n.slots[i].prev, n.slots[i].next = -1, -1
 		n.slots[i].tprev, n.slots[i].tnext = -1, -1
+		n.slots[i].sprev, n.slots[i].snext = -1, -1
 		n.free = append(n.free, int32(i))
 	}
 	for i := range n.lists {
@@ -365,6 +379,9 @@ func (n *initiator) enqueue(now int64, i int32) {
 	n.queued++
 	if n.multi {
 		n.tpush(i)
+	}
+	if n.shortq && prio(s.class, s.length) {
+		n.spush(i)
 	}
 }
 

@@ -52,6 +52,9 @@ func (n *initiator) unlink(i int32) {
 		if n.multi {
 			n.tunlink(i)
 		}
+		if s.short {
+			n.sunlink(i)
+		}
 	}
 	L := &n.lists[s.list]
 	if s.prev >= 0 {

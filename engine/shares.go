@@ -65,6 +65,7 @@ const noTenant = -1
 // writes comes first (one cache line); the rest changes with portals.
 type tenantQ struct {
 	q       [abi.NumClass]slotList // its queued ops by class, FIFO (slot.tprev/tnext)
+	sq      [abi.NumClass]slotList // its queued short ops by class, FIFO (slot.sprev/snext; bulk.go)
 	deficit [abi.NumClass]int32    // deficit round robin: bytes it may be granted in its turn
 	held    int32                  // window bytes its ops in service hold (orphans excluded)
 	share   int32                  // g_t (0: not present)
@@ -93,6 +94,7 @@ func newTenantQs(n int) []tenantQ {
 		q := &tq[t]
 		for cl := range q.q {
 			q.q[cl] = slotList{head: -1, tail: -1}
+			q.sq[cl] = slotList{head: -1, tail: -1}
 			q.prev[cl], q.next[cl] = noTenant, noTenant
 		}
 		q.blockedNs = math.MinInt64
@@ -213,6 +215,100 @@ func (n *initiator) tpush(i int32) {
 	L.n++
 }
 
+// spush appends queued short op i to its tenant's list of short ops of
+// its class (shortFirst).
+func (n *initiator) spush(i int32) {
+	s := &n.slots[i]
+	L := &n.tq[s.tenant].sq[s.class]
+	s.short, s.sprev, s.snext = true, L.tail, -1
+	if L.tail >= 0 {
+		n.slots[L.tail].snext = i
+	} else {
+		L.head = i
+	}
+	L.tail = i
+	L.n++
+}
+
+// sunlink takes queued short op i off its tenant's list of short ops.
+func (n *initiator) sunlink(i int32) {
+	s := &n.slots[i]
+	L := &n.tq[s.tenant].sq[s.class]
+	if s.sprev >= 0 {
+		n.slots[s.sprev].snext = s.snext
+	} else {
+		L.head = s.snext
+	}
+	if s.snext >= 0 {
+		n.slots[s.snext].sprev = s.sprev
+	} else {
+		L.tail = s.sprev
+	}
+	s.short, s.sprev, s.snext = false, -1, -1
+	L.n--
+}
+
+// shortBurst is how many grants in a row shortFirst gives short ops
+// from behind a bulk op of their tenant and class before that bulk op's
+// turn comes.
+const shortBurst = 8
+
+// shortFirst is the op that enters service in place of i, the head of
+// tenant t's queued ops of class cl: i itself, or, while the core bounds
+// bulk work (Config.PollBytes) and i is bulk, the oldest short op of t
+// and cl queued behind it, shortBurst times in a row at most. A short op
+// then waits for the bulk ops ahead of it in its own application's or
+// tenant's queue no more than it waits for another tenant's.
+func (n *initiator) shortFirst(i, t int32, cl abi.Class) int32 {
+	L := &n.tq[t].sq[cl]
+	if L.n == 0 || n.slots[i].short || n.shortRun[cl] >= shortBurst {
+		n.shortRun[cl] = 0
+		return i
+	}
+	n.shortRun[cl]++
+	return L.head
+}
+
+// auditShort checks the tenants' lists of short ops (shortFirst): with
+// the bound set, every queued short op on its tenant's list of its
+// class, in the order they were queued, and nothing else; without it,
+// no lists.
+func (n *initiator) auditShort() error {
+	want := 0
+	for i := range n.slots {
+		s := &n.slots[i]
+		if s.short != (n.shortq && s.state == slotQueued && prio(s.class, s.length)) {
+			return fmt.Errorf("audit: slot %d (state %d, class %d, %d bytes) on a short list: %v", i, s.state, s.class, s.length, s.short)
+		}
+		if s.short {
+			want++
+		}
+	}
+	got := 0
+	for t := range n.tq {
+		for cl := range n.tq[t].sq {
+			L := &n.tq[t].sq[cl]
+			k, prev, last := 0, int32(-1), int64(math.MinInt64)
+			for i := L.head; i >= 0; i = n.slots[i].snext {
+				s := &n.slots[i]
+				if !s.short || int(s.tenant) != t || int(s.class) != cl || s.sprev != prev || s.queuedNs < last || k > len(n.slots) {
+					return fmt.Errorf("audit: tenant %d's short list of class %d broken at slot %d", t, cl, i)
+				}
+				prev, last = i, s.queuedNs
+				k++
+			}
+			if k != L.n || L.tail != prev {
+				return fmt.Errorf("audit: tenant %d's short list of class %d counts %d, holds %d", t, cl, L.n, k)
+			}
+			got += k
+		}
+	}
+	if got != want {
+		return fmt.Errorf("audit: %d short ops queued, %d on the lists", want, got)
+	}
+	return nil
+}
+
 // tunlink takes queued slot i off its tenant's FIFO, and the tenant off
 // its class's ring when the FIFO is left empty.
 func (n *initiator) tunlink(i int32) {
@@ -330,7 +426,11 @@ func (n *initiator) pick(now int64) (i, t int32, cl abi.Class, borrow, ok bool) 
 		if cl == abi.ClassHigh {
 			i = hi
 		}
-		return i, int32(n.slots[i].tenant), cl, false, true
+		t = int32(n.slots[i].tenant)
+		if n.shortq {
+			i = n.shortFirst(i, t, cl)
+		}
+		return i, t, cl, false, true
 	}
 	hi, lo := n.turn(abi.ClassHigh, now, false), n.turn(abi.ClassLow, now, false)
 	if hi < 0 && lo < 0 {
@@ -344,7 +444,11 @@ func (n *initiator) pick(now int64) (i, t int32, cl abi.Class, borrow, ok bool) 
 	if cl == abi.ClassHigh {
 		t = hi
 	}
-	return n.tq[t].q[cl].head, t, cl, borrow, true
+	i = n.tq[t].q[cl].head
+	if n.shortq {
+		i = n.shortFirst(i, t, cl)
+	}
+	return i, t, cl, borrow, true
 }
 
 // atShare reports whether tenant t's queued op i does not fit in the
@@ -404,6 +508,9 @@ func (n *initiator) auditShares() error {
 			}
 			queued += k
 		}
+	}
+	if err := n.auditShort(); err != nil {
+		return err
 	}
 	if sumW != n.sumWeight {
 		return fmt.Errorf("audit: present tenants weigh %d, the books say %d", sumW, n.sumWeight)
