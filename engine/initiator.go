@@ -380,8 +380,13 @@ func (n *initiator) enqueue(now int64, i int32) {
 	if n.multi {
 		n.tpush(i)
 	}
-	if n.shortq && prio(s.class, s.length) {
-		n.spush(i)
+	if n.shortq {
+		q := &n.tq[s.tenant]
+		if !prio(s.class, s.length) {
+			q.bulk[s.class]++
+		} else if q.bulk[s.class] > 0 { // behind a bulk op of its queue
+			n.spush(i)
+		}
 	}
 }
 

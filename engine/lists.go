@@ -54,6 +54,8 @@ func (n *initiator) unlink(i int32) {
 		}
 		if s.short {
 			n.sunlink(i)
+		} else if n.shortq && !prio(s.class, s.length) {
+			n.tq[s.tenant].bulk[s.class]--
 		}
 	}
 	L := &n.lists[s.list]

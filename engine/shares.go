@@ -65,7 +65,8 @@ const noTenant = -1
 // writes comes first (one cache line); the rest changes with portals.
 type tenantQ struct {
 	q       [abi.NumClass]slotList // its queued ops by class, FIFO (slot.tprev/tnext)
-	sq      [abi.NumClass]slotList // its queued short ops by class, FIFO (slot.sprev/snext; bulk.go)
+	sq      [abi.NumClass]slotList // its short ops queued behind a bulk op, by class, FIFO (slot.sprev/snext; bulk.go)
+	bulk    [abi.NumClass]int32    // its bulk ops queued, by class (with the bound set)
 	deficit [abi.NumClass]int32    // deficit round robin: bytes it may be granted in its turn
 	held    int32                  // window bytes its ops in service hold (orphans excluded)
 	share   int32                  // g_t (0: not present)
@@ -215,8 +216,10 @@ func (n *initiator) tpush(i int32) {
 	L.n++
 }
 
-// spush appends queued short op i to its tenant's list of short ops of
-// its class (shortFirst).
+// spush appends queued short op i, queued behind a bulk op of its tenant
+// and class, to its tenant's list of such short ops of its class
+// (shortFirst). A short op queued while none is waits for no bulk op of
+// its queue: those come after it.
 func (n *initiator) spush(i int32) {
 	s := &n.slots[i]
 	L := &n.tq[s.tenant].sq[s.class]
@@ -270,18 +273,28 @@ func (n *initiator) shortFirst(i, t int32, cl abi.Class) int32 {
 }
 
 // auditShort checks the tenants' lists of short ops (shortFirst): with
-// the bound set, every queued short op on its tenant's list of its
-// class, in the order they were queued, and nothing else; without it,
-// no lists.
+// the bound set, only queued short ops on them, each on its tenant's list
+// of its class, in the order they were queued, and each tenant's count
+// of its queued bulk ops; without it, no lists and no counts.
 func (n *initiator) auditShort() error {
 	want := 0
+	bulk := make([][abi.NumClass]int32, len(n.tq))
 	for i := range n.slots {
 		s := &n.slots[i]
-		if s.short != (n.shortq && s.state == slotQueued && prio(s.class, s.length)) {
-			return fmt.Errorf("audit: slot %d (state %d, class %d, %d bytes) on a short list: %v", i, s.state, s.class, s.length, s.short)
+		queued := s.state == slotQueued && (s.list == listFIFOLow || s.list == listFIFOHigh)
+		if s.short && (!n.shortq || !queued || !prio(s.class, s.length)) {
+			return fmt.Errorf("audit: slot %d (state %d, class %d, %d bytes) on a short list", i, s.state, s.class, s.length)
 		}
 		if s.short {
 			want++
+		}
+		if n.shortq && queued && !prio(s.class, s.length) {
+			bulk[s.tenant][s.class]++
+		}
+	}
+	for t := range n.tq {
+		if n.tq[t].bulk != bulk[t] {
+			return fmt.Errorf("audit: tenant %d has %v bulk ops queued by class, its count says %v", t, bulk[t], n.tq[t].bulk)
 		}
 	}
 	got := 0
