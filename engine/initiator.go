@@ -119,10 +119,12 @@ type initiator struct {
 	multi     bool // more than one: the tenants' FIFOs and rings are kept
 	queued    int
 	// shortq: the core bounds bulk work (Config.PollBytes), and keeps
-	// each tenant's queued short ops on lists of their own (shortFirst);
-	// shortRun counts, by class, the grants in a row that took a short op
+	// each tenant's short ops queued behind its bulk ops on lists of their
+	// own (shortFirst); bulkQueued counts every tenant's queued bulk ops by
+	// class, shortRun the grants in a row, by class, that took a short op
 	// from behind a bulk op of its tenant and class.
 	shortq       bool
+	bulkQueued   [abi.NumClass]int32
 	shortRun     [abi.NumClass]int
 	dests        *destTable
 	responsiveNs int64
@@ -381,10 +383,10 @@ func (n *initiator) enqueue(now int64, i int32) {
 		n.tpush(i)
 	}
 	if n.shortq {
-		q := &n.tq[s.tenant]
 		if !prio(s.class, s.length) {
-			q.bulk[s.class]++
-		} else if q.bulk[s.class] > 0 { // behind a bulk op of its queue
+			n.bulkQueued[s.class]++
+			n.tq[s.tenant].bulk[s.class]++
+		} else if n.bulkQueued[s.class] > 0 && n.tq[s.tenant].bulk[s.class] > 0 { // behind a bulk op of its queue
 			n.spush(i)
 		}
 	}

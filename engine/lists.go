@@ -55,6 +55,7 @@ func (n *initiator) unlink(i int32) {
 		if s.short {
 			n.sunlink(i)
 		} else if n.shortq && !prio(s.class, s.length) {
+			n.bulkQueued[s.class]--
 			n.tq[s.tenant].bulk[s.class]--
 		}
 	}

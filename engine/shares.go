@@ -62,11 +62,10 @@ import (
 const noTenant = -1
 
 // tenantQ is one tenant's part of the initiator. What a grant reads and
-// writes comes first (one cache line); the rest changes with portals.
+// writes comes first (one cache line); then what shortFirst keeps while
+// the core bounds bulk work; the rest changes with portals.
 type tenantQ struct {
 	q       [abi.NumClass]slotList // its queued ops by class, FIFO (slot.tprev/tnext)
-	sq      [abi.NumClass]slotList // its short ops queued behind a bulk op, by class, FIFO (slot.sprev/snext; bulk.go)
-	bulk    [abi.NumClass]int32    // its bulk ops queued, by class (with the bound set)
 	deficit [abi.NumClass]int32    // deficit round robin: bytes it may be granted in its turn
 	held    int32                  // window bytes its ops in service hold (orphans excluded)
 	share   int32                  // g_t (0: not present)
@@ -76,6 +75,8 @@ type tenantQ struct {
 	// not borrow. An op queued before then waited for its tenant's share
 	// (TenantCounters.ShareWaits).
 	blockedNs int64
+	sq        [abi.NumClass]slotList // its short ops queued behind a bulk op, by class, FIFO (slot.sprev/snext)
+	bulk      [abi.NumClass]int32    // its bulk ops queued, by class
 	// prev and next link it in the ring of its class while it has ops of
 	// that class queued (noTenant ends the ring).
 	prev, next [abi.NumClass]int32
@@ -263,8 +264,12 @@ const shortBurst = 8
 // then waits for the bulk ops ahead of it in its own application's or
 // tenant's queue no more than it waits for another tenant's.
 func (n *initiator) shortFirst(i, t int32, cl abi.Class) int32 {
+	if s := &n.slots[i]; prio(s.class, s.length) { // a short op at the head goes in its turn
+		n.shortRun[cl] = 0
+		return i
+	}
 	L := &n.tq[t].sq[cl]
-	if L.n == 0 || n.slots[i].short || n.shortRun[cl] >= shortBurst {
+	if L.n == 0 || n.shortRun[cl] >= shortBurst {
 		n.shortRun[cl] = 0
 		return i
 	}
@@ -292,10 +297,17 @@ func (n *initiator) auditShort() error {
 			bulk[s.tenant][s.class]++
 		}
 	}
+	var all [abi.NumClass]int32
 	for t := range n.tq {
 		if n.tq[t].bulk != bulk[t] {
 			return fmt.Errorf("audit: tenant %d has %v bulk ops queued by class, its count says %v", t, bulk[t], n.tq[t].bulk)
 		}
+		for cl := range all {
+			all[cl] += bulk[t][cl]
+		}
+	}
+	if all != n.bulkQueued {
+		return fmt.Errorf("audit: %v bulk ops queued by class, the count says %v", all, n.bulkQueued)
 	}
 	got := 0
 	for t := range n.tq {
