@@ -121,11 +121,9 @@ type initiator struct {
 	// shortq: the core bounds bulk work (Config.PollBytes), and keeps
 	// each tenant's short ops queued behind its bulk ops on lists of their
 	// own (shortFirst); bulkQueued counts every tenant's queued bulk ops by
-	// class, shortRun the grants in a row, by class, that took a short op
-	// from behind a bulk op of its tenant and class.
+	// class.
 	shortq       bool
 	bulkQueued   [abi.NumClass]int32
-	shortRun     [abi.NumClass]int
 	dests        *destTable
 	responsiveNs int64
 	// sendq holds the slots of WRITEs whose data could not all be sent

@@ -77,6 +77,7 @@ type tenantQ struct {
 	blockedNs int64
 	sq        [abi.NumClass]slotList // its short ops queued behind a bulk op, by class, FIFO (slot.sprev/snext)
 	bulk      [abi.NumClass]int32    // its bulk ops queued, by class
+	run       [abi.NumClass]int32    // short ops granted from behind the bulk op at its queue's head since that queue's latest bulk grant
 	// prev and next link it in the ring of its class while it has ops of
 	// that class queued (noTenant ends the ring).
 	prev, next [abi.NumClass]int32
@@ -265,16 +266,15 @@ const shortBurst = 8
 // tenant's queue no more than it waits for another tenant's.
 func (n *initiator) shortFirst(i, t int32, cl abi.Class) int32 {
 	if s := &n.slots[i]; prio(s.class, s.length) { // a short op at the head goes in its turn
-		n.shortRun[cl] = 0
 		return i
 	}
-	L := &n.tq[t].sq[cl]
-	if L.n == 0 || n.shortRun[cl] >= shortBurst {
-		n.shortRun[cl] = 0
+	q := &n.tq[t]
+	if q.sq[cl].n == 0 || q.run[cl] >= shortBurst {
+		q.run[cl] = 0
 		return i
 	}
-	n.shortRun[cl]++
-	return L.head
+	q.run[cl]++
+	return q.sq[cl].head
 }
 
 // auditShort checks the tenants' lists of short ops (shortFirst): with
