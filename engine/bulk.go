@@ -52,6 +52,11 @@ import (
 //     most (initiator.shortFirst). A short op then waits for the bulk ops
 //     ahead of it in its own application's queue, or its tenant's, no
 //     more than for another tenant's, whose turns let it pass.
+//   - The serving side does the same in its inbound queues: a short
+//     request goes ahead of the bulk requests its region's owner has
+//     queued, shortBurst in a row at most (fairQueue.placeShort), so a
+//     64-byte READ beside a transfer from the same region is served in
+//     the Poll that receives it, not behind the chunks queued there.
 //   - ReceiveBurst takes the short frames of a burst first (requests,
 //     answers, pulls, and data of at most ShortBytes at offset 0: a
 //     priority op's whole READ data or WRITE data), publishes the

@@ -115,8 +115,10 @@ type Config struct {
 	// short frames before its bulk chunks; while it is off, Poll drains
 	// the rings that rang the summary doorbell again before it serves.
 	// With PollBytes set, the initiator also grants a short op before the
-	// bulk ops of its own tenant and class queued ahead of it (8 in a row
-	// at most before the bulk op's turn).
+	// bulk ops of its own tenant and class queued ahead of it, and the
+	// serving side serves a short request before the bulk requests of its
+	// region's owner queued ahead of it (8 in a row at most before a bulk
+	// one's turn, at each).
 	// With no priority work the bound is off. 0: no bound, and none of
 	// this (the default here, and the simulator's; rmad's is 4096: a
 	// high-class op beside a low-class 4 KB load waits about one 4 KB

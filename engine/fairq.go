@@ -56,7 +56,10 @@ import (
 // queue (the NACK threshold counts every owner's) and InboundQueue in
 // each class's pull queue. An owner's FIFO is in arrival order, so its
 // head is its oldest request: DISPATCH of expired requests and the
-// serving side's deadlines look at the owners' heads only.
+// serving side's deadlines look at the owners' heads only. (While the
+// core bounds bulk work, an inbound queue's short requests go ahead of
+// their owner's bulk ones, placeShort: there the head may be younger,
+// and the short requests ahead are served in the next Poll.)
 
 // noEntry ends a list of pool entries.
 const noEntry = -1
@@ -122,6 +125,15 @@ type ownerFIFO struct {
 	// (responder.ownerReady); noEntry: none known.
 	skipTo int32
 	skipAt uint64
+	// With shortFirst (inbound queues while the core bounds bulk work):
+	// lead is, while bulk requests are queued, the last short request
+	// ahead of them, after which the next goes (noEntry: at the head, or
+	// after a READ partly streamed there); bulk counts its bulk requests
+	// queued, and run the short ones placed ahead since one of them was
+	// served.
+	lead int32
+	bulk int32
+	run  int32
 }
 
 // fairQueue is one class's queue of requests (inbound or pull): a FIFO
@@ -137,6 +149,9 @@ type fairQueue struct {
 	fresh int32
 	o     []ownerFIFO // by owner tenant
 	w     *tenantGens // the owners' weights
+	// shortFirst: a short request (priority work, bulk.go's prio) queued
+	// behind bulk requests of its owner goes ahead of them (placeShort).
+	shortFirst bool
 }
 
 func newFairQueue(owners int, w *tenantGens) fairQueue {
@@ -149,7 +164,7 @@ func newFairQueue(owners int, w *tenantGens) fairQueue {
 func (q *fairQueue) reset() {
 	q.n, q.head, q.tail, q.owners, q.fresh = 0, noTenant, noTenant, 0, noTenant
 	for t := range q.o {
-		q.o[t] = ownerFIFO{head: noEntry, tail: noEntry, prev: noTenant, next: noTenant, skipTo: noEntry}
+		q.o[t] = ownerFIFO{head: noEntry, tail: noEntry, prev: noTenant, next: noTenant, skipTo: noEntry, lead: noEntry}
 	}
 }
 
@@ -164,6 +179,16 @@ func (q *fairQueue) quantum(t int32) int32 { return q.w.weightOf(t) * Arbitratio
 func (q *fairQueue) push(e []inbound, i int32, t uint16) {
 	o := &q.o[t]
 	e[i].next = noEntry
+	if q.shortFirst {
+		if !prio(e[i].class, e[i].length) {
+			if o.bulk == 0 { // every request queued is short: the next short one goes after them
+				o.lead = o.tail
+			}
+			o.bulk++
+		} else if o.bulk > 0 && q.placeShort(e, i, o) {
+			return
+		}
+	}
 	if o.tail < 0 {
 		q.first(i, int32(t))
 		return
@@ -172,6 +197,59 @@ func (q *fairQueue) push(e []inbound, i int32, t uint16) {
 	o.tail = i
 	o.n++
 	q.n++
+}
+
+// placeShort is push's shortFirst for short request i, with bulk
+// requests of its owner queued: it places i ahead of them, behind the
+// short ones placed so before it and behind a READ partly streamed at
+// the head, shortBurst times in a row at most before one of the bulk
+// requests is served, and reports whether it did (if not, push appends
+// it). A short request then waits at a serving core for its owner's bulk
+// requests ahead of it no more than for another owner's, whose turns let
+// it pass, and a READ of 64 bytes beside a transfer of its own region is
+// served in the Poll that receives it, not behind the transfer's chunks
+// queued there. An owner's FIFO is then in arrival order in its bulk
+// requests only (a short one may pass short ones appended behind bulk
+// requests when the run was over): its head may be younger than requests
+// behind it, which a Poll reaches soon (the short ones ahead are served
+// in the Poll after they arrive), and an expired one is still dropped as
+// it comes to the head. A short WRITE or REKEY keeps its place: the pull
+// queue it moves to is in arrival order.
+func (q *fairQueue) placeShort(e []inbound, i int32, o *ownerFIFO) bool {
+	if op := e[i].op; op == abi.OpWrite || op == abi.OpRekey || o.run >= shortBurst {
+		return false
+	}
+	o.run++
+	after := o.lead
+	if after < 0 && e[o.head].sent > 0 { // a READ partly streamed goes on first (responder.resume)
+		after = o.head
+	}
+	if after < 0 {
+		e[i].next = o.head
+		o.head = i
+	} else {
+		e[i].next = e[after].next
+		e[after].next = i
+		if o.tail == after {
+			o.tail = i
+		}
+	}
+	o.lead = i
+	o.n++
+	q.n++
+	return true
+}
+
+// served updates owner o's shortFirst books for its head h, taken out of
+// the queue.
+func (o *ownerFIFO) served(e []inbound, h int32) {
+	if h == o.lead {
+		o.lead = noEntry
+	}
+	if !prio(e[h].class, e[h].length) {
+		o.bulk--
+		o.run = 0
+	}
 }
 
 // first puts entry i in owner t's FIFO, empty, and the owner in the
@@ -187,6 +265,9 @@ func (q *fairQueue) first(i, t int32) {
 func (q *fairQueue) pop(e []inbound, t int32) int32 {
 	o := &q.o[t]
 	i := o.head
+	if q.shortFirst {
+		o.served(e, i)
+	}
 	o.head = e[i].next
 	o.n--
 	q.n--
@@ -204,6 +285,7 @@ func (q *fairQueue) emptied(t int32) {
 	o.head, o.tail = noEntry, noEntry
 	q.unlink(t)
 	o.deficit, o.skipTo = 0, noEntry
+	o.lead, o.bulk, o.run = noEntry, 0, 0
 }
 
 // remove takes entry i, after prev in its owner t's FIFO (noEntry: i is
@@ -221,6 +303,15 @@ func (q *fairQueue) remove(e []inbound, t, prev, i int32) {
 	}
 	if o.skipTo == i { // those before it were blocked, and are
 		o.skipTo = prev
+	}
+	if q.shortFirst {
+		if o.lead == i {
+			o.lead = prev
+		}
+		if !prio(e[i].class, e[i].length) {
+			o.bulk--
+			o.run = 0
+		}
 	}
 	o.n--
 	q.n--
@@ -332,20 +423,36 @@ func (q *fairQueue) audit(name string, e []inbound, seen []uint32, mark uint32) 
 		o := &q.o[t]
 		k, prev, skip := int32(0), int32(noEntry), o.skipTo == noEntry
 		last := int64(-1 << 63)
+		bulk, ahead := int32(0), o.lead >= 0 // ahead: up to the lead, short requests (or a READ partly streamed at the head)
 		for i := o.head; i >= 0; i = e[i].next {
 			if seen[i] == mark {
 				return 0, fmt.Errorf("audit: %s: entry %d queued twice (owner %d)", name, i, t)
 			}
 			seen[i] = mark
-			if int(e[i].owner) != t || e[i].arrival < last {
+			short := q.shortFirst && prio(e[i].class, e[i].length) // shortFirst: the bulk requests in arrival order
+			if int(e[i].owner) != t || (!short && e[i].arrival < last) {
 				return 0, fmt.Errorf("audit: %s: entry %d (owner %d, arrival %d) out of place in owner %d's FIFO", name, i, e[i].owner, e[i].arrival, t)
 			}
+			if ahead && !short && !(i == o.head && e[i].sent > 0) {
+				return 0, fmt.Errorf("audit: %s: bulk entry %d ahead of owner %d's lead %d", name, i, t, o.lead)
+			}
+			if !short {
+				last = e[i].arrival
+				bulk++
+			}
+			ahead = ahead && i != o.lead
 			skip = skip || i == o.skipTo
-			last, prev = e[i].arrival, i
+			prev = i
 			k++
 		}
-		if k != o.n || o.tail != prev || !skip {
-			return 0, fmt.Errorf("audit: %s: owner %d's FIFO counts %d, holds %d (tail %d, last %d; skip %d in it: %v)", name, t, o.n, k, o.tail, prev, o.skipTo, skip)
+		if k != o.n || o.tail != prev || !skip || ahead {
+			return 0, fmt.Errorf("audit: %s: owner %d's FIFO counts %d, holds %d (tail %d, last %d; skip %d in it: %v; lead %d)", name, t, o.n, k, o.tail, prev, o.skipTo, skip, o.lead)
+		}
+		if q.shortFirst && (bulk != o.bulk || o.run > shortBurst) {
+			return 0, fmt.Errorf("audit: %s: owner %d queues %d bulk requests, counts %d (run %d)", name, t, bulk, o.bulk, o.run)
+		}
+		if !q.shortFirst && (o.lead != noEntry || o.bulk != 0 || o.run != 0) {
+			return 0, fmt.Errorf("audit: %s: owner %d keeps shortFirst books (lead %d, bulk %d, run %d) without it", name, t, o.lead, o.bulk, o.run)
 		}
 		in := o.prev != noTenant || o.next != noTenant || q.head == int32(t)
 		if (k > 0) != in || (k == 0 && o.deficit != 0) {

@@ -352,3 +352,89 @@ func TestServeTurnsAllocFree(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With shortFirst (the inbound queues while the core bounds bulk work),
+// a short request goes ahead of the bulk requests its owner queued,
+// behind the short ones placed so before it and behind a READ partly
+// streamed at the head, shortBurst in a row at most before a bulk
+// request is served; the bulk requests keep their order. Without it the
+// owner's FIFO is in arrival order.
+func TestFairQueueShortFirst(t *testing.T) {
+	// order queues requests of owner 0 of the lengths given (arrival
+	// 1, 2, ...), marks the head partly streamed where sentAt says (after
+	// that many), and returns the arrivals in the order served.
+	order := func(shortFirst bool, sentAt int, lengths ...uint32) []int64 {
+		f := newTestFair(0)
+		f.q.shortFirst = shortFirst
+		for k, n := range lengths {
+			if k == sentAt {
+				f.p.e[f.q.o[0].head].sent = 1
+			}
+			f.add(0, n, 1)
+			f.audit(t)
+		}
+		var got []int64
+		for f.q.len() > 0 {
+			i := f.q.o[0].head
+			got = append(got, f.p.e[i].arrival)
+			f.q.remove(f.p.e, 0, noEntry, i)
+			f.p.put(i)
+			f.audit(t)
+		}
+		return got
+	}
+	const B, S = 4096, ShortBytes
+	for _, tc := range []struct {
+		name       string
+		shortFirst bool
+		sentAt     int
+		lengths    []uint32
+		want       []int64
+	}{
+		{"off", false, -1, []uint32{B, B, S, 64}, []int64{1, 2, 3, 4}},
+		{"ahead", true, -1, []uint32{B, B, S, 64, B, 64}, []int64{3, 4, 6, 1, 2, 5}},
+		{"short first in line", true, -1, []uint32{64, B, 64, B}, []int64{1, 3, 2, 4}},
+		{"behind a partly streamed head", true, 2, []uint32{B, B, 64}, []int64{1, 3, 2}},
+		{"only short", true, -1, []uint32{64, 64, 64}, []int64{1, 2, 3}},
+		{"one past the run", true, -1, []uint32{B, 64, 64, 64, 64, 64, 64, 64, 64, 64, B},
+			[]int64{2, 3, 4, 5, 6, 7, 8, 9, 1, 10, 11}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := order(tc.shortFirst, tc.sentAt, tc.lengths...); !slices.Equal(got, tc.want) {
+				t.Fatalf("served %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	// A short WRITE keeps its place: the pull queue it moves to is in
+	// arrival order.
+	w := newTestFair(0)
+	w.q.shortFirst = true
+	w.add(0, 4096, 1)
+	i := w.p.get()
+	w.p.e[i] = inbound{op: abi.OpWrite, length: 64, arrival: 2}
+	w.q.push(w.p.e, i, 0)
+	w.audit(t)
+	if w.q.o[0].tail != i || w.q.o[0].run != 0 {
+		t.Fatalf("a short WRITE behind a bulk READ: tail %d (want %d), run %d", w.q.o[0].tail, i, w.q.o[0].run)
+	}
+
+	// The run ends when a bulk request is served: the next short ones go
+	// ahead again.
+	f := newTestFair(0)
+	f.q.shortFirst = true
+	f.add(0, B, 2)
+	f.add(0, 64, shortBurst+1)
+	f.audit(t)
+	if o := &f.q.o[0]; o.run != shortBurst || o.bulk != 2 || f.p.e[o.tail].length != 64 {
+		t.Fatalf("after %d short requests behind two bulk ones: run %d, bulk %d, tail of %d bytes", shortBurst+1, o.run, o.bulk, f.p.e[o.tail].length)
+	}
+	for range shortBurst + 1 { // the eight ahead, then the first bulk one
+		f.serve(t, 1)
+	}
+	f.add(0, 64, 1)
+	f.audit(t)
+	if i := f.q.o[0].head; f.p.e[i].arrival != f.t {
+		t.Fatalf("a short request after a bulk one was served is not at the head (arrival %d, head's %d)", f.t, f.p.e[i].arrival)
+	}
+}

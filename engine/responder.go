@@ -189,6 +189,7 @@ func newResponder(cfg *Config, keys *aesni.Cache, seed uint64, parts *Core) *res
 	}
 	for k := range r.inq {
 		r.inq[k] = newFairQueue(cfg.Tenants, parts.tgen)
+		r.inq[k].shortFirst = cfg.PollBytes > 0
 		r.pullq[k] = newFairQueue(cfg.Tenants, parts.tgen)
 		r.resume[k] = noTenant
 	}
@@ -595,6 +596,9 @@ func (r *responder) dequeue(cl abi.Class, t, i int32) {
 	// fairQueue.pop, by hand on the hot path (an inbound queue skips nothing)
 	q := &r.inq[cl]
 	o := &q.o[t]
+	if q.shortFirst {
+		o.served(r.ents.e, i)
+	}
 	o.head = e.next
 	o.n--
 	q.n--
