@@ -105,7 +105,10 @@ func TestTestpmdSwitch(t *testing.T) {
 	tp := startTestpmd(t, sockA, sockB)
 	client := func(name, ip, sock string) *testbed.Engine {
 		return start(t, testbed.Options{Rmad: rmadBin, Dir: dir, Name: name, IP: ip, PortName: "net_memif0", CPU: -1,
-			Vdev: "net_memif0,role=client,id=0,socket=" + sock + ",socket-abstract=no", Extra: relaxed})
+			Vdev: "net_memif0,role=client,id=0,socket=" + sock + ",socket-abstract=no",
+			// ARP crosses testpmd too: a host busy with other tests may
+			// deschedule it longer than the default resolve_timeout.
+			Extra: append([]string{"-resolve-timeout", "1s"}, relaxed...)})
 	}
 	a := client("e2e-tpa", ipA.String(), sockA)
 	b := client("e2e-tpb", ipB.String(), sockB)
