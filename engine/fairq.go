@@ -240,11 +240,11 @@ func (q *fairQueue) placeShort(e []inbound, i int32, o *ownerFIFO) bool {
 	return true
 }
 
-// served updates owner o's shortFirst books for its head h, taken out of
-// the queue.
-func (o *ownerFIFO) served(e []inbound, h int32) {
+// served updates owner o's shortFirst books for its request h, after
+// prev in its FIFO (noEntry: h is its head), taken out of the queue.
+func (o *ownerFIFO) served(e []inbound, h, prev int32) {
 	if h == o.lead {
-		o.lead = noEntry
+		o.lead = prev
 	}
 	if !prio(e[h].class, e[h].length) {
 		o.bulk--
@@ -266,7 +266,7 @@ func (q *fairQueue) pop(e []inbound, t int32) int32 {
 	o := &q.o[t]
 	i := o.head
 	if q.shortFirst {
-		o.served(e, i)
+		o.served(e, i, noEntry)
 	}
 	o.head = e[i].next
 	o.n--
@@ -305,13 +305,7 @@ func (q *fairQueue) remove(e []inbound, t, prev, i int32) {
 		o.skipTo = prev
 	}
 	if q.shortFirst {
-		if o.lead == i {
-			o.lead = prev
-		}
-		if !prio(e[i].class, e[i].length) {
-			o.bulk--
-			o.run = 0
-		}
+		o.served(e, i, prev)
 	}
 	o.n--
 	q.n--

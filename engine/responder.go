@@ -597,7 +597,7 @@ func (r *responder) dequeue(cl abi.Class, t, i int32) {
 	q := &r.inq[cl]
 	o := &q.o[t]
 	if q.shortFirst {
-		o.served(r.ents.e, i)
+		o.served(r.ents.e, i, noEntry)
 	}
 	o.head = e.next
 	o.n--
