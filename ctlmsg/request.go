@@ -43,6 +43,8 @@ const (
 	// MaxCores bounds an engine's cores (wire.MaxCores): open's core is
 	// below it.
 	MaxCores = 64
+	// MaxModerationUs bounds moderate's period_us (engine.MaxModerationPeriod).
+	MaxModerationUs = 1000
 )
 
 // Op names a control operation.
@@ -99,6 +101,13 @@ const (
 	// the engine's fallback scans). An engine older than it refuses it
 	// (bad_request), and the application goes on without it.
 	OpSummary Op = "summary"
+	// OpModerate moderates the portal's completion doorbell (OpDoorbell),
+	// as ibv_modify_cq moderates a completion queue's events: once armed,
+	// the engine rings when count completions are unread, or period_us
+	// after the first completion it held the ring back for, whichever is
+	// first. count 1 and period_us 0 ring at every publication (the
+	// default). An engine older than it refuses it (bad_request).
+	OpModerate Op = "moderate"
 )
 
 // Request is one control request. Which fields are allowed, and required,
@@ -113,6 +122,7 @@ const (
 //	rekey              region, key (required)
 //	identity, stats    nothing else
 //	doorbell, summary  nothing else
+//	moderate           count, period_us (required)
 //
 // v (== Version) and op are required in every request; id is optional and
 // echoed in the response.
@@ -155,6 +165,9 @@ type Request struct {
 	Region uint32 // deregister_region, rekey: non-zero region id
 
 	Key Key // register_region, rekey: the region key K_r, not all zero
+
+	Count    uint32 // moderate: completions unread before the doorbell rings, 1..MaxRingCap
+	PeriodUs uint32 // moderate: the longest the ring is held back, 0..MaxModerationUs
 }
 
 // KeySize is the size of a region key K_r in bytes (AES-128), and
@@ -194,7 +207,7 @@ var ErrRequest = errors.New("ctl: bad request")
 
 // key bits, to detect duplicates and keys foreign to an op.
 const (
-	kV uint16 = 1 << iota
+	kV uint32 = 1 << iota
 	kID
 	kOp
 	kName
@@ -209,16 +222,19 @@ const (
 	kMemory
 	kCore
 	kLayout
+	kCount
+	kPeriodUs
 )
 
-var keyBits = map[string]uint16{
+var keyBits = map[string]uint32{
 	"v": kV, "id": kID, "op": kOp, "name": kName, "cmd_cap": kCmdCap, "cpl_cap": kCplCap,
 	"class": kClass, "n": kN, "size": kSize, "perm": kPerm, "region": kRegion,
 	"key": kKey, "memory": kMemory, "core": kCore, "layout": kLayout,
+	"count": kCount, "period_us": kPeriodUs,
 }
 
 // opKeys: keys allowed (beyond v, id, op) and required per op.
-var opKeys = map[Op]struct{ allowed, required uint16 }{
+var opKeys = map[Op]struct{ allowed, required uint32 }{
 	OpOpen:             {kName | kCmdCap | kCplCap | kClass | kCore, kName},
 	OpAttach:           {0, 0},
 	OpAllocSlots:       {kN, kN},
@@ -230,9 +246,10 @@ var opKeys = map[Op]struct{ allowed, required uint16 }{
 	OpStats:            {0, 0},
 	OpDoorbell:         {0, 0},
 	OpSummary:          {0, 0},
+	OpModerate:         {kCount | kPeriodUs, kCount | kPeriodUs},
 }
 
-func keyName(bit uint16) string {
+func keyName(bit uint32) string {
 	for k, b := range keyBits {
 		if b == bit {
 			return k
@@ -276,7 +293,7 @@ func decodeTokens(b []byte) (Request, error) {
 	if tok != json.Delim('{') {
 		return r, errors.New("not a JSON object")
 	}
-	var seen uint16
+	var seen uint32
 	for d.More() {
 		tok, err := d.Token()
 		if err != nil {
@@ -319,7 +336,7 @@ func decodeTokens(b []byte) (Request, error) {
 
 // check validates a request whose keys (seen) were each set: the version,
 // and the keys its op allows and needs.
-func (r *Request) check(seen uint16) error {
+func (r *Request) check(seen uint32) error {
 	if seen&kV == 0 {
 		return errors.New(`missing key "v"`)
 	}
@@ -361,7 +378,7 @@ func scanFlat(b []byte) (Request, bool) {
 		return r, false
 	}
 	i = skipSpace(b, i+1)
-	var seen uint16
+	var seen uint32
 	for first := true; ; first = false {
 		if i < len(b) && b[i] == '}' && first {
 			break
@@ -505,7 +522,7 @@ func (r *Request) setLayout(d *json.Decoder) error {
 }
 
 // set stores one value after checking its type and range.
-func (r *Request) set(bit uint16, val json.Token) error {
+func (r *Request) set(bit uint32, val json.Token) error {
 	if bit == kOp || bit == kName || bit == kClass || bit == kKey {
 		s, ok := val.(string)
 		if !ok {
@@ -591,6 +608,16 @@ func (r *Request) set(bit uint16, val json.Token) error {
 			return err
 		}
 		r.Perm = abi.Perm(v)
+	case kCount:
+		if err := inRange(1, MaxRingCap); err != nil {
+			return err
+		}
+		r.Count = uint32(v)
+	case kPeriodUs:
+		if err := inRange(0, MaxModerationUs); err != nil {
+			return err
+		}
+		r.PeriodUs = uint32(v)
 	case kRegion, kMemory:
 		if err := inRange(1, 1<<32-1); err != nil {
 			return err
@@ -720,6 +747,9 @@ func EncodeRequest(r *Request) []byte {
 			}
 			b = append(b, ']')
 		}
+	case OpModerate:
+		num("count", uint64(r.Count))
+		num("period_us", uint64(r.PeriodUs))
 	case OpDeregisterRegion:
 		num("region", uint64(r.Region))
 	case OpRekey:

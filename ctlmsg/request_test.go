@@ -48,6 +48,8 @@ func TestDecodeRequestValid(t *testing.T) {
 		{`{"v":1,"op":"identity","id":18446744073709551615}`, Request{V: 1, ID: 1<<64 - 1, Op: OpIdentity}},
 		{`{"v":1,"op":"stats"}`, Request{V: 1, Op: OpStats}},
 		{`{"v":1,"op":"doorbell"}`, Request{V: 1, Op: OpDoorbell}},
+		{`{"v":1,"op":"moderate","count":16,"period_us":50}`, Request{V: 1, Op: OpModerate, Count: 16, PeriodUs: 50}},
+		{`{"v":1,"op":"moderate","period_us":0,"count":1}`, Request{V: 1, Op: OpModerate, Count: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -134,6 +136,11 @@ func TestDecodeRequestInvalid(t *testing.T) {
 		{`{"v":1,"op":"create_region","size":4096,"layout":[256,32,0,8,8,8,0,16,4,0]}`, `key "layout" is not allowed in op "create_region"`},
 		{`{"v":1,"op":"register_region","memory":1,"perm":0,"key":"` + testKeyHex + `"}`, "out of range"},
 		{`{"v":1,"op":"rekey","region":1}`, `needs key "key"`},
+		{`{"v":1,"op":"moderate","count":16}`, `op "moderate" needs key "period_us"`},
+		{`{"v":1,"op":"moderate","period_us":50}`, `op "moderate" needs key "count"`},
+		{`{"v":1,"op":"moderate","count":0,"period_us":50}`, `key "count": 0 out of range [1, 65536]`},
+		{`{"v":1,"op":"moderate","count":16,"period_us":1001}`, `key "period_us": 1001 out of range [0, 1000]`},
+		{`{"v":1,"op":"doorbell","count":16}`, `key "count" is not allowed in op "doorbell"`},
 		{`{"v":1,"op":"rekey","key":"` + testKeyHex + `"}`, `needs key "region"`},
 		{`{"v":1,"op":"rekey","region":0,"key":"` + testKeyHex + `"}`, "out of range"},
 		{`{"v":1,"op":"rekey","region":1,"key":"` + testKeyHex[:31] + `"}`, "want 32 lowercase hex digits, got 31 bytes"},

@@ -188,6 +188,7 @@ type Stats struct {
 	RingsCorrupt      uint64            `json:"rings_corrupt"`
 	SelfLoop          uint64            `json:"self_loop"`
 	Doorbells         uint64            `json:"doorbells"`
+	DoorbellsDeferred uint64            `json:"doorbells_deferred"`
 	DelayBatches      uint64            `json:"delay_batches"` // delay-sample batches handed to the telemetry hook
 	DelaySamples      uint64            `json:"delay_samples"` // completions in them
 	// The serving side's bounds per region owner and per sender (engine

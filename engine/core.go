@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/onerma/onerma/abi"
@@ -28,6 +29,7 @@ var (
 	ErrPortalRings = errors.New("engine: invalid portal rings")
 	ErrPortalSpec  = errors.New("engine: invalid portal tenant or weight")
 	ErrPortalDead  = errors.New("engine: portal disabled: its application wrote impossible ring indices")
+	ErrModeration  = errors.New("engine: invalid doorbell moderation")
 )
 
 // Core is one engine core. Not safe for concurrent use: one goroutine runs
@@ -290,6 +292,41 @@ func (c *Core) SetDoorbell(id PortalID, arm []byte, bell Doorbell) error {
 	return nil
 }
 
+// MaxModerationPeriod bounds the period of a doorbell's moderation: the
+// longest an application that asked for it sleeps past its first
+// completion.
+const MaxModerationPeriod = time.Millisecond
+
+// SetModeration moderates portal p's doorbell, as ibv_modify_cq moderates
+// a completion queue's events: once armed, it rings when count
+// completions are unread in the ring, or period after the first
+// completion it was armed for, whichever comes first. An application that
+// sleeps on its doorbell with many ops in flight is woken, and the core
+// pays a ring, once per count completions instead of once per
+// publication; one with fewer in flight than count waits out the period.
+// count 1 (period 0) rings at every publication, as without moderation.
+// count is 1 .. the completion ring's capacity and period at most
+// MaxModerationPeriod, non-zero when count > 1. The portal needs a
+// doorbell (SetDoorbell).
+func (c *Core) SetModeration(id PortalID, count int, period time.Duration) error {
+	p, err := c.portals.getLive(id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case p.arm == nil:
+		return fmt.Errorf("%w: moderation: the portal has no doorbell", ErrModeration)
+	case count < 1 || count > int(p.cpl.Capacity()):
+		return fmt.Errorf("%w: count %d, want 1 .. %d (the completion ring's capacity)", ErrModeration, count, p.cpl.Capacity())
+	case period < 0 || period > MaxModerationPeriod:
+		return fmt.Errorf("%w: period %v, want 0 .. %v", ErrModeration, period, MaxModerationPeriod)
+	case count > 1 && period == 0:
+		return fmt.Errorf("%w: count %d needs a period (an application with fewer ops in flight would never be rung)", ErrModeration, count)
+	}
+	p.modCount, p.modPeriod = uint32(count), int64(period)
+	return nil
+}
+
 // Crossings is PathCounters().Crossings, for a loop that reads it every
 // iteration: the cgo calls the core has made itself.
 func (c *Core) Crossings() uint64 {
@@ -407,7 +444,7 @@ func (c *Core) Shutdown(now int64) {
 	c.ini.shutdown(now)
 	c.out.loop.clear()
 	c.srv.shutdown()
-	c.portals.publish()
+	c.portals.publish(now)
 	c.portals.delays.Flush() // the ABORTED completions: no Poll may follow
 }
 
@@ -417,7 +454,7 @@ func (c *Core) NextDeadline() int64 {
 	if c.out.loop.len() > 0 || c.ini.sendq.len() > 0 {
 		return math.MinInt64
 	}
-	return min(c.ini.nextDeadline(), c.srv.nextDeadline())
+	return min(c.ini.nextDeadline(), c.srv.nextDeadline(), c.portals.nextDue)
 }
 
 // Stalled tells the core that its loop could not run for the gap ns
@@ -520,7 +557,7 @@ func (c *Core) Poll(now int64) int {
 	if s != nil && (flush || len(pt.dirty) > 0) {
 		s.Enter(stage.Completion)
 	}
-	pt.publish()
+	pt.publish(now)
 	if flush {
 		pt.delays.Flush()
 	}

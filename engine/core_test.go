@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -732,6 +733,133 @@ func TestDoorbell(t *testing.T) {
 	}
 	if err := c.SetDoorbell(app.id, arm[1:5], bell); err == nil {
 		t.Fatal("misaligned arm word accepted")
+	}
+}
+
+// A moderated doorbell rings once count completions are unread, or the
+// period after the first completion it deferred; not for an application
+// that woke by itself; and SetModeration refuses what it cannot honour.
+func TestDoorbellModeration(t *testing.T) {
+	tx := newTestTx(64)
+	c := newCore(t, testConfig("10.0.0.1", 1), tx)
+	app := openApp(t, c, abi.ClassLow, 4)
+	m := make([]byte, 8192)
+	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
+	if err := c.SetModeration(app.id, 3, 50*time.Microsecond); !errors.Is(err, ErrModeration) {
+		t.Fatalf("moderation without a doorbell: %v", err)
+	}
+	arm := aligned(64)
+	bell := &countBell{}
+	if err := c.SetDoorbell(app.id, arm[:4], bell); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		count  int
+		period time.Duration
+	}{{0, time.Microsecond}, {int(app.cpl.Capacity()) + 1, time.Microsecond}, {3, 0}, {3, -1}, {3, MaxModerationPeriod + 1}} {
+		if err := c.SetModeration(app.id, bad.count, bad.period); !errors.Is(err, ErrModeration) {
+			t.Fatalf("SetModeration(%d, %v): %v", bad.count, bad.period, err)
+		}
+	}
+	if err := c.SetModeration(PortalID(99), 3, time.Microsecond); !errors.Is(err, ErrNoPortal) {
+		t.Fatalf("no such portal: %v", err)
+	}
+	const period = int64(50 * time.Microsecond)
+	if err := c.SetModeration(app.id, 3, time.Duration(period)); err != nil {
+		t.Fatal(err)
+	}
+	now := int64(1000)
+	post := func(n int) {
+		for k := range n {
+			app.post(t, readCmd(app.slots[k], ipOf("10.0.0.1"), r, 0, r, 4096, 64, uint64(k+1)))
+		}
+	}
+	poll := func(at int64) {
+		now = at
+		c.Poll(now)
+		if err := c.Audit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// One completion of three: deferred until the period is over.
+	arm[0] = 1
+	post(1)
+	poll(now)
+	if bell.n != 0 || arm[0] != 1 || c.Stats().DoorbellsDeferred != 1 {
+		t.Fatalf("one of three: rang %d, arm %d, deferred %d", bell.n, arm[0], c.Stats().DoorbellsDeferred)
+	}
+	due := now + period
+	if d := c.NextDeadline(); d != due {
+		t.Fatalf("NextDeadline %d, want the deferred ring's %d", d, due)
+	}
+	poll(due - 1)
+	if bell.n != 0 {
+		t.Fatal("rang before the period was over")
+	}
+	poll(due)
+	if bell.n != 1 || arm[0] != 0 {
+		t.Fatalf("period over: rang %d, arm %d", bell.n, arm[0])
+	}
+	if d := c.NextDeadline(); d != math.MaxInt64 {
+		t.Fatalf("NextDeadline %d after the ring", d)
+	}
+	if got := app.completions(); len(got) != 1 {
+		t.Fatalf("%d completions", len(got))
+	}
+
+	// Three at once: rung at once.
+	arm[0] = 1
+	post(3)
+	poll(now + 1)
+	if bell.n != 2 || arm[0] != 0 {
+		t.Fatalf("three of three: rang %d, arm %d", bell.n, arm[0])
+	}
+	if got := app.completions(); len(got) != 3 {
+		t.Fatalf("%d completions", len(got))
+	}
+
+	// Two, then one more before the period is over: rung at the third.
+	arm[0] = 1
+	post(2)
+	poll(now + 1)
+	if bell.n != 2 {
+		t.Fatal("rang at two of three")
+	}
+	app.post(t, readCmd(app.slots[2], ipOf("10.0.0.1"), r, 0, r, 4096, 64, 9))
+	poll(now + 1)
+	if bell.n != 3 || arm[0] != 0 {
+		t.Fatalf("third before the period: rang %d, arm %d", bell.n, arm[0])
+	}
+	poll(now + period) // the deferral is forgotten, not rung again
+	if bell.n != 3 || c.NextDeadline() != math.MaxInt64 {
+		t.Fatalf("after the count: rang %d, NextDeadline %d", bell.n, c.NextDeadline())
+	}
+	app.completions()
+
+	// The application wakes by itself before the period: no ring.
+	arm[0] = 1
+	post(1)
+	poll(now + 1)
+	arm[0] = 0
+	app.completions()
+	poll(now + period)
+	if bell.n != 3 || c.NextDeadline() != math.MaxInt64 {
+		t.Fatalf("woke by itself: rang %d, NextDeadline %d", bell.n, c.NextDeadline())
+	}
+
+	// count 1 rings at every publication again.
+	if err := c.SetModeration(app.id, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	arm[0] = 1
+	post(1)
+	poll(now + 1)
+	if bell.n != 4 {
+		t.Fatalf("count 1: rang %d", bell.n)
+	}
+	if s := c.Stats(); s.Doorbells != 4 || s.DoorbellsDeferred != 3 {
+		t.Fatalf("Doorbells %d, DoorbellsDeferred %d", s.Doorbells, s.DoorbellsDeferred)
 	}
 }
 

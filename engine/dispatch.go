@@ -195,7 +195,7 @@ func (c *Core) receivePasses(now int64, frames [][]byte) {
 		if s != nil {
 			s.Enter(stage.Completion)
 		}
-		pt.publish()
+		pt.publish(now)
 	}
 	if s != nil {
 		s.Enter(stage.Receive)

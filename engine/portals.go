@@ -28,6 +28,14 @@ type portal struct {
 	dirty    bool           // completions committed, not yet published
 	arm      *atomic.Uint32 // doorbell arm word in shared memory (nil: no doorbell)
 	bell     Doorbell
+	// The doorbell's moderation (Core.SetModeration): an armed doorbell
+	// rings once modCount completions are unread, or modPeriod ns after
+	// the first publication it was not rung for (bellDue, 0: none
+	// deferred), like a NIC's completion-queue moderation. modCount <= 1:
+	// it rings at every publication, as without moderation.
+	modCount  uint32
+	modPeriod int64
+	bellDue   int64
 	// The summary doorbell: flag is the segment's summary flag word (nil:
 	// the portal never rings); rings is set once a scan has seen it on,
 	// after which Poll looks at the command ring only when the portal's
@@ -56,10 +64,14 @@ type portalTable struct {
 	// one application's commands ahead of another's in every poll, so its
 	// requests would reach a busy server first and the other's would be
 	// the ones NACKed.
-	rr     uint32
-	dirty  []PortalID // portals with unpublished completions
-	delays *telemetry.Batch
-	st     *Stats
+	rr    uint32
+	dirty []PortalID // portals with unpublished completions
+	// bells lists the portals whose ring moderation deferred (bellDue set),
+	// and nextDue is the earliest of their bellDue (math.MaxInt64: none).
+	bells   []PortalID
+	nextDue int64
+	delays  *telemetry.Batch
+	st      *Stats
 
 	// The summary doorbell (abi.Summary; nil: none, every portal is
 	// looked at in every Poll): ringing counts the portals that ring it
@@ -84,6 +96,8 @@ func newPortalTable(n, tenants int, core uint16, scan time.Duration, delays *tel
 		p:       make([]portal, n),
 		live:    make([]PortalID, 0, n),
 		dirty:   make([]PortalID, 0, n),
+		bells:   make([]PortalID, 0, n),
+		nextDue: math.MaxInt64,
 		taken:   make([]uint64, abi.SummaryBytes(n)/8),
 		scanNs:  int64(scan),
 		// The batch lives apart from the core's tables: 16 KB among
@@ -182,6 +196,7 @@ func (t *portalTable) detach(id PortalID) {
 	p.slots, p.pending = 0, 0
 	p.cmd, p.cpl = nil, nil
 	p.arm, p.bell = nil, nil
+	p.modCount, p.modPeriod, p.bellDue = 0, 0, 0
 	if p.rings {
 		t.ringing--
 	}
@@ -281,8 +296,10 @@ func (t *portalTable) complete(now int64, id PortalID, p *portal, cpl *abi.Compl
 	})
 }
 
-// publish makes the committed completions visible to their applications.
-func (t *portalTable) publish() {
+// publish makes the committed completions visible to their applications
+// and rings the doorbells due: an armed portal's at once, or, under
+// moderation, once enough completions are unread or its period is over.
+func (t *portalTable) publish(now int64) {
 	for _, id := range t.dirty {
 		p := &t.p[id]
 		p.cpl.Publish()
@@ -290,12 +307,55 @@ func (t *portalTable) publish() {
 		// After the producer index store: an application that armed
 		// before it is rung; one arming after it sees the completions
 		// when it re-checks the ring (abi.SegmentArmOff).
-		if p.arm != nil && p.arm.Load() != 0 && p.arm.CompareAndSwap(1, 0) {
-			t.st.Doorbells++
-			p.bell.Ring()
+		if p.arm == nil || p.arm.Load() == 0 {
+			continue
 		}
+		if p.modCount > 1 && p.cpl.Capacity()-p.cpl.Free() < p.modCount {
+			if p.bellDue == 0 {
+				p.bellDue = now + p.modPeriod
+				t.bells = append(t.bells, id)
+				t.nextDue = min(t.nextDue, p.bellDue)
+				t.st.DoorbellsDeferred++
+			}
+			continue
+		}
+		t.ring(p)
 	}
 	t.dirty = t.dirty[:0]
+	if len(t.bells) > 0 {
+		t.ringDue(now)
+	}
+}
+
+// ring rings p's doorbell if its application is (still) armed.
+func (t *portalTable) ring(p *portal) {
+	p.bellDue = 0
+	if p.arm.CompareAndSwap(1, 0) {
+		t.st.Doorbells++
+		p.bell.Ring()
+	}
+}
+
+// ringDue rings the deferred doorbells whose period is over and forgets
+// those rung since, detached, or whose applications woke by themselves
+// (disarmed: they found their completions on their own).
+func (t *portalTable) ringDue(now int64) {
+	next, k := int64(math.MaxInt64), 0
+	for _, id := range t.bells {
+		p := &t.p[id]
+		switch {
+		case p.bellDue == 0 || p.arm == nil:
+		case p.arm.Load() == 0:
+			p.bellDue = 0
+		case now >= p.bellDue:
+			t.ring(p)
+		default:
+			next = min(next, p.bellDue)
+			t.bells[k] = id
+			k++
+		}
+	}
+	t.bells, t.nextDue = t.bells[:k], next
 }
 
 // clampNs is a delay as a completion carries it.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -336,5 +337,99 @@ func TestRekeyOp(t *testing.T) {
 	}
 	if r.Key() != old {
 		t.Error("the owner's portal learned the key a remote REKEY installed")
+	}
+}
+
+// Moderate: a Wait asleep on the doorbell is woken once count completions
+// are ready, or the period after the first; Moderate refuses what the
+// engine cannot honour. The READs go to an address nobody answers, so
+// their UNREACHABLE completions come after Wait fell asleep (and well
+// before the 10 ms after which it would wake by itself): each phase asks
+// for an address of its own, so each waits out a resolution.
+func TestModerate(t *testing.T) {
+	sock := startEngineWith(t, engineOpts{engine: func(c *engine.Config) { c.ResolveTimeout = 3 * time.Millisecond }})
+	p, err := portal.DialOptions(sock, "moderated", portal.Options{WaitSpins: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.Doorbell() {
+		t.Fatal("no doorbell")
+	}
+	for _, bad := range []struct {
+		count  int
+		period time.Duration
+	}{{0, time.Millisecond}, {4, 1500 * time.Microsecond}, {4, 1500 * time.Nanosecond}, {4, -time.Microsecond},
+		{4, 0},                       // count > 1 needs a period
+		{128, 50 * time.Microsecond}, // over the completion ring's 64
+	} {
+		if err := p.Moderate(bad.count, bad.period); !errors.Is(err, portal.ErrBadRequest) {
+			t.Fatalf("Moderate(%d, %v): %v", bad.count, bad.period, err)
+		}
+	}
+	p.AllocSlots(2)
+	sink, err := p.RegisterRegion(4096, abi.PermLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := netip.MustParseAddr("10.7.0.99")
+	wait := func(posts int) []abi.Completion {
+		nobody = nobody.Prev()
+		t.Helper()
+		for k := range posts {
+			s, _ := p.Slot()
+			if err := p.Submit(&portal.Op{Type: portal.OpRead, Slot: s, Cookie: uint64(k + 1), Remote: nobody,
+				RemoteRegion: 1 << 16, Local: sink, Length: 64}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var got []abi.Completion
+		for len(got) < posts {
+			var c [4]abi.Completion
+			n, err := p.Wait(ctx, c[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cp := range c[:n] {
+				if cp.Status != abi.StatusUnreachable {
+					t.Fatalf("%+v", cp)
+				}
+				p.Release(cp.Slot)
+			}
+			got = append(got, c[:n]...)
+		}
+		return got
+	}
+	stats := func() (rung, deferred uint64) {
+		st, err := p.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Doorbells, st.DoorbellsDeferred
+	}
+
+	if err := p.Moderate(2, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	wait(1) // one of two: rung a period after its completion
+	if r, d := stats(); r != 1 || d != 1 {
+		t.Fatalf("one of two: rung %d, deferred %d", r, d)
+	}
+	if el := time.Since(start); el < 4*time.Millisecond {
+		t.Fatalf("woken after %v: before the completion's resolve timeout and period", el)
+	}
+	wait(2) // two of two, completed in one poll: rung at once
+	if r, d := stats(); r != 2 || d != 1 {
+		t.Fatalf("two of two: rung %d, deferred %d", r, d)
+	}
+	if err := p.Moderate(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait(1)
+	if r, d := stats(); r != 3 || d != 1 {
+		t.Fatalf("unmoderated: rung %d, deferred %d", r, d)
 	}
 }

@@ -480,6 +480,29 @@ func (p *Portal) Stats() (*ctlmsg.Stats, error) {
 	return resp.Stats, nil
 }
 
+// Moderate moderates the engine's completion doorbell, as ibv_modify_cq
+// moderates a completion queue's events: a Wait asleep on the doorbell is
+// woken once count completions are ready, or period after the first of
+// them, whichever comes first. An application that keeps many ops in
+// flight and sleeps between them is woken (and the engine pays for a
+// wake-up) once per count completions instead of once per burst; one with
+// fewer than count in flight waits the period for its last completions.
+// count 1 with period 0 undoes it. count is 1 .. the completion ring's
+// capacity, and period 1 µs .. 1 ms when count > 1, in whole µs.
+// A portal without a doorbell (Doorbell false) returns ErrBadRequest
+// without asking; an engine older than moderation refuses it the same way.
+func (p *Portal) Moderate(count int, period time.Duration) error {
+	if p.arm == nil {
+		return fmt.Errorf("%w: moderate: the portal has no completion doorbell", ErrBadRequest)
+	}
+	if count < 1 || count > ctlmsg.MaxRingCap || period < 0 || period > ctlmsg.MaxModerationUs*time.Microsecond || period%time.Microsecond != 0 {
+		return fmt.Errorf("%w: moderate: count %d, period %v: want count 1..%d and period 0..%d µs in whole µs",
+			ErrBadRequest, count, period, ctlmsg.MaxRingCap, ctlmsg.MaxModerationUs)
+	}
+	_, _, err := p.roundTrip(&ctlmsg.Request{Op: ctlmsg.OpModerate, Count: uint32(count), PeriodUs: uint32(period / time.Microsecond)})
+	return err
+}
+
 // Close closes the control connection (the engine reclaims the portal, its
 // slots and its regions) and unmaps the segment and every region: slices
 // returned by Region.Bytes must not be used afterwards. The engine charges

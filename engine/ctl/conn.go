@@ -270,6 +270,8 @@ func (c *conn) handle(req *ctlmsg.Request, resp *ctlmsg.Response) (int, *reqErro
 		return c.doorbell()
 	case ctlmsg.OpSummary:
 		return c.summary(resp)
+	case ctlmsg.OpModerate:
+		return -1, c.moderate(req)
 	case ctlmsg.OpIdentity:
 		if rerr := c.identify(req.Op); rerr != nil {
 			return -1, rerr
@@ -439,6 +441,26 @@ func (c *conn) doorbell() (int, *reqError) {
 	}
 	c.bell = b
 	return dup, nil
+}
+
+// moderate sets the moderation of the portal's doorbell (ctlmsg.OpModerate).
+func (c *conn) moderate(req *ctlmsg.Request) *reqError {
+	if c.bell == nil {
+		return fail(ctlmsg.CodeState, "moderate: %s has no doorbell (send doorbell first)", c.who())
+	}
+	period := time.Duration(req.PeriodUs) * time.Microsecond
+	aerr, err := c.execPortal(func(core *engine.Core) error { return core.SetModeration(c.portal, int(req.Count), period) })
+	switch {
+	case err != nil:
+		return execFail(ctlmsg.OpModerate, err)
+	case errors.Is(aerr, errPortalGone):
+		return fail(ctlmsg.CodeState, "moderate: %s: %v", c.who(), aerr)
+	case errors.Is(aerr, engine.ErrModeration):
+		return fail(ctlmsg.CodeBadRequest, "moderate: %v", aerr)
+	case aerr != nil:
+		return fail(ctlmsg.CodeInternal, "moderate: %v", aerr)
+	}
+	return nil
 }
 
 // reclaim returns everything the connection held: regions are

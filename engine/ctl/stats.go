@@ -69,6 +69,7 @@ func StatsMsg(s *engine.Stats) *ctlmsg.Stats {
 		RingsCorrupt:      s.RingsCorrupt,
 		SelfLoop:          s.SelfLoop,
 		Doorbells:         s.Doorbells,
+		DoorbellsDeferred: s.DoorbellsDeferred,
 		DelayBatches:      s.DelayBatches,
 		DelaySamples:      s.DelaySamples,
 

@@ -427,7 +427,7 @@ func sameSet(t *testing.T, what string, doc, code map[string]bool) {
 var sample = map[string]string{
 	"name": `"app"`, "cmd_cap": "256", "cpl_cap": "1024", "class": `"low"`, "core": "0", "n": "8",
 	"size": "4096", "memory": "1", "perm": "7", "region": "65537", "key": `"00112233445566778899aabbccddeeff"`,
-	"layout": "[256,32,0,8,8,8,0,16,4,0]",
+	"layout": "[256,32,0,8,8,8,0,16,4,0]", "count": "16", "period_us": "50",
 }
 
 func keyList(s string) []string {

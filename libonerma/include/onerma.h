@@ -114,6 +114,7 @@ extern "C" {
 #define ONERMA_MAX_RING_CAP 65536          /* onerma_options.cmd_cap, cpl_cap */
 #define ONERMA_MAX_REGION_BYTES (1ULL << 40)
 #define ONERMA_MAX_CORES 64
+#define ONERMA_MAX_MODERATION_US 1000 /* onerma_moderate's period_us */
 /* The largest region with a bucket layout (abi.MaxLookupRegionBytes): a
  * LOOKUP's bucket offset is a u32. */
 #define ONERMA_MAX_LOOKUP_REGION_BYTES 0xffffffffULL
@@ -362,6 +363,20 @@ ONERMA_API int onerma_portal_doorbell(const struct onerma_portal *p); /* wait sl
 ONERMA_API int onerma_portal_summary(const struct onerma_portal *p);
 ONERMA_API uint32_t onerma_portal_cmd_cap(const struct onerma_portal *p);
 ONERMA_API uint32_t onerma_portal_cpl_cap(const struct onerma_portal *p);
+
+/* onerma_moderate moderates the engine's completion doorbell, as
+ * ibv_modify_cq moderates a completion queue's events: a wait asleep on
+ * the doorbell is woken once count completions are ready, or period_us
+ * after the first of them, whichever comes first. An application that
+ * keeps many ops in flight and sleeps between them is woken (and the
+ * engine pays for a wake-up) once per count completions instead of once
+ * per burst; one with fewer than count in flight waits period_us for its
+ * last completions. count 1 with period_us 0 undoes it. count is 1 .. the
+ * completion ring's capacity, and period_us 1 .. ONERMA_MAX_MODERATION_US
+ * when count > 1 (-ONERMA_E_INVALID, nothing sent; the engine checks the
+ * capacity: -ONERMA_E_BAD_REQUEST). -ONERMA_E_STATE without a doorbell;
+ * an engine older than moderation refuses it (-ONERMA_E_BAD_REQUEST). */
+ONERMA_API int onerma_moderate(struct onerma_portal *p, uint32_t count, uint32_t period_us);
 
 /* onerma_gone returns 1 once the portal knows its engine went away, else 0.
  * Any thread may call it. */

@@ -27,6 +27,7 @@ static const char *const op_names[ONR_OP_COUNT] = {
 	[ONR_OP_STATS] = "stats",
 	[ONR_OP_REKEY] = "rekey",
 	[ONR_OP_DOORBELL] = "doorbell",
+	[ONR_OP_MODERATE] = "moderate",
 	[ONR_OP_SUMMARY] = "summary",
 };
 
@@ -130,6 +131,9 @@ int onr_encode_request(const struct onr_request *r, char *buf, size_t cap)
 	case ONR_OP_REKEY:
 		bad |= append(buf, cap, &n, ",\"region\":%" PRIu32, r->region);
 		bad |= append_key(buf, cap, &n, r->key);
+		break;
+	case ONR_OP_MODERATE:
+		bad |= append(buf, cap, &n, ",\"count\":%" PRIu32 ",\"period_us\":%" PRIu32, r->count, r->period_us);
 		break;
 	default:
 		break;
@@ -331,7 +335,7 @@ static int decode_result(struct onr_reply *r, json_t *root, enum onr_req_op op)
 		if (r->size % 8 != 0)
 			return bad(r, "reply's summary of %llu bytes is not whole 8-byte words", (unsigned long long)r->size);
 		return 0;
-	default: /* deregister_region, rekey, doorbell: no result */
+	default: /* deregister_region, rekey, doorbell, moderate: no result */
 		return 0;
 	}
 }

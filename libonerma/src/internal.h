@@ -121,6 +121,7 @@ enum onr_req_op {
 	ONR_OP_REKEY,
 	ONR_OP_DOORBELL,
 	ONR_OP_SUMMARY,
+	ONR_OP_MODERATE,
 	ONR_OP_COUNT
 };
 ONR_HIDDEN const char *onr_op_name(enum onr_req_op op);
@@ -142,6 +143,7 @@ struct onr_request {
 	uint32_t perm;
 	uint32_t region; /* deregister_region, rekey */
 	uint8_t key[ONERMA_KEY_SIZE];
+	uint32_t count, period_us; /* moderate */
 	/* register_region's bucket layout (bucket_bytes 0: none), encoded as
 	 * ctlmsg's "layout": its ten integers in field order */
 	struct onerma_bucket_layout layout;

@@ -426,6 +426,22 @@ int onerma_alloc_slots(struct onerma_portal *p, uint32_t n, uint32_t *slots)
 	return err;
 }
 
+int onerma_moderate(struct onerma_portal *p, uint32_t count, uint32_t period_us)
+{
+	struct onr_request req = {.op = ONR_OP_MODERATE, .count = count, .period_us = period_us};
+	struct onr_reply r;
+	int err, fd;
+	if (!p->arm)
+		return onr_fail(-ONERMA_E_STATE, "moderate: the portal has no completion doorbell");
+	if (count < 1 || count > ONERMA_MAX_RING_CAP || period_us > ONERMA_MAX_MODERATION_US || (count > 1 && period_us == 0))
+		return onr_fail(-ONERMA_E_INVALID, "moderate: count %u, period %u us: want count 1..%d and period 0..%d us, not 0 when count > 1",
+				count, period_us, ONERMA_MAX_RING_CAP, ONERMA_MAX_MODERATION_US);
+	err = onr_round_trip(p, &req, &r, &fd);
+	if (fd >= 0)
+		close(fd);
+	return err;
+}
+
 uint32_t onerma_slots(const struct onerma_portal *p) { return p->nslots; }
 uint32_t onerma_free_slots(const struct onerma_portal *p) { return p->nfree; }
 

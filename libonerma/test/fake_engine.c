@@ -120,6 +120,9 @@ static void serve(struct fake_engine *fe, int conn)
 		} else if (strcmp(op, "doorbell") == 0) {
 			fe->bell_fd = eventfd(0, EFD_CLOEXEC);
 			fd = dup(fe->bell_fd);
+		} else if (strcmp(op, "moderate") == 0) {
+			fe->mod_count = (uint32_t)json_integer_value(json_object_get(req, "count"));
+			fe->mod_period_us = (uint32_t)json_integer_value(json_object_get(req, "period_us"));
 		} else if (strcmp(op, "alloc_slots") == 0) {
 			json_int_t k = json_integer_value(json_object_get(req, "n"));
 			json_t *a = json_array();

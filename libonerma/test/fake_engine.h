@@ -45,6 +45,7 @@ struct fake_engine {
 	int last_layout_len;
 	uint64_t last_layout[16];
 	uint32_t last_perm;
+	uint32_t mod_count, mod_period_us; /* the last moderate's */
 	int requests;
 	uint32_t cmd_next, cpl_next; /* the engine's ring positions */
 };

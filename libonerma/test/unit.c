@@ -358,6 +358,13 @@ static void test_dial_and_ops(void)
 	CHECK_EQ(onerma_portal_cmd_cap(f.p), 8);
 	CHECK_EQ(onerma_portal_doorbell(f.p), 1);
 	CHECK_EQ(onerma_portal_max_slots(f.p), 64);
+	CHECK_EQ(onerma_moderate(f.p, 0, 50), -ONERMA_E_INVALID);
+	CHECK_EQ(onerma_moderate(f.p, 16, 0), -ONERMA_E_INVALID);
+	CHECK_EQ(onerma_moderate(f.p, 16, ONERMA_MAX_MODERATION_US + 1), -ONERMA_E_INVALID);
+	CHECK_EQ(f.fe.mod_count, 0);
+	CHECK_EQ(onerma_moderate(f.p, 16, 50), 0);
+	CHECK_EQ(f.fe.mod_count, 16);
+	CHECK_EQ(f.fe.mod_period_us, 50);
 
 	CHECK_EQ(onerma_alloc_slots(f.p, 4, slots), 0);
 	CHECK_EQ(slots[0], 100);

@@ -161,6 +161,7 @@ _PROTOS = {
     "onerma_portal_cmd_cap": (_U32, [_P]),
     "onerma_portal_cpl_cap": (_U32, [_P]),
     "onerma_gone": (_I, [_P]),
+    "onerma_moderate": (_I, [_P, _U32, _U32]),
     "onerma_alloc_slots": (_I, [_P, _U32, ctypes.POINTER(_U32)]),
     "onerma_register_region": (_I, [_P, _U64, ctypes.c_uint, ctypes.POINTER(_P)]),
     "onerma_register_region_key": (_I, [_P, _U64, ctypes.c_uint, _KEY, ctypes.POINTER(_P)]),

@@ -336,6 +336,15 @@ class Portal:
         if err < 0:
             raise error(err, "deregister_region %#x" % region.id)
 
+    def moderate(self, count, period_us):
+        """Moderate the engine's completion doorbell (as ibv_modify_cq): a
+        wait() asleep on it is woken once count completions are ready, or
+        period_us after the first of them. count 1 with period_us 0 undoes
+        it; count > 1 needs a period_us of 1..1000."""
+        err = self._lib.onerma_moderate(self._handle(), count, period_us)
+        if err < 0:
+            raise error(err, "moderate %d, %d us" % (count, period_us))
+
     def rekey(self, region, kr):
         """Replace region's K_r (the owner's local rekey): once it returns,
         the engine authenticates requests for it only with K_d derived from

@@ -113,6 +113,28 @@ def test_batch(portal, owner):
     assert sorted(c.cookie for c in got) == sorted([a, b])
 
 
+def test_moderate(portal, owner):
+    """A moderated doorbell: waits still return every completion; the
+    engine counts the rings it held back; bad arguments are refused by
+    libonerma, a count over the completion ring's by the engine."""
+    t = owner.remote_for(portal.identity, Op.READ)
+    sink = portal.register_region(16 * 4096, Perm.LOCAL_WRITE)
+    for count, period, code in ((0, 50, ErrorCode.INVALID), (4, 0, ErrorCode.INVALID), (4, 1001, ErrorCode.INVALID),
+                                (portal.cpl_cap + 1, 50, ErrorCode.BAD_REQUEST)):
+        with pytest.raises(onerma.OnermaError) as ei:
+            portal.moderate(count, period)
+        assert ei.value.code is code, (count, period)
+    portal.moderate(8, 200)
+    cookies = {portal.post_read(t, k * 4096, 4096, sink, k * 4096) for k in range(portal.slots)}
+    got = portal.poll()
+    while len(got) < len(cookies):
+        got += portal.wait(timeout=10)
+    assert sorted(c.cookie for c in got) == sorted(cookies)
+    for c in got:
+        c.check()
+    portal.moderate(1, 0)
+
+
 def test_read_while_batch_holds_every_slot(portal, owner):
     """A read() while the caller's ops hold every slot waits for them; their
     completions are kept for the caller's next poll or wait."""
