@@ -257,11 +257,12 @@ func executorMetric(rows []Row) (measure, bool) {
 
 // engineExperiment reports whether a row of a setup beginning with setup
 // names more rmad flags than the setup's own (-iso-engine-args,
-// -hol-engine-args, -nn-engine-args): the run is an experiment, not the
-// engine's defaults, and the headline skips it.
+// -hol-engine-args, -nn-engine-args), or more flags for its load
+// (-iso-load-args): the run is an experiment, not the engine's defaults,
+// and the headline skips it.
 func engineExperiment(rows []Row, setup string) bool {
 	for _, r := range rows {
-		if strings.HasPrefix(r.Setup, setup) && strings.Contains(r.Note, nnArgsMark) {
+		if strings.HasPrefix(r.Setup, setup) && (strings.Contains(r.Note, nnArgsMark) || strings.Contains(r.Note, loadArgsMark)) {
 			return true
 		}
 	}

@@ -25,6 +25,15 @@ var isoWindow int
 // (-iso-engine-args).
 var isoEngineArgs []string
 
+// isoLoadArgs are more rmaperf flags for the isolation setup's low-class
+// load (-iso-load-args): a run with them is an experiment, as one with
+// isoEngineArgs (loadArgsMark).
+var isoLoadArgs []string
+
+// loadArgsMark begins, in a row's note, the load's flags beyond the
+// setup's (-iso-load-args).
+const loadArgsMark = "; load rmaperf "
+
 // The isolation setup (paper Fig. 12): the application names the two
 // rmaperf processes present to the engine, and the engine's slot policy
 // (an rmad config overlaid on its embedded default): the main control
@@ -72,7 +81,10 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) e
 		policy += fmt.Sprintf("; engine window %d B", isoWindow)
 	}
 	if len(isoEngineArgs) > 0 {
-		policy += "; rmad " + strings.Join(isoEngineArgs, " ")
+		policy += nnArgsMark + strings.Join(isoEngineArgs, " ")
+	}
+	if len(isoLoadArgs) > 0 {
+		policy += loadArgsMark + strings.Join(isoLoadArgs, " ")
 	}
 	e, err := testbed.Start(o)
 	if err != nil {
@@ -97,7 +109,7 @@ func isolationRun(rmad, rmaperf, dir string, dur time.Duration, emit emitFunc) e
 
 	latSpec := spec{"read_lat", 64, 1}
 	latArgs := []string{"-socket", latSock, "-self", "-name", isoLatName, "-class", "high", "-yield"}
-	loadArgs := []string{"-socket", e.Socket, "-self", "-name", isoLoadName, "-class", "low", "-event", "-spins=-1"}
+	loadArgs := append([]string{"-socket", e.Socket, "-self", "-name", isoLoadName, "-class", "low", "-event", "-spins=-1"}, isoLoadArgs...)
 	r, err := rmaperfRun(rmaperf, "0", latSpec, dur, "isolation-idle", nil, latArgs...)
 	if err != nil {
 		return err

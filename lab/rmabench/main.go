@@ -185,6 +185,7 @@ func run() int {
 	flag.IntVar(&isoWindow, "iso-window", 32<<10, "isolation setup: the engine's solicitation window in bytes (0: rmad's default, 256 KB)")
 	holArgs := flag.String("hol-rmaperf-args", "", "hol setup: more rmaperf flags for its 64 B READs through the executor, space separated (e.g. \"-short-hold-max 50us\", the hold fixed at ShortHold)")
 	holEngine := flag.String("hol-engine-args", "", "hol setup: more rmad flags for its engine, space separated (e.g. \"-poll-bytes 0\")")
+	isoLoad := flag.String("iso-load-args", "", "isolation setup: more rmaperf flags for its low-class load, space separated (e.g. \"-moderate 16\", its doorbell moderated)")
 	isoArgs := flag.String("iso-engine-args", "", "isolation setup: more rmad flags for its engine, space separated (e.g. \"-low-after-high 0 -poll-bytes 0\", to measure the engine without its bounds)")
 	rttTimeout := flag.String("rtt-timeout", "1s", "rtt setup: the engines' TIMEOUT: 1s measures round trips (setups rtt-PORT); default keeps rmad's per port type, counting the ops it fails (rtt-default-PORT); or a duration (rtt-timeout-DUR-PORT)")
 	rttPorts := flag.String("rtt-ports", "", "rtt setup: ports to run, comma separated among memif, memif-backoff, af_packet, af_xdp, net_ring, net_tap (\"\": all)")
@@ -203,6 +204,7 @@ func run() int {
 		return 2
 	}
 	isoEngineArgs = strings.Fields(*isoArgs)
+	isoLoadArgs = strings.Fields(*isoLoad)
 	holRmaperfArgs = strings.Fields(*holArgs)
 	holEngineArgs = strings.Fields(*holEngine)
 	nnEngineArgs = strings.Fields(*nnArgs)

@@ -267,10 +267,10 @@ type target struct {
 // them.
 type clientOptions struct {
 	socket, server, credsDir, regionFlag, setup, name, classFlag, dstFlag string
-	credsFD, size, bg, outstanding, spins                                 int
+	credsFD, size, bg, outstanding, spins, moderate                       int
 	self, useExec, verify, spin, yield, event, asJSON                     bool
 	rate                                                                  float64
-	dur, warm                                                             time.Duration
+	dur, warm, moderatePeriod                                             time.Duration
 	regionBytes, localBytes                                               uint64
 
 	op       abi.Op
@@ -339,6 +339,8 @@ func parseClient(test string, args []string, stderr io.Writer) (*clientOptions, 
 	fs.BoolVar(&o.yield, "yield", false, "sched_yield after every empty poll (share a CPU with an engine)")
 	fs.BoolVar(&o.event, "event", false, "wait with portal.Wait: spin briefly, then sleep on the engine's completion doorbell")
 	fs.IntVar(&o.spins, "spins", 0, "with -event: polls before sleeping (0: portal default, -1: none)")
+	fs.IntVar(&o.moderate, "moderate", 0, "with -event: moderate the doorbell, waking once this many completions are ready (portal.Moderate; 0: every completion)")
+	fs.DurationVar(&o.moderatePeriod, "moderate-period", 50*time.Microsecond, "with -moderate: wake at the latest this long after the first completion")
 	fs.StringVar(&o.name, "name", "rmaperf", "application name presented to the engine (its slot and class policy match on it)")
 	fs.StringVar(&o.classFlag, "class", "low", "class of service to ask the engine for: low or high")
 	fs.StringVar(&o.dstFlag, "dst", "", "raw tests: send the ops to this IPv4 address instead of the target region's engine, with the same K_d (toward an address no engine answers, each op holds its window until TIMEOUT)")
@@ -377,6 +379,9 @@ func parseClient(test string, args []string, stderr io.Writer) (*clientOptions, 
 	}
 	if o.bg < 0 {
 		return nil, fmt.Errorf("-bg %d: want 0 or more", o.bg)
+	}
+	if o.moderate < 0 || o.moderate > 0 && !o.event {
+		return nil, fmt.Errorf("-moderate %d: want 0, or a count with -event", o.moderate)
 	}
 	if ecfg.TimeoutRetries == 0 {
 		ecfg.TimeoutRetries = -1 // 0 retries asked for; the config's 0 is the default
@@ -449,6 +454,11 @@ func client(test string, args []string) error {
 		return fmt.Errorf("opening a portal named %q with class %s: %w", o.name, o.classFlag, err)
 	}
 	defer p.Close()
+	if o.moderate > 0 {
+		if err := p.Moderate(o.moderate, o.moderatePeriod); err != nil {
+			return fmt.Errorf("-moderate %d -moderate-period %v: %w", o.moderate, o.moderatePeriod, err)
+		}
+	}
 	var tg target
 	if o.self {
 		regionBytes := uint64(1 << 20)
