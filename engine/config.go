@@ -61,6 +61,16 @@ type Config struct {
 	// tenant that clears another's bits in the shared summary delays that
 	// portal's commands by at most this much (and one iteration).
 	SummaryScan time.Duration
+	// DoorbellGap is the least time between two rings of one portal's
+	// completion doorbell (0: none), as a NIC's interrupt throttle: a
+	// completion published sooner after the last ring is rung at the
+	// gap's end, if its application is still armed. A ring costs the
+	// polling thread a system call (and, where inter-processor interrupts
+	// trap, several µs), so this bounds what the rings of one portal that
+	// sleeps after every completion take from the core, at most
+	// 1/DoorbellGap rings a second, whatever its application does. At
+	// most MaxModerationPeriod.
+	DoorbellGap time.Duration
 	// Tenants bounds the tenants whose portals an engine serves at once
 	// (PortalSpec.Tenant is below it): the per-tenant state of the data
 	// path is a fixed array of this many entries per core.
@@ -411,6 +421,8 @@ func (c *Config) Validate() error {
 		return bad("PullIdleTimeout", c.PullIdleTimeout)
 	case c.ResolveTimeout <= 0:
 		return bad("ResolveTimeout", c.ResolveTimeout)
+	case c.DoorbellGap < 0 || c.DoorbellGap > MaxModerationPeriod:
+		return bad("DoorbellGap", c.DoorbellGap)
 	case c.ARPRetry <= 0:
 		return bad("ARPRetry", c.ARPRetry)
 	case c.ICMPRate < 0 || c.ICMPRate > maxICMPRate:

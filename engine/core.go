@@ -113,6 +113,7 @@ func buildCore(cfg Config, tx Tx, g *Group, idx int) (*Core, error) {
 	c.bulk = newBulkBound(&cfg, &c.stats)
 	c.regions = newRegionView(g.regions, cfg.CoreID, cfg.Portals, &g.quiet[idx].v, c.out)
 	c.portals = newPortalTable(cfg.Portals, cfg.Tenants, cfg.CoreID, cfg.SummaryScan, cfg.Delays, &c.stats)
+	c.portals.gap = int64(cfg.DoorbellGap)
 	c.routes = newRouteTable(&c.cfg)
 	c.nbr = newNbrTable(cfg.NeighborTable, cfg.Tenants, cfg.NeighborsPerTenant, cfg.Neighbors)
 	c.arp = newARP(&c.cfg, c.nbr, c.out, &c.stats, g.arpLimit, idx == 0)

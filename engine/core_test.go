@@ -863,6 +863,52 @@ func TestDoorbellModeration(t *testing.T) {
 	}
 }
 
+// Config.DoorbellGap: a portal is rung at most once per gap; a
+// completion published sooner is rung at the gap's end, and a portal's
+// first ring is never held back.
+func TestDoorbellGap(t *testing.T) {
+	const gap = 20 * time.Microsecond
+	cfg := testConfig("10.0.0.1", 1)
+	cfg.DoorbellGap = gap
+	c := newCore(t, cfg, newTestTx(64))
+	app := openApp(t, c, abi.ClassLow, 2)
+	r, _ := c.RegisterRegion(app.id, make([]byte, 8192), abi.PermAll, testKr)
+	arm := aligned(64)
+	bell := &countBell{}
+	if err := c.SetDoorbell(app.id, arm[:4], bell); err != nil {
+		t.Fatal(err)
+	}
+	read := func(at int64) {
+		arm[0] = 1
+		app.post(t, readCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 64, 1))
+		c.Poll(at)
+	}
+	read(1000)
+	if bell.n != 1 {
+		t.Fatalf("first ring held back (%d)", bell.n)
+	}
+	app.completions()
+	read(1000 + int64(gap) - 1)
+	if bell.n != 1 || c.NextDeadline() != 1000+int64(gap) {
+		t.Fatalf("within the gap: rang %d, NextDeadline %d", bell.n, c.NextDeadline())
+	}
+	c.Poll(1000 + int64(gap))
+	if bell.n != 2 || arm[0] != 0 {
+		t.Fatalf("at the gap's end: rang %d, arm %d", bell.n, arm[0])
+	}
+	app.completions()
+	read(1000 + 3*int64(gap)) // a gap after the last ring: at once
+	if bell.n != 3 {
+		t.Fatalf("after the gap: rang %d", bell.n)
+	}
+	for _, bad := range []time.Duration{-1, MaxModerationPeriod + 1} {
+		cfg.DoorbellGap = bad
+		if err := cfg.Validate(); err == nil {
+			t.Fatalf("DoorbellGap %v accepted", bad)
+		}
+	}
+}
+
 // Core.Stalled moves the deadlines of the core's own ops by the gap: an op
 // whose answer waited out a stall of its engine completes OK after its
 // original deadline (reporting the whole delay), and an op waiting for

@@ -30,12 +30,15 @@ type portal struct {
 	bell     Doorbell
 	// The doorbell's moderation (Core.SetModeration): an armed doorbell
 	// rings once modCount completions are unread, or modPeriod ns after
-	// the first publication it was not rung for (bellDue, 0: none
-	// deferred), like a NIC's completion-queue moderation. modCount <= 1:
-	// it rings at every publication, as without moderation.
+	// the first publication it was not rung for, like a NIC's
+	// completion-queue moderation; and never before quiet, its last ring
+	// plus the core's gap (Config.DoorbellGap). bellDue is when a ring
+	// held back is due (0: none). modCount <= 1 and no gap: it rings at
+	// every publication.
 	modCount  uint32
 	modPeriod int64
 	bellDue   int64
+	quiet     int64
 	// The summary doorbell: flag is the segment's summary flag word (nil:
 	// the portal never rings); rings is set once a scan has seen it on,
 	// after which Poll looks at the command ring only when the portal's
@@ -70,6 +73,7 @@ type portalTable struct {
 	// and nextDue is the earliest of their bellDue (math.MaxInt64: none).
 	bells   []PortalID
 	nextDue int64
+	gap     int64 // Config.DoorbellGap, ns
 	delays  *telemetry.Batch
 	st      *Stats
 
@@ -196,7 +200,7 @@ func (t *portalTable) detach(id PortalID) {
 	p.slots, p.pending = 0, 0
 	p.cmd, p.cpl = nil, nil
 	p.arm, p.bell = nil, nil
-	p.modCount, p.modPeriod, p.bellDue = 0, 0, 0
+	p.modCount, p.modPeriod, p.bellDue, p.quiet = 0, 0, 0, 0
 	if p.rings {
 		t.ringing--
 	}
@@ -297,8 +301,9 @@ func (t *portalTable) complete(now int64, id PortalID, p *portal, cpl *abi.Compl
 }
 
 // publish makes the committed completions visible to their applications
-// and rings the doorbells due: an armed portal's at once, or, under
-// moderation, once enough completions are unread or its period is over.
+// and rings the doorbells due: an armed portal's at once; under
+// moderation once enough completions are unread or its period is over;
+// and never within the core's gap after the portal's last ring.
 func (t *portalTable) publish(now int64) {
 	for _, id := range t.dirty {
 		p := &t.p[id]
@@ -310,16 +315,24 @@ func (t *portalTable) publish(now int64) {
 		if p.arm == nil || p.arm.Load() == 0 {
 			continue
 		}
+		due := now
 		if p.modCount > 1 && p.cpl.Capacity()-p.cpl.Free() < p.modCount {
-			if p.bellDue == 0 {
-				p.bellDue = now + p.modPeriod
-				t.bells = append(t.bells, id)
-				t.nextDue = min(t.nextDue, p.bellDue)
-				t.st.DoorbellsDeferred++
+			if p.bellDue != 0 {
+				continue // held back already: its period runs from the first
 			}
+			due = now + p.modPeriod
+		}
+		due = max(due, p.quiet)
+		if due <= now {
+			t.ring(p, now)
 			continue
 		}
-		t.ring(p)
+		if p.bellDue == 0 {
+			t.bells = append(t.bells, id)
+			t.st.DoorbellsDeferred++
+		}
+		p.bellDue = due
+		t.nextDue = min(t.nextDue, due)
 	}
 	t.dirty = t.dirty[:0]
 	if len(t.bells) > 0 {
@@ -328,10 +341,11 @@ func (t *portalTable) publish(now int64) {
 }
 
 // ring rings p's doorbell if its application is (still) armed.
-func (t *portalTable) ring(p *portal) {
+func (t *portalTable) ring(p *portal, now int64) {
 	p.bellDue = 0
 	if p.arm.CompareAndSwap(1, 0) {
 		t.st.Doorbells++
+		p.quiet = now + t.gap
 		p.bell.Ring()
 	}
 }
@@ -348,7 +362,7 @@ func (t *portalTable) ringDue(now int64) {
 		case p.arm.Load() == 0:
 			p.bellDue = 0
 		case now >= p.bellDue:
-			t.ring(p)
+			t.ring(p, now)
 		default:
 			next = min(next, p.bellDue)
 			t.bells[k] = id

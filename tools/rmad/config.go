@@ -128,9 +128,12 @@ type EngineConfig struct {
 	Timeout         Duration `json:"timeout"` // 0: the port type's default (timeout.go), set when loaded
 	PullIdleTimeout Duration `json:"pull_idle_timeout"`
 	ResolveTimeout  Duration `json:"resolve_timeout"`
-	ARPRetry        Duration `json:"arp_retry"`
-	ICMPRate        int      `json:"icmp_rate"`  // ICMP echo requests answered per second at most (0: none)
-	ICMPBurst       int      `json:"icmp_burst"` // of which at once after a quiet spell
+	// DoorbellGap is the least time between two rings of one portal's
+	// completion doorbell (engine.Config.DoorbellGap; 0: none).
+	DoorbellGap Duration `json:"doorbell_gap"`
+	ARPRetry    Duration `json:"arp_retry"`
+	ICMPRate    int      `json:"icmp_rate"`  // ICMP echo requests answered per second at most (0: none)
+	ICMPBurst   int      `json:"icmp_burst"` // of which at once after a quiet spell
 	// NeighborReachable is how long a neighbor's MAC is good for after
 	// it answered our ARP request; ops re-ask past 3/4 of it.
 	NeighborReachable Duration `json:"neighbor_reachable"`
@@ -457,6 +460,7 @@ var flagSpecs = []struct {
 	{"timeout", "TIMEOUT (0: the port type's default, 2-8 ms)", setDur(func(c *Config) *Duration { return &c.Engine.Timeout })},
 	{"pull-idle-timeout", "a served WRITE whose first data has not come this long after its pull may be abandoned when a request needs its context or window (bounds what a replayed write request holds; 0: timeout/4)", setDur(func(c *Config) *Duration { return &c.Engine.PullIdleTimeout })},
 	{"resolve-timeout", "ARP resolution timeout", setDur(func(c *Config) *Duration { return &c.Engine.ResolveTimeout })},
+	{"doorbell-gap", "least time between two rings of one portal's completion doorbell, an interrupt throttle (0: none; at most 1ms)", setDur(func(c *Config) *Duration { return &c.Engine.DoorbellGap })},
 	{"arp-retry", "ARP retry interval", setDur(func(c *Config) *Duration { return &c.Engine.ARPRetry })},
 	{"icmp-rate", "ICMP echo requests (ping) answered per second at most (0: none)", setInt(func(c *Config) *int { return &c.Engine.ICMPRate })},
 	{"icmp-burst", "ICMP echo requests answered at once after a quiet spell", setInt(func(c *Config) *int { return &c.Engine.ICMPBurst })},
@@ -675,6 +679,7 @@ func (c *Config) engineConfig(portMAC wire.MAC, iv *aesni.IVSource) (engine.Conf
 	}
 	ec.PullIdleTimeout = time.Duration(e.PullIdleTimeout)
 	ec.ResolveTimeout, ec.ARPRetry = time.Duration(e.ResolveTimeout), time.Duration(e.ARPRetry)
+	ec.DoorbellGap = time.Duration(e.DoorbellGap)
 	ec.ICMPRate, ec.ICMPBurst = e.ICMPRate, e.ICMPBurst
 	ec.NeighborReachable = time.Duration(e.NeighborReachable)
 	ec.NeighborTable, ec.ReplayPeers = e.NeighborTable, e.ReplayPeers
