@@ -409,10 +409,11 @@ func (b *nnBench) command(r *Row, uid int) {
 }
 
 // nnEngineCounters are the engine-wide counters movedCounters reports: the
-// serving side's refusals and what bounded them.
+// serving side's refusals and what bounded them, and the completion
+// doorbells rung (and held back) for the processes that sleep on them.
 var nnEngineCounters = []string{"req_nacked", "req_nacked_owner", "req_nacked_sender", "sender_overflow",
 	"pulls_deferred_owner", "pulls_deferred_sender", "req_expired", "pulls_expired", "rx_dropped", "tx_no_buffer",
-	"replay_lanes_refused", "req_iv_mismatch"}
+	"replay_lanes_refused", "req_iv_mismatch", "doorbells", "doorbells_deferred"}
 
 // nnGauges are the data path's gauges: not counters, left out.
 var nnGauges = map[string]bool{"window_held": true, "window_share": true, "queued": true}
