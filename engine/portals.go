@@ -350,17 +350,17 @@ func (t *portalTable) ring(p *portal, now int64) {
 	}
 }
 
-// ringDue rings the deferred doorbells whose period is over and forgets
-// those rung since, detached, or whose applications woke by themselves
-// (disarmed: they found their completions on their own).
+// ringDue rings the held-back doorbells now due, and forgets those rung
+// since and those detached. A due one whose application woke by itself
+// meanwhile (it disarmed: it found its completions on its own) is not
+// rung (ring's compare-and-swap fails). The arm word, a line the
+// application writes, is read only when a ring is due.
 func (t *portalTable) ringDue(now int64) {
 	next, k := int64(math.MaxInt64), 0
 	for _, id := range t.bells {
 		p := &t.p[id]
 		switch {
 		case p.bellDue == 0 || p.arm == nil:
-		case p.arm.Load() == 0:
-			p.bellDue = 0
 		case now >= p.bellDue:
 			t.ring(p, now)
 		default:
