@@ -69,8 +69,9 @@ type portalTable struct {
 	// the ones NACKed.
 	rr    uint32
 	dirty []PortalID // portals with unpublished completions
-	// bells lists the portals whose ring moderation deferred (bellDue set),
-	// and nextDue is the earliest of their bellDue (math.MaxInt64: none).
+	// bells lists the portals whose ring is held back (bellDue set: by
+	// moderation or the gap), and nextDue is the earliest of their
+	// bellDue (math.MaxInt64: none).
 	bells   []PortalID
 	nextDue int64
 	gap     int64 // Config.DoorbellGap, ns
