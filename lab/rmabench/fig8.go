@@ -68,11 +68,14 @@ func fig8Run(ts []*kvTarget, w kvload.Workload, closed []Row, emit emitFunc) err
 			// client long before the cache (bench/HISTORY.md, kv-fig8).
 			cfg := kvload.Config{Workload: w, Clients: clients, Depth: depth, Rate: f * capacity[t],
 				Warmup: fig8Warmup, Duration: fig8D, Drain: fig8Drain, CPU: kvload.NewCPUMeter(t.pids...)}
-			res, err := t.run(cfg)
+			res, note, err := t.run(cfg)
 			if err != nil {
 				return fmt.Errorf("fig8 %s%s at %.0f GETs/s: %w", t.system, t.suffix, cfg.Rate, err)
 			}
 			r := kvRows(t, cfg, res)[0]
+			if note != "" {
+				r.Note = addNote(r.Note, note)
+			}
 			r.Note = addNote(r.Note, fmt.Sprintf("offered %.2f x its kv-ycsb-c throughput (%.0f GETs/s)", f, capacity[t]))
 			if res.Saturated() {
 				saturated[t] = true

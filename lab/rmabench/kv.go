@@ -10,6 +10,7 @@ import (
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/internal/benchrow"
 	"github.com/onerma/onerma/internal/kvload"
 )
@@ -64,17 +65,41 @@ type kvTarget struct {
 	// target runs from its start until loaded, then stays paused but for
 	// its runs.
 	pause, resume func() error
+	// stats, when set, reads the counters of the engine the clients'
+	// portals are on (OneRMA's): a run's row says how many completion
+	// doorbells that engine rang for them (kvTarget.run).
+	stats func() (*ctlmsg.Stats, error)
 }
 
-// run runs cfg against t, resumed for it when it pauses between runs.
-func (t *kvTarget) run(cfg kvload.Config) (*kvload.Result, error) {
+// run runs cfg against t, resumed for it when it pauses between runs. With
+// t.stats, note says what the clients' engine paid for waking them over
+// the run, its warm-up included.
+func (t *kvTarget) run(cfg kvload.Config) (res *kvload.Result, note string, err error) {
 	if t.resume != nil {
 		if err := t.resume(); err != nil {
-			return nil, fmt.Errorf("resuming %s%s: %w", t.system, t.suffix, err)
+			return nil, "", fmt.Errorf("resuming %s%s: %w", t.system, t.suffix, err)
 		}
 		defer t.pause()
 	}
-	return kvload.Run(t.dial, cfg)
+	var before *ctlmsg.Stats
+	if t.stats != nil {
+		if before, err = t.stats(); err != nil {
+			return nil, "", err
+		}
+	}
+	res, err = kvload.Run(t.dial, cfg)
+	if err == nil && before != nil {
+		after, serr := t.stats()
+		if serr != nil {
+			return nil, "", serr
+		}
+		rung, held := after.Doorbells-before.Doorbells, after.DoorbellsDeferred-before.DoorbellsDeferred
+		note = fmt.Sprintf("the clients' engine rang %d completion doorbells over the run and its warm-up (%d held back)", rung, held)
+		if ops := res.GetsDone + res.SetsDone; ops > 0 {
+			note += fmt.Sprintf(", %.3f per operation measured", float64(rung)/float64(ops))
+		}
+	}
+	return res, note, err
 }
 
 // concurrency is how many clients a run of t uses and how many GETs each
@@ -214,11 +239,14 @@ func kvMeasure(ts []*kvTarget, w kvload.Workload, dur time.Duration, emit emitFu
 				clients, depth := t.concurrency()
 				cfg := kvload.Config{Workload: w, Clients: clients, Depth: depth, Warmup: kvWarmup(dur), Duration: dur,
 					CPU: kvload.NewCPUMeter(t.pids...), ClientCPUs: t.clientCPUs}
-				res, err := t.run(cfg)
+				res, note, err := t.run(cfg)
 				if err != nil {
 					return fmt.Errorf("%s%s %s %d B: %w", t.system, t.suffix, mix.Name, w.ValueBytes, err)
 				}
 				for _, r := range kvRows(t, cfg, res) {
+					if note != "" {
+						r.Note = addNote(r.Note, note)
+					}
 					emit(r)
 				}
 				return nil

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/onerma/onerma/ctlmsg"
 	"github.com/onerma/onerma/internal/kvload"
 	"github.com/onerma/onerma/internal/testbed"
 	"github.com/onerma/onerma/keyx"
@@ -170,6 +171,8 @@ func onermaKVOn(rmakv, creds string, w kvload.Workload, cliEng, srvEng *testbed.
 		NoLookup: true} // system onerma-kv: GETs with two READs (the bucket, the record)
 	t := &kvTarget{system: "onerma-kv", cores: 1, suffix: suffix, dial: kvload.DialOneRMAKV(cfg), depth: onermaKVDepth, clients: 1, clientCPUs: []int{0},
 		pids: []int{cmd.Process.Pid, srvEng.Pid()}, server: "taskset " + strings.Join(args, " ") + " (" + where + ")", stop: stop}
+	rmactl := filepath.Join(filepath.Dir(rmakv), "rmactl")
+	t.stats = func() (*ctlmsg.Stats, error) { return engineStats(rmactl, cliEng.Socket) }
 	return t, cfg, nil
 }
 
