@@ -889,6 +889,45 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 	}
 }
 
+// moderate: refused before attach and before doorbell (state), and for
+// what the core cannot honour (bad_request), each error precise.
+func TestModerateErrors(t *testing.T) {
+	e := setup(t, nil)
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: e.sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tt := range []struct {
+		name, req string
+		code      ctlmsg.Code
+		msg       string
+	}{
+		{"before open", `{"v":1,"op":"moderate","count":4,"period_us":50}`, ctlmsg.CodeState, "no portal open"},
+		{"open", `{"v":1,"op":"open","name":"mod"}`, "", ""},
+		{"before attach", `{"v":1,"op":"moderate","count":4,"period_us":50}`, ctlmsg.CodeState, "is not attached"},
+		{"attach", `{"v":1,"op":"attach"}`, "", ""},
+		{"before doorbell", `{"v":1,"op":"moderate","count":4,"period_us":50}`, ctlmsg.CodeState, "has no doorbell (send doorbell first)"},
+		{"doorbell", `{"v":1,"op":"doorbell"}`, "", ""},
+		{"without period", `{"v":1,"op":"moderate","count":4,"period_us":0}`, ctlmsg.CodeBadRequest, "count 4 needs a period"},
+		{"over the ring", `{"v":1,"op":"moderate","count":65536,"period_us":50}`, ctlmsg.CodeBadRequest, "the completion ring's capacity"},
+		{"period too long", `{"v":1,"op":"moderate","count":4,"period_us":1001}`, ctlmsg.CodeBadRequest, `key "period_us": 1001 out of range [0, 1000]`},
+		{"moderate", `{"v":1,"op":"moderate","count":4,"period_us":50}`, "", ""},
+		{"undo", `{"v":1,"op":"moderate","count":1,"period_us":0}`, "", ""},
+	} {
+		resp, err := rawSend(t, c, []byte(tt.req), nil)
+		if tt.code == "" {
+			if err != nil {
+				t.Fatalf("%s: %v", tt.name, err)
+			}
+			continue
+		}
+		if err == nil || resp.Code != tt.code || !strings.Contains(resp.Error, tt.msg) {
+			t.Errorf("%s: got %v (code %q), want code %q containing %q", tt.name, err, resp.Code, tt.code, tt.msg)
+		}
+	}
+}
+
 func TestServerCloseReclaimsEverything(t *testing.T) {
 	e := setup(t, nil)
 	maps := shmMaps(t)
