@@ -815,12 +815,7 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
-		name, req string
-		oob       []byte
-		code      ctlmsg.Code
-		msg       string
-	}{
+	tests := []rawCase{
 		{"garbage", `hello`, nil, ctlmsg.CodeBadRequest, "not JSON"},
 		{"unknown key", `{"v":1,"op":"stats","rootme":1}`, nil, ctlmsg.CodeBadRequest, `unknown key "rootme"`},
 		{"too large", `{"v":1,"op":"stats"}` + strings.Repeat(" ", ctlmsg.MaxRequestBytes), nil, ctlmsg.CodeTooLarge, "longer than 4096"},
@@ -845,18 +840,7 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 		{"alloc over cap", `{"v":1,"op":"alloc_slots","n":17}`, nil, ctlmsg.CodeSlotCap, "holds 0 slots and asks for 17 more; its cap is 16"},
 		{"identity", `{"v":1,"op":"identity"}`, nil, "", ""},
 	}
-	for _, tt := range tests {
-		resp, err := rawSend(t, c, []byte(tt.req), tt.oob)
-		if tt.code == "" {
-			if err != nil {
-				t.Errorf("%s: %v", tt.name, err)
-			}
-			continue
-		}
-		if err == nil || resp.Code != tt.code || !strings.Contains(resp.Error, tt.msg) {
-			t.Errorf("%s: got %v (code %q), want code %q containing %q", tt.name, err, resp.Code, tt.code, tt.msg)
-		}
-	}
+	rawCases(t, c, tests)
 	f.Close()
 	if got := openFDs(t); got != fds {
 		t.Errorf("the engine kept a passed fd: %d open, had %d", got, fds)
@@ -898,27 +882,38 @@ func TestModerateErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	for _, tt := range []struct {
-		name, req string
-		code      ctlmsg.Code
-		msg       string
-	}{
-		{"before open", `{"v":1,"op":"moderate","count":4,"period_us":50}`, ctlmsg.CodeState, "no portal open"},
-		{"open", `{"v":1,"op":"open","name":"mod"}`, "", ""},
-		{"before attach", `{"v":1,"op":"moderate","count":4,"period_us":50}`, ctlmsg.CodeState, "is not attached"},
-		{"attach", `{"v":1,"op":"attach"}`, "", ""},
-		{"before doorbell", `{"v":1,"op":"moderate","count":4,"period_us":50}`, ctlmsg.CodeState, "has no doorbell (send doorbell first)"},
-		{"doorbell", `{"v":1,"op":"doorbell"}`, "", ""},
-		{"without period", `{"v":1,"op":"moderate","count":4,"period_us":0}`, ctlmsg.CodeBadRequest, "count 4 needs a period"},
-		{"over the ring", `{"v":1,"op":"moderate","count":65536,"period_us":50}`, ctlmsg.CodeBadRequest, "the completion ring's capacity"},
-		{"period too long", `{"v":1,"op":"moderate","count":4,"period_us":1001}`, ctlmsg.CodeBadRequest, `key "period_us": 1001 out of range [0, 1000]`},
-		{"moderate", `{"v":1,"op":"moderate","count":4,"period_us":50}`, "", ""},
-		{"undo", `{"v":1,"op":"moderate","count":1,"period_us":0}`, "", ""},
-	} {
-		resp, err := rawSend(t, c, []byte(tt.req), nil)
+	rawCases(t, c, []rawCase{
+		{"before open", `{"v":1,"op":"moderate","count":4,"period_us":50}`, nil, ctlmsg.CodeState, "no portal open"},
+		{"open", `{"v":1,"op":"open","name":"mod"}`, nil, "", ""},
+		{"before attach", `{"v":1,"op":"moderate","count":4,"period_us":50}`, nil, ctlmsg.CodeState, "is not attached"},
+		{"attach", `{"v":1,"op":"attach"}`, nil, "", ""},
+		{"before doorbell", `{"v":1,"op":"moderate","count":4,"period_us":50}`, nil, ctlmsg.CodeState, "has no doorbell (send doorbell first)"},
+		{"doorbell", `{"v":1,"op":"doorbell"}`, nil, "", ""},
+		{"without period", `{"v":1,"op":"moderate","count":4,"period_us":0}`, nil, ctlmsg.CodeBadRequest, "count 4 needs a period"},
+		{"over the ring", `{"v":1,"op":"moderate","count":65536,"period_us":50}`, nil, ctlmsg.CodeBadRequest, "the completion ring's capacity"},
+		{"period too long", `{"v":1,"op":"moderate","count":4,"period_us":1001}`, nil, ctlmsg.CodeBadRequest, `key "period_us": 1001 out of range [0, 1000]`},
+		{"moderate", `{"v":1,"op":"moderate","count":4,"period_us":50}`, nil, "", ""},
+		{"undo", `{"v":1,"op":"moderate","count":1,"period_us":0}`, nil, "", ""},
+	})
+}
+
+// rawCase is one raw request on a control connection: it succeeds (code
+// ""), or fails with code and an error containing msg.
+type rawCase struct {
+	name, req string
+	oob       []byte
+	code      ctlmsg.Code
+	msg       string
+}
+
+// rawCases sends the cases in order on c and checks each answer.
+func rawCases(t *testing.T, c *net.UnixConn, cases []rawCase) {
+	t.Helper()
+	for _, tt := range cases {
+		resp, err := rawSend(t, c, []byte(tt.req), tt.oob)
 		if tt.code == "" {
 			if err != nil {
-				t.Fatalf("%s: %v", tt.name, err)
+				t.Errorf("%s: %v", tt.name, err)
 			}
 			continue
 		}
