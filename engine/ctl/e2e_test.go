@@ -877,12 +877,7 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 // what the core cannot honour (bad_request), each error precise.
 func TestModerateErrors(t *testing.T) {
 	e := setup(t, nil)
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: e.sock, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rawCases(t, c, []rawCase{
+	rawCases(t, rawDial(t, e.sock), []rawCase{
 		{"before open", `{"v":1,"op":"moderate","count":4,"period_us":50}`, nil, ctlmsg.CodeState, "no portal open"},
 		{"open", `{"v":1,"op":"open","name":"mod"}`, nil, "", ""},
 		{"before attach", `{"v":1,"op":"moderate","count":4,"period_us":50}`, nil, ctlmsg.CodeState, "is not attached"},
