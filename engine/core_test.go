@@ -589,11 +589,7 @@ func TestARPAnswered(t *testing.T) {
 }
 
 func TestHotPathAllocs(t *testing.T) {
-	tx := newTestTx(64)
-	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, abi.ClassLow, 1)
-	m := make([]byte, 8192)
-	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
+	c, tx, app, r := selfApp(t, testConfig("10.0.0.1", 1), 1)
 	cmd := app.keyed(readCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 4096, 1))
 	if allocs, cpl := allocsPerOp(c, tx, app, cmd); allocs != 0 || cpl.Status != abi.StatusOK {
 		t.Fatalf("%v allocs per op, status %v", allocs, cpl.Status)
@@ -698,11 +694,7 @@ func (b *countBell) Ring() { b.n++ }
 // The doorbell rings once per arming, only after completions are
 // published, and only when the application armed it.
 func TestDoorbell(t *testing.T) {
-	tx := newTestTx(64)
-	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, abi.ClassLow, 2)
-	m := make([]byte, 8192)
-	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
+	c, _, app, r := selfApp(t, testConfig("10.0.0.1", 1), 2)
 	arm := aligned(64)
 	bell := &countBell{}
 	if err := c.SetDoorbell(app.id, arm[:4], bell); err != nil {
@@ -740,11 +732,7 @@ func TestDoorbell(t *testing.T) {
 // period after the first completion it deferred; not for an application
 // that woke by itself; and SetModeration refuses what it cannot honour.
 func TestDoorbellModeration(t *testing.T) {
-	tx := newTestTx(64)
-	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, abi.ClassLow, 4)
-	m := make([]byte, 8192)
-	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
+	c, _, app, r := selfApp(t, testConfig("10.0.0.1", 1), 4)
 	if err := c.SetModeration(app.id, 3, 50*time.Microsecond); !errors.Is(err, ErrModeration) {
 		t.Fatalf("moderation without a doorbell: %v", err)
 	}
@@ -870,9 +858,7 @@ func TestDoorbellGap(t *testing.T) {
 	const gap = 20 * time.Microsecond
 	cfg := testConfig("10.0.0.1", 1)
 	cfg.DoorbellGap = gap
-	c := newCore(t, cfg, newTestTx(64))
-	app := openApp(t, c, abi.ClassLow, 2)
-	r, _ := c.RegisterRegion(app.id, make([]byte, 8192), abi.PermAll, testKr)
+	c, _, app, r := selfApp(t, cfg, 2)
 	arm := aligned(64)
 	bell := &countBell{}
 	if err := c.SetDoorbell(app.id, arm[:4], bell); err != nil {

@@ -226,6 +226,22 @@ func newCore(t testing.TB, cfg Config, tx Tx) *Core {
 	return c
 }
 
+// selfApp is a core of cfg with a test Tx of 64 frames, a low-class
+// application on it with slots slots, and its region of 8 KB (every
+// permission), which the application's ops read and write on the same
+// core.
+func selfApp(t testing.TB, cfg Config, slots int) (*Core, *testTx, *testApp, abi.RegionID) {
+	t.Helper()
+	tx := newTestTx(64)
+	c := newCore(t, cfg, tx)
+	app := openApp(t, c, abi.ClassLow, slots)
+	r, err := c.RegisterRegion(app.id, make([]byte, 8192), abi.PermAll, testKr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, tx, app, r
+}
+
 func pattern(b []byte, seed byte) {
 	for i := range b {
 		b[i] = byte(i*7) ^ seed

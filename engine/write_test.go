@@ -501,11 +501,7 @@ func TestWriteTamperedData(t *testing.T) {
 }
 
 func TestWriteHotPathAllocs(t *testing.T) {
-	tx := newTestTx(64)
-	c := newCore(t, testConfig("10.0.0.1", 1), tx)
-	app := openApp(t, c, abi.ClassLow, 1)
-	m := make([]byte, 8192)
-	r, _ := c.RegisterRegion(app.id, m, abi.PermAll, testKr)
+	c, tx, app, r := selfApp(t, testConfig("10.0.0.1", 1), 1)
 	cmd := app.keyed(writeCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 4096, 1))
 	var cpl abi.Completion
 	now := int64(1000)
