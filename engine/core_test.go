@@ -851,6 +851,41 @@ func TestDoorbellModeration(t *testing.T) {
 	}
 }
 
+// One portal's moderation holds back its own rings only: another
+// tenant's portal on the core, armed, is rung at its completion, and the
+// moderated one when its period is over.
+func TestModerationIsPerPortal(t *testing.T) {
+	c, _, app, r := selfApp(t, testConfig("10.0.0.1", 1), 1)
+	other := openTenantApp(t, c, 1, abi.ClassLow, 1)
+	ro, err := c.RegisterRegion(other.id, make([]byte, 8192), abi.PermAll, testKr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arm, armO := aligned(64), aligned(64)
+	bell, bellO := &countBell{}, &countBell{}
+	if err := c.SetDoorbell(app.id, arm[:4], bell); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetDoorbell(other.id, armO[:4], bellO); err != nil {
+		t.Fatal(err)
+	}
+	const period = int64(100 * time.Microsecond)
+	if err := c.SetModeration(app.id, 8, time.Duration(period)); err != nil {
+		t.Fatal(err)
+	}
+	arm[0], armO[0] = 1, 1
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 64, 1))
+	other.post(t, readCmd(other.slots[0], ipOf("10.0.0.1"), ro, 0, ro, 4096, 64, 2))
+	c.Poll(1000)
+	if bell.n != 0 || bellO.n != 1 || armO[0] != 0 {
+		t.Fatalf("moderated rang %d, the other %d (arm %d)", bell.n, bellO.n, armO[0])
+	}
+	c.Poll(1000 + period)
+	if bell.n != 1 || bellO.n != 1 {
+		t.Fatalf("after the period: moderated rang %d, the other %d", bell.n, bellO.n)
+	}
+}
+
 // Config.DoorbellGap: a portal is rung at most once per gap; a
 // completion published sooner is rung at the gap's end, and a portal's
 // first ring is never held back.
