@@ -46,7 +46,7 @@ import (
 //     posted meanwhile is started before the Poll's bulk work, and turns
 //     the bound on for it.
 //   - The initiator keeps each tenant's queued short ops of a class on a
-//     list of their own (slot.sprev/snext): a grant that would take a
+//     list of their own (slot.link[byShort]): a grant that would take a
 //     bulk op with short ops of its tenant and class queued behind it
 //     takes the oldest of those instead, shortBurst (8) times in a row at
 //     most (initiator.shortFirst). A short op then waits for the bulk ops

@@ -29,18 +29,13 @@ type slot struct {
 	op     abi.Op
 	portal PortalID
 	tenant uint16 // its portal's (PortalSpec.Tenant)
-	prev   int32
-	next   int32
-	// tprev and tnext link a queued op in its tenant's FIFO of its class
-	// (shares.go); prev and next then link it in its class's FIFO of all
-	// tenants' ops.
-	tprev int32
-	tnext int32
-	// sprev and snext link a queued short op in its tenant's list of
-	// short ops of its class, while the core bounds bulk work (shortq,
-	// bulk.go); short says it is on it.
-	sprev    int32
-	snext    int32
+	// link threads the slot through up to three lists (lists.go): by
+	// byList, the list it is on (its class's FIFO of all tenants' ops,
+	// resolving, in service); by byTenant, a queued op's tenant's FIFO of
+	// its class (shares.go); by byShort, a queued short op's tenant's
+	// list of short ops of its class, while the core bounds bulk work
+	// (shortq, bulk.go), which short says it is on.
+	link     [numLinks]slotLink
 	short    bool
 	seq      uint32 // bumped per op: stale responses never match
 	remoteIP uint32
@@ -183,9 +178,7 @@ func newInitiator(cfg *Config, keys *aesni.Cache, parts *Core) *initiator {
 		n.rings[i] = tenantRing{head: noTenant, tail: noTenant}
 	}
 	for i := cfg.Slots - 1; i >= 0; i-- {
-		n.slots[i].prev, n.slots[i].next = -1, -1
-		n.slots[i].tprev, n.slots[i].tnext = -1, -1
-		n.slots[i].sprev, n.slots[i].snext = -1, -1
+		n.slots[i].link = [numLinks]slotLink{{-1, -1}, {-1, -1}, {-1, -1}}
 		n.free = append(n.free, int32(i))
 	}
 	for i := range n.lists {
@@ -427,7 +420,7 @@ func (n *initiator) validate(id PortalID, cmd *abi.Command, malformed bool) abi.
 func (n *initiator) resolved(now int64, ip uint32, mac wire.MAC) {
 	for i := n.lists[listResolving].head; i >= 0; {
 		s := &n.slots[i]
-		next := s.next
+		next := s.link[byList].next
 		if s.hop == ip {
 			n.unlink(i)
 			s.mac = mac
@@ -440,7 +433,7 @@ func (n *initiator) resolved(now int64, ip uint32, mac wire.MAC) {
 // forgetIfUnwanted drops an unresolved neighbor entry once no op waits
 // for it.
 func (n *initiator) forgetIfUnwanted(ip uint32) {
-	for i := n.lists[listResolving].head; i >= 0; i = n.slots[i].next {
+	for i := n.lists[listResolving].head; i >= 0; i = n.slots[i].link[byList].next {
 		if n.slots[i].hop == ip {
 			return
 		}
@@ -618,7 +611,7 @@ func (n *initiator) expire(now int64) int {
 	}
 	if n.lists[listResolving].n > 0 && now >= n.nextARPScan {
 		n.nextARPScan = now + n.arpRetry
-		for i := n.lists[listResolving].head; i >= 0; i = n.slots[i].next {
+		for i := n.lists[listResolving].head; i >= 0; i = n.slots[i].link[byList].next {
 			e := n.nbr.lookup(n.slots[i].hop, false)
 			if e != nil && e.state == nbrIncomplete && n.arp.due(now, e) {
 				n.arp.request(now, e, e.asked)
@@ -632,11 +625,11 @@ func (n *initiator) expire(now int64) int {
 // stalled moves the deadlines of this core's own ops by gap (see
 // Core.Stalled).
 func (n *initiator) stalled(gap int64) {
-	for i := n.lists[listInService].head; i >= 0; i = n.slots[i].next {
+	for i := n.lists[listInService].head; i >= 0; i = n.slots[i].link[byList].next {
 		n.slots[i].deadline += gap // every one: the list stays in deadline order
 	}
 	for _, l := range [...]listID{listFIFOHigh, listFIFOLow} {
-		for i := n.lists[l].head; i >= 0; i = n.slots[i].next {
+		for i := n.lists[l].head; i >= 0; i = n.slots[i].link[byList].next {
 			n.slots[i].queuedNs += gap
 		}
 	}
@@ -673,7 +666,7 @@ func (n *initiator) shutdown(now int64) {
 	for l := listFIFOLow; l < numLists; l++ {
 		for i := n.lists[l].head; i >= 0; {
 			s := &n.slots[i]
-			next := s.next
+			next := s.link[byList].next
 			if !(l == listInService && s.op != abi.OpRead && s.pulled && s.sent == s.length && s.remoteIP != n.out.ip) {
 				n.complete(now, i, abi.StatusAborted)
 			}

@@ -17,7 +17,7 @@ import (
 // The sum of the weights changes only when a tenant comes or goes
 // (OpenPortal, ClosePortal), and the shares are computed then.
 //
-// Queued ops wait in a FIFO per tenant and class (the slots' tprev/tnext;
+// Queued ops wait in a FIFO per tenant and class (the slots' link[byTenant];
 // each queued op is also on its class's FIFO of every tenant's ops, in
 // the order they were queued, for DISPATCH_TIMEOUT). Each class keeps a
 // ring of the tenants that have ops of that class queued. A grant, when
@@ -65,7 +65,7 @@ const noTenant = -1
 // writes comes first (one cache line); then what shortFirst keeps while
 // the core bounds bulk work; the rest changes with portals.
 type tenantQ struct {
-	q       [abi.NumClass]slotList // its queued ops by class, FIFO (slot.tprev/tnext)
+	q       [abi.NumClass]slotList // its queued ops by class, FIFO (slot.link[byTenant])
 	deficit [abi.NumClass]int32    // deficit round robin: bytes it may be granted in its turn
 	held    int32                  // window bytes its ops in service hold (orphans excluded)
 	share   int32                  // g_t (0: not present)
@@ -75,7 +75,7 @@ type tenantQ struct {
 	// not borrow. An op queued before then waited for its tenant's share
 	// (TenantCounters.ShareWaits).
 	blockedNs int64
-	sq        [abi.NumClass]slotList // its short ops queued behind a bulk op, by class, FIFO (slot.sprev/snext)
+	sq        [abi.NumClass]slotList // its short ops queued behind a bulk op, by class, FIFO (slot.link[byShort])
 	bulk      [abi.NumClass]int32    // its bulk ops queued, by class
 	run       [abi.NumClass]int32    // short ops granted from behind the bulk op at its queue's head since that queue's latest bulk grant
 	// prev and next link it in the ring of its class while it has ops of
@@ -149,7 +149,7 @@ func (n *initiator) leave(t int) {
 func (n *initiator) buildTenantQueues() {
 	n.multi = true
 	for _, l := range [...]listID{listFIFOHigh, listFIFOLow} {
-		for i := n.lists[l].head; i >= 0; i = n.slots[i].next {
+		for i := n.lists[l].head; i >= 0; i = n.slots[i].link[byList].next {
 			n.tpush(i)
 		}
 	}
@@ -160,8 +160,8 @@ func (n *initiator) buildTenantQueues() {
 func (n *initiator) dropTenantQueues() {
 	n.multi = false
 	for _, l := range [...]listID{listFIFOHigh, listFIFOLow} {
-		for i := n.lists[l].head; i >= 0; i = n.slots[i].next {
-			n.slots[i].tprev, n.slots[i].tnext = -1, -1
+		for i := n.lists[l].head; i >= 0; i = n.slots[i].link[byList].next {
+			n.slots[i].link[byTenant] = slotLink{-1, -1}
 		}
 	}
 	for t := range n.tq {
@@ -205,17 +205,11 @@ func debitOf(s *slot) uint32 {
 func (n *initiator) tpush(i int32) {
 	s := &n.slots[i]
 	t, cl := int32(s.tenant), s.class
-	q := &n.tq[t]
-	L := &q.q[cl]
-	s.tprev, s.tnext = L.tail, -1
-	if L.tail >= 0 {
-		n.slots[L.tail].tnext = i
-	} else {
-		L.head = i
+	L := &n.tq[t].q[cl]
+	if L.tail < 0 {
 		n.ringPush(cl, t)
 	}
-	L.tail = i
-	L.n++
+	n.linkBack(L, i, byTenant)
 }
 
 // spush appends queued short op i, queued behind a bulk op of its tenant
@@ -224,33 +218,15 @@ func (n *initiator) tpush(i int32) {
 // its queue: those come after it.
 func (n *initiator) spush(i int32) {
 	s := &n.slots[i]
-	L := &n.tq[s.tenant].sq[s.class]
-	s.short, s.sprev, s.snext = true, L.tail, -1
-	if L.tail >= 0 {
-		n.slots[L.tail].snext = i
-	} else {
-		L.head = i
-	}
-	L.tail = i
-	L.n++
+	s.short = true
+	n.linkBack(&n.tq[s.tenant].sq[s.class], i, byShort)
 }
 
 // sunlink takes queued short op i off its tenant's list of short ops.
 func (n *initiator) sunlink(i int32) {
 	s := &n.slots[i]
-	L := &n.tq[s.tenant].sq[s.class]
-	if s.sprev >= 0 {
-		n.slots[s.sprev].snext = s.snext
-	} else {
-		L.head = s.snext
-	}
-	if s.snext >= 0 {
-		n.slots[s.snext].sprev = s.sprev
-	} else {
-		L.tail = s.sprev
-	}
-	s.short, s.sprev, s.snext = false, -1, -1
-	L.n--
+	s.short = false
+	n.linkOut(&n.tq[s.tenant].sq[s.class], i, byShort)
 }
 
 // shortBurst is how many grants in a row shortFirst gives short ops
@@ -314,9 +290,9 @@ func (n *initiator) auditShort() error {
 		for cl := range n.tq[t].sq {
 			L := &n.tq[t].sq[cl]
 			k, prev, last := 0, int32(-1), int64(math.MinInt64)
-			for i := L.head; i >= 0; i = n.slots[i].snext {
+			for i := L.head; i >= 0; i = n.slots[i].link[byShort].next {
 				s := &n.slots[i]
-				if !s.short || int(s.tenant) != t || int(s.class) != cl || s.sprev != prev || s.queuedNs < last || k > len(n.slots) {
+				if !s.short || int(s.tenant) != t || int(s.class) != cl || s.link[byShort].prev != prev || s.queuedNs < last || k > len(n.slots) {
 					return fmt.Errorf("audit: tenant %d's short list of class %d broken at slot %d", t, cl, i)
 				}
 				prev, last = i, s.queuedNs
@@ -340,20 +316,8 @@ func (n *initiator) tunlink(i int32) {
 	s := &n.slots[i]
 	t, cl := int32(s.tenant), s.class
 	q := &n.tq[t]
-	L := &q.q[cl]
-	if s.tprev >= 0 {
-		n.slots[s.tprev].tnext = s.tnext
-	} else {
-		L.head = s.tnext
-	}
-	if s.tnext >= 0 {
-		n.slots[s.tnext].tprev = s.tprev
-	} else {
-		L.tail = s.tprev
-	}
-	s.tprev, s.tnext = -1, -1
-	L.n--
-	if L.n == 0 {
+	n.linkOut(&q.q[cl], i, byTenant)
+	if q.q[cl].n == 0 {
 		n.ringUnlink(cl, t)
 		q.deficit[cl] = 0
 	}
@@ -514,9 +478,9 @@ func (n *initiator) auditShares() error {
 			L := &q.q[cl]
 			k, prev := 0, int32(-1)
 			last := int64(math.MinInt64)
-			for i := L.head; i >= 0; i = n.slots[i].tnext {
+			for i := L.head; i >= 0; i = n.slots[i].link[byTenant].next {
 				s := &n.slots[i]
-				if s.state != slotQueued || int(s.tenant) != t || int(s.class) != cl || s.tprev != prev || s.queuedNs < last {
+				if s.state != slotQueued || int(s.tenant) != t || int(s.class) != cl || s.link[byTenant].prev != prev || s.queuedNs < last {
 					return fmt.Errorf("audit: slot %d (state %d tenant %d class %d) in tenant %d's FIFO of class %d out of place", i, s.state, s.tenant, s.class, t, cl)
 				}
 				prev, last = i, s.queuedNs
