@@ -876,6 +876,11 @@ func TestBadClientsGetPreciseErrors(t *testing.T) {
 // moderate: refused before attach and before doorbell (state), and for
 // what the core cannot honour (bad_request), each error precise.
 func TestModerateErrors(t *testing.T) {
+	// The request's bound is the core's: ctlmsg sits below engine and
+	// names it apart.
+	if got := time.Duration(ctlmsg.MaxModerationUs) * time.Microsecond; got != engine.MaxModerationPeriod {
+		t.Fatalf("ctlmsg.MaxModerationUs is %v, engine.MaxModerationPeriod %v", got, engine.MaxModerationPeriod)
+	}
 	e := setup(t, nil)
 	rawCases(t, rawDial(t, e.sock), []rawCase{
 		{"before open", `{"v":1,"op":"moderate","count":4,"period_us":50}`, nil, ctlmsg.CodeState, "no portal open"},
