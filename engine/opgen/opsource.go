@@ -14,8 +14,11 @@ import (
 // to it: it stands in the core's portal table as an entry with no rings,
 // posts its ops straight into the initiator from the core's Poll
 // (engine.SourcePort.Post), as the core does an application's commands,
-// and takes their completions as the core makes them (Completed),
-// checking each op's data as it completes. Like an application it holds
+// and takes their completions as the core makes them (Completed). It
+// checks the data of the ops that completed OK in a batch at the top of
+// its next Poll, before it posts again on their slots (a stage of its
+// own with cost accounting: stage.Check, the selftest's cost, not the
+// engine's). Like an application it holds
 // slots and a local region of its own, which is each slot's READ sink and
 // WRITE source (4 KB apiece: slot k's at k*MaxOpBytes), and behind them
 // the sinks of the read-back.
@@ -44,8 +47,14 @@ type opSource struct {
 	remOff, area []uint64
 	lastOK       []bool   // WRITE: slot k's last op completed OK (read back at the end)
 	ready        slotFIFO // slots whose last op completed, waiting for the next Poll
-	inflight     int
-	stamp        uint64 // WRITE: the next op's stamp (core in the top byte)
+	// unchecked holds the slots whose op completed OK, their data not
+	// checked yet (the next Poll checks them); inWin and delay are each
+	// one's completion: in the measured window, and its total delay.
+	unchecked slotFIFO
+	inWin     []bool
+	delay     []uint32
+	inflight  int
+	stamp     uint64 // WRITE: the next op's stamp (core in the top byte)
 
 	start, end int64 // the measured window, from the first Poll after Start
 	res        CoreResult
@@ -98,6 +107,9 @@ var _ engine.OpSource = (*opSource)(nil)
 // Poll posts the ops of the slots whose last op completed and moves the
 // source through its phases; it returns the ops posted.
 func (s *opSource) Poll(now int64) int {
+	if s.unchecked.n > 0 {
+		s.checkAll()
+	}
 	switch s.state {
 	case srcIdle, srcDone:
 		return 0
@@ -217,14 +229,39 @@ func (s *opSource) Completed(now int64, cpl abi.Completion) {
 		}
 		s.lastOK[k] = false
 		s.record(failure{kind: failStatus, op: cpl.Op, status: cpl.Status, slot: k, off: s.remOff[k]})
-	} else if !s.check(k) {
+	} else {
+		s.inWin[k], s.delay[k] = now >= s.start && now < s.end, cpl.TotalDelayNs
+		s.unchecked.push(int32(k)) // room for every slot
 		return
-	} else if now >= s.start && now < s.end {
-		s.res.Ops++
-		s.res.Latency.Add(uint64(cpl.TotalDelayNs))
 	}
 	if s.state == srcRunning {
 		s.ready.push(int32(k)) // room for every slot
+	}
+}
+
+// checkAll checks the data of the ops that completed OK since the last
+// Poll, counts those in the measured window, and makes their slots ready
+// for the next op; with cost accounting, as stage Check.
+func (s *opSource) checkAll() {
+	var prev stage.Stage
+	if s.stg != nil {
+		prev = s.stg.Enter(stage.Check)
+	}
+	for j := s.unchecked.n; j > 0; j-- {
+		k := int(s.unchecked.pop())
+		if !s.check(k) {
+			continue
+		}
+		if s.inWin[k] {
+			s.res.Ops++
+			s.res.Latency.Add(uint64(s.delay[k]))
+		}
+		if s.state == srcRunning {
+			s.ready.push(int32(k))
+		}
+	}
+	if s.stg != nil {
+		s.stg.Enter(prev)
 	}
 }
 

@@ -232,7 +232,8 @@ func (s *opSource) attach(j int, half, stride uint64, writeKey aesni.Key) error 
 	}
 	s.slots, s.local = slots, local
 	s.remOff, s.area, s.lastOK = make([]uint64, o), make([]uint64, o), make([]bool, o)
-	s.ready = newSlotFIFO(o)
+	s.ready, s.unchecked = newSlotFIFO(o), newSlotFIFO(o)
+	s.inWin, s.delay = make([]bool, o), make([]uint32, o)
 	s.stamp = uint64(t.g.Core(s.core).Config().CoreID) << 56
 	span := half - uint64(t.cfg.Size) - 64
 	for k := range o {

@@ -346,6 +346,9 @@ func TestSelfTestStages(t *testing.T) {
 	if d.Cycles[stage.Protocol]+d.Cycles[stage.Build] == 0 || d.Sections[stage.Build] == 0 {
 		t.Errorf("nothing charged to the core's stages: %+v", d)
 	}
+	if d.Sections[stage.Check] == 0 || d.Sections[stage.Check] > uint64(sum.Ops) {
+		t.Errorf("the source's checks: %d sections of Check for %d ops", d.Sections[stage.Check], sum.Ops)
+	}
 	rep := stage.NewReport(d, sum.Ops, 2e9, stage.Budget{})
 	if x, _ := rep.Row(stage.RowUnattributed); x.Cycles != 0 {
 		t.Errorf("unattributed %+v", x)

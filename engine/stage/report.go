@@ -18,7 +18,7 @@ import (
 // EmptyRings and Loop together). Equal parts do not claim the stages
 // cost alike: a run that misses its target shows its largest stages over
 // their part, and the stage most over it is the one a cut helps most.
-// Idle is never budgeted.
+// Idle and Check are never budgeted.
 type Budget struct {
 	// TargetNs is the speed target as ns per op on one core (0: the run
 	// has none: no budgets).
@@ -37,7 +37,7 @@ const budgetParts = 6
 // measured cost, the other stages and the overhead group (any overhead
 // stage but Idle) an equal part of the rest.
 func (b Budget) For(st Stage) (float64, bool) {
-	if b.TargetNs <= 0 || st == Idle {
+	if b.TargetNs <= 0 || st == Idle || st == Check {
 		return 0, false
 	}
 	switch st {

@@ -35,14 +35,13 @@
 //     crypto/cipher, and for the frames of the self-loop, each frame's
 //     open.
 //   - Protocol (protocol state): finish of every opened frame (complete
-//     an op and write its completion, or hand it to an op source, which
-//     checks its data there: rmad -selftest's cost, not the engine's;
-//     queue a request, check replay windows, accept a pull, commit a WRITE,
+//     an op and write its completion, or hand it to an op source; queue
+//     a request, check replay windows, accept a pull, commit a WRITE,
 //     refund the window; frames that finish sends at once, such as a
 //     pull's WRITE data, are built here too), then in Poll the region
 //     table's quiescent point, the commands taken from portal rings that
-//     had some, the op source's Poll (rmad -selftest posts there) and the
-//     expiry of pulls and timers.
+//     had some, the op source's Poll (rmad -selftest posts there, its
+//     checks apart: Check) and the expiry of pulls and timers.
 //   - Build: Poll's arbitration of the window and the request frames it
 //     grants, serving READs (response frames), starting pulls, WRITE data
 //     waiting for tx buffers, and the self-loop's frames between them
@@ -73,6 +72,9 @@
 //     batch, at the end of Poll (and between the two passes of a burst
 //     taken short frames first: engine.Config.PollBytes); a completion's
 //     entry is written in Protocol.
+//   - Check: an op source's check of the data its ops moved (rmad
+//     -selftest verifies every op's bytes, in a batch at the top of its
+//     Poll): the selftest's cost, not the engine's, never budgeted.
 //
 // The per-iteration overhead, what the loop costs whatever it carries:
 //
@@ -127,6 +129,7 @@ const (
 	Seal
 	Transmit
 	Completion
+	Check
 	Clock
 	EmptyRx
 	EmptyPoll
@@ -136,7 +139,7 @@ const (
 	NumStages
 )
 
-var names = [NumStages]string{"receive", "open", "protocol", "build", "seal", "transmit", "completion",
+var names = [NumStages]string{"receive", "open", "protocol", "build", "seal", "transmit", "completion", "check",
 	"clock", "empty_rx", "empty_poll", "empty_rings", "loop", "idle"}
 
 // String is the stage's name in a report ("receive", "empty_rx", ...).

@@ -175,6 +175,9 @@ func TestBudget(t *testing.T) {
 	if _, ok := b.For(Idle); ok {
 		t.Error("idle has a budget")
 	}
+	if _, ok := b.For(Check); ok {
+		t.Error("check has a budget")
+	}
 	if _, ok := (Budget{SealNs: 1}).For(Receive); ok {
 		t.Error("a budget without a target")
 	}
