@@ -18,10 +18,9 @@ import (
 // checks the data of the ops that completed OK in a batch at the top of
 // its next Poll, before it posts again on their slots (a stage of its
 // own with cost accounting: stage.Check, the selftest's cost, not the
-// engine's). Like an application it holds
-// slots and a local region of its own, which is each slot's READ sink and
-// WRITE source (4 KB apiece: slot k's at k*MaxOpBytes), and behind them
-// the sinks of the read-back.
+// engine's). Like an application it holds slots and a local region of
+// its own, which is each slot's READ sink and WRITE source (4 KB apiece:
+// slot k's at k*MaxOpBytes), and behind them the sinks of the read-back.
 //
 // Slot k's op carries cookie k. A completed slot waits on ready until the
 // next Poll posts its next op: an op is never posted from inside a
