@@ -29,12 +29,13 @@ type slot struct {
 	op     abi.Op
 	portal PortalID
 	tenant uint16 // its portal's (PortalSpec.Tenant)
-	// link threads the slot through up to three lists (lists.go): by
-	// byList, the list it is on (its class's FIFO of all tenants' ops,
-	// resolving, in service); by byTenant, a queued op's tenant's FIFO of
-	// its class (shares.go); by byShort, a queued short op's tenant's
-	// list of short ops of its class, while the core bounds bulk work
-	// (shortq, bulk.go), which short says it is on.
+	// link threads the slot through up to three lists (lists.go):
+	// link[byList] through the list it is on (its class's FIFO of all
+	// tenants' ops, resolving, in service); link[byTenant], a queued op,
+	// through its tenant's FIFO of its class (shares.go); link[byShort],
+	// a queued short op, through its tenant's list of short ops of its
+	// class while the core bounds bulk work (shortq, bulk.go), which
+	// short says it is on.
 	link     [numLinks]slotLink
 	short    bool
 	seq      uint32 // bumped per op: stale responses never match
