@@ -189,7 +189,7 @@ type Stats struct {
 	RingsCorrupt      uint64 // portals closed because the app wrote impossible ring indices
 	SelfLoop          uint64 // frames the engine sent to itself inside the core (not counted in Tx/RxFrames)
 	Doorbells         uint64 // doorbells rung for applications waiting on completions
-	DoorbellsDeferred uint64 // rings a portal's moderation deferred (Core.SetModeration)
+	DoorbellsDeferred uint64 // rings held back by a portal's moderation (Core.SetModeration) or the gap (Config.DoorbellGap)
 	DelayBatches      uint64 // delay-sample batches handed to the telemetry hook (rmatop's uprobe)
 	DelaySamples      uint64 // completions in them
 

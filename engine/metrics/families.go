@@ -93,7 +93,7 @@ var statsFamilies = []family[st]{
 	one("no_route_total", "Ops completed UNREACHABLE at once: no route to their destination.", ctr, func(s *st) float64 { return u(s.NoRoute) }),
 	one("rings_corrupt_total", "Portals closed by the engine because their application wrote impossible ring indices.", ctr, func(s *st) float64 { return u(s.RingsCorrupt) }),
 	one("doorbells_total", "Doorbells rung for applications waiting on completions.", ctr, func(s *st) float64 { return u(s.Doorbells) }),
-	one("doorbells_deferred_total", "Doorbell rings held back by a portal's moderation (rung later, or not at all when the application woke by itself).", ctr, func(s *st) float64 { return u(s.DoorbellsDeferred) }),
+	one("doorbells_deferred_total", "Doorbell rings held back by a portal's moderation or the engine's doorbell gap (rung later, or not at all when the application woke by itself).", ctr, func(s *st) float64 { return u(s.DoorbellsDeferred) }),
 	one("delay_batches_total", "Delay-sample batches handed to the telemetry hook (and added to the delay histograms).", ctr, func(s *st) float64 { return u(s.DelayBatches) }),
 	one("delay_samples_total", "Completions in those batches.", ctr, func(s *st) float64 { return u(s.DelaySamples) }),
 	one("window_used_bytes", "Solicitation window bytes debited now.", gge, func(s *st) float64 { return u(s.WindowInUse) }),
