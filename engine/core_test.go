@@ -886,6 +886,37 @@ func TestModerationIsPerPortal(t *testing.T) {
 	}
 }
 
+// A portal closed with its ring held back leaves nothing behind: its
+// entry, reused, is listed for its own rings only, and is not rung for
+// the closed one's.
+func TestModerationClosedPortal(t *testing.T) {
+	c, _, app, r := selfApp(t, testConfig("10.0.0.1", 1), 1)
+	arm, bell := aligned(64), &countBell{}
+	if err := c.SetDoorbell(app.id, arm[:4], bell); err != nil {
+		t.Fatal(err)
+	}
+	const period = int64(50 * time.Microsecond)
+	if err := c.SetModeration(app.id, 8, time.Duration(period)); err != nil {
+		t.Fatal(err)
+	}
+	arm[0] = 1
+	app.post(t, readCmd(app.slots[0], ipOf("10.0.0.1"), r, 0, r, 4096, 64, 1))
+	c.Poll(1000)
+	if bell.n != 0 || len(c.portals.bells) != 1 {
+		t.Fatalf("not held back: rang %d, %d listed", bell.n, len(c.portals.bells))
+	}
+	if err := c.ClosePortal(app.id); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.portals.bells) != 0 {
+		t.Fatalf("a closed portal's ring still listed: %v", c.portals.bells)
+	}
+	c.Poll(1000 + period)
+	if bell.n != 0 {
+		t.Fatalf("a closed portal rung (%d)", bell.n)
+	}
+}
+
 // Config.DoorbellGap: a portal is rung at most once per gap; a
 // completion published sooner is rung at the gap's end, and a portal's
 // first ring is never held back.

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -202,6 +203,9 @@ func (t *portalTable) detach(id PortalID) {
 	p.cmd, p.cpl = nil, nil
 	p.arm, p.bell = nil, nil
 	p.modCount, p.modPeriod, p.bellDue, p.quiet = 0, 0, 0, 0
+	if k := slices.Index(t.bells, id); k >= 0 { // its held-back ring
+		t.bells = slices.Delete(t.bells, k, k+1)
+	}
 	if p.rings {
 		t.ringing--
 	}
@@ -352,7 +356,7 @@ func (t *portalTable) ring(p *portal, now int64) {
 }
 
 // ringDue rings the held-back doorbells now due, and forgets those rung
-// since and those detached. A due one whose application woke by itself
+// since (at a publication past their gap). A due one whose application woke by itself
 // meanwhile (it disarmed: it found its completions on its own) is not
 // rung (ring's compare-and-swap fails). The arm word, a line the
 // application writes, is read only when a ring is due.
@@ -361,7 +365,7 @@ func (t *portalTable) ringDue(now int64) {
 	for _, id := range t.bells {
 		p := &t.p[id]
 		switch {
-		case p.bellDue == 0 || p.arm == nil:
+		case p.bellDue == 0:
 		case now >= p.bellDue:
 			t.ring(p, now)
 		default:
