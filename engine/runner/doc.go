@@ -13,7 +13,11 @@
 //   - one clock read per iteration (ClockReads = Iterations, plus one per
 //     sleep cut short by Exec, Stop or a signal, WokenEarly, and one at
 //     stop): a sleep that lasts its timeout reads no clock (the next
-//     iteration's read shows a late wake-up as a stall);
+//     iteration's read shows a late wake-up as a stall). With the
+//     default clock, on a machine whose kernel keeps its own clock on
+//     the CPU's time-stamp counter, a read is the counter's
+//     (internal/tsc.Clock: RDTSC and a multiplication, anchored to
+//     Monotonic every 10 ms), not a vDSO call;
 //   - at most MaxCrossings (2) calls into C per iteration (Crossings,
 //     CrossingsMax, CrossingsOver; the port's, Crosser, and the core's
 //     own, engine.Core.Crossings): on a DPDK port with ipsec-mb, one poll
