@@ -144,7 +144,8 @@ sim:
 # each measurement (default 5s). The ab setup, an old engine build
 # against this one, runs only when asked:
 # $(BIN)/rmabench -bin $(BIN) -only ab -ab-old DIR (DIR holding the old
-# build's rmad and rmaperf).
+# build's rmad, rmaperf and rmactl; ab also runs ab-loop, each build's
+# poll loop sampled with perf at 16 in flight, alone: -only ab-loop).
 # rmabench appends each row to BENCH_OUT as it is measured; a setup that
 # fails is reported and the others run. Whatever the outcome, the
 # headline table at the top of bench/RESULTS.md is then regenerated from

@@ -2,7 +2,7 @@
 # Host set-up for OneRMA: idempotent, safe to run again and again.
 #   scripts/setup.sh          packages, hugepages, mounts (demo and tests)
 #   scripts/setup.sh --bench  the same plus the benchmark peers' tools (ucx-utils,
-#                             memcslap of libmemcached-tools)
+#                             memcslap of libmemcached-tools) and perf (ab-loop)
 #   scripts/setup.sh --containers  the same plus what builds and runs the
 #                             container images (make image, the container test)
 # Needs root for apt, hugepages and mounts. Without root it only checks.
@@ -33,7 +33,8 @@ pkgs+=(memcached redis-server)
 # pytest; numpy for the tests of its numpy views (the package runs
 # without it).
 pkgs+=(python3 python3-pytest python3-numpy)
-[ $want_bench = 1 ] && pkgs+=(ucx-utils libmemcached-tools)
+# linux-perf: the ab-loop setup samples each build's poll loop with perf.
+[ $want_bench = 1 ] && pkgs+=(ucx-utils libmemcached-tools linux-perf)
 # ping: the AF_XDP test checks the kernel still answers on the engine's
 # interface; the routed testbed (e2e TestRouted) pings engines from its router.
 command -v ping >/dev/null || pkgs+=(iputils-ping)

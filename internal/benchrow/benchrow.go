@@ -20,7 +20,7 @@ type Row struct {
 	// "metrics-histograms", "metrics-unscraped", "metrics-scrape",
 	// "selftest", "selftest-rounds", "selftest-handover",
 	// "selftest-memif" and their stage tables "selftest-stages" and
-	// "selftest-memif-stages",
+	// "selftest-memif-stages", the ab setup's "ab" and "ab-loop",
 	// the key/value caches' "kv-ycsb-c" and "kv-ycsb-b" (closed loop;
 	// "-memif" appended for OneRMA's cache over two engines), "kv-fig8"
 	// (open loop, one row per offered load), and the peers' own tools
@@ -95,6 +95,13 @@ type Row struct {
 	Stage       string   `json:"stage,omitempty"`
 	CyclesPerOp *float64 `json:"cycles_per_op,omitempty"`
 	BudgetNs    *float64 `json:"budget_ns,omitempty"`
+
+	// LoopNs (ab-loop rows, lab/rmabench/abloop.go): ns per iteration of
+	// the engine's poll loop by what perf's samples of its CPU fell on:
+	// "clock", "crossings" (the Go runtime's side of calls into C),
+	// "yields" (the kernel and the system calls' stubs), "other", and
+	// "iteration" (their sum).
+	LoopNs map[string]float64 `json:"loop_ns,omitempty"`
 
 	// Timeline (fig14-* "unavail" rows): the probes around one key
 	// rotation, the one whose unavailability is the median, for Figure

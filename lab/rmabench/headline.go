@@ -95,6 +95,7 @@ var headlineMetrics = []headlineMetric{
 	{"4 MB READ through the executor / raw 4 KB READ goodput, median of interleaved rounds", "loopback", executorMetric},
 	{"C client CPU ns per op / Go portal's: loopback 64 B read_bw, onerma-perf / rmaperf, median of interleaved rounds", "c-loopback", cLoopbackMetric(64)},
 	{"C client CPU ns per op / Go portal's: loopback 4 KB read_bw, onerma-perf / rmaperf, median of interleaved rounds", "c-loopback", cLoopbackMetric(4096)},
+	{"the poll loop's overhead per iteration at 16 in flight (clock reads and cgo crossings, perf samples of the engine's CPU; rmaperf read_bw 512 B, O = 16, poll mode yield: a 32 B GET's READ) / the old build's (-ab-old), median of interleaved rounds", "ab-loop", abLoopMetric},
 	{"Fig. 12: 64 B READs beside one transfer of 4 KB-64 MB, p50 slowdown max/min over the sizes", "hol", holSpreadMetric},
 	{"Fig. 12: the same READs' worst p50 beside a transfer / one 4 KB READ's p50", "hol", holOneMetric},
 	{"isolation: high-class 64 B READ's engine p99 under a low-class 4 KB READ load", "isolation,selftest", isolationMetric},

@@ -27,7 +27,9 @@
 //	    64 B read_bw with and without rmatop attached, interleaved);
 //	(h) only when asked (-only ab -ab-old DIR): an old build of the engine
 //	    against the new one, -bin's, in interleaved rounds on the loopback
-//	    engine (ab.go);
+//	    engine (ab.go), and what one iteration of each build's poll loop
+//	    costs at 16 in flight, sampled with perf (ab-loop, also alone with
+//	    -only ab-loop; abloop.go);
 //	(i) two engines on a veth pair between two network namespaces, on
 //	    af_packet ports and on AF_XDP ports (af_packet, af_xdp) in
 //	    interleaved rounds, so the ratio af_xdp / af_packet is measured
@@ -168,8 +170,8 @@ func run() int {
 	out := flag.String("out", envOr("BENCH_OUT", "bench/out.jsonl"), "JSON lines output, each row appended as it is measured ($BENCH_OUT if set)")
 	bin := flag.String("bin", "", "directory with rmad, rmaperf and onerma-perf (default: next to this binary)")
 	dur := flag.Duration("D", 5*time.Second, "duration of each measurement")
-	only := flag.String("only", allSetups, "setups to run (comma separated; a name also selects the setups it begins with or is part of: loopback-jumbo runs loopback too, selftest-memif selftest, af_packet and af_xdp run together, as noisy-neighbour-alone and noisy-neighbour do, platform runs crypto-scaling; ab, never by default, compares -ab-old's engine with -bin's; rtt, never by default, measures each port's round trip)")
-	abOld := flag.String("ab-old", "", "ab setup: directory holding the old build's rmad and rmaperf (the new ones are -bin's)")
+	only := flag.String("only", allSetups, "setups to run (comma separated; a name also selects the setups it begins with or is part of: loopback-jumbo runs loopback too, selftest-memif selftest, af_packet and af_xdp run together, as noisy-neighbour-alone and noisy-neighbour do, platform runs crypto-scaling; ab, never by default, compares -ab-old's engine with -bin's (and runs ab-loop, their poll loops sampled with perf, also alone); rtt, never by default, measures each port's round trip)")
+	abOld := flag.String("ab-old", "", "ab and ab-loop setups: directory holding the old build's rmad, rmaperf and (ab-loop) rmactl (the new ones are -bin's)")
 	abRounds := flag.Int("ab-rounds", 5, "ab setup: interleaved rounds of each test")
 	flag.IntVar(&metricsRounds, "metrics-rounds", metricsRounds, "metrics setup: interleaved rounds")
 	flag.IntVar(&kvRounds, "kv-rounds", kvRounds, "kv setup: interleaved rounds of each closed-loop workload")
@@ -219,9 +221,11 @@ func run() int {
 		return flagErr(fmt.Errorf("-D %v: want a duration above 0", *dur))
 	}
 	want := func(s string) bool { return selects(*only, s) }
-	// ab is matched as a whole name, not as a substring as the others are.
+	// ab and ab-loop are matched as whole names, not as substrings as the
+	// others are; ab runs ab-loop too.
 	ab := slices.Contains(strings.Split(*only, ","), "ab")
-	if ab {
+	abLoop := ab || slices.Contains(strings.Split(*only, ","), "ab-loop")
+	if abLoop {
 		if _, _, err := abBins(*abOld); err != nil {
 			return flagErr(err)
 		}
@@ -359,6 +363,9 @@ func run() int {
 	}
 	if ab {
 		rec.setup("ab", func() error { return abRun(*abOld, rmad, rmaperf, dir, *crypto, *abRounds, *dur, emit) })
+	}
+	if abLoop {
+		rec.setup("ab-loop", func() error { return abLoopRun(*abOld, rmad, rmaperf, dir, *crypto, *abRounds, *dur, emit) })
 	}
 
 	printTable(rec.rows)

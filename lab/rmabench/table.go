@@ -87,6 +87,7 @@ func printTable(rows []Row) {
 	printVeth(rows)
 	printRTT(rows)
 	printAB(rows)
+	printABLoop(rows)
 	printKV(rows)
 	// Head-of-line isolation: 64 B executor READs alone and behind a 4 MB
 	// transfer on the same executor, against one 4 KB READ's latency (a
@@ -174,7 +175,7 @@ func ucxRatios(rows []Row) []ucxRatio {
 	var out []ucxRatio
 	for i := range rows {
 		r := &rows[i]
-		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "noisy-neighbour") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || strings.HasPrefix(r.Setup, "metrics") || r.Setup == "c-loopback" || r.Setup == "ab" || strings.HasPrefix(r.Setup, "af_") {
+		if r.System != "onerma" || strings.HasPrefix(r.Setup, "isolation") || strings.HasPrefix(r.Setup, "noisy-neighbour") || strings.HasPrefix(r.Setup, "loopback-pairs") || strings.HasPrefix(r.Setup, "write-pairs") || strings.HasPrefix(r.Setup, "telemetry") || strings.HasPrefix(r.Setup, "metrics") || r.Setup == "c-loopback" || r.Setup == "ab" || r.Setup == abLoopSetup || strings.HasPrefix(r.Setup, "af_") {
 			continue
 		}
 		for j := range rows {
