@@ -17,7 +17,7 @@
 //     default clock, on a machine whose kernel keeps its own clock on
 //     the CPU's time-stamp counter, a read is the counter's
 //     (internal/tsc.Clock: RDTSC and a multiplication, anchored to
-//     Monotonic every 10 ms), not a vDSO call;
+//     Monotonic every tsc.Span), not a vDSO call;
 //   - at most MaxCrossings (2) calls into C per iteration (Crossings,
 //     CrossingsMax, CrossingsOver; the port's, Crosser, and the core's
 //     own, engine.Core.Crossings): on a DPDK port with ipsec-mb, one poll
