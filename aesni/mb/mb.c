@@ -216,6 +216,7 @@ uint32_t mb_run(mb_batch *b, uint32_t n)
 		b->ok[i] = res;
 		failed += res != MB_RESULT_OK;
 	}
+	b->failed = failed;
 	return failed;
 }
 

@@ -69,6 +69,7 @@ typedef struct mb_batch {
 	// the hook runs them and says so in hook_ran (Go reads and zeroes it).
 	uint32_t queued;
 	uint32_t hook_ran;
+	uint32_t failed; // the jobs of the last mb_run that failed (mb_run's result)
 } mb_batch;
 
 int mb_init(int arch);
