@@ -35,12 +35,24 @@ func abBins(oldDir string) (rmad, rmaperf string, err error) {
 		return "", "", errors.New("-only ab needs -ab-old DIR (the old build's rmad and rmaperf)")
 	}
 	rmad, rmaperf = filepath.Join(oldDir, "rmad"), filepath.Join(oldDir, "rmaperf")
-	for _, p := range []string{rmad, rmaperf} {
-		if _, err := os.Stat(p); err != nil {
-			return "", "", fmt.Errorf("-ab-old: %w", err)
-		}
+	if err := statAll("-ab-old", "", rmad, rmaperf); err != nil {
+		return "", "", err
 	}
 	return rmad, rmaperf, nil
+}
+
+// statAll reports the first of paths that cannot be stat'ed, as an error
+// prefixed with what and followed by why (in parentheses) if not empty.
+func statAll(what, why string, paths ...string) error {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			if why != "" {
+				return fmt.Errorf("%s: %w (%s)", what, err, why)
+			}
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return nil
 }
 
 // abRun measures each of abSpecs in rounds interleaved rounds (setup

@@ -115,10 +115,8 @@ func loopShares(report []byte) (map[string]float64, error) {
 // abLoopBins returns the rmactl beside each build's rmad.
 func abLoopBins(oldDir, rmad string) (oldCtl, newCtl string, err error) {
 	oldCtl, newCtl = filepath.Join(oldDir, "rmactl"), filepath.Join(filepath.Dir(rmad), "rmactl")
-	for _, p := range []string{oldCtl, newCtl} {
-		if _, err := os.Stat(p); err != nil {
-			return "", "", fmt.Errorf("ab-loop: %w (each build's rmactl reads its engine's loop counters)", err)
-		}
+	if err := statAll("ab-loop", "each build's rmactl reads its engine's loop counters", oldCtl, newCtl); err != nil {
+		return "", "", err
 	}
 	if _, err := exec.LookPath("perf"); err != nil {
 		return "", "", fmt.Errorf("ab-loop: %w (make setup-bench installs linux-perf)", err)
