@@ -107,7 +107,7 @@ type Config struct {
 	// Clock returns monotonic nanoseconds; nil: Monotonic, which the
 	// loop itself reads through an internal/tsc.Clock where the kernel
 	// keeps its clock on the CPU's counter (tsc.Stable): the two agree
-	// to well under a microsecond.
+	// to the bound tsc.Clock states.
 	Clock func() int64
 	// Lend lets a loop asleep in Backoff lend its core to a caller of
 	// Exec, who runs the closure itself: neither the loop nor, once the

@@ -17,13 +17,15 @@ import (
 // which gives the counter's rate, and from then on extrapolated from the
 // last anchor at that rate and anchored again every Span of counts. The
 // rate is measured over all the time since the first anchor, so its error
-// shrinks as the clock runs; between anchors the two clocks part by the
-// rate's error times Span at most (well under a microsecond), and at an
-// anchor Now takes the reference's value, never going back: a reference
-// behind what Now last returned holds it still until it catches up. So a
-// Clock's readings and the reference's, on any goroutine, agree to that
-// bound, and a Clock may stand in for its reference wherever one
-// goroutine reads it. Each anchor reads the reference twice.
+// shrinks as the clock runs. Between anchors the two clocks part by at
+// most the rate's error times Span: about maxSkew just after the rate is
+// first measured (each anchor's two reads of the reference lie within
+// it), less as the clock runs. At an anchor Now takes the reference's
+// value, never going back: a reference behind what Now last returned
+// holds it still until it catches up. So a Clock's readings and the
+// reference's, on any goroutine, agree to that bound, and a Clock may
+// stand in for its reference wherever one goroutine reads it. Each anchor
+// reads the reference twice.
 //
 // A Clock belongs to one goroutine (a poll loop); it is not safe for
 // concurrent use.
