@@ -247,26 +247,26 @@ func loopOverhead(r *Row) (float64, bool) {
 // new build's.
 type abLoopRound struct{ old, new *Row }
 
-// abLoopRounds pairs the loop rows of one run into rounds, in the order
-// they ran.
+// abLoopRounds pairs the loop rows of one run into rounds: the k-th row
+// of the old build with the k-th of the new (interleaved emits one of
+// each per round).
 func abLoopRounds(rows []Row) []abLoopRound {
-	var out []abLoopRound
-	var pending *Row
+	var olds, news []*Row
 	for i := range rows {
 		r := &rows[i]
 		if r.Setup != abLoopSetup || r.LoopNs == nil {
 			continue
 		}
-		if pending == nil || pending.System == r.System {
-			pending = r
-			continue
+		switch r.System {
+		case abOldSystem:
+			olds = append(olds, r)
+		case abNewSystem:
+			news = append(news, r)
 		}
-		rd := abLoopRound{pending, r}
-		if rd.old.System != abOldSystem {
-			rd.old, rd.new = rd.new, rd.old
-		}
-		out = append(out, rd)
-		pending = nil
+	}
+	out := make([]abLoopRound, min(len(olds), len(news)))
+	for i := range out {
+		out[i] = abLoopRound{olds[i], news[i]}
 	}
 	return out
 }
