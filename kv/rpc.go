@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -157,6 +158,13 @@ type rpcConn struct {
 	// The length prefixes being read and written: apart, since a pipe
 	// reads on one goroutine while its client writes on another.
 	rhdr, whdr [4]byte
+	// alive's socket, its peek bound once, and the peek's result: the
+	// check allocates nothing however often the hints call it.
+	raw   syscall.RawConn
+	peek  func(fd uintptr) bool
+	peekB [1]byte
+	peekN uintptr
+	peekE syscall.Errno
 }
 
 func newRPCConn(c net.Conn) *rpcConn {
@@ -218,39 +226,42 @@ func (rc *rpcConn) alive() bool {
 	if rc.r.Buffered() > 0 {
 		return false // bytes no request asked for
 	}
-	raw := rc.c
-	if tc, ok := raw.(*tls.Conn); ok {
-		raw = tc.NetConn()
+	if rc.raw == nil {
+		raw := rc.c
+		if tc, ok := raw.(*tls.Conn); ok {
+			raw = tc.NetConn()
+		}
+		sc, ok := raw.(syscall.Conn)
+		if !ok {
+			return true
+		}
+		var err error
+		if rc.raw, err = sc.SyscallConn(); err != nil {
+			return false
+		}
+		rc.peek = rc.peekFD
 	}
-	sc, ok := raw.(syscall.Conn)
-	if !ok {
-		return true
-	}
-	rawc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var (
-		b    [1]byte
-		n    int
-		rerr error
-	)
-	if err := rawc.Read(func(fd uintptr) bool {
-		n, _, rerr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		return true
-	}); err != nil {
+	if err := rc.raw.Read(rc.peek); err != nil {
 		return false
 	}
 	switch {
-	case rerr == unix.EAGAIN:
+	case rc.peekE == unix.EAGAIN:
 		return true
-	case rerr != nil || n == 0: // reset, or the server's FIN
+	case rc.peekE != 0 || rc.peekN == 0: // reset, or the server's FIN
 		return false
 	}
 	rc.c.SetReadDeadline(time.Now().Add(aliveWait))
-	_, err = rc.r.Peek(1)
+	_, err := rc.r.Peek(1)
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// peekFD is one non-blocking recv(MSG_PEEK) of a byte, made directly:
+// unix.Recvfrom would allocate the sender's address.
+func (rc *rpcConn) peekFD(fd uintptr) bool {
+	rc.peekN, _, rc.peekE = unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&rc.peekB[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	return true
 }
 
 // aliveWait is how long alive lets TLS read bytes pending on an idle

@@ -3,8 +3,10 @@ package kv
 import (
 	"bytes"
 	"encoding/binary"
+	"net"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 // Requests whose lengths disagree with their size are refused before
@@ -66,5 +68,50 @@ func TestLayout(t *testing.T) {
 	}
 	if _, err := parseLayout(bytes.Repeat([]byte{1}, layoutBytes-1)); err == nil {
 		t.Error("a short layout accepted")
+	}
+}
+
+// alive over a TCP connection: true while nothing is pending (and then it
+// allocates nothing), false once bytes no request asked for arrive, and
+// false after the peer's FIN.
+func TestAlive(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dial := func() (*rpcConn, net.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return newRPCConn(c), s
+	}
+	rc, s := dial()
+	if !rc.alive() {
+		t.Fatal("an idle connection is not alive")
+	}
+	if n := testing.AllocsPerRun(100, func() { rc.alive() }); n != 0 {
+		t.Fatalf("alive: %v allocations", n)
+	}
+	s.Write([]byte{1})
+	for deadline := time.Now().Add(5 * time.Second); rc.alive(); {
+		if time.Now().After(deadline) {
+			t.Fatal("alive with a byte no request asked for")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	rc, s = dial()
+	s.Close()
+	for deadline := time.Now().Add(5 * time.Second); rc.alive(); {
+		if time.Now().After(deadline) {
+			t.Fatal("alive after the peer's FIN")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
